@@ -1,0 +1,60 @@
+"""One hierarchy of costguard errors. Each message says what went wrong and how to fix it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+class CostguardError(Exception):
+    """Base of every error costguard raises on purpose."""
+
+
+class ConfigError(CostguardError, ValueError):
+    """The configuration (costguard.yaml or COSTGUARD_* variables) is wrong."""
+
+
+@dataclass(frozen=True)
+class SourceError:
+    """One problem in a user-written file, located to the character."""
+
+    file: str
+    line: int
+    column: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}: {self.message}"
+
+
+class PolicyError(CostguardError, ValueError):
+    """One or more policy files are invalid; `errors` holds every problem found."""
+
+    def __init__(self, errors: Sequence[SourceError]) -> None:
+        self.errors = list(errors)
+        super().__init__("\n".join(str(e) for e in self.errors))
+
+
+class ProviderError(CostguardError):
+    """A cloud call failed. Raised by providers instead of SDK errors."""
+
+    def __init__(self, provider: str, scope: str, message: str, *, retryable: bool = False):
+        self.provider = provider
+        self.scope = scope
+        self.retryable = retryable
+        super().__init__(f"{provider} {scope}: {message}")
+
+
+class ProviderThrottled(ProviderError):
+    """The cloud asked us to slow down and retries were exhausted."""
+
+    def __init__(self, provider: str, scope: str, message: str) -> None:
+        super().__init__(provider, scope, message, retryable=True)
+
+
+class InstanceNotFound(ProviderError, LookupError):
+    """The instance no longer exists at the provider."""
+
+
+class StoreError(CostguardError):
+    """The database cannot be used as configured."""

@@ -1,0 +1,183 @@
+"""Domain values shared by every stage: frozen pydantic models, no behaviour beyond helpers.
+
+Providers produce `Instance` and `GpuMinute` values; the store persists them; policies read
+them. Everything is timezone-aware UTC.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ProviderName = Literal["aws", "gcp", "sim"]
+PROVIDERS: tuple[ProviderName, ...] = ("aws", "gcp", "sim")
+
+
+class InstanceState(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    TERMINATED = "terminated"
+
+
+class Lifecycle(StrEnum):
+    ON_DEMAND = "on-demand"
+    SPOT = "spot"
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class InstanceKey(Frozen):
+    """Identifies one instance across providers and accounts."""
+
+    provider: ProviderName
+    instance_id: str
+
+    def __str__(self) -> str:
+        return f"{self.provider}:{self.instance_id}"
+
+
+class Instance(Frozen):
+    """One VM as seen in inventory at `observed_at`."""
+
+    provider: ProviderName
+    account: str  # AWS account id, GCP project id, or the simulated account
+    region: str
+    zone: str | None = None
+    instance_id: str
+    name: str | None = None
+    instance_type: str
+    state: InstanceState
+    state_reason: str | None = None  # e.g. "Server.SpotInstanceTermination"
+    lifecycle: Lifecycle = Lifecycle.ON_DEMAND
+    gpu_count: int = 0
+    gpu_model: str | None = None
+    gpu_memory_mib: int | None = None  # per GPU
+    launch_time: datetime
+    tags: dict[str, str] = Field(default_factory=dict)
+    observed_at: datetime
+
+    @property
+    def key(self) -> InstanceKey:
+        return InstanceKey(provider=self.provider, instance_id=self.instance_id)
+
+    @property
+    def family(self) -> str:
+        """`p4d.24xlarge` -> `p4d`; `a2-highgpu-1g` -> `a2`."""
+        t = self.instance_type
+        return t.split(".", 1)[0] if "." in t else t.split("-", 1)[0]
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.gpu_count > 0
+
+
+class GpuSignal(StrEnum):
+    """Which measurement an idle verdict rests on, most honest first."""
+
+    SM_ACTIVE = "sm_active"  # NVML GPM / DCGM SM activity: share of SM cycles busy
+    UTIL_GPU = "util_gpu"  # nvmlDeviceGetUtilizationRates.gpu: time any kernel ran
+    MEM_USED = "mem_used"  # bytes held; evidence, never proof of work
+
+
+class TelemetrySource(StrEnum):
+    AGENT = "agent"
+    CLOUDWATCH = "cloudwatch"
+    CLOUD_MONITORING = "cloud-monitoring"
+    SIM = "sim"
+
+
+class GpuMinute(Frozen):
+    """One GPU's summary over one minute (the unit the agent pushes and the store keeps).
+
+    Percentages are 0-100. `sm_*` are None where GPM/DCGM is not available.
+    """
+
+    provider: ProviderName
+    instance_id: str
+    gpu_index: int = 0
+    minute: datetime  # start of the minute, UTC, seconds zeroed
+    source: TelemetrySource
+    samples: int = Field(default=1, ge=1)
+    util_mean: float | None = Field(default=None, ge=0, le=100)
+    util_p95: float | None = Field(default=None, ge=0, le=100)
+    util_max: float | None = Field(default=None, ge=0, le=100)
+    util_active_share: float | None = Field(default=None, ge=0, le=1)  # share of samples > 0
+    sm_mean: float | None = Field(default=None, ge=0, le=100)
+    sm_p95: float | None = Field(default=None, ge=0, le=100)
+    sm_max: float | None = Field(default=None, ge=0, le=100)
+    mem_used_bytes: int | None = Field(default=None, ge=0)  # max over the minute
+    mem_total_bytes: int | None = Field(default=None, ge=0)
+    power_w_mean: float | None = Field(default=None, ge=0)
+    process_count: int | None = Field(default=None, ge=0)
+    top_process_pid: int | None = None
+    top_process_bytes: int | None = Field(default=None, ge=0)
+
+
+class Verdict(StrEnum):
+    ACTIVE = "active"
+    IDLE = "idle"
+    UNDERUSED = "underused"
+    NO_DATA = "no-data"
+
+
+class Classification(Frozen):
+    """What the classifier concluded about an instance's GPUs over a window."""
+
+    verdict: Verdict
+    signal: GpuSignal | None
+    evidence: str
+    window_start: datetime
+    window_end: datetime
+    coverage: float = Field(ge=0, le=1)  # share of expected GPU-minutes that had data
+    value: float | None = None  # the statistic compared with the threshold
+
+
+class ActionKind(StrEnum):
+    NOTIFY = "notify"
+    TAG = "tag"
+    STOP = "stop"
+    START = "start"
+
+
+class ActionOutcome(StrEnum):
+    DONE = "done"
+    DRY_RUN = "dry-run"
+    SKIPPED = "skipped"  # the instance changed meanwhile, or a safety rule said no
+    FAILED = "failed"
+
+
+class ActionResult(Frozen):
+    """What a provider reports back for one action call."""
+
+    outcome: ActionOutcome
+    detail: str = ""
+    state_after: InstanceState | None = None
+
+
+class Gap(Frozen):
+    """A scope (account/project x region) that could not be read this cycle."""
+
+    provider: ProviderName
+    scope: str
+    error: str
+
+
+class Inventory(Frozen):
+    """Result of listing one provider: what was seen, and what could not be seen."""
+
+    instances: list[Instance] = Field(default_factory=list)
+    gaps: list[Gap] = Field(default_factory=list)
+
+
+class PriceQuote(Frozen):
+    """An hourly price and where it came from (so reports can say how a number was made)."""
+
+    usd_per_hour: float = Field(ge=0)
+    source: str  # e.g. "aws on-demand table 2026-11-01", "spot price history"

@@ -1,0 +1,1 @@
+"""Cloud providers behind one protocol (`base.Provider`)."""
