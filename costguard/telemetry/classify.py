@@ -1,0 +1,223 @@
+"""The idle classifier: per-minute GPU summaries over a window -> one honest verdict.
+
+Rules (documented in docs/agent.md, tested on the real H100 recording):
+
+* Coverage first. Expected slots = `gpu_count` x whole minutes in [window_start, window_end)
+  (a window shorter than a minute counts as one slot, so 30 s replay windows work).
+  Coverage = distinct (gpu_index, minute) slots that carry the chosen signal / expected.
+  Below `min_coverage`, or any GPU silent for the whole window -> NO_DATA:
+  no data is not idle.
+* Signal. `auto` picks SM activity (NVML GPM / DCGM SM_ACTIVE) when it alone reaches
+  `min_coverage`, else `util_gpu`. `util_gpu` counts time in which *any* kernel ran, so a
+  loop of trivial kernels reads ~12% on an H100 whose SMs do nothing; SM activity does not.
+* IDLE: on every GPU, in every minute, the signal's peak stays below `below`. The peak is
+  the minute's max (falling back to p95, then mean, when a source has no max): a p95 would
+  hide a 2 s burst inside a minute, and one burst is enough to mean someone used the GPU.
+* UNDERUSED: not idle, but the signal's mean over all GPU-minutes is below
+  `UNDERUSED_FACTOR` x `below` (10% by default), or more than half the GPUs are idle.
+* ACTIVE otherwise (the bursty 2 s-of-10 s load, ~19% mean, is ACTIVE).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from costguard.clock import utc
+from costguard.model import Classification, GpuMinute, GpuSignal, Verdict
+
+UNDERUSED_FACTOR = 2.0
+SignalChoice = Literal["auto", "sm_active", "util_gpu"]
+
+_MINUTE = timedelta(minutes=1)
+_LABEL = {GpuSignal.SM_ACTIVE: "SM activity", GpuSignal.UTIL_GPU: "util_gpu"}
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """The chosen signal of one GPU-minute."""
+
+    gpu: int
+    minute: datetime
+    peak: float
+    mean: float
+
+
+def expected_slots(window_start: datetime, window_end: datetime, gpu_count: int) -> int:
+    """GPU-minutes a fully reporting instance produces in the window."""
+    minutes = max(1, math.floor((window_end - window_start) / _MINUTE))
+    return gpu_count * minutes
+
+
+def _sm(m: GpuMinute) -> tuple[float, float] | None:
+    peak = _first(m.sm_max, m.sm_p95, m.sm_mean)
+    mean = _first(m.sm_mean, m.sm_p95, m.sm_max)
+    return None if peak is None or mean is None else (peak, mean)
+
+
+def _util(m: GpuMinute) -> tuple[float, float] | None:
+    peak = _first(m.util_max, m.util_p95, m.util_mean)
+    mean = _first(m.util_mean, m.util_p95, m.util_max)
+    return None if peak is None or mean is None else (peak, mean)
+
+
+def _first(*values: float | None) -> float | None:
+    return next((v for v in values if v is not None), None)
+
+
+def _readings(minutes: Sequence[GpuMinute], signal: GpuSignal) -> list[_Reading]:
+    pick = _sm if signal is GpuSignal.SM_ACTIVE else _util
+    seen: dict[tuple[int, datetime], _Reading] = {}
+    for m in minutes:
+        value = pick(m)
+        if value is not None:
+            # a re-sent minute replaces the earlier copy: one slot counts once
+            seen[(m.gpu_index, m.minute)] = _Reading(m.gpu_index, m.minute, *value)
+    return list(seen.values())
+
+
+def _coverage(readings: Sequence[_Reading], expected: int) -> float:
+    return min(1.0, len(readings) / expected) if expected else 0.0
+
+
+def classify(
+    minutes: Sequence[GpuMinute],
+    *,
+    window_start: datetime,
+    window_end: datetime,
+    gpu_count: int,
+    signal: Literal["auto", "sm_active", "util_gpu"] = "auto",
+    below: float = 5.0,
+    min_coverage: float = 0.8,
+) -> Classification:
+    """Classify one instance's GPUs over [window_start, window_end)."""
+    start, end = utc(window_start), utc(window_end)
+    if end <= start:
+        raise ValueError(f"window_end ({end}) must be after window_start ({start})")
+    if gpu_count < 0:
+        raise ValueError(f"gpu_count must be >= 0, got {gpu_count}")
+    if signal not in ("auto", "sm_active", "util_gpu"):
+        raise ValueError(f"signal must be auto, sm_active or util_gpu, got {signal!r}")
+    inside = [m for m in minutes if start <= utc(m.minute) < end]
+    expected = expected_slots(start, end, gpu_count)
+
+    def no_data(evidence: str, used: GpuSignal | None, coverage: float) -> Classification:
+        return Classification(
+            verdict=Verdict.NO_DATA,
+            signal=used,
+            evidence=evidence,
+            window_start=start,
+            window_end=end,
+            coverage=coverage,
+        )
+
+    if gpu_count == 0:
+        return no_data("instance has no GPUs to classify", None, 0.0)
+
+    sm_readings = _readings(inside, GpuSignal.SM_ACTIVE)
+    if signal == "sm_active" or (
+        signal == "auto" and sm_readings and _coverage(sm_readings, expected) >= min_coverage
+    ):
+        used, readings = GpuSignal.SM_ACTIVE, sm_readings
+    else:
+        used, readings = GpuSignal.UTIL_GPU, _readings(inside, GpuSignal.UTIL_GPU)
+
+    coverage = _coverage(readings, expected)
+    span = _span(start, end)
+    if coverage < min_coverage:
+        return no_data(
+            f"{_LABEL[used]} covers {coverage:.0%} of {expected} expected GPU-minutes over "
+            f"{span} (needs {min_coverage:.0%}): no data is not idle",
+            used,
+            coverage,
+        )
+    by_gpu: dict[int, list[_Reading]] = defaultdict(list)
+    for r in readings:
+        by_gpu[r.gpu].append(r)
+    silent = gpu_count - len(by_gpu)
+    if silent > 0:
+        return no_data(
+            f"{silent} of {gpu_count} GPUs reported no {_LABEL[used]} over {span}: "
+            "no data is not idle",
+            used,
+            coverage,
+        )
+
+    peak = max(r.peak for r in readings)
+    mean = sum(r.mean for r in readings) / len(readings)
+    idle_gpus = [g for g, rs in by_gpu.items() if max(r.peak for r in rs) < below]
+    gpus = f"{len(by_gpu)} GPU" + ("s" if len(by_gpu) != 1 else "")
+    holding = _memory_evidence(inside)
+    caveat = _util_caveat(inside, used, peak, below)
+
+    if len(idle_gpus) == len(by_gpu):
+        verdict, value = Verdict.IDLE, peak
+        text = f"{_LABEL[used]} peaked at {_pct(peak)} over {span} on {gpus}"
+    elif mean < UNDERUSED_FACTOR * below or len(idle_gpus) * 2 > len(by_gpu):
+        verdict, value = Verdict.UNDERUSED, mean
+        text = (
+            f"{_LABEL[used]} {_pct(mean)} mean (peak {_pct(peak)}) over {span}; "
+            f"{len(idle_gpus)} of {gpus} idle"
+        )
+    else:
+        verdict, value = Verdict.ACTIVE, mean
+        text = f"{_LABEL[used]} {_pct(mean)} mean (peak {_pct(peak)}) over {span} on {gpus}"
+    evidence = "; ".join(part for part in (holding, text, caveat) if part)
+    return Classification(
+        verdict=verdict,
+        signal=used,
+        evidence=evidence,
+        window_start=start,
+        window_end=end,
+        coverage=coverage,
+        value=round(value, 3),
+    )
+
+
+def _memory_evidence(minutes: Sequence[GpuMinute]) -> str:
+    """Who holds GPU memory: a process holding 20 GB while computing nothing is the case
+    idle shutdown exists for, and naming it tells the owner what to look at."""
+    tops = [m for m in minutes if m.top_process_pid is not None and m.top_process_bytes]
+    if tops:
+        top = max(tops, key=lambda m: m.top_process_bytes or 0)
+        text = f"pid {top.top_process_pid} holds {_gb(top.top_process_bytes or 0)}"
+        used = [m.mem_used_bytes for m in minutes if m.mem_used_bytes is not None]
+        return text + (f" ({_gb(max(used))} used on the GPU)" if used else "")
+    counts = [m.process_count for m in minutes if m.process_count is not None]
+    if counts and max(counts) == 0:
+        used = [m.mem_used_bytes for m in minutes if m.mem_used_bytes is not None]
+        held = f" ({_gb(max(used))} used by the driver)" if used else ""
+        return "no process on the GPU" + held
+    used = [m.mem_used_bytes for m in minutes if m.mem_used_bytes is not None]
+    return f"{_gb(max(used))} memory held" if used else ""
+
+
+def _util_caveat(minutes: Sequence[GpuMinute], used: GpuSignal, peak: float, below: float) -> str:
+    if used is GpuSignal.UTIL_GPU:
+        return "no SM activity metric: fell back to util_gpu, which counts any kernel"
+    utils = [m.util_mean for m in minutes if m.util_mean is not None]
+    util = sum(utils) / len(utils) if utils else None
+    if util is not None and util >= below and peak < below:
+        return f"util_gpu {_pct(util)} but SM activity {_pct(peak)}: tiny kernels, no real work"
+    return ""
+
+
+def _pct(value: float) -> str:
+    return f"{value:.2f}%" if 0 < value < 1 else f"{value:.1f}%"
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+
+
+def _span(start: datetime, end: datetime) -> str:
+    seconds = (end - start).total_seconds()
+    if seconds < 120:
+        return f"{seconds:g} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:g} min"
+    return f"{seconds / 3600:.1f} h"
