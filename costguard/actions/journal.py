@@ -1,0 +1,59 @@
+"""The action journal: intent before the provider call, result after, append-only."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlmodel import Session, col, select
+
+from costguard.model import Instance
+from costguard.store.tables import ActionJournalRow
+
+
+def journal_key(policy: str, inst: Instance, action: str, episode: int) -> str:
+    return f"{policy}|{inst.provider}|{inst.instance_id}|{action}|{episode}"
+
+
+def write_intent(
+    session: Session, *, key: str, cycle_id: int | None, policy: str, inst: Instance,
+    action: str, dry_run: bool, usd_per_hour: float, now: datetime, detail: str = "",
+) -> ActionJournalRow:
+    row = ActionJournalRow(
+        key=key, cycle_id=cycle_id, policy=policy, provider=inst.provider,
+        instance_id=inst.instance_id, action=action, dry_run=dry_run, status="intent",
+        detail=detail, usd_per_hour=usd_per_hour, intent_at=now,
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def record(
+    session: Session, *, key: str, cycle_id: int | None, policy: str, inst: Instance,
+    action: str, dry_run: bool, status: str, detail: str, usd_per_hour: float, now: datetime,
+) -> None:
+    """An entry decided without a provider call (notify, skip): intent and result at once."""
+    session.add(ActionJournalRow(
+        key=key, cycle_id=cycle_id, policy=policy, provider=inst.provider,
+        instance_id=inst.instance_id, action=action, dry_run=dry_run, status=status,
+        detail=detail, usd_per_hour=usd_per_hour, intent_at=now, result_at=now,
+    ))
+
+
+def resolve(session: Session, row_id: int, status: str, detail: str, now: datetime) -> None:
+    row = session.get(ActionJournalRow, row_id)
+    assert row is not None, f"journal row {row_id} vanished"
+    row.status, row.detail, row.result_at = status, detail, now
+    session.add(row)
+
+
+def unresolved(session: Session) -> list[ActionJournalRow]:
+    """Intents with no result: the process died between writing them and finishing."""
+    return list(session.exec(select(ActionJournalRow).where(
+        ActionJournalRow.status == "intent").order_by(col(ActionJournalRow.id))))
+
+
+def completed(session: Session, key: str) -> bool:
+    stmt = select(ActionJournalRow.id).where(
+        ActionJournalRow.key == key, col(ActionJournalRow.status).in_(["done", "dry-run"]))
+    return session.exec(stmt).first() is not None

@@ -1,0 +1,332 @@
+"""The act stage: per (policy, instance) state machine, seen -> warned -> acted | snoozed | cleared.
+
+Every stop is journaled as an intent (committed) before the provider call and resolved after,
+so a crash at any point neither repeats a stop nor loses its trace: the next cycle reconciles
+unresolved intents against what inventory now shows before anything else happens.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlmodel import Session, select
+
+from costguard.actions import journal
+from costguard.actions.messages import label, notice, recipients, render, warning
+from costguard.actions.safety import check_caps, is_protected, snoozed_until
+from costguard.alerts.outbox import enqueue
+from costguard.costs.attribution import Attributor
+from costguard.errors import ProviderError
+from costguard.model import ActionOutcome, Instance, InstanceState
+from costguard.policy.evaluate import Finding
+from costguard.policy.schema import Policy
+from costguard.providers.base import Provider
+from costguard.store.db import Database
+from costguard.store.inventory import set_state
+from costguard.store.tables import FindingRow, InstanceRow, PolicyStateRow
+
+log = logging.getLogger("costguard.act")
+
+FaultHook = Callable[[str], None]  # called at named points; tests crash the cycle there
+Ref = tuple[str, str]
+
+
+@dataclass
+class ActStats:
+    warned: Counter[str] = field(default_factory=Counter)
+    stopped: Counter[str] = field(default_factory=Counter)
+    notified: Counter[str] = field(default_factory=Counter)
+    tagged: Counter[str] = field(default_factory=Counter)
+    dry_run: Counter[str] = field(default_factory=Counter)
+    skipped: Counter[str] = field(default_factory=Counter)
+    cleared: Counter[str] = field(default_factory=Counter)
+    reconciled: int = 0
+
+    def as_dict(self) -> dict[str, object]:
+        return {k: dict(v) if isinstance(v, Counter) else v for k, v in vars(self).items()}
+
+
+class ActionRunner:
+    def __init__(
+        self, db: Database, providers: Mapping[str, Provider], attributor: Attributor,
+        fault: FaultHook | None = None,
+    ) -> None:
+        self.db = db
+        self.providers = providers
+        self.attributor = attributor
+        self.fault = fault or (lambda point: None)
+
+    # -- recovery ---------------------------------------------------------------------
+    def reconcile(self, now: datetime, stats: ActStats) -> None:
+        """Resolve intents left by a crash, using the state inventory now shows."""
+        with self.db.session() as s:
+            for row in journal.unresolved(s):
+                inst_row = s.get(InstanceRow, (row.provider, row.instance_id))
+                state = inst_row.state if inst_row else "unknown"
+                done = row.action == "stop" and state in ("stopped", "stopping", "terminated")
+                status = "done" if done else "interrupted"
+                journal.resolve(s, row.id or 0, status,
+                                f"resolved after restart: instance is {state}", now)
+                stats.reconciled += 1
+                st = s.get(PolicyStateRow, (row.policy, row.provider, row.instance_id))
+                if done and st is not None:
+                    st.state, st.since = "acted", now
+                    s.add(st)
+                    if inst_row is not None:
+                        from costguard.store.inventory import to_instance
+                        self._action_alert(s, row.policy, to_instance(inst_row), st.episode,
+                                           "stopped", f"stopped ({row.detail or 'idle'})", now)
+
+    # -- the state machine ----------------------------------------------------------------
+    def run(self, policies: Sequence[Policy], findings: Sequence[Finding], now: datetime,
+            cycle_id: int | None) -> ActStats:
+        stats = ActStats()
+        self.reconcile(now, stats)
+        by_policy: dict[str, list[Finding]] = defaultdict(list)
+        for f in findings:
+            by_policy[f.policy.name].append(f)
+        for policy in policies:
+            self._run_policy(policy, by_policy.get(policy.name, []), now, cycle_id, stats)
+        return stats
+
+    def _run_policy(self, policy: Policy, findings: list[Finding], now: datetime,
+                    cycle_id: int | None, stats: ActStats) -> None:
+        with self.db.session() as s:
+            states = {(st.provider, st.instance_id): st for st in s.exec(
+                select(PolicyStateRow).where(PolicyStateRow.policy == policy.name))}
+            changed_at = {(r.provider, r.instance_id): r.state_changed_at for r in s.exec(
+                select(InstanceRow))}
+        selected: set[Ref] = set()
+        due: list[tuple[Finding, PolicyStateRow]] = []
+        for f in findings:
+            ref = (f.instance.provider, f.instance.instance_id)
+            selected.add(ref)
+            st = states.get(ref)
+            with self.db.session() as s:
+                st = s.merge(st) if st is not None else None
+                if not f.holds:
+                    if st is not None and st.state in ("warned", "acted", "snoozed", "protected"):
+                        self._clear(s, policy, f, st, now, stats, cycle_id)
+                    continue
+                if is_protected(f.instance):
+                    st = self._ensure_state(s, policy, f, st, now, changed_at.get(ref))
+                    if st.state != "protected":
+                        st.state, st.since = "protected", now
+                        journal.record(s, key=journal.journal_key(policy.name, f.instance,
+                                       "skip", st.episode), cycle_id=cycle_id,
+                                       policy=policy.name, inst=f.instance, action="skip",
+                                       dry_run=not policy.is_enforced, status="skipped",
+                                       detail="costguard:protect tag: never acted on",
+                                       usd_per_hour=f.usd_per_hour, now=now)
+                        stats.skipped[policy.name] += 1
+                        s.add(st)
+                    continue
+                st = self._ensure_state(s, policy, f, st, now, changed_at.get(ref))
+                if self._snoozed(s, policy, f, st, now, stats, cycle_id):
+                    continue
+                if st.state == "seen":
+                    self._start_episode(s, policy, f, st, now, stats, cycle_id)
+                if st.state == "warned" and st.deadline is not None and now >= st.deadline:
+                    due.append((f, st))
+        if due:
+            self._act_on_due(policy, due, now, cycle_id, stats)
+        # pairs whose instance the policy no longer selects (stopped, retagged, gone)
+        with self.db.session() as s:
+            for ref, st in states.items():
+                if ref not in selected and st.state == "warned":
+                    st = s.merge(st)
+                    st.state, st.since, st.deadline = "cleared", now, None
+                    s.add(st)
+                    stats.cleared[policy.name] += 1
+
+    def _ensure_state(self, s: Session, policy: Policy, f: Finding, st: PolicyStateRow | None,
+                      now: datetime, changed_at: datetime | None) -> PolicyStateRow:
+        restarted = (st is not None and st.state == "acted" and changed_at is not None
+                     and changed_at > st.since)
+        if st is None:
+            st = PolicyStateRow(policy=policy.name, provider=f.instance.provider,
+                                instance_id=f.instance.instance_id, state="seen", since=now,
+                                episode=1, evidence=f.evidence)
+        elif st.state in ("cleared",) or restarted:
+            st.state, st.since, st.deadline, st.snooze_until = "seen", now, None, None
+            st.episode += 1
+        st.evidence = f.evidence
+        s.add(st)
+        return st
+
+    def _snoozed(self, s: Session, policy: Policy, f: Finding, st: PolicyStateRow,
+                 now: datetime, stats: ActStats, cycle_id: int | None) -> bool:
+        until = max(filter(None, [snoozed_until(f.instance), st.snooze_until]), default=None)
+        if until is not None and until > now:
+            if st.state != "snoozed":
+                st.state, st.since, st.snooze_until, st.deadline = "snoozed", now, until, None
+                journal.record(s, key=journal.journal_key(policy.name, f.instance, "snooze",
+                               st.episode), cycle_id=cycle_id, policy=policy.name,
+                               inst=f.instance, action="snooze", dry_run=not policy.is_enforced,
+                               status="skipped", detail=f"snoozed until {until.isoformat()}",
+                               usd_per_hour=f.usd_per_hour, now=now)
+                stats.skipped[policy.name] += 1
+                s.add(st)
+            return True
+        if st.state == "snoozed":  # expired: a fresh warning, a fresh deadline
+            st.state, st.since, st.snooze_until = "seen", now, None
+            st.episode += 1
+            s.add(st)
+        return False
+
+    def _start_episode(self, s: Session, policy: Policy, f: Finding, st: PolicyStateRow,
+                       now: datetime, stats: ActStats, cycle_id: int | None) -> None:
+        dry = not policy.is_enforced
+        team = self.attributor.dimensions(f.instance).get("team")
+        s.add(FindingRow(cycle_id=cycle_id, policy=policy.name, provider=f.instance.provider,
+                         instance_id=f.instance.instance_id, observed_at=now, reason=f.reason,
+                         evidence=f.evidence, usd_per_hour=f.usd_per_hour, team=team))
+        stop = policy.stop_action
+        deadline = now + (stop.grace if stop else timedelta(0))
+        notify = policy.notify_action
+        if notify is not None:
+            text = render(notify.message, f, deadline if stop else None, None)
+            subject, body = warning(f, deadline, text) if stop else notice(f, text)
+            key = journal.journal_key(policy.name, f.instance, "notify", st.episode)
+            if not dry:
+                enqueue(s, dedupe_key=key, kind="idle-warning" if stop else "finding",
+                        severity="warning" if stop else "info", subject=subject, body=body,
+                        now=now, recipients=recipients(notify.to, f.instance, team),
+                        policy=policy.name, provider=f.instance.provider,
+                        instance_id=f.instance.instance_id, team=team,
+                        owner=f.instance.tags.get("owner"),
+                        context={"reason": f.reason, "evidence": f.evidence,
+                                 "usd_per_hour": f.usd_per_hour,
+                                 "deadline": deadline.isoformat() if stop else None,
+                                 "instance_type": f.instance.instance_type})
+            journal.record(s, key=key, cycle_id=cycle_id, policy=policy.name, inst=f.instance,
+                           action="notify", dry_run=dry, status="dry-run" if dry else "done",
+                           detail=subject, usd_per_hour=f.usd_per_hour, now=now)
+            (stats.dry_run if dry else stats.notified)[policy.name] += 1
+        if policy.tag_action is not None:
+            self._tag(s, policy, f, st, now, stats, cycle_id)
+        if stop is not None:
+            st.state, st.since, st.deadline = "warned", now, deadline
+            stats.warned[policy.name] += 1
+        else:
+            st.state, st.since = "acted", now
+        s.add(st)
+
+    def _tag(self, s: Session, policy: Policy, f: Finding, st: PolicyStateRow, now: datetime,
+             stats: ActStats, cycle_id: int | None) -> None:
+        action = policy.tag_action
+        assert action is not None
+        tags = {k: v.format(now=now.isoformat(timespec="seconds"), policy=policy.name)
+                for k, v in action.set_.items()}
+        dry = not policy.is_enforced
+        key = journal.journal_key(policy.name, f.instance, "tag", st.episode)
+        try:
+            result = self.providers[f.instance.provider].set_tags(
+                f.instance, tags, remove=tuple(action.remove), dry_run=dry)
+            status, detail = str(result.outcome), result.detail or f"set {tags}"
+        except ProviderError as exc:
+            status, detail = "failed", str(exc)
+        journal.record(s, key=key, cycle_id=cycle_id, policy=policy.name, inst=f.instance,
+                       action="tag", dry_run=dry, status=status, detail=detail,
+                       usd_per_hour=f.usd_per_hour, now=now)
+        (stats.dry_run if dry else stats.tagged)[policy.name] += 1
+
+    def _act_on_due(self, policy: Policy, due: list[tuple[Finding, PolicyStateRow]],
+                    now: datetime, cycle_id: int | None, stats: ActStats) -> None:
+        limits = policy.limits
+        verdict = check_caps([f.usd_per_hour for f, _ in due],
+                             max_actions=limits.max_actions_per_cycle if limits else None,
+                             max_usd_per_hour=limits.max_usd_per_hour if limits else None)
+        if not verdict.allowed:
+            with self.db.session() as s:
+                enqueue(s, dedupe_key=f"cap|{policy.name}|{now:%Y-%m-%dT%H}", kind="cap",
+                        severity="critical", now=now, policy=policy.name,
+                        subject=f"{policy.name}: acted on none: {verdict.reason}",
+                        body="A policy that would act beyond its limits acts on nothing. "
+                             "Check the policy's filters, or raise `limits` if this is intended.",
+                        context={"instances": [f.instance.instance_id for f, _ in due]})
+                for f, st in due:
+                    journal.record(s, key=journal.journal_key(policy.name, f.instance, "stop",
+                                   st.episode), cycle_id=cycle_id, policy=policy.name,
+                                   inst=f.instance, action="stop",
+                                   dry_run=not policy.is_enforced, status="skipped",
+                                   detail=f"cap: {verdict.reason}", usd_per_hour=f.usd_per_hour,
+                                   now=now)
+                    stats.skipped[policy.name] += 1
+            return
+        for f, st in due:
+            self._stop(policy, f, st, now, cycle_id, stats)
+
+    def _stop(self, policy: Policy, f: Finding, st: PolicyStateRow, now: datetime,
+              cycle_id: int | None, stats: ActStats) -> None:
+        dry = not policy.is_enforced
+        key = journal.journal_key(policy.name, f.instance, "stop", st.episode)
+        with self.db.session() as s:
+            if journal.completed(s, key):
+                return
+            intent = journal.write_intent(s, key=key, cycle_id=cycle_id, policy=policy.name,
+                                          inst=f.instance, action="stop", dry_run=dry,
+                                          usd_per_hour=f.usd_per_hour, now=now,
+                                          detail=f.reason)
+            intent_id = intent.id or 0
+        self.fault("after-intent")
+        try:
+            result = self.providers[f.instance.provider].stop(f.instance, dry_run=dry)
+            status, detail = str(result.outcome), result.detail
+        except ProviderError as exc:
+            status, detail, result = "failed", str(exc), None
+        self.fault("after-call")
+        with self.db.session() as s:
+            journal.resolve(s, intent_id, status, detail or f.reason, now)
+            st = s.merge(st)
+            if status in ("done", "dry-run"):
+                st.state, st.since = "acted", now
+                s.add(st)
+            if status == "done":
+                set_state(s, f.instance, InstanceState.STOPPED, now)
+                self._action_alert(s, policy.name, f.instance, st.episode, "stopped",
+                                   f.reason, now)
+                stats.stopped[policy.name] += 1
+            elif status == "dry-run":
+                stats.dry_run[policy.name] += 1
+            else:
+                stats.skipped[policy.name] += 1
+                if result is not None and result.outcome is ActionOutcome.SKIPPED:
+                    st.state, st.since, st.deadline = "cleared", now, None
+                    s.add(st)
+        log.info("stop %s (%s): %s %s", label(f.instance), policy.name, status, detail)
+
+    def _action_alert(self, s: Session, policy: str, inst: Instance, episode: int,
+                      verb: str, reason: str, now: datetime) -> None:
+        team = self.attributor.dimensions(inst).get("team")
+        enqueue(s, dedupe_key=f"action|{policy}|{inst.provider}|{inst.instance_id}|{episode}",
+                kind="action", severity="warning", now=now, policy=policy,
+                provider=inst.provider, instance_id=inst.instance_id, team=team,
+                owner=inst.tags.get("owner"),
+                recipients=recipients(("owner", "team"), inst, team),
+                subject=f"{label(inst)} was {verb} by costguard ({policy})",
+                body=f"Why: {reason}\nStart it again when you need it; costguard will not "
+                     f"stop it again unless it sits idle for the policy's window.",
+                context={"reason": reason, "instance_type": inst.instance_type})
+
+    def _clear(self, s: Session, policy: Policy, f: Finding, st: PolicyStateRow, now: datetime,
+               stats: ActStats, cycle_id: int | None) -> None:
+        was_warned = st.state == "warned"
+        st.state, st.since, st.deadline = "cleared", now, None
+        s.add(st)
+        stats.cleared[policy.name] += 1
+        if was_warned and policy.is_enforced and policy.notify_action is not None:
+            team = self.attributor.dimensions(f.instance).get("team")
+            enqueue(s, dedupe_key=f"cleared|{policy.name}|{f.instance.provider}|"
+                                  f"{f.instance.instance_id}|{st.episode}",
+                    kind="cleared", now=now, policy=policy.name,
+                    provider=f.instance.provider, instance_id=f.instance.instance_id,
+                    team=team, owner=f.instance.tags.get("owner"),
+                    recipients=recipients(policy.notify_action.to, f.instance, team),
+                    subject=f"{label(f.instance)} is busy again: shutdown cancelled "
+                            f"({policy.name})",
+                    body=f"Now: {f.reason or f.evidence}")

@@ -1,0 +1,50 @@
+"""Safety rules that hold whatever a policy says: protection, snoozes, blast-radius caps."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from costguard.clock import utc
+from costguard.model import Instance
+
+PROTECT_TAG = "costguard:protect"
+SNOOZE_TAG = "costguard:snooze-until"
+_FALSE = {"false", "0", "no", "off"}
+
+
+def is_protected(inst: Instance) -> bool:
+    """`costguard:protect` (any value but false/0/no/off) puts an instance out of reach."""
+    value = inst.tags.get(PROTECT_TAG)
+    return value is not None and value.strip().lower() not in _FALSE
+
+
+def snoozed_until(inst: Instance) -> datetime | None:
+    """The expiry in the snooze tag, if it holds a valid ISO-8601 time."""
+    raw = inst.tags.get(SNOOZE_TAG)
+    if not raw:
+        return None
+    try:
+        return utc(datetime.fromisoformat(raw.strip().replace("Z", "+00:00")))
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class CapVerdict:
+    allowed: bool
+    reason: str = ""
+
+
+def check_caps(
+    usd_per_hour: Sequence[float], *, max_actions: int | None, max_usd_per_hour: float | None
+) -> CapVerdict:
+    """All or nothing: a policy due to act beyond its cap acts on none (and alerts)."""
+    count, dollars = len(usd_per_hour), sum(usd_per_hour)
+    if max_actions is not None and count > max_actions:
+        return CapVerdict(False, f"{count} instances due, cap is {max_actions} per cycle")
+    if max_usd_per_hour is not None and dollars > max_usd_per_hour:
+        return CapVerdict(
+            False, f"${dollars:,.2f}/h affected, cap is ${max_usd_per_hour:,.2f}/h per cycle")
+    return CapVerdict(True)

@@ -1,0 +1,160 @@
+"""Configuration: `costguard.yaml` plus `COSTGUARD_*` environment variables.
+
+Environment variables win over the file. Nested keys use a double underscore:
+`COSTGUARD_PROVIDERS__SIM__INSTANCES=80`. A wrong key or value is a `ConfigError` that names
+the key and says how to fix it.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from costguard.durations import Duration
+from costguard.errors import ConfigError
+from costguard.providers.sim_settings import SimSettings
+
+DEFAULT_CONFIG_FILE = Path("costguard.yaml")
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ProvidersSettings(Section):
+    """Which clouds to govern. With none configured, the simulated cloud runs (the demo)."""
+
+    sim: SimSettings | None = None
+    aws: dict[str, Any] | None = None
+    gcp: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _default_to_sim(self) -> ProvidersSettings:
+        if self.sim is None and self.aws is None and self.gcp is None:
+            self.sim = SimSettings()
+        return self
+
+    def enabled(self) -> list[str]:
+        return [n for n in ("sim", "aws", "gcp") if getattr(self, n) is not None]
+
+
+class AccountingSettings(Section):
+    """How costs and idle dollars are counted (independent of any policy's thresholds)."""
+
+    idle_signal: Literal["auto", "sm_active", "util_gpu"] = "auto"
+    idle_below: float = Field(default=5.0, ge=0, le=100)
+    raw_retention: Duration = timedelta(days=35)
+
+
+class HttpSettings(Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8787, ge=1, le=65535)
+    ingest_token: SecretStr | None = None
+
+
+class AlertSettings(Section):
+    """Alert channels. `console` prints alerts in the daemon log (the demo's default)."""
+
+    console: bool = True
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="COSTGUARD_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        validate_default=True,
+    )
+
+    database_url: str = "sqlite:///costguard.db"
+    policy_paths: list[Path] = Field(default_factory=lambda: [Path("policies")])
+    poll_interval: Duration = timedelta(minutes=5)
+    paused: bool = False
+    providers: ProvidersSettings = Field(default_factory=ProvidersSettings)
+    accounting: AccountingSettings = Field(default_factory=AccountingSettings)
+    http: HttpSettings = Field(default_factory=HttpSettings)
+    alerts: AlertSettings = Field(default_factory=AlertSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # init (the YAML file, passed in by load_settings) < environment
+        return env_settings, init_settings
+
+
+def _describe_loc(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(p) for p in loc) or "(top level)"
+
+
+def _env_name(loc: tuple[int | str, ...]) -> str:
+    return "COSTGUARD_" + "__".join(str(p).upper() for p in loc if not isinstance(p, int))
+
+
+def _valid_keys(loc: tuple[int | str, ...]) -> list[str]:
+    model: Any = Settings
+    for part in loc:
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        ann = field.annotation
+        candidates = [ann, *getattr(ann, "__args__", ())]
+        model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)),
+                     None)
+        if model is None:
+            return []
+    return sorted(getattr(model, "model_fields", {}))
+
+
+def _format(exc: ValidationError, source: str) -> str:
+    lines = [f"invalid configuration ({source}):"]
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        key = _describe_loc(loc)
+        if err["type"] == "extra_forbidden":
+            valid = _valid_keys(loc[:-1])
+            hint = f" (valid keys here: {', '.join(valid)})" if valid else ""
+            lines.append(f"  {key}: unknown key{hint}; remove or rename it")
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            lines.append(f"  {key}: {msg} (set it in costguard.yaml or {_env_name(loc)})")
+    return "\n".join(lines)
+
+
+def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
+    """Read settings from `path` (default ./costguard.yaml if present) and the environment."""
+    explicit = path is not None
+    path = path or Path(os.environ.get("COSTGUARD_CONFIG", DEFAULT_CONFIG_FILE))
+    data: dict[str, Any] = {}
+    if path.exists():
+        try:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+            raise ConfigError(f"{where}: not valid YAML: {exc}") from exc
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{path}:1:1: expected a mapping of settings, got {type(loaded).__name__}")
+        data = loaded or {}
+    elif explicit:
+        raise ConfigError(f"config file {path} does not exist; create it or drop --config")
+    data.update(overrides)
+    try:
+        return Settings(**data)
+    except ValidationError as exc:
+        raise ConfigError(_format(exc, str(path) if path.exists() else "environment")) from exc

@@ -1,0 +1,101 @@
+"""Accrual: the cost of every instance's interval since the last poll, with idle dollars.
+
+An interval is charged in the state the instance was in when it began (`accrue_state`): a
+change noticed at a poll is charged from that poll on. Stopped instances accrue nothing yet
+(attached disks come with the costs issue). Money is integer micro-dollars.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlmodel import Session, col, select
+
+from costguard.costs.attribution import Attributor
+from costguard.model import Instance, PriceQuote, Verdict
+from costguard.store.inventory import to_instance
+from costguard.store.readings import read_minutes
+from costguard.store.tables import CostIntervalRow, InstanceRow
+from costguard.telemetry.classify import SignalChoice, classify
+
+PriceLookup = Callable[[Instance], PriceQuote | None]
+MICROS = 1_000_000
+
+
+@dataclass
+class AccrualStats:
+    intervals: int = 0
+    cost_micros: int = 0
+    idle_cost_micros: int = 0
+    unpriced: set[str] = field(default_factory=set)  # instance types without a price
+
+
+def accrue(
+    session: Session,
+    now: datetime,
+    price_of: Mapping[str, PriceLookup],
+    attributor: Attributor,
+    *,
+    idle_signal: SignalChoice = "auto",
+    idle_below: float = 5.0,
+) -> AccrualStats:
+    stats = AccrualStats()
+    rows = list(session.exec(select(InstanceRow).where(
+        col(InstanceRow.accrued_until) < now)))
+    due: list[tuple[InstanceRow, datetime]] = []
+    for row in rows:
+        if row.gone:
+            if row.accrued_until is not None and row.accrued_until < row.state_changed_at:
+                due.append((row, row.state_changed_at))
+        else:
+            due.append((row, now))
+    gpu_refs = [(r.provider, r.instance_id) for r, _ in due
+                if r.accrue_state == "running" and r.gpu_count > 0]
+    earliest = min((r.accrued_until for r, _ in due if r.accrued_until), default=now)
+    minutes = read_minutes(session, gpu_refs, earliest, now)
+    price_cache: dict[tuple[str, str, str, str], PriceQuote | None] = {}
+
+    for row, end in due:
+        start = row.accrued_until or row.first_seen
+        if row.accrue_state == "running" and end > start:
+            inst = to_instance(row)
+            ckey = (row.provider, row.region, row.instance_type, row.lifecycle)
+            if ckey not in price_cache:
+                lookup = price_of.get(row.provider)
+                price_cache[ckey] = lookup(inst) if lookup else None
+            quote = price_cache[ckey]
+            if quote is None:
+                stats.unpriced.add(f"{row.provider}:{row.instance_type}")
+            seconds = (end - start).total_seconds()
+            rate = quote.usd_per_hour if quote else 0.0
+            cost = round(rate * seconds / 3600 * MICROS)
+            gpu_seconds = round(row.gpu_count * seconds)
+            verdict = Verdict.NO_DATA
+            if row.gpu_count:
+                window = [m for m in minutes.get((row.provider, row.instance_id), [])
+                          if start <= m.minute < end]
+                verdict = classify(window, window_start=start, window_end=end,
+                                   gpu_count=row.gpu_count, signal=idle_signal,
+                                   below=idle_below).verdict
+            idle = verdict is Verdict.IDLE
+            dims = attributor.dimensions(inst)
+            session.add(CostIntervalRow(
+                provider=row.provider, instance_id=row.instance_id, account=row.account,
+                region=row.region, instance_type=row.instance_type, lifecycle=row.lifecycle,
+                state=row.accrue_state, start=start, end=end, usd_per_hour=rate,
+                price_source=quote.source if quote else "no price known",
+                cost_micros=cost, gpu_count=row.gpu_count, gpu_seconds=gpu_seconds,
+                idle_gpu_seconds=gpu_seconds if idle else 0,
+                idle_cost_micros=cost if idle else 0, verdict=str(verdict),
+                team=dims.get("team"), project=dims.get("project"), env=dims.get("env"),
+                cost_center=dims.get("cost-center"),
+            ))
+            stats.intervals += 1
+            stats.cost_micros += cost
+            stats.idle_cost_micros += cost if idle else 0
+        row.accrued_until = end
+        row.accrue_state = row.state
+        session.add(row)
+    return stats

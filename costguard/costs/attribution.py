@@ -1,0 +1,68 @@
+"""Who pays: attribution dimensions (team, project, env, cost-center) from tags/labels.
+
+Rules come from the policy files' `attribution:` block: per dimension a list of tag keys
+tried in order (aliases) with a case rule, then derivation rules for instances where no key
+matched (name prefix, account). Without any block, each dimension reads the tag of its name.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from costguard.model import Instance
+
+if TYPE_CHECKING:
+    from costguard.policy.schema import Attribution
+
+DEFAULT_DIMENSIONS = ("team", "project", "env", "cost-center")
+
+
+class Attributor:
+    def __init__(self, rules: Attribution | None = None) -> None:
+        self.rules = rules
+
+    @property
+    def dimension_names(self) -> list[str]:
+        if self.rules is None or not self.rules.dimensions:
+            return list(DEFAULT_DIMENSIONS)
+        return list(self.rules.dimensions)
+
+    def dimensions(self, inst: Instance) -> dict[str, str | None]:
+        """Each dimension's value for `inst`, or None when nothing claims it."""
+        if self.rules is None or not self.rules.dimensions:
+            return {d: inst.tags.get(d) or None for d in DEFAULT_DIMENSIONS}
+        out: dict[str, str | None] = {}
+        lowered = {k.lower(): v for k, v in inst.tags.items()}
+        for dim, rule in self.rules.dimensions.items():
+            value = next((inst.tags[k] for k in rule.keys if inst.tags.get(k)), None)
+            if value is None:  # keys match case-insensitively as a second chance
+                value = next((lowered[k.lower()] for k in rule.keys if lowered.get(k.lower())),
+                             None)
+            out[dim] = _case(value, rule.case) if value else None
+        for derive in self.rules.derive:
+            if out.get(derive.dimension):
+                continue
+            out[derive.dimension] = _derive(inst, derive.from_, derive.map)
+        return out
+
+
+def _case(value: str, rule: str) -> str:
+    value = value.strip()
+    if rule == "lower":
+        return value.lower()
+    if rule == "upper":
+        return value.upper()
+    return value
+
+
+def _derive(inst: Instance, source: str, mapping: dict[str, str]) -> str | None:
+    if source == "name_prefix":
+        name = inst.name or inst.tags.get("Name", "")
+        # longest prefix wins so "ml-plat-" beats "ml-"
+        for prefix in sorted(mapping, key=len, reverse=True):
+            if name.startswith(prefix):
+                return mapping[prefix]
+        return None
+    if source == "account":
+        return mapping.get(inst.account)
+    return None

@@ -1,0 +1,62 @@
+"""Collect stage: inventory from every provider into the store; unreadable scopes are gaps."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import datetime
+
+from sqlmodel import Session, col, select
+
+from costguard.alerts.outbox import enqueue
+from costguard.errors import ProviderError
+from costguard.model import Gap, Inventory
+from costguard.providers.base import Provider
+from costguard.store.db import Database
+from costguard.store.inventory import record_inventory
+from costguard.store.tables import GapRow
+
+log = logging.getLogger("costguard.collect")
+
+
+def collect(db: Database, providers: Mapping[str, Provider], now: datetime
+            ) -> tuple[dict[str, int], list[Gap]]:
+    """List every provider; returns instances seen per provider and this cycle's gaps."""
+    seen: dict[str, int] = {}
+    gaps: list[Gap] = []
+    for name, provider in providers.items():
+        try:
+            inv = provider.list_instances()
+        except ProviderError as exc:
+            inv = Inventory(gaps=[Gap(provider=provider.name, scope=exc.scope, error=str(exc))])
+        with db.session() as s:
+            record_inventory(s, name, inv.instances, now, complete=not inv.gaps)
+            _record_gaps(s, name, inv.gaps, now)
+        seen[name] = len(inv.instances)
+        gaps.extend(inv.gaps)
+    return seen, gaps
+
+
+def _record_gaps(s: Session, provider: str, gaps: list[Gap], now: datetime) -> None:
+    open_rows = {g.scope: g for g in s.exec(select(GapRow).where(
+        GapRow.provider == provider, col(GapRow.resolved_at).is_(None)))}
+    for gap in gaps:
+        row = open_rows.pop(gap.scope, None)
+        if row is None:
+            row = GapRow(provider=provider, scope=gap.scope, error=gap.error,
+                         first_seen=now, last_seen=now)
+            s.add(row)
+            s.flush()
+            # one alert per outage, not one per cycle
+            enqueue(s, dedupe_key=f"gap|{provider}|{gap.scope}|{row.id}", kind="gap",
+                    severity="warning", now=now, provider=provider,
+                    subject=f"costguard cannot read {provider} {gap.scope}",
+                    body=f"{gap.error}\nInstances there are not governed until this is fixed; "
+                         "the rest of the fleet is.", context={"scope": gap.scope})
+            log.warning("gap: %s %s: %s", provider, gap.scope, gap.error)
+        else:
+            row.last_seen, row.error = now, gap.error
+            s.add(row)
+    for row in open_rows.values():
+        row.resolved_at = now
+        s.add(row)

@@ -1,0 +1,188 @@
+"""One governance cycle, each stage through the store, with an injected clock."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from costguard.actions.runner import ActionRunner, ActStats, FaultHook
+from costguard.alerts.console import AlertPrinter, dispatch_console
+from costguard.clock import Clock
+from costguard.config import Settings
+from costguard.costs.accrual import accrue
+from costguard.costs.attribution import Attributor
+from costguard.engine import control
+from costguard.engine.collect import collect
+from costguard.model import GpuMinute, Instance, InstanceState, TelemetrySource
+from costguard.policy.evaluate import Finding, evaluate
+from costguard.policy.schema import PolicySet
+from costguard.providers.base import Provider
+from costguard.store.db import Database
+from costguard.store.inventory import current_instances
+from costguard.store.readings import instances_with_source, read_minutes, write_minutes
+from costguard.store.tables import CycleRow
+
+log = logging.getLogger("costguard.engine")
+
+MAX_TELEMETRY_LOOKBACK = timedelta(hours=6)
+AGENT_FRESH = timedelta(minutes=10)
+
+
+@dataclass
+class CycleSummary:
+    cycle_id: int
+    started_at: datetime
+    instances: dict[str, int] = field(default_factory=dict)
+    gaps: list[dict[str, str]] = field(default_factory=list)
+    readings: int = 0
+    accrued_usd: float = 0.0
+    idle_usd: float = 0.0
+    findings: dict[str, int] = field(default_factory=dict)
+    actions: dict[str, Any] = field(default_factory=dict)
+    alerts_sent: int = 0
+    paused: bool = False
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dict(vars(self))
+        d["started_at"] = self.started_at.isoformat()
+        return d
+
+
+class Engine:
+    def __init__(
+        self, settings: Settings, db: Database, providers: Mapping[str, Provider],
+        policies: PolicySet, clock: Clock, *, fault: FaultHook | None = None,
+        alert_printer: AlertPrinter | None = None,
+    ) -> None:
+        self.settings = settings
+        self.db = db
+        self.providers = dict(providers)
+        self.policies = policies
+        self.clock = clock
+        self.attributor = Attributor(policies.attribution)
+        self.runner = ActionRunner(db, self.providers, self.attributor, fault)
+        self.alert_printer = alert_printer
+        self._prices: dict[tuple[str, str, str, str], float] = {}
+
+    # -- the cycle --------------------------------------------------------------------
+    def run_cycle(self) -> CycleSummary:
+        now = self.clock.now()
+        with self.db.session() as s:
+            row = CycleRow(started_at=now)
+            s.add(row)
+            s.flush()
+            cycle_id = row.id or 0
+        summary = CycleSummary(cycle_id=cycle_id, started_at=now)
+        try:
+            self._stage(summary, "collect", lambda: self._collect(summary, now))
+            self._stage(summary, "telemetry", lambda: self._telemetry(summary, now))
+            self._stage(summary, "accrue", lambda: self._accrue(summary, now))
+            findings: list[Finding] = []
+            self._stage(summary, "evaluate", lambda: findings.extend(self._evaluate(now)))
+            summary.findings = dict(Counter(f.policy.name for f in findings if f.holds))
+            self._stage(summary, "act", lambda: self._act(summary, findings, now, cycle_id))
+            self._stage(summary, "alert", lambda: self._alert(summary, now))
+        except BaseException as exc:
+            with self.db.session() as s:
+                crow = s.get(CycleRow, cycle_id)
+                if crow is not None:
+                    crow.status, crow.error = "failed", f"{type(exc).__name__}: {exc}"
+                    crow.finished_at = self.clock.now()
+                    s.add(crow)
+            raise
+        with self.db.session() as s:
+            crow = s.get(CycleRow, cycle_id)
+            assert crow is not None
+            crow.status, crow.finished_at = "ok", self.clock.now()
+            crow.summary = summary.as_dict()
+            s.add(crow)
+        return summary
+
+    def _stage(self, summary: CycleSummary, name: str, fn: Callable[[], object]) -> None:
+        t0 = time.perf_counter()
+        fn()
+        summary.stage_seconds[name] = round(time.perf_counter() - t0, 4)
+        log.debug("cycle %s stage %s took %.3fs", summary.cycle_id, name,
+                  summary.stage_seconds[name])
+
+    def _collect(self, summary: CycleSummary, now: datetime) -> None:
+        summary.instances, gaps = collect(self.db, self.providers, now)
+        summary.gaps = [g.model_dump(mode="json") for g in gaps]
+
+    def _telemetry(self, summary: CycleSummary, now: datetime) -> None:
+        lookback = max([self._longest_idle_window(), timedelta(hours=1)])
+        with self.db.session() as s:
+            instances = current_instances(s)
+            agent = instances_with_source(s, TelemetrySource.AGENT, now - AGENT_FRESH)
+        for name, provider in self.providers.items():
+            key = f"telemetry_until:{name}"
+            with self.db.session() as s:
+                since = control.get_time(s, key)
+            start = max(since or now - lookback, now - MAX_TELEMETRY_LOOKBACK)
+            wanted = [i for i in instances if i.provider == name and i.has_gpu
+                      and i.state is InstanceState.RUNNING
+                      and (i.provider, i.instance_id) not in agent]
+            readings: list[GpuMinute] = []
+            if wanted and start < now:
+                readings = provider.gpu_metrics(wanted, start, now)
+            with self.db.session() as s:
+                summary.readings += write_minutes(s, readings)
+                control.put(s, key, now.isoformat(), now)
+
+    def _longest_idle_window(self) -> timedelta:
+        windows = [p.condition.idle.for_ for p in self.policies.policies if p.condition.idle]
+        return max(windows, default=timedelta(hours=1))
+
+    def _accrue(self, summary: CycleSummary, now: datetime) -> None:
+        acct = self.settings.accounting
+        price_of = {n: p.price for n, p in self.providers.items()}
+        with self.db.session() as s:
+            stats = accrue(s, now, price_of, self.attributor,
+                           idle_signal=acct.idle_signal, idle_below=acct.idle_below)
+        summary.accrued_usd = round(stats.cost_micros / 1e6, 2)
+        summary.idle_usd = round(stats.idle_cost_micros / 1e6, 2)
+
+    def price(self, inst: Instance) -> float:
+        provider = self.providers.get(inst.provider)
+        quote = provider.price(inst) if provider else None
+        return quote.usd_per_hour if quote else 0.0
+
+    def _evaluate(self, now: datetime) -> list[Finding]:
+        with self.db.session() as s:
+            instances = current_instances(s)
+            window = self._longest_idle_window()
+            refs = [(i.provider, i.instance_id) for i in instances if i.has_gpu]
+            minutes = read_minutes(s, refs, now - window, now)
+        findings: list[Finding] = []
+        prices: dict[tuple[str, str], float] = {}
+        for inst in instances:
+            ref = (inst.provider, inst.instance_id)
+            for policy in self.policies.policies:
+                if ref not in prices:
+                    prices[ref] = self.price(inst)
+                f = evaluate(policy, inst, minutes.get(ref, []), now, prices[ref])
+                if f is not None:
+                    findings.append(f)
+        return findings
+
+    def _act(self, summary: CycleSummary, findings: list[Finding], now: datetime,
+             cycle_id: int) -> None:
+        with self.db.session() as s:
+            paused = self.settings.paused or control.is_paused(s)
+        summary.paused = paused
+        if paused:
+            log.warning("paused: no action taken this cycle (costguard resume to re-enable)")
+            summary.actions = ActStats().as_dict()
+            return
+        stats = self.runner.run(self.policies.policies, findings, now, cycle_id)
+        summary.actions = stats.as_dict()
+
+    def _alert(self, summary: CycleSummary, now: datetime) -> None:
+        if self.settings.alerts.console:
+            summary.alerts_sent = dispatch_console(self.db, now, self.alert_printer)

@@ -1,0 +1,121 @@
+"""Evaluate: does a policy apply to an instance, and does its condition hold right now?
+
+Pure functions over domain values; the engine does the I/O. "No data is not idle": the
+idle condition holds only on an IDLE verdict, never on NO_DATA.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from fnmatch import fnmatchcase
+
+from costguard.model import Classification, GpuMinute, Instance, InstanceState, Verdict
+from costguard.policy.conditions import Condition
+from costguard.policy.filters import Filters
+from costguard.policy.schema import Policy
+from costguard.telemetry.classify import classify
+
+
+@dataclass(frozen=True)
+class Finding:
+    """The outcome of one policy on one instance that its filters selected."""
+
+    policy: Policy
+    instance: Instance
+    holds: bool
+    reason: str
+    evidence: str
+    usd_per_hour: float
+    classification: Classification | None = None
+
+
+def matches(policy: Policy, inst: Instance, now: datetime) -> bool:
+    """True when the policy's providers and filters select `inst`."""
+    if policy.providers and inst.provider not in policy.providers:
+        return False
+    return policy.filters is None or matches_filters(policy.filters, inst, now)
+
+
+def matches_filters(f: Filters, inst: Instance, now: datetime) -> bool:
+    checks = (
+        f.gpu is None or f.gpu == inst.has_gpu,
+        f.state is None or inst.state in f.state,
+        f.instance_type is None or any(fnmatchcase(inst.instance_type, p)
+                                       for p in f.instance_type),
+        f.family is None or inst.family in f.family,
+        f.lifecycle is None or inst.lifecycle == f.lifecycle,
+        f.accounts is None or inst.account in f.accounts,
+        f.regions is None or inst.region in f.regions,
+    )
+    if not all(checks):
+        return False
+    if f.tags is not None:
+        t = f.tags
+        if any(k not in inst.tags for k in t.present) or any(k in inst.tags for k in t.absent):
+            return False
+        if any(inst.tags.get(k) not in allowed for k, allowed in t.values.items()):
+            return False
+    if f.age is not None:
+        age = now - inst.launch_time
+        if f.age.older_than is not None and age < f.age.older_than:
+            return False
+        if f.age.younger_than is not None and age >= f.age.younger_than:
+            return False
+    return True
+
+
+def check_condition(
+    cond: Condition, inst: Instance, minutes: Sequence[GpuMinute], now: datetime,
+    usd_per_hour: float,
+) -> tuple[bool, list[str], Classification | None]:
+    """Every condition given must hold; returns (holds, reasons, idle classification)."""
+    reasons: list[str] = []
+    verdict: Classification | None = None
+    if cond.idle is not None:
+        idle = cond.idle
+        start = now - idle.for_
+        window = [m for m in minutes if start <= m.minute < now]
+        verdict = classify(window, window_start=start, window_end=now,
+                           gpu_count=max(inst.gpu_count, 1), signal=idle.signal,
+                           below=idle.below, min_coverage=idle.min_coverage)
+        if verdict.verdict is not Verdict.IDLE:
+            return False, [f"not idle ({verdict.verdict}): {verdict.evidence}"], verdict
+        reasons.append(f"idle: {verdict.evidence}")
+    if cond.running_longer_than is not None:
+        ran = now - inst.launch_time
+        if inst.state is not InstanceState.RUNNING or ran < cond.running_longer_than:
+            return False, ["not running long enough"], verdict
+        reasons.append(f"running for {_hours(ran.total_seconds())}")
+    if cond.missing_tags:
+        missing = [k for k in cond.missing_tags if not inst.tags.get(k)]
+        if not missing:
+            return False, ["has the required tags"], verdict
+        reasons.append("missing tags: " + ", ".join(missing))
+    if cond.cost_over is not None:
+        c = cond.cost_over
+        over_hour = c.usd_per_hour is not None and usd_per_hour > c.usd_per_hour
+        over_day = c.usd_per_day is not None and usd_per_hour * 24 > c.usd_per_day
+        if not (over_hour or over_day):
+            return False, ["cost under threshold"], verdict
+        reasons.append(f"costs ${usd_per_hour:,.2f}/h")
+    return True, reasons, verdict
+
+
+def evaluate(
+    policy: Policy, inst: Instance, minutes: Sequence[GpuMinute], now: datetime,
+    usd_per_hour: float,
+) -> Finding | None:
+    """None when the policy does not select `inst`; else a Finding saying if it holds."""
+    if not matches(policy, inst, now):
+        return None
+    holds, reasons, verdict = check_condition(policy.condition, inst, minutes, now, usd_per_hour)
+    return Finding(policy=policy, instance=inst, holds=holds, reason="; ".join(reasons),
+                   evidence=verdict.evidence if verdict else "; ".join(reasons),
+                   usd_per_hour=usd_per_hour, classification=verdict)
+
+
+def _hours(seconds: float) -> str:
+    hours = seconds / 3600
+    return f"{hours:.1f} h" if hours < 48 else f"{hours / 24:.1f} days"

@@ -1,0 +1,292 @@
+"""The simulated cloud: a seeded fleet of GPU and CPU instances that behaves like a real one.
+
+GPU activity is resampled from the real H100 NVML recording (`telemetry/data/`), phase by
+phase: training runs (busy), bursty jobs, notebooks holding VRAM overnight, loops of tiny
+kernels that fool `utilization.gpu`, and boxes with no process at all. Some hosts run no
+agent (no telemetry: never stopped as idle). Everything follows the injected clock, so the
+demo runs 48 hours in seconds.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from costguard.clock import Clock
+from costguard.errors import InstanceNotFound
+from costguard.model import (
+    ActionOutcome,
+    ActionResult,
+    GpuMinute,
+    Instance,
+    InstanceState,
+    Inventory,
+    Lifecycle,
+    PriceQuote,
+    ProviderName,
+)
+from costguard.providers.sim_settings import SimSettings
+from costguard.telemetry.summary import sim_minute
+
+# type: (gpu count, gpu model, GiB per GPU, on-demand USD/h in us-east-1 list prices)
+SIM_TYPES: dict[str, tuple[int, str | None, int | None, float]] = {
+    "p5.48xlarge": (8, "H100", 80, 98.32),
+    "p4d.24xlarge": (8, "A100", 40, 32.77),
+    "p3.2xlarge": (1, "V100", 16, 3.06),
+    "g5.xlarge": (1, "A10G", 24, 1.006),
+    "g5.12xlarge": (4, "A10G", 24, 5.672),
+    "g6.xlarge": (1, "L4", 24, 0.8048),
+    "g4dn.xlarge": (1, "T4", 16, 0.526),
+    "m5.large": (0, None, None, 0.096),
+    "c5.xlarge": (0, None, None, 0.17),
+    "r5.2xlarge": (0, None, None, 0.504),
+}
+GPU_WEIGHTS = {"p5.48xlarge": 3, "p4d.24xlarge": 8, "p3.2xlarge": 10, "g5.xlarge": 25,
+               "g5.12xlarge": 12, "g6.xlarge": 12, "g4dn.xlarge": 20}
+CPU_TYPES = ["m5.large", "c5.xlarge", "r5.2xlarge"]
+SPOT_DISCOUNT = 0.35  # spot price as a share of on-demand
+REGION_PRICE_FACTOR = {"us-east-1": 1.0, "us-west-2": 1.0, "eu-west-1": 1.1}
+PRICE_SOURCE = "sim price table (AWS list prices, us-east-1 base, 2026-11)"
+
+TEAMS = ["research", "ml-platform", "vision", "nlp", "recsys"]
+OWNERS = {
+    "research": ["ana", "bo"], "ml-platform": ["chen", "dee"], "vision": ["eli", "fay"],
+    "nlp": ["gus", "hana"], "recsys": ["ivo", "jun"],
+}
+# how the GPUs of a host behave over the day; weights for a fleet draw
+PROFILES = {
+    "training": 30,  # busy around the clock
+    "bursty": 12,  # 2 s of matmuls every 10 s: active though util reads ~20%
+    "notebook": 20,  # busy in office hours, then holds VRAM all night doing nothing
+    "forgotten": 10,  # holds memory, never runs a kernel
+    "tiny-kernels": 6,  # a polling loop of trivial kernels: util_gpu ~12%, SMs idle
+    "empty": 8,  # no process at all
+    "no-agent": 7,  # nothing reports: must never be stopped as idle
+    "finishes": 7,  # trains for a while, then the job ends and the box sits idle
+}
+
+
+@dataclass
+class SimHost:
+    instance: Instance
+    profile: str
+    busy_until: datetime | None = None  # for "finishes"
+    stopped_at: datetime | None = None
+    started_at: datetime | None = None
+    history: list[tuple[datetime, InstanceState]] = field(default_factory=list)
+
+
+class SimProvider:
+    """In-memory cloud implementing the Provider protocol."""
+
+    name: ProviderName = "sim"
+
+    def __init__(self, settings: SimSettings, clock: Clock) -> None:
+        self.settings = settings
+        self.clock = clock
+        self._rng = random.Random(settings.seed)
+        self._lock = threading.Lock()
+        self._hosts: dict[str, SimHost] = {}
+        self._serial = 0
+        self._last_launch_check = clock.now()
+        self.calls: dict[str, int] = {"list": 0, "metrics": 0, "stop": 0, "start": 0, "tags": 0}
+        start = clock.now()
+        for _ in range(settings.instances):
+            launched = start - timedelta(hours=self._rng.uniform(0.5, 24 * 10))
+            self._add_host(launched)
+
+    # -- fleet construction -------------------------------------------------------------
+    def _add_host(self, launched: datetime) -> SimHost:
+        rng = self._rng
+        self._serial += 1
+        gpu = rng.random() < 0.7
+        itype = (rng.choices(list(GPU_WEIGHTS), weights=list(GPU_WEIGHTS.values()))[0]
+                 if gpu else rng.choice(CPU_TYPES))
+        gpus, model, mem_gib, _ = SIM_TYPES[itype]
+        team = rng.choice(TEAMS)
+        tags: dict[str, str] = {}
+        roll = rng.random()
+        if roll < 0.12:
+            name = f"tmp-{self._serial}"  # untagged: nobody answers for it
+        elif roll < 0.18:
+            name = f"{team[:3]}-box-{self._serial}"  # only a name: attribution derives it
+            tags["Name"] = name
+        else:
+            owner = rng.choice(OWNERS[team])
+            name = f"{team}-{itype.split('.')[0]}-{self._serial}"
+            tags.update({"Name": name, "team": team, "owner": f"{owner}@example.com",
+                         "env": rng.choice(["dev", "dev", "prod", "research"])})
+            if rng.random() < 0.4:
+                tags["project"] = rng.choice(["llm-pretrain", "ranking", "detector", "asr"])
+        if rng.random() < 0.08:
+            tags["costguard:protect"] = "true"
+        region = rng.choice(self.settings.regions)
+        profile = rng.choices(list(PROFILES), weights=list(PROFILES.values()))[0] if gpu else "cpu"
+        iid = f"i-sim{self.settings.seed:02d}{self._serial:06d}"
+        inst = Instance(
+            provider="sim", account=rng.choice(self.settings.accounts), region=region,
+            zone=f"{region}{rng.choice('abc')}", instance_id=iid, name=name,
+            instance_type=itype, state=InstanceState.RUNNING,
+            lifecycle=Lifecycle.SPOT if rng.random() < 0.3 else Lifecycle.ON_DEMAND,
+            gpu_count=gpus, gpu_model=model,
+            gpu_memory_mib=mem_gib * 1024 if mem_gib else None,
+            launch_time=launched, tags=tags, observed_at=launched,
+        )
+        host = SimHost(instance=inst, profile=profile)
+        if profile == "finishes":
+            host.busy_until = self.clock.now() + timedelta(hours=rng.uniform(1, 30))
+        self._hosts[iid] = host
+        return host
+
+    def _maybe_launch(self, now: datetime) -> None:
+        elapsed_days = (now - self._last_launch_check).total_seconds() / 86400
+        expected = elapsed_days * self.settings.launches_per_day
+        self._last_launch_check = now
+        while expected > 0:
+            if self._rng.random() < min(expected, 1.0):
+                self._add_host(now - timedelta(minutes=self._rng.uniform(0, 30)))
+            expected -= 1.0
+
+    # -- behaviour -----------------------------------------------------------------------
+    def phase(self, host: SimHost, minute: datetime) -> str | None:
+        """The recorded NVML phase this host's GPUs are in at `minute` (None: no telemetry)."""
+        p = host.profile
+        if p in ("no-agent", "cpu"):
+            return None
+        if p == "training":
+            return "busy"
+        if p == "bursty":
+            return "bursty"
+        if p == "forgotten":
+            return "held_memory_idle"
+        if p == "tiny-kernels":
+            return "tiny_kernels"
+        if p == "empty":
+            return "no_process"
+        if p == "finishes":
+            return "busy" if host.busy_until and minute < host.busy_until else "no_process"
+        # notebook: office hours in UTC on weekdays, VRAM held the rest of the time
+        office = minute.weekday() < 5 and 9 <= minute.hour < 18
+        return "bursty" if office else "held_memory_idle"
+
+    def _running_at(self, host: SimHost, minute: datetime) -> bool:
+        if minute < host.instance.launch_time:
+            return False
+        state = InstanceState.RUNNING
+        for when, st in host.history:
+            if when <= minute:
+                state = st
+        return state is InstanceState.RUNNING
+
+    # -- Provider protocol -------------------------------------------------------------------
+    def list_instances(self) -> Inventory:
+        now = self.clock.now()
+        with self._lock:
+            self.calls["list"] += 1
+            self._maybe_launch(now)
+            self._spot_interruptions(now)
+            seen = [h.instance.model_copy(update={"observed_at": now})
+                    for h in self._hosts.values() if h.instance.launch_time <= now]
+        return Inventory(instances=seen)
+
+    def _spot_interruptions(self, now: datetime) -> None:
+        # roughly one interruption a day across the spot fleet
+        for host in self._hosts.values():
+            inst = host.instance
+            if inst.lifecycle is Lifecycle.SPOT and inst.state is InstanceState.RUNNING:
+                if self._rng.random() < 0.0004:
+                    self._set_state(host, InstanceState.STOPPED, now,
+                                    reason="Server.SpotInstanceTermination")
+
+    def gpu_metrics(
+        self, instances: Sequence[Instance], start: datetime, end: datetime
+    ) -> list[GpuMinute]:
+        self.calls["metrics"] += 1
+        first = start.replace(second=0, microsecond=0)
+        if first < start:
+            first += timedelta(minutes=1)
+        out: list[GpuMinute] = []
+        rng = random.Random(hash((self.settings.seed, first.timestamp())))
+        for inst in instances:
+            host = self._hosts.get(inst.instance_id)
+            if host is None or not inst.has_gpu:
+                continue
+            minute = first
+            while minute < end:
+                phase = self.phase(host, minute)
+                if phase is not None and self._running_at(host, minute):
+                    for gpu in range(inst.gpu_count):
+                        out.append(sim_minute(phase, "sim", inst.instance_id, gpu, minute, rng))
+                minute += timedelta(minutes=1)
+        return out
+
+    def _set_state(self, host: SimHost, state: InstanceState, now: datetime,
+                   reason: str | None = None) -> None:
+        host.history.append((now, state))
+        host.instance = host.instance.model_copy(update={"state": state, "state_reason": reason})
+
+    def _host(self, instance: Instance) -> SimHost:
+        host = self._hosts.get(instance.instance_id)
+        if host is None:
+            raise InstanceNotFound("sim", instance.account, f"no instance {instance.instance_id}")
+        return host
+
+    def _transition(self, instance: Instance, want_from: InstanceState, to: InstanceState,
+                    verb: str, dry_run: bool) -> ActionResult:
+        now = self.clock.now()
+        with self._lock:
+            self.calls[verb] += 1
+            host = self._host(instance)
+            if host.instance.state is not want_from:
+                return ActionResult(outcome=ActionOutcome.SKIPPED,
+                                    detail=f"instance is {host.instance.state}, not {want_from}",
+                                    state_after=host.instance.state)
+            if dry_run:
+                return ActionResult(outcome=ActionOutcome.DRY_RUN,
+                                    detail=f"would {verb}", state_after=host.instance.state)
+            self._set_state(host, to, now, reason="User initiated (costguard)")
+            if to is InstanceState.STOPPED:
+                host.stopped_at = now
+            else:
+                host.started_at = now
+            return ActionResult(outcome=ActionOutcome.DONE, state_after=to)
+
+    def stop(self, instance: Instance, *, dry_run: bool) -> ActionResult:
+        return self._transition(instance, InstanceState.RUNNING, InstanceState.STOPPED,
+                                "stop", dry_run)
+
+    def start(self, instance: Instance, *, dry_run: bool) -> ActionResult:
+        return self._transition(instance, InstanceState.STOPPED, InstanceState.RUNNING,
+                                "start", dry_run)
+
+    def set_tags(self, instance: Instance, tags: Mapping[str, str], *,
+                 remove: Sequence[str] = (), dry_run: bool) -> ActionResult:
+        with self._lock:
+            self.calls["tags"] += 1
+            host = self._host(instance)
+            if dry_run:
+                return ActionResult(outcome=ActionOutcome.DRY_RUN, detail="would tag")
+            new = {k: v for k, v in host.instance.tags.items() if k not in remove}
+            new.update(tags)
+            host.instance = host.instance.model_copy(update={"tags": new})
+            return ActionResult(outcome=ActionOutcome.DONE, state_after=host.instance.state)
+
+    def price(self, instance: Instance) -> PriceQuote | None:
+        spec = SIM_TYPES.get(instance.instance_type)
+        if spec is None:
+            return None
+        usd = spec[3] * REGION_PRICE_FACTOR.get(instance.region, 1.0)
+        if instance.lifecycle is Lifecycle.SPOT:
+            return PriceQuote(usd_per_hour=round(usd * SPOT_DISCOUNT, 4),
+                              source=f"{PRICE_SOURCE}, spot at {SPOT_DISCOUNT:.0%}")
+        return PriceQuote(usd_per_hour=usd, source=PRICE_SOURCE)
+
+    def on_demand_price(self, instance: Instance) -> float | None:
+        quote = self.price(instance.model_copy(update={"lifecycle": Lifecycle.ON_DEMAND}))
+        return quote.usd_per_hour if quote else None
+
+    def profile_of(self, instance_id: str) -> str:
+        return self._hosts[instance_id].profile

@@ -1,0 +1,17 @@
+"""Settings of the simulated cloud (kept apart from sim.py so config imports stay light)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SimSettings(BaseModel):
+    """A seeded GPU fleet in memory: the demo and the tests run costguard end to end on it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seed: int = 7
+    instances: int = Field(default=48, ge=1, le=20000)
+    accounts: list[str] = Field(default_factory=lambda: ["111111111111", "222222222222"])
+    regions: list[str] = Field(default_factory=lambda: ["us-east-1", "us-west-2", "eu-west-1"])
+    launches_per_day: float = Field(default=4.0, ge=0)  # new instances appearing over time

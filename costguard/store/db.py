@@ -1,0 +1,101 @@
+"""Engine creation and schema migrations (Alembic, run programmatically)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import OperationalError
+from sqlmodel import Session, create_engine
+
+from costguard.errors import StoreError
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for `url`; SQLite gets WAL and a busy timeout so readers and the daemon coexist."""
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        return engine
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
+    return create_engine(url, pool_pre_ping=True)
+
+
+def _alembic_config(engine: Engine) -> AlembicConfig:
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.attributes["engine"] = engine
+    return cfg
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Bring the schema to `revision` (idempotent)."""
+    try:
+        command.upgrade(_alembic_config(engine), revision)
+    except OperationalError as exc:
+        raise StoreError(
+            f"cannot migrate the database at {engine.url.render_as_string(hide_password=True)}: "
+            f"{exc.orig}. Check database_url in costguard.yaml or COSTGUARD_DATABASE_URL."
+        ) from exc
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def head_revision() -> str:
+    head = ScriptDirectory(str(MIGRATIONS)).get_current_head()
+    assert head is not None
+    return head
+
+
+class Database:
+    """The store's entry point: an engine plus sessions that commit or roll back as a unit."""
+
+    def __init__(self, url: str, *, migrate: bool = True) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        if migrate:
+            upgrade(self.engine)
+        elif current_revision(self.engine) != head_revision():
+            raise StoreError(
+                "the database schema is not up to date: run `costguard db upgrade` first"
+            )
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """One transaction: committed when the block ends, rolled back if it raises."""
+        with Session(self.engine, expire_on_commit=False) as session:
+            try:
+                yield session
+                session.commit()
+            except BaseException:
+                session.rollback()
+                raise
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    @property
+    def safe_url(self) -> str:
+        return self.engine.url.render_as_string(hide_password=True)

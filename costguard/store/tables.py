@@ -1,0 +1,235 @@
+"""SQLModel tables. Money is kept in integer micro-dollars so sums are exact to the cent.
+
+Every schema change goes through an Alembic migration in `store/migrations/versions/`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Column, Index, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+from costguard.store.types import UTCDateTime
+
+
+def _ts(*, nullable: bool = False, index: bool = False) -> Any:
+    return Field(default=None, sa_column=Column(UTCDateTime(), nullable=nullable, index=index))
+
+
+def _json(default: Any) -> Any:
+    return Field(default_factory=default, sa_column=Column(JSON, nullable=False))
+
+
+class AccountRow(SQLModel, table=True):
+    __tablename__ = "accounts"
+
+    provider: str = Field(primary_key=True, max_length=16)
+    account_id: str = Field(primary_key=True, max_length=128)
+    first_seen: datetime = _ts()
+    last_seen: datetime = _ts()
+
+
+class InstanceRow(SQLModel, table=True):
+    """Latest known state of an instance; `accrued_until` is the cost watermark."""
+
+    __tablename__ = "instances"
+
+    provider: str = Field(primary_key=True, max_length=16)
+    instance_id: str = Field(primary_key=True, max_length=128)
+    account: str = Field(max_length=128, index=True)
+    region: str = Field(max_length=64)
+    zone: str | None = Field(default=None, max_length=64)
+    name: str | None = Field(default=None, max_length=256)
+    instance_type: str = Field(max_length=64)
+    state: str = Field(max_length=16, index=True)
+    state_reason: str | None = Field(default=None, max_length=256)
+    lifecycle: str = Field(max_length=16)
+    gpu_count: int = 0
+    gpu_model: str | None = Field(default=None, max_length=64)
+    gpu_memory_mib: int | None = None
+    launch_time: datetime = _ts()
+    tags: dict[str, str] = _json(dict)
+    first_seen: datetime = _ts()
+    last_seen: datetime = _ts()
+    state_changed_at: datetime = _ts()
+    accrued_until: datetime | None = _ts(nullable=True)
+    # the state that costs accrue in from `accrued_until` on: the state observed at the last
+    # accrual (a change seen later is charged from the poll that sees it), or what we set
+    accrue_state: str = Field(default="running", max_length=16)
+    gone: bool = False  # no longer listed by its provider
+
+
+class GpuReadingRow(SQLModel, table=True):
+    """One GPU-minute summary (agent push or cloud metrics)."""
+
+    __tablename__ = "gpu_readings"
+    __table_args__ = (Index("ix_gpu_readings_minute", "minute"),)
+
+    provider: str = Field(primary_key=True, max_length=16)
+    instance_id: str = Field(primary_key=True, max_length=128)
+    gpu_index: int = Field(primary_key=True)
+    minute: datetime = Field(sa_column=Column(UTCDateTime(), primary_key=True))
+    source: str = Field(max_length=24)
+    samples: int = 1
+    util_mean: float | None = None
+    util_p95: float | None = None
+    util_max: float | None = None
+    util_active_share: float | None = None
+    sm_mean: float | None = None
+    sm_p95: float | None = None
+    sm_max: float | None = None
+    mem_used_bytes: int | None = Field(default=None, sa_column=Column(BigInteger))
+    mem_total_bytes: int | None = Field(default=None, sa_column=Column(BigInteger))
+    power_w_mean: float | None = None
+    process_count: int | None = None
+    top_process_pid: int | None = None
+    top_process_bytes: int | None = Field(default=None, sa_column=Column(BigInteger))
+
+
+class CostIntervalRow(SQLModel, table=True):
+    """Cost of one instance over [start, end) in one state, with its attribution then."""
+
+    __tablename__ = "cost_intervals"
+    __table_args__ = (
+        UniqueConstraint("provider", "instance_id", "start", name="uq_cost_interval_start"),
+        Index("ix_cost_intervals_start", "start"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    provider: str = Field(max_length=16)
+    instance_id: str = Field(max_length=128)
+    account: str = Field(max_length=128)
+    region: str = Field(max_length=64)
+    instance_type: str = Field(max_length=64)
+    lifecycle: str = Field(max_length=16)
+    state: str = Field(max_length=16)
+    start: datetime = _ts()
+    end: datetime = _ts()
+    usd_per_hour: float = 0.0
+    price_source: str = Field(default="", max_length=128)
+    cost_micros: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    gpu_count: int = 0
+    gpu_seconds: int = 0
+    idle_gpu_seconds: int = 0
+    idle_cost_micros: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    verdict: str = Field(default="no-data", max_length=16)
+    team: str | None = Field(default=None, max_length=128, index=True)
+    project: str | None = Field(default=None, max_length=128)
+    env: str | None = Field(default=None, max_length=64)
+    cost_center: str | None = Field(default=None, max_length=128)
+
+
+class CycleRow(SQLModel, table=True):
+    __tablename__ = "cycles"
+
+    id: int | None = Field(default=None, primary_key=True)
+    started_at: datetime = _ts(index=True)
+    finished_at: datetime | None = _ts(nullable=True)
+    status: str = Field(default="running", max_length=16)  # running | ok | failed
+    summary: dict[str, Any] = _json(dict)
+    error: str | None = None
+
+
+class GapRow(SQLModel, table=True):
+    """A scope that could not be read; alerted once per outage."""
+
+    __tablename__ = "gaps"
+
+    id: int | None = Field(default=None, primary_key=True)
+    provider: str = Field(max_length=16)
+    scope: str = Field(max_length=256)
+    error: str
+    first_seen: datetime = _ts()
+    last_seen: datetime = _ts()
+    resolved_at: datetime | None = _ts(nullable=True)
+
+
+class FindingRow(SQLModel, table=True):
+    __tablename__ = "findings"
+    __table_args__ = (Index("ix_findings_policy_instance", "policy", "provider", "instance_id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    cycle_id: int | None = Field(default=None, index=True)
+    policy: str = Field(max_length=128)
+    provider: str = Field(max_length=16)
+    instance_id: str = Field(max_length=128)
+    observed_at: datetime = _ts()
+    reason: str
+    evidence: str
+    usd_per_hour: float = 0.0
+    team: str | None = Field(default=None, max_length=128)
+
+
+class PolicyStateRow(SQLModel, table=True):
+    """Where one (policy, instance) pair stands: seen -> warned -> acted | snoozed | cleared."""
+
+    __tablename__ = "policy_states"
+
+    policy: str = Field(primary_key=True, max_length=128)
+    provider: str = Field(primary_key=True, max_length=16)
+    instance_id: str = Field(primary_key=True, max_length=128)
+    state: str = Field(max_length=16)
+    since: datetime = _ts()
+    deadline: datetime | None = _ts(nullable=True)
+    snooze_until: datetime | None = _ts(nullable=True)
+    episode: int = 1  # bumps each time the condition starts holding anew
+    evidence: str = ""
+
+
+class ActionJournalRow(SQLModel, table=True):
+    """Append-only: intent is written before the provider call, the result after."""
+
+    __tablename__ = "action_journal"
+    __table_args__ = (Index("ix_journal_instance", "provider", "instance_id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    key: str = Field(max_length=400, index=True)  # policy|provider|instance|action|episode
+    cycle_id: int | None = None
+    policy: str = Field(max_length=128)
+    provider: str = Field(max_length=16)
+    instance_id: str = Field(max_length=128)
+    action: str = Field(max_length=16)
+    dry_run: bool = False
+    status: str = Field(max_length=16)  # intent | done | dry-run | skipped | failed | interrupted
+    detail: str = ""
+    usd_per_hour: float = 0.0
+    intent_at: datetime = _ts(index=True)
+    result_at: datetime | None = _ts(nullable=True)
+
+
+class AlertRow(SQLModel, table=True):
+    """Transactional outbox: written in the same transaction as the state change it reports."""
+
+    __tablename__ = "alerts"
+
+    id: int | None = Field(default=None, primary_key=True)
+    dedupe_key: str = Field(max_length=400, unique=True)
+    kind: str = Field(max_length=32)  # idle-warning | action | cleared | cap | gap | budget ...
+    severity: str = Field(default="info", max_length=16)
+    created_at: datetime = _ts(index=True)
+    policy: str | None = Field(default=None, max_length=128)
+    provider: str | None = Field(default=None, max_length=16)
+    instance_id: str | None = Field(default=None, max_length=128)
+    team: str | None = Field(default=None, max_length=128)
+    owner: str | None = Field(default=None, max_length=256)
+    recipients: list[str] = _json(list)
+    subject: str
+    body: str
+    context: dict[str, Any] = _json(dict)
+    status: str = Field(default="pending", max_length=16, index=True)  # pending | sent | failed
+    attempts: int = 0
+    next_attempt_at: datetime | None = _ts(nullable=True)
+    sent_at: datetime | None = _ts(nullable=True)
+    last_error: str | None = None
+
+
+class ControlRow(SQLModel, table=True):
+    """Small operator switches (kill switch) that must survive restarts."""
+
+    __tablename__ = "control"
+
+    key: str = Field(primary_key=True, max_length=64)
+    value: str
+    updated_at: datetime = _ts()
