@@ -1,0 +1,259 @@
+"""The GPU agent: sample every GPU at 1 Hz, summarize per minute, push to the daemon.
+
+Every closed minute goes into the disk buffer first and leaves it only when the daemon has
+acknowledged it, so neither an unreachable daemon nor an agent restart loses data (the
+daemon's ingest is idempotent, so the rare re-send after a crash is harmless). Time and
+sleep are injected: tests run hours of agent time in milliseconds.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Protocol
+
+import httpx
+
+from costguard.clock import Clock
+from costguard.model import GpuMinute, ProviderName, TelemetrySource
+from costguard.telemetry.buffer import DiskBuffer, Pending
+from costguard.telemetry.classify import SignalChoice
+from costguard.telemetry.identity import EC2_METADATA_URL, GCE_METADATA_URL, Identity
+from costguard.telemetry.ingest import INGEST_PATH
+from costguard.telemetry.selfstop import SelfStop
+from costguard.telemetry.summary import summarize
+from costguard.telemetry.trace import NvmlSample, TraceWriter
+
+log = logging.getLogger(__name__)
+
+
+class Sampler(Protocol):
+    """What the agent needs from a sampler (NvmlSampler, or a fake in tests)."""
+
+    @property
+    def device_indexes(self) -> list[int]: ...
+
+    def sample(self) -> list[NvmlSample]: ...
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """Everything `costguard agent` is configured with (see docs/agent.md)."""
+
+    url: str  # the daemon, e.g. http://costguard.internal:8080
+    token: str
+    buffer_path: Path = Path("/var/lib/costguard-agent/buffer.sqlite3")
+    provider: ProviderName | None = None  # with instance_id: skip the metadata lookup
+    instance_id: str | None = None
+    ec2_metadata_url: str = EC2_METADATA_URL
+    gce_metadata_url: str = GCE_METADATA_URL
+    interval_s: float = 1.0
+    batch_size: int = 500
+    buffer_max_records: int = 100_000
+    buffer_max_bytes: int = 64 * 2**20
+    timeout_s: float = 10.0
+    retry_max_s: float = 300.0
+    record_path: Path | None = None  # also write raw samples here (trace format)
+    self_stop_after: timedelta | None = None  # standalone mode: stop the VM when idle this long
+    self_stop_grace: timedelta = timedelta(minutes=5)
+    idle_below: float = 5.0
+    signal: SignalChoice = "auto"
+
+
+@dataclass
+class FlushResult:
+    sent: int = 0
+    discarded: int = 0
+    reachable: bool = True
+    error: str | None = None
+
+
+class Pusher:
+    """Sends buffered summaries, oldest first, acknowledging each accepted batch."""
+
+    def __init__(
+        self,
+        client: httpx.Client,
+        url: str,
+        token: str,
+        buffer: DiskBuffer,
+        *,
+        batch_size: int = 500,
+    ) -> None:
+        self._client = client
+        self._endpoint = url.rstrip("/") + INGEST_PATH
+        self._headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        self._buffer = buffer
+        self.batch_size = batch_size
+
+    def flush(self) -> FlushResult:
+        result = FlushResult()
+        size = self.batch_size
+        while batch := self._buffer.peek(size):
+            body = '{"minutes": [' + ",".join(p.body for p in batch) + "]}"
+            try:
+                response = self._client.post(self._endpoint, content=body, headers=self._headers)
+            except httpx.HTTPError as exc:
+                result.reachable, result.error = False, f"daemon unreachable: {exc}"
+                return result
+            status = response.status_code
+            if status == 200:
+                self._buffer.ack(batch[-1].seq)
+                result.sent += len(batch)
+            elif status == 413 and len(batch) > 1:
+                size = max(1, len(batch) // 2)  # the daemon's limit is lower than ours
+            elif status in (413, 422):
+                refused = self._refused(batch, response)
+                log.error("daemon refused %d summaries for good: %s", len(refused), response.text)
+                self._buffer.discard([p.seq for p in refused])
+                result.discarded += len(refused)
+            else:
+                # 401 (wrong token), 503, ...: keep everything and try again later
+                result.reachable = False
+                result.error = f"daemon answered {status}: {response.text[:200]}"
+                return result
+        return result
+
+    @staticmethod
+    def _refused(batch: list[Pending], response: httpx.Response) -> list[Pending]:
+        """Only the item the daemon named as invalid, else the whole batch."""
+        try:
+            index = response.json().get("index")
+        except (ValueError, AttributeError):
+            index = None
+        if isinstance(index, int) and 0 <= index < len(batch):
+            return [batch[index]]
+        return batch
+
+
+class Agent:
+    """One agent process: tick() once per interval; run() loops until told to stop."""
+
+    def __init__(
+        self,
+        settings: AgentSettings,
+        sampler: Sampler,
+        identity: Identity,
+        *,
+        client: httpx.Client,
+        clock: Clock,
+        sleep: Callable[[float], None],
+        buffer: DiskBuffer | None = None,
+        recorder: TraceWriter | None = None,
+        self_stop: SelfStop | None = None,
+    ) -> None:
+        self.settings = settings
+        self.identity = identity
+        self._sampler = sampler
+        self._clock = clock
+        self._sleep = sleep
+        self.buffer = buffer or DiskBuffer(
+            settings.buffer_path,
+            max_records=settings.buffer_max_records,
+            max_bytes=settings.buffer_max_bytes,
+        )
+        self.pusher = Pusher(
+            client, settings.url, settings.token, self.buffer, batch_size=settings.batch_size
+        )
+        self._recorder = recorder
+        self.self_stop = self_stop
+        self._minute: float | None = None
+        self._pending: dict[int, list[NvmlSample]] = {}
+        self._retry_at: datetime | None = None
+        self._retry_delay = 0.0
+        self.last_flush = FlushResult()
+        self.stopping = False
+
+    def tick(self) -> None:
+        """Sample, close the minute when it turns, push what is due."""
+        samples = self._sampler.sample()
+        for s in samples:
+            if self._recorder is not None:
+                self._recorder.write(s)
+            minute = s.t - s.t % 60
+            if self._minute is not None and minute > self._minute:
+                self.close_minute()
+            self._minute = minute
+            self._pending.setdefault(s.gpu, []).append(s)
+        self._maybe_flush()
+        if self.self_stop is not None:
+            self.self_stop.check(self._clock.now())
+
+    def close_minute(self) -> list[GpuMinute]:
+        """Summarize the open minute per GPU into the buffer (also on shutdown)."""
+        if self._minute is None or not self._pending:
+            return []
+        start = datetime.fromtimestamp(self._minute, UTC)
+        minutes = [
+            summarize(
+                samples,
+                provider=self.identity.provider,
+                instance_id=self.identity.instance_id,
+                gpu_index=gpu,
+                minute=start,
+                source=TelemetrySource.AGENT,
+            )
+            for gpu, samples in sorted(self._pending.items())
+        ]
+        self._pending = {}
+        dropped = self.buffer.append([m.model_dump_json() for m in minutes])
+        if dropped:
+            log.warning(
+                "agent buffer full: dropped the %d oldest summaries (%d in all)",
+                dropped,
+                self.buffer.dropped,
+            )
+        if self.self_stop is not None:
+            self.self_stop.observe(minutes)
+        return minutes
+
+    def _maybe_flush(self) -> None:
+        now = self._clock.now()
+        if self._retry_at is not None and now < self._retry_at:
+            return
+        self.last_flush = self.pusher.flush()
+        if self.last_flush.reachable:
+            self._retry_at, self._retry_delay = None, 0.0
+            return
+        # exponential backoff so a down daemon is not hammered by every agent at once
+        self._retry_delay = min(self.settings.retry_max_s, max(1.0, self._retry_delay * 2))
+        self._retry_at = now + timedelta(seconds=self._retry_delay)
+        log.warning(
+            "%s; %d summaries buffered, next try in %.0f s",
+            self.last_flush.error,
+            len(self.buffer),
+            self._retry_delay,
+        )
+
+    def run(self, *, max_ticks: int | None = None) -> None:
+        """Loop at `interval_s` until `stopping` is set (signal handler) or max_ticks."""
+        ticks = 0
+        while not self.stopping and (max_ticks is None or ticks < max_ticks):
+            started = self._clock.now()
+            try:
+                self.tick()
+            except Exception:  # a bug in one tick must not end monitoring for good
+                log.exception("agent tick failed; continuing")
+            ticks += 1
+            if self.self_stop is not None and self.self_stop.stopped:
+                break
+            spent = (self._clock.now() - started).total_seconds()
+            self._sleep(max(0.0, self.settings.interval_s - spent))
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        """Keep the partial minute and try one last push; the buffer keeps the rest."""
+        self.close_minute()
+        self._retry_at = None
+        self._maybe_flush()
+
+    def status(self) -> dict[str, object]:
+        return {
+            "instance": f"{self.identity.provider}:{self.identity.instance_id}",
+            "buffered": len(self.buffer),
+            "dropped": self.buffer.dropped,
+            "daemon_reachable": self.last_flush.reachable,
+        }

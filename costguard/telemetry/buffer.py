@@ -1,0 +1,154 @@
+"""The agent's disk buffer: every summary goes here first, and leaves only once the daemon
+has acknowledged it.
+
+A SQLite file (stdlib, crash-safe, one transaction per change) holds the records in arrival
+order. It is bounded by record count and by bytes; when full, the OLDEST records are
+dropped (recent data matters most to an idle decision) and the drops are counted, so the
+loss is visible in the agent's log and status. Survives restarts of the agent (the file
+persists) and of the daemon (records stay until acknowledged).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from costguard.errors import ConfigError
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS pending (seq INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT OR IGNORE INTO counters (name, value) VALUES ('dropped', 0);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    seq: int
+    body: str
+
+
+class DiskBuffer:
+    """A bounded, persistent FIFO of JSON records (one summary each)."""
+
+    def __init__(
+        self, path: str | Path, *, max_records: int = 100_000, max_bytes: int = 64 * 2**20
+    ) -> None:
+        if max_records < 1 or max_bytes < 1:
+            raise ConfigError("the agent buffer needs max_records >= 1 and max_bytes >= 1")
+        self.path = Path(path)
+        self.max_records = max_records
+        self.max_bytes = max_bytes
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            self._db.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise ConfigError(
+                f"cannot open the agent buffer at {self.path}: {exc}; point --buffer at a "
+                "writable file (default /var/lib/costguard-agent/buffer.sqlite3)"
+            ) from None
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def append(self, bodies: Sequence[str]) -> int:
+        """Add records at the tail; returns how many old records were dropped to fit."""
+        if not bodies:
+            return 0
+        with self._lock, self._tx():
+            self._db.executemany("INSERT INTO pending (body) VALUES (?)", [(b,) for b in bodies])
+            dropped = self._trim()
+            if dropped:
+                self._db.execute(
+                    "UPDATE counters SET value = value + ? WHERE name = 'dropped'", (dropped,)
+                )
+            return dropped
+
+    def _trim(self) -> int:
+        count, size = self._db.execute(
+            "SELECT COUNT(*), COALESCE(SUM(LENGTH(CAST(body AS BLOB))), 0) FROM pending"
+        ).fetchone()
+        dropped = 0
+        if count > self.max_records:
+            excess = count - self.max_records
+            self._db.execute(
+                "DELETE FROM pending WHERE seq IN (SELECT seq FROM pending ORDER BY seq LIMIT ?)",
+                (excess,),
+            )
+            dropped += excess
+            size = self._bytes()
+        while size > self.max_bytes:
+            row = self._db.execute(
+                "SELECT seq, LENGTH(CAST(body AS BLOB)) FROM pending ORDER BY seq LIMIT 1"
+            ).fetchone()
+            if row is None:
+                break
+            self._db.execute("DELETE FROM pending WHERE seq = ?", (row[0],))
+            size -= row[1]
+            dropped += 1
+        return dropped
+
+    def _bytes(self) -> int:
+        row = self._db.execute(
+            "SELECT COALESCE(SUM(LENGTH(CAST(body AS BLOB))), 0) FROM pending"
+        ).fetchone()
+        return int(row[0])
+
+    def peek(self, limit: int) -> list[Pending]:
+        """The oldest `limit` records, oldest first (they stay until `ack`)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT seq, body FROM pending ORDER BY seq LIMIT ?", (limit,)
+            ).fetchall()
+        return [Pending(int(seq), str(body)) for seq, body in rows]
+
+    def ack(self, up_to_seq: int) -> None:
+        """Forget every record up to and including `up_to_seq` (the daemon has them)."""
+        with self._lock, self._tx():
+            self._db.execute("DELETE FROM pending WHERE seq <= ?", (up_to_seq,))
+
+    def discard(self, seqs: Sequence[int]) -> None:
+        """Forget records the daemon refused for good (counted as dropped)."""
+        with self._lock, self._tx():
+            self._db.executemany("DELETE FROM pending WHERE seq = ?", [(s,) for s in seqs])
+            self._db.execute(
+                "UPDATE counters SET value = value + ? WHERE name = 'dropped'", (len(seqs),)
+            )
+
+    @property
+    def dropped(self) -> int:
+        """Records lost so far: dropped when full, or refused by the daemon as invalid."""
+        with self._lock:
+            row = self._db.execute("SELECT value FROM counters WHERE name = 'dropped'").fetchone()
+        return int(row[0])
+
+    def __len__(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM pending").fetchone()[0])
+
+    @property
+    def size_bytes(self) -> int:
+        with self._lock:
+            return self._bytes()
+
+    def _tx(self) -> _Transaction:
+        return _Transaction(self._db)
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, rolled back on error: a crash never leaves half a batch."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        self._db.execute("ROLLBACK" if exc_type is not None else "COMMIT")

@@ -1,0 +1,224 @@
+"""Plain functions behind `costguard agent`, `costguard agent record` and `... replay`.
+
+The Typer CLI (costguard/cli.py) parses options and calls these; they raise costguard
+errors (TraceError, ConfigError, NvmlUnavailable) with messages fit for a user.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal as signals
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+
+from costguard.clock import Clock, SystemClock
+from costguard.errors import ConfigError
+from costguard.model import GpuSignal
+from costguard.telemetry.agent import Agent, AgentSettings, Sampler
+from costguard.telemetry.classify import SignalChoice, classify
+from costguard.telemetry.identity import resolve_identity
+from costguard.telemetry.nvml import NvmlSampler
+from costguard.telemetry.selfstop import SelfStop, stop_this_instance, wall
+from costguard.telemetry.summary import summarize_windows, window_start
+from costguard.telemetry.trace import NvmlSample, TraceWriter, read_trace
+
+log = logging.getLogger(__name__)
+ReplayFormat = Literal["json", "text"]
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> timedelta:
+    """`30s`, `45m`, `2h`, `1d` (a bare number is seconds)."""
+    raw = text.strip().lower()
+    unit = raw[-1:] if raw[-1:] in _UNITS else "s"
+    number = raw[:-1] if raw[-1:] in _UNITS else raw
+    try:
+        value = float(number)
+    except ValueError:
+        raise ConfigError(f"cannot read duration {text!r}: use e.g. 30s, 45m, 2h") from None
+    if value <= 0:
+        raise ConfigError(f"duration {text!r} must be positive")
+    return timedelta(seconds=value * _UNITS[unit])
+
+
+def replay(
+    path: str | Path,
+    window: timedelta = timedelta(seconds=30),
+    fmt: ReplayFormat = "json",
+    signal: SignalChoice = "auto",
+    below: float = 5.0,
+) -> Iterator[str]:
+    """Classify a recorded trace window by window; one line per window.
+
+    Windows tile from the first sample's whole second. JSON lines carry
+    {"start", "end" (Unix s), "verdict", "signal", "value", "evidence", "coverage",
+    "phase" (the most common phase label, when the trace has them), "gpus", "samples"}.
+    """
+    trace = read_trace(path)
+    if not trace.samples:
+        raise ConfigError(f"{path}: the trace has no samples")
+    if window <= timedelta(0):
+        raise ConfigError("--window must be positive, e.g. 30s")
+    origin = float(int(min(s.t for s in trace.samples)))
+    minutes = summarize_windows(
+        trace.samples, provider="sim", instance_id=Path(path).stem, window=window, origin=origin
+    )
+    gpu_count = len({s.gpu for s in trace.samples})
+    phases: dict[float, Counter[str]] = {}
+    for s in trace.samples:
+        phases.setdefault(window_start(s.t, window, origin), Counter())[s.phase or ""] += 1
+    for start in sorted(phases):
+        begin = datetime.fromtimestamp(start, UTC)
+        inside = [m for m in minutes if m.minute == begin]
+        verdict = classify(
+            inside,
+            window_start=begin,
+            window_end=begin + window,
+            gpu_count=gpu_count,
+            signal=signal,
+            below=below,
+        )
+        phase = phases[start].most_common(1)[0][0] or None
+        row: dict[str, Any] = {
+            "start": start,
+            "end": start + window.total_seconds(),
+            "verdict": verdict.verdict.value,
+            "signal": verdict.signal.value if isinstance(verdict.signal, GpuSignal) else None,
+            "value": verdict.value,
+            "coverage": round(verdict.coverage, 3),
+            "evidence": verdict.evidence,
+            "phase": phase,
+            "gpus": gpu_count,
+            "samples": sum(m.samples for m in inside),
+        }
+        if fmt == "json":
+            yield json.dumps(row)
+        else:
+            when = begin.strftime("%H:%M:%S")
+            label = f" [{phase}]" if phase else ""
+            yield f"{when} {row['verdict']:<9} {row['signal'] or '-':<9} {verdict.evidence}{label}"
+
+
+def record(
+    path: str | Path,
+    duration: timedelta,
+    sampler: NvmlSampler,
+    *,
+    interval_s: float = 1.0,
+    clock: Clock | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    phase: str | None = None,
+) -> int:
+    """Sample every GPU for `duration` into a trace file; returns the samples written.
+
+    The sampler is opened here (NvmlUnavailable when there is no driver) and closed after.
+    """
+    clock = clock or SystemClock()
+    written = 0
+    with sampler, Path(path).open("w", encoding="utf-8") as out:
+        header = {**sampler.header, "period_s": interval_s}
+        writer = TraceWriter(out, header)
+        end = clock.now() + duration
+        while clock.now() < end:
+            started = clock.now()
+            for s in sampler.sample():
+                writer.write(s if phase is None else _with_phase(s, phase))
+                written += 1
+            spent = (clock.now() - started).total_seconds()
+            sleep(max(0.0, interval_s - spent))
+    return written
+
+
+def _with_phase(sample: NvmlSample, phase: str) -> NvmlSample:
+    return replace(sample, phase=phase)
+
+
+def run_agent(
+    settings: AgentSettings,
+    *,
+    sampler: Sampler | None = None,
+    clock: Clock | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    stop: Callable[[], None] | None = None,
+    warn: Callable[[str], None] = wall,
+    max_ticks: int | None = None,
+) -> Agent:
+    """Run the agent until SIGTERM/SIGINT (or `max_ticks`); returns it for inspection."""
+    if not settings.url or not settings.token:
+        raise ConfigError(
+            "the agent needs the daemon URL and token: --url http://HOST:PORT and "
+            "COSTGUARD_AGENT_TOKEN (the daemon's agent token)"
+        )
+    clock = clock or SystemClock()
+    with httpx.Client(timeout=settings.timeout_s) as client:
+        with httpx.Client(timeout=1.0) as probe:
+            identity = resolve_identity(
+                probe,
+                provider=settings.provider,
+                instance_id=settings.instance_id,
+                ec2_url=settings.ec2_metadata_url,
+                gce_url=settings.gce_metadata_url,
+            )
+        owned: NvmlSampler | None = None
+        if sampler is None:
+            owned = NvmlSampler(clock=lambda: clock.now().timestamp())
+            owned.open()
+            sampler = owned
+        gpus = len(sampler.device_indexes)
+        self_stop = None
+        if settings.self_stop_after is not None:
+            self_stop = SelfStop(
+                after=settings.self_stop_after,
+                grace=settings.self_stop_grace,
+                gpu_count=gpus,
+                below=settings.idle_below,
+                signal=settings.signal,
+                warn=warn,
+                stop=stop or stop_this_instance(identity),
+            )
+        record_file = (
+            settings.record_path.open("a", encoding="utf-8") if settings.record_path else None
+        )
+        try:
+            recorder = TraceWriter(record_file) if record_file else None
+            agent = Agent(
+                settings,
+                sampler,
+                identity,
+                client=client,
+                clock=clock,
+                sleep=sleep,
+                recorder=recorder,
+                self_stop=self_stop,
+            )
+            _stop_on_signals(agent)
+            log.info(
+                "costguard agent for %s:%s, %d GPUs", identity.provider, identity.instance_id, gpus
+            )
+            agent.run(max_ticks=max_ticks)
+            return agent
+        finally:
+            if record_file:
+                record_file.close()
+            if owned:
+                owned.close()
+
+
+def _stop_on_signals(agent: Agent) -> None:
+    def handler(signum: int, frame: object) -> None:
+        agent.stopping = True
+
+    try:
+        signals.signal(signals.SIGTERM, handler)
+        signals.signal(signals.SIGINT, handler)
+    except ValueError:  # not the main thread (tests): the caller stops via max_ticks
+        pass

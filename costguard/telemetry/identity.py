@@ -1,0 +1,107 @@
+"""Which instance the agent runs on: a configured override, EC2 IMDSv2, or GCE metadata.
+
+The metadata base URLs are settings so tests point them at a loopback server. Each probe
+has a short timeout: off the cloud, the link-local address simply does not answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import httpx
+
+from costguard.errors import ConfigError
+from costguard.model import ProviderName
+
+EC2_METADATA_URL = "http://169.254.169.254"
+GCE_METADATA_URL = "http://metadata.google.internal"
+IMDS_TOKEN_TTL_S = 21600
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    provider: ProviderName
+    instance_id: str
+    zone: str | None = None
+    project: str | None = None  # GCP project id (for stopping through the API)
+    name: str | None = None  # GCE instance name
+
+    @property
+    def region(self) -> str | None:
+        if self.zone is None:
+            return None
+        if self.provider == "aws":
+            return self.zone.rstrip("abcdefghijklmnopqrstuvwxyz")  # us-east-1a -> us-east-1
+        return self.zone.rsplit("-", 1)[0]  # us-central1-a -> us-central1
+
+
+def ec2_identity(client: httpx.Client, base: str = EC2_METADATA_URL) -> Identity | None:
+    """IMDSv2: PUT a session token, then read instance-id and placement with it."""
+    try:
+        token = client.put(
+            f"{base}/latest/api/token",
+            headers={"X-aws-ec2-metadata-token-ttl-seconds": str(IMDS_TOKEN_TTL_S)},
+        )
+        if token.status_code != 200:
+            return None
+        headers = {"X-aws-ec2-metadata-token": token.text}
+        iid = client.get(f"{base}/latest/meta-data/instance-id", headers=headers)
+        if iid.status_code != 200 or not iid.text.strip():
+            return None
+        az = client.get(f"{base}/latest/meta-data/placement/availability-zone", headers=headers)
+    except httpx.HTTPError:
+        return None
+    zone = az.text.strip() if az.status_code == 200 and az.text.strip() else None
+    return Identity(provider="aws", instance_id=iid.text.strip(), zone=zone)
+
+
+def gce_identity(client: httpx.Client, base: str = GCE_METADATA_URL) -> Identity | None:
+    """GCE metadata server (header `Metadata-Flavor: Google`): numeric id, zone, project."""
+    headers = {"Metadata-Flavor": "Google"}
+    root = f"{base}/computeMetadata/v1"
+    try:
+        iid = client.get(f"{root}/instance/id", headers=headers)
+        if iid.status_code != 200 or iid.headers.get("metadata-flavor") != "Google":
+            return None
+        zone = client.get(f"{root}/instance/zone", headers=headers)
+        project = client.get(f"{root}/project/project-id", headers=headers)
+        name = client.get(f"{root}/instance/name", headers=headers)
+    except httpx.HTTPError:
+        return None
+    return Identity(
+        provider="gcp",
+        instance_id=iid.text.strip(),
+        # "projects/123/zones/us-central1-a" -> "us-central1-a"
+        zone=zone.text.strip().rsplit("/", 1)[-1] if zone.status_code == 200 else None,
+        project=project.text.strip() if project.status_code == 200 else None,
+        name=name.text.strip() if name.status_code == 200 else None,
+    )
+
+
+def resolve_identity(
+    client: httpx.Client,
+    *,
+    provider: ProviderName | None = None,
+    instance_id: str | None = None,
+    ec2_url: str = EC2_METADATA_URL,
+    gce_url: str = GCE_METADATA_URL,
+) -> Identity:
+    """The override when both parts are given; else ask EC2, then GCE."""
+    if instance_id:
+        if provider is None:
+            raise ConfigError(
+                "--instance-id needs --provider (aws, gcp or sim) to say whose id it is"
+            )
+        return Identity(provider=provider, instance_id=instance_id)
+    probes = {
+        "aws": lambda: ec2_identity(client, ec2_url),
+        "gcp": lambda: gce_identity(client, gce_url),
+    }
+    order = [provider] if provider in probes else list(probes)
+    for name in order:
+        if name is not None and (found := probes[name]()) is not None:
+            return found
+    raise ConfigError(
+        "cannot tell which instance this agent runs on: no EC2 (IMDSv2) or GCE metadata "
+        "server answered; pass --provider and --instance-id"
+    )

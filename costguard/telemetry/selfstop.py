@@ -1,0 +1,123 @@
+"""Standalone mode (`costguard agent --self-stop-after 30m`): no daemon needed.
+
+When the classifier has said IDLE for the whole span, the agent broadcasts a warning to
+logged-in users (wall) with a deadline, re-checks at the deadline, and only then stops the
+instance through an injected callable. Any GPU use before the deadline cancels the stop
+(and says so). Missing minutes are never idle: the classifier returns NO_DATA for them.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+
+from costguard.model import GpuMinute, Verdict
+from costguard.telemetry.classify import SignalChoice, classify
+from costguard.telemetry.identity import Identity
+
+log = logging.getLogger(__name__)
+
+
+class SelfStop:
+    def __init__(
+        self,
+        *,
+        after: timedelta,
+        gpu_count: int,
+        warn: Callable[[str], None],
+        stop: Callable[[], None],
+        grace: timedelta = timedelta(minutes=5),
+        below: float = 5.0,
+        signal: SignalChoice = "auto",
+    ) -> None:
+        if after < timedelta(minutes=1):
+            raise ValueError("--self-stop-after must be at least 1 minute (e.g. 30m)")
+        self.after, self.grace = after, grace
+        self.gpu_count, self.below, self.signal = gpu_count, below, signal
+        self._warn, self._stop = warn, stop
+        self._minutes: dict[tuple[int, datetime], GpuMinute] = {}
+        self.deadline: datetime | None = None
+        self.stopped = False
+        self.last_evidence = ""
+
+    def observe(self, minutes: Sequence[GpuMinute]) -> None:
+        for m in minutes:
+            self._minutes[(m.gpu_index, m.minute)] = m
+
+    def _idle(self, now: datetime) -> bool:
+        end = now.replace(second=0, microsecond=0)  # the last complete minute ends here
+        start = end - self.after
+        self._minutes = {k: m for k, m in self._minutes.items() if m.minute >= start}
+        verdict = classify(
+            list(self._minutes.values()),
+            window_start=start,
+            window_end=end,
+            gpu_count=self.gpu_count,
+            signal=self.signal,
+            below=self.below,
+        )
+        self.last_evidence = verdict.evidence
+        return verdict.verdict is Verdict.IDLE
+
+    def check(self, now: datetime) -> None:
+        """Called every tick; cheap unless a decision is due."""
+        if self.stopped:
+            return
+        idle = self._idle(now)
+        if self.deadline is None:
+            if idle:
+                self.deadline = now + self.grace
+                self._warn(
+                    f"costguard-agent: the GPUs have been idle for {_span(self.after)} "
+                    f"({self.last_evidence}). This instance will be STOPPED at "
+                    f"{self.deadline:%H:%M} UTC unless a GPU is used before then."
+                )
+            return
+        if not idle:
+            self.deadline = None
+            self._warn("costguard-agent: GPU activity seen; the scheduled stop is cancelled.")
+            return
+        if now >= self.deadline:
+            self._warn(f"costguard-agent: still idle ({self.last_evidence}); stopping now.")
+            self.stopped = True
+            self._stop()
+
+
+def _span(d: timedelta) -> str:
+    minutes = int(d.total_seconds() // 60)
+    return f"{minutes} min" if minutes < 120 else f"{minutes / 60:.1f} h"
+
+
+def wall(message: str) -> None:
+    """Broadcast to every terminal; logged too, since a headless VM has no one to read it."""
+    log.warning("%s", message)
+    if shutil.which("wall") is None:
+        return
+    try:
+        subprocess.run(["wall", message], check=False, timeout=10)
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.warning("wall failed: %s", exc)
+
+
+def stop_this_instance(identity: Identity) -> Callable[[], None]:
+    """The real stop: the EC2 API (instance role with ec2:StopInstances on itself), falling
+    back to `shutdown -h now`, which stops an EC2 instance whose shutdown behaviour is
+    `stop` (the default) and a GCE VM."""
+
+    def stop() -> None:
+        if identity.provider == "aws":
+            try:
+                import boto3
+
+                ec2 = boto3.client("ec2", region_name=identity.region)
+                ec2.stop_instances(InstanceIds=[identity.instance_id])
+                log.warning("asked EC2 to stop %s", identity.instance_id)
+                return
+            except Exception as exc:  # no role, no network: the OS can still stop the VM
+                log.warning("EC2 stop failed (%s); falling back to shutdown -h now", exc)
+        subprocess.run(["shutdown", "-h", "now"], check=False)
+
+    return stop

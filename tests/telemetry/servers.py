@@ -1,0 +1,96 @@
+"""Real HTTP servers on 127.0.0.1 for the telemetry tests: uvicorn in a thread."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def serve(app: Any, port: int | None = None) -> Iterator[str]:
+    """Run `app` on 127.0.0.1 until the block ends; yields its base URL."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port or 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise RuntimeError("test server did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+def metadata_app(
+    *, ec2: dict[str, str] | None = None, gce: dict[str, str] | None = None
+) -> tuple[Starlette, list[str]]:
+    """EC2 IMDSv2 and/or GCE metadata emulation; returns the app and a request log."""
+    seen: list[str] = []
+    token = "imds-session-token"
+
+    async def imds_token(request: Request) -> Response:
+        seen.append(f"{request.method} {request.url.path}")
+        if ec2 is None or "x-aws-ec2-metadata-token-ttl-seconds" not in request.headers:
+            return Response(status_code=400 if ec2 else 404)
+        return PlainTextResponse(token)
+
+    async def imds_get(request: Request) -> Response:
+        seen.append(f"{request.method} {request.url.path}")
+        if ec2 is None:
+            return Response(status_code=404)
+        if request.headers.get("x-aws-ec2-metadata-token") != token:
+            return Response(status_code=401)  # IMDSv2 refuses requests without a token
+        value = ec2.get(request.path_params["item"])
+        return PlainTextResponse(value) if value else Response(status_code=404)
+
+    async def gce_get(request: Request) -> Response:
+        seen.append(f"{request.method} {request.url.path}")
+        if gce is None or request.headers.get("metadata-flavor") != "Google":
+            return Response(status_code=403 if gce else 404)
+        value = gce.get(request.path_params["item"])
+        if value is None:
+            return Response(status_code=404)
+        return PlainTextResponse(value, headers={"Metadata-Flavor": "Google"})
+
+    routes = [
+        Route("/latest/api/token", imds_token, methods=["PUT"]),
+        Route("/latest/meta-data/{item:path}", imds_get),
+        Route("/computeMetadata/v1/{item:path}", gce_get),
+    ]
+    return Starlette(routes=routes), seen
+
+
+def counting(app: Any, counter: Callable[[], None]) -> Any:
+    """Wrap an ASGI app to count HTTP requests."""
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            counter()
+        await app(scope, receive, send)
+
+    return wrapped
