@@ -1,0 +1,56 @@
+# costguard developer entry points. Everything runs from the project virtualenv .venv,
+# created on first use and re-installed only when pyproject.toml changes.
+#
+#   make test       install, make sure PostgreSQL exists, run the whole suite (slow tests too)
+#   make test-fast  the same without @pytest.mark.slow tests
+#   make lint       ruff + mypy (strict)
+#   make demo       the simulated-fleet demo
+#   make bench      run the benchmarks and rewrite BENCHMARKS.md
+#   make clean      remove .venv, caches and build output
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.costguard-installed
+PYTEST_ARGS ?=
+
+.PHONY: venv test test-fast lint demo bench clean postgres
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@PYTHON="$(PYTHON)" scripts/ensure-venv.sh $(VENV)
+	$(BIN)/pip install -q -e '.[test]'
+	@touch $@
+
+postgres:
+	@scripts/ensure-postgres.sh
+
+# pytest exits 5 when it collected no test: that is a broken run, never a green one.
+define run_pytest
+	@rc=0; $(BIN)/pytest $(1) $(PYTEST_ARGS) || rc=$$?; \
+	if [ $$rc -eq 5 ]; then \
+	  echo "ERROR: pytest ran no tests (exit 5): collection is broken or everything was deselected." >&2; \
+	fi; \
+	exit $$rc
+endef
+
+test: $(STAMP) postgres
+	$(call run_pytest,-q)
+
+test-fast: $(STAMP) postgres
+	$(call run_pytest,-q -m "not slow")
+
+lint: $(STAMP)
+	$(BIN)/ruff check costguard tests bench
+	$(BIN)/mypy costguard bench
+
+demo: $(STAMP)
+	$(BIN)/costguard demo
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .bench build dist *.egg-info
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,70 @@
+"""What machine a benchmark ran on, read from /proc and the interpreter."""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Machine:
+    cpu_model: str
+    cores: int
+    ram_gib: float | None
+    python: str
+    os: str
+
+    def rows(self) -> list[tuple[str, str]]:
+        ram = f"{self.ram_gib:.1f} GiB" if self.ram_gib is not None else "unknown"
+        return [
+            ("CPU", self.cpu_model),
+            ("Cores", str(self.cores)),
+            ("RAM", ram),
+            ("Python", self.python),
+            ("OS", self.os),
+        ]
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def _cpu_model(cpuinfo: str) -> str:
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        # x86 says "model name"; some ARM kernels only give "Hardware" or "Model".
+        if key.strip() in {"model name", "Hardware", "Model"} and value.strip():
+            return value.strip()
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _ram_gib(meminfo: str) -> float | None:
+    for line in meminfo.splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) / (1024 * 1024)  # the value is in KiB
+    return None
+
+
+def _os_name(os_release: str) -> str:
+    pretty = ""
+    for line in os_release.splitlines():
+        if line.startswith("PRETTY_NAME="):
+            pretty = line.split("=", 1)[1].strip().strip('"')
+    kernel = f"{platform.system()} {platform.release()}"
+    return f"{pretty}, {kernel}" if pretty else kernel
+
+
+def describe_machine() -> Machine:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return Machine(
+        cpu_model=_cpu_model(_read("/proc/cpuinfo")),
+        cores=cores or 1,
+        ram_gib=_ram_gib(_read("/proc/meminfo")),
+        python=f"{platform.python_implementation()} {platform.python_version()}",
+        os=_os_name(_read("/etc/os-release")),
+    )

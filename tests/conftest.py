@@ -1,0 +1,99 @@
+"""Suite-wide fixtures: databases on SQLite and on a throwaway PostgreSQL.
+
+- `db_url` (per test): a SQLAlchemy URL, parametrized ["sqlite", "postgresql"], so a test
+  that takes it runs once per backend. sqlite is a fresh file in tmp_path; postgresql is a
+  fresh, empty database on the session's server.
+- `pg_url` (per test): the PostgreSQL half alone, for PostgreSQL-only behaviour (leader
+  election with advisory locks, concurrent writers).
+- `pg_server` (session): the `tests.pg.PostgresServer` itself; `.url` is the session database
+  `costguard_test`, `.create_database()` / `.drop_database()` make more.
+
+The server starts once, on first use, and is stopped and deleted at the end of the session,
+also on failure, Ctrl-C or SIGTERM. Where PostgreSQL cannot start, its tests are skipped with
+"PostgreSQL unavailable: <why>", except under CI=true, where they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+
+import pytest
+
+# `tests.*` (this harness, tests/fakes) must import however pytest was started.
+_REPO_ROOT = str(Path(__file__).resolve().parent.parent)
+if _REPO_ROOT not in sys.path:
+    sys.path.insert(0, _REPO_ROOT)
+
+from tests.pg import PostgresServer, PostgresUnavailable, start_throwaway_postgres  # noqa: E402
+
+BACKENDS = [
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
+]
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # `-m "not postgres"` then deselects every test that would start the server.
+    for item in items:
+        if "pg_url" in getattr(item, "fixturenames", ()) or "pg_server" in getattr(
+            item, "fixturenames", ()
+        ):
+            item.add_marker(pytest.mark.postgres)
+
+
+@pytest.fixture(scope="session")
+def _pg_service() -> Iterator[PostgresServer | PostgresUnavailable]:
+    try:
+        server = start_throwaway_postgres()
+    except PostgresUnavailable as exc:
+        yield exc
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        # A CI timeout sends SIGTERM: turn it into Ctrl-C so pytest runs the teardown below.
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield server
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_server(_pg_service: PostgresServer | PostgresUnavailable) -> PostgresServer:
+    if isinstance(_pg_service, PostgresUnavailable):
+        reason = f"PostgreSQL unavailable: {_pg_service}"
+        if in_ci():
+            pytest.fail(f"{reason} (CI=true: PostgreSQL tests must run, not skip)",
+                        pytrace=False)
+        pytest.skip(reason)
+    return _pg_service
+
+
+@pytest.fixture
+def pg_url(pg_server: PostgresServer) -> Iterator[str]:
+    name = pg_server.create_database()
+    try:
+        yield pg_server.url_for(name)
+    finally:
+        pg_server.drop_database(name)
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'costguard.db'}"
+    url: str = request.getfixturevalue("pg_url")
+    return url
