@@ -1,0 +1,252 @@
+"""Stop, start and relabel one VM: check it is still as last seen, act, wait, check again.
+
+GCP has no DryRun flag, so a dry run re-reads the VM and reports what would happen.
+Mutations use the `*_unary` calls with a `requestId` (GCE drops a repeated request with
+the same id, which makes retrying a 503 safe) and wait on our own ZoneOperationsClient:
+`ExtendedOperation.result()` would poll the public endpoint, not a configured one.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from google.api_core import exceptions as gexc
+from google.api_core import retry as gretry
+from google.cloud import compute_v1
+
+from costguard.errors import ProviderError
+from costguard.model import ActionOutcome, ActionResult, Instance, InstanceState
+from costguard.providers.gcp.errors import translate
+from costguard.providers.gcp.inventory import status_name, to_state
+
+_LABEL_INVALID = re.compile(r"[^a-z0-9_-]")
+SET_LABELS_ATTEMPTS = 4
+
+
+def label_key(tag: str) -> str:
+    """A costguard tag key as a GCE label key: `costguard:protect` -> `costguard_protect`.
+
+    Label keys allow lowercase letters, digits, `_` and `-`, start with a letter, 63 chars.
+    """
+    key = _LABEL_INVALID.sub("_", tag.lower())[:63]
+    return key if key[:1].isalpha() else f"k{key}"[:63]
+
+
+def label_value(value: str) -> str:
+    return _LABEL_INVALID.sub("_", value.lower())[:63]
+
+
+@dataclass(frozen=True)
+class ActionContext:
+    instances: compute_v1.InstancesClient
+    operations: compute_v1.ZoneOperationsClient
+    retry: gretry.Retry
+    operation_timeout_s: float
+
+
+def _where(instance: Instance) -> tuple[str, str, str]:
+    if not instance.zone or not instance.name:
+        raise ProviderError(
+            "gcp",
+            instance.account,
+            f"instance {instance.instance_id} has no zone/name; re-run inventory before acting",
+        )
+    return instance.account, instance.zone, instance.name
+
+
+def _scope(instance: Instance) -> str:
+    return f"{instance.account}/{instance.zone}/{instance.name}"
+
+
+def read(ctx: ActionContext, instance: Instance) -> compute_v1.Instance:
+    project, zone, name = _where(instance)
+    try:
+        return ctx.instances.get(project=project, zone=zone, instance=name, retry=ctx.retry)
+    except gexc.GoogleAPICallError as exc:
+        raise translate(exc, _scope(instance)) from exc
+    except gexc.RetryError as exc:
+        raise ProviderError("gcp", _scope(instance), f"gave up after retries: {exc.cause}") from exc
+
+
+def _changed(instance: Instance, vm: compute_v1.Instance) -> str | None:
+    """Why the VM is no longer the one we decided about, if it is not."""
+    if str(vm.id) != instance.instance_id:
+        return f"{instance.name} was recreated (id {vm.id}, expected {instance.instance_id})"
+    return None
+
+
+def wait(ctx: ActionContext, instance: Instance, op: compute_v1.Operation) -> compute_v1.Operation:
+    project, zone, _ = _where(instance)
+    deadline = time.monotonic() + ctx.operation_timeout_s
+    while op.status != compute_v1.Operation.Status.DONE:
+        if time.monotonic() > deadline:
+            raise ProviderError(
+                "gcp",
+                _scope(instance),
+                f"operation {op.name} not done after {ctx.operation_timeout_s:.0f} s",
+                retryable=True,
+            )
+        # zoneOperations.wait blocks server-side until done or about 2 minutes pass.
+        op = ctx.operations.wait(project=project, zone=zone, operation=op.name, retry=ctx.retry)
+    return op
+
+
+def _op_error(op: compute_v1.Operation) -> str | None:
+    errors = [f"{e.code}: {e.message}" for e in op.error.errors] if op.error else []
+    return "; ".join(errors) or None
+
+
+def change_power(
+    ctx: ActionContext,
+    instance: Instance,
+    *,
+    verb: str,
+    allowed_from: set[InstanceState],
+    call: Callable[[str], compute_v1.Operation],
+    dry_run: bool,
+) -> ActionResult:
+    """Shared flow of stop/start: `call(request_id)` issues the unary request."""
+    vm = read(ctx, instance)
+    state = to_state(status_name(vm))
+    why = _changed(instance, vm)
+    if why:
+        return ActionResult(outcome=ActionOutcome.SKIPPED, detail=why, state_after=state)
+    if state not in allowed_from:
+        return ActionResult(
+            outcome=ActionOutcome.SKIPPED,
+            detail=f"{instance.name} is {status_name(vm)} now, not {verb}-able; nothing done",
+            state_after=state,
+        )
+    if dry_run:
+        return ActionResult(
+            outcome=ActionOutcome.DRY_RUN,
+            detail=f"would {verb} {instance.name} ({vm.machine_type.rsplit('/', 1)[-1]}, "
+            f"{status_name(vm)}) in {instance.zone} of project {instance.account}",
+            state_after=state,
+        )
+    try:
+        op = wait(ctx, instance, call(str(uuid.uuid4())))
+    except gexc.GoogleAPICallError as exc:
+        raise translate(exc, _scope(instance)) from exc
+    except gexc.RetryError as exc:
+        raise ProviderError("gcp", _scope(instance), f"gave up after retries: {exc.cause}") from exc
+    after = to_state(status_name(read(ctx, instance)))
+    error = _op_error(op)
+    if error:
+        return ActionResult(outcome=ActionOutcome.FAILED, detail=error, state_after=after)
+    return ActionResult(
+        outcome=ActionOutcome.DONE,
+        detail=f"{verb} {instance.name}: operation {op.name} done",
+        state_after=after,
+    )
+
+
+def stop(ctx: ActionContext, instance: Instance, *, dry_run: bool) -> ActionResult:
+    project, zone, name = _where(instance)
+
+    def call(request_id: str) -> compute_v1.Operation:
+        request = compute_v1.StopInstanceRequest(
+            project=project, zone=zone, instance=name, request_id=request_id
+        )
+        return ctx.instances.stop_unary(request=request, retry=ctx.retry)
+
+    return change_power(
+        ctx, instance, verb="stop", allowed_from={InstanceState.RUNNING}, call=call, dry_run=dry_run
+    )
+
+
+def start(ctx: ActionContext, instance: Instance, *, dry_run: bool) -> ActionResult:
+    project, zone, name = _where(instance)
+
+    def call(request_id: str) -> compute_v1.Operation:
+        request = compute_v1.StartInstanceRequest(
+            project=project, zone=zone, instance=name, request_id=request_id
+        )
+        return ctx.instances.start_unary(request=request, retry=ctx.retry)
+
+    return change_power(
+        ctx,
+        instance,
+        verb="start",
+        allowed_from={InstanceState.STOPPED},
+        call=call,
+        dry_run=dry_run,
+    )
+
+
+def set_labels(
+    ctx: ActionContext,
+    instance: Instance,
+    tags: Mapping[str, str],
+    *,
+    remove: Sequence[str] = (),
+    dry_run: bool,
+) -> ActionResult:
+    """Merge `tags` into the labels and drop `remove`; a 412 (someone else relabelled
+    meanwhile) re-reads the labels and tries again."""
+    project, zone, name = _where(instance)
+    add = {label_key(k): label_value(v) for k, v in tags.items()}
+    drop = {label_key(k) for k in remove}
+    for _attempt in range(SET_LABELS_ATTEMPTS):
+        vm = read(ctx, instance)
+        why = _changed(instance, vm)
+        if why:
+            return ActionResult(outcome=ActionOutcome.SKIPPED, detail=why)
+        current = dict(vm.labels)
+        wanted = {k: v for k, v in {**current, **add}.items() if k not in drop}
+        state = to_state(status_name(vm))
+        if wanted == current:
+            return ActionResult(
+                outcome=ActionOutcome.DRY_RUN if dry_run else ActionOutcome.DONE,
+                detail=f"labels of {name} already as wanted; nothing to change",
+                state_after=state,
+            )
+        if dry_run:
+            return ActionResult(
+                outcome=ActionOutcome.DRY_RUN,
+                detail=f"would set labels of {name}: {_diff(current, wanted)}",
+                state_after=state,
+            )
+        request = compute_v1.SetLabelsInstanceRequest(
+            project=project,
+            zone=zone,
+            instance=name,
+            request_id=str(uuid.uuid4()),
+            instances_set_labels_request_resource=compute_v1.InstancesSetLabelsRequest(
+                label_fingerprint=vm.label_fingerprint, labels=wanted
+            ),
+        )
+        try:
+            op = wait(
+                ctx, instance, ctx.instances.set_labels_unary(request=request, retry=ctx.retry)
+            )
+        except gexc.PreconditionFailed:
+            continue  # fingerprint moved: read the new labels and merge again
+        except gexc.GoogleAPICallError as exc:
+            raise translate(exc, _scope(instance)) from exc
+        except gexc.RetryError as exc:
+            raise ProviderError(
+                "gcp", _scope(instance), f"gave up after retries: {exc.cause}"
+            ) from exc
+        error = _op_error(op)
+        if error:
+            return ActionResult(outcome=ActionOutcome.FAILED, detail=error, state_after=state)
+        return ActionResult(
+            outcome=ActionOutcome.DONE,
+            detail=f"labels of {name}: {_diff(current, wanted)}",
+            state_after=state,
+        )
+    return ActionResult(
+        outcome=ActionOutcome.FAILED,
+        detail=f"labels of {name} kept changing under us ({SET_LABELS_ATTEMPTS} tries, HTTP 412)",
+    )
+
+
+def _diff(before: Mapping[str, str], after: Mapping[str, str]) -> str:
+    parts = [f"+{k}={v}" for k, v in sorted(after.items()) if before.get(k) != v]
+    parts += [f"-{k}" for k in sorted(before) if k not in after]
+    return ", ".join(parts)

@@ -1,0 +1,62 @@
+"""google-api-core errors become costguard errors here, and nowhere else.
+
+The messages say what to do: enable the API, grant the role, check the project id.
+"""
+
+from __future__ import annotations
+
+from google.api_core import exceptions as gexc
+
+from costguard.errors import InstanceNotFound, ProviderError, ProviderThrottled
+
+ROLE_FILE = "deploy/iam/gcp/costguard-role.yaml"
+
+_DISABLED_REASONS = {"SERVICE_DISABLED", "accessNotConfigured"}
+
+
+def _reasons(exc: gexc.GoogleAPICallError) -> set[str]:
+    reasons = {str(e.get("reason")) for e in exc.errors if isinstance(e, dict)}
+    if exc.reason:
+        reasons.add(str(exc.reason))
+    return reasons
+
+
+def explain(exc: gexc.GoogleAPICallError, scope: str, api: str = "compute.googleapis.com") -> str:
+    """One line that says what went wrong in `scope` and how to fix it."""
+    project = scope.split("/", 1)[0]
+    detail = exc.message or type(exc).__name__
+    if isinstance(exc, gexc.Forbidden | gexc.PermissionDenied):
+        if _reasons(exc) & _DISABLED_REASONS:
+            return (
+                f"the {api} API is disabled in project {project}: enable it with "
+                f"`gcloud services enable {api} --project {project}` ({detail})"
+            )
+        return (
+            f"permission denied in project {project}: grant costguard's service account the "
+            f"custom role in {ROLE_FILE} on this project ({detail})"
+        )
+    if isinstance(exc, gexc.NotFound):
+        return (
+            f"{scope} not found: check the project id in providers.gcp, or the instance "
+            f"was deleted meanwhile ({detail})"
+        )
+    if isinstance(exc, gexc.Unauthenticated):
+        return (
+            "not authenticated: run `gcloud auth application-default login`, or attach a "
+            f"service account / workload identity to costguard ({detail})"
+        )
+    if isinstance(exc, gexc.TooManyRequests | gexc.ResourceExhausted):
+        return f"throttled by {api} after retries; try again next cycle ({detail})"
+    return f"{type(exc).__name__}: {detail}"
+
+
+def translate(
+    exc: gexc.GoogleAPICallError, scope: str, api: str = "compute.googleapis.com"
+) -> ProviderError:
+    message = explain(exc, scope, api)
+    if isinstance(exc, gexc.TooManyRequests | gexc.ResourceExhausted):
+        return ProviderThrottled("gcp", scope, message)
+    if isinstance(exc, gexc.NotFound):
+        return InstanceNotFound("gcp", scope, message)
+    retryable = isinstance(exc, gexc.ServiceUnavailable | gexc.InternalServerError)
+    return ProviderError("gcp", scope, message, retryable=retryable)

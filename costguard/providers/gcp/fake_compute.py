@@ -1,0 +1,495 @@
+"""A local, stateful fake of the Compute Engine REST API, for tests and the demo.
+
+Served over HTTP on 127.0.0.1 so the real `google-cloud-compute` client drives it
+(`client_options={"api_endpoint": "http://127.0.0.1:PORT"}`, anonymous credentials).
+
+Implemented: instances aggregatedList (maxResults/pageToken paging across zones), get,
+stop, start, setLabels (labelFingerprint checked, 412 on mismatch, requestId honoured),
+zone operations get/wait (done after `operation_delay_s`), Resource Manager v3
+projects.list / folders.list, and injected failures: 429/503 on demand, 403 for a
+forbidden project or a disabled API. Not implemented: insert/delete, filters, regional
+operations, every other Compute method (they answer 501).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import itertools
+import json
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+_BASE = "https://www.googleapis.com/compute/v1"
+_ID_START = 4_000_000_000_000_000_000
+
+
+@dataclass
+class FakeVm:
+    project: str
+    zone: str
+    name: str
+    id: int
+    machine_type: str
+    status: str = "RUNNING"
+    labels: dict[str, str] = field(default_factory=dict)
+    accelerators: list[tuple[str, int]] = field(default_factory=list)
+    provisioning_model: str = "STANDARD"
+    preemptible: bool = False
+    created: datetime = field(default_factory=lambda: datetime(2026, 1, 1, tzinfo=UTC))
+    label_version: int = 0
+
+    @property
+    def label_fingerprint(self) -> str:
+        digest = hashlib.sha256(f"{self.id}:{self.label_version}".encode()).digest()[:8]
+        return base64.b64encode(digest).decode()
+
+    def to_json(self) -> dict[str, Any]:
+        zone_url = f"{_BASE}/projects/{self.project}/zones/{self.zone}"
+        body: dict[str, Any] = {
+            "kind": "compute#instance",
+            "id": str(self.id),
+            "name": self.name,
+            "creationTimestamp": self.created.isoformat(timespec="milliseconds"),
+            "machineType": f"{zone_url}/machineTypes/{self.machine_type}",
+            "zone": zone_url,
+            "status": self.status,
+            "labels": dict(self.labels),
+            "labelFingerprint": self.label_fingerprint,
+            "selfLink": f"{zone_url}/instances/{self.name}",
+            "scheduling": {
+                "provisioningModel": self.provisioning_model,
+                "preemptible": self.preemptible,
+                "automaticRestart": not self.preemptible,
+            },
+        }
+        if self.accelerators:
+            body["guestAccelerators"] = [
+                {"acceleratorType": f"{zone_url}/acceleratorTypes/{t}", "acceleratorCount": n}
+                for t, n in self.accelerators
+            ]
+        return body
+
+
+@dataclass
+class FakeOperation:
+    project: str
+    zone: str
+    name: str
+    kind: str  # "stop", "start", "setLabels"
+    target: FakeVm
+    done_at: float
+    apply: Any  # callable run once when the operation completes
+    done: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        zone_url = f"{_BASE}/projects/{self.project}/zones/{self.zone}"
+        return {
+            "kind": "compute#operation",
+            "id": str(abs(hash(self.name)) % 10**18),
+            "name": self.name,
+            "operationType": self.kind,
+            "zone": zone_url,
+            "targetLink": f"{zone_url}/instances/{self.target.name}",
+            "targetId": str(self.target.id),
+            "status": "DONE" if self.done else "RUNNING",
+            "progress": 100 if self.done else 0,
+            "selfLink": f"{zone_url}/operations/{self.name}",
+        }
+
+
+@dataclass
+class _Injected:
+    status: int
+    remaining: int
+    path_contains: str
+
+
+class FakeCompute:
+    """State of the fake plus the HTTP server. Thread-safe; use as a context manager."""
+
+    def __init__(self, *, operation_delay_s: float = 0.0, max_wait_s: float = 2.0) -> None:
+        self.operation_delay_s = operation_delay_s
+        self.max_wait_s = max_wait_s  # how long operations.wait blocks at most
+        self._lock = threading.RLock()
+        self._vms: dict[tuple[str, str, str], FakeVm] = {}
+        self._ops: dict[tuple[str, str, str], FakeOperation] = {}
+        self._request_ids: dict[str, FakeOperation] = {}
+        self._ids = itertools.count(_ID_START)
+        self._op_ids = itertools.count(1)
+        self._forbidden: dict[str, str] = {}
+        self._injected: list[_Injected] = []
+        self.folders: dict[str, list[str]] = {}  # parent -> child folders ("folders/N")
+        self.folder_projects: dict[str, list[str]] = {}  # parent -> project ids
+        self.calls: Counter[str] = Counter()  # "GET aggregated_list" etc.
+        # Called as hook(method, path) before each request: lets a test change state at
+        # the exact moment a call arrives (e.g. relabel a VM just before setLabels).
+        self.on_request: Callable[[str, str], None] | None = None
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ---- state the tests drive -------------------------------------------------------
+    def add_instance(
+        self,
+        project: str,
+        zone: str,
+        name: str,
+        machine_type: str = "n1-standard-8",
+        *,
+        status: str = "RUNNING",
+        labels: dict[str, str] | None = None,
+        accelerators: list[tuple[str, int]] | None = None,
+        spot: bool = False,
+        preemptible: bool = False,
+        created: datetime | None = None,
+    ) -> FakeVm:
+        with self._lock:
+            vm = FakeVm(
+                project=project,
+                zone=zone,
+                name=name,
+                id=next(self._ids),
+                machine_type=machine_type,
+                status=status,
+                labels=dict(labels or {}),
+                accelerators=list(accelerators or []),
+                provisioning_model="SPOT" if spot else "STANDARD",
+                preemptible=preemptible,
+            )
+            if created is not None:
+                vm.created = created
+            self._vms[(project, zone, name)] = vm
+            return vm
+
+    def instance(self, project: str, zone: str, name: str) -> FakeVm:
+        with self._lock:
+            return self._vms[(project, zone, name)]
+
+    def set_status(self, project: str, zone: str, name: str, status: str) -> None:
+        with self._lock:
+            self._vms[(project, zone, name)].status = status
+
+    def relabel(self, project: str, zone: str, name: str, labels: dict[str, str]) -> None:
+        """Someone else changes the labels (bumps the fingerprint)."""
+        with self._lock:
+            vm = self._vms[(project, zone, name)]
+            vm.labels = dict(labels)
+            vm.label_version += 1
+
+    def forbid_project(self, project: str, *, api_disabled: bool = False) -> None:
+        with self._lock:
+            self._forbidden[project] = "SERVICE_DISABLED" if api_disabled else "forbidden"
+
+    def inject(self, status: int, *, times: int = 1, path_contains: str = "") -> None:
+        """The next `times` requests whose path contains `path_contains` answer `status`."""
+        with self._lock:
+            self._injected.append(_Injected(status, times, path_contains))
+
+    # ---- server ------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("FakeCompute is not started; call start() first")
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> FakeCompute:
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        server.daemon_threads = True
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> FakeCompute:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- request handling ------------------------------------------------------------
+    def handle(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple[int, Any]:
+        if self.on_request is not None:
+            self.on_request(method, path)
+        with self._lock:
+            for inj in self._injected:
+                if inj.remaining > 0 and inj.path_contains in path:
+                    inj.remaining -= 1
+                    self.calls[f"{method} injected-{inj.status}"] += 1
+                    return inj.status, _error(inj.status, "injected failure")
+            self._complete_due_operations()
+        for pattern, verb, action in _ROUTES:
+            m = pattern.match(path)
+            if m and verb == method:
+                self.calls[f"{method} {action}"] += 1
+                project = m.groupdict().get("project")
+                with self._lock:
+                    if project and project in self._forbidden:
+                        return 403, _forbidden(project, self._forbidden[project])
+                handler = getattr(self, f"_{action}")
+                result: tuple[int, Any] = handler(query=query, body=body, **m.groupdict())
+                return result
+        return 501, _error(501, f"the fake does not implement {method} {path}")
+
+    def _aggregated_list(self, project: str, query: dict[str, str], body: Any) -> tuple[int, Any]:
+        size = min(int(query.get("maxResults", "500")), 500)
+        offset = (
+            int(base64.urlsafe_b64decode(query["pageToken"]).decode())
+            if "pageToken" in query
+            else 0
+        )
+        with self._lock:
+            vms = sorted(
+                (v for v in self._vms.values() if v.project == project),
+                key=lambda v: (v.zone, v.name),
+            )
+            page = vms[offset : offset + size]
+            items: dict[str, Any] = {}
+            for vm in page:
+                items.setdefault(f"zones/{vm.zone}", {"instances": []})["instances"].append(
+                    vm.to_json()
+                )
+        out: dict[str, Any] = {"kind": "compute#instanceAggregatedList", "items": items}
+        if offset + size < len(vms):
+            out["nextPageToken"] = base64.urlsafe_b64encode(str(offset + size).encode()).decode()
+        return 200, out
+
+    def _get(
+        self, project: str, zone: str, name: str, query: dict[str, str], body: Any
+    ) -> tuple[int, Any]:
+        with self._lock:
+            vm = self._vms.get((project, zone, name))
+            if vm is None:
+                return 404, _error(
+                    404,
+                    f"The resource 'projects/{project}/zones/{zone}/instances/{name}' "
+                    "was not found",
+                )
+            return 200, vm.to_json()
+
+    def _stop(
+        self, project: str, zone: str, name: str, query: dict[str, str], body: Any
+    ) -> tuple[int, Any]:
+        def apply(vm: FakeVm) -> None:
+            vm.status = "TERMINATED"
+
+        return self._mutate(project, zone, name, "stop", query, apply, interim="STOPPING")
+
+    def _start(
+        self, project: str, zone: str, name: str, query: dict[str, str], body: Any
+    ) -> tuple[int, Any]:
+        def apply(vm: FakeVm) -> None:
+            vm.status = "RUNNING"
+
+        return self._mutate(project, zone, name, "start", query, apply, interim="STAGING")
+
+    def _set_labels(
+        self, project: str, zone: str, name: str, query: dict[str, str], body: Any
+    ) -> tuple[int, Any]:
+        with self._lock:
+            vm = self._vms.get((project, zone, name))
+            if vm is None:
+                return 404, _error(404, f"instance {name} not found")
+            request_id = query.get("requestId")
+            if request_id and request_id in self._request_ids:
+                return 200, self._request_ids[request_id].to_json()
+            if body.get("labelFingerprint") != vm.label_fingerprint:
+                return 412, _error(
+                    412,
+                    "Labels fingerprint either invalid or resource labels have changed",
+                    reason="conditionNotMet",
+                )
+            labels = dict(body.get("labels") or {})
+            vm.labels = labels
+            vm.label_version += 1
+            # Label changes are visible at once; the operation only reports completion.
+            return self._mutate(
+                project, zone, name, "setLabels", query, lambda _vm: None, interim=None
+            )
+
+    def _mutate(
+        self,
+        project: str,
+        zone: str,
+        name: str,
+        kind: str,
+        query: dict[str, str],
+        apply: Any,
+        interim: str | None,
+    ) -> tuple[int, Any]:
+        with self._lock:
+            vm = self._vms.get((project, zone, name))
+            if vm is None:
+                return 404, _error(404, f"instance {name} not found")
+            request_id = query.get("requestId")
+            if request_id and request_id in self._request_ids:
+                return 200, self._request_ids[request_id].to_json()
+            op = FakeOperation(
+                project,
+                zone,
+                f"operation-{next(self._op_ids)}-{kind}",
+                kind,
+                vm,
+                time.monotonic() + self.operation_delay_s,
+                apply,
+            )
+            if interim:
+                vm.status = interim
+            self._ops[(project, zone, op.name)] = op
+            if request_id:
+                self._request_ids[request_id] = op
+            self._complete_due_operations()
+            return 200, op.to_json()
+
+    def _operation_get(
+        self, project: str, zone: str, op: str, query: dict[str, str], body: Any
+    ) -> tuple[int, Any]:
+        with self._lock:
+            found = self._ops.get((project, zone, op))
+            if found is None:
+                return 404, _error(404, f"operation {op} not found")
+            return 200, found.to_json()
+
+    def _operation_wait(
+        self, project: str, zone: str, op: str, query: dict[str, str], body: Any
+    ) -> tuple[int, Any]:
+        with self._lock:
+            found = self._ops.get((project, zone, op))
+        if found is None:
+            return 404, _error(404, f"operation {op} not found")
+        time.sleep(max(0.0, min(found.done_at - time.monotonic(), self.max_wait_s)))
+        with self._lock:
+            self._complete_due_operations()
+            return 200, found.to_json()
+
+    def _complete_due_operations(self) -> None:
+        now = time.monotonic()
+        for op in self._ops.values():
+            if not op.done and op.done_at <= now:
+                op.apply(op.target)
+                op.done = True
+
+    def _rm_projects(self, query: dict[str, str], body: Any) -> tuple[int, Any]:
+        parent = query.get("parent", "")
+        with self._lock:
+            ids = self.folder_projects.get(parent, [])
+            return 200, {
+                "projects": [
+                    {"projectId": p, "name": f"projects/{p}", "state": "ACTIVE", "parent": parent}
+                    for p in ids
+                ]
+            }
+
+    def _rm_folders(self, query: dict[str, str], body: Any) -> tuple[int, Any]:
+        parent = query.get("parent", "")
+        with self._lock:
+            kids = self.folders.get(parent, [])
+            return 200, {
+                "folders": [{"name": f, "state": "ACTIVE", "parent": parent} for f in kids]
+            }
+
+
+_P = r"/compute/v1/projects/(?P<project>[^/]+)"
+_Z = _P + r"/zones/(?P<zone>[^/]+)"
+_ROUTES: tuple[tuple[re.Pattern[str], str, str], ...] = (
+    (re.compile(_P + r"/aggregated/instances$"), "GET", "aggregated_list"),
+    (re.compile(_Z + r"/instances/(?P<name>[^/]+)$"), "GET", "get"),
+    (re.compile(_Z + r"/instances/(?P<name>[^/]+)/stop$"), "POST", "stop"),
+    (re.compile(_Z + r"/instances/(?P<name>[^/]+)/start$"), "POST", "start"),
+    (re.compile(_Z + r"/instances/(?P<name>[^/]+)/setLabels$"), "POST", "set_labels"),
+    (re.compile(_Z + r"/operations/(?P<op>[^/]+)$"), "GET", "operation_get"),
+    (re.compile(_Z + r"/operations/(?P<op>[^/]+)/wait$"), "POST", "operation_wait"),
+    (re.compile(r"/v3/projects$"), "GET", "rm_projects"),
+    (re.compile(r"/v3/folders$"), "GET", "rm_folders"),
+)
+
+_STATUS_NAMES = {
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    412: "FAILED_PRECONDITION",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    501: "UNIMPLEMENTED",
+    503: "UNAVAILABLE",
+}
+
+
+def _error(code: int, message: str, *, reason: str = "") -> dict[str, Any]:
+    return {
+        "error": {
+            "code": code,
+            "message": message,
+            "status": _STATUS_NAMES.get(code, "UNKNOWN"),
+            "errors": [
+                {"message": message, "domain": "global", "reason": reason or "backendError"}
+            ],
+        }
+    }
+
+
+def _forbidden(project: str, why: str) -> dict[str, Any]:
+    if why == "SERVICE_DISABLED":
+        message = (
+            f"Compute Engine API has not been used in project {project} before or it is disabled."
+        )
+        body = _error(403, message, reason="accessNotConfigured")
+        body["error"]["details"] = [
+            {
+                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                "reason": "SERVICE_DISABLED",
+                "domain": "googleapis.com",
+                "metadata": {"service": "compute.googleapis.com"},
+            }
+        ]
+        return body
+    return _error(
+        403,
+        f"Required 'compute.instances.list' permission for 'projects/{project}'",
+        reason="forbidden",
+    )
+
+
+def _handler_for(fake: FakeCompute) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _serve(self, method: str) -> None:
+            parts = urlsplit(self.path)
+            query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            body = json.loads(raw) if raw else {}
+            status, payload = fake.handle(method, parts.path, query, body)
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json; charset=UTF-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            self._serve("GET")
+
+        def do_POST(self) -> None:
+            self._serve("POST")
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return  # keep test output clean
+
+    return Handler

@@ -1,0 +1,223 @@
+"""A local fake of Cloud Monitoring's `MetricService.ListTimeSeries`, for tests and the demo.
+
+A plaintext gRPC server on 127.0.0.1 (Monitoring has no REST transport in the Python
+client). The real `MetricServiceClient` talks to it over an insecure channel.
+
+Implemented: filters of the form `metric.type = "X" AND resource.type = "Y"` (any other
+clause is INVALID_ARGUMENT, so a query the fake cannot honour fails loudly), interval
+filtering, `ALIGN_MEAN` / `ALIGN_MAX` / `ALIGN_NONE` with an alignment period, paging by
+series, points newest first (as the real service returns them), and injected failures.
+Not implemented: cross-series reducers, label filters, views other than FULL.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from concurrent import futures
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import grpc  # type: ignore[import-untyped]
+from google.api import metric_pb2, monitored_resource_pb2
+from google.cloud.monitoring_v3.types import common, metric, metric_service
+
+_SERVICE = "google.monitoring.v3.MetricService"
+_CLAUSE = re.compile(r'^\s*(metric\.type|resource\.type)\s*=\s*"([^"]+)"\s*$')
+
+
+@dataclass
+class FakeSeries:
+    project: str
+    metric_type: str
+    resource_labels: dict[str, str]
+    metric_labels: dict[str, str]
+    points: list[tuple[datetime, float]]  # (sample time, value)
+    integer: bool = False
+
+
+@dataclass
+class _Failure:
+    code: Any  # grpc.StatusCode
+    remaining: int
+
+
+@dataclass
+class FakeMonitoring:
+    """Series store + gRPC server. Thread-safe; use as a context manager."""
+
+    series: list[FakeSeries] = field(default_factory=list)
+    requests: list[metric_service.ListTimeSeriesRequest] = field(default_factory=list)
+    calls: Counter[str] = field(default_factory=Counter)  # metric type -> ListTimeSeries calls
+    page_series: int = 500  # series per page when the request does not say
+    _failures: list[_Failure] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _server: Any = None
+    _port: int = 0
+
+    def add_gpu_series(
+        self,
+        project: str,
+        metric_type: str,
+        instance_id: str,
+        points: Sequence[tuple[datetime, float]],
+        *,
+        zone: str = "us-central1-a",
+        gpu_number: int = 0,
+        model: str = "NVIDIA A100-SXM4-40GB",
+        extra_labels: dict[str, str] | None = None,
+        integer: bool = False,
+    ) -> FakeSeries:
+        labels = {
+            "gpu_number": str(gpu_number),
+            "model": model,
+            "uuid": f"GPU-{instance_id}-{gpu_number}",
+        }
+        labels.update(extra_labels or {})
+        series = FakeSeries(
+            project=project,
+            metric_type=metric_type,
+            resource_labels={"project_id": project, "instance_id": instance_id, "zone": zone},
+            metric_labels=labels,
+            points=list(points),
+            integer=integer,
+        )
+        with self._lock:
+            self.series.append(series)
+        return series
+
+    def fail_next(self, code: Any, times: int = 1) -> None:
+        """The next `times` calls fail with gRPC status `code` (grpc.StatusCode.UNAVAILABLE)."""
+        with self._lock:
+            self._failures.append(_Failure(code, times))
+
+    @property
+    def endpoint(self) -> str:
+        """What `GcpSettings.monitoring_endpoint` takes: `http://` means plaintext gRPC."""
+        if self._server is None:
+            raise RuntimeError("FakeMonitoring is not started; call start() first")
+        return f"http://127.0.0.1:{self._port}"
+
+    def start(self) -> FakeMonitoring:
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        handler = grpc.method_handlers_generic_handler(
+            _SERVICE,
+            {
+                "ListTimeSeries": grpc.unary_unary_rpc_method_handler(
+                    self._list_time_series,
+                    request_deserializer=metric_service.ListTimeSeriesRequest.deserialize,
+                    response_serializer=metric_service.ListTimeSeriesResponse.serialize,
+                )
+            },
+        )
+        server.add_generic_rpc_handlers((handler,))
+        self._port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        self._server = server
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop(grace=None)
+            self._server = None
+
+    def __enter__(self) -> FakeMonitoring:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- the RPC ----------------------------------------------------------------------
+    def _list_time_series(
+        self, request: metric_service.ListTimeSeriesRequest, context: Any
+    ) -> metric_service.ListTimeSeriesResponse:
+        with self._lock:
+            self.requests.append(request)
+            for failure in self._failures:
+                if failure.remaining > 0:
+                    failure.remaining -= 1
+                    context.abort(failure.code, "injected failure")
+        wanted = _parse_filter(request.filter, context)
+        metric_type = wanted.get("metric.type")
+        self.calls[metric_type or "?"] += 1
+        project = request.name.removeprefix("projects/")
+        start = _dt(request.interval.start_time)
+        end = _dt(request.interval.end_time)
+        with self._lock:
+            matching = [
+                s
+                for s in self.series
+                if s.project == project
+                and (metric_type is None or s.metric_type == metric_type)
+                and wanted.get("resource.type", "gce_instance") == "gce_instance"
+            ]
+        offset = int(request.page_token or 0)
+        size = request.page_size or self.page_series
+        out = []
+        for s in matching[offset : offset + size]:
+            points = _aligned(s, start, end, request.aggregation)
+            if points:
+                out.append(_to_proto(s, points))
+        token = str(offset + size) if offset + size < len(matching) else ""
+        return metric_service.ListTimeSeriesResponse(time_series=out, next_page_token=token)
+
+
+def _parse_filter(text: str, context: Any) -> dict[str, str]:
+    wanted: dict[str, str] = {}
+    for clause in re.split(r"\s+AND\s+", text.strip()):
+        m = _CLAUSE.match(clause)
+        if m is None:
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"fake cannot evaluate filter clause {clause!r}"
+            )
+            raise AssertionError("unreachable: abort raises")
+        wanted[m.group(1)] = m.group(2)
+    return wanted
+
+
+def _dt(ts: Any) -> datetime:
+    # proto-plus maps Timestamp to DatetimeWithNanoseconds (a datetime subclass).
+    return ts.astimezone(UTC) if isinstance(ts, datetime) else datetime.fromtimestamp(0, UTC)
+
+
+def _aligned(
+    s: FakeSeries, start: datetime, end: datetime, aggregation: common.Aggregation
+) -> list[tuple[datetime, float]]:
+    inside = [(t, v) for t, v in s.points if start < t <= end]
+    period = aggregation.alignment_period.total_seconds() if aggregation.alignment_period else 0
+    aligner = aggregation.per_series_aligner
+    if not period or aligner == common.Aggregation.Aligner.ALIGN_NONE:
+        return sorted(inside, reverse=True)
+    buckets: dict[datetime, list[float]] = {}
+    for t, v in inside:
+        epoch = t.timestamp()
+        bucket_end = datetime.fromtimestamp(epoch - epoch % period, UTC)
+        if bucket_end < t:
+            bucket_end += timedelta(seconds=period)
+        buckets.setdefault(bucket_end, []).append(v)
+    if aligner == common.Aggregation.Aligner.ALIGN_MAX:
+        reduced = {k: max(v) for k, v in buckets.items()}
+    else:
+        reduced = {k: sum(v) / len(v) for k, v in buckets.items()}
+    return sorted(reduced.items(), reverse=True)
+
+
+def _to_proto(s: FakeSeries, points: list[tuple[datetime, float]]) -> metric.TimeSeries:
+    proto_points = []
+    for t, v in points:
+        value = (
+            common.TypedValue(int64_value=int(v))
+            if s.integer
+            else common.TypedValue(double_value=v)
+        )
+        proto_points.append(metric.Point(interval=common.TimeInterval(end_time=t), value=value))
+    return metric.TimeSeries(
+        metric=metric_pb2.Metric(type=s.metric_type, labels=s.metric_labels),
+        resource=monitored_resource_pb2.MonitoredResource(
+            type="gce_instance", labels=s.resource_labels
+        ),
+        points=proto_points,
+    )

@@ -1,0 +1,111 @@
+"""Which GPUs a Compute Engine VM has.
+
+Two sources: `guestAccelerators` (N1 + attached GPUs, and most accelerator-optimized
+types too), and the machine type itself for accelerator-optimized families (A2, A3, G2),
+whose GPUs are fixed by the type. `guestAccelerators` wins when present so a GPU is
+never counted twice.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    accelerator: str  # Compute Engine accelerator type name, e.g. "nvidia-a100-80gb"
+    model: str  # short NVIDIA name shared with other providers, e.g. "A100"
+    memory_mib: int  # per GPU
+
+
+_GIB = 1024
+
+ACCELERATORS: dict[str, GpuSpec] = {
+    spec.accelerator: spec
+    for spec in (
+        GpuSpec("nvidia-tesla-t4", "T4", 16 * _GIB),
+        GpuSpec("nvidia-tesla-t4-vws", "T4", 16 * _GIB),
+        GpuSpec("nvidia-tesla-p4", "P4", 8 * _GIB),
+        GpuSpec("nvidia-tesla-p4-vws", "P4", 8 * _GIB),
+        GpuSpec("nvidia-tesla-p100", "P100", 16 * _GIB),
+        GpuSpec("nvidia-tesla-p100-vws", "P100", 16 * _GIB),
+        GpuSpec("nvidia-tesla-v100", "V100", 16 * _GIB),
+        GpuSpec("nvidia-l4", "L4", 24 * _GIB),
+        GpuSpec("nvidia-l4-vws", "L4", 24 * _GIB),
+        GpuSpec("nvidia-tesla-a100", "A100", 40 * _GIB),
+        GpuSpec("nvidia-a100-80gb", "A100", 80 * _GIB),
+        GpuSpec("nvidia-h100-80gb", "H100", 80 * _GIB),
+        GpuSpec("nvidia-h100-mega-80gb", "H100", 80 * _GIB),
+        GpuSpec("nvidia-h200-141gb", "H200", 141 * _GIB),
+        GpuSpec("nvidia-b200", "B200", 180 * _GIB),
+    )
+}
+
+# Accelerator-optimized machine types: name pattern -> (accelerator, GPUs from the name
+# or a fixed count). G2 counts do not follow the name, hence the explicit table.
+_G2_GPUS = {4: 1, 8: 1, 12: 1, 16: 1, 24: 2, 32: 1, 48: 4, 96: 8}
+_BY_COUNT_SUFFIX: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^a2-highgpu-(\d+)g$"), "nvidia-tesla-a100"),
+    (re.compile(r"^a2-megagpu-(\d+)g$"), "nvidia-tesla-a100"),
+    (re.compile(r"^a2-ultragpu-(\d+)g$"), "nvidia-a100-80gb"),
+    (re.compile(r"^a3-highgpu-(\d+)g$"), "nvidia-h100-80gb"),
+    (re.compile(r"^a3-edgegpu-(\d+)g$"), "nvidia-h100-80gb"),
+    (re.compile(r"^a3-megagpu-(\d+)g$"), "nvidia-h100-mega-80gb"),
+    (re.compile(r"^a3-ultragpu-(\d+)g$"), "nvidia-h200-141gb"),
+    (re.compile(r"^a4-highgpu-(\d+)g$"), "nvidia-b200"),
+)
+_G2 = re.compile(r"^g2-standard-(\d+)$")
+
+
+@dataclass(frozen=True)
+class GpuAttachment:
+    spec: GpuSpec | None  # None: an accelerator type this table does not know yet
+    accelerator: str
+    count: int
+
+
+def from_machine_type(machine_type: str) -> GpuAttachment | None:
+    """GPUs built into an accelerator-optimized machine type, e.g. a2-highgpu-4g -> 4xA100."""
+    g2 = _G2.match(machine_type)
+    if g2:
+        count = _G2_GPUS.get(int(g2.group(1)))
+        return (
+            None if count is None else GpuAttachment(ACCELERATORS["nvidia-l4"], "nvidia-l4", count)
+        )
+    for pattern, accelerator in _BY_COUNT_SUFFIX:
+        m = pattern.match(machine_type)
+        if m:
+            return GpuAttachment(ACCELERATORS[accelerator], accelerator, int(m.group(1)))
+    return None
+
+
+def from_accelerators(attached: list[tuple[str, int]]) -> GpuAttachment | None:
+    """Summarise `guestAccelerators` (type name, count). A VM has one GPU model in practice."""
+    attached = [(name, n) for name, n in attached if n > 0]
+    if not attached:
+        return None
+    name = attached[0][0]
+    total = sum(n for _, n in attached)
+    return GpuAttachment(ACCELERATORS.get(name), name, total)
+
+
+def detect(machine_type: str, attached: list[tuple[str, int]]) -> GpuAttachment | None:
+    return from_accelerators(attached) or from_machine_type(machine_type)
+
+
+def spec_for(model: str | None, memory_mib: int | None) -> GpuSpec | None:
+    """The accelerator type behind an `Instance`'s (gpu_model, gpu_memory_mib)."""
+    if model is None:
+        return None
+    matches = [
+        s for s in ACCELERATORS.values() if s.model == model and not s.accelerator.endswith("-vws")
+    ]
+    if memory_mib is not None:
+        matches = [s for s in matches if s.memory_mib == memory_mib] or matches
+    return matches[0] if matches else None
+
+
+def short_name(url_or_name: str) -> str:
+    """`.../zones/us-central1-a/acceleratorTypes/nvidia-l4` -> `nvidia-l4`."""
+    return url_or_name.rstrip("/").rsplit("/", 1)[-1]

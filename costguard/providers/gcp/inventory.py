@@ -1,0 +1,144 @@
+"""Listing instances: one paged `aggregatedList` per project, mapped to `Instance`.
+
+`instance_id` is the numeric GCE id (stable, unique across projects, and what Cloud
+Monitoring calls `resource.labels.instance_id`); the name, which API calls need, is kept
+in `Instance.name` and the zone in `Instance.zone`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+from google.api_core import exceptions as gexc
+from google.api_core import retry as gretry
+from google.cloud import compute_v1
+
+from costguard.clock import utc
+from costguard.model import Gap, Instance, InstanceState, Inventory, Lifecycle
+from costguard.providers.gcp import gpus
+from costguard.providers.gcp.errors import explain
+
+# SUSPENDED VMs bill for memory/disks like stopped ones and are not running work.
+STATES: dict[str, InstanceState] = {
+    "PROVISIONING": InstanceState.PENDING,
+    "STAGING": InstanceState.PENDING,
+    "REPAIRING": InstanceState.PENDING,
+    "RUNNING": InstanceState.RUNNING,
+    "PENDING_STOP": InstanceState.STOPPING,
+    "STOPPING": InstanceState.STOPPING,
+    "SUSPENDING": InstanceState.STOPPING,
+    "SUSPENDED": InstanceState.STOPPED,
+    "STOPPED": InstanceState.STOPPED,
+    "TERMINATED": InstanceState.STOPPED,
+    "DEPROVISIONING": InstanceState.TERMINATED,
+}
+
+
+def status_name(vm: compute_v1.Instance) -> str:
+    # Compute's protos declare enums as strings: `status` is "RUNNING", not an int.
+    return str(vm.status)
+
+
+def to_state(status: str) -> InstanceState:
+    return STATES.get(status, InstanceState.PENDING)
+
+
+def is_spot(vm: compute_v1.Instance) -> bool:
+    scheduling = vm.scheduling
+    return scheduling.provisioning_model == "SPOT" or bool(scheduling.preemptible)
+
+
+def region_of(zone: str) -> str:
+    """`us-central1-a` -> `us-central1`."""
+    return zone.rsplit("-", 1)[0]
+
+
+def parse_timestamp(value: str, fallback: datetime) -> datetime:
+    if not value:
+        return fallback
+    try:
+        return utc(datetime.fromisoformat(value.replace("Z", "+00:00")))
+    except ValueError:
+        return fallback
+
+
+def to_instance(project: str, vm: compute_v1.Instance, observed_at: datetime) -> Instance:
+    zone = gpus.short_name(vm.zone)
+    machine_type = gpus.short_name(vm.machine_type)
+    attached = [
+        (gpus.short_name(a.accelerator_type), int(a.accelerator_count))
+        for a in vm.guest_accelerators
+    ]
+    gpu = gpus.detect(machine_type, attached)
+    status = status_name(vm)
+    return Instance(
+        provider="gcp",
+        account=project,
+        region=region_of(zone),
+        zone=zone,
+        instance_id=str(vm.id),
+        name=vm.name,
+        instance_type=machine_type,
+        state=to_state(status),
+        state_reason=status if status not in ("RUNNING", "TERMINATED") else None,
+        lifecycle=Lifecycle.SPOT if is_spot(vm) else Lifecycle.ON_DEMAND,
+        gpu_count=gpu.count if gpu else 0,
+        gpu_model=(gpu.spec.model if gpu.spec else gpu.accelerator) if gpu else None,
+        gpu_memory_mib=gpu.spec.memory_mib if gpu and gpu.spec else None,
+        launch_time=parse_timestamp(vm.creation_timestamp, observed_at),
+        tags=dict(vm.labels),
+        observed_at=observed_at,
+    )
+
+
+def _pages(
+    client: compute_v1.InstancesClient, project: str, page_size: int, retry: gretry.Retry
+) -> Iterator[compute_v1.InstanceAggregatedList]:
+    request = compute_v1.AggregatedListInstancesRequest(project=project, max_results=page_size)
+    yield from client.aggregated_list(request=request, retry=retry).pages
+
+
+def list_project(
+    client: compute_v1.InstancesClient,
+    project: str,
+    *,
+    page_size: int,
+    retry: gretry.Retry,
+    observed_at: datetime,
+) -> Inventory:
+    """All instances of one project; a failure becomes a gap for the project (or a zone)."""
+    instances: list[Instance] = []
+    gaps: list[Gap] = []
+    try:
+        for page in _pages(client, project, page_size, retry):
+            for unreachable in page.unreachables:
+                gaps.append(
+                    Gap(
+                        provider="gcp",
+                        scope=f"{project}/{unreachable}",
+                        error="zone unreachable; its instances are missing this cycle",
+                    )
+                )
+            for scope, scoped in page.items.items():
+                warning: Any = scoped.warning  # compute_v1.Warning shadows the builtin
+                if warning and warning.code == "UNREACHABLE":
+                    gaps.append(
+                        Gap(
+                            provider="gcp",
+                            scope=f"{project}/{scope}",
+                            error=f"unreachable: {warning.message}",
+                        )
+                    )
+                instances.extend(to_instance(project, vm, observed_at) for vm in scoped.instances)
+    except gexc.GoogleAPICallError as exc:
+        gaps.append(Gap(provider="gcp", scope=project, error=explain(exc, project)))
+        # A half-read project is reported as a gap, not as a smaller fleet.
+        instances = []
+    except gexc.RetryError as exc:
+        gaps.append(
+            Gap(provider="gcp", scope=project, error=f"gave up after retries: {exc.cause or exc}")
+        )
+        instances = []
+    return Inventory(instances=instances, gaps=gaps)

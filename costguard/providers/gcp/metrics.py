@@ -1,0 +1,188 @@
+"""GPU readings from Cloud Monitoring, batched: one ListTimeSeries call per project per
+metric type (never one per instance), aligned to 60 s on the server.
+
+Sources, most honest first:
+- DCGM SM activity from the Ops Agent's dcgm receiver (v2 `gpu.dcgm.sm.utilization`,
+  v1 `dcgm.gpu.profiling.sm_utilization`), a 0-1 ratio -> `sm_mean` in percent;
+- NVML `agent.googleapis.com/gpu/utilization` (percent of time a kernel ran) -> `util_mean`;
+- `agent.googleapis.com/gpu/memory/bytes_used` (state "used") -> `mem_used_bytes`.
+
+Aligned points carry the END of their 60 s window; `GpuMinute.minute` is its start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from google.api_core import exceptions as gexc
+from google.api_core import retry as gretry
+from google.cloud import monitoring_v3
+from google.protobuf import duration_pb2, timestamp_pb2
+
+from costguard.clock import utc
+from costguard.errors import ProviderError
+from costguard.model import GpuMinute, Instance, TelemetrySource
+from costguard.providers.gcp.errors import translate
+
+UTIL = "agent.googleapis.com/gpu/utilization"
+MEM_USED = "agent.googleapis.com/gpu/memory/bytes_used"
+SM_V2 = "workload.googleapis.com/gpu.dcgm.sm.utilization"
+SM_V1 = "workload.googleapis.com/dcgm.gpu.profiling.sm_utilization"
+
+_Aligner = monitoring_v3.Aggregation.Aligner
+
+
+@dataclass(frozen=True)
+class MetricQuery:
+    metric_type: str
+    aligner: Any  # monitoring_v3.Aggregation.Aligner
+    field: str  # which GpuMinute field it fills
+    scale: float  # multiply raw value by this
+
+
+QUERIES: tuple[MetricQuery, ...] = (
+    MetricQuery(SM_V2, _Aligner.ALIGN_MEAN, "sm_v2", 100.0),
+    MetricQuery(SM_V1, _Aligner.ALIGN_MEAN, "sm_v1", 100.0),
+    MetricQuery(UTIL, _Aligner.ALIGN_MEAN, "util", 1.0),
+    MetricQuery(MEM_USED, _Aligner.ALIGN_MAX, "mem", 1.0),
+)
+
+_Key = tuple[str, int, datetime]  # (instance id, gpu index, minute start)
+
+
+def metric_filter(metric_type: str) -> str:
+    return f'metric.type = "{metric_type}" AND resource.type = "gce_instance"'
+
+
+def _ts(dt: datetime) -> timestamp_pb2.Timestamp:
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromDatetime(utc(dt))
+    return stamp
+
+
+def build_request(
+    project: str, query: MetricQuery, start: datetime, end: datetime
+) -> monitoring_v3.ListTimeSeriesRequest:
+    return monitoring_v3.ListTimeSeriesRequest(
+        name=f"projects/{project}",
+        filter=metric_filter(query.metric_type),
+        interval=monitoring_v3.TimeInterval(start_time=_ts(start), end_time=_ts(end)),
+        aggregation=monitoring_v3.Aggregation(
+            alignment_period=duration_pb2.Duration(seconds=60),
+            per_series_aligner=query.aligner,
+        ),
+        view=monitoring_v3.ListTimeSeriesRequest.TimeSeriesView.FULL,
+    )
+
+
+def _value(point: Any) -> float | None:
+    which = monitoring_v3.TypedValue.pb(point.value).WhichOneof("value")
+    if which == "double_value":
+        return float(point.value.double_value)
+    if which == "int64_value":
+        return float(point.value.int64_value)
+    return None
+
+
+def _minute(end_time: datetime) -> datetime:
+    start = utc(end_time) - timedelta(seconds=60)
+    return start.replace(second=0, microsecond=0)
+
+
+def fetch_project(
+    client: monitoring_v3.MetricServiceClient,
+    project: str,
+    wanted_ids: set[str],
+    start: datetime,
+    end: datetime,
+    retry: gretry.Retry,
+) -> dict[str, dict[_Key, float]]:
+    """Readings of one project: field name -> {(instance, gpu, minute): value}."""
+    out: dict[str, dict[_Key, float]] = {q.field: {} for q in QUERIES}
+    for query in QUERIES:
+        request = build_request(project, query, start, end)
+        try:
+            for series in client.list_time_series(request=request, retry=retry):
+                instance_id = series.resource.labels.get("instance_id", "")
+                if instance_id not in wanted_ids:
+                    continue
+                labels = series.metric.labels
+                if query.field == "mem" and labels.get("memory_state", "used") != "used":
+                    continue
+                gpu = int(labels.get("gpu_number", "0") or 0)
+                for point in series.points:
+                    value = _value(point)
+                    if value is None:
+                        continue
+                    key = (instance_id, gpu, _minute(point.interval.end_time))
+                    out[query.field][key] = value * query.scale
+        except gexc.GoogleAPICallError as exc:
+            raise translate(exc, project, api="monitoring.googleapis.com") from exc
+        except gexc.RetryError as exc:
+            raise ProviderError(
+                "gcp",
+                project,
+                f"Cloud Monitoring: gave up after retries ({exc.cause or exc})",
+                retryable=True,
+            ) from exc
+    return out
+
+
+def _pct(value: float | None) -> float | None:
+    return None if value is None else min(max(value, 0.0), 100.0)
+
+
+def merge(readings: dict[str, dict[_Key, float]]) -> list[GpuMinute]:
+    keys: set[_Key] = set()
+    for values in readings.values():
+        keys.update(values)
+    minutes = []
+    for key in sorted(keys):
+        instance_id, gpu, minute = key
+        sm = readings["sm_v2"].get(key, readings["sm_v1"].get(key))
+        mem = readings["mem"].get(key)
+        minutes.append(
+            GpuMinute(
+                provider="gcp",
+                instance_id=instance_id,
+                gpu_index=gpu,
+                minute=minute.astimezone(UTC),
+                source=TelemetrySource.CLOUD_MONITORING,
+                util_mean=_pct(readings["util"].get(key)),
+                sm_mean=_pct(sm),
+                mem_used_bytes=None if mem is None else max(int(mem), 0),
+            )
+        )
+    return minutes
+
+
+def gpu_minutes(
+    client: monitoring_v3.MetricServiceClient,
+    instances: Sequence[Instance],
+    start: datetime,
+    end: datetime,
+    *,
+    retry: gretry.Retry,
+    max_workers: int,
+) -> list[GpuMinute]:
+    """Every GPU-minute Cloud Monitoring has for `instances` in [start, end)."""
+    by_project: dict[str, set[str]] = {}
+    for inst in instances:
+        if inst.provider == "gcp":
+            by_project.setdefault(inst.account, set()).add(inst.instance_id)
+    if not by_project:
+        return []
+    with ThreadPoolExecutor(max_workers=min(max_workers, len(by_project))) as pool:
+        results: Iterable[dict[str, dict[_Key, float]]] = pool.map(
+            lambda item: fetch_project(client, item[0], item[1], start, end, retry),
+            by_project.items(),
+        )
+        merged: dict[str, dict[_Key, float]] = {q.field: {} for q in QUERIES}
+        for result in results:
+            for name, values in result.items():
+                merged[name].update(values)
+    return [m for m in merge(merged) if utc(start) <= m.minute < utc(end)]

@@ -1,0 +1,103 @@
+"""`GcpProvider`: Compute Engine + Cloud Monitoring behind costguard's Provider protocol."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+
+from costguard.clock import Clock, SystemClock
+from costguard.model import (
+    ActionResult,
+    Gap,
+    GpuMinute,
+    Instance,
+    Inventory,
+    PriceQuote,
+    ProviderName,
+)
+from costguard.providers.gcp import actions, inventory, metrics, pricing, projects
+from costguard.providers.gcp.clients import GcpClients, build_clients, make_retry
+from costguard.providers.gcp.settings import GcpSettings
+
+
+class GcpProvider:
+    """Lists every configured project concurrently (bounded by `max_workers`); a project
+    that cannot be read is a `Gap` and the others go on."""
+
+    name: ProviderName = "gcp"
+
+    def __init__(
+        self,
+        settings: GcpSettings,
+        *,
+        clock: Clock | None = None,
+        clients: GcpClients | None = None,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock or SystemClock()
+        self.clients = clients or build_clients(settings)
+        self.retry = make_retry(settings.retry)
+        self._actions = actions.ActionContext(
+            instances=self.clients.instances,
+            operations=self.clients.zone_operations,
+            retry=self.retry,
+            operation_timeout_s=settings.operation_timeout_s,
+        )
+
+    def projects(self) -> tuple[list[str], list[Gap]]:
+        """Configured projects plus those found under the folder/organization."""
+        found, gaps = projects.discover(self.settings, self.clients.credentials)
+        return sorted(set(self.settings.projects) | set(found)), gaps
+
+    def list_instances(self) -> Inventory:
+        names, gaps = self.projects()
+        observed_at = self.clock.now()
+        instances: list[Instance] = []
+        if names:
+            with ThreadPoolExecutor(max_workers=min(self.settings.max_workers, len(names))) as pool:
+                results = pool.map(
+                    lambda project: inventory.list_project(
+                        self.clients.instances,
+                        project,
+                        page_size=self.settings.page_size,
+                        retry=self.retry,
+                        observed_at=observed_at,
+                    ),
+                    names,
+                )
+                for result in results:
+                    instances.extend(result.instances)
+                    gaps.extend(result.gaps)
+        return Inventory(instances=instances, gaps=gaps)
+
+    def gpu_metrics(
+        self, instances: Sequence[Instance], start: datetime, end: datetime
+    ) -> list[GpuMinute]:
+        return metrics.gpu_minutes(
+            self.clients.metrics,
+            instances,
+            start,
+            end,
+            retry=self.retry,
+            max_workers=self.settings.max_workers,
+        )
+
+    def stop(self, instance: Instance, *, dry_run: bool) -> ActionResult:
+        return actions.stop(self._actions, instance, dry_run=dry_run)
+
+    def start(self, instance: Instance, *, dry_run: bool) -> ActionResult:
+        return actions.start(self._actions, instance, dry_run=dry_run)
+
+    def set_tags(
+        self,
+        instance: Instance,
+        tags: Mapping[str, str],
+        *,
+        remove: Sequence[str] = (),
+        dry_run: bool,
+    ) -> ActionResult:
+        return actions.set_labels(self._actions, instance, tags, remove=remove, dry_run=dry_run)
+
+    def price(self, instance: Instance) -> PriceQuote | None:
+        return pricing.price(instance)

@@ -1,0 +1,35 @@
+"""Fixtures: the real Google clients against local fakes (Compute REST, Monitoring gRPC)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from costguard.clock import ManualClock
+from costguard.providers.gcp import GcpProvider
+from costguard.providers.gcp.fake_server import FakeGcp
+
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeGcp]:
+    with FakeGcp() as running:
+        yield running
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(NOW)
+
+
+@pytest.fixture
+def make_provider(fake: FakeGcp, clock: ManualClock) -> Callable[..., GcpProvider]:
+    def make(**settings: Any) -> GcpProvider:
+        settings.setdefault("projects", ["ml-prod"])
+        return GcpProvider(fake.settings(**settings), clock=clock)
+
+    return make
