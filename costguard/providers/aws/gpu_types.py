@@ -1,0 +1,106 @@
+"""GPU count, model and memory per EC2 instance type.
+
+DescribeInstanceTypes is the source; it is asked once per region per type (batched 100 types a
+call) and cached. Types it does not know (retired ones such as p3.2xlarge are missing from some
+API data) fall back to the shipped table `data/gpu_types.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from costguard.providers.aws.boundary import aws_call, error_code, error_message
+
+if TYPE_CHECKING:
+    from mypy_boto3_ec2 import EC2Client
+
+_BATCH = 100  # DescribeInstanceTypes accepts at most 100 InstanceTypes per call
+_MISSING = re.compile(r"\[([^\]]*)\]")
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    count: int
+    model: str | None
+    memory_mib: int | None  # per GPU
+
+    @classmethod
+    def none(cls) -> GpuSpec:
+        return cls(0, None, None)
+
+
+@cache
+def shipped_gpu_table() -> dict[str, GpuSpec]:
+    text = resources.files("costguard.providers.aws").joinpath("data/gpu_types.json").read_text()
+    doc: dict[str, Any] = json.loads(text)
+    return {
+        name: GpuSpec(int(row["count"]), str(row["model"]), int(row["memory_mib"]))
+        for name, row in doc["types"].items()
+    }
+
+
+def spec_from_type_info(info: dict[str, Any]) -> GpuSpec:
+    gpu_info = info.get("GpuInfo")
+    if not gpu_info or not gpu_info.get("Gpus"):
+        return GpuSpec.none()
+    gpus = gpu_info["Gpus"]
+    first = gpus[0]
+    model = " ".join(p for p in (first.get("Manufacturer"), first.get("Name")) if p) or None
+    memory = first.get("MemoryInfo", {}).get("SizeInMiB")
+    return GpuSpec(sum(int(g.get("Count", 0)) for g in gpus), model, memory)
+
+
+class GpuTypeCatalog:
+    """Thread-safe per-region cache of GpuSpec by instance type."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._known: dict[tuple[str, str], GpuSpec] = {}
+        self.calls = 0  # DescribeInstanceTypes calls made (tests check the batching)
+
+    def resolve(self, ec2: EC2Client, region: str, types: set[str]) -> dict[str, GpuSpec]:
+        with self._lock:
+            wanted = sorted(t for t in types if (region, t) not in self._known)
+        found: dict[str, GpuSpec] = {}
+        for start in range(0, len(wanted), _BATCH):
+            found.update(self._describe(ec2, region, wanted[start : start + _BATCH]))
+        fallback = shipped_gpu_table()
+        with self._lock:
+            for t in wanted:
+                self._known[(region, t)] = found.get(t) or fallback.get(t) or GpuSpec.none()
+            return {t: self._known[(region, t)] for t in types}
+
+    def _describe(self, ec2: EC2Client, region: str, batch: list[str]) -> dict[str, GpuSpec]:
+        out: dict[str, GpuSpec] = {}
+        while batch:
+            try:
+                with self._lock:
+                    self.calls += 1
+                page = ec2.describe_instance_types(InstanceTypes=batch)  # type: ignore[arg-type]
+            except ClientError as exc:
+                # One unknown type fails the whole call; the message names them all.
+                unknown = _unknown_types(exc)
+                if not unknown or not unknown & set(batch):
+                    with aws_call(f"{region}/describe-instance-types"):
+                        raise
+                batch = [t for t in batch if t not in unknown]
+                continue
+            for info in page["InstanceTypes"]:
+                out[info["InstanceType"]] = spec_from_type_info(dict(info))
+            return out
+        return out
+
+
+def _unknown_types(exc: ClientError) -> set[str]:
+    if error_code(exc) != "InvalidInstanceType":
+        return set()
+    match = _MISSING.search(error_message(exc))
+    return {t.strip() for t in match.group(1).split(",")} if match else set()

@@ -1,0 +1,113 @@
+"""The least-privilege IAM policy costguard needs, generated from what it is allowed to do.
+
+`deploy/iam/aws/*.json` are written from this function and a test keeps them in sync.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PROTECT_TAG = "costguard:protect"
+
+READ_ACTIONS = [
+    "ec2:DescribeInstances",
+    "ec2:DescribeInstanceTypes",
+    "ec2:DescribeRegions",
+    "ec2:DescribeSpotPriceHistory",
+    "cloudwatch:GetMetricData",
+    "cloudwatch:ListMetrics",
+    "pricing:GetProducts",
+]
+
+
+def required_iam_policy(
+    enforcing: bool,
+    tagging: bool,
+    *,
+    cross_account: bool = False,
+    discover_accounts: bool = False,
+    role_name: str = "CostguardRole",
+) -> dict[str, Any]:
+    """An IAM policy document for costguard's role in each account it reads.
+
+    enforcing: may stop and start instances (never terminate), except ones tagged
+        `costguard:protect=true` — the tag is enforced by IAM too, not only by costguard.
+    tagging: may add and remove instance tags, but never touch `costguard:protect` itself.
+    cross_account / discover_accounts: the extra rights of the account costguard runs in
+        (assume `role_name` elsewhere; list the organization's accounts).
+    With neither enforcing nor tagging the policy is read-only.
+    """
+    statements: list[dict[str, Any]] = [
+        {
+            "Sid": "CostguardRead",
+            "Effect": "Allow",
+            "Action": sorted(READ_ACTIONS),
+            # These List/Describe/Get calls support no resource-level permissions.
+            "Resource": "*",
+        }
+    ]
+    if enforcing:
+        statements.append(
+            {
+                "Sid": "CostguardStopStart",
+                "Effect": "Allow",
+                "Action": ["ec2:StartInstances", "ec2:StopInstances"],
+                "Resource": "arn:aws:ec2:*:*:instance/*",
+                "Condition": {"StringNotEquals": {f"aws:ResourceTag/{PROTECT_TAG}": "true"}},
+            }
+        )
+    if tagging:
+        statements.append(
+            {
+                "Sid": "CostguardTag",
+                "Effect": "Allow",
+                "Action": ["ec2:CreateTags", "ec2:DeleteTags"],
+                "Resource": "arn:aws:ec2:*:*:instance/*",
+                "Condition": {"ForAllValues:StringNotEquals": {"aws:TagKeys": [PROTECT_TAG]}},
+            }
+        )
+    if cross_account:
+        statements.append(
+            {
+                "Sid": "CostguardAssumeRole",
+                "Effect": "Allow",
+                "Action": "sts:AssumeRole",
+                "Resource": f"arn:aws:iam::*:role/{role_name}",
+            }
+        )
+    if discover_accounts:
+        statements.append(
+            {
+                "Sid": "CostguardListAccounts",
+                "Effect": "Allow",
+                "Action": "organizations:ListAccounts",
+                "Resource": "*",
+            }
+        )
+    return {"Version": "2012-10-17", "Statement": statements}
+
+
+def trust_policy(hub_account_id: str, external_id_required: bool = True) -> dict[str, Any]:
+    """Trust policy for `CostguardRole` in a member account: only the hub account may assume it
+    (and only with the external id when one is configured)."""
+    statement: dict[str, Any] = {
+        "Effect": "Allow",
+        "Principal": {"AWS": f"arn:aws:iam::{hub_account_id}:root"},
+        "Action": "sts:AssumeRole",
+    }
+    if external_id_required:
+        statement["Condition"] = {"StringEquals": {"sts:ExternalId": "<your external id>"}}
+    return {"Version": "2012-10-17", "Statement": [statement]}
+
+
+# Files under deploy/iam/aws/ and the arguments that produce them.
+DEPLOY_FILES: dict[str, dict[str, bool]] = {
+    "costguard-readonly.json": {"enforcing": False, "tagging": False},
+    "costguard-enforce.json": {"enforcing": True, "tagging": True},
+    "costguard-hub.json": {
+        "enforcing": False,
+        "tagging": False,
+        "cross_account": True,
+        "discover_accounts": True,
+    },
+}

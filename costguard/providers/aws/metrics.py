@@ -1,0 +1,241 @@
+"""CloudWatch readings for one (account, region): discover series once, fetch them batched.
+
+The CloudWatch agent's nvidia_smi plugin writes `nvidia_smi_*` into `CWAgent` with dimensions
+`host`, `index`, `name` — plus `InstanceId` only when `append_dimensions` is configured.
+CloudWatch matches dimension sets exactly, so the series are found with ListMetrics first and
+then asked for with their full dimension set, 500 queries per GetMetricData call.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from costguard.clock import utc
+from costguard.model import GpuMinute, TelemetrySource
+from costguard.providers.aws.boundary import aws_call
+from costguard.providers.aws.inventory import HostNames
+
+if TYPE_CHECKING:
+    from mypy_boto3_cloudwatch import CloudWatchClient
+
+log = logging.getLogger(__name__)
+
+GPU_UTIL = "nvidia_smi_utilization_gpu"
+GPU_MEM_USED = "nvidia_smi_memory_used"
+GPU_MEM_TOTAL = "nvidia_smi_memory_total"
+GPU_METRICS = (GPU_UTIL, GPU_MEM_USED, GPU_MEM_TOTAL)
+CPU_NAMESPACE = "AWS/EC2"
+CPU_METRIC = "CPUUtilization"
+MAX_QUERIES_PER_CALL = 500
+PERIOD_S = 60
+_MIB = 1024 * 1024
+
+Layout = bool | Literal["auto"]
+
+
+@dataclass(frozen=True)
+class Series:
+    """One CloudWatch metric series attributed to an instance's GPU."""
+
+    instance_id: str
+    gpu_index: int
+    metric: str
+    dimensions: tuple[tuple[str, str], ...]
+    by_instance_id: bool
+
+    @property
+    def stat(self) -> str:
+        # Memory held: the minute's maximum is what matters; utilisation: its mean.
+        return "Average" if self.metric == GPU_UTIL else "Maximum"
+
+
+def list_metric_dimensions(
+    cw: CloudWatchClient, namespace: str, metric: str, scope: str, *, recently_active: bool
+) -> set[tuple[tuple[str, str], ...]]:
+    """Distinct dimension sets of `metric` (ListMetrics, our own NextToken loop)."""
+    found: set[tuple[tuple[str, str], ...]] = set()
+    token: str | None = None
+    with aws_call(scope):
+        while True:
+            kwargs: dict[str, Any] = {"Namespace": namespace, "MetricName": metric}
+            if recently_active:
+                kwargs["RecentlyActive"] = "PT3H"
+            if token:
+                kwargs["NextToken"] = token
+            page = cw.list_metrics(**kwargs)
+            for m in page.get("Metrics", []):
+                found.add(tuple(sorted((d["Name"], d["Value"]) for d in m.get("Dimensions", []))))
+            token = page.get("NextToken")
+            if not token:
+                return found
+
+
+def host_index(hosts: Mapping[str, HostNames]) -> dict[str, str]:
+    """`host` dimension value -> instance id; names shared by two instances are dropped."""
+    owners: dict[str, set[str]] = {}
+    for instance_id, names in hosts.items():
+        for name in {names.private_dns, names.hostname} - {None}:
+            assert name is not None
+            owners.setdefault(name.lower(), set()).add(instance_id)
+    return {name: ids.pop() for name, ids in owners.items() if len(ids) == 1}
+
+
+def attribute_series(
+    dimension_sets: Mapping[str, Iterable[tuple[tuple[str, str], ...]]],
+    wanted: set[str],
+    hosts: Mapping[str, HostNames],
+    layout: Layout,
+) -> list[Series]:
+    """Map each discovered series to (instance, GPU index); with `auto`, InstanceId series win
+    over host series for the same GPU."""
+    by_host = host_index({i: h for i, h in hosts.items() if i in wanted})
+    chosen: dict[tuple[str, int, str], Series] = {}
+    for metric, dim_sets in dimension_sets.items():
+        for dims in dim_sets:
+            d = dict(dims)
+            if "InstanceId" in d:
+                if layout is False:
+                    continue
+                instance_id: str | None = d["InstanceId"] if d["InstanceId"] in wanted else None
+                by_id = True
+            else:
+                if layout is True or "host" not in d:
+                    continue
+                instance_id = by_host.get(d["host"].lower())
+                by_id = False
+            if instance_id is None:
+                continue
+            try:
+                index = int(d.get("index", "0"))
+            except ValueError:
+                continue
+            key = (instance_id, index, metric)
+            current = chosen.get(key)
+            if current is None or (by_id and not current.by_instance_id):
+                chosen[key] = Series(instance_id, index, metric, dims, by_id)
+    return sorted(chosen.values(), key=lambda s: (s.instance_id, s.gpu_index, s.metric))
+
+
+def get_metric_data(
+    cw: CloudWatchClient,
+    queries: Sequence[dict[str, Any]],
+    start: datetime,
+    end: datetime,
+    scope: str,
+) -> tuple[dict[str, list[tuple[datetime, float]]], int]:
+    """Run `queries` (each with a unique Id) in calls of 500; returns values by Id and the
+    number of GetMetricData calls made."""
+    out: dict[str, list[tuple[datetime, float]]] = {}
+    calls = 0
+    with aws_call(scope):
+        for first in range(0, len(queries), MAX_QUERIES_PER_CALL):
+            batch = list(queries[first : first + MAX_QUERIES_PER_CALL])
+            token: str | None = None
+            while True:
+                kwargs: dict[str, Any] = {
+                    "MetricDataQueries": batch,
+                    "StartTime": start,
+                    "EndTime": end,
+                    "ScanBy": "TimestampAscending",
+                }
+                if token:
+                    kwargs["NextToken"] = token
+                page = cw.get_metric_data(**kwargs)
+                calls += 1
+                for result in page.get("MetricDataResults", []):
+                    points = zip(
+                        result.get("Timestamps", []), result.get("Values", []), strict=False
+                    )
+                    out.setdefault(result["Id"], []).extend((utc(t), float(v)) for t, v in points)
+                token = page.get("NextToken")
+                if not token:
+                    break
+    return out, calls
+
+
+def gpu_queries(series: Sequence[Series], namespace: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "Id": f"g{n}",
+            "MetricStat": {
+                "Metric": {
+                    "Namespace": namespace,
+                    "MetricName": s.metric,
+                    "Dimensions": [{"Name": k, "Value": v} for k, v in s.dimensions],
+                },
+                "Period": PERIOD_S,
+                "Stat": s.stat,
+            },
+            "ReturnData": True,
+        }
+        for n, s in enumerate(series)
+    ]
+
+
+def cpu_queries(instance_ids: Sequence[str]) -> list[dict[str, Any]]:
+    return [
+        {
+            "Id": f"c{n}",
+            "MetricStat": {
+                "Metric": {
+                    "Namespace": CPU_NAMESPACE,
+                    "MetricName": CPU_METRIC,
+                    "Dimensions": [{"Name": "InstanceId", "Value": instance_id}],
+                },
+                "Period": PERIOD_S,
+                "Stat": "Average",
+            },
+            "ReturnData": True,
+        }
+        for n, instance_id in enumerate(instance_ids)
+    ]
+
+
+def minute_of(ts: datetime) -> datetime:
+    return utc(ts).replace(second=0, microsecond=0)
+
+
+def _pct(value: float) -> float:
+    return min(100.0, max(0.0, value))
+
+
+def to_gpu_minutes(
+    series: Sequence[Series], values: Mapping[str, list[tuple[datetime, float]]]
+) -> list[GpuMinute]:
+    rows: dict[tuple[str, int, datetime], dict[str, Any]] = {}
+    for n, s in enumerate(series):
+        for ts, value in values.get(f"g{n}", []):
+            row = rows.setdefault((s.instance_id, s.gpu_index, minute_of(ts)), {})
+            if s.metric == GPU_UTIL:
+                row["util_mean"] = _pct(value)
+                row["util_max"] = _pct(value)
+            elif s.metric == GPU_MEM_USED:
+                row["mem_used_bytes"] = max(0, int(value * _MIB))
+            else:
+                row["mem_total_bytes"] = max(0, int(value * _MIB))
+    return [
+        GpuMinute(
+            provider="aws",
+            instance_id=instance_id,
+            gpu_index=index,
+            minute=minute,
+            source=TelemetrySource.CLOUDWATCH,
+            **fields,
+        )
+        for (instance_id, index, minute), fields in sorted(rows.items())
+    ]
+
+
+def window(start: datetime, end: datetime) -> tuple[datetime, datetime]:
+    """Whole minutes covering [start, end): CloudWatch aligns 60 s periods to the minute."""
+    first = minute_of(start)
+    last = minute_of(end)
+    if last < utc(end):
+        last += timedelta(minutes=1)
+    if last <= first:
+        last = first + timedelta(minutes=1)
+    return first, last

@@ -1,0 +1,361 @@
+"""`AwsProvider`: EC2 inventory, CloudWatch GPU/CPU readings, stop/start/tag, prices.
+
+A cycle starts with `list_instances()`: it polls every (account x region) scope concurrently
+with a bounded pool, records the hosts the CloudWatch agent may report, and clears the
+per-cycle caches (metric series, spot prices).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
+from typing import Any
+
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError
+
+from costguard.clock import Clock, SystemClock, utc
+from costguard.errors import ProviderError
+from costguard.model import (
+    ActionOutcome,
+    ActionResult,
+    Gap,
+    GpuMinute,
+    Instance,
+    Inventory,
+    Lifecycle,
+    PriceQuote,
+    ProviderName,
+)
+from costguard.providers.aws import actions
+from costguard.providers.aws import metrics as cw
+from costguard.providers.aws.gpu_types import GpuTypeCatalog
+from costguard.providers.aws.inventory import HostNames, host_names, read_scope
+from costguard.providers.aws.pricing import (
+    OnDemandTable,
+    fetch_on_demand_prices,
+    latest_spot_prices,
+)
+from costguard.providers.aws.sessions import AccountScope, ClientFactory
+from costguard.providers.aws.settings import AwsSettings
+
+log = logging.getLogger(__name__)
+
+CpuSeries = dict[str, dict[datetime, float]]
+
+
+class AwsProvider:
+    """The `costguard.providers.base.Provider` for AWS EC2."""
+
+    name: ProviderName = "aws"
+
+    def __init__(
+        self,
+        settings: AwsSettings,
+        *,
+        clock: Clock | None = None,
+        session: boto3.Session | None = None,
+    ) -> None:
+        self.settings = settings
+        self.clock: Clock = clock or SystemClock()
+        self.clients = ClientFactory(settings, session)
+        self.gpu_types = GpuTypeCatalog()
+        self.prices = OnDemandTable()
+        self._lock = threading.Lock()
+        self._accounts: dict[str, AccountScope] = {}
+        self._hosts: dict[str, HostNames] = {}
+        self._spot: dict[tuple[str, str], dict[tuple[str, str], float]] = {}
+        self._spot_asked: dict[tuple[str, str], set[str]] = defaultdict(set)
+        self._spot_types: dict[tuple[str, str], set[str]] = defaultdict(set)
+        self.metric_gaps: list[Gap] = []  # scopes whose metrics could not be read, last call
+        self.get_metric_data_calls = 0  # GetMetricData calls made, last gpu/cpu call
+
+    # -- inventory -------------------------------------------------------------------------
+
+    def list_instances(self) -> Inventory:
+        observed_at = self.clock.now()
+        with self._lock:
+            self._spot.clear()
+            self._spot_asked.clear()
+            self._spot_types.clear()
+        try:
+            accounts = self.clients.accounts()
+        except ProviderError as exc:
+            return Inventory(gaps=[Gap(provider="aws", scope="accounts", error=str(exc))])
+        gaps: list[Gap] = []
+        scopes: list[tuple[AccountScope, str]] = []
+        with ThreadPoolExecutor(self.settings.max_workers, "costguard-aws") as pool:
+            region_lists = {a.account_id: pool.submit(self._regions_of, a) for a in accounts}
+            for account in accounts:
+                regions = region_lists[account.account_id].result()
+                if isinstance(regions, Gap):
+                    gaps.append(regions)
+                    continue
+                scopes += [(account, region) for region in regions]
+            futures = [pool.submit(self._read, a, r, observed_at) for a, r in scopes]
+            instances: list[Instance] = []
+            for future in futures:
+                got = future.result()
+                if isinstance(got, Gap):
+                    gaps.append(got)
+                else:
+                    instances += got
+        with self._lock:
+            self._accounts.update({a.account_id: a for a in accounts})
+            for inst in instances:
+                if inst.lifecycle is Lifecycle.SPOT:
+                    self._spot_types[(inst.account, inst.region)].add(inst.instance_type)
+        return Inventory(instances=instances, gaps=gaps)
+
+    def _regions_of(self, account: AccountScope) -> list[str] | Gap:
+        try:
+            self.clients.session_for(account)  # assume the role once, before its regions
+            return self.clients.regions(account)
+        except ProviderError as exc:
+            self.clients.forget(account)
+            return Gap(provider="aws", scope=account.account_id, error=str(exc))
+
+    def _read(
+        self, account: AccountScope, region: str, observed_at: datetime
+    ) -> list[Instance] | Gap:
+        scope = f"{account.account_id}/{region}"
+        try:
+            result = read_scope(
+                self.clients.ec2(account, region),
+                account=account.account_id,
+                region=region,
+                catalog=self.gpu_types,
+                observed_at=observed_at,
+            )
+        except ProviderError as exc:
+            log.warning("aws scope %s not read: %s", scope, exc)
+            return Gap(provider="aws", scope=scope, error=str(exc))
+        with self._lock:
+            self._hosts.update(result.hosts)
+        return result.instances
+
+    def _account(self, account_id: str) -> AccountScope:
+        with self._lock:
+            known = self._accounts.get(account_id)
+        if known is not None:
+            return known
+        configured = {a.id: a for a in self.settings.accounts}
+        if account_id == self.clients.own_account() and (
+            account_id not in configured or configured[account_id].role_arn is None
+        ):
+            return AccountScope(account_id, None)
+        ref = configured.get(account_id)
+        role = (
+            ref.role_arn
+            if ref and ref.role_arn
+            else (f"arn:aws:iam::{account_id}:role/{self.settings.role_name}")
+        )
+        return AccountScope(account_id, role)
+
+    # -- metrics ---------------------------------------------------------------------------
+
+    def gpu_metrics(
+        self, instances: Sequence[Instance], start: datetime, end: datetime
+    ) -> list[GpuMinute]:
+        first, last = cw.window(start, end)
+        recent = utc(self.clock.now()) - first < timedelta(hours=3)
+        out: list[GpuMinute] = []
+        gaps: list[Gap] = []
+        calls = 0
+        groups = self._by_scope(instances)
+        with ThreadPoolExecutor(self.settings.max_workers, "costguard-cw") as pool:
+            futures = {
+                key: pool.submit(self._gpu_scope, key, members, first, last, recent)
+                for key, members in groups.items()
+            }
+            for (account_id, region), future in futures.items():
+                try:
+                    rows, n = future.result()
+                except ProviderError as exc:
+                    gaps.append(Gap(provider="aws", scope=f"{account_id}/{region}", error=str(exc)))
+                    continue
+                out += rows
+                calls += n
+        self.metric_gaps, self.get_metric_data_calls = gaps, calls
+        return out
+
+    def _gpu_scope(
+        self,
+        key: tuple[str, str],
+        members: list[Instance],
+        first: datetime,
+        last: datetime,
+        recent: bool,
+    ) -> tuple[list[GpuMinute], int]:
+        account_id, region = key
+        scope = f"{account_id}/{region}/cloudwatch"
+        account = self._account(account_id)
+        client = self.clients.cloudwatch(account, region)
+        namespace = self.settings.cloudwatch.gpu_namespace
+        layout = self.settings.cloudwatch.instance_dimension
+        wanted = {i.instance_id for i in members}
+        hosts = self._hosts_for(account, region, wanted) if layout is not True else {}
+        dimension_sets = {
+            metric: cw.list_metric_dimensions(
+                client, namespace, metric, scope, recently_active=recent
+            )
+            for metric in cw.GPU_METRICS
+        }
+        series = cw.attribute_series(dimension_sets, wanted, hosts, layout)
+        if not series:
+            return [], 0
+        values, calls = cw.get_metric_data(
+            client, cw.gpu_queries(series, namespace), first, last, scope
+        )
+        return cw.to_gpu_minutes(series, values), calls
+
+    def _hosts_for(
+        self, account: AccountScope, region: str, wanted: set[str]
+    ) -> dict[str, HostNames]:
+        with self._lock:
+            known = {i: self._hosts[i] for i in wanted if i in self._hosts}
+        missing = sorted(wanted - set(known))
+        if missing:
+            ec2 = self.clients.ec2(account, region)
+            for chunk in range(0, len(missing), 1000):
+                ids = missing[chunk : chunk + 1000]
+                try:
+                    page = ec2.describe_instances(InstanceIds=ids)
+                except (ClientError, BotoCoreError) as exc:  # e.g. an id gone meanwhile
+                    log.info("private DNS names not refreshed: %s", type(exc).__name__)
+                    continue
+                for reservation in page.get("Reservations", []):
+                    for raw in reservation.get("Instances", []):
+                        known[raw["InstanceId"]] = host_names(dict(raw))
+            with self._lock:
+                self._hosts.update(known)
+        return known
+
+    def cpu_metrics(
+        self, instances: Sequence[Instance], start: datetime, end: datetime
+    ) -> CpuSeries:
+        """AWS/EC2 CPUUtilization per instance per minute (percent), batched like GPU data."""
+        first, last = cw.window(start, end)
+        out: CpuSeries = {}
+        gaps: list[Gap] = []
+        calls = 0
+        for (account_id, region), members in self._by_scope(instances).items():
+            ids = sorted({i.instance_id for i in members})
+            scope = f"{account_id}/{region}/cloudwatch"
+            try:
+                client = self.clients.cloudwatch(self._account(account_id), region)
+                values, n = cw.get_metric_data(client, cw.cpu_queries(ids), first, last, scope)
+            except ProviderError as exc:
+                gaps.append(Gap(provider="aws", scope=scope, error=str(exc)))
+                continue
+            calls += n
+            for idx, instance_id in enumerate(ids):
+                points = values.get(f"c{idx}", [])
+                if points:
+                    out[instance_id] = {cw.minute_of(ts): v for ts, v in points}
+        self.metric_gaps, self.get_metric_data_calls = gaps, calls
+        return out
+
+    @staticmethod
+    def _by_scope(instances: Sequence[Instance]) -> dict[tuple[str, str], list[Instance]]:
+        groups: dict[tuple[str, str], list[Instance]] = defaultdict(list)
+        for inst in instances:
+            if inst.provider == "aws":
+                groups[(inst.account, inst.region)].append(inst)
+        return dict(groups)
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def _ec2_for(self, instance: Instance) -> Any:
+        return self.clients.ec2(self._account(instance.account), instance.region)
+
+    def _act(self, instance: Instance, run: Any) -> ActionResult:
+        try:
+            ec2 = self._ec2_for(instance)
+        except ProviderError as exc:
+            return ActionResult(outcome=ActionOutcome.FAILED, detail=str(exc))
+        result: ActionResult = run(ec2)
+        return result
+
+    def stop(self, instance: Instance, *, dry_run: bool) -> ActionResult:
+        return self._act(instance, lambda ec2: actions.stop(ec2, instance, dry_run=dry_run))
+
+    def start(self, instance: Instance, *, dry_run: bool) -> ActionResult:
+        return self._act(instance, lambda ec2: actions.start(ec2, instance, dry_run=dry_run))
+
+    def set_tags(
+        self,
+        instance: Instance,
+        tags: Mapping[str, str],
+        *,
+        remove: Sequence[str] = (),
+        dry_run: bool,
+    ) -> ActionResult:
+        return self._act(
+            instance, lambda ec2: actions.set_tags(ec2, instance, tags, remove, dry_run=dry_run)
+        )
+
+    # -- prices ----------------------------------------------------------------------------
+
+    def price(self, instance: Instance) -> PriceQuote | None:
+        on_demand = self.prices.lookup(instance.region, instance.instance_type)
+        if instance.lifecycle is Lifecycle.SPOT:
+            spot = self._spot_price(instance)
+            if spot is not None:
+                return PriceQuote(usd_per_hour=spot, source="aws spot price history")
+            if on_demand is not None:
+                return PriceQuote(
+                    usd_per_hour=on_demand.usd_per_hour,
+                    source=f"{on_demand.source}; spot price unknown, on-demand as upper bound",
+                )
+            return None
+        if on_demand is None:
+            return None
+        return PriceQuote(usd_per_hour=on_demand.usd_per_hour, source=on_demand.source)
+
+    def _spot_price(self, instance: Instance) -> float | None:
+        key = (instance.account, instance.region)
+        with self._lock:
+            asked = instance.instance_type in self._spot_asked[key]
+            types = self._spot_types.get(key, set()) - self._spot_asked[key]
+        if not asked:
+            # One call for every spot type of the scope seen this cycle, not one per instance.
+            types.add(instance.instance_type)
+            try:
+                fetched = latest_spot_prices(
+                    self.clients.ec2(self._account(instance.account), instance.region),
+                    sorted(types),
+                    self.settings.spot_product_description,
+                    self.clock.now(),
+                    f"{instance.account}/{instance.region}/spot-prices",
+                )
+            except ProviderError as exc:
+                log.warning("spot prices not read: %s", exc)
+                fetched = {}
+            with self._lock:
+                self._spot_asked[key] |= types
+                self._spot.setdefault(key, {}).update(fetched)
+        with self._lock:
+            cached = dict(self._spot.get(key, {}))
+        by_az = {az: usd for (t, az), usd in cached.items() if t == instance.instance_type}
+        if not by_az:
+            return None
+        if instance.zone in by_az:
+            return by_az[instance.zone]
+        return max(by_az.values())  # zone unknown: the dearest zone, so cost is not understated
+
+    def refresh_prices(
+        self,
+        regions: Sequence[str] | None = None,
+        instance_types: Sequence[str] | None = None,
+    ) -> int:
+        """Replace shipped on-demand prices with the Price List API's; returns how many."""
+        region_list = list(regions or sorted(self.prices.regions()))
+        type_list = list(instance_types or sorted(self.prices.known_types()))
+        found = fetch_on_demand_prices(self.clients.pricing(), region_list, type_list)
+        self.prices.update(found, self.clock.now())
+        return len(found)

@@ -1,0 +1,202 @@
+"""Credentials and clients: the ambient account, assumed roles, account and region discovery.
+
+boto3 sessions are not thread-safe but clients are, so clients are created under a lock and
+cached per (account, region, service); worker threads only ever call clients.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from datetime import UTC
+from typing import TYPE_CHECKING, Any
+
+import boto3
+from botocore.config import Config
+from botocore.credentials import RefreshableCredentials
+from botocore.session import Session as BotocoreSession
+from botocore.session import get_session
+
+from costguard.providers.aws.boundary import aws_call
+from costguard.providers.aws.settings import AwsAccount, AwsSettings
+
+if TYPE_CHECKING:
+    from mypy_boto3_cloudwatch import CloudWatchClient
+    from mypy_boto3_ec2 import EC2Client
+    from mypy_boto3_pricing import PricingClient
+
+log = logging.getLogger(__name__)
+
+# The Price List API lives in a few regions only; us-east-1 serves every region's prices.
+PRICING_REGION = "us-east-1"
+
+
+@dataclass(frozen=True)
+class AccountScope:
+    """An account costguard reads, with the role it reads it through (None: ambient)."""
+
+    account_id: str
+    role_arn: str | None
+
+
+class ClientFactory:
+    """Hands out cached boto3 clients for (account, region, service)."""
+
+    def __init__(self, settings: AwsSettings, session: boto3.Session | None = None) -> None:
+        self._settings = settings
+        self._base = session or boto3.Session()
+        self._lock = threading.RLock()
+        self._sessions: dict[str, boto3.Session] = {}
+        self._account_locks: dict[str, threading.Lock] = {}
+        self._clients: dict[tuple[str, str, str], Any] = {}
+        self._own_account: str | None = None
+        self.config = Config(
+            retries={"mode": "adaptive", "max_attempts": settings.max_attempts},
+            connect_timeout=10,
+            read_timeout=60,
+            max_pool_connections=max(10, settings.max_workers * 2),
+        )
+
+    @property
+    def base_session(self) -> boto3.Session:
+        return self._base
+
+    def _default_region(self) -> str:
+        regions = self._settings.regions
+        if isinstance(regions, list):
+            return regions[0]
+        return self._base.region_name or "us-east-1"
+
+    def own_account(self) -> str:
+        """The account id of the ambient credentials (cached)."""
+        with self._lock:
+            if self._own_account is None:
+                sts = self._client(self._base, "sts", self._default_region())
+                with aws_call("sts"):
+                    self._own_account = str(sts.get_caller_identity()["Account"])
+            return self._own_account
+
+    def accounts(self) -> list[AccountScope]:
+        """Configured accounts, or every active Organizations account, or the ambient one."""
+        own = self.own_account()
+        listed: list[AwsAccount] = list(self._settings.accounts)
+        if self._settings.discover_accounts == "organizations":
+            known = {a.id for a in listed}
+            listed += [AwsAccount(id=i) for i in self._organization_accounts() if i not in known]
+        if not listed:
+            return [AccountScope(own, None)]
+        return [
+            AccountScope(
+                a.id,
+                None if (a.id == own and a.role_arn is None) else self._settings.role_arn_for(a),
+            )
+            for a in listed
+        ]
+
+    def _organization_accounts(self) -> list[str]:
+        org = self._client(self._base, "organizations", self._default_region())
+        ids: list[str] = []
+        token: str | None = None
+        with aws_call("organizations"):
+            while True:
+                page = org.list_accounts(**({"NextToken": token} if token else {}))
+                ids += [a["Id"] for a in page["Accounts"] if a.get("Status") == "ACTIVE"]
+                token = page.get("NextToken")
+                if not token:
+                    return ids
+
+    def regions(self, account: AccountScope) -> list[str]:
+        configured = self._settings.regions
+        if isinstance(configured, list):
+            return list(configured)
+        ec2 = self.ec2(account, self._default_region())
+        with aws_call(f"{account.account_id}/describe-regions"):
+            found = ec2.describe_regions(AllRegions=False)["Regions"]
+        return sorted(r["RegionName"] for r in found)
+
+    def session_for(self, account: AccountScope) -> boto3.Session:
+        """A session with the account's credentials; assumes the role on first use (raises
+        ProviderError when the role cannot be assumed)."""
+        if account.role_arn is None:
+            return self._base
+        with self._lock:
+            account_lock = self._account_locks.setdefault(account.account_id, threading.Lock())
+        # One lock per account: roles in different accounts are assumed in parallel.
+        with account_lock:
+            with self._lock:
+                cached = self._sessions.get(account.account_id)
+            if cached is not None:
+                return cached
+            refresh = self._assume_role_fetcher(account)
+            first = refresh()
+            credentials = RefreshableCredentials.create_from_metadata(
+                metadata=first, refresh_using=refresh, method="sts-assume-role"
+            )
+            core: BotocoreSession = get_session()
+            # boto3 has no public setter for refreshable credentials; this is the usual
+            # pattern that lets a long-running daemon renew assumed-role credentials.
+            core._credentials = credentials  # type: ignore[attr-defined]
+            session = boto3.Session(botocore_session=core, region_name=self._base.region_name)
+            with self._lock:
+                self._sessions[account.account_id] = session
+            return session
+
+    def forget(self, account: AccountScope) -> None:
+        """Drop cached credentials so the next use assumes the role again."""
+        with self._lock:
+            self._sessions.pop(account.account_id, None)
+            for key in [k for k in self._clients if k[0] == account.account_id]:
+                del self._clients[key]
+
+    def _assume_role_fetcher(self, account: AccountScope) -> Any:
+        sts = self._client(self._base, "sts", self._default_region())
+        role_arn = account.role_arn
+        assert role_arn is not None
+        kwargs: dict[str, Any] = {
+            "RoleArn": role_arn,
+            "RoleSessionName": self._settings.session_name,
+            "DurationSeconds": 3600,
+        }
+        if self._settings.external_id is not None:
+            kwargs["ExternalId"] = self._settings.external_id.get_secret_value()
+
+        def refresh() -> dict[str, str]:
+            with aws_call(f"{account.account_id}/assume-role"):
+                creds = sts.assume_role(**kwargs)["Credentials"]
+            return {
+                "access_key": creds["AccessKeyId"],
+                "secret_key": creds["SecretAccessKey"],
+                "token": creds["SessionToken"],
+                "expiry_time": creds["Expiration"].astimezone(UTC).isoformat(),
+            }
+
+        return refresh
+
+    def _client(self, session: boto3.Session, service: str, region: str) -> Any:
+        kwargs: dict[str, Any] = {"region_name": region, "config": self.config}
+        if self._settings.endpoint_url:
+            kwargs["endpoint_url"] = self._settings.endpoint_url
+        with self._lock:  # botocore sessions are not thread-safe; clients are
+            return session.client(service, **kwargs)  # type: ignore[call-overload]
+
+    def client(self, account: AccountScope, region: str, service: str) -> Any:
+        key = (account.account_id, region, service)
+        with self._lock:
+            cached = self._clients.get(key)
+            if cached is None:
+                cached = self._client(self.session_for(account), service, region)
+                self._clients[key] = cached
+            return cached
+
+    def ec2(self, account: AccountScope, region: str) -> EC2Client:
+        client: EC2Client = self.client(account, region, "ec2")
+        return client
+
+    def cloudwatch(self, account: AccountScope, region: str) -> CloudWatchClient:
+        client: CloudWatchClient = self.client(account, region, "cloudwatch")
+        return client
+
+    def pricing(self) -> PricingClient:
+        client: PricingClient = self._client(self._base, "pricing", PRICING_REGION)
+        return client

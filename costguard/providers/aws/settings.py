@@ -1,0 +1,115 @@
+"""`providers.aws` in costguard.yaml: which accounts and regions to read, and how.
+
+Example::
+
+    providers:
+      aws:
+        accounts:
+          - id: "111111111111"        # assumes arn:aws:iam::111111111111:role/CostguardRole
+          - id: "222222222222"
+            role_arn: arn:aws:iam::222222222222:role/Custom
+        external_id: ${COSTGUARD_AWS_EXTERNAL_ID}
+        regions: [us-east-1, us-west-2]         # or "all"
+        cloudwatch: {gpu_namespace: CWAgent, instance_dimension: auto}
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+_ACCOUNT_ID = re.compile(r"^\d{12}$")
+_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
+_ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AwsAccount(_Strict):
+    """One account to read. Without `role_arn` the role `role_name` in that account is assumed,
+    except for the account the ambient credentials already belong to."""
+
+    id: str
+    role_arn: str | None = None
+
+    @field_validator("id", mode="before")
+    @classmethod
+    def _id_is_twelve_digits(cls, value: object) -> object:
+        # YAML turns an unquoted 012345678901 into an int and drops the leading zero.
+        if isinstance(value, int):
+            value = f"{value:012d}"
+        if not isinstance(value, str) or not _ACCOUNT_ID.match(value):
+            raise ValueError(
+                f"AWS account id {value!r} must be 12 digits; quote it in YAML ('012345678901')"
+            )
+        return value
+
+    @field_validator("role_arn")
+    @classmethod
+    def _role_arn_shape(cls, value: str | None) -> str | None:
+        if value is not None and not _ROLE_ARN.match(value):
+            raise ValueError(
+                f"role_arn {value!r} is not an IAM role ARN "
+                "(expected arn:aws:iam::<12-digit account>:role/<name>)"
+            )
+        return value
+
+
+class CloudWatchSettings(_Strict):
+    """Where the CloudWatch agent puts GPU metrics.
+
+    `instance_dimension`: true when the agent config has `append_dimensions: {InstanceId: ...}`
+    (series carry InstanceId); false when they carry only `host`/`index`/`name`; `auto` reads both.
+    """
+
+    gpu_namespace: str = "CWAgent"
+    instance_dimension: bool | Literal["auto"] = "auto"
+
+
+class AwsSettings(_Strict):
+    accounts: list[AwsAccount] = Field(default_factory=list)
+    discover_accounts: Literal["organizations"] | None = None
+    role_name: str = "CostguardRole"
+    external_id: SecretStr | None = None
+    regions: list[str] | Literal["all"] = "all"
+    max_workers: int = Field(default=8, ge=1, le=64)
+    max_attempts: int = Field(default=8, ge=1, le=20)
+    cloudwatch: CloudWatchSettings = Field(default_factory=CloudWatchSettings)
+    endpoint_url: str | None = None
+    session_name: str = "costguard"
+    spot_product_description: str = "Linux/UNIX"
+
+    @field_validator("regions")
+    @classmethod
+    def _regions_look_like_regions(cls, value: list[str] | str) -> list[str] | str:
+        if isinstance(value, list):
+            if not value:
+                raise ValueError('regions is empty: list at least one region, or write "all"')
+            bad = [r for r in value if not _REGION.match(r)]
+            if bad:
+                raise ValueError(
+                    f"not AWS region names: {', '.join(bad)} (expected e.g. us-east-1, eu-west-1)"
+                )
+        return value
+
+    @field_validator("role_name")
+    @classmethod
+    def _role_name_shape(cls, value: str) -> str:
+        if not re.match(r"^[\w+=,.@-]{1,64}$", value):
+            raise ValueError(f"role_name {value!r} is not a valid IAM role name")
+        return value
+
+    @model_validator(mode="after")
+    def _accounts_unique(self) -> AwsSettings:
+        ids = [a.id for a in self.accounts]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"accounts lists {', '.join(dupes)} more than once")
+        return self
+
+    def role_arn_for(self, account: AwsAccount) -> str:
+        return account.role_arn or f"arn:aws:iam::{account.id}:role/{self.role_name}"

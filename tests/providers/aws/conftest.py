@@ -1,0 +1,90 @@
+"""Fixtures for the AWS provider: moto in-process, fault injection through botocore hooks."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.retries.bucket import TokenBucket
+from aws_helpers import REGION
+from moto import mock_aws
+
+from costguard.clock import ManualClock
+from costguard.providers.aws import AwsProvider, AwsSettings
+
+_ROOT = Path(__file__).resolve().parents[3]
+if str(_ROOT) not in sys.path:  # tests/fakes is not a package on the import path by default
+    sys.path.insert(0, str(_ROOT))
+
+
+@pytest.fixture(autouse=True)
+def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fake credentials and no ambient config, so nothing can reach real AWS."""
+    for var in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_DEFAULT_PROFILE", "AWS_ROLE_ARN"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/dev/null")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+@pytest.fixture
+def moto() -> Iterator[None]:
+    with mock_aws():
+        yield
+
+
+class Slept:
+    """What botocore wanted to wait: retry back-offs and adaptive rate-limiter waits."""
+
+    def __init__(self) -> None:
+        self.backoffs: list[float] = []
+        self.throttle_waits: list[float] = []
+
+
+@pytest.fixture
+def no_sleep(monkeypatch: pytest.MonkeyPatch) -> Slept:
+    """Record botocore's waits instead of waiting: retry back-off sleeps in the endpoint, and
+    the adaptive mode's token bucket (which otherwise blocks on a condition variable)."""
+    slept = Slept()
+    monkeypatch.setattr("botocore.endpoint.time.sleep", slept.backoffs.append)
+    original = TokenBucket._sleep_amount
+
+    def no_wait(bucket: TokenBucket, amount: int) -> float:
+        wanted = original(bucket, amount)
+        if wanted > 0:
+            slept.throttle_waits.append(wanted)
+        return 0.0
+
+    monkeypatch.setattr(TokenBucket, "_sleep_amount", no_wait)
+    return slept
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(datetime.now(UTC))
+
+
+@pytest.fixture
+def session() -> boto3.Session:
+    return boto3.Session(region_name=REGION)
+
+
+ProviderFactory = Callable[..., AwsProvider]
+
+
+@pytest.fixture
+def make_provider(clock: ManualClock, session: boto3.Session) -> ProviderFactory:
+    def make(**settings: Any) -> AwsProvider:
+        settings.setdefault("regions", [REGION])
+        return AwsProvider(AwsSettings(**settings), clock=clock, session=session)
+
+    return make
