@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 PROTECT_TAG = "costguard:protect"
@@ -101,7 +102,7 @@ def trust_policy(hub_account_id: str, external_id_required: bool = True) -> dict
 
 
 # Files under deploy/iam/aws/ and the arguments that produce them.
-DEPLOY_FILES: dict[str, dict[str, bool]] = {
+DEPLOY_FILES: dict[str, dict[str, Any]] = {
     "costguard-readonly.json": {"enforcing": False, "tagging": False},
     "costguard-enforce.json": {"enforcing": True, "tagging": True},
     "costguard-hub.json": {
@@ -111,3 +112,24 @@ DEPLOY_FILES: dict[str, dict[str, bool]] = {
         "discover_accounts": True,
     },
 }
+
+
+def write_deploy_files(directory: str) -> list[str]:
+    """Write every policy in DEPLOY_FILES into `directory`; returns the paths written."""
+    from pathlib import Path
+
+    target = Path(directory)
+    target.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, flags in DEPLOY_FILES.items():
+        path = target / name
+        path.write_text(json.dumps(required_iam_policy(**flags), indent=2) + "\n")
+        written.append(str(path))
+    return written
+
+
+if __name__ == "__main__":  # python -m costguard.providers.aws.iam deploy/iam/aws
+    import sys
+
+    for written_path in write_deploy_files(sys.argv[1] if len(sys.argv) > 1 else "deploy/iam/aws"):
+        print(written_path)

@@ -57,7 +57,9 @@ def list_metric_dimensions(
     cw: CloudWatchClient, namespace: str, metric: str, scope: str, *, recently_active: bool
 ) -> set[tuple[tuple[str, str], ...]]:
     """Distinct dimension sets of `metric` (ListMetrics, our own NextToken loop)."""
-    found: set[tuple[tuple[str, str], ...]] = set()
+    # Keyed by the sorted set, valued in ListMetrics' own order: CloudWatch matches sets, but
+    # moto compares the order too, and asking back with the order it listed works on both.
+    found: dict[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = {}
     token: str | None = None
     with aws_call(scope):
         while True:
@@ -68,10 +70,11 @@ def list_metric_dimensions(
                 kwargs["NextToken"] = token
             page = cw.list_metrics(**kwargs)
             for m in page.get("Metrics", []):
-                found.add(tuple(sorted((d["Name"], d["Value"]) for d in m.get("Dimensions", []))))
+                dims = tuple((d["Name"], d["Value"]) for d in m.get("Dimensions", []))
+                found.setdefault(tuple(sorted(dims)), dims)
             token = page.get("NextToken")
             if not token:
-                return found
+                return set(found.values())
 
 
 def host_index(hosts: Mapping[str, HostNames]) -> dict[str, str]:

@@ -7,6 +7,7 @@ from typing import Any
 
 import boto3
 from botocore.awsrequest import AWSPreparedRequest, AWSResponse
+from botocore.compat import HTTPHeaders
 
 REGION = "us-east-1"
 AMI = "ami-12c6146b"  # moto's EXAMPLE_AMI_ID
@@ -33,20 +34,20 @@ def xml_error(request: AWSPreparedRequest, status: int, code: str, message: str)
             f"<Response><Errors><Error><Code>{code}</Code><Message>{message}</Message>"
             "</Error></Errors><RequestID>test</RequestID></Response>"
         )
-    return AWSResponse(request.url, status, {}, _Raw(body.encode()))
+    return AWSResponse(request.url, status, HTTPHeaders(), _Raw(body.encode()))
 
 
 def run_instances(
     region: str = REGION, count: int = 1, itype: str = "g5.xlarge", **kwargs: Any
 ) -> list[dict[str, Any]]:
-    ec2 = boto3.client("ec2", region_name=region)
+    ec2: Any = boto3.client("ec2", region_name=region)
     got: list[dict[str, Any]] = ec2.run_instances(
         ImageId=AMI, MinCount=count, MaxCount=count, InstanceType=itype, **kwargs
     )["Instances"]
     return got
 
 
-SPOT = {
+SPOT: dict[str, Any] = {
     "InstanceMarketOptions": {
         "MarketType": "spot",
         "SpotOptions": {"SpotInstanceType": "persistent", "InstanceInterruptionBehavior": "stop"},

@@ -10,8 +10,8 @@ from typing import Any
 
 import boto3
 import pytest
-from botocore.retries.bucket import TokenBucket
 from aws_helpers import REGION
+from botocore.retries.bucket import TokenBucket
 from moto import mock_aws
 
 from costguard.clock import ManualClock
@@ -56,7 +56,7 @@ def no_sleep(monkeypatch: pytest.MonkeyPatch) -> Slept:
     the adaptive mode's token bucket (which otherwise blocks on a condition variable)."""
     slept = Slept()
     monkeypatch.setattr("botocore.endpoint.time.sleep", slept.backoffs.append)
-    original = TokenBucket._sleep_amount
+    original = TokenBucket._sleep_amount  # type: ignore[attr-defined]
 
     def no_wait(bucket: TokenBucket, amount: int) -> float:
         wanted = original(bucket, amount)

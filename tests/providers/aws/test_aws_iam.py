@@ -1,0 +1,66 @@
+"""The generated IAM policies: least privilege, and deploy/iam/aws/ in sync with the code."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from costguard.providers.aws.iam import DEPLOY_FILES, READ_ACTIONS, required_iam_policy
+
+DEPLOY_DIR = Path(__file__).resolve().parents[3] / "deploy" / "iam" / "aws"
+
+
+def _actions(policy: dict[str, object]) -> set[str]:
+    out: set[str] = set()
+    for st in policy["Statement"]:  # type: ignore[attr-defined]
+        action = st["Action"]
+        out |= {action} if isinstance(action, str) else set(action)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(DEPLOY_FILES))
+def test_deploy_files_match_the_generated_policy(name: str) -> None:
+    on_disk = json.loads((DEPLOY_DIR / name).read_text())
+
+    assert on_disk == required_iam_policy(**DEPLOY_FILES[name]), (
+        f"deploy/iam/aws/{name} is stale: regenerate it with "
+        "`python -m costguard.providers.aws.iam deploy/iam/aws`"
+    )
+
+
+def test_read_only_when_nothing_enforces() -> None:
+    actions = _actions(required_iam_policy(enforcing=False, tagging=False))
+
+    assert actions == set(READ_ACTIONS)
+    assert not any(
+        a.split(":")[1].startswith(("Stop", "Start", "Create", "Delete", "Terminate"))
+        for a in actions
+    )
+
+
+def test_enforcing_may_stop_and_start_but_never_terminate_protected_or_any() -> None:
+    policy = required_iam_policy(enforcing=True, tagging=False)
+    (stop,) = [s for s in policy["Statement"] if "ec2:StopInstances" in s["Action"]]
+
+    assert _actions(policy) == set(READ_ACTIONS) | {"ec2:StartInstances", "ec2:StopInstances"}
+    assert stop["Resource"] == "arn:aws:ec2:*:*:instance/*"
+    assert stop["Condition"] == {"StringNotEquals": {"aws:ResourceTag/costguard:protect": "true"}}
+
+
+def test_tagging_cannot_touch_the_protect_tag() -> None:
+    policy = required_iam_policy(enforcing=False, tagging=True)
+    (tag,) = [s for s in policy["Statement"] if "ec2:CreateTags" in s["Action"]]
+
+    assert set(tag["Action"]) == {"ec2:CreateTags", "ec2:DeleteTags"}
+    assert tag["Condition"] == {
+        "ForAllValues:StringNotEquals": {"aws:TagKeys": ["costguard:protect"]}
+    }
+
+
+def test_hub_account_may_assume_only_the_named_role() -> None:
+    policy = required_iam_policy(False, False, cross_account=True, role_name="Finops")
+
+    (assume,) = [s for s in policy["Statement"] if s["Action"] == "sts:AssumeRole"]
+    assert assume["Resource"] == "arn:aws:iam::*:role/Finops"

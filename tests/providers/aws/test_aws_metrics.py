@@ -1,0 +1,295 @@
+"""CloudWatch GPU/CPU readings against moto: discovery, both agent layouts, 500-query batches."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import boto3
+import pytest
+from aws_helpers import REGION, run_instances
+from botocore.exceptions import EndpointConnectionError
+from conftest import ProviderFactory
+
+from costguard.clock import ManualClock
+from costguard.model import Instance, TelemetrySource
+from costguard.providers.aws.metrics import GPU_MEM_TOTAL, GPU_MEM_USED, GPU_UTIL
+
+pytestmark = pytest.mark.usefixtures("moto")
+
+
+def _minute(clock: ManualClock, ago: int) -> datetime:
+    return clock.now().replace(second=0, microsecond=0) - timedelta(minutes=ago)
+
+
+def _dims(
+    raw: dict[str, Any], index: int, *, with_id: bool, host: str | None = None
+) -> list[dict[str, str]]:
+    dims = [
+        {"Name": "host", "Value": host or raw["PrivateDnsName"]},
+        {"Name": "index", "Value": str(index)},
+        {"Name": "name", "Value": "NVIDIA A100-SXM4-40GB"},
+    ]
+    if with_id:
+        dims.append({"Name": "InstanceId", "Value": raw["InstanceId"]})
+    return dims
+
+
+def _put(datums: list[dict[str, Any]], namespace: str = "CWAgent", region: str = REGION) -> None:
+    cw: Any = boto3.client("cloudwatch", region_name=region)
+    for start in range(0, len(datums), 1000):
+        cw.put_metric_data(Namespace=namespace, MetricData=datums[start : start + 1000])
+
+
+def _calls(session: boto3.Session, operation: str) -> list[dict[str, Any]]:
+    seen: list[dict[str, Any]] = []
+    session.events.register(
+        f"provide-client-params.cloudwatch.{operation}", lambda params, **_: seen.append(params)
+    )
+    return seen
+
+
+def _inventory(make_provider: ProviderFactory, **settings: Any) -> tuple[Any, list[Instance]]:
+    provider = make_provider(**settings)
+    return provider, provider.list_instances().instances
+
+
+def test_1200_series_in_both_layouts_take_three_get_metric_data_calls(
+    make_provider: ProviderFactory, session: boto3.Session, clock: ManualClock
+) -> None:
+    raws = run_instances(count=150, itype="p4d.24xlarge")  # 150 x 8 GPUs = 1,200 series
+    when = _minute(clock, 1)
+    datums = [
+        {
+            "MetricName": GPU_UTIL,
+            "Dimensions": _dims(raw, gpu, with_id=n % 2 == 0),  # half carry InstanceId
+            "Timestamp": when,
+            "Value": float((n + gpu) % 100),
+        }
+        for n, raw in enumerate(raws)
+        for gpu in range(8)
+    ]
+    _put(datums)
+    provider, instances = _inventory(make_provider)
+    listed, fetched = _calls(session, "ListMetrics"), _calls(session, "GetMetricData")
+
+    rows = provider.gpu_metrics(instances, when, when + timedelta(minutes=1))
+
+    assert [len(c["MetricDataQueries"]) for c in fetched] == [500, 500, 200]
+    assert provider.get_metric_data_calls == 3
+    # One discovery per GPU metric name for the region; 1,200 series page at 500 a page.
+    assert [c["MetricName"] for c in listed if "NextToken" not in c] == [
+        GPU_UTIL,
+        GPU_MEM_USED,
+        GPU_MEM_TOTAL,
+    ]
+    assert len(listed) == 5
+    assert len(rows) == 1_200
+    got = {(r.instance_id, r.gpu_index): r.util_mean for r in rows}
+    assert got == {
+        (raw["InstanceId"], gpu): float((n + gpu) % 100)
+        for n, raw in enumerate(raws)
+        for gpu in range(8)
+    }
+    assert {r.minute for r in rows} == {when}
+    assert {r.source for r in rows} == {TelemetrySource.CLOUDWATCH}
+    assert all(r.sm_mean is None and r.sm_p95 is None for r in rows)
+
+
+def test_memory_is_converted_from_mib_and_rows_merge_per_gpu_minute(
+    make_provider: ProviderFactory, clock: ManualClock
+) -> None:
+    (raw,) = run_instances(itype="g5.xlarge")
+    minutes = [_minute(clock, 3), _minute(clock, 2)]
+    datums = []
+    for m, when in enumerate(minutes):
+        for metric, value in (
+            (GPU_UTIL, 40.0 + m),
+            (GPU_MEM_USED, 1024.0),
+            (GPU_MEM_TOTAL, 23028.0),
+        ):
+            datums.append(
+                {
+                    "MetricName": metric,
+                    "Dimensions": _dims(raw, 0, with_id=True),
+                    "Timestamp": when,
+                    "Value": value,
+                }
+            )
+    _put(datums)
+    provider, instances = _inventory(make_provider)
+
+    rows = provider.gpu_metrics(instances, minutes[0], minutes[1] + timedelta(minutes=1))
+
+    assert [(r.minute, r.util_mean, r.mem_used_bytes, r.mem_total_bytes) for r in rows] == [
+        (minutes[0], 40.0, 1024 * 1024 * 1024, 23028 * 1024 * 1024),
+        (minutes[1], 41.0, 1024 * 1024 * 1024, 23028 * 1024 * 1024),
+    ]
+
+
+def test_auto_layout_prefers_the_instance_id_series_over_the_host_series(
+    make_provider: ProviderFactory, clock: ManualClock
+) -> None:
+    (raw,) = run_instances()
+    when = _minute(clock, 1)
+    _put(
+        [
+            {
+                "MetricName": GPU_UTIL,
+                "Dimensions": _dims(raw, 0, with_id=True),
+                "Timestamp": when,
+                "Value": 77.0,
+            },
+            {
+                "MetricName": GPU_UTIL,
+                "Dimensions": _dims(raw, 0, with_id=False),
+                "Timestamp": when,
+                "Value": 11.0,
+            },
+        ]
+    )
+    provider, instances = _inventory(make_provider)
+
+    rows = provider.gpu_metrics(instances, when, when + timedelta(minutes=1))
+
+    assert [(r.instance_id, r.util_mean) for r in rows] == [(raw["InstanceId"], 77.0)]
+
+
+@pytest.mark.parametrize(("layout", "expected"), [(True, [77.0]), (False, [11.0])])
+def test_fixed_layout_reads_only_its_own_series(
+    make_provider: ProviderFactory, clock: ManualClock, layout: bool, expected: list[float]
+) -> None:
+    id_raw, host_raw = run_instances(count=2)
+    when = _minute(clock, 1)
+    _put(
+        [
+            {
+                "MetricName": GPU_UTIL,
+                "Dimensions": _dims(id_raw, 0, with_id=True),
+                "Timestamp": when,
+                "Value": 77.0,
+            },
+            {
+                "MetricName": GPU_UTIL,
+                "Dimensions": _dims(host_raw, 0, with_id=False),
+                "Timestamp": when,
+                "Value": 11.0,
+            },
+        ]
+    )
+    provider, instances = _inventory(make_provider, cloudwatch={"instance_dimension": layout})
+
+    rows = provider.gpu_metrics(instances, when, when + timedelta(minutes=1))
+
+    assert [r.util_mean for r in rows] == expected
+
+
+def test_short_hostname_is_matched_without_a_prior_inventory(
+    make_provider: ProviderFactory, clock: ManualClock
+) -> None:
+    (raw,) = run_instances()
+    short = raw["PrivateDnsName"].split(".", 1)[0]
+    when = _minute(clock, 1)
+    _put(
+        [
+            {
+                "MetricName": GPU_UTIL,
+                "Dimensions": _dims(raw, 0, with_id=False, host=short),
+                "Timestamp": when,
+                "Value": 3.0,
+            }
+        ]
+    )
+    inventory_seen = make_provider().list_instances().instances
+    fresh = make_provider()  # a new process: no host names cached, they are described again
+
+    rows = fresh.gpu_metrics(inventory_seen, when, when + timedelta(minutes=1))
+
+    assert [(r.instance_id, r.util_mean) for r in rows] == [(raw["InstanceId"], 3.0)]
+
+
+def test_instance_without_agent_metrics_has_no_rows(
+    make_provider: ProviderFactory, clock: ManualClock
+) -> None:
+    reporting, silent = run_instances(count=2)
+    when = _minute(clock, 1)
+    _put(
+        [
+            {
+                "MetricName": GPU_UTIL,
+                "Dimensions": _dims(reporting, 0, with_id=True),
+                "Timestamp": when,
+                "Value": 1.0,
+            }
+        ]
+    )
+    provider, instances = _inventory(make_provider)
+
+    rows = provider.gpu_metrics(instances, when, when + timedelta(minutes=1))
+
+    assert {r.instance_id for r in rows} == {reporting["InstanceId"]}
+    assert silent["InstanceId"] not in {r.instance_id for r in rows}
+
+
+def test_cpu_utilisation_is_returned_per_instance_per_minute(
+    make_provider: ProviderFactory, session: boto3.Session, clock: ManualClock
+) -> None:
+    raws = run_instances(count=3, itype="m5.large")
+    minutes = [_minute(clock, 4), _minute(clock, 2)]
+    _put(
+        [
+            {
+                "MetricName": "CPUUtilization",
+                "Dimensions": [{"Name": "InstanceId", "Value": raw["InstanceId"]}],
+                "Timestamp": when,
+                "Value": 10.0 * n + m,
+            }
+            for n, raw in enumerate(raws)
+            for m, when in enumerate(minutes)
+        ],
+        namespace="AWS/EC2",
+    )
+    provider, instances = _inventory(make_provider)
+    fetched = _calls(session, "GetMetricData")
+
+    cpu = provider.cpu_metrics(instances, minutes[0], minutes[1] + timedelta(minutes=1))
+
+    assert len(fetched) == 1
+    assert cpu == {
+        raw["InstanceId"]: {minutes[0]: 10.0 * n, minutes[1]: 10.0 * n + 1}
+        for n, raw in enumerate(raws)
+    }
+
+
+def test_unreachable_cloudwatch_region_is_a_metric_gap_and_other_regions_are_read(
+    make_provider: ProviderFactory, session: boto3.Session, clock: ManualClock
+) -> None:
+    (east,) = run_instances(region="us-east-1")
+    (west,) = run_instances(region="us-west-2")
+    when = _minute(clock, 1)
+    for raw, region in ((east, "us-east-1"), (west, "us-west-2")):
+        _put(
+            [
+                {
+                    "MetricName": GPU_UTIL,
+                    "Dimensions": _dims(raw, 0, with_id=True),
+                    "Timestamp": when,
+                    "Value": 5.0,
+                }
+            ],
+            region=region,
+        )
+    provider, instances = _inventory(
+        make_provider, regions=["us-east-1", "us-west-2"], max_attempts=1
+    )
+
+    def unreachable(request: Any, **_: Any) -> None:
+        if "us-east-1" in (request.url or ""):
+            raise EndpointConnectionError(endpoint_url=request.url)
+
+    session.events.register_first("before-send.cloudwatch", unreachable)
+
+    rows = provider.gpu_metrics(instances, when, when + timedelta(minutes=1))
+
+    assert [r.instance_id for r in rows] == [west["InstanceId"]]
+    assert [g.scope for g in provider.metric_gaps] == ["123456789012/us-east-1"]

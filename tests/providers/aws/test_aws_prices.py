@@ -1,0 +1,234 @@
+"""Prices: the shipped on-demand table, Price List API refresh, spot price history."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from importlib import resources
+from typing import Any
+
+import boto3
+import pytest
+from aws_helpers import REGION, SPOT, run_instances
+from botocore.stub import Stubber
+from conftest import ProviderFactory
+
+from costguard.model import Lifecycle
+
+REQUIRED_FAMILIES = [
+    "p3",
+    "p4d",
+    "p4de",
+    "p5",
+    "p5e",
+    "g4dn",
+    "g5",
+    "g6",
+    "g6e",
+    "m5",
+    "c5",
+    "t3",
+    "r5",
+]
+REQUIRED_REGIONS = ["us-east-1", "us-west-2", "eu-west-1", "ap-southeast-1"]
+FLEET_TYPES = [
+    "g5.xlarge",
+    "g4dn.xlarge",
+    "p3.2xlarge",
+    "p4d.24xlarge",
+    "m5.large",
+    "c5.xlarge",
+    "t3.medium",
+    "r5.2xlarge",
+]
+
+
+def _table() -> dict[str, Any]:
+    text = (
+        resources.files("costguard.providers.aws").joinpath("data/ec2_gpu_prices.json").read_text()
+    )
+    doc: dict[str, Any] = json.loads(text)
+    return doc
+
+
+def test_shipped_table_states_its_source_and_date_and_covers_the_required_families() -> None:
+    doc = _table()
+
+    assert "aws.amazon.com/ec2/pricing" in doc["source"] and doc["as_of"]
+    for region in REQUIRED_REGIONS:
+        families = {t.split(".")[0] for t in doc["prices"][region]}
+        assert set(REQUIRED_FAMILIES) <= families, region
+        assert set(FLEET_TYPES) <= set(doc["prices"][region])
+        assert all(usd > 0 for usd in doc["prices"][region].values())
+
+
+@pytest.mark.usefixtures("moto")
+def test_on_demand_price_comes_from_the_table_with_its_source(
+    make_provider: ProviderFactory,
+) -> None:
+    run_instances(itype="p4d.24xlarge")
+    run_instances(itype="x2iedn.xlarge")  # not in the table: unknown, not guessed
+    provider = make_provider()
+    by_type = {i.instance_type: i for i in provider.list_instances().instances}
+
+    quote = provider.price(by_type["p4d.24xlarge"])
+
+    assert quote is not None
+    assert quote.usd_per_hour == _table()["prices"][REGION]["p4d.24xlarge"]
+    assert quote.source == f"aws on-demand table {_table()['as_of']}"
+    assert provider.price(by_type["x2iedn.xlarge"]) is None
+
+
+@pytest.mark.usefixtures("moto")
+def test_spot_price_is_the_newest_history_entry_for_the_zone_fetched_once_per_cycle(
+    make_provider: ProviderFactory, session: boto3.Session
+) -> None:
+    spot = run_instances(count=2, **SPOT)
+    run_instances(count=1, itype="g4dn.xlarge", **SPOT)
+    asked: list[dict[str, Any]] = []
+    zone = spot[0]["Placement"]["AvailabilityZone"]
+    now = datetime.now(UTC)
+
+    def recorded_history(params: dict[str, Any], **_: Any) -> None:
+        asked.append(params)
+
+    def history_rows(parsed: dict[str, Any], **_: Any) -> None:
+        # moto's spot history is one fixed fake price; replace it with a recorded-shaped one.
+        def row(itype: str, az: str, usd: str, age_h: int) -> dict[str, Any]:
+            return {
+                "AvailabilityZone": az,
+                "InstanceType": itype,
+                "ProductDescription": "Linux/UNIX",
+                "SpotPrice": usd,
+                "Timestamp": now - timedelta(hours=age_h),
+            }
+
+        parsed["SpotPriceHistory"] = [
+            row("g5.xlarge", zone, "0.3100", 5),
+            row("g5.xlarge", zone, "0.4200", 1),
+            row("g5.xlarge", "us-east-1z", "0.9900", 1),
+            row("g4dn.xlarge", zone, "0.1600", 2),
+        ]
+
+    session.events.register("provide-client-params.ec2.DescribeSpotPriceHistory", recorded_history)
+    session.events.register("after-call.ec2.DescribeSpotPriceHistory", history_rows)
+    provider = make_provider()
+    instances = provider.list_instances().instances
+    g5 = [i for i in instances if i.instance_type == "g5.xlarge"]
+
+    quotes = [provider.price(i) for i in instances]
+
+    assert {i.lifecycle for i in instances} == {Lifecycle.SPOT}
+    assert all(q is not None and q.source == "aws spot price history" for q in quotes)
+    assert {provider.price(i).usd_per_hour for i in g5 if i.zone == zone} == {0.42}  # type: ignore[union-attr]
+    assert len(asked) == 1 and sorted(asked[0]["InstanceTypes"]) == ["g4dn.xlarge", "g5.xlarge"]
+    provider.list_instances()  # a new cycle asks again
+    provider.price(g5[0])
+    assert len(asked) == 2
+
+
+@pytest.mark.usefixtures("moto")
+def test_spot_without_history_falls_back_to_on_demand_as_an_upper_bound(
+    make_provider: ProviderFactory, session: boto3.Session
+) -> None:
+    run_instances(**SPOT)
+    session.events.register(
+        "after-call.ec2.DescribeSpotPriceHistory",
+        lambda parsed, **_: parsed.update(SpotPriceHistory=[]),
+    )
+    provider = make_provider()
+    (inst,) = provider.list_instances().instances
+
+    quote = provider.price(inst)
+
+    assert quote is not None and quote.usd_per_hour == _table()["prices"][REGION]["g5.xlarge"]
+    assert "upper bound" in quote.source
+
+
+def _price_entry(region: str, itype: str, usd: str, unit: str = "Hrs") -> str:
+    # Shape of one GetProducts PriceList element (a JSON string), trimmed to the fields read.
+    return json.dumps(
+        {
+            "product": {
+                "productFamily": "Compute Instance",
+                "attributes": {
+                    "instanceType": itype,
+                    "regionCode": region,
+                    "operatingSystem": "Linux",
+                    "tenancy": "Shared",
+                    "preInstalledSw": "NA",
+                    "capacitystatus": "Used",
+                },
+                "sku": "ABCDEF",
+            },
+            "serviceCode": "AmazonEC2",
+            "terms": {
+                "OnDemand": {
+                    "ABCDEF.JRTCKXETXF": {
+                        "offerTermCode": "JRTCKXETXF",
+                        "priceDimensions": {
+                            "ABCDEF.JRTCKXETXF.6YS6EN2CT7": {
+                                "unit": unit,
+                                "pricePerUnit": {"USD": usd},
+                                "description": f"${usd} per On Demand Linux {itype} Instance Hour",
+                            }
+                        },
+                    }
+                }
+            },
+            "version": "20250501000000",
+            "publicationDate": "2025-05-01T00:00:00Z",
+        }
+    )
+
+
+def test_refresh_prices_parses_price_list_pages_and_takes_precedence(
+    make_provider: ProviderFactory,
+) -> None:
+    # moto does not implement pricing:GetProducts, so only this call goes through a Stubber.
+    provider = make_provider()
+    pricing = boto3.client("pricing", region_name="us-east-1")
+    stub = Stubber(pricing)
+    stub.add_response(
+        "get_products",
+        {
+            "PriceList": [_price_entry("us-east-1", "p5.48xlarge", "55.0400000000")],
+            "NextToken": "page2",
+        },
+    )
+    stub.add_response(
+        "get_products",
+        {
+            "PriceList": [
+                _price_entry("us-east-1", "p5.48xlarge", "0.0000000000"),  # BYOL-style zero row
+                _price_entry("us-east-1", "p5.48xlarge", "1.0", unit="Quantity"),
+            ],
+        },
+    )
+    provider.clients.pricing = lambda: pricing  # type: ignore[method-assign]
+
+    with stub:
+        count = provider.refresh_prices(["us-east-1"], ["p5.48xlarge"])
+        stub.assert_no_pending_responses()
+
+    assert count == 1
+    inst = _instance("p5.48xlarge")
+    quote = provider.price(inst)
+    assert quote is not None and quote.usd_per_hour == 55.04
+    assert quote.source.startswith("aws price list api ")
+
+
+def _instance(itype: str) -> Any:
+    from costguard.model import Instance, InstanceState
+
+    now = datetime.now(UTC)
+    return Instance(
+        provider="aws",
+        account="123456789012",
+        region=REGION,
+        instance_id="i-0abc",
+        instance_type=itype,
+        state=InstanceState.RUNNING,
+        launch_time=now,
+        observed_at=now,
+    )
