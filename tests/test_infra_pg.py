@@ -27,7 +27,7 @@ from sqlalchemy import (
     text,
 )
 
-from tests.pg import SESSION_DATABASE, PostgresServer, process_alive
+from tests.pg import SESSION_DATABASE, PostgresServer, process_alive, reap_orphans
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -199,3 +199,24 @@ def test_missing_postgres_fails_the_run_in_ci(tmp_path: Path) -> None:
     assert proc.returncode == 1, output
     assert "1 passed, 3 errors" in output, output
     assert "CI=true: PostgreSQL tests must run" in output, output
+
+
+@pytest.mark.postgres
+def test_a_server_orphaned_by_a_killed_run_is_reaped_by_the_next(tmp_path: Path) -> None:
+    killed = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent("""\
+            import json, os, sys
+            from tests.pg import start_throwaway_postgres
+            server = start_throwaway_postgres()
+            print(json.dumps({"pid": server.postmaster_pid(), "port": server.port,
+                              "root": str(server.root)}), flush=True)
+            os.kill(os.getpid(), 9)
+        """)],
+        cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    info = json.loads(killed.stdout.strip().splitlines()[-1])
+    assert process_alive(int(info["pid"])), "the orphan should outlive its killed owner"
+    reap_orphans(Path(info["root"]).parent)
+    _assert_server_gone(info)
