@@ -229,7 +229,7 @@ def build_fleet(
             if s["prestopped"]:
                 continue
             dims = [{"Name": "InstanceId", "Value": s["id"]}]
-            gdims = _gpu_dims(s, layout)
+            gdims = _gpu_dims(s, layout) if s["gpu_util"] is not None else []
             for k in range(POINTS):
                 ts = now - k * STEP
                 cpu_data.append(
