@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import boto3
 from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 from botocore.compat import HTTPHeaders
 
+from costguard.providers.aws import AwsProvider
+
 REGION = "us-east-1"
 AMI = "ami-12c6146b"  # moto's EXAMPLE_AMI_ID
+
+ProviderFactory = Callable[..., AwsProvider]
+
+
+class Slept:
+    """What botocore wanted to wait: retry back-offs and adaptive rate-limiter waits."""
+
+    def __init__(self) -> None:
+        self.backoffs: list[float] = []
+        self.throttle_waits: list[float] = []
 
 
 class _Raw:

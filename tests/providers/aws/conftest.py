@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
-from aws_helpers import REGION
+from aws_helpers import REGION, ProviderFactory, Slept
 from botocore.retries.bucket import TokenBucket
 from moto import mock_aws
 
@@ -42,14 +42,6 @@ def moto() -> Iterator[None]:
         yield
 
 
-class Slept:
-    """What botocore wanted to wait: retry back-offs and adaptive rate-limiter waits."""
-
-    def __init__(self) -> None:
-        self.backoffs: list[float] = []
-        self.throttle_waits: list[float] = []
-
-
 @pytest.fixture
 def no_sleep(monkeypatch: pytest.MonkeyPatch) -> Slept:
     """Record botocore's waits instead of waiting: retry back-off sleeps in the endpoint, and
@@ -76,9 +68,6 @@ def clock() -> ManualClock:
 @pytest.fixture
 def session() -> boto3.Session:
     return boto3.Session(region_name=REGION)
-
-
-ProviderFactory = Callable[..., AwsProvider]
 
 
 @pytest.fixture

@@ -7,10 +7,9 @@ from typing import Any
 
 import boto3
 import pytest
-from aws_helpers import REGION, run_instances
+from aws_helpers import REGION, ProviderFactory, run_instances
 from botocore.awsrequest import AWSResponse
 from botocore.compat import HTTPHeaders
-from conftest import ProviderFactory
 
 from costguard.model import ActionOutcome, Instance, InstanceState
 from costguard.providers.aws import AwsProvider

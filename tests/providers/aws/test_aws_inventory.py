@@ -6,10 +6,9 @@ from typing import Any
 
 import boto3
 import pytest
-from aws_helpers import REGION, SPOT, run_instances, xml_error
+from aws_helpers import REGION, SPOT, ProviderFactory, Slept, run_instances, xml_error
 from botocore.awsrequest import AWSPreparedRequest
 from botocore.exceptions import EndpointConnectionError
-from conftest import ProviderFactory, Slept
 
 from costguard.model import InstanceState, Lifecycle
 from costguard.providers.base import Provider

@@ -7,9 +7,8 @@ from typing import Any
 
 import boto3
 import pytest
-from aws_helpers import REGION, run_instances
+from aws_helpers import REGION, ProviderFactory, run_instances
 from botocore.exceptions import EndpointConnectionError
-from conftest import ProviderFactory
 
 from costguard.clock import ManualClock
 from costguard.model import Instance, TelemetrySource

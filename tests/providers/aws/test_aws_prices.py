@@ -9,9 +9,8 @@ from typing import Any
 
 import boto3
 import pytest
-from aws_helpers import REGION, SPOT, run_instances
+from aws_helpers import REGION, SPOT, ProviderFactory, run_instances
 from botocore.stub import Stubber
-from conftest import ProviderFactory
 
 from costguard.model import Lifecycle
 
