@@ -37,7 +37,9 @@ def test_no_driver_is_a_clear_error_that_says_what_to_install(error, says):  # t
 
 
 def test_every_gpu_is_sampled_with_processes_and_sm_activity_from_gpm():
-    busy = FakeGpu(util=97, mem_used=21_000_000_000, processes=[(4412, 20_000_000_000)], sm_util=92.5)
+    busy = FakeGpu(
+        util=97, mem_used=21_000_000_000, processes=[(4412, 20_000_000_000)], sm_util=92.5
+    )
     idle = FakeGpu()
     nvml = FakeNvml([busy, idle])
     with sampler_for(nvml) as sampler:
@@ -63,7 +65,10 @@ def test_unsupported_fields_become_none_and_the_rest_is_still_read():
     gpu = FakeGpu(
         util=40,
         gpm_supported=False,
-        refuse={"power": pynvml.NVMLError_NotSupported, "temperature": pynvml.NVMLError_NotSupported},
+        refuse={
+            "power": pynvml.NVMLError_NotSupported,
+            "temperature": pynvml.NVMLError_NotSupported,
+        },
     )
     with sampler_for(FakeNvml([gpu])) as sampler:
         assert sampler.header["gpm_supported"] is False
@@ -99,10 +104,13 @@ def test_a_gpu_lost_mid_run_is_recorded_and_the_other_gpus_keep_reporting():
         again.sample()
         assert nvml.calls.count("utilization") - before == 2
 
+
 def test_mig_slices_are_reported_one_by_one_with_gpm_per_gpu_instance():
     not_supported = {"utilization": pynvml.NVMLError_NotSupported}
     slices = [
-        FakeGpu(gpu_instance_id=1, sm_util=60.0, refuse=not_supported, processes=[(7, 5_000_000_000)]),
+        FakeGpu(
+            gpu_instance_id=1, sm_util=60.0, refuse=not_supported, processes=[(7, 5_000_000_000)]
+        ),
         FakeGpu(gpu_instance_id=2, sm_util=0.0, refuse=not_supported),
     ]
     parent = FakeGpu(mig_mode=[1, 1], mig_slices=slices)

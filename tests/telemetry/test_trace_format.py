@@ -58,7 +58,13 @@ def test_samples_are_typed_with_nvml_refusals_kept_as_errors():
 
 def test_phase_profiles_cover_the_five_recorded_workloads():
     profiles = phase_profiles()
-    for name in ("no_process", "busy_matmul", "held_memory_idle", "bursty_2s_of_10s", "tiny_kernels"):
+    for name in (
+        "no_process",
+        "busy_matmul",
+        "held_memory_idle",
+        "bursty_2s_of_10s",
+        "tiny_kernels",
+    ):
         assert len(profiles[name]) >= 60, name
         assert {s.phase for s in profiles[name]} == {name}
 
@@ -106,4 +112,3 @@ def test_a_broken_line_is_reported_with_file_and_line(tmp_path: Path):
         parse_trace(['{"header": true}', '{"util_gpu": 3}'], "x.jsonl")
     with pytest.raises(TraceError, match="no such file"):
         read_trace(tmp_path / "missing.jsonl")
-
