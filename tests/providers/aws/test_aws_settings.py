@@ -1,0 +1,59 @@
+"""`providers.aws` settings: clear errors for bad input, secrets kept out of reprs."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from costguard.providers.aws import AwsAccount, AwsSettings
+
+
+def test_defaults_read_every_region_of_the_ambient_account() -> None:
+    s = AwsSettings()
+
+    assert s.regions == "all" and s.accounts == [] and s.role_name == "CostguardRole"
+    assert s.max_workers == 8 and s.cloudwatch.gpu_namespace == "CWAgent"
+    assert s.cloudwatch.instance_dimension == "auto"
+
+
+def test_yaml_integer_account_id_keeps_its_leading_zero() -> None:
+    assert AwsAccount(id=12345678901).id == "012345678901"  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"accounts": [{"id": "1234"}]}, "must be 12 digits"),
+        (
+            {"accounts": [{"id": "111111111111", "role_arn": "CostguardRole"}]},
+            "not an IAM role ARN",
+        ),
+        ({"regions": ["us-east-1", "virginia"]}, "not AWS region names: virginia"),
+        ({"regions": []}, 'or write "all"'),
+        ({"discover_accounts": "ldap"}, "organizations"),
+        ({"cloudwatch": {"namespace": "CWAgent"}}, "Extra inputs are not permitted"),
+        ({"region": "us-east-1"}, "Extra inputs are not permitted"),
+        ({"accounts": [{"id": "111111111111"}, {"id": "111111111111"}]}, "more than once"),
+    ],
+)
+def test_bad_settings_say_what_to_fix(settings: dict[str, object], message: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        AwsSettings(**settings)  # type: ignore[arg-type]
+
+    assert message in str(err.value)
+
+
+def test_external_id_never_shows_in_repr_or_dump() -> None:
+    s = AwsSettings(external_id="very-secret-id")  # type: ignore[arg-type]
+
+    assert "very-secret-id" not in repr(s)
+    assert "very-secret-id" not in s.model_dump_json()
+    assert s.external_id is not None and s.external_id.get_secret_value() == "very-secret-id"
+
+
+def test_role_arn_defaults_to_role_name_in_the_account() -> None:
+    s = AwsSettings(role_name="Finops")
+
+    assert s.role_arn_for(AwsAccount(id="111111111111")) == "arn:aws:iam::111111111111:role/Finops"
+    custom = AwsAccount(id="111111111111", role_arn="arn:aws:iam::111111111111:role/x/Other")
+    assert s.role_arn_for(custom) == custom.role_arn
