@@ -17,7 +17,7 @@ def test_defaults_read_every_region_of_the_ambient_account() -> None:
 
 
 def test_yaml_integer_account_id_keeps_its_leading_zero() -> None:
-    assert AwsAccount(id=12345678901).id == "012345678901"  # type: ignore[arg-type]
+    assert AwsAccount(id=12345678901).id == "012345678901"
 
 
 @pytest.mark.parametrize(
@@ -38,13 +38,13 @@ def test_yaml_integer_account_id_keeps_its_leading_zero() -> None:
 )
 def test_bad_settings_say_what_to_fix(settings: dict[str, object], message: str) -> None:
     with pytest.raises(ValidationError) as err:
-        AwsSettings(**settings)  # type: ignore[arg-type]
+        AwsSettings(**settings)
 
     assert message in str(err.value)
 
 
 def test_external_id_never_shows_in_repr_or_dump() -> None:
-    s = AwsSettings(external_id="very-secret-id")  # type: ignore[arg-type]
+    s = AwsSettings(external_id="very-secret-id")
 
     assert "very-secret-id" not in repr(s)
     assert "very-secret-id" not in s.model_dump_json()
