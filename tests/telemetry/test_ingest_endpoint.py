@@ -45,9 +45,9 @@ class FlakySink(MemorySink):
 @pytest.fixture
 def daemon() -> Iterator[tuple[httpx.Client, FlakySink]]:
     sink = FlakySink()
-    with serve(telemetry_app(token=TOKEN, sink=sink, max_body_bytes=64 * 1024)) as url:
-        with httpx.Client(base_url=url, timeout=5) as client:
-            yield client, sink
+    app = telemetry_app(token=TOKEN, sink=sink, max_body_bytes=64 * 1024)
+    with serve(app) as url, httpx.Client(base_url=url, timeout=5) as client:
+        yield client, sink
 
 
 def test_a_valid_batch_is_written_and_counted(daemon):  # type: ignore[no-untyped-def]
