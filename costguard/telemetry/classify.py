@@ -159,10 +159,11 @@ def classify(
         text = f"{_LABEL[used]} peaked at {_pct(peak)} over {span} on {gpus}"
     elif mean < UNDERUSED_FACTOR * below or len(idle_gpus) * 2 > len(by_gpu):
         verdict, value = Verdict.UNDERUSED, mean
-        text = (
-            f"{_LABEL[used]} {_pct(mean)} mean (peak {_pct(peak)}) over {span}; "
-            f"{len(idle_gpus)} of {gpus} idle"
-        )
+        text = f"{_LABEL[used]} {_pct(mean)} mean (peak {_pct(peak)}) over {span} on {gpus}"
+        if idle_gpus:
+            text += f"; {len(idle_gpus)} of {gpus} idle"
+        else:
+            text += f"; below {_pct(UNDERUSED_FACTOR * below)} mean: short bursts, mostly waiting"
     else:
         verdict, value = Verdict.ACTIVE, mean
         text = f"{_LABEL[used]} {_pct(mean)} mean (peak {_pct(peak)}) over {span} on {gpus}"

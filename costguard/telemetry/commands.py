@@ -189,7 +189,9 @@ def run_agent(
             settings.record_path.open("a", encoding="utf-8") if settings.record_path else None
         )
         try:
-            recorder = TraceWriter(record_file) if record_file else None
+            header = getattr(sampler, "header", None)
+            fresh = record_file is not None and record_file.tell() == 0
+            recorder = TraceWriter(record_file, header if fresh else None) if record_file else None
             agent = Agent(
                 settings,
                 sampler,
@@ -200,11 +202,15 @@ def run_agent(
                 recorder=recorder,
                 self_stop=self_stop,
             )
-            _stop_on_signals(agent)
+            previous = _stop_on_signals(agent)
             log.info(
                 "costguard agent for %s:%s, %d GPUs", identity.provider, identity.instance_id, gpus
             )
-            agent.run(max_ticks=max_ticks)
+            try:
+                agent.run(max_ticks=max_ticks)
+            finally:
+                _restore_signals(previous)
+                agent.buffer.close()  # what was not delivered stays in the file
             return agent
         finally:
             if record_file:
@@ -213,12 +219,21 @@ def run_agent(
                 owned.close()
 
 
-def _stop_on_signals(agent: Agent) -> None:
+def _stop_on_signals(agent: Agent) -> dict[int, Any]:
+    """SIGTERM/SIGINT end the loop cleanly (partial minute kept, last push tried)."""
+
     def handler(signum: int, frame: object) -> None:
         agent.stopping = True
 
+    previous: dict[int, Any] = {}
     try:
-        signals.signal(signals.SIGTERM, handler)
-        signals.signal(signals.SIGINT, handler)
-    except ValueError:  # not the main thread (tests): the caller stops via max_ticks
+        for sig in (signals.SIGTERM, signals.SIGINT):
+            previous[sig] = signals.signal(sig, handler)
+    except ValueError:  # not the main thread: the caller stops via max_ticks
         pass
+    return previous
+
+
+def _restore_signals(previous: dict[int, Any]) -> None:
+    for sig, handler in previous.items():
+        signals.signal(sig, handler)

@@ -42,15 +42,22 @@ class SelfStop:
         self.deadline: datetime | None = None
         self.stopped = False
         self.last_evidence = ""
+        self._since: datetime | None = None  # first minute this agent saw
 
     def observe(self, minutes: Sequence[GpuMinute]) -> None:
         for m in minutes:
             self._minutes[(m.gpu_index, m.minute)] = m
+            if self._since is None or m.minute < self._since:
+                self._since = m.minute
 
     def _idle(self, now: datetime) -> bool:
         end = now.replace(second=0, microsecond=0)  # the last complete minute ends here
         start = end - self.after
         self._minutes = {k: m for k, m in self._minutes.items() if m.minute >= start}
+        if self._since is None or self._since > start:
+            # the classifier accepts 80% coverage; a stop needs the whole span watched
+            self.last_evidence = "not yet watched for the whole span"
+            return False
         verdict = classify(
             list(self._minutes.values()),
             window_start=start,
