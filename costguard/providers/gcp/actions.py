@@ -20,7 +20,7 @@ from google.cloud import compute_v1
 
 from costguard.errors import ProviderError
 from costguard.model import ActionOutcome, ActionResult, Instance, InstanceState
-from costguard.providers.gcp.errors import translate
+from costguard.providers.gcp.errors import from_retry_error, translate
 from costguard.providers.gcp.inventory import status_name, to_state
 
 _LABEL_INVALID = re.compile(r"[^a-z0-9_-]")
@@ -69,7 +69,7 @@ def read(ctx: ActionContext, instance: Instance) -> compute_v1.Instance:
     except gexc.GoogleAPICallError as exc:
         raise translate(exc, _scope(instance)) from exc
     except gexc.RetryError as exc:
-        raise ProviderError("gcp", _scope(instance), f"gave up after retries: {exc.cause}") from exc
+        raise from_retry_error(exc, _scope(instance)) from exc
 
 
 def _changed(instance: Instance, vm: compute_v1.Instance) -> str | None:
@@ -133,7 +133,7 @@ def change_power(
     except gexc.GoogleAPICallError as exc:
         raise translate(exc, _scope(instance)) from exc
     except gexc.RetryError as exc:
-        raise ProviderError("gcp", _scope(instance), f"gave up after retries: {exc.cause}") from exc
+        raise from_retry_error(exc, _scope(instance)) from exc
     after = to_state(status_name(read(ctx, instance)))
     error = _op_error(op)
     if error:
@@ -229,9 +229,7 @@ def set_labels(
         except gexc.GoogleAPICallError as exc:
             raise translate(exc, _scope(instance)) from exc
         except gexc.RetryError as exc:
-            raise ProviderError(
-                "gcp", _scope(instance), f"gave up after retries: {exc.cause}"
-            ) from exc
+            raise from_retry_error(exc, _scope(instance)) from exc
         error = _op_error(op)
         if error:
             return ActionResult(outcome=ActionOutcome.FAILED, detail=error, state_after=state)

@@ -60,3 +60,14 @@ def translate(
         return InstanceNotFound("gcp", scope, message)
     retryable = isinstance(exc, gexc.ServiceUnavailable | gexc.InternalServerError)
     return ProviderError("gcp", scope, message, retryable=retryable)
+
+
+def from_retry_error(
+    exc: gexc.RetryError, scope: str, api: str = "compute.googleapis.com"
+) -> ProviderError:
+    """Retries ran out: report the last error the service gave, as `translate` would."""
+    cause = exc.cause
+    if isinstance(cause, gexc.GoogleAPICallError):
+        last = translate(cause, scope, api)
+        return type(last)("gcp", scope, f"gave up after retries: {explain(cause, scope, api)}")
+    return ProviderError("gcp", scope, f"gave up after retries: {cause or exc}", retryable=True)

@@ -43,6 +43,7 @@ class FakeSeries:
 class _Failure:
     code: Any  # grpc.StatusCode
     remaining: int
+    project: str | None
 
 
 @dataclass
@@ -89,10 +90,10 @@ class FakeMonitoring:
             self.series.append(series)
         return series
 
-    def fail_next(self, code: Any, times: int = 1) -> None:
+    def fail_next(self, code: Any, times: int = 1, *, project: str | None = None) -> None:
         """The next `times` calls fail with gRPC status `code` (grpc.StatusCode.UNAVAILABLE)."""
         with self._lock:
-            self._failures.append(_Failure(code, times))
+            self._failures.append(_Failure(code, times, project))
 
     @property
     def endpoint(self) -> str:
@@ -136,14 +137,14 @@ class FakeMonitoring:
     ) -> metric_service.ListTimeSeriesResponse:
         with self._lock:
             self.requests.append(request)
+            project = request.name.removeprefix("projects/")
             for failure in self._failures:
-                if failure.remaining > 0:
+                if failure.remaining > 0 and failure.project in (None, project):
                     failure.remaining -= 1
                     context.abort(failure.code, "injected failure")
         wanted = _parse_filter(request.filter, context)
         metric_type = wanted.get("metric.type")
         self.calls[metric_type or "?"] += 1
-        project = request.name.removeprefix("projects/")
         start = _dt(request.interval.start_time)
         end = _dt(request.interval.end_time)
         with self._lock:

@@ -56,7 +56,11 @@ def render_role(enforcing: bool, *, list_projects: bool = False) -> str:
     return header + yaml.safe_dump(role, sort_keys=False)
 
 
-ROLE_FILES = {
-    "deploy/iam/gcp/costguard-role.yaml": {"enforcing": True, "list_projects": True},
-    "deploy/iam/gcp/costguard-readonly-role.yaml": {"enforcing": False, "list_projects": True},
+# resourcemanager.folders.list cannot be in a project-level custom role, hence the split:
+# the project roles work with `gcloud iam roles create --project`, the org role needs
+# `--organization` and is only for `folder`/`organization` project discovery.
+ROLE_FILES: dict[str, dict[str, bool]] = {
+    "deploy/iam/gcp/costguard-role.yaml": {"enforcing": True, "list_projects": False},
+    "deploy/iam/gcp/costguard-readonly-role.yaml": {"enforcing": False, "list_projects": False},
+    "deploy/iam/gcp/costguard-org-role.yaml": {"enforcing": True, "list_projects": True},
 }

@@ -18,7 +18,7 @@ from google.cloud import compute_v1
 from costguard.clock import utc
 from costguard.model import Gap, Instance, InstanceState, Inventory, Lifecycle
 from costguard.providers.gcp import gpus
-from costguard.providers.gcp.errors import explain
+from costguard.providers.gcp.errors import explain, from_retry_error
 
 # SUSPENDED VMs bill for memory/disks like stopped ones and are not running work.
 STATES: dict[str, InstanceState] = {
@@ -137,8 +137,6 @@ def list_project(
         # A half-read project is reported as a gap, not as a smaller fleet.
         instances = []
     except gexc.RetryError as exc:
-        gaps.append(
-            Gap(provider="gcp", scope=project, error=f"gave up after retries: {exc.cause or exc}")
-        )
+        gaps.append(Gap(provider="gcp", scope=project, error=str(from_retry_error(exc, project))))
         instances = []
     return Inventory(instances=instances, gaps=gaps)

@@ -12,7 +12,7 @@ Aligned points carry the END of their 60 s window; `GpuMinute.minute` is its sta
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -25,8 +25,8 @@ from google.protobuf import duration_pb2, timestamp_pb2
 
 from costguard.clock import utc
 from costguard.errors import ProviderError
-from costguard.model import GpuMinute, Instance, TelemetrySource
-from costguard.providers.gcp.errors import translate
+from costguard.model import Gap, GpuMinute, Instance, TelemetrySource
+from costguard.providers.gcp.errors import from_retry_error, translate
 
 UTIL = "agent.googleapis.com/gpu/utilization"
 MEM_USED = "agent.googleapis.com/gpu/memory/bytes_used"
@@ -123,12 +123,7 @@ def fetch_project(
         except gexc.GoogleAPICallError as exc:
             raise translate(exc, project, api="monitoring.googleapis.com") from exc
         except gexc.RetryError as exc:
-            raise ProviderError(
-                "gcp",
-                project,
-                f"Cloud Monitoring: gave up after retries ({exc.cause or exc})",
-                retryable=True,
-            ) from exc
+            raise from_retry_error(exc, project, "monitoring.googleapis.com") from exc
     return out
 
 
@@ -168,21 +163,33 @@ def gpu_minutes(
     *,
     retry: gretry.Retry,
     max_workers: int,
-) -> list[GpuMinute]:
-    """Every GPU-minute Cloud Monitoring has for `instances` in [start, end)."""
+) -> tuple[list[GpuMinute], list[Gap]]:
+    """Every GPU-minute Cloud Monitoring has for `instances` in [start, end), and the
+    projects that could not be read. If no project at all could be read, that raises."""
     by_project: dict[str, set[str]] = {}
     for inst in instances:
         if inst.provider == "gcp":
             by_project.setdefault(inst.account, set()).add(inst.instance_id)
     if not by_project:
-        return []
+        return [], []
+
+    def one(item: tuple[str, set[str]]) -> dict[str, dict[_Key, float]] | ProviderError:
+        try:
+            return fetch_project(client, item[0], item[1], start, end, retry)
+        except ProviderError as exc:
+            return exc
+
+    merged: dict[str, dict[_Key, float]] = {q.field: {} for q in QUERIES}
+    failures: list[ProviderError] = []
     with ThreadPoolExecutor(max_workers=min(max_workers, len(by_project))) as pool:
-        results: Iterable[dict[str, dict[_Key, float]]] = pool.map(
-            lambda item: fetch_project(client, item[0], item[1], start, end, retry),
-            by_project.items(),
-        )
-        merged: dict[str, dict[_Key, float]] = {q.field: {} for q in QUERIES}
-        for result in results:
+        for result in pool.map(one, by_project.items()):
+            if isinstance(result, ProviderError):
+                failures.append(result)
+                continue
             for name, values in result.items():
                 merged[name].update(values)
-    return [m for m in merge(merged) if utc(start) <= m.minute < utc(end)]
+    if failures and len(failures) == len(by_project):
+        raise failures[0]
+    # Missing readings are "no data", never "idle": the other projects' data is still good.
+    gaps = [Gap(provider="gcp", scope=f.scope, error=str(f)) for f in failures]
+    return [m for m in merge(merged) if utc(start) <= m.minute < utc(end)], gaps

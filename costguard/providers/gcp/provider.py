@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -19,6 +20,8 @@ from costguard.model import (
 from costguard.providers.gcp import actions, inventory, metrics, pricing, projects
 from costguard.providers.gcp.clients import GcpClients, build_clients, make_retry
 from costguard.providers.gcp.settings import GcpSettings
+
+log = logging.getLogger(__name__)
 
 
 class GcpProvider:
@@ -38,6 +41,7 @@ class GcpProvider:
         self.clock = clock or SystemClock()
         self.clients = clients or build_clients(settings)
         self.retry = make_retry(settings.retry)
+        self.metric_gaps: list[Gap] = []  # projects the last gpu_metrics call could not read
         self._actions = actions.ActionContext(
             instances=self.clients.instances,
             operations=self.clients.zone_operations,
@@ -74,7 +78,9 @@ class GcpProvider:
     def gpu_metrics(
         self, instances: Sequence[Instance], start: datetime, end: datetime
     ) -> list[GpuMinute]:
-        return metrics.gpu_minutes(
+        """See `Provider.gpu_metrics`. Projects whose metrics could not be read are left out
+        and listed in `self.metric_gaps` (also logged); if none could be read, it raises."""
+        minutes, gaps = metrics.gpu_minutes(
             self.clients.metrics,
             instances,
             start,
@@ -82,6 +88,10 @@ class GcpProvider:
             retry=self.retry,
             max_workers=self.settings.max_workers,
         )
+        self.metric_gaps = gaps
+        for gap in gaps:
+            log.warning("GPU metrics missing for %s: %s", gap.scope, gap.error)
+        return minutes
 
     def stop(self, instance: Instance, *, dry_run: bool) -> ActionResult:
         return actions.stop(self._actions, instance, dry_run=dry_run)

@@ -38,8 +38,12 @@ def test_instance_fields_are_mapped_from_the_api(
 ) -> None:
     created = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
     vm = fake.compute.add_instance(
-        "ml-prod", "us-east1-b", "trainer", "n1-standard-8",
-        labels={"team": "vision", "owner": "ana"}, created=created,
+        "ml-prod",
+        "us-east1-b",
+        "trainer",
+        "n1-standard-8",
+        labels={"team": "vision", "owner": "ana"},
+        created=created,
     )
     (inst,) = make_provider().list_instances().instances
     assert inst.instance_id == str(vm.id)  # the numeric id, as Cloud Monitoring names it
@@ -88,7 +92,10 @@ def test_gpus_come_from_guest_accelerators_and_from_machine_types(
     fake: FakeGcp, make_provider: Callable[..., GcpProvider]
 ) -> None:
     fake.compute.add_instance(
-        "ml-prod", "us-central1-a", "n1-t4x2", "n1-standard-16",
+        "ml-prod",
+        "us-central1-a",
+        "n1-t4x2",
+        "n1-standard-16",
         accelerators=[("nvidia-tesla-t4", 2)],
     )
     fake.compute.add_instance("ml-prod", "us-central1-a", "a2-4", "a2-highgpu-4g")
@@ -98,7 +105,10 @@ def test_gpus_come_from_guest_accelerators_and_from_machine_types(
     fake.compute.add_instance("ml-prod", "us-central1-a", "g2-32", "g2-standard-32")
     # An A2 whose API answer lists its accelerators too: counted once, not twice.
     fake.compute.add_instance(
-        "ml-prod", "us-central1-a", "a2-listed", "a2-highgpu-2g",
+        "ml-prod",
+        "us-central1-a",
+        "a2-listed",
+        "a2-highgpu-2g",
         accelerators=[("nvidia-tesla-a100", 2)],
     )
     got = {
@@ -130,9 +140,9 @@ def test_forbidden_and_disabled_projects_are_gaps_while_others_are_listed(
     assert set(gaps) == {"locked-proj", "no-api-proj"}
     assert "permission denied" in gaps["locked-proj"]
     assert "deploy/iam/gcp/costguard-role.yaml" in gaps["locked-proj"]
-    assert "gcloud services enable compute.googleapis.com --project no-api-proj" in gaps[
-        "no-api-proj"
-    ]
+    assert (
+        "gcloud services enable compute.googleapis.com --project no-api-proj" in gaps["no-api-proj"]
+    )
 
 
 def test_throttling_is_retried_until_the_listing_succeeds(

@@ -1,0 +1,154 @@
+"""GPU metrics through the real MetricServiceClient against the local gRPC fake."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import grpc
+import pytest
+
+from costguard.errors import ProviderError
+from costguard.model import Instance, InstanceState, TelemetrySource
+from costguard.providers.gcp import GcpProvider
+from costguard.providers.gcp.fake_server import FakeGcp
+from costguard.providers.gcp.metrics import MEM_USED, SM_V1, SM_V2, UTIL
+
+T0 = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
+
+
+def _instance(instance_id: str, project: str = "ml-prod") -> Instance:
+    return Instance(
+        provider="gcp",
+        account=project,
+        region="us-central1",
+        zone="us-central1-a",
+        instance_id=instance_id,
+        name=f"vm-{instance_id}",
+        instance_type="a2-highgpu-2g",
+        state=InstanceState.RUNNING,
+        gpu_count=2,
+        gpu_model="A100",
+        launch_time=T0,
+        observed_at=T0,
+    )
+
+
+def _every_20s(minutes: int, value: float) -> list[tuple[datetime, float]]:
+    return [(T0 + timedelta(seconds=20 * i + 5), value) for i in range(minutes * 3)]
+
+
+def test_one_call_per_project_per_metric_type_not_per_instance(
+    fake: FakeGcp, make_provider: Callable[..., GcpProvider]
+) -> None:
+    instances = [_instance(str(1000 + i)) for i in range(30)]
+    instances += [_instance(str(2000 + i), "ml-research") for i in range(30)]
+    for inst in instances:
+        for gpu in range(2):
+            fake.monitoring.add_gpu_series(
+                inst.account, UTIL, inst.instance_id, _every_20s(5, 40.0), gpu_number=gpu
+            )
+    provider = make_provider(projects=["ml-prod", "ml-research"])
+    minutes = provider.gpu_metrics(instances, T0, T0 + timedelta(minutes=5))
+    assert len(minutes) == 60 * 2 * 5
+    assert len(fake.monitoring.requests) == 2 * 4  # 2 projects x 4 metric types
+    for request in fake.monitoring.requests:
+        assert 'resource.type = "gce_instance"' in request.filter
+        assert request.aggregation.alignment_period == timedelta(seconds=60)
+
+
+def test_sm_activity_is_preferred_and_util_and_memory_fill_their_fields(
+    fake: FakeGcp, make_provider: Callable[..., GcpProvider]
+) -> None:
+    inst = _instance("77")
+    fake.monitoring.add_gpu_series("ml-prod", UTIL, "77", _every_20s(3, 100.0))
+    fake.monitoring.add_gpu_series("ml-prod", SM_V2, "77", _every_20s(3, 0.03))
+    fake.monitoring.add_gpu_series("ml-prod", SM_V1, "77", _every_20s(3, 0.9))  # older agent
+    fake.monitoring.add_gpu_series(
+        "ml-prod",
+        MEM_USED,
+        "77",
+        _every_20s(3, 2**30),
+        integer=True,
+        extra_labels={"memory_state": "used"},
+    )
+    fake.monitoring.add_gpu_series(
+        "ml-prod",
+        MEM_USED,
+        "77",
+        _every_20s(3, 2**34),
+        integer=True,
+        extra_labels={"memory_state": "free"},
+    )
+    minutes = make_provider().gpu_metrics([inst], T0, T0 + timedelta(minutes=3))
+    assert [m.minute for m in minutes] == [T0 + timedelta(minutes=i) for i in range(3)]
+    for m in minutes:
+        assert m.source == TelemetrySource.CLOUD_MONITORING
+        assert m.instance_id == "77" and m.gpu_index == 0
+        assert m.util_mean == pytest.approx(100.0)  # a busy-looking kernel loop ...
+        assert m.sm_mean == pytest.approx(3.0)  # ... that keeps 3% of SMs busy (DCGM v2 wins)
+        assert m.mem_used_bytes == 2**30  # the "used" series, not "free"
+
+
+def test_older_dcgm_sm_metric_is_used_when_v2_is_absent(
+    fake: FakeGcp, make_provider: Callable[..., GcpProvider]
+) -> None:
+    fake.monitoring.add_gpu_series("ml-prod", SM_V1, "5", _every_20s(2, 0.5))
+    minutes = make_provider().gpu_metrics([_instance("5")], T0, T0 + timedelta(minutes=2))
+    assert [m.sm_mean for m in minutes] == [pytest.approx(50.0)] * 2
+    assert all(m.util_mean is None for m in minutes)
+
+
+def test_instances_without_metrics_get_no_rows_and_others_are_ignored(
+    fake: FakeGcp, make_provider: Callable[..., GcpProvider]
+) -> None:
+    fake.monitoring.add_gpu_series("ml-prod", UTIL, "not-asked-for", _every_20s(2, 10.0))
+    minutes = make_provider().gpu_metrics([_instance("silent")], T0, T0 + timedelta(minutes=2))
+    assert minutes == []
+
+
+def test_one_minute_means_are_aligned_on_the_server(
+    fake: FakeGcp, make_provider: Callable[..., GcpProvider]
+) -> None:
+    points = [
+        (T0 + timedelta(seconds=10), 10.0),
+        (T0 + timedelta(seconds=50), 30.0),
+        (T0 + timedelta(seconds=70), 90.0),
+    ]
+    fake.monitoring.add_gpu_series("ml-prod", UTIL, "9", points, gpu_number=1)
+    minutes = make_provider().gpu_metrics([_instance("9")], T0, T0 + timedelta(minutes=2))
+    assert [(m.minute, m.gpu_index, m.util_mean) for m in minutes] == [
+        (T0, 1, pytest.approx(20.0)),
+        (T0 + timedelta(minutes=1), 1, pytest.approx(90.0)),
+    ]
+
+
+def test_unavailable_monitoring_is_retried(
+    fake: FakeGcp, make_provider: Callable[..., GcpProvider]
+) -> None:
+    fake.monitoring.add_gpu_series("ml-prod", UTIL, "3", _every_20s(1, 5.0))
+    fake.monitoring.fail_next(grpc.StatusCode.UNAVAILABLE, times=2)
+    minutes = make_provider().gpu_metrics([_instance("3")], T0, T0 + timedelta(minutes=1))
+    assert [m.util_mean for m in minutes] == [pytest.approx(5.0)]
+
+
+def test_denied_monitoring_raises_a_provider_error_that_says_what_to_grant(
+    fake: FakeGcp, make_provider: Callable[..., GcpProvider]
+) -> None:
+    fake.monitoring.fail_next(grpc.StatusCode.PERMISSION_DENIED, times=1)
+    with pytest.raises(ProviderError, match="permission denied in project ml-prod"):
+        make_provider().gpu_metrics([_instance("3")], T0, T0 + timedelta(minutes=1))
+
+
+def test_a_project_whose_metrics_fail_is_a_gap_while_others_are_returned(
+    fake: FakeGcp, make_provider: Callable[..., GcpProvider]
+) -> None:
+    fake.monitoring.add_gpu_series("ml-prod", UTIL, "1", _every_20s(1, 5.0))
+    fake.monitoring.add_gpu_series("ml-research", UTIL, "2", _every_20s(1, 5.0))
+    fake.monitoring.fail_next(grpc.StatusCode.PERMISSION_DENIED, times=99, project="ml-research")
+    provider = make_provider(projects=["ml-prod", "ml-research"])
+    minutes = provider.gpu_metrics(
+        [_instance("1"), _instance("2", "ml-research")], T0, T0 + timedelta(minutes=1)
+    )
+    assert [m.instance_id for m in minutes] == ["1"]
+    assert [g.scope for g in provider.metric_gaps] == ["ml-research"]
