@@ -52,7 +52,8 @@ class FakeMonitoring:
 
     series: list[FakeSeries] = field(default_factory=list)
     requests: list[metric_service.ListTimeSeriesRequest] = field(default_factory=list)
-    calls: Counter[str] = field(default_factory=Counter)  # metric type -> ListTimeSeries calls
+    # metric type -> queries (first pages only; `requests` holds every RPC, pages included)
+    calls: Counter[str] = field(default_factory=Counter)
     page_series: int = 500  # series per page when the request does not say
     _failures: list[_Failure] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -144,7 +145,8 @@ class FakeMonitoring:
                     context.abort(failure.code, "injected failure")
         wanted = _parse_filter(request.filter, context)
         metric_type = wanted.get("metric.type")
-        self.calls[metric_type or "?"] += 1
+        if not request.page_token:
+            self.calls[metric_type or "?"] += 1
         start = _dt(request.interval.start_time)
         end = _dt(request.interval.end_time)
         with self._lock:

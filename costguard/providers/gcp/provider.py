@@ -49,6 +49,12 @@ class GcpProvider:
             operation_timeout_s=settings.operation_timeout_s,
         )
 
+    def close(self) -> None:
+        """Close the HTTP sessions and the gRPC channel (the daemon keeps one provider)."""
+        self.clients.instances.transport.close()  # type: ignore[no-untyped-call]
+        self.clients.zone_operations.transport.close()  # type: ignore[no-untyped-call]
+        self.clients.metrics.transport.close()  # type: ignore[no-untyped-call]
+
     def projects(self) -> tuple[list[str], list[Gap]]:
         """Configured projects plus those found under the folder/organization."""
         found, gaps = projects.discover(self.settings, self.clients.credentials)

@@ -27,9 +27,15 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def make_provider(fake: FakeGcp, clock: ManualClock) -> Callable[..., GcpProvider]:
+def make_provider(fake: FakeGcp, clock: ManualClock) -> Iterator[Callable[..., GcpProvider]]:
+    made: list[GcpProvider] = []
+
     def make(**settings: Any) -> GcpProvider:
         settings.setdefault("projects", ["ml-prod"])
-        return GcpProvider(fake.settings(**settings), clock=clock)
+        provider = GcpProvider(fake.settings(**settings), clock=clock)
+        made.append(provider)
+        return provider
 
-    return make
+    yield make
+    for provider in made:
+        provider.close()

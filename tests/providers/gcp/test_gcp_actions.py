@@ -113,7 +113,7 @@ def test_set_labels_rereads_and_retries_when_the_fingerprint_moved(
     fake: FakeGcp, gcp: GcpProvider
 ) -> None:
     inst = _listed(gcp, "idle-a100")
-    raced = []
+    raced: list[str] = []
 
     def someone_else_relabels(method: str, path: str) -> None:
         if path.endswith("/setLabels") and not raced:
