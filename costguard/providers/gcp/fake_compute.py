@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import itertools
-import json
 import re
 import threading
 import time
@@ -24,9 +23,10 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+
+from costguard.providers.gcp.fake_http import error, forbidden, handler_for
 
 _BASE = "https://www.googleapis.com/compute/v1"
 _ID_START = 4_000_000_000_000_000_000
@@ -202,7 +202,7 @@ class FakeCompute:
         return f"http://{host!s}:{port}"
 
     def start(self) -> FakeCompute:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(self.handle))
         server.daemon_threads = True
         self._server = server
         self._thread = threading.Thread(
@@ -232,7 +232,7 @@ class FakeCompute:
                 if inj.remaining > 0 and inj.path_contains in path:
                     inj.remaining -= 1
                     self.calls[f"{method} injected-{inj.status}"] += 1
-                    return inj.status, _error(inj.status, "injected failure")
+                    return inj.status, error(inj.status, "injected failure")
             self._complete_due_operations()
         for pattern, verb, action in _ROUTES:
             m = pattern.match(path)
@@ -241,11 +241,11 @@ class FakeCompute:
                 project = m.groupdict().get("project")
                 with self._lock:
                     if project and project in self._forbidden:
-                        return 403, _forbidden(project, self._forbidden[project])
+                        return 403, forbidden(project, self._forbidden[project])
                 handler = getattr(self, f"_{action}")
                 result: tuple[int, Any] = handler(query=query, body=body, **m.groupdict())
                 return result
-        return 501, _error(501, f"the fake does not implement {method} {path}")
+        return 501, error(501, f"the fake does not implement {method} {path}")
 
     def _aggregated_list(self, project: str, query: dict[str, str], body: Any) -> tuple[int, Any]:
         size = min(int(query.get("maxResults", "500")), 500)
@@ -276,7 +276,7 @@ class FakeCompute:
         with self._lock:
             vm = self._vms.get((project, zone, name))
             if vm is None:
-                return 404, _error(
+                return 404, error(
                     404,
                     f"The resource 'projects/{project}/zones/{zone}/instances/{name}' "
                     "was not found",
@@ -305,12 +305,12 @@ class FakeCompute:
         with self._lock:
             vm = self._vms.get((project, zone, name))
             if vm is None:
-                return 404, _error(404, f"instance {name} not found")
+                return 404, error(404, f"instance {name} not found")
             request_id = query.get("requestId")
             if request_id and request_id in self._request_ids:
                 return 200, self._request_ids[request_id].to_json()
             if body.get("labelFingerprint") != vm.label_fingerprint:
-                return 412, _error(
+                return 412, error(
                     412,
                     "Labels fingerprint either invalid or resource labels have changed",
                     reason="conditionNotMet",
@@ -336,7 +336,7 @@ class FakeCompute:
         with self._lock:
             vm = self._vms.get((project, zone, name))
             if vm is None:
-                return 404, _error(404, f"instance {name} not found")
+                return 404, error(404, f"instance {name} not found")
             request_id = query.get("requestId")
             if request_id and request_id in self._request_ids:
                 return 200, self._request_ids[request_id].to_json()
@@ -363,7 +363,7 @@ class FakeCompute:
         with self._lock:
             found = self._ops.get((project, zone, op))
             if found is None:
-                return 404, _error(404, f"operation {op} not found")
+                return 404, error(404, f"operation {op} not found")
             return 200, found.to_json()
 
     def _operation_wait(
@@ -372,7 +372,7 @@ class FakeCompute:
         with self._lock:
             found = self._ops.get((project, zone, op))
         if found is None:
-            return 404, _error(404, f"operation {op} not found")
+            return 404, error(404, f"operation {op} not found")
         time.sleep(max(0.0, min(found.done_at - time.monotonic(), self.max_wait_s)))
         with self._lock:
             self._complete_due_operations()
@@ -418,78 +418,3 @@ _ROUTES: tuple[tuple[re.Pattern[str], str, str], ...] = (
     (re.compile(r"/v3/projects$"), "GET", "rm_projects"),
     (re.compile(r"/v3/folders$"), "GET", "rm_folders"),
 )
-
-_STATUS_NAMES = {
-    403: "PERMISSION_DENIED",
-    404: "NOT_FOUND",
-    412: "FAILED_PRECONDITION",
-    429: "RESOURCE_EXHAUSTED",
-    500: "INTERNAL",
-    501: "UNIMPLEMENTED",
-    503: "UNAVAILABLE",
-}
-
-
-def _error(code: int, message: str, *, reason: str = "") -> dict[str, Any]:
-    return {
-        "error": {
-            "code": code,
-            "message": message,
-            "status": _STATUS_NAMES.get(code, "UNKNOWN"),
-            "errors": [
-                {"message": message, "domain": "global", "reason": reason or "backendError"}
-            ],
-        }
-    }
-
-
-def _forbidden(project: str, why: str) -> dict[str, Any]:
-    if why == "SERVICE_DISABLED":
-        message = (
-            f"Compute Engine API has not been used in project {project} before or it is disabled."
-        )
-        body = _error(403, message, reason="accessNotConfigured")
-        body["error"]["details"] = [
-            {
-                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-                "reason": "SERVICE_DISABLED",
-                "domain": "googleapis.com",
-                "metadata": {"service": "compute.googleapis.com"},
-            }
-        ]
-        return body
-    return _error(
-        403,
-        f"Required 'compute.instances.list' permission for 'projects/{project}'",
-        reason="forbidden",
-    )
-
-
-def _handler_for(fake: FakeCompute) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def _serve(self, method: str) -> None:
-            parts = urlsplit(self.path)
-            query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            body = json.loads(raw) if raw else {}
-            status, payload = fake.handle(method, parts.path, query, body)
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json; charset=UTF-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self) -> None:
-            self._serve("GET")
-
-        def do_POST(self) -> None:
-            self._serve("POST")
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return  # keep test output clean
-
-    return Handler

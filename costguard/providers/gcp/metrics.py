@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from google.api_core import exceptions as gexc
@@ -89,8 +89,9 @@ def _value(point: Any) -> float | None:
 
 
 def _minute(end_time: datetime) -> datetime:
-    start = utc(end_time) - timedelta(seconds=60)
-    return start.replace(second=0, microsecond=0)
+    # A plain datetime: proto-plus hands back DatetimeWithNanoseconds, a subclass.
+    epoch = int(utc(end_time).timestamp()) - 60
+    return datetime.fromtimestamp(epoch - epoch % 60, UTC)
 
 
 def fetch_project(

@@ -83,6 +83,7 @@ def test_sm_activity_is_preferred_and_util_and_memory_fill_their_fields(
     )
     minutes = make_provider().gpu_metrics([inst], T0, T0 + timedelta(minutes=3))
     assert [m.minute for m in minutes] == [T0 + timedelta(minutes=i) for i in range(3)]
+    assert all(type(m.minute) is datetime for m in minutes)  # not proto-plus's subclass
     for m in minutes:
         assert m.source == TelemetrySource.CLOUD_MONITORING
         assert m.instance_id == "77" and m.gpu_index == 0
