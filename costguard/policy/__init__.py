@@ -1,0 +1,1 @@
+"""Policies: the YAML language (schema), loading with located errors (load), evaluation."""

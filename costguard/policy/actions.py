@@ -1,0 +1,225 @@
+"""What a policy does about a finding: `actions:` and its kinds."""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import Annotated, Any, ClassVar
+
+from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from costguard.model import ActionKind
+from costguard.policy.base import Duration, Element, OneOrMany, Text, TypeLabel
+
+NOTIFY_PLACEHOLDERS = (
+    "policy",
+    "instance",
+    "reason",
+    "deadline",
+    "usd_per_hour",
+    "spot_savings_usd_per_hour",
+)
+"""Fields a notify `message` may use, e.g. `{instance}`; the notifier fills them."""
+
+TAG_PLACEHOLDERS = ("now", "policy")
+"""Fields a tag value may use: `{now}` is the ISO-8601 UTC time of the action."""
+
+_RECIPIENT = re.compile(r"owner|team|slack:#[a-z0-9][a-z0-9._-]*|email:[^@\s]+@[^@\s]+\.[^@\s]+")
+
+
+def _check_recipient(value: str) -> str:
+    if not _RECIPIENT.fullmatch(value):
+        raise PydanticCustomError(
+            "recipient",
+            f"invalid recipient {value!r} (use owner, team, slack:#channel or "
+            "email:name@example.com)",
+        )
+    return value
+
+
+Recipient = Annotated[str, AfterValidator(_check_recipient), TypeLabel("recipient")]
+
+
+def _field_names(text: str) -> list[str]:
+    """Every `{field}` in a format string, including those nested in format specs."""
+    names: list[str] = []
+    for _, name, spec, _ in string.Formatter().parse(text):
+        if name is not None:
+            names.append(name)
+        if spec:
+            names.extend(_field_names(spec))
+    return names
+
+
+def check_template(text: str, allowed: Iterable[str]) -> str:
+    """Refuse `{field}` placeholders outside `allowed`, so a typo fails at load time."""
+    names = tuple(allowed)
+    try:
+        fields = _field_names(text)
+    except ValueError as exc:
+        raise PydanticCustomError(
+            "template", f"{exc} in {text!r} (write {{{{ and }}}} for literal braces)"
+        ) from None
+    for name in fields:
+        if name not in names:
+            available = ", ".join("{" + n + "}" for n in names)
+            raise PydanticCustomError(
+                "template", f"unknown placeholder {{{name}}} (available: {available})"
+            )
+    return text
+
+
+TagValue = Annotated[str, AfterValidator(lambda v: check_template(v, TAG_PLACEHOLDERS))]
+
+
+class NotifyAction(Element):
+    """Tell people about the finding. `to` takes `owner` and `team` (resolved from the
+    instance's attribution tags), `slack:#channel` and `email:address`. When a `stop`
+    follows, the message carries its deadline and how to snooze. `message` is optional
+    extra text and may use the placeholders {policy}, {instance}, {reason}, {deadline},
+    {usd_per_hour} and {spot_savings_usd_per_hour}.
+    """
+
+    yaml_key: ClassVar[str] = "actions[].notify"
+    example: ClassVar[str] = """\
+policies:
+  - name: on-demand-gpu-reminder
+    filters: {gpu: true, lifecycle: on-demand, state: running}
+    condition:
+      running_longer_than: 6h
+    actions:
+      - notify:
+          to: [owner, team, "slack:#ml-costs", "email:finops@example.com"]
+          message: "{instance} costs ${usd_per_hour}/h on demand."
+"""
+
+    to: OneOrMany[Recipient] = Field(default=("owner",), min_length=1, description="Who to tell.")
+    message: str | None = Field(default=None, description="Extra text (placeholders ok).")
+
+    @field_validator("message")
+    @classmethod
+    def _known_placeholders(cls, value: str | None) -> str | None:
+        return None if value is None else check_template(value, NOTIFY_PLACEHOLDERS)
+
+
+class TagAction(Element):
+    """Set or remove tags on the instance, e.g. to mark when it was first found idle.
+    Values may use {now} (ISO-8601 UTC) and {policy}."""
+
+    yaml_key: ClassVar[str] = "actions[].tag"
+    example: ClassVar[str] = """\
+policies:
+  - name: mark-idle-gpus
+    filters: {gpu: true, state: running}
+    condition:
+      idle: {below: 5, for: 1h}
+    actions:
+      - tag:
+          set: {"costguard:idle-since": "{now}", "costguard:policy": "{policy}"}
+          remove: ["costguard:active-since"]
+"""
+
+    set_: dict[Text, TagValue] = Field(
+        default_factory=dict, alias="set", description="Tag key -> value to write."
+    )
+    remove: OneOrMany[Text] = Field(default=(), description="Tag keys to delete.")
+
+    @model_validator(mode="after")
+    def _does_something(self) -> TagAction:
+        if not self.set_ and not self.remove:
+            raise PydanticCustomError("tag_action", "give tags to `set` or to `remove`")
+        overlap = sorted(set(self.set_) & set(self.remove))
+        if overlap:
+            raise PydanticCustomError(
+                "tag_action",
+                f"tag {', '.join(repr(k) for k in overlap)} is both set and removed",
+            )
+        return self
+
+
+class StopAction(Element):
+    """Stop (never terminate) the instance. The owner is warned first; the stop happens
+    only if the instance still matches the policy when `grace` has passed, and it is
+    re-checked right before the call. In `dry-run` mode the stop is only recorded.
+    """
+
+    yaml_key: ClassVar[str] = "actions[].stop"
+    example: ClassVar[str] = """\
+policies:
+  - name: stop-idle-gpus
+    mode: dry-run
+    filters: {gpu: true, state: running, tags: {absent: ["costguard:protect"]}}
+    condition:
+      idle: {below: 5, for: 45m}
+    actions:
+      - notify: {to: owner}
+      - stop: {grace: 15m}
+"""
+
+    grace: Duration = Field(
+        default=timedelta(minutes=15), description="Warning time before the stop."
+    )
+
+
+_KINDS = ("notify", "tag", "stop")
+
+
+class Action(Element):
+    """One step of a policy's `actions` list: a mapping with exactly one key, `notify`,
+    `tag` or `stop`. Steps run in order. A bare `- stop` or `- notify` uses the defaults.
+    """
+
+    yaml_key: ClassVar[str] = "actions[]"
+    example: ClassVar[str] = """\
+policies:
+  - name: idle-gpu-warn-tag-stop
+    filters: {gpu: true, state: running}
+    condition:
+      idle: {below: 5, for: 45m}
+    actions:
+      - notify: {to: owner}
+      - tag: {set: {"costguard:idle-since": "{now}"}}
+      - stop
+"""
+
+    notify: NotifyAction | None = Field(default=None, description="See NotifyAction.")
+    tag: TagAction | None = Field(default=None, description="See TagAction.")
+    stop: StopAction | None = Field(default=None, description="See StopAction.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        if isinstance(data, str) and data in _KINDS:
+            return {data: {}}
+        if isinstance(data, dict):
+            return {k: ({} if v is None and k in _KINDS else v) for k, v in data.items()}
+        return data
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Action:
+        given = [k for k in _KINDS if getattr(self, k) is not None]
+        if len(given) != 1:
+            detail = (
+                "got none"
+                if not given
+                else f"got {' and '.join(given)}; put each in its own list item"
+            )
+            raise PydanticCustomError(
+                "action", f"each action needs exactly one of notify, tag or stop ({detail})"
+            )
+        return self
+
+    @property
+    def kind(self) -> ActionKind:
+        """Which of notify/tag/stop this step is."""
+        return ActionKind(next(k for k in _KINDS if getattr(self, k) is not None))
+
+    @property
+    def spec(self) -> NotifyAction | TagAction | StopAction:
+        """The step's settings."""
+        found = self.notify or self.tag or self.stop
+        assert found is not None
+        return found

@@ -1,0 +1,157 @@
+"""When a considered instance is a finding: `condition:` and its parts."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from costguard.policy.base import Duration, Element, OneOrMany, Text, at_least
+
+MIN_IDLE_WINDOW = timedelta(minutes=5)
+
+
+class IdleCondition(Element):
+    """The instance's GPUs stayed below a utilisation threshold for a whole window.
+
+    `signal` picks the measurement: `sm_active` is the share of SM cycles doing work
+    (NVML GPM on Hopper and later, DCGM `SM_ACTIVE`); `util_gpu` is the share of time any
+    kernel ran, which a trivial kernel loop keeps at 100 %; `auto` uses SM activity where
+    the GPU reports it and `util_gpu` elsewhere. Every GPU of the instance must stay below
+    `below` percent for the whole `for` window, and telemetry must cover at least
+    `min_coverage` of the window's GPU-minutes. Missing data never counts as idle.
+    """
+
+    yaml_key: ClassVar[str] = "condition.idle"
+    example: ClassVar[str] = """\
+policies:
+  - name: idle-gpu-shutdown
+    filters: {gpu: true, state: running}
+    condition:
+      idle:
+        signal: auto
+        below: 5
+        for: 45m
+        min_coverage: 0.8
+        missing_data: not-idle
+    actions:
+      - notify: {to: owner}
+      - stop: {grace: 15m}
+"""
+
+    signal: Literal["auto", "sm_active", "util_gpu"] = Field(
+        default="auto", description="Which GPU measurement decides."
+    )
+    below: float = Field(
+        default=5, gt=0, le=100, description="Idle means below this percentage (0-100]."
+    )
+    for_: Annotated[
+        Duration,
+        AfterValidator(
+            at_least(MIN_IDLE_WINDOW, "shorter windows mistake pauses between jobs for idle")
+        ),
+    ] = Field(default=timedelta(minutes=45), alias="for", description="Window length, >= 5m.")
+    min_coverage: float = Field(
+        default=0.8, ge=0, le=1, description="Share of the window that must have data (0-1)."
+    )
+    missing_data: Literal["not-idle"] = Field(
+        default="not-idle", description="What a gap in telemetry means; always `not-idle`."
+    )
+
+    @field_validator("missing_data", mode="before")
+    @classmethod
+    def _missing_is_never_idle(cls, value: Any) -> Any:
+        if value != "not-idle":
+            raise PydanticCustomError(
+                "missing_data",
+                f"missing_data must be 'not-idle' (got {value!r}): costguard never treats "
+                "missing telemetry as idle, because a GPU that stopped reporting may still "
+                "be working; lower min_coverage instead if data is sparse",
+            )
+        return value
+
+    @property
+    def window(self) -> timedelta:
+        """The `for` duration (a Python keyword, hence the attribute name)."""
+        return self.for_
+
+
+class CostOver(Element):
+    """The instance's running cost is above a threshold. Give exactly one of
+    `usd_per_hour` or `usd_per_day` (a day is 24 running hours)."""
+
+    yaml_key: ClassVar[str] = "condition.cost_over"
+    example: ClassVar[str] = """\
+policies:
+  - name: expensive-instances
+    filters: {state: running}
+    condition:
+      cost_over: {usd_per_hour: 10}
+    actions:
+      - notify: {to: [owner, "slack:#ml-costs"]}
+"""
+
+    usd_per_hour: float | None = Field(default=None, gt=0, description="Hourly threshold.")
+    usd_per_day: float | None = Field(default=None, gt=0, description="Daily threshold.")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> CostOver:
+        if (self.usd_per_hour is None) == (self.usd_per_day is None):
+            raise PydanticCustomError(
+                "cost_over", "give exactly one of usd_per_hour or usd_per_day"
+            )
+        return self
+
+    @property
+    def hourly_usd(self) -> float:
+        """The threshold as dollars per running hour."""
+        if self.usd_per_hour is not None:
+            return self.usd_per_hour
+        assert self.usd_per_day is not None
+        return self.usd_per_day / 24
+
+
+class Condition(Element):
+    """What makes a considered instance a finding. Give at least one condition; every
+    condition given must hold (AND).
+
+    `running_longer_than` counts from the instance's last launch or start;
+    `missing_tags` holds when any listed tag key is absent.
+    """
+
+    yaml_key: ClassVar[str] = "condition"
+    example: ClassVar[str] = """\
+policies:
+  - name: long-running-untagged
+    filters: {gpu: true, state: running}
+    condition:
+      running_longer_than: 24h
+      missing_tags: [team, owner]
+      cost_over: {usd_per_day: 200}
+    actions:
+      - notify: {to: "slack:#ml-costs"}
+"""
+
+    idle: IdleCondition | None = Field(default=None, description="GPU idleness.")
+    running_longer_than: Duration | None = Field(
+        default=None, description="Running for longer than this."
+    )
+    missing_tags: OneOrMany[Text] | None = Field(
+        default=None, description="Any of these tag keys is absent."
+    )
+    cost_over: CostOver | None = Field(default=None, description="Cost above a threshold.")
+
+    @model_validator(mode="after")
+    def _at_least_one(self) -> Condition:
+        if all(getattr(self, name) is None for name in type(self).model_fields):
+            raise PydanticCustomError(
+                "condition",
+                "give at least one condition: idle, running_longer_than, missing_tags or cost_over",
+            )
+        if self.missing_tags == ():
+            raise PydanticCustomError(
+                "condition", "missing_tags needs at least one tag key, e.g. [team]"
+            )
+        return self

@@ -1,0 +1,285 @@
+"""The typed model of a policy file: what `policies/*.yml` may contain.
+
+Element models live in small modules (filters, conditions, actions, spend) and are
+re-exported here; `ELEMENTS` lists every element in documentation order.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import ClassVar, Literal
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from costguard.model import PROVIDERS, ActionKind, ProviderName
+from costguard.policy.actions import (
+    NOTIFY_PLACEHOLDERS,
+    TAG_PLACEHOLDERS,
+    Action,
+    NotifyAction,
+    StopAction,
+    TagAction,
+)
+from costguard.policy.base import Duration, Element, Name, OneOrMany, format_duration
+from costguard.policy.conditions import Condition, CostOver, IdleCondition
+from costguard.policy.filters import AgeFilter, Filters, TagFilter
+from costguard.policy.spend import (
+    BUILTIN_DIMENSIONS,
+    AnomalyRule,
+    Attribution,
+    Budget,
+    DeriveRule,
+    DimensionRule,
+)
+
+__all__ = [
+    "BUILTIN_DIMENSIONS",
+    "ELEMENTS",
+    "NOTIFY_PLACEHOLDERS",
+    "TAG_PLACEHOLDERS",
+    "Action",
+    "AgeFilter",
+    "AnomalyRule",
+    "Attribution",
+    "Budget",
+    "Condition",
+    "CostOver",
+    "DeriveRule",
+    "DimensionRule",
+    "Duration",
+    "Element",
+    "Filters",
+    "IdleCondition",
+    "Limits",
+    "NotifyAction",
+    "Policy",
+    "PolicyFile",
+    "PolicySet",
+    "StopAction",
+    "TagAction",
+    "TagFilter",
+    "format_duration",
+]
+
+
+class Limits(Element):
+    """Blast-radius limits for one policy. Per evaluation cycle the policy acts (tags or
+    stops) on at most `max_actions_per_cycle` instances, and stops instances worth at
+    most `max_usd_per_hour` of running cost in total; the rest wait for the next cycle.
+    Notifications do not count."""
+
+    yaml_key: ClassVar[str] = "limits"
+    example: ClassVar[str] = """\
+policies:
+  - name: idle-gpu-shutdown
+    filters: {gpu: true, state: running}
+    condition:
+      idle: {below: 5, for: 45m}
+    actions:
+      - notify: {to: owner}
+      - stop: {grace: 15m}
+    limits: {max_actions_per_cycle: 10, max_usd_per_hour: 500}
+"""
+
+    max_actions_per_cycle: int = Field(default=10, ge=1, description="Instances per cycle.")
+    max_usd_per_hour: float | None = Field(
+        default=None, gt=0, description="Hourly cost stopped per cycle (unset: no cap)."
+    )
+
+
+class Policy(Element):
+    """One rule: which instances (`filters`), when they are a finding (`condition`) and
+    what to do (`actions`). New policies run in `dry-run` mode, which records what they
+    would do without changing any instance; set `mode: enforce` to let them act."""
+
+    yaml_key: ClassVar[str] = "policies[]"
+    example: ClassVar[str] = """\
+policies:
+  - name: idle-gpu-shutdown
+    description: Stop GPU instances whose SMs sat idle for 45 minutes.
+    resource: instance
+    providers: [aws, gcp]
+    mode: dry-run
+    filters:
+      gpu: true
+      state: running
+      tags: {absent: ["costguard:protect"]}
+    condition:
+      idle: {signal: auto, below: 5, for: 45m}
+    actions:
+      - notify: {to: owner}
+      - stop: {grace: 15m}
+    limits: {max_actions_per_cycle: 10}
+"""
+
+    name: Name = Field(description="Unique across all loaded files.")
+    description: str = Field(default="", description="Shown in notifications and reports.")
+    resource: Literal["instance"] = Field(default="instance", description="What it governs.")
+    providers: OneOrMany[ProviderName] = Field(
+        default=PROVIDERS, min_length=1, description="Providers it applies to."
+    )
+    mode: Literal["dry-run", "enforce"] = Field(
+        default="dry-run", description="`enforce` acts; `dry-run` only records."
+    )
+    filters: Filters = Field(default_factory=Filters, description="Which instances.")
+    condition: Condition = Field(description="When an instance is a finding.")
+    actions: tuple[Action, ...] = Field(min_length=1, description="What to do, in order.")
+    limits: Limits = Field(default_factory=Limits, description="Blast-radius limits.")
+
+    @field_validator("actions")
+    @classmethod
+    def _one_stop(cls, value: tuple[Action, ...]) -> tuple[Action, ...]:
+        stops = [i for i, a in enumerate(value) if a.kind is ActionKind.STOP]
+        if len(stops) > 1:
+            raise PydanticCustomError(
+                "actions",
+                f"stop appears {len(stops)} times (items {', '.join(map(str, stops))}); keep one",
+            )
+        return value
+
+    @property
+    def is_enforced(self) -> bool:
+        """True when the policy really acts; False in dry-run."""
+        return self.mode == "enforce"
+
+    def _first(self, kind: ActionKind) -> Action | None:
+        return next((a for a in self.actions if a.kind is kind), None)
+
+    @property
+    def stop_action(self) -> StopAction | None:
+        """The policy's stop step, if any."""
+        found = self._first(ActionKind.STOP)
+        return found.stop if found else None
+
+    @property
+    def notify_action(self) -> NotifyAction | None:
+        """The policy's first notify step, if any."""
+        found = self._first(ActionKind.NOTIFY)
+        return found.notify if found else None
+
+    @property
+    def tag_action(self) -> TagAction | None:
+        """The policy's first tag step, if any."""
+        found = self._first(ActionKind.TAG)
+        return found.tag if found else None
+
+
+class PolicyFile(Element):
+    """A whole policy file. Each section is optional, but a file must define at least one.
+    Several files are merged: policies, budgets and anomalies add up (names must be unique
+    across files) and at most one file may define `attribution`."""
+
+    yaml_key: ClassVar[str] = "(file)"
+    example: ClassVar[str] = """\
+policies:
+  - name: idle-gpu-shutdown
+    filters: {gpu: true, state: running, tags: {absent: ["costguard:protect"]}}
+    condition:
+      idle: {below: 5, for: 45m}
+    actions:
+      - notify: {to: owner}
+      - stop: {grace: 15m}
+attribution:
+  dimensions:
+    team: {keys: [team, Team], case: lower}
+budgets:
+  - {name: research-monthly, dimension: team, value: research, monthly_usd: 50000}
+anomalies:
+  - {name: team-daily-spend, dimension: team, min_impact_usd: 200}
+"""
+
+    policies: tuple[Policy, ...] = Field(default=(), description="Policies.")
+    attribution: Attribution | None = Field(default=None, description="Attribution rules.")
+    budgets: tuple[Budget, ...] = Field(default=(), description="Budgets.")
+    anomalies: tuple[AnomalyRule, ...] = Field(default=(), description="Anomaly rules.")
+
+    @model_validator(mode="after")
+    def _defines_something(self) -> PolicyFile:
+        if not self.model_fields_set:
+            raise PydanticCustomError(
+                "empty_file",
+                "the file defines nothing: give at least one of policies, attribution, "
+                "budgets, anomalies",
+            )
+        return self
+
+
+def _duplicates(names: Iterable[str]) -> list[str]:
+    return sorted(n for n, count in Counter(names).items() if count > 1)
+
+
+class PolicySet(Element):
+    """Everything loaded from all policy files, merged and checked as a whole.
+
+    Build it with `costguard.policy.load.load_policy_set`, which reports problems with
+    file and line; constructing it directly still refuses duplicates and unknown dimensions.
+    """
+
+    policies: tuple[Policy, ...] = ()
+    attribution: Attribution | None = None
+    budgets: tuple[Budget, ...] = ()
+    anomalies: tuple[AnomalyRule, ...] = ()
+    origins: dict[str, str] = Field(
+        default_factory=dict, description="Policy name -> 'file:line' of its definition."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PolicySet:
+        for kind, items in (
+            ("policy", self.policies),
+            ("budget", self.budgets),
+            ("anomaly", self.anomalies),
+        ):
+            dup = _duplicates(i.name for i in items)
+            if dup:
+                raise ValueError(f"{kind} name {dup[0]!r} is defined more than once")
+        known = self.dimensions
+        rules: list[Budget | AnomalyRule] = [*self.budgets, *self.anomalies]
+        for rule in rules:
+            if rule.dimension not in known:
+                raise ValueError(
+                    f"{rule.name!r} uses unknown dimension {rule.dimension!r} "
+                    f"(known: {', '.join(known)})"
+                )
+        return self
+
+    @property
+    def dimensions(self) -> tuple[str, ...]:
+        """Attribution dimensions followed by the built-in ones."""
+        own = tuple(self.attribution.dimensions) if self.attribution else ()
+        return own + BUILTIN_DIMENSIONS
+
+    def policy(self, name: str) -> Policy:
+        """The policy called `name`; KeyError if there is none."""
+        for p in self.policies:
+            if p.name == name:
+                return p
+        raise KeyError(
+            f"no policy named {name!r} (loaded: "
+            f"{', '.join(p.name for p in self.policies) or 'none'})"
+        )
+
+
+ELEMENTS: tuple[type[Element], ...] = (
+    PolicyFile,
+    Policy,
+    Filters,
+    TagFilter,
+    AgeFilter,
+    Condition,
+    IdleCondition,
+    CostOver,
+    Action,
+    NotifyAction,
+    TagAction,
+    StopAction,
+    Limits,
+    Attribution,
+    DimensionRule,
+    DeriveRule,
+    Budget,
+    AnomalyRule,
+)
+"""Every element of the policy language, in documentation order."""
