@@ -1,0 +1,79 @@
+"""The example policies in policies/ are valid and say what their comments promise."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from costguard.errors import PolicyError
+from costguard.model import InstanceState, Lifecycle
+from costguard.policy.load import load_policy_set, parse_policy_text, validate_paths
+
+POLICIES = Path(__file__).resolve().parents[2] / "policies"
+
+
+def test_shipped_policies_validate_clean() -> None:
+    assert validate_paths([POLICIES]) == []
+    names = {p.name for p in load_policy_set([POLICIES]).policies}
+    assert names == {"idle-gpu-shutdown", "on-demand-gpu-spot-candidate", "require-team-tag"}
+
+
+def test_idle_gpu_policy_is_dry_run_warns_owner_then_stops_after_15_minutes() -> None:
+    policy = load_policy_set([POLICIES / "idle-gpu.yml"]).policy("idle-gpu-shutdown")
+    assert not policy.is_enforced
+    assert policy.filters.gpu is True
+    assert policy.filters.tags is not None and "costguard:protect" in policy.filters.tags.absent
+    idle = policy.condition.idle
+    assert idle is not None and idle.window == timedelta(minutes=45)
+    assert idle.missing_data == "not-idle"
+    assert policy.notify_action is not None and "owner" in policy.notify_action.to
+    assert policy.stop_action is not None and policy.stop_action.grace == timedelta(minutes=15)
+    assert [a.kind.value for a in policy.actions] == ["notify", "tag", "stop"]
+    assert policy.limits.max_actions_per_cycle == 10
+    assert policy.limits.max_usd_per_hour == 500
+
+
+def test_commented_enforce_example_in_idle_gpu_is_valid_once_uncommented() -> None:
+    text = (POLICIES / "idle-gpu.yml").read_text(encoding="utf-8")
+    lines = text.splitlines()
+    start = lines.index("  # BEGIN enforce example")
+    end = lines.index("  # END enforce example")
+    for i in range(start + 1, end):
+        assert lines[i].startswith("  # ")
+        lines[i] = "  " + lines[i][4:]
+    policy_set = parse_policy_text("\n".join(lines) + "\n", "idle-gpu-uncommented.yml")
+    enforced = [p for p in policy_set.policies if p.is_enforced]
+    assert [p.name for p in enforced] == ["idle-gpu-shutdown-dev"]
+    assert enforced[0].stop_action is not None
+
+
+def test_spot_policy_notifies_long_running_on_demand_gpus_with_savings() -> None:
+    policy = load_policy_set([POLICIES / "spot.yml"]).policy("on-demand-gpu-spot-candidate")
+    assert policy.filters.lifecycle is Lifecycle.ON_DEMAND
+    assert policy.filters.state == (InstanceState.RUNNING,)
+    assert policy.condition.running_longer_than == timedelta(hours=6)
+    assert policy.stop_action is None
+    assert policy.notify_action is not None
+    assert "{spot_savings_usd_per_hour}" in (policy.notify_action.message or "")
+
+
+def test_attribution_file_defines_dimensions_and_tags_untagged_instances() -> None:
+    policy_set = load_policy_set([POLICIES / "attribution.yml"])
+    assert policy_set.attribution is not None
+    assert policy_set.attribution.dimensions["team"].case == "lower"
+    policy = policy_set.policy("require-team-tag")
+    assert policy.condition.missing_tags == ("team",)
+    assert policy.tag_action is not None
+    assert "costguard:untagged-since" in policy.tag_action.set_
+
+
+def test_budgets_file_depends_on_the_team_dimension_from_attribution_file() -> None:
+    with pytest.raises(PolicyError) as caught:
+        load_policy_set([POLICIES / "budgets.yml"])
+    assert all("unknown dimension 'team'" in e.message for e in caught.value.errors)
+    assert len(caught.value.errors) == 3  # two team budgets and the team anomaly rule
+    both = load_policy_set([POLICIES / "attribution.yml", POLICIES / "budgets.yml"])
+    assert both.budgets[0].name == "research-monthly"
+    assert both.budgets[0].alert_at_percent == (50, 80, 100)

@@ -1,0 +1,153 @@
+"""The position-keeping YAML loader reads what safe_load reads and knows where it was."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from costguard.yamlpos import (
+    Position,
+    YamlLoadError,
+    load_yaml_with_positions,
+    model_at,
+    validation_errors_to_source_errors,
+)
+
+
+def test_positions_of_values_and_keys_are_one_based() -> None:
+    text = "a:\n  - {b: 1, c: [x, y]}\n  - z\nd: |\n  text\n"
+    data, pos = load_yaml_with_positions(text, "f.yml")
+    assert data == {"a": [{"b": 1, "c": ["x", "y"]}, "z"], "d": "text\n"}
+    assert pos.value(()) == Position(1, 1)
+    assert pos.key(("a",)) == Position(1, 1)
+    assert pos.value(("a",)) == Position(2, 3)
+    assert pos.value(("a", 0)) == Position(2, 5)
+    assert pos.key(("a", 0, "b")) == Position(2, 6)
+    assert pos.value(("a", 0, "b")) == Position(2, 9)
+    assert pos.value(("a", 0, "c", 1)) == Position(2, 19)
+    assert pos.value(("a", 1)) == Position(3, 5)
+    assert pos.key(("d",)) == Position(4, 1)
+    assert pos.value(("d",)) == Position(4, 4)
+    assert pos.nearest(("a", 0, "c", 1, "deeper", 3)) == (("a", 0, "c", 1), Position(2, 19))
+
+
+def test_yaml_11_scalars_read_as_safe_load_reads_them() -> None:
+    text = (
+        "yes: on\nno: off\noctal: 017\nhex: 0x1F\nsexagesimal: 1:30\nfloat: 1e3\n"
+        "null: ~\nstamp: 2024-05-01 10:00:00\nday: 2024-05-01\naccount: 012345678901\n"
+        "quoted: 'yes'\n"
+    )
+    data, _ = load_yaml_with_positions(text, "f.yml")
+    assert data == yaml.safe_load(text)
+    assert data[True] is True and data["octal"] == 15 and data["sexagesimal"] == 90
+    assert data["day"] == dt.date(2024, 5, 1)
+    assert data["account"] == "012345678901"
+
+
+def test_merge_keys_fill_only_what_the_mapping_does_not_set() -> None:
+    text = "base: &b {x: 1, y: 2}\nchild:\n  <<: *b\n  y: 3\n"
+    data, pos = load_yaml_with_positions(text, "f.yml")
+    assert data == yaml.safe_load(text) == {"base": {"x": 1, "y": 2}, "child": {"x": 1, "y": 3}}
+    assert pos.value(("child", "y")) == Position(4, 6)
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "fragment"),
+    [
+        ("a: 1\nb: 2\na: 3\n", (3, 1), "duplicate key 'a' (first defined on line 1)"),
+        ("a: &x [*x]\n", (1, 4), "alias refers to the value containing it"),
+        ("a: !python/object {}\n", (1, 4), "unsupported YAML tag"),
+        ("a: !!binary 'a'\n", (1, 4), "failed to decode base64"),
+        ("d: 2024-13-45\n", (1, 4), "invalid value '2024-13-45'"),
+        ("? [a, b]\n: 1\n", (1, 3), "mapping keys must be plain values"),
+        ("a: 1\n---\nb: 2\n", (2, 1), "expected a single document"),
+        ("a: 'unterminated\n", (2, 1), "found unexpected end of stream"),
+        ("a: \x07\n", (1, 4), "character '\\x07' is not allowed in YAML"),
+    ],
+)
+def test_malformed_yaml_is_one_located_error(
+    text: str, where: tuple[int, int], fragment: str
+) -> None:
+    with pytest.raises(YamlLoadError) as caught:
+        load_yaml_with_positions(text, "f.yml")
+    error = caught.value.error
+    assert (error.file, error.line, error.column) == ("f.yml", *where)
+    assert fragment in error.message
+
+
+def test_exponential_aliases_are_refused_instead_of_expanded() -> None:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, 8):
+        prev = f"*a{i - 1}"
+        lines.append(f"a{i}: &a{i} [{', '.join([prev] * 10)}]")
+    with pytest.raises(YamlLoadError) as caught:
+        load_yaml_with_positions("\n".join(lines) + "\n", "bomb.yml")
+    assert "document too large" in caught.value.error.message
+
+
+def test_deep_nesting_is_refused() -> None:
+    with pytest.raises(YamlLoadError) as caught:
+        load_yaml_with_positions("a: " + "[" * 150 + "]" * 150 + "\n", "deep.yml")
+    assert caught.value.error.message == "nested deeper than 100 levels"
+
+
+class _Leaf(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    size: int
+    colour: str = "red"
+
+
+class _Root(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    leaves: dict[str, list[_Leaf]]
+
+
+def test_validation_errors_map_to_positions_in_a_generic_model() -> None:
+    text = "leaves:\n  oak:\n    - {size: big}\n    - {size: 2, color: green}\n  7: []\n"
+    data, pos = load_yaml_with_positions(text, "tree.yml")
+    with pytest.raises(ValidationError) as caught:
+        _Root.model_validate(data)
+    errors = validation_errors_to_source_errors(caught.value, pos, "tree.yml", _Root)
+    assert [(e.line, e.column) for e in errors] == [(3, 14), (4, 17), (5, 3)]
+    size, colour, key = (e.message for e in errors)
+    assert size.startswith("leaves.oak[0].size: Input should be a valid integer")
+    assert colour == (
+        "leaves.oak[1]: unknown key 'color' (valid keys: size, colour); did you mean 'colour'?"
+    )
+    assert key.startswith("leaves.7: invalid key: Input should be a valid string")
+    assert "quote it if you meant text: '7'" in key
+    assert model_at(_Root, ("leaves", "oak", 0)) is _Leaf
+
+
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**12), 10**12),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=12),
+)
+_documents = st.recursive(
+    _scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.text(min_size=1, max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_documents, st.booleans())
+def test_any_dumped_document_loads_like_safe_load(doc: Any, flow: bool) -> None:
+    text = yaml.safe_dump(doc, default_flow_style=flow, allow_unicode=True)
+    data, pos = load_yaml_with_positions(text, "gen.yml")
+    assert data == yaml.safe_load(text)
+    lines = text.splitlines()
+    for p in pos.values.values():
+        assert 1 <= p.line <= max(len(lines), 1)
