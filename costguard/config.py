@@ -22,6 +22,8 @@ from pydantic_settings import (
 
 from costguard.durations import Duration
 from costguard.errors import ConfigError
+from costguard.providers.aws.settings import AwsSettings
+from costguard.providers.gcp.settings import GcpSettings
 from costguard.providers.sim_settings import SimSettings
 
 DEFAULT_CONFIG_FILE = Path("costguard.yaml")
@@ -35,8 +37,8 @@ class ProvidersSettings(Section):
     """Which clouds to govern. With none configured, the simulated cloud runs (the demo)."""
 
     sim: SimSettings | None = None
-    aws: dict[str, Any] | None = None
-    gcp: dict[str, Any] | None = None
+    aws: AwsSettings | None = None
+    gcp: GcpSettings | None = None
 
     @model_validator(mode="after")
     def _default_to_sim(self) -> ProvidersSettings:

@@ -59,6 +59,7 @@ class ActionRunner:
         self.providers = providers
         self.attributor = attributor
         self.fault = fault or (lambda point: None)
+        self._changed_at: dict[Ref, datetime] = {}
 
     # -- recovery ---------------------------------------------------------------------
     def reconcile(self, now: datetime, stats: ActStats) -> None:
@@ -86,6 +87,9 @@ class ActionRunner:
             cycle_id: int | None) -> ActStats:
         stats = ActStats()
         self.reconcile(now, stats)
+        with self.db.session() as s:
+            self._changed_at = {(r.provider, r.instance_id): r.state_changed_at
+                                for r in s.exec(select(InstanceRow))}
         by_policy: dict[str, list[Finding]] = defaultdict(list)
         for f in findings:
             by_policy[f.policy.name].append(f)
@@ -95,27 +99,25 @@ class ActionRunner:
 
     def _run_policy(self, policy: Policy, findings: list[Finding], now: datetime,
                     cycle_id: int | None, stats: ActStats) -> None:
+        selected: set[Ref] = set()
+        due: list[tuple[Finding, PolicyStateRow]] = []
+        # warnings, snoozes and clears of one policy commit together; stops (below) each
+        # get their own intent transaction before the provider is called
         with self.db.session() as s:
             states = {(st.provider, st.instance_id): st for st in s.exec(
                 select(PolicyStateRow).where(PolicyStateRow.policy == policy.name))}
-            changed_at = {(r.provider, r.instance_id): r.state_changed_at for r in s.exec(
-                select(InstanceRow))}
-        selected: set[Ref] = set()
-        due: list[tuple[Finding, PolicyStateRow]] = []
-        for f in findings:
-            ref = (f.instance.provider, f.instance.instance_id)
-            selected.add(ref)
-            st = states.get(ref)
-            with self.db.session() as s:
-                st = s.merge(st) if st is not None else None
+            for f in findings:
+                ref = (f.instance.provider, f.instance.instance_id)
+                selected.add(ref)
+                st = states.get(ref)
                 if not f.holds:
                     if st is not None and st.state in ("warned", "acted", "snoozed", "protected"):
                         self._clear(s, policy, f, st, now, stats, cycle_id)
                     continue
+                st = self._ensure_state(s, policy, f, st, now, self._changed_at.get(ref))
                 if is_protected(f.instance):
-                    st = self._ensure_state(s, policy, f, st, now, changed_at.get(ref))
                     if st.state != "protected":
-                        st.state, st.since = "protected", now
+                        st.state, st.since, st.deadline = "protected", now, None
                         journal.record(s, key=journal.journal_key(policy.name, f.instance,
                                        "skip", st.episode), cycle_id=cycle_id,
                                        policy=policy.name, inst=f.instance, action="skip",
@@ -125,23 +127,22 @@ class ActionRunner:
                         stats.skipped[policy.name] += 1
                         s.add(st)
                     continue
-                st = self._ensure_state(s, policy, f, st, now, changed_at.get(ref))
+                if st.state == "protected":  # the tag was removed: start afresh
+                    st.state, st.since = "seen", now
                 if self._snoozed(s, policy, f, st, now, stats, cycle_id):
                     continue
                 if st.state == "seen":
                     self._start_episode(s, policy, f, st, now, stats, cycle_id)
                 if st.state == "warned" and st.deadline is not None and now >= st.deadline:
                     due.append((f, st))
-        if due:
-            self._act_on_due(policy, due, now, cycle_id, stats)
-        # pairs whose instance the policy no longer selects (stopped, retagged, gone)
-        with self.db.session() as s:
+            # pairs whose instance the policy no longer selects (stopped, retagged, gone)
             for ref, st in states.items():
                 if ref not in selected and st.state == "warned":
-                    st = s.merge(st)
                     st.state, st.since, st.deadline = "cleared", now, None
                     s.add(st)
                     stats.cleared[policy.name] += 1
+        if due:
+            self._act_on_due(policy, due, now, cycle_id, stats)
 
     def _ensure_state(self, s: Session, policy: Policy, f: Finding, st: PolicyStateRow | None,
                       now: datetime, changed_at: datetime | None) -> PolicyStateRow:

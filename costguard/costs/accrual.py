@@ -14,13 +14,14 @@ from datetime import datetime
 from sqlmodel import Session, col, select
 
 from costguard.costs.attribution import Attributor
-from costguard.model import Instance, PriceQuote, Verdict
+from costguard.model import GpuMinute, Instance, PriceQuote, Verdict
 from costguard.store.inventory import to_instance
-from costguard.store.readings import read_minutes
+from costguard.store.readings import InstanceRef, read_minutes
 from costguard.store.tables import CostIntervalRow, InstanceRow
 from costguard.telemetry.classify import SignalChoice, classify
 
 PriceLookup = Callable[[Instance], PriceQuote | None]
+MinutesLookup = Callable[[InstanceRef, datetime, datetime], list[GpuMinute]]
 MICROS = 1_000_000
 
 
@@ -40,7 +41,10 @@ def accrue(
     *,
     idle_signal: SignalChoice = "auto",
     idle_below: float = 5.0,
+    minutes_of: MinutesLookup | None = None,
 ) -> AccrualStats:
+    """Charge every instance from its watermark to `now`; `minutes_of` gives readings
+    (default: read them from the store)."""
     stats = AccrualStats()
     rows = list(session.exec(select(InstanceRow).where(
         col(InstanceRow.accrued_until) < now)))
@@ -53,8 +57,12 @@ def accrue(
             due.append((row, now))
     gpu_refs = [(r.provider, r.instance_id) for r, _ in due
                 if r.accrue_state == "running" and r.gpu_count > 0]
-    earliest = min((r.accrued_until for r, _ in due if r.accrued_until), default=now)
-    minutes = read_minutes(session, gpu_refs, earliest, now)
+    if minutes_of is None:
+        earliest = min((r.accrued_until for r, _ in due if r.accrued_until), default=now)
+        stored = read_minutes(session, gpu_refs, earliest, now)
+
+        def minutes_of(ref: InstanceRef, start: datetime, end: datetime) -> list[GpuMinute]:
+            return [m for m in stored.get(ref, []) if start <= m.minute < end]
     price_cache: dict[tuple[str, str, str, str], PriceQuote | None] = {}
 
     for row, end in due:
@@ -74,8 +82,7 @@ def accrue(
             gpu_seconds = round(row.gpu_count * seconds)
             verdict = Verdict.NO_DATA
             if row.gpu_count:
-                window = [m for m in minutes.get((row.provider, row.instance_id), [])
-                          if start <= m.minute < end]
+                window = minutes_of((row.provider, row.instance_id), start, end)
                 verdict = classify(window, window_start=start, window_end=end,
                                    gpu_count=row.gpu_count, signal=idle_signal,
                                    below=idle_below).verdict

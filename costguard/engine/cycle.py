@@ -12,6 +12,8 @@ from typing import Any
 
 from costguard.actions.runner import ActionRunner, ActStats, FaultHook
 from costguard.alerts.console import AlertPrinter, dispatch_console
+from sqlmodel import select
+
 from costguard.clock import Clock
 from costguard.config import Settings
 from costguard.costs.accrual import accrue
@@ -24,7 +26,8 @@ from costguard.policy.schema import PolicySet
 from costguard.providers.base import Provider
 from costguard.store.db import Database
 from costguard.store.inventory import current_instances
-from costguard.store.readings import instances_with_source, read_minutes, write_minutes
+from costguard.store.readings import ReadingWindow, instances_with_source, write_minutes
+from costguard.store.tables import InstanceRow
 from costguard.store.tables import CycleRow
 
 log = logging.getLogger("costguard.engine")
@@ -68,7 +71,8 @@ class Engine:
         self.attributor = Attributor(policies.attribution)
         self.runner = ActionRunner(db, self.providers, self.attributor, fault)
         self.alert_printer = alert_printer
-        self._prices: dict[tuple[str, str, str, str], float] = {}
+        self.window = ReadingWindow()
+        self._fed: set[tuple[str, str]] = set()
 
     # -- the cycle --------------------------------------------------------------------
     def run_cycle(self) -> CycleSummary:
@@ -82,6 +86,7 @@ class Engine:
         try:
             self._stage(summary, "collect", lambda: self._collect(summary, now))
             self._stage(summary, "telemetry", lambda: self._telemetry(summary, now))
+            self._stage(summary, "window", lambda: self._refresh_window(now))
             self._stage(summary, "accrue", lambda: self._accrue(summary, now))
             findings: list[Finding] = []
             self._stage(summary, "evaluate", lambda: findings.extend(self._evaluate(now)))
@@ -134,17 +139,32 @@ class Engine:
             with self.db.session() as s:
                 summary.readings += write_minutes(s, readings)
                 control.put(s, key, now.isoformat(), now)
+            self._fed |= self.window.add(readings)
 
     def _longest_idle_window(self) -> timedelta:
         windows = [p.condition.idle.for_ for p in self.policies.policies if p.condition.idle]
         return max(windows, default=timedelta(hours=1))
+
+    def _refresh_window(self, now: datetime) -> None:
+        """Load the readings accrual and evaluation need, once, incrementally."""
+        with self.db.session() as s:
+            rows = s.exec(select(InstanceRow.provider, InstanceRow.instance_id,
+                                 InstanceRow.accrued_until).where(InstanceRow.gpu_count > 0)
+                          ).all()
+            start = now - self._longest_idle_window()
+            for _, _, accrued in rows:
+                if accrued is not None and accrued < start:
+                    start = max(accrued, now - MAX_TELEMETRY_LOOKBACK)
+            self.window.refresh(s, [(p, i) for p, i, _ in rows], start, now, fed=self._fed)
+        self._fed = set()
 
     def _accrue(self, summary: CycleSummary, now: datetime) -> None:
         acct = self.settings.accounting
         price_of = {n: p.price for n, p in self.providers.items()}
         with self.db.session() as s:
             stats = accrue(s, now, price_of, self.attributor,
-                           idle_signal=acct.idle_signal, idle_below=acct.idle_below)
+                           idle_signal=acct.idle_signal, idle_below=acct.idle_below,
+                           minutes_of=self.window.minutes)
         summary.accrued_usd = round(stats.cost_micros / 1e6, 2)
         summary.idle_usd = round(stats.idle_cost_micros / 1e6, 2)
 
@@ -156,9 +176,7 @@ class Engine:
     def _evaluate(self, now: datetime) -> list[Finding]:
         with self.db.session() as s:
             instances = current_instances(s)
-            window = self._longest_idle_window()
-            refs = [(i.provider, i.instance_id) for i in instances if i.has_gpu]
-            minutes = read_minutes(s, refs, now - window, now)
+        minutes = self.window.as_dict(now - self._longest_idle_window(), now)
         findings: list[Finding] = []
         prices: dict[tuple[str, str], float] = {}
         for inst in instances:

@@ -188,6 +188,7 @@ class SimProvider:
             self.calls["list"] += 1
             self._maybe_launch(now)
             self._spot_interruptions(now)
+            self._owners_come_back(now)
             seen = [h.instance.model_copy(update={"observed_at": now})
                     for h in self._hosts.values() if h.instance.launch_time <= now]
         return Inventory(instances=seen)
@@ -200,6 +201,16 @@ class SimProvider:
                 if self._rng.random() < 0.0004:
                     self._set_state(host, InstanceState.STOPPED, now,
                                     reason="Server.SpotInstanceTermination")
+
+    def _owners_come_back(self, now: datetime) -> None:
+        # a notebook stopped overnight is started again by its owner in the morning
+        if now.weekday() >= 5 or not 9 <= now.hour < 10:
+            return
+        for host in self._hosts.values():
+            if (host.profile == "notebook" and host.instance.state is InstanceState.STOPPED
+                    and host.stopped_at is not None and now - host.stopped_at > timedelta(hours=2)):
+                self._set_state(host, InstanceState.RUNNING, now, reason=None)
+                host.stopped_at, host.started_at = None, now
 
     def gpu_metrics(
         self, instances: Sequence[Instance], start: datetime, end: datetime

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import Table, delete, select
 from sqlmodel import Session
@@ -67,3 +67,62 @@ def instances_with_source(
 def prune_minutes(session: Session, before: datetime) -> int:
     result = session.execute(delete(_TABLE).where(_TABLE.c.minute < before))
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+class ReadingWindow:
+    """A rolling in-memory view of recent readings, refreshed incrementally from the store.
+
+    Each cycle needs the last hour or so of GPU-minutes twice (accrual and idle evaluation);
+    re-reading the whole window every cycle dominated a cycle's cost. The store stays the
+    source of truth: each refresh re-reads the newest `late` span, so agent minutes that
+    arrive a little late are still seen.
+    """
+
+    def __init__(self, late: timedelta = timedelta(minutes=5)) -> None:
+        self.late = late
+        self._until: datetime | None = None
+        self._start: datetime | None = None
+        self._by_ref: dict[InstanceRef, dict[tuple[int, datetime], GpuMinute]] = {}
+
+    def add(self, minutes: Iterable[GpuMinute]) -> set[InstanceRef]:
+        """Write-through: readings this process just stored need no read back."""
+        fed: set[InstanceRef] = set()
+        for m in minutes:
+            ref = (m.provider, m.instance_id)
+            fed.add(ref)
+            self._by_ref.setdefault(ref, {})[(m.gpu_index, m.minute)] = m
+        return fed
+
+    def refresh(self, session: Session, refs: Iterable[InstanceRef], start: datetime,
+                end: datetime, *, fed: set[InstanceRef] | frozenset[InstanceRef] = frozenset()
+                ) -> None:
+        """Bring the window to [start, end); `fed` instances were filled by `add` already."""
+        wanted = set(refs)
+        if self._until is None or self._start is None or start < self._start:
+            read_from = start  # first use, or a longer window than cached: read it all
+            self._by_ref = {ref: v for ref, v in self._by_ref.items() if ref in fed}
+            to_read = wanted
+        else:
+            read_from = max(start, self._until - self.late)
+            to_read = wanted - fed
+        fresh = read_minutes(session, to_read, read_from, end)
+        for ref in list(self._by_ref):
+            if ref not in wanted:
+                del self._by_ref[ref]
+        for ref, minutes in fresh.items():
+            slots = self._by_ref.setdefault(ref, {})
+            for m in minutes:
+                slots[(m.gpu_index, m.minute)] = m
+        for slots in self._by_ref.values():
+            for key in [k for k in slots if k[1] < start]:
+                del slots[key]
+        self._start, self._until = start, end
+
+    def minutes(self, ref: InstanceRef, start: datetime, end: datetime) -> list[GpuMinute]:
+        slots = self._by_ref.get(ref)
+        if not slots:
+            return []
+        return [m for (_, minute), m in slots.items() if start <= minute < end]
+
+    def as_dict(self, start: datetime, end: datetime) -> dict[InstanceRef, list[GpuMinute]]:
+        return {ref: self.minutes(ref, start, end) for ref in self._by_ref}

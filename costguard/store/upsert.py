@@ -9,9 +9,6 @@ from sqlalchemy import Table
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session
 
-_CHUNK = 500
-
-
 def upsert(
     session: Session,
     table: Table,
@@ -25,12 +22,12 @@ def upsert(
         return
     dialect = session.get_bind().dialect.name
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    for i in range(0, len(rows), _CHUNK):
-        chunk = rows[i : i + _CHUNK]
-        stmt = insert(table).values(list(chunk))
-        if update:
-            cols = {c: stmt.excluded[c] for c in chunk[0] if c not in key}
-            stmt = stmt.on_conflict_do_update(index_elements=list(key), set_=cols)
-        else:
-            stmt = stmt.on_conflict_do_nothing(index_elements=list(key))
-        session.execute(stmt)
+    # one statement executed with many parameter sets: compiled once and cached, where a
+    # multi-VALUES insert would be recompiled for every batch
+    stmt = insert(table)
+    if update:
+        cols = {c: stmt.excluded[c] for c in rows[0] if c not in key}
+        stmt = stmt.on_conflict_do_update(index_elements=list(key), set_=cols)
+    else:
+        stmt = stmt.on_conflict_do_nothing(index_elements=list(key))
+    session.execute(stmt, list(rows))

@@ -159,39 +159,53 @@ def sim_minute(
     SM activity, as on GPUs older than Hopper. The pid is derived from the instance id.
     """
     phase = PATTERN_PHASE.get(pattern, pattern)
+    templates = _minute_templates(phase, gpm)
+    template = templates[rng.randrange(len(templates))]
+    update: dict[str, object] = {
+        "provider": provider, "instance_id": instance_id, "gpu_index": gpu_index,
+        "minute": minute,
+    }
+    if template.top_process_pid is not None:
+        update["top_process_pid"] = 1000 + zlib.crc32(f"{instance_id}/{gpu_index}".encode()) % 60000
+    return template.model_copy(update=update)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@lru_cache(maxsize=32)
+def _minute_templates(phase: str, gpm: bool) -> tuple[GpuMinute, ...]:
+    """Every distinct minute a phase can yield (one per starting offset), summarized once:
+    the demo draws hundreds of thousands of simulated GPU-minutes, so they are not
+    re-summarized from 60 samples each time."""
     profile = _profiles().get(phase)
     if not profile:
         known = ", ".join(sorted(PATTERN_PHASE))
-        raise ValueError(f"unknown GPU pattern {pattern!r}; use one of: {known}")
+        raise ValueError(f"unknown GPU pattern {phase!r}; use one of: {known}")
     step = round(1 / _RECORDED_PERIOD_S)
-    offset = rng.randrange(len(profile))
-    pid = 1000 + zlib.crc32(f"{instance_id}/{gpu_index}".encode()) % 60000
-    drawn = []
-    for i in range(60):
-        real = profile[(offset + i * step) % len(profile)]
-        procs = (
-            None
-            if real.processes is None
-            else tuple(ProcessMemory(pid=pid, used_bytes=p.used_bytes) for p in real.processes)
-        )
-        drawn.append(
-            NvmlSample(
-                t=real.t,
-                phase=real.phase,
-                util_gpu=real.util_gpu,
-                util_mem=real.util_mem,
-                mem_used=real.mem_used,
-                mem_total=real.mem_total,
-                power_mw=real.power_mw,
-                processes=procs,
-                gpm=real.gpm if gpm else None,
+    out = []
+    for offset in range(len(profile)):
+        drawn = []
+        for i in range(60):
+            real = profile[(offset + i * step) % len(profile)]
+            procs = (
+                None
+                if real.processes is None
+                else tuple(ProcessMemory(pid=0, used_bytes=p.used_bytes) for p in real.processes)
             )
-        )
-    return summarize(
-        drawn,
-        provider=provider,
-        instance_id=instance_id,
-        gpu_index=gpu_index,
-        minute=minute,
-        source=TelemetrySource.SIM,
-    )
+            drawn.append(
+                NvmlSample(
+                    t=real.t,
+                    phase=real.phase,
+                    util_gpu=real.util_gpu,
+                    util_mem=real.util_mem,
+                    mem_used=real.mem_used,
+                    mem_total=real.mem_total,
+                    power_mw=real.power_mw,
+                    processes=procs,
+                    gpm=real.gpm if gpm else None,
+                )
+            )
+        out.append(summarize(drawn, provider="sim", instance_id="template", gpu_index=0,
+                             minute=_EPOCH, source=TelemetrySource.SIM))
+    return tuple(out)

@@ -1,0 +1,271 @@
+"""The `costguard` command line (Typer + rich)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+from rich.console import Console
+
+from costguard.clock import SystemClock
+from costguard.config import Settings, load_settings
+from costguard.durations import parse_duration
+from costguard.errors import CostguardError, PolicyError
+
+app = typer.Typer(
+    name="costguard",
+    help="Cloud cost governance for GPU and ML compute.\n\n"
+    "Example: costguard demo   (48 simulated hours in seconds, then spend by team)",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+db_app = typer.Typer(help="Database schema and maintenance.\n\nExample: costguard db upgrade",
+                     no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+console = Console()
+err = Console(stderr=True)
+
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="costguard.yaml to read (default: ./costguard.yaml "
+                 "if present, or $COSTGUARD_CONFIG)."),
+]
+
+
+def _settings(config: Path | None) -> Settings:
+    try:
+        return load_settings(config)
+    except CostguardError as exc:
+        err.print(f"[red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(2) from None
+
+
+def _fail(exc: Exception, code: int = 2) -> typer.Exit:
+    err.print(f"[red]error:[/] {exc}", highlight=False)
+    return typer.Exit(code)
+
+
+@app.callback()
+def _main(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log each stage.")] = False,
+) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@app.command()
+def validate(
+    paths: Annotated[list[Path], typer.Argument(help="Policy files or directories.")],
+) -> None:
+    """Check policy files; print every problem as FILE:LINE:COL: message.
+
+    Example: costguard validate policies/
+    Exit status 0 when all files are valid, 2 otherwise.
+    """
+    from costguard.policy.load import load_policy_set
+
+    try:
+        policy_set = load_policy_set(paths)
+    except PolicyError as exc:
+        for e in exc.errors:
+            err.print(str(e), highlight=False, markup=False, soft_wrap=True)
+        err.print(f"{len(exc.errors)} problem(s) found", style="red")
+        raise typer.Exit(2) from None
+    n = len(policy_set.policies)
+    enforced = sum(1 for p in policy_set.policies if p.is_enforced)
+    console.print(f"ok: {n} policies ({enforced} enforced, {n - enforced} dry-run), "
+                  f"{len(policy_set.budgets)} budgets, {len(policy_set.anomalies)} anomaly rules")
+
+
+@app.command()
+def run(
+    config: ConfigOpt = None,
+    once: Annotated[bool, typer.Option("--once", help="Run one cycle and exit.")] = False,
+    fmt: Annotated[Literal["text", "json"], typer.Option(
+        "--format", help="With --once: text or a JSON cycle summary.")] = "text",
+) -> None:
+    """Run the governance daemon (or one cycle with --once).
+
+    Example: costguard run --once --format json
+    """
+    from costguard.engine import Engine
+    from costguard.policy.load import load_policy_set
+    from costguard.providers.registry import build_providers
+    from costguard.store.db import Database
+
+    settings = _settings(config)
+    clock = SystemClock()
+    try:
+        policies = load_policy_set(settings.policy_paths)
+        db = Database(settings.database_url)
+        providers = build_providers(settings, clock)
+    except PolicyError as exc:
+        for e in exc.errors:
+            err.print(str(e), highlight=False, markup=False)
+        raise typer.Exit(2) from None
+    except CostguardError as exc:
+        raise _fail(exc) from None
+    engine = Engine(settings, db, providers, policies, clock)
+    if once:
+        summary = engine.run_cycle()
+        if fmt == "json":
+            print(json.dumps(summary.as_dict(), indent=2, default=str))
+        else:
+            console.print(f"cycle {summary.cycle_id}: instances {summary.instances}, "
+                          f"findings {summary.findings}, gaps {len(summary.gaps)}, "
+                          f"accrued ${summary.accrued_usd:,.2f}")
+        return
+    from costguard.daemon.scheduler import run_forever
+
+    run_forever(engine, settings)
+
+
+@app.command()
+def demo(
+    config: ConfigOpt = None,
+    hours: Annotated[int, typer.Option(help="Simulated hours.", min=1, max=24 * 14)] = 48,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the summary.")] = False,
+) -> None:
+    """Watch costguard govern a simulated GPU fleet for 48 hours, in seconds.
+
+    Example: costguard demo && costguard report --by team --since 7d
+    Writes into the configured database (default ./costguard.db).
+    """
+    from costguard.demo import run_demo
+
+    settings = _settings(config)
+    try:
+        run_demo(settings, console, hours=hours, verbose=not quiet)
+    except PolicyError as exc:
+        for e in exc.errors:
+            err.print(str(e), highlight=False, markup=False)
+        raise typer.Exit(2) from None
+    except CostguardError as exc:
+        raise _fail(exc) from None
+
+
+def _parse_since(text: str, now: datetime) -> datetime:
+    try:
+        return now - parse_duration(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{text!r} is neither a duration (7d, 24h) nor a date (2026-11-01)") from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+@app.command()
+def report(
+    config: ConfigOpt = None,
+    by: Annotated[list[str], typer.Option(
+        "--by", help="team, project, env, cost-center, account, provider, region, "
+        "instance-type, lifecycle, instance (repeat to nest).")] = ["team"],  # noqa: B006
+    since: Annotated[str, typer.Option(help="A duration back from now (7d) or a date.")] = "7d",
+    until: Annotated[str | None, typer.Option(help="End (default now): duration or date.")] = None,
+    filters: Annotated[list[str], typer.Option(
+        "--filter", help="DIMENSION=VALUE, e.g. team=research.")] = [],  # noqa: B006
+    fmt: Annotated[Literal["table", "json"], typer.Option("--format")] = "table",
+) -> None:
+    """Spend by team (or any dimension), and how much of it was idle.
+
+    Example: costguard report --by team --since 7d --format table
+    """
+    from costguard.report.queries import DIMENSIONS, spend
+    from costguard.report.render import to_json, to_table
+    from costguard.store.db import Database
+
+    settings = _settings(config)
+    now = datetime.now(UTC)
+    start = _parse_since(since, now)
+    end = _parse_since(until, now) if until else now
+    for dim in by:
+        if dim not in DIMENSIONS:
+            raise _fail(ValueError(f"unknown --by {dim!r} (choose from: {', '.join(DIMENSIONS)})"))
+    wanted: dict[str, str] = {}
+    for f in filters:
+        key, sep, value = f.partition("=")
+        if not sep or key not in DIMENSIONS:
+            raise _fail(ValueError(f"bad --filter {f!r}: use DIMENSION=VALUE with a dimension "
+                                   f"from: {', '.join(DIMENSIONS)}"))
+        wanted[key] = value
+    try:
+        db = Database(settings.database_url)
+    except CostguardError as exc:
+        raise _fail(exc) from None
+    with db.session() as s:
+        result = spend(s, by, start, end, wanted)
+    if fmt == "json":
+        print(to_json(result))
+    else:
+        to_table(result, console)
+        if not result.rows:
+            console.print("No spend recorded in this period. Run `costguard demo` or "
+                          "`costguard run` first.")
+
+
+@app.command()
+def pause(config: ConfigOpt = None) -> None:
+    """Kill switch: stop all actions (findings and reports go on) until `costguard resume`.
+
+    Example: costguard pause
+    """
+    _set_paused(config, True)
+    console.print("paused: costguard takes no action until `costguard resume`")
+
+
+@app.command()
+def resume(config: ConfigOpt = None) -> None:
+    """Lift the kill switch set by `costguard pause`.
+
+    Example: costguard resume
+    """
+    _set_paused(config, False)
+    console.print("resumed: policies in enforce mode act again")
+
+
+def _set_paused(config: Path | None, paused: bool) -> None:
+    from costguard.engine import control
+    from costguard.store.db import Database
+
+    settings = _settings(config)
+    db = Database(settings.database_url)
+    with db.session() as s:
+        control.put(s, control.PAUSED, "true" if paused else "false", datetime.now(UTC))
+
+
+@db_app.command("upgrade")
+def db_upgrade(config: ConfigOpt = None) -> None:
+    """Create or migrate the database schema to the latest version.
+
+    Example: COSTGUARD_DATABASE_URL=postgresql://user@host/costguard costguard db upgrade
+    """
+    from costguard.store.db import current_revision, make_engine, upgrade
+
+    settings = _settings(config)
+    engine = make_engine(settings.database_url)
+    try:
+        upgrade(engine)
+    except CostguardError as exc:
+        raise _fail(exc) from None
+    console.print(f"database at revision {current_revision(engine)} "
+                  f"({engine.url.render_as_string(hide_password=True)})")
+
+
+def main() -> None:  # pragma: no cover - console script entry
+    try:
+        app()
+    except CostguardError as exc:
+        err.print(f"[red]error:[/] {exc}", highlight=False)
+        sys.exit(2)
+
+
