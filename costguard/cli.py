@@ -14,7 +14,8 @@ from rich.console import Console
 
 from costguard.clock import SystemClock
 from costguard.config import Settings, load_settings
-from costguard.durations import parse_duration
+from costguard.policy.base import duration_arg
+from costguard.telemetry.cli import agent_app
 from costguard.errors import CostguardError, PolicyError
 
 app = typer.Typer(
@@ -28,6 +29,7 @@ app = typer.Typer(
 db_app = typer.Typer(help="Database schema and maintenance.\n\nExample: costguard db upgrade",
                      no_args_is_help=True)
 app.add_typer(db_app, name="db")
+app.add_typer(agent_app, name="agent")
 
 console = Console()
 err = Console(stderr=True)
@@ -153,7 +155,7 @@ def demo(
 
 def _parse_since(text: str, now: datetime) -> datetime:
     try:
-        return now - parse_duration(text)
+        return now - duration_arg(text)
     except ValueError:
         pass
     try:
@@ -211,6 +213,40 @@ def report(
         if not result.rows:
             console.print("No spend recorded in this period. Run `costguard demo` or "
                           "`costguard run` first.")
+
+
+@app.command()
+def iam(
+    config: ConfigOpt = None,
+    provider: Annotated[Literal["aws", "gcp"], typer.Option(help="Which cloud.")] = "aws",
+    enforce: Annotated[bool | None, typer.Option(
+        "--enforce/--read-only",
+        help="Default: decided by the loaded policies (read-only unless one enforces).")] = None,
+) -> None:
+    """Print the least-privilege IAM policy (AWS JSON) or custom role (GCP YAML) needed.
+
+    Example: costguard iam --provider aws > costguard-policy.json
+    """
+    from costguard.policy.load import load_policy_set
+
+    settings = _settings(config)
+    try:
+        policies = load_policy_set(settings.policy_paths).policies
+    except PolicyError as exc:
+        for e in exc.errors:
+            err.print(str(e), highlight=False, markup=False)
+        raise typer.Exit(2) from None
+    acting = [p for p in policies if p.is_enforced and (p.stop_action or p.tag_action)]
+    enforcing = bool(acting) if enforce is None else enforce
+    tagging = any(p.tag_action for p in acting) or (enforce is True)
+    if provider == "aws":
+        from costguard.providers.aws import required_iam_policy
+
+        print(json.dumps(required_iam_policy(enforcing, tagging), indent=2))
+    else:
+        from costguard.providers.gcp import render_role
+
+        print(render_role(enforcing), end="")
 
 
 @app.command()

@@ -20,7 +20,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from costguard.durations import Duration
+from costguard.policy.base import Duration
 from costguard.errors import ConfigError
 from costguard.providers.aws.settings import AwsSettings
 from costguard.providers.gcp.settings import GcpSettings

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rich.console import Console
 from sqlalchemy import delete
+from sqlmodel import select
 
 from costguard.clock import ManualClock
 from costguard.config import Settings
@@ -111,9 +112,9 @@ def _epilogue(console: Console, db: Database, since: datetime, until: datetime,
               result: DemoResult) -> None:
     with db.session() as s:
         by_team = spend(s, ["team"], since, until + timedelta(seconds=1))
-        journal = list(s.query(ActionJournalRow).filter(
+        journal = list(s.exec(select(ActionJournalRow).where(
             ActionJournalRow.provider == "sim", ActionJournalRow.action == "stop",
-            ActionJournalRow.status == "done"))
+            ActionJournalRow.status == "done")))
     saved = sum(j.usd_per_hour for j in journal)
     console.print()
     console.print(f"[bold]{result.cycles} cycles in {result.seconds:.1f} s[/]: "

@@ -75,6 +75,14 @@ def parse_duration(value: Any) -> timedelta:
     return timedelta(seconds=seconds)
 
 
+def duration_arg(text: str) -> timedelta:
+    """`parse_duration` for command-line arguments: a plain ValueError with the hint."""
+    try:
+        return parse_duration(text)
+    except PydanticCustomError as exc:
+        raise ValueError(exc.message()) from None
+
+
 def format_duration(value: timedelta) -> str:
     """The inverse of `parse_duration`: `timedelta(minutes=90)` -> `"1h30m"`."""
     seconds = int(value.total_seconds())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,17 @@ from sqlmodel import Session, create_engine
 from costguard.errors import StoreError
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+# every module that declares tables: imported before migrating or comparing the schema
+TABLE_MODULES = ("costguard.store.tables", "costguard.alerts.tables")
+
+
+def load_all_tables() -> None:
+    for name in TABLE_MODULES:
+        try:
+            import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
 
 
 def make_engine(url: str) -> Engine:

@@ -233,3 +233,89 @@ class ControlRow(SQLModel, table=True):
     key: str = Field(primary_key=True, max_length=64)
     value: str
     updated_at: datetime = _ts()
+
+
+class CostDailyRow(SQLModel, table=True):
+    """Raw cost intervals rolled up per instance, UTC day and attribution (long history).
+
+    An interval belongs to the day its `start` falls in, as in reports over raw intervals,
+    so a day-aligned report gives the same cents from either source.
+    """
+
+    __tablename__ = "cost_daily"
+    __table_args__ = (
+        Index("ix_cost_daily_day", "day"),
+        Index("ix_cost_daily_instance_day", "provider", "instance_id", "day"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    day: datetime = _ts()  # midnight UTC
+    provider: str = Field(max_length=16)
+    instance_id: str = Field(max_length=128)
+    account: str = Field(max_length=128)
+    region: str = Field(max_length=64)
+    instance_type: str = Field(max_length=64)
+    lifecycle: str = Field(max_length=16)
+    state: str = Field(default="running", max_length=16)
+    gpu_count: int = 0
+    instance_seconds: int = 0
+    cost_micros: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    idle_cost_micros: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    gpu_seconds: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    idle_gpu_seconds: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    team: str | None = Field(default=None, max_length=128)
+    project: str | None = Field(default=None, max_length=128)
+    env: str | None = Field(default=None, max_length=64)
+    cost_center: str | None = Field(default=None, max_length=128)
+
+
+class BillingLineRow(SQLModel, table=True):
+    """One imported bill line (FOCUS export or Cost Explorer group), for billed-vs-estimated."""
+
+    __tablename__ = "billing_lines"
+    __table_args__ = (
+        UniqueConstraint("source", "line_key", name="uq_billing_line"),
+        Index("ix_billing_lines_start", "charge_start"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    source: str = Field(max_length=32)  # focus | aws-ce
+    line_key: str = Field(max_length=64)  # content hash: re-importing a file adds nothing
+    imported_at: datetime = _ts()
+    charge_start: datetime = _ts()
+    charge_end: datetime = _ts()
+    provider: str | None = Field(default=None, max_length=32)
+    account: str | None = Field(default=None, max_length=128)
+    region: str | None = Field(default=None, max_length=64)
+    service: str | None = Field(default=None, max_length=128)
+    resource_id: str | None = Field(default=None, max_length=512)
+    billed_micros: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    effective_micros: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    team: str | None = Field(default=None, max_length=128)
+    project: str | None = Field(default=None, max_length=128)
+    env: str | None = Field(default=None, max_length=64)
+    cost_center: str | None = Field(default=None, max_length=128)
+
+
+class AnomalyRow(SQLModel, table=True):
+    """A spend anomaly found by a rule, with its explanation and the operator's feedback."""
+
+    __tablename__ = "anomalies"
+    __table_args__ = (
+        UniqueConstraint("rule", "value", "bucket_start", name="uq_anomaly_bucket"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    rule: str = Field(max_length=128)
+    dimension: str = Field(max_length=64)
+    value: str = Field(max_length=256)
+    granularity: str = Field(max_length=8)  # day | hour
+    bucket_start: datetime = _ts(index=True)
+    actual_micros: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    baseline_micros: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    impact_micros: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    explanation: str = ""
+    causes: list[dict[str, Any]] = _json(list)
+    status: str = Field(default="open", max_length=16)  # open | acked | expected
+    detected_at: datetime = _ts()
+    feedback_at: datetime | None = _ts(nullable=True)

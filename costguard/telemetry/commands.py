@@ -22,6 +22,7 @@ import httpx
 from costguard.clock import Clock, SystemClock
 from costguard.errors import ConfigError
 from costguard.model import GpuSignal
+from costguard.policy.base import duration_arg
 from costguard.telemetry.agent import Agent, AgentSettings, Sampler
 from costguard.telemetry.classify import SignalChoice, classify
 from costguard.telemetry.identity import resolve_identity
@@ -33,21 +34,15 @@ from costguard.telemetry.trace import NvmlSample, TraceWriter, read_trace
 log = logging.getLogger(__name__)
 ReplayFormat = Literal["json", "text"]
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
 def parse_duration(text: str) -> timedelta:
-    """`30s`, `45m`, `2h`, `1d` (a bare number is seconds)."""
-    raw = text.strip().lower()
-    unit = raw[-1:] if raw[-1:] in _UNITS else "s"
-    number = raw[:-1] if raw[-1:] in _UNITS else raw
+    """`30s`, `45m`, `2h`, `1d`, as in policies; a ConfigError names the fix."""
     try:
-        value = float(number)
-    except ValueError:
-        raise ConfigError(f"cannot read duration {text!r}: use e.g. 30s, 45m, 2h") from None
-    if value <= 0:
+        value = duration_arg(text)
+    except ValueError as exc:
+        raise ConfigError(f"cannot read duration {text!r}: {exc}") from None
+    if value <= timedelta(0):
         raise ConfigError(f"duration {text!r} must be positive")
-    return timedelta(seconds=value * _UNITS[unit])
+    return value
 
 
 def replay(

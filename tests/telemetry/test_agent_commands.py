@@ -85,13 +85,13 @@ def test_replay_of_a_missing_or_broken_file_says_what_is_wrong(tmp_path: Path):
 
 
 @pytest.mark.parametrize(
-    ("text", "seconds"), [("30s", 30), ("45m", 2700), ("2h", 7200), ("90", 90), ("1.5m", 90)]
+    ("text", "seconds"), [("30s", 30), ("45m", 2700), ("2h", 7200), ("1m30s", 90), ("1d", 86400)]
 )
 def test_durations_read_like_people_write_them(text: str, seconds: int):
     assert parse_duration(text) == timedelta(seconds=seconds)
 
 
-@pytest.mark.parametrize("text", ["soon", "-5m", "0s", ""])
+@pytest.mark.parametrize("text", ["soon", "-5m", "0s", "", "90", "1.5m"])
 def test_bad_durations_say_how_to_write_them(text: str):
     with pytest.raises(ConfigError):
         parse_duration(text)

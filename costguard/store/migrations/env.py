@@ -5,8 +5,9 @@ from __future__ import annotations
 from alembic import context
 from sqlmodel import SQLModel
 
-import costguard.store.tables  # noqa: F401  (registers the tables on SQLModel.metadata)
+from costguard.store.db import load_all_tables
 
+load_all_tables()  # registers every table on SQLModel.metadata
 target_metadata = SQLModel.metadata
 
 

@@ -1,0 +1,117 @@
+"""`costguard agent ...`: the GPU agent, and record/replay of NVML traces."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+from rich.console import Console
+
+from costguard.errors import CostguardError
+
+agent_app = typer.Typer(
+    help="The GPU agent for GPU hosts: samples NVML once a second and pushes per-minute "
+    "summaries to the daemon.\n\n"
+    "Example: COSTGUARD_AGENT_TOKEN=... costguard agent --url http://costguard:8787",
+    invoke_without_command=True,
+)
+err = Console(stderr=True)
+
+
+def _fail(exc: CostguardError) -> typer.Exit:
+    err.print(f"[red]error:[/] {exc}", highlight=False)
+    return typer.Exit(2)
+
+
+@agent_app.callback()
+def agent(
+    ctx: typer.Context,
+    url: Annotated[str | None, typer.Option(help="The daemon's base URL.")] = None,
+    token_file: Annotated[Path | None, typer.Option(
+        help="File holding the bearer token (else $COSTGUARD_AGENT_TOKEN; never a flag, "
+        "so it stays out of `ps`).")] = None,
+    buffer: Annotated[Path, typer.Option(help="On-disk buffer while the daemon is down.")] = Path(
+        "/var/lib/costguard-agent/buffer.sqlite3"),
+    buffer_max_records: Annotated[int, typer.Option()] = 100_000,
+    buffer_max_mb: Annotated[int, typer.Option()] = 64,
+    provider: Annotated[str | None, typer.Option(help="aws|gcp (skips metadata lookup).")] = None,
+    instance_id: Annotated[str | None, typer.Option(help="Override the instance id.")] = None,
+    interval: Annotated[str, typer.Option(help="Sampling period.")] = "1s",
+    record: Annotated[Path | None, typer.Option(help="Also write raw samples here.")] = None,
+    self_stop_after: Annotated[str | None, typer.Option(
+        help="Standalone mode: stop this VM after its GPUs sat idle this long (e.g. 30m).")
+    ] = None,
+    self_stop_grace: Annotated[str, typer.Option(help="Warning before a self-stop.")] = "5m",
+    idle_below: Annotated[float, typer.Option(help="Idle threshold, percent.")] = 5.0,
+    signal: Annotated[Literal["auto", "sm_active", "util_gpu"], typer.Option()] = "auto",
+) -> None:
+    """Run the GPU agent (the default when no sub-command is given)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from costguard.telemetry.agent import AgentSettings
+    from costguard.telemetry.commands import parse_duration, run_agent
+
+    try:
+        token = (token_file.read_text().strip() if token_file
+                 else os.environ.get("COSTGUARD_AGENT_TOKEN", ""))
+        settings = AgentSettings(
+            url=url or os.environ.get("COSTGUARD_AGENT_URL", ""), token=token,
+            buffer_path=buffer, buffer_max_records=buffer_max_records,
+            buffer_max_bytes=buffer_max_mb * 2**20,
+            provider=provider,  # type: ignore[arg-type]
+            instance_id=instance_id, interval_s=parse_duration(interval).total_seconds(),
+            record_path=record,
+            self_stop_after=parse_duration(self_stop_after) if self_stop_after else None,
+            self_stop_grace=parse_duration(self_stop_grace), idle_below=idle_below,
+            signal=signal,
+        )
+        run_agent(settings)
+    except CostguardError as exc:
+        raise _fail(exc) from None
+    except OSError as exc:
+        err.print(f"[red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(2) from None
+
+
+@agent_app.command("record")
+def record_cmd(
+    file: Annotated[Path, typer.Argument(help="Output JSONL (the shared fixture format).")],
+    duration: Annotated[str, typer.Option(help="How long to sample.")] = "4m",
+    interval: Annotated[str, typer.Option(help="Sampling period.")] = "1s",
+) -> None:
+    """Record real NVML samples into a trace file that `replay` and the tests can read.
+
+    Example: costguard agent record my-gpu.jsonl --duration 10m
+    """
+    from costguard.telemetry.commands import parse_duration, record
+    from costguard.telemetry.nvml import NvmlSampler
+
+    try:
+        n = record(file, parse_duration(duration), NvmlSampler(),
+                   interval_s=parse_duration(interval).total_seconds())
+    except CostguardError as exc:
+        raise _fail(exc) from None
+    print(f"recorded {n} samples to {file}")
+
+
+@agent_app.command("replay")
+def replay_cmd(
+    file: Annotated[Path, typer.Argument(help="A trace in the fixture format.")],
+    window: Annotated[str, typer.Option(help="Classification window.")] = "30s",
+    fmt: Annotated[Literal["json", "text"], typer.Option("--format")] = "json",
+    signal: Annotated[Literal["auto", "sm_active", "util_gpu"], typer.Option()] = "auto",
+    below: Annotated[float, typer.Option(help="Idle threshold, percent.")] = 5.0,
+) -> None:
+    """Classify a recorded trace window by window: one JSON object per line.
+
+    Example: costguard agent replay h100_phases.jsonl --window 30s --format json
+    """
+    from costguard.telemetry.commands import parse_duration, replay
+
+    try:
+        for line in replay(file, parse_duration(window), fmt, signal, below):
+            print(line)
+    except CostguardError as exc:
+        raise _fail(exc) from None

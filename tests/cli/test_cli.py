@@ -1,0 +1,95 @@
+"""The command line as a user meets it: exit codes, messages, no tracebacks."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from costguard.cli import app
+
+REPO = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(REPO / "policies", tmp_path / "policies")
+    for var in ("COSTGUARD_DATABASE_URL", "COSTGUARD_CONFIG"):
+        monkeypatch.delenv(var, raising=False)
+    return tmp_path
+
+
+def test_shipped_policies_validate(workdir: Path) -> None:
+    result = runner.invoke(app, ["validate", "policies/"])
+    assert result.exit_code == 0, result.output
+    assert "ok:" in result.output
+
+
+def test_broken_policy_exits_2_with_file_line_col_and_no_traceback(workdir: Path) -> None:
+    bad = workdir / "bad.yml"
+    bad.write_text("policies:\n  - name: x\n    mode: enforced\n    condition: {idle: {for: 1}}\n"
+                   "    actions: [stop]\n")
+    result = runner.invoke(app, ["validate", str(bad)])
+    assert result.exit_code == 2
+    assert f"{bad}:3:11:" in result.output
+    assert "'dry-run' or 'enforce'" in result.output
+    assert f"{bad}:4:" in result.output  # the second problem is reported too
+    assert "Traceback" not in result.output
+
+
+def test_help_of_every_command_has_an_example() -> None:
+    for cmd in ("validate", "run", "demo", "report", "iam", "pause", "resume", "db upgrade",
+                "agent replay", "agent record"):
+        result = runner.invoke(app, [*cmd.split(), "--help"])
+        assert result.exit_code == 0, cmd
+        assert "Example" in result.output, cmd
+
+
+def test_run_once_prints_a_machine_readable_cycle_summary(workdir: Path) -> None:
+    (workdir / "costguard.yaml").write_text("providers:\n  sim: {instances: 12}\n")
+    result = runner.invoke(app, ["run", "--once", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert summary["instances"] == {"sim": 12}
+    assert summary["gaps"] == []
+    assert set(summary["actions"]) >= {"stopped", "warned", "skipped", "dry_run"}
+    assert summary["actions"]["stopped"] == {}  # the shipped policies are dry-run
+
+
+def test_demo_then_report_reads_the_same_database(workdir: Path) -> None:
+    result = runner.invoke(app, ["demo", "--hours", "4", "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "idle warnings" in result.output and "stopped" in result.output
+    report = runner.invoke(app, ["report", "--by", "team", "--since", "7d", "--format", "json"])
+    assert report.exit_code == 0, report.output
+    doc = json.loads(report.output)
+    teams = {row["team"] for row in doc["rows"]}
+    assert "unattributed" in teams and "research" in teams
+    assert doc["total"]["cost_usd"] > 0
+    assert round(sum(r["cost_usd"] for r in doc["rows"]), 2) == pytest.approx(
+        doc["total"]["cost_usd"], abs=0.01 * len(doc["rows"]))
+
+
+def test_report_rejects_an_unknown_dimension(workdir: Path) -> None:
+    result = runner.invoke(app, ["report", "--by", "colour"])
+    assert result.exit_code == 2
+    assert "choose from" in result.output
+
+
+def test_bad_config_is_exit_2_with_the_fix(workdir: Path) -> None:
+    (workdir / "costguard.yaml").write_text("databse_url: x\n")
+    result = runner.invoke(app, ["run", "--once"])
+    assert result.exit_code == 2
+    assert "databse_url: unknown key" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_db_upgrade_and_pause_resume(workdir: Path) -> None:
+    assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
+    assert "paused" in runner.invoke(app, ["pause"]).output
+    assert "resumed" in runner.invoke(app, ["resume"]).output

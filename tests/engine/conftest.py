@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+
+import pytest
+
+from costguard.actions.runner import FaultHook
+from costguard.clock import ManualClock
+from costguard.config import Settings
+from costguard.engine import Engine
+from costguard.policy.load import parse_policy_text
+from costguard.store.db import Database
+from tests.fakes.cloud import T0, ScriptedCloud
+
+IDLE_POLICY = """\
+policies:
+  - name: idle-gpu
+    mode: {mode}
+    filters: {{gpu: true, state: running}}
+    condition:
+      idle: {{below: 5, for: 45m}}
+    actions:
+      - notify: {{to: owner}}
+      - stop: {{grace: 15m}}
+    limits: {{max_actions_per_cycle: {cap}}}
+"""
+
+EngineFactory = Callable[..., Engine]
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(T0)
+
+
+@pytest.fixture
+def cloud(clock: ManualClock) -> ScriptedCloud:
+    return ScriptedCloud(clock)
+
+
+@pytest.fixture
+def db(db_url: str) -> Iterator[Database]:
+    database = Database(db_url)
+    yield database
+    database.dispose()
+
+
+@pytest.fixture
+def make_engine(db: Database, cloud: ScriptedCloud, clock: ManualClock,
+                db_url: str) -> EngineFactory:
+    def build(policy_text: str | None = None, *, mode: str = "enforce", cap: int = 10,
+              fault: FaultHook | None = None) -> Engine:
+        text = policy_text or IDLE_POLICY.format(mode=mode, cap=cap)
+        settings = Settings(database_url=db_url, policy_paths=[])
+        return Engine(settings, db, {"sim": cloud}, parse_policy_text(text, "test.yml"), clock,
+                      fault=fault)
+    return build
+
+
+def run_for(engine: Engine, clock: ManualClock, duration: timedelta,
+            step: timedelta = timedelta(minutes=5)) -> None:
+    end = clock.now() + duration
+    while clock.now() < end:
+        engine.run_cycle()
+        clock.advance(step)
