@@ -14,9 +14,9 @@ from rich.console import Console
 
 from costguard.clock import SystemClock
 from costguard.config import Settings, load_settings
+from costguard.errors import CostguardError, PolicyError
 from costguard.policy.base import duration_arg
 from costguard.telemetry.cli import agent_app
-from costguard.errors import CostguardError, PolicyError
 
 app = typer.Typer(
     name="costguard",

@@ -20,8 +20,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from costguard.policy.base import Duration
 from costguard.errors import ConfigError
+from costguard.policy.base import Duration
 from costguard.providers.aws.settings import AwsSettings
 from costguard.providers.gcp.settings import GcpSettings
 from costguard.providers.sim_settings import SimSettings
@@ -151,7 +151,8 @@ def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
             where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
             raise ConfigError(f"{where}: not valid YAML: {exc}") from exc
         if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"{path}:1:1: expected a mapping of settings, got {type(loaded).__name__}")
+            kind = type(loaded).__name__
+            raise ConfigError(f"{path}:1:1: expected a mapping of settings, got {kind}")
         data = loaded or {}
     elif explicit:
         raise ConfigError(f"config file {path} does not exist; create it or drop --config")

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from costguard.actions.runner import ActionRunner, ActStats, FaultHook
-from costguard.alerts.console import AlertPrinter, dispatch_console
 from sqlmodel import select
 
+from costguard.actions.runner import ActionRunner, ActStats, FaultHook
+from costguard.alerts.console import AlertPrinter, dispatch_console
 from costguard.clock import Clock
 from costguard.config import Settings
 from costguard.costs.accrual import accrue
@@ -27,8 +27,7 @@ from costguard.providers.base import Provider
 from costguard.store.db import Database
 from costguard.store.inventory import current_instances
 from costguard.store.readings import ReadingWindow, instances_with_source, write_minutes
-from costguard.store.tables import InstanceRow
-from costguard.store.tables import CycleRow
+from costguard.store.tables import CycleRow, InstanceRow
 
 log = logging.getLogger("costguard.engine")
 

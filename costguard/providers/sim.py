@@ -197,10 +197,10 @@ class SimProvider:
         # roughly one interruption a day across the spot fleet
         for host in self._hosts.values():
             inst = host.instance
-            if inst.lifecycle is Lifecycle.SPOT and inst.state is InstanceState.RUNNING:
-                if self._rng.random() < 0.0004:
-                    self._set_state(host, InstanceState.STOPPED, now,
-                                    reason="Server.SpotInstanceTermination")
+            if (inst.lifecycle is Lifecycle.SPOT and inst.state is InstanceState.RUNNING
+                    and self._rng.random() < 0.0004):
+                self._set_state(host, InstanceState.STOPPED, now,
+                                reason="Server.SpotInstanceTermination")
 
     def _owners_come_back(self, now: datetime) -> None:
         # a notebook stopped overnight is started again by its owner in the morning

@@ -13,7 +13,7 @@ from costguard.store.tables import AccountRow, InstanceRow
 
 def to_instance(row: InstanceRow) -> Instance:
     return Instance(
-        provider=row.provider,  # type: ignore[arg-type]
+        provider=row.provider,
         account=row.account, region=row.region, zone=row.zone,
         instance_id=row.instance_id, name=row.name, instance_type=row.instance_type,
         state=InstanceState(row.state), state_reason=row.state_reason,

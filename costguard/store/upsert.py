@@ -9,6 +9,7 @@ from sqlalchemy import Table
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session
 
+
 def upsert(
     session: Session,
     table: Table,
