@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -12,6 +13,7 @@ from costguard.model import Instance
 PROTECT_TAG = "costguard:protect"
 SNOOZE_TAG = "costguard:snooze-until"
 _FALSE = {"false", "0", "no", "off"}
+_LABEL_TIME = re.compile(r"(\d{4}-\d{2}-\d{2})t(\d{2})-(\d{2})(?:-(\d{2}))?z")
 
 
 def is_protected(inst: Instance) -> bool:
@@ -25,8 +27,14 @@ def snoozed_until(inst: Instance) -> datetime | None:
     raw = inst.tags.get(SNOOZE_TAG)
     if not raw:
         return None
+    text = raw.strip()
+    # GCE label values allow no ':' or '+': `2026-11-23t14-00z` stands for 2026-11-23T14:00Z
+    label = _LABEL_TIME.fullmatch(text.lower())
+    if label:
+        d, hh, mm, ss = label.groups()
+        text = f"{d}T{hh}:{mm}:{ss or '00'}+00:00"
     try:
-        return utc(datetime.fromisoformat(raw.strip().replace("Z", "+00:00")))
+        return utc(datetime.fromisoformat(text.replace("Z", "+00:00")))
     except ValueError:
         return None
 

@@ -7,7 +7,7 @@ in `Instance.name` and the zone in `Instance.zone`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -34,6 +34,17 @@ STATES: dict[str, InstanceState] = {
     "TERMINATED": InstanceState.STOPPED,
     "DEPROVISIONING": InstanceState.TERMINATED,
 }
+
+
+COSTGUARD_LABEL = "costguard_"
+
+
+def labels_as_tags(labels: Mapping[str, str]) -> dict[str, str]:
+    """GCE labels as costguard tags. Label keys cannot hold ':', so costguard's own keys are
+    written `costguard_protect`, `costguard_snooze-until`; they read back as
+    `costguard:protect`, so one policy file serves AWS tags and GCP labels alike."""
+    return {(f"costguard:{k[len(COSTGUARD_LABEL):]}" if k.startswith(COSTGUARD_LABEL) else k): v
+            for k, v in labels.items()}
 
 
 def status_name(vm: compute_v1.Instance) -> str:
@@ -88,7 +99,7 @@ def to_instance(project: str, vm: compute_v1.Instance, observed_at: datetime) ->
         gpu_model=(gpu.spec.model if gpu.spec else gpu.accelerator) if gpu else None,
         gpu_memory_mib=gpu.spec.memory_mib if gpu and gpu.spec else None,
         launch_time=parse_timestamp(vm.creation_timestamp, observed_at),
-        tags=dict(vm.labels),
+        tags=labels_as_tags(vm.labels),
         observed_at=observed_at,
     )
 
