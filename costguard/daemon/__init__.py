@@ -1,0 +1,1 @@
+"""The long-running service: scheduler, leader election, HTTP surface, logs and metrics."""

@@ -1,0 +1,187 @@
+"""The daemon's HTTP surface: one small Starlette app, served by uvicorn in a thread.
+
+    GET  /healthz        liveness: the process answers (no dependency is checked)
+    GET  /readyz         the database answers and the last good cycle is recent
+    GET  /metrics        Prometheus text format
+    POST /v1/telemetry   agent ingest (Bearer token), see costguard.telemetry.ingest
+    POST /slack/...      Slack interactivity, when a signing secret is configured
+
+Every answer is JSON (or the Prometheus format). Bad input gets a 4xx saying what is wrong;
+an unexpected failure gets a 503 (retry later) and a log line, never a 500 with a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import uvicorn
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import func, select
+from sqlmodel import col
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from costguard.clock import Clock, utc
+from costguard.daemon.metrics import DaemonMetrics
+from costguard.store.db import Database
+from costguard.store.tables import CycleRow
+
+log = logging.getLogger("costguard.http")
+
+
+@dataclass
+class ServiceState:
+    """What the scheduler tells the HTTP side (read from other threads: plain values only)."""
+
+    poll_interval: timedelta
+    readiness_factor: float = 3.0
+    started_at: datetime | None = None
+    leader: bool = False
+    last_cycle_at: datetime | None = None
+    last_cycle_id: int | None = None
+    last_error: str | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def _last_ok_cycle(db: Database) -> datetime | None:
+    with db.session() as s:
+        value = s.execute(select(func.max(col(CycleRow.finished_at)))
+                          .where(col(CycleRow.status) == "ok")).scalar()
+    return utc(value) if value is not None else None
+
+
+def readiness(db: Database, state: ServiceState, clock: Clock) -> tuple[bool, dict[str, object]]:
+    """Ready when the store answers and some replica finished a cycle recently enough."""
+    now = clock.now()
+    limit = state.poll_interval * state.readiness_factor
+    try:
+        last = _last_ok_cycle(db)
+    except Exception as exc:  # any driver error means "not reachable" here
+        return False, {"database": "unreachable", "error": type(exc).__name__}
+    body: dict[str, object] = {"database": "ok", "leader": state.leader,
+                               "last_cycle": last.isoformat() if last else None}
+    if last is not None and now - last < limit:
+        return True, body
+    started = state.started_at or now
+    # just started: give the first cycle its chance before calling the service unready
+    if (last is None or last < started) and now - started < limit:
+        body["waiting_for_first_cycle"] = True
+        return True, body
+    body["error"] = f"no successful cycle for over {limit.total_seconds():.0f}s"
+    return False, body
+
+
+class GuardMiddleware:
+    """Counts requests per route and turns any escaped exception into a JSON 503."""
+
+    def __init__(self, app: ASGIApp, metrics: DaemonMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+        status = 0
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started, status
+            if message["type"] == "http.response.start":
+                started, status = True, int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception:
+            log.exception("unexpected error serving %s %s", scope.get("method"),
+                          scope.get("path"))
+            if not started:
+                status = 503
+                await JSONResponse({"error": "internal error; retry later"}, 503)(
+                    scope, receive, send)
+        route = _route_label(str(scope.get("path", "")))
+        self.metrics.http.labels(route, str(status)).inc()
+
+
+_KNOWN = ("/healthz", "/readyz", "/metrics", "/v1/telemetry")
+
+
+def _route_label(path: str) -> str:
+    # a bounded label set: unknown paths would otherwise grow the metric without limit
+    if path in _KNOWN:
+        return path
+    return "/slack" if path.startswith("/slack") else "other"
+
+
+def build_app(
+    db: Database, state: ServiceState, metrics: DaemonMetrics, clock: Clock, *,
+    extra_routes: Sequence[BaseRoute] = (),
+) -> Starlette:
+    async def healthz(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok", "leader": state.leader})
+
+    async def readyz(request: Request) -> JSONResponse:
+        ok, body = await run_in_threadpool(readiness, db, state, clock)
+        body["status"] = "ready" if ok else "unready"
+        return JSONResponse(body, status_code=200 if ok else 503)
+
+    async def metrics_view(request: Request) -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def not_found(request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"error": f"no route {request.url.path}",
+                             "routes": list(_KNOWN)}, status_code=404)
+
+    async def bad_method(request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"error": f"{request.method} not allowed here"}, status_code=405)
+
+    routes: list[BaseRoute] = [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics_view, methods=["GET"]),
+        *extra_routes,
+    ]
+    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: bad_method})
+    app.add_middleware(GuardMiddleware, metrics=metrics)
+    return app
+
+
+class HttpServer:
+    """uvicorn in a daemon thread, stopped with `stop()` (signals stay with the main thread)."""
+
+    def __init__(self, app: Starlette, host: str, port: int) -> None:
+        config = uvicorn.Config(app, host=host, port=port, log_config=None, lifespan="off",
+                                access_log=False, timeout_graceful_shutdown=5)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="costguard-http",
+                                       daemon=True)
+        self.host, self.port = host, port
+
+    def start(self, timeout: float = 10.0) -> None:
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if not self.thread.is_alive():
+                raise OSError(f"the HTTP server could not listen on {self.host}:{self.port} "
+                              "(port in use? set http.port or COSTGUARD_HTTP__PORT)")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"HTTP server did not start on {self.host}:{self.port}")
+            time.sleep(0.02)
+        sockets = [s for srv in self.server.servers for s in (srv.sockets or ())]
+        if sockets:  # port 0 asks the OS for a free port: report the real one
+            self.port = int(sockets[0].getsockname()[1])
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+

@@ -1,0 +1,113 @@
+"""Prometheus metrics of one replica (its own registry, so tests can build several).
+
+Cycle metrics come from the replica that ran the cycle (the leader). Fleet gauges (instances
+by state, findings, alerts, idle dollars) are refreshed from the store by the leader after
+each cycle; standbys export none of them, so sums across replicas stay right. Scrape every
+replica and select with `costguard_leader == 1` when in doubt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from sqlalchemy import func, select
+from sqlmodel import Session, col
+
+from costguard.store.tables import AlertRow, CostIntervalRow, InstanceRow, PolicyStateRow
+
+STAGE_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class DaemonMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.stage_seconds = Histogram(
+            "costguard_cycle_stage_seconds", "Duration of one cycle stage.", ["stage"],
+            buckets=STAGE_BUCKETS, registry=r)
+        self.cycle_seconds = Histogram(
+            "costguard_cycle_seconds", "Duration of a whole cycle.", buckets=STAGE_BUCKETS,
+            registry=r)
+        self.cycles = Counter("costguard_cycles", "Cycles run, by outcome.", ["status"],
+                              registry=r)
+        self.errors = Counter(
+            "costguard_cycle_errors", "Failures per stage and scope (provider/account/region "
+            "for unreadable scopes, `all` for a stage that failed whole).", ["stage", "scope"],
+            registry=r)
+        self.skipped = Counter(
+            "costguard_cycles_skipped", "Ticks skipped because a cycle was still running.",
+            registry=r)
+        self.last_cycle = Gauge("costguard_last_cycle_timestamp_seconds",
+                                "When the last successful cycle finished.", registry=r)
+        self.leader = Gauge("costguard_leader", "1 on the replica that runs the scheduler.",
+                            registry=r)
+        self.instances = Gauge("costguard_instances", "Instances known, by provider and state.",
+                               ["provider", "state"], registry=r)
+        self.findings = Gauge("costguard_findings", "Findings holding in the last cycle.",
+                              ["policy"], registry=r)
+        self.policy_states = Gauge("costguard_policy_states",
+                                   "(policy, instance) pairs by state.", ["policy", "state"],
+                                   registry=r)
+        self.actions = Counter("costguard_actions", "Actions taken, by policy and kind.",
+                               ["policy", "action"], registry=r)
+        self.alerts = Gauge("costguard_alerts", "Alerts in the outbox, by status.", ["status"],
+                            registry=r)
+        self.idle_usd_per_hour = Gauge(
+            "costguard_idle_usd_per_hour", "Idle GPU dollars accrued over the last hour.",
+            registry=r)
+        self.agent_batches = Counter("costguard_agent_batches",
+                                     "Agent telemetry batches stored.", registry=r)
+        self.agent_minutes = Counter("costguard_agent_minutes",
+                                     "Agent GPU-minute summaries received, by outcome.",
+                                     ["outcome"], registry=r)
+        self.http = Counter("costguard_http_requests", "HTTP requests, by route and status.",
+                            ["route", "status"], registry=r)
+
+    def observe_cycle(self, summary: Any, seconds: float) -> None:
+        self.cycle_seconds.observe(seconds)
+        self.cycles.labels("ok").inc()
+        stage_seconds: Mapping[str, float] = summary.stage_seconds
+        for stage, secs in stage_seconds.items():
+            self.stage_seconds.labels(stage).observe(secs)
+        for gap in summary.gaps:
+            self.errors.labels("collect", f"{gap.get('provider')}/{gap.get('scope')}").inc()
+        self.findings.clear()
+        for policy, n in summary.findings.items():
+            self.findings.labels(policy).set(n)
+        for kind, per_policy in summary.actions.items():
+            if isinstance(per_policy, Mapping):
+                for policy, n in per_policy.items():
+                    if n:
+                        self.actions.labels(policy, kind).inc(n)
+
+    def observe_failure(self, stage: str) -> None:
+        self.cycles.labels("failed").inc()
+        self.errors.labels(stage, "all").inc()
+
+    def refresh_from_store(self, session: Session, now: datetime) -> None:
+        """Fleet gauges from the store (aggregated in SQL)."""
+        self.instances.clear()
+        rows = session.execute(
+            select(col(InstanceRow.provider), col(InstanceRow.state), func.count())
+            .where(col(InstanceRow.gone).is_(False))
+            .group_by(InstanceRow.provider, InstanceRow.state)).all()
+        for provider, state, n in rows:
+            self.instances.labels(provider, state).set(n)
+        self.refresh_alerts(session)
+        self.policy_states.clear()
+        for policy, state, n in session.execute(
+                select(col(PolicyStateRow.policy), col(PolicyStateRow.state), func.count())
+                .group_by(col(PolicyStateRow.policy), col(PolicyStateRow.state))).all():
+            self.policy_states.labels(policy, state).set(n)
+        idle = session.execute(
+            select(func.coalesce(func.sum(CostIntervalRow.idle_cost_micros), 0))
+            .where(col(CostIntervalRow.end) > now - timedelta(hours=1))).scalar()
+        self.idle_usd_per_hour.set(int(idle or 0) / 1e6)
+
+    def refresh_alerts(self, session: Session) -> None:
+        counts: dict[str, int] = {str(k): int(v) for k, v in session.execute(
+            select(col(AlertRow.status), func.count()).group_by(col(AlertRow.status))).all()}
+        for status in ("pending", "failed", "sent"):
+            self.alerts.labels(status).set(counts.get(status, 0))
