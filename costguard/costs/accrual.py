@@ -1,8 +1,8 @@
 """Accrual: the cost of every instance's interval since the last poll, with idle dollars.
 
 An interval is charged in the state the instance was in when it began (`accrue_state`): a
-change noticed at a poll is charged from that poll on. Stopped instances accrue nothing yet
-(attached disks come with the costs issue). Money is integer micro-dollars.
+change noticed at a poll is charged from that poll on. Stopped instances accrue only their
+attached disks, and only where `disk_price_of` knows them. Money is integer micro-dollars.
 """
 
 from __future__ import annotations
@@ -42,9 +42,10 @@ def accrue(
     idle_signal: SignalChoice = "auto",
     idle_below: float = 5.0,
     minutes_of: MinutesLookup | None = None,
+    disk_price_of: PriceLookup | None = None,
 ) -> AccrualStats:
     """Charge every instance from its watermark to `now`; `minutes_of` gives readings
-    (default: read them from the store)."""
+    (default: read them from the store); `disk_price_of` prices a stopped instance's disks."""
     stats = AccrualStats()
     rows = list(session.exec(select(InstanceRow).where(
         col(InstanceRow.accrued_until) < now)))
@@ -102,7 +103,30 @@ def accrue(
             stats.intervals += 1
             stats.cost_micros += cost
             stats.idle_cost_micros += cost if idle else 0
+        elif row.accrue_state == "stopped" and disk_price_of is not None and end > start:
+            _accrue_disks(session, row, start, end, disk_price_of, attributor, stats)
         row.accrued_until = end
         row.accrue_state = row.state
         session.add(row)
     return stats
+
+
+def _accrue_disks(session: Session, row: InstanceRow, start: datetime, end: datetime,
+                  disk_price_of: PriceLookup, attributor: Attributor,
+                  stats: AccrualStats) -> None:
+    inst = to_instance(row)
+    quote = disk_price_of(inst)
+    if quote is None:
+        return
+    cost = round(quote.usd_per_hour * (end - start).total_seconds() / 3600 * MICROS)
+    dims = attributor.dimensions(inst)
+    session.add(CostIntervalRow(
+        provider=row.provider, instance_id=row.instance_id, account=row.account,
+        region=row.region, instance_type=row.instance_type, lifecycle=row.lifecycle,
+        state="stopped", start=start, end=end, usd_per_hour=quote.usd_per_hour,
+        price_source=quote.source, cost_micros=cost, gpu_count=row.gpu_count,
+        verdict=str(Verdict.NO_DATA), team=dims.get("team"), project=dims.get("project"),
+        env=dims.get("env"), cost_center=dims.get("cost-center"),
+    ))
+    stats.intervals += 1
+    stats.cost_micros += cost

@@ -1,18 +1,24 @@
-"""Report queries: spend grouped by attribution and inventory dimensions, aggregated in SQL."""
+"""Report queries: spend grouped by any dimension, aggregated in SQL over raw + daily rows.
+
+Raw intervals after the rollup watermark and daily rollups before it are read as one
+source (`facts`), so a report spans retention boundaries without double counting. An
+interval counts in a period when its start falls in [since, until); before the watermark
+the period is widened to whole UTC days (the rollup's grain).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import Table, case, distinct, func, select
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy import ColumnElement, Select, Subquery, distinct, func, literal, select
+from sqlalchemy import union_all as sa_union_all
 from sqlmodel import Session
 
-from costguard.store.tables import CostIntervalRow
-
-_T: Table = CostIntervalRow.__table__  # type: ignore[attr-defined]
+from costguard.costs.rollup import DAILY, RAW, day_floor, interval_seconds, rolled_up_until
+from costguard.model import Instance, InstanceState, Lifecycle, PriceQuote
 
 DIMENSIONS: dict[str, str] = {
     "team": "team", "project": "project", "env": "env", "cost-center": "cost_center",
@@ -21,6 +27,11 @@ DIMENSIONS: dict[str, str] = {
 }
 ATTRIBUTED = {"team", "project", "env", "cost-center"}
 UNATTRIBUTED = "unattributed"
+_FACT_COLUMNS = ("provider", "instance_id", "account", "region", "instance_type", "lifecycle",
+                 "state", "gpu_count", "team", "project", "env", "cost_center")
+_MEASURES = ("cost_micros", "idle_cost_micros", "gpu_seconds", "idle_gpu_seconds")
+
+SpotPrice = Callable[[str, str, str, int], PriceQuote | None]
 
 
 @dataclass(frozen=True)
@@ -32,6 +43,8 @@ class ReportRow:
     gpu_seconds: int
     idle_gpu_seconds: int
     instances: int
+    savings_micros: int = 0  # on-demand GPU cost minus the same hours at spot
+    billed_micros: int | None = None  # with --compare billed, where bills name the key
 
     @property
     def idle_share(self) -> float:
@@ -49,46 +62,238 @@ class Report:
     until: datetime
     rows: list[ReportRow]
     total: ReportRow
+    filters: dict[str, str] = field(default_factory=dict)
+    compare: str | None = None
 
 
-def _column(dim: str) -> ColumnElement[str]:
+class UnknownDimension(ValueError):
+    def __init__(self, dim: str) -> None:
+        super().__init__(f"unknown dimension {dim!r} (choose from: {', '.join(DIMENSIONS)})")
+
+
+def check_dimension(dim: str) -> str:
     if dim not in DIMENSIONS:
-        raise ValueError(f"unknown dimension {dim!r} (choose from: {', '.join(DIMENSIONS)})")
-    col = _T.c[DIMENSIONS[dim]]
-    return func.coalesce(col, UNATTRIBUTED) if dim in ATTRIBUTED else col
+        raise UnknownDimension(dim)
+    return dim
+
+
+def facts(session: Session, since: datetime, until: datetime) -> Subquery:
+    """Raw intervals and daily rollups of [since, until) as one row source."""
+    watermark = rolled_up_until(session)
+    parts: list[Select[tuple[object, ...]]] = []
+    raw_from = since if watermark is None else max(since, watermark)
+    if raw_from < until:
+        parts.append(select(
+            *(RAW.c[c] for c in _FACT_COLUMNS), *(RAW.c[m] for m in _MEASURES),
+            interval_seconds(session).label("instance_seconds"),
+        ).where(RAW.c.start >= raw_from, RAW.c.start < until))
+    if watermark is not None and day_floor(since) < watermark:
+        parts.append(select(
+            *(DAILY.c[c] for c in _FACT_COLUMNS), *(DAILY.c[m] for m in _MEASURES),
+            DAILY.c.instance_seconds,
+        ).where(DAILY.c.day >= day_floor(since), DAILY.c.day < min(until, watermark)))
+    if not parts:  # an empty period: keep the column shape
+        parts.append(select(
+            *(RAW.c[c] for c in _FACT_COLUMNS), *(RAW.c[m] for m in _MEASURES),
+            literal(0.0).label("instance_seconds")).where(literal(False)))
+    if len(parts) == 1:
+        return parts[0].subquery("facts")
+    return sa_union_all(*parts).subquery("facts")
+
+
+def _key(f: Subquery, dim: str) -> ColumnElement[str]:
+    column = f.c[DIMENSIONS[check_dimension(dim)]]
+    return func.coalesce(column, UNATTRIBUTED) if dim in ATTRIBUTED else column
+
+
+def _where(f: Subquery, filters: Mapping[str, str]) -> list[ColumnElement[bool]]:
+    return [_key(f, dim) == value for dim, value in filters.items()]
 
 
 def spend(
     session: Session, by: Sequence[str], since: datetime, until: datetime,
-    filters: Mapping[str, str] | None = None,
+    filters: Mapping[str, str] | None = None, *, spot_price: SpotPrice | None = None,
+    compare: str | None = None,
 ) -> Report:
-    """Spend in intervals starting in [since, until), grouped by `by`, largest first."""
-    keys = [_column(d).label(f"k{i}") for i, d in enumerate(by)]
-    measures = [
-        func.coalesce(func.sum(_T.c.cost_micros), 0).label("cost"),
-        func.coalesce(func.sum(_T.c.idle_cost_micros), 0).label("idle"),
-        func.coalesce(func.sum(case((_T.c.lifecycle == "spot", _T.c.cost_micros), else_=0)),
-                      0).label("spot"),
-        func.coalesce(func.sum(_T.c.gpu_seconds), 0).label("gpu"),
-        func.coalesce(func.sum(_T.c.idle_gpu_seconds), 0).label("idle_gpu"),
-        func.count(distinct(_T.c.provider + ":" + _T.c.instance_id)).label("n"),
-    ]
-    where = [_T.c.start >= since, _T.c.start < until]
-    for dim, value in (filters or {}).items():
-        col = _column(dim)
-        where.append(col == value)
-    stmt = select(*keys, *measures).where(*where)
-    if keys:
-        stmt = stmt.group_by(*keys).order_by(func.sum(_T.c.cost_micros).desc())
-    rows = [_row(r, len(keys)) for r in session.execute(stmt)] if keys else []
-    total_stmt = select(*measures).where(*where)
-    total = _row(session.execute(total_stmt).one(), 0)
-    return Report(by=tuple(by), since=since, until=until, rows=rows, total=total)
+    """Spend with starts in [since, until), grouped by `by`, largest first.
+
+    `spot_price(provider, region, instance_type, gpu_count)` prices the spot alternative
+    where no spot run of that type was observed in the period (used for savings).
+    """
+    filters = dict(filters or {})
+    f = facts(session, since, until)
+    where = _where(f, filters)
+    keys = [_key(f, d).label(f"k{i}") for i, d in enumerate(by)]
+    # Grouped finely enough to price spot savings per type; summed up to `by` in Python.
+    detail = [f.c.provider, f.c.region, f.c.instance_type, f.c.gpu_count, f.c.lifecycle,
+              f.c.state]
+    stmt = select(
+        *keys, *detail,
+        func.sum(f.c.cost_micros), func.sum(f.c.idle_cost_micros),
+        func.sum(f.c.gpu_seconds), func.sum(f.c.idle_gpu_seconds),
+        func.sum(f.c.instance_seconds),
+    ).where(*where).group_by(*keys, *detail)
+    counts = dict(_instance_counts(session, f, keys, where))
+    total_instances = session.execute(
+        select(func.count(distinct(f.c.instance_id))).where(*where)).scalar() or 0
+
+    sums: dict[tuple[str, ...], list[int]] = defaultdict(lambda: [0] * 6)
+    od_hours: dict[tuple[str, ...], list[tuple[tuple[str, str, str, int], int, float]]] = (
+        defaultdict(list))
+    spot_seen: dict[tuple[str, str, str, int], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for r in session.execute(stmt):
+        values = tuple(r)
+        key = tuple(str(v) if v is not None else UNATTRIBUTED for v in values[:len(keys)])
+        provider, region, itype, gpus, lifecycle, state = values[len(keys):len(keys) + 6]
+        cost, idle, gsec, igsec = (int(v or 0) for v in values[len(keys) + 6:len(keys) + 10])
+        isec = float(values[-1] or 0)
+        acc = sums[key]
+        acc[0] += cost
+        acc[1] += idle
+        acc[2] += cost if lifecycle == "spot" else 0
+        acc[3] += gsec
+        acc[4] += igsec
+        ptype = (str(provider), str(region), str(itype), int(gpus or 0))
+        if state == "running" and ptype[3] > 0:
+            if lifecycle == "spot":
+                spot_seen[ptype][0] += cost
+                spot_seen[ptype][1] += isec
+            else:
+                od_hours[key].append((ptype, cost, isec))
+    rows: list[ReportRow] = []
+    for key, acc in sums.items():
+        savings = sum(_savings(p, cost, isec, spot_seen, spot_price) for p, cost, isec
+                      in od_hours.get(key, []))
+        rows.append(ReportRow(key=key, cost_micros=acc[0], idle_cost_micros=acc[1],
+                              spot_cost_micros=acc[2], gpu_seconds=acc[3],
+                              idle_gpu_seconds=acc[4], instances=counts.get(key, 0),
+                              savings_micros=savings))
+    total = ReportRow(
+        key=(), cost_micros=sum(r.cost_micros for r in rows),
+        idle_cost_micros=sum(r.idle_cost_micros for r in rows),
+        spot_cost_micros=sum(r.spot_cost_micros for r in rows),
+        gpu_seconds=sum(r.gpu_seconds for r in rows),
+        idle_gpu_seconds=sum(r.idle_gpu_seconds for r in rows), instances=total_instances,
+        savings_micros=sum(r.savings_micros for r in rows))
+    if not keys:
+        rows = []
+    rows.sort(key=lambda r: (-r.cost_micros, r.key))
+    report = Report(by=tuple(by), since=since, until=until, rows=rows, total=total,
+                    filters=filters, compare=compare)
+    if compare == "billed":
+        from costguard.costs.billing import billed_by
+
+        report = _with_billed(report, billed_by(session, by, since, until, filters))
+    return report
 
 
-def _row(r: object, nkeys: int) -> ReportRow:
-    values = tuple(r)  # type: ignore[call-overload]
-    key = tuple(str(v) if v is not None else UNATTRIBUTED for v in values[:nkeys])
-    cost, idle, spot, gpu, idle_gpu, n = (int(v or 0) for v in values[nkeys:])
-    return ReportRow(key=key, cost_micros=cost, idle_cost_micros=idle, spot_cost_micros=spot,
-                     gpu_seconds=gpu, idle_gpu_seconds=idle_gpu, instances=n)
+def _instance_counts(
+    session: Session, f: Subquery, keys: Sequence[ColumnElement[str]],
+    where: list[ColumnElement[bool]],
+) -> list[tuple[tuple[str, ...], int]]:
+    if not keys:
+        return []
+    stmt = select(*keys, func.count(distinct(f.c.instance_id))).where(*where).group_by(*keys)
+    out = []
+    for r in session.execute(stmt):
+        values = tuple(r)
+        out.append((tuple(str(v) if v is not None else UNATTRIBUTED for v in values[:-1]),
+                    int(values[-1])))
+    return out
+
+
+def _savings(
+    ptype: tuple[str, str, str, int], cost: int, seconds: float,
+    spot_seen: Mapping[tuple[str, str, str, int], list[float]], spot_price: SpotPrice | None,
+) -> int:
+    """On-demand cost of these hours minus the same hours at the spot rate (never < 0)."""
+    seen = spot_seen.get(ptype)
+    rate: float | None = None
+    if seen and seen[1] > 0:
+        rate = seen[0] / seen[1] * 3600 / 1e6  # observed spot USD/h in this period
+    elif spot_price is not None:
+        quote = spot_price(*ptype)
+        rate = quote.usd_per_hour if quote else None
+    if rate is None:
+        return 0
+    return max(0, cost - round(rate * seconds / 3600 * 1e6))
+
+
+def _with_billed(report: Report, billed: Mapping[tuple[str, ...], int]) -> Report:
+    rows = [replace(r, billed_micros=billed.get(r.key, 0)) for r in report.rows]
+    seen = {r.key for r in rows}
+    for key, micros in billed.items():
+        if key not in seen:  # billed where costguard saw nothing (e.g. untracked services)
+            rows.append(ReportRow(key=key, cost_micros=0, idle_cost_micros=0,
+                                  spot_cost_micros=0, gpu_seconds=0, idle_gpu_seconds=0,
+                                  instances=0, billed_micros=micros))
+    total = replace(report.total, billed_micros=sum(billed.values()))
+    return replace(report, rows=rows, total=total)
+
+
+def catalog_spot_price(catalog: object) -> SpotPrice:
+    """A `SpotPrice` from a `PriceCatalog` (spot quote of a type, without a real instance)."""
+    from costguard.costs.pricing import PriceCatalog
+
+    assert isinstance(catalog, PriceCatalog)
+    when = datetime(2000, 1, 1, tzinfo=UTC)
+
+    def price(provider: str, region: str, instance_type: str, gpus: int) -> PriceQuote | None:
+        if provider not in ("aws", "gcp", "sim"):
+            return None
+        inst = Instance(provider=provider, account="", region=region,
+                        instance_id="", instance_type=instance_type,
+                        state=InstanceState.RUNNING, lifecycle=Lifecycle.SPOT, gpu_count=gpus,
+                        launch_time=when, observed_at=when)
+        return catalog.spot(inst)
+
+    return price
+
+
+def daily_series(
+    session: Session, dim: str, since: datetime, until: datetime,
+    filters: Mapping[str, str] | None = None,
+) -> dict[str, dict[datetime, tuple[int, int]]]:
+    """(cost, idle cost) micros per value of `dim` per UTC day, for charts."""
+    out: dict[str, dict[datetime, tuple[int, int]]] = defaultdict(dict)
+    day = day_floor(since)
+    # one query per day keeps the SQL portable (no dialect date functions) and is cheap:
+    # each reads one index range
+    while day < until:
+        nxt = min(day + timedelta(days=1), until)
+        f = facts(session, max(day, since), nxt)
+        key = _key(f, dim)
+        stmt = select(key, func.sum(f.c.cost_micros), func.sum(f.c.idle_cost_micros)).where(
+            *_where(f, filters or {})).group_by(key)
+        for value, cost, idle in session.execute(stmt):
+            out[str(value)][day] = (int(cost or 0), int(idle or 0))
+        day += timedelta(days=1)
+    return dict(out)
+
+
+@dataclass(frozen=True)
+class IdleInstance:
+    provider: str
+    instance_id: str
+    instance_type: str
+    team: str
+    idle_cost_micros: int
+    cost_micros: int
+    idle_gpu_seconds: int
+
+
+def top_idle(
+    session: Session, since: datetime, until: datetime,
+    filters: Mapping[str, str] | None = None, limit: int = 10,
+) -> list[IdleInstance]:
+    f = facts(session, since, until)
+    idle = func.sum(f.c.idle_cost_micros)
+    stmt = (select(f.c.provider, f.c.instance_id, func.max(f.c.instance_type),
+                   func.max(func.coalesce(f.c.team, UNATTRIBUTED)), idle,
+                   func.sum(f.c.cost_micros), func.sum(f.c.idle_gpu_seconds))
+            .where(*_where(f, filters or {}))
+            .group_by(f.c.provider, f.c.instance_id)
+            .having(idle > 0).order_by(idle.desc(), f.c.instance_id).limit(limit))
+    return [IdleInstance(str(p), str(i), str(t), str(team), int(ic), int(c), int(igs))
+            for p, i, t, team, ic, c, igs in session.execute(stmt)]
+

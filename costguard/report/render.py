@@ -1,63 +1,193 @@
-"""Render a spend report as a rich table or stable JSON."""
+"""Render a spend report as a rich table, CSV or stable JSON (HTML lives in `html.py`).
+
+Money is shown in cents that add up: each column is apportioned by largest remainder, so
+the rows' displayed cents always sum to the displayed total, which is the exact total
+rounded half-up. GPU-hours are apportioned the same way at 0.1 h.
+"""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from costguard.report.queries import Report, ReportRow
+from costguard.report.queries import UNATTRIBUTED, Report, ReportRow
 
-SCHEMA_VERSION = 1
-
-
-def usd(micros: int) -> str:
-    return f"${micros / 1e6:,.2f}"
+SCHEMA_VERSION = 2
+CENT = 10_000  # micro-dollars per cent
+DECI_HOUR = 360  # GPU-seconds per 0.1 GPU-hour
 
 
-def _row_json(by: tuple[str, ...], r: ReportRow) -> dict[str, Any]:
-    return {
+def _round_half_up(value: int, unit: int) -> int:
+    q, r = divmod(value, unit)
+    return q + (1 if 2 * r >= unit else 0)
+
+
+def apportion(values: Sequence[int], unit: int) -> tuple[list[int], int]:
+    """Display `values` in whole `unit`s so that they sum to the rounded total exactly.
+
+    Largest remainder (Hamilton): floor every value, then give the units still missing to
+    the values that lost the most to flooring (ties go to the earlier row).
+    """
+    total_units = _round_half_up(sum(values), unit)
+    floors = [v // unit for v in values]
+    missing = total_units - sum(floors)
+    order = sorted(range(len(values)), key=lambda i: (-(values[i] % unit), i))
+    for i in order[:max(missing, 0)]:
+        floors[i] += 1
+    return floors, total_units
+
+
+@dataclass(frozen=True)
+class DisplayRow:
+    key: tuple[str, ...]
+    cost: int  # cents
+    idle: int
+    savings: int
+    billed: int | None
+    gpu_dh: int  # tenths of a GPU-hour
+    idle_share: float
+    spot_share: float
+    instances: int
+
+    @property
+    def gap(self) -> int | None:
+        return None if self.billed is None else self.billed - self.cost
+
+
+def display_rows(report: Report) -> tuple[list[DisplayRow], DisplayRow]:
+    rows, t = report.rows, report.total
+    cost, cost_t = apportion([r.cost_micros for r in rows], CENT)
+    idle, idle_t = apportion([r.idle_cost_micros for r in rows], CENT)
+    sav, sav_t = apportion([r.savings_micros for r in rows], CENT)
+    gpu, gpu_t = apportion([r.gpu_seconds for r in rows], DECI_HOUR)
+    billed_t: int | None = None
+    billed: list[int | None] = [None] * len(rows)
+    if report.compare == "billed":
+        b, billed_t = apportion([r.billed_micros or 0 for r in rows], CENT)
+        billed = list(b)
+    if not rows:  # grouped by nothing: the total stands alone
+        cost_t, idle_t = _round_half_up(t.cost_micros, CENT), _round_half_up(
+            t.idle_cost_micros, CENT)
+        sav_t, gpu_t = _round_half_up(t.savings_micros, CENT), _round_half_up(
+            t.gpu_seconds, DECI_HOUR)
+        if report.compare == "billed":
+            billed_t = _round_half_up(t.billed_micros or 0, CENT)
+    out = [DisplayRow(r.key, cost[i], idle[i], sav[i], billed[i], gpu[i], r.idle_share,
+                      r.spot_share, r.instances) for i, r in enumerate(rows)]
+    total = DisplayRow((), cost_t, idle_t, sav_t, billed_t, gpu_t, t.idle_share, t.spot_share,
+                       t.instances)
+    return out, total
+
+
+def usd(cents: int) -> str:
+    sign = "-" if cents < 0 else ""
+    return f"{sign}${abs(cents) // 100:,}.{abs(cents) % 100:02d}"
+
+
+def dollars(cents: int) -> float:
+    return round(cents / 100, 2)
+
+
+def usd_micros(micros: int) -> str:
+    return usd(_round_half_up(micros, CENT))
+
+
+def _row_json(by: tuple[str, ...], r: DisplayRow) -> dict[str, Any]:
+    doc: dict[str, Any] = {
         **dict(zip(by, r.key, strict=True)),
-        "cost_usd": round(r.cost_micros / 1e6, 2),
-        "idle_cost_usd": round(r.idle_cost_micros / 1e6, 2),
+        "cost_usd": dollars(r.cost),
+        "idle_cost_usd": dollars(r.idle),
         "idle_share": round(r.idle_share, 4),
         "spot_share": round(r.spot_share, 4),
-        "gpu_hours": round(r.gpu_seconds / 3600, 2),
-        "idle_gpu_hours": round(r.idle_gpu_seconds / 3600, 2),
+        "spot_savings_possible_usd": dollars(r.savings),
+        "gpu_hours": r.gpu_dh / 10,
         "instances": r.instances,
     }
+    if r.billed is not None:
+        doc["billed_usd"] = dollars(r.billed)
+        doc["gap_usd"] = dollars(r.gap or 0)
+    return doc
 
 
 def to_json(report: Report) -> str:
+    rows, total = display_rows(report)
     doc = {
         "schema": SCHEMA_VERSION,
+        "currency": "USD",
         "by": list(report.by),
         "since": report.since.isoformat(),
         "until": report.until.isoformat(),
-        "rows": [_row_json(report.by, r) for r in report.rows],
-        "total": _row_json((), report.total),
+        "filters": dict(report.filters),
+        "compare": report.compare,
+        "rows": [_row_json(report.by, r) for r in rows],
+        "total": _row_json((), total),
     }
     return json.dumps(doc, indent=2)
 
 
+def _headers(report: Report) -> list[str]:
+    cols = ["cost", "idle cost", "idle %", "GPU-h", "spot %", "spot savings possible",
+            "instances"]
+    if report.compare == "billed":
+        cols += ["billed", "gap (billed - estimated)"]
+    return cols
+
+
+def _cells(r: DisplayRow, billed: bool) -> list[str]:
+    cells = [usd(r.cost), usd(r.idle), f"{r.idle_share:.0%}", f"{r.gpu_dh / 10:,.1f}",
+             f"{r.spot_share:.0%}", usd(r.savings), str(r.instances)]
+    if billed:
+        cells += [usd(r.billed or 0), usd(r.gap or 0)]
+    return cells
+
+
+def to_csv(report: Report) -> str:
+    rows, total = display_rows(report)
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    billed = report.compare == "billed"
+    writer.writerow([*report.by, "cost_usd", "idle_cost_usd", "idle_share", "gpu_hours",
+                     "spot_share", "spot_savings_possible_usd", "instances",
+                     *(["billed_usd", "gap_usd"] if billed else [])])
+
+    def values(r: DisplayRow) -> list[str]:
+        out = [f"{r.cost / 100:.2f}", f"{r.idle / 100:.2f}", f"{r.idle_share:.4f}",
+               f"{r.gpu_dh / 10:.1f}", f"{r.spot_share:.4f}", f"{r.savings / 100:.2f}",
+               str(r.instances)]
+        if billed:
+            out += [f"{(r.billed or 0) / 100:.2f}", f"{(r.gap or 0) / 100:.2f}"]
+        return out
+
+    for r in rows:
+        writer.writerow([*r.key, *values(r)])
+    writer.writerow(["total", *[""] * (len(report.by) - 1), *values(total)])
+    return buf.getvalue()
+
+
 def to_table(report: Report, console: Console) -> None:
-    title = (f"GPU and compute spend by {', '.join(report.by)}  "
+    rows, total = display_rows(report)
+    title = (f"Spend by {', '.join(report.by) or 'nothing'}  "
              f"{report.since:%Y-%m-%d %H:%M} → {report.until:%Y-%m-%d %H:%M} UTC")
+    if report.filters:
+        title += "  where " + ", ".join(f"{k}={v}" for k, v in report.filters.items())
     table = Table(title=title, title_justify="left", show_footer=True)
-    for dim in report.by:
-        table.add_column(dim, footer="total" if dim == report.by[0] else "")
-    t = report.total
-    table.add_column("cost", justify="right", footer=usd(t.cost_micros))
-    table.add_column("idle cost", justify="right", footer=usd(t.idle_cost_micros))
-    table.add_column("idle %", justify="right", footer=f"{t.idle_share:.0%}")
-    table.add_column("GPU-h", justify="right", footer=f"{t.gpu_seconds / 3600:,.1f}")
-    table.add_column("spot %", justify="right", footer=f"{t.spot_share:.0%}")
-    table.add_column("instances", justify="right", footer=str(t.instances))
-    for r in report.rows:
-        style = "yellow" if "unattributed" in r.key else None
-        table.add_row(*r.key, usd(r.cost_micros), usd(r.idle_cost_micros), f"{r.idle_share:.0%}",
-                      f"{r.gpu_seconds / 3600:,.1f}", f"{r.spot_share:.0%}", str(r.instances),
-                      style=style)
+    for i, dim in enumerate(report.by):
+        table.add_column(dim, footer="total" if i == 0 else "")
+    billed = report.compare == "billed"
+    for name, footer in zip(_headers(report), _cells(total, billed), strict=True):
+        table.add_column(name, justify="right", footer=footer)
+    for r in rows:
+        style = "yellow" if UNATTRIBUTED in r.key else None
+        table.add_row(*r.key, *_cells(r, billed), style=style)
     console.print(table)
+
+
+__all__ = ["SCHEMA_VERSION", "ReportRow", "apportion", "display_rows", "to_csv", "to_json",
+           "to_table", "usd"]

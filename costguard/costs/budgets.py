@@ -1,0 +1,128 @@
+"""Monthly budgets: spend so far, a forecast to month end, and alerts as thresholds fall.
+
+The forecast is the month's spend so far plus the last seven days' run rate over the time
+left. Each threshold alerts at most once per budget and month for the actual spend and once
+for the forecast (outbox dedupe keys `budget:<name>:<YYYY-MM>:<percent>:actual|forecast`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlmodel import Session
+
+from costguard.alerts.outbox import enqueue
+from costguard.policy.schema import Budget, PolicySet
+from costguard.report.queries import spend
+
+RUN_RATE_WINDOW = timedelta(days=7)
+MIN_HISTORY_FOR_FORECAST = timedelta(days=1)
+# policy dimension names -> report dimension names (the same where not listed)
+REPORT_DIMENSION = {"instance_type": "instance-type", "cost-center": "cost-center",
+                    "cost_center": "cost-center"}
+
+
+@dataclass(frozen=True)
+class BudgetStatus:
+    budget: str
+    dimension: str
+    value: str
+    month: str  # YYYY-MM
+    budget_micros: int
+    actual_micros: int
+    forecast_micros: int
+    alerts: tuple[str, ...]  # dedupe keys of the alerts this check enqueued
+
+    @property
+    def actual_percent(self) -> float:
+        return 100 * self.actual_micros / self.budget_micros
+
+    @property
+    def forecast_percent(self) -> float:
+        return 100 * self.forecast_micros / self.budget_micros
+
+
+def month_bounds(now: datetime) -> tuple[datetime, datetime]:
+    start = datetime(now.year, now.month, 1, tzinfo=UTC)
+    nxt = datetime(now.year + (now.month == 12), now.month % 12 + 1, 1, tzinfo=UTC)
+    return start, nxt
+
+
+def spent(session: Session, budget: Budget, since: datetime, until: datetime) -> int:
+    """Micro-dollars spent by the budget's dimension value in [since, until)."""
+    if until <= since:
+        return 0
+    if budget.dimension == "family":
+        rows = spend(session, ["instance-type"], since, until).rows
+        return sum(r.cost_micros for r in rows if _family(r.key[0]) == budget.value)
+    dim = REPORT_DIMENSION.get(budget.dimension, budget.dimension)
+    return spend(session, [], since, until, {dim: budget.value}).total.cost_micros
+
+
+def _family(instance_type: str) -> str:
+    if "." in instance_type:
+        return instance_type.split(".", 1)[0]
+    return instance_type.split("-", 1)[0]
+
+
+def budget_status(session: Session, budget: Budget, now: datetime) -> BudgetStatus:
+    start, end = month_bounds(now)
+    actual = spent(session, budget, start, now)
+    forecast = actual
+    if now - start >= MIN_HISTORY_FOR_FORECAST:
+        window_start = now - RUN_RATE_WINDOW
+        recent = spent(session, budget, window_start, now)
+        rate = recent / (now - window_start).total_seconds()
+        forecast = actual + round(rate * (end - now).total_seconds())
+    return BudgetStatus(
+        budget=budget.name, dimension=budget.dimension, value=budget.value,
+        month=f"{start:%Y-%m}", budget_micros=round(budget.monthly_usd * 1_000_000),
+        actual_micros=actual, forecast_micros=forecast, alerts=())
+
+
+def check_budgets(session: Session, policy_set: PolicySet, now: datetime) -> list[BudgetStatus]:
+    """Status of every budget this month; enqueues an alert per newly crossed threshold."""
+    out: list[BudgetStatus] = []
+    for budget in policy_set.budgets:
+        status = budget_status(session, budget, now)
+        sent: list[str] = []
+        for percent in budget.alert_at_percent:
+            kind = None
+            if status.actual_percent >= percent:
+                kind = "actual"
+            elif status.forecast_percent >= percent:
+                kind = "forecast"
+            if kind is None:
+                continue
+            key = f"budget:{budget.name}:{status.month}:{percent:g}:{kind}"
+            if enqueue(session, dedupe_key=key, kind="budget",
+                       severity="critical" if percent >= 100 and kind == "actual" else "warning",
+                       subject=_subject(budget, status, percent, kind), body=_body(status),
+                       now=now, team=budget.value if budget.dimension == "team" else None,
+                       context={"budget": budget.name, "month": status.month,
+                                "threshold_percent": percent, "kind": kind,
+                                "actual_usd": round(status.actual_micros / 1e6, 2),
+                                "forecast_usd": round(status.forecast_micros / 1e6, 2),
+                                "budget_usd": budget.monthly_usd}):
+                sent.append(key)
+        out.append(BudgetStatus(**{**status.__dict__, "alerts": tuple(sent)}))
+    return out
+
+
+def _subject(budget: Budget, status: BudgetStatus, percent: float, kind: str) -> str:
+    who = f"{budget.dimension} {budget.value}"
+    if kind == "actual":
+        return (f"Budget {budget.name}: {who} has spent {status.actual_percent:.0f}% of "
+                f"${budget.monthly_usd:,.0f} for {status.month} (threshold {percent:g}%)")
+    return (f"Budget {budget.name}: {who} is on course for {status.forecast_percent:.0f}% of "
+            f"${budget.monthly_usd:,.0f} in {status.month} (threshold {percent:g}%)")
+
+
+def _body(status: BudgetStatus) -> str:
+    return (f"Spent so far: ${status.actual_micros / 1e6:,.2f}. "
+            f"Forecast to month end at the last 7 days' rate: "
+            f"${status.forecast_micros / 1e6:,.2f} of ${status.budget_micros / 1e6:,.2f}. "
+            f"See: costguard report --by {REPORT_DIMENSION.get(status.dimension, status.dimension)}"
+            f" --filter {REPORT_DIMENSION.get(status.dimension, status.dimension)}="
+            f"{status.value} --since {status.month}-01")

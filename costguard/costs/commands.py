@@ -1,0 +1,220 @@
+"""Typer sub-apps: `costguard billing`, `costguard anomaly` and `costguard budget`.
+
+The lead registers them in cli.py:
+    app.add_typer(billing_app, name="billing")
+    app.add_typer(anomaly_app, name="anomaly")
+    app.add_typer(budget_app, name="budget")
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from sqlmodel import col, select
+
+from costguard.errors import CostguardError, PolicyError
+
+if TYPE_CHECKING:
+    from costguard.config import Settings
+    from costguard.policy.schema import PolicySet
+    from costguard.store.db import Database
+
+console = Console()
+err = Console(stderr=True)
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="costguard.yaml")]
+PoliciesOpt = Annotated[Path, typer.Option("--policies", help="Policy directory or file.")]
+
+billing_app = typer.Typer(help="Import what the cloud billed, to compare with estimates.",
+                          no_args_is_help=True)
+anomaly_app = typer.Typer(help="Spend anomalies: list them and teach the detector.",
+                          no_args_is_help=True)
+budget_app = typer.Typer(help="Monthly budgets from the policy files.", no_args_is_help=True)
+
+
+def _settings(config: Path | None) -> Settings:
+    from costguard.config import load_settings
+
+    return load_settings(config)
+
+
+def _fail(exc: Exception) -> typer.Exit:
+    err.print(f"error: {exc}", highlight=False, markup=False)
+    return typer.Exit(2)
+
+
+def _db(config: Path | None) -> Database:
+    from costguard.store.db import Database
+
+    return Database(_settings(config).database_url)
+
+
+@billing_app.command("import")
+def billing_import(
+    file: Annotated[Path, typer.Argument(help="FOCUS 1.x export: .csv, or .parquet with pyarrow")],
+    config: ConfigOpt = None,
+    policies: PoliciesOpt = Path("policies"),
+) -> None:
+    """Import a FOCUS cost export; attribution rules from the policies tag its lines.
+
+    Example: costguard billing import focus-2026-11.csv
+    """
+    from costguard.costs.attribution import Attributor
+    from costguard.costs.billing import import_focus
+
+    try:
+        attributor = Attributor(_policy_set(policies).attribution)
+        db = _db(config)
+        with db.session() as s:
+            result = import_focus(s, file, attributor, datetime.now(UTC))
+    except CostguardError as exc:
+        raise _fail(exc) from None
+    console.print(f"{result.added} line(s) imported, {result.duplicates} already there; "
+                  f"billed ${result.billed_micros / 1e6:,.2f}. "
+                  "Compare: costguard report --by team --compare billed")
+
+
+@billing_app.command("import-ce")
+def billing_import_ce(
+    config: ConfigOpt = None,
+    since: Annotated[str, typer.Option(help="First day (2026-11-01) or a duration (30d).")] = "30d",
+    until: Annotated[str | None, typer.Option(help="Day after the last (default today).")] = None,
+    tag: Annotated[str, typer.Option(help="Cost-allocation tag to group by.")] = "team",
+    dimension: Annotated[str, typer.Option(help="Dimension the tag fills.")] = "team",
+    profile: Annotated[str | None, typer.Option(help="AWS profile.")] = None,
+) -> None:
+    """Import daily AWS spend per tag value from Cost Explorer (one paid API call per page).
+
+    Example: costguard billing import-ce --since 2026-11-01 --tag team
+    """
+    import boto3
+
+    from costguard.costs.billing import import_cost_explorer
+    from costguard.report.run import parse_when
+
+    now = datetime.now(UTC)
+    try:
+        start = parse_when(since, now, "--since").date()
+        end = parse_when(until, now, "--until").date() if until else now.date()
+        session = boto3.Session(profile_name=profile)
+        ce = session.client("ce", region_name="us-east-1")
+        db = _db(config)
+        with db.session() as s:
+            result = import_cost_explorer(s, ce, start, end, now, tag_key=tag,
+                                          dimension=dimension)
+    except CostguardError as exc:
+        raise _fail(exc) from None
+    console.print(f"{result.added} day x {tag} line(s) imported, {result.duplicates} already "
+                  f"there; billed ${result.billed_micros / 1e6:,.2f}")
+
+
+@anomaly_app.command("list")
+def anomaly_list(
+    config: ConfigOpt = None,
+    since: Annotated[str, typer.Option(help="Duration or date.")] = "30d",
+) -> None:
+    """Anomalies found, newest first, with their explanation and status.
+
+    Example: costguard anomaly list --since 7d
+    """
+    from costguard.report.run import parse_when
+    from costguard.store.tables import AnomalyRow
+
+    try:
+        start = parse_when(since, datetime.now(UTC), "--since")
+        db = _db(config)
+        with db.session() as s:
+            rows = s.exec(select(AnomalyRow).where(col(AnomalyRow.bucket_start) >= start)
+                          .order_by(col(AnomalyRow.bucket_start).desc())).all()
+    except CostguardError as exc:
+        raise _fail(exc) from None
+    table = Table(title="Spend anomalies", title_justify="left")
+    for name in ("id", "when", "rule", "status", "explanation"):
+        table.add_column(name)
+    for r in rows:
+        table.add_row(str(r.id), f"{r.bucket_start:%Y-%m-%d %H:%M}", r.rule, r.status,
+                      r.explanation)
+    console.print(table)
+
+
+def _feedback(anomaly_id: int, verdict: str, config: Path | None) -> None:
+    from costguard.costs.anomaly import give_feedback
+
+    try:
+        db = _db(config)
+        with db.session() as s:
+            row = give_feedback(s, anomaly_id, verdict, datetime.now(UTC))
+            text = row.explanation
+    except CostguardError as exc:
+        raise _fail(exc) from None
+    console.print(f"anomaly {anomaly_id} marked {verdict}: {text}")
+
+
+@anomaly_app.command("ack")
+def anomaly_ack(anomaly_id: Annotated[int, typer.Argument(help="Anomaly id.")],
+                config: ConfigOpt = None) -> None:
+    """Acknowledge an anomaly: handled; the rest of this run stays quiet.
+
+    Example: costguard anomaly ack 42
+    """
+    _feedback(anomaly_id, "ack", config)
+
+
+@anomaly_app.command("expected")
+def anomaly_expected(anomaly_id: Annotated[int, typer.Argument(help="Anomaly id.")],
+                     config: ConfigOpt = None) -> None:
+    """Mark an anomaly expected: the new level is normal from now on.
+
+    Example: costguard anomaly expected 42
+    """
+    _feedback(anomaly_id, "expected", config)
+
+
+def _policy_set(policies: Path) -> PolicySet:
+    from costguard.policy.load import load_policy_set
+
+    if not policies.exists():
+        from costguard.policy.schema import PolicySet
+
+        return PolicySet()
+    return load_policy_set([policies])
+
+
+@budget_app.command("status")
+def budget_status_cmd(config: ConfigOpt = None, policies: PoliciesOpt = Path("policies")) -> None:
+    """Each budget's spend this month and its forecast to month end.
+
+    Example: costguard budget status --policies policies/
+    """
+    from costguard.costs.budgets import budget_status
+
+    now = datetime.now(UTC)
+    try:
+        pset = _policy_set(policies)
+        db = _db(config)
+        with db.session() as s:
+            statuses = [budget_status(s, b, now) for b in pset.budgets]
+    except PolicyError as exc:
+        for e in exc.errors:
+            err.print(str(e), highlight=False, markup=False)
+        raise typer.Exit(2) from None
+    except CostguardError as exc:
+        raise _fail(exc) from None
+    table = Table(title=f"Budgets {now:%Y-%m}", title_justify="left")
+    for name in ("budget", "covers", "budget $", "spent", "%", "forecast", "forecast %"):
+        table.add_column(name, justify="left" if name in ("budget", "covers") else "right")
+    for st in statuses:
+        style = "red" if st.forecast_percent >= 100 else "yellow" if st.forecast_percent >= 80 \
+            else None
+        table.add_row(st.budget, f"{st.dimension}={st.value}", f"${st.budget_micros / 1e6:,.0f}",
+                      f"${st.actual_micros / 1e6:,.2f}", f"{st.actual_percent:.0f}%",
+                      f"${st.forecast_micros / 1e6:,.2f}", f"{st.forecast_percent:.0f}%",
+                      style=style)
+    console.print(table)
+    if not statuses:
+        console.print("No budgets defined: add a `budgets:` block to a policy file.")
+

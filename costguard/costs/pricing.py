@@ -1,0 +1,196 @@
+"""The price catalog: providers' hourly prices (or the shipped tables) with overrides applied.
+
+Order of precedence for one instance: a custom price from the override file (most specific
+match wins), else the provider's own quote (live spot history, Price List refreshes), else
+the shipped table of that provider. A negotiated discount (percent per provider, family
+and/or account; the most specific match wins) then applies to whatever price was found.
+Every quote says where its number came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from costguard.errors import ConfigError
+from costguard.model import Instance, Lifecycle, PriceQuote
+
+if TYPE_CHECKING:
+    from costguard.providers.aws.pricing import OnDemandTable
+
+PriceLookup = Callable[[Instance], PriceQuote | None]
+
+
+class _Rule(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    provider: str | None = None
+    account: str | None = None
+    region: str | None = None
+    family: str | None = None
+    instance_type: str | None = None
+    instance_id: str | None = None
+    lifecycle: Literal["on-demand", "spot"] | None = None
+
+    def specificity(self, inst: Instance) -> int | None:
+        """How many fields match `inst` (None when any set field differs)."""
+        wanted = {
+            "provider": inst.provider, "account": inst.account, "region": inst.region,
+            "family": inst.family, "instance_type": inst.instance_type,
+            "instance_id": inst.instance_id, "lifecycle": str(inst.lifecycle),
+        }
+        score = 0
+        for name, actual in wanted.items():
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if value != actual:
+                return None
+            score += 1
+        return score
+
+
+class Discount(_Rule):
+    """A negotiated discount, e.g. an enterprise agreement: `percent` off the list price."""
+
+    percent: float = Field(gt=0, lt=100)
+    note: str = "negotiated discount"
+
+
+class CustomPrice(_Rule):
+    """A fixed hourly price (private pricing, reserved capacity) that replaces the list one."""
+
+    usd_per_hour: float = Field(ge=0)
+    note: str = "custom price"
+
+
+class DiskPrice(_Rule):
+    """What a stopped instance still costs per hour (its attached disks)."""
+
+    usd_per_hour: float = Field(ge=0)
+    note: str = "attached disks"
+
+
+class PriceOverrides(BaseModel):
+    """The override file (`costs.price_overrides` in costguard.yaml)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    discounts: tuple[Discount, ...] = ()
+    prices: tuple[CustomPrice, ...] = ()
+    disks: tuple[DiskPrice, ...] = ()
+
+    @classmethod
+    def load(cls, path: Path) -> PriceOverrides:
+        try:
+            doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except OSError as exc:
+            raise ConfigError(f"cannot read the price override file {path}: {exc.strerror}. "
+                              "Fix costs.price_overrides in costguard.yaml.") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+        try:
+            return cls.model_validate(doc)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+            raise ConfigError(f"{path}: {problems}. Keys allowed: discounts, prices, disks "
+                              "(see docs/report.md, 'Price overrides').") from None
+
+
+R = TypeVar("R", bound=_Rule)
+
+
+def _best(rules: tuple[R, ...], inst: Instance) -> R | None:
+    best: tuple[int, R] | None = None
+    for rule in rules:
+        score = rule.specificity(inst)
+        if score is not None and (best is None or score > best[0]):
+            best = (score, rule)
+    return best[1] if best else None
+
+
+def table_price(inst: Instance) -> PriceQuote | None:
+    """The shipped list price of `inst` without any cloud call (AWS, GCP or the sim table)."""
+    if inst.provider == "sim":
+        from costguard.providers import sim
+
+        spec = sim.SIM_TYPES.get(inst.instance_type)
+        if spec is None:
+            return None
+        usd = spec[3] * sim.REGION_PRICE_FACTOR.get(inst.region, 1.0)
+        if inst.lifecycle is Lifecycle.SPOT:
+            return PriceQuote(usd_per_hour=round(usd * sim.SPOT_DISCOUNT, 4),
+                              source=f"{sim.PRICE_SOURCE}, spot at {sim.SPOT_DISCOUNT:.0%}")
+        return PriceQuote(usd_per_hour=usd, source=sim.PRICE_SOURCE)
+    if inst.provider == "gcp":
+        from costguard.providers.gcp import pricing as gcp_pricing
+
+        return gcp_pricing.price(inst)
+    if inst.provider == "aws":
+        if inst.lifecycle is Lifecycle.SPOT:
+            return None  # AWS spot prices move hourly: only observed history is honest
+        found = _aws_table().lookup(inst.region, inst.instance_type)
+        return PriceQuote(usd_per_hour=found.usd_per_hour, source=found.source) if found else None
+    return None
+
+
+@cache
+def _aws_table() -> OnDemandTable:
+    from costguard.providers.aws.pricing import OnDemandTable
+
+    return OnDemandTable()
+
+
+class PriceCatalog:
+    """Hourly prices of instances: providers' quotes (or shipped tables) with overrides.
+
+    `providers` maps a provider name to its `price(instance)` callable; names it lacks
+    fall back to the shipped tables, so reports can price without any cloud access.
+    """
+
+    def __init__(
+        self,
+        providers: Mapping[str, PriceLookup] | None = None,
+        overrides: PriceOverrides | None = None,
+    ) -> None:
+        self.providers = dict(providers or {})
+        self.overrides = overrides or PriceOverrides()
+
+    def quote(self, inst: Instance) -> PriceQuote | None:
+        custom = _best(self.overrides.prices, inst)
+        if custom is not None:
+            return PriceQuote(usd_per_hour=custom.usd_per_hour, source=custom.note)
+        lookup = self.providers.get(inst.provider)
+        base = lookup(inst) if lookup is not None else table_price(inst)
+        if base is None:
+            return None
+        return self._discounted(inst, base)
+
+    def _discounted(self, inst: Instance, base: PriceQuote) -> PriceQuote:
+        discount = _best(self.overrides.discounts, inst)
+        if discount is None:
+            return base
+        usd = round(base.usd_per_hour * (1 - discount.percent / 100), 6)
+        return PriceQuote(usd_per_hour=usd,
+                          source=f"{base.source}; {discount.note} {discount.percent:g}% off")
+
+    def on_demand(self, inst: Instance) -> PriceQuote | None:
+        return self.quote(inst.model_copy(update={"lifecycle": Lifecycle.ON_DEMAND}))
+
+    def spot(self, inst: Instance) -> PriceQuote | None:
+        return self.quote(inst.model_copy(update={"lifecycle": Lifecycle.SPOT}))
+
+    def disk(self, inst: Instance) -> PriceQuote | None:
+        """Hourly cost of a stopped instance's disks, when the override file knows it."""
+        rule = _best(self.overrides.disks, inst)
+        return PriceQuote(usd_per_hour=rule.usd_per_hour, source=rule.note) if rule else None
+
+    def price_of(self, names: tuple[str, ...] = ("aws", "gcp", "sim")) -> dict[str, PriceLookup]:
+        """The mapping `accrue(price_of=...)` takes: every provider priced by this catalog."""
+        return {name: self.quote for name in {*names, *self.providers}}

@@ -1,0 +1,61 @@
+"""The HTML report: one self-contained file (inline CSS and SVG, no script, no CDN)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from functools import cache
+
+from jinja2 import Environment, PackageLoader, Template, select_autoescape
+from sqlmodel import Session
+
+from costguard.costs.rollup import day_floor
+from costguard.report import charts
+from costguard.report.queries import UNATTRIBUTED, Report, daily_series, top_idle
+from costguard.report.render import SCHEMA_VERSION, _cells, _headers, display_rows, usd
+
+
+@cache
+def _template() -> Template:
+    env = Environment(loader=PackageLoader("costguard.report", "templates"),
+                      autoescape=select_autoescape(["html", "j2"]))
+    return env.get_template("report.html.j2")
+
+
+def to_html(report: Report, session: Session, now: datetime) -> str:
+    rows, total = display_rows(report)
+    billed = report.compare == "billed"
+    series_dim = report.by[0] if report.by else "team"
+    series = daily_series(session, series_dim, report.since, report.until, report.filters)
+    days: list[datetime] = []
+    day = day_floor(report.since)
+    while day < report.until:
+        days.append(day)
+        day += timedelta(days=1)
+    costs = {name: {d: c for d, (c, _) in per_day.items()} for name, per_day in series.items()}
+    idle_rows = [(" / ".join(r.key), r.cost_micros, r.idle_cost_micros) for r in report.rows]
+    top = top_idle(session, report.since, report.until, report.filters)
+    unattributed = sum(r.cost for r in rows if UNATTRIBUTED in r.key)
+    return _template().render(
+        by_label=", ".join(report.by) or "everything",
+        period=f"{report.since:%Y-%m-%d %H:%M} → {report.until:%Y-%m-%d %H:%M} UTC",
+        filters=", ".join(f"{k}={v}" for k, v in report.filters.items()),
+        generated=f"{now:%Y-%m-%d %H:%M} UTC",
+        series_dim=series_dim,
+        total={
+            "cost": usd(total.cost), "idle": usd(total.idle),
+            "idle_share": f"{total.idle_share:.0%}", "gpu_hours": f"{total.gpu_dh / 10:,.1f}",
+            "spot_share": f"{total.spot_share:.0%}", "savings": usd(total.savings),
+            "instances": total.instances, "cells": _cells(total, billed),
+        },
+        unattributed=usd(unattributed),
+        chart_days=charts.stacked_days(costs, days),
+        chart_idle=charts.idle_bars(idle_rows),
+        chart_top=charts.top_idle_bars([
+            (t.instance_id, f"{t.team} · {t.instance_type} · "
+             f"{t.idle_gpu_seconds / 3600:,.0f} idle GPU-h", t.idle_cost_micros) for t in top]),
+        headers=[*report.by, *_headers(report)],
+        rows=[{"key": r.key, "cells": _cells(r, billed), "unattributed": UNATTRIBUTED in r.key}
+              for r in rows],
+        total_key=["total", *[""] * (len(report.by) - 1)] if report.by else [],
+        schema=SCHEMA_VERSION,
+    )

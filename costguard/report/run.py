@@ -1,0 +1,141 @@
+"""`render_report`: what the `costguard report` command calls, for every output format."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from costguard.costs.pricing import PriceCatalog, PriceOverrides
+from costguard.costs.settings import costs_settings
+from costguard.errors import CostguardError
+from costguard.policy.base import duration_arg
+from costguard.report.queries import DIMENSIONS, Report, catalog_spot_price, spend
+from costguard.report.render import to_csv, to_json, to_table
+
+FORMATS: tuple[str, ...] = ("table", "csv", "json", "html")
+
+
+class ReportArgumentError(CostguardError, ValueError):
+    """A report option costguard cannot use; the message says what would work."""
+
+
+def parse_when(text: str | datetime, now: datetime, option: str) -> datetime:
+    """A duration back from `now` (30d, 12h) or a date/time (2026-11-01), as aware UTC."""
+    if isinstance(text, datetime):
+        return text if text.tzinfo else text.replace(tzinfo=UTC)
+    try:
+        return now - duration_arg(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise ReportArgumentError(
+            f"{option} {text!r} is neither a duration (30d, 24h) nor a date (2026-11-01)"
+        ) from None
+    return when.astimezone(UTC) if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def parse_filters(filters: Sequence[str] | Mapping[str, str] | None) -> dict[str, str]:
+    if not filters:
+        return {}
+    if isinstance(filters, Mapping):
+        items = list(filters.items())
+    else:
+        items = []
+        for f in filters:
+            key, sep, value = f.partition("=")
+            if not sep or not value:
+                raise ReportArgumentError(
+                    f"bad --filter {f!r}: use DIMENSION=VALUE, e.g. team=research")
+            items.append((key.strip(), value.strip()))
+    for key, _ in items:
+        if key not in DIMENSIONS:
+            raise ReportArgumentError(
+                f"bad --filter dimension {key!r} (choose from: {', '.join(DIMENSIONS)})")
+    return dict(items)
+
+
+def catalog_for(settings: Any) -> PriceCatalog:
+    cs = costs_settings(settings)
+    overrides = PriceOverrides.load(cs.price_overrides) if cs.price_overrides else None
+    return PriceCatalog(overrides=overrides)
+
+
+def render_report(
+    settings: Any, by: Sequence[str], since: str | datetime, until: str | datetime | None,
+    filters: Sequence[str] | Mapping[str, str] | None, fmt: str, output: Path | None,
+    *, compare: str | None = None, now: datetime | None = None,
+    console: Console | None = None,
+) -> str:
+    """Query, render and print (table) or write (`output`, else stdout) one report.
+
+    Raises `ReportArgumentError` (a CostguardError) for options it cannot use.
+    Returns the rendered text (for the table format, what the console printed).
+    """
+    from costguard.store.db import Database
+
+    now = now or datetime.now(UTC)
+    if fmt not in FORMATS:
+        raise ReportArgumentError(f"unknown --format {fmt!r} (choose from: {', '.join(FORMATS)})")
+    for dim in by:
+        if dim not in DIMENSIONS:
+            raise ReportArgumentError(
+                f"unknown --by {dim!r} (choose from: {', '.join(DIMENSIONS)})")
+    if len(set(by)) != len(by):
+        raise ReportArgumentError("each --by dimension may be given once")
+    if compare not in (None, "billed"):
+        raise ReportArgumentError(f"unknown --compare {compare!r} (the one choice: billed)")
+    start = parse_when(since, now, "--since")
+    end = parse_when(until, now, "--until") if until else now
+    if start >= end:
+        raise ReportArgumentError(
+            f"--since ({start:%Y-%m-%d %H:%M}) must be before --until ({end:%Y-%m-%d %H:%M})")
+    wanted = parse_filters(filters)
+    catalog = catalog_for(settings)
+    db = Database(settings.database_url)
+    try:
+        with db.session() as s:
+            try:
+                report = spend(s, list(by), start, end, wanted,
+                               spot_price=catalog_spot_price(catalog), compare=compare)
+            except ValueError as exc:
+                raise ReportArgumentError(str(exc)) from None
+            if fmt == "html":
+                from costguard.report.html import to_html
+
+                text = to_html(report, s, now)
+            elif fmt == "json":
+                text = to_json(report)
+            elif fmt == "csv":
+                text = to_csv(report)
+            else:
+                return _table(report, output, console)
+    finally:
+        db.dispose()
+    if output is not None:
+        output.write_text(text, encoding="utf-8")
+    else:
+        print(text)
+    return text
+
+
+def _table(report: Report, output: Path | None, console: Console | None) -> str:
+    def draw(con: Console) -> None:
+        to_table(report, con)
+        if not report.rows and report.by:
+            con.print("No spend recorded in this period. Run `costguard demo` or "
+                      "`costguard run` first.")
+
+    if output is not None:
+        with output.open("w", encoding="utf-8") as fh:
+            con = Console(file=fh, width=160, record=True, no_color=True)
+            draw(con)
+        return con.export_text()
+    con = console or Console()
+    draw(con)
+    return ""
