@@ -7,8 +7,6 @@ Create Date: 2026-11-23 12:24:39.182348
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import sqlalchemy as sa
 import sqlmodel
 from alembic import op
@@ -17,9 +15,7 @@ import costguard.store.types
 
 
 revision = '0003'
-# 0002 is written concurrently by another change; until it lands this revision follows 0001
-# so the chain stays linear either way. Once 0002 is in, this is simply '0002'.
-down_revision = '0002' if any(Path(__file__).parent.glob('0002_*.py')) else '0001'
+down_revision = '0002'
 branch_labels = None
 depends_on = None
 
