@@ -2,7 +2,8 @@
 
 The anomalous bucket is compared with the average of the season before it (the previous
 week of days, or day of hours) per (instance type, region); the group that grew most is
-named with its new instances and those of them that sat idle, and since when.
+named with its new instances (no cost in the history before that season) and those of them
+that sat idle, and since when.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ def explain(session: Session, rule: AnomalyRule, value: str, bucket: datetime, s
         groups[(itype, region)][0] += cost
     for itype, region, cost, _ in before_rows.values():
         groups[(itype, region)][1] += cost / season.period
+    # "new": no cost in the history before the last season (launched within the last week)
+    older = _instances(session, rule, value, bucket - season.step * season.history, before_lo)
     ranked = sorted(groups.items(), key=lambda kv: -(kv[1][0] - kv[1][1]))
     unit = "day" if rule.granularity == "day" else "hour"
     head = f"{rule.dimension} {value} +${impact / 1e6:,.0f}/{unit}"
@@ -73,7 +76,7 @@ def explain(session: Session, rule: AnomalyRule, value: str, bucket: datetime, s
         if delta <= 0 or (causes and delta < 0.25 * impact):
             break
         ids = {i for i, r in now_rows.items() if (r[0], r[1]) == (itype, region)}
-        new = sorted(i for i in ids if i not in before_rows)
+        new = sorted(i for i in ids if i not in older)
         idle = sorted(i for i in (new or sorted(ids))
                       if now_rows[i][3] >= IDLE_SHARE * now_rows[i][2] > 0)
         since = _idle_since(session, rule, value, set(idle), bucket) if idle else None

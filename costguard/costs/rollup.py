@@ -49,7 +49,8 @@ def rollup(session: Session, before: datetime) -> int:
         if first is None:
             return 0
         start = day_floor(first)
-    added = 0
+    # counted, not read from rowcount: drivers disagree on it for INSERT ... SELECT
+    before_rows = _daily_rows(session, start, end)
     seconds = interval_seconds(session)
     day = start
     while day < end:
@@ -61,14 +62,18 @@ def rollup(session: Session, before: datetime) -> int:
             func.sum(RAW.c.cost_micros), func.sum(RAW.c.idle_cost_micros),
             func.sum(RAW.c.gpu_seconds), func.sum(RAW.c.idle_gpu_seconds),
         ).where(RAW.c.start >= day, RAW.c.start < nxt).group_by(*cols)
-        result = session.execute(insert(DAILY).from_select(
+        session.execute(insert(DAILY).from_select(
             ["day", *_GROUP, "instance_seconds", "cost_micros", "idle_cost_micros",
              "gpu_seconds", "idle_gpu_seconds"], stmt))
-        added += max(result.rowcount or 0, 0)  # type: ignore[attr-defined]
         day = nxt
     if end > start:
         control.put(session, ROLLED_UP_UNTIL, end.isoformat(), end)
-    return added
+    return _daily_rows(session, start, end) - before_rows
+
+
+def _daily_rows(session: Session, start: datetime, end: datetime) -> int:
+    return int(session.execute(select(func.count()).select_from(DAILY).where(
+        DAILY.c.day >= start, DAILY.c.day < end)).scalar() or 0)
 
 
 def prune(session: Session, older_than: datetime) -> int:

@@ -1,0 +1,108 @@
+"""Billing import: FOCUS CSV exports and Cost Explorer (a loopback moto server), and the
+billed-versus-estimated gap per team."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import boto3
+import httpx
+import pytest
+from moto.server import ThreadedMotoServer
+
+from costguard.costs.attribution import Attributor
+from costguard.costs.billing import BillingImportError, import_cost_explorer, import_focus
+from costguard.report.queries import spend
+from costguard.store.db import Database
+from tests.costs.fleet import T0, add_interval
+
+NOW = datetime(2026, 3, 20, tzinfo=UTC)
+HEADER = ("BilledCost,EffectiveCost,ChargePeriodStart,ChargePeriodEnd,ResourceId,ServiceName,"
+          "ProviderName,SubAccountId,RegionId,Tags\n")
+
+
+def focus_line(billed: str, team: str | None, resource: str = "i-0abc") -> str:
+    tags = json.dumps({"team": team} if team else {}).replace('"', '""')
+    return (f'{billed},{billed},2026-03-08T00:00:00Z,2026-03-09T00:00:00Z,{resource},'
+            f'Amazon Elastic Compute Cloud,AWS,111111111111,us-east-1,"{tags}"\n')
+
+
+@pytest.fixture
+def db(db_url: str) -> Iterator[Database]:
+    database = Database(db_url)
+    yield database
+    database.dispose()
+
+
+def test_focus_csv_import_is_attributed_idempotent_and_compared_per_team(
+        db: Database, tmp_path: Path) -> None:
+    export = tmp_path / "focus.csv"
+    export.write_text(HEADER + focus_line("100.005", "research") + focus_line("100.005", "research")
+                      + focus_line("7.25", None, "vol-1") + focus_line("40", "vision"))
+    with db.session() as s:
+        first = import_focus(s, export, Attributor(), NOW)
+    with db.session() as s:
+        again = import_focus(s, export, Attributor(), NOW)
+        add_interval(s, "i-r", T0, 4, 20.0, team="research")  # estimated $80
+    assert (first.added, first.billed_micros) == (4, 247_260_000)  # identical lines both count
+    assert (again.added, again.duplicates) == (0, 4)
+    day = datetime(2026, 3, 8, tzinfo=UTC)
+    with db.session() as s:
+        rep = spend(s, ["team"], day, day + timedelta(days=1), compare="billed")
+    billed = {r.key[0]: (r.cost_micros, r.billed_micros) for r in rep.rows}
+    assert billed == {"research": (80_000_000, 200_010_000), "vision": (0, 40_000_000),
+                      "unattributed": (0, 7_250_000)}
+    assert rep.total.billed_micros == 247_260_000
+
+
+def test_a_file_that_is_not_focus_names_the_missing_columns(db: Database, tmp_path: Path) -> None:
+    export = tmp_path / "cur.csv"
+    export.write_text("lineItem/UnblendedCost,lineItem/UsageStartDate\n1.0,2026-03-08\n")
+    with db.session() as s, pytest.raises(BillingImportError, match=r"missing column.*BilledCost"):
+        import_focus(s, export, Attributor(), NOW)
+
+
+def test_a_bad_amount_names_its_line(db: Database, tmp_path: Path) -> None:
+    export = tmp_path / "focus.csv"
+    export.write_text(HEADER + focus_line("12", "a") + focus_line("twelve", "b"))
+    with db.session() as s, pytest.raises(BillingImportError, match=r"focus.csv:3.*'twelve'"):
+        import_focus(s, export, Attributor(), NOW)
+
+
+@pytest.fixture
+def moto_ce() -> Iterator[str]:
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+def test_cost_explorer_spend_per_team_tag_is_imported_once(db: Database, moto_ce: str) -> None:
+    result = {"results": [{"ResultsByTime": [
+        {"TimePeriod": {"Start": "2026-03-08", "End": "2026-03-09"}, "Estimated": False,
+         "Groups": [
+             {"Keys": ["team$research"], "Metrics": {"UnblendedCost": {"Amount": "1234.5678",
+                                                                          "Unit": "USD"}}},
+             {"Keys": ["team$"], "Metrics": {"UnblendedCost": {"Amount": "10", "Unit": "USD"}}},
+         ]}]}]}
+    queue = f"{moto_ce}/moto-api/static/ce/cost-and-usage-results"
+    httpx.post(queue, json=result).raise_for_status()
+    ce = boto3.client("ce", region_name="us-east-1", endpoint_url=moto_ce,
+                      aws_access_key_id="testing", aws_secret_access_key="testing")
+    with db.session() as s:
+        got = import_cost_explorer(s, ce, date(2026, 3, 8), date(2026, 3, 9), NOW)
+    with db.session() as s:
+        again = import_cost_explorer(s, ce, date(2026, 3, 8), date(2026, 3, 9), NOW)
+    assert (got.added, got.billed_micros) == (2, 1_244_567_800)
+    assert again.added == 0
+    day = datetime(2026, 3, 8, tzinfo=UTC)
+    with db.session() as s:
+        rep = spend(s, ["team"], day, day + timedelta(days=1), compare="billed")
+    assert {r.key[0]: r.billed_micros for r in rep.rows} == {
+        "research": 1_234_567_800, "unattributed": 10_000_000}

@@ -1,0 +1,73 @@
+"""Budgets: spend this month, forecast to month end, one alert per threshold and month."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlmodel import select
+
+from costguard.costs.budgets import check_budgets
+from costguard.policy.schema import Attribution, Budget, PolicySet
+from costguard.store.db import Database
+from costguard.store.tables import AlertRow
+from tests.costs.fleet import add_interval
+
+TEAMS = Attribution.model_validate({"dimensions": {"team": {"keys": ["team"]}}})
+MONTH = datetime(2026, 4, 1, tzinfo=UTC)  # 30 days
+
+
+@pytest.fixture
+def db(db_url: str) -> Iterator[Database]:
+    database = Database(db_url)
+    yield database
+    database.dispose()
+
+
+def policies() -> PolicySet:
+    return PolicySet(attribution=TEAMS, budgets=(
+        Budget(name="research-monthly", dimension="team", value="research", monthly_usd=1000),
+        Budget(name="sandbox", dimension="account", value="999", monthly_usd=50),
+    ))
+
+
+def test_forecast_crossing_alerts_before_actual_and_each_alert_goes_out_once(
+        db: Database) -> None:
+    with db.session() as s:  # $30/day for research from the 1st; $2/day outside
+        for d in range(10):
+            add_interval(s, f"i-{d}", MONTH + timedelta(days=d), 24, 1.25, team="research")
+            add_interval(s, f"j-{d}", MONTH + timedelta(days=d), 24, 2 / 24, team="vision")
+    now = MONTH + timedelta(days=10)
+    with db.session() as s:
+        statuses = check_budgets(s, policies(), now)
+    research = statuses[0]
+    assert research.actual_micros == 300_000_000
+    assert research.forecast_micros == 900_000_000  # 300 + 20 days x 30
+    assert research.alerts == ("budget:research-monthly:2026-04:80:forecast",)
+    assert statuses[1].actual_micros == 0 and statuses[1].alerts == ()
+    with db.session() as s:  # next cycle: nothing new
+        assert all(st.alerts == () for st in check_budgets(s, policies(), now))
+    with db.session() as s:  # spending speeds up: $60/day more for 12 days
+        for d in range(10, 22):
+            add_interval(s, f"k-{d}", MONTH + timedelta(days=d), 24, 2.5, team="research")
+            add_interval(s, f"i-{d}", MONTH + timedelta(days=d), 24, 1.25, team="research")
+    with db.session() as s:
+        later = check_budgets(s, policies(), MONTH + timedelta(days=22))[0]
+    assert later.actual_micros == 300_000_000 + 12 * 90_000_000
+    assert later.alerts == ("budget:research-monthly:2026-04:80:actual",
+                            "budget:research-monthly:2026-04:100:actual")
+    with db.session() as s:
+        alerts = s.exec(select(AlertRow).where(AlertRow.kind == "budget")).all()
+    assert len(alerts) == 3
+    crit = next(a for a in alerts if a.dedupe_key.endswith("100:actual"))
+    assert crit.severity == "critical" and crit.team == "research"
+    assert "138%" in crit.subject
+
+
+def test_a_new_month_starts_from_zero(db: Database) -> None:
+    with db.session() as s:
+        add_interval(s, "i-1", MONTH - timedelta(days=1), 24, 50, team="research")
+    with db.session() as s:
+        status = check_budgets(s, policies(), MONTH + timedelta(hours=6))[0]
+    assert status.actual_micros == 0 and status.alerts == ()

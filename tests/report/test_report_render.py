@@ -1,0 +1,106 @@
+"""Report rendering: cents that add up, stable JSON, CSV, a self-contained HTML file, errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import timedelta
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from costguard.report.render import apportion
+from costguard.report.run import ReportArgumentError, render_report
+from costguard.store.db import Database
+from tests.costs.fleet import T0, add_interval
+
+END = T0 + timedelta(days=2)
+
+
+def test_display_cents_add_up_where_rounding_each_row_would_not() -> None:
+    # three rows of half a cent: rounded one by one they show 3 cents, the total is 2
+    cents, total = apportion([5_000, 5_000, 5_000], 10_000)
+    assert total == 2 and sum(cents) == 2 and sorted(cents) == [0, 1, 1]
+
+
+@given(st.lists(st.integers(min_value=0, max_value=10**12), max_size=40))
+def test_apportioned_rows_always_sum_to_the_rounded_total(values: list[int]) -> None:
+    cents, total = apportion(values, 10_000)
+    assert sum(cents) == total == (sum(values) + 5_000) // 10_000
+    assert all(abs(c * 10_000 - v) < 10_000 for c, v in zip(cents, values, strict=True))
+
+
+@pytest.fixture
+def settings(db_url: str) -> SimpleNamespace:
+    db = Database(db_url)
+    with db.session() as s:
+        # 1/3 cent pieces so per-row rounding would drift from the total
+        for i, team in enumerate(["research", "vision", "nlp", None]):
+            for h in range(3):
+                add_interval(s, f"i-{i}", T0 + timedelta(hours=h), 1 / 3, 0.010001 * (i + 1),
+                             team=team, gpus=1, idle=(team == "vision"))
+        add_interval(s, "i-9", T0, 5, 3.0, team="research", itype="g5.xlarge", gpus=1,
+                     spot=True)
+    db.dispose()
+    return SimpleNamespace(database_url=db_url)
+
+
+def test_json_report_is_versioned_and_its_rows_add_up_to_the_total(
+        settings: SimpleNamespace, tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    render_report(settings, ["team"], T0, END, None, "json", out, now=END)
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == 2 and doc["currency"] == "USD" and doc["by"] == ["team"]
+    teams = {r["team"] for r in doc["rows"]}
+    assert teams == {"research", "vision", "nlp", "unattributed"}
+    assert round(sum(r["cost_usd"] for r in doc["rows"]) * 100) == round(
+        doc["total"]["cost_usd"] * 100)
+    research = next(r for r in doc["rows"] if r["team"] == "research")
+    assert research["instances"] == 2 and research["spot_share"] > 0.99
+    vision = next(r for r in doc["rows"] if r["team"] == "vision")
+    assert vision["idle_share"] == 1.0
+    assert set(doc["total"]) >= {"cost_usd", "idle_cost_usd", "gpu_hours", "instances",
+                                 "spot_savings_possible_usd", "idle_share", "spot_share"}
+
+
+def test_csv_report_ends_with_a_total_row_equal_to_the_sum(settings: SimpleNamespace,
+                                                          tmp_path: Path) -> None:
+    out = tmp_path / "r.csv"
+    render_report(settings, ["team", "instance-type"], T0, END, ["team=research"], "csv", out,
+                  now=END)
+    rows = list(csv.DictReader(io.StringIO(out.read_text())))
+    assert rows[-1]["team"] == "total"
+    body = rows[:-1]
+    assert {r["instance-type"] for r in body} == {"p4d.24xlarge", "g5.xlarge"}
+    cents = sum(round(float(r["cost_usd"]) * 100) for r in body)
+    assert cents == round(float(rows[-1]["cost_usd"]) * 100)
+
+
+def test_html_report_is_one_self_contained_file_with_charts(settings: SimpleNamespace,
+                                                            tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    render_report(settings, ["team"], T0, END, None, "html", out, now=END)
+    html = out.read_text()
+    assert html.count("<svg") == 3
+    assert "<script" not in html and "http://" not in html.replace(
+        "http://www.w3.org/2000/svg", "") and "https://" not in html
+    assert "unattributed" in html and "research" in html
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"by": ["colour"]}, "unknown --by 'colour'"),
+    ({"filters": ["team"]}, "use DIMENSION=VALUE"),
+    ({"since": "last tuesday"}, "neither a duration"),
+    ({"fmt": "pdf"}, "unknown --format"),
+    ({"since": "2026-03-10", "until": "2026-03-09"}, "must be before"),
+])
+def test_bad_report_options_say_what_would_work(settings: SimpleNamespace, kwargs: dict,  # type: ignore[type-arg]
+                                                message: str) -> None:
+    args = {"by": ["team"], "since": "7d", "until": None, "filters": None, "fmt": "table",
+            "output": None} | kwargs
+    with pytest.raises(ReportArgumentError, match=message):
+        render_report(settings, now=END, **args)
