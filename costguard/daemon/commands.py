@@ -1,0 +1,195 @@
+"""`costguard status` and `costguard db backup`.
+
+Register in costguard/cli.py with:
+
+    from costguard.daemon.commands import db_backup, status
+    app.command("status")(status)
+    db_app.command("backup")(db_backup)
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import typer
+from rich.console import Console
+from sqlalchemy import func, select
+from sqlalchemy.engine import make_url
+from sqlmodel import col
+from sqlmodel import select as model_select
+
+from costguard.clock import utc
+from costguard.config import Settings, load_settings
+from costguard.engine import control
+from costguard.errors import CostguardError
+from costguard.store.db import Database
+from costguard.store.tables import ActionJournalRow, AlertRow, CycleRow, GapRow
+
+console = Console()
+err = Console(stderr=True)
+
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="costguard.yaml to read (default: ./costguard.yaml "
+                 "if present, or $COSTGUARD_CONFIG)."),
+]
+
+
+def _settings(config: Path | None) -> Settings:
+    try:
+        return load_settings(config)
+    except CostguardError as exc:
+        err.print(f"[red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(2) from None
+
+
+def _open(settings: Settings) -> Database:
+    try:
+        return Database(settings.database_url, migrate=False)
+    except CostguardError as exc:
+        err.print(f"[red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(2) from None
+    except Exception as exc:
+        err.print(f"[red]error:[/] cannot open the database: {type(exc).__name__}: "
+                  f"{str(exc).splitlines()[0] if str(exc) else ''}. Check database_url in "
+                  "costguard.yaml or COSTGUARD_DATABASE_URL.", highlight=False)
+        raise typer.Exit(2) from None
+
+
+def gather_status(db: Database, now: datetime, poll_seconds: float) -> dict[str, Any]:
+    """What an operator asks first: is it running, is it acting, is anything stuck?"""
+    with db.session() as s:
+        last = s.exec(model_select(CycleRow).order_by(col(CycleRow.id).desc()).limit(1)).first()
+        last_ok = s.execute(select(func.max(col(CycleRow.finished_at)))
+                            .where(col(CycleRow.status) == "ok")).scalar()
+        failed = s.execute(select(func.count()).select_from(CycleRow)
+                           .where(col(CycleRow.status) == "failed")).scalar()
+        alerts = {str(k): int(v) for k, v in s.execute(
+            select(col(AlertRow.status), func.count()).group_by(col(AlertRow.status))).all()}
+        open_intents = s.execute(select(func.count()).select_from(ActionJournalRow)
+                                 .where(col(ActionJournalRow.status) == "intent")).scalar()
+        gaps = [f"{g.provider} {g.scope}" for g in s.exec(
+            model_select(GapRow).where(col(GapRow.resolved_at).is_(None)))]
+        paused = control.is_paused(s)
+    cycle: dict[str, Any] | None = None
+    if last is not None:
+        row = last
+        cycle = {"id": row.id, "status": row.status, "started_at": utc(row.started_at).isoformat(),
+                 "finished_at": utc(row.finished_at).isoformat() if row.finished_at else None,
+                 "error": row.error}
+    age = (now - utc(last_ok)).total_seconds() if last_ok is not None else None
+    healthy = age is not None and age < 3 * poll_seconds
+    return {"healthy": healthy, "paused": paused, "last_cycle": cycle,
+            "seconds_since_last_good_cycle": round(age, 1) if age is not None else None,
+            "failed_cycles": int(failed or 0), "alerts": alerts,
+            "unresolved_action_intents": int(open_intents or 0), "open_gaps": gaps}
+
+
+def status(
+    config: ConfigOpt = None,
+    fmt: Annotated[Literal["text", "json"], typer.Option("--format")] = "text",
+) -> None:
+    """Is costguard running and acting? Last cycle, pause switch, alerts, gaps.
+
+    Example: costguard status --format json
+    Exit status 0 when a cycle finished within 3 poll intervals, 1 otherwise.
+    """
+    settings = _settings(config)
+    db = _open(settings)
+    try:
+        info = gather_status(db, datetime.now(UTC), settings.poll_interval.total_seconds())
+    finally:
+        db.dispose()
+    if fmt == "json":
+        print(json.dumps(info, indent=2))
+    else:
+        cycle = info["last_cycle"]
+        state = "[green]healthy[/]" if info["healthy"] else "[red]not cycling[/]"
+        console.print(f"costguard: {state}" + ("  [yellow]PAUSED[/] (costguard resume)"
+                                               if info["paused"] else ""))
+        if cycle:
+            console.print(f"last cycle: #{cycle['id']} {cycle['status']} started "
+                          f"{cycle['started_at']}" + (f" error: {cycle['error']}"
+                                                      if cycle["error"] else ""),
+                          highlight=False)
+        else:
+            console.print("last cycle: none yet (start the daemon: costguard run)")
+        console.print(f"alerts: {info['alerts'] or 'none'}; failed cycles: "
+                      f"{info['failed_cycles']}; unresolved intents: "
+                      f"{info['unresolved_action_intents']}", highlight=False)
+        for gap in info["open_gaps"]:
+            console.print(f"[yellow]gap:[/] {gap}", highlight=False)
+    raise typer.Exit(0 if info["healthy"] else 1)
+
+
+def backup_sqlite(source: Path, target: Path) -> None:
+    """A consistent copy of a live SQLite database (the online backup API, WAL included)."""
+    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+    dst = sqlite3.connect(target)
+    try:
+        src.backup(dst)
+    finally:
+        dst.close()
+        src.close()
+
+
+def backup_postgres(url: str, target: Path) -> None:
+    """`pg_dump --format=custom` (restore with pg_restore); the password goes by env."""
+    pg_dump = shutil.which("pg_dump")
+    if pg_dump is None:
+        raise CostguardError("pg_dump is not installed: install the PostgreSQL client "
+                             "(apt-get install postgresql-client) or back up with your "
+                             "provider's snapshots")
+    sa = make_url(url)
+    env = {"PATH": "/usr/bin:/bin"}
+    if sa.password:
+        env["PGPASSWORD"] = str(sa.password)
+    argv = [pg_dump, "--format=custom", "--no-owner", f"--file={target}",
+            f"--host={sa.host or 'localhost'}", f"--port={sa.port or 5432}",
+            f"--username={sa.username or 'postgres'}", sa.database or "costguard"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    if done.returncode != 0:
+        raise CostguardError(f"pg_dump failed: {done.stderr.strip()[-500:]}")
+
+
+def db_backup(
+    output: Annotated[Path, typer.Argument(help="File to write (overwritten if present).")],
+    config: ConfigOpt = None,
+) -> None:
+    """Back up the database: SQLite with its online backup API, PostgreSQL with pg_dump.
+
+    Example: costguard db backup costguard-$(date +%F).db
+    """
+    settings = _settings(config)
+    url = settings.database_url
+    try:
+        if url.startswith("sqlite"):
+            database = make_url(url).database
+            if not database or database == ":memory:" or not Path(database).exists():
+                raise CostguardError(f"no SQLite database file at {database!r}; check "
+                                     "database_url or run `costguard db upgrade` first")
+            backup_sqlite(Path(database), output)
+        else:
+            backup_postgres(url, output)
+    except CostguardError as exc:
+        err.print(f"[red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(2) from None
+    except (OSError, sqlite3.Error) as exc:
+        err.print(f"[red]error:[/] cannot write {output}: {exc}", highlight=False)
+        raise typer.Exit(2) from None
+    console.print(f"backup written to {output} ({output.stat().st_size:,} bytes)",
+                  highlight=False)
+
+
+def commands_app() -> typer.Typer:
+    """A sub-app holding both commands (tests, or `app.add_typer`)."""
+    app = typer.Typer(no_args_is_help=True)
+    app.command("status")(status)
+    app.command("backup")(db_backup)
+    return app
