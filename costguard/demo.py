@@ -27,7 +27,7 @@ from costguard.providers.base import Provider
 from costguard.providers.sim import SimProvider
 from costguard.providers.sim_settings import SimSettings
 from costguard.report.queries import spend
-from costguard.report.render import to_table, usd
+from costguard.report.render import to_table, usd_micros
 from costguard.store.db import Database
 from costguard.store.tables import (
     ActionJournalRow,
@@ -125,8 +125,9 @@ def _epilogue(console: Console, db: Database, since: datetime, until: datetime,
                   f"{result.alerts['finding']} notices (spot candidates, missing tags).")
     unattributed = next((r for r in by_team.rows if r.key == ("unattributed",)), None)
     if unattributed is not None:
-        console.print(f"Spend nobody answers for (no team): {usd(unattributed.cost_micros)} of "
-                      f"{usd(by_team.total.cost_micros)}.")
+        console.print("Spend nobody answers for (no team): "
+                      f"{usd_micros(unattributed.cost_micros)} of "
+                      f"{usd_micros(by_team.total.cost_micros)}.")
     console.print()
     to_table(by_team, console)
     console.print("\nNext: [bold]costguard report --by team --since 7d[/] reads the same "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -71,8 +72,12 @@ def test_demo_then_report_reads_the_same_database(workdir: Path) -> None:
     teams = {row["team"] for row in doc["rows"]}
     assert "unattributed" in teams and "research" in teams
     assert doc["total"]["cost_usd"] > 0
-    assert round(sum(r["cost_usd"] for r in doc["rows"]), 2) == pytest.approx(
-        doc["total"]["cost_usd"], abs=0.01 * len(doc["rows"]))
+    assert round(sum(r["cost_usd"] for r in doc["rows"]), 2) == doc["total"]["cost_usd"]
+    # the demo's own summary line states the same total as the report
+    said = re.search(r"no team\): \$([\d,]+\.\d\d) of \$([\d,]+\.\d\d)",
+                     " ".join(result.output.split()))
+    assert said is not None, result.output
+    assert float(said.group(2).replace(",", "")) == doc["total"]["cost_usd"]
 
 
 def test_report_rejects_an_unknown_dimension(workdir: Path) -> None:
