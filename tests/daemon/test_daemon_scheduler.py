@@ -1,0 +1,198 @@
+"""The scheduler: cycles never overlap, failures are counted per stage, shutdown is clean."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+
+from costguard.clock import ManualClock
+from costguard.daemon.scheduler import Daemon, failed_stage, secrets_of
+from costguard.errors import ProviderError
+from costguard.model import GpuMinute, Instance
+from costguard.store.db import Database
+from tests.daemon.daemon_helpers import (
+    START,
+    build_engine,
+    captured_logs,
+    free_port,
+    get,
+    quiet_daemon,
+    scripted_cloud,
+    wait_until,
+)
+from tests.fakes.cloud import ScriptedCloud
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class SlowCloud(ScriptedCloud):
+    """Inventory takes `delay` seconds and records how many listings run at once."""
+
+    def __init__(self, clock: ManualClock, delay: float) -> None:
+        super().__init__(clock)
+        self.delay, self.running, self.most = delay, 0, 0
+        self._lock = threading.Lock()
+
+    def list_instances(self):  # type: ignore[no-untyped-def]
+        with self._lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        time.sleep(self.delay)
+        with self._lock:
+            self.running -= 1
+        return super().list_instances()
+
+
+class BrokenMetrics(ScriptedCloud):
+    def gpu_metrics(self, instances: Sequence[Instance], start: datetime, end: datetime
+                    ) -> list[GpuMinute]:
+        raise ProviderError("sim", "111111111111/us-east-1", "metrics service down")
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Database:
+    return Database(f"sqlite:///{tmp_path / 'cg.db'}")
+
+
+def test_a_cycle_that_overruns_is_never_run_twice_at_once(db: Database) -> None:
+    clock = ManualClock(START)
+    cloud = SlowCloud(clock, delay=0.4)
+    cloud.add("i-1", lambda m: "busy")
+    daemon = Daemon(build_engine(db, cloud, clock), build_engine(db, cloud, clock).settings,
+                    quiet_daemon())
+    threads = [threading.Thread(target=daemon.cycle_job) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert cloud.most == 1
+    assert daemon.cycles_run == 1
+    assert daemon.metrics.skipped._value.get() == 3
+
+
+def test_the_scheduler_runs_cycles_on_its_interval_and_stops_cleanly(db: Database) -> None:
+    clock = ManualClock(START)
+    cloud = SlowCloud(clock, delay=0.3)  # longer than the interval: ticks must coalesce
+    cloud.add("i-1", lambda m: "busy")
+    engine = build_engine(db, cloud, clock, poll=timedelta(seconds=0.2))
+    daemon = Daemon(engine, engine.settings, quiet_daemon(shutdown_grace=timedelta(seconds=5)))
+    daemon.start()
+    try:
+        wait_until(lambda: daemon.cycles_run >= 3, 10, "three cycles")
+    finally:
+        assert daemon.shutdown() is True
+    assert cloud.most == 1
+    done = daemon.cycles_run
+    time.sleep(0.5)
+    assert daemon.cycles_run == done  # nothing runs after shutdown
+
+
+def test_shutdown_gives_up_on_a_stuck_cycle_and_fences_it_off(db: Database) -> None:
+    clock = ManualClock(START)
+    cloud = SlowCloud(clock, delay=1.5)
+    cloud.add("i-1", lambda m: "busy")
+    engine = build_engine(db, cloud, clock, poll=timedelta(seconds=5))
+    daemon = Daemon(engine, engine.settings,
+                    quiet_daemon(shutdown_grace=timedelta(seconds=0.2)))
+    daemon.start()
+    wait_until(lambda: cloud.running == 1, 5, "a cycle in flight")
+    assert daemon.shutdown() is False
+    assert daemon.fence() is False  # what is still running may not touch the cloud
+
+
+def test_a_failed_stage_is_counted_and_logged_and_the_next_cycle_runs(db: Database) -> None:
+    clock = ManualClock(START)
+    cloud = BrokenMetrics(clock)
+    cloud.add("i-1", lambda m: "busy")
+    engine = build_engine(db, cloud, clock)
+    daemon = Daemon(engine, engine.settings, quiet_daemon())
+    with captured_logs("json") as logs:
+        assert daemon.cycle_job() is None
+        assert daemon.cycle_job() is None
+    errors = daemon.metrics.errors.labels("telemetry", "all")._value.get()
+    assert errors == 2
+    assert daemon.state.last_error == "ProviderError in telemetry"
+    lines = [json.loads(line) for line in logs.getvalue().splitlines()]
+    assert [ln["stage"] for ln in lines if ln["msg"].startswith("cycle failed")] == [
+        "telemetry", "telemetry"]
+
+
+def test_each_stage_logs_one_line_with_counts_and_timing(db: Database) -> None:
+    clock = ManualClock(START)
+    engine = build_engine(db, scripted_cloud(clock), clock)
+    daemon = Daemon(engine, engine.settings, quiet_daemon())
+    with captured_logs("json") as logs:
+        daemon.cycle_job()
+    stages = [json.loads(line) for line in logs.getvalue().splitlines()]
+    stages = [s for s in stages if "stage" in s and s["msg"].startswith("cycle ")]
+    assert [s["stage"] for s in stages] == ["collect", "telemetry", "window", "accrue",
+                                            "evaluate", "act", "alert"]
+    collect = stages[0]
+    assert collect["instances"] == 5 and collect["gaps"] == 0 and collect["seconds"] >= 0
+    assert stages[4]["findings"] == 3
+
+
+def test_failed_stage_is_read_from_the_engine_frames() -> None:
+    assert failed_stage(ValueError("no engine frame")) == "cycle"
+
+
+def test_secrets_are_collected_from_settings(db: Database) -> None:
+    clock = ManualClock(START)
+    engine = build_engine(db, scripted_cloud(clock), clock, http={"ingest_token": "tok-xyz-1"})
+    assert "tok-xyz-1" in secrets_of(engine.settings)
+
+
+def _wait_ready(base: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
+    def ready() -> bool:
+        assert proc.poll() is None, "costguard run exited early"
+        answer = get(f"{base}/readyz")
+        return answer is not None and answer.status_code == 200 and \
+            answer.json().get("last_cycle") is not None
+    wait_until(ready, timeout, "the daemon to finish a cycle")
+
+
+def test_costguard_run_serves_logs_json_without_secrets_and_stops_on_sigterm(
+        tmp_path: Path) -> None:
+    token = "sigterm-test-token-81f0"
+    port = free_port()
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "idle.yml").write_text(
+        (REPO / "policies" / "idle-gpu.yml").read_text())
+    env = {**os.environ, "COSTGUARD_DATABASE_URL": f"sqlite:///{tmp_path / 'cg.db'}",
+           "COSTGUARD_POLL_INTERVAL": "2s", "COSTGUARD_HTTP__PORT": str(port),
+           "COSTGUARD_AGENT_TOKEN": token, "COSTGUARD_LOG_FORMAT": "json",
+           "COSTGUARD_PROVIDERS__SIM__INSTANCES": "12"}
+    log_path = tmp_path / "daemon.log"
+    with log_path.open("wb") as out:
+        proc = subprocess.Popen([str(Path(sys.executable).parent / "costguard"), "run"],
+                                cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        _wait_ready(base, proc, 60)
+        answer = httpx.post(f"{base}/v1/telemetry", json={"minutes": []},
+                            headers={"Authorization": f"Bearer {token}x"})
+        assert answer.status_code == 401
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log_path.read_text()
+    assert token not in text
+    lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+    msgs = [ln["msg"] for ln in lines]
+    assert any(m.startswith("leader:") for m in msgs)
+    assert any(ln.get("stage") == "act" for ln in lines)
+    assert msgs[-1].startswith("shutdown complete")
