@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any, cast
 
-from sqlmodel import Session, col, select
+from sqlalchemy import Table, bindparam, insert, select, update
+from sqlmodel import Session
 
 from costguard.costs.attribution import Attributor
 from costguard.model import GpuMinute, Instance, PriceQuote, Verdict
@@ -23,6 +25,8 @@ from costguard.telemetry.classify import SignalChoice, classify
 PriceLookup = Callable[[Instance], PriceQuote | None]
 MinutesLookup = Callable[[InstanceRef, datetime, datetime], list[GpuMinute]]
 MICROS = 1_000_000
+_INSTANCES: Table = InstanceRow.__table__  # type: ignore[attr-defined]
+_INTERVALS: Table = CostIntervalRow.__table__  # type: ignore[attr-defined]
 
 
 @dataclass
@@ -45,12 +49,17 @@ def accrue(
     disk_price_of: PriceLookup | None = None,
 ) -> AccrualStats:
     """Charge every instance from its watermark to `now`; `minutes_of` gives readings
-    (default: read them from the store); `disk_price_of` prices a stopped instance's disks."""
+    (default: read them from the store); `disk_price_of` prices a stopped instance's disks.
+
+    Rows are read and written with bulk Core statements (one INSERT and one executemany
+    UPDATE per cycle): building ORM objects cost ~0.5 ms per instance, too slow at 10,000.
+    """
     stats = AccrualStats()
-    rows = list(session.exec(select(InstanceRow).where(
-        col(InstanceRow.accrued_until) < now)))
+    session.flush()  # pending ORM changes first: the statements below bypass the ORM
+    rows = session.execute(select(_INSTANCES).where(_INSTANCES.c.accrued_until < now)).all()
     due: list[tuple[InstanceRow, datetime]] = []
-    for row in rows:
+    for raw in rows:
+        row = cast(InstanceRow, raw)  # a Row has the same attributes, read-only
         if row.gone:
             if row.accrued_until is not None and row.accrued_until < row.state_changed_at:
                 due.append((row, row.state_changed_at))
@@ -65,6 +74,8 @@ def accrue(
         def minutes_of(ref: InstanceRef, start: datetime, end: datetime) -> list[GpuMinute]:
             return [m for m in stored.get(ref, []) if start <= m.minute < end]
     price_cache: dict[tuple[str, str, str, str], PriceQuote | None] = {}
+    intervals: list[dict[str, Any]] = []
+    watermarks: list[dict[str, Any]] = []
 
     for row, end in due:
         start = row.accrued_until or row.first_seen
@@ -88,45 +99,53 @@ def accrue(
                                    gpu_count=row.gpu_count, signal=idle_signal,
                                    below=idle_below).verdict
             idle = verdict is Verdict.IDLE
-            dims = attributor.dimensions(inst)
-            session.add(CostIntervalRow(
-                provider=row.provider, instance_id=row.instance_id, account=row.account,
-                region=row.region, instance_type=row.instance_type, lifecycle=row.lifecycle,
-                state=row.accrue_state, start=start, end=end, usd_per_hour=rate,
-                price_source=quote.source if quote else "no price known",
-                cost_micros=cost, gpu_count=row.gpu_count, gpu_seconds=gpu_seconds,
-                idle_gpu_seconds=gpu_seconds if idle else 0,
-                idle_cost_micros=cost if idle else 0, verdict=str(verdict),
-                team=dims.get("team"), project=dims.get("project"), env=dims.get("env"),
-                cost_center=dims.get("cost-center"),
-            ))
+            intervals.append(_interval(
+                row, inst, attributor, start, end, state=row.accrue_state, rate=rate,
+                source=quote.source if quote else "no price known", cost=cost,
+                gpu_seconds=gpu_seconds, idle=idle, verdict=verdict))
             stats.intervals += 1
             stats.cost_micros += cost
             stats.idle_cost_micros += cost if idle else 0
         elif row.accrue_state == "stopped" and disk_price_of is not None and end > start:
-            _accrue_disks(session, row, start, end, disk_price_of, attributor, stats)
-        row.accrued_until = end
-        row.accrue_state = row.state
-        session.add(row)
+            inst = to_instance(row)
+            quote = disk_price_of(inst)
+            if quote is not None:
+                cost = round(quote.usd_per_hour * (end - start).total_seconds() / 3600 * MICROS)
+                intervals.append(_interval(
+                    row, inst, attributor, start, end, state="stopped",
+                    rate=quote.usd_per_hour, source=quote.source, cost=cost, gpu_seconds=0,
+                    idle=False, verdict=Verdict.NO_DATA))
+                stats.intervals += 1
+                stats.cost_micros += cost
+        watermarks.append({"p": row.provider, "i": row.instance_id, "u": end, "s": row.state})
+    if intervals:
+        session.execute(insert(_INTERVALS), intervals)
+    if watermarks:
+        session.execute(
+            update(_INSTANCES)
+            .where(_INSTANCES.c.provider == bindparam("p"),
+                   _INSTANCES.c.instance_id == bindparam("i"))
+            .values(accrued_until=bindparam("u"), accrue_state=bindparam("s")),
+            watermarks)
+        # InstanceRow objects a caller holds in this session are now stale
+        for obj in list(session.identity_map.values()):
+            if isinstance(obj, InstanceRow):
+                session.expire(obj)
     return stats
 
 
-def _accrue_disks(session: Session, row: InstanceRow, start: datetime, end: datetime,
-                  disk_price_of: PriceLookup, attributor: Attributor,
-                  stats: AccrualStats) -> None:
-    inst = to_instance(row)
-    quote = disk_price_of(inst)
-    if quote is None:
-        return
-    cost = round(quote.usd_per_hour * (end - start).total_seconds() / 3600 * MICROS)
+def _interval(row: InstanceRow, inst: Instance, attributor: Attributor, start: datetime,
+              end: datetime, *, state: str, rate: float, source: str, cost: int,
+              gpu_seconds: int, idle: bool, verdict: Verdict) -> dict[str, Any]:
     dims = attributor.dimensions(inst)
-    session.add(CostIntervalRow(
-        provider=row.provider, instance_id=row.instance_id, account=row.account,
-        region=row.region, instance_type=row.instance_type, lifecycle=row.lifecycle,
-        state="stopped", start=start, end=end, usd_per_hour=quote.usd_per_hour,
-        price_source=quote.source, cost_micros=cost, gpu_count=row.gpu_count,
-        verdict=str(Verdict.NO_DATA), team=dims.get("team"), project=dims.get("project"),
-        env=dims.get("env"), cost_center=dims.get("cost-center"),
-    ))
-    stats.intervals += 1
-    stats.cost_micros += cost
+    return {
+        "provider": row.provider, "instance_id": row.instance_id, "account": row.account,
+        "region": row.region, "instance_type": row.instance_type,
+        "lifecycle": row.lifecycle, "state": state, "start": start, "end": end,
+        "usd_per_hour": rate, "price_source": source[:128], "cost_micros": cost,
+        "gpu_count": row.gpu_count, "gpu_seconds": gpu_seconds,
+        "idle_gpu_seconds": gpu_seconds if idle else 0,
+        "idle_cost_micros": cost if idle else 0, "verdict": str(verdict),
+        "team": dims.get("team"), "project": dims.get("project"), "env": dims.get("env"),
+        "cost_center": dims.get("cost-center"),
+    }
