@@ -85,7 +85,7 @@ def report_year_rollups() -> list[dict[str, object]]:
 @benchmark("accrual-cycle",
            description="One accrue() over 10,000 running instances (SQLite); target < 0.5 s.")
 def accrual_cycle() -> list[dict[str, object]]:
-    rows = []
+    rows: list[dict[str, object]] = []
     for fleet in (1_000, 10_000):
         with tempfile.TemporaryDirectory() as tmp:
             db = Database(f"sqlite:///{Path(tmp) / 'bench.db'}")
