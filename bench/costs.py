@@ -68,7 +68,7 @@ def report_year_rollups() -> list[dict[str, object]]:
             control.put(s, ROLLED_UP_UNTIL, end.isoformat(), end)
         load = time.perf_counter() - t0
         spot = catalog_spot_price(PriceCatalog())
-        rows = []
+        rows: list[dict[str, object]] = []
         for run in range(3):
             started = time.perf_counter()
             with db.session() as s:
