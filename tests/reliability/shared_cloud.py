@@ -1,0 +1,105 @@
+"""A simulated cloud that several processes share, as replicas share a real cloud.
+
+Each replica builds the same seeded `SimProvider` fleet in memory; instance states live in a
+JSON file guarded by `flock`, so a stop made by one process is seen by every other one, and
+the file counts every real stop transition (the ground truth a test compares the action
+journal with).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from costguard.model import (
+    ActionOutcome,
+    ActionResult,
+    GpuMinute,
+    Instance,
+    InstanceState,
+    Inventory,
+    PriceQuote,
+    ProviderName,
+)
+from costguard.providers.sim import SimProvider
+
+
+class SharedState:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @contextmanager
+    def locked(self) -> Iterator[dict[str, Any]]:
+        with self.path.open("a+") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            f.seek(0)
+            raw = f.read()
+            state: dict[str, Any] = json.loads(raw) if raw else {}
+            state.setdefault("states", {})
+            state.setdefault("stops", {})
+            before = json.dumps(state, sort_keys=True)
+            yield state
+            after = json.dumps(state, sort_keys=True)
+            if after != before:
+                f.seek(0)
+                f.truncate()
+                f.write(after)
+                f.flush()
+
+    def read(self) -> dict[str, Any]:
+        with self.locked() as state:
+            return json.loads(json.dumps(state))
+
+
+class SharedSimCloud:
+    name: ProviderName = "sim"
+
+    def __init__(self, inner: SimProvider, state: SharedState) -> None:
+        self.inner = inner
+        self.state = state
+
+    def list_instances(self) -> Inventory:
+        inv = self.inner.list_instances()
+        with self.state.locked() as st:
+            states = dict(st["states"])
+        # the shared file is the cloud's truth: the inner fleet only gives identities
+        return Inventory(gaps=inv.gaps, instances=[
+            i.model_copy(update={"state": InstanceState(states.get(i.instance_id, "running")),
+                                 "state_reason": None})
+            for i in inv.instances])
+
+    def gpu_metrics(self, instances: Sequence[Instance], start: datetime, end: datetime
+                    ) -> list[GpuMinute]:
+        return self.inner.gpu_metrics(instances, start, end)
+
+    def _move(self, inst: Instance, frm: str, to: str, verb: str, dry_run: bool
+              ) -> ActionResult:
+        with self.state.locked() as st:
+            now = st["states"].get(inst.instance_id, "running")
+            if now != frm:
+                return ActionResult(outcome=ActionOutcome.SKIPPED, detail=f"is {now}",
+                                    state_after=InstanceState(now))
+            if dry_run:
+                return ActionResult(outcome=ActionOutcome.DRY_RUN, detail=f"would {verb}")
+            st["states"][inst.instance_id] = to
+            if verb == "stop":
+                st["stops"][inst.instance_id] = st["stops"].get(inst.instance_id, 0) + 1
+        return ActionResult(outcome=ActionOutcome.DONE, state_after=InstanceState(to))
+
+    def stop(self, instance: Instance, *, dry_run: bool) -> ActionResult:
+        return self._move(instance, "running", "stopped", "stop", dry_run)
+
+    def start(self, instance: Instance, *, dry_run: bool) -> ActionResult:
+        return self._move(instance, "stopped", "running", "start", dry_run)
+
+    def set_tags(self, instance: Instance, tags: Mapping[str, str], *,
+                 remove: Sequence[str] = (), dry_run: bool) -> ActionResult:
+        return self.inner.set_tags(instance, tags, remove=remove, dry_run=dry_run)
+
+    def price(self, instance: Instance) -> PriceQuote | None:
+        return self.inner.price(instance)
