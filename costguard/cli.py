@@ -14,8 +14,8 @@ from rich.console import Console
 
 from costguard.clock import SystemClock
 from costguard.config import Settings, load_settings
+from costguard.costs.commands import anomaly_app, billing_app, budget_app
 from costguard.errors import CostguardError, PolicyError
-from costguard.policy.base import duration_arg
 from costguard.telemetry.cli import agent_app
 
 app = typer.Typer(
@@ -30,6 +30,9 @@ db_app = typer.Typer(help="Database schema and maintenance.\n\nExample: costguar
                      no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(agent_app, name="agent")
+app.add_typer(billing_app, name="billing")
+app.add_typer(anomaly_app, name="anomaly")
+app.add_typer(budget_app, name="budget")
 
 console = Console()
 err = Console(stderr=True)
@@ -153,19 +156,6 @@ def demo(
         raise _fail(exc) from None
 
 
-def _parse_since(text: str, now: datetime) -> datetime:
-    try:
-        return now - duration_arg(text)
-    except ValueError:
-        pass
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        raise typer.BadParameter(
-            f"{text!r} is neither a duration (7d, 24h) nor a date (2026-11-01)") from None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
-
-
 @app.command()
 def report(
     config: ConfigOpt = None,
@@ -176,43 +166,27 @@ def report(
     until: Annotated[str | None, typer.Option(help="End (default now): duration or date.")] = None,
     filters: Annotated[list[str], typer.Option(
         "--filter", help="DIMENSION=VALUE, e.g. team=research.")] = [],  # noqa: B006
-    fmt: Annotated[Literal["table", "json"], typer.Option("--format")] = "table",
+    fmt: Annotated[Literal["table", "csv", "json", "html"], typer.Option(
+        "--format", help="table, csv, json (stable, see docs/report.md) or html (charts).")
+    ] = "table",
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to FILE.")] = None,
+    compare: Annotated[Literal["billed"] | None, typer.Option(
+        help="`billed`: imported bills beside the estimate, and the gap.")] = None,
 ) -> None:
     """Spend by team (or any dimension), and how much of it was idle.
 
-    Example: costguard report --by team --since 7d --format table
+    Example: costguard report --by team --since 7d --format html --output spend.html
     """
-    from costguard.report.queries import DIMENSIONS, spend
-    from costguard.report.render import to_json, to_table
-    from costguard.store.db import Database
+    from costguard.report.run import render_report
 
     settings = _settings(config)
-    now = datetime.now(UTC)
-    start = _parse_since(since, now)
-    end = _parse_since(until, now) if until else now
-    for dim in by:
-        if dim not in DIMENSIONS:
-            raise _fail(ValueError(f"unknown --by {dim!r} (choose from: {', '.join(DIMENSIONS)})"))
-    wanted: dict[str, str] = {}
-    for f in filters:
-        key, sep, value = f.partition("=")
-        if not sep or key not in DIMENSIONS:
-            raise _fail(ValueError(f"bad --filter {f!r}: use DIMENSION=VALUE with a dimension "
-                                   f"from: {', '.join(DIMENSIONS)}"))
-        wanted[key] = value
     try:
-        db = Database(settings.database_url)
+        render_report(settings, by, since, until, filters, fmt, output, compare=compare,
+                      console=console)
     except CostguardError as exc:
         raise _fail(exc) from None
-    with db.session() as s:
-        result = spend(s, by, start, end, wanted)
-    if fmt == "json":
-        print(to_json(result))
-    else:
-        to_table(result, console)
-        if not result.rows:
-            console.print("No spend recorded in this period. Run `costguard demo` or "
-                          "`costguard run` first.")
+    if output is not None:
+        console.print(f"wrote {output}")
 
 
 @app.command()

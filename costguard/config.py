@@ -20,6 +20,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from costguard.costs.settings import CostSettings
+from costguard.daemon.settings import DaemonSettings
 from costguard.errors import ConfigError
 from costguard.policy.base import Duration
 from costguard.providers.aws.settings import AwsSettings
@@ -86,6 +88,8 @@ class Settings(BaseSettings):
     accounting: AccountingSettings = Field(default_factory=AccountingSettings)
     http: HttpSettings = Field(default_factory=HttpSettings)
     alerts: AlertSettings = Field(default_factory=AlertSettings)
+    costs: CostSettings = Field(default_factory=CostSettings)
+    daemon: DaemonSettings = Field(default_factory=DaemonSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -10,13 +10,15 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from costguard.config import Settings
 from costguard.errors import ConfigError
 from costguard.policy.base import Duration
+
+if TYPE_CHECKING:
+    from costguard.config import Settings
 
 LogFormat = Literal["text", "json"]
 

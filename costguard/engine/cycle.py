@@ -17,7 +17,10 @@ from costguard.alerts.console import AlertPrinter, dispatch_console
 from costguard.clock import Clock
 from costguard.config import Settings
 from costguard.costs.accrual import accrue
+from costguard.costs.anomaly import detect_anomalies
 from costguard.costs.attribution import Attributor
+from costguard.costs.budgets import check_budgets
+from costguard.costs.pricing import PriceCatalog, PriceOverrides
 from costguard.engine import control
 from costguard.engine.collect import collect
 from costguard.model import GpuMinute, Instance, InstanceState, TelemetrySource
@@ -47,6 +50,8 @@ class CycleSummary:
     findings: dict[str, int] = field(default_factory=dict)
     actions: dict[str, Any] = field(default_factory=dict)
     alerts_sent: int = 0
+    budgets: int = 0
+    anomalies: int = 0
     paused: bool = False
     stage_seconds: dict[str, float] = field(default_factory=dict)
 
@@ -71,6 +76,11 @@ class Engine:
         self.runner = ActionRunner(db, self.providers, self.attributor, fault)
         self.alert_printer = alert_printer
         self.window = ReadingWindow()
+        self._spend_checked: datetime | None = None
+        overrides_file = settings.costs.price_overrides
+        self.catalog = PriceCatalog(
+            {n: p.price for n, p in self.providers.items()},
+            PriceOverrides.load(overrides_file) if overrides_file else None)
         self._fed: set[tuple[str, str]] = set()
 
     # -- the cycle --------------------------------------------------------------------
@@ -91,6 +101,7 @@ class Engine:
             self._stage(summary, "evaluate", lambda: findings.extend(self._evaluate(now)))
             summary.findings = dict(Counter(f.policy.name for f in findings if f.holds))
             self._stage(summary, "act", lambda: self._act(summary, findings, now, cycle_id))
+            self._stage(summary, "spend", lambda: self._spend(summary, now))
             self._stage(summary, "alert", lambda: self._alert(summary, now))
         except BaseException as exc:
             with self.db.session() as s:
@@ -159,17 +170,15 @@ class Engine:
 
     def _accrue(self, summary: CycleSummary, now: datetime) -> None:
         acct = self.settings.accounting
-        price_of = {n: p.price for n, p in self.providers.items()}
         with self.db.session() as s:
-            stats = accrue(s, now, price_of, self.attributor,
+            stats = accrue(s, now, self.catalog.price_of(), self.attributor,
                            idle_signal=acct.idle_signal, idle_below=acct.idle_below,
-                           minutes_of=self.window.minutes)
+                           minutes_of=self.window.minutes, disk_price_of=self.catalog.disk)
         summary.accrued_usd = round(stats.cost_micros / 1e6, 2)
         summary.idle_usd = round(stats.idle_cost_micros / 1e6, 2)
 
     def price(self, inst: Instance) -> float:
-        provider = self.providers.get(inst.provider)
-        quote = provider.price(inst) if provider else None
+        quote = self.catalog.quote(inst)
         return quote.usd_per_hour if quote else 0.0
 
     def _evaluate(self, now: datetime) -> list[Finding]:
@@ -199,6 +208,20 @@ class Engine:
             return
         stats = self.runner.run(self.policies.policies, findings, now, cycle_id)
         summary.actions = stats.as_dict()
+
+    def _spend(self, summary: CycleSummary, now: datetime) -> None:
+        """Budgets and anomalies over what has accrued; both alert through the outbox."""
+        if not (self.policies.budgets or self.policies.anomalies):
+            return
+        hour = now.replace(minute=0, second=0, microsecond=0)
+        if self._spend_checked == hour:
+            return  # both judge whole hours and days: once an hour is enough (alerts dedupe)
+        self._spend_checked = hour
+        with self.db.session() as s:
+            statuses = check_budgets(s, self.policies, now)
+            anomalies = detect_anomalies(s, self.policies, now)
+        summary.budgets = len(statuses)
+        summary.anomalies = len(anomalies)
 
     def _alert(self, summary: CycleSummary, now: datetime) -> None:
         if self.settings.alerts.console:
