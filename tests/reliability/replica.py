@@ -50,7 +50,7 @@ def kill_hook() -> FaultHook | None:
 def build(state: SharedState, clock: Clock) -> Engine:
     settings = load_settings()
     assert settings.providers.sim is not None
-    cloud = SharedSimCloud(SimProvider(settings.providers.sim, clock), state)
+    cloud = SharedSimCloud(SimProvider(settings.providers.sim, clock), state, clock)
     db = Database(settings.database_url)
     return Engine(settings, db, {"sim": cloud}, load_policy_set(settings.policy_paths), clock,
                   fault=kill_hook())

@@ -3,7 +3,8 @@
 Each replica builds the same seeded `SimProvider` fleet in memory; instance states live in a
 JSON file guarded by `flock`, so a stop made by one process is seen by every other one, and
 the file counts every real stop transition (the ground truth a test compares the action
-journal with).
+journal with). With `restart_after_minutes` set in the file, owners start a stopped instance
+again that long after its stop, so new idle episodes (and new stops) keep coming.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from costguard.clock import Clock
 from costguard.model import (
     ActionOutcome,
     ActionResult,
@@ -59,13 +61,22 @@ class SharedState:
 class SharedSimCloud:
     name: ProviderName = "sim"
 
-    def __init__(self, inner: SimProvider, state: SharedState) -> None:
+    def __init__(self, inner: SimProvider, state: SharedState, clock: Clock) -> None:
         self.inner = inner
         self.state = state
+        self.clock = clock
 
     def list_instances(self) -> Inventory:
         inv = self.inner.list_instances()
+        now = self.clock.now()
         with self.state.locked() as st:
+            after = st.get("restart_after_minutes")
+            if after is not None:
+                for iid, when in list(st.setdefault("stopped_at", {}).items()):
+                    if st["states"].get(iid) == "stopped" and \
+                            (now - datetime.fromisoformat(when)).total_seconds() >= after * 60:
+                        st["states"][iid] = "running"  # the owner needs it again
+                        del st["stopped_at"][iid]
             states = dict(st["states"])
         # the shared file is the cloud's truth: the inner fleet only gives identities
         return Inventory(gaps=inv.gaps, instances=[
@@ -89,6 +100,8 @@ class SharedSimCloud:
             st["states"][inst.instance_id] = to
             if verb == "stop":
                 st["stops"][inst.instance_id] = st["stops"].get(inst.instance_id, 0) + 1
+                st.setdefault("stopped_at", {})[inst.instance_id] = \
+                    self.clock.now().isoformat()
         return ActionResult(outcome=ActionOutcome.DONE, state_after=InstanceState(to))
 
     def stop(self, instance: Instance, *, dry_run: bool) -> ActionResult:
