@@ -32,6 +32,7 @@ CPU_NAMESPACE = "AWS/EC2"
 CPU_METRIC = "CPUUtilization"
 MAX_QUERIES_PER_CALL = 500
 PERIOD_S = 60
+ALL_GPUS = -1  # gpu_index of a series that rolls up every GPU of its instance
 _MIB = 1024 * 1024
 
 Layout = bool | Literal["auto"]
@@ -46,6 +47,10 @@ class Series:
     metric: str
     dimensions: tuple[tuple[str, str], ...]
     by_instance_id: bool
+
+    @property
+    def all_gpus(self) -> bool:
+        return self.gpu_index == ALL_GPUS
 
     @property
     def stat(self) -> str:
@@ -113,14 +118,16 @@ def attribute_series(
             if instance_id is None:
                 continue
             try:
-                index = int(d.get("index", "0"))
+                index = int(d["index"]) if "index" in d else ALL_GPUS
             except ValueError:
                 continue
             key = (instance_id, index, metric)
             current = chosen.get(key)
             if current is None or (by_id and not current.by_instance_id):
                 chosen[key] = Series(instance_id, index, metric, dims, by_id)
-    return sorted(chosen.values(), key=lambda s: (s.instance_id, s.gpu_index, s.metric))
+    per_gpu = {(i, m) for i, index, m in chosen if index != ALL_GPUS}
+    kept = [s for s in chosen.values() if not (s.all_gpus and (s.instance_id, s.metric) in per_gpu)]
+    return sorted(kept, key=lambda s: (s.instance_id, s.gpu_index, s.metric))
 
 
 def get_metric_data(
@@ -160,23 +167,29 @@ def get_metric_data(
     return out, calls
 
 
-def gpu_queries(series: Sequence[Series], namespace: str) -> list[dict[str, Any]]:
-    return [
-        {
-            "Id": f"g{n}",
-            "MetricStat": {
-                "Metric": {
-                    "Namespace": namespace,
-                    "MetricName": s.metric,
-                    "Dimensions": [{"Name": k, "Value": v} for k, v in s.dimensions],
-                },
-                "Period": PERIOD_S,
-                "Stat": s.stat,
-            },
-            "ReturnData": True,
+def gpu_queries(
+    series: Sequence[Series], namespace: str, period_s: int = PERIOD_S
+) -> list[dict[str, Any]]:
+    """Query `g{n}` per series; a roll-up of utilisation also gets `m{n}` (its Maximum)."""
+    out: list[dict[str, Any]] = []
+    for n, s in enumerate(series):
+        metric = {
+            "Namespace": namespace,
+            "MetricName": s.metric,
+            "Dimensions": [{"Name": k, "Value": v} for k, v in s.dimensions],
         }
-        for n, s in enumerate(series)
-    ]
+        stats = [(f"g{n}", s.stat)]
+        if s.all_gpus and s.metric == GPU_UTIL:
+            stats.append((f"m{n}", "Maximum"))
+        out += [
+            {
+                "Id": query_id,
+                "MetricStat": {"Metric": metric, "Period": period_s, "Stat": stat},
+                "ReturnData": True,
+            }
+            for query_id, stat in stats
+        ]
+    return out
 
 
 def cpu_queries(instance_ids: Sequence[str]) -> list[dict[str, Any]]:
@@ -206,20 +219,44 @@ def _pct(value: float) -> float:
     return min(100.0, max(0.0, value))
 
 
+def _minutes_covered(
+    ts: datetime, period_s: int, first: datetime | None, last: datetime | None
+) -> list[datetime]:
+    """The minutes a datapoint of `period_s` starting at `ts` stands for, inside [first, last)."""
+    start = minute_of(ts)
+    minutes = [start + timedelta(minutes=k) for k in range(max(1, period_s // 60))]
+    return [
+        m for m in minutes if (first is None or m >= first) and (last is None or m < last)
+    ]
+
+
 def to_gpu_minutes(
-    series: Sequence[Series], values: Mapping[str, list[tuple[datetime, float]]]
+    series: Sequence[Series],
+    values: Mapping[str, list[tuple[datetime, float]]],
+    *,
+    gpu_counts: Mapping[str, int] | None = None,
+    period_s: int = PERIOD_S,
+    first: datetime | None = None,
+    last: datetime | None = None,
 ) -> list[GpuMinute]:
+    """GpuMinutes from query results; see the module docstring for periods above a minute and
+    for roll-up series (`gpu_counts`: instance id -> GPUs, default 1)."""
+    counts = gpu_counts or {}
     rows: dict[tuple[str, int, datetime], dict[str, Any]] = {}
     for n, s in enumerate(series):
+        indexes = range(counts.get(s.instance_id, 1)) if s.all_gpus else (s.gpu_index,)
+        peaks = dict(values.get(f"m{n}", []))
         for ts, value in values.get(f"g{n}", []):
-            row = rows.setdefault((s.instance_id, s.gpu_index, minute_of(ts)), {})
+            fields: dict[str, Any]
             if s.metric == GPU_UTIL:
-                row["util_mean"] = _pct(value)
-                row["util_max"] = _pct(value)
+                fields = {"util_mean": _pct(value), "util_max": _pct(peaks.get(ts, value))}
             elif s.metric == GPU_MEM_USED:
-                row["mem_used_bytes"] = max(0, int(value * _MIB))
+                fields = {"mem_used_bytes": max(0, int(value * _MIB))}
             else:
-                row["mem_total_bytes"] = max(0, int(value * _MIB))
+                fields = {"mem_total_bytes": max(0, int(value * _MIB))}
+            for minute in _minutes_covered(ts, period_s, first, last):
+                for index in indexes:
+                    rows.setdefault((s.instance_id, index, minute), {}).update(fields)
     return [
         GpuMinute(
             provider="aws",

@@ -197,6 +197,7 @@ class AwsProvider:
         client = self.clients.cloudwatch(account, region)
         namespace = self.settings.cloudwatch.gpu_namespace
         layout = self.settings.cloudwatch.instance_dimension
+        period_s = self.settings.cloudwatch.period_seconds
         wanted = {i.instance_id for i in members}
         hosts = self._hosts_for(account, region, wanted) if layout is not True else {}
         dimension_sets = {
@@ -208,10 +209,16 @@ class AwsProvider:
         series = cw.attribute_series(dimension_sets, wanted, hosts, layout)
         if not series:
             return [], 0
+        # A coarse datapoint that starts before the window still covers its first minutes.
+        query_start = first - timedelta(seconds=period_s - cw.PERIOD_S)
         values, calls = cw.get_metric_data(
-            client, cw.gpu_queries(series, namespace), first, last, scope
+            client, cw.gpu_queries(series, namespace, period_s), query_start, last, scope
         )
-        return cw.to_gpu_minutes(series, values), calls
+        gpu_counts = {i.instance_id: max(1, i.gpu_count) for i in members}
+        rows = cw.to_gpu_minutes(
+            series, values, gpu_counts=gpu_counts, period_s=period_s, first=first, last=last
+        )
+        return rows, calls
 
     def _hosts_for(
         self, account: AccountScope, region: str, wanted: set[str]

@@ -64,10 +64,23 @@ class CloudWatchSettings(_Strict):
 
     `instance_dimension`: true when the agent config has `append_dimensions: {InstanceId: ...}`
     (series carry InstanceId); false when they carry only `host`/`index`/`name`; `auto` reads both.
+    `period_seconds`: the agent's `metrics_collection_interval` (60, 120, ... 300); each
+    datapoint then counts for that many seconds of coverage.
     """
 
     gpu_namespace: str = "CWAgent"
     instance_dimension: bool | Literal["auto"] = "auto"
+    period_seconds: int = Field(default=60, ge=60, le=300)
+
+    @field_validator("period_seconds")
+    @classmethod
+    def _whole_minutes(cls, value: int) -> int:
+        if value % 60:
+            raise ValueError(
+                f"period_seconds {value} must be a whole number of minutes (60, 120, ... 300): "
+                "set it to the CloudWatch agent's metrics_collection_interval"
+            )
+        return value
 
 
 class AwsSettings(_Strict):
