@@ -16,7 +16,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from sqlalchemy import func, select
 from sqlmodel import Session, col
 
-from costguard.store.tables import AlertRow, CostIntervalRow, InstanceRow, PolicyStateRow
+from costguard.store.tables import (
+    AlertRow,
+    CostIntervalRow,
+    GapRow,
+    InstanceRow,
+    PolicyStateRow,
+)
 
 STAGE_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -57,6 +63,8 @@ class DaemonMetrics:
         self.idle_usd_per_hour = Gauge(
             "costguard_idle_usd_per_hour", "Idle GPU dollars accrued over the last hour.",
             registry=r)
+        self.gaps = Gauge("costguard_open_gaps", "Scopes that cannot be read now (1 each).",
+                          ["provider", "scope"], registry=r)
         self.agent_batches = Counter("costguard_agent_batches",
                                      "Agent telemetry batches stored.", registry=r)
         self.agent_minutes = Counter("costguard_agent_minutes",
@@ -96,6 +104,7 @@ class DaemonMetrics:
         for provider, state, n in rows:
             self.instances.labels(provider, state).set(n)
         self.refresh_alerts(session)
+        self.refresh_gaps(session)
         self.policy_states.clear()
         for policy, state, n in session.execute(
                 select(col(PolicyStateRow.policy), col(PolicyStateRow.state), func.count())
@@ -105,6 +114,13 @@ class DaemonMetrics:
             select(func.coalesce(func.sum(CostIntervalRow.idle_cost_micros), 0))
             .where(col(CostIntervalRow.end) > now - timedelta(hours=1))).scalar()
         self.idle_usd_per_hour.set(int(idle or 0) / 1e6)
+
+    def refresh_gaps(self, session: Session) -> None:
+        self.gaps.clear()
+        for provider, scope in session.execute(
+                select(col(GapRow.provider), col(GapRow.scope))
+                .where(col(GapRow.resolved_at).is_(None))).all():
+            self.gaps.labels(provider, scope).set(1)
 
     def refresh_alerts(self, session: Session) -> None:
         counts: dict[str, int] = {str(k): int(v) for k, v in session.execute(

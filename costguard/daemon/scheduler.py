@@ -184,6 +184,12 @@ class Daemon:
             self.state.last_error = f"{type(exc).__name__} in {stage}"
             log.error("cycle failed in stage %s: %s: %s", stage, type(exc).__name__,
                       str(exc).splitlines()[0] if str(exc) else "", extra={"stage": stage})
+            try:  # what the failed cycle did record (gaps, alerts) is still worth exporting
+                with self.engine.db.session() as s:
+                    self.metrics.refresh_gaps(s)
+                    self.metrics.refresh_alerts(s)
+            except Exception:
+                pass
             return None
         seconds = time.perf_counter() - started
         self.cycles_run += 1
