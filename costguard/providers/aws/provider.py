@@ -209,10 +209,10 @@ class AwsProvider:
         series = cw.attribute_series(dimension_sets, wanted, hosts, layout)
         if not series:
             return [], 0
-        # A coarse datapoint that starts before the window still covers its first minutes.
-        query_start = first - timedelta(seconds=period_s - cw.PERIOD_S)
+        # Buckets of `period_s` start at `first`: each one that holds a datapoint covers its
+        # whole period, wherever inside it the agent's sample fell.
         values, calls = cw.get_metric_data(
-            client, cw.gpu_queries(series, namespace, period_s), query_start, last, scope
+            client, cw.gpu_queries(series, namespace, period_s), first, last, scope
         )
         gpu_counts = {i.instance_id: max(1, i.gpu_count) for i in members}
         rows = cw.to_gpu_minutes(

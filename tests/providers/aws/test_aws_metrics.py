@@ -292,3 +292,60 @@ def test_unreachable_cloudwatch_region_is_a_metric_gap_and_other_regions_are_rea
 
     assert [r.instance_id for r in rows] == [west["InstanceId"]]
     assert [g.scope for g in provider.metric_gaps] == ["123456789012/us-east-1"]
+
+
+def test_five_minute_agent_datapoints_cover_their_whole_period(
+    make_provider: ProviderFactory, clock: ManualClock
+) -> None:
+    (raw,) = run_instances(itype="g5.xlarge")
+    by_id = [{"Name": "InstanceId", "Value": raw["InstanceId"]}]
+    # an agent with metrics_collection_interval 300: one datapoint every 5 minutes
+    _put([{"MetricName": GPU_UTIL, "Dimensions": by_id, "Timestamp": _minute(clock, 5 * k),
+           "Value": 2.0} for k in range(1, 13)])
+    coarse, instances = _inventory(
+        make_provider, cloudwatch={"instance_dimension": True, "period_seconds": 300})
+    start, end = _minute(clock, 60), _minute(clock, 0)
+
+    rows = coarse.gpu_metrics(instances, start, end)
+
+    minutes = {r.minute for r in rows}
+    assert len(rows) == len(minutes) == 60  # each point stands for 5 minutes, none outside
+    assert min(minutes) == start and max(minutes) == end - timedelta(minutes=1)
+    # read at the default 60 s period the same series covers 12 minutes in 60: too little
+    fine, _ = _inventory(make_provider, cloudwatch={"instance_dimension": True})
+    assert len(fine.gpu_metrics(instances, start, end)) == 12
+
+
+def test_period_seconds_must_be_whole_minutes() -> None:
+    from pydantic import ValidationError
+
+    from costguard.providers.aws.settings import CloudWatchSettings
+
+    with pytest.raises(ValidationError, match="metrics_collection_interval"):
+        CloudWatchSettings(period_seconds=90)
+
+
+def test_instance_rollup_series_stands_for_every_gpu_with_the_busiest_gpus_peak(
+    make_provider: ProviderFactory, clock: ManualClock
+) -> None:
+    rolled, split = run_instances(count=2, itype="p4d.24xlarge")
+    when = _minute(clock, 3)
+    # aggregation_dimensions [["InstanceId"]]: one series for all 8 GPUs; one GPU works
+    _put([{"MetricName": GPU_UTIL, "Timestamp": when, "Value": v,
+           "Dimensions": [{"Name": "InstanceId", "Value": rolled["InstanceId"]}]}
+          for v in [1.0] * 7 + [40.0]])
+    # an instance with both a roll-up and per-GPU series: the per-GPU ones are used
+    _put([{"MetricName": GPU_UTIL, "Timestamp": when, "Value": 90.0,
+           "Dimensions": [{"Name": "InstanceId", "Value": split["InstanceId"]}]},
+          {"MetricName": GPU_UTIL, "Timestamp": when, "Value": 3.0,
+           "Dimensions": _dims(split, 5, with_id=True)}])
+    provider, instances = _inventory(make_provider, cloudwatch={"instance_dimension": True})
+
+    rows = provider.gpu_metrics(instances, when, when + timedelta(minutes=1))
+
+    mine = [r for r in rows if r.instance_id == rolled["InstanceId"]]
+    assert sorted(r.gpu_index for r in mine) == list(range(8))
+    assert {r.util_max for r in mine} == {40.0}  # the busiest GPU: not idle
+    assert [r.util_mean for r in mine] == [pytest.approx(47.0 / 8)] * 8
+    theirs = [(r.gpu_index, r.util_max) for r in rows if r.instance_id == split["InstanceId"]]
+    assert theirs == [(5, 3.0)]
