@@ -1,0 +1,181 @@
+"""The deployment files keep their promises: non-root, probes on the right paths and ports,
+configuration that costguard itself accepts."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from costguard.config import Settings
+from costguard.policy.load import parse_policy_text
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+K8S = DEPLOY / "kubernetes"
+
+
+def _docs() -> dict[tuple[str, str], dict[str, Any]]:
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for path in sorted(K8S.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and "kind" in doc and doc["kind"] != "Kustomization":
+                out[(doc["kind"], doc["metadata"]["name"])] = doc
+    return out
+
+
+DOCS = _docs()
+DAEMON = DOCS[("Deployment", "costguard")]
+AGENT = DOCS[("DaemonSet", "costguard-agent")]
+SERVICE = DOCS[("Service", "costguard")]
+
+
+def _pod(workload: dict[str, Any]) -> dict[str, Any]:
+    pod: dict[str, Any] = workload["spec"]["template"]["spec"]
+    return pod
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+def test_kustomization_lists_every_manifest() -> None:
+    listed = set(yaml.safe_load((K8S / "kustomization.yaml").read_text())["resources"])
+    present = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
+    assert listed == present
+
+
+@pytest.mark.parametrize("workload", [DAEMON, AGENT], ids=["daemon", "agent"])
+def test_long_running_containers_run_as_non_root_without_privileges(
+        workload: dict[str, Any]) -> None:
+    pod = _pod(workload)
+    for container in pod["containers"]:
+        sc = {**pod.get("securityContext", {}), **container.get("securityContext", {})}
+        assert sc["runAsNonRoot"] is True and sc["runAsUser"] != 0, container["name"]
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["readOnlyRootFilesystem"] is True
+        assert "ALL" in sc["capabilities"]["drop"]
+        assert not sc.get("privileged", False)
+
+
+def test_the_only_root_step_is_chowning_the_agent_buffer() -> None:
+    for workload in (DAEMON, AGENT):
+        for init in _pod(workload).get("initContainers", []):
+            sc = init.get("securityContext", {})
+            if sc.get("runAsUser") == 0:
+                assert init["command"][0] == "chown"
+                assert sc["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+
+
+def test_daemon_probes_point_at_healthz_and_readyz_on_the_served_port() -> None:
+    container = _pod(DAEMON)["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    env = _env(container)
+    assert int(env["COSTGUARD_HTTP__PORT"]) == ports["http"]
+    assert env["COSTGUARD_HTTP__HOST"] == "0.0.0.0"  # probes and Service come from outside
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert container["startupProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def test_service_monitor_and_agents_reach_the_daemon_port() -> None:
+    container = _pod(DAEMON)["containers"][0]
+    port_names = {p["name"] for p in container["ports"]}
+    (svc_port,) = SERVICE["spec"]["ports"]
+    assert svc_port["targetPort"] in port_names
+    labels = _pod_labels(DAEMON)
+    assert SERVICE["spec"]["selector"].items() <= labels.items()
+    monitor = DOCS[("ServiceMonitor", "costguard")]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= \
+        SERVICE["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"][0] == {**monitor["spec"]["endpoints"][0],
+                                               "port": svc_port["name"], "path": "/metrics"}
+    url = _pod(AGENT)["containers"][0]["args"][1]
+    assert re.fullmatch(rf"http://costguard\.costguard\.svc:{svc_port['port']}", url)
+
+
+def _pod_labels(workload: dict[str, Any]) -> dict[str, str]:
+    labels: dict[str, str] = workload["spec"]["template"]["metadata"]["labels"]
+    assert workload["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    return labels
+
+
+def test_agents_run_only_on_gpu_nodes_and_tolerate_their_taint() -> None:
+    pod = _pod(AGENT)
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in \
+        pod["tolerations"]
+    resources = pod["containers"][0]["resources"]
+    assert "nvidia.com/gpu" not in resources.get("limits", {})  # never takes a workload's GPU
+
+
+def test_secrets_come_from_the_secret_and_its_keys_exist() -> None:
+    secret = DOCS[("Secret", "costguard-secrets")]
+    keys = set(secret["stringData"])
+    for workload in (DAEMON, AGENT):
+        for container in _pod(workload)["containers"]:
+            for value in _env(container).values():
+                if isinstance(value, dict) and "secretKeyRef" in value:
+                    ref = value["secretKeyRef"]
+                    assert ref["name"] == "costguard-secrets" and ref["key"] in keys
+    assert all("CHANGE-ME" in v for v in secret["stringData"].values())
+    config = DOCS[("ConfigMap", "costguard-config")]["data"]["costguard.yaml"]
+    assert "token" not in config and "password" not in config
+
+
+def test_the_configmap_is_configuration_costguard_accepts(tmp_path: Path) -> None:
+    data = DOCS[("ConfigMap", "costguard-config")]["data"]
+    settings = Settings(**yaml.safe_load(data["costguard.yaml"]))
+    assert settings.http.port == 8787
+    mounted = {i["path"] for v in _pod(DAEMON)["volumes"] if "configMap" in v
+               for i in v["configMap"]["items"]}
+    for key, text in data.items():
+        if key != "costguard.yaml":
+            assert parse_policy_text(text, key).policies
+            assert f"policies/{key}" in mounted
+    policy_dir = Path("/etc/costguard/policies")
+    assert settings.policy_paths == [policy_dir]
+
+
+def test_rollouts_leave_the_in_flight_cycle_time_to_finish() -> None:
+    pod = _pod(DAEMON)
+    assert pod["terminationGracePeriodSeconds"] > 25  # daemon.shutdown_grace default
+    assert DAEMON["spec"]["replicas"] >= 2
+    pdb = DOCS[("PodDisruptionBudget", "costguard")]
+    assert pdb["spec"]["minAvailable"] == 1
+
+
+def test_the_dockerfile_is_multi_stage_slim_and_non_root() -> None:
+    text = (DEPLOY / "Dockerfile").read_text()
+    froms = re.findall(r"^FROM (\S+)", text, re.M)
+    assert len(froms) >= 2 and all("slim" in f for f in froms)
+    users = re.findall(r"^USER (\S+)", text, re.M)
+    assert users and users[-1] not in ("root", "0")
+    assert "EXPOSE 8787" in text and "/healthz" in text
+    assert re.search(r'^CMD \["run"\]', text, re.M)
+
+
+def test_the_systemd_unit_runs_the_daemon_unprivileged_with_secrets_in_a_file() -> None:
+    unit = (DEPLOY / "systemd" / "costguard.service").read_text()
+    assert re.search(r"^ExecStart=\S+costguard run$", unit, re.M)
+    assert "DynamicUser=yes" in unit and "NoNewPrivileges=yes" in unit
+    assert "EnvironmentFile=/etc/costguard/costguard.env" in unit
+    assert "TOKEN=" not in unit.split("[Unit]")[1]
+
+
+def test_irsa_trust_is_limited_to_the_daemon_service_account() -> None:
+    trust = json.loads((DEPLOY / "identity" / "aws" / "irsa-trust-policy.json").read_text())
+    (statement,) = trust["Statement"]
+    assert statement["Action"] == "sts:AssumeRoleWithWebIdentity"
+    sa = DOCS[("ServiceAccount", "costguard")]
+    expected = f"system:serviceaccount:{sa['metadata']['namespace']}:{sa['metadata']['name']}"
+    assert expected in statement["Condition"]["StringEquals"].values()
+    assert "eks.amazonaws.com/role-arn" in sa["metadata"]["annotations"]
+    binding = yaml.safe_load((DEPLOY / "identity" / "gcp" /
+                              "workload-identity-binding.yaml").read_text())
+    assert binding["spec"]["member"].endswith("[costguard/costguard]")
+    for mode in ("readonly", "enforce"):
+        assert (DEPLOY / "iam" / "aws" / f"costguard-{mode}.json").exists()
