@@ -1,0 +1,127 @@
+"""The daemon over a simulated day: memory stays flat, and an idle daemon costs ~no CPU.
+
+`daemon-soak` drives the real `Daemon.cycle_job` (leader check, cycle lock, engine cycle,
+metrics refresh, stage logs) over 24 simulated hours of the seeded sim fleet on a
+ManualClock, a cycle every 5 simulated minutes (the default poll interval), against a
+SQLite file, and samples the process's resident memory. Growth is measured from the end of the first simulated hours
+(caches and the reading window fill up there) to the end of the day.
+
+`daemon-idle` starts the whole service (scheduler, HTTP server on loopback) and measures
+the CPU it uses between cycles.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+
+from bench import benchmark
+from costguard.clock import ManualClock
+from costguard.config import Settings
+from costguard.daemon.scheduler import Daemon
+from costguard.daemon.settings import DaemonSettings
+from costguard.engine import Engine
+from costguard.policy.load import load_policy_set
+from costguard.providers.sim import SimProvider
+from costguard.store.db import Database
+
+START = datetime(2026, 11, 16, 0, 0, tzinfo=UTC)  # a Monday: office hours and a night
+POLICIES = Path(__file__).resolve().parent.parent / "policies"
+SOAK_HOURS = 24
+CYCLE = timedelta(minutes=5)  # the default poll_interval
+WARMUP = timedelta(hours=3)
+
+
+def rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _daemon(root: Path, clock: ManualClock, *, http: bool, poll: timedelta) -> Daemon:
+    settings = Settings(database_url=f"sqlite:///{root / 'cg.db'}", policy_paths=[POLICIES],
+                        poll_interval=poll, alerts={"console": True},
+                        http={"port": 8787})
+    assert settings.providers.sim is not None
+    db = Database(settings.database_url)
+    engine = Engine(settings, db, {"sim": SimProvider(settings.providers.sim, clock)},
+                    load_policy_set(settings.policy_paths), clock,
+                    alert_printer=lambda kind, subject, body: None)
+    cfg = DaemonSettings(http_enabled=http, leader_election="auto")
+    return Daemon(engine, settings, cfg, http_port=0)
+
+
+@benchmark("daemon-soak", description="24 simulated hours of daemon cycles: time and memory.")
+def daemon_soak() -> list[dict[str, object]]:
+    logging.getLogger("costguard").setLevel(logging.WARNING)
+    with tempfile.TemporaryDirectory() as tmp:
+        clock = ManualClock(START)
+        daemon = _daemon(Path(tmp), clock, http=False, poll=CYCLE)
+        cycles = int(timedelta(hours=SOAK_HOURS) / CYCLE)
+        warm_rss = 0.0
+        samples: list[float] = []
+        started = time.perf_counter()
+        cpu0 = time.process_time()
+        for i in range(cycles):
+            if daemon.cycle_job() is None:
+                raise RuntimeError(f"cycle {i} failed: {daemon.state.last_error}")
+            clock.advance(CYCLE)
+            if clock.now() - START == WARMUP:
+                gc.collect()
+                warm_rss = rss_mib()
+            if i % 12 == 0:
+                samples.append(rss_mib())
+        seconds = time.perf_counter() - started
+        cpu = time.process_time() - cpu0
+        gc.collect()
+        end_rss = rss_mib()
+        daemon.leadership.release()
+        daemon.engine.db.dispose()
+    growth = (end_rss - warm_rss) / warm_rss * 100
+    if growth >= 10:
+        raise AssertionError(f"RSS grew {growth:.1f}% over the simulated day (limit 10%)")
+    return [{"simulated_hours": SOAK_HOURS, "cycles": cycles, "seconds": seconds,
+             "ms_per_cycle": seconds / cycles * 1000, "cpu_seconds": cpu,
+             "rss_mib_after_warmup": warm_rss, "rss_mib_end": end_rss,
+             "rss_mib_peak": max([*samples, end_rss]), "rss_growth_pct": growth}]
+
+
+@benchmark("daemon-idle", description="CPU the running service uses between cycles.")
+def daemon_idle() -> list[dict[str, object]]:
+    logging.getLogger("costguard").setLevel(logging.WARNING)
+    rows: list[dict[str, object]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        clock = ManualClock(START)
+        daemon = _daemon(Path(tmp), clock, http=True, poll=timedelta(hours=1))
+        daemon.start()
+        try:
+            deadline = time.monotonic() + 30
+            while daemon.cycles_run < 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert daemon.http is not None
+            for scrape_every in (None, 1.0):
+                window = 10.0
+                cpu0, wall0 = time.process_time(), time.perf_counter()
+                next_scrape = 0.0
+                while time.perf_counter() - wall0 < window:
+                    if scrape_every is not None and time.perf_counter() - wall0 >= next_scrape:
+                        httpx.get(f"http://127.0.0.1:{daemon.http.port}/metrics")
+                        next_scrape += scrape_every
+                    time.sleep(0.25)
+                cpu = time.process_time() - cpu0
+                wall = time.perf_counter() - wall0
+                rows.append({"state": "idle between cycles" if scrape_every is None else
+                             "idle, /metrics scraped", "wall_seconds": wall,
+                             "cpu_seconds": cpu, "cpu_percent_of_one_core": cpu / wall * 100,
+                             "rss_mib": rss_mib()})
+        finally:
+            daemon.shutdown()
+            daemon.engine.db.dispose()
+    return rows
