@@ -3,8 +3,9 @@
 `daemon-soak` drives the real `Daemon.cycle_job` (leader check, cycle lock, engine cycle,
 metrics refresh, stage logs) over 24 simulated hours of the seeded sim fleet on a
 ManualClock, a cycle every 5 simulated minutes (the default poll interval), against a
-SQLite file, and samples the process's resident memory. Growth is measured from the end of the first simulated hours
-(caches and the reading window fill up there) to the end of the day.
+SQLite file, and samples the process's resident memory. Growth is measured from the end
+of the first simulated hours (caches and the reading window fill up there) to the end of
+the day.
 
 `daemon-idle` starts the whole service (scheduler, HTTP server on loopback) and measures
 the CPU it uses between cycles.
