@@ -141,7 +141,9 @@ def backup_sqlite(source: Path, target: Path) -> None:
 
 def backup_postgres(url: str, target: Path) -> None:
     """`pg_dump --format=custom` (restore with pg_restore); the password goes by env."""
-    pg_dump = shutil.which("pg_dump")
+    installed = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_dump"),
+                       key=lambda p: int(p.parts[-3]) if p.parts[-3].isdigit() else 0)
+    pg_dump = shutil.which("pg_dump") or (str(installed[-1]) if installed else None)
     if pg_dump is None:
         raise CostguardError("pg_dump is not installed: install the PostgreSQL client "
                              "(apt-get install postgresql-client) or back up with your "

@@ -1,0 +1,93 @@
+"""`costguard status` and `costguard db backup`, through Typer's runner."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from costguard.clock import ManualClock, SystemClock
+from costguard.daemon.commands import commands_app, gather_status
+from costguard.store.db import Database
+from tests.daemon.daemon_helpers import START, build_engine, scripted_cloud
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COSTGUARD_DATABASE_URL", f"sqlite:///{tmp_path / 'cg.db'}")
+    monkeypatch.setenv("COSTGUARD_POLICY_PATHS", "[]")
+    return tmp_path
+
+
+def _cycle(db_path: Path, clock: ManualClock | SystemClock) -> None:
+    db = Database(f"sqlite:///{db_path}")
+    build_engine(db, scripted_cloud(clock), clock).run_cycle()
+    db.dispose()
+
+
+def test_status_is_healthy_after_a_recent_cycle(env: Path) -> None:
+    _cycle(env / "cg.db", SystemClock())
+    result = runner.invoke(commands_app(), ["status", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    info = json.loads(result.output)
+    assert info["healthy"] and info["last_cycle"]["status"] == "ok"
+    assert info["paused"] is False and info["unresolved_action_intents"] == 0
+
+
+def test_status_exits_1_and_says_so_when_no_cycle_ran_lately(env: Path) -> None:
+    _cycle(env / "cg.db", ManualClock(START))  # long ago
+    result = runner.invoke(commands_app(), ["status"])
+    assert result.exit_code == 1
+    assert "not cycling" in result.output and "last cycle: #1 ok" in result.output
+
+
+def test_status_on_a_missing_schema_tells_how_to_fix_it(env: Path) -> None:
+    sqlite3.connect(env / "cg.db").close()
+    result = runner.invoke(commands_app(), ["status"])
+    assert result.exit_code == 2 and "costguard db upgrade" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_gather_status_counts_open_gaps_and_pending_alerts(tmp_path: Path) -> None:
+    db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
+    clock = ManualClock(START)
+    engine = build_engine(db, scripted_cloud(clock), clock, alerts={"console": False})
+    for _ in range(3):
+        engine.run_cycle()
+        clock.advance(timedelta(minutes=1))
+    info = gather_status(db, clock.now(), 60)
+    assert info["healthy"] and info["alerts"].get("pending", 0) >= 3  # the three stops
+
+
+def test_backup_copies_a_live_sqlite_database(env: Path) -> None:
+    _cycle(env / "cg.db", SystemClock())
+    result = runner.invoke(commands_app(), ["backup", str(env / "copy.db")])
+    assert result.exit_code == 0, result.output
+    copy = sqlite3.connect(env / "copy.db")
+    assert copy.execute("SELECT count(*) FROM instances").fetchone() == (5,)
+    copy.close()
+
+
+def test_backup_without_a_database_explains(env: Path) -> None:
+    result = runner.invoke(commands_app(), ["backup", str(env / "copy.db")])
+    assert result.exit_code == 2 and "no SQLite database file" in result.output
+
+
+def test_backup_dumps_postgresql_with_pg_dump(pg_url: str, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COSTGUARD_DATABASE_URL", pg_url)
+    monkeypatch.setenv("COSTGUARD_POLICY_PATHS", "[]")
+    Database(pg_url).dispose()
+    result = runner.invoke(commands_app(), ["backup", str(tmp_path / "cg.dump")])
+    if "pg_dump is not installed" in result.output:
+        pytest.skip("no pg_dump here")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "cg.dump").read_bytes().startswith(b"PGDMP")  # custom format
