@@ -20,9 +20,9 @@ from costguard.costs.accrual import accrue
 from costguard.costs.attribution import Attributor
 from costguard.costs.pricing import PriceCatalog
 from costguard.costs.rollup import DAILY, ROLLED_UP_UNTIL
-from costguard.engine import control
 from costguard.model import Instance, InstanceState, Lifecycle
 from costguard.report.queries import catalog_spot_price, spend
+from costguard.store import control
 from costguard.store.db import Database
 from costguard.store.inventory import record_inventory
 

@@ -244,7 +244,7 @@ def resume(config: ConfigOpt = None) -> None:
 
 
 def _set_paused(config: Path | None, paused: bool) -> None:
-    from costguard.engine import control
+    from costguard.store import control
     from costguard.store.db import Database
 
     settings = _settings(config)

@@ -14,7 +14,7 @@ from sqlalchemy import Float, Table, delete, func, insert, literal, select
 from sqlalchemy.sql.elements import ColumnElement
 from sqlmodel import Session
 
-from costguard.engine import control
+from costguard.store import control
 from costguard.store.tables import CostDailyRow, CostIntervalRow
 
 ROLLED_UP_UNTIL = "costs.rolled_up_until"

@@ -26,8 +26,8 @@ from sqlmodel import select as model_select
 
 from costguard.clock import utc
 from costguard.config import Settings, load_settings
-from costguard.engine import control
 from costguard.errors import CostguardError
+from costguard.store import control
 from costguard.store.db import Database
 from costguard.store.tables import ActionJournalRow, AlertRow, CycleRow, GapRow
 

@@ -21,12 +21,12 @@ from costguard.costs.anomaly import detect_anomalies
 from costguard.costs.attribution import Attributor
 from costguard.costs.budgets import check_budgets
 from costguard.costs.pricing import PriceCatalog, PriceOverrides
-from costguard.engine import control
 from costguard.engine.collect import collect
 from costguard.model import GpuMinute, Instance, InstanceState, TelemetrySource
 from costguard.policy.evaluate import Finding, evaluate
 from costguard.policy.schema import PolicySet
 from costguard.providers.base import Provider
+from costguard.store import control
 from costguard.store.db import Database
 from costguard.store.inventory import current_instances
 from costguard.store.readings import ReadingWindow, instances_with_source, write_minutes

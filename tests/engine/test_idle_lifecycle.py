@@ -125,7 +125,7 @@ def test_policy_over_its_cap_acts_on_none_and_alerts(
 def test_pause_stops_all_actions(
     make_engine: EngineFactory, cloud: ScriptedCloud, clock: ManualClock, db: Database
 ) -> None:
-    from costguard.engine import control
+    from costguard.store import control
 
     cloud.add("i-idle", always("no_process"))
     with db.session() as s:
