@@ -153,13 +153,19 @@ def _live_state(url: str, regions: list[str]) -> dict[str, tuple[str, dict[str, 
     return out
 
 
-def _verify(url: str, doc: dict[str, Any], specs: list[dict[str, Any]], tag: str) -> str:
-    """'ok', or what differs from the expected document."""
+def _verify(url: str, doc: dict[str, Any], specs: list[dict[str, Any]], tag: str,
+            *, tags_protected: bool) -> str:
+    """'ok', or what differs from the expected document. costguard never touches an instance
+    tagged `costguard:protect=true`, not even to tag it (`tags_protected=False`); c7n's
+    mark-for-op policy has no such filter and tags them too."""
     regions = doc["regions"]
     live = _live_state(url, regions)
     exp = doc["expected"]
+    protected = {s["id"] for s in specs if s["protect"] == "true"}
     want_stop = {i for r in regions for i in exp[r]["idle_gpu_stop"]}
     want_tag = {i for r in regions for i in exp[r]["missing_team"]}
+    if not tags_protected:
+        want_tag -= protected
     prestopped = {i for r in regions for i in exp[r]["prestopped"]}
     stopped = {i for i, (state, _) in live.items() if state in ("stopping", "stopped")}
     tagged = {i for i, (_, tags) in live.items() if tag in tags}
@@ -196,7 +202,7 @@ def _costguard(n: int, work: Path) -> tuple[dict[str, object], ToolRun]:
         db = f"sqlite:///{work / f'n{n}.db'}"
         run = _run_tool([sys.executable, "-m", "bench._aws_cycle", url, now.isoformat(), db,
                          str(out), *doc["regions"]], url, pid, out, "api_calls")
-        verdict = _verify(url, doc, specs, COSTGUARD_TAG)
+        verdict = _verify(url, doc, specs, COSTGUARD_TAG, tags_protected=False)
     result = json.loads(out.read_text())
     findings = result["summary"]["findings"]
     ondemand = sum(doc["counts"][r]["ondemand_gpu_running"] for r in doc["regions"])
@@ -217,7 +223,7 @@ def _c7n(n: int, work: Path) -> tuple[dict[str, object], ToolRun]:
                 str(out), "run", "--cache", "memory", *env_regions, "-s", str(outdir),
                 str(PEER / "policies.yml")]
         run = _run_tool(argv, url, pid, out, None)  # AWS_ENDPOINT_URL: c7n's sessions use it
-        verdict = _verify(url, doc, specs, C7N_TAG)
+        verdict = _verify(url, doc, specs, C7N_TAG, tags_protected=True)
     reported = 0
     for region in doc["regions"]:
         path = outdir / region / "gpu-on-demand-report" / "resources.json"
