@@ -144,6 +144,7 @@ class ActionKind(StrEnum):
     TAG = "tag"
     STOP = "stop"
     START = "start"
+    TERMINATE = "terminate"
 
 
 class ActionOutcome(StrEnum):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from costguard.clock import utc
 from costguard.model import Instance
@@ -56,3 +56,35 @@ def check_caps(
         return CapVerdict(
             False, f"${dollars:,.2f}/h affected, cap is ${max_usd_per_hour:,.2f}/h per cycle")
     return CapVerdict(True)
+
+
+@dataclass
+class CycleBudget:
+    """What is left of the fleet-wide per-cycle caps (SafetySettings) as policies act."""
+
+    actions_left: int | None
+    usd_per_hour_left: float | None
+
+    def take(self, usd_per_hour: Sequence[float]) -> CapVerdict:
+        """Reserve a whole batch, or nothing: the same all-or-nothing rule as per policy."""
+        count, dollars = len(usd_per_hour), sum(usd_per_hour)
+        if self.actions_left is not None and count > self.actions_left:
+            return CapVerdict(False, f"{count} instances due, {self.actions_left} left of the "
+                                     "fleet-wide per-cycle cap (safety.max_actions_per_cycle)")
+        if self.usd_per_hour_left is not None and dollars > self.usd_per_hour_left + 1e-9:
+            return CapVerdict(False, f"${dollars:,.2f}/h due, ${self.usd_per_hour_left:,.2f}/h "
+                                     "left of the fleet-wide per-cycle cap "
+                                     "(safety.max_usd_per_hour_per_cycle)")
+        if self.actions_left is not None:
+            self.actions_left -= count
+        if self.usd_per_hour_left is not None:
+            self.usd_per_hour_left -= dollars
+        return CapVerdict(True)
+
+
+def snooze_limit(requested: datetime, started: datetime, max_snooze: timedelta | None
+                 ) -> datetime:
+    """The snooze expiry an admin allows: at most `max_snooze` after the snooze began."""
+    if max_snooze is None:
+        return requested
+    return min(requested, started + max_snooze)

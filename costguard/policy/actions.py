@@ -12,7 +12,8 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from costguard.model import ActionKind
-from costguard.policy.base import Duration, Element, OneOrMany, Text, TypeLabel
+from costguard.policy.base import Duration, Element, OneOrMany, Text, TypeLabel, at_least
+from costguard.policy.schedule import Calendar
 
 NOTIFY_PLACEHOLDERS = (
     "policy",
@@ -24,8 +25,9 @@ NOTIFY_PLACEHOLDERS = (
 )
 """Fields a notify `message` may use, e.g. `{instance}`; the notifier fills them."""
 
-TAG_PLACEHOLDERS = ("now", "policy")
-"""Fields a tag value may use: `{now}` is the ISO-8601 UTC time of the action."""
+TAG_PLACEHOLDERS = ("now", "policy", "deadline")
+"""Fields a tag value may use: `{now}` is the ISO-8601 UTC time of the action, `{deadline}`
+the time the policy's `stop` will act (empty without a stop)."""
 
 _RECIPIENT = re.compile(r"owner|team|slack:#[a-z0-9][a-z0-9._-]*|email:[^@\s]+@[^@\s]+\.[^@\s]+")
 
@@ -107,7 +109,8 @@ policies:
 
 class TagAction(Element):
     """Set or remove tags on the instance, e.g. to mark when it was first found idle.
-    Values may use {now} (ISO-8601 UTC) and {policy}."""
+    Values may use {now} (ISO-8601 UTC), {policy} and {deadline} (when the policy's
+    `stop` will act: tag a resource with its deadline as a visible escalation step)."""
 
     yaml_key: ClassVar[str] = "actions[].tag"
     example: ClassVar[str] = """\
@@ -162,14 +165,77 @@ policies:
     grace: Duration = Field(
         default=timedelta(minutes=15), description="Warning time before the stop."
     )
+    calendar: Calendar | None = Field(
+        default=None, description="Count `grace` on business days of this calendar only."
+    )
 
 
-_KINDS = ("notify", "tag", "stop")
+class StartAction(Element):
+    """Start instances this policy stopped when office hours begin again. Needs the
+    policy's `condition.outside_hours`: an instance the policy stopped outside office
+    hours is started at the first cycle inside them (not on weekends or holidays). Only
+    instances costguard itself stopped are started; a box someone stopped by hand stays
+    stopped. Dry-run policies only record the start."""
+
+    yaml_key: ClassVar[str] = "actions[].start"
+    example: ClassVar[str] = """\
+policies:
+  - name: dev-gpus-nights-and-weekends
+    mode: enforce
+    filters: {gpu: true, state: running, tags: {values: {env: [dev]}}}
+    condition:
+      outside_hours: {timezone: America/New_York, hours: "07:30-20:00", holidays: US}
+    actions:
+      - notify: {to: owner}
+      - stop: {grace: 15m}
+      - start: {at_office_hours: true}
+"""
+
+    at_office_hours: bool = Field(
+        default=True, description="Start again when the office hours begin."
+    )
+
+
+class TerminateAction(Element):
+    """Terminate an instance this policy stopped once it has stayed stopped for
+    `after_stopped`, optionally snapshotting its disks first. This is the only way
+    costguard ever terminates anything, and it must be written into a policy explicitly.
+    The owner is warned `warn_before` the termination; starting the instance, tagging it
+    `costguard:protect` or snoozing it cancels it. Terminate is implemented for the
+    simulated cloud only; on AWS and GCP the step is journaled as skipped (not wired yet).
+    """
+
+    yaml_key: ClassVar[str] = "actions[].terminate"
+    example: ClassVar[str] = """\
+policies:
+  - name: idle-scratch-gpus
+    mode: enforce
+    filters: {gpu: true, state: running, tags: {values: {env: [scratch]}}}
+    condition:
+      idle: {below: 5, for: 45m}
+    actions:
+      - notify: {to: owner}
+      - stop: {grace: 15m}
+      - terminate: {after_stopped: 7d, snapshot: true, warn_before: 1d}
+"""
+
+    after_stopped: Annotated[
+        Duration, AfterValidator(at_least(timedelta(hours=1), "owners need time to react"))
+    ] = Field(default=timedelta(days=7), description="Time stopped before terminating.")
+    snapshot: bool = Field(default=True, description="Snapshot the disks first.")
+    warn_before: Duration = Field(
+        default=timedelta(days=1), description="Warning time before terminating."
+    )
+
+
+_KINDS = ("notify", "tag", "stop", "start", "terminate")
+_KINDS_TEXT = ", ".join(_KINDS[:-1]) + " or " + _KINDS[-1]
 
 
 class Action(Element):
     """One step of a policy's `actions` list: a mapping with exactly one key, `notify`,
-    `tag` or `stop`. Steps run in order. A bare `- stop` or `- notify` uses the defaults.
+    `tag`, `stop`, `start` or `terminate`. Steps run in order. A bare `- stop` or
+    `- notify` uses the defaults.
     """
 
     yaml_key: ClassVar[str] = "actions[]"
@@ -188,6 +254,8 @@ policies:
     notify: NotifyAction | None = Field(default=None, description="See NotifyAction.")
     tag: TagAction | None = Field(default=None, description="See TagAction.")
     stop: StopAction | None = Field(default=None, description="See StopAction.")
+    start: StartAction | None = Field(default=None, description="See StartAction.")
+    terminate: TerminateAction | None = Field(default=None, description="See TerminateAction.")
 
     @model_validator(mode="before")
     @classmethod
@@ -208,18 +276,19 @@ policies:
                 else f"got {' and '.join(given)}; put each in its own list item"
             )
             raise PydanticCustomError(
-                "action", f"each action needs exactly one of notify, tag or stop ({detail})"
+                "action",
+                f"each action needs exactly one of {_KINDS_TEXT} ({detail})",
             )
         return self
 
     @property
     def kind(self) -> ActionKind:
-        """Which of notify/tag/stop this step is."""
+        """Which kind of step this is."""
         return ActionKind(next(k for k in _KINDS if getattr(self, k) is not None))
 
     @property
-    def spec(self) -> NotifyAction | TagAction | StopAction:
+    def spec(self) -> NotifyAction | TagAction | StopAction | StartAction | TerminateAction:
         """The step's settings."""
-        found = self.notify or self.tag or self.stop
+        found = self.notify or self.tag or self.stop or self.start or self.terminate
         assert found is not None
         return found

@@ -9,6 +9,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from costguard.policy.base import Duration, Element, OneOrMany, Text, at_least
+from costguard.policy.schedule import OfficeHours
 
 MIN_IDLE_WINDOW = timedelta(minutes=5)
 
@@ -118,7 +119,8 @@ class Condition(Element):
     condition given must hold (AND).
 
     `running_longer_than` counts from the instance's last launch or start;
-    `missing_tags` holds when any listed tag key is absent.
+    `missing_tags` holds when any listed tag key is absent; `outside_hours` holds at
+    night, on weekends and on holidays of its calendar.
     """
 
     yaml_key: ClassVar[str] = "condition"
@@ -142,13 +144,17 @@ policies:
         default=None, description="Any of these tag keys is absent."
     )
     cost_over: CostOver | None = Field(default=None, description="Cost above a threshold.")
+    outside_hours: OfficeHours | None = Field(
+        default=None, description="Outside these office hours."
+    )
 
     @model_validator(mode="after")
     def _at_least_one(self) -> Condition:
         if all(getattr(self, name) is None for name in type(self).model_fields):
             raise PydanticCustomError(
                 "condition",
-                "give at least one condition: idle, running_longer_than, missing_tags or cost_over",
+                "give at least one condition: idle, running_longer_than, missing_tags, cost_over "
+                "or outside_hours",
             )
         if self.missing_tags == ():
             raise PydanticCustomError(

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from fnmatch import fnmatchcase
 
+from costguard.actions.schedule import in_office_hours, why_outside
 from costguard.model import Classification, GpuMinute, Instance, InstanceState, Verdict
 from costguard.policy.conditions import Condition
 from costguard.policy.filters import Filters
@@ -93,6 +94,10 @@ def check_condition(
         if not missing:
             return False, ["has the required tags"], verdict
         reasons.append("missing tags: " + ", ".join(missing))
+    if cond.outside_hours is not None:
+        if in_office_hours(cond.outside_hours, now):
+            return False, ["inside office hours"], verdict
+        reasons.append("outside office hours: " + why_outside(cond.outside_hours, now))
     if cond.cost_over is not None:
         c = cond.cost_over
         over_hour = c.usd_per_hour is not None and usd_per_hour > c.usd_per_hour

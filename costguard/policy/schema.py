@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from datetime import timedelta
 from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -19,12 +20,15 @@ from costguard.policy.actions import (
     TAG_PLACEHOLDERS,
     Action,
     NotifyAction,
+    StartAction,
     StopAction,
     TagAction,
+    TerminateAction,
 )
 from costguard.policy.base import Duration, Element, Name, OneOrMany, format_duration
 from costguard.policy.conditions import Condition, CostOver, IdleCondition
 from costguard.policy.filters import AgeFilter, Filters, TagFilter
+from costguard.policy.schedule import Calendar, OfficeHours
 from costguard.policy.spend import (
     BUILTIN_DIMENSIONS,
     AnomalyRule,
@@ -44,6 +48,7 @@ __all__ = [
     "AnomalyRule",
     "Attribution",
     "Budget",
+    "Calendar",
     "Condition",
     "CostOver",
     "DeriveRule",
@@ -54,12 +59,15 @@ __all__ = [
     "IdleCondition",
     "Limits",
     "NotifyAction",
+    "OfficeHours",
     "Policy",
     "PolicyFile",
     "PolicySet",
+    "StartAction",
     "StopAction",
     "TagAction",
     "TagFilter",
+    "TerminateAction",
     "format_duration",
 ]
 
@@ -67,8 +75,11 @@ __all__ = [
 class Limits(Element):
     """Blast-radius limits for one policy. Per evaluation cycle the policy acts (tags or
     stops) on at most `max_actions_per_cycle` instances, and stops instances worth at
-    most `max_usd_per_hour` of running cost in total; the rest wait for the next cycle.
-    Notifications do not count."""
+    most `max_usd_per_hour` of running cost in total. A policy due to act beyond either
+    cap acts on none of them that cycle and raises a critical alert, because that many at
+    once usually means a broken filter or broken telemetry. Notifications do not count.
+    `max_snooze` is the longest an owner may snooze the policy on one instance (by
+    `costguard snooze` or the `costguard:snooze-until` tag); longer snoozes are cut short."""
 
     yaml_key: ClassVar[str] = "limits"
     example: ClassVar[str] = """\
@@ -80,12 +91,15 @@ policies:
     actions:
       - notify: {to: owner}
       - stop: {grace: 15m}
-    limits: {max_actions_per_cycle: 10, max_usd_per_hour: 500}
+    limits: {max_actions_per_cycle: 10, max_usd_per_hour: 500, max_snooze: 3d}
 """
 
     max_actions_per_cycle: int = Field(default=10, ge=1, description="Instances per cycle.")
     max_usd_per_hour: float | None = Field(
         default=None, gt=0, description="Hourly cost stopped per cycle (unset: no cap)."
+    )
+    max_snooze: Duration = Field(
+        default=timedelta(days=7), description="Longest snooze an owner may set."
     )
 
 
@@ -130,14 +144,37 @@ policies:
 
     @field_validator("actions")
     @classmethod
-    def _one_stop(cls, value: tuple[Action, ...]) -> tuple[Action, ...]:
-        stops = [i for i, a in enumerate(value) if a.kind is ActionKind.STOP]
-        if len(stops) > 1:
+    def _one_of_each_acting_kind(cls, value: tuple[Action, ...]) -> tuple[Action, ...]:
+        for kind in (ActionKind.STOP, ActionKind.START, ActionKind.TERMINATE):
+            at = [i for i, a in enumerate(value) if a.kind is kind]
+            if len(at) > 1:
+                raise PydanticCustomError(
+                    "actions",
+                    f"{kind} appears {len(at)} times (items {', '.join(map(str, at))}); "
+                    "keep one",
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _lifecycle_steps_need_stop(self) -> Policy:
+        kinds = {a.kind for a in self.actions}
+        for kind in (ActionKind.START, ActionKind.TERMINATE):
+            if kind in kinds and ActionKind.STOP not in kinds:
+                raise PydanticCustomError(
+                    "actions",
+                    f"{kind} acts only on instances this policy stopped: add a `stop` step",
+                )
+        if ActionKind.START in kinds and self.condition.outside_hours is None:
             raise PydanticCustomError(
                 "actions",
-                f"stop appears {len(stops)} times (items {', '.join(map(str, stops))}); keep one",
+                "start: {at_office_hours: true} needs condition.outside_hours to know when "
+                "office hours begin",
             )
-        return value
+        if ActionKind.START in kinds and ActionKind.TERMINATE in kinds:
+            raise PydanticCustomError(
+                "actions", "a policy cannot both start and terminate what it stopped; pick one"
+            )
+        return self
 
     @property
     def is_enforced(self) -> bool:
@@ -164,6 +201,18 @@ policies:
         """The policy's first tag step, if any."""
         found = self._first(ActionKind.TAG)
         return found.tag if found else None
+
+    @property
+    def start_action(self) -> StartAction | None:
+        """The policy's start step, if any."""
+        found = self._first(ActionKind.START)
+        return found.start if found else None
+
+    @property
+    def terminate_action(self) -> TerminateAction | None:
+        """The policy's terminate step, if any."""
+        found = self._first(ActionKind.TERMINATE)
+        return found.terminate if found else None
 
 
 class PolicyFile(Element):
@@ -271,10 +320,14 @@ ELEMENTS: tuple[type[Element], ...] = (
     Condition,
     IdleCondition,
     CostOver,
+    OfficeHours,
     Action,
     NotifyAction,
     TagAction,
     StopAction,
+    Calendar,
+    StartAction,
+    TerminateAction,
     Limits,
     Attribution,
     DimensionRule,
