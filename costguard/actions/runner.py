@@ -16,14 +16,26 @@ from datetime import datetime, timedelta
 from sqlmodel import Session, select
 
 from costguard.actions import journal
+from costguard.actions.lifecycle import AfterStop
 from costguard.actions.messages import label, notice, recipients, render, warning
-from costguard.actions.safety import check_caps, is_protected, snoozed_until
+from costguard.actions.safety import (
+    CapVerdict,
+    CycleBudget,
+    check_caps,
+    is_protected,
+    recheck,
+    snooze_limit,
+    snoozed_until,
+)
+from costguard.actions.schedule import business_deadline
+from costguard.actions.settings import SafetySettings
+from costguard.actions.spot import record_interruptions, spot_saving
 from costguard.alerts.outbox import enqueue
 from costguard.costs.attribution import Attributor
 from costguard.errors import ProviderError
 from costguard.model import ActionOutcome, Instance, InstanceState
 from costguard.policy.evaluate import Finding
-from costguard.policy.schema import Policy
+from costguard.policy.schema import Policy, format_duration
 from costguard.providers.base import Provider
 from costguard.store.db import Database
 from costguard.store.inventory import set_state
@@ -44,7 +56,10 @@ class ActStats:
     dry_run: Counter[str] = field(default_factory=Counter)
     skipped: Counter[str] = field(default_factory=Counter)
     cleared: Counter[str] = field(default_factory=Counter)
+    started: Counter[str] = field(default_factory=Counter)
+    terminated: Counter[str] = field(default_factory=Counter)
     reconciled: int = 0
+    interruptions: int = 0
 
     def as_dict(self) -> dict[str, object]:
         return {k: dict(v) if isinstance(v, Counter) else v for k, v in vars(self).items()}
@@ -53,12 +68,14 @@ class ActStats:
 class ActionRunner:
     def __init__(
         self, db: Database, providers: Mapping[str, Provider], attributor: Attributor,
-        fault: FaultHook | None = None,
+        fault: FaultHook | None = None, *, safety: SafetySettings | None = None,
     ) -> None:
         self.db = db
         self.providers = providers
         self.attributor = attributor
         self.fault = fault or (lambda point: None)
+        self.safety = safety or SafetySettings()
+        self.budget = CycleBudget(None, None)
         self._changed_at: dict[Ref, datetime] = {}
 
     # -- recovery ---------------------------------------------------------------------
@@ -68,13 +85,19 @@ class ActionRunner:
             for row in journal.unresolved(s):
                 inst_row = s.get(InstanceRow, (row.provider, row.instance_id))
                 state = inst_row.state if inst_row else "unknown"
-                done = row.action == "stop" and state in ("stopped", "stopping", "terminated")
+                done = state in {"stop": ("stopped", "stopping", "terminated"),
+                                  "terminate": ("terminated",),
+                                  "start": ("pending", "running")}.get(row.action, ())
                 status = "done" if done else "interrupted"
                 journal.resolve(s, row.id or 0, status,
                                 f"resolved after restart: instance is {state}", now)
                 stats.reconciled += 1
                 st = s.get(PolicyStateRow, (row.policy, row.provider, row.instance_id))
-                if done and st is not None:
+                if done and st is not None and row.action != "stop":
+                    st.state, st.since = ("terminated" if row.action == "terminate"
+                                          else "cleared"), now
+                    s.add(st)
+                elif done and st is not None:
                     st.state, st.since = "acted", now
                     s.add(st)
                     if inst_row is not None:
@@ -86,15 +109,21 @@ class ActionRunner:
     def run(self, policies: Sequence[Policy], findings: Sequence[Finding], now: datetime,
             cycle_id: int | None) -> ActStats:
         stats = ActStats()
+        self.budget = CycleBudget(self.safety.max_actions_per_cycle,
+                                  self.safety.max_usd_per_hour_per_cycle)
         self.reconcile(now, stats)
         with self.db.session() as s:
+            stats.interruptions = record_interruptions(s, now, cycle_id)
             self._changed_at = {(r.provider, r.instance_id): r.state_changed_at
                                 for r in s.exec(select(InstanceRow))}
         by_policy: dict[str, list[Finding]] = defaultdict(list)
         for f in findings:
             by_policy[f.policy.name].append(f)
+        after_stop = AfterStop(self)
         for policy in policies:
             self._run_policy(policy, by_policy.get(policy.name, []), now, cycle_id, stats)
+            if policy.start_action is not None or policy.terminate_action is not None:
+                after_stop.run(policy, now, cycle_id, stats)
         return stats
 
     def _run_policy(self, policy: Policy, findings: list[Finding], now: datetime,
@@ -136,8 +165,8 @@ class ActionRunner:
                 if st.state == "warned" and st.deadline is not None and now >= st.deadline:
                     due.append((f, st))
             # pairs whose instance the policy no longer selects (stopped, retagged, gone)
-            for ref, st in states.items():
-                if ref not in selected and st.state == "warned":
+            for pair, st in states.items():
+                if pair not in selected and st.state == "warned":
                     st.state, st.since, st.deadline = "cleared", now, None
                     s.add(st)
                     stats.cleared[policy.name] += 1
@@ -152,8 +181,10 @@ class ActionRunner:
             st = PolicyStateRow(policy=policy.name, provider=f.instance.provider,
                                 instance_id=f.instance.instance_id, state="seen", since=now,
                                 episode=1, evidence=f.evidence)
-        elif st.state in ("cleared",) or restarted:
-            st.state, st.since, st.deadline, st.snooze_until = "seen", now, None, None
+        elif st.state in ("cleared", "terminated") or restarted:
+            # a snooze set ahead of time (`costguard snooze`) outlives the reset
+            keep = st.snooze_until if st.snooze_until and st.snooze_until > now else None
+            st.state, st.since, st.deadline, st.snooze_until = "seen", now, None, keep
             st.episode += 1
         st.evidence = f.evidence
         s.add(st)
@@ -161,20 +192,34 @@ class ActionRunner:
 
     def _snoozed(self, s: Session, policy: Policy, f: Finding, st: PolicyStateRow,
                  now: datetime, stats: ActStats, cycle_id: int | None) -> bool:
-        until = max(filter(None, [snoozed_until(f.instance), st.snooze_until]), default=None)
-        if until is not None and until > now:
-            if st.state != "snoozed":
-                st.state, st.since, st.snooze_until, st.deadline = "snoozed", now, until, None
-                journal.record(s, key=journal.journal_key(policy.name, f.instance, "snooze",
-                               st.episode), cycle_id=cycle_id, policy=policy.name,
-                               inst=f.instance, action="snooze", dry_run=not policy.is_enforced,
-                               status="skipped", detail=f"snoozed until {until.isoformat()}",
-                               usd_per_hour=f.usd_per_hour, now=now)
-                stats.skipped[policy.name] += 1
-                s.add(st)
-            return True
+        tag_until = snoozed_until(f.instance)
+        spent = st.snooze_until is not None and st.snooze_until <= now
+        if spent and st.state != "snoozed":
+            tag_until = None  # this episode's tag snooze ran out at max_snooze: not again
+        stored = st.snooze_until if st.snooze_until and st.snooze_until > now else None
+        until = max(filter(None, [tag_until, stored]), default=None)
+        if until is not None:
+            began = st.since if st.state == "snoozed" else now
+            limited = snooze_limit(until, began, policy.limits.max_snooze)
+            if limited > now:
+                if st.state != "snoozed":
+                    cut = (f" (cut from {until.isoformat()} to the policy's max_snooze)"
+                           if limited < until else "")
+                    st.state, st.since, st.snooze_until, st.deadline = (
+                        "snoozed", now, limited, None)
+                    journal.record(s, key=journal.journal_key(policy.name, f.instance,
+                                   "snooze", st.episode), cycle_id=cycle_id,
+                                   policy=policy.name, inst=f.instance, action="snooze",
+                                   dry_run=not policy.is_enforced, status="skipped",
+                                   detail=f"snoozed until {limited.isoformat()}{cut}",
+                                   usd_per_hour=f.usd_per_hour, now=now)
+                    stats.skipped[policy.name] += 1
+                    s.add(st)
+                return True
+            st.snooze_until = limited
         if st.state == "snoozed":  # expired: a fresh warning, a fresh deadline
-            st.state, st.since, st.snooze_until = "seen", now, None
+            # snooze_until stays as a marker (in the past) that this episode's snooze is spent
+            st.state, st.since = "seen", now
             st.episode += 1
             s.add(st)
         return False
@@ -187,10 +232,12 @@ class ActionRunner:
                          instance_id=f.instance.instance_id, observed_at=now, reason=f.reason,
                          evidence=f.evidence, usd_per_hour=f.usd_per_hour, team=team))
         stop = policy.stop_action
-        deadline = now + (stop.grace if stop else timedelta(0))
+        deadline = (business_deadline(stop.calendar, now, stop.grace) if stop and stop.calendar
+                    else now + (stop.grace if stop else timedelta(0)))
         notify = policy.notify_action
+        saving = spot_saving(self.providers, f.instance)
         if notify is not None:
-            text = render(notify.message, f, deadline if stop else None, None)
+            text = render(notify.message, f, deadline if stop else None, saving)
             subject, body = warning(f, deadline, text) if stop else notice(f, text)
             key = journal.journal_key(policy.name, f.instance, "notify", st.episode)
             if not dry:
@@ -203,13 +250,14 @@ class ActionRunner:
                         context={"reason": f.reason, "evidence": f.evidence,
                                  "usd_per_hour": f.usd_per_hour,
                                  "deadline": deadline.isoformat() if stop else None,
+                                 "spot_savings_usd_per_hour": saving,
                                  "instance_type": f.instance.instance_type})
             journal.record(s, key=key, cycle_id=cycle_id, policy=policy.name, inst=f.instance,
                            action="notify", dry_run=dry, status="dry-run" if dry else "done",
                            detail=subject, usd_per_hour=f.usd_per_hour, now=now)
             (stats.dry_run if dry else stats.notified)[policy.name] += 1
         if policy.tag_action is not None:
-            self._tag(s, policy, f, st, now, stats, cycle_id)
+            self._tag(s, policy, f, st, now, stats, cycle_id, deadline if stop else None)
         if stop is not None:
             st.state, st.since, st.deadline = "warned", now, deadline
             stats.warned[policy.name] += 1
@@ -218,11 +266,12 @@ class ActionRunner:
         s.add(st)
 
     def _tag(self, s: Session, policy: Policy, f: Finding, st: PolicyStateRow, now: datetime,
-             stats: ActStats, cycle_id: int | None) -> None:
+             stats: ActStats, cycle_id: int | None, deadline: datetime | None) -> None:
         action = policy.tag_action
         assert action is not None
-        tags = {k: v.format(now=now.isoformat(timespec="seconds"), policy=policy.name)
-                for k, v in action.set_.items()}
+        stamp = deadline.isoformat(timespec="seconds") if deadline else ""
+        tags = {k: v.format(now=now.isoformat(timespec="seconds"), policy=policy.name,
+                            deadline=stamp) for k, v in action.set_.items()}
         dry = not policy.is_enforced
         key = journal.journal_key(policy.name, f.instance, "tag", st.episode)
         try:
@@ -239,28 +288,36 @@ class ActionRunner:
     def _act_on_due(self, policy: Policy, due: list[tuple[Finding, PolicyStateRow]],
                     now: datetime, cycle_id: int | None, stats: ActStats) -> None:
         limits = policy.limits
-        verdict = check_caps([f.usd_per_hour for f, _ in due],
-                             max_actions=limits.max_actions_per_cycle if limits else None,
+        usd = [f.usd_per_hour for f, _ in due]
+        verdict = check_caps(usd, max_actions=limits.max_actions_per_cycle if limits else None,
                              max_usd_per_hour=limits.max_usd_per_hour if limits else None)
+        if verdict.allowed:
+            verdict = self.budget.take(usd)
         if not verdict.allowed:
-            with self.db.session() as s:
-                enqueue(s, dedupe_key=f"cap|{policy.name}|{now:%Y-%m-%dT%H}", kind="cap",
-                        severity="critical", now=now, policy=policy.name,
-                        subject=f"{policy.name}: acted on none: {verdict.reason}",
-                        body="A policy that would act beyond its limits acts on nothing. "
-                             "Check the policy's filters, or raise `limits` if this is intended.",
-                        context={"instances": [f.instance.instance_id for f, _ in due]})
-                for f, st in due:
-                    journal.record(s, key=journal.journal_key(policy.name, f.instance, "stop",
-                                   st.episode), cycle_id=cycle_id, policy=policy.name,
-                                   inst=f.instance, action="stop",
-                                   dry_run=not policy.is_enforced, status="skipped",
-                                   detail=f"cap: {verdict.reason}", usd_per_hour=f.usd_per_hour,
-                                   now=now)
-                    stats.skipped[policy.name] += 1
+            self.refuse(policy, [(f.instance, st.episode, f.usd_per_hour) for f, st in due],
+                        "stop", verdict, now, cycle_id, stats)
             return
         for f, st in due:
             self._stop(policy, f, st, now, cycle_id, stats)
+
+    def refuse(self, policy: Policy, due: Sequence[tuple[Instance, int, float]], action: str,
+               verdict: CapVerdict, now: datetime, cycle_id: int | None,
+               stats: ActStats) -> None:
+        """A batch beyond a cap: act on none of it, journal each skip, raise one alert."""
+        with self.db.session() as s:
+            enqueue(s, dedupe_key=f"cap|{policy.name}|{action}|{now:%Y-%m-%dT%H}", kind="cap",
+                    severity="critical", now=now, policy=policy.name,
+                    subject=f"{policy.name}: {action} acted on none: {verdict.reason}",
+                    body="A policy that would act beyond its limits acts on nothing. "
+                         "Check the policy's filters, or raise `limits` (or the `safety` "
+                         "settings) if this is intended.",
+                    context={"instances": [inst.instance_id for inst, _, _ in due]})
+            for inst, episode, usd in due:
+                journal.record(s, key=journal.journal_key(policy.name, inst, action, episode),
+                               cycle_id=cycle_id, policy=policy.name, inst=inst, action=action,
+                               dry_run=not policy.is_enforced, status="skipped",
+                               detail=f"cap: {verdict.reason}", usd_per_hour=usd, now=now)
+                stats.skipped[policy.name] += 1
 
     def _stop(self, policy: Policy, f: Finding, st: PolicyStateRow, now: datetime,
               cycle_id: int | None, stats: ActStats) -> None:
@@ -275,8 +332,20 @@ class ActionRunner:
                                           detail=f.reason)
             intent_id = intent.id or 0
         self.fault("after-intent")
+        provider = self.providers[f.instance.provider]
+        target, why_not = (recheck(provider, f.instance, now) if self.safety.recheck_before_acting
+                           else (f.instance, None))
+        if why_not is not None:
+            with self.db.session() as s:
+                journal.resolve(s, intent_id, "skipped", f"re-check before stop: {why_not}", now)
+                st = s.merge(st)
+                st.state, st.since, st.deadline = "cleared", now, None
+                s.add(st)
+            stats.skipped[policy.name] += 1
+            log.info("stop %s (%s): skipped: %s", label(f.instance), policy.name, why_not)
+            return
         try:
-            result = self.providers[f.instance.provider].stop(f.instance, dry_run=dry)
+            result = provider.stop(target, dry_run=dry)
             status, detail = str(result.outcome), result.detail
         except ProviderError as exc:
             status, detail, result = "failed", str(exc), None
@@ -290,7 +359,7 @@ class ActionRunner:
             if status == "done":
                 set_state(s, f.instance, InstanceState.STOPPED, now)
                 self._action_alert(s, policy.name, f.instance, st.episode, "stopped",
-                                   f.reason, now)
+                                   f.reason, now, extra=self.after_stop_note(policy, f.instance))
                 stats.stopped[policy.name] += 1
             elif status == "dry-run":
                 stats.dry_run[policy.name] += 1
@@ -301,8 +370,26 @@ class ActionRunner:
                     s.add(st)
         log.info("stop %s (%s): %s %s", label(f.instance), policy.name, status, detail)
 
+    def after_stop_note(self, policy: Policy, inst: Instance) -> str:
+        """What a stopped instance still costs, and what happens to it next."""
+        provider = self.providers.get(inst.provider)
+        stopped_cost = getattr(provider, "stopped_cost", None)
+        quote = stopped_cost(inst) if stopped_cost is not None else None
+        lines = [f"While stopped it still costs ${quote.usd_per_hour:,.4f}/h ({quote.source})."
+                 if quote is not None else
+                 f"Its attached disks are still billed while it is stopped (costguard does not "
+                 f"read disk sizes from {inst.provider} yet)."]
+        term = policy.terminate_action
+        if term is not None:
+            lines.append(f"If it stays stopped for {format_duration(term.after_stopped)} it "
+                         f"will be terminated" + (" after a snapshot" if term.snapshot else "")
+                         + "; start it, snooze it or tag it costguard:protect to keep it.")
+        if policy.start_action is not None:
+            lines.append("costguard starts it again when office hours begin.")
+        return "\n".join(lines)
+
     def _action_alert(self, s: Session, policy: str, inst: Instance, episode: int,
-                      verb: str, reason: str, now: datetime) -> None:
+                      verb: str, reason: str, now: datetime, extra: str = "") -> None:
         team = self.attributor.dimensions(inst).get("team")
         enqueue(s, dedupe_key=f"action|{policy}|{inst.provider}|{inst.instance_id}|{episode}",
                 kind="action", severity="warning", now=now, policy=policy,
@@ -311,7 +398,8 @@ class ActionRunner:
                 recipients=recipients(("owner", "team"), inst, team),
                 subject=f"{label(inst)} was {verb} by costguard ({policy})",
                 body=f"Why: {reason}\nStart it again when you need it; costguard will not "
-                     f"stop it again unless it sits idle for the policy's window.",
+                     f"stop it again unless it sits idle for the policy's window."
+                     + (f"\n{extra}" if extra else ""),
                 context={"reason": reason, "instance_type": inst.instance_type})
 
     def _clear(self, s: Session, policy: Policy, f: Finding, st: PolicyStateRow, now: datetime,

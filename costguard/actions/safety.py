@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from costguard.clock import utc
-from costguard.model import Instance
+from costguard.errors import ProviderError
+from costguard.model import Instance, InstanceState
 
 PROTECT_TAG = "costguard:protect"
 SNOOZE_TAG = "costguard:snooze-until"
@@ -88,3 +89,34 @@ def snooze_limit(requested: datetime, started: datetime, max_snooze: timedelta |
     if max_snooze is None:
         return requested
     return min(requested, started + max_snooze)
+
+
+def recheck(provider: object, inst: Instance, now: datetime,
+            want: InstanceState = InstanceState.RUNNING) -> tuple[Instance, str | None]:
+    """Ask the provider for the instance as it is now, right before acting on it.
+
+    Returns the fresh instance and, when the action must not go ahead, why. Providers
+    without the optional `describe` capability are trusted to check the state themselves
+    inside `stop` (every provider's stop refuses an instance that is not running).
+    """
+    describe = getattr(provider, "describe", None)
+    if describe is None:
+        return inst, None
+    try:
+        fresh = describe(inst)
+    except ProviderError as exc:
+        return inst, f"could not re-check the instance: {exc}"
+    if fresh is None:
+        return inst, "the instance no longer exists"
+    assert isinstance(fresh, Instance)
+    if fresh.state is not want:
+        return fresh, f"the instance is now {fresh.state}, not {want}"
+    if is_protected(fresh):
+        return fresh, f"{PROTECT_TAG} was set since the last inventory"
+    until = snoozed_until(fresh)
+    # a snooze tag already in inventory was weighed (and maybe cut to max_snooze) by the
+    # state machine; only a new or changed one stops the call here
+    renewed = fresh.tags.get(SNOOZE_TAG) != inst.tags.get(SNOOZE_TAG)
+    if renewed and until is not None and until > now:
+        return fresh, f"{SNOOZE_TAG} was set since the last inventory ({until.isoformat()})"
+    return fresh, None

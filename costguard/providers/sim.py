@@ -49,6 +49,7 @@ GPU_WEIGHTS = {"p5.48xlarge": 3, "p4d.24xlarge": 8, "p3.2xlarge": 10, "g5.xlarge
 CPU_TYPES = ["m5.large", "c5.xlarge", "r5.2xlarge"]
 SPOT_DISCOUNT = 0.35  # spot price as a share of on-demand
 REGION_PRICE_FACTOR = {"us-east-1": 1.0, "us-west-2": 1.0, "eu-west-1": 1.1}
+DISK_USD_PER_GIB_MONTH = 0.08  # EBS gp3 list price
 PRICE_SOURCE = "sim price table (AWS list prices, us-east-1 base, 2026-11)"
 
 TEAMS = ["research", "ml-platform", "vision", "nlp", "recsys"]
@@ -76,6 +77,8 @@ class SimHost:
     busy_until: datetime | None = None  # for "finishes"
     stopped_at: datetime | None = None
     started_at: datetime | None = None
+    disk_gib: int = 200  # attached block storage: still billed while the instance is stopped
+    snapshots: list[str] = field(default_factory=list)
     history: list[tuple[datetime, InstanceState]] = field(default_factory=list)
 
 
@@ -92,7 +95,8 @@ class SimProvider:
         self._hosts: dict[str, SimHost] = {}
         self._serial = 0
         self._last_launch_check = clock.now()
-        self.calls: dict[str, int] = {"list": 0, "metrics": 0, "stop": 0, "start": 0, "tags": 0}
+        self.calls: dict[str, int] = {"list": 0, "metrics": 0, "stop": 0, "start": 0, "tags": 0,
+                                      "describe": 0, "terminate": 0}
         start = clock.now()
         for _ in range(settings.instances):
             launched = start - timedelta(hours=self._rng.uniform(0.5, 24 * 10))
@@ -135,7 +139,9 @@ class SimProvider:
             gpu_memory_mib=mem_gib * 1024 if mem_gib else None,
             launch_time=launched, tags=tags, observed_at=launched,
         )
-        host = SimHost(instance=inst, profile=profile)
+        host = SimHost(instance=inst, profile=profile,
+                       # from the serial, not the rng: the seeded fleet stays as it was
+                       disk_gib=(100, 200, 500, 1000)[self._serial % 4] if gpu else 50)
         if profile == "finishes":
             host.busy_until = self.clock.now() + timedelta(hours=rng.uniform(1, 30))
         self._hosts[iid] = host
@@ -294,6 +300,47 @@ class SimProvider:
             return PriceQuote(usd_per_hour=round(usd * SPOT_DISCOUNT, 4),
                               source=f"{PRICE_SOURCE}, spot at {SPOT_DISCOUNT:.0%}")
         return PriceQuote(usd_per_hour=usd, source=PRICE_SOURCE)
+
+    # -- optional capabilities (the act stage checks for them with hasattr) -------------------
+    def describe(self, instance: Instance) -> Instance | None:
+        """The instance as it is right now (None: gone), for the re-check before acting."""
+        with self._lock:
+            self.calls["describe"] += 1
+            host = self._hosts.get(instance.instance_id)
+            if host is None or host.instance.state is InstanceState.TERMINATED:
+                return None
+            return host.instance.model_copy(update={"observed_at": self.clock.now()})
+
+    def terminate(self, instance: Instance, *, snapshot: bool, dry_run: bool) -> ActionResult:
+        """Terminate a stopped instance, snapshotting its disk first when asked."""
+        now = self.clock.now()
+        with self._lock:
+            self.calls["terminate"] += 1
+            host = self._host(instance)
+            if host.instance.state is not InstanceState.STOPPED:
+                return ActionResult(outcome=ActionOutcome.SKIPPED,
+                                    detail=f"instance is {host.instance.state}, not stopped",
+                                    state_after=host.instance.state)
+            snap = f"snap-{instance.instance_id}-{now:%Y%m%d%H%M}" if snapshot else ""
+            if dry_run:
+                return ActionResult(outcome=ActionOutcome.DRY_RUN,
+                                    detail="would " + (f"snapshot ({snap}) and " if snap else "")
+                                    + "terminate", state_after=host.instance.state)
+            if snap:
+                host.snapshots.append(snap)
+            self._set_state(host, InstanceState.TERMINATED, now,
+                            reason="User initiated (costguard)")
+            return ActionResult(outcome=ActionOutcome.DONE,
+                                detail=f"snapshot {snap}, terminated" if snap else "terminated",
+                                state_after=InstanceState.TERMINATED)
+
+    def stopped_cost(self, instance: Instance) -> PriceQuote | None:
+        """What a stopped instance still costs per hour: its attached disks."""
+        host = self._hosts.get(instance.instance_id)
+        if host is None:
+            return None
+        return PriceQuote(usd_per_hour=round(host.disk_gib * DISK_USD_PER_GIB_MONTH / 730, 4),
+                          source=f"{host.disk_gib} GiB gp3 at ${DISK_USD_PER_GIB_MONTH}/GiB-month")
 
     def on_demand_price(self, instance: Instance) -> float | None:
         quote = self.price(instance.model_copy(update={"lifecycle": Lifecycle.ON_DEMAND}))
