@@ -65,7 +65,7 @@ else:
     from costguard.telemetry.cli import agent_app
     agent_app(sys.argv[4:], prog_name="costguard-agent")
 """
-AGENT_ENTRIES = {"cli": "costguard agent", "agent-app": "agent Typer app alone"}
+AGENT_ENTRIES = {"cli": "costguard agent", "agent-app": "costguard-agent (the agent alone)"}
 
 # The ingest child: the daemon's app and store sink, served as the daemon serves them.
 _SERVER_CHILD = """

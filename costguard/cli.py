@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -135,8 +135,14 @@ def run(
 @app.command()
 def demo(
     config: ConfigOpt = None,
-    hours: Annotated[int, typer.Option(help="Simulated hours.", min=1, max=24 * 14)] = 48,
+    hours: Annotated[int | None, typer.Option(
+        help="Simulated hours (default 48 on the simulated cloud, 6 on aws/gcp).",
+        min=1, max=24 * 14)] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the summary.")] = False,
+    cloud: Annotated[Literal["sim", "aws", "gcp"], typer.Option(
+        help="sim: the in-memory fleet. aws: the real AWS adapter against an in-process moto "
+        "fleet. gcp: the real GCP adapter against local fake Compute/Monitoring servers.")
+    ] = "sim",
 ) -> None:
     """Watch costguard govern a simulated GPU fleet for 48 hours, in seconds.
 
@@ -147,7 +153,18 @@ def demo(
 
     settings = _settings(config)
     try:
-        run_demo(settings, console, hours=hours, verbose=not quiet)
+        if cloud == "sim":
+            run_demo(settings, console, hours=hours or 48, verbose=not quiet)
+        else:
+            from costguard.clock import ManualClock
+            from costguard.demo_cloud import DEFAULT_CLOUD_HOURS, cloud_providers
+
+            span = hours or DEFAULT_CLOUD_HOURS
+            clock = ManualClock(datetime.now(UTC).replace(second=0, microsecond=0)
+                                - timedelta(hours=span))
+            with cloud_providers(cloud, clock, hours=span) as providers:
+                run_demo(settings, console, hours=span, providers=providers, clock=clock,
+                         verbose=not quiet)
     except PolicyError as exc:
         for e in exc.errors:
             err.print(str(e), highlight=False, markup=False)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rich.console import Console
 from sqlalchemy import delete
-from sqlmodel import select
+from sqlmodel import col, select
 
 from costguard.clock import ManualClock
 from costguard.config import Settings
@@ -62,27 +62,34 @@ def enforced(policies: PolicySet) -> PolicySet:
         p.model_copy(update={"mode": "enforce"}) for p in policies.policies)})
 
 
-def clear_simulated(db: Database) -> None:
-    """Forget an earlier demo's simulated fleet so a re-run starts clean (real data stays)."""
+def clear_simulated(db: Database, providers: list[str]) -> None:
+    """Forget an earlier demo's fleet so a re-run starts clean.
+
+    Only the demo's own providers are cleared; run the cloud demos (`--cloud aws|gcp`, whose
+    clouds are local fakes) against a scratch database, not one that holds real data.
+    """
     with db.session() as s:
         for table in (GpuReadingRow, CostIntervalRow, FindingRow, PolicyStateRow,
                       ActionJournalRow, AlertRow, InstanceRow):
-            s.execute(delete(table).where(table.provider == "sim"))  # type: ignore[arg-type]
+            s.execute(delete(table).where(col(table.provider).in_(providers)))
 
 
 def run_demo(
     settings: Settings, console: Console, *, hours: int = 48,
     poll: timedelta = timedelta(minutes=10), policy_paths: list[Path] | None = None,
     providers: dict[str, Provider] | None = None, verbose: bool = True,
+    clock: ManualClock | None = None,
 ) -> DemoResult:
-    end = datetime.now(UTC).replace(second=0, microsecond=0)
-    clock = ManualClock(end - timedelta(hours=hours))
+    if clock is None:
+        clock = ManualClock(datetime.now(UTC).replace(second=0, microsecond=0)
+                            - timedelta(hours=hours))
+    end = clock.now() + timedelta(hours=hours)
     policies = enforced(load_policy_set(policy_paths or settings.policy_paths))
     db = Database(settings.database_url)
-    clear_simulated(db)
     if providers is None:
         sim_settings = settings.providers.sim or SimSettings()
         providers = {"sim": SimProvider(sim_settings, clock)}
+    clear_simulated(db, list(providers))
     result = DemoResult(cycles=0, seconds=0.0)
 
     def show(kind: str, subject: str, body: str) -> None:
@@ -103,17 +110,17 @@ def run_demo(
         result.cycles += 1
         clock.advance(poll)
     result.seconds = time.perf_counter() - t0
-    _epilogue(console, db, clock.now() - timedelta(hours=hours) - poll, end, result)
+    _epilogue(console, db, end - timedelta(hours=hours), end, result, list(providers))
     db.dispose()
     return result
 
 
 def _epilogue(console: Console, db: Database, since: datetime, until: datetime,
-              result: DemoResult) -> None:
+              result: DemoResult, providers: list[str]) -> None:
     with db.session() as s:
         by_team = spend(s, ["team"], since, until + timedelta(seconds=1))
         journal = list(s.exec(select(ActionJournalRow).where(
-            ActionJournalRow.provider == "sim", ActionJournalRow.action == "stop",
+            col(ActionJournalRow.provider).in_(providers), ActionJournalRow.action == "stop",
             ActionJournalRow.status == "done")))
     saved = sum(j.usd_per_hour for j in journal)
     console.print()

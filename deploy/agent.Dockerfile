@@ -22,4 +22,4 @@ COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
 USER costguard
 VOLUME /var/lib/costguard-agent
-ENTRYPOINT ["costguard", "agent", "--buffer", "/var/lib/costguard-agent/buffer.sqlite3"]
+ENTRYPOINT ["costguard-agent", "--buffer", "/var/lib/costguard-agent/buffer.sqlite3"]
