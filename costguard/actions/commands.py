@@ -1,0 +1,217 @@
+"""CLI commands of the act stage: `costguard snooze`, `costguard audit`, `costguard simulate`.
+
+Plain Typer command functions; the main app registers them with
+`app.command("snooze")(snooze_command)` and so on.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from costguard.config import Settings, load_settings
+from costguard.errors import CostguardError, PolicyError
+from costguard.policy.base import duration_arg
+from costguard.policy.schema import PolicySet
+
+console = Console()
+err = Console(stderr=True)
+
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="costguard.yaml to read (default: ./costguard.yaml "
+                 "if present, or $COSTGUARD_CONFIG)."),
+]
+Format = Literal["table", "json"]
+
+
+def _fail(message: object) -> typer.Exit:
+    err.print(f"[red]error:[/] {message}", highlight=False, markup=True, soft_wrap=True)
+    return typer.Exit(2)
+
+
+def _settings(config: Path | None) -> Settings:
+    try:
+        return load_settings(config)
+    except CostguardError as exc:
+        raise _fail(exc) from None
+
+
+def _duration(text: str, option: str) -> timedelta:
+    try:
+        return duration_arg(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=option) from None
+
+
+def _since(text: str, now: datetime) -> datetime:
+    try:
+        return now - duration_arg(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is neither a duration (24h, 7d) nor a date "
+                                 "(2026-11-01)", param_hint="--since") from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def _load_policies(paths: list[Path]) -> PolicySet:
+    from costguard.policy.load import load_policy_set
+
+    try:
+        return load_policy_set(paths)
+    except PolicyError as exc:
+        for e in exc.errors:
+            err.print(str(e), highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+def snooze_command(
+    instance: Annotated[str, typer.Argument(help="Instance id, e.g. i-0abc... or a GCP name.")],
+    for_: Annotated[str, typer.Option("--for", help="How long: 30m, 4h, 2d.")] = "4h",
+    reason: Annotated[str, typer.Option(help="Why (kept in the audit trail).")] = "",
+    by: Annotated[str | None, typer.Option(help="Who snoozes (default: your login).")] = None,
+    no_tag: Annotated[bool, typer.Option("--no-tag", help="Do not set the snooze tag.")] = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Postpone every policy's action on one instance (capped by each policy's max_snooze).
+
+    Example: costguard snooze i-0abc123 --for 4h --reason "eval run starts at 3pm"
+    """
+    from costguard.actions.snooze import snooze
+    from costguard.clock import SystemClock
+    from costguard.providers.registry import build_providers
+    from costguard.store.db import Database
+
+    duration = _duration(for_, "--for")
+    if not reason.strip():
+        raise typer.BadParameter("say why, e.g. --reason \"long eval tonight\"",
+                                 param_hint="--reason")
+    settings = _settings(config)
+    policies = _load_policies(settings.policy_paths)
+    clock = SystemClock()
+    try:
+        db = Database(settings.database_url)
+        providers = {} if no_tag else build_providers(settings, clock)
+        report = snooze(db, providers, policies.policies, instance, duration, reason.strip(),
+                        by or getpass.getuser(), clock.now(), set_tag=not no_tag)
+    except (CostguardError, ValueError) as exc:
+        raise _fail(exc) from None
+    if not report.results:
+        console.print(f"{instance}: no policy selects it; nothing to snooze")
+        return
+    for r in report.results:
+        cut = " (cut to the policy's max_snooze)" if r.cut else ""
+        console.print(f"{r.policy}: snoozed until {r.until:%Y-%m-%d %H:%M} UTC{cut}")
+    console.print(f"tag: {report.tag}", highlight=False)
+
+
+def audit_command(
+    since: Annotated[str, typer.Option(help="A duration back from now (24h) or a date.")] = "24h",
+    instance: Annotated[str | None, typer.Option(help="Only this instance id.")] = None,
+    policy: Annotated[str | None, typer.Option(help="Only this policy.")] = None,
+    kind: Annotated[list[str], typer.Option(
+        "--kind", help="finding, notify, tag, stop, start, terminate, snooze, skip, "
+        "interrupted (repeatable).")] = [],  # noqa: B006
+    interruptions: Annotated[bool, typer.Option(
+        "--interruptions", help="Spot interruptions per instance type and zone instead.")] = False,
+    fmt: Annotated[Format, typer.Option("--format")] = "table",
+    config: ConfigOpt = None,
+) -> None:
+    """What costguard found and did, who/what/why with the evidence (append-only trail).
+
+    Example: costguard audit --since 24h --instance i-0abc123 --format json
+    """
+    from costguard.actions.audit import audit_events, to_json
+    from costguard.actions.spot import interruptions as count_interruptions
+    from costguard.store.db import Database
+
+    settings = _settings(config)
+    start = _since(since, datetime.now(UTC))
+    try:
+        db = Database(settings.database_url)
+    except CostguardError as exc:
+        raise _fail(exc) from None
+    with db.session() as s:
+        if interruptions:
+            counts = count_interruptions(s, start)
+            if fmt == "json":
+                print(json.dumps([vars(c) for c in counts], indent=2))
+                return
+            table = Table("instance type", "zone", "interruptions", title="Spot interruptions")
+            for c in counts:
+                table.add_row(c.instance_type, c.zone, str(c.count))
+            console.print(table)
+            return
+        events = audit_events(s, start, instance_id=instance, policy=policy, kinds=kind)
+    if fmt == "json":
+        print(to_json(events))
+        return
+    table = Table("time (UTC)", "what", "status", "policy", "instance", "$/h", "why / evidence",
+                  title=f"Audit since {start:%Y-%m-%d %H:%M} UTC")
+    for e in events:
+        table.add_row(f"{e.at:%m-%d %H:%M}", e.kind, e.status + (" (dry)" if e.dry_run else ""),
+                      e.policy, e.instance_id, f"{e.usd_per_hour:,.2f}",
+                      e.detail + (f" [{e.evidence}]" if e.evidence and e.evidence != e.detail
+                                  else ""))
+    console.print(table)
+    if not events:
+        console.print("Nothing recorded in this period.")
+
+
+def simulate_command(
+    policy_file: Annotated[list[Path], typer.Option(
+        "--policy", help="Policy file(s) or directory to replay.")],
+    since: Annotated[str, typer.Option(help="How far back: 30d, 48h, or a date.")] = "30d",
+    name: Annotated[str | None, typer.Option(help="Only the policy with this name.")] = None,
+    step: Annotated[str, typer.Option(help="Replay cycle length.")] = "10m",
+    fmt: Annotated[Format, typer.Option("--format")] = "table",
+    config: ConfigOpt = None,
+) -> None:
+    """Backtest: replay stored history through a policy; what would it have done?
+
+    Example: costguard demo && costguard simulate --policy policies/idle-gpu.yml --since 30d
+    """
+    from costguard.simulate.backtest import backtest, policies_named
+    from costguard.store.db import Database
+
+    settings = _settings(config)
+    now = datetime.now(UTC)
+    start = _since(since, now)
+    every = duration_arg(step) if step else None
+    policies = _load_policies(policy_file)
+    try:
+        chosen = policies_named(policies.policies, name)
+        db = Database(settings.database_url)
+    except (KeyError, CostguardError) as exc:
+        raise _fail(exc.args[0] if isinstance(exc, KeyError) else exc) from None
+    reports = []
+    with db.session() as s:
+        for p in chosen:
+            reports.append(backtest(s, p, start, now, step=every) if every
+                           else backtest(s, p, start, now))
+    if fmt == "json":
+        print(json.dumps([r.as_json() for r in reports], indent=2))
+        return
+    for r in reports:
+        console.print(f"[bold]{r.policy}[/] from {r.since:%Y-%m-%d %H:%M} to "
+                      f"{r.until:%Y-%m-%d %H:%M} UTC: {r.warnings} warnings, "
+                      f"{len(r.stops)} stops, ${r.saved_usd:,.2f} saved, "
+                      f"{len(r.false_positives)} false positives (busy again within the hour)")
+        table = Table("team", "stops", "notices", "saved $", "false positives")
+        for team, t in r.by_team().items():
+            table.add_row(team, str(t.stops), str(t.notices), f"{t.saved_usd:,.2f}",
+                          str(t.false_positives))
+        console.print(table)
+        for a in r.false_positives:
+            console.print(f"  false positive: {a.instance_id} stopped {a.at:%m-%d %H:%M}, "
+                          f"busy again {a.busy_again_at:%H:%M}", highlight=False)

@@ -1,0 +1,93 @@
+"""`costguard snooze`: an owner postpones every policy's action on one instance, for a while.
+
+The snooze is written to each (policy, instance) state, capped by the policy's
+`limits.max_snooze`, journaled with who and why, and mirrored to the instance's
+`costguard:snooze-until` tag where the provider can set it (so people see it in the console).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlmodel import select
+
+from costguard.actions import journal
+from costguard.actions.safety import SNOOZE_TAG
+from costguard.errors import CostguardError, ProviderError
+from costguard.model import Instance
+from costguard.policy.evaluate import matches
+from costguard.policy.schema import Limits, Policy, format_duration
+from costguard.providers.base import Provider
+from costguard.store.db import Database
+from costguard.store.inventory import to_instance
+from costguard.store.tables import InstanceRow, PolicyStateRow
+
+
+class UnknownInstance(CostguardError, LookupError):
+    def __init__(self, instance_id: str) -> None:
+        super().__init__(f"no instance {instance_id!r} in the store: check the id, or run "
+                         "`costguard run --once` so inventory knows it")
+
+
+@dataclass(frozen=True)
+class SnoozeResult:
+    policy: str
+    until: datetime
+    cut: bool  # shortened to the policy's max_snooze
+
+
+@dataclass(frozen=True)
+class SnoozeReport:
+    instance: Instance
+    results: list[SnoozeResult]
+    tag: str  # what happened to the snooze tag
+
+
+def snooze(db: Database, providers: Mapping[str, Provider], policies: Sequence[Policy],
+           instance_id: str, duration: timedelta, reason: str, who: str, now: datetime, *,
+           set_tag: bool = True) -> SnoozeReport:
+    """Snooze every policy that selects `instance_id` (or already tracks it)."""
+    if duration <= timedelta(0):
+        raise ValueError("--for must be a positive duration, e.g. 4h")
+    with db.session() as s:
+        rows = list(s.exec(select(InstanceRow).where(InstanceRow.instance_id == instance_id)))
+        if not rows:
+            raise UnknownInstance(instance_id)
+        inst = to_instance(rows[0])
+        tracked = {st.policy: st for st in s.exec(select(PolicyStateRow).where(
+            PolicyStateRow.provider == inst.provider,
+            PolicyStateRow.instance_id == inst.instance_id))}
+        by_name = {p.name: p for p in policies}
+        names = sorted({p.name for p in policies if matches(p, inst, now)} | set(tracked))
+        results: list[SnoozeResult] = []
+        for name in names:
+            limit = (by_name[name].limits if name in by_name else Limits()).max_snooze
+            until = now + min(duration, limit)
+            st = tracked.get(name) or PolicyStateRow(
+                policy=name, provider=inst.provider, instance_id=inst.instance_id,
+                state="seen", since=now, episode=1)
+            st.snooze_until = until
+            s.add(st)
+            cut = duration > limit
+            detail = (f"snoozed until {until.isoformat()} by {who}: {reason}"
+                      + (f" (cut to max_snooze {format_duration(limit)})" if cut else ""))
+            journal.record(s, key=f"{journal.journal_key(name, inst, 'snooze', st.episode)}"
+                                  f"|cli|{now.isoformat()}", cycle_id=None, policy=name,
+                           inst=inst, action="snooze", dry_run=False, status="done",
+                           detail=detail, usd_per_hour=0.0, now=now)
+            results.append(SnoozeResult(name, until, cut))
+    tag = "not set (--no-tag)"
+    if set_tag:
+        provider = providers.get(inst.provider)
+        if provider is None:
+            tag = f"not set: provider {inst.provider} is not configured here"
+        else:
+            value = (now + duration).isoformat(timespec="seconds")
+            try:
+                result = provider.set_tags(inst, {SNOOZE_TAG: value}, dry_run=False)
+                tag = f"{SNOOZE_TAG}={value} ({result.outcome})"
+            except ProviderError as exc:
+                tag = f"not set: {exc}"
+    return SnoozeReport(inst, results, tag)

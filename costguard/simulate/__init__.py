@@ -1,0 +1,1 @@
+"""Replaying stored history through policies (`costguard simulate`)."""

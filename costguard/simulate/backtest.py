@@ -1,0 +1,271 @@
+"""Backtest: replay stored history through a policy and say what it would have done.
+
+History is what the store kept: instances (their tags as last seen), cost intervals (when
+each ran, at what price, attributed to which team) and GPU readings. The replay steps
+through time like the daemon's cycles, evaluates the policy with the same `evaluate()` the
+engine uses, and runs a simplified state machine per instance: warn, wait out the grace,
+stop if still selected. After a simulated stop the instance counts as stopped until its
+GPUs show work again in history (the owner would have started it then) or it really
+stopped; that span, at its recorded price, is the saving. A stop followed by real work
+within `busy_within` (default one hour) is a false positive.
+
+Simplifications (documented in docs/actions.md): per-cycle caps are not applied, tags are
+those of the last inventory, and snoozes of the past are not replayed.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlmodel import Session, col, select
+
+from costguard.actions.safety import is_protected
+from costguard.actions.schedule import business_deadline
+from costguard.model import GpuMinute, Instance, InstanceState
+from costguard.policy.evaluate import evaluate, matches
+from costguard.policy.schema import Policy
+from costguard.store.inventory import to_instance
+from costguard.store.tables import CostIntervalRow, GpuReadingRow, InstanceRow
+
+
+@dataclass(frozen=True)
+class WouldAct:
+    policy: str
+    provider: str
+    instance_id: str
+    team: str | None
+    action: str  # stop | notify
+    at: datetime
+    usd_per_hour: float
+    saved_usd: float = 0.0
+    busy_again_at: datetime | None = None
+    false_positive: bool = False
+
+
+@dataclass
+class TeamTotals:
+    stops: int = 0
+    notices: int = 0
+    saved_usd: float = 0.0
+    false_positives: int = 0
+
+
+@dataclass
+class BacktestReport:
+    policy: str
+    since: datetime
+    until: datetime
+    step: timedelta
+    warnings: int = 0
+    actions: list[WouldAct] = field(default_factory=list)
+
+    @property
+    def stops(self) -> list[WouldAct]:
+        return [a for a in self.actions if a.action == "stop"]
+
+    @property
+    def false_positives(self) -> list[WouldAct]:
+        return [a for a in self.actions if a.false_positive]
+
+    @property
+    def saved_usd(self) -> float:
+        return round(sum(a.saved_usd for a in self.actions), 2)
+
+    def by_team(self) -> dict[str, TeamTotals]:
+        out: dict[str, TeamTotals] = defaultdict(TeamTotals)
+        for a in self.actions:
+            t = out[a.team or "unattributed"]
+            if a.action == "stop":
+                t.stops += 1
+            else:
+                t.notices += 1
+            t.saved_usd = round(t.saved_usd + a.saved_usd, 2)
+            t.false_positives += a.false_positive
+        return dict(sorted(out.items()))
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "policy": self.policy, "since": self.since.isoformat(),
+            "until": self.until.isoformat(), "step": str(self.step),
+            "warnings": self.warnings, "stops": len(self.stops),
+            "saved_usd": self.saved_usd, "false_positives": len(self.false_positives),
+            "by_team": {k: vars(v) for k, v in self.by_team().items()},
+            "actions": [{**vars(a), "at": a.at.isoformat(),
+                         "busy_again_at": a.busy_again_at.isoformat() if a.busy_again_at
+                         else None} for a in self.actions],
+        }
+
+
+@dataclass(frozen=True)
+class _Interval:
+    start: datetime
+    end: datetime
+    state: str
+    usd_per_hour: float
+    team: str | None
+
+
+class _History:
+    """One instance's recorded intervals and readings, with the lookups the replay needs."""
+
+    def __init__(self, intervals: list[_Interval], minutes: list[GpuMinute]) -> None:
+        self.intervals = sorted(intervals, key=lambda i: i.start)
+        self.minutes = sorted(minutes, key=lambda m: m.minute)
+        self._keys = [m.minute for m in self.minutes]
+
+    def at(self, t: datetime) -> _Interval | None:
+        return next((i for i in self.intervals if i.start <= t < i.end), None)
+
+    def window(self, start: datetime, end: datetime) -> list[GpuMinute]:
+        return self.minutes[bisect_left(self._keys, start):bisect_left(self._keys, end)]
+
+    def running_cost(self, start: datetime, end: datetime) -> float:
+        total = 0.0
+        for i in self.intervals:
+            lo, hi = max(i.start, start), min(i.end, end)
+            if i.state == InstanceState.RUNNING and hi > lo:
+                total += i.usd_per_hour * (hi - lo).total_seconds() / 3600
+        return total
+
+    def stops_running(self, after: datetime) -> datetime | None:
+        """When history shows the instance leave `running` after `after`."""
+        for i in self.intervals:
+            if i.end > after and i.state != InstanceState.RUNNING and i.start >= after:
+                return i.start
+        return None
+
+
+def backtest(session: Session, policy: Policy, since: datetime, until: datetime, *,
+             step: timedelta = timedelta(minutes=10),
+             busy_within: timedelta = timedelta(hours=1)) -> BacktestReport:
+    """What `policy` would have done over [since, until) of stored history."""
+    report = BacktestReport(policy.name, since, until, step)
+    lookback = policy.condition.idle.for_ if policy.condition.idle else timedelta(0)
+    for inst, history in _histories(session, since - lookback, until + busy_within):
+        _replay(policy, inst, history, report, since, until, step, busy_within)
+    report.actions.sort(key=lambda a: (a.at, a.instance_id))
+    return report
+
+
+def _histories(session: Session, start: datetime, end: datetime
+               ) -> list[tuple[Instance, _History]]:
+    out = []
+    instances = {(r.provider, r.instance_id): to_instance(r) for r in session.exec(
+        select(InstanceRow))}
+    spans: dict[tuple[str, str], list[_Interval]] = defaultdict(list)
+    for c in session.exec(select(CostIntervalRow).where(
+            col(CostIntervalRow.end) > start, col(CostIntervalRow.start) < end)):
+        spans[(c.provider, c.instance_id)].append(
+            _Interval(c.start, c.end, c.state, c.usd_per_hour, c.team))
+    for ref, intervals in sorted(spans.items()):
+        inst = instances.get(ref)
+        if inst is None:
+            continue
+        minutes: list[GpuMinute] = []
+        if inst.has_gpu:
+            rows = session.exec(select(GpuReadingRow).where(
+                GpuReadingRow.provider == ref[0], GpuReadingRow.instance_id == ref[1],
+                col(GpuReadingRow.minute) >= start, col(GpuReadingRow.minute) < end))
+            # model_construct: these rows were validated when they were stored
+            minutes = [GpuMinute.model_construct(**r.model_dump()) for r in rows]
+        out.append((inst, _History(intervals, minutes)))
+    return out
+
+
+def _replay(policy: Policy, inst: Instance, h: _History, report: BacktestReport,
+            since: datetime, until: datetime, step: timedelta, busy_within: timedelta) -> None:
+    if is_protected(inst):
+        return
+    stop = policy.stop_action
+    deadline: datetime | None = None
+    noticed = False
+    fresh_from = since - timedelta(days=365)  # readings before a simulated stop don't count
+    t = since
+    while t < until:
+        span = h.at(t)
+        if span is None:
+            deadline, noticed = None, False
+            t += step
+            continue
+        now_inst = inst.model_copy(update={"state": InstanceState(span.state), "observed_at": t})
+        if not matches(policy, now_inst, t):
+            deadline, noticed = None, False
+            t += step
+            continue
+        lookback = policy.condition.idle.for_ if policy.condition.idle else timedelta(0)
+        window = h.window(max(t - lookback, fresh_from), t)
+        f = evaluate(policy, now_inst, window, t, span.usd_per_hour)
+        if f is None or not f.holds:
+            deadline, noticed = None, False
+            t += step
+            continue
+        if stop is None:
+            if not noticed:
+                report.actions.append(WouldAct(policy.name, inst.provider, inst.instance_id,
+                                               span.team, "notify", t, span.usd_per_hour))
+                noticed = True
+            t += step
+            continue
+        if deadline is None:
+            report.warnings += 1
+            deadline = (business_deadline(stop.calendar, t, stop.grace) if stop.calendar
+                        else t + stop.grace)
+        if t >= deadline:
+            resume = _stop(policy, inst, h, report, span, t, until, busy_within)
+            deadline, noticed = None, False
+            # restarted at `resume`: its idle window starts afresh, as in the daemon
+            fresh_from = t = max(resume, t + step)
+            continue
+        t += step
+
+
+def _stop(policy: Policy, inst: Instance, h: _History, report: BacktestReport,
+          span: _Interval, t: datetime, until: datetime, busy_within: timedelta) -> datetime:
+    """Record a simulated stop at `t`; returns when the replay picks the instance up again."""
+    busy = _busy_again(policy, inst, h, t, until + busy_within)
+    really_stopped = h.stops_running(t)
+    candidates = [x for x in (busy, really_stopped, until) if x is not None]
+    resume = min(candidates)
+    report.actions.append(WouldAct(
+        policy.name, inst.provider, inst.instance_id, span.team, "stop", t, span.usd_per_hour,
+        saved_usd=round(h.running_cost(t, min(resume, until)), 4), busy_again_at=busy,
+        false_positive=busy is not None and busy - t <= busy_within))
+    return resume
+
+
+def _busy_again(policy: Policy, inst: Instance, h: _History, after: datetime,
+                end: datetime) -> datetime | None:
+    """The first minute after `after` in which a GPU did work by the policy's measure."""
+    idle = policy.condition.idle
+    if idle is None:
+        return None
+    for m in h.window(after, end):
+        peak = _peak(m, idle.signal)
+        if peak is not None and peak >= idle.below:
+            return m.minute
+    return None
+
+
+def _peak(m: GpuMinute, signal: str) -> float | None:
+    sm = next((v for v in (m.sm_max, m.sm_p95, m.sm_mean) if v is not None), None)
+    util = next((v for v in (m.util_max, m.util_p95, m.util_mean) if v is not None), None)
+    if signal == "sm_active":
+        return sm
+    if signal == "util_gpu":
+        return util
+    return sm if sm is not None else util
+
+
+def policies_named(policies: Sequence[Policy], name: str | None) -> list[Policy]:
+    """The policies to backtest: all of them, or the one called `name`."""
+    if name is None:
+        return list(policies)
+    chosen = [p for p in policies if p.name == name]
+    if not chosen:
+        raise KeyError(f"no policy named {name!r} (loaded: "
+                       f"{', '.join(p.name for p in policies) or 'none'})")
+    return chosen
