@@ -1,0 +1,187 @@
+"""`costguard alerts test` and `costguard alerts list`: a Typer sub-app.
+
+The main app registers it with `app.add_typer(alerts_app, name="alerts")`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from sqlmodel import Session, col, select
+
+from costguard.alerts.dispatcher import Dispatcher
+from costguard.alerts.outbox import enqueue
+from costguard.alerts.routing import RoutingError, check_recipient, load_routing
+from costguard.alerts.settings import AlertsSettings
+from costguard.alerts.tables import AlertDeliveryRow
+from costguard.clock import Clock, SystemClock
+from costguard.config import load_settings
+from costguard.errors import CostguardError
+from costguard.store.db import Database
+from costguard.store.tables import AlertRow
+
+alerts_app = typer.Typer(
+    help="Alert delivery: send a sample, see the outbox.\n\n"
+         "Example: costguard alerts test --to slack:#finops",
+    no_args_is_help=True,
+)
+
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="costguard.yaml to read (default: ./costguard.yaml "
+                 "if present, or $COSTGUARD_CONFIG)."),
+]
+
+
+def _fail(message: object, code: int = 2) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def alerts_settings(settings: Any) -> AlertsSettings:
+    """The `alerts` section as AlertsSettings (also from an older, smaller alerts model)."""
+    section = settings.alerts
+    if isinstance(section, AlertsSettings):
+        return section
+    return AlertsSettings.model_validate(section.model_dump())
+
+
+def _open(config: Path | None) -> tuple[Database, AlertsSettings]:
+    try:
+        settings = load_settings(config)
+        alerts = alerts_settings(settings)
+        if alerts.routing_file is not None:
+            load_routing(alerts.routing_file)  # report a broken file before anything else
+        return Database(settings.database_url), alerts
+    except RoutingError as exc:
+        raise _fail(f"invalid routing file:\n{exc}") from None
+    except CostguardError as exc:
+        raise _fail(exc) from None
+
+
+def enqueue_sample(s: Session, to: str, now: datetime) -> None:
+    """A realistic idle warning for a made-up instance, addressed to `to` alone."""
+    deadline = now + timedelta(minutes=15)
+    enqueue(
+        s, dedupe_key=f"sample|{to}|{now.isoformat()}", kind="idle-warning",
+        severity="warning", now=now, recipients=[to], policy="sample-idle-gpu",
+        provider="sim", instance_id="i-0sample0000000001", team="research", owner="ana",
+        subject=f"[sample] trainer-7 (i-0sample0000000001) will be stopped at "
+                f"{deadline:%Y-%m-%d %H:%M} UTC unless it gets busy (sample-idle-gpu)",
+        body="This is a sample sent by `costguard alerts test`; nothing will be stopped.",
+        context={"sample": True, "reason": "all 8 GPUs idle for 1h (SM activity < 5%)",
+                 "evidence": "sm_active p95 0.4% over 60 min, 0 processes",
+                 "usd_per_hour": 98.32, "deadline": deadline.isoformat(),
+                 "instance_type": "p4d.24xlarge"})
+
+
+def send_sample(db: Database, settings: AlertsSettings, to: str, clock: Clock) -> list[str]:
+    """Send one sample alert to `to` now; returns one line per delivery, raising
+    CostguardError when nothing could be sent."""
+    check_recipient(to)
+    now = clock.now()
+    with db.session() as s:
+        enqueue_sample(s, to, now)
+        alert_id = s.exec(select(AlertRow.id).where(
+            AlertRow.dedupe_key == f"sample|{to}|{now.isoformat()}")).one()
+    assert alert_id is not None
+    Dispatcher(db, settings).run(now, only_alerts=[alert_id])
+    with db.session() as s:
+        alert = s.get(AlertRow, alert_id)
+        rows = list(s.exec(select(AlertDeliveryRow).where(
+            AlertDeliveryRow.alert_id == alert_id)))
+    if not rows:
+        why = alert.last_error if alert is not None else None
+        raise CostguardError(f"nothing sent to {to}: {why or 'no channel for it'}")
+    lines = []
+    for r in rows:
+        if r.status == "sent":
+            lines.append(f"sent to {r.channel}:{r.target} (id {r.external_id})")
+        else:
+            lines.append(f"NOT sent to {r.channel}:{r.target}: {r.status}: {r.last_error}")
+    if not any(r.status == "sent" for r in rows):
+        raise CostguardError("\n".join(lines))
+    return lines
+
+
+@alerts_app.command("test")
+def test_command(
+    to: Annotated[str, typer.Option("--to", help="slack:#channel, slack:U0123ABCD or "
+                                    "email:name@example.com")],
+    config: ConfigOpt = None,
+) -> None:
+    """Send a sample idle warning to one recipient, through the real channel.
+
+    Example: costguard alerts test --to email:finops@example.com
+    """
+    try:
+        check_recipient(to)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--to") from None
+    db, settings = _open(config)
+    try:
+        for line in send_sample(db, settings, to, SystemClock()):
+            typer.echo(line)
+    except CostguardError as exc:
+        raise _fail(exc, 1) from None
+    finally:
+        db.dispose()
+
+
+def _fmt(t: datetime | None) -> str:
+    return f"{t:%Y-%m-%d %H:%M:%S}" if t else "-"
+
+
+@alerts_app.command("list")
+def list_command(
+    pending: Annotated[bool, typer.Option("--pending", help="Waiting to be sent.")] = False,
+    failed: Annotated[bool, typer.Option(
+        "--failed", help="Given up on, or interrupted and unconfirmed.")] = False,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many rows.")] = 50,
+    config: ConfigOpt = None,
+) -> None:
+    """Show the alert outbox: per-recipient deliveries, newest first.
+
+    Example: costguard alerts list --failed
+    """
+    statuses: list[str] = []
+    if pending:
+        statuses += ["pending", "sending", "held"]
+    if failed:
+        statuses += ["failed", "unconfirmed"]
+    db, _ = _open(config)
+    try:
+        with db.session() as s:
+            stmt = select(AlertDeliveryRow).order_by(col(AlertDeliveryRow.id).desc()).limit(limit)
+            if statuses:
+                stmt = stmt.where(col(AlertDeliveryRow.status).in_(statuses))
+            rows = list(s.exec(stmt))
+            subjects = {a.id: a.subject for a in s.exec(select(AlertRow).where(
+                col(AlertRow.id).in_([r.alert_id for r in rows if r.alert_id])))}
+            unrouted_stmt = select(AlertRow).where(
+                col(AlertRow.status).in_(["pending"] if pending else ["failed"] if failed
+                                         else ["pending", "failed"]))
+            unrouted = [a for a in s.exec(unrouted_stmt.limit(limit))
+                        if not (a.status == "failed" and pending)]
+    finally:
+        db.dispose()
+    if not rows and not unrouted:
+        typer.echo("no alerts" + (" matching" if statuses else ""))
+        return
+    typer.echo(f"{'id':>6}  {'status':<11} {'try':>3}  {'to':<32} {'next / sent':<19}  what")
+    for r in rows:
+        when = r.sent_at if r.status in ("sent", "digested", "unconfirmed") else r.next_attempt_at
+        what = subjects.get(r.alert_id, "daily digest") if r.kind != "digest" else "daily digest"
+        typer.echo(f"{r.id:>6}  {r.status:<11} {r.attempts:>3}  "
+                   f"{(r.channel + ':' + r.target)[:32]:<32} {_fmt(when):<19}  {what[:80]}")
+        if r.last_error and r.status != "sent":
+            typer.echo(f"{'':>8}last error: {r.last_error[:300]}")
+    only_alerts = [a for a in unrouted if a.id not in {r.alert_id for r in rows}]
+    if only_alerts:
+        typer.echo("\nalerts not yet routed to anyone:")
+        for a in only_alerts:
+            extra = f" ({a.last_error})" if a.last_error else ""
+            typer.echo(f"{a.id:>6}  {a.status:<11} {a.kind:<14} {a.subject[:80]}{extra}")

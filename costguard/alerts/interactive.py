@@ -1,0 +1,137 @@
+"""Slack button clicks: a Starlette route that verifies them and hands them on.
+
+Slack signs every interactive request with the app's signing secret: `v0=HMAC-SHA256(secret,
+"v0:{timestamp}:{body}")` in `X-Slack-Signature`, the time in `X-Slack-Request-Timestamp`.
+A forged signature or a timestamp more than five minutes off gets 401 and changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+from urllib.parse import parse_qs
+
+from pydantic import SecretStr
+from slack_sdk.signature import Clock as SlackClock
+from slack_sdk.signature import SignatureVerifier
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from costguard.alerts.content import snooze_until
+from costguard.alerts.slack import ACTION_PREFIX
+from costguard.alerts.snooze import NothingToSnooze, request_stop, snooze_instance
+from costguard.clock import Clock
+from costguard.store.db import Database
+
+log = logging.getLogger("costguard.alerts.slack")
+
+ACTIONS_PATH = "/slack/actions"
+
+
+@dataclass(frozen=True)
+class SlackAction:
+    """One verified button click."""
+
+    action: str  # snooze | stop-now
+    policy: str
+    provider: str
+    instance_id: str
+    choice: str | None  # for snooze: 1h, 4h, tomorrow, or a duration
+    user_id: str
+    user_name: str
+
+    @property
+    def who(self) -> str:
+        return f"slack user {self.user_name} ({self.user_id})"
+
+
+OnAction = Callable[[SlackAction], str]  # returns a short text for the clicker
+
+
+def parse_actions(payload: dict[str, Any]) -> list[SlackAction]:
+    """The costguard buttons in a `block_actions` payload; ValueError if it is not one."""
+    if payload.get("type") != "block_actions":
+        raise ValueError(f"unsupported interaction type {payload.get('type')!r}")
+    user = payload.get("user") or {}
+    user_id = str(user.get("id") or "")
+    if not user_id:
+        raise ValueError("interaction without a user")
+    user_name = str(user.get("username") or user.get("name") or user_id)
+    out = []
+    for action in payload.get("actions") or []:
+        if not str(action.get("action_id", "")).startswith(ACTION_PREFIX):
+            continue
+        value = json.loads(action.get("value") or "{}")
+        kind = value.get("a")
+        if kind not in ("snooze", "stop-now") or not all(
+                isinstance(value.get(k), str) and value.get(k) for k in ("p", "pr", "i")):
+            raise ValueError(f"malformed costguard action value {action.get('value')!r}")
+        out.append(SlackAction(action=kind, policy=value["p"], provider=value["pr"],
+                               instance_id=value["i"], choice=value.get("for"),
+                               user_id=user_id, user_name=user_name))
+    return out
+
+
+def slack_routes(signing_secret: str | SecretStr, on_action: OnAction, *,
+                 path: str = ACTIONS_PATH, clock: SlackClock | None = None) -> list[Route]:
+    """The interactivity endpoint to mount on the daemon's HTTP app (set its public URL as
+    the Slack app's Interactivity Request URL)."""
+    secret = (signing_secret.get_secret_value() if isinstance(signing_secret, SecretStr)
+              else signing_secret)
+    if not secret:
+        raise ValueError("slack_routes needs the Slack app's signing secret")
+    verifier = SignatureVerifier(secret, clock=clock or SlackClock())
+
+    async def actions(request: Request) -> Response:
+        body = await request.body()
+        if not verifier.is_valid_request(body, dict(request.headers)):
+            log.warning("Slack interaction refused: bad or stale signature from %s",
+                        request.client.host if request.client else "?")
+            return JSONResponse({"error": "invalid signature"}, status_code=401)
+        try:
+            raw = parse_qs(body.decode("utf-8")).get("payload", [""])[0]
+            clicks = parse_actions(json.loads(raw))
+        except (ValueError, UnicodeDecodeError) as exc:
+            return JSONResponse({"error": f"bad payload: {exc}"}, status_code=400)
+        texts = [await run_in_threadpool(on_action, click) for click in clicks]
+        return JSONResponse({"ok": True, "text": " ".join(texts)})
+
+    return [Route(path, actions, methods=["POST"])]
+
+
+def journal_actions(db: Database, clock: Clock, max_snooze: timedelta) -> OnAction:
+    """The standard `on_action`: snoozes set `snooze_until` (capped), "stop now" brings the
+    deadline forward; both are journaled with the Slack user who clicked."""
+
+    def on_action(click: SlackAction) -> str:
+        now = clock.now()
+        try:
+            with db.session() as s:
+                if click.action == "snooze":
+                    until = snooze_until(click.choice or "1h", now, max_snooze)
+                    end, _ = snooze_instance(
+                        s, instance_id=click.instance_id, provider=click.provider,
+                        policy=click.policy, until=until, now=now, who=click.who,
+                        reason="snooze button in Slack", max_snooze=max_snooze)
+                    text = f"{click.instance_id} snoozed until {end:%Y-%m-%d %H:%M} UTC"
+                else:
+                    warned = request_stop(s, instance_id=click.instance_id,
+                                          provider=click.provider, policy=click.policy,
+                                          now=now, who=click.who)
+                    text = (f"{click.instance_id} will be stopped at the next cycle if still "
+                            "idle" if warned else f"{click.instance_id} is no longer pending a "
+                            "stop; nothing to do")
+        except NothingToSnooze as exc:
+            return str(exc)
+        except ValueError as exc:
+            return f"cannot snooze: {exc}"
+        log.info("%s: %s", click.who, text)
+        return text
+
+    return on_action
