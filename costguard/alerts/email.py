@@ -109,7 +109,8 @@ class EmailSender:
             raise DeliveryError(self._clean(f"SMTP error {exc.smtp_code}: {exc.smtp_error!r}"),
                                 permanent=permanent) from None
         except (smtplib.SMTPException, OSError) as exc:
-            raise DeliveryError(self._clean(f"SMTP server unreachable: {exc}")) from None
+            where = f"{s.host}:{s.port}"
+            raise DeliveryError(self._clean(f"SMTP delivery via {where} failed: {exc}")) from None
         return str(msg["Message-ID"])
 
     def _clean(self, text: str) -> str:

@@ -1,0 +1,133 @@
+"""Email delivery to a real SMTP server (aiosmtpd) on 127.0.0.1, STARTTLS or TLS, with AUTH."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from email.message import Message
+from pathlib import Path
+
+import pytest
+
+from costguard.alerts.dispatcher import Dispatcher
+from costguard.alerts.email import message_id
+from costguard.store.db import Database
+from tests.alerts.fakes import Mailbox, free_port, self_signed_cert, smtp_server
+from tests.alerts.helpers import T0, alerts, deliveries, idle_warning, smtp
+
+
+@pytest.fixture
+def db(db_url: str) -> Iterator[Database]:
+    database = Database(db_url)
+    yield database
+    database.dispose()
+
+
+@pytest.fixture(scope="module")
+def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return self_signed_cert(tmp_path_factory.mktemp("tls"))
+
+
+def _parts(msg: Message) -> tuple[str, str]:
+    text = html = ""
+    for part in msg.walk():
+        payload = part.get_payload(decode=True)
+        if not isinstance(payload, bytes):
+            continue
+        if part.get_content_type() == "text/plain":
+            text = payload.decode()
+        elif part.get_content_type() == "text/html":
+            html = payload.decode()
+    return text, html
+
+
+def test_idle_warning_email_over_starttls_carries_the_facts_and_the_snooze_command(
+        db: Database, cert: tuple[Path, Path]) -> None:
+    box = Mailbox()
+    with smtp_server(box, cert, free_port()) as port:
+        idle_warning(db, recipients=("email:ana@example.com",))
+        stats = Dispatcher(db, smtp(port, cert[0])).run(T0)
+    assert stats.sent == 1
+    assert box.logins == ["costguard"]
+    assert box.envelopes == [("costguard@example.com", ["ana@example.com"])]
+    msg = box.received[0]
+    assert msg["Subject"].startswith("[costguard] trainer-0 (i-0abc000000000000)")
+    assert msg.get_content_type() == "multipart/alternative"
+    text, html = _parts(msg)
+    for body in (text, html):
+        for expected in ("i-0abc000000000000", "research", "all 8 GPUs idle for 1h",
+                         "$98.32/h", "2026-03-02 14:15 UTC", "sm_active p95 0.4%",
+                         "costguard snooze i-0abc000000000000 --for 4h", "ends after 1d"):
+            assert expected in body, expected
+    assert "http" not in text  # email readers snooze from a shell, not a link
+    row = deliveries(db)[0]
+    assert row.status == "sent" and row.external_id == msg["Message-ID"]
+    assert row.external_id == message_id(row.dedupe_key, "costguard@example.com")
+
+
+def test_implicit_tls_works_too(db: Database, cert: tuple[Path, Path]) -> None:
+    box = Mailbox()
+    with smtp_server(box, cert, free_port(), implicit_tls=True) as port:
+        idle_warning(db, recipients=("email:ana@example.com",))
+        stats = Dispatcher(db, smtp(port, cert[0], implicit_tls=True)).run(T0)
+    assert stats.sent == 1 and len(box.received) == 1
+
+
+def test_untrusted_certificate_is_refused_and_retried(
+        db: Database, cert: tuple[Path, Path], tmp_path: Path) -> None:
+    other, _ = self_signed_cert(tmp_path)  # a CA that did not sign the server's certificate
+    box = Mailbox()
+    with smtp_server(box, cert, free_port()) as port:
+        idle_warning(db, recipients=("email:ana@example.com",))
+        stats = Dispatcher(db, smtp(port, other)).run(T0)
+    assert stats.sent == 0 and stats.retrying == 1 and box.received == []
+    assert "certificate" in (deliveries(db)[0].last_error or "").lower()
+
+
+def test_mail_server_down_then_up_delivers_each_message_once(
+        db: Database, cert: tuple[Path, Path]) -> None:
+    box, port = Mailbox(), free_port()
+    idle_warning(db, 3, recipients=("email:ana@example.com", "email:bo@example.com"))
+    settings = smtp(port, cert[0])
+    assert Dispatcher(db, settings).run(T0).retrying == 6  # nothing listening
+    with smtp_server(box, cert, port):
+        box.refuse_next = ["451 4.3.0 try again later"]
+        first = Dispatcher(db, settings).run(T0 + timedelta(seconds=30))
+        assert first.sent == 5 and first.retrying == 1
+        assert Dispatcher(db, settings).run(T0 + timedelta(minutes=2)).sent == 1
+        assert Dispatcher(db, settings).run(T0 + timedelta(hours=2)).sent == 0
+    ids = [m["Message-ID"] for m in box.received]
+    assert len(ids) == 6 and len(set(ids)) == 6
+    assert all(a.status == "sent" for a in alerts(db))
+
+
+def test_rejected_address_fails_without_retrying(db: Database, cert: tuple[Path, Path]) -> None:
+    box = Mailbox(refuse_next=["550 5.1.1 no such user"])
+    with smtp_server(box, cert, free_port()) as port:
+        idle_warning(db, recipients=("email:nobody@example.com",))
+        stats = Dispatcher(db, smtp(port, cert[0])).run(T0)
+    assert stats.failed == 1
+    assert deliveries(db)[0].status == "failed"
+    assert "550" in (alerts(db)[0].last_error or "")
+
+
+def test_crash_between_send_and_record_never_sends_twice(
+        db: Database, cert: tuple[Path, Path]) -> None:
+    box = Mailbox()
+
+    def crash(point: str) -> None:
+        if point == "after-send":
+            raise SystemExit("killed between send and mark-sent")
+
+    with smtp_server(box, cert, free_port()) as port:
+        idle_warning(db, recipients=("email:ana@example.com",))
+        with pytest.raises(SystemExit):
+            Dispatcher(db, smtp(port, cert[0]), fault=crash).run(T0)
+        assert len(box.received) == 1
+        stats = Dispatcher(db, smtp(port, cert[0])).run(T0 + timedelta(minutes=10))
+        assert stats.recovered == 1 and stats.sent == 0
+        Dispatcher(db, smtp(port, cert[0])).run(T0 + timedelta(hours=3))
+    assert len(box.received) == 1
+    row = deliveries(db)[0]
+    assert row.status == "unconfirmed"
+    assert row.external_id == box.received[0]["Message-ID"]
