@@ -77,13 +77,14 @@ class PostgresLeader:
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
         self._leading = False
         self._lock = threading.Lock()
+        self._application_name = f"costguard-leader pid={os.getpid()}"
 
     def _connect(self) -> psycopg.Connection[tuple[object, ...]]:
         # keepalives: a leader cut off from the server is noticed (and its lock freed) in
         # about 30 s instead of the kernel's two hours
         return psycopg.connect(
             self._conninfo, autocommit=True, connect_timeout=self.connect_timeout,
-            application_name=f"costguard-leader pid={os.getpid()}",
+            application_name=self._application_name,
             keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3,
         )
 
@@ -118,11 +119,35 @@ class PostgresLeader:
             return False
         return bool(row and int(str(row[0])) > 0)
 
+    def _confirmed_by_server(self) -> bool:
+        """Ask on a fresh connection whether our backend still holds the lock.
+
+        The leader connection alone is not enough: a process frozen and thawed (SIGSTOP,
+        a paused VM) was seen to read a "held" answer on a session the server had already
+        ended, so the fence also asks the server's lock table from outside.
+        """
+        if self._conn is None:
+            return False
+        backend, app = self._conn.info.backend_pid, self._application_name
+        try:
+            with psycopg.connect(self._conninfo, autocommit=True,
+                                 connect_timeout=self.connect_timeout) as probe:
+                row = probe.execute(
+                    "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                    "WHERE l.locktype = 'advisory' AND l.granted AND l.pid = %s "
+                    "AND a.application_name = %s "
+                    "AND l.objid = (%s::bigint & 4294967295)::oid "
+                    "AND l.classid = ((%s::bigint >> 32) & 4294967295)::oid",
+                    (backend, app, self.key, self.key)).fetchone()
+        except psycopg.Error:
+            return False
+        return bool(row and int(str(row[0])) > 0)
+
     def held(self) -> bool:
         with self._lock:
             if not self._leading:
                 return False
-            if not self._still_held():
+            if not (self._still_held() and self._confirmed_by_server()):
                 log.error("leadership lost: the advisory lock is no longer held on this "
                           "replica's connection; standing down")
                 self._leading = False

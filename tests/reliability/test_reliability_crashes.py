@@ -23,7 +23,7 @@ from tests.daemon.daemon_helpers import stop_journal
 from tests.reliability.replicas import start_replica, write_config
 from tests.reliability.shared_cloud import SharedState
 
-ITERATIONS = 12
+ITERATIONS = 9
 
 
 def test_sigkill_at_random_points_never_doubles_or_loses_a_stop(tmp_path: Path) -> None:

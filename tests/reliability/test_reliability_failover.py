@@ -116,12 +116,18 @@ def test_a_frozen_leader_that_wakes_after_losing_its_lock_cannot_act(
         # frozen right after journaling its first stop intent, before the cloud call
         wait_until(lambda: _proc_state(first) == "T", 60, "the leader to freeze mid-stop")
         assert _terminate_all_sessions(pg_url) >= 1  # the server drops the silent session
+        wait_until(lambda: not _sessions_of(pg_url, first.proc.pid), 10,
+                   "the frozen leader's sessions to end")
         second = start_replica(root, pg_url, state.path, "second")
         wait_until(lambda: second is not None and second.leads(), 60, "the standby to lead")
         wait_until(lambda: _settled(db), 30, "the successor's stops")
         first.proc.send_signal(signal.SIGCONT)  # the ex-leader resumes its stop ...
-        wait_until(lambda: "leadership lost" in first.log.read_text(), 20,
-                   "the ex-leader to notice")
+        try:
+            wait_until(lambda: "leadership lost" in first.log.read_text(), 20,
+                       "the ex-leader to notice")
+        except AssertionError:
+            raise AssertionError("the ex-leader acted unfenced:\n" + _tail(first) + "\n---\n"
+                                 + _tail(second)) from None
         time.sleep(POLL_S)
         _check_exactly_once(db, state)
         with db.session() as s:
@@ -134,6 +140,19 @@ def test_a_frozen_leader_that_wakes_after_losing_its_lock_cannot_act(
         if second is not None:
             second.stop()
         db.dispose()
+
+
+def _sessions_of(url: str, pid: int) -> list[tuple[object, ...]]:
+    conninfo = url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        return conn.execute("SELECT pid, state FROM pg_stat_activity WHERE application_name "
+                            "= %s", (f"costguard-leader pid={pid}",)).fetchall()
+
+
+def _tail(replica: Replica | None, lines: int = 40) -> str:
+    if replica is None:
+        return ""
+    return "\n".join(replica.log.read_text().splitlines()[-lines:])
 
 
 def _proc_state(replica: Replica) -> str:
