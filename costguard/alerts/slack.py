@@ -43,6 +43,11 @@ def _text(value: str, limit: int = 2900) -> str:
     return value if len(value) <= limit else value[: limit - 1] + "…"
 
 
+def _esc(value: str) -> str:
+    # Slack mrkdwn reads <...> as links and mentions: user text is escaped
+    return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def action_value(view: AlertView, action: str, choice: str | None = None) -> str:
     value = {"a": action, "p": view.policy, "pr": view.provider, "i": view.instance_id}
     if choice is not None:
@@ -59,14 +64,14 @@ def alert_blocks(view: AlertView) -> list[dict[str, Any]]:
     ]
     if view.reason:
         blocks.append({"type": "section", "text": {
-            "type": "mrkdwn", "text": _text(f"{icon} *Why:* {view.reason}")}})
+            "type": "mrkdwn", "text": _text(f"{icon} *Why:* {_esc(view.reason)}")}})
     fields = []
     if view.instance_id:
         kind = f" ({view.instance_type})" if view.instance_type else ""
         fields.append(f"*Instance*\n`{view.instance_id}`{kind}")
-    fields.append(f"*Team*\n{view.team or 'unattributed'}")
+    fields.append(f"*Team*\n{_esc(view.team or 'unattributed')}")
     if view.owner:
-        fields.append(f"*Owner*\n{view.owner}")
+        fields.append(f"*Owner*\n{_esc(view.owner)}")
     if view.dollars:
         fields.append(f"*Cost*\n{view.dollars}")
     if view.deadline_text:
@@ -77,10 +82,10 @@ def alert_blocks(view: AlertView) -> list[dict[str, Any]]:
                    "fields": [{"type": "mrkdwn", "text": f} for f in fields[:10]]})
     if view.evidence:
         blocks.append({"type": "context", "elements": [
-            {"type": "mrkdwn", "text": _text(f"*Evidence:* {view.evidence}")}]})
+            {"type": "mrkdwn", "text": _text(f"*Evidence:* {_esc(view.evidence)}")}]})
     if view.details:
         blocks.append({"type": "section", "text": {"type": "mrkdwn",
-                                                   "text": _text(view.details)}})
+                                                   "text": _text(_esc(view.details))}})
     if view.interactive:
         buttons: list[dict[str, Any]] = [
             {"type": "button", "action_id": f"{ACTION_PREFIX}snooze_{token}",
@@ -109,7 +114,7 @@ def digest_blocks(title: str, views: Sequence[AlertView]) -> list[dict[str, Any]
     lines = []
     for v in views[:40]:
         money = f" · {v.dollars}" if v.dollars else ""
-        lines.append(f"• {v.subject}{money}")
+        lines.append(f"• {_esc(v.subject)}{money}")
     if len(views) > 40:
         lines.append(f"… and {len(views) - 40} more")
     return [{"type": "header", "text": {"type": "plain_text", "text": _text(title, 150)}},
