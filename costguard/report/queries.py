@@ -13,11 +13,32 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import ColumnElement, Select, Subquery, distinct, func, literal, select
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    String,
+    Subquery,
+    cast,
+    distinct,
+    func,
+    literal,
+    null,
+    select,
+)
 from sqlalchemy import union_all as sa_union_all
 from sqlmodel import Session
 
-from costguard.costs.rollup import DAILY, RAW, day_floor, interval_seconds, rolled_up_until
+from costguard.costs.rollup import (
+    DAILY,
+    RAW,
+    RUN_DIMENSIONS,
+    RUNS,
+    SUMMARY,
+    day_floor,
+    interval_seconds,
+    rolled_up_until,
+    summary_current,
+)
 from costguard.model import Instance, InstanceState, Lifecycle, PriceQuote
 
 DIMENSIONS: dict[str, str] = {
@@ -77,8 +98,13 @@ def check_dimension(dim: str) -> str:
     return dim
 
 
-def facts(session: Session, since: datetime, until: datetime) -> Subquery:
-    """Raw intervals and daily rollups of [since, until) as one row source."""
+def facts(session: Session, since: datetime, until: datetime, *,
+          summary: bool = False) -> Subquery:
+    """Raw intervals and daily rollups of [since, until) as one row source.
+
+    With `summary`, days before the watermark are read from the per-day summary (no
+    `instance_id`: NULL there) when it is current; sums are the same, rows far fewer.
+    """
     watermark = rolled_up_until(session)
     parts: list[Select[tuple[object, ...]]] = []
     raw_from = since if watermark is None else max(since, watermark)
@@ -88,10 +114,17 @@ def facts(session: Session, since: datetime, until: datetime) -> Subquery:
             interval_seconds(session).label("instance_seconds"),
         ).where(RAW.c.start >= raw_from, RAW.c.start < until))
     if watermark is not None and day_floor(since) < watermark:
-        parts.append(select(
-            *(DAILY.c[c] for c in _FACT_COLUMNS), *(DAILY.c[m] for m in _MEASURES),
-            DAILY.c.instance_seconds,
-        ).where(DAILY.c.day >= day_floor(since), DAILY.c.day < min(until, watermark)))
+        if summary and summary_current(session):
+            parts.append(select(
+                *(cast(null(), String).label(c) if c == "instance_id" else SUMMARY.c[c]
+                  for c in _FACT_COLUMNS),
+                *(SUMMARY.c[m] for m in _MEASURES), SUMMARY.c.instance_seconds,
+            ).where(SUMMARY.c.day >= day_floor(since), SUMMARY.c.day < min(until, watermark)))
+        else:
+            parts.append(select(
+                *(DAILY.c[c] for c in _FACT_COLUMNS), *(DAILY.c[m] for m in _MEASURES),
+                DAILY.c.instance_seconds,
+            ).where(DAILY.c.day >= day_floor(since), DAILY.c.day < min(until, watermark)))
     if not parts:  # an empty period: keep the column shape
         parts.append(select(
             *(RAW.c[c] for c in _FACT_COLUMNS), *(RAW.c[m] for m in _MEASURES),
@@ -99,6 +132,27 @@ def facts(session: Session, since: datetime, until: datetime) -> Subquery:
     if len(parts) == 1:
         return parts[0].subquery("facts")
     return sa_union_all(*parts).subquery("facts")
+
+
+_PRESENCE_COLUMNS = ("provider", "instance_id", *RUN_DIMENSIONS)
+
+
+def presence(session: Session, since: datetime, until: datetime) -> Subquery:
+    """(instance, dimensions) that have spend in [since, until), once or more, for counting
+    distinct instances: raw intervals after the watermark, and before it the instances'
+    day runs that overlap the period (or the daily rows when the runs are not current)."""
+    watermark = rolled_up_until(session)
+    if watermark is None or day_floor(since) >= watermark or not summary_current(session):
+        return facts(session, since, until)
+    parts: list[Select[tuple[object, ...]]] = [select(
+        *(RUNS.c[c] for c in _PRESENCE_COLUMNS),
+    ).where(RUNS.c.first_day < min(until, watermark), RUNS.c.last_day >= day_floor(since))]
+    if watermark < until:
+        parts.append(select(*(RAW.c[c] for c in _PRESENCE_COLUMNS)).where(
+            RAW.c.start >= watermark, RAW.c.start < until))
+    if len(parts) == 1:
+        return parts[0].subquery("presence")
+    return sa_union_all(*parts).subquery("presence")
 
 
 def _key(f: Subquery, dim: str) -> ColumnElement[str]:
@@ -121,7 +175,10 @@ def spend(
     where no spot run of that type was observed in the period (used for savings).
     """
     filters = dict(filters or {})
-    f = facts(session, since, until)
+    # the per-day summary has no instance column: only reports that neither group nor
+    # filter by instance can read it
+    by_instance = "instance" in by or "instance" in filters
+    f = facts(session, since, until, summary=not by_instance)
     where = _where(f, filters)
     keys = [_key(f, d).label(f"k{i}") for i, d in enumerate(by)]
     # Grouped finely enough to price spot savings per type; summed up to `by` in Python.
@@ -133,9 +190,12 @@ def spend(
         func.sum(f.c.gpu_seconds), func.sum(f.c.idle_gpu_seconds),
         func.sum(f.c.instance_seconds),
     ).where(*where).group_by(*keys, *detail)
-    counts = dict(_instance_counts(session, f, keys, where))
+    p = f if by_instance else presence(session, since, until)
+    p_where = _where(p, filters)
+    p_keys = [_key(p, d).label(f"k{i}") for i, d in enumerate(by)]
+    counts = dict(_instance_counts(session, p, p_keys, p_where))
     total_instances = session.execute(
-        select(func.count(distinct(f.c.instance_id))).where(*where)).scalar() or 0
+        select(func.count(distinct(p.c.instance_id))).where(*p_where)).scalar() or 0
 
     sums: dict[tuple[str, ...], list[int]] = defaultdict(lambda: [0] * 6)
     od_hours: dict[tuple[str, ...], list[tuple[tuple[str, str, str, int], int, float]]] = (

@@ -319,3 +319,56 @@ class AnomalyRow(SQLModel, table=True):
     status: str = Field(default="open", max_length=16)  # open | acked | expected
     detected_at: datetime = _ts()
     feedback_at: datetime | None = _ts(nullable=True)
+
+
+class CostSummaryRow(SQLModel, table=True):
+    """Daily rollups summed per UTC day over every report dimension (no instance): what
+    grouped reports read. Filled by the rollup for the days it adds (see costs/rollup.py)."""
+
+    __tablename__ = "cost_daily_summary"
+    __table_args__ = (Index("ix_cost_daily_summary_day", "day"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    day: datetime = _ts()  # midnight UTC
+    provider: str = Field(max_length=16)
+    account: str = Field(max_length=128)
+    region: str = Field(max_length=64)
+    instance_type: str = Field(max_length=64)
+    lifecycle: str = Field(max_length=16)
+    state: str = Field(default="running", max_length=16)
+    gpu_count: int = 0
+    instance_seconds: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    cost_micros: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    idle_cost_micros: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    gpu_seconds: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    idle_gpu_seconds: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    team: str | None = Field(default=None, max_length=128)
+    project: str | None = Field(default=None, max_length=128)
+    env: str | None = Field(default=None, max_length=64)
+    cost_center: str | None = Field(default=None, max_length=128)
+
+
+class CostRunRow(SQLModel, table=True):
+    """A maximal run of consecutive days [first_day, last_day] on which an instance has daily
+    rows with these dimensions: exact distinct-instance counts over any day range without
+    reading the daily rows (an instance counts where one of its runs overlaps the range)."""
+
+    __tablename__ = "cost_instance_runs"
+    __table_args__ = (
+        Index("ix_cost_instance_runs_instance", "provider", "instance_id", "last_day"),
+        Index("ix_cost_instance_runs_last_day", "last_day"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    provider: str = Field(max_length=16)
+    instance_id: str = Field(max_length=128)
+    account: str = Field(max_length=128)
+    region: str = Field(max_length=64)
+    instance_type: str = Field(max_length=64)
+    lifecycle: str = Field(max_length=16)
+    team: str | None = Field(default=None, max_length=128)
+    project: str | None = Field(default=None, max_length=128)
+    env: str | None = Field(default=None, max_length=64)
+    cost_center: str | None = Field(default=None, max_length=128)
+    first_day: datetime = _ts()
+    last_day: datetime = _ts()
