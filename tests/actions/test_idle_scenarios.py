@@ -106,7 +106,7 @@ def test_snooze_tag_longer_than_max_snooze_is_cut_short(db_url: str,
     engine = make_engine(db_url, IDLE, cloud)
     run_for(engine, cloud.clock, timedelta(hours=7, minutes=50))
     assert cloud.instances["i-idle"].state == "running"
-    snooze = [j for j in journal(engine.db, "i-idle") if j.action == "snooze"][0]
+    snooze = next(j for j in journal(engine.db, "i-idle") if j.action == "snooze")
     assert "max_snooze" in snooze.detail
     run_for(engine, cloud.clock, timedelta(minutes=40))  # 8 h max + 15 min grace
     assert cloud.instances["i-idle"].state == "stopped"

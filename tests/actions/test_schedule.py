@@ -20,8 +20,8 @@ BERLIN = OfficeHours(timezone="Europe/Berlin", hours="08:00-19:00", days="mon-fr
                      holidays="DE")
 
 
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)
+def utc(year: int, month: int, day: int, hour: int, minute: int) -> datetime:
+    return datetime(year, month, day, hour, minute, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(("when", "inside"), [
@@ -95,7 +95,7 @@ policies:
 
 
 def test_start_step_needs_office_hours_and_a_stop() -> None:
-    with pytest.raises(PolicyError, match="needs condition.outside_hours"):
+    with pytest.raises(PolicyError, match=r"needs condition\.outside_hours"):
         parse_policy_text("""\
 policies:
   - name: p
