@@ -1,0 +1,121 @@
+"""`costguard snooze`, `costguard audit` and `costguard simulate` through Typer's CliRunner."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from costguard.actions.commands import audit_command, simulate_command, snooze_command
+from costguard.clock import ManualClock
+from costguard.store.db import Database
+from costguard.store.tables import PolicyStateRow
+from tests.actions.cloud import FakeCloud, journal, make_engine, run_for
+
+POLICY = """\
+policies:
+  - name: idle
+    mode: enforce
+    filters: {gpu: true, state: running}
+    condition:
+      idle: {below: 5, for: 45m}
+    actions:
+      - notify: {to: owner}
+      - stop: {grace: 15m}
+    limits: {max_snooze: 1d}
+"""
+
+app = typer.Typer()
+app.command("snooze")(snooze_command)
+app.command("audit")(audit_command)
+app.command("simulate")(simulate_command)
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Path]:
+    """A store written by a few real cycles, and a config pointing the commands at it."""
+    url = f"sqlite:///{tmp_path / 'cg.db'}"
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "idle.yml").write_text(POLICY)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COSTGUARD_DATABASE_URL", url)
+    monkeypatch.setenv("COSTGUARD_POLICY_PATHS", json.dumps([str(policies)]))
+    start = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=2)
+    cloud = FakeCloud(ManualClock(start))
+    cloud.add("i-idle")
+    cloud.add("i-busy", busy=True)
+    cloud.add("i-spot", busy=True, lifecycle="spot")  # type: ignore[arg-type]
+    cloud.set("i-spot", state="stopped", state_reason="Server.SpotInstanceTermination")
+    engine = make_engine(url, POLICY, cloud)
+    run_for(engine, cloud.clock, timedelta(minutes=30))
+    engine.db.dispose()
+    return url, policies / "idle.yml"
+
+
+def test_snooze_writes_every_policy_state_and_journals_who_and_why(
+        store: tuple[str, Path]) -> None:
+    url, _ = store
+    result = CliRunner().invoke(app, ["snooze", "i-busy", "--for", "3d", "--reason",
+                                      "eval this week", "--by", "ana", "--no-tag"])
+    assert result.exit_code == 0, result.output
+    assert "cut to the policy's max_snooze" in result.output  # 3d asked, 1d allowed
+    db = Database(url)
+    with db.session() as s:
+        st = s.get(PolicyStateRow, ("idle", "sim", "i-busy"))
+    assert st is not None and st.snooze_until is not None
+    assert timedelta(hours=23) < st.snooze_until - datetime.now(UTC) <= timedelta(days=1)
+    (entry,) = [j for j in journal(db, "i-busy") if j.action == "snooze"]
+    assert "by ana: eval this week" in entry.detail and entry.status == "done"
+
+
+def test_snooze_of_an_unknown_instance_or_without_reason_is_a_clear_error(
+        store: tuple[str, Path]) -> None:
+    unknown = CliRunner().invoke(app, ["snooze", "i-nope", "--reason", "x", "--no-tag"])
+    assert unknown.exit_code == 2 and "no instance 'i-nope'" in unknown.output
+    assert "Traceback" not in unknown.output
+    bad = CliRunner().invoke(app, ["snooze", "i-busy", "--for", "4 hours", "--reason", "x"])
+    assert bad.exit_code == 2 and "invalid duration" in bad.output
+    silent = CliRunner().invoke(app, ["snooze", "i-busy"])
+    assert silent.exit_code == 2 and "--reason" in silent.output
+
+
+def test_audit_lists_findings_warnings_and_stops_for_one_instance_as_json(
+        store: tuple[str, Path]) -> None:
+    result = CliRunner().invoke(app, ["audit", "--since", "1d", "--instance", "i-idle",
+                                      "--format", "json"])
+    assert result.exit_code == 0, result.output
+    events = json.loads(result.output)
+    kinds = [(e["kind"], e["status"]) for e in events]
+    assert kinds[:2] == [("finding", "found"), ("notify", "done")]
+    assert ("stop", "done") in kinds
+    assert all(e["instance_id"] == "i-idle" for e in events)
+    assert "SM activity" in events[0]["evidence"]
+    table = CliRunner().invoke(app, ["audit", "--since", "1d", "--kind", "stop"])
+    assert table.exit_code == 0 and "i-idle" in table.output and "i-busy" not in table.output
+
+
+def test_audit_interruptions_counts_spot_reclaims_per_type_and_zone(
+        store: tuple[str, Path]) -> None:
+    result = CliRunner().invoke(app, ["audit", "--since", "1d", "--interruptions",
+                                      "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == [
+        {"instance_type": "g5.xlarge", "zone": "us-east-1a", "count": 1}]
+
+
+def test_simulate_reports_what_the_policy_would_have_done(store: tuple[str, Path]) -> None:
+    _, policy = store
+    result = CliRunner().invoke(app, ["simulate", "--policy", str(policy), "--since", "3h",
+                                      "--step", "5m", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    (report,) = json.loads(result.output)
+    stopped = {a["instance_id"] for a in report["actions"] if a["action"] == "stop"}
+    assert "i-busy" not in stopped
+    assert report["warnings"] >= 1  # i-idle was idle from the start of history
+    missing = CliRunner().invoke(app, ["simulate", "--policy", str(policy), "--name", "nope"])
+    assert missing.exit_code == 2 and "no policy named 'nope'" in missing.output
