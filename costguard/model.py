@@ -62,6 +62,9 @@ class Instance(Frozen):
     launch_time: datetime
     tags: dict[str, str] = Field(default_factory=dict)
     observed_at: datetime
+    # IAM role / service account that launched it, where the provider reports it (optional:
+    # not read from AWS or GCP yet, and not kept in the store's instances table)
+    launched_by: str | None = None
 
     @property
     def key(self) -> InstanceKey:

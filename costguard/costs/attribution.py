@@ -65,4 +65,12 @@ def _derive(inst: Instance, source: str, mapping: dict[str, str]) -> str | None:
         return None
     if source == "account":
         return mapping.get(inst.account)
+    if source == "launcher" and inst.launched_by:
+        exact = mapping.get(inst.launched_by)
+        if exact is not None:
+            return exact
+        # "role/vision-*" patterns: the longest matching prefix wins, as for names
+        for pattern in sorted((p for p in mapping if p.endswith("*")), key=len, reverse=True):
+            if inst.launched_by.startswith(pattern[:-1]):
+                return mapping[pattern]
     return None

@@ -34,7 +34,9 @@ attribution:
 class DeriveRule(Element):
     """A fallback for instances whose tags give no value for a dimension. With
     `from: name_prefix` the start of the instance name is mapped (the longest matching
-    prefix wins); with `from: account` the AWS account id or GCP project id is."""
+    prefix wins); with `from: account` the AWS account id or GCP project id is; with
+    `from: launcher` the IAM role or service account that launched the instance, where
+    the provider reports it (a trailing `*` matches any suffix)."""
 
     yaml_key: ClassVar[str] = "attribution.derive[]"
     example: ClassVar[str] = """\
@@ -44,11 +46,16 @@ attribution:
   derive:
     - {dimension: team, from: name_prefix, map: {"res-": research, "ml-": ml-platform}}
     - {dimension: team, from: account, map: {"123456789012": research}}
+    - {dimension: team, from: launcher, map: {"arn:aws:iam::123456789012:role/vision-*": vision}}
 """
 
     dimension: Name = Field(description="A dimension defined under `dimensions`.")
-    from_: Literal["name_prefix", "account"] = Field(alias="from", description="What to map.")
-    map: dict[Text, Text] = Field(min_length=1, description="Prefix or account -> value.")
+    from_: Literal["name_prefix", "account", "launcher"] = Field(
+        alias="from", description="What to map."
+    )
+    map: dict[Text, Text] = Field(
+        min_length=1, description="Prefix, account or launcher -> value."
+    )
 
 
 def _not_builtin(value: dict[str, DimensionRule]) -> dict[str, DimensionRule]:
