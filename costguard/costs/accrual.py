@@ -7,12 +7,15 @@ attached disks, and only where `disk_price_of` knows them. Money is integer micr
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import Table, insert, select, update
+from sqlalchemy import Table, Text, cast, insert, select, update
+from sqlalchemy.engine import Dialect
 from sqlmodel import Session
 
 from costguard.costs.attribution import Attributor
@@ -28,8 +31,8 @@ MICROS = 1_000_000
 _INSTANCES: Table = InstanceRow.__table__  # type: ignore[attr-defined]
 _INTERVALS: Table = CostIntervalRow.__table__  # type: ignore[attr-defined]
 _COLUMNS = ("provider", "instance_id", "account", "region", "name", "instance_type", "state",
-            "lifecycle", "gpu_count", "tags", "state_changed_at", "accrued_until",
-            "accrue_state", "gone")
+            "lifecycle", "gpu_count", "state_changed_at", "accrued_until", "accrue_state",
+            "gone")
 _SIGNALS = ("auto", "sm_active", "util_gpu")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -63,8 +66,11 @@ def accrue(
     stats = AccrualStats()
     session.flush()  # pending ORM changes first: the statements below bypass the ORM
     # only the columns accrual reads: every datetime and JSON column costs a conversion per row
-    rows = session.execute(select(*(_INSTANCES.c[c] for c in _COLUMNS)).where(
-        _INSTANCES.c.accrued_until < now)).all()
+    # tags as their JSON text: decoded once per distinct text (see _DimensionCache)
+    rows = session.execute(select(
+        *(_INSTANCES.c[c] for c in _COLUMNS),
+        cast(_INSTANCES.c.tags, Text).label("tags_text"),
+    ).where(_INSTANCES.c.accrued_until < now)).all()
     due: list[tuple[Any, datetime]] = []
     for row in rows:
         if row.gone:
@@ -126,7 +132,7 @@ def accrue(
                 stats.intervals += 1
                 stats.cost_micros += cost
     if intervals:
-        session.execute(insert(_INTERVALS), intervals)
+        _insert_intervals(session, intervals)
     if due:
         _move_watermarks(session, now)
         # InstanceRow objects a caller holds in this session are now stale
@@ -134,6 +140,47 @@ def accrue(
             if isinstance(obj, InstanceRow):
                 session.expire(obj)
     return stats
+
+
+def _insert_intervals(session: Session, rows: list[dict[str, Any]]) -> None:
+    conn = session.connection()
+    dialect = conn.dialect
+    if dialect.name != "sqlite":  # insertmanyvalues batches these well already
+        conn.execute(insert(_INTERVALS), rows)
+        return
+    # SQLAlchemy binds every parameter of every row (~60 us a row); a cycle's values repeat
+    # (few distinct starts, ends, rates), so each distinct value is bound once here and
+    # the driver gets ready tuples
+    compiled = insert(_INTERVALS).compile(dialect=dialect, column_keys=list(rows[0]))
+    order = compiled.positiontup
+    assert order is not None  # sqlite's paramstyle is positional
+    binders = [(i, _memo(p)) for i, name in enumerate(order)
+               if (p := _bind_processor(name, dialect)) is not None]
+    values = itemgetter(*order)
+    params: list[tuple[Any, ...]] = []
+    for r in rows:
+        row = list(values(r))
+        for i, bind in binders:
+            row[i] = bind(row[i])
+        params.append(tuple(row))
+    conn.exec_driver_sql(compiled.string, params)
+
+
+def _bind_processor(column: str, dialect: Dialect) -> Callable[[Any], Any] | None:
+    # the dialect's own implementation (sqlite's DATETIME writes its own text format)
+    return _INTERVALS.c[column].type.dialect_impl(dialect).bind_processor(dialect)
+
+
+def _memo(bind: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    done: dict[Any, Any] = {}
+
+    def once(value: Any) -> Any:
+        try:
+            return done[value]
+        except KeyError:
+            out = done[value] = bind(value)
+            return out
+    return once
 
 
 def _move_watermarks(session: Session, now: datetime) -> None:
@@ -158,22 +205,24 @@ def _full_instance(session: Session, row: Any) -> Instance:
 
 
 class _DimensionCache:
-    """Attribution per distinct (account, name, tags): the attributor reads only those."""
+    """Attribution per distinct (account, name, tags text): what the attributor reads of an
+    instance (its `launched_by` too, which the store does not keep: None, as in to_instance;
+    key on it here once the instances table holds it)."""
 
     def __init__(self, attributor: Attributor) -> None:
         self.attributor = attributor
-        self.cache: dict[tuple[object, ...], dict[str, str | None]] = {}
+        self.cache: dict[tuple[str, str | None, str | None], dict[str, str | None]] = {}
 
     def __call__(self, row: Any) -> dict[str, str | None]:
-        tags: dict[str, str] = row.tags or {}
-        key = (row.account, row.name, *tags.items())
+        key = (row.account, row.name, row.tags_text)
         dims = self.cache.get(key)
         if dims is None:
+            tags = json.loads(row.tags_text) if row.tags_text else {}
             shim = Instance(provider=row.provider, account=row.account, region=row.region,
                             instance_id=row.instance_id, name=row.name,
                             instance_type=row.instance_type, state=InstanceState(row.state),
                             lifecycle=Lifecycle(row.lifecycle), gpu_count=row.gpu_count,
-                            launch_time=_EPOCH, observed_at=_EPOCH, tags=dict(tags))
+                            launch_time=_EPOCH, observed_at=_EPOCH, tags=tags)
             dims = self.cache[key] = self.attributor.dimensions(shim)
         return dims
 
