@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 import typer
 from rich.console import Console
 
+from costguard.alerts.commands import alerts_app
 from costguard.clock import SystemClock
 from costguard.config import Settings, load_settings
 from costguard.costs.commands import anomaly_app, billing_app, budget_app
@@ -30,6 +31,7 @@ db_app = typer.Typer(help="Database schema and maintenance.\n\nExample: costguar
                      no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(agent_app, name="agent")
+app.add_typer(alerts_app, name="alerts")
 app.add_typer(billing_app, name="billing")
 app.add_typer(anomaly_app, name="anomaly")
 app.add_typer(budget_app, name="budget")

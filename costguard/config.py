@@ -20,6 +20,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from costguard.alerts.settings import AlertsSettings
 from costguard.costs.settings import CostSettings
 from costguard.daemon.settings import DaemonSettings
 from costguard.errors import ConfigError
@@ -66,12 +67,6 @@ class HttpSettings(Section):
     ingest_token: SecretStr | None = None
 
 
-class AlertSettings(Section):
-    """Alert channels. `console` prints alerts in the daemon log (the demo's default)."""
-
-    console: bool = True
-
-
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="COSTGUARD_",
@@ -87,7 +82,7 @@ class Settings(BaseSettings):
     providers: ProvidersSettings = Field(default_factory=ProvidersSettings)
     accounting: AccountingSettings = Field(default_factory=AccountingSettings)
     http: HttpSettings = Field(default_factory=HttpSettings)
-    alerts: AlertSettings = Field(default_factory=AlertSettings)
+    alerts: AlertsSettings = Field(default_factory=AlertsSettings)
     costs: CostSettings = Field(default_factory=CostSettings)
     daemon: DaemonSettings = Field(default_factory=DaemonSettings)
 

@@ -13,7 +13,8 @@ from typing import Any
 from sqlmodel import select
 
 from costguard.actions.runner import ActionRunner, ActStats, FaultHook
-from costguard.alerts.console import AlertPrinter, dispatch_console
+from costguard.alerts.console import AlertPrinter
+from costguard.alerts.dispatcher import dispatch
 from costguard.clock import Clock
 from costguard.config import Settings
 from costguard.costs.accrual import accrue
@@ -224,5 +225,5 @@ class Engine:
         summary.anomalies = len(anomalies)
 
     def _alert(self, summary: CycleSummary, now: datetime) -> None:
-        if self.settings.alerts.console:
-            summary.alerts_sent = dispatch_console(self.db, now, self.alert_printer)
+        summary.alerts_sent = dispatch(self.db, self.settings.alerts, now,
+                                       printer=self.alert_printer).sent

@@ -31,7 +31,7 @@ def test_idle_gpu_policy_is_dry_run_warns_owner_then_stops_after_15_minutes() ->
     assert policy.notify_action is not None and "owner" in policy.notify_action.to
     assert policy.stop_action is not None and policy.stop_action.grace == timedelta(minutes=15)
     assert [a.kind.value for a in policy.actions] == ["notify", "tag", "stop"]
-    assert policy.limits.max_actions_per_cycle == 10
+    assert policy.limits.max_actions_per_cycle == 20
     assert policy.limits.max_usd_per_hour == 500
 
 
