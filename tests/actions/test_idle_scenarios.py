@@ -90,7 +90,7 @@ def test_snoozed_instance_waits_for_expiry_then_is_warned_again_and_stopped(
         db_url: str, cloud: FakeCloud) -> None:
     cloud.add("i-idle", tags={"costguard:snooze-until": (T0 + timedelta(hours=3)).isoformat()})
     engine = make_engine(db_url, IDLE, cloud)
-    run_for(engine, cloud.clock, timedelta(hours=2, minutes=55))
+    run_for(engine, cloud.clock, timedelta(hours=2, minutes=55), step=timedelta(minutes=15))
     assert state_of(engine.db, "idle", "i-idle").state == "snoozed"  # type: ignore[union-attr]
     assert cloud.instances["i-idle"].state == "running"
     run_for(engine, cloud.clock, timedelta(minutes=25))
@@ -104,7 +104,7 @@ def test_snooze_tag_longer_than_max_snooze_is_cut_short(db_url: str,
                                                          cloud: FakeCloud) -> None:
     cloud.add("i-idle", tags={"costguard:snooze-until": (T0 + timedelta(days=30)).isoformat()})
     engine = make_engine(db_url, IDLE, cloud)
-    run_for(engine, cloud.clock, timedelta(hours=7, minutes=50))
+    run_for(engine, cloud.clock, timedelta(hours=7, minutes=50), step=timedelta(minutes=15))
     assert cloud.instances["i-idle"].state == "running"
     snooze = next(j for j in journal(engine.db, "i-idle") if j.action == "snooze")
     assert "max_snooze" in snooze.detail
