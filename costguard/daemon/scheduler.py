@@ -242,7 +242,7 @@ class Daemon:
         if self.cfg.http_enabled:
             app = build_app(self.engine.db, self.state, self.metrics, self.clock,
                             extra_routes=extra_routes(self.settings, self.cfg, self.engine.db,
-                                                      self.metrics))
+                                                      self.metrics, self.clock))
             self.http = HttpServer(app, self.settings.http.host, self._http_port)
             self.http.start()
             log.info("http: listening on %s:%s", self.settings.http.host, self.http.port)

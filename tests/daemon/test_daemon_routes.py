@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+import hmac
+import time
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
-from starlette.requests import Request
-from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 from starlette.testclient import TestClient
 
@@ -46,28 +46,29 @@ def test_the_token_may_come_from_the_agent_variable(db: Database,
     assert "/v1/telemetry" in _paths(found)
 
 
-def test_slack_routes_are_mounted_when_a_module_provides_them_and_a_secret_is_set(
-        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: dict[str, Any] = {}
+def _signed(secret: str, body: bytes, ts: int | None = None) -> dict[str, str]:
+    stamp = str(ts if ts is not None else int(time.time()))
+    digest = hmac.new(secret.encode(), f"v0:{stamp}:".encode() + body, hashlib.sha256)
+    return {"X-Slack-Request-Timestamp": stamp, "X-Slack-Signature": "v0=" + digest.hexdigest(),
+            "Content-Type": "application/x-www-form-urlencoded"}
 
-    def slack_routes(secret: str, on_action: Callable[..., Any] | None = None
-                     ) -> list[BaseRoute]:
-        seen["secret"] = secret
 
-        async def actions(request: Request) -> JSONResponse:
-            return JSONResponse({"ok": True})
-        return [Route("/slack/actions", actions, methods=["POST"])]
-
-    monkeypatch.setattr(routes, "find_slack_routes", lambda: (slack_routes, object()))
-    cfg = DaemonSettings(slack_signing_secret="slack-secret-123")  # type: ignore[arg-type]
-    mounted = routes.slack_interactivity_routes(Settings(database_url=db.url), cfg, db)
-    app = build_app(db, ServiceState(poll_interval=START - START), DaemonMetrics(),
+def test_slack_interactivity_is_mounted_and_verifies_signatures(db: Database) -> None:
+    secret = "slack-signing-secret-42"
+    settings = Settings(database_url=db.url,
+                        alerts={"slack": {"signing_secret": secret}})  # type: ignore[arg-type]
+    mounted = routes.extra_routes(settings, DaemonSettings(), db, DaemonMetrics(),
+                                  ManualClock(START))
+    paths = _paths(mounted)
+    assert any(p.startswith("/slack") for p in paths), paths
+    app = build_app(db, ServiceState(poll_interval=timedelta(minutes=1)), DaemonMetrics(),
                     ManualClock(START), extra_routes=mounted)
+    path = next(p for p in paths if p.startswith("/slack"))
+    body = b"payload=not-json"
     with TestClient(app) as client:
-        assert client.post("/slack/actions").json() == {"ok": True}
-    assert seen["secret"] == "slack-secret-123"
+        forged = client.post(path, content=body, headers=_signed("wrong-secret", body))
+        assert forged.status_code == 401
+        signed = client.post(path, content=body, headers=_signed(secret, body))
+        assert signed.status_code == 400 and "bad payload" in signed.json()["error"]
 
 
-def test_without_a_signing_secret_slack_routes_stay_unmounted(db: Database) -> None:
-    assert routes.slack_interactivity_routes(Settings(database_url=db.url), DaemonSettings(),
-                                             db) == []

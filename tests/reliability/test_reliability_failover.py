@@ -56,17 +56,20 @@ def _cycles_started_after(db: Database, when: datetime) -> list[CycleRow]:
 
 def test_the_standby_takes_over_a_killed_leader_without_missing_or_doubling_a_stop(
         pg_url: str, tmp_path: Path) -> None:
-    root = write_config(tmp_path)
+    # a 10 s grace: the standby has time to start before the leader reaches its stops
+    root = write_config(tmp_path, grace="10s")
     state = SharedState(tmp_path / "cloud.json")
     db = Database(pg_url)
     first = start_replica(root, pg_url, state.path, "first",
                           env={"CG_KILL_AT": "after-intent:3"})
     second: Replica | None = None
     try:
-        wait_until(first.leads, 60, "the first replica to lead")
+        wait_until(lambda: first.proc.poll() is not None or first.leads(), 60,
+                   "the first replica to lead")
         second = start_replica(root, pg_url, state.path, "second")
-        wait_until(lambda: second is not None and second.proc.poll() is None
-                   and second.leads() is False and _answers(second), 60, "the standby")
+        wait_until(lambda: second is not None and _answers(second), 60, "the standby")
+        assert first.proc.poll() is None and not second.leads(), \
+            "the leader died before the standby was up: nothing to take over"
         deadline = time.monotonic() + 60
         while first.proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
