@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 import typer
 from rich.console import Console
 
+from costguard.actions.commands import audit_command, simulate_command, snooze_command
 from costguard.alerts.commands import alerts_app
 from costguard.clock import SystemClock
 from costguard.config import Settings, load_settings
@@ -35,6 +36,9 @@ app.add_typer(alerts_app, name="alerts")
 app.add_typer(billing_app, name="billing")
 app.add_typer(anomaly_app, name="anomaly")
 app.add_typer(budget_app, name="budget")
+app.command("snooze")(snooze_command)
+app.command("audit")(audit_command)
+app.command("simulate")(simulate_command)
 
 console = Console()
 err = Console(stderr=True)

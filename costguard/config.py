@@ -20,6 +20,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from costguard.actions.settings import SafetySettings
 from costguard.alerts.settings import AlertsSettings
 from costguard.costs.settings import CostSettings
 from costguard.daemon.settings import DaemonSettings
@@ -84,6 +85,7 @@ class Settings(BaseSettings):
     http: HttpSettings = Field(default_factory=HttpSettings)
     alerts: AlertsSettings = Field(default_factory=AlertsSettings)
     costs: CostSettings = Field(default_factory=CostSettings)
+    safety: SafetySettings = Field(default_factory=SafetySettings)
     daemon: DaemonSettings = Field(default_factory=DaemonSettings)
 
     @classmethod

@@ -46,6 +46,7 @@ KIND_STYLE = {
     "finding": ("[cyan]note[/]", "cyan"),
     "cap": ("[magenta]CAP[/]", "magenta"),
     "gap": ("[magenta]gap[/]", "magenta"),
+    "terminate-warning": ("[red]term?[/]", "red"),
 }
 
 

@@ -74,7 +74,8 @@ class Engine:
         self.policies = policies
         self.clock = clock
         self.attributor = Attributor(policies.attribution)
-        self.runner = ActionRunner(db, self.providers, self.attributor, fault)
+        self.runner = ActionRunner(db, self.providers, self.attributor, fault,
+                                   safety=settings.safety)
         self.alert_printer = alert_printer
         self.window = ReadingWindow()
         self._spend_checked: datetime | None = None
