@@ -55,7 +55,7 @@ def test_status_on_a_missing_schema_tells_how_to_fix_it(env: Path) -> None:
     assert "Traceback" not in result.output
 
 
-def test_gather_status_counts_open_gaps_and_pending_alerts(tmp_path: Path) -> None:
+def test_gather_status_counts_alerts_by_delivery_state(tmp_path: Path) -> None:
     db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
     clock = ManualClock(START)
     engine = build_engine(db, scripted_cloud(clock), clock, alerts={"console": False})
@@ -63,7 +63,8 @@ def test_gather_status_counts_open_gaps_and_pending_alerts(tmp_path: Path) -> No
         engine.run_cycle()
         clock.advance(timedelta(minutes=1))
     info = gather_status(db, clock.now(), 60)
-    assert info["healthy"] and info["alerts"].get("pending", 0) >= 3  # the three stops
+    # the three stops' alerts, whatever their delivery state (no channel is configured here)
+    assert info["healthy"] and sum(info["alerts"].values()) >= 3
 
 
 def test_backup_copies_a_live_sqlite_database(env: Path) -> None:
