@@ -17,6 +17,7 @@ from costguard.alerts.commands import alerts_app
 from costguard.clock import SystemClock
 from costguard.config import Settings, load_settings
 from costguard.costs.commands import anomaly_app, billing_app, budget_app
+from costguard.daemon.commands import db_backup, status
 from costguard.errors import CostguardError, PolicyError
 from costguard.telemetry.cli import agent_app
 
@@ -39,6 +40,8 @@ app.add_typer(budget_app, name="budget")
 app.command("snooze")(snooze_command)
 app.command("audit")(audit_command)
 app.command("simulate")(simulate_command)
+app.command("status")(status)
+db_app.command("backup")(db_backup)
 
 console = Console()
 err = Console(stderr=True)

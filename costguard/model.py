@@ -13,6 +13,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 ProviderName = Literal["aws", "gcp", "sim"]
+INT32 = 2**31 - 1  # what the store's INTEGER columns hold (agents must get a 422, not a 503)
+INT64 = 2**63 - 1
 PROVIDERS: tuple[ProviderName, ...] = ("aws", "gcp", "sim")
 
 
@@ -104,10 +106,10 @@ class GpuMinute(Frozen):
 
     provider: ProviderName
     instance_id: str
-    gpu_index: int = 0
+    gpu_index: int = Field(default=0, ge=0, le=INT32)
     minute: datetime  # start of the minute, UTC, seconds zeroed
     source: TelemetrySource
-    samples: int = Field(default=1, ge=1)
+    samples: int = Field(default=1, ge=1, le=INT32)
     util_mean: float | None = Field(default=None, ge=0, le=100)
     util_p95: float | None = Field(default=None, ge=0, le=100)
     util_max: float | None = Field(default=None, ge=0, le=100)
@@ -115,12 +117,12 @@ class GpuMinute(Frozen):
     sm_mean: float | None = Field(default=None, ge=0, le=100)
     sm_p95: float | None = Field(default=None, ge=0, le=100)
     sm_max: float | None = Field(default=None, ge=0, le=100)
-    mem_used_bytes: int | None = Field(default=None, ge=0)  # max over the minute
-    mem_total_bytes: int | None = Field(default=None, ge=0)
+    mem_used_bytes: int | None = Field(default=None, ge=0, le=INT64)  # max over the minute
+    mem_total_bytes: int | None = Field(default=None, ge=0, le=INT64)
     power_w_mean: float | None = Field(default=None, ge=0)
-    process_count: int | None = Field(default=None, ge=0)
-    top_process_pid: int | None = None
-    top_process_bytes: int | None = Field(default=None, ge=0)
+    process_count: int | None = Field(default=None, ge=0, le=INT32)
+    top_process_pid: int | None = Field(default=None, ge=0, le=INT32)
+    top_process_bytes: int | None = Field(default=None, ge=0, le=INT64)
 
 
 class Verdict(StrEnum):
