@@ -11,7 +11,6 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import Table, Text, cast, insert, select, update
@@ -88,7 +87,7 @@ def accrue(
             return [m for m in stored.get(ref, []) if start <= m.minute < end]
     price_cache: dict[tuple[str, str, str, str], PriceQuote | None] = {}
     dims_of = _DimensionCache(attributor)
-    intervals: list[dict[str, Any]] = []
+    intervals: list[tuple[Any, ...]] = []
 
     for row, end in due:
         start = row.accrued_until
@@ -142,28 +141,29 @@ def accrue(
     return stats
 
 
-def _insert_intervals(session: Session, rows: list[dict[str, Any]]) -> None:
+def _insert_intervals(session: Session, rows: list[tuple[Any, ...]]) -> None:
     conn = session.connection()
     dialect = conn.dialect
     if dialect.name != "sqlite":  # insertmanyvalues batches these well already
-        conn.execute(insert(_INTERVALS), rows)
+        conn.execute(insert(_INTERVALS), [dict(zip(_INTERVAL_KEYS, r, strict=True))
+                                          for r in rows])
         return
     # SQLAlchemy binds every parameter of every row (~60 us a row); a cycle's values repeat
     # (few distinct starts, ends, rates), so each distinct value is bound once here and
     # the driver gets ready tuples
-    compiled = insert(_INTERVALS).compile(dialect=dialect, column_keys=list(rows[0]))
-    order = compiled.positiontup
-    assert order is not None  # sqlite's paramstyle is positional
-    binders = [(i, _memo(p)) for i, name in enumerate(order)
+    compiled = insert(_INTERVALS).compile(dialect=dialect, column_keys=list(_INTERVAL_KEYS))
+    assert compiled.positiontup == list(_INTERVAL_KEYS)  # sqlite's paramstyle: positional
+    binders = [(i, _memo(p)) for i, name in enumerate(_INTERVAL_KEYS)
                if (p := _bind_processor(name, dialect)) is not None]
-    values = itemgetter(*order)
-    params: list[tuple[Any, ...]] = []
-    for r in rows:
-        row = list(values(r))
-        for i, bind in binders:
-            row[i] = bind(row[i])
-        params.append(tuple(row))
-    conn.exec_driver_sql(compiled.string, params)
+    if binders:
+        params: list[tuple[Any, ...]] = []
+        for r in rows:
+            row = list(r)
+            for i, bind in binders:
+                row[i] = bind(row[i])
+            params.append(tuple(row))
+        rows = params
+    conn.exec_driver_sql(compiled.string, rows)
 
 
 def _bind_processor(column: str, dialect: Dialect) -> Callable[[Any], Any] | None:
@@ -227,17 +227,19 @@ class _DimensionCache:
         return dims
 
 
+_INTERVAL_KEYS = (
+    "provider", "instance_id", "account", "region", "instance_type", "lifecycle", "state",
+    "start", "end", "usd_per_hour", "price_source", "cost_micros", "gpu_count", "gpu_seconds",
+    "idle_gpu_seconds", "idle_cost_micros", "verdict", "team", "project", "env", "cost_center")
+
+
 def _interval(row: Any, dims: Mapping[str, str | None], start: datetime, end: datetime, *,
               state: str, rate: float, source: str, cost: int, gpu_seconds: int, idle: bool,
-              verdict: Verdict) -> dict[str, Any]:
-    return {
-        "provider": row.provider, "instance_id": row.instance_id, "account": row.account,
-        "region": row.region, "instance_type": row.instance_type,
-        "lifecycle": row.lifecycle, "state": state, "start": start, "end": end,
-        "usd_per_hour": rate, "price_source": source[:128], "cost_micros": cost,
-        "gpu_count": row.gpu_count, "gpu_seconds": gpu_seconds,
-        "idle_gpu_seconds": gpu_seconds if idle else 0,
-        "idle_cost_micros": cost if idle else 0, "verdict": str(verdict),
-        "team": dims.get("team"), "project": dims.get("project"), "env": dims.get("env"),
-        "cost_center": dims.get("cost-center"),
-    }
+              verdict: Verdict) -> tuple[Any, ...]:
+    """One cost_intervals row, its values in `_INTERVAL_KEYS` order."""
+    return (
+        row.provider, row.instance_id, row.account, row.region, row.instance_type,
+        row.lifecycle, state, start, end, rate, source[:128], cost, row.gpu_count,
+        gpu_seconds, gpu_seconds if idle else 0, cost if idle else 0, str(verdict),
+        dims.get("team"), dims.get("project"), dims.get("env"), dims.get("cost-center"),
+    )
