@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Table, Text, cast, insert, select, update
+from sqlalchemy import Table, Text, cast, insert, select, type_coerce, update
 from sqlalchemy.engine import Dialect
+from sqlalchemy.types import NullType
 from sqlmodel import Session
 
 from costguard.costs.attribution import Attributor
@@ -30,8 +31,8 @@ MICROS = 1_000_000
 _INSTANCES: Table = InstanceRow.__table__  # type: ignore[attr-defined]
 _INTERVALS: Table = CostIntervalRow.__table__  # type: ignore[attr-defined]
 _COLUMNS = ("provider", "instance_id", "account", "region", "name", "instance_type", "state",
-            "lifecycle", "gpu_count", "state_changed_at", "accrued_until", "accrue_state",
-            "gone")
+            "lifecycle", "gpu_count", "accrue_state", "gone")
+_TIMES = ("state_changed_at", "accrued_until")
 _SIGNALS = ("auto", "sm_active", "util_gpu")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -66,21 +67,27 @@ def accrue(
     session.flush()  # pending ORM changes first: the statements below bypass the ORM
     # only the columns accrual reads: every datetime and JSON column costs a conversion per row
     # tags as their JSON text: decoded once per distinct text (see _DimensionCache)
+    # and the two timestamps unconverted: a cycle's watermarks repeat, so each distinct one
+    # is converted once (_memo)
+    raw_times = [type_coerce(_INSTANCES.c[c], NullType()).label(c) for c in _TIMES]
     rows = session.execute(select(
-        *(_INSTANCES.c[c] for c in _COLUMNS),
+        *(_INSTANCES.c[c] for c in _COLUMNS), *raw_times,
         cast(_INSTANCES.c.tags, Text).label("tags_text"),
     ).where(_INSTANCES.c.accrued_until < now)).all()
-    due: list[tuple[Any, datetime]] = []
+    read_time = _memo(_time_reader(session.get_bind().dialect))
+    due: list[tuple[Any, datetime, datetime]] = []  # (row, charged from, charged until)
     for row in rows:
+        until = read_time(row.accrued_until)
         if row.gone:
-            if row.accrued_until is not None and row.accrued_until < row.state_changed_at:
-                due.append((row, row.state_changed_at))
+            changed = read_time(row.state_changed_at)
+            if until < changed:
+                due.append((row, until, changed))
         else:
-            due.append((row, now))
-    gpu_refs = [(r.provider, r.instance_id) for r, _ in due
+            due.append((row, until, now))
+    gpu_refs = [(r.provider, r.instance_id) for r, _, _ in due
                 if r.accrue_state == "running" and r.gpu_count > 0]
     if minutes_of is None:
-        earliest = min((r.accrued_until for r, _ in due if r.accrued_until), default=now)
+        earliest = min((start for _, start, _ in due), default=now)
         stored = read_minutes(session, gpu_refs, earliest, now)
 
         def minutes_of(ref: InstanceRef, start: datetime, end: datetime) -> list[GpuMinute]:
@@ -89,8 +96,7 @@ def accrue(
     dims_of = _DimensionCache(attributor)
     intervals: list[tuple[Any, ...]] = []
 
-    for row, end in due:
-        start = row.accrued_until
+    for row, start, end in due:
         if row.accrue_state == "running" and end > start:
             ckey = (row.provider, row.region, row.instance_type, row.lifecycle)
             if ckey not in price_cache:
@@ -169,6 +175,13 @@ def _insert_intervals(session: Session, rows: list[tuple[Any, ...]]) -> None:
 def _bind_processor(column: str, dialect: Dialect) -> Callable[[Any], Any] | None:
     # the dialect's own implementation (sqlite's DATETIME writes its own text format)
     return _INTERVALS.c[column].type.dialect_impl(dialect).bind_processor(dialect)
+
+
+def _time_reader(dialect: Dialect) -> Callable[[Any], Any]:
+    """The stored `accrued_until` (as the driver returns it) to an aware datetime."""
+    read = _INSTANCES.c.accrued_until.type.dialect_impl(dialect).result_processor(dialect, None)
+    assert read is not None  # UTCDateTime always post-processes
+    return read
 
 
 def _memo(bind: Callable[[Any], Any]) -> Callable[[Any], Any]:
