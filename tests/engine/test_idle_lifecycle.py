@@ -180,20 +180,3 @@ def test_stopped_instance_stops_accruing(
         total = sum(r.cost_micros for r in s.exec(select(CostIntervalRow)))
     assert total == 900_000  # 15 minutes at $3.60/h: nothing after the stop
 
-
-def test_metrics_outage_is_a_gap_and_never_idle(
-    make_engine: EngineFactory, cloud: ScriptedCloud, clock: ManualClock
-) -> None:
-    from costguard.errors import ProviderError
-
-    cloud.add("i-idle", always("no_process"))
-
-    def down(*args: object) -> list[object]:
-        raise ProviderError("sim", "111111111111/us-east-1", "metrics endpoint unreachable")
-
-    cloud.gpu_metrics = down  # type: ignore[method-assign,assignment]
-    engine = make_engine()
-    summary = engine.run_cycle()  # the cycle completes
-    assert [g["scope"] for g in summary.gaps] == ["111111111111/us-east-1 metrics"]
-    run_for(engine, clock, timedelta(hours=2))
-    assert cloud.calls["stop"] == 0  # no readings is no data, never idle
