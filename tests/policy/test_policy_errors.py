@@ -113,9 +113,11 @@ def test_action_with_two_kinds_or_unknown_placeholder_is_an_error() -> None:
     )
     two, placeholder = _errors(text)
     assert (two.line, two.column) == (5, 9)
-    assert "exactly one of notify, tag, stop, start or terminate (got notify and stop" in two.message
+    assert ("exactly one of notify, tag, stop, start or terminate (got notify and stop"
+            in two.message)
     assert (placeholder.line, placeholder.column) == (6, 28)
-    assert "unknown placeholder {when} (available: {now}, {policy}, {deadline})" in placeholder.message
+    assert ("unknown placeholder {when} (available: {now}, {policy}, {deadline})"
+            in placeholder.message)
 
 
 def test_duplicate_policy_name_across_files_points_at_second_and_names_first(
