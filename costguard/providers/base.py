@@ -54,3 +54,41 @@ class Provider(Protocol):
     def price(self, instance: Instance) -> PriceQuote | None:
         """Hourly price of `instance` as it runs now (spot or on-demand), if known."""
         ...
+
+
+@runtime_checkable
+class Describes(Protocol):
+    """Optional: read instances as they are right now, for the re-check before an action."""
+
+    def describe_many(self, instances: Sequence[Instance]) -> dict[str, Instance | None]:
+        """Fresh state of each instance, keyed by instance_id; None for one that is gone.
+
+        Batched where the API allows (EC2: one DescribeInstances per account x region
+        chunk of up to 1,000 ids). Raises ProviderError when the scope cannot be read.
+        """
+        ...
+
+
+@runtime_checkable
+class BatchActions(Protocol):
+    """Optional: act on many instances in few API calls (the runner prefers it when present).
+
+    The caller has just re-checked `instances` through `Describes.describe_many`, so an
+    implementation need not read them again before the call; it must still verify the
+    result after, and return one result per instance id it was given.
+    """
+
+    def stop_many(
+        self, instances: Sequence[Instance], *, dry_run: bool
+    ) -> dict[str, ActionResult]:
+        ...
+
+    def set_tags_many(
+        self,
+        instances: Sequence[Instance],
+        tags: Mapping[str, str],
+        *,
+        remove: Sequence[str] = (),
+        dry_run: bool,
+    ) -> dict[str, ActionResult]:
+        ...
