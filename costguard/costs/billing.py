@@ -1,6 +1,6 @@
 """Billing import: what the cloud invoiced, beside what costguard estimated.
 
-Two sources: FOCUS 1.x cost exports (CSV, or Parquet when pyarrow is installed) and AWS Cost
+Two sources: FOCUS 1.x cost exports (CSV or Parquet, see focus_files) and AWS Cost
 Explorer `GetCostAndUsage` grouped by a cost-allocation tag. Lines are attributed with the
 same attribution rules as instances (FOCUS `Tags`) and stored in micro-dollars. Each line's
 key is a hash of its content and its occurrence in the file, so importing the same export
@@ -9,7 +9,6 @@ twice adds nothing.
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 from collections import Counter, defaultdict
@@ -24,9 +23,12 @@ from sqlalchemy import Table, func, select
 from sqlmodel import Session
 
 from costguard.costs.attribution import Attributor
-from costguard.errors import ConfigError, CostguardError
+from costguard.costs.focus_files import REQUIRED, BillingImportError, FocusFile, open_focus
+from costguard.errors import ConfigError
 from costguard.model import Instance, InstanceState
 from costguard.store.tables import BillingLineRow
+
+__all__ = ["REQUIRED", "BillingImportError", "import_cost_explorer", "import_focus"]
 
 
 class CostExplorerClient(Protocol):
@@ -43,10 +45,6 @@ _PROVIDERS = {"aws": "aws", "amazon web services": "aws", "google cloud": "gcp",
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
 
-class BillingImportError(CostguardError, ValueError):
-    """A billing file costguard cannot read; the message names the line and the fix."""
-
-
 @dataclass
 class ImportResult:
     read: int = 0
@@ -56,6 +54,8 @@ class ImportResult:
 
 
 def micros(text: object, where: str) -> int:
+    if text is None:
+        raise BillingImportError(f"{where} is empty")
     try:
         value = Decimal(str(text).strip() or "0")
     except InvalidOperation:
@@ -81,6 +81,12 @@ def _tags(text: object, where: str) -> dict[str, str]:
         return {}
     if isinstance(text, Mapping):
         return {str(k): str(v) for k, v in text.items()}
+    if isinstance(text, list):  # a Parquet map column: [(key, value), ...]
+        try:
+            return {str(k): str(v) for k, v in text}
+        except (TypeError, ValueError):
+            raise BillingImportError(
+                f"{where}: Tags is a list but not of (key, value) pairs") from None
     try:
         doc = json.loads(str(text))
     except json.JSONDecodeError:
@@ -100,41 +106,19 @@ def _attribute(attributor: Attributor, tags: dict[str, str], account: str | None
     return attributor.dimensions(shim)
 
 
-def read_focus_rows(path: Path) -> Iterator[dict[str, Any]]:
-    """Rows of a FOCUS export as dicts (CSV always; Parquet needs pyarrow)."""
-    if not path.exists():
-        raise BillingImportError(f"{path} does not exist")
-    if path.suffix.lower() == ".parquet":
-        try:
-            import pyarrow.parquet as pq  # type: ignore[import-not-found,unused-ignore]
-        except ImportError:
-            raise BillingImportError(
-                f"{path} is Parquet, which needs pyarrow (`pip install pyarrow`); "
-                "or export the FOCUS data as CSV") from None
-        yield from pq.read_table(path).to_pylist()
-        return
-    with path.open(newline="", encoding="utf-8-sig") as fh:
-        yield from csv.DictReader(fh)
-
-
-REQUIRED = ("BilledCost", "ChargePeriodStart", "ChargePeriodEnd")
-
-
-def parse_focus(rows: Iterable[Mapping[str, Any]], attributor: Attributor,
-                name: str) -> Iterator[BillingLineRow]:
+def parse_focus(source: FocusFile, attributor: Attributor) -> Iterator[BillingLineRow]:
+    """The billing lines of an opened FOCUS file (its columns already checked)."""
     seen: Counter[str] = Counter()
-    for n, row in enumerate(rows, start=2):  # line 1 is the CSV header
-        where = f"{name}:{n}"
-        missing = [c for c in REQUIRED if c not in row]
-        if missing:
-            raise BillingImportError(
-                f"{where}: not a FOCUS export, missing column(s) {', '.join(missing)} "
-                f"(FOCUS 1.x needs {', '.join(REQUIRED)})")
+    for n, row in enumerate(source.rows):
+        where = source.where(n)
         account = _opt(row.get("SubAccountId") or row.get("BillingAccountId"))
         resource = _opt(row.get("ResourceId"))
         tags = _tags(row.get("Tags"), where)
         dims = _attribute(attributor, tags, account, resource)
         provider_name = str(row.get("ServiceProviderName") or row.get("ProviderName") or "")
+        effective = row.get("EffectiveCost")
+        if effective is None or effective == "":  # 0 is a price (credits), not a blank
+            effective = row["BilledCost"]
         line = BillingLineRow(
             source="focus", line_key="", imported_at=_EPOCH,
             charge_start=_time(row["ChargePeriodStart"], where),
@@ -143,8 +127,7 @@ def parse_focus(rows: Iterable[Mapping[str, Any]], attributor: Attributor,
             account=account, region=_opt(row.get("RegionId") or row.get("Region")),
             service=_opt(row.get("ServiceName")), resource_id=resource,
             billed_micros=micros(row["BilledCost"], f"{where} BilledCost"),
-            effective_micros=micros(row.get("EffectiveCost") or row["BilledCost"],
-                                    f"{where} EffectiveCost"),
+            effective_micros=micros(effective, f"{where} EffectiveCost"),
             team=dims.get("team"), project=dims.get("project"), env=dims.get("env"),
             cost_center=dims.get("cost-center"),
         )
@@ -191,7 +174,8 @@ def store_lines(session: Session, lines: Iterable[BillingLineRow], now: datetime
 def import_focus(session: Session, path: Path, attributor: Attributor,
                  now: datetime) -> ImportResult:
     """Import a FOCUS 1.x export (CSV or Parquet) into the billing lines."""
-    return store_lines(session, parse_focus(read_focus_rows(path), attributor, path.name), now)
+    lines = list(parse_focus(open_focus(path), attributor))  # every line parsed, then stored
+    return store_lines(session, lines, now)
 
 
 def import_cost_explorer(

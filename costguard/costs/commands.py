@@ -55,7 +55,7 @@ def _db(config: Path | None) -> Database:
 
 @billing_app.command("import")
 def billing_import(
-    file: Annotated[Path, typer.Argument(help="FOCUS 1.x export: .csv, or .parquet with pyarrow")],
+    file: Annotated[Path, typer.Argument(help="FOCUS 1.x export: CSV or Parquet")],
     config: ConfigOpt = None,
     policies: PoliciesOpt = Path("policies"),
 ) -> None:
