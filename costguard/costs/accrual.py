@@ -8,7 +8,7 @@ attached disks, and only where `disk_price_of` knows them. Money is integer micr
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -19,6 +19,7 @@ from sqlalchemy.types import NullType
 from sqlmodel import Session
 
 from costguard.costs.attribution import Attributor
+from costguard.costs.pricing import PRICE_KEY_FIELDS, PriceCatalog
 from costguard.model import GpuMinute, Instance, InstanceState, Lifecycle, PriceQuote, Verdict
 from costguard.store.inventory import to_instance
 from costguard.store.readings import InstanceRef, read_minutes
@@ -30,11 +31,13 @@ MinutesLookup = Callable[[InstanceRef, datetime, datetime], list[GpuMinute]]
 MICROS = 1_000_000
 _INSTANCES: Table = InstanceRow.__table__  # type: ignore[attr-defined]
 _INTERVALS: Table = CostIntervalRow.__table__  # type: ignore[attr-defined]
-_COLUMNS = ("provider", "instance_id", "account", "region", "name", "instance_type", "state",
-            "lifecycle", "gpu_count", "accrue_state", "gone")
+# a row as accrual reads it: the price key first (so `row[:_KEY]` is it), then the rest
+_KEY = len(PRICE_KEY_FIELDS)
+_COLUMNS = (*PRICE_KEY_FIELDS, "instance_id", "name", "accrue_state", "gone")
 _TIMES = ("state_changed_at", "accrued_until")
 _SIGNALS = ("auto", "sm_active", "util_gpu")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_PREBOUND = ("start", "end", "usd_per_hour")  # bound once per distinct value (SQLite)
 
 
 @dataclass
@@ -61,83 +64,75 @@ def accrue(
 
     Rows are read and written with bulk Core statements (one executemany INSERT and two
     set-based UPDATEs per cycle), without a domain `Instance` per row: prices are looked up
-    once per (provider, region, type, lifecycle) and attribution once per distinct tags.
+    once per price key (`PRICE_KEY_FIELDS`, plus the instance id where an override names it
+    or the lookup is not a `PriceCatalog`'s) and attribution once per distinct tags.
     """
     stats = AccrualStats()
     session.flush()  # pending ORM changes first: the statements below bypass the ORM
-    # only the columns accrual reads: every datetime and JSON column costs a conversion per row
-    # tags as their JSON text: decoded once per distinct text (see _DimensionCache)
-    # and the two timestamps unconverted: a cycle's watermarks repeat, so each distinct one
-    # is converted once (_memo)
+    dialect = session.get_bind().dialect
+    # only the columns accrual reads; tags as JSON text (decoded once per distinct text) and
+    # the timestamps as the driver returns them (converted once per distinct value)
     raw_times = [type_coerce(_INSTANCES.c[c], NullType()).label(c) for c in _TIMES]
     rows = session.execute(select(
         *(_INSTANCES.c[c] for c in _COLUMNS), *raw_times,
         cast(_INSTANCES.c.tags, Text).label("tags_text"),
     ).where(_INSTANCES.c.accrued_until < now)).all()
-    read_time = _memo(_time_reader(session.get_bind().dialect))
-    due: list[tuple[Any, datetime, datetime]] = []  # (row, charged from, charged until)
-    for row in rows:
-        until = read_time(row.accrued_until)
-        if row.gone:
-            changed = read_time(row.state_changed_at)
-            if until < changed:
-                due.append((row, until, changed))
-        else:
-            due.append((row, until, now))
-    gpu_refs = [(r.provider, r.instance_id) for r, _, _ in due
-                if r.accrue_state == "running" and r.gpu_count > 0]
+    spans = _Spans(dialect, now)
     if minutes_of is None:
-        earliest = min((start for _, start, _ in due), default=now)
-        stored = read_minutes(session, gpu_refs, earliest, now)
-
-        def minutes_of(ref: InstanceRef, start: datetime, end: datetime) -> list[GpuMinute]:
-            return [m for m in stored.get(ref, []) if start <= m.minute < end]
-    price_cache: dict[tuple[str, str, str, str], PriceQuote | None] = {}
+        minutes_of = _stored_minutes(session, rows, spans, now)
+    quotes = {name: _Quotes(session, lookup, spans.bind_rate) for name, lookup in
+              price_of.items()}
+    disks = _Quotes(session, disk_price_of, spans.bind_rate) if disk_price_of else None
     dims_of = _DimensionCache(attributor)
+    no_price: _Price = (0.0, spans.bind_rate(0.0), "no price known")
     intervals: list[tuple[Any, ...]] = []
-
-    for row, start, end in due:
-        if row.accrue_state == "running" and end > start:
-            ckey = (row.provider, row.region, row.instance_type, row.lifecycle)
-            if ckey not in price_cache:
-                lookup = price_of.get(row.provider)
-                price_cache[ckey] = lookup(_full_instance(session, row)) if lookup else None
-            quote = price_cache[ckey]
-            if quote is None:
-                stats.unpriced.add(f"{row.provider}:{row.instance_type}")
-            seconds = (end - start).total_seconds()
-            rate = quote.usd_per_hour if quote else 0.0
+    due = False
+    for row in rows:
+        (provider, account, region, _zone, itype, lifecycle, gpus, _model, _mib,
+         iid, _name, accrue_state, gone, changed_raw, until_raw, _tags) = row
+        span = spans.gone(until_raw, changed_raw) if gone else spans.live(until_raw)
+        if span is None:
+            continue
+        due = True
+        start, end, seconds, b_start, b_end = span
+        if accrue_state == "running":
+            lookup = quotes.get(provider)
+            price = lookup(row) if lookup else None
+            if price is None:
+                stats.unpriced.add(f"{provider}:{itype}")
+                price = no_price
+            rate, b_rate, source = price
             cost = round(rate * seconds / 3600 * MICROS)
-            gpu_seconds = round(row.gpu_count * seconds)
+            gpu_seconds = round(gpus * seconds)
             verdict = Verdict.NO_DATA
-            if row.gpu_count:
-                window = minutes_of((row.provider, row.instance_id), start, end)
+            if gpus:
+                window = minutes_of((provider, iid), start, end)
                 # no readings at all is always "no data" (coverage 0); classify would say
                 # the same after building a Classification, which costs ~20 us per instance
                 if window or idle_signal not in _SIGNALS:
                     verdict = classify(window, window_start=start, window_end=end,
-                                       gpu_count=row.gpu_count, signal=idle_signal,
+                                       gpu_count=gpus, signal=idle_signal,
                                        below=idle_below).verdict
             idle = verdict is Verdict.IDLE
-            intervals.append(_interval(
-                row, dims_of(row), start, end, state=row.accrue_state, rate=rate,
-                source=quote.source if quote else "no price known", cost=cost,
-                gpu_seconds=gpu_seconds, idle=idle, verdict=verdict))
-            stats.intervals += 1
+            intervals.append((
+                provider, iid, account, region, itype, lifecycle, "running", b_start, b_end,
+                b_rate, source, cost, gpus, gpu_seconds, gpu_seconds if idle else 0,
+                cost if idle else 0, verdict.value, *dims_of(row)))
             stats.cost_micros += cost
             stats.idle_cost_micros += cost if idle else 0
-        elif row.accrue_state == "stopped" and disk_price_of is not None and end > start:
-            quote = disk_price_of(_full_instance(session, row))
-            if quote is not None:
-                cost = round(quote.usd_per_hour * (end - start).total_seconds() / 3600 * MICROS)
-                intervals.append(_interval(
-                    row, dims_of(row), start, end, state="stopped",
-                    rate=quote.usd_per_hour, source=quote.source, cost=cost, gpu_seconds=0,
-                    idle=False, verdict=Verdict.NO_DATA))
-                stats.intervals += 1
+        elif accrue_state == "stopped" and disks is not None:
+            disk = disks(row)
+            if disk is not None:
+                rate, b_rate, source = disk
+                cost = round(rate * seconds / 3600 * MICROS)
+                intervals.append((
+                    provider, iid, account, region, itype, lifecycle, "stopped", b_start,
+                    b_end, b_rate, source, cost, gpus, 0, 0, 0, Verdict.NO_DATA.value,
+                    *dims_of(row)))
                 stats.cost_micros += cost
+    stats.intervals = len(intervals)
     if intervals:
-        _insert_intervals(session, intervals)
+        _insert_intervals(session, intervals, prebound=spans.binds)
     if due:
         _move_watermarks(session, now)
         # InstanceRow objects a caller holds in this session are now stale
@@ -147,21 +142,113 @@ def accrue(
     return stats
 
 
-def _insert_intervals(session: Session, rows: list[tuple[Any, ...]]) -> None:
+_Price = tuple[float, Any, str]  # (usd per hour, as bound for the INSERT, source)
+_Span = tuple[datetime, datetime, float, Any, Any]  # start, end, seconds, bound start/end
+
+
+class _Spans:
+    """The charged span of a row from its raw watermark (and, if gone, its raw change
+    time), memoized: a cycle's watermarks repeat. On SQLite the span's ends and the rates
+    are also bound for the INSERT once per distinct value (SQLAlchemy would bind every
+    parameter of every row, ~60 us a row); elsewhere they stay as they are."""
+
+    def __init__(self, dialect: Dialect, now: datetime) -> None:
+        self.now = now
+        self.read = _time_reader(dialect)
+        self.binds = dialect.name == "sqlite"
+        keep: Callable[[Any], Any] = _identity
+        bind_start, bind_end, bind_rate = (
+            _memo(_bind_processor(c, dialect) or keep) if self.binds else keep
+            for c in _PREBOUND)
+        self.bind_start, self.bind_end, self.bind_rate = bind_start, bind_end, bind_rate
+        self.live_spans: dict[Any, _Span] = {}
+        self.gone_spans: dict[tuple[Any, Any], _Span | None] = {}
+
+    def live(self, until_raw: Any) -> _Span:
+        span = self.live_spans.get(until_raw)
+        if span is None:
+            span = self.live_spans[until_raw] = self._span(self.read(until_raw), self.now)
+        return span
+
+    def gone(self, until_raw: Any, changed_raw: Any) -> _Span | None:
+        key = (until_raw, changed_raw)
+        if key not in self.gone_spans:
+            start, end = self.read(until_raw), self.read(changed_raw)
+            self.gone_spans[key] = self._span(start, end) if start < end else None
+        return self.gone_spans[key]
+
+    def _span(self, start: datetime, end: datetime) -> _Span:
+        return (start, end, (end - start).total_seconds(), self.bind_start(start),
+                self.bind_end(end))
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+class _Quotes:
+    """One lookup's quotes, once per price key. A `PriceCatalog` quote depends only on the
+    `PRICE_KEY_FIELDS` and the instance ids its rules name; any other lookup may read
+    anything of the instance, so it is asked once per instance."""
+
+    def __init__(self, session: Session, lookup: PriceLookup,
+                 bind_rate: Callable[[Any], Any]) -> None:
+        self.session, self.lookup, self.bind_rate = session, lookup, bind_rate
+        owner = getattr(lookup, "__self__", None)
+        self.named = owner.named_instance_ids if isinstance(owner, PriceCatalog) else None
+        self.cache: dict[tuple[Any, ...], _Price | None] = {}
+
+    def __call__(self, row: Any) -> _Price | None:
+        iid = row[_KEY]
+        key = row[:_KEY] if self.named is not None and iid not in self.named else row[:_KEY + 1]
+        try:
+            return self.cache[key]
+        except KeyError:
+            pass
+        full = self.session.get(InstanceRow, (row[0], iid))
+        assert full is not None
+        quote = self.lookup(to_instance(full))
+        price = None if quote is None else (
+            quote.usd_per_hour, self.bind_rate(quote.usd_per_hour), quote.source[:128])
+        self.cache[key] = price
+        return price
+
+
+def _stored_minutes(session: Session, rows: Sequence[Any], spans: _Spans,
+                    now: datetime) -> MinutesLookup:
+    """Readings from the store for the running GPU instances among `rows`, read at once."""
+    refs: list[InstanceRef] = []
+    earliest = now
+    for row in rows:
+        (provider, _account, _region, _zone, _itype, _lifecycle, gpus, _model, _mib,
+         iid, _name, accrue_state, gone, changed_raw, until_raw, _tags) = row
+        span = spans.gone(until_raw, changed_raw) if gone else spans.live(until_raw)
+        if span is None:
+            continue
+        earliest = min(earliest, span[0])
+        if accrue_state == "running" and gpus > 0:
+            refs.append((provider, iid))
+    stored = read_minutes(session, refs, earliest, now)
+
+    def minutes_of(ref: InstanceRef, start: datetime, end: datetime) -> list[GpuMinute]:
+        return [m for m in stored.get(ref, []) if start <= m.minute < end]
+    return minutes_of
+
+
+def _insert_intervals(session: Session, rows: list[tuple[Any, ...]], *, prebound: bool) -> None:
+    """One executemany INSERT; on SQLite the rows come with `_PREBOUND` already bound."""
     conn = session.connection()
     dialect = conn.dialect
-    if dialect.name != "sqlite":  # insertmanyvalues batches these well already
+    if not prebound:  # insertmanyvalues batches these well already (PostgreSQL)
         conn.execute(insert(_INTERVALS), [dict(zip(_INTERVAL_KEYS, r, strict=True))
                                           for r in rows])
         return
-    # SQLAlchemy binds every parameter of every row (~60 us a row); a cycle's values repeat
-    # (few distinct starts, ends, rates), so each distinct value is bound once here and
-    # the driver gets ready tuples
+    # the driver gets ready tuples: the statement compiled once, positional parameters
     compiled = insert(_INTERVALS).compile(dialect=dialect, column_keys=list(_INTERVAL_KEYS))
     assert compiled.positiontup == list(_INTERVAL_KEYS)  # sqlite's paramstyle: positional
     binders = [(i, _memo(p)) for i, name in enumerate(_INTERVAL_KEYS)
-               if (p := _bind_processor(name, dialect)) is not None]
-    if binders:
+               if name not in _PREBOUND and (p := _bind_processor(name, dialect)) is not None]
+    if binders:  # none today; a column type that gains a bind processor still works
         params: list[tuple[Any, ...]] = []
         for r in rows:
             row = list(r)
@@ -210,11 +297,7 @@ def _move_watermarks(session: Session, now: datetime) -> None:
                     .values(accrued_until=t.state_changed_at, accrue_state=t.state))
 
 
-def _full_instance(session: Session, row: Any) -> Instance:
-    """The stored instance as the domain model, for price lookups (once per price key)."""
-    full = session.get(InstanceRow, (row.provider, row.instance_id))
-    assert full is not None
-    return to_instance(full)
+_Dims = tuple[str | None, str | None, str | None, str | None]  # team, project, env, cost-center
 
 
 class _DimensionCache:
@@ -224,35 +307,27 @@ class _DimensionCache:
 
     def __init__(self, attributor: Attributor) -> None:
         self.attributor = attributor
-        self.cache: dict[tuple[str, str | None, str | None], dict[str, str | None]] = {}
+        self.cache: dict[tuple[str, str | None, str | None], _Dims] = {}
 
-    def __call__(self, row: Any) -> dict[str, str | None]:
-        key = (row.account, row.name, row.tags_text)
+    def __call__(self, row: Any) -> _Dims:
+        (provider, account, region, zone, itype, lifecycle, gpus, _model, _mib,
+         iid, name, _accrue, _gone, _changed, _until, tags_text) = row
+        key = (account, name, tags_text)
         dims = self.cache.get(key)
         if dims is None:
-            tags = json.loads(row.tags_text) if row.tags_text else {}
-            shim = Instance(provider=row.provider, account=row.account, region=row.region,
-                            instance_id=row.instance_id, name=row.name,
-                            instance_type=row.instance_type, state=InstanceState(row.state),
-                            lifecycle=Lifecycle(row.lifecycle), gpu_count=row.gpu_count,
-                            launch_time=_EPOCH, observed_at=_EPOCH, tags=tags)
-            dims = self.cache[key] = self.attributor.dimensions(shim)
+            tags = json.loads(tags_text) if tags_text else {}
+            shim = Instance(provider=provider, account=account, region=region, zone=zone,
+                            instance_id=iid, name=name, instance_type=itype,
+                            state=InstanceState.RUNNING, lifecycle=Lifecycle(lifecycle),
+                            gpu_count=gpus, launch_time=_EPOCH, observed_at=_EPOCH, tags=tags)
+            got = self.attributor.dimensions(shim)
+            dims = self.cache[key] = (got.get("team"), got.get("project"), got.get("env"),
+                                      got.get("cost-center"))
         return dims
 
 
+# the order of the tuples `accrue` builds, one per cost_intervals row
 _INTERVAL_KEYS = (
     "provider", "instance_id", "account", "region", "instance_type", "lifecycle", "state",
     "start", "end", "usd_per_hour", "price_source", "cost_micros", "gpu_count", "gpu_seconds",
     "idle_gpu_seconds", "idle_cost_micros", "verdict", "team", "project", "env", "cost_center")
-
-
-def _interval(row: Any, dims: Mapping[str, str | None], start: datetime, end: datetime, *,
-              state: str, rate: float, source: str, cost: int, gpu_seconds: int, idle: bool,
-              verdict: Verdict) -> tuple[Any, ...]:
-    """One cost_intervals row, its values in `_INTERVAL_KEYS` order."""
-    return (
-        row.provider, row.instance_id, row.account, row.region, row.instance_type,
-        row.lifecycle, state, start, end, rate, source[:128], cost, row.gpu_count,
-        gpu_seconds, gpu_seconds if idle else 0, cost if idle else 0, str(verdict),
-        dims.get("team"), dims.get("project"), dims.get("env"), dims.get("cost-center"),
-    )

@@ -24,6 +24,12 @@ if TYPE_CHECKING:
     from costguard.providers.aws.pricing import OnDemandTable
 
 PriceLookup = Callable[[Instance], PriceQuote | None]
+# What a catalog quote can depend on: the fields override rules match (family comes from
+# instance_type) and those the providers' quotes read (AWS spot: account and zone; GCP:
+# the GPUs attached). Besides these, only the instance ids that rules name
+# (`PriceCatalog.named_instance_ids`). Callers that cache quotes key on them.
+PRICE_KEY_FIELDS = ("provider", "account", "region", "zone", "instance_type", "lifecycle",
+                    "gpu_count", "gpu_model", "gpu_memory_mib")
 
 
 class _Rule(BaseModel):
@@ -161,6 +167,10 @@ class PriceCatalog:
     ) -> None:
         self.providers = dict(providers or {})
         self.overrides = overrides or PriceOverrides()
+        o = self.overrides
+        # the instances a rule names by id: priced on their own (see accrual's price keys)
+        self.named_instance_ids = frozenset(
+            r.instance_id for r in (*o.discounts, *o.prices, *o.disks) if r.instance_id)
 
     def quote(self, inst: Instance) -> PriceQuote | None:
         custom = _best(self.overrides.prices, inst)
