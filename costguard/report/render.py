@@ -167,7 +167,9 @@ def to_csv(report: Report) -> str:
 
     for r in rows:
         writer.writerow([*r.key, *values(r)])
-    writer.writerow(["total", *[""] * (len(report.by) - 1), *values(total)])
+    # grouped by nothing, the total is the only row and has no key column to name it in
+    label = ["total", *[""] * (len(report.by) - 1)] if report.by else []
+    writer.writerow([*label, *values(total)])
     return buf.getvalue()
 
 

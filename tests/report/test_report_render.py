@@ -104,3 +104,40 @@ def test_bad_report_options_say_what_would_work(settings: SimpleNamespace, kwarg
             "output": None} | kwargs
     with pytest.raises(ReportArgumentError, match=message):
         render_report(settings, now=END, **args)
+
+
+ROW_FIELDS = ["cost_usd", "idle_cost_usd", "idle_share", "spot_share",
+              "spot_savings_possible_usd", "gpu_hours", "instances"]
+
+
+@pytest.mark.parametrize("compare", [None, "billed"])
+def test_json_fields_are_exactly_the_documented_schema(settings: SimpleNamespace,
+                                                       tmp_path: Path,
+                                                       compare: str | None) -> None:
+    # docs/report.md "JSON (schema 2)": a rename or removal here must bump the schema
+    out = tmp_path / "r.json"
+    render_report(settings, ["team", "region"], T0, END, ["env=unattributed"], "json",
+                  out, now=END, compare=compare)
+    doc = json.loads(out.read_text())
+    assert list(doc) == ["schema", "currency", "by", "since", "until", "filters", "compare",
+                         "rows", "total"]
+    assert (doc["since"], doc["until"]) == (T0.isoformat(), END.isoformat())
+    assert (doc["filters"], doc["compare"]) == ({"env": "unattributed"}, compare)
+    extra = ["billed_usd", "gap_usd"] if compare else []
+    assert all(list(r) == ["team", "region", *ROW_FIELDS, *extra] for r in doc["rows"])
+    assert list(doc["total"]) == [*ROW_FIELDS, *extra]
+    money = [f for f in [*ROW_FIELDS, *extra] if f.endswith("_usd")]
+    assert all(isinstance(r[f], float | int) and round(r[f], 2) == r[f]
+               for r in [*doc["rows"], doc["total"]] for f in money)
+    assert all(isinstance(r["instances"], int) for r in [*doc["rows"], doc["total"]])
+
+
+def test_csv_grouped_by_nothing_is_one_total_row_under_the_header(
+        settings: SimpleNamespace, tmp_path: Path) -> None:
+    out = tmp_path / "r.csv"
+    render_report(settings, [], T0, END, None, "csv", out, now=END)
+    header, *body = list(csv.reader(io.StringIO(out.read_text())))
+    assert header[0] == "cost_usd" and len(body) == 1 and len(body[0]) == len(header)
+    json_out = tmp_path / "r.json"
+    render_report(settings, [], T0, END, None, "json", json_out, now=END)
+    assert float(body[0][0]) == json.loads(json_out.read_text())["total"]["cost_usd"]
