@@ -138,7 +138,7 @@ def _quiet_reason(rule: AnomalyRule, value: str, bucket: datetime, actual: float
 
 def _record(session: Session, rule: AnomalyRule, value: str, bucket: datetime, actual: float,
             baseline: float, season: Season, now: datetime) -> Anomaly:
-    from costguard.costs.explain import explain
+    from costguard.costs.explain import cause_lines, explain
 
     causes, text = explain(session, rule, value, bucket, season, actual - baseline, now)
     status = _quiet_reason(rule, value, bucket, actual, season, session) or "open"
@@ -154,7 +154,8 @@ def _record(session: Session, rule: AnomalyRule, value: str, bucket: datetime, a
         alerted = enqueue(
             session, dedupe_key=f"anomaly:{rule.name}:{value}:{bucket.isoformat()}",
             kind="anomaly", severity="warning", subject=text,
-            body=(f"{text}\nUsual for this {'weekday' if rule.granularity == 'day' else 'hour'}:"
+            body=(f"{text}\n" + "".join(f"{line}\n" for line in cause_lines(causes)) +
+                  f"Usual for this {'weekday' if rule.granularity == 'day' else 'hour'}:"
                   f" ${baseline / 1e6:,.2f}; this {rule.granularity}: ${actual / 1e6:,.2f}.\n"
                   f"If this is fine: costguard anomaly expected {row.id}  "
                   f"(or ack {row.id} to silence this run)"),

@@ -141,6 +141,36 @@ def anomaly_list(
     console.print(table)
 
 
+@anomaly_app.command("show")
+def anomaly_show(anomaly_id: Annotated[int, typer.Argument(help="Anomaly id.")],
+                 config: ConfigOpt = None) -> None:
+    """One anomaly in full: spend against the usual, and its causes down to instances.
+
+    Example: costguard anomaly show 42
+    """
+    from costguard.costs.anomaly import AnomalyNotFound
+    from costguard.costs.explain import cause_lines
+    from costguard.store.tables import AnomalyRow
+
+    try:
+        db = _db(config)
+        with db.session() as s:
+            row = s.get(AnomalyRow, anomaly_id)
+            if row is None:
+                raise AnomalyNotFound(anomaly_id)
+    except CostguardError as exc:
+        raise _fail(exc) from None
+    out = Console(highlight=False, soft_wrap=True)
+    out.print(f"anomaly {row.id} ({row.status}): {row.explanation}", markup=False)
+    out.print(f"{row.granularity} from {row.bucket_start:%Y-%m-%d %H:%M} UTC, rule {row.rule}: "
+              f"${row.actual_micros / 1e6:,.2f} against a usual ${row.baseline_micros / 1e6:,.2f}",
+              markup=False)
+    for line in cause_lines(list(row.causes or []), limit=50):
+        out.print(line, markup=False)
+    out.print(f"Feedback: costguard anomaly ack {row.id} | costguard anomaly expected {row.id}",
+              markup=False)
+
+
 def _feedback(anomaly_id: int, verdict: str, config: Path | None) -> None:
     from costguard.costs.anomaly import give_feedback
 

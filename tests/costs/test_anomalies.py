@@ -74,21 +74,29 @@ def policies() -> PolicySet:
         anomalies=(AnomalyRule(name="team-daily", dimension="team", min_impact_usd=500),))
 
 
-def test_anomaly_names_new_instances_their_type_region_and_idle_since(db: Database) -> None:
+FIRST = datetime(2026, 9, 7, tzinfo=UTC)  # Monday; 8 weeks of history
+SPIKE = FIRST + timedelta(days=59)  # Thursday Nov 5
+
+
+def plant_p4d_launch(db: Database) -> None:
+    """Research's usual g5 fleet, and six p4d launched on Tuesday Nov 3, four idle."""
     rng = random.Random(3)
-    first = datetime(2026, 9, 7, tzinfo=UTC)  # Monday; 8 weeks of history
-    spike = first + timedelta(days=59)  # Thursday Nov 5
     with db.session() as s:
         for d in range(60):
-            day = first + timedelta(days=d)
+            day = FIRST + timedelta(days=d)
             for i in range(4):  # research's usual g5 fleet, ~$1,000/day
                 add_interval(s, f"i-base{i}", day, 24, 10.4 * (1 + rng.gauss(0, 0.03)),
                              team="research", itype="g5.12xlarge", gpus=4)
             add_interval(s, "i-vision", day, 24, 5.0, team="vision", itype="g5.xlarge", gpus=1)
         for n in range(6):  # six p4d launched on Tuesday Nov 3, four idle from the start
             for d in (57, 58, 59):
-                add_interval(s, f"i-p4d{n}", first + timedelta(days=d), 24, 32.77,
+                add_interval(s, f"i-p4d{n}", FIRST + timedelta(days=d), 24, 32.77,
                              team="research", itype="p4d.24xlarge", idle=n < 4)
+
+
+def test_anomaly_names_new_instances_their_type_region_and_idle_since(db: Database) -> None:
+    plant_p4d_launch(db)
+    spike = SPIKE
     now = spike + timedelta(days=1, minutes=5)
     with db.session() as s:
         found = detect_anomalies(s, policies(), now)
@@ -114,3 +122,38 @@ def test_anomaly_names_new_instances_their_type_region_and_idle_since(db: Databa
         n_alerts = len(s.exec(select(AlertRow).where(AlertRow.kind == "anomaly")).all())
     assert [r.status for r in rows] == ["expected", "quiet"]
     assert [a.alerted for a in again] == [False] and n_alerts == 1
+
+
+def test_causes_name_the_instances_and_other_dimensions_name_the_team(db: Database) -> None:
+    plant_p4d_launch(db)
+    by_account = PolicySet(anomalies=(AnomalyRule(
+        name="account-daily", dimension="account", min_impact_usd=500),))
+    with db.session() as s:
+        found = detect_anomalies(s, by_account, SPIKE + timedelta(days=1, minutes=5))
+        alert = s.exec(select(AlertRow).where(AlertRow.kind == "anomaly")).one()
+        row = s.exec(select(AnomalyRow)).one()
+    assert [a.value for a in found] == ["111111111111"]
+    assert ("6 new p4d.24xlarge in us-east-1 (team research), 4 of them idle since Tuesday"
+            in found[0].explanation)
+    p4d = [f"i-p4d{n}" for n in range(6)]
+    cause = row.causes[0]
+    assert (cause["teams"], cause["new_instances"], cause["idle_instances"]) == (
+        ["research"], p4d, p4d[:4])
+    assert cause["idle_since"].startswith("2026-11-03")
+    assert "- p4d.24xlarge in us-east-1 (research): +$" in alert.body
+    assert f"new: {', '.join(p4d)}; idle since 2026-11-03: {', '.join(p4d[:4])}" in alert.body
+
+    from typer.testing import CliRunner
+
+    from costguard.costs.commands import anomaly_app
+
+    shown = CliRunner().invoke(anomaly_app, ["show", str(row.id)],
+                               env={"COSTGUARD_DATABASE_URL": db.engine.url.render_as_string(
+                                   hide_password=False)})
+    assert shown.exit_code == 0, shown.output
+    assert found[0].explanation in shown.output
+    assert f"idle since 2026-11-03: {', '.join(p4d[:4])}" in shown.output
+    assert f"costguard anomaly expected {row.id}" in shown.output
+    missing = CliRunner().invoke(anomaly_app, ["show", "999"], env={
+        "COSTGUARD_DATABASE_URL": db.engine.url.render_as_string(hide_password=False)})
+    assert missing.exit_code == 2 and "No anomaly by the id of 999" in missing.output
