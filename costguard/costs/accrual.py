@@ -8,12 +8,12 @@ attached disks, and only where `disk_price_of` knows them. Money is integer micr
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Table, Text, cast, insert, select, type_coerce, update
+from sqlalchemy import Table, Text, cast, func, insert, select, type_coerce, update
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import NullType
 from sqlmodel import Session
@@ -38,6 +38,7 @@ _TIMES = ("state_changed_at", "accrued_until")
 _SIGNALS = ("auto", "sm_active", "util_gpu")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _PREBOUND = ("start", "end", "usd_per_hour")  # bound once per distinct value (SQLite)
+_CHUNK = 2_000  # rows read, and intervals written, at a time
 
 
 @dataclass
@@ -62,8 +63,11 @@ def accrue(
     """Charge every instance from its watermark to `now`; `minutes_of` gives readings
     (default: read them from the store); `disk_price_of` prices a stopped instance's disks.
 
-    Rows are read and written with bulk Core statements (one executemany INSERT and two
-    set-based UPDATEs per cycle), without a domain `Instance` per row: prices are looked up
+    Rows are read and written with bulk Core statements (one SELECT, an executemany INSERT
+    per `_CHUNK` rows and two set-based UPDATEs per cycle), in chunks so that neither the
+    rows read nor the intervals built pile up (objects that survive into the collector's
+    oldest generation make a full collection, ~0.1 s in a big process, likelier), and
+    without a domain `Instance` per row: prices are looked up
     once per price key (`PRICE_KEY_FIELDS`, plus the instance id where an override names it
     or the lookup is not a `PriceCatalog`'s) and attribution once per distinct tags.
     """
@@ -73,13 +77,14 @@ def accrue(
     # only the columns accrual reads; tags as JSON text (decoded once per distinct text) and
     # the timestamps as the driver returns them (converted once per distinct value)
     raw_times = [type_coerce(_INSTANCES.c[c], NullType()).label(c) for c in _TIMES]
-    rows = session.execute(select(
-        *(_INSTANCES.c[c] for c in _COLUMNS), *raw_times,
-        cast(_INSTANCES.c.tags, Text).label("tags_text"),
-    ).where(_INSTANCES.c.accrued_until < now)).all()
     spans = _Spans(dialect, now)
     if minutes_of is None:
-        minutes_of = _stored_minutes(session, rows, spans, now)
+        minutes_of = _stored_minutes(session, now)
+    result = session.execute(select(
+        *(_INSTANCES.c[c] for c in _COLUMNS), *raw_times,
+        cast(_INSTANCES.c.tags, Text).label("tags_text"),
+    ).where(_INSTANCES.c.accrued_until < now))
+    write = _IntervalWriter(session, prebound=spans.binds)
     quotes = {name: _Quotes(session, lookup, spans.bind_rate) for name, lookup in
               price_of.items()}
     disks = _Quotes(session, disk_price_of, spans.bind_rate) if disk_price_of else None
@@ -87,7 +92,11 @@ def accrue(
     no_price: _Price = (0.0, spans.bind_rate(0.0), "no price known")
     intervals: list[tuple[Any, ...]] = []
     due = False
-    for row in rows:
+    for row in _rows(result):
+        if len(intervals) >= _CHUNK:
+            write(intervals)
+            stats.intervals += len(intervals)
+            intervals = []
         (provider, account, region, _zone, itype, lifecycle, gpus, _model, _mib,
          iid, _name, accrue_state, gone, changed_raw, until_raw, _tags) = row
         span = spans.gone(until_raw, changed_raw) if gone else spans.live(until_raw)
@@ -130,9 +139,9 @@ def accrue(
                     b_end, b_rate, source, cost, gpus, 0, 0, 0, Verdict.NO_DATA.value,
                     *dims_of(row)))
                 stats.cost_micros += cost
-    stats.intervals = len(intervals)
     if intervals:
-        _insert_intervals(session, intervals, prebound=spans.binds)
+        write(intervals)
+        stats.intervals += len(intervals)
     if due:
         _move_watermarks(session, now)
         # InstanceRow objects a caller holds in this session are now stale
@@ -214,20 +223,18 @@ class _Quotes:
         return price
 
 
-def _stored_minutes(session: Session, rows: Sequence[Any], spans: _Spans,
-                    now: datetime) -> MinutesLookup:
-    """Readings from the store for the running GPU instances among `rows`, read at once."""
-    refs: list[InstanceRef] = []
-    earliest = now
-    for row in rows:
-        (provider, _account, _region, _zone, _itype, _lifecycle, gpus, _model, _mib,
-         iid, _name, accrue_state, gone, changed_raw, until_raw, _tags) = row
-        span = spans.gone(until_raw, changed_raw) if gone else spans.live(until_raw)
-        if span is None:
-            continue
-        earliest = min(earliest, span[0])
-        if accrue_state == "running" and gpus > 0:
-            refs.append((provider, iid))
+def _rows(result: Any) -> Iterator[Any]:
+    for chunk in result.partitions(_CHUNK):
+        yield from chunk
+
+
+def _stored_minutes(session: Session, now: datetime) -> MinutesLookup:
+    """Readings from the store for every due running GPU instance, read at once."""
+    t = _INSTANCES.c
+    due = t.accrued_until < now
+    earliest = session.execute(select(func.min(t.accrued_until)).where(due)).scalar() or now
+    refs: list[InstanceRef] = [(p, i) for p, i in session.execute(select(
+        t.provider, t.instance_id).where(due, t.gpu_count > 0, t.accrue_state == "running"))]
     stored = read_minutes(session, refs, earliest, now)
 
     def minutes_of(ref: InstanceRef, start: datetime, end: datetime) -> list[GpuMinute]:
@@ -235,28 +242,39 @@ def _stored_minutes(session: Session, rows: Sequence[Any], spans: _Spans,
     return minutes_of
 
 
-def _insert_intervals(session: Session, rows: list[tuple[Any, ...]], *, prebound: bool) -> None:
-    """One executemany INSERT; on SQLite the rows come with `_PREBOUND` already bound."""
-    conn = session.connection()
-    dialect = conn.dialect
-    if not prebound:  # insertmanyvalues batches these well already (PostgreSQL)
-        conn.execute(insert(_INTERVALS), [dict(zip(_INTERVAL_KEYS, r, strict=True))
-                                          for r in rows])
-        return
-    # the driver gets ready tuples: the statement compiled once, positional parameters
-    compiled = insert(_INTERVALS).compile(dialect=dialect, column_keys=list(_INTERVAL_KEYS))
-    assert compiled.positiontup == list(_INTERVAL_KEYS)  # sqlite's paramstyle: positional
-    binders = [(i, _memo(p)) for i, name in enumerate(_INTERVAL_KEYS)
-               if name not in _PREBOUND and (p := _bind_processor(name, dialect)) is not None]
-    if binders:  # none today; a column type that gains a bind processor still works
-        params: list[tuple[Any, ...]] = []
-        for r in rows:
-            row = list(r)
-            for i, bind in binders:
-                row[i] = bind(row[i])
-            params.append(tuple(row))
-        rows = params
-    conn.exec_driver_sql(compiled.string, rows)
+class _IntervalWriter:
+    """executemany INSERTs of interval tuples; on SQLite the tuples come with `_PREBOUND`
+    already bound, and go to the driver as they are (SQLAlchemy would bind every parameter
+    of every row again)."""
+
+    def __init__(self, session: Session, *, prebound: bool) -> None:
+        self.conn = session.connection()
+        self.prebound = prebound
+        dialect = self.conn.dialect
+        compiled = insert(_INTERVALS).compile(dialect=dialect,
+                                              column_keys=list(_INTERVAL_KEYS))
+        if prebound:
+            assert compiled.positiontup == list(_INTERVAL_KEYS)  # sqlite: positional
+        self.sql = compiled.string
+        # none today; a column type that gains a bind processor still works
+        self.binders = [(i, _memo(p)) for i, name in enumerate(_INTERVAL_KEYS)
+                        if name not in _PREBOUND and
+                        (p := _bind_processor(name, dialect)) is not None]
+
+    def __call__(self, rows: list[tuple[Any, ...]]) -> None:
+        if not self.prebound:  # insertmanyvalues batches these well already (PostgreSQL)
+            self.conn.execute(insert(_INTERVALS), [dict(zip(_INTERVAL_KEYS, r, strict=True))
+                                                   for r in rows])
+            return
+        if self.binders:
+            params: list[tuple[Any, ...]] = []
+            for r in rows:
+                row = list(r)
+                for i, bind in self.binders:
+                    row[i] = bind(row[i])
+                params.append(tuple(row))
+            rows = params
+        self.conn.exec_driver_sql(self.sql, rows)
 
 
 def _bind_processor(column: str, dialect: Dialect) -> Callable[[Any], Any] | None:

@@ -71,3 +71,22 @@ def test_gone_instance_is_charged_until_it_went_and_then_never_again(db: Databas
     assert got == [("i-1", T0, t1, round(M5 * 1e6)), ("i-1", t1, t2, round(M5 * 1e6)),
                    ("i-2", T0, went, round(M5 * 0.5 * 1e6))]
     assert marks == {"i-1": (t2, "running"), "i-2": (went, "running")}
+
+
+def test_a_cycle_read_and_written_in_chunks_charges_each_instance_once(
+        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    import costguard.costs.accrual as accrual
+
+    monkeypatch.setattr(accrual, "_CHUNK", 2)  # 7 instances: four chunks each way
+    fleet = [instance(f"i-{n}", "m5.large", team=f"t{n % 3}") for n in range(7)]
+    with db.session() as s:
+        record_inventory(s, "sim", fleet, T0, complete=True)
+    with db.session() as s:
+        stats = accrue(s, T0 + timedelta(hours=1), PriceCatalog().price_of(), Attributor())
+    with db.session() as s:
+        got = sorted((r.instance_id, r.team, r.cost_micros)
+                     for r in s.exec(select(CostIntervalRow)))
+        marks = {r.accrued_until for r in s.exec(select(InstanceRow))}
+    assert got == [(f"i-{n}", f"t{n % 3}", round(M5 * 1e6)) for n in range(7)]
+    assert (stats.intervals, stats.cost_micros) == (7, 7 * round(M5 * 1e6))
+    assert marks == {T0 + timedelta(hours=1)}
