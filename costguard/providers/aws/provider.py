@@ -308,6 +308,13 @@ class AwsProvider:
 
     # -- prices ----------------------------------------------------------------------------
 
+    def terminate(self, instance: Instance, *, snapshot: bool, dry_run: bool) -> ActionResult:
+        """Snapshot the EBS volumes (when asked), then terminate; see aws/terminate.py."""
+        from costguard.providers.aws import terminate as term
+
+        return self._act(instance, lambda ec2: term.terminate(
+            ec2, instance, snapshot=snapshot, dry_run=dry_run))
+
     def price(self, instance: Instance) -> PriceQuote | None:
         on_demand = self.prices.lookup(instance.region, instance.instance_type)
         if instance.lifecycle is Lifecycle.SPOT:
