@@ -306,8 +306,6 @@ class AwsProvider:
             instance, lambda ec2: actions.set_tags(ec2, instance, tags, remove, dry_run=dry_run)
         )
 
-    # -- prices ----------------------------------------------------------------------------
-
     def terminate(self, instance: Instance, *, snapshot: bool, dry_run: bool) -> ActionResult:
         """Snapshot the EBS volumes (when asked), then terminate; see aws/terminate.py."""
         from costguard.providers.aws import terminate as term
@@ -317,6 +315,8 @@ class AwsProvider:
 
     def price(self, instance: Instance) -> PriceQuote | None:
         on_demand = self.prices.lookup(instance.region, instance.instance_type)
+    # -- prices ----------------------------------------------------------------------------
+
         if instance.lifecycle is Lifecycle.SPOT:
             spot = self._spot_price(instance)
             if spot is not None:
