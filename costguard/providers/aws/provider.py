@@ -313,10 +313,10 @@ class AwsProvider:
         return self._act(instance, lambda ec2: term.terminate(
             ec2, instance, snapshot=snapshot, dry_run=dry_run))
 
-    def price(self, instance: Instance) -> PriceQuote | None:
-        on_demand = self.prices.lookup(instance.region, instance.instance_type)
     # -- prices ----------------------------------------------------------------------------
 
+    def price(self, instance: Instance) -> PriceQuote | None:
+        on_demand = self.prices.lookup(instance.region, instance.instance_type)
         if instance.lifecycle is Lifecycle.SPOT:
             spot = self._spot_price(instance)
             if spot is not None:
