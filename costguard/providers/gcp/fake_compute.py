@@ -5,10 +5,10 @@ Served over HTTP on 127.0.0.1 so the real `google-cloud-compute` client drives i
 
 Implemented: instances aggregatedList (maxResults/pageToken paging across zones), get,
 stop, start, setLabels (labelFingerprint checked, 412 on mismatch, requestId honoured),
-zone operations get/wait (done after `operation_delay_s`), Resource Manager v3
-projects.list / folders.list, and injected failures: 429/503 on demand, 403 for a
-forbidden project or a disabled API. Not implemented: insert/delete, filters, regional
-operations, every other Compute method (they answer 501).
+delete, disks createSnapshot and get (fake_disks.py), zone operations get/wait (done after
+`operation_delay_s`), Resource Manager v3 projects.list / folders.list, and injected
+failures: 429/503 on demand, 403 for a forbidden project or a disabled API. Not
+implemented: insert, filters, regional operations, every other Compute method (501).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from http.server import ThreadingHTTPServer
 from typing import Any
 
+from costguard.providers.gcp.fake_disks import DiskOps, FakeDisk
 from costguard.providers.gcp.fake_http import error, forbidden, handler_for
 
 _BASE = "https://www.googleapis.com/compute/v1"
@@ -46,6 +47,8 @@ class FakeVm:
     preemptible: bool = False
     created: datetime = field(default_factory=lambda: datetime(2026, 1, 1, tzinfo=UTC))
     label_version: int = 0
+    disks: list[FakeDisk] = field(default_factory=list)
+    service_account: str | None = None
 
     @property
     def label_fingerprint(self) -> str:
@@ -71,6 +74,11 @@ class FakeVm:
                 "automaticRestart": not self.preemptible,
             },
         }
+        body["disks"] = [d.attached_json(self.project, self.zone, i)
+                         for i, d in enumerate(self.disks)]
+        if self.service_account:
+            body["serviceAccounts"] = [{"email": self.service_account,
+                                        "scopes": ["https://www.googleapis.com/auth/cloud-platform"]}]
         if self.accelerators:
             body["guestAccelerators"] = [
                 {"acceleratorType": f"{zone_url}/acceleratorTypes/{t}", "acceleratorCount": n}
@@ -89,10 +97,11 @@ class FakeOperation:
     done_at: float
     apply: Any  # callable run once when the operation completes
     done: bool = False
+    error: str | None = None  # set by a test: the operation completes with this error
 
     def to_json(self) -> dict[str, Any]:
         zone_url = f"{_BASE}/projects/{self.project}/zones/{self.zone}"
-        return {
+        out: dict[str, Any] = {
             "kind": "compute#operation",
             "id": str(abs(hash(self.name)) % 10**18),
             "name": self.name,
@@ -104,6 +113,9 @@ class FakeOperation:
             "progress": 100 if self.done else 0,
             "selfLink": f"{zone_url}/operations/{self.name}",
         }
+        if self.done and self.error:
+            out["error"] = {"errors": [{"code": "FAKE_ERROR", "message": self.error}]}
+        return out
 
 
 @dataclass
@@ -113,7 +125,7 @@ class _Injected:
     path_contains: str
 
 
-class FakeCompute:
+class FakeCompute(DiskOps):
     """State of the fake plus the HTTP server. Thread-safe; use as a context manager."""
 
     def __init__(self, *, operation_delay_s: float = 0.0, max_wait_s: float = 2.0) -> None:
@@ -135,6 +147,7 @@ class FakeCompute:
         self.on_request: Callable[[str, str], None] | None = None
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._init_disks()
 
     # ---- state the tests drive -------------------------------------------------------
     def add_instance(
@@ -150,6 +163,8 @@ class FakeCompute:
         spot: bool = False,
         preemptible: bool = False,
         created: datetime | None = None,
+        disks: list[FakeDisk] | None = None,
+        service_account: str | None = None,
     ) -> FakeVm:
         with self._lock:
             vm = FakeVm(
@@ -163,6 +178,10 @@ class FakeCompute:
                 accelerators=list(accelerators or []),
                 provisioning_model="SPOT" if spot else "STANDARD",
                 preemptible=preemptible,
+                # a VM has a boot disk unless a test says otherwise
+                disks=list(disks) if disks is not None else [
+                    FakeDisk(name, size_gb=100, boot=True)],
+                service_account=service_account,
             )
             if created is not None:
                 vm.created = created
@@ -413,6 +432,9 @@ _ROUTES: tuple[tuple[re.Pattern[str], str, str], ...] = (
     (re.compile(_Z + r"/instances/(?P<name>[^/]+)/stop$"), "POST", "stop"),
     (re.compile(_Z + r"/instances/(?P<name>[^/]+)/start$"), "POST", "start"),
     (re.compile(_Z + r"/instances/(?P<name>[^/]+)/setLabels$"), "POST", "set_labels"),
+    (re.compile(_Z + r"/instances/(?P<name>[^/]+)$"), "DELETE", "delete"),
+    (re.compile(_Z + r"/disks/(?P<disk>[^/]+)/createSnapshot$"), "POST", "create_snapshot"),
+    (re.compile(_Z + r"/disks/(?P<disk>[^/]+)$"), "GET", "disk_get"),
     (re.compile(_Z + r"/operations/(?P<op>[^/]+)$"), "GET", "operation_get"),
     (re.compile(_Z + r"/operations/(?P<op>[^/]+)/wait$"), "POST", "operation_wait"),
     (re.compile(r"/v3/projects$"), "GET", "rm_projects"),

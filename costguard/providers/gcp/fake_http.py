@@ -80,6 +80,9 @@ def handler_for(handle: Handle) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             self._serve("POST")
 
+        def do_DELETE(self) -> None:
+            self._serve("DELETE")
+
         def log_message(self, format: str, *args: Any) -> None:
             return  # keep test output clean
 

@@ -54,6 +54,9 @@ class GcpProvider:
         self.clients.instances.transport.close()  # type: ignore[no-untyped-call]
         self.clients.zone_operations.transport.close()  # type: ignore[no-untyped-call]
         self.clients.metrics.transport.close()  # type: ignore[no-untyped-call]
+        disks = getattr(self, "_disks", None)  # made by the first terminate
+        if disks is not None:
+            disks.transport.close()
 
     def projects(self) -> tuple[list[str], list[Gap]]:
         """Configured projects plus those found under the folder/organization."""
@@ -114,6 +117,16 @@ class GcpProvider:
         dry_run: bool,
     ) -> ActionResult:
         return actions.set_labels(self._actions, instance, tags, remove=remove, dry_run=dry_run)
+
+    def terminate(self, instance: Instance, *, snapshot: bool, dry_run: bool) -> ActionResult:
+        """Snapshot the persistent disks (when asked), then delete; see gcp/terminate.py."""
+        from costguard.providers.gcp import terminate as term
+
+        if getattr(self, "_disks", None) is None:
+            self._disks = term.disks_client(self.clients.credentials,
+                                            self.settings.compute_endpoint)
+        return term.terminate(self._actions, self._disks, instance, snapshot=snapshot,
+                              dry_run=dry_run)
 
     def price(self, instance: Instance) -> PriceQuote | None:
         return pricing.price(instance)
