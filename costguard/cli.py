@@ -239,14 +239,17 @@ def iam(
     acting = [p for p in policies if p.is_enforced and (p.stop_action or p.tag_action)]
     enforcing = bool(acting) if enforce is None else enforce
     tagging = any(p.tag_action for p in acting) or (enforce is True)
+    # snapshot + terminate rights only where an enforced policy has a `terminate` step
+    terminating = enforcing and any(p.is_enforced and p.terminate_action for p in policies)
     if provider == "aws":
         from costguard.providers.aws import required_iam_policy
 
-        print(json.dumps(required_iam_policy(enforcing, tagging), indent=2))
+        print(json.dumps(required_iam_policy(enforcing, tagging, terminating=terminating),
+                         indent=2))
     else:
         from costguard.providers.gcp import render_role
 
-        print(render_role(enforcing), end="")
+        print(render_role(enforcing, terminating=terminating), end="")
 
 
 @app.command()

@@ -28,12 +28,16 @@ def required_iam_policy(
     cross_account: bool = False,
     discover_accounts: bool = False,
     role_name: str = "CostguardRole",
+    terminating: bool = False,
 ) -> dict[str, Any]:
     """An IAM policy document for costguard's role in each account it reads.
 
     enforcing: may stop and start instances (never terminate), except ones tagged
         `costguard:protect=true` — the tag is enforced by IAM too, not only by costguard.
     tagging: may add and remove instance tags, but never touch `costguard:protect` itself.
+    terminating: a policy enables `terminate`: may snapshot EBS volumes (CreateSnapshots,
+        tagging the snapshots as they are made) and terminate instances, again never ones
+        tagged `costguard:protect=true`.
     cross_account / discover_accounts: the extra rights of the account costguard runs in
         (assume `role_name` elsewhere; list the organization's accounts).
     With neither enforcing nor tagging the policy is read-only.
@@ -67,6 +71,8 @@ def required_iam_policy(
                 "Condition": {"ForAllValues:StringNotEquals": {"aws:TagKeys": [PROTECT_TAG]}},
             }
         )
+    if terminating:
+        statements += terminate_statements()
     if cross_account:
         statements.append(
             {
@@ -88,6 +94,42 @@ def required_iam_policy(
     return {"Version": "2012-10-17", "Statement": statements}
 
 
+def terminate_statements() -> list[dict[str, Any]]:
+    """What `terminate` needs: snapshots first (see providers/aws/terminate.py), then
+    TerminateInstances, both refused for protected instances by IAM too."""
+    unprotected = {"StringNotEquals": {f"aws:ResourceTag/{PROTECT_TAG}": "true"}}
+    return [
+        {
+            "Sid": "CostguardSnapshotBeforeTerminate",
+            "Effect": "Allow",
+            "Action": ["ec2:CreateSnapshot", "ec2:CreateSnapshots"],
+            "Resource": ["arn:aws:ec2:*:*:instance/*", "arn:aws:ec2:*:*:volume/*",
+                         "arn:aws:ec2:*::snapshot/*"],
+        },
+        {
+            "Sid": "CostguardTagNewSnapshots",
+            "Effect": "Allow",
+            "Action": "ec2:CreateTags",
+            "Resource": "arn:aws:ec2:*::snapshot/*",
+            "Condition": {"StringEquals": {"ec2:CreateAction": ["CreateSnapshot",
+                                                                "CreateSnapshots"]}},
+        },
+        {
+            "Sid": "CostguardReadSnapshots",
+            "Effect": "Allow",
+            "Action": "ec2:DescribeSnapshots",
+            "Resource": "*",
+        },
+        {
+            "Sid": "CostguardTerminate",
+            "Effect": "Allow",
+            "Action": "ec2:TerminateInstances",
+            "Resource": "arn:aws:ec2:*:*:instance/*",
+            "Condition": unprotected,
+        },
+    ]
+
+
 def trust_policy(hub_account_id: str, external_id_required: bool = True) -> dict[str, Any]:
     """Trust policy for `CostguardRole` in a member account: only the hub account may assume it
     (and only with the external id when one is configured)."""
@@ -105,6 +147,7 @@ def trust_policy(hub_account_id: str, external_id_required: bool = True) -> dict
 DEPLOY_FILES: dict[str, dict[str, Any]] = {
     "costguard-readonly.json": {"enforcing": False, "tagging": False},
     "costguard-enforce.json": {"enforcing": True, "tagging": True},
+    "costguard-terminate.json": {"enforcing": True, "tagging": True, "terminating": True},
     "costguard-hub.json": {
         "enforcing": False,
         "tagging": False,

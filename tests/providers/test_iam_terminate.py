@@ -1,0 +1,77 @@
+"""`costguard iam` grants snapshot and terminate rights only where a policy enables terminate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from costguard.cli import app
+from costguard.providers.aws.iam import required_iam_policy
+from costguard.providers.gcp.iam import TERMINATE, required_permissions
+
+runner = CliRunner()
+
+STOP_ONLY = """\
+policies:
+  - name: idle
+    mode: enforce
+    filters: {gpu: true, state: running}
+    condition: {idle: {below: 5, for: 45m}}
+    actions:
+      - notify: {to: owner}
+      - stop: {grace: 15m}
+"""
+TERMINATES = STOP_ONLY + "      - terminate: {after_stopped: 7d, snapshot: true}\n"
+
+
+def _actions(policy: dict[str, object]) -> set[str]:
+    out: set[str] = set()
+    for st in policy["Statement"]:  # type: ignore[attr-defined]
+        action = st["Action"]
+        out |= {action} if isinstance(action, str) else set(action)
+    return out
+
+
+def test_aws_terminate_rights_spare_protected_instances() -> None:
+    plain = required_iam_policy(enforcing=True, tagging=True)
+    term = required_iam_policy(enforcing=True, tagging=True, terminating=True)
+
+    assert "ec2:TerminateInstances" not in _actions(plain)
+    assert _actions(term) - _actions(plain) == {
+        "ec2:TerminateInstances", "ec2:CreateSnapshot", "ec2:CreateSnapshots",
+        "ec2:DescribeSnapshots"}
+    (kill,) = [s for s in term["Statement"] if s["Action"] == "ec2:TerminateInstances"]
+    assert kill["Condition"] == {
+        "StringNotEquals": {"aws:ResourceTag/costguard:protect": "true"}}
+    (tag,) = [s for s in term["Statement"] if s.get("Sid") == "CostguardTagNewSnapshots"]
+    assert tag["Resource"] == "arn:aws:ec2:*::snapshot/*"  # only snapshots being created
+
+
+def test_gcp_terminate_permissions_only_when_enforcing() -> None:
+    assert not set(TERMINATE) & set(required_permissions(True))
+    assert not set(TERMINATE) & set(required_permissions(False, terminating=True))
+    assert set(TERMINATE) <= set(required_permissions(True, terminating=True))
+
+
+@pytest.mark.parametrize(("policy", "terminating"), [(STOP_ONLY, False), (TERMINATES, True)])
+def test_costguard_iam_follows_the_loaded_policies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str, terminating: bool
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for var in ("COSTGUARD_DATABASE_URL", "COSTGUARD_CONFIG"):
+        monkeypatch.delenv(var, raising=False)
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "p.yml").write_text(policy)
+
+    aws = runner.invoke(app, ["iam", "--provider", "aws"])
+    gcp = runner.invoke(app, ["iam", "--provider", "gcp"])
+
+    assert aws.exit_code == 0 and gcp.exit_code == 0, aws.output + gcp.output
+    assert ("ec2:TerminateInstances" in _actions(json.loads(aws.output))) is terminating
+    perms = set(yaml.safe_load(gcp.output)["includedPermissions"])
+    assert ("compute.instances.delete" in perms) is terminating
+    assert "compute.instances.stop" in perms
