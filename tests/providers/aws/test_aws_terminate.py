@@ -161,3 +161,52 @@ def test_a_failed_snapshot_means_no_termination(make_provider: ProviderFactory) 
 
     assert result.outcome is ActionOutcome.FAILED and "failed" in result.detail
     assert _state(inst.instance_id) == "stopped"
+
+
+def test_the_act_stage_terminates_through_the_aws_provider(
+    make_provider: ProviderFactory, tmp_path: Any
+) -> None:
+    """End to end: a policy's due termination goes through AwsProvider.terminate."""
+    from datetime import timedelta
+
+    from sqlmodel import select
+
+    from costguard.actions.lifecycle import AfterStop
+    from costguard.actions.runner import ActionRunner, ActStats
+    from costguard.costs.attribution import Attributor
+    from costguard.policy.load import parse_policy_text
+    from costguard.store.db import Database
+    from costguard.store.inventory import record_inventory
+    from costguard.store.tables import ActionJournalRow, PolicyStateRow
+
+    provider, inst = _stopped(make_provider)
+    db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
+    now = inst.observed_at
+    policy = parse_policy_text("""\
+policies:
+  - name: idle
+    mode: enforce
+    filters: {gpu: true, state: running}
+    condition: {idle: {below: 5, for: 45m}}
+    actions:
+      - stop: {grace: 15m}
+      - terminate: {after_stopped: 2d, warn_before: 12h, snapshot: true}
+""").policies[0]
+    stopped_at = now - timedelta(days=3)
+    with db.session() as s:
+        record_inventory(s, "aws", [inst], stopped_at, complete=True)
+        s.add(PolicyStateRow(policy="idle", provider="aws", instance_id=inst.instance_id,
+                             state="term-warned", since=stopped_at,
+                             deadline=now - timedelta(hours=1)))
+    runner = ActionRunner(db, {"aws": provider}, Attributor())
+    stats = ActStats()
+
+    AfterStop(runner).run(policy, now, None, stats)
+
+    assert stats.terminated["idle"] == 1
+    assert _state(inst.instance_id) == "terminated"
+    assert len(_snapshots_of(inst.instance_id)) == 1
+    with db.session() as s:
+        (row,) = s.exec(select(ActionJournalRow).where(ActionJournalRow.action == "terminate"))
+        assert row.status == "done" and "snapshot snap-" in row.detail
+    db.dispose()
