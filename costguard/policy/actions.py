@@ -201,8 +201,9 @@ class TerminateAction(Element):
     `after_stopped`, optionally snapshotting its disks first. This is the only way
     costguard ever terminates anything, and it must be written into a policy explicitly.
     The owner is warned `warn_before` the termination; starting the instance, tagging it
-    `costguard:protect` or snoozing it cancels it. Terminate is implemented for the
-    simulated cloud only; on AWS and GCP the step is journaled as skipped (not wired yet).
+    `costguard:protect` or snoozing it cancels it. On AWS the snapshots are EBS
+    snapshots, on GCP persistent-disk snapshots, taken and completed before the instance is
+    terminated; `costguard iam` then includes the permissions this needs.
     """
 
     yaml_key: ClassVar[str] = "actions[].terminate"
