@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import smtplib
 import ssl
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from email.message import EmailMessage
 from email.utils import format_datetime
 
@@ -80,8 +80,11 @@ class EmailSender:
         ca = str(self.settings.ca_file) if self.settings.ca_file else None
         return ssl.create_default_context(cafile=ca)
 
-    def send(self, msg: EmailMessage) -> str:
-        """Send; returns the Message-ID."""
+    def send(self, msg: EmailMessage,
+             on_transaction: Callable[[str], None] | None = None) -> str:
+        """Send; returns the Message-ID. `on_transaction(message_id)` runs once the session
+        is up (connected, TLS, logged in), just before MAIL FROM: a failure before it means
+        the message cannot have arrived."""
         s = self.settings
         try:
             smtp: smtplib.SMTP
@@ -96,6 +99,8 @@ class EmailSender:
                 if s.username:
                     password = self._password.get_secret_value() if self._password else ""
                     smtp.login(s.username, password)
+                if on_transaction is not None:
+                    on_transaction(str(msg["Message-ID"]))
                 smtp.send_message(msg)
         except smtplib.SMTPRecipientsRefused as exc:
             raise DeliveryError(self._clean(f"SMTP refused the recipient: {exc.recipients}"),

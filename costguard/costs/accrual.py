@@ -82,7 +82,7 @@ def accrue(
         minutes_of = _stored_minutes(session, now)
     result = session.execute(select(
         *(_INSTANCES.c[c] for c in _COLUMNS), *raw_times,
-        cast(_INSTANCES.c.tags, Text).label("tags_text"),
+        cast(_INSTANCES.c.tags, Text).label("tags_text"), _INSTANCES.c.launched_by,
     ).where(_INSTANCES.c.accrued_until < now))
     write = _IntervalWriter(session, prebound=spans.binds)
     quotes = {name: _Quotes(session, lookup, spans.bind_rate) for name, lookup in
@@ -98,7 +98,7 @@ def accrue(
             stats.intervals += len(intervals)
             intervals = []
         (provider, account, region, _zone, itype, lifecycle, gpus, _model, _mib,
-         iid, _name, accrue_state, gone, changed_raw, until_raw, _tags) = row
+         iid, _name, accrue_state, gone, changed_raw, until_raw, _tags, _launcher) = row
         span = spans.gone(until_raw, changed_raw) if gone else spans.live(until_raw)
         if span is None:
             continue
@@ -319,25 +319,25 @@ _Dims = tuple[str | None, str | None, str | None, str | None]  # team, project, 
 
 
 class _DimensionCache:
-    """Attribution per distinct (account, name, tags text): what the attributor reads of an
-    instance (its `launched_by` too, which the store does not keep: None, as in to_instance;
-    key on it here once the instances table holds it)."""
+    """Attribution per distinct (account, name, tags text, launched_by): what the attributor
+    reads of an instance."""
 
     def __init__(self, attributor: Attributor) -> None:
         self.attributor = attributor
-        self.cache: dict[tuple[str, str | None, str | None], _Dims] = {}
+        self.cache: dict[tuple[str, str | None, str | None, str | None], _Dims] = {}
 
     def __call__(self, row: Any) -> _Dims:
         (provider, account, region, zone, itype, lifecycle, gpus, _model, _mib,
-         iid, name, _accrue, _gone, _changed, _until, tags_text) = row
-        key = (account, name, tags_text)
+         iid, name, _accrue, _gone, _changed, _until, tags_text, launcher) = row
+        key = (account, name, tags_text, launcher)
         dims = self.cache.get(key)
         if dims is None:
             tags = json.loads(tags_text) if tags_text else {}
             shim = Instance(provider=provider, account=account, region=region, zone=zone,
                             instance_id=iid, name=name, instance_type=itype,
                             state=InstanceState.RUNNING, lifecycle=Lifecycle(lifecycle),
-                            gpu_count=gpus, launch_time=_EPOCH, observed_at=_EPOCH, tags=tags)
+                            gpu_count=gpus, launch_time=_EPOCH, observed_at=_EPOCH, tags=tags,
+                            launched_by=launcher)
             got = self.attributor.dimensions(shim)
             dims = self.cache[key] = (got.get("team"), got.get("project"), got.get("env"),
                                       got.get("cost-center"))

@@ -1,0 +1,110 @@
+"""Per-channel sending: a delivery's content rendered for, and handed to, its channel.
+
+Console, Slack (bot token or webhook) and email each get the same `AlertView`; a digest
+bundles the views of its members. Raises `DeliveryError` when a channel cannot take the
+message; the queue decides what that means (retry, wait, give up).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+
+from sqlmodel import col, select
+
+from costguard.alerts.console import AlertPrinter
+from costguard.alerts.content import AlertView, view_of
+from costguard.alerts.email import (
+    EmailSender,
+    alert_email,
+    build_email,
+    render_digest,
+)
+from costguard.alerts.errors import DeliveryError
+from costguard.alerts.settings import AlertsSettings
+from costguard.alerts.slack import METADATA_EVENT, SlackSender, digest_blocks, slack_message
+from costguard.alerts.tables import AlertDeliveryRow
+from costguard.policy.base import format_duration
+from costguard.store.db import Database
+from costguard.store.tables import AlertRow
+
+# called once the SMTP session is up, just before the message transaction, with the
+# Message-ID: from then on the message may have arrived
+OnTransaction = Callable[[str], None]
+
+
+class Channels:
+    def __init__(self, db: Database, settings: AlertsSettings, printer: AlertPrinter,
+                 secrets: Sequence[str] = ()) -> None:
+        self.db = db
+        self.settings = settings
+        self.printer = printer
+        self.slack = SlackSender(settings.slack, secrets) if settings.slack.configured else None
+        self.email = EmailSender(settings.email, secrets) if settings.email else None
+
+    @property
+    def slack_bot(self) -> SlackSender | None:
+        """The Slack sender when it posts with a bot token (whose history can be read)."""
+        return self.slack if self.slack is not None and not self.slack.uses_webhook else None
+
+    def deliver(self, row: AlertDeliveryRow,
+                on_transaction: OnTransaction | None = None) -> str:
+        """Send one delivery; returns the id the channel gave it (Slack ts, Message-ID)."""
+        views, alert = self.content(row)
+        if row.kind == "digest":
+            return self._deliver_digest(row, views, on_transaction)
+        assert alert is not None
+        view = views[0]
+        if row.channel == "console":
+            self.printer(alert.kind, alert.subject, alert.body)
+            return "console"
+        if row.channel == "slack":
+            return self._slack().send(row.target, slack_message(view, row.dedupe_key))
+        sender = self._email()
+        return sender.send(alert_email(view, to=row.target,
+                                       from_addr=sender.settings.from_addr,
+                                       dedupe_key=row.dedupe_key,
+                                       max_snooze=format_duration(self.settings.max_snooze)),
+                           on_transaction=on_transaction)
+
+    def _deliver_digest(self, row: AlertDeliveryRow, views: list[AlertView],
+                        on_transaction: OnTransaction | None) -> str:
+        title = (f"costguard daily digest: {len(views)} alert"
+                 f"{'s' if len(views) != 1 else ''} for {row.target}")
+        if row.channel == "console":
+            self.printer("digest", title, "\n".join(v.subject for v in views))
+            return "console"
+        if row.channel == "slack":
+            return self._slack().send(row.target, {
+                "text": title, "blocks": digest_blocks(title, views),
+                "metadata": {"event_type": METADATA_EVENT,
+                             "event_payload": {"dedupe_key": row.dedupe_key}}})
+        text, html = render_digest(title, views)
+        sender = self._email()
+        return sender.send(build_email(
+            subject=f"[costguard] {title}", text=text, html=html, to=row.target,
+            from_addr=sender.settings.from_addr, dedupe_key=row.dedupe_key),
+            on_transaction=on_transaction)
+
+    def _slack(self) -> SlackSender:
+        if self.slack is None:
+            raise DeliveryError("Slack is not configured (alerts.slack)", permanent=True)
+        return self.slack
+
+    def _email(self) -> EmailSender:
+        if self.email is None:
+            raise DeliveryError("email is not configured (alerts.email)", permanent=True)
+        return self.email
+
+    def content(self, row: AlertDeliveryRow) -> tuple[list[AlertView], AlertRow | None]:
+        max_snooze: timedelta = self.settings.max_snooze
+        with self.db.session() as s:
+            if row.kind == "digest":
+                members = s.exec(select(AlertRow).join(
+                    AlertDeliveryRow, col(AlertDeliveryRow.alert_id) == col(AlertRow.id)).where(
+                    AlertDeliveryRow.digest_id == row.id).order_by(col(AlertRow.id)))
+                return [view_of(a, max_snooze) for a in members], None
+            alert = s.get(AlertRow, row.alert_id)
+            if alert is None:
+                raise DeliveryError(f"alert {row.alert_id} no longer exists", permanent=True)
+            return [view_of(alert, max_snooze)], alert
