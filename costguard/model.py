@@ -64,8 +64,9 @@ class Instance(Frozen):
     launch_time: datetime
     tags: dict[str, str] = Field(default_factory=dict)
     observed_at: datetime
-    # IAM role / service account that launched it, where the provider reports it (optional:
-    # not read from AWS or GCP yet, and not kept in the store's instances table)
+    # who the instance runs as, where the listing call says so without extra calls: the AWS
+    # instance profile ARN (IamInstanceProfile.Arn), the GCP service account email
+    # (serviceAccounts[0].email); kept in the store (instances.launched_by)
     launched_by: str | None = None
 
     @property

@@ -139,6 +139,9 @@ class SimProvider:
             gpu_memory_mib=mem_gib * 1024 if mem_gib else None,
             launch_time=launched, tags=tags, observed_at=launched,
         )
+        # runs as its team's instance profile (derived, not drawn: the seeded fleet stays)
+        inst = inst.model_copy(update={
+            "launched_by": f"arn:aws:iam::{inst.account}:instance-profile/{team}-gpu"})
         host = SimHost(instance=inst, profile=profile,
                        # from the serial, not the rng: the seeded fleet stays as it was
                        disk_gib=(100, 200, 500, 1000)[self._serial % 4] if gpu else 50)

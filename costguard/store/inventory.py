@@ -20,6 +20,7 @@ def to_instance(row: InstanceRow) -> Instance:
         lifecycle=Lifecycle(row.lifecycle), gpu_count=row.gpu_count,
         gpu_model=row.gpu_model, gpu_memory_mib=row.gpu_memory_mib,
         launch_time=row.launch_time, tags=dict(row.tags), observed_at=row.last_seen,
+        launched_by=row.launched_by,
     )
 
 
@@ -61,6 +62,7 @@ def record_inventory(
         row.gpu_memory_mib, row.launch_time, row.tags = (
             inst.gpu_memory_mib, inst.launch_time, dict(inst.tags))
         row.last_seen, row.gone = now, False
+        row.launched_by = inst.launched_by
         session.add(row)
     if complete:
         for row in existing.values():

@@ -59,6 +59,8 @@ class InstanceRow(SQLModel, table=True):
     # accrual (a change seen later is charged from the poll that sees it), or what we set
     accrue_state: str = Field(default="running", max_length=16)
     gone: bool = False  # no longer listed by its provider
+    # AWS instance profile ARN / GCP service account email (Instance.launched_by); 0005
+    launched_by: str | None = Field(default=None, max_length=512)
 
 
 class GpuReadingRow(SQLModel, table=True):

@@ -143,4 +143,5 @@ def to_instance(
         launch_time=utc(raw["LaunchTime"]),
         tags=tags,
         observed_at=observed_at,
+        launched_by=(raw.get("IamInstanceProfile") or {}).get("Arn") or None,
     )

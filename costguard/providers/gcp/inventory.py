@@ -101,6 +101,8 @@ def to_instance(project: str, vm: compute_v1.Instance, observed_at: datetime) ->
         launch_time=parse_timestamp(vm.creation_timestamp, observed_at),
         tags=labels_as_tags(vm.labels),
         observed_at=observed_at,
+        # the service account the VM runs as: who launched it, as far as the listing says
+        launched_by=(vm.service_accounts[0].email or None) if vm.service_accounts else None,
     )
 
 
