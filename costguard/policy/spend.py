@@ -35,8 +35,9 @@ class DeriveRule(Element):
     """A fallback for instances whose tags give no value for a dimension. With
     `from: name_prefix` the start of the instance name is mapped (the longest matching
     prefix wins); with `from: account` the AWS account id or GCP project id is; with
-    `from: launcher` the IAM role or service account that launched the instance, where
-    the provider reports it (a trailing `*` matches any suffix)."""
+    `from: launcher` the identity the instance runs as, as its listing reports it: on AWS
+    the instance profile ARN (`arn:aws:iam::ACCOUNT:instance-profile/NAME`, not the role
+    ARN), on GCP the service account email (a trailing `*` matches any suffix)."""
 
     yaml_key: ClassVar[str] = "attribution.derive[]"
     example: ClassVar[str] = """\
@@ -46,7 +47,9 @@ attribution:
   derive:
     - {dimension: team, from: name_prefix, map: {"res-": research, "ml-": ml-platform}}
     - {dimension: team, from: account, map: {"123456789012": research}}
-    - {dimension: team, from: launcher, map: {"arn:aws:iam::123456789012:role/vision-*": vision}}
+    - {dimension: team, from: launcher, map: {
+        "arn:aws:iam::123456789012:instance-profile/vision-*": vision,
+        "trainer@ml-prod.iam.gserviceaccount.com": ml-platform}}
 """
 
     dimension: Name = Field(description="A dimension defined under `dimensions`.")
