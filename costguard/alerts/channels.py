@@ -7,8 +7,10 @@ message; the queue decides what that means (retry, wait, give up).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from datetime import timedelta
+from typing import Any
 
 from sqlmodel import col, select
 
@@ -24,9 +26,12 @@ from costguard.alerts.errors import DeliveryError
 from costguard.alerts.settings import AlertsSettings
 from costguard.alerts.slack import METADATA_EVENT, SlackSender, digest_blocks, slack_message
 from costguard.alerts.tables import AlertDeliveryRow
+from costguard.clock import utc
 from costguard.policy.base import format_duration
 from costguard.store.db import Database
 from costguard.store.tables import AlertRow
+
+log = logging.getLogger("costguard.alerts")
 
 # called once the SMTP session is up, just before the message transaction, with the
 # Message-ID: from then on the message may have arrived
@@ -59,7 +64,7 @@ class Channels:
             self.printer(alert.kind, alert.subject, alert.body)
             return "console"
         if row.channel == "slack":
-            return self._slack().send(row.target, slack_message(view, row.dedupe_key))
+            return self._post_once(row, slack_message(view, row.dedupe_key))
         sender = self._email()
         return sender.send(alert_email(view, to=row.target,
                                        from_addr=sender.settings.from_addr,
@@ -75,7 +80,7 @@ class Channels:
             self.printer("digest", title, "\n".join(v.subject for v in views))
             return "console"
         if row.channel == "slack":
-            return self._slack().send(row.target, {
+            return self._post_once(row, {
                 "text": title, "blocks": digest_blocks(title, views),
                 "metadata": {"event_type": METADATA_EVENT,
                              "event_payload": {"dedupe_key": row.dedupe_key}}})
@@ -85,6 +90,18 @@ class Channels:
             subject=f"[costguard] {title}", text=text, html=html, to=row.target,
             from_addr=sender.settings.from_addr, dedupe_key=row.dedupe_key),
             on_transaction=on_transaction)
+
+    def _post_once(self, row: AlertDeliveryRow, message: dict[str, Any]) -> str:
+        """Post, unless an earlier attempt that reported an error (a timeout, a 5xx) did
+        arrive after all: with a bot token, a retry reads the history first."""
+        slack = self._slack()
+        if row.attempts > 1 and slack.can_look_up(row.target):
+            ts = slack.find_sent(row.target, row.dedupe_key, utc(row.created_at))
+            if ts is not None:
+                log.info("alert delivery %s to slack:%s: an earlier attempt arrived (ts %s); "
+                         "not posted again", row.id, row.target, ts)
+                return ts
+        return slack.send(row.target, message)
 
     def _slack(self) -> SlackSender:
         if self.slack is None:

@@ -146,11 +146,16 @@ class Dispatcher:
             external: str | None = None
             error: DeliveryError | None = None
             try:
-                external = self.channels.deliver(row)
+                external = self.channels.deliver(row, self._marker(row))
             except DeliveryError as exc:
                 error = exc
             self.fault("after-send")
             self._record(row, now, external, error, stats)
+
+    def _marker(self, row: AlertDeliveryRow) -> Callable[[str], None] | None:
+        if row.channel != "email":
+            return None
+        return lambda external: self.queue.mark_transaction(row, external)
 
     def _record(self, row: AlertDeliveryRow, now: datetime, external: str | None,
                 error: DeliveryError | None, stats: DispatchStats) -> None:

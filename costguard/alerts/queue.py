@@ -89,13 +89,22 @@ class DeliveryQueue:
         with self.db.session() as s:
             result = s.execute(update(AlertDeliveryRow).where(
                 col(AlertDeliveryRow.id) == row.id, col(AlertDeliveryRow.status) == "pending",
-            ).values(status="sending", claimed_at=now, claimed_by=self.owner,
+            ).values(status="sending", claimed_at=now, claimed_by=self.owner, external_id=None,
                      attempts=AlertDeliveryRow.attempts + 1))
             claimed = bool(getattr(result, "rowcount", 0) == 1)
         if claimed:
             row.status, row.claimed_at, row.claimed_by = "sending", now, self.owner
-            row.attempts += 1
+            row.attempts, row.external_id = row.attempts + 1, None
         return claimed
+
+    def mark_transaction(self, row: AlertDeliveryRow, external: str) -> None:
+        """Note, while still `sending`, that the message may now arrive (SMTP: the session
+        is up and the message transaction starts): recovery then knows an interrupted send
+        got that far. Before this mark, an interrupted send cannot have arrived."""
+        with self.db.session() as s:
+            s.execute(update(AlertDeliveryRow).where(
+                col(AlertDeliveryRow.id) == row.id, col(AlertDeliveryRow.status) == "sending",
+                col(AlertDeliveryRow.claimed_by) == self.owner).values(external_id=external))
 
     def finish(self, row: AlertDeliveryRow, now: datetime, external: str | None,
                error: DeliveryError | None, stats: DispatchStats) -> AlertDeliveryRow:

@@ -113,6 +113,10 @@ class EmailSettings(_Section):
     timeout_s: float = Field(default=30.0, gt=0, le=300)
     # a CA bundle for a private SMTP relay; the system store otherwise
     ca_file: Path | None = None
+    # a send interrupted after the message transaction began may or may not have arrived:
+    # true sends it again with the same Message-ID (clients that know the id collapse the
+    # copy); false marks it `unconfirmed` for `costguard alerts retry`
+    resend_interrupted: bool = True
 
     @model_validator(mode="after")
     def _exclusive(self) -> EmailSettings:

@@ -1,8 +1,9 @@
 """Slack: Block Kit messages, and sending them by bot token (Web API) or incoming webhook.
 
-With a bot token every message carries the delivery's dedupe key in its message metadata, so
-after a crash between posting and recording, the channel's history says whether it arrived.
-An incoming webhook cannot be asked, so an interrupted webhook send is not repeated.
+With a bot token every message carries the delivery's dedupe key in its message metadata
+(`event_type` costguard_alert), so after a crash between posting and recording, or an error
+that may have come after Slack took the post (a timeout, a 5xx), the channel's history says
+whether it arrived. An incoming webhook cannot be asked.
 """
 
 from __future__ import annotations
@@ -192,11 +193,19 @@ class SlackSender:
     def _clean(self, text: str) -> str:
         return redact(text, self._secrets)
 
-    # -- recovery after a crash -----------------------------------------------------------
+    # -- did it arrive? (recovery after a crash, retry after an ambiguous error) ----------
+    def can_look_up(self, target: str) -> bool:
+        """Whether this destination's history can say what was posted to it: only with a
+        bot token, and not for `@name` (posting by name is resolved by Slack alone)."""
+        return self._token is not None and not target.startswith("@")
+
     def find_sent(self, target: str, dedupe_key: str, since: datetime) -> str | None:
-        """The `ts` of a message this delivery already posted, if the history shows one."""
-        if self._token is None:
-            raise DeliveryError("a webhook cannot be asked what it delivered", permanent=True)
+        """The `ts` of a message this delivery already posted, if the history since `since`
+        (less a minute for clock skew) shows one; DeliveryError when Slack cannot tell now
+        (permanent: it never can, e.g. a webhook, `@name`, or a missing history scope)."""
+        if not self.can_look_up(target):
+            raise DeliveryError(f"Slack cannot be asked what was posted to {target} "
+                                "(webhook, or a destination given by @name)", permanent=True)
         client = self._client()
         try:
             channel = self._channel_id(client, target)
@@ -222,8 +231,6 @@ class SlackSender:
             raise DeliveryError(self._clean(f"Slack unreachable: {exc}")) from None
 
     def _channel_id(self, client: WebClient, target: str) -> str | None:
-        if target.startswith("@"):
-            return None  # posted by name: no history to read
         if target[0] in "UW":  # a user: the bot's DM with them
             resp = client.conversations_open(users=target)
             return str((resp.get("channel") or {}).get("id") or "") or None

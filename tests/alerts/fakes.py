@@ -12,7 +12,7 @@ import ssl
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from email import message_from_bytes
@@ -31,6 +31,7 @@ from starlette.routing import Route
 
 WEBHOOK_PATH = "/services/T0000/B0000/hooksecretXYZ123"
 BOT_TOKEN = "xoxb-test-bot-token-SECRET-42"
+RESPONSE_PATH = "/actions/T0000/1234567890/responseSECRET77"  # a click's response_url
 
 
 def free_port() -> int:
@@ -73,6 +74,14 @@ class SlackFake:
     calls: list[str] = field(default_factory=list)
     auth_headers: list[str] = field(default_factory=list)
     script: list[tuple[int, dict[str, str]]] = field(default_factory=list)
+    # post, then answer this status anyway (a timeout or 5xx after Slack took the message)
+    fail_after_post: list[int] = field(default_factory=list)
+    history_calls: list[dict[str, Any]] = field(default_factory=list)
+    history_error: str | None = None  # e.g. missing_scope: conversations.history refuses
+    response_posts: list[dict[str, Any]] = field(default_factory=list)  # to response_url
+    # Slack's clock for message ts (seconds since the epoch); tests set it to their clock
+    clock: Callable[[], float] = time.time
+    page_size: int = 200  # conversations.history answers at most this many per page
     _ts: int = 0
 
     def answer_next(self, status: int, times: int = 1, retry_after: int | None = None) -> None:
@@ -90,7 +99,34 @@ class SlackFake:
                                 "internal_error"}
         return JSONResponse(body, status_code=status, headers=headers)
 
+    def _history(self, args: dict[str, Any]) -> Response:
+        """Newest first, from `oldest` on, `limit` (at most `page_size`) per page with a
+        cursor; metadata only with include_all_metadata, as Slack does."""
+        self.history_calls.append(args)
+        if self.history_error is not None:
+            return JSONResponse({"ok": False, "error": self.history_error})
+        channel = str(args["channel"])
+        if not any(p["channel"] == channel for p in self.posts) and (
+                channel not in self.channels.values() and not channel.startswith("D")):
+            return JSONResponse({"ok": False, "error": "channel_not_found"})
+        oldest = float(args.get("oldest") or 0)
+        with_meta = str(args.get("include_all_metadata", "")).lower() in ("1", "true")
+        msgs = [{"ts": p["ts"], "text": p.get("text"),
+                 **({"metadata": p["metadata"]} if with_meta and p.get("metadata") else {})}
+                for p in reversed(self.messages(channel)) if float(p["ts"]) > oldest]
+        start = int(args.get("cursor") or 0)
+        size = min(int(args.get("limit") or 100), self.page_size)
+        page, more = msgs[start:start + size], start + size < len(msgs)
+        return JSONResponse({"ok": True, "messages": page, "has_more": more,
+                             "response_metadata": {"next_cursor": str(start + size)
+                                                   if more else ""}})
+
     def app(self) -> Starlette:
+        async def response_url(request: Request) -> Response:
+            self.calls.append("response_url")
+            self.response_posts.append(json.loads(await request.body()))
+            return PlainTextResponse("ok")
+
         async def webhook(request: Request) -> Response:
             self.calls.append("webhook")
             scripted = self._scripted()
@@ -123,13 +159,15 @@ class SlackFake:
                 elif channel.startswith("U"):
                     channel = "D" + channel[1:]
                 self._ts += 1
-                ts = f"1700000000.{self._ts:06d}"
+                ts = f"{int(self.clock())}.{self._ts:06d}"
                 self.posts.append({**args, "channel": channel, "ts": ts})
+                if self.fail_after_post:
+                    status = self.fail_after_post.pop(0)
+                    return JSONResponse({"ok": False, "error": "internal_error"},
+                                        status_code=status)
                 return JSONResponse({"ok": True, "channel": channel, "ts": ts})
             if method == "conversations.history":
-                msgs = [{"ts": p["ts"], "text": p.get("text"), "metadata": p.get("metadata")}
-                        for p in reversed(self.messages(str(args["channel"])))]
-                return JSONResponse({"ok": True, "messages": msgs, "has_more": False})
+                return self._history(args)
             if method == "conversations.list":
                 chans = [{"id": cid, "name": name[1:]} for name, cid in self.channels.items()]
                 return JSONResponse({"ok": True, "channels": chans,
@@ -139,6 +177,7 @@ class SlackFake:
             return JSONResponse({"ok": False, "error": "unknown_method"}, status_code=404)
 
         return Starlette(routes=[Route(WEBHOOK_PATH, webhook, methods=["POST"]),
+                                 Route(RESPONSE_PATH, response_url, methods=["POST"]),
                                  Route("/api/{method}", api, methods=["GET", "POST"])])
 
 

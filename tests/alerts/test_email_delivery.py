@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from email.message import Message
 from pathlib import Path
@@ -113,23 +113,70 @@ def test_rejected_address_fails_without_retrying(db: Database, cert: tuple[Path,
     assert "550" in (alerts(db)[0].last_error or "")
 
 
-def test_crash_between_send_and_record_never_sends_twice(
+def _crash_at(where: str) -> Callable[[str], None]:
+    def crash(point: str) -> None:
+        if point == where:
+            raise SystemExit(f"killed at {where}")
+    return crash
+
+
+def test_crash_before_the_smtp_session_resends_exactly_once(
         db: Database, cert: tuple[Path, Path]) -> None:
     box = Mailbox()
-
-    def crash(point: str) -> None:
-        if point == "after-send":
-            raise SystemExit("killed between send and mark-sent")
-
     with smtp_server(box, cert, free_port()) as port:
         idle_warning(db, recipients=("email:ana@example.com",))
         with pytest.raises(SystemExit):
-            Dispatcher(db, smtp(port, cert[0]), fault=crash).run(T0)
-        assert len(box.received) == 1
+            Dispatcher(db, smtp(port, cert[0]), fault=_crash_at("before-send")).run(T0)
+        assert box.received == []
+        row = deliveries(db)[0]
+        assert row.status == "sending" and row.external_id is None  # never reached SMTP
+        # a claim younger than claim_timeout may still be in flight: left alone
+        assert Dispatcher(db, smtp(port, cert[0])).run(T0 + timedelta(minutes=1)).sent == 0
         stats = Dispatcher(db, smtp(port, cert[0])).run(T0 + timedelta(minutes=10))
-        assert stats.recovered == 1 and stats.sent == 0
+        assert stats.recovered == 1 and stats.sent == 1
         Dispatcher(db, smtp(port, cert[0])).run(T0 + timedelta(hours=3))
+    assert len(box.received) == 1
+    row = deliveries(db)[0]
+    assert row.status == "sent" and row.external_id == box.received[0]["Message-ID"]
+
+
+def test_crash_after_the_message_went_out_resends_it_with_the_same_message_id(
+        db: Database, cert: tuple[Path, Path]) -> None:
+    box = Mailbox()
+    with smtp_server(box, cert, free_port()) as port:
+        idle_warning(db, recipients=("email:ana@example.com",))
+        with pytest.raises(SystemExit):
+            Dispatcher(db, smtp(port, cert[0]), fault=_crash_at("after-send")).run(T0)
+        assert len(box.received) == 1
+        # the mark written when the SMTP transaction began: it may have arrived
+        expected = message_id(deliveries(db)[0].dedupe_key, "costguard@example.com")
+        assert deliveries(db)[0].external_id == expected
+        stats = Dispatcher(db, smtp(port, cert[0])).run(T0 + timedelta(minutes=10))
+        assert stats.recovered == 1 and stats.sent == 1
+        assert Dispatcher(db, smtp(port, cert[0])).run(T0 + timedelta(hours=3)).sent == 0
+    # two copies on the wire, one message to a client that knows the Message-ID
+    assert [m["Message-ID"] for m in box.received] == [expected, expected]
+    assert box.received[0]["Date"] == box.received[1]["Date"]
+    row = deliveries(db)[0]
+    assert row.status == "sent" and row.external_id == expected
+    assert alerts(db)[0].status == "sent"
+
+
+def test_with_resend_interrupted_off_an_interrupted_email_is_unconfirmed_not_repeated(
+        db: Database, cert: tuple[Path, Path]) -> None:
+    box = Mailbox()
+    with smtp_server(box, cert, free_port()) as port:
+        settings = smtp(port, cert[0])
+        assert settings.email is not None
+        settings.email.resend_interrupted = False
+        idle_warning(db, recipients=("email:ana@example.com",))
+        with pytest.raises(SystemExit):
+            Dispatcher(db, settings, fault=_crash_at("after-send")).run(T0)
+        stats = Dispatcher(db, settings).run(T0 + timedelta(minutes=10))
+        assert stats.recovered == 1 and stats.sent == 0
+        Dispatcher(db, settings).run(T0 + timedelta(hours=3))
     assert len(box.received) == 1
     row = deliveries(db)[0]
     assert row.status == "unconfirmed"
     assert row.external_id == box.received[0]["Message-ID"]
+    assert "costguard alerts retry 1" in (row.last_error or "")

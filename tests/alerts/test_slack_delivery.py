@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -34,9 +34,13 @@ def db(db_url: str) -> Iterator[Database]:
     database.dispose()
 
 
+def _slack_time() -> float:
+    return (T0 + timedelta(seconds=5)).timestamp()  # Slack's clock agrees with the test's
+
+
 @pytest.fixture
 def slack() -> Iterator[tuple[SlackFake, str]]:
-    fake = SlackFake()
+    fake = SlackFake(clock=_slack_time)
     with serve(fake.app(), free_port()) as base:
         yield fake, base
 
@@ -171,6 +175,101 @@ def test_crash_after_post_is_not_posted_again_after_restart(
     rows = deliveries(db)
     assert [r.status for r in rows] == ["sent", "sent"]
     assert rows[0].external_id == fake.posts[0]["ts"]
+
+
+def _crash_at(where: str) -> Callable[[str], None]:
+    def crash(point: str) -> None:
+        if point == where:
+            raise SystemExit(f"killed at {where}")
+    return crash
+
+
+def test_crash_after_post_is_found_in_a_busy_channel_by_its_metadata(
+        db: Database, slack: tuple[SlackFake, str]) -> None:
+    fake, base = slack
+    fake.page_size = 100
+    # someone else's message before the claim's window, and 250 chatty ones after the post
+    fake.posts.append({"channel": "CFINOPS01", "ts": f"{_slack_time() - 3600:.6f}",
+                       "text": "old", "metadata": {"event_type": "costguard_alert",
+                                                   "event_payload": {"dedupe_key": "x"}}})
+    idle_warning(db, recipients=("slack:#finops",))
+    with pytest.raises(SystemExit):
+        Dispatcher(db, slack_bot(base), fault=_crash_at("after-send")).run(T0)
+    ours = fake.posts[-1]
+    fake.posts += [{"channel": "CFINOPS01", "ts": f"{int(_slack_time()) + 1}.{i:06d}",
+                    "text": f"chatter {i}"} for i in range(250)]
+    stats = Dispatcher(db, slack_bot(base)).run(T0 + timedelta(minutes=10))
+    assert stats.recovered == 1 and stats.sent == 0
+    row = deliveries(db)[0]
+    assert row.status == "sent" and row.external_id == ours["ts"]
+    assert len([p for p in fake.posts if p.get("metadata")]) == 2  # not posted again
+    # the window since the attempt, with metadata, page after page
+    assert len(fake.history_calls) == 3
+    first = fake.history_calls[0]
+    assert float(first["oldest"]) == T0.timestamp() - 60
+    assert first["include_all_metadata"] in ("1", "true", True)
+
+
+def test_error_after_slack_took_the_post_is_not_posted_twice(
+        db: Database, slack: tuple[SlackFake, str]) -> None:
+    fake, base = slack
+    idle_warning(db, recipients=("slack:#finops",))
+    fake.fail_after_post = [500]  # Slack stored it, then answered 500
+    first = Dispatcher(db, slack_bot(base)).run(T0)
+    assert first.retrying == 1 and len(fake.posts) == 1
+    second = Dispatcher(db, slack_bot(base)).run(T0 + timedelta(minutes=1))
+    assert second.sent == 1
+    assert len(fake.posts) == 1  # the retry read the history and found it
+    assert deliveries(db)[0].external_id == fake.posts[0]["ts"]
+
+
+def test_retry_after_a_refused_connection_posts_once(db: Database) -> None:
+    fake, port = SlackFake(clock=_slack_time), free_port()
+    idle_warning(db, recipients=("slack:#finops",))
+    settings = slack_bot(f"http://127.0.0.1:{port}")
+    assert Dispatcher(db, settings).run(T0).retrying == 1  # nobody listening
+    with serve(fake.app(), port):
+        assert Dispatcher(db, settings).run(T0 + timedelta(minutes=1)).sent == 1
+    assert len(fake.posts) == 1 and fake.calls.count("conversations.history") == 1
+
+
+def test_interrupted_send_is_unconfirmed_when_the_history_cannot_be_read(
+        db: Database, slack: tuple[SlackFake, str]) -> None:
+    fake, base = slack
+    idle_warning(db, recipients=("slack:#finops",))
+    with pytest.raises(SystemExit):
+        Dispatcher(db, slack_bot(base), fault=_crash_at("after-send")).run(T0)
+    fake.history_error = "missing_scope"
+    stats = Dispatcher(db, slack_bot(base)).run(T0 + timedelta(minutes=10))
+    assert stats.recovered == 1 and len(fake.posts) == 1
+    row = deliveries(db)[0]
+    assert row.status == "unconfirmed" and "missing_scope" in (row.last_error or "")
+
+
+def test_interrupted_post_to_an_at_name_is_unconfirmed(
+        db: Database, slack: tuple[SlackFake, str]) -> None:
+    fake, base = slack
+    idle_warning(db, recipients=("slack:@ana",))
+    with pytest.raises(SystemExit):
+        Dispatcher(db, slack_bot(base), fault=_crash_at("after-send")).run(T0)
+    Dispatcher(db, slack_bot(base)).run(T0 + timedelta(minutes=10))
+    assert len(fake.posts) == 1 and "conversations.history" not in fake.calls
+    assert deliveries(db)[0].status == "unconfirmed"
+
+
+def test_history_outage_leaves_the_claim_to_be_asked_again(
+        db: Database, slack: tuple[SlackFake, str]) -> None:
+    fake, base = slack
+    idle_warning(db, recipients=("slack:#finops",))
+    with pytest.raises(SystemExit):
+        Dispatcher(db, slack_bot(base), fault=_crash_at("after-send")).run(T0)
+    fake.answer_next(500)  # scripted answers apply to chat.postMessage only...
+    fake.history_error = "internal_error"  # ...so the history fails this way
+    assert Dispatcher(db, slack_bot(base)).run(T0 + timedelta(minutes=10)).recovered == 0
+    assert deliveries(db)[0].status == "sending"
+    fake.history_error, fake.script = None, []
+    assert Dispatcher(db, slack_bot(base)).run(T0 + timedelta(minutes=20)).recovered == 1
+    assert deliveries(db)[0].status == "sent" and len(fake.posts) == 1
 
 
 def test_crash_before_post_is_sent_after_restart(
