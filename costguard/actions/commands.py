@@ -215,3 +215,8 @@ def simulate_command(
         for a in r.false_positives:
             console.print(f"  false positive: {a.instance_id} stopped {a.at:%m-%d %H:%M}, "
                           f"busy again {a.busy_again_at:%H:%M}", highlight=False)
+        if r.snoozed:
+            console.print(f"  {len(r.snoozed)} past snoozes held instances off", highlight=False)
+        for c in r.refusals:
+            console.print(f"  cap: {c.at:%m-%d %H:%M} none of {len(c.instance_ids)} stopped "
+                          f"({c.reason})", highlight=False)

@@ -9,8 +9,11 @@ GPUs show work again in history (the owner would have started it then) or it rea
 stopped; that span, at its recorded price, is the saving. A stop followed by real work
 within `busy_within` (default one hour) is a false positive.
 
-Simplifications (documented in docs/actions.md): per-cycle caps are not applied, tags are
-those of the last inventory, and snoozes of the past are not replayed.
+Cycles run fleet-wide: the stops due in one cycle are one batch, and a batch beyond the
+policy's caps stops none (as the live runner). Snoozes of the past (journal entries, the
+snooze tag of the last inventory) hold instances off (simulate/snoozes.py).
+Simplifications (documented in docs/actions.md): tags are those of the last inventory, and
+the fleet-wide `safety` caps of the config are not applied.
 """
 
 from __future__ import annotations
@@ -23,11 +26,12 @@ from datetime import datetime, timedelta
 
 from sqlmodel import Session, col, select
 
-from costguard.actions.safety import is_protected
+from costguard.actions.safety import check_caps, is_protected
 from costguard.actions.schedule import business_deadline
 from costguard.model import GpuMinute, Instance, InstanceState
 from costguard.policy.evaluate import evaluate, matches
 from costguard.policy.schema import Policy
+from costguard.simulate.snoozes import journal_windows, snoozed_at, windows_for
 from costguard.store.inventory import to_instance
 from costguard.store.tables import CostIntervalRow, GpuReadingRow, InstanceRow
 
@@ -46,6 +50,16 @@ class WouldAct:
     false_positive: bool = False
 
 
+@dataclass(frozen=True)
+class Refused:
+    """A cycle whose due stops exceeded a cap: none of them was stopped."""
+
+    at: datetime
+    instance_ids: list[str]
+    usd_per_hour: float
+    reason: str
+
+
 @dataclass
 class TeamTotals:
     stops: int = 0
@@ -62,6 +76,8 @@ class BacktestReport:
     step: timedelta
     warnings: int = 0
     actions: list[WouldAct] = field(default_factory=list)
+    refusals: list[Refused] = field(default_factory=list)  # cycles a cap held back
+    snoozed: set[tuple[str, datetime]] = field(default_factory=set)  # (instance, snooze start)
 
     @property
     def stops(self) -> list[WouldAct]:
@@ -93,6 +109,10 @@ class BacktestReport:
             "until": self.until.isoformat(), "step": str(self.step),
             "warnings": self.warnings, "stops": len(self.stops),
             "saved_usd": self.saved_usd, "false_positives": len(self.false_positives),
+            "snoozes_honoured": len(self.snoozed),
+            "refused_by_caps": [{"at": r.at.isoformat(), "instances": r.instance_ids,
+                                 "usd_per_hour": r.usd_per_hour, "reason": r.reason}
+                                for r in self.refusals],
             "by_team": {k: vars(v) for k, v in self.by_team().items()},
             "actions": [{**vars(a), "at": a.at.isoformat(),
                          "busy_again_at": a.busy_again_at.isoformat() if a.busy_again_at
@@ -142,11 +162,28 @@ class _History:
 def backtest(session: Session, policy: Policy, since: datetime, until: datetime, *,
              step: timedelta = timedelta(minutes=10),
              busy_within: timedelta = timedelta(hours=1)) -> BacktestReport:
-    """What `policy` would have done over [since, until) of stored history."""
+    """What `policy` would have done over [since, until) of stored history.
+
+    Cycles run every `step` across the whole fleet, as the daemon's do: the instances due
+    for a stop in one cycle form one batch, and a batch beyond the policy's caps
+    (`limits.max_actions_per_cycle`, `limits.max_usd_per_hour`) stops none of them (they
+    stay due and are tried again next cycle). Past snoozes hold an instance off.
+    """
     report = BacktestReport(policy.name, since, until, step)
     lookback = policy.condition.idle.for_ if policy.condition.idle else timedelta(0)
-    for inst, history in _histories(session, since - lookback, until + busy_within):
-        _replay(policy, inst, history, report, since, until, step, busy_within)
+    journal = journal_windows(session, since - lookback, until)
+    max_snooze = policy.limits.max_snooze
+    tracks = [_Track(inst, h, windows_for(inst, journal.get((inst.provider, inst.instance_id), []),
+                                          max_snooze),
+                     fresh_from=since - timedelta(days=365), next_at=since)
+              for inst, h in _histories(session, since - lookback, until + busy_within)
+              if not is_protected(inst)]
+    t = since
+    while t < until:
+        due = [tr for tr in tracks if tr.next_at <= t and _advance(policy, tr, report, t)]
+        if due:
+            _stop_batch(policy, due, report, t, until, step, busy_within)
+        t += step
     report.actions.sort(key=lambda a: (a.at, a.instance_id))
     return report
 
@@ -176,51 +213,73 @@ def _histories(session: Session, start: datetime, end: datetime
     return out
 
 
-def _replay(policy: Policy, inst: Instance, h: _History, report: BacktestReport,
-            since: datetime, until: datetime, step: timedelta, busy_within: timedelta) -> None:
-    if is_protected(inst):
-        return
-    stop = policy.stop_action
+@dataclass
+class _Track:
+    """One instance's replay state: warned (deadline), noticed, stopped until `next_at`."""
+
+    inst: Instance
+    h: _History
+    snoozes: list[tuple[datetime, datetime]]
+    fresh_from: datetime  # readings before a simulated stop don't count
+    next_at: datetime  # a simulated stop holds the instance until then
     deadline: datetime | None = None
-    noticed = False
-    fresh_from = since - timedelta(days=365)  # readings before a simulated stop don't count
-    t = since
-    while t < until:
-        span = h.at(t)
-        if span is None:
-            deadline, noticed = None, False
-            t += step
-            continue
-        now_inst = inst.model_copy(update={"state": InstanceState(span.state), "observed_at": t})
-        if not matches(policy, now_inst, t):
-            deadline, noticed = None, False
-            t += step
-            continue
-        lookback = policy.condition.idle.for_ if policy.condition.idle else timedelta(0)
-        window = h.window(max(t - lookback, fresh_from), t)
-        f = evaluate(policy, now_inst, window, t, span.usd_per_hour)
-        if f is None or not f.holds:
-            deadline, noticed = None, False
-            t += step
-            continue
-        if stop is None:
-            if not noticed:
-                report.actions.append(WouldAct(policy.name, inst.provider, inst.instance_id,
-                                               span.team, "notify", t, span.usd_per_hour))
-                noticed = True
-            t += step
-            continue
-        if deadline is None:
-            report.warnings += 1
-            deadline = (business_deadline(stop.calendar, t, stop.grace) if stop.calendar
-                        else t + stop.grace)
-        if t >= deadline:
-            resume = _stop(policy, inst, h, report, span, t, until, busy_within)
-            deadline, noticed = None, False
-            # restarted at `resume`: its idle window starts afresh, as in the daemon
-            fresh_from = t = max(resume, t + step)
-            continue
-        t += step
+    noticed: bool = False
+    span: _Interval | None = None
+    usd_per_hour: float = 0.0
+
+
+def _advance(policy: Policy, tr: _Track, report: BacktestReport, t: datetime) -> bool:
+    """One cycle for one instance; True when its stop is due now."""
+    span = tr.h.at(t)
+    tr.span = span
+    if span is None:
+        tr.deadline, tr.noticed = None, False
+        return False
+    now_inst = tr.inst.model_copy(update={"state": InstanceState(span.state), "observed_at": t})
+    if not matches(policy, now_inst, t):
+        tr.deadline, tr.noticed = None, False
+        return False
+    lookback = policy.condition.idle.for_ if policy.condition.idle else timedelta(0)
+    f = evaluate(policy, now_inst, tr.h.window(max(t - lookback, tr.fresh_from), t), t,
+                 span.usd_per_hour)
+    if f is None or not f.holds:
+        tr.deadline, tr.noticed = None, False
+        return False
+    window = snoozed_at(tr.snoozes, t)
+    if window is not None:  # as the live runner: no warning, no stop; afresh after it
+        report.snoozed.add((tr.inst.instance_id, window[0]))
+        tr.deadline, tr.noticed = None, False
+        return False
+    stop = policy.stop_action
+    if stop is None:
+        if not tr.noticed:
+            report.actions.append(WouldAct(policy.name, tr.inst.provider, tr.inst.instance_id,
+                                           span.team, "notify", t, span.usd_per_hour))
+            tr.noticed = True
+        return False
+    if tr.deadline is None:
+        report.warnings += 1
+        tr.deadline = (business_deadline(stop.calendar, t, stop.grace) if stop.calendar
+                       else t + stop.grace)
+    tr.usd_per_hour = f.usd_per_hour
+    return t >= tr.deadline
+
+
+def _stop_batch(policy: Policy, due: list[_Track], report: BacktestReport, t: datetime,
+                until: datetime, step: timedelta, busy_within: timedelta) -> None:
+    usd = [tr.usd_per_hour for tr in due]
+    verdict = check_caps(usd, max_actions=policy.limits.max_actions_per_cycle,
+                         max_usd_per_hour=policy.limits.max_usd_per_hour)
+    if not verdict.allowed:  # all or nothing, as the live runner: they stay due
+        report.refusals.append(Refused(t, sorted(tr.inst.instance_id for tr in due),
+                                       round(sum(usd), 4), verdict.reason))
+        return
+    for tr in due:
+        assert tr.span is not None
+        resume = _stop(policy, tr.inst, tr.h, report, tr.span, t, until, busy_within)
+        tr.deadline, tr.noticed = None, False
+        # restarted at `resume`: its idle window starts afresh, as in the daemon
+        tr.fresh_from, tr.next_at = resume, max(resume, t + step)
 
 
 def _stop(policy: Policy, inst: Instance, h: _History, report: BacktestReport,
