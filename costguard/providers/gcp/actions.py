@@ -58,6 +58,9 @@ def _where(instance: Instance) -> tuple[str, str, str]:
     return instance.account, instance.zone, instance.name
 
 
+where = _where  # public name for batch.py (the underscore one stays for other importers)
+
+
 def _scope(instance: Instance) -> str:
     return f"{instance.account}/{instance.zone}/{instance.name}"
 
@@ -98,6 +101,9 @@ def wait(ctx: ActionContext, instance: Instance, op: compute_v1.Operation) -> co
 def _op_error(op: compute_v1.Operation) -> str | None:
     errors = [f"{e.code}: {e.message}" for e in op.error.errors] if op.error else []
     return "; ".join(errors) or None
+
+
+op_error = _op_error
 
 
 def change_power(

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc  # type: ignore[import-untyped]
+import requests.adapters
 from google.api_core import exceptions as gexc
 from google.api_core import retry as gretry
 from google.api_core.client_options import ClientOptions
@@ -84,12 +85,29 @@ def build_clients(settings: GcpSettings) -> GcpClients:
     options = ClientOptions(**compute_opts)
     instances = compute_v1.InstancesClient(credentials=credentials, client_options=options)
     operations = compute_v1.ZoneOperationsClient(credentials=credentials, client_options=options)
+    pool = max(settings.max_workers, settings.batch_workers)
+    for client in (instances, operations):
+        _widen_pool(client.transport, pool)
     return GcpClients(
         instances=instances,
         zone_operations=operations,
         metrics=_metric_client(settings, credentials),
         credentials=credentials,
     )
+
+
+def _widen_pool(transport: Any, size: int) -> None:
+    """Give the REST transport's HTTP session `size` pooled connections per host.
+
+    requests keeps 10 by default; batch calls run up to `batch_workers` at once, and beyond
+    10 urllib3 opens and discards a connection per call (and logs each one)."""
+    session = getattr(transport, "_session", None)  # AuthorizedSession, a requests.Session
+    if session is None or not hasattr(session, "mount"):
+        return
+    for prefix in ("https://", "http://"):
+        # leave a special adapter (mTLS, configured by the transport) as it is
+        if type(session.adapters.get(prefix)) is requests.adapters.HTTPAdapter:
+            session.mount(prefix, requests.adapters.HTTPAdapter(pool_maxsize=size))
 
 
 def _metric_client(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -17,7 +18,7 @@ from costguard.model import (
     PriceQuote,
     ProviderName,
 )
-from costguard.providers.gcp import actions, inventory, metrics, pricing, projects
+from costguard.providers.gcp import actions, batch, inventory, metrics, pricing, projects
 from costguard.providers.gcp.clients import GcpClients, build_clients, make_retry
 from costguard.providers.gcp.settings import GcpSettings
 
@@ -47,6 +48,12 @@ class GcpProvider:
             operations=self.clients.zone_operations,
             retry=self.retry,
             operation_timeout_s=settings.operation_timeout_s,
+        )
+        self._batch = batch.BatchContext(
+            actions=self._actions,
+            workers=settings.batch_workers,
+            page_size=settings.page_size,
+            now=self.clock.now,
         )
 
     def close(self) -> None:
@@ -79,9 +86,11 @@ class GcpProvider:
                     ),
                     names,
                 )
-                for result in results:
+                for project, result in zip(names, results, strict=True):
                     instances.extend(result.instances)
                     gaps.extend(result.gaps)
+                    if not result.gaps:
+                        self._batch.project_sizes[project] = len(result.instances)
         return Inventory(instances=instances, gaps=gaps)
 
     def gpu_metrics(
@@ -130,3 +139,24 @@ class GcpProvider:
 
     def price(self, instance: Instance) -> PriceQuote | None:
         return pricing.price(instance)
+
+    # -- optional capabilities (costguard.providers.base.Describes / BatchActions) ------------
+    def describe_many(self, instances: Sequence[Instance]) -> dict[str, Instance | None]:
+        return batch.describe_many(self._batch, instances)
+
+    def stop_many(
+        self, instances: Sequence[Instance], *, dry_run: bool
+    ) -> dict[str, ActionResult]:
+        return batch.stop_many(
+            self._batch, instances, dry_run=dry_run, request_id=lambda: str(uuid.uuid4())
+        )
+
+    def set_tags_many(
+        self,
+        instances: Sequence[Instance],
+        tags: Mapping[str, str],
+        *,
+        remove: Sequence[str] = (),
+        dry_run: bool,
+    ) -> dict[str, ActionResult]:
+        return batch.set_labels_many(self._batch, instances, tags, remove=remove, dry_run=dry_run)
