@@ -9,52 +9,45 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Table, tuple_
-from sqlalchemy import select as sa_select
+from sqlalchemy import Table
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql.dml import Insert
 
 from costguard.daemon.metrics import DaemonMetrics
 from costguard.model import GpuMinute
 from costguard.store.db import Database
 from costguard.store.tables import GpuReadingRow
-from costguard.store.upsert import upsert
 
 _TABLE: Table = GpuReadingRow.__table__  # type: ignore[attr-defined]
 _KEY = ("provider", "instance_id", "gpu_index", "minute")
-_CHUNK = 500  # keys per existence query (SQLite caps bound parameters)
+
+
+def insert_new_rows(dialect: str) -> Insert:
+    """INSERT .. ON CONFLICT (key) DO NOTHING RETURNING one column: executed with many
+    parameter sets it returns a row per summary actually written, so the count needs no
+    existence query (a row-value IN over the key is a full index scan on SQLite)."""
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    stmt = insert(_TABLE).on_conflict_do_nothing(index_elements=list(_KEY))
+    return stmt.returning(_TABLE.c.gpu_index)
 
 
 class StoreSink:
     def __init__(self, db: Database, metrics: DaemonMetrics | None = None) -> None:
         self.db = db
         self.metrics = metrics
+        self._insert = insert_new_rows(db.engine.dialect.name)
 
     def __call__(self, minutes: Sequence[GpuMinute]) -> int:
         rows: dict[tuple[Any, ...], dict[str, Any]] = {}
         for m in minutes:
-            row = m.model_dump(mode="python")
+            row = m.model_dump()
             row["source"] = str(row["source"])
             rows.setdefault(tuple(row[k] for k in _KEY), row)  # first in the batch wins
-        keys = list(rows)
-        # one transaction: the existence check and the insert commit (or roll back) together
-        with self.db.session() as s:
-            existing: set[tuple[Any, ...]] = set()
-            cols = [_TABLE.c[k] for k in _KEY]
-            for i in range(0, len(keys), _CHUNK):
-                chunk = keys[i:i + _CHUNK]
-                found = s.execute(sa_select(*cols).where(tuple_(*cols).in_(chunk))).all()
-                existing.update(_normalise(tuple(r)) for r in found)
-            new = [row for key, row in rows.items() if _normalise(key) not in existing]
-            upsert(s, _TABLE, new, _KEY, update=False)
+        # one statement, one transaction (Core, no ORM session): all of it commits or none
+        with self.db.engine.begin() as conn:
+            written = len(conn.execute(self._insert, list(rows.values())).all())
         if self.metrics is not None:
             self.metrics.agent_batches.inc()
-            self.metrics.agent_minutes.labels("stored").inc(len(new))
-            self.metrics.agent_minutes.labels("duplicate").inc(len(minutes) - len(new))
-        return len(new)
-
-
-def _normalise(key: tuple[Any, ...]) -> tuple[Any, ...]:
-    provider, instance, gpu, minute = key
-    # SQLite hands datetimes back naive; compare in UTC either way
-    from costguard.clock import utc
-
-    return (provider, instance, int(gpu), utc(minute))
+            self.metrics.agent_minutes.labels("stored").inc(written)
+            self.metrics.agent_minutes.labels("duplicate").inc(len(minutes) - written)
+        return written

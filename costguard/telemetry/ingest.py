@@ -43,9 +43,10 @@ log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 2**20
 INGEST_PATH = "/v1/telemetry"
+MAX_INSTANCE_ID = 128  # the store's gpu_readings.instance_id column (VARCHAR(128))
 MinuteKey = tuple[str, str, int, datetime]
 Sink = Callable[[list[GpuMinute]], int]
-_MINUTE = TypeAdapter(GpuMinute)
+_BATCH = TypeAdapter(list[GpuMinute])  # built once; validates a whole batch in one call
 
 
 def minute_key(m: GpuMinute) -> MinuteKey:
@@ -73,27 +74,50 @@ def _error(status: int, message: str, **extra: Any) -> JSONResponse:
 
 
 def parse_batch(payload: Any) -> list[GpuMinute]:
-    """Validate a decoded body into summaries; raises ValueError naming the bad item."""
+    """Validate a decoded body into summaries; raises ValueError naming the bad item.
+
+    Beyond the model, a summary must fit the store: an aware `minute` (a naive one cannot be
+    placed in UTC) and an instance id within the column. Either would otherwise fail in the
+    database, a 503 the agent would retry forever."""
     items = payload.get("minutes") if isinstance(payload, dict) else payload
     if not isinstance(items, list):
         raise ValueError('expected {"minutes": [...]} or a JSON list of GPU minutes')
-    out: list[GpuMinute] = []
-    for index, item in enumerate(items):
-        try:
-            out.append(_MINUTE.validate_python(item))
-        except ValidationError as exc:
-            raise _BadItem(index, exc) from None
+    try:
+        out = _BATCH.validate_python(items)
+    except ValidationError as exc:
+        raise _BadItem.from_validation(exc) from None
+    for index, m in enumerate(out):
+        if m.minute.tzinfo is None or m.minute.utcoffset() is None:
+            raise _BadItem(index, "minute", "needs a UTC offset (e.g. 2026-11-02T09:00:00Z)")
+        if len(m.instance_id) > MAX_INSTANCE_ID:
+            raise _BadItem(index, "instance_id", f"longer than {MAX_INSTANCE_ID} characters")
     return out
 
 
+def first_of_each_key(minutes: Sequence[GpuMinute]) -> list[GpuMinute]:
+    """One summary per key, the first sent (as in the store: the first write wins)."""
+    seen: dict[MinuteKey, GpuMinute] = {}
+    for m in minutes:
+        seen.setdefault(minute_key(m), m)
+    return list(seen.values())
+
+
 class _BadItem(ValueError):
-    def __init__(self, index: int, exc: ValidationError) -> None:
+    def __init__(self, index: int, loc: str, msg: str,
+                 detail: list[dict[str, str]] | None = None) -> None:
         self.index = index
-        self.detail = [
-            {"loc": ".".join(str(p) for p in e["loc"]), "msg": e["msg"]} for e in exc.errors()
-        ]
-        first = self.detail[0] if self.detail else {"loc": "", "msg": "invalid"}
-        super().__init__(f"minutes[{index}].{first['loc']}: {first['msg']}")
+        self.detail = detail if detail is not None else [{"loc": loc, "msg": msg}]
+        super().__init__(f"minutes[{index}].{loc}: {msg}")
+
+    @classmethod
+    def from_validation(cls, exc: ValidationError) -> _BadItem:
+        """The first failing item's errors; `loc` is relative to the item, as before."""
+        errors = exc.errors()
+        index = int(errors[0]["loc"][0]) if errors and errors[0]["loc"] else 0
+        detail = [{"loc": ".".join(str(p) for p in e["loc"][1:]), "msg": e["msg"]}
+                  for e in errors if e["loc"] and e["loc"][0] == index]
+        first = detail[0] if detail else {"loc": "", "msg": "invalid"}
+        return cls(index, first["loc"], first["msg"], detail)
 
 
 def telemetry_routes(
@@ -127,7 +151,7 @@ def telemetry_routes(
             return _error(422, str(exc), index=exc.index, detail=exc.detail)
         except ValueError as exc:
             return _error(422, str(exc))
-        unique = list({minute_key(m): m for m in minutes}.values())
+        unique = first_of_each_key(minutes)
         try:
             written = sink(unique) if unique else 0
         except Exception:  # the store's problem, not the agent's: it keeps and retries
