@@ -14,8 +14,9 @@ from rich.console import Console
 
 from costguard.actions.commands import audit_command, simulate_command, snooze_command
 from costguard.alerts.commands import alerts_app
+from costguard.cli_common import fail as _fail
+from costguard.cli_common import load_settings_or_exit as _settings
 from costguard.clock import SystemClock
-from costguard.config import Settings, load_settings
 from costguard.costs.commands import anomaly_app, billing_app, budget_app
 from costguard.daemon.commands import db_backup, status
 from costguard.errors import CostguardError, PolicyError
@@ -51,19 +52,6 @@ ConfigOpt = Annotated[
     typer.Option("--config", "-c", help="costguard.yaml to read (default: ./costguard.yaml "
                  "if present, or $COSTGUARD_CONFIG)."),
 ]
-
-
-def _settings(config: Path | None) -> Settings:
-    try:
-        return load_settings(config)
-    except CostguardError as exc:
-        err.print(f"[red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(2) from None
-
-
-def _fail(exc: Exception, code: int = 2) -> typer.Exit:
-    err.print(f"[red]error:[/] {exc}", highlight=False)
-    return typer.Exit(code)
 
 
 @app.callback()
@@ -304,7 +292,7 @@ def main() -> None:  # pragma: no cover - console script entry
     try:
         app()
     except CostguardError as exc:
-        err.print(f"[red]error:[/] {exc}", highlight=False)
+        _fail(exc)
         sys.exit(2)
 
 

@@ -16,7 +16,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from costguard.config import Settings, load_settings
+from costguard.cli_common import fail as _fail
+from costguard.cli_common import load_settings_or_exit as _settings
 from costguard.errors import CostguardError, PolicyError
 from costguard.policy.base import duration_arg
 from costguard.policy.schema import PolicySet
@@ -30,18 +31,6 @@ ConfigOpt = Annotated[
                  "if present, or $COSTGUARD_CONFIG)."),
 ]
 Format = Literal["table", "json"]
-
-
-def _fail(message: object) -> typer.Exit:
-    err.print(f"[red]error:[/] {message}", highlight=False, markup=True, soft_wrap=True)
-    return typer.Exit(2)
-
-
-def _settings(config: Path | None) -> Settings:
-    try:
-        return load_settings(config)
-    except CostguardError as exc:
-        raise _fail(exc) from None
 
 
 def _duration(text: str, option: str) -> timedelta:

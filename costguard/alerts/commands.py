@@ -17,6 +17,7 @@ from costguard.alerts.outbox import enqueue
 from costguard.alerts.routing import RoutingError, check_recipient, load_routing
 from costguard.alerts.settings import AlertsSettings
 from costguard.alerts.tables import AlertDeliveryRow
+from costguard.cli_common import fail as _fail
 from costguard.clock import Clock, SystemClock
 from costguard.config import load_settings
 from costguard.errors import CostguardError
@@ -34,11 +35,6 @@ ConfigOpt = Annotated[
     typer.Option("--config", "-c", help="costguard.yaml to read (default: ./costguard.yaml "
                  "if present, or $COSTGUARD_CONFIG)."),
 ]
-
-
-def _fail(message: object, code: int = 2) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code)
 
 
 def alerts_settings(settings: Any) -> AlertsSettings:

@@ -17,10 +17,11 @@ from rich.console import Console
 from rich.table import Table
 from sqlmodel import col, select
 
+from costguard.cli_common import fail as _fail
+from costguard.cli_common import load_settings_or_exit as _settings
 from costguard.errors import CostguardError, PolicyError
 
 if TYPE_CHECKING:
-    from costguard.config import Settings
     from costguard.policy.schema import PolicySet
     from costguard.store.db import Database
 
@@ -34,17 +35,6 @@ billing_app = typer.Typer(help="Import what the cloud billed, to compare with es
 anomaly_app = typer.Typer(help="Spend anomalies: list them and teach the detector.",
                           no_args_is_help=True)
 budget_app = typer.Typer(help="Monthly budgets from the policy files.", no_args_is_help=True)
-
-
-def _settings(config: Path | None) -> Settings:
-    from costguard.config import load_settings
-
-    return load_settings(config)
-
-
-def _fail(exc: Exception) -> typer.Exit:
-    err.print(f"error: {exc}", highlight=False, markup=False)
-    return typer.Exit(2)
 
 
 def _db(config: Path | None) -> Database:

@@ -24,15 +24,17 @@ from sqlalchemy.engine import make_url
 from sqlmodel import col
 from sqlmodel import select as model_select
 
+from costguard.alerts.queue import count_unconfirmed
+from costguard.cli_common import fail as _fail
+from costguard.cli_common import load_settings_or_exit as _settings
 from costguard.clock import utc
-from costguard.config import Settings, load_settings
+from costguard.config import Settings
 from costguard.errors import CostguardError
 from costguard.store import control
 from costguard.store.db import Database
 from costguard.store.tables import ActionJournalRow, AlertRow, CycleRow, GapRow
 
 console = Console()
-err = Console(stderr=True)
 
 ConfigOpt = Annotated[
     Path | None,
@@ -41,25 +43,15 @@ ConfigOpt = Annotated[
 ]
 
 
-def _settings(config: Path | None) -> Settings:
-    try:
-        return load_settings(config)
-    except CostguardError as exc:
-        err.print(f"[red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(2) from None
-
-
 def _open(settings: Settings) -> Database:
     try:
         return Database(settings.database_url, migrate=False)
     except CostguardError as exc:
-        err.print(f"[red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(2) from None
+        raise _fail(exc) from None
     except Exception as exc:
-        err.print(f"[red]error:[/] cannot open the database: {type(exc).__name__}: "
-                  f"{str(exc).splitlines()[0] if str(exc) else ''}. Check database_url in "
-                  "costguard.yaml or COSTGUARD_DATABASE_URL.", highlight=False)
-        raise typer.Exit(2) from None
+        raise _fail(f"cannot open the database: {type(exc).__name__}: "
+                    f"{str(exc).splitlines()[0] if str(exc) else ''}. Check database_url in "
+                    "costguard.yaml or COSTGUARD_DATABASE_URL.") from None
 
 
 def gather_status(db: Database, now: datetime, poll_seconds: float) -> dict[str, Any]:
@@ -77,6 +69,7 @@ def gather_status(db: Database, now: datetime, poll_seconds: float) -> dict[str,
         gaps = [f"{g.provider} {g.scope}" for g in s.exec(
             model_select(GapRow).where(col(GapRow.resolved_at).is_(None)))]
         paused = control.is_paused(s)
+        unconfirmed = count_unconfirmed(s)
     cycle: dict[str, Any] | None = None
     if last is not None:
         row = last
@@ -88,7 +81,8 @@ def gather_status(db: Database, now: datetime, poll_seconds: float) -> dict[str,
     return {"healthy": healthy, "paused": paused, "last_cycle": cycle,
             "seconds_since_last_good_cycle": round(age, 1) if age is not None else None,
             "failed_cycles": int(failed or 0), "alerts": alerts,
-            "unresolved_action_intents": int(open_intents or 0), "open_gaps": gaps}
+            "unresolved_action_intents": int(open_intents or 0), "open_gaps": gaps,
+            "unconfirmed_alert_deliveries": unconfirmed}
 
 
 def status(
@@ -123,6 +117,10 @@ def status(
         console.print(f"alerts: {info['alerts'] or 'none'}; failed cycles: "
                       f"{info['failed_cycles']}; unresolved intents: "
                       f"{info['unresolved_action_intents']}", highlight=False)
+        if info["unconfirmed_alert_deliveries"]:
+            console.print(f"[yellow]unconfirmed alert deliveries:[/] "
+                          f"{info['unconfirmed_alert_deliveries']} (costguard alerts list "
+                          "--unconfirmed)", highlight=False)
         for gap in info["open_gaps"]:
             console.print(f"[yellow]gap:[/] {gap}", highlight=False)
     raise typer.Exit(0 if info["healthy"] else 1)
@@ -180,11 +178,9 @@ def db_backup(
         else:
             backup_postgres(url, output)
     except CostguardError as exc:
-        err.print(f"[red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(2) from None
+        raise _fail(exc) from None
     except (OSError, sqlite3.Error) as exc:
-        err.print(f"[red]error:[/] cannot write {output}: {exc}", highlight=False)
-        raise typer.Exit(2) from None
+        raise _fail(f"cannot write {output}: {exc}") from None
     console.print(f"backup written to {output} ({output.stat().st_size:,} bytes)",
                   highlight=False)
 

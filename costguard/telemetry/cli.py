@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
-from rich.console import Console
 
+from costguard.cli_common import fail as _fail
 from costguard.errors import CostguardError
 
 agent_app = typer.Typer(
@@ -17,12 +17,6 @@ agent_app = typer.Typer(
     "Example: COSTGUARD_AGENT_TOKEN=... costguard agent --url http://costguard:8787",
     invoke_without_command=True,
 )
-err = Console(stderr=True)
-
-
-def _fail(exc: CostguardError) -> typer.Exit:
-    err.print(f"[red]error:[/] {exc}", highlight=False)
-    return typer.Exit(2)
 
 
 @agent_app.callback()
@@ -71,8 +65,7 @@ def agent(
     except CostguardError as exc:
         raise _fail(exc) from None
     except OSError as exc:
-        err.print(f"[red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(2) from None
+        raise _fail(exc) from None
 
 
 @agent_app.command("record")

@@ -98,3 +98,18 @@ def test_db_upgrade_and_pause_resume(workdir: Path) -> None:
     assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
     assert "paused" in runner.invoke(app, ["pause"]).output
     assert "resumed" in runner.invoke(app, ["resume"]).output
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--once"], ["status"], ["db", "backup", "out.db"], ["anomaly", "list"],
+    ["budget", "status"], ["alerts", "list"], ["audit"], ["report"],
+])
+def test_every_command_reports_a_bad_config_the_same_way(workdir: Path, argv: list[str]) -> None:
+    # One error helper (costguard.cli_common) for all sub-commands: the same line, printed
+    # literally (a bracket in the message is text, not markup), exit 2, no traceback.
+    (workdir / "costguard.yaml").write_text('"[red]databse_url": x\n')
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: invalid configuration (costguard.yaml):\n")
+    assert "  [red]databse_url: unknown key" in result.output
+    assert "Traceback" not in result.output

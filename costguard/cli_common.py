@@ -1,0 +1,36 @@
+"""Helpers every `costguard` command module shares: load the settings, report an error.
+
+One implementation, so each sub-command prints errors the same way (`error: MESSAGE` on
+stderr, exit status 2 unless told otherwise) and none lets a traceback through.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from costguard.config import Settings, load_settings
+from costguard.errors import CostguardError
+
+err = Console(stderr=True)
+
+
+def fail(message: object, code: int = 2) -> typer.Exit:
+    """Print `error: MESSAGE` on stderr and return the Exit to raise (`raise fail(exc)`).
+
+    The message is printed as given: brackets in it are text, never rich markup, and a
+    long message is not broken across lines.
+    """
+    err.print(f"[red]error:[/] {escape(str(message))}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def load_settings_or_exit(config: Path | None) -> Settings:
+    """The settings from CONFIG (or the defaults); a bad config file exits with status 2."""
+    try:
+        return load_settings(config)
+    except CostguardError as exc:
+        raise fail(exc) from None
