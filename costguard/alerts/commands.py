@@ -1,10 +1,11 @@
-"""`costguard alerts test` and `costguard alerts list`: a Typer sub-app.
+"""`costguard alerts test`, `list` and `retry`: a Typer sub-app.
 
 The main app registers it with `app.add_typer(alerts_app, name="alerts")`.
 """
 
 from __future__ import annotations
 
+import getpass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -14,6 +15,7 @@ from sqlmodel import Session, col, select
 
 from costguard.alerts.dispatcher import Dispatcher
 from costguard.alerts.outbox import enqueue
+from costguard.alerts.retry import requeue
 from costguard.alerts.routing import RoutingError, check_recipient, load_routing
 from costguard.alerts.settings import AlertsSettings
 from costguard.alerts.tables import AlertDeliveryRow
@@ -25,7 +27,7 @@ from costguard.store.db import Database
 from costguard.store.tables import AlertRow
 
 alerts_app = typer.Typer(
-    help="Alert delivery: send a sample, see the outbox.\n\n"
+    help="Alert delivery: send a sample, see the outbox, retry what failed.\n\n"
          "Example: costguard alerts test --to slack:#finops",
     no_args_is_help=True,
 )
@@ -136,6 +138,9 @@ def list_command(
     pending: Annotated[bool, typer.Option("--pending", help="Waiting to be sent.")] = False,
     failed: Annotated[bool, typer.Option(
         "--failed", help="Given up on, or interrupted and unconfirmed.")] = False,
+    unconfirmed: Annotated[bool, typer.Option(
+        "--unconfirmed", help="Interrupted mid-send on a channel that cannot be asked "
+        "whether it arrived (check there, then `costguard alerts retry ID`).")] = False,
     limit: Annotated[int, typer.Option(min=1, help="At most this many rows.")] = 50,
     config: ConfigOpt = None,
 ) -> None:
@@ -148,6 +153,8 @@ def list_command(
         statuses += ["pending", "sending", "held"]
     if failed:
         statuses += ["failed", "unconfirmed"]
+    if unconfirmed and not failed:
+        statuses += ["unconfirmed"]
     db, _ = _open(config)
     try:
         with db.session() as s:
@@ -160,8 +167,9 @@ def list_command(
             unrouted_stmt = select(AlertRow).where(
                 col(AlertRow.status).in_(["pending"] if pending else ["failed"] if failed
                                          else ["pending", "failed"]))
-            unrouted = [a for a in s.exec(unrouted_stmt.limit(limit))
-                        if not (a.status == "failed" and pending)]
+            unrouted = [] if unconfirmed and not (pending or failed) else [
+                a for a in s.exec(unrouted_stmt.limit(limit))
+                if not (a.status == "failed" and pending)]
     finally:
         db.dispose()
     if not rows and not unrouted:
@@ -181,3 +189,55 @@ def list_command(
         for a in only_alerts:
             extra = f" ({a.last_error})" if a.last_error else ""
             typer.echo(f"{a.id:>6}  {a.status:<11} {a.kind:<14} {a.subject[:80]}{extra}")
+    waiting = [r.id for r in rows if r.status == "unconfirmed"]
+    if waiting:
+        typer.echo(f"\n{len(waiting)} unconfirmed: check the destination, then "
+                   f"`costguard alerts retry {' '.join(str(i) for i in waiting[:5])}` for "
+                   "those that are missing")
+
+
+@alerts_app.command("retry")
+def retry_command(
+    ids: Annotated[list[int] | None, typer.Argument(
+        help="Delivery ids from `costguard alerts list`.", show_default=False)] = None,
+    failed: Annotated[bool, typer.Option(
+        "--failed", help="Every failed delivery, and alerts that failed before routing.")
+    ] = False,
+    unconfirmed: Annotated[bool, typer.Option(
+        "--unconfirmed", help="Every unconfirmed delivery.")] = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Queue failed or unconfirmed deliveries again; the daemon sends them at its next pass.
+
+    A sent message is never queued again. Each requeue is journaled (`costguard audit`).
+
+    Example: costguard alerts retry 12 15
+    Example: costguard alerts retry --failed
+    """
+    if not ids and not failed and not unconfirmed:
+        raise typer.BadParameter("name delivery ids, --failed or --unconfirmed",
+                                 param_hint="IDS")
+    db, _ = _open(config)
+    try:
+        result = requeue(db, SystemClock().now(), f"operator {_operator()}", ids=ids or (),
+                         failed=failed, unconfirmed=unconfirmed)
+    finally:
+        db.dispose()
+    for q in result.requeued:
+        what = "daily digest" if q.kind == "digest" else "alert"
+        typer.echo(f"requeued {q.id} ({what} to {q.to}, was {q.was})")
+    for alert_id, subject in result.rerouted:
+        typer.echo(f"alert {alert_id} goes back to routing: {subject[:80]}")
+    for rid, why in result.refused:
+        typer.echo(f"not requeued {rid}: {why}", err=True)
+    if not (result.requeued or result.rerouted or result.refused):
+        typer.echo("nothing to retry")
+    if result.refused and ids:
+        raise typer.Exit(1)
+
+
+def _operator() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"

@@ -20,7 +20,7 @@ from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import update
+from sqlalchemy import func, inspect, update
 from sqlmodel import Session, col, select
 
 from costguard.alerts.errors import DeliveryError
@@ -208,3 +208,12 @@ def settle_alert(s: Session, alert_id: int, now: datetime) -> None:
         alert.status = "failed"
         alert.last_error = "; ".join(f"{r.channel}:{r.target}: {r.last_error}" for r in failed)
     s.add(alert)
+
+
+def count_unconfirmed(session: Session) -> int:
+    """Deliveries interrupted mid-send on a channel that cannot be asked whether they
+    arrived (`costguard status` shows the count; 0 on a store without the table yet)."""
+    if not inspect(session.connection()).has_table(AlertDeliveryRow.__tablename__):
+        return 0
+    return int(session.execute(select(func.count()).select_from(AlertDeliveryRow).where(
+        col(AlertDeliveryRow.status) == "unconfirmed")).scalar() or 0)

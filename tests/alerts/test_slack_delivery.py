@@ -323,7 +323,8 @@ def test_console_is_one_channel_among_others(
     stats = dispatch(db, settings, T0, printer=lambda *a: printed.append(a))
     assert stats.sent == 2
     assert printed[0][0] == "idle-warning" and len(fake.posts) == 1
-    assert dispatch(db, settings, T0 + timedelta(hours=1), printer=printed.append).sent == 0
+    assert dispatch(db, settings, T0 + timedelta(hours=1),
+                    printer=lambda *a: printed.append(a)).sent == 0
 
 
 def test_digest_route_collects_alerts_into_one_daily_message(
