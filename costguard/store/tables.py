@@ -323,7 +323,22 @@ class AnomalyRow(SQLModel, table=True):
     feedback_at: datetime | None = _ts(nullable=True)
 
 
-class CostSummaryRow(SQLModel, table=True):
+class ReportDimensions(SQLModel):
+    """The report dimensions other than the instance, as the summary tables below key them
+    (a mixin: no table of its own; migration 0004 creates these columns in both tables)."""
+
+    provider: str = Field(max_length=16)
+    account: str = Field(max_length=128)
+    region: str = Field(max_length=64)
+    instance_type: str = Field(max_length=64)
+    lifecycle: str = Field(max_length=16)
+    team: str | None = Field(default=None, max_length=128)
+    project: str | None = Field(default=None, max_length=128)
+    env: str | None = Field(default=None, max_length=64)
+    cost_center: str | None = Field(default=None, max_length=128)
+
+
+class CostSummaryRow(ReportDimensions, table=True):
     """Daily rollups summed per UTC day over every report dimension (no instance): what
     grouped reports read. Filled by the rollup for the days it adds (see costs/rollup.py)."""
 
@@ -332,11 +347,6 @@ class CostSummaryRow(SQLModel, table=True):
 
     id: int | None = Field(default=None, primary_key=True)
     day: datetime = _ts()  # midnight UTC
-    provider: str = Field(max_length=16)
-    account: str = Field(max_length=128)
-    region: str = Field(max_length=64)
-    instance_type: str = Field(max_length=64)
-    lifecycle: str = Field(max_length=16)
     state: str = Field(default="running", max_length=16)
     gpu_count: int = 0
     instance_seconds: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
@@ -344,13 +354,9 @@ class CostSummaryRow(SQLModel, table=True):
     idle_cost_micros: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
     gpu_seconds: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
     idle_gpu_seconds: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
-    team: str | None = Field(default=None, max_length=128)
-    project: str | None = Field(default=None, max_length=128)
-    env: str | None = Field(default=None, max_length=64)
-    cost_center: str | None = Field(default=None, max_length=128)
 
 
-class CostRunRow(SQLModel, table=True):
+class CostRunRow(ReportDimensions, table=True):
     """A maximal run of consecutive days [first_day, last_day] on which an instance has daily
     rows with these dimensions: exact distinct-instance counts over any day range without
     reading the daily rows (an instance counts where one of its runs overlaps the range)."""
@@ -362,15 +368,6 @@ class CostRunRow(SQLModel, table=True):
     )
 
     id: int | None = Field(default=None, primary_key=True)
-    provider: str = Field(max_length=16)
     instance_id: str = Field(max_length=128)
-    account: str = Field(max_length=128)
-    region: str = Field(max_length=64)
-    instance_type: str = Field(max_length=64)
-    lifecycle: str = Field(max_length=16)
-    team: str | None = Field(default=None, max_length=128)
-    project: str | None = Field(default=None, max_length=128)
-    env: str | None = Field(default=None, max_length=64)
-    cost_center: str | None = Field(default=None, max_length=128)
     first_day: datetime = _ts()
     last_day: datetime = _ts()
