@@ -9,7 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from bench.agent import GPUS, BatchMaker, cpu_seconds, measure_agents, measure_ingest, memory_mb
+from bench.agent import (
+    GPUS,
+    INGEST_AGENTS,
+    BatchMaker,
+    IngestRun,
+    _row,
+    cpu_seconds,
+    measure_agents,
+    measure_ingest,
+    memory_mb,
+)
 from costguard.telemetry.ingest import minute_key, parse_batch
 
 
@@ -52,6 +62,20 @@ def test_ingest_run_stores_every_summary_it_counts(tmp_path: Path) -> None:
     assert run.summaries == 8 * run.requests
     assert run.stored == run.summaries + 2 * 3 * 8  # plus each thread's warm-up requests
     assert run.server_cpu_s > 0
+
+
+def test_a_row_names_its_setup_and_refuses_a_run_that_lost_writes() -> None:
+    sent = 10 * 8
+    run = IngestRun(seconds=2.0, requests=10, summaries=sent, latencies_s=[0.01] * 10,
+                    server_cpu_s=0.5, client_cpu_s=0.1, stored=sent + INGEST_AGENTS * 3 * 8,
+                    load_before=1.0)
+    row = _row("sqlite", 8, run, 2)
+    assert (row["store"], row["batch"], row["agents"], row["run"]) == ("sqlite", 8, 4, 2)
+    assert row["summaries_per_s"] == 40 and row["summaries_per_server_cpu_s"] == 160
+    assert row["cores"] == os.cpu_count() and row["load_1m_before"] == 1.0
+    lost = IngestRun(**{**run.__dict__, "stored": run.stored - 1})
+    with pytest.raises(RuntimeError, match="rows stored"):
+        _row("sqlite", 8, lost, 1)
 
 
 def test_agent_run_measures_the_real_command_and_counts_its_pushes() -> None:
