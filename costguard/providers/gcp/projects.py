@@ -6,6 +6,7 @@ gap; the explicitly configured projects are still listed.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,11 +19,13 @@ from google.auth.transport.requests import AuthorizedSession
 from costguard.errors import ConfigError
 from costguard.model import Gap
 from costguard.providers.gcp.errors import ROLE_FILE
-from costguard.providers.gcp.settings import GcpSettings
+from costguard.providers.gcp.settings import GcpSettings, RetrySettings
 
 DEFAULT_ENDPOINT = "https://cloudresourcemanager.googleapis.com"
 _SCOPES = ["https://www.googleapis.com/auth/cloud-platform.read-only"]
 _MAX_FOLDERS = 10_000  # a guard against a cycle or a runaway hierarchy
+# throttled or unavailable: retried with the provider's back-off, as the Compute calls are
+RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 
 
 class _ListError(Exception):
@@ -35,13 +38,27 @@ def _session(credentials: gcredentials.Credentials | None) -> AuthorizedSession:
     return AuthorizedSession(credentials)  # type: ignore[no-untyped-call]
 
 
-def _paged(session: AuthorizedSession, url: str, parent: str, key: str) -> Iterator[dict[str, Any]]:
+def _get(session: AuthorizedSession, url: str, params: dict[str, str], retry: RetrySettings
+         ) -> requests.Response:
+    """One GET, retried with exponential back-off on 429 and 5xx until `retry.deadline_s`."""
+    deadline = time.monotonic() + retry.deadline_s
+    delay = retry.initial_s
+    while True:
+        response = session.get(url, params=params, timeout=60)
+        if response.status_code not in RETRY_STATUS or time.monotonic() + delay > deadline:
+            return response
+        time.sleep(delay)
+        delay = min(delay * retry.multiplier, retry.maximum_s)
+
+
+def _paged(session: AuthorizedSession, url: str, parent: str, key: str, retry: RetrySettings
+           ) -> Iterator[dict[str, Any]]:
     token = ""
     while True:
         params = {"parent": parent, "pageSize": "1000"}
         if token:
             params["pageToken"] = token
-        response = session.get(url, params=params, timeout=60)
+        response = _get(session, url, params, retry)
         if response.status_code >= 400:
             try:
                 message = response.json()["error"]["message"]
@@ -79,19 +96,24 @@ def discover(
         if parent in seen:
             continue
         seen.add(parent)
-        try:
-            for project in _paged(session, f"{endpoint}/v3/projects", parent, "projects"):
-                if project.get("state", "ACTIVE") == "ACTIVE" and project.get("projectId"):
-                    found.append(str(project["projectId"]))
-            for folder in _paged(session, f"{endpoint}/v3/folders", parent, "folders"):
-                if folder.get("state", "ACTIVE") == "ACTIVE" and folder.get("name"):
-                    queue.append(str(folder["name"]))
-        except (_ListError, requests.RequestException) as exc:
+        # projects and sub-folders separately: a parent whose projects cannot be listed may
+        # still show its folders (and the reverse); either failure is one gap for the parent
+        errors: list[str] = []
+        for kind, keep in (("projects", found), ("folders", queue)):
+            field = "projectId" if kind == "projects" else "name"
+            try:
+                for item in _paged(session, f"{endpoint}/v3/{kind}", parent, kind,
+                                   settings.retry):
+                    if item.get("state", "ACTIVE") == "ACTIVE" and item.get(field):
+                        keep.append(str(item[field]))
+            except (_ListError, requests.RequestException) as exc:
+                errors.append(f"{kind}: {exc}")
+        if errors:
             gaps.append(
                 Gap(
                     provider="gcp",
                     scope=parent,
-                    error=f"cannot list projects under {parent} ({exc}); grant "
+                    error=f"cannot list projects under {parent} ({'; '.join(errors)}); grant "
                     f"resourcemanager.projects.list and resourcemanager.folders.list on it "
                     f"(see {ROLE_FILE}), or list projects explicitly in providers.gcp.projects",
                 )

@@ -182,3 +182,22 @@ def test_projects_under_a_folder_are_discovered_recursively(
     provider = make_provider(projects=["ml-prod"], folder="folders/100")
     assert provider.projects() == (["ml-prod", "team-a", "team-b"], [])
     assert sorted(i.name or "" for i in provider.list_instances().instances) == ["a", "b", "p"]
+
+
+def test_project_discovery_retries_throttling_and_an_unreadable_folder_is_one_gap(
+    fake: FakeGcp, make_provider: Callable[..., GcpProvider]
+) -> None:
+    fake.compute.folders = {"organizations/7": ["folders/300"]}
+    fake.compute.folder_projects = {"organizations/7": ["org-a"], "folders/300": ["org-b"]}
+    fake.compute.inject(429, times=2, path_contains="/v3/projects")
+    fake.compute.inject(503, times=1, path_contains="/v3/folders")
+    provider = make_provider(projects=["ml-prod"], organization="organizations/7")
+    assert provider.projects() == (["ml-prod", "org-a", "org-b"], [])
+    assert fake.compute.calls["GET injected-429"] == 2
+    assert fake.compute.calls["GET injected-503"] == 1
+
+    fake.compute.inject(403, times=1, path_contains="/v3/projects")
+    names, gaps = provider.projects()
+    assert names == ["ml-prod", "org-b"]  # the organization's own listing failed, not below
+    assert [g.scope for g in gaps] == ["organizations/7"]
+    assert "resourcemanager.projects.list" in gaps[0].error
