@@ -15,6 +15,7 @@ READ_ACTIONS = [
     "ec2:DescribeInstanceTypes",
     "ec2:DescribeRegions",
     "ec2:DescribeSpotPriceHistory",
+    "ec2:DescribeVolumes",  # what a stopped instance still costs (providers/aws/disks.py)
     "cloudwatch:GetMetricData",
     "cloudwatch:ListMetrics",
     "pricing:GetProducts",

@@ -313,6 +313,16 @@ class AwsProvider:
         return self._act(instance, lambda ec2: term.terminate(
             ec2, instance, snapshot=snapshot, dry_run=dry_run))
 
+    def stopped_cost(self, instance: Instance) -> PriceQuote | None:
+        """What the stopped instance's EBS volumes cost per hour; see aws/disks.py."""
+        from costguard.providers.aws import disks
+
+        try:
+            ec2 = self._ec2_for(instance)
+        except ProviderError:
+            return None
+        return disks.stopped_cost(ec2, instance)
+
     # -- prices ----------------------------------------------------------------------------
 
     def price(self, instance: Instance) -> PriceQuote | None:

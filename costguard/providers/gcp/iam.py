@@ -12,6 +12,7 @@ import yaml
 READ = (
     "compute.instances.list",  # instances.aggregatedList
     "compute.instances.get",  # re-check before and after an action
+    "compute.disks.get",  # size and type: what a stopped VM still costs (gcp/disks.py)
     "monitoring.timeSeries.list",  # GPU metrics
 )
 ENFORCE = (

@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
+from google.cloud import compute_v1
+
 from costguard.clock import Clock, SystemClock
 from costguard.model import (
     ActionResult,
@@ -127,15 +129,26 @@ class GcpProvider:
     ) -> ActionResult:
         return actions.set_labels(self._actions, instance, tags, remove=remove, dry_run=dry_run)
 
-    def terminate(self, instance: Instance, *, snapshot: bool, dry_run: bool) -> ActionResult:
-        """Snapshot the persistent disks (when asked), then delete; see gcp/terminate.py."""
+    def _disk_client(self) -> compute_v1.DisksClient:
         from costguard.providers.gcp import terminate as term
 
         if getattr(self, "_disks", None) is None:
             self._disks = term.disks_client(self.clients.credentials,
                                             self.settings.compute_endpoint)
-        return term.terminate(self._actions, self._disks, instance, snapshot=snapshot,
+        return self._disks
+
+    def terminate(self, instance: Instance, *, snapshot: bool, dry_run: bool) -> ActionResult:
+        """Snapshot the persistent disks (when asked), then delete; see gcp/terminate.py."""
+        from costguard.providers.gcp import terminate as term
+
+        return term.terminate(self._actions, self._disk_client(), instance, snapshot=snapshot,
                               dry_run=dry_run)
+
+    def stopped_cost(self, instance: Instance) -> PriceQuote | None:
+        """What the stopped VM's persistent disks cost per hour; see gcp/disks.py."""
+        from costguard.providers.gcp import disks
+
+        return disks.stopped_cost(self._actions, self._disk_client(), instance)
 
     def price(self, instance: Instance) -> PriceQuote | None:
         return pricing.price(instance)

@@ -1,0 +1,61 @@
+"""What a stopped instance still costs on AWS: its EBS volumes, priced from the shipped table."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import boto3
+import pytest
+from aws_helpers import REGION, ProviderFactory, run_instances
+
+from costguard.actions.runner import ActionRunner
+from costguard.costs.attribution import Attributor
+from costguard.policy.load import parse_policy_text
+from costguard.providers.aws.disks import ebs_table, volume_usd_per_month
+from costguard.store.db import Database
+
+pytestmark = pytest.mark.usefixtures("moto")
+
+
+def test_stopped_cost_prices_every_attached_volume(
+    make_provider: ProviderFactory, tmp_path: Any
+) -> None:
+    ec2 = boto3.client("ec2", region_name=REGION)
+    (raw,) = run_instances()  # moto's root volume: 8 GB gp2
+    data = ec2.create_volume(Size=100, AvailabilityZone=raw["Placement"]["AvailabilityZone"],
+                             VolumeType="gp3", Iops=6000)
+    ec2.attach_volume(VolumeId=data["VolumeId"], InstanceId=raw["InstanceId"], Device="/dev/sdf")
+    provider = make_provider()
+    (inst,) = provider.list_instances().instances
+
+    quote = provider.stopped_cost(inst)
+
+    # 8 GB gp2 x $0.10 + 100 GB gp3 x $0.08 + 3,000 IOPS above the free 3,000 x $0.005
+    # = $0.80 + $8.00 + $15.00 = $23.80 a month = $0.0326/h
+    assert quote is not None and quote.usd_per_hour == 0.0326
+    assert "8 GB gp2" in quote.source and "100 GB gp3" in quote.source
+    runner = ActionRunner(Database(f"sqlite:///{tmp_path / 'cg.db'}"), {"aws": provider},
+                          Attributor())
+    policy = parse_policy_text("policies:\n  - name: p\n    condition: {idle: {for: 1h}}\n"
+                               "    actions:\n      - stop: {grace: 15m}\n").policies[0]
+    assert "While stopped it still costs $0.0326/h" in runner.after_stop_note(policy, inst)
+
+
+def test_volume_prices_follow_the_table() -> None:
+    table = ebs_table()
+    assert volume_usd_per_month({"VolumeType": "io2", "Size": 100, "Iops": 1000}, table) == (
+        100 * 0.125 + 1000 * 0.065)
+    assert volume_usd_per_month({"VolumeType": "gp3", "Size": 10, "Iops": 3000,
+                                 "Throughput": 225}, table) == 10 * 0.08 + 100 * 0.04
+    assert volume_usd_per_month({"VolumeType": "future-type", "Size": 10}, table) is None
+    assert datetime.fromisoformat(table.as_of).replace(tzinfo=UTC)  # dated
+
+
+def test_stopped_cost_is_none_when_no_volume_is_attached(make_provider: ProviderFactory) -> None:
+    run_instances()
+    provider = make_provider()
+    (inst,) = provider.list_instances().instances
+    ghost = inst.model_copy(update={"instance_id": "i-0000000000000dead"})
+    assert provider.stopped_cost(inst) is not None
+    assert provider.stopped_cost(ghost) is None  # nothing attached to that id
