@@ -3,6 +3,8 @@
 Slack signs every interactive request with the app's signing secret: `v0=HMAC-SHA256(secret,
 "v0:{timestamp}:{body}")` in `X-Slack-Signature`, the time in `X-Slack-Request-Timestamp`.
 A forged signature or a timestamp more than five minutes off gets 401 and changes nothing.
+A verified click is applied (`journal_actions`), answered at once, and then the original
+message is updated through the click's `response_url` to say who did what (`slack_update`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from urllib.parse import parse_qs
 from pydantic import SecretStr
 from slack_sdk.signature import Clock as SlackClock
 from slack_sdk.signature import SignatureVerifier
+from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -25,6 +28,7 @@ from starlette.routing import Route
 
 from costguard.alerts.content import snooze_until
 from costguard.alerts.slack import ACTION_PREFIX
+from costguard.alerts.slack_update import outcome_line, post_update, updated_message
 from costguard.alerts.snooze import NothingToSnooze, request_stop, snooze_instance
 from costguard.clock import Clock
 from costguard.store.db import Database
@@ -51,7 +55,16 @@ class SlackAction:
         return f"slack user {self.user_name} ({self.user_id})"
 
 
-OnAction = Callable[[SlackAction], str]  # returns a short text for the clicker
+@dataclass(frozen=True)
+class ActionReply:
+    """What a click did, for the clicker and for the updated message. `final`: nothing is
+    left to choose (the instance will be stopped), so the buttons go."""
+
+    text: str
+    final: bool = False
+
+
+OnAction = Callable[[SlackAction], "str | ActionReply"]
 
 
 def parse_actions(payload: dict[str, Any]) -> list[SlackAction]:
@@ -99,18 +112,35 @@ def slack_routes(signing_secret: str | SecretStr, on_action: OnAction, *,
             clicks = parse_actions(json.loads(raw))
         except (ValueError, UnicodeDecodeError) as exc:
             return JSONResponse({"error": f"bad payload: {exc}"}, status_code=400)
-        texts = [await run_in_threadpool(on_action, click) for click in clicks]
-        return JSONResponse({"ok": True, "text": " ".join(texts)})
+        payload = json.loads(raw)
+        replies = [_reply(await run_in_threadpool(on_action, click)) for click in clicks]
+        texts = [r.text for r in replies]
+        response_url = payload.get("response_url")
+        task = None
+        if clicks and isinstance(response_url, str) and response_url:
+            lines = [outcome_line(c.action, c.user_id, r.text)
+                     for c, r in zip(clicks, replies, strict=True)]
+            update = updated_message(payload.get("message"), lines,
+                                     final=any(r.final for r in replies))
+            # after the answer: Slack wants one within 3 seconds
+            task = BackgroundTask(post_update, response_url, update)
+        return JSONResponse({"ok": True, "text": " ".join(texts)}, background=task)
 
     return [Route(path, actions, methods=["POST"])]
 
 
-def journal_actions(db: Database, clock: Clock, max_snooze: timedelta) -> OnAction:
-    """The standard `on_action`: snoozes set `snooze_until` (capped), "stop now" brings the
-    deadline forward; both are journaled with the Slack user who clicked."""
+def _reply(value: str | ActionReply) -> ActionReply:
+    return value if isinstance(value, ActionReply) else ActionReply(value)
 
-    def on_action(click: SlackAction) -> str:
+
+def journal_actions(db: Database, clock: Clock, max_snooze: timedelta) -> OnAction:
+    """The standard `on_action`: snoozes set `snooze_until` (capped); "stop now" makes the
+    instance due at the next cycle (deadline now, any snooze ended); both are journaled
+    with the Slack user who clicked."""
+
+    def on_action(click: SlackAction) -> ActionReply:
         now = clock.now()
+        final = False
         try:
             with db.session() as s:
                 if click.action == "snooze":
@@ -125,14 +155,15 @@ def journal_actions(db: Database, clock: Clock, max_snooze: timedelta) -> OnActi
                     warned = request_stop(s, instance_id=click.instance_id,
                                           provider=click.provider, policy=click.policy,
                                           now=now, who=click.who)
-                    text = (f"{click.instance_id} will be stopped at the next cycle if still "
-                            "idle" if warned else f"{click.instance_id} is no longer pending a "
-                            "stop; nothing to do")
+                    text = (f"asked to stop {click.instance_id} now: it stops at the next cycle "
+                            "if still idle" if warned else f"{click.instance_id} is no longer "
+                            "pending a stop; nothing to do")
+                    final = warned
         except NothingToSnooze as exc:
-            return str(exc)
+            return ActionReply(str(exc))
         except ValueError as exc:
-            return f"cannot snooze: {exc}"
+            return ActionReply(f"cannot snooze: {exc}")
         log.info("%s: %s", click.who, text)
-        return text
+        return ActionReply(text, final)
 
     return on_action

@@ -32,7 +32,7 @@ _PERMANENT = {"channel_not_found", "not_in_channel", "is_archived", "invalid_aut
               "user_not_found", "invalid_blocks", "msg_too_long", "no_text"}
 
 
-def _quiet_logger() -> logging.Logger:
+def quiet_logger() -> logging.Logger:
     # slack_sdk logs request URLs at DEBUG; a webhook URL is a secret, so its records stop here
     logger = logging.getLogger("costguard.alerts.slack_sdk")
     logger.setLevel(logging.WARNING)
@@ -147,7 +147,7 @@ class SlackSender:
         assert self._token is not None
         base = self.settings.api_base_url
         return WebClient(token=self._token.get_secret_value(), base_url=base.rstrip("/") + "/",
-                         timeout=int(self.settings.timeout_s), logger=_quiet_logger(),
+                         timeout=int(self.settings.timeout_s), logger=quiet_logger(),
                          retry_handlers=[])
 
     def send(self, target: str, message: dict[str, Any]) -> str:
@@ -167,7 +167,7 @@ class SlackSender:
             raise DeliveryError("Slack is not configured (no bot_token or webhook_url)",
                                 permanent=True)
         client = WebhookClient(self._webhook.get_secret_value(),
-                               timeout=int(self.settings.timeout_s), logger=_quiet_logger(),
+                               timeout=int(self.settings.timeout_s), logger=quiet_logger(),
                                retry_handlers=[])
         try:
             resp = client.send(text=message["text"], blocks=message["blocks"])

@@ -1,9 +1,9 @@
 """Snoozes and stop requests from people (Slack buttons, `costguard snooze`), into the store.
 
 Both only write state the act stage already reads: `PolicyStateRow.snooze_until` (the next
-cycle holds the instance as snoozed) and, for "stop now", the warning's deadline (the next
-cycle stops the instance if it is still idle and not protected). Every request is journaled
-with who asked, whether or not it changed anything.
+cycle holds the instance as snoozed) and, for "stop now", the warning's deadline and the end
+of any snooze (the next cycle stops the instance if it is still idle and not protected).
+Every request is journaled with who asked, whether or not it changed anything.
 """
 
 from __future__ import annotations
@@ -74,19 +74,28 @@ def snooze_instance(
 
 def request_stop(s: Session, *, instance_id: str, policy: str, now: datetime, who: str,
                  provider: str | None = None) -> bool:
-    """Bring a warned instance's deadline forward to now; True if it was warned."""
+    """Make a warned or snoozed instance due now; True if it was either.
+
+    The deadline moves to now and any snooze ends now (a past `snooze_until` also tells the
+    act stage that this episode's snooze, tag included, is spent), so the next cycle stops
+    the instance if it is still idle and not protected, exactly as at a deadline. Without
+    ending the snooze, a click after "Snooze 4h" would only move a deadline the snooze hides.
+    """
     inst_row = _instance(s, instance_id, provider)
     inst = to_instance(inst_row)
     st = s.get(PolicyStateRow, (policy, inst_row.provider, instance_id))
-    warned = st is not None and st.state == "warned"
-    if warned and st is not None:
-        st.deadline = now
+    due = st is not None and st.state in ("warned", "snoozed")
+    ended = ""
+    if due and st is not None:
+        ended = " (its snooze ended)" if st.state == "snoozed" or (
+            st.snooze_until is not None and st.snooze_until > now) else ""
+        st.state, st.deadline, st.snooze_until = "warned", now, now
         s.add(st)
     state = st.state if st is not None else "not watched"
-    detail = (f"{who} asked to stop it now; it stops at the next cycle if still idle"
-              if warned else f"{who} asked to stop it now; not acted on: policy state is {state}")
+    detail = (f"{who} asked to stop it now{ended}; it stops at the next cycle if still idle"
+              if due else f"{who} asked to stop it now; not acted on: policy state is {state}")
     journal.record(s, key=journal.journal_key(policy, inst, "stop-now",
                                               st.episode if st is not None else 0),
                    cycle_id=None, policy=policy, inst=inst, action="stop-now", dry_run=False,
                    status="requested", detail=detail, usd_per_hour=0.0, now=now)
-    return warned
+    return due

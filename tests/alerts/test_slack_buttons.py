@@ -8,6 +8,7 @@ import json
 import time
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 from urllib.parse import urlencode
 
 import httpx
@@ -15,12 +16,14 @@ import pytest
 from sqlmodel import select
 from starlette.applications import Starlette
 
+from costguard.alerts.content import view_of
 from costguard.alerts.interactive import journal_actions, slack_routes
+from costguard.alerts.slack import slack_message
 from costguard.clock import ManualClock
 from costguard.store.db import Database
-from costguard.store.tables import ActionJournalRow, PolicyStateRow
-from tests.alerts.fakes import free_port, serve
-from tests.alerts.helpers import T0, seed_warned_instance
+from costguard.store.tables import ActionJournalRow, AlertRow, PolicyStateRow
+from tests.alerts.fakes import RESPONSE_PATH, SlackFake, free_port, serve
+from tests.alerts.helpers import T0, idle_warning, seed_warned_instance
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 
@@ -41,9 +44,10 @@ def endpoint(db: Database) -> Iterator[str]:
         yield f"{base}/slack/actions"
 
 
-def _click(value: dict[str, str], user: str = "U0ANA0001") -> bytes:
+def _click(value: dict[str, str], user: str = "U0ANA0001", **extra: object) -> bytes:
     payload = {"type": "block_actions", "user": {"id": user, "username": "ana"},
-               "actions": [{"action_id": "costguard_snooze_x", "value": json.dumps(value)}]}
+               "actions": [{"action_id": "costguard_snooze_x", "value": json.dumps(value)}],
+               **extra}
     return urlencode({"payload": json.dumps(payload)}).encode()
 
 
@@ -139,3 +143,100 @@ def test_malformed_payload_is_a_400(db: Database, endpoint: str) -> None:
     resp = httpx.post(endpoint, content=body.encode(), headers=_signed(body.encode()))
     assert resp.status_code == 400
     assert _journal(db) == []
+
+
+# -- the original message shows who did what --------------------------------------------
+
+
+@pytest.fixture
+def slack() -> Iterator[tuple[SlackFake, str]]:
+    fake = SlackFake()
+    with serve(fake.app(), free_port()) as base:
+        yield fake, base
+
+
+def _original(db: Database) -> dict[str, object]:
+    idle_warning(db, recipients=("slack:#finops",))
+    with db.session() as s:
+        alert = s.exec(select(AlertRow)).one()
+        view = view_of(alert, timedelta(hours=24))
+    return {"type": "message", "ts": "1772460005.000001", **slack_message(view, "k")}
+
+
+def _updates(fake: SlackFake, n: int) -> list[dict[str, Any]]:
+    """The response_url posts, once `n` have arrived (they follow the answer)."""
+    for _ in range(500):
+        if len(fake.response_posts) >= n:
+            break
+        time.sleep(0.01)
+    return fake.response_posts
+
+
+def _buttons(message: dict[str, Any]) -> list[str]:
+    return [e["text"]["text"] for b in message["blocks"] if b["type"] == "actions"
+            for e in b["elements"]]
+
+
+def _outcome(message: dict[str, Any]) -> list[str]:
+    return [e["text"] for b in message["blocks"] if b.get("block_id") == "costguard_outcome"
+            for e in b["elements"]]
+
+
+def test_a_snooze_click_updates_the_message_to_say_who_snoozed_until_when(
+        db: Database, endpoint: str, slack: tuple[SlackFake, str]) -> None:
+    fake, base = slack
+    original = _original(db)
+    body = _click(SNOOZE_4H, response_url=base + RESPONSE_PATH, message=original)
+    assert httpx.post(endpoint, content=body, headers=_signed(body)).status_code == 200
+    [update] = _updates(fake, 1)
+    assert update["replace_original"] is True and update["text"] == original["text"]
+    assert _outcome(update) == [
+        ":zzz: <@U0ANA0001>: i-0abc000000000000 snoozed until 2026-03-02 18:00 UTC"]
+    # the facts stay, and so do the buttons: someone may still stop it or snooze again
+    assert "$98.32/h" in json.dumps(update["blocks"])
+    assert _buttons(update) == _buttons(original)
+    # a second click on the updated message adds its line under the first
+    stop = _click({"a": "stop-now", "p": "idle-gpu", "pr": "sim", "i": "i-0abc000000000000"},
+                  user="U0BO000002", response_url=base + RESPONSE_PATH, message=update)
+    assert httpx.post(endpoint, content=stop, headers=_signed(stop)).status_code == 200
+    second = _updates(fake, 2)[1]
+    lines = _outcome(second)
+    assert len(lines) == 2 and lines[0] == _outcome(update)[0]
+    assert lines[1].startswith(":octagonal_sign: <@U0BO000002>: asked to stop "
+                               "i-0abc000000000000 now")
+    assert _buttons(second) == []  # it will be stopped: nothing left to choose
+
+
+def test_a_click_that_changes_nothing_says_so_and_keeps_the_buttons(
+        db: Database, endpoint: str, slack: tuple[SlackFake, str]) -> None:
+    fake, base = slack
+    original = _original(db)
+    with db.session() as s:
+        st = s.get(PolicyStateRow, ("idle-gpu", "sim", "i-0abc000000000000"))
+        assert st is not None
+        st.state = "cleared"  # it got busy again before the click
+        s.add(st)
+    body = _click({"a": "stop-now", "p": "idle-gpu", "pr": "sim", "i": "i-0abc000000000000"},
+                  response_url=base + RESPONSE_PATH, message=original)
+    assert httpx.post(endpoint, content=body, headers=_signed(body)).status_code == 200
+    [update] = _updates(fake, 1)
+    assert "no longer pending a stop" in _outcome(update)[0]
+    assert _buttons(update) == _buttons(original)
+
+
+def test_forged_click_updates_no_message(db: Database, endpoint: str,
+                                        slack: tuple[SlackFake, str]) -> None:
+    fake, base = slack
+    body = _click(SNOOZE_4H, response_url=base + RESPONSE_PATH, message=_original(db))
+    assert httpx.post(endpoint, content=body,
+                      headers=_signed(body, secret="nope")).status_code == 401
+    # a valid click afterwards is the first and only update
+    good = _click(SNOOZE_4H, response_url=base + RESPONSE_PATH, message=_original_again())
+    assert httpx.post(endpoint, content=good, headers=_signed(good)).status_code == 200
+    assert len(_updates(fake, 1)) == 1
+    assert "snoozed until" in _outcome(fake.response_posts[0])[0]
+
+
+def _original_again() -> dict[str, object]:
+    return {"type": "message", "text": "t", "blocks": [{"type": "section", "text": {
+        "type": "mrkdwn", "text": "an earlier costguard message"}}]}
