@@ -14,6 +14,7 @@ from pathlib import Path
 from costguard.alerts.content import view_of
 from costguard.alerts.email import alert_email
 from costguard.alerts.slack import slack_message
+from costguard.alerts.slack_update import outcome_line, updated_message
 from costguard.store.tables import AlertRow
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
@@ -41,12 +42,21 @@ def _rendered() -> dict[str, str]:
     message = slack_message(view, f"{ALERT.dedupe_key}|slack:#research-gpu")
     mail = alert_email(view, to="ana@example.com", from_addr="costguard@example.com",
                        dedupe_key=f"{ALERT.dedupe_key}|email:ana@example.com", max_snooze="1d")
+    # after two clicks: a snooze, then "stop now" from someone else (the buttons go)
+    clicked = updated_message({"type": "message", **message}, [
+        outcome_line("snooze", "U0ANA0001", "i-0f3a9c2e71b4d5a60 snoozed until 2026-03-02 "
+                                            "18:00 UTC"),
+        outcome_line("stop-now", "U0BO000002", "asked to stop i-0f3a9c2e71b4d5a60 now: it "
+                                               "stops at the next cycle if still idle"),
+    ], final=True)
     html = mail.get_body(("html",))
     text = mail.get_body(("plain",))
     assert html is not None and text is not None
     return {
         "slack-idle-warning.json": json.dumps({"channel": "#research-gpu", **message},
                                               indent=2, ensure_ascii=False) + "\n",
+        "slack-idle-warning-clicked.json": json.dumps(clicked, indent=2,
+                                                      ensure_ascii=False) + "\n",
         "email-idle-warning.html": html.get_content(),
         "email-idle-warning.txt": text.get_content(),
     }
@@ -77,3 +87,12 @@ def test_examples_say_what_why_evidence_dollars_deadline_and_how_to_snooze() -> 
     assert json.loads(buttons[0]["value"]) == {
         "a": "snooze", "p": "idle-gpu", "pr": "aws", "i": "i-0f3a9c2e71b4d5a60", "for": "1h"}
     assert "&lt;" in email  # "< 5%" escaped: the HTML template autoescapes
+
+
+def test_clicked_example_says_who_did_what_and_has_no_buttons_left() -> None:
+    clicked = json.loads((EXAMPLES / "slack-idle-warning-clicked.json").read_text())
+    assert clicked["replace_original"] is True
+    assert not [b for b in clicked["blocks"] if b["type"] == "actions"]
+    outcome = json.dumps(clicked["blocks"][-1])
+    assert "<@U0ANA0001>" in outcome and "<@U0BO000002>" in outcome
+    assert "$32.77/h" in json.dumps(clicked["blocks"])
