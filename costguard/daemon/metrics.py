@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from sqlalchemy import func, select
 from sqlmodel import Session, col
 
+from costguard.alerts.tables import AlertDeliveryRow
 from costguard.store.tables import (
     AlertRow,
     CostIntervalRow,
@@ -24,6 +25,8 @@ from costguard.store.tables import (
     PolicyStateRow,
 )
 
+# AlertDeliveryRow statuses (alerts/tables.py); each exported, 0 when none
+DELIVERY_STATUSES = ("pending", "sending", "held", "sent", "digested", "failed", "unconfirmed")
 STAGE_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
@@ -60,6 +63,9 @@ class DaemonMetrics:
                                ["policy", "action"], registry=r)
         self.alerts = Gauge("costguard_alerts", "Alerts in the outbox, by status.", ["status"],
                             registry=r)
+        self.deliveries = Gauge(
+            "costguard_alert_deliveries", "Alert messages per recipient and channel, by "
+            "delivery status (pending, failed, unconfirmed ...).", ["status"], registry=r)
         self.idle_usd_per_hour = Gauge(
             "costguard_idle_usd_per_hour", "Idle GPU dollars accrued over the last hour.",
             registry=r)
@@ -125,5 +131,11 @@ class DaemonMetrics:
     def refresh_alerts(self, session: Session) -> None:
         counts: dict[str, int] = {str(k): int(v) for k, v in session.execute(
             select(col(AlertRow.status), func.count()).group_by(col(AlertRow.status))).all()}
-        for status in ("pending", "failed", "sent"):
+        for status in ("pending", "routed", "failed", "sent"):
             self.alerts.labels(status).set(counts.get(status, 0))
+        # routed alerts live on as deliveries: pending, failed and unconfirmed ones are there
+        deliveries: dict[str, int] = {str(k): int(v) for k, v in session.execute(
+            select(col(AlertDeliveryRow.status), func.count())
+            .group_by(col(AlertDeliveryRow.status))).all()}
+        for status in DELIVERY_STATUSES:
+            self.deliveries.labels(status).set(deliveries.get(status, 0))

@@ -1,0 +1,44 @@
+"""/metrics gauges read from the store: alerts and their deliveries by status."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+
+from costguard.alerts.outbox import enqueue
+from costguard.alerts.tables import AlertDeliveryRow
+from costguard.daemon.metrics import DELIVERY_STATUSES, DaemonMetrics
+from costguard.store.db import Database
+from tests.daemon.daemon_helpers import START
+
+
+@pytest.fixture
+def db(db_url: str) -> Iterator[Database]:
+    database = Database(db_url)
+    yield database
+    database.dispose()
+
+
+def _gauge(metrics: DaemonMetrics, name: str) -> dict[str, float]:
+    (family,) = [m for m in metrics.registry.collect() if m.name == name]
+    return {s.labels["status"]: s.value for s in family.samples}
+
+
+def test_failed_and_unconfirmed_deliveries_of_routed_alerts_are_exported(db: Database) -> None:
+    with db.session() as s:
+        enqueue(s, dedupe_key="a1", kind="idle-warning", subject="idle", body="b", now=START)
+        enqueue(s, dedupe_key="a2", kind="idle-warning", subject="idle", body="b", now=START)
+        for i, status in enumerate(["pending", "failed", "failed", "unconfirmed", "sent"]):
+            s.add(AlertDeliveryRow(dedupe_key=f"d{i}", alert_id=1, channel="slack",
+                                   target="#finops", status=status, created_at=START,
+                                   next_attempt_at=START + timedelta(minutes=i)))
+    metrics = DaemonMetrics()
+    with db.session() as s:
+        metrics.refresh_alerts(s)
+    deliveries = _gauge(metrics, "costguard_alert_deliveries")
+    assert set(deliveries) == set(DELIVERY_STATUSES)
+    assert deliveries["failed"] == 2 and deliveries["unconfirmed"] == 1
+    assert deliveries["pending"] == 1 and deliveries["sent"] == 1 and deliveries["held"] == 0
+    assert _gauge(metrics, "costguard_alerts")["pending"] == 2
