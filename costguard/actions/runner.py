@@ -377,8 +377,8 @@ class ActionRunner:
         quote = stopped_cost(inst) if stopped_cost is not None else None
         lines = [f"While stopped it still costs ${quote.usd_per_hour:,.4f}/h ({quote.source})."
                  if quote is not None else
-                 f"Its attached disks are still billed while it is stopped (costguard does not "
-                 f"read disk sizes from {inst.provider} yet)."]
+                 f"Its attached disks are still billed while it is stopped (their cost could "
+                 f"not be read from {inst.provider})."]
         term = policy.terminate_action
         if term is not None:
             lines.append(f"If it stays stopped for {format_duration(term.after_stopped)} it "
