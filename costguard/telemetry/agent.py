@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 import httpx
 
@@ -39,6 +39,12 @@ class Sampler(Protocol):
     def sample(self) -> list[NvmlSample]: ...
 
 
+class Publisher(Protocol):
+    """Where buffered summaries go: the daemon (`Pusher`) or CloudWatch (CloudWatchPusher)."""
+
+    def flush(self) -> FlushResult: ...
+
+
 @dataclass(frozen=True)
 class AgentSettings:
     """Everything `costguard agent` is configured with (see docs/agent.md)."""
@@ -61,6 +67,9 @@ class AgentSettings:
     self_stop_grace: timedelta = timedelta(minutes=5)
     idle_below: float = 5.0
     signal: SignalChoice = "auto"
+    publish_to: Literal["daemon", "cloudwatch"] = "daemon"
+    cloudwatch_namespace: str = "CWAgent"
+    cloudwatch_region: str | None = None  # else the instance's own region (from metadata)
 
 
 @dataclass
@@ -144,6 +153,7 @@ class Agent:
         buffer: DiskBuffer | None = None,
         recorder: TraceWriter | None = None,
         self_stop: SelfStop | None = None,
+        publisher: Callable[[DiskBuffer], Publisher] | None = None,
     ) -> None:
         self.settings = settings
         self.identity = identity
@@ -155,7 +165,7 @@ class Agent:
             max_records=settings.buffer_max_records,
             max_bytes=settings.buffer_max_bytes,
         )
-        self.pusher = Pusher(
+        self.pusher: Publisher = publisher(self.buffer) if publisher else Pusher(
             client, settings.url, settings.token, self.buffer, batch_size=settings.batch_size
         )
         self._recorder = recorder

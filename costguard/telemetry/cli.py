@@ -40,6 +40,13 @@ def agent(
     self_stop_grace: Annotated[str, typer.Option(help="Warning before a self-stop.")] = "5m",
     idle_below: Annotated[float, typer.Option(help="Idle threshold, percent.")] = 5.0,
     signal: Annotated[Literal["auto", "sm_active", "util_gpu"], typer.Option()] = "auto",
+    publish_to: Annotated[Literal["daemon", "cloudwatch"], typer.Option(
+        help="daemon: POST to --url. cloudwatch: PutMetricData in the CloudWatch agent's "
+        "layout, which the daemon's AWS provider reads (EC2 only; needs "
+        "cloudwatch:PutMetricData).")] = "daemon",
+    cloudwatch_namespace: Annotated[str, typer.Option()] = "CWAgent",
+    cloudwatch_region: Annotated[str | None, typer.Option(
+        help="Else the instance's region from metadata.")] = None,
 ) -> None:
     """Run the GPU agent (the default when no sub-command is given)."""
     if ctx.invoked_subcommand is not None:
@@ -59,7 +66,8 @@ def agent(
             record_path=record,
             self_stop_after=parse_duration(self_stop_after) if self_stop_after else None,
             self_stop_grace=parse_duration(self_stop_grace), idle_below=idle_below,
-            signal=signal,
+            signal=signal, publish_to=publish_to, cloudwatch_namespace=cloudwatch_namespace,
+            cloudwatch_region=cloudwatch_region,
         )
         run_agent(settings)
     except CostguardError as exc:

@@ -23,9 +23,10 @@ from costguard.clock import Clock, SystemClock
 from costguard.errors import ConfigError
 from costguard.model import GpuSignal
 from costguard.policy.base import duration_arg
-from costguard.telemetry.agent import Agent, AgentSettings, Sampler
+from costguard.telemetry.agent import Agent, AgentSettings, Publisher, Sampler
+from costguard.telemetry.buffer import DiskBuffer
 from costguard.telemetry.classify import SignalChoice, classify
-from costguard.telemetry.identity import resolve_identity
+from costguard.telemetry.identity import Identity, resolve_identity
 from costguard.telemetry.nvml import NvmlSampler
 from costguard.telemetry.selfstop import SelfStop, stop_this_instance, wall
 from costguard.telemetry.summary import summarize_windows, window_start
@@ -146,9 +147,10 @@ def run_agent(
     stop: Callable[[], None] | None = None,
     warn: Callable[[str], None] = wall,
     max_ticks: int | None = None,
+    cloudwatch_client: Any = None,
 ) -> Agent:
     """Run the agent until SIGTERM/SIGINT (or `max_ticks`); returns it for inspection."""
-    if not settings.url or not settings.token:
+    if settings.publish_to == "daemon" and (not settings.url or not settings.token):
         raise ConfigError(
             "the agent needs the daemon URL and token: --url http://HOST:PORT and "
             "COSTGUARD_AGENT_TOKEN (the daemon's agent token)"
@@ -196,6 +198,7 @@ def run_agent(
                 sleep=sleep,
                 recorder=recorder,
                 self_stop=self_stop,
+                publisher=_publisher(settings, identity, cloudwatch_client),
             )
             previous = _stop_on_signals(agent)
             log.info(
@@ -212,6 +215,29 @@ def run_agent(
                 record_file.close()
             if owned:
                 owned.close()
+
+
+def _publisher(settings: AgentSettings, identity: Identity,
+               client: Any) -> Callable[[DiskBuffer], Publisher] | None:
+    """None for the daemon (the agent's default Pusher); CloudWatch when asked for."""
+    if settings.publish_to != "cloudwatch":
+        return None
+    from costguard.telemetry.cloudwatch import CloudWatchPusher
+
+    if client is None:
+        if identity.provider != "aws":
+            raise ConfigError("--publish-to cloudwatch needs an EC2 instance "
+                              f"(this one is {identity.provider}:{identity.instance_id})")
+        region = settings.cloudwatch_region or identity.region
+        if not region:
+            raise ConfigError("no region for CloudWatch: pass --cloudwatch-region "
+                              "(instance metadata gave no availability zone)")
+        import boto3  # only in this mode: the daemon-push agent never loads it
+
+        client = boto3.client("cloudwatch", region_name=region)
+    chosen = client
+    return lambda buffer: CloudWatchPusher(chosen, buffer,
+                                           namespace=settings.cloudwatch_namespace)
 
 
 def _stop_on_signals(agent: Agent) -> dict[int, Any]:
