@@ -2,20 +2,30 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import logging
+import time
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlencode
 
+import httpx
 import pytest
+from starlette.applications import Starlette
 from typer.testing import CliRunner
 
 from costguard.alerts.commands import alerts_app
 from costguard.alerts.dispatcher import Dispatcher
+from costguard.alerts.interactive import journal_actions, slack_routes
 from costguard.alerts.settings import AlertsSettings
+from costguard.clock import ManualClock
 from costguard.errors import ConfigError
 from costguard.store.db import Database
 from tests.alerts.fakes import (
     BOT_TOKEN,
+    RESPONSE_PATH,
     SMTP_PASSWORD,
     WEBHOOK_PATH,
     Mailbox,
@@ -25,7 +35,15 @@ from tests.alerts.fakes import (
     serve,
     smtp_server,
 )
-from tests.alerts.helpers import T0, deliveries, idle_warning, slack_bot, slack_webhook, smtp
+from tests.alerts.helpers import (
+    T0,
+    deliveries,
+    idle_warning,
+    seed_warned_instance,
+    slack_bot,
+    slack_webhook,
+    smtp,
+)
 
 SIGNING = "signing-SECRET-abcdef"
 SECRETS = (BOT_TOKEN, SMTP_PASSWORD, WEBHOOK_PATH.rsplit("/", 1)[-1], SIGNING)
@@ -97,3 +115,35 @@ def test_inline_secret_and_file_together_are_refused() -> None:
         AlertsSettings.model_validate({"email": {
             "host": "h", "from_addr": "c@example.com", "password": "x",
             "password_file": "/run/secrets/pw"}})
+
+
+def test_a_clicks_response_url_is_never_logged_even_when_the_update_fails(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    db = Database(f"sqlite:///{tmp_path / 'c.db'}")
+    seed_warned_instance(db)
+    app = Starlette(routes=slack_routes(SIGNING, journal_actions(
+        db, ManualClock(T0), timedelta(hours=24))))
+    down = f"http://127.0.0.1:{free_port()}{RESPONSE_PATH}"  # nobody listening
+    with serve(app, free_port()) as base:
+        value = {"a": "snooze", "p": "idle-gpu", "pr": "sim", "i": "i-0abc000000000000",
+                 "for": "1h"}
+        payload = {"type": "block_actions", "user": {"id": "U0ANA0001"}, "response_url": down,
+                   "message": {"text": "t", "blocks": [{"type": "section", "text": {
+                       "type": "mrkdwn", "text": "x"}}]},
+                   "actions": [{"action_id": "costguard_x", "value": json.dumps(value)}]}
+        body = urlencode({"payload": json.dumps(payload)}).encode()
+        ts = str(int(time.time()))
+        sig = hmac.new(SIGNING.encode(), f"v0:{ts}:".encode() + body, hashlib.sha256)
+        resp = httpx.post(f"{base}/slack/actions", content=body, headers={
+            "X-Slack-Request-Timestamp": ts, "X-Slack-Signature": f"v0={sig.hexdigest()}",
+            "Content-Type": "application/x-www-form-urlencoded"})
+        assert resp.status_code == 200
+        for _ in range(500):  # the update runs after the answer
+            if "could not update the Slack message" in caplog.text:
+                break
+            time.sleep(0.01)
+    db.dispose()
+    assert "could not update the Slack message" in caplog.text
+    assert "responseSECRET77" not in caplog.text
+    assert SIGNING not in caplog.text
