@@ -439,9 +439,9 @@ def _row(backend: str, batch: int, run: IngestRun, number: int) -> dict[str, obj
     f"with its own keep-alive connection (stdlib http.client), {INGEST_SECONDS:.0f} s per row, "
     "every summary a new key. Batch 8 = one 8-GPU host's minute (what an agent sends every "
     "minute); 480 = its hour (a replay after an outage). Each (store, batch) runs "
-    f"{INGEST_RUNS} times. Client and server share the machine's cores, and so did other "
-    "engineers' work when these figures were taken (load_1m_before: the 1-minute load "
-    "average just before the row; above `cores` means the server was not getting a whole "
+    f"{INGEST_RUNS} times. Client and server share the machine's cores, and the machine is "
+    "shared with other engineers' tests and benchmarks (load_1m_before: the 1-minute load "
+    "average just before the row; near or above `cores`, the server was not getting a whole "
     "core). summaries_per_server_cpu_s is the server's cost whatever the load. PostgreSQL is "
     "the suite's throwaway server (fsync off); SQLite is WAL, synchronous=NORMAL. "
     "Target: >= 1,000 summaries/s on 2 cores."))
