@@ -8,7 +8,6 @@ from typing import Annotated, Literal
 
 import typer
 
-from costguard.cli_common import fail as _fail
 from costguard.errors import CostguardError
 
 agent_app = typer.Typer(
@@ -17,6 +16,15 @@ agent_app = typer.Typer(
     "Example: COSTGUARD_AGENT_TOKEN=... costguard agent --url http://costguard:8787",
     invoke_without_command=True,
 )
+
+
+def _fail(message: object) -> typer.Exit:
+    """The shared `error: MESSAGE` report, imported only on failure: costguard.cli_common
+    loads the settings (every provider, boto3), ~30 MB the agent-only entry point must not
+    carry (agent-overhead in BENCHMARKS.md)."""
+    from costguard.cli_common import fail
+
+    return fail(message)
 
 
 @agent_app.callback()

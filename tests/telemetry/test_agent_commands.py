@@ -178,3 +178,17 @@ def test_run_agent_off_the_cloud_without_identity_is_a_config_error(tmp_path: Pa
     )
     with pytest.raises(ConfigError, match="--instance-id"):
         run_agent(settings)
+
+
+def test_the_agent_alone_loads_neither_boto3_nor_the_daemon_settings():
+    """costguard-agent stays small (BENCHMARKS.md agent-overhead): the AWS SDK and the full
+    settings come in only when asked for (--publish-to cloudwatch, or an error report)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, costguard.telemetry.cli, costguard.telemetry.commands; "
+            "print(sorted(m for m in ('boto3', 'botocore', 'costguard.config') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.strip() == "[]"
