@@ -57,3 +57,18 @@ def completed(session: Session, key: str) -> bool:
     stmt = select(ActionJournalRow.id).where(
         ActionJournalRow.key == key, col(ActionJournalRow.status).in_(["done", "dry-run"]))
     return session.exec(stmt).first() is not None
+
+
+def failed(session: Session, action: str, *, since: datetime) -> list[ActionJournalRow]:
+    """Calls that reported failure; one may still have taken effect (a timeout after EC2
+    accepted the stop), which only the next inventory can tell."""
+    return list(session.exec(select(ActionJournalRow).where(
+        ActionJournalRow.status == "failed", ActionJournalRow.action == action,
+        col(ActionJournalRow.dry_run).is_(False), col(ActionJournalRow.intent_at) >= since,
+    ).order_by(col(ActionJournalRow.id))))
+
+
+def episode_of(key: str) -> int:
+    """The episode a journal key belongs to (its last field)."""
+    tail = key.rsplit("|", 1)[-1]
+    return int(tail) if tail.isdigit() else -1

@@ -45,6 +45,8 @@ log = logging.getLogger("costguard.act")
 
 FaultHook = Callable[[str], None]  # called at named points; tests crash the cycle there
 Ref = tuple[str, str]
+# a failed stop older than this has been retried (or cleared) by the state machine since
+RECONCILE_FAILED_WITHIN = timedelta(days=2)
 
 
 @dataclass
@@ -104,6 +106,34 @@ class ActionRunner:
                         from costguard.store.inventory import to_instance
                         self._action_alert(s, row.policy, to_instance(inst_row), st.episode,
                                            "stopped", f"stopped ({row.detail or 'idle'})", now)
+            self._reconcile_failed_stops(s, now, stats)
+
+    def _reconcile_failed_stops(self, s: Session, now: datetime, stats: ActStats) -> None:
+        """A stop that raised may still have taken effect: when inventory now shows the
+        instance stopped while its episode still waits on that stop, journal it as done
+        (a second row: the failure stays on record) and tell the owner, once."""
+        for row in journal.failed(s, "stop", since=now - RECONCILE_FAILED_WITHIN):
+            st = s.get(PolicyStateRow, (row.policy, row.provider, row.instance_id))
+            if (st is None or st.state != "warned"
+                    or st.episode != journal.episode_of(row.key)
+                    or journal.completed(s, row.key)):
+                continue
+            inst_row = s.get(InstanceRow, (row.provider, row.instance_id))
+            if inst_row is None or inst_row.state not in ("stopped", "stopping"):
+                continue  # still running: the state machine retries the stop
+            from costguard.store.inventory import to_instance
+            inst = to_instance(inst_row)
+            journal.record(s, key=row.key, cycle_id=row.cycle_id, policy=row.policy, inst=inst,
+                           action="stop", dry_run=False, status="done",
+                           detail=f"reconciled: the call failed ({row.detail}) but inventory "
+                                  f"shows the instance {inst_row.state}",
+                           usd_per_hour=row.usd_per_hour, now=now)
+            st.state, st.since, st.deadline = "acted", now, None
+            s.add(st)
+            stats.reconciled += 1
+            self._action_alert(s, row.policy, inst, st.episode, "stopped",
+                               "stopped (the call reported an error; inventory confirms it)",
+                               now)
 
     # -- the state machine ----------------------------------------------------------------
     def run(self, policies: Sequence[Policy], findings: Sequence[Finding], now: datetime,

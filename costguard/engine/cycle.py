@@ -23,6 +23,7 @@ from costguard.costs.attribution import Attributor
 from costguard.costs.budgets import check_budgets
 from costguard.costs.pricing import PriceCatalog, PriceOverrides
 from costguard.engine.collect import collect
+from costguard.errors import ProviderError
 from costguard.model import GpuMinute, Instance, InstanceState, TelemetrySource
 from costguard.policy.evaluate import Finding, evaluate
 from costguard.policy.schema import PolicySet
@@ -147,10 +148,21 @@ class Engine:
                       and (i.provider, i.instance_id) not in agent]
             readings: list[GpuMinute] = []
             if wanted and start < now:
-                readings = provider.gpu_metrics(wanted, start, now)
+                try:
+                    readings = provider.gpu_metrics(wanted, start, now)
+                except ProviderError as exc:
+                    # no readings is "no data", never "idle": record the gap, keep going, and
+                    # leave the watermark so the next cycle asks for this span again
+                    log.warning("telemetry gap: %s", exc)
+                    summary.gaps.append({"provider": name, "scope": f"{exc.scope} metrics",
+                                         "error": str(exc)})
+                    continue
+            # a cloud's metrics arrive late: ask for the last `metrics_settle` again next time
+            settle: timedelta = getattr(provider, "metrics_settle", timedelta(0))
+            until = max(start, now - settle) if wanted else now
             with self.db.session() as s:
                 summary.readings += write_minutes(s, readings)
-                control.put(s, key, now.isoformat(), now)
+                control.put(s, key, until.isoformat(), now)
             self._fed |= self.window.add(readings)
 
     def _longest_idle_window(self) -> timedelta:

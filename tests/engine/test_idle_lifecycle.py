@@ -7,7 +7,7 @@ from datetime import timedelta
 from sqlmodel import select
 
 from costguard.clock import ManualClock
-from costguard.model import InstanceState
+from costguard.model import ActionResult, Instance, InstanceState
 from costguard.store.db import Database
 from costguard.store.tables import ActionJournalRow, AlertRow, CostIntervalRow, PolicyStateRow
 from tests.engine.conftest import EngineFactory, run_for
@@ -180,3 +180,66 @@ def test_stopped_instance_stops_accruing(
         total = sum(r.cost_micros for r in s.exec(select(CostIntervalRow)))
     assert total == 900_000  # 15 minutes at $3.60/h: nothing after the stop
 
+
+
+def test_metrics_outage_is_a_gap_and_never_idle(
+    make_engine: EngineFactory, cloud: ScriptedCloud, clock: ManualClock
+) -> None:
+    from costguard.errors import ProviderError
+
+    cloud.add("i-idle", always("no_process"))
+
+    def down(*args: object) -> list[object]:
+        raise ProviderError("sim", "111111111111/us-east-1", "metrics endpoint unreachable")
+
+    cloud.gpu_metrics = down  # type: ignore[method-assign,assignment]
+    engine = make_engine()
+    summary = engine.run_cycle()  # the cycle completes
+    assert [g["scope"] for g in summary.gaps] == ["111111111111/us-east-1 metrics"]
+    run_for(engine, clock, timedelta(hours=2))
+    assert cloud.calls["stop"] == 0  # no readings is no data, never idle
+
+
+def _stop_raising(cloud: ScriptedCloud, *, took_effect: bool, times: int = 1) -> None:
+    from costguard.errors import ProviderError
+
+    real = cloud.stop
+    failures = [times]
+
+    def stop(instance: Instance, *, dry_run: bool) -> ActionResult:
+        if failures[0] > 0 and not dry_run:
+            failures[0] -= 1
+            if took_effect:
+                real(instance, dry_run=False)  # the cloud stopped it; the answer was lost
+            raise ProviderError("sim", "111111111111/us-east-1", "read timeout")
+        return real(instance, dry_run=dry_run)
+
+    cloud.stop = stop  # type: ignore[method-assign]
+
+
+def test_a_stop_that_failed_but_took_effect_is_reconciled_as_done_once(
+    make_engine: EngineFactory, cloud: ScriptedCloud, clock: ManualClock, db: Database
+) -> None:
+    cloud.add("i-idle", always("no_process"))
+    _stop_raising(cloud, took_effect=True)
+    run_for(make_engine(), clock, timedelta(hours=1))
+    assert cloud.instances["i-idle"].state is InstanceState.STOPPED
+    assert cloud.calls["stop"] == 1  # never called again: inventory showed it stopped
+    stops = [(j.status, j.detail.split(":")[0]) for j in _journal(db) if j.action == "stop"]
+    assert stops == [("failed", "sim 111111111111/us-east-1"), ("done", "reconciled")]
+    assert len([a for a in _alerts(db) if a.kind == "action"]) == 1  # the owner is told once
+    with db.session() as s:
+        st = s.exec(select(PolicyStateRow).where(PolicyStateRow.instance_id == "i-idle")).one()
+    assert st.state == "acted"
+
+
+def test_a_stop_that_failed_without_effect_is_retried_until_done(
+    make_engine: EngineFactory, cloud: ScriptedCloud, clock: ManualClock, db: Database
+) -> None:
+    cloud.add("i-idle", always("no_process"))
+    _stop_raising(cloud, took_effect=False, times=2)
+    run_for(make_engine(), clock, timedelta(hours=1))
+    assert cloud.instances["i-idle"].state is InstanceState.STOPPED
+    assert cloud.calls["stop"] == 1  # the two failures never reached the cloud
+    assert [j.status for j in _journal(db) if j.action == "stop"] == ["failed", "failed", "done"]
+    assert len([a for a in _alerts(db) if a.kind == "action"]) == 1
