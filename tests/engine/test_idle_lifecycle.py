@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from sqlmodel import select
 
@@ -243,3 +244,26 @@ def test_a_stop_that_failed_without_effect_is_retried_until_done(
     assert cloud.calls["stop"] == 1  # the two failures never reached the cloud
     assert [j.status for j in _journal(db) if j.action == "stop"] == ["failed", "failed", "done"]
     assert len([a for a in _alerts(db) if a.kind == "action"]) == 1
+
+
+def test_cloud_metrics_are_asked_again_for_their_settle_window(
+    make_engine: EngineFactory, cloud: ScriptedCloud, clock: ManualClock
+) -> None:
+    from datetime import datetime
+
+    cloud.add("i-busy", always("busy"))
+    asked: list[tuple[datetime, datetime]] = []
+    real = cloud.gpu_metrics
+
+    def record(instances: Any, start: datetime, end: datetime) -> Any:
+        asked.append((start, end))
+        return real(instances, start, end)
+
+    cloud.gpu_metrics = record  # type: ignore[method-assign]
+    cloud.metrics_settle = timedelta(minutes=10)  # type: ignore[attr-defined]
+    engine = make_engine()
+    engine.run_cycle()
+    clock.advance(timedelta(minutes=5))
+    engine.run_cycle()
+    (_, first_end), (second_start, _) = asked
+    assert second_start == first_end - timedelta(minutes=10)  # late points are fetched again
