@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from sqlmodel import Session, select
 
 from costguard.actions import journal
+from costguard.actions.batch import BatchStop, BatchTags
 from costguard.actions.lifecycle import AfterStop
 from costguard.actions.messages import label, notice, recipients, render, warning
 from costguard.actions.safety import (
@@ -79,6 +80,7 @@ class ActionRunner:
         self.safety = safety or SafetySettings()
         self.budget = CycleBudget(None, None)
         self._changed_at: dict[Ref, datetime] = {}
+        self._tags = BatchTags(self)  # tag requests of batch-capable providers
 
     # -- recovery ---------------------------------------------------------------------
     def reconcile(self, now: datetime, stats: ActStats) -> None:
@@ -200,6 +202,7 @@ class ActionRunner:
                     st.state, st.since, st.deadline = "cleared", now, None
                     s.add(st)
                     stats.cleared[policy.name] += 1
+            self._tags.flush(s, now, cycle_id, stats)  # batched tags, inside the session
         if due:
             self._act_on_due(policy, due, now, cycle_id, stats)
 
@@ -304,6 +307,9 @@ class ActionRunner:
                             deadline=stamp) for k, v in action.set_.items()}
         dry = not policy.is_enforced
         key = journal.journal_key(policy.name, f.instance, "tag", st.episode)
+        if self._tags.wants(self.providers[f.instance.provider]):
+            self._tags.add(policy.name, f, key, tags, tuple(action.remove), dry)
+            return
         try:
             result = self.providers[f.instance.provider].set_tags(
                 f.instance, tags, remove=tuple(action.remove), dry_run=dry)
@@ -327,8 +333,7 @@ class ActionRunner:
             self.refuse(policy, [(f.instance, st.episode, f.usd_per_hour) for f, st in due],
                         "stop", verdict, now, cycle_id, stats)
             return
-        for f, st in due:
-            self._stop(policy, f, st, now, cycle_id, stats)
+        BatchStop(self).run(policy, due, now, cycle_id, stats)  # one by one where it must
 
     def refuse(self, policy: Policy, due: Sequence[tuple[Instance, int, float]], action: str,
                verdict: CapVerdict, now: datetime, cycle_id: int | None,

@@ -91,6 +91,10 @@ def snooze_limit(requested: datetime, started: datetime, max_snooze: timedelta |
     return min(requested, started + max_snooze)
 
 
+# a launch time read back from the store may differ from the cloud's by sub-second rounding
+_SAME_LAUNCH = timedelta(seconds=1)
+
+
 def recheck(provider: object, inst: Instance, now: datetime,
             want: InstanceState = InstanceState.RUNNING) -> tuple[Instance, str | None]:
     """Ask the provider for the instance as it is now, right before acting on it.
@@ -106,17 +110,30 @@ def recheck(provider: object, inst: Instance, now: datetime,
         fresh = describe(inst)
     except ProviderError as exc:
         return inst, f"could not re-check the instance: {exc}"
+    assert fresh is None or isinstance(fresh, Instance)
+    return (fresh or inst), skip_reason(inst, fresh, now, want)
+
+
+def skip_reason(last_seen: Instance, fresh: Instance | None, now: datetime,
+            want: InstanceState = InstanceState.RUNNING) -> str | None:
+    """Why an action on `last_seen` must not go ahead now that the cloud shows `fresh`
+    (None: gone), or None when it may. The one re-check rule, per instance or batched."""
     if fresh is None:
-        return inst, "the instance no longer exists"
-    assert isinstance(fresh, Instance)
+        return "the instance no longer exists"
+    if fresh.instance_type != last_seen.instance_type:
+        return (f"changed meanwhile: type is now {fresh.instance_type} "
+                f"(was {last_seen.instance_type})")
+    if abs(utc(fresh.launch_time) - utc(last_seen.launch_time)) > _SAME_LAUNCH:
+        return (f"changed meanwhile: relaunched at {utc(fresh.launch_time).isoformat()} "
+                f"(was {utc(last_seen.launch_time).isoformat()})")
     if fresh.state is not want:
-        return fresh, f"the instance is now {fresh.state}, not {want}"
+        return f"the instance is now {fresh.state}, not {want}"
     if is_protected(fresh):
-        return fresh, f"{PROTECT_TAG} was set since the last inventory"
+        return f"{PROTECT_TAG} was set since the last inventory"
     until = snoozed_until(fresh)
     # a snooze tag already in inventory was weighed (and maybe cut to max_snooze) by the
     # state machine; only a new or changed one stops the call here
-    renewed = fresh.tags.get(SNOOZE_TAG) != inst.tags.get(SNOOZE_TAG)
+    renewed = fresh.tags.get(SNOOZE_TAG) != last_seen.tags.get(SNOOZE_TAG)
     if renewed and until is not None and until > now:
-        return fresh, f"{SNOOZE_TAG} was set since the last inventory ({until.isoformat()})"
-    return fresh, None
+        return f"{SNOOZE_TAG} was set since the last inventory ({until.isoformat()})"
+    return None

@@ -14,6 +14,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cache
+from typing import TYPE_CHECKING
 
 from costguard.clock import Clock
 from costguard.errors import InstanceNotFound
@@ -31,26 +33,29 @@ from costguard.model import (
 from costguard.providers.sim_settings import SimSettings
 from costguard.telemetry.summary import sim_minute
 
-# type: (gpu count, gpu model, GiB per GPU, on-demand USD/h in us-east-1 list prices)
-SIM_TYPES: dict[str, tuple[int, str | None, int | None, float]] = {
-    "p5.48xlarge": (8, "H100", 80, 98.32),
-    "p4d.24xlarge": (8, "A100", 40, 32.77),
-    "p3.2xlarge": (1, "V100", 16, 3.06),
-    "g5.xlarge": (1, "A10G", 24, 1.006),
-    "g5.12xlarge": (4, "A10G", 24, 5.672),
-    "g6.xlarge": (1, "L4", 24, 0.8048),
-    "g4dn.xlarge": (1, "T4", 16, 0.526),
-    "m5.large": (0, None, None, 0.096),
-    "c5.xlarge": (0, None, None, 0.17),
-    "r5.2xlarge": (0, None, None, 0.504),
+if TYPE_CHECKING:
+    from costguard.providers.aws.pricing import OnDemandTable
+
+# type: (gpu count, gpu model, GiB per GPU). Prices: the shipped AWS on-demand table
+# (providers/aws/data/ec2_gpu_prices.json), see sim_price().
+SIM_TYPES: dict[str, tuple[int, str | None, int | None]] = {
+    "p5.48xlarge": (8, "H100", 80),
+    "p4d.24xlarge": (8, "A100", 40),
+    "p3.2xlarge": (1, "V100", 16),
+    "g5.xlarge": (1, "A10G", 24),
+    "g5.12xlarge": (4, "A10G", 24),
+    "g6.xlarge": (1, "L4", 24),
+    "g4dn.xlarge": (1, "T4", 16),
+    "m5.large": (0, None, None),
+    "c5.xlarge": (0, None, None),
+    "r5.2xlarge": (0, None, None),
 }
 GPU_WEIGHTS = {"p5.48xlarge": 3, "p4d.24xlarge": 8, "p3.2xlarge": 10, "g5.xlarge": 25,
                "g5.12xlarge": 12, "g6.xlarge": 12, "g4dn.xlarge": 20}
 CPU_TYPES = ["m5.large", "c5.xlarge", "r5.2xlarge"]
 SPOT_DISCOUNT = 0.35  # spot price as a share of on-demand
-REGION_PRICE_FACTOR = {"us-east-1": 1.0, "us-west-2": 1.0, "eu-west-1": 1.1}
+BASE_PRICE_REGION = "us-east-1"  # a sim region the AWS table lacks is priced as this one
 DISK_USD_PER_GIB_MONTH = 0.08  # EBS gp3 list price
-PRICE_SOURCE = "sim price table (AWS list prices, us-east-1 base, 2026-11)"
 
 TEAMS = ["research", "ml-platform", "vision", "nlp", "recsys"]
 OWNERS = {
@@ -96,7 +101,8 @@ class SimProvider:
         self._serial = 0
         self._last_launch_check = clock.now()
         self.calls: dict[str, int] = {"list": 0, "metrics": 0, "stop": 0, "start": 0, "tags": 0,
-                                      "describe": 0, "terminate": 0}
+                                      "describe": 0, "terminate": 0, "describe_many": 0,
+                                      "stop_many": 0, "tags_many": 0}
         start = clock.now()
         for _ in range(settings.instances):
             launched = start - timedelta(hours=self._rng.uniform(0.5, 24 * 10))
@@ -109,7 +115,7 @@ class SimProvider:
         gpu = rng.random() < 0.7
         itype = (rng.choices(list(GPU_WEIGHTS), weights=list(GPU_WEIGHTS.values()))[0]
                  if gpu else rng.choice(CPU_TYPES))
-        gpus, model, mem_gib, _ = SIM_TYPES[itype]
+        gpus, model, mem_gib = SIM_TYPES[itype]
         team = rng.choice(TEAMS)
         tags: dict[str, str] = {}
         roll = rng.random()
@@ -295,14 +301,7 @@ class SimProvider:
             return ActionResult(outcome=ActionOutcome.DONE, state_after=host.instance.state)
 
     def price(self, instance: Instance) -> PriceQuote | None:
-        spec = SIM_TYPES.get(instance.instance_type)
-        if spec is None:
-            return None
-        usd = spec[3] * REGION_PRICE_FACTOR.get(instance.region, 1.0)
-        if instance.lifecycle is Lifecycle.SPOT:
-            return PriceQuote(usd_per_hour=round(usd * SPOT_DISCOUNT, 4),
-                              source=f"{PRICE_SOURCE}, spot at {SPOT_DISCOUNT:.0%}")
-        return PriceQuote(usd_per_hour=usd, source=PRICE_SOURCE)
+        return sim_price(instance)
 
     # -- optional capabilities (the act stage checks for them with hasattr) -------------------
     def describe(self, instance: Instance) -> Instance | None:
@@ -313,6 +312,43 @@ class SimProvider:
             if host is None or host.instance.state is InstanceState.TERMINATED:
                 return None
             return host.instance.model_copy(update={"observed_at": self.clock.now()})
+
+    def describe_many(self, instances: Sequence[Instance]) -> dict[str, Instance | None]:
+        """`describe` for many instances in one call (base.Describes)."""
+        with self._lock:
+            self.calls["describe_many"] += 1
+            self.calls["describe"] -= len(instances)  # counted once above, not per instance
+        return {i.instance_id: self.describe(i) for i in instances}
+
+    def stop_many(self, instances: Sequence[Instance], *, dry_run: bool
+                  ) -> dict[str, ActionResult]:
+        """`stop` for many instances in one call (base.BatchActions)."""
+        with self._lock:
+            self.calls["stop_many"] += 1
+            self.calls["stop"] -= len(instances)
+        out: dict[str, ActionResult] = {}
+        for inst in instances:
+            try:
+                out[inst.instance_id] = self.stop(inst, dry_run=dry_run)
+            except InstanceNotFound:
+                out[inst.instance_id] = ActionResult(outcome=ActionOutcome.SKIPPED,
+                                                     detail="no longer exists")
+        return out
+
+    def set_tags_many(self, instances: Sequence[Instance], tags: Mapping[str, str], *,
+                      remove: Sequence[str] = (), dry_run: bool) -> dict[str, ActionResult]:
+        """`set_tags` for many instances in one call (base.BatchActions)."""
+        with self._lock:
+            self.calls["tags_many"] += 1
+            self.calls["tags"] -= len(instances)
+        out: dict[str, ActionResult] = {}
+        for inst in instances:
+            try:
+                out[inst.instance_id] = self.set_tags(inst, tags, remove=remove, dry_run=dry_run)
+            except InstanceNotFound:
+                out[inst.instance_id] = ActionResult(outcome=ActionOutcome.SKIPPED,
+                                                     detail="no longer exists")
+        return out
 
     def terminate(self, instance: Instance, *, snapshot: bool, dry_run: bool) -> ActionResult:
         """Terminate a stopped instance, snapshotting its disk first when asked."""
@@ -351,3 +387,28 @@ class SimProvider:
 
     def profile_of(self, instance_id: str) -> str:
         return self._hosts[instance_id].profile
+
+
+def sim_price(instance: Instance) -> PriceQuote | None:
+    """The sim's list price: the shipped AWS on-demand table for the type in the instance's
+    region (BASE_PRICE_REGION's where the table lacks the region); spot at SPOT_DISCOUNT of
+    it. Never the refreshed Price List prices: the simulated cloud stays reproducible."""
+    if instance.instance_type not in SIM_TYPES:
+        return None
+    table = _aws_shipped_prices()
+    found = (table.lookup(instance.region, instance.instance_type)
+             or table.lookup(BASE_PRICE_REGION, instance.instance_type))
+    if found is None:
+        return None
+    source = f"{found.source}, simulated cloud"
+    if instance.lifecycle is Lifecycle.SPOT:
+        return PriceQuote(usd_per_hour=round(found.usd_per_hour * SPOT_DISCOUNT, 4),
+                          source=f"{source}, spot at {SPOT_DISCOUNT:.0%}")
+    return PriceQuote(usd_per_hour=found.usd_per_hour, source=source)
+
+
+@cache
+def _aws_shipped_prices() -> OnDemandTable:
+    from costguard.providers.aws.pricing import OnDemandTable
+
+    return OnDemandTable()  # its own instance: never updated by a Price List refresh

@@ -31,7 +31,7 @@ from costguard.model import (
     PriceQuote,
     ProviderName,
 )
-from costguard.providers.aws import actions
+from costguard.providers.aws import actions, batch
 from costguard.providers.aws import metrics as cw
 from costguard.providers.aws.gpu_types import GpuTypeCatalog
 from costguard.providers.aws.inventory import HostNames, host_names, read_scope
@@ -324,6 +324,52 @@ class AwsProvider:
         return disks.stopped_cost(ec2, instance)
 
     # -- prices ----------------------------------------------------------------------------
+
+    # -- batched re-check and actions (base.Describes, base.BatchActions) ------------------
+
+    def describe(self, instance: Instance) -> Instance | None:
+        """The instance as EC2 shows it now (None: gone), for `safety.recheck`."""
+        return self.describe_many([instance]).get(instance.instance_id)
+
+    def describe_many(self, instances: Sequence[Instance]) -> dict[str, Instance | None]:
+        """One DescribeInstances per (account, region) chunk of up to 1,000 ids."""
+        out: dict[str, Instance | None] = {}
+        now = self.clock.now()
+        for (account_id, region), members in self._by_scope(instances).items():
+            ec2 = self.clients.ec2(self._account(account_id), region)
+            out |= batch.describe_many(ec2, members, observed_at=now)
+        return out
+
+    def stop_many(
+        self, instances: Sequence[Instance], *, dry_run: bool
+    ) -> dict[str, ActionResult]:
+        return self._per_scope(
+            instances, lambda ec2, members, scope: batch.stop_many(
+                ec2, members, dry_run=dry_run, scope=scope))
+
+    def set_tags_many(
+        self,
+        instances: Sequence[Instance],
+        tags: Mapping[str, str],
+        *,
+        remove: Sequence[str] = (),
+        dry_run: bool,
+    ) -> dict[str, ActionResult]:
+        return self._per_scope(
+            instances, lambda ec2, members, scope: batch.set_tags_many(
+                ec2, members, tags, remove, dry_run=dry_run, scope=scope))
+
+    def _per_scope(self, instances: Sequence[Instance], run: Any) -> dict[str, ActionResult]:
+        out: dict[str, ActionResult] = {}
+        for (account_id, region), members in self._by_scope(instances).items():
+            try:
+                ec2 = self.clients.ec2(self._account(account_id), region)
+            except ProviderError as exc:
+                failed = ActionResult(outcome=ActionOutcome.FAILED, detail=str(exc))
+                out |= dict.fromkeys((i.instance_id for i in members), failed)
+                continue
+            out |= run(ec2, members, f"{account_id}/{region}")
+        return out
 
     def price(self, instance: Instance) -> PriceQuote | None:
         on_demand = self.prices.lookup(instance.region, instance.instance_type)

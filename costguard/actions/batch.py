@@ -1,0 +1,284 @@
+"""The act stage's batched path: the stops and tags of one policy in a few provider calls.
+
+Used for a provider that implements both optional capabilities of `providers.base`
+(`Describes.describe_many`, `BatchActions.stop_many / set_tags_many`); the others keep the
+runner's one-instance-at-a-time path. The guarantees are the per-instance path's:
+
+- stops: every intent is journaled (one transaction) before any provider call; one
+  `describe_many` per (provider, account, region) re-checks them with the same rule as
+  `safety.recheck` (`safety.skip_reason`); one `stop_many` per scope stops those that pass;
+  then every intent is resolved and every policy state updated exactly as `_stop` does.
+  The fault points "after-intent" and "after-call" fire once per batch.
+- tags: requests of one policy with identical tags are collected while the policy's session
+  is open and sent at its end (`BatchTags.flush`, still inside that session, so a crash rolls
+  the whole policy back as before): one `describe_many` (tags on a gone id are skipped, as
+  the per-instance path does) and one `set_tags_many` per scope and tag set.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from sqlmodel import Session, col, select
+
+from costguard.actions import journal
+from costguard.actions.messages import label
+from costguard.actions.safety import skip_reason
+from costguard.errors import ProviderError
+from costguard.model import ActionOutcome, ActionResult, Instance, InstanceState
+from costguard.policy.evaluate import Finding
+from costguard.policy.schema import Policy
+from costguard.providers.base import BatchActions, Describes
+from costguard.store.inventory import set_state
+from costguard.store.tables import ActionJournalRow, PolicyStateRow
+
+if TYPE_CHECKING:
+    from costguard.actions.runner import ActionRunner, ActStats
+
+log = logging.getLogger("costguard.act")
+
+Scope = tuple[str, str, str]  # (provider, account, region)
+_KEYS_PER_QUERY = 500  # bound parameters per IN (...) list
+
+
+def batch_capable(provider: object) -> bool:
+    """Whether the provider re-checks and acts on many instances per call."""
+    return isinstance(provider, Describes) and isinstance(provider, BatchActions)
+
+
+def _scope(inst: Instance) -> Scope:
+    return (inst.provider, inst.account, inst.region)
+
+
+def _by_scope(instances: Sequence[Instance]) -> dict[Scope, list[Instance]]:
+    groups: dict[Scope, list[Instance]] = defaultdict(list)
+    for inst in instances:
+        groups[_scope(inst)].append(inst)
+    return groups
+
+
+def completed_keys(s: Session, keys: Sequence[str]) -> set[str]:
+    """The keys among `keys` whose action is already done (journal.completed, batched)."""
+    found: set[str] = set()
+    for start in range(0, len(keys), _KEYS_PER_QUERY):
+        chunk = list(keys[start : start + _KEYS_PER_QUERY])
+        found.update(s.exec(select(ActionJournalRow.key).where(
+            col(ActionJournalRow.key).in_(chunk),
+            col(ActionJournalRow.status).in_(["done", "dry-run"]))))
+    return found
+
+
+def fresh_states(provider: object, instances: Sequence[Instance]
+                 ) -> dict[str, Instance | ProviderError | None]:
+    """describe_many per scope; a scope that cannot be read maps its ids to the error."""
+    assert isinstance(provider, Describes)
+    out: dict[str, Instance | ProviderError | None] = {}
+    for members in _by_scope(instances).values():
+        try:
+            got = provider.describe_many(members)
+        except ProviderError as exc:
+            out |= dict.fromkeys((i.instance_id for i in members), exc)
+            continue
+        out |= {i.instance_id: got.get(i.instance_id) for i in members}
+    return out
+
+
+@dataclass
+class _Stop:
+    f: Finding
+    st: PolicyStateRow
+    intent_id: int
+    target: Instance
+    why_not: str | None = None
+    result: ActionResult | None = None
+    error: str | None = None
+
+
+class BatchStop:
+    def __init__(self, runner: ActionRunner) -> None:
+        self.r = runner
+
+    def run(self, policy: Policy, due: Sequence[tuple[Finding, PolicyStateRow]],
+            now: datetime, cycle_id: int | None, stats: ActStats) -> None:
+        """Stop the due pairs: batched where the provider can, one by one otherwise."""
+        one_by_one = [(f, st) for f, st in due if not self._batched(f.instance)]
+        for f, st in one_by_one:
+            self.r._stop(policy, f, st, now, cycle_id, stats)
+        batched = [(f, st) for f, st in due if self._batched(f.instance)]
+        if not batched:
+            return
+        stops = self._intents(policy, batched, now, cycle_id)
+        self.r.fault("after-intent")
+        self._recheck(stops, now)
+        self._call(stops, dry_run=not policy.is_enforced)
+        self.r.fault("after-call")
+        self._resolve(policy, stops, now, stats)
+
+    def _batched(self, inst: Instance) -> bool:
+        # the batched calls rely on the re-check before them; without it, the provider's
+        # own per-instance stop checks the state itself
+        return (self.r.safety.recheck_before_acting
+                and batch_capable(self.r.providers[inst.provider]))
+
+    def _intents(self, policy: Policy, due: Sequence[tuple[Finding, PolicyStateRow]],
+                 now: datetime, cycle_id: int | None) -> list[_Stop]:
+        dry = not policy.is_enforced
+        keyed = [(journal.journal_key(policy.name, f.instance, "stop", st.episode), f, st)
+                 for f, st in due]
+        stops: list[_Stop] = []
+        with self.r.db.session() as s:
+            done = completed_keys(s, [k for k, _, _ in keyed])
+            for key, f, st in keyed:
+                if key in done:
+                    continue
+                intent = journal.write_intent(s, key=key, cycle_id=cycle_id, policy=policy.name,
+                                              inst=f.instance, action="stop", dry_run=dry,
+                                              usd_per_hour=f.usd_per_hour, now=now,
+                                              detail=f.reason)
+                stops.append(_Stop(f, st, intent.id or 0, f.instance))
+        return stops
+
+    def _recheck(self, stops: list[_Stop], now: datetime) -> None:
+        by_provider: dict[str, list[_Stop]] = defaultdict(list)
+        for stop in stops:
+            by_provider[stop.f.instance.provider].append(stop)
+        for name, group in by_provider.items():
+            fresh = fresh_states(self.r.providers[name], [x.f.instance for x in group])
+            for stop in group:
+                got = fresh[stop.f.instance.instance_id]
+                if isinstance(got, ProviderError):
+                    stop.why_not = f"could not re-check the instance: {got}"
+                    continue
+                stop.why_not = skip_reason(stop.f.instance, got, now)
+                stop.target = got or stop.f.instance
+
+    def _call(self, stops: list[_Stop], *, dry_run: bool) -> None:
+        groups: dict[Scope, list[_Stop]] = defaultdict(list)
+        for stop in stops:
+            if stop.why_not is None:
+                groups[_scope(stop.target)].append(stop)
+        for (name, _, _), group in groups.items():
+            provider = self.r.providers[name]
+            assert isinstance(provider, BatchActions)
+            try:
+                results = provider.stop_many([x.target for x in group], dry_run=dry_run)
+            except ProviderError as exc:
+                for stop in group:
+                    stop.error = str(exc)
+                continue
+            for stop in group:
+                stop.result = results.get(stop.target.instance_id)
+                if stop.result is None:
+                    stop.error = "the provider returned no result for this instance"
+
+    def _resolve(self, policy: Policy, stops: list[_Stop], now: datetime,
+                 stats: ActStats) -> None:
+        with self.r.db.session() as s:
+            for stop in stops:
+                self._resolve_one(s, policy, stop, now, stats)
+
+    def _resolve_one(self, s: Session, policy: Policy, stop: _Stop, now: datetime,
+                     stats: ActStats) -> None:
+        f = stop.f
+        st = s.merge(stop.st)
+        if stop.why_not is not None:
+            journal.resolve(s, stop.intent_id, "skipped",
+                            f"re-check before stop: {stop.why_not}", now)
+            st.state, st.since, st.deadline = "cleared", now, None
+            s.add(st)
+            stats.skipped[policy.name] += 1
+            log.info("stop %s (%s): skipped: %s", label(f.instance), policy.name, stop.why_not)
+            return
+        result = stop.result
+        status, detail = ((str(result.outcome), result.detail) if result is not None
+                          else ("failed", stop.error or "failed"))
+        journal.resolve(s, stop.intent_id, status, detail or f.reason, now)
+        if status in ("done", "dry-run"):
+            st.state, st.since = "acted", now
+        if status == "done":
+            set_state(s, f.instance, InstanceState.STOPPED, now)
+            self.r._action_alert(s, policy.name, f.instance, st.episode, "stopped", f.reason,
+                                 now, extra=self.r.after_stop_note(policy, f.instance))
+            stats.stopped[policy.name] += 1
+        elif status == "dry-run":
+            stats.dry_run[policy.name] += 1
+        else:
+            stats.skipped[policy.name] += 1
+            if result is not None and result.outcome is ActionOutcome.SKIPPED:
+                st.state, st.since, st.deadline = "cleared", now, None
+        s.add(st)
+        log.info("stop %s (%s): %s %s", label(f.instance), policy.name, status, detail)
+
+
+@dataclass
+class _Tag:
+    policy: str
+    f: Finding
+    key: str
+    tags: dict[str, str]
+    remove: tuple[str, ...]
+    dry: bool
+
+
+class BatchTags:
+    """Tag requests collected during one policy's session, sent at its end."""
+
+    def __init__(self, runner: ActionRunner) -> None:
+        self.r = runner
+        self.pending: list[_Tag] = []
+
+    def wants(self, provider: object) -> bool:
+        return batch_capable(provider)
+
+    def add(self, policy: str, f: Finding, key: str, tags: dict[str, str],
+            remove: tuple[str, ...], dry: bool) -> None:
+        self.pending.append(_Tag(policy, f, key, tags, remove, dry))
+
+    def flush(self, s: Session, now: datetime, cycle_id: int | None, stats: ActStats) -> None:
+        pending, self.pending = self.pending, []
+        groups: dict[tuple[object, ...], list[_Tag]] = defaultdict(list)
+        for req in pending:
+            groups[(*_scope(req.f.instance), tuple(sorted(req.tags.items())), req.remove,
+                    req.dry)].append(req)
+        for group in groups.values():
+            for req, status, detail in self._send(group):
+                journal.record(s, key=req.key, cycle_id=cycle_id, policy=req.policy,
+                               inst=req.f.instance, action="tag", dry_run=req.dry,
+                               status=status, detail=detail,
+                               usd_per_hour=req.f.usd_per_hour, now=now)
+                (stats.dry_run if req.dry else stats.tagged)[req.policy] += 1
+
+    def _send(self, group: list[_Tag]) -> list[tuple[_Tag, str, str]]:
+        first = group[0]
+        provider = self.r.providers[first.f.instance.provider]
+        assert isinstance(provider, BatchActions)
+        fresh = fresh_states(provider, [r.f.instance for r in group])
+        out: list[tuple[_Tag, str, str]] = []
+        alive: list[_Tag] = []
+        for req in group:
+            got = fresh[req.f.instance.instance_id]
+            if isinstance(got, ProviderError):
+                out.append((req, "failed", f"cannot re-check: {got}"))
+            elif got is None:
+                out.append((req, "skipped", f"{req.f.instance.instance_id} no longer exists"))
+            else:
+                alive.append(req)
+        if not alive:
+            return out
+        try:
+            results = provider.set_tags_many([r.f.instance for r in alive], first.tags,
+                                             remove=first.remove, dry_run=first.dry)
+        except ProviderError as exc:
+            return out + [(req, "failed", str(exc)) for req in alive]
+        for req in alive:
+            result = results.get(req.f.instance.instance_id)
+            if result is None:
+                out.append((req, "failed", "the provider returned no result for this instance"))
+            else:
+                out.append((req, str(result.outcome), result.detail or f"set {req.tags}"))
+        return out

@@ -1,0 +1,133 @@
+"""The act stage on AWS (moto): its API calls do not grow with the number of instances."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from aws_helpers import REGION, ProviderFactory, run_instances
+from sqlmodel import select
+
+from costguard.actions.runner import ActionRunner, ActStats
+from costguard.actions.settings import SafetySettings
+from costguard.costs.attribution import Attributor
+from costguard.model import Instance
+from costguard.policy.evaluate import Finding
+from costguard.policy.load import parse_policy_text
+from costguard.policy.schema import Policy
+from costguard.store.db import Database
+from costguard.store.inventory import record_inventory
+from costguard.store.tables import ActionJournalRow
+
+pytestmark = pytest.mark.usefixtures("moto")
+
+POLICY = """\
+policies:
+  - name: idle
+    mode: enforce
+    filters: {gpu: true, state: running}
+    condition: {idle: {below: 5, for: 1h}}
+    actions:
+      - tag: {set: {"costguard:idle-since": "{now}"}}
+      - stop: {grace: 0m}
+    limits: {max_actions_per_cycle: 1000}
+"""
+# not the act stage's own calls: the stopped-cost lookup for the action alert
+# (providers/aws/disks.py, one call per stop: an open item) and the spot prices for the
+# warning's savings line (asked once per scope and cycle, cached by the provider)
+PER_STOP = {"DescribeVolumes", "DescribeSpotPriceHistory"}
+
+
+def _counter(session: boto3.Session) -> Counter[str]:
+    calls: Counter[str] = Counter()
+
+    def seen(model: Any, **_: Any) -> None:
+        calls[model.name] += 1
+
+    session.events.register("before-parameter-build.ec2", seen)
+    return calls
+
+
+def _findings(policy: Policy, instances: list[Instance]) -> list[Finding]:
+    return [Finding(policy=policy, instance=i, holds=True, reason="idle for 1h",
+                    evidence="util_gpu 0%", usd_per_hour=1.0) for i in instances]
+
+
+def _act(db: Database, runner: ActionRunner, policy: Policy, instances: list[Instance],
+         calls: Counter[str]) -> Counter[str]:
+    now = instances[0].observed_at
+    with db.session() as s:
+        record_inventory(s, "aws", instances, now, complete=False)
+    calls.clear()
+    stats: ActStats = runner.run([policy], _findings(policy, instances), now, None)
+    assert stats.stopped["idle"] == len(instances)
+    assert stats.tagged["idle"] == len(instances)
+    return Counter({op: n for op, n in calls.items() if op not in PER_STOP})
+
+
+def test_act_stage_calls_do_not_grow_with_the_fleet(
+    make_provider: ProviderFactory, session: boto3.Session, tmp_path: Path
+) -> None:
+    run_instances(REGION, count=24)
+    calls = _counter(session)
+    provider = make_provider()
+    instances = sorted(provider.list_instances().instances, key=lambda i: i.instance_id)
+    policy = parse_policy_text(POLICY).policies[0]
+    db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
+    runner = ActionRunner(db, {"aws": provider}, Attributor(),
+                          safety=SafetySettings(max_actions_per_cycle=1000,
+                                                max_usd_per_hour_per_cycle=None))
+
+    few = _act(db, runner, policy, instances[:3], calls)
+    many = _act(db, runner, policy, instances[3:], calls)
+
+    # tag: re-check + CreateTags; stop: re-check + StopInstances + verifying describe
+    assert few == many == Counter({"DescribeInstances": 3, "CreateTags": 1, "StopInstances": 1})
+    with db.session() as s:
+        stops = list(s.exec(select(ActionJournalRow).where(ActionJournalRow.action == "stop")))
+        tags = list(s.exec(select(ActionJournalRow).where(ActionJournalRow.action == "tag")))
+    assert sorted(j.status for j in stops) == ["done"] * 24
+    assert sorted(j.status for j in tags) == ["done"] * 24
+    db.dispose()
+
+
+def test_an_instance_changed_meanwhile_is_skipped_and_the_rest_stopped(
+    make_provider: ProviderFactory, session: boto3.Session, tmp_path: Path
+) -> None:
+    run_instances(REGION, count=3)
+    calls = _counter(session)
+    provider = make_provider()
+    first, resized, relaunched = sorted(provider.list_instances().instances,
+                                        key=lambda i: i.instance_id)
+    # what costguard last saw differs from what runs now: a resize and a relaunch
+    seen = [first, resized.model_copy(update={"instance_type": "g5.2xlarge"}),
+            relaunched.model_copy(update={"launch_time": relaunched.launch_time
+                                          - timedelta(minutes=30)})]
+    policy = parse_policy_text(POLICY.replace('      - tag: {set: {"costguard:idle-since": '
+                                              '"{now}"}}\n', "")).policies[0]
+    db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
+    runner = ActionRunner(db, {"aws": provider}, Attributor())
+    with db.session() as s:
+        record_inventory(s, "aws", seen, first.observed_at, complete=False)
+    calls.clear()
+
+    stats = runner.run([policy], _findings(policy, seen), first.observed_at, None)
+
+    assert stats.stopped["idle"] == 1 and stats.skipped["idle"] == 2
+    assert calls["StopInstances"] == 1
+    with db.session() as s:
+        rows = {j.instance_id: j for j in s.exec(
+            select(ActionJournalRow).where(ActionJournalRow.action == "stop"))}
+    assert rows[first.instance_id].status == "done"
+    for inst, why in ((resized, "type is now g5.xlarge"), (relaunched, "relaunched")):
+        assert rows[inst.instance_id].status == "skipped"
+        assert "changed meanwhile" in rows[inst.instance_id].detail
+        assert why in rows[inst.instance_id].detail
+    live = boto3.client("ec2", region_name=REGION).describe_instances(
+        InstanceIds=[resized.instance_id, relaunched.instance_id])
+    assert {r["Instances"][0]["State"]["Name"] for r in live["Reservations"]} == {"running"}
+    db.dispose()
