@@ -22,7 +22,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import grpc  # type: ignore[import-untyped]
-from google.api import metric_pb2, monitored_resource_pb2
 from google.cloud.monitoring_v3.types import common, metric, metric_service
 
 _SERVICE = "google.monitoring.v3.MetricService"
@@ -209,18 +208,19 @@ def _aligned(
 
 
 def _to_proto(s: FakeSeries, points: list[tuple[datetime, float]]) -> metric.TimeSeries:
-    proto_points = []
+    # Built as raw protobuf and wrapped once: proto-plus objects per point made the fake,
+    # not the client, the slowest part of a 3,000-VM benchmark.
+    raw = metric.TimeSeries.pb()()
+    raw.metric.type = s.metric_type
+    raw.metric.labels.update(s.metric_labels)
+    raw.resource.type = "gce_instance"
+    raw.resource.labels.update(s.resource_labels)
     for t, v in points:
-        value = (
-            common.TypedValue(int64_value=int(v))
-            if s.integer
-            else common.TypedValue(double_value=v)
-        )
-        proto_points.append(metric.Point(interval=common.TimeInterval(end_time=t), value=value))
-    return metric.TimeSeries(
-        metric=metric_pb2.Metric(type=s.metric_type, labels=s.metric_labels),
-        resource=monitored_resource_pb2.MonitoredResource(
-            type="gce_instance", labels=s.resource_labels
-        ),
-        points=proto_points,
-    )
+        point = raw.points.add()
+        point.interval.end_time.FromDatetime(t)
+        if s.integer:
+            point.value.int64_value = int(v)
+        else:
+            point.value.double_value = v
+    wrapped: metric.TimeSeries = metric.TimeSeries.wrap(raw)
+    return wrapped
