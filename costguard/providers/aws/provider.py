@@ -71,9 +71,9 @@ class AwsProvider:
         self._spot: dict[tuple[str, str], dict[tuple[str, str], float]] = {}
         self._spot_asked: dict[tuple[str, str], set[str]] = defaultdict(set)
         self._spot_types: dict[tuple[str, str], set[str]] = defaultdict(set)
+        self._volumes: dict[str, list[dict[str, Any]]] = {}  # read by stop_many, for stopped_cost
         self.metric_gaps: list[Gap] = []  # scopes whose metrics could not be read, last call
         self.get_metric_data_calls = 0  # GetMetricData calls made, last gpu/cpu call
-        self._volumes: dict[str, list[dict[str, Any]]] = {}  # read by stop_many, for stopped_cost
 
     # -- inventory -------------------------------------------------------------------------
 
@@ -318,17 +318,15 @@ class AwsProvider:
         """What the stopped instance's EBS volumes cost per hour; see aws/disks.py."""
         from costguard.providers.aws import disks
 
-        try:
-            ec2 = self._ec2_for(instance)
         with self._lock:
             read = self._volumes.pop(instance.instance_id, None)
         if read is not None:  # read in bulk right after stop_many
             return disks.stopped_cost(batch.Prefetched(read), instance)  # type: ignore[arg-type]
+        try:
+            ec2 = self._ec2_for(instance)
         except ProviderError:
             return None
         return disks.stopped_cost(ec2, instance)
-
-    # -- prices ----------------------------------------------------------------------------
 
     # -- batched re-check and actions (base.Describes, base.BatchActions) ------------------
 
@@ -383,6 +381,8 @@ class AwsProvider:
                 continue
             out |= run(ec2, members, f"{account_id}/{region}")
         return out
+
+    # -- prices ----------------------------------------------------------------------------
 
     def price(self, instance: Instance) -> PriceQuote | None:
         on_demand = self.prices.lookup(instance.region, instance.instance_type)
