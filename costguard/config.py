@@ -151,9 +151,15 @@ def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
             mark = getattr(exc, "problem_mark", None)
             where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
             raise ConfigError(f"{where}: not valid YAML: {exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+                              ) from exc
         if loaded is not None and not isinstance(loaded, dict):
             kind = type(loaded).__name__
             raise ConfigError(f"{path}:1:1: expected a mapping of settings, got {kind}")
+        odd = [k for k in (loaded or {}) if not isinstance(k, str)]
+        if odd:
+            raise ConfigError(f"{path}: setting names must be text, got {odd[0]!r}")
         data = loaded or {}
     elif explicit:
         raise ConfigError(f"config file {path} does not exist; create it or drop --config")
