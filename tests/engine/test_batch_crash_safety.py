@@ -1,0 +1,129 @@
+"""The batched act path (a provider with describe_many / stop_many / set_tags_many) keeps the
+per-instance path's guarantees: a crash after the intents or after the call neither repeats a
+stop nor loses its trace, many instances cost one call per cycle, and an instance protected
+is left alone."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+
+import pytest
+from sqlmodel import select
+
+from costguard.actions.batch import batch_capable
+from costguard.clock import ManualClock
+from costguard.config import Settings
+from costguard.engine import Engine
+from costguard.model import ActionResult, Instance, InstanceState
+from costguard.policy.load import parse_policy_text
+from costguard.store.db import Database
+from costguard.store.tables import ActionJournalRow
+from tests.engine.conftest import IDLE_POLICY, run_for
+from tests.fakes.cloud import ScriptedCloud, always
+
+TAGGING = """\
+policies:
+  - name: idle-gpu
+    mode: enforce
+    filters: {gpu: true, state: running}
+    condition:
+      idle: {below: 5, for: 45m}
+    actions:
+      - tag: {set: {"costguard:idle-since": "{now}"}}
+      - stop: {grace: 15m}
+    limits: {max_actions_per_cycle: 10}
+"""
+
+
+class BatchCloud(ScriptedCloud):
+    """ScriptedCloud plus the batch capabilities; `calls` counts batch calls, not instances."""
+
+    def describe_many(self, instances: Sequence[Instance]) -> dict[str, Instance | None]:
+        self.calls["describe_many"] += 1
+        return {i.instance_id: self.instances.get(i.instance_id) for i in instances}
+
+    def stop_many(self, instances: Sequence[Instance], *, dry_run: bool
+                  ) -> dict[str, ActionResult]:
+        self.calls["stop_many"] += 1
+        return {i.instance_id: self.stop(i, dry_run=dry_run) for i in instances}
+
+    def set_tags_many(self, instances: Sequence[Instance], tags: Mapping[str, str], *,
+                      remove: Sequence[str] = (), dry_run: bool) -> dict[str, ActionResult]:
+        self.calls["tags_many"] += 1
+        return {i.instance_id: self.set_tags(i, tags, remove=remove, dry_run=dry_run)
+                for i in instances}
+
+
+class Crash(BaseException):
+    """Stands for the process dying: not an Exception, so nothing catches it."""
+
+
+def _engine(db: Database, cloud: ScriptedCloud, clock: ManualClock, db_url: str,
+            text: str, point: str | None = None) -> Engine:
+    def fault(at: str) -> None:
+        if at == point:
+            raise Crash(at)
+
+    settings = Settings(database_url=db_url, policy_paths=[])
+    return Engine(settings, db, {"sim": cloud}, parse_policy_text(text, "test.yml"), clock,
+                  fault=fault)
+
+
+@pytest.fixture
+def batch_cloud(clock: ManualClock) -> BatchCloud:
+    cloud = BatchCloud(clock)
+    assert batch_capable(cloud)
+    return cloud
+
+
+@pytest.mark.parametrize("point", ["after-intent", "after-call"])
+def test_crash_in_a_batched_stop_does_not_repeat_it(
+    point: str, batch_cloud: BatchCloud, clock: ManualClock, db: Database, db_url: str
+) -> None:
+    for n in range(3):
+        batch_cloud.add(f"i-idle{n}", always("no_process"))
+    text = IDLE_POLICY.format(mode="enforce", cap=10)
+    with pytest.raises(Crash):
+        run_for(_engine(db, batch_cloud, clock, db_url, text, point), clock, timedelta(hours=1))
+    with db.session() as s:
+        pending = list(s.exec(select(ActionJournalRow).where(ActionJournalRow.status == "intent")))
+    assert len(pending) == 3  # every intent of the batch was committed before the call
+    assert batch_cloud.calls["stop"] == (3 if point == "after-call" else 0)
+
+    clock.advance(timedelta(minutes=5))
+    run_for(_engine(db, batch_cloud, clock, db_url, text), clock, timedelta(hours=1))
+
+    assert batch_cloud.calls["stop"] == 3  # each instance stopped exactly once in all
+    assert all(i.state is InstanceState.STOPPED for i in batch_cloud.instances.values())
+    with db.session() as s:
+        stops = list(s.exec(select(ActionJournalRow).where(ActionJournalRow.action == "stop")))
+    assert all(j.status != "intent" for j in stops)
+    assert [j.status for j in stops].count("done") == 3
+
+
+def test_a_batch_costs_one_call_per_stage_and_leaves_a_protected_one(
+    batch_cloud: BatchCloud, clock: ManualClock, db: Database, db_url: str
+) -> None:
+    for n in range(5):
+        batch_cloud.add(f"i-idle{n}", always("no_process"))
+    engine = _engine(db, batch_cloud, clock, db_url, TAGGING)
+    # the cycle that warns (and tags), then protect one instance during the grace period
+    for _ in range(30):
+        engine.run_cycle()
+        clock.advance(timedelta(minutes=5))
+        if batch_cloud.calls["tags_many"]:
+            break
+    assert batch_cloud.calls["tags_many"] == 1 and batch_cloud.calls["tags"] == 5
+    assert batch_cloud.calls["stop"] == 0
+    live = batch_cloud.instances["i-idle0"]
+    batch_cloud.instances["i-idle0"] = live.model_copy(
+        update={"tags": {**live.tags, "costguard:protect": "true"}})
+    run_for(engine, clock, timedelta(minutes=30))
+
+    assert batch_cloud.calls["stop_many"] == 1  # four stops, one call
+    assert batch_cloud.calls["stop"] == 4
+    assert batch_cloud.instances["i-idle0"].state is InstanceState.RUNNING
+    with db.session() as s:
+        tags = list(s.exec(select(ActionJournalRow).where(ActionJournalRow.action == "tag")))
+    assert sorted(j.status for j in tags) == ["done"] * 5
