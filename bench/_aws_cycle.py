@@ -21,8 +21,10 @@ def main(endpoint: str, now_iso: str, db_url: str, out: str, regions: list[str])
     counts = install()
     import boto3
 
+    from costguard.actions.settings import SafetySettings
+    from costguard.alerts.settings import AlertsSettings
     from costguard.clock import ManualClock
-    from costguard.config import AlertSettings, Settings
+    from costguard.config import Settings
     from costguard.engine import Engine
     from costguard.policy.load import load_policy_set
     from costguard.providers.aws import AwsProvider, AwsSettings
@@ -38,7 +40,10 @@ def main(endpoint: str, now_iso: str, db_url: str, out: str, regions: list[str])
         cloudwatch=CloudWatchSettings(instance_dimension=True, period_seconds=300),
     )
     settings = Settings(database_url=db_url, policy_paths=[POLICIES],
-                        alerts=AlertSettings(console=False))
+                        alerts=AlertsSettings(console=False),
+                        # like the c7n run: no fleet-wide blast-radius cap
+                        safety=SafetySettings(max_actions_per_cycle=100000,
+                                              max_usd_per_hour_per_cycle=None))
     db = Database(db_url)
     provider = AwsProvider(aws, clock=clock, session=boto3.Session(region_name=regions[0]))
     engine = Engine(settings, db, {"aws": provider}, load_policy_set([POLICIES]), clock)
