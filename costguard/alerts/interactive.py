@@ -69,24 +69,34 @@ OnAction = Callable[[SlackAction], "str | ActionReply"]
 
 def parse_actions(payload: dict[str, Any]) -> list[SlackAction]:
     """The costguard buttons in a `block_actions` payload; ValueError if it is not one."""
-    if payload.get("type") != "block_actions":
-        raise ValueError(f"unsupported interaction type {payload.get('type')!r}")
+    if not isinstance(payload, dict) or payload.get("type") != "block_actions":
+        kind = payload.get("type") if isinstance(payload, dict) else type(payload).__name__
+        raise ValueError(f"unsupported interaction type {kind!r}")
     user = payload.get("user") or {}
-    user_id = str(user.get("id") or "")
+    user_id = str(user.get("id") or "") if isinstance(user, dict) else ""
     if not user_id:
         raise ValueError("interaction without a user")
     user_name = str(user.get("username") or user.get("name") or user_id)
+    actions = payload.get("actions") or []
+    if not isinstance(actions, list) or not all(isinstance(a, dict) for a in actions):
+        raise ValueError("`actions` is not a list of objects")
     out = []
-    for action in payload.get("actions") or []:
+    for action in actions:
         if not str(action.get("action_id", "")).startswith(ACTION_PREFIX):
             continue
-        value = json.loads(action.get("value") or "{}")
+        raw = action.get("value") or "{}"
+        value = json.loads(raw) if isinstance(raw, str) else None
+        if not isinstance(value, dict):
+            raise ValueError(f"malformed costguard action value {raw!r}")
         kind = value.get("a")
         if kind not in ("snooze", "stop-now") or not all(
                 isinstance(value.get(k), str) and value.get(k) for k in ("p", "pr", "i")):
             raise ValueError(f"malformed costguard action value {action.get('value')!r}")
+        choice = value.get("for")
+        if choice is not None and not isinstance(choice, str):
+            raise ValueError(f"malformed snooze choice {choice!r}")
         out.append(SlackAction(action=kind, policy=value["p"], provider=value["pr"],
-                               instance_id=value["i"], choice=value.get("for"),
+                               instance_id=value["i"], choice=choice,
                                user_id=user_id, user_name=user_name))
     return out
 
@@ -103,6 +113,10 @@ def slack_routes(signing_secret: str | SecretStr, on_action: OnAction, *,
 
     async def actions(request: Request) -> Response:
         body = await request.body()
+        try:  # Slack sends UTF-8 form data; the verifier raises on anything else
+            body.decode("utf-8")
+        except UnicodeDecodeError:
+            return JSONResponse({"error": "bad payload: not UTF-8"}, status_code=400)
         if not verifier.is_valid_request(body, dict(request.headers)):
             log.warning("Slack interaction refused: bad or stale signature from %s",
                         request.client.host if request.client else "?")
