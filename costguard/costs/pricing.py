@@ -126,14 +126,7 @@ def table_price(inst: Instance) -> PriceQuote | None:
     if inst.provider == "sim":
         from costguard.providers import sim
 
-        spec = sim.SIM_TYPES.get(inst.instance_type)
-        if spec is None:
-            return None
-        usd = spec[3] * sim.REGION_PRICE_FACTOR.get(inst.region, 1.0)
-        if inst.lifecycle is Lifecycle.SPOT:
-            return PriceQuote(usd_per_hour=round(usd * sim.SPOT_DISCOUNT, 4),
-                              source=f"{sim.PRICE_SOURCE}, spot at {sim.SPOT_DISCOUNT:.0%}")
-        return PriceQuote(usd_per_hour=usd, source=sim.PRICE_SOURCE)
+        return sim.sim_price(inst)
     if inst.provider == "gcp":
         from costguard.providers.gcp import pricing as gcp_pricing
 
