@@ -13,7 +13,8 @@ from costguard.providers.gcp.fake_server import FakeGcp
 
 
 def _listed(provider: GcpProvider, name: str) -> Instance:
-    return next(i for i in provider.list_instances().instances if i.name == name)
+    found: Instance = next(i for i in provider.list_instances().instances if i.name == name)
+    return found
 
 
 @pytest.fixture
