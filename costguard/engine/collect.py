@@ -31,15 +31,22 @@ def collect(db: Database, providers: Mapping[str, Provider], now: datetime
             inv = Inventory(gaps=[Gap(provider=provider.name, scope=exc.scope, error=str(exc))])
         with db.session() as s:
             record_inventory(s, name, inv.instances, now, complete=not inv.gaps)
-            _record_gaps(s, name, inv.gaps, now)
+            record_gaps(s, name, inv.gaps, now)
         seen[name] = len(inv.instances)
         gaps.extend(inv.gaps)
     return seen, gaps
 
 
-def _record_gaps(s: Session, provider: str, gaps: list[Gap], now: datetime) -> None:
+METRICS_SCOPE = " metrics"  # suffix of a scope whose inventory reads but metrics do not
+
+
+def record_gaps(s: Session, provider: str, gaps: list[Gap], now: datetime, *,
+                metrics: bool = False) -> None:
+    """Open a gap row (and one alert) per newly unreadable scope; close the ones that read
+    again. Inventory and metrics gaps are kept apart: each stage closes only its own."""
     open_rows = {g.scope: g for g in s.exec(select(GapRow).where(
-        GapRow.provider == provider, col(GapRow.resolved_at).is_(None)))}
+        GapRow.provider == provider, col(GapRow.resolved_at).is_(None)))
+        if g.scope.endswith(METRICS_SCOPE) == metrics}
     for gap in gaps:
         row = open_rows.pop(gap.scope, None)
         if row is None:
@@ -51,8 +58,11 @@ def _record_gaps(s: Session, provider: str, gaps: list[Gap], now: datetime) -> N
             enqueue(s, dedupe_key=f"gap|{provider}|{gap.scope}|{row.id}", kind="gap",
                     severity="warning", now=now, provider=provider,
                     subject=f"costguard cannot read {provider} {gap.scope}",
-                    body=f"{gap.error}\nInstances there are not governed until this is fixed; "
-                         "the rest of the fleet is.", context={"scope": gap.scope})
+                    body=f"{gap.error}\n" + (
+                        "GPU metrics there cannot be read: no instance there is treated as "
+                        "idle until this is fixed; the rest of the fleet is governed."
+                        if metrics else "Instances there are not governed until this is "
+                        "fixed; the rest of the fleet is."), context={"scope": gap.scope})
             log.warning("gap: %s %s: %s", provider, gap.scope, gap.error)
         else:
             row.last_seen, row.error = now, gap.error

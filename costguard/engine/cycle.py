@@ -22,9 +22,9 @@ from costguard.costs.anomaly import detect_anomalies
 from costguard.costs.attribution import Attributor
 from costguard.costs.budgets import check_budgets
 from costguard.costs.pricing import PriceCatalog, PriceOverrides
-from costguard.engine.collect import collect
+from costguard.engine.collect import METRICS_SCOPE, collect, record_gaps
 from costguard.errors import ProviderError
-from costguard.model import GpuMinute, Instance, InstanceState, TelemetrySource
+from costguard.model import Gap, GpuMinute, Instance, InstanceState, TelemetrySource
 from costguard.policy.evaluate import Finding, evaluate
 from costguard.policy.schema import PolicySet
 from costguard.providers.base import Provider
@@ -147,16 +147,25 @@ class Engine:
                       and i.state is InstanceState.RUNNING
                       and (i.provider, i.instance_id) not in agent]
             readings: list[GpuMinute] = []
+            gaps: list[Gap] = []
             if wanted and start < now:
                 try:
                     readings = provider.gpu_metrics(wanted, start, now)
+                    # scopes the provider could not read while the others answered
+                    gaps = [Gap(provider=name, scope=g.scope + METRICS_SCOPE, error=g.error)
+                            for g in getattr(provider, "metric_gaps", [])]
                 except ProviderError as exc:
                     # no readings is "no data", never "idle": record the gap, keep going, and
                     # leave the watermark so the next cycle asks for this span again
                     log.warning("telemetry gap: %s", exc)
-                    summary.gaps.append({"provider": name, "scope": f"{exc.scope} metrics",
-                                         "error": str(exc)})
-                    continue
+                    gaps = [Gap(provider=name, scope=exc.scope + METRICS_SCOPE, error=str(exc))]
+                    readings = []
+                    wanted = []
+            with self.db.session() as s:
+                record_gaps(s, name, gaps, now, metrics=True)
+            summary.gaps += [g.model_dump(mode="json") for g in gaps]
+            if not wanted and gaps:
+                continue
             # a cloud's metrics arrive late: ask for the last `metrics_settle` again next time
             settle: timedelta = getattr(provider, "metrics_settle", timedelta(0))
             until = max(start, now - settle) if wanted else now

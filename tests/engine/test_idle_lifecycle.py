@@ -267,3 +267,27 @@ def test_cloud_metrics_are_asked_again_for_their_settle_window(
     engine.run_cycle()
     (_, first_end), (second_start, _) = asked
     assert second_start == first_end - timedelta(minutes=10)  # late points are fetched again
+
+
+def test_a_metrics_gap_alerts_once_and_closes_when_metrics_read_again(
+    make_engine: EngineFactory, cloud: ScriptedCloud, clock: ManualClock, db: Database
+) -> None:
+    from costguard.model import Gap
+    from costguard.store.tables import GapRow
+
+    cloud.add("i-busy", always("busy"))
+    cloud.metric_gaps = [Gap(provider="sim", scope="222222222222/eu-west-1",  # type: ignore[attr-defined]
+                             error="AccessDenied: cloudwatch:GetMetricData")]
+    engine = make_engine()
+    run_for(engine, clock, timedelta(minutes=10))
+    gap_alerts = [a for a in _alerts(db) if a.kind == "gap"]
+    assert [a.subject for a in gap_alerts] == [
+        "costguard cannot read sim 222222222222/eu-west-1 metrics"]
+    assert "treated as idle" in gap_alerts[0].body  # says what the gap means for actions
+    cloud.metric_gaps = []  # type: ignore[attr-defined]
+    run_for(engine, clock, timedelta(minutes=5))
+    with db.session() as s:
+        rows = list(s.exec(select(GapRow)))
+    assert [(r.scope, r.resolved_at is not None) for r in rows] == [
+        ("222222222222/eu-west-1 metrics", True)]
+    assert len([a for a in _alerts(db) if a.kind == "gap"]) == 1
