@@ -109,6 +109,9 @@ def test_shutdown_gives_up_on_a_stuck_cycle_and_fences_it_off(db: Database) -> N
     wait_until(lambda: cloud.running == 1, 5, "a cycle in flight")
     assert daemon.shutdown() is False
     assert daemon.fence() is False  # what is still running may not touch the cloud
+    # let the abandoned cycle end here (it logs its stages, then frees the work lock): its
+    # log lines must not land in the next test's capture
+    wait_until(lambda: not daemon._work_lock.locked(), 10, "the abandoned cycle to end")
 
 
 def test_a_failed_stage_is_counted_and_logged_and_the_next_cycle_runs(db: Database) -> None:
