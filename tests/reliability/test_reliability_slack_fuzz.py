@@ -100,7 +100,8 @@ def test_any_signed_payload_gets_a_clear_answer(
         assert _journal(served[2]) == before  # refused whole: nothing journaled
 
 
-@FUZZ
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=st.binary(max_size=300))
 def test_any_signed_bytes_get_a_clear_answer(
         served: tuple[TestClient, str, Database], body: bytes) -> None:
