@@ -7,13 +7,16 @@ stderr, exit status 2 unless told otherwise) and none lets a traceback through.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from costguard.config import Settings, load_settings
 from costguard.errors import CostguardError
+
+if TYPE_CHECKING:  # costguard.config loads every provider's settings (boto3): not for `fail`
+    from costguard.config import Settings
 
 err = Console(stderr=True)
 
@@ -30,6 +33,8 @@ def fail(message: object, code: int = 2) -> typer.Exit:
 
 def load_settings_or_exit(config: Path | None) -> Settings:
     """The settings from CONFIG (or the defaults); a bad config file exits with status 2."""
+    from costguard.config import load_settings
+
     try:
         return load_settings(config)
     except CostguardError as exc:
