@@ -234,6 +234,20 @@ def _c7n(n: int, work: Path) -> tuple[dict[str, object], ToolRun]:
     return _row("cloud-custodian 0.9.53", n, run, verdict), run
 
 
+def _targets(ours: ToolRun, theirs: ToolRun, our_check: str, their_check: str) -> str:
+    """The issue's targets (set at 4,000 instances), judged at every size."""
+    calls = sum(theirs.calls.values()) / sum(ours.calls.values())
+    cpu = theirs.cpu_s / ours.cpu_s
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "MISSED"
+
+    return (f"targets: API calls >=10x fewer {verdict(calls >= 10)} ({calls:.1f}x); "
+            f"client CPU >=3x less {verdict(cpu >= 3)} ({cpu:.2f}x); "
+            f"lower wall {verdict(ours.wall_s < theirs.wall_s)}; "
+            f"correct {verdict(our_check == 'ok')} (c7n {their_check})")
+
+
 @benchmark("aws-vs-c7n",
            description="One full costguard cycle vs Cloud Custodian on the same seeded EC2 GPU "
                        "fleet (4 regions) in a loopback moto server: time, CPU, API calls, "
@@ -257,5 +271,7 @@ def aws_vs_c7n() -> list[dict[str, object]]:
                 "moto_cpu_s": theirs.moto_cpu_s / max(ours.moto_cpu_s, 1e-9),
                 "peak_rss_mib": theirs.peak_rss_mib / ours.peak_rss_mib,
                 "api_calls": round(sum(theirs.calls.values()) / sum(ours.calls.values()), 1),
+                "correct": "", "calls_by_operation": "",
+                "note": _targets(ours, theirs, str(row["correct"]), str(peer_row["correct"])),
             })
     return rows
