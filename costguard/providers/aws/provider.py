@@ -52,6 +52,8 @@ class AwsProvider:
     """The `costguard.providers.base.Provider` for AWS EC2."""
 
     name: ProviderName = "aws"
+    # metrics arrive minutes late: each cycle asks for the last 10 minutes again
+    metrics_settle = timedelta(minutes=10)
 
     def __init__(
         self,

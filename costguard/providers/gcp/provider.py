@@ -6,7 +6,7 @@ import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from google.cloud import compute_v1
 
@@ -32,6 +32,8 @@ class GcpProvider:
     that cannot be read is a `Gap` and the others go on."""
 
     name: ProviderName = "gcp"
+    # metrics arrive minutes late: each cycle asks for the last 10 minutes again
+    metrics_settle = timedelta(minutes=10)
 
     def __init__(
         self,
