@@ -196,8 +196,10 @@ def _row(tool: str, n: int, run: ToolRun, verdict: str, extra: str = "") -> dict
 def _costguard(n: int, work: Path) -> tuple[dict[str, object], ToolRun]:
     with _moto_server() as (url, pid):
         doc, specs = _build(url, n)
-        # the cycle runs a minute after the last launch, as a daemon tick would
-        now = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(minutes=1)
+        # the cycle runs a minute after the fleet's metrics end, as a daemon tick would; from
+        # the anchor, not the wall clock: a build slowed by load must not age the metrics
+        anchor = datetime.fromisoformat(doc["metrics_anchor_utc"])
+        now = anchor.replace(second=0, microsecond=0) + timedelta(minutes=1)
         out = work / f"n{n}.cycle.json"
         db = f"sqlite:///{work / f'n{n}.db'}"
         run = _run_tool([sys.executable, "-m", "bench._aws_cycle", url, now.isoformat(), db,
