@@ -27,14 +27,12 @@ from typing import TYPE_CHECKING
 from sqlmodel import Session, col, select
 
 from costguard.actions import journal
-from costguard.actions.messages import label
 from costguard.actions.safety import skip_reason
 from costguard.errors import ProviderError
-from costguard.model import ActionOutcome, ActionResult, Instance, InstanceState
+from costguard.model import ActionResult, Instance
 from costguard.policy.evaluate import Finding
 from costguard.policy.schema import Policy
 from costguard.providers.base import BatchActions, Describes
-from costguard.store.inventory import set_state
 from costguard.store.tables import ActionJournalRow, PolicyStateRow
 
 if TYPE_CHECKING:
@@ -184,35 +182,8 @@ class BatchStop:
 
     def _resolve_one(self, s: Session, policy: Policy, stop: _Stop, now: datetime,
                      stats: ActStats) -> None:
-        f = stop.f
-        st = s.merge(stop.st)
-        if stop.why_not is not None:
-            journal.resolve(s, stop.intent_id, "skipped",
-                            f"re-check before stop: {stop.why_not}", now)
-            st.state, st.since, st.deadline = "cleared", now, None
-            s.add(st)
-            stats.skipped[policy.name] += 1
-            log.info("stop %s (%s): skipped: %s", label(f.instance), policy.name, stop.why_not)
-            return
-        result = stop.result
-        status, detail = ((str(result.outcome), result.detail) if result is not None
-                          else ("failed", stop.error or "failed"))
-        journal.resolve(s, stop.intent_id, status, detail or f.reason, now)
-        if status in ("done", "dry-run"):
-            st.state, st.since = "acted", now
-        if status == "done":
-            set_state(s, f.instance, InstanceState.STOPPED, now)
-            self.r._action_alert(s, policy.name, f.instance, st.episode, "stopped", f.reason,
-                                 now, extra=self.r.after_stop_note(policy, f.instance))
-            stats.stopped[policy.name] += 1
-        elif status == "dry-run":
-            stats.dry_run[policy.name] += 1
-        else:
-            stats.skipped[policy.name] += 1
-            if result is not None and result.outcome is ActionOutcome.SKIPPED:
-                st.state, st.since, st.deadline = "cleared", now, None
-        s.add(st)
-        log.info("stop %s (%s): %s %s", label(f.instance), policy.name, status, detail)
+        self.r.settle_stop(s, policy, stop.f, s.merge(stop.st), stop.intent_id, now, stats,
+                           why_not=stop.why_not, result=stop.result, error=stop.error)
 
 
 @dataclass

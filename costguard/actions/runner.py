@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from sqlmodel import Session, select
 
-from costguard.actions import journal
+from costguard.actions import journal, recovery
 from costguard.actions.batch import BatchStop, BatchTags
 from costguard.actions.lifecycle import AfterStop
 from costguard.actions.messages import label, notice, recipients, render, warning
@@ -34,7 +34,7 @@ from costguard.actions.spot import record_interruptions, spot_saving
 from costguard.alerts.outbox import enqueue
 from costguard.costs.attribution import Attributor
 from costguard.errors import ProviderError
-from costguard.model import ActionOutcome, Instance, InstanceState
+from costguard.model import ActionOutcome, ActionResult, Instance, InstanceState
 from costguard.policy.evaluate import Finding
 from costguard.policy.schema import Policy, format_duration
 from costguard.providers.base import Provider
@@ -46,8 +46,6 @@ log = logging.getLogger("costguard.act")
 
 FaultHook = Callable[[str], None]  # called at named points; tests crash the cycle there
 Ref = tuple[str, str]
-# a failed stop older than this has been retried (or cleared) by the state machine since
-RECONCILE_FAILED_WITHIN = timedelta(days=2)
 
 
 @dataclass
@@ -84,58 +82,8 @@ class ActionRunner:
 
     # -- recovery ---------------------------------------------------------------------
     def reconcile(self, now: datetime, stats: ActStats) -> None:
-        """Resolve intents left by a crash, using the state inventory now shows."""
-        with self.db.session() as s:
-            for row in journal.unresolved(s):
-                inst_row = s.get(InstanceRow, (row.provider, row.instance_id))
-                state = inst_row.state if inst_row else "unknown"
-                done = state in {"stop": ("stopped", "stopping", "terminated"),
-                                  "terminate": ("terminated",),
-                                  "start": ("pending", "running")}.get(row.action, ())
-                status = "done" if done else "interrupted"
-                journal.resolve(s, row.id or 0, status,
-                                f"resolved after restart: instance is {state}", now)
-                stats.reconciled += 1
-                st = s.get(PolicyStateRow, (row.policy, row.provider, row.instance_id))
-                if done and st is not None and row.action != "stop":
-                    st.state, st.since = ("terminated" if row.action == "terminate"
-                                          else "cleared"), now
-                    s.add(st)
-                elif done and st is not None:
-                    st.state, st.since = "acted", now
-                    s.add(st)
-                    if inst_row is not None:
-                        from costguard.store.inventory import to_instance
-                        self._action_alert(s, row.policy, to_instance(inst_row), st.episode,
-                                           "stopped", f"stopped ({row.detail or 'idle'})", now)
-            self._reconcile_failed_stops(s, now, stats)
-
-    def _reconcile_failed_stops(self, s: Session, now: datetime, stats: ActStats) -> None:
-        """A stop that raised may still have taken effect: when inventory now shows the
-        instance stopped while its episode still waits on that stop, journal it as done
-        (a second row: the failure stays on record) and tell the owner, once."""
-        for row in journal.failed(s, "stop", since=now - RECONCILE_FAILED_WITHIN):
-            st = s.get(PolicyStateRow, (row.policy, row.provider, row.instance_id))
-            if (st is None or st.state != "warned"
-                    or st.episode != journal.episode_of(row.key)
-                    or journal.completed(s, row.key)):
-                continue
-            inst_row = s.get(InstanceRow, (row.provider, row.instance_id))
-            if inst_row is None or inst_row.state not in ("stopped", "stopping"):
-                continue  # still running: the state machine retries the stop
-            from costguard.store.inventory import to_instance
-            inst = to_instance(inst_row)
-            journal.record(s, key=row.key, cycle_id=row.cycle_id, policy=row.policy, inst=inst,
-                           action="stop", dry_run=False, status="done",
-                           detail=f"reconciled: the call failed ({row.detail}) but inventory "
-                                  f"shows the instance {inst_row.state}",
-                           usd_per_hour=row.usd_per_hour, now=now)
-            st.state, st.since, st.deadline = "acted", now, None
-            s.add(st)
-            stats.reconciled += 1
-            self._action_alert(s, row.policy, inst, st.episode, "stopped",
-                               "stopped (the call reported an error; inventory confirms it)",
-                               now)
+        """Resolve what a crash or a failed call left open (see `actions.recovery`)."""
+        recovery.reconcile(self, now, stats)
 
     # -- the state machine ----------------------------------------------------------------
     def run(self, policies: Sequence[Policy], findings: Sequence[Finding], now: datetime,
@@ -372,37 +320,48 @@ class ActionRunner:
                            else (f.instance, None))
         if why_not is not None:
             with self.db.session() as s:
-                journal.resolve(s, intent_id, "skipped", f"re-check before stop: {why_not}", now)
-                st = s.merge(st)
-                st.state, st.since, st.deadline = "cleared", now, None
-                s.add(st)
+                self.settle_stop(s, policy, f, s.merge(st), intent_id, now, stats,
+                                 why_not=why_not)
+            return
+        result, error = None, None
+        try:
+            result = provider.stop(target, dry_run=dry)
+        except ProviderError as exc:
+            error = str(exc)
+        self.fault("after-call")
+        with self.db.session() as s:
+            self.settle_stop(s, policy, f, s.merge(st), intent_id, now, stats,
+                             result=result, error=error)
+
+    def settle_stop(self, s: Session, policy: Policy, f: Finding, st: PolicyStateRow,
+                    intent_id: int, now: datetime, stats: ActStats, *,
+                    why_not: str | None = None, result: ActionResult | None = None,
+                    error: str | None = None) -> None:
+        """Resolve a stop intent and move the policy state (one instance, batched or not)."""
+        if why_not is not None:
+            journal.resolve(s, intent_id, "skipped", f"re-check before stop: {why_not}", now)
+            st.state, st.since, st.deadline = "cleared", now, None
+            s.add(st)
             stats.skipped[policy.name] += 1
             log.info("stop %s (%s): skipped: %s", label(f.instance), policy.name, why_not)
             return
-        try:
-            result = provider.stop(target, dry_run=dry)
-            status, detail = str(result.outcome), result.detail
-        except ProviderError as exc:
-            status, detail, result = "failed", str(exc), None
-        self.fault("after-call")
-        with self.db.session() as s:
-            journal.resolve(s, intent_id, status, detail or f.reason, now)
-            st = s.merge(st)
-            if status in ("done", "dry-run"):
-                st.state, st.since = "acted", now
-                s.add(st)
-            if status == "done":
-                set_state(s, f.instance, InstanceState.STOPPED, now)
-                self._action_alert(s, policy.name, f.instance, st.episode, "stopped",
-                                   f.reason, now, extra=self.after_stop_note(policy, f.instance))
-                stats.stopped[policy.name] += 1
-            elif status == "dry-run":
-                stats.dry_run[policy.name] += 1
-            else:
-                stats.skipped[policy.name] += 1
-                if result is not None and result.outcome is ActionOutcome.SKIPPED:
-                    st.state, st.since, st.deadline = "cleared", now, None
-                    s.add(st)
+        status, detail = ((str(result.outcome), result.detail) if result is not None
+                          else ("failed", error or "failed"))
+        journal.resolve(s, intent_id, status, detail or f.reason, now)
+        if status in ("done", "dry-run"):
+            st.state, st.since = "acted", now
+        if status == "done":
+            set_state(s, f.instance, InstanceState.STOPPED, now)
+            self._action_alert(s, policy.name, f.instance, st.episode, "stopped", f.reason,
+                               now, extra=self.after_stop_note(policy, f.instance))
+            stats.stopped[policy.name] += 1
+        elif status == "dry-run":
+            stats.dry_run[policy.name] += 1
+        else:
+            stats.skipped[policy.name] += 1
+            if result is not None and result.outcome is ActionOutcome.SKIPPED:
+                st.state, st.since, st.deadline = "cleared", now, None
+        s.add(st)
         log.info("stop %s (%s): %s %s", label(f.instance), policy.name, status, detail)
 
     def after_stop_note(self, policy: Policy, inst: Instance) -> str:
