@@ -84,7 +84,6 @@ class Engine:
         self.catalog = PriceCatalog(
             {n: p.price for n, p in self.providers.items()},
             PriceOverrides.load(overrides_file) if overrides_file else None)
-        self._fed: set[tuple[str, str]] = set()
 
     # -- the cycle --------------------------------------------------------------------
     def run_cycle(self) -> CycleSummary:
@@ -172,7 +171,7 @@ class Engine:
             with self.db.session() as s:
                 summary.readings += write_minutes(s, readings)
                 control.put(s, key, until.isoformat(), now)
-            self._fed |= self.window.add(readings)
+            self.window.add(readings, since=start)
 
     def _longest_idle_window(self) -> timedelta:
         windows = [p.condition.idle.for_ for p in self.policies.policies if p.condition.idle]
@@ -188,8 +187,7 @@ class Engine:
             for _, _, accrued in rows:
                 if accrued is not None and accrued < start:
                     start = max(accrued, now - MAX_TELEMETRY_LOOKBACK)
-            self.window.refresh(s, [(p, i) for p, i, _ in rows], start, now, fed=self._fed)
-        self._fed = set()
+            self.window.refresh(s, [(p, i) for p, i, _ in rows], start, now)
 
     def _accrue(self, summary: CycleSummary, now: datetime) -> None:
         acct = self.settings.accounting

@@ -6,7 +6,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
-from sqlalchemy import Table, delete, select
+from sqlalchemy import Table, delete, or_, select
 from sqlmodel import Session
 
 from costguard.model import GpuMinute
@@ -22,7 +22,8 @@ InstanceRef = tuple[str, str]  # (provider, instance_id)
 
 def write_minutes(session: Session, minutes: Sequence[GpuMinute]) -> int:
     """Store readings; the same (provider, instance, gpu, minute) sent twice is kept once."""
-    rows = [m.model_dump(mode="python") for m in minutes]
+    # the fields as they are (a GpuMinute is flat): model_dump per row cost more than the insert
+    rows = [{f: getattr(m, f) for f in _FIELDS} for m in minutes]
     for row in rows:
         row["source"] = str(row["source"])
     # a batch may repeat a key (agent replay): last one wins, as the upsert would
@@ -31,24 +32,39 @@ def write_minutes(session: Session, minutes: Sequence[GpuMinute]) -> int:
     return len(dedup)
 
 
+_IN_CHUNK = 500  # instance ids per IN list: well under every SQLite's variable limit
+
+
 def read_minutes(
-    session: Session, refs: Iterable[InstanceRef], start: datetime, end: datetime
+    session: Session,
+    refs: Iterable[InstanceRef],
+    start: datetime,
+    end: datetime,
+    *,
+    skip: tuple[str, datetime] | None = None,
 ) -> dict[InstanceRef, list[GpuMinute]]:
-    """Readings in [start, end) for the given instances, grouped per instance."""
-    wanted = set(refs)
+    """Readings in [start, end) for the given instances, grouped per instance; `skip`
+    (source, since) leaves out that source's readings from `since` on."""
     out: dict[InstanceRef, list[GpuMinute]] = defaultdict(list)
-    if not wanted:
-        return out
+    by_provider: dict[str, list[str]] = defaultdict(list)
+    for provider, instance_id in set(refs):
+        by_provider[provider].append(instance_id)
     cols = [_TABLE.c[f] for f in _FIELDS]
-    stmt = select(*cols).where(_TABLE.c.minute >= start, _TABLE.c.minute < end)
-    providers = {p for p, _ in wanted}
-    stmt = stmt.where(_TABLE.c.provider.in_(providers))
-    if len(wanted) < 900:
-        stmt = stmt.where(_TABLE.c.instance_id.in_([i for _, i in wanted]))
-    for row in session.execute(stmt):
-        ref = (row.provider, row.instance_id)
-        if ref in wanted:
-            out[ref].append(GpuMinute.model_construct(**row._asdict()))
+    for provider, ids in by_provider.items():
+        ids.sort()
+        for first in range(0, len(ids), _IN_CHUNK):
+            stmt = select(*cols).where(
+                _TABLE.c.provider == provider,
+                _TABLE.c.instance_id.in_(ids[first : first + _IN_CHUNK]),
+                _TABLE.c.minute >= start,
+                _TABLE.c.minute < end,
+            )
+            if skip is not None:
+                source, since = skip
+                stmt = stmt.where(or_(_TABLE.c.source != source, _TABLE.c.minute < since))
+            for row in session.execute(stmt):
+                out[(provider, row.instance_id)].append(
+                    GpuMinute.model_construct(**row._asdict()))
     return out
 
 
@@ -83,29 +99,38 @@ class ReadingWindow:
         self._until: datetime | None = None
         self._start: datetime | None = None
         self._by_ref: dict[InstanceRef, dict[tuple[int, datetime], GpuMinute]] = {}
+        # instances `add` filled since the last refresh: the (source, since) they were fed
+        self._fed: dict[InstanceRef, tuple[str, datetime]] = {}
 
-    def add(self, minutes: Iterable[GpuMinute]) -> set[InstanceRef]:
-        """Write-through: readings this process just stored need no read back."""
-        fed: set[InstanceRef] = set()
+    def add(self, minutes: Iterable[GpuMinute], *, since: datetime) -> None:
+        """Write-through: readings this process just stored, fetched from their source for
+        [since, now), need no read back."""
         for m in minutes:
             ref = (m.provider, m.instance_id)
-            fed.add(ref)
+            self._fed[ref] = (str(m.source), since)
             self._by_ref.setdefault(ref, {})[(m.gpu_index, m.minute)] = m
-        return fed
 
     def refresh(self, session: Session, refs: Iterable[InstanceRef], start: datetime,
-                end: datetime, *, fed: set[InstanceRef] | frozenset[InstanceRef] = frozenset()
-                ) -> None:
-        """Bring the window to [start, end); `fed` instances were filled by `add` already."""
+                end: datetime) -> None:
+        """Bring the window to [start, end), reading from the store only what `add` did not
+        bring: on first use, a fed instance's other sources and older minutes; after that,
+        the newest `late` span of the instances that were not fed."""
         wanted = set(refs)
+        fed, self._fed = self._fed, {}
+        fresh: dict[InstanceRef, list[GpuMinute]] = {}
         if self._until is None or self._start is None or start < self._start:
-            read_from = start  # first use, or a longer window than cached: read it all
+            # first use, or a longer window than cached: read it all but what was just fed
             self._by_ref = {ref: v for ref, v in self._by_ref.items() if ref in fed}
-            to_read = wanted
+            fresh = read_minutes(session, wanted - set(fed), start, end)
+            by_span: dict[tuple[str, datetime], list[InstanceRef]] = defaultdict(list)
+            for ref, span in fed.items():
+                if ref in wanted:
+                    by_span[span].append(ref)
+            for span, members in by_span.items():
+                fresh.update(read_minutes(session, members, start, end, skip=span))
         else:
-            read_from = max(start, self._until - self.late)
-            to_read = wanted - fed
-        fresh = read_minutes(session, to_read, read_from, end)
+            fresh = read_minutes(session, wanted - set(fed), max(start, self._until - self.late),
+                                 end)
         for ref in list(self._by_ref):
             if ref not in wanted:
                 del self._by_ref[ref]

@@ -59,24 +59,43 @@ def spec_from_type_info(info: dict[str, Any]) -> GpuSpec:
 
 
 class GpuTypeCatalog:
-    """Thread-safe per-region cache of GpuSpec by instance type."""
+    """Thread-safe cache of GpuSpec by instance type.
+
+    A type's GPUs are the same in every region, so what one region's DescribeInstanceTypes
+    answered serves them all (regions are read concurrently; the first to ask describes, the
+    others wait for it). A type a region could not describe falls back to the shipped table
+    for that region only: another region may still know it.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._known: dict[tuple[str, str], GpuSpec] = {}
+        self._describing = threading.Lock()
+        self._known: dict[str, GpuSpec] = {}
+        self._fallback: dict[tuple[str, str], GpuSpec] = {}
         self.calls = 0  # DescribeInstanceTypes calls made (tests check the batching)
 
+    def _cached(self, region: str, instance_type: str) -> GpuSpec | None:
+        return self._known.get(instance_type) or self._fallback.get((region, instance_type))
+
     def resolve(self, ec2: EC2Client, region: str, types: set[str]) -> dict[str, GpuSpec]:
-        with self._lock:
-            wanted = sorted(t for t in types if (region, t) not in self._known)
-        found: dict[str, GpuSpec] = {}
-        for start in range(0, len(wanted), _BATCH):
-            found.update(self._describe(ec2, region, wanted[start : start + _BATCH]))
+        with self._describing:
+            with self._lock:
+                wanted = sorted(t for t in types if self._cached(region, t) is None)
+            found: dict[str, GpuSpec] = {}
+            for start in range(0, len(wanted), _BATCH):
+                found.update(self._describe(ec2, region, wanted[start : start + _BATCH]))
         fallback = shipped_gpu_table()
         with self._lock:
+            self._known.update(found)
             for t in wanted:
-                self._known[(region, t)] = found.get(t) or fallback.get(t) or GpuSpec.none()
-            return {t: self._known[(region, t)] for t in types}
+                if t not in found:
+                    self._fallback[(region, t)] = fallback.get(t) or GpuSpec.none()
+            out: dict[str, GpuSpec] = {}
+            for t in types:
+                spec = self._cached(region, t)
+                assert spec is not None
+                out[t] = spec
+            return out
 
     def _describe(self, ec2: EC2Client, region: str, batch: list[str]) -> dict[str, GpuSpec]:
         out: dict[str, GpuSpec] = {}

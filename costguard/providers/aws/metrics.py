@@ -168,9 +168,17 @@ def get_metric_data(
 
 
 def gpu_queries(
-    series: Sequence[Series], namespace: str, period_s: int = PERIOD_S
+    series: Sequence[Series],
+    namespace: str,
+    period_s: int = PERIOD_S,
+    *,
+    gpu_counts: Mapping[str, int] | None = None,
 ) -> list[dict[str, Any]]:
-    """Query `g{n}` per series; a roll-up of utilisation also gets `m{n}` (its Maximum)."""
+    """Query `g{n}` per series; a roll-up of utilisation over more than one GPU also gets
+    `m{n}` (its Maximum), so one busy GPU among idle ones is not averaged away. A roll-up of a
+    single-GPU instance (`gpu_counts` says so) is that GPU's own series and, like a per-GPU
+    series, needs its Average only."""
+    counts = gpu_counts or {}
     out: list[dict[str, Any]] = []
     for n, s in enumerate(series):
         metric = {
@@ -179,7 +187,7 @@ def gpu_queries(
             "Dimensions": [{"Name": k, "Value": v} for k, v in s.dimensions],
         }
         stats = [(f"g{n}", s.stat)]
-        if s.all_gpus and s.metric == GPU_UTIL:
+        if s.all_gpus and s.metric == GPU_UTIL and counts.get(s.instance_id) != 1:
             stats.append((f"m{n}", "Maximum"))
         out += [
             {
@@ -257,8 +265,10 @@ def to_gpu_minutes(
             for minute in _minutes_covered(ts, period_s, first, last):
                 for index in indexes:
                     rows.setdefault((s.instance_id, index, minute), {}).update(fields)
+    # every value above is already in range (clamped percentages, non-negative bytes, whole
+    # UTC minutes): built without re-validation, which was most of a fleet's cost here
     return [
-        GpuMinute(
+        GpuMinute.model_construct(
             provider="aws",
             instance_id=instance_id,
             gpu_index=index,

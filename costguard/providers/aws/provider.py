@@ -214,10 +214,9 @@ class AwsProvider:
             return [], 0
         # Buckets of `period_s` start at `first`: each one that holds a datapoint covers its
         # whole period, wherever inside it the agent's sample fell.
-        values, calls = cw.get_metric_data(
-            client, cw.gpu_queries(series, namespace, period_s), first, last, scope
-        )
         gpu_counts = {i.instance_id: max(1, i.gpu_count) for i in members}
+        queries = cw.gpu_queries(series, namespace, period_s, gpu_counts=gpu_counts)
+        values, calls = cw.get_metric_data(client, queries, first, last, scope)
         rows = cw.to_gpu_minutes(
             series, values, gpu_counts=gpu_counts, period_s=period_s, first=first, last=last
         )

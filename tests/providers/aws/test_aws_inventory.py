@@ -284,3 +284,21 @@ def test_regions_all_asks_describe_regions(
 
     assert len(asked) == 1
     assert [i.region for i in inventory.instances] == ["eu-west-1"]
+
+
+def test_instance_types_described_in_one_region_serve_the_others() -> None:
+    from costguard.providers.aws.gpu_types import GpuTypeCatalog
+
+    catalog = GpuTypeCatalog()
+    east = boto3.client("ec2", region_name=REGION)
+    west = boto3.client("ec2", region_name="us-west-2")
+
+    first = catalog.resolve(east, REGION, {"g5.xlarge", "p4d.24xlarge"})
+    second = catalog.resolve(west, "us-west-2", {"g5.xlarge", "p4d.24xlarge"})
+
+    assert catalog.calls == 1
+    assert second == first and first["p4d.24xlarge"].count == 8
+    # a type one region could not describe is asked again in the next region
+    catalog.resolve(east, REGION, {"p3.2xlarge"})
+    catalog.resolve(west, "us-west-2", {"p3.2xlarge"})
+    assert catalog.calls == 3

@@ -349,3 +349,27 @@ def test_instance_rollup_series_stands_for_every_gpu_with_the_busiest_gpus_peak(
     assert [r.util_mean for r in mine] == [pytest.approx(47.0 / 8)] * 8
     theirs = [(r.gpu_index, r.util_max) for r in rows if r.instance_id == split["InstanceId"]]
     assert theirs == [(5, 3.0)]
+
+
+def test_single_gpu_rollup_is_asked_for_its_average_only(
+    make_provider: ProviderFactory, clock: ManualClock, session: boto3.Session
+) -> None:
+    # a one-GPU instance's roll-up is that GPU's own series: its Maximum adds nothing (and
+    # costs a query); the 8-GPU roll-up still gets one, to see the busiest GPU
+    small = run_instances(count=1, itype="g5.xlarge")[0]
+    big = run_instances(count=1, itype="p4d.24xlarge")[0]
+    when = _minute(clock, 3)
+    _put([{"MetricName": GPU_UTIL, "Timestamp": when, "Value": v,
+           "Dimensions": [{"Name": "InstanceId", "Value": raw["InstanceId"]}]}
+          for raw, v in ((small, 2.0), (small, 6.0), (big, 1.0), (big, 30.0))])
+    seen = _calls(session, "GetMetricData")
+    provider, instances = _inventory(make_provider, cloudwatch={"instance_dimension": True})
+
+    rows = provider.gpu_metrics(instances, when, when + timedelta(minutes=1))
+
+    stats = sorted(q["MetricStat"]["Stat"] for call in seen for q in call["MetricDataQueries"])
+    assert stats == ["Average", "Average", "Maximum"]
+    one = [(r.gpu_index, r.util_mean, r.util_max) for r in rows
+           if r.instance_id == small["InstanceId"]]
+    assert one == [(0, 4.0, 4.0)]
+    assert {r.util_max for r in rows if r.instance_id == big["InstanceId"]} == {30.0}
