@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
+from costguard.report.fit import FitColumn, fit_table
 from costguard.report.queries import UNATTRIBUTED, Report, ReportRow
 
 SCHEMA_VERSION = 2
@@ -173,22 +173,41 @@ def to_csv(report: Report) -> str:
     return buf.getvalue()
 
 
-def to_table(report: Report, console: Console) -> None:
+# Left out first to last when a terminal is too narrow for every column; cost never is.
+DROP_ORDER = ("instances", "spot %", "idle %", "GPU-h", "spot savings possible", "idle cost",
+              "gap (billed - estimated)", "billed")
+
+
+def table_columns(report: Report) -> tuple[list[FitColumn], list[str | None]]:
+    """The table's columns (key dimensions, then figures) and each row's style."""
     rows, total = display_rows(report)
+    billed = report.compare == "billed"
+    cols = [FitColumn(dim, [r.key[i] for r in rows], "total" if i == 0 else "")
+            for i, dim in enumerate(report.by)]
+    body = [_cells(r, billed) for r in rows]
+    for j, (name, footer) in enumerate(zip(_headers(report), _cells(total, billed),
+                                           strict=True)):
+        cols.append(FitColumn(name, [cells[j] for cells in body], footer, numeric=True))
+    styles = ["yellow" if UNATTRIBUTED in r.key else None for r in rows]
+    return cols, styles
+
+
+def to_table(report: Report, console: Console) -> None:
+    """Print the report as a table fitted to the console; figures are never cut.
+
+    Columns that do not fit are left out (least important first) and named below it.
+    """
     title = (f"Spend by {', '.join(report.by) or 'nothing'}  "
              f"{report.since:%Y-%m-%d %H:%M} → {report.until:%Y-%m-%d %H:%M} UTC")
     if report.filters:
         title += "  where " + ", ".join(f"{k}={v}" for k, v in report.filters.items())
-    table = Table(title=title, title_justify="left", show_footer=True)
-    for i, dim in enumerate(report.by):
-        table.add_column(dim, footer="total" if i == 0 else "")
-    billed = report.compare == "billed"
-    for name, footer in zip(_headers(report), _cells(total, billed), strict=True):
-        table.add_column(name, justify="right", footer=footer)
-    for r in rows:
-        style = "yellow" if UNATTRIBUTED in r.key else None
-        table.add_row(*r.key, *_cells(r, billed), style=style)
-    console.print(table)
+    cols, styles = table_columns(report)
+    fitted = fit_table(cols, console.width, DROP_ORDER, title=title, row_styles=styles)
+    console.print(fitted.table, crop=False)
+    if fitted.dropped:
+        console.print(f"Left out to fit {console.width} columns: {', '.join(fitted.dropped)}. "
+                      "A wider terminal, --format csv or --format json shows every column.",
+                      highlight=False, markup=False)
 
 
 __all__ = ["SCHEMA_VERSION", "ReportRow", "apportion", "display_rows", "to_csv", "to_json",
