@@ -1,7 +1,8 @@
 """Helpers every `costguard` command module shares: load the settings, report an error.
 
 One implementation, so each sub-command prints errors the same way (`error: MESSAGE` on
-stderr, exit status 2 unless told otherwise) and none lets a traceback through.
+stderr, exit status 2 unless told otherwise) and none lets a traceback through. Commands
+read the time from `cli_clock()`, so a test can run one at any date (a ManualClock).
 """
 
 from __future__ import annotations
@@ -13,12 +14,21 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from costguard.clock import Clock, SystemClock
 from costguard.errors import CostguardError
 
 if TYPE_CHECKING:  # costguard.config loads every provider's settings (boto3): not for `fail`
     from costguard.config import Settings
 
 err = Console(stderr=True)
+
+# The clock commands read "now" from (never datetime.now); tests put a ManualClock here.
+CLOCK: Clock = SystemClock()
+
+
+def cli_clock() -> Clock:
+    """The clock a command reads the time from: the wall clock unless a test set `CLOCK`."""
+    return CLOCK
 
 
 def fail(message: object, code: int = 2) -> typer.Exit:

@@ -8,7 +8,6 @@ The lead registers them in cli.py:
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -17,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlmodel import col, select
 
+from costguard.cli_common import cli_clock
 from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
 from costguard.errors import CostguardError, PolicyError
@@ -60,7 +60,7 @@ def billing_import(
         attributor = Attributor(_policy_set(policies).attribution)
         db = _db(config)
         with db.session() as s:
-            result = import_focus(s, file, attributor, datetime.now(UTC))
+            result = import_focus(s, file, attributor, cli_clock().now())
     except CostguardError as exc:
         raise _fail(exc) from None
     console.print(f"{result.added} line(s) imported, {result.duplicates} already there; "
@@ -86,7 +86,7 @@ def billing_import_ce(
     from costguard.costs.billing import import_cost_explorer
     from costguard.report.run import parse_when
 
-    now = datetime.now(UTC)
+    now = cli_clock().now()
     try:
         start = parse_when(since, now, "--since").date()
         end = parse_when(until, now, "--until").date() if until else now.date()
@@ -115,7 +115,7 @@ def anomaly_list(
     from costguard.store.tables import AnomalyRow
 
     try:
-        start = parse_when(since, datetime.now(UTC), "--since")
+        start = parse_when(since, cli_clock().now(), "--since")
         db = _db(config)
         with db.session() as s:
             rows = s.exec(select(AnomalyRow).where(col(AnomalyRow.bucket_start) >= start)
@@ -167,7 +167,7 @@ def _feedback(anomaly_id: int, verdict: str, config: Path | None) -> None:
     try:
         db = _db(config)
         with db.session() as s:
-            row = give_feedback(s, anomaly_id, verdict, datetime.now(UTC))
+            row = give_feedback(s, anomaly_id, verdict, cli_clock().now())
             text = row.explanation
     except CostguardError as exc:
         raise _fail(exc) from None
@@ -212,7 +212,7 @@ def budget_status_cmd(config: ConfigOpt = None, policies: PoliciesOpt = Path("po
     """
     from costguard.costs.budgets import budget_status
 
-    now = datetime.now(UTC)
+    now = cli_clock().now()
     try:
         pset = _policy_set(policies)
         db = _db(config)
