@@ -191,14 +191,16 @@ def set_labels(
     *,
     remove: Sequence[str] = (),
     dry_run: bool,
+    fresh: compute_v1.Instance | None = None,
 ) -> ActionResult:
     """Merge `tags` into the labels and drop `remove`; a 412 (someone else relabelled
-    meanwhile) re-reads the labels and tries again."""
+    meanwhile) re-reads the labels and tries again. `fresh`: the VM as just read by the
+    caller (batch.describe_many), used instead of reading it again for the first try."""
     project, zone, name = _where(instance)
     add = {label_key(k): label_value(v) for k, v in tags.items()}
     drop = {label_key(k) for k in remove}
-    for _attempt in range(SET_LABELS_ATTEMPTS):
-        vm = read(ctx, instance)
+    for attempt in range(SET_LABELS_ATTEMPTS):
+        vm = fresh if attempt == 0 and fresh is not None else read(ctx, instance)
         why = _changed(instance, vm)
         if why:
             return ActionResult(outcome=ActionOutcome.SKIPPED, detail=why)
@@ -236,7 +238,7 @@ def set_labels(
             raise translate(exc, _scope(instance)) from exc
         except gexc.RetryError as exc:
             raise from_retry_error(exc, _scope(instance)) from exc
-        error = _op_error(op)
+        error = _op_error(op) or _retargeted(instance, op)
         if error:
             return ActionResult(outcome=ActionOutcome.FAILED, detail=error, state_after=state)
         return ActionResult(
@@ -248,6 +250,16 @@ def set_labels(
         outcome=ActionOutcome.FAILED,
         detail=f"labels of {name} kept changing under us ({SET_LABELS_ATTEMPTS} tries, HTTP 412)",
     )
+
+
+def _retargeted(instance: Instance, op: compute_v1.Operation) -> str | None:
+    """setLabels addresses a VM by name; the operation names the VM it changed. Another id:
+    the VM was deleted and recreated under that name, with the same labels (else the
+    fingerprint would have answered 412), between our read and the call."""
+    if op.target_id and str(op.target_id) != instance.instance_id:
+        return (f"{instance.name} was recreated (id {op.target_id}, expected "
+                f"{instance.instance_id}) after it was read; the labels went to the new VM")
+    return None
 
 
 def _diff(before: Mapping[str, str], after: Mapping[str, str]) -> str:

@@ -5,34 +5,37 @@ concurrently in a bounded thread pool, in phases: issue every stop, then wait on
 zone operation, then read every VM back. Issuing all first matters: a real stop takes
 tens of seconds, so waiting per instance inside the pool would serialize them by pool size.
 
-`describe_many` reads each VM with `instances.get`, concurrently; for a project where the
-batch is large against the project's size (as last listed), one paged `aggregatedList` of
-the project costs far fewer calls and is used instead. A failed call never turns into
-"gone": only a 404, or the name now belonging to a new VM, does.
+`describe_many` reads the VMs of a project with one `aggregatedList` filtered by their
+names (lookup.py; a few calls for thousands of names), a lone VM with `instances.get`. A
+failed call never turns into "gone": only a 404, a VM missing from a complete listing, or
+the name now belonging to a new VM does. The raw VMs it read are kept for `READ_FRESH`:
+`set_labels_many` relabels with the label fingerprint of that read instead of reading each
+VM again (a 412 still re-reads), and `stop_many` prices the stopped VMs' persistent disks
+from them with one filtered `disks.aggregatedList` (disks.py), so the "still costs" note of
+each stopped VM makes no call.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TypeVar
 
 from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
 from costguard.errors import InstanceNotFound, ProviderError
-from costguard.model import ActionOutcome, ActionResult, Instance, InstanceState
-from costguard.providers.gcp import actions, inventory
+from costguard.model import ActionOutcome, ActionResult, Instance, InstanceState, PriceQuote
+from costguard.providers.gcp import actions, disks, inventory, lookup
 from costguard.providers.gcp.errors import from_retry_error, translate
 
 T = TypeVar("T")
 R = TypeVar("R")
 
-# aggregatedList replaces per-VM gets when it needs at most 1/LIST_ADVANTAGE as many calls.
-LIST_ADVANTAGE = 4
+# How long a VM read by describe_many stands in for set_labels' own read.
+READ_FRESH = timedelta(seconds=60)
 
 
 @dataclass
@@ -41,8 +44,11 @@ class BatchContext:
     workers: int
     page_size: int
     now: Callable[[], datetime]
-    # instances per project as last listed: lets describe_many choose list vs get
-    project_sizes: dict[str, int] = field(default_factory=dict)
+    disks: Callable[[], compute_v1.DisksClient]  # the provider's, made on first use
+    # raw VMs read by describe_many: instance id -> (when, VM)
+    reads: dict[str, tuple[datetime, compute_v1.Instance]] = field(default_factory=dict)
+    # what each VM stop_many stopped still costs, read in bulk; popped by stopped_cost
+    stopped_costs: dict[str, PriceQuote | None] = field(default_factory=dict)
 
 
 def each(
@@ -80,60 +86,76 @@ def _call(inst: Instance, fn: Callable[[], T]) -> T:
 
 # -- describe ----------------------------------------------------------------------------
 
+Raw = dict[str, compute_v1.Instance | None]  # instance id -> the VM now, None: gone
 
-def _get_one(ctx: BatchContext, inst: Instance) -> Instance | None:
+
+def _get_one(ctx: BatchContext, inst: Instance) -> compute_v1.Instance | None:
     try:
         vm = actions.read(ctx.actions, inst)
     except InstanceNotFound:
         return None
     if str(vm.id) != inst.instance_id:
         return None  # the name belongs to a new VM: the one we decided about is gone
-    return inventory.to_instance(inst.account, vm, ctx.now())
+    return vm
 
 
-def _list_project(ctx: BatchContext, project: str, wanted: list[Instance]
-                  ) -> dict[str, Instance | None] | None:
-    """The project's VMs by one paged list, or None when part of it could not be read."""
-    listed = inventory.list_project(
-        ctx.actions.instances, project, page_size=ctx.page_size, retry=ctx.actions.retry,
-        observed_at=ctx.now())
-    if listed.gaps:
-        return None  # an unreadable zone must not make its VMs look gone: fall back to gets
-    ctx.project_sizes[project] = len(listed.instances)
-    by_id = {i.instance_id: i for i in listed.instances}
-    return {i.instance_id: by_id.get(i.instance_id) for i in wanted}
+def _list_named(ctx: BatchContext, project: str, wanted: list[Instance]
+                ) -> tuple[Raw, list[Instance]]:
+    """The wanted VMs found by filtered listing, and those left to read one by one (a name
+    that cannot go in a filter, or all of them when the listing was incomplete)."""
+    named = [i for i in wanted if lookup.filterable(i.name)]
+    rest = [i for i in wanted if not lookup.filterable(i.name)]
+    if len(named) < 2:
+        return {}, wanted  # one get is as cheap as one list
+    listed = lookup.instances(ctx.actions.instances, project, (i.name or "" for i in named),
+                              page_size=ctx.page_size, retry=ctx.actions.retry)
+    if listed is None:
+        return {}, wanted  # an unreadable zone must not make its VMs look gone: gets
+    by_id = {str(vm.id): vm for _, vm in listed}
+    return {i.instance_id: by_id.get(i.instance_id) for i in named}, rest
 
 
-def _prefers_list(ctx: BatchContext, project: str, wanted: int) -> bool:
-    size = ctx.project_sizes.get(project)
-    if size is None:
-        return False
-    pages = max(1, math.ceil(size / ctx.page_size))
-    return pages * LIST_ADVANTAGE <= wanted
-
-
-def describe_many(ctx: BatchContext, instances: Sequence[Instance]
-                  ) -> dict[str, Instance | None]:
-    """See `Describes.describe_many`. Raises the first ProviderError if any VM could not be
-    read: without a fresh read the caller must not act on it."""
-    out: dict[str, Instance | None] = {}
+def read_many(ctx: BatchContext, instances: Sequence[Instance]) -> Raw:
+    """Each VM as Compute shows it now (None: gone). Raises the first ProviderError."""
+    out: Raw = {}
     by_project: dict[str, list[Instance]] = {}
     for inst in instances:
         by_project.setdefault(inst.account, []).append(inst)
     singles: list[Instance] = []
     for project, wanted in by_project.items():
-        listed = _list_project(ctx, project, wanted) if _prefers_list(
-            ctx, project, len(wanted)) else None
-        if listed is None:
-            singles.extend(wanted)
-        else:
-            out.update(listed)
+        listed, rest = _list_named(ctx, project, wanted)
+        out.update(listed)
+        singles.extend(rest)
     results = each(singles, lambda inst: _get_one(ctx, inst), ctx.workers)
     for inst, result in zip(singles, results, strict=True):
         if isinstance(result, ProviderError):
             raise result
         out[inst.instance_id] = result
     return out
+
+
+def describe_many(ctx: BatchContext, instances: Sequence[Instance]
+                  ) -> dict[str, Instance | None]:
+    """See `Describes.describe_many`. Raises the first ProviderError if any VM could not be
+    read: without a fresh read the caller must not act on it."""
+    now = ctx.now()
+    for iid in [i for i, (at, _) in ctx.reads.items() if now - at > READ_FRESH]:
+        ctx.reads.pop(iid, None)
+    raw = read_many(ctx, instances)
+    out: dict[str, Instance | None] = {}
+    for inst in instances:
+        vm = raw.get(inst.instance_id)
+        if vm is not None:
+            ctx.reads[inst.instance_id] = (now, vm)
+        out[inst.instance_id] = (inventory.to_instance(inst.account, vm, now)
+                                 if vm is not None else None)
+    return out
+
+
+def _recent(ctx: BatchContext, inst: Instance, now: datetime) -> compute_v1.Instance | None:
+    """The VM as describe_many read it, if that was less than READ_FRESH ago (used once)."""
+    got = ctx.reads.pop(inst.instance_id, None)
+    return got[1] if got is not None and now - got[0] <= READ_FRESH else None
 
 
 # -- stop --------------------------------------------------------------------------------
@@ -201,7 +223,19 @@ def stop_many(ctx: BatchContext, instances: Sequence[Instance], *, dry_run: bool
         else:
             done.append((inst, op))
     results.update(_verify_stopped(ctx, done))
+    _price_stopped(ctx, [inst for inst, _ in done
+                         if results[inst.instance_id].outcome is ActionOutcome.DONE])
     return results
+
+
+def _price_stopped(ctx: BatchContext, stopped: Sequence[Instance]) -> None:
+    """What the stopped VMs' disks still cost, from the read-back's VMs and one filtered
+    disks listing per project; a VM left out is priced by stopped_cost on its own."""
+    vms = [(inst, got[1]) for inst in stopped
+           if (got := ctx.reads.get(inst.instance_id)) is not None]
+    if vms:
+        ctx.stopped_costs.update(disks.stopped_costs(
+            ctx.disks(), vms, page_size=ctx.page_size, retry=ctx.actions.retry))
 
 
 def _verify_stopped(ctx: BatchContext, done: list[tuple[Instance, compute_v1.Operation]]
@@ -235,12 +269,15 @@ def _verify_stopped(ctx: BatchContext, done: list[tuple[Instance, compute_v1.Ope
 
 def set_labels_many(ctx: BatchContext, instances: Sequence[Instance], tags: Mapping[str, str],
                     *, remove: Sequence[str], dry_run: bool) -> dict[str, ActionResult]:
-    """See `BatchActions.set_tags_many`. setLabels needs each VM's label fingerprint, so each
-    VM is read (get) and relabelled, a 412 re-reads and retries; VMs run concurrently."""
+    """See `BatchActions.set_tags_many`. setLabels needs each VM's label fingerprint: a VM
+    describe_many read less than READ_FRESH ago is relabelled with that read's, the others
+    are read (get) first; a 412 re-reads and retries. VMs run concurrently."""
+    now = ctx.now()
+    first = {inst.instance_id: _recent(ctx, inst, now) for inst in instances}
     results = each(
         instances,
         lambda inst: actions.set_labels(ctx.actions, inst, tags, remove=remove,
-                                        dry_run=dry_run),
+                                        dry_run=dry_run, fresh=first[inst.instance_id]),
         ctx.workers)
     return {inst.instance_id: (_failed(r) if isinstance(r, ProviderError) else r)
             for inst, r in zip(instances, results, strict=True)}

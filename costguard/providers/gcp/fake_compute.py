@@ -3,12 +3,13 @@
 Served over HTTP on 127.0.0.1 so the real `google-cloud-compute` client drives it
 (`client_options={"api_endpoint": "http://127.0.0.1:PORT"}`, anonymous credentials).
 
-Implemented: instances aggregatedList (maxResults/pageToken paging across zones), get,
-stop, start, setLabels (labelFingerprint checked, 412 on mismatch, requestId honoured),
-delete, disks createSnapshot and get (fake_disks.py), zone operations get/wait (done after
-`operation_delay_s`), Resource Manager v3 projects.list / folders.list, and injected
-failures: 429/503 on demand, 403 for a forbidden project or a disabled API. Not
-implemented: insert, filters, regional operations, every other Compute method (501).
+Implemented: instances aggregatedList (maxResults/pageToken paging across zones, the
+regex form of `filter`: fake_filter.py), get, stop, start, setLabels (labelFingerprint
+checked, 412 on mismatch, requestId honoured), delete, disks createSnapshot, get and
+aggregatedList (fake_disks.py), zone operations get/wait (done after `operation_delay_s`),
+Resource Manager v3 projects.list / folders.list, and injected failures: 429/503 on demand,
+403 for a forbidden project or a disabled API. Not implemented: insert, AIP-160 filters,
+regional operations, every other Compute method (501).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from http.server import ThreadingHTTPServer
 from typing import Any
 
 from costguard.providers.gcp.fake_disks import DiskOps, FakeDisk
+from costguard.providers.gcp.fake_filter import aggregated
 from costguard.providers.gcp.fake_http import error, forbidden, handler_for
 
 _BASE = "https://www.googleapis.com/compute/v1"
@@ -52,7 +54,9 @@ class FakeVm:
 
     @property
     def label_fingerprint(self) -> str:
-        digest = hashlib.sha256(f"{self.id}:{self.label_version}".encode()).digest()[:8]
+        # like GCE's, a hash of the labels: two VMs with the same labels share a fingerprint
+        # (so a VM recreated under the same name does not answer a stale read with a 412)
+        digest = hashlib.sha256(repr(sorted(self.labels.items())).encode()).digest()[:8]
         return base64.b64encode(digest).decode()
 
     def to_json(self) -> dict[str, Any]:
@@ -267,27 +271,18 @@ class FakeCompute(DiskOps):
         return 501, error(501, f"the fake does not implement {method} {path}")
 
     def _aggregated_list(self, project: str, query: dict[str, str], body: Any) -> tuple[int, Any]:
-        size = min(int(query.get("maxResults", "500")), 500)
-        offset = (
-            int(base64.urlsafe_b64decode(query["pageToken"]).decode())
-            if "pageToken" in query
-            else 0
-        )
         with self._lock:
             vms = sorted(
                 (v for v in self._vms.values() if v.project == project),
                 key=lambda v: (v.zone, v.name),
             )
-            page = vms[offset : offset + size]
-            items: dict[str, Any] = {}
-            for vm in page:
-                items.setdefault(f"zones/{vm.zone}", {"instances": []})["instances"].append(
-                    vm.to_json()
-                )
-        out: dict[str, Any] = {"kind": "compute#instanceAggregatedList", "items": items}
-        if offset + size < len(vms):
-            out["nextPageToken"] = base64.urlsafe_b64encode(str(offset + size).encode()).decode()
-        return 200, out
+            listed = [(vm.zone, vm.to_json()) for vm in vms]
+        return aggregated(listed, query, kind="compute#instanceAggregatedList", key="instances")
+
+    def remove_instance(self, project: str, zone: str, name: str) -> None:
+        """The VM is deleted behind costguard's back (no operation)."""
+        with self._lock:
+            del self._vms[(project, zone, name)]
 
     def _get(
         self, project: str, zone: str, name: str, query: dict[str, str], body: Any
@@ -428,6 +423,7 @@ _P = r"/compute/v1/projects/(?P<project>[^/]+)"
 _Z = _P + r"/zones/(?P<zone>[^/]+)"
 _ROUTES: tuple[tuple[re.Pattern[str], str, str], ...] = (
     (re.compile(_P + r"/aggregated/instances$"), "GET", "aggregated_list"),
+    (re.compile(_P + r"/aggregated/disks$"), "GET", "disk_aggregated_list"),
     (re.compile(_Z + r"/instances/(?P<name>[^/]+)$"), "GET", "get"),
     (re.compile(_Z + r"/instances/(?P<name>[^/]+)/stop$"), "POST", "stop"),
     (re.compile(_Z + r"/instances/(?P<name>[^/]+)/start$"), "POST", "start"),

@@ -2,7 +2,8 @@
 
 Implemented: `disks.createSnapshot` (zonal disks attached to a fake VM; requestId honoured,
 409 for a snapshot name that exists, the snapshot READY when its operation completes),
-`disks.get` (size and type, for what a stopped VM still costs), and `instances.delete`
+`disks.get` and `disks.aggregatedList` (size, type and users, for what a stopped VM still
+costs; the list pages and takes the regex `filter` like instances), and `instances.delete`
 (the VM disappears when its operation completes; disks with autoDelete false stay in
 `detached_disks`). Tests may inject `snapshot_error` to make a snapshot operation fail.
 """
@@ -14,6 +15,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from costguard.providers.gcp.fake_filter import aggregated
 from costguard.providers.gcp.fake_http import error
 
 if TYPE_CHECKING:
@@ -41,6 +43,14 @@ class FakeDisk:
         if not self.scratch:
             body["source"] = f"{_BASE}/projects/{project}/zones/{zone}/disks/{self.name}"
         return body
+
+
+def disk_json(project: str, zone: str, d: FakeDisk, users: list[str]) -> dict[str, Any]:
+    zone_url = f"{_BASE}/projects/{project}/zones/{zone}"
+    return {"kind": "compute#disk", "name": d.name, "sizeGb": str(d.size_gb),
+            "type": f"{zone_url}/diskTypes/{d.disk_type}", "zone": zone_url,
+            "status": "READY", "selfLink": f"{zone_url}/disks/{d.name}",
+            "users": [f"{zone_url}/instances/{u}" for u in users]}
 
 
 class DiskOps:
@@ -110,11 +120,19 @@ class DiskOps:
             owner = self._disk_owner(project, zone, disk)
             if owner is None:
                 return 404, error(404, f"disk {disk} not found")
-            _, d = owner
-            zone_url = f"{_BASE}/projects/{project}/zones/{zone}"
-            return 200, {"kind": "compute#disk", "name": d.name, "sizeGb": str(d.size_gb),
-                         "type": f"{zone_url}/diskTypes/{d.disk_type}", "zone": zone_url,
-                         "status": "READY"}
+            vm, d = owner
+            return 200, disk_json(project, zone, d, [vm.name])
+
+    def _disk_aggregated_list(self, project: str, query: dict[str, str], body: Any
+                              ) -> tuple[int, Any]:
+        with self._lock:
+            listed = [(z, disk_json(p, z, d, [vm.name]))
+                      for (p, z, _), vm in self._vms.items() if p == project
+                      for d in vm.disks if not d.scratch]
+            listed += [(z, disk_json(p, z, d, [])) for p, z, d in self.detached_disks
+                       if p == project]
+        listed.sort(key=lambda zr: (zr[0], zr[1]["name"]))
+        return aggregated(listed, query, kind="compute#diskAggregatedList", key="disks")
 
     def _delete(self, project: str, zone: str, name: str, query: dict[str, str],
                 body: Any) -> tuple[int, Any]:

@@ -11,6 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 Handle = Callable[[str, str, dict[str, str], Any], tuple[int, Any]]
 
 _STATUS_NAMES = {
+    400: "INVALID_ARGUMENT",
     403: "PERMISSION_DENIED",
     404: "NOT_FOUND",
     412: "FAILED_PRECONDITION",

@@ -13,6 +13,7 @@ READ = (
     "compute.instances.list",  # instances.aggregatedList
     "compute.instances.get",  # re-check before and after an action
     "compute.disks.get",  # size and type: what a stopped VM still costs (gcp/disks.py)
+    "compute.disks.list",  # the same for many VMs at once: disks.aggregatedList (gcp/disks.py)
     "monitoring.timeSeries.list",  # GPU metrics
 )
 ENFORCE = (

@@ -58,6 +58,7 @@ class GcpProvider:
             workers=settings.batch_workers,
             page_size=settings.page_size,
             now=self.clock.now,
+            disks=self._disk_client,
         )
 
     def close(self) -> None:
@@ -90,11 +91,10 @@ class GcpProvider:
                     ),
                     names,
                 )
-                for project, result in zip(names, results, strict=True):
+                for result in results:
                     instances.extend(result.instances)
                     gaps.extend(result.gaps)
-                    if not result.gaps:
-                        self._batch.project_sizes[project] = len(result.instances)
+        self._batch.stopped_costs.clear()  # a new cycle: last cycle's are not wanted
         return Inventory(instances=instances, gaps=gaps)
 
     def gpu_metrics(
@@ -147,9 +147,12 @@ class GcpProvider:
                               dry_run=dry_run)
 
     def stopped_cost(self, instance: Instance) -> PriceQuote | None:
-        """What the stopped VM's persistent disks cost per hour; see gcp/disks.py."""
+        """What the stopped VM's persistent disks cost per hour; see gcp/disks.py. A VM
+        stopped by stop_many was priced there in bulk."""
         from costguard.providers.gcp import disks
 
+        if instance.instance_id in self._batch.stopped_costs:
+            return self._batch.stopped_costs.pop(instance.instance_id)
         return disks.stopped_cost(self._actions, self._disk_client(), instance)
 
     def price(self, instance: Instance) -> PriceQuote | None:

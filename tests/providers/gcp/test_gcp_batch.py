@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 
 import pytest
 
+from costguard.clock import ManualClock
 from costguard.errors import ProviderError
 from costguard.model import ActionOutcome, Instance, InstanceState
 from costguard.providers.base import BatchActions, Describes
-from costguard.providers.gcp import GcpProvider
+from costguard.providers.gcp import GcpProvider, lookup
 from costguard.providers.gcp.fake_server import FakeGcp
 
 ZONES = ["us-central1-a", "us-central1-b", "europe-west4-a"]
@@ -20,8 +22,7 @@ def fleet(fake: FakeGcp, make_provider: Callable[..., GcpProvider]
           ) -> tuple[GcpProvider, dict[str, Instance]]:
     for i in range(6):
         fake.compute.add_instance("ml-prod", ZONES[i % 3], f"vm-{i}", "a2-highgpu-1g")
-    # 3 list pages for the project: re-checks of up to 11 VMs use per-VM gets
-    provider = make_provider(batch_workers=4, page_size=2)
+    provider = make_provider(batch_workers=4, page_size=2)  # 3 list pages for the project
     listed = {i.name or "": i for i in provider.list_instances().instances}
     fake.compute.calls.clear()
     return provider, listed
@@ -35,53 +36,74 @@ def test_gcp_provider_offers_both_batch_capabilities(
     assert isinstance(provider, BatchActions)
 
 
-def test_describe_many_reads_each_vm_and_marks_gone_and_recreated_ones_none(
+def test_describe_many_lists_the_named_vms_and_marks_gone_and_recreated_ones_none(
     fake: FakeGcp, fleet: tuple[GcpProvider, dict[str, Instance]]
 ) -> None:
     provider, vms = fleet
     fake.compute.set_status("ml-prod", ZONES[1], "vm-1", "TERMINATED")
-    fake.compute.inject(404, times=5, path_contains="/instances/vm-2")  # deleted meanwhile
+    fake.compute.remove_instance("ml-prod", ZONES[2], "vm-2")  # deleted meanwhile
+    fake.compute.remove_instance("ml-prod", ZONES[0], "vm-3")
     fake.compute.add_instance("ml-prod", ZONES[0], "vm-3", "a2-highgpu-1g")  # same name, new id
     fresh = provider.describe_many([vms[f"vm-{i}"] for i in range(4)])
     assert set(fresh) == {vms[f"vm-{i}"].instance_id for i in range(4)}
-    assert fresh[vms["vm-0"].instance_id] is not None
-    assert fresh[vms["vm-0"].instance_id].state == InstanceState.RUNNING
-    assert fresh[vms["vm-1"].instance_id].state == InstanceState.STOPPED
+    vm0, vm1 = fresh[vms["vm-0"].instance_id], fresh[vms["vm-1"].instance_id]
+    assert vm0 is not None and vm0.state == InstanceState.RUNNING
+    assert vm1 is not None and vm1.state == InstanceState.STOPPED
     assert fresh[vms["vm-2"].instance_id] is None
     assert fresh[vms["vm-3"].instance_id] is None
-    assert fake.compute.calls["GET get"] == 3  # plus the injected 404
-    assert fake.compute.calls["GET aggregated_list"] == 0
+    # one aggregatedList filtered by the four names (two pages of two), no per-VM get
+    assert fake.compute.calls == {"GET aggregated_list": 2}
 
 
-def test_describe_many_raises_rather_than_call_an_unreadable_vm_gone(
+def test_describe_many_of_one_vm_is_one_get_and_a_404_is_gone(
     fake: FakeGcp, fleet: tuple[GcpProvider, dict[str, Instance]]
 ) -> None:
     provider, vms = fleet
+    assert provider.describe_many([vms["vm-0"]])[vms["vm-0"].instance_id] is not None
+    fake.compute.inject(404, times=1, path_contains="/instances/vm-1")
+    assert provider.describe_many([vms["vm-1"]]) == {vms["vm-1"].instance_id: None}
+    assert fake.compute.calls == {"GET get": 1, "GET injected-404": 1}
+
+
+def test_a_failed_listing_falls_back_to_gets_and_raises_for_an_unreadable_vm(
+    fake: FakeGcp, fleet: tuple[GcpProvider, dict[str, Instance]]
+) -> None:
+    provider, vms = fleet
+    fake.compute.inject(403, times=1, path_contains="/aggregated/instances")
+    fresh = provider.describe_many([vms["vm-0"], vms["vm-1"]])
+    assert all(v is not None for v in fresh.values())  # not "gone" because unlisted
+    assert fake.compute.calls == {"GET injected-403": 1, "GET get": 2}
+
+    fake.compute.inject(403, times=1, path_contains="/aggregated/instances")
     fake.compute.inject(403, times=5, path_contains="/instances/vm-4")
     with pytest.raises(ProviderError, match="permission denied"):
         provider.describe_many(list(vms.values()))
 
 
-def test_describe_many_lists_the_project_when_that_is_far_fewer_calls(
-    fake: FakeGcp, make_provider: Callable[..., GcpProvider]
+def test_describe_many_splits_many_names_over_several_filters(
+    fake: FakeGcp, make_provider: Callable[..., GcpProvider], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for i in range(40):
         fake.compute.add_instance("ml-prod", ZONES[i % 3], f"big-{i:02d}", "g2-standard-4")
-    provider = make_provider(page_size=10)  # 4 pages for the project
-    listed = provider.list_instances().instances
-    fake.compute.set_status("ml-prod", ZONES[0], "big-00", "TERMINATED")
-    recreated = listed[1]  # its name now belongs to a new VM
-    fake.compute.add_instance("ml-prod", recreated.zone or "", recreated.name or "")
+    fake.compute.add_instance("ml-prod", ZONES[1], "big-00", "g2-standard-4")  # other zone
+    provider = make_provider(page_size=500)
+    listed = [i for i in provider.list_instances().instances
+              if (i.name, i.zone) != ("big-00", ZONES[1])]
+    assert len(listed) == 40
+    monkeypatch.setattr(lookup, "FILTER_CHARS", 70)  # 10 names of 6 characters per filter
     fake.compute.calls.clear()
-    fresh = provider.describe_many(listed[:16])  # 16 gets vs 4 pages: list
+    fresh = provider.describe_many(listed)
     assert fake.compute.calls == {"GET aggregated_list": 4}
-    assert len(fresh) == 16 and fresh[recreated.instance_id] is None
-    assert sum(v is None for v in fresh.values()) == 1
-    assert [i.state for i in fresh.values() if i and i.name == "big-00"] == [
-        InstanceState.STOPPED]
-    fake.compute.calls.clear()
-    provider.describe_many(listed[:15])  # 15 < 4 pages x 4: per-VM gets
-    assert fake.compute.calls == {"GET get": 15}
+    assert all(fresh[i.instance_id] is not None for i in listed)
+    assert {(i.name, i.zone) for i in listed} == {
+        (f.name, f.zone) for f in fresh.values() if f is not None}
+
+
+def test_name_filters_are_regex_alternations_within_the_size_limit() -> None:
+    assert lookup.name_filters(["b", "a", "b"]) == ['name eq "(a|b)"']
+    filters = lookup.name_filters([f"vm-{i:03d}" for i in range(100)], max_chars=80)
+    assert len(filters) == 10 and all(len(f) < 80 + 12 for f in filters)
+    assert not lookup.filterable("Bad_Name") and lookup.filterable("vm-1")
 
 
 def test_stop_many_issues_all_then_waits_and_reports_partial_failures(
@@ -108,7 +130,11 @@ def test_stop_many_issues_all_then_waits_and_reports_partial_failures(
     assert fake.compute.calls["POST stop"] == 4  # vm-1 and vm-2 were refused by injection
     assert fake.compute.calls["POST injected-429"] == 2
     assert fake.compute.calls["POST operation_wait"] >= 4
-    assert fake.compute.calls["GET get"] == 4  # the read-back, none before the call
+    # the read-back: one listing filtered by the four names (two pages of two), no get;
+    # then one disks listing (two pages) for what the stopped VMs still cost
+    assert fake.compute.calls["GET aggregated_list"] == 2
+    assert fake.compute.calls["GET get"] == 0
+    assert fake.compute.calls["GET disk_aggregated_list"] == 2
 
 
 def test_stop_many_dry_run_and_not_running_make_no_calls(
@@ -130,7 +156,7 @@ def test_stop_many_fails_a_vm_that_reads_back_running(
 
     def restart_it(method: str, path: str) -> None:
         # someone starts vm-5 again between our stop and our read-back
-        if method == "GET" and path.endswith("/instances/vm-5"):
+        if method == "GET" and path.endswith("/aggregated/instances"):
             fake.compute.set_status("ml-prod", ZONES[2], "vm-5", "RUNNING")
 
     fake.compute.on_request = restart_it
@@ -178,3 +204,44 @@ def test_set_tags_many_dry_run_changes_nothing(
     assert fake.compute.calls["POST set_labels"] == 0
     assert all(not fake.compute.instance("ml-prod", v.zone or "", n).labels
                for n, v in vms.items())
+
+
+def test_set_tags_many_relabels_with_the_fingerprints_describe_many_just_read(
+    fake: FakeGcp, fleet: tuple[GcpProvider, dict[str, Instance]], clock: ManualClock
+) -> None:
+    provider, vms = fleet
+    targets = [vms[f"vm-{i}"] for i in range(4)]
+    provider.describe_many(targets)  # the batched path's re-check before tagging
+    fake.compute.relabel("ml-prod", ZONES[1], "vm-1", {"owner": "ana"})  # after our read
+    fake.compute.calls.clear()
+
+    results = provider.set_tags_many(targets, {"team": "vision"}, dry_run=False)
+
+    assert {r.outcome for r in results.values()} == {ActionOutcome.DONE}
+    # no get before setLabels; vm-1's stale fingerprint got a 412, a re-read and a retry
+    assert fake.compute.calls == {"POST set_labels": 5, "GET get": 1}
+    assert fake.compute.instance("ml-prod", ZONES[1], "vm-1").labels == {
+        "owner": "ana", "team": "vision"}
+
+    provider.describe_many(targets)
+    clock.advance(timedelta(minutes=2))  # too old to stand in for a read: read again
+    fake.compute.calls.clear()
+    provider.set_tags_many(targets, {"team": "nlp"}, dry_run=False)
+    assert fake.compute.calls == {"GET get": 4, "POST set_labels": 4}
+
+
+def test_set_tags_many_reports_a_vm_recreated_since_the_read(
+    fake: FakeGcp, fleet: tuple[GcpProvider, dict[str, Instance]]
+) -> None:
+    provider, vms = fleet
+    targets = [vms["vm-0"], vms["vm-3"]]
+    provider.describe_many(targets)
+    fake.compute.remove_instance("ml-prod", ZONES[0], "vm-3")
+    new = fake.compute.add_instance("ml-prod", ZONES[0], "vm-3", "a2-highgpu-1g")
+    # the same (no) labels, so the same fingerprint: setLabels by name reaches the new VM,
+    # and its operation says so
+    results = provider.set_tags_many(targets, {"team": "vision"}, dry_run=False)
+    assert results[vms["vm-0"].instance_id].outcome == ActionOutcome.DONE
+    recreated = results[vms["vm-3"].instance_id]
+    assert recreated.outcome == ActionOutcome.FAILED
+    assert f"recreated (id {new.id}" in recreated.detail

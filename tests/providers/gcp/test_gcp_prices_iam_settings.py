@@ -91,8 +91,8 @@ def test_custom_shapes_are_parsed_and_unknown_things_are_not_guessed() -> None:
 def test_permissions_grow_when_enforcing() -> None:
     read = required_permissions(False)
     act = required_permissions(True)
-    assert read == ["compute.disks.get", "compute.instances.get", "compute.instances.list",
-                    "monitoring.timeSeries.list"]
+    assert read == ["compute.disks.get", "compute.disks.list", "compute.instances.get",
+                    "compute.instances.list", "monitoring.timeSeries.list"]
     assert set(act) - set(read) == {
         "compute.instances.stop",
         "compute.instances.start",
