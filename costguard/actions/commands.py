@@ -170,7 +170,7 @@ def simulate_command(
 
     Example: costguard demo && costguard simulate --policy policies/idle-gpu.yml --since 30d
     """
-    from costguard.simulate.backtest import backtest, policies_named
+    from costguard.simulate.backtest import backtest_policies, policies_named
     from costguard.store.db import Database
 
     settings = _settings(config)
@@ -183,11 +183,10 @@ def simulate_command(
         db = Database(settings.database_url)
     except (KeyError, CostguardError) as exc:
         raise _fail(exc.args[0] if isinstance(exc, KeyError) else exc) from None
-    reports = []
-    with db.session() as s:
-        for p in chosen:
-            reports.append(backtest(s, p, start, now, step=every) if every
-                           else backtest(s, p, start, now))
+    with db.session() as s:  # together: they share the fleet-wide `safety` caps, as live
+        reports = (backtest_policies(s, chosen, start, now, step=every, safety=settings.safety)
+                   if every else backtest_policies(s, chosen, start, now,
+                                                   safety=settings.safety))
     if fmt == "json":
         print(json.dumps([r.as_json() for r in reports], indent=2))
         return

@@ -19,7 +19,7 @@ from sqlmodel import Session, col, select
 
 from costguard.actions import journal
 from costguard.actions.messages import label, recipients, snooze_hint
-from costguard.actions.safety import check_caps, is_protected, recheck, snoozed_until
+from costguard.actions.safety import batch_verdict, is_protected, recheck, snoozed_until
 from costguard.actions.schedule import in_office_hours
 from costguard.alerts.outbox import enqueue
 from costguard.errors import ProviderError
@@ -162,11 +162,7 @@ class AfterStop:
     # -- shared -----------------------------------------------------------------------------
     def _within_caps(self, policy: Policy, action: str, due: list[_Due], now: datetime,
                      cycle_id: int | None, stats: ActStats) -> bool:
-        usd = [d.usd_per_hour for d in due]
-        verdict = check_caps(usd, max_actions=policy.limits.max_actions_per_cycle,
-                             max_usd_per_hour=policy.limits.max_usd_per_hour)
-        if verdict.allowed:
-            verdict = self.r.budget.take(usd)
+        verdict = batch_verdict([d.usd_per_hour for d in due], policy.limits, self.r.budget)
         if not verdict.allowed:
             self.r.refuse(policy, [(d.inst, d.st.episode, d.usd_per_hour) for d in due],
                           action, verdict, now, cycle_id, stats)

@@ -22,7 +22,7 @@ from costguard.actions.messages import label, notice, recipients, render, warnin
 from costguard.actions.safety import (
     CapVerdict,
     CycleBudget,
-    check_caps,
+    batch_verdict,
     is_protected,
     recheck,
     snooze_limit,
@@ -271,12 +271,7 @@ class ActionRunner:
 
     def _act_on_due(self, policy: Policy, due: list[tuple[Finding, PolicyStateRow]],
                     now: datetime, cycle_id: int | None, stats: ActStats) -> None:
-        limits = policy.limits
-        usd = [f.usd_per_hour for f, _ in due]
-        verdict = check_caps(usd, max_actions=limits.max_actions_per_cycle if limits else None,
-                             max_usd_per_hour=limits.max_usd_per_hour if limits else None)
-        if verdict.allowed:
-            verdict = self.budget.take(usd)
+        verdict = batch_verdict([f.usd_per_hour for f, _ in due], policy.limits, self.budget)
         if not verdict.allowed:
             self.refuse(policy, [(f.instance, st.episode, f.usd_per_hour) for f, st in due],
                         "stop", verdict, now, cycle_id, stats)

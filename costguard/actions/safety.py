@@ -6,10 +6,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from costguard.clock import utc
 from costguard.errors import ProviderError
 from costguard.model import Instance, InstanceState
+
+if TYPE_CHECKING:
+    from costguard.policy.schema import Limits
 
 PROTECT_TAG = "costguard:protect"
 SNOOZE_TAG = "costguard:snooze-until"
@@ -81,6 +85,16 @@ class CycleBudget:
         if self.usd_per_hour_left is not None:
             self.usd_per_hour_left -= dollars
         return CapVerdict(True)
+
+
+def batch_verdict(usd_per_hour: Sequence[float], limits: Limits,
+                  budget: CycleBudget) -> CapVerdict:
+    """The one rule for a policy's due batch in a cycle (live runner and backtest alike):
+    within the policy's own `limits`, then taken whole from what is left of the fleet-wide
+    budget; refused whole by either (and then takes nothing from the budget)."""
+    verdict = check_caps(usd_per_hour, max_actions=limits.max_actions_per_cycle,
+                         max_usd_per_hour=limits.max_usd_per_hour)
+    return budget.take(usd_per_hour) if verdict.allowed else verdict
 
 
 def snooze_limit(requested: datetime, started: datetime, max_snooze: timedelta | None

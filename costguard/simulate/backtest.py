@@ -10,10 +10,12 @@ stopped; that span, at its recorded price, is the saving. A stop followed by rea
 within `busy_within` (default one hour) is a false positive.
 
 Cycles run fleet-wide: the stops due in one cycle are one batch, and a batch beyond the
-policy's caps stops none (as the live runner). Snoozes of the past (journal entries, the
-snooze tag of the last inventory) hold instances off (simulate/snoozes.py).
-Simplifications (documented in docs/actions.md): tags are those of the last inventory, and
-the fleet-wide `safety` caps of the config are not applied.
+policy's caps, or beyond what is left of the fleet-wide `safety` caps that cycle, stops
+none (the live runner's rule, `actions.safety.batch_verdict`). Policies replayed together
+share the fleet-wide caps in their order, as live. Snoozes of the past (journal entries,
+the snooze tag of the last inventory) hold instances off (simulate/snoozes.py).
+Simplifications (documented in docs/actions.md): tags are those of the last inventory;
+start and terminate steps are not replayed, so they take nothing from the fleet-wide caps.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ from datetime import datetime, timedelta
 
 from sqlmodel import Session, col, select
 
-from costguard.actions.safety import check_caps, is_protected
+from costguard.actions.safety import CycleBudget, batch_verdict, is_protected
 from costguard.actions.schedule import business_deadline
+from costguard.actions.settings import SafetySettings
 from costguard.model import GpuMinute, Instance, InstanceState
 from costguard.policy.evaluate import evaluate, matches
 from costguard.policy.schema import Policy
@@ -161,31 +164,57 @@ class _History:
 
 def backtest(session: Session, policy: Policy, since: datetime, until: datetime, *,
              step: timedelta = timedelta(minutes=10),
-             busy_within: timedelta = timedelta(hours=1)) -> BacktestReport:
+             busy_within: timedelta = timedelta(hours=1),
+             safety: SafetySettings | None = None) -> BacktestReport:
     """What `policy` would have done over [since, until) of stored history.
 
     Cycles run every `step` across the whole fleet, as the daemon's do: the instances due
     for a stop in one cycle form one batch, and a batch beyond the policy's caps
-    (`limits.max_actions_per_cycle`, `limits.max_usd_per_hour`) stops none of them (they
-    stay due and are tried again next cycle). Past snoozes hold an instance off.
+    (`limits.max_actions_per_cycle`, `limits.max_usd_per_hour`) or the fleet-wide ones
+    (`safety`, default SafetySettings() as the live runner) stops none of them (they stay
+    due and are tried again next cycle). Past snoozes hold an instance off.
     """
-    report = BacktestReport(policy.name, since, until, step)
-    lookback = policy.condition.idle.for_ if policy.condition.idle else timedelta(0)
+    return backtest_policies(session, [policy], since, until, step=step,
+                             busy_within=busy_within, safety=safety)[0]
+
+
+def backtest_policies(session: Session, policies: Sequence[Policy], since: datetime,
+                      until: datetime, *, step: timedelta = timedelta(minutes=10),
+                      busy_within: timedelta = timedelta(hours=1),
+                      safety: SafetySettings | None = None) -> list[BacktestReport]:
+    """`backtest` of several policies replayed together, one report each.
+
+    In each cycle the policies act in the order given (the live runner's: the policy
+    files' order) and share one fleet-wide budget: what the first stops is no longer
+    there for the next.
+    """
+    safety = safety or SafetySettings()
+    lookback = max((_lookback(p) for p in policies), default=timedelta(0))
     journal = journal_windows(session, since - lookback, until)
-    max_snooze = policy.limits.max_snooze
-    tracks = [_Track(inst, h, windows_for(inst, journal.get((inst.provider, inst.instance_id), []),
-                                          max_snooze),
-                     fresh_from=since - timedelta(days=365), next_at=since)
-              for inst, h in _histories(session, since - lookback, until + busy_within)
-              if not is_protected(inst)]
+    histories = [(inst, h) for inst, h in _histories(session, since - lookback,
+                                                       until + busy_within)
+                 if not is_protected(inst)]
+    replays = [_Replay(p, BacktestReport(p.name, since, until, step), [
+        _Track(inst, h, windows_for(inst, journal.get((inst.provider, inst.instance_id), []),
+                                    p.limits.max_snooze),
+               fresh_from=since - timedelta(days=365), next_at=since)
+        for inst, h in histories]) for p in policies]
     t = since
     while t < until:
-        due = [tr for tr in tracks if tr.next_at <= t and _advance(policy, tr, report, t)]
-        if due:
-            _stop_batch(policy, due, report, t, until, step, busy_within)
+        budget = CycleBudget(safety.max_actions_per_cycle, safety.max_usd_per_hour_per_cycle)
+        for rp in replays:
+            due = [tr for tr in rp.tracks
+                   if tr.next_at <= t and _advance(rp.policy, tr, rp.report, t)]
+            if due:
+                _stop_batch(rp, due, budget, t, step, busy_within)
         t += step
-    report.actions.sort(key=lambda a: (a.at, a.instance_id))
-    return report
+    for rp in replays:
+        rp.report.actions.sort(key=lambda a: (a.at, a.instance_id))
+    return [rp.report for rp in replays]
+
+
+def _lookback(policy: Policy) -> timedelta:
+    return policy.condition.idle.for_ if policy.condition.idle else timedelta(0)
 
 
 def _histories(session: Session, start: datetime, end: datetime
@@ -228,6 +257,15 @@ class _Track:
     usd_per_hour: float = 0.0
 
 
+@dataclass
+class _Replay:
+    """One policy's replay: its report and a track per instance."""
+
+    policy: Policy
+    report: BacktestReport
+    tracks: list[_Track]
+
+
 def _advance(policy: Policy, tr: _Track, report: BacktestReport, t: datetime) -> bool:
     """One cycle for one instance; True when its stop is due now."""
     span = tr.h.at(t)
@@ -239,7 +277,7 @@ def _advance(policy: Policy, tr: _Track, report: BacktestReport, t: datetime) ->
     if not matches(policy, now_inst, t):
         tr.deadline, tr.noticed = None, False
         return False
-    lookback = policy.condition.idle.for_ if policy.condition.idle else timedelta(0)
+    lookback = _lookback(policy)
     f = evaluate(policy, now_inst, tr.h.window(max(t - lookback, tr.fresh_from), t), t,
                  span.usd_per_hour)
     if f is None or not f.holds:
@@ -265,18 +303,18 @@ def _advance(policy: Policy, tr: _Track, report: BacktestReport, t: datetime) ->
     return t >= tr.deadline
 
 
-def _stop_batch(policy: Policy, due: list[_Track], report: BacktestReport, t: datetime,
-                until: datetime, step: timedelta, busy_within: timedelta) -> None:
+def _stop_batch(rp: _Replay, due: list[_Track], budget: CycleBudget, t: datetime,
+                step: timedelta, busy_within: timedelta) -> None:
+    policy, report = rp.policy, rp.report
     usd = [tr.usd_per_hour for tr in due]
-    verdict = check_caps(usd, max_actions=policy.limits.max_actions_per_cycle,
-                         max_usd_per_hour=policy.limits.max_usd_per_hour)
+    verdict = batch_verdict(usd, policy.limits, budget)
     if not verdict.allowed:  # all or nothing, as the live runner: they stay due
         report.refusals.append(Refused(t, sorted(tr.inst.instance_id for tr in due),
                                        round(sum(usd), 4), verdict.reason))
         return
     for tr in due:
         assert tr.span is not None
-        resume = _stop(policy, tr.inst, tr.h, report, tr.span, t, until, busy_within)
+        resume = _stop(policy, tr.inst, tr.h, report, tr.span, t, report.until, busy_within)
         tr.deadline, tr.noticed = None, False
         # restarted at `resume`: its idle window starts afresh, as in the daemon
         tr.fresh_from, tr.next_at = resume, max(resume, t + step)
