@@ -22,9 +22,11 @@ from costguard.costs.anomaly import detect_anomalies
 from costguard.costs.attribution import Attributor
 from costguard.costs.budgets import check_budgets
 from costguard.costs.pricing import PriceCatalog, PriceOverrides
+from costguard.engine.backfill import Fetch, fetch_cold
 from costguard.engine.collect import METRICS_SCOPE, collect, record_gaps
 from costguard.errors import ProviderError
 from costguard.model import Gap, GpuMinute, Instance, InstanceState, TelemetrySource
+from costguard.policy.conditions import IdleCondition
 from costguard.policy.evaluate import Finding, evaluate
 from costguard.policy.schema import PolicySet
 from costguard.providers.base import Provider
@@ -149,10 +151,11 @@ class Engine:
             gaps: list[Gap] = []
             if wanted and start < now:
                 try:
-                    readings = provider.gpu_metrics(wanted, start, now)
-                    # scopes the provider could not read while the others answered
-                    gaps = [Gap(provider=name, scope=g.scope + METRICS_SCOPE, error=g.error)
-                            for g in getattr(provider, "metric_gaps", [])]
+                    if since is None:  # a first cycle: the window's history where it matters
+                        readings, gaps = fetch_cold(self._fetcher(name, provider), wanted,
+                                                    start, now, self._idle_conditions())
+                    else:
+                        readings, gaps = self._fetcher(name, provider)(wanted, start, now)
                 except ProviderError as exc:
                     # no readings is "no data", never "idle": record the gap, keep going, and
                     # leave the watermark so the next cycle asks for this span again
@@ -172,6 +175,20 @@ class Engine:
                 summary.readings += write_minutes(s, readings)
                 control.put(s, key, until.isoformat(), now)
             self.window.add(readings, since=start)
+
+    @staticmethod
+    def _fetcher(name: str, provider: Provider) -> Fetch:
+        def fetch(wanted: list[Instance], start: datetime, end: datetime
+                  ) -> tuple[list[GpuMinute], list[Gap]]:
+            readings = provider.gpu_metrics(wanted, start, end)
+            # scopes the provider could not read while the others answered
+            gaps = [Gap(provider=name, scope=g.scope + METRICS_SCOPE, error=g.error)
+                    for g in getattr(provider, "metric_gaps", [])]
+            return readings, gaps
+        return fetch
+
+    def _idle_conditions(self) -> list[IdleCondition]:
+        return [p.condition.idle for p in self.policies.policies if p.condition.idle]
 
     def _longest_idle_window(self) -> timedelta:
         windows = [p.condition.idle.for_ for p in self.policies.policies if p.condition.idle]

@@ -65,6 +65,13 @@ def _util(m: GpuMinute) -> tuple[float, float] | None:
     return None if peak is None or mean is None else (peak, mean)
 
 
+def peaks(minutes: Sequence[GpuMinute]) -> tuple[list[float], list[float]]:
+    """Each minute's peak of `util_gpu` and of SM activity, where the minute carries it."""
+    util = [v[0] for v in map(_util, minutes) if v is not None]
+    sm = [v[0] for v in map(_sm, minutes) if v is not None]
+    return util, sm
+
+
 def _first(*values: float | None) -> float | None:
     return next((v for v in values if v is not None), None)
 

@@ -130,40 +130,63 @@ def attribute_series(
     return sorted(kept, key=lambda s: (s.instance_id, s.gpu_index, s.metric))
 
 
+def spans(start: datetime, end: datetime, span: timedelta | None, period_s: int
+          ) -> list[tuple[datetime, datetime]]:
+    """[start, end) cut into spans of at most `span`, each a whole number of periods from
+    `start` (so no period straddles two calls); None or a longer span: one piece."""
+    if span is None or end - start <= span:
+        return [(start, end)]
+    period = timedelta(seconds=period_s)
+    step = max(period, period * (span // period))
+    out: list[tuple[datetime, datetime]] = []
+    cursor = start
+    while cursor < end:
+        out.append((cursor, min(cursor + step, end)))
+        cursor += step
+    return out
+
+
 def get_metric_data(
     cw: CloudWatchClient,
     queries: Sequence[dict[str, Any]],
     start: datetime,
     end: datetime,
     scope: str,
+    *,
+    span: timedelta | None = None,
 ) -> tuple[dict[str, list[tuple[datetime, float]]], int]:
-    """Run `queries` (each with a unique Id) in calls of 500; returns values by Id and the
-    number of GetMetricData calls made."""
+    """Run `queries` (each with a unique Id) in calls of 500, one time `span` at a time (see
+    `CloudWatchSettings.max_span_minutes`); returns values by Id and the number of
+    GetMetricData calls made."""
     out: dict[str, list[tuple[datetime, float]]] = {}
     calls = 0
+    period_s = min((int(q["MetricStat"]["Period"]) for q in queries), default=PERIOD_S)
     with aws_call(scope):
-        for first in range(0, len(queries), MAX_QUERIES_PER_CALL):
-            batch = list(queries[first : first + MAX_QUERIES_PER_CALL])
-            token: str | None = None
-            while True:
-                kwargs: dict[str, Any] = {
-                    "MetricDataQueries": batch,
-                    "StartTime": start,
-                    "EndTime": end,
-                    "ScanBy": "TimestampAscending",
-                }
-                if token:
-                    kwargs["NextToken"] = token
-                page = cw.get_metric_data(**kwargs)
-                calls += 1
-                for result in page.get("MetricDataResults", []):
-                    points = zip(
-                        result.get("Timestamps", []), result.get("Values", []), strict=False
-                    )
-                    out.setdefault(result["Id"], []).extend((utc(t), float(v)) for t, v in points)
-                token = page.get("NextToken")
-                if not token:
-                    break
+        for span_start, span_end in spans(start, end, span, period_s):
+            for first in range(0, len(queries), MAX_QUERIES_PER_CALL):
+                batch = list(queries[first : first + MAX_QUERIES_PER_CALL])
+                token: str | None = None
+                while True:
+                    kwargs: dict[str, Any] = {
+                        "MetricDataQueries": batch,
+                        "StartTime": span_start,
+                        "EndTime": span_end,
+                        "ScanBy": "TimestampAscending",
+                    }
+                    if token:
+                        kwargs["NextToken"] = token
+                    page = cw.get_metric_data(**kwargs)
+                    calls += 1
+                    for result in page.get("MetricDataResults", []):
+                        points = zip(
+                            result.get("Timestamps", []), result.get("Values", []), strict=False
+                        )
+                        out.setdefault(result["Id"], []).extend(
+                            (utc(t), float(v)) for t, v in points
+                        )
+                    token = page.get("NextToken")
+                    if not token:
+                        break
     return out, calls
 
 

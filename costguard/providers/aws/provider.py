@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
@@ -43,7 +43,13 @@ from costguard.providers.aws.pricing import (
 from costguard.providers.aws.sessions import AccountScope, ClientFactory
 from costguard.providers.aws.settings import AwsSettings
 
+if TYPE_CHECKING:
+    from mypy_boto3_cloudwatch import CloudWatchClient
+
 log = logging.getLogger(__name__)
+
+LISTED_FRESH = timedelta(minutes=1)  # ListMetrics results serve the rest of a cycle
+DimensionSets = set[tuple[tuple[str, str], ...]]
 
 CpuSeries = dict[str, dict[datetime, float]]
 
@@ -76,6 +82,8 @@ class AwsProvider:
         self._volumes: dict[str, list[dict[str, Any]]] = {}  # read by stop_many, for stopped_cost
         self.metric_gaps: list[Gap] = []  # scopes whose metrics could not be read, last call
         self.get_metric_data_calls = 0  # GetMetricData calls made, last gpu/cpu call
+        self._span = timedelta(minutes=settings.cloudwatch.max_span_minutes)
+        self._listed: dict[tuple[str, str, str, str, bool], tuple[datetime, DimensionSets]] = {}
 
     # -- inventory -------------------------------------------------------------------------
 
@@ -204,9 +212,7 @@ class AwsProvider:
         wanted = {i.instance_id for i in members}
         hosts = self._hosts_for(account, region, wanted) if layout is not True else {}
         dimension_sets = {
-            metric: cw.list_metric_dimensions(
-                client, namespace, metric, scope, recently_active=recent
-            )
+            metric: self._dimensions(client, key, namespace, metric, scope, recent)
             for metric in cw.GPU_METRICS
         }
         series = cw.attribute_series(dimension_sets, wanted, hosts, layout)
@@ -216,11 +222,27 @@ class AwsProvider:
         # whole period, wherever inside it the agent's sample fell.
         gpu_counts = {i.instance_id: max(1, i.gpu_count) for i in members}
         queries = cw.gpu_queries(series, namespace, period_s, gpu_counts=gpu_counts)
-        values, calls = cw.get_metric_data(client, queries, first, last, scope)
+        values, calls = cw.get_metric_data(client, queries, first, last, scope, span=self._span)
         rows = cw.to_gpu_minutes(
             series, values, gpu_counts=gpu_counts, period_s=period_s, first=first, last=last
         )
         return rows, calls
+
+    def _dimensions(self, client: CloudWatchClient, key: tuple[str, str], namespace: str,
+                    metric: str, scope: str, recent: bool) -> DimensionSets:
+        """ListMetrics' dimension sets, reused for a minute: a first cycle reads metrics twice
+        (the recent span for every GPU, then the idle window's history for some)."""
+        now = self.clock.now()
+        cache_key = (*key, namespace, metric, recent)
+        with self._lock:
+            cached = self._listed.get(cache_key)
+        if cached is not None and now - cached[0] < LISTED_FRESH:
+            return cached[1]
+        found = cw.list_metric_dimensions(client, namespace, metric, scope,
+                                          recently_active=recent)
+        with self._lock:
+            self._listed[cache_key] = (now, found)
+        return found
 
     def _hosts_for(
         self, account: AccountScope, region: str, wanted: set[str]
@@ -257,7 +279,8 @@ class AwsProvider:
             scope = f"{account_id}/{region}/cloudwatch"
             try:
                 client = self.clients.cloudwatch(self._account(account_id), region)
-                values, n = cw.get_metric_data(client, cw.cpu_queries(ids), first, last, scope)
+                values, n = cw.get_metric_data(client, cw.cpu_queries(ids), first, last,
+                                               scope, span=self._span)
             except ProviderError as exc:
                 gaps.append(Gap(provider="aws", scope=scope, error=str(exc)))
                 continue

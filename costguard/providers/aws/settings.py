@@ -66,11 +66,16 @@ class CloudWatchSettings(_Strict):
     (series carry InstanceId); false when they carry only `host`/`index`/`name`; `auto` reads both.
     `period_seconds`: the agent's `metrics_collection_interval` (60, 120, ... 300); each
     datapoint then counts for that many seconds of coverage.
+    `max_span_minutes`: the longest time span one GetMetricData call asks for. A daemon cycle
+    asks for ~15 minutes anyway; a first cycle or one after an outage asks for hours, which
+    then go span by span: each response stays small (500 queries x 15 points at most) and a
+    throttled or timed-out call re-reads one span, not the whole history.
     """
 
     gpu_namespace: str = "CWAgent"
     instance_dimension: bool | Literal["auto"] = "auto"
     period_seconds: int = Field(default=60, ge=60, le=300)
+    max_span_minutes: int = Field(default=15, ge=1, le=24 * 60)
 
     @field_validator("period_seconds")
     @classmethod

@@ -373,3 +373,59 @@ def test_single_gpu_rollup_is_asked_for_its_average_only(
            if r.instance_id == small["InstanceId"]]
     assert one == [(0, 4.0, 4.0)]
     assert {r.util_max for r in rows if r.instance_id == big["InstanceId"]} == {30.0}
+
+
+def test_an_hour_of_history_is_read_in_quarter_hour_spans_with_the_same_result(
+    make_provider: ProviderFactory, clock: ManualClock, session: boto3.Session
+) -> None:
+    (raw,) = run_instances(itype="g5.xlarge")
+    by_id = [{"Name": "InstanceId", "Value": raw["InstanceId"]}]
+    _put([{"MetricName": GPU_UTIL, "Dimensions": by_id, "Timestamp": _minute(clock, 5 * k),
+           "Value": float(k)} for k in range(1, 13)])
+    settings = {"instance_dimension": True, "period_seconds": 300}
+    start, end = _minute(clock, 60), _minute(clock, 0)
+    seen = _calls(session, "GetMetricData")
+    spanned, instances = _inventory(make_provider, cloudwatch=settings)
+    whole, _ = _inventory(make_provider, cloudwatch={**settings, "max_span_minutes": 60})
+
+    by_span = spanned.gpu_metrics(instances, start, end)
+    at_once = whole.gpu_metrics(instances, start, end)
+    calls = [(c["StartTime"], c["EndTime"]) for c in seen]
+
+    quarter = timedelta(minutes=15)
+    assert calls[:4] == [(start + k * quarter, start + (k + 1) * quarter) for k in range(4)]
+    assert len(calls) == 5  # then the whole hour in one call
+    assert [(r.minute, r.util_mean) for r in by_span] == [(r.minute, r.util_mean) for r in at_once]
+    assert len(by_span) == 60
+
+
+def test_spans_are_whole_periods() -> None:
+    from costguard.providers.aws.metrics import spans
+
+    t0 = datetime(2026, 11, 2, 12, 0)
+    hour = t0 + timedelta(hours=1)
+    # 7 minutes of 300 s periods: spans of one period, never a period cut in two
+    assert spans(t0, t0 + timedelta(minutes=12), timedelta(minutes=7), 300) == [
+        (t0, t0 + timedelta(minutes=5)), (t0 + timedelta(minutes=5), t0 + timedelta(minutes=10)),
+        (t0 + timedelta(minutes=10), t0 + timedelta(minutes=12))]
+    assert spans(t0, hour, None, 60) == [(t0, hour)]
+    assert spans(t0, hour, timedelta(hours=2), 60) == [(t0, hour)]
+
+
+def test_series_discovery_serves_a_cycle_and_is_redone_after_a_minute(
+    make_provider: ProviderFactory, clock: ManualClock, session: boto3.Session
+) -> None:
+    (raw,) = run_instances(itype="g5.xlarge")
+    when = _minute(clock, 3)
+    _put([{"MetricName": GPU_UTIL, "Timestamp": when, "Value": 2.0,
+           "Dimensions": [{"Name": "InstanceId", "Value": raw["InstanceId"]}]}])
+    provider, instances = _inventory(make_provider, cloudwatch={"instance_dimension": True})
+    listed = _calls(session, "ListMetrics")
+
+    provider.gpu_metrics(instances, when, when + timedelta(minutes=1))
+    first = len(listed)
+    provider.gpu_metrics(instances, when - timedelta(minutes=30), when)  # same cycle
+    assert len(listed) == first == 3  # one discovery per GPU metric name
+    clock.advance(timedelta(minutes=2))
+    provider.gpu_metrics(instances, when, when + timedelta(minutes=1))
+    assert len(listed) == 2 * first

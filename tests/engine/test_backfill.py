@@ -1,0 +1,100 @@
+"""A first cycle reads the idle window's history only where a recent minute does not decide."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+from sqlmodel import select
+
+from costguard.clock import ManualClock
+from costguard.engine.backfill import rules_out_idle
+from costguard.model import GpuMinute, Instance, TelemetrySource
+from costguard.policy.conditions import IdleCondition
+from costguard.store.db import Database
+from costguard.store.tables import PolicyStateRow
+from tests.engine.conftest import EngineFactory
+from tests.fakes.cloud import T0, ScriptedCloud, always, until
+
+Call = tuple[list[str], datetime, datetime]
+
+
+def _record(cloud: ScriptedCloud) -> list[Call]:
+    calls: list[Call] = []
+    inner = cloud.gpu_metrics
+
+    def gpu_metrics(instances: list[Instance], start: datetime, end: datetime
+                    ) -> list[GpuMinute]:
+        calls.append((sorted(i.instance_id for i in instances), start, end))
+        return inner(instances, start, end)
+
+    cloud.gpu_metrics = gpu_metrics  # type: ignore[method-assign]
+    return calls
+
+
+def test_first_cycle_reads_history_only_for_gpus_that_could_be_idle(
+    make_engine: EngineFactory, cloud: ScriptedCloud, clock: ManualClock, db: Database
+) -> None:
+    now = clock.now()
+    cloud.add("i-idle", always("no_process"))  # idle for hours: warned
+    cloud.add("i-busy", always("busy"))
+    cloud.add("i-woke", until(now - timedelta(minutes=10), "no_process", "busy"))
+    cloud.add("i-dozed", until(now - timedelta(minutes=30), "busy", "no_process"))
+    cloud.add("i-tiny", always("tiny_kernels"))  # util_gpu ~12 %, SMs idle: SM decides
+    calls = _record(cloud)
+
+    make_engine().run_cycle()  # the policy: idle below 5 % for 45 minutes, signal auto
+
+    recent, older = calls
+    assert recent == (["i-busy", "i-dozed", "i-idle", "i-tiny", "i-woke"],
+                      now - timedelta(minutes=15), now)
+    # busy (and just woken) GPUs are decided by their last quarter hour; the rest are read
+    assert older == (["i-dozed", "i-idle", "i-tiny"], now - timedelta(hours=1),
+                     now - timedelta(minutes=15))
+    with db.session() as s:
+        warned = sorted(st.instance_id for st in s.exec(select(PolicyStateRow))
+                        if st.state == "warned")
+    # idle 30 of 45 minutes is not idle; tiny kernels leave the SMs idle: idle by SM activity
+    assert warned == ["i-idle", "i-tiny"]
+
+
+def test_later_cycles_read_every_gpu_from_the_watermark(
+    make_engine: EngineFactory, cloud: ScriptedCloud, clock: ManualClock
+) -> None:
+    cloud.add("i-busy", always("busy"))
+    engine = make_engine()
+    engine.run_cycle()
+    calls = _record(cloud)
+    clock.advance(timedelta(minutes=5))
+    engine.run_cycle()
+    assert [c[0] for c in calls] == [["i-busy"]]  # one read, from where the last one ended
+
+
+def _minute(minute: int, util: float | None, sm: float | None) -> GpuMinute:
+    return GpuMinute(provider="sim", instance_id="i-1", minute=T0 + timedelta(minutes=minute),
+                     source=TelemetrySource.AGENT, util_mean=util, util_max=util,
+                     sm_mean=sm, sm_max=sm)
+
+
+@pytest.mark.parametrize(("signal", "minutes", "span", "window", "expected"), [
+    # util_gpu decides alone: one busy minute is enough, all-quiet minutes are not
+    ("util_gpu", [(40.0, None)], 15, 45, True),
+    ("util_gpu", [(3.0, None), (4.9, None)], 15, 45, False),
+    # auto without SM readings: a quarter hour of 45 minutes leaves SM unable to reach 80 %
+    ("auto", [(40.0, None)], 15, 45, True),
+    # ... but 5 minutes of 60 do not: older SM readings could still decide (and say idle)
+    ("auto", [(40.0, None)], 5, 60, False),
+    # tiny kernels: util_gpu busy, SMs idle; auto may choose SM activity, which says idle
+    ("auto", [(12.0, 0.5)], 15, 45, False),
+    ("auto", [(60.0, 55.0)], 15, 45, True),
+    ("sm_active", [(60.0, 55.0)], 15, 45, True),
+    ("sm_active", [(60.0, 1.0)], 15, 45, False),
+])
+def test_a_recent_minute_rules_idle_out_only_when_the_deciding_signal_says_busy(
+    signal: str, minutes: list[tuple[float | None, float | None]], span: int, window: int,
+    expected: bool,
+) -> None:
+    cond = IdleCondition.model_validate({"signal": signal, "below": 5, "for": f"{window}m",
+                                         "min_coverage": 0.8})
+    recent = [_minute(k, util, sm) for k, (util, sm) in enumerate(minutes)]
+    assert rules_out_idle(recent, cond, timedelta(minutes=span)) is expected
