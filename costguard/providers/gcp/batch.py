@@ -231,6 +231,8 @@ def stop_many(ctx: BatchContext, instances: Sequence[Instance], *, dry_run: bool
 def _price_stopped(ctx: BatchContext, stopped: Sequence[Instance]) -> None:
     """What the stopped VMs' disks still cost, from the read-back's VMs and one filtered
     disks listing per project; a VM left out is priced by stopped_cost on its own."""
+    for inst in stopped:
+        ctx.stopped_costs.pop(inst.instance_id, None)  # an earlier stop's quote is stale
     vms = [(inst, got[1]) for inst in stopped
            if (got := ctx.reads.get(inst.instance_id)) is not None]
     if vms:

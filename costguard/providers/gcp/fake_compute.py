@@ -143,6 +143,8 @@ class FakeCompute(DiskOps):
         self._op_ids = itertools.count(1)
         self._forbidden: dict[str, str] = {}
         self._injected: list[_Injected] = []
+        # zones whose VMs and disks aggregated lists leave out, with an UNREACHABLE warning
+        self.unreachable_zones: set[str] = set()
         self.folders: dict[str, list[str]] = {}  # parent -> child folders ("folders/N")
         self.folder_projects: dict[str, list[str]] = {}  # parent -> project ids
         self.calls: Counter[str] = Counter()  # "GET aggregated_list" etc.
@@ -277,7 +279,8 @@ class FakeCompute(DiskOps):
                 key=lambda v: (v.zone, v.name),
             )
             listed = [(vm.zone, vm.to_json()) for vm in vms]
-        return aggregated(listed, query, kind="compute#instanceAggregatedList", key="instances")
+        return aggregated(listed, query, kind="compute#instanceAggregatedList", key="instances",
+                          unreachable=self.unreachable_zones)
 
     def remove_instance(self, project: str, zone: str, name: str) -> None:
         """The VM is deleted behind costguard's back (no operation)."""

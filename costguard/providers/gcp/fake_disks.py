@@ -60,6 +60,7 @@ class DiskOps:
     _vms: dict[tuple[str, str, str], FakeVm]
     _request_ids: dict[str, FakeOperation]
     _ops: dict[tuple[str, str, str], FakeOperation]
+    unreachable_zones: set[str]
 
     def _init_disks(self) -> None:
         self.snapshots: dict[tuple[str, str], dict[str, Any]] = {}  # (project, name) -> json
@@ -132,7 +133,8 @@ class DiskOps:
             listed += [(z, disk_json(p, z, d, [])) for p, z, d in self.detached_disks
                        if p == project]
         listed.sort(key=lambda zr: (zr[0], zr[1]["name"]))
-        return aggregated(listed, query, kind="compute#diskAggregatedList", key="disks")
+        return aggregated(listed, query, kind="compute#diskAggregatedList", key="disks",
+                          unreachable=self.unreachable_zones)
 
     def _delete(self, project: str, zone: str, name: str, query: dict[str, str],
                 body: Any) -> tuple[int, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from costguard.providers.gcp.fake_http import error
@@ -44,9 +44,11 @@ def parse(expression: str) -> Predicate:
 
 
 def aggregated(listed: Sequence[tuple[str, dict[str, Any]]], query: dict[str, str], *,
-               kind: str, key: str) -> tuple[int, Any]:
+               kind: str, key: str, unreachable: Collection[str] = ()) -> tuple[int, Any]:
     """One page of an aggregatedList: `listed` is (zone, resource JSON) in a stable order;
-    `filter` applies before paging (maxResults, pageToken), as in the API."""
+    `filter` applies before paging (maxResults, pageToken), as in the API. An `unreachable`
+    zone's resources are left out and its scope carries an UNREACHABLE warning."""
+    listed = [(zone, res) for zone, res in listed if zone not in unreachable]
     if "filter" in query:
         try:
             keep = parse(query["filter"])
@@ -59,6 +61,9 @@ def aggregated(listed: Sequence[tuple[str, dict[str, Any]]], query: dict[str, st
     items: dict[str, Any] = {}
     for zone, res in listed[offset : offset + size]:
         items.setdefault(f"zones/{zone}", {key: []})[key].append(res)
+    for zone in sorted(unreachable) if offset == 0 else ():  # said once, on the first page
+        items[f"zones/{zone}"] = {"warning": {
+            "code": "UNREACHABLE", "message": f"zone {zone} is unreachable (fake)"}}
     out: dict[str, Any] = {"kind": kind, "items": items}
     if offset + size < len(listed):
         out["nextPageToken"] = base64.urlsafe_b64encode(str(offset + size).encode()).decode()

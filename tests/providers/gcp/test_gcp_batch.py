@@ -245,3 +245,16 @@ def test_set_tags_many_reports_a_vm_recreated_since_the_read(
     recreated = results[vms["vm-3"].instance_id]
     assert recreated.outcome == ActionOutcome.FAILED
     assert f"recreated (id {new.id}" in recreated.detail
+
+
+def test_an_unreachable_zone_in_the_listing_means_gets_not_gone(
+    fake: FakeGcp, fleet: tuple[GcpProvider, dict[str, Instance]]
+) -> None:
+    provider, vms = fleet
+    fake.compute.unreachable_zones.add(ZONES[1])  # vm-1 and vm-4 are not listed
+    fresh = provider.describe_many([vms["vm-0"], vms["vm-1"], vms["vm-4"]])
+    assert all(fresh[vms[n].instance_id] is not None for n in ("vm-0", "vm-1", "vm-4"))
+    assert fake.compute.calls == {"GET aggregated_list": 1, "GET get": 3}
+    # the inventory reports the zone as a gap, not as a smaller fleet
+    gaps = provider.list_instances().gaps
+    assert [g.scope for g in gaps] == [f"ml-prod/zones/{ZONES[1]}"]

@@ -92,3 +92,21 @@ def test_when_the_disks_cannot_be_listed_each_vm_is_priced_on_its_own(
 
     assert quote_a is not None and quote_a.usd_per_hour == 0.2603
     assert fake.compute.calls == {"GET get": 1, "GET disk_get": 2}
+
+
+def test_an_unreachable_zone_in_the_disk_listing_leaves_pricing_to_each_vm(
+    fake: FakeGcp, make_provider: Callable[..., GcpProvider]
+) -> None:
+    provider = make_provider()
+    a, b = _two_running(fake, provider)
+    provider.stop_many([a, b], dry_run=False)  # priced in bulk: both zones listed
+    assert provider.stopped_cost(b) is not None
+    fake.compute.set_status("ml-prod", "us-central1-a", "a", "RUNNING")
+    fake.compute.unreachable_zones.add("us-central1-b")  # disks there cannot be listed
+    fresh = provider.describe_many([a])[a.instance_id]
+    assert fresh is not None
+    provider.stop_many([fresh], dry_run=False)
+    fake.compute.calls.clear()
+    quote_a = provider.stopped_cost(fresh)
+    assert quote_a is not None and quote_a.usd_per_hour == 0.2603
+    assert fake.compute.calls == {"GET get": 1, "GET disk_get": 2}  # not from a partial list
