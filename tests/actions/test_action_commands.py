@@ -14,20 +14,10 @@ from costguard.actions.commands import audit_command, simulate_command, snooze_c
 from costguard.clock import ManualClock
 from costguard.store.db import Database
 from costguard.store.tables import PolicyStateRow
-from tests.actions.cloud import FakeCloud, journal, make_engine, run_for
+from tests.fakes.cloud import BUSY, full_cloud
+from tests.fakes.scenario import idle_stop_policy, journal, make_engine, run_for
 
-POLICY = """\
-policies:
-  - name: idle
-    mode: enforce
-    filters: {gpu: true, state: running}
-    condition:
-      idle: {below: 5, for: 45m}
-    actions:
-      - notify: {to: owner}
-      - stop: {grace: 15m}
-    limits: {max_snooze: 1d}
-"""
+POLICY = idle_stop_policy(max_snooze="1d")
 
 app = typer.Typer()
 app.command("snooze")(snooze_command)
@@ -46,10 +36,10 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Path]:
     monkeypatch.setenv("COSTGUARD_DATABASE_URL", url)
     monkeypatch.setenv("COSTGUARD_POLICY_PATHS", json.dumps([str(policies)]))
     start = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=2)
-    cloud = FakeCloud(ManualClock(start))
-    cloud.add("i-idle")
-    cloud.add("i-busy", busy=True)
-    cloud.add("i-spot", busy=True, lifecycle="spot")  # type: ignore[arg-type]
+    cloud, day_old = full_cloud(ManualClock(start)), start - timedelta(days=1)
+    cloud.add("i-idle", launched=day_old)
+    cloud.add("i-busy", BUSY, launched=day_old)
+    cloud.add("i-spot", BUSY, lifecycle="spot", launched=day_old)  # type: ignore[arg-type]
     cloud.set("i-spot", state="stopped", state_reason="Server.SpotInstanceTermination")
     engine = make_engine(url, POLICY, cloud)
     run_for(engine, cloud.clock, timedelta(minutes=30))

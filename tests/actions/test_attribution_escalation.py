@@ -8,7 +8,8 @@ from pathlib import Path
 from costguard.clock import ManualClock
 from costguard.costs.attribution import Attributor
 from costguard.policy.load import parse_policy_text
-from tests.actions.cloud import FakeCloud, alerts, make_engine, run_for
+from tests.fakes.cloud import BUSY, full_cloud
+from tests.fakes.scenario import alerts, make_engine, run_for
 
 ESCALATE = """\
 policies:
@@ -27,10 +28,9 @@ def test_untagged_instance_is_told_tagged_with_its_deadline_then_stopped_after_a
         tmp_path: Path) -> None:
     # Friday 2026-11-06 10:00 UTC (11:00 CET): one business day ends Monday 11:00 CET
     clock = ManualClock(datetime(2026, 11, 6, 10, 0, tzinfo=UTC))
-    cloud = FakeCloud(clock)
-    cloud.add("i-untagged", busy=True)
-    cloud.set("i-untagged", tags={"owner": "bo@example.com"})
-    cloud.add("i-tagged", busy=True)
+    cloud, day_old = full_cloud(clock), clock.now() - timedelta(days=1)
+    cloud.add("i-untagged", BUSY, tags={"owner": "bo@example.com"}, launched=day_old)
+    cloud.add("i-tagged", BUSY, launched=day_old)
     engine = make_engine(f"sqlite:///{tmp_path / 'cg.db'}", ESCALATE, cloud)
     engine.run_cycle()
     deadline = datetime(2026, 11, 9, 10, 0, tzinfo=UTC)
@@ -56,7 +56,7 @@ attribution:
     - {dimension: team, from: launcher, map: {"arn:aws:iam::1:role/vision-*": vision,
                                              "arn:aws:iam::1:role/vision-admin": platform}}
 """).attribution
-    cloud = FakeCloud(ManualClock(datetime(2026, 11, 6, tzinfo=UTC)))
+    cloud = full_cloud(ManualClock(datetime(2026, 11, 6, tzinfo=UTC)))
     inst = cloud.add("i-1").model_copy(update={"tags": {}})
     attributor = Attributor(rules)
     assert attributor.dimensions(inst)["team"] is None

@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from costguard.clock import ManualClock
-from tests.actions.cloud import FakeCloud, journal, make_engine, run_for
+from tests.fakes.cloud import BUSY, OWNER_TAGS, full_cloud
+from tests.fakes.scenario import journal, make_engine, run_for
 
 OFFICE = """\
 policies:
@@ -26,9 +27,9 @@ def test_dev_box_stops_friday_night_and_starts_monday_at_eight_local_after_dst_e
         tmp_path: Path) -> None:
     # Friday 2026-10-30 18:00 EDT (UTC-4); US daylight saving ends Sunday 2026-11-01
     clock = ManualClock(datetime(2026, 10, 30, 22, 0, tzinfo=UTC))
-    cloud = FakeCloud(clock)
-    cloud.add("i-dev", busy=True, tags={"env": "dev"})
-    cloud.add("i-prod", busy=True, tags={"env": "prod"})
+    cloud, day_old = full_cloud(clock), clock.now() - timedelta(days=1)
+    cloud.add("i-dev", BUSY, tags={**OWNER_TAGS, "env": "dev"}, launched=day_old)
+    cloud.add("i-prod", BUSY, tags={**OWNER_TAGS, "env": "prod"}, launched=day_old)
     engine = make_engine(f"sqlite:///{tmp_path / 'cg.db'}", OFFICE, cloud)
     run_for(engine, clock, timedelta(hours=1, minutes=30), step=timedelta(minutes=15))
     assert cloud.instances["i-dev"].state == "stopped"  # 19:15 EDT

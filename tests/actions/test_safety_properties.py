@@ -19,7 +19,8 @@ from costguard.config import Settings
 from costguard.engine import Engine
 from costguard.policy.load import parse_policy_text
 from costguard.store.db import Database
-from tests.actions.cloud import PRICE, T0, FakeCloud, journal, run_for
+from tests.fakes.cloud import BUSY, DARK, IDLE, OWNER_TAGS, PRICE, T0, ScriptedCloud, full_cloud
+from tests.fakes.scenario import journal, run_for
 
 PROPS = settings(max_examples=12, deadline=None,
                  suppress_health_check=[HealthCheck.too_slow])
@@ -55,20 +56,21 @@ def _policy(mode: str, max_actions: int, max_usd: float | None, name: str = "idl
 """
 
 
-def _fleet(fleet: list[Box]) -> FakeCloud:
-    cloud = FakeCloud(ManualClock(T0))
+def _fleet(fleet: list[Box]) -> ScriptedCloud:
+    cloud = full_cloud(ManualClock(T0))
     for i, box in enumerate(fleet):
-        tags = {}
+        tags = dict(OWNER_TAGS)
         if box.protected:
             tags["costguard:protect"] = "true"
         if box.snooze_minutes is not None:
             tags["costguard:snooze-until"] = (
                 T0 + timedelta(minutes=box.snooze_minutes)).isoformat()
-        cloud.add(f"i-{i}", busy=box.busy, tags=tags, gpus=box.gpus)
+        phase = DARK if box.busy is None else BUSY if box.busy else IDLE
+        cloud.add(f"i-{i}", phase, tags=tags, gpus=box.gpus)
     return cloud
 
 
-def _engine(cloud: FakeCloud, policy_text: str, safety: SafetySettings | None = None) -> Engine:
+def _engine(cloud: ScriptedCloud, policy_text: str, safety: SafetySettings | None = None) -> Engine:
     engine = Engine(Settings(), Database("sqlite://"), {"sim": cloud},
                     parse_policy_text("policies:\n" + policy_text), cloud.clock,
                     alert_printer=lambda kind, subject, body: None)
@@ -122,9 +124,9 @@ def test_dry_run_policy_changes_nothing_anywhere(fleet: list[Box]) -> None:
        usd_cap=st.one_of(st.none(), st.sampled_from([5.0, 13.0])))
 def test_fleet_wide_cap_holds_across_policies(idle_boxes: int, fleet_cap: int,
                                               usd_cap: float | None) -> None:
-    cloud = FakeCloud(ManualClock(T0))
+    cloud = full_cloud(ManualClock(T0))
     for i in range(idle_boxes):
-        cloud.add(f"i-{i}", tags={"pool": "a" if i % 2 else "b"})
+        cloud.add(f"i-{i}", tags={**OWNER_TAGS, "pool": "a" if i % 2 else "b"})
     text = (_policy("enforce", 10, None, "idle-a").replace(
                 "state: running}", "state: running, tags: {values: {pool: [a]}}}")
             + _policy("enforce", 10, None, "idle-b").replace(

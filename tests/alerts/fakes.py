@@ -1,15 +1,14 @@
 """Real receivers on 127.0.0.1 for the alert tests: a Slack stand-in (incoming webhook and the
-Web API methods costguard calls) served by uvicorn, and an SMTP server (aiosmtpd) with
-STARTTLS or implicit TLS and AUTH, using a throwaway self-signed certificate."""
+Web API methods costguard calls; an ASGI app, served with tests/fakes/loopback.py), and an SMTP
+server (aiosmtpd) with STARTTLS or implicit TLS and AUTH, using a throwaway self-signed
+certificate."""
 
 from __future__ import annotations
 
 import datetime as dt
 import ipaddress
 import json
-import socket
 import ssl
-import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -21,7 +20,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
-import uvicorn
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 from starlette.applications import Starlette
@@ -32,35 +30,6 @@ from starlette.routing import Route
 WEBHOOK_PATH = "/services/T0000/B0000/hooksecretXYZ123"
 BOT_TOKEN = "xoxb-test-bot-token-SECRET-42"
 RESPONSE_PATH = "/actions/T0000/1234567890/responseSECRET77"  # a click's response_url
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextmanager
-def serve(app: Any, port: int) -> Iterator[str]:
-    """Run `app` on 127.0.0.1:`port` until the block ends; yields its base URL."""
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port))
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("fake server did not start")
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
 
 
 @dataclass

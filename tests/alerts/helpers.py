@@ -1,7 +1,10 @@
-"""Shared builders for the alert tests: outbox rows, settings, store contents."""
+"""Shared builders for the alert tests: outbox rows, settings, store contents, signed clicks."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -97,3 +100,12 @@ def seed_warned_instance(db: Database, *, instance_id: str = "i-0abc000000000000
         s.add(PolicyStateRow(policy=policy, provider="sim", instance_id=instance_id,
                              state="warned", since=now, deadline=now + timedelta(minutes=15),
                              episode=1, evidence="idle"))
+
+
+def slack_signed(body: bytes, secret: str, *, at: int | None = None) -> dict[str, str]:
+    """The headers Slack sends with an interactivity POST of `body`, signed with `secret`
+    (v0 HMAC-SHA256 over the timestamp, now unless `at`, and the body)."""
+    ts = str(at if at is not None else int(time.time()))
+    sig = hmac.new(secret.encode(), f"v0:{ts}:".encode() + body, hashlib.sha256).hexdigest()
+    return {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": f"v0={sig}",
+            "Content-Type": "application/x-www-form-urlencoded"}

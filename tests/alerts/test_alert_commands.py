@@ -16,8 +16,9 @@ from costguard.clock import ManualClock
 from costguard.config import Settings
 from costguard.errors import CostguardError
 from costguard.store.db import Database
-from tests.alerts.fakes import Mailbox, SlackFake, free_port, self_signed_cert, serve, smtp_server
+from tests.alerts.fakes import Mailbox, SlackFake, self_signed_cert, smtp_server
 from tests.alerts.helpers import T0, deliveries, idle_warning, slack_bot, smtp
+from tests.fakes.loopback import free_port, serve
 
 runner = CliRunner()
 WIRED = Settings.model_fields["alerts"].annotation is AlertsSettings

@@ -18,8 +18,9 @@ from costguard.alerts.settings import AlertsSettings
 from costguard.daemon.commands import gather_status
 from costguard.store.db import Database
 from costguard.store.tables import ActionJournalRow
-from tests.alerts.fakes import SlackFake, free_port, serve
+from tests.alerts.fakes import SlackFake
 from tests.alerts.helpers import T0, alerts, deliveries, idle_warning, slack_bot, slack_webhook
+from tests.fakes.loopback import free_port, serve
 
 runner = CliRunner()
 

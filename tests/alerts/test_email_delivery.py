@@ -12,8 +12,9 @@ import pytest
 from costguard.alerts.dispatcher import Dispatcher
 from costguard.alerts.email import message_id
 from costguard.store.db import Database
-from tests.alerts.fakes import Mailbox, free_port, self_signed_cert, smtp_server
+from tests.alerts.fakes import Mailbox, self_signed_cert, smtp_server
 from tests.alerts.helpers import T0, alerts, deliveries, idle_warning, smtp
+from tests.fakes.loopback import free_port
 
 
 @pytest.fixture

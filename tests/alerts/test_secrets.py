@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import logging
 import time
@@ -30,9 +28,7 @@ from tests.alerts.fakes import (
     WEBHOOK_PATH,
     Mailbox,
     SlackFake,
-    free_port,
     self_signed_cert,
-    serve,
     smtp_server,
 )
 from tests.alerts.helpers import (
@@ -41,9 +37,11 @@ from tests.alerts.helpers import (
     idle_warning,
     seed_warned_instance,
     slack_bot,
+    slack_signed,
     slack_webhook,
     smtp,
 )
+from tests.fakes.loopback import free_port, serve
 
 SIGNING = "signing-SECRET-abcdef"
 SECRETS = (BOT_TOKEN, SMTP_PASSWORD, WEBHOOK_PATH.rsplit("/", 1)[-1], SIGNING)
@@ -133,11 +131,8 @@ def test_a_clicks_response_url_is_never_logged_even_when_the_update_fails(
                        "type": "mrkdwn", "text": "x"}}]},
                    "actions": [{"action_id": "costguard_x", "value": json.dumps(value)}]}
         body = urlencode({"payload": json.dumps(payload)}).encode()
-        ts = str(int(time.time()))
-        sig = hmac.new(SIGNING.encode(), f"v0:{ts}:".encode() + body, hashlib.sha256)
-        resp = httpx.post(f"{base}/slack/actions", content=body, headers={
-            "X-Slack-Request-Timestamp": ts, "X-Slack-Signature": f"v0={sig.hexdigest()}",
-            "Content-Type": "application/x-www-form-urlencoded"})
+        resp = httpx.post(f"{base}/slack/actions", content=body,
+                          headers=slack_signed(body, SIGNING))
         assert resp.status_code == 200
         for _ in range(500):  # the update runs after the answer
             if "could not update the Slack message" in caplog.text:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import time
 from collections.abc import Iterator
@@ -22,8 +20,9 @@ from costguard.alerts.slack import slack_message
 from costguard.clock import ManualClock
 from costguard.store.db import Database
 from costguard.store.tables import ActionJournalRow, AlertRow, PolicyStateRow
-from tests.alerts.fakes import RESPONSE_PATH, SlackFake, free_port, serve
-from tests.alerts.helpers import T0, idle_warning, seed_warned_instance
+from tests.alerts.fakes import RESPONSE_PATH, SlackFake
+from tests.alerts.helpers import T0, idle_warning, seed_warned_instance, slack_signed
+from tests.fakes.loopback import free_port, serve
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 
@@ -52,10 +51,7 @@ def _click(value: dict[str, str], user: str = "U0ANA0001", **extra: object) -> b
 
 
 def _signed(body: bytes, *, secret: str = SECRET, at: int | None = None) -> dict[str, str]:
-    ts = str(at if at is not None else int(time.time()))
-    sig = hmac.new(secret.encode(), f"v0:{ts}:".encode() + body, hashlib.sha256).hexdigest()
-    return {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": f"v0={sig}",
-            "Content-Type": "application/x-www-form-urlencoded"}
+    return slack_signed(body, secret, at=at)
 
 
 def _journal(db: Database) -> list[ActionJournalRow]:

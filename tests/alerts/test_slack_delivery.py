@@ -12,8 +12,9 @@ import pytest
 from costguard.alerts.dispatcher import Dispatcher, dispatch
 from costguard.alerts.routing import Router, parse_routing
 from costguard.store.db import Database
-from tests.alerts.fakes import BOT_TOKEN, SlackFake, free_port, serve
+from tests.alerts.fakes import BOT_TOKEN, SlackFake
 from tests.alerts.helpers import T0, alerts, deliveries, idle_warning, slack_bot, slack_webhook
+from tests.fakes.loopback import free_port, serve
 
 ROUTES = """\
 teams:

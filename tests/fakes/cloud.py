@@ -1,7 +1,10 @@
 """A tiny scripted cloud for engine tests: each instance's GPU phase is a function of time.
 
 It implements the Provider protocol honestly (state changes, dry-run, skip when changed) and
-counts every mutating call, so tests can prove an action happened exactly once.
+counts every call, so tests can prove an action happened exactly once. The optional
+capabilities `describe` (the re-check before an action), `terminate` and `stopped_cost` are
+off unless a test switches them on (`full_cloud` has all three), so the engine is tested
+both with and without them.
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ from costguard.telemetry.summary import sim_minute
 Phase = Callable[[datetime], str | None]  # minute -> "busy"/"held_memory_idle"/... or None
 
 T0 = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)  # a Monday
+OWNER_TAGS: Mapping[str, str] = {"team": "research", "owner": "ana@example.com"}
+PRICE = 4.0  # full_cloud: on-demand USD/h of every instance
+SPOT_PRICE = 1.5
+STOPPED_PRICE = 0.02  # full_cloud: a stopped instance's disk
 
 
 def always(phase: str | None) -> Phase:
@@ -38,31 +45,52 @@ def until(when: datetime, before: str | None, after: str | None) -> Phase:
     return lambda minute: before if minute < when else after
 
 
+IDLE = always("no_process")  # no process on the GPU, SMs at 0 %
+BUSY = always("busy")
+DARK = always(None)  # no telemetry at all
+
+
 class ScriptedCloud:
     name: ProviderName = "sim"
 
-    def __init__(self, clock: Clock, usd_per_hour: float = 3.6) -> None:
+    def __init__(self, clock: Clock, usd_per_hour: float = 3.6, *,
+                 spot_usd_per_hour: float | None = None,
+                 stopped_usd_per_hour: float | None = None,
+                 can_describe: bool = False, can_terminate: bool = False) -> None:
         self.clock = clock
         self.usd_per_hour = usd_per_hour
+        self.spot_usd_per_hour = spot_usd_per_hour  # None: spot costs the on-demand price
+        self.stopped_usd_per_hour = stopped_usd_per_hour  # None: no stopped_cost capability
+        self.can_describe = can_describe
+        self.can_terminate = can_terminate
         self.instances: dict[str, Instance] = {}
         self.phases: dict[str, Phase] = {}
         self.calls: Counter[str] = Counter()
         self.rng = random.Random(1)
 
-    def add(self, iid: str, phase: Phase, *, gpus: int = 1, tags: Mapping[str, str] | None = None,
-            lifecycle: Lifecycle = Lifecycle.ON_DEMAND, itype: str = "g5.xlarge",
-            launched: datetime | None = None) -> Instance:
+    def add(self, iid: str, phase: Phase = IDLE, *, gpus: int = 1,
+            tags: Mapping[str, str] | None = None, lifecycle: Lifecycle = Lifecycle.ON_DEMAND,
+            itype: str = "g5.xlarge", launched: datetime | None = None) -> Instance:
+        """A running instance; `tags` replace the default owner and team tags."""
         inst = Instance(
             provider="sim", account="111111111111", region="us-east-1", zone="us-east-1a",
             instance_id=iid, name=iid, instance_type=itype, state=InstanceState.RUNNING,
             lifecycle=lifecycle, gpu_count=gpus, gpu_model="A10G" if gpus else None,
             launch_time=launched or T0 - timedelta(days=1),
-            tags=dict(tags or {"team": "research", "owner": "ana@example.com"}),
-            observed_at=self.clock.now())
+            tags=dict(OWNER_TAGS if tags is None else tags), observed_at=self.clock.now())
         self.instances[iid] = inst
         self.phases[iid] = phase
         return inst
 
+    def set(self, iid: str, **update: object) -> None:
+        """Change an instance behind costguard's back (state, tags, ...)."""
+        self.instances[iid] = self.instances[iid].model_copy(update=update)
+
+    def restart(self, iid: str) -> None:
+        """The owner starts it again (outside costguard)."""
+        self.set(iid, state=InstanceState.RUNNING)
+
+    # -- Provider protocol -------------------------------------------------------------
     def list_instances(self) -> Inventory:
         self.calls["list"] += 1
         now = self.clock.now()
@@ -94,7 +122,7 @@ class ScriptedCloud:
                                 state_after=live.state)
         if dry_run:
             return ActionResult(outcome=ActionOutcome.DRY_RUN, detail="permission verified")
-        self.instances[inst.instance_id] = live.model_copy(update={"state": to})
+        self.set(inst.instance_id, state=to)
         return ActionResult(outcome=ActionOutcome.DONE, state_after=to)
 
     def stop(self, instance: Instance, *, dry_run: bool) -> ActionResult:
@@ -111,14 +139,44 @@ class ScriptedCloud:
         if dry_run:
             return ActionResult(outcome=ActionOutcome.DRY_RUN)
         live = self.instances[instance.instance_id]
-        new = {k: v for k, v in live.tags.items() if k not in remove} | dict(tags)
-        self.instances[instance.instance_id] = live.model_copy(update={"tags": new})
+        self.set(instance.instance_id,
+                 tags={k: v for k, v in live.tags.items() if k not in remove} | dict(tags))
         return ActionResult(outcome=ActionOutcome.DONE)
 
     def price(self, instance: Instance) -> PriceQuote | None:
-        return PriceQuote(usd_per_hour=self.usd_per_hour, source="test price")
+        spot = instance.lifecycle is Lifecycle.SPOT and self.spot_usd_per_hour is not None
+        return PriceQuote(usd_per_hour=self.spot_usd_per_hour if spot else self.usd_per_hour,
+                          source="test price")
 
-    def restart(self, iid: str) -> None:
-        """The owner starts it again (outside costguard)."""
-        live = self.instances[iid]
-        self.instances[iid] = live.model_copy(update={"state": InstanceState.RUNNING})
+    # -- optional capabilities ---------------------------------------------------------
+    def __getattr__(self, name: str) -> object:
+        # only called for attributes not found: the capabilities exist while switched on
+        # (costguard looks them up with getattr)
+        switches = self.__dict__
+        if name == "describe" and switches.get("can_describe"):
+            return self._describe
+        if name == "terminate" and switches.get("can_terminate"):
+            return self._terminate
+        if name == "stopped_cost" and switches.get("stopped_usd_per_hour") is not None:
+            return self._stopped_cost
+        raise AttributeError(name)
+
+    def _describe(self, instance: Instance) -> Instance | None:
+        self.calls["describe"] += 1
+        return self.instances.get(instance.instance_id)
+
+    def _terminate(self, instance: Instance, *, snapshot: bool, dry_run: bool) -> ActionResult:
+        return self._move(instance, InstanceState.STOPPED, InstanceState.TERMINATED,
+                          "terminate", dry_run)
+
+    def _stopped_cost(self, instance: Instance) -> PriceQuote:
+        assert self.stopped_usd_per_hour is not None
+        return PriceQuote(usd_per_hour=self.stopped_usd_per_hour, source="100 GiB disk")
+
+
+def full_cloud(clock: Clock) -> ScriptedCloud:
+    """The scripted cloud with every optional capability: $4/h on demand, $1.50/h spot,
+    $0.02/h while stopped."""
+    return ScriptedCloud(clock, PRICE, spot_usd_per_hour=SPOT_PRICE,
+                         stopped_usd_per_hour=STOPPED_PRICE, can_describe=True,
+                         can_terminate=True)

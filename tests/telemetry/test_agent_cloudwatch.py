@@ -25,9 +25,9 @@ from costguard.telemetry.cloudwatch import CloudWatchPusher, minute_datums
 from costguard.telemetry.commands import run_agent
 from costguard.telemetry.identity import Identity
 from costguard.telemetry.nvml import NvmlSampler
+from tests.fakes.loopback import free_port
 from tests.telemetry.agent_helpers import RecordedSampler
 from tests.telemetry.fake_nvml import FakeGpu, FakeNvml
-from tests.telemetry.servers import free_port
 
 REGION = "us-east-1"
 AMI = "ami-12c6146b"  # moto's example AMI

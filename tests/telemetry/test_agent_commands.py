@@ -20,9 +20,10 @@ from costguard.telemetry.commands import parse_duration, record, replay, run_age
 from costguard.telemetry.ingest import MemorySink, telemetry_app
 from costguard.telemetry.nvml import NvmlSampler, NvmlUnavailable
 from costguard.telemetry.trace import TraceError, packaged_trace, read_trace, write_trace
+from tests.fakes.loopback import free_port, serve
 from tests.telemetry.agent_helpers import START
 from tests.telemetry.fake_nvml import FakeGpu, FakeNvml
-from tests.telemetry.servers import free_port, metadata_app, serve
+from tests.telemetry.servers import metadata_app
 
 TRACE = str(resources.files("costguard.telemetry") / "data" / "h100_phases.jsonl")
 

@@ -7,7 +7,8 @@ import pytest
 
 from costguard.errors import ConfigError
 from costguard.telemetry.identity import Identity, resolve_identity
-from tests.telemetry.servers import free_port, metadata_app, serve
+from tests.fakes.loopback import free_port, serve
+from tests.telemetry.servers import metadata_app
 
 
 def test_ec2_identity_uses_an_imdsv2_session_token():

@@ -14,8 +14,9 @@ from costguard.clock import ManualClock
 from costguard.model import GpuMinute
 from costguard.telemetry.buffer import DiskBuffer
 from costguard.telemetry.ingest import MemorySink, telemetry_app
+from tests.fakes.loopback import free_port, serve
 from tests.telemetry.agent_helpers import START, RecordedSampler, make_agent
-from tests.telemetry.servers import counting, free_port, serve
+from tests.telemetry.servers import counting
 
 
 class Daemon:

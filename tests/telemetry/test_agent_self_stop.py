@@ -9,8 +9,8 @@ import httpx
 
 from costguard.clock import ManualClock
 from costguard.telemetry.selfstop import SelfStop
+from tests.fakes.loopback import free_port
 from tests.telemetry.agent_helpers import START, RecordedSampler, make_agent
-from tests.telemetry.servers import free_port
 
 
 class Recorder:

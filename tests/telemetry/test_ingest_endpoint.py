@@ -14,7 +14,7 @@ from costguard.errors import ConfigError
 from costguard.model import GpuMinute
 from costguard.telemetry.ingest import MemorySink, telemetry_app
 from costguard.telemetry.summary import sim_minute
-from tests.telemetry.servers import serve
+from tests.fakes.loopback import serve
 
 TOKEN = "s3cret-agent-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -17,7 +17,7 @@ from costguard.daemon.sink import StoreSink
 from costguard.store.db import Database
 from costguard.store.tables import GpuReadingRow
 from costguard.telemetry.ingest import telemetry_app
-from tests.telemetry.servers import serve
+from tests.fakes.loopback import serve
 
 TOKEN = "store-ingest-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
