@@ -14,6 +14,8 @@ from sqlmodel import Session, col, select
 
 from costguard.store.tables import AlertRow
 
+_ADDED = "costguard.outbox.added"  # session.info: (transaction, dedupe keys enqueued in it)
+
 
 def enqueue(
     session: Session, *, dedupe_key: str, kind: str, subject: str, body: str, now: datetime,
@@ -21,18 +23,36 @@ def enqueue(
     policy: str | None = None, provider: str | None = None, instance_id: str | None = None,
     team: str | None = None, owner: str | None = None,
 ) -> bool:
-    """Add an alert unless one with the same dedupe key exists; True if added."""
-    exists = session.exec(select(AlertRow.id).where(AlertRow.dedupe_key == dedupe_key)).first()
-    if exists is not None:
+    """Add an alert unless one with the same dedupe key exists; True if added.
+
+    The row is flushed with the transaction's other rows, not at once: the check neither
+    autoflushes the session nor flushes the new row (per-alert flushes were most of a large
+    act stage's CPU), and keys added earlier in this transaction are remembered instead."""
+    with session.no_autoflush:
+        exists = session.exec(select(AlertRow.id).where(AlertRow.dedupe_key == dedupe_key)).first()
+    added = _added_in_transaction(session)  # after the query: the transaction has begun
+    if exists is not None or dedupe_key in added:
         return False
+    added.add(dedupe_key)
     session.add(AlertRow(
         dedupe_key=dedupe_key, kind=kind, severity=severity, created_at=now, policy=policy,
         provider=provider, instance_id=instance_id, team=team, owner=owner,
         recipients=list(recipients), subject=subject, body=body, context=context or {},
         status="pending", next_attempt_at=now,
     ))
-    session.flush()
     return True
+
+
+def _added_in_transaction(session: Session) -> set[str]:
+    """Dedupe keys enqueued in the session's current transaction (a rolled-back or committed
+    transaction's keys are dropped with it)."""
+    transaction = session.get_transaction()
+    held = session.info.get(_ADDED)
+    if held is None or held[0] is not transaction:
+        held = (transaction, set())
+        session.info[_ADDED] = held
+    keys: set[str] = held[1]
+    return keys
 
 
 def pending(session: Session, now: datetime, limit: int = 500) -> list[AlertRow]:
