@@ -128,18 +128,15 @@ class BatchStop:
         dry = not policy.is_enforced
         keyed = [(journal.journal_key(policy.name, f.instance, "stop", st.episode), f, st)
                  for f, st in due]
-        stops: list[_Stop] = []
         with self.r.db.session() as s:
             done = completed_keys(s, [k for k, _, _ in keyed])
-            for key, f, st in keyed:
-                if key in done:
-                    continue
-                intent = journal.write_intent(s, key=key, cycle_id=cycle_id, policy=policy.name,
-                                              inst=f.instance, action="stop", dry_run=dry,
-                                              usd_per_hour=f.usd_per_hour, now=now,
-                                              detail=f.reason)
-                stops.append(_Stop(f, st, intent.id or 0, f.instance))
-        return stops
+            intents = [(journal.write_intent(s, key=key, cycle_id=cycle_id, policy=policy.name,
+                                             inst=f.instance, action="stop", dry_run=dry,
+                                             usd_per_hour=f.usd_per_hour, now=now,
+                                             detail=f.reason, flush=False), f, st)
+                       for key, f, st in keyed if key not in done]
+            s.flush()  # one INSERT batch; every intent has its id from here
+            return [_Stop(f, st, intent.id or 0, f.instance) for intent, f, st in intents]
 
     def _recheck(self, stops: list[_Stop], now: datetime) -> None:
         by_provider: dict[str, list[_Stop]] = defaultdict(list)

@@ -17,14 +17,18 @@ def journal_key(policy: str, inst: Instance, action: str, episode: int) -> str:
 def write_intent(
     session: Session, *, key: str, cycle_id: int | None, policy: str, inst: Instance,
     action: str, dry_run: bool, usd_per_hour: float, now: datetime, detail: str = "",
+    flush: bool = True,
 ) -> ActionJournalRow:
+    """The intent row, flushed so it has its id (`flush=False`: the caller flushes a batch of
+    intents at once, and must before reading their ids)."""
     row = ActionJournalRow(
         key=key, cycle_id=cycle_id, policy=policy, provider=inst.provider,
         instance_id=inst.instance_id, action=action, dry_run=dry_run, status="intent",
         detail=detail, usd_per_hour=usd_per_hour, intent_at=now,
     )
     session.add(row)
-    session.flush()
+    if flush:
+        session.flush()
     return row
 
 
