@@ -288,17 +288,15 @@ def to_gpu_minutes(
             for minute in _minutes_covered(ts, period_s, first, last):
                 for index in indexes:
                     rows.setdefault((s.instance_id, index, minute), {}).update(fields)
-    # every value above is already in range (clamped percentages, non-negative bytes, whole
-    # UTC minutes): built without re-validation, which was most of a fleet's cost here
     return [
-        GpuMinute.model_construct(
-            provider="aws",
-            instance_id=instance_id,
-            gpu_index=index,
-            minute=minute,
-            source=TelemetrySource.CLOUDWATCH,
+        GpuMinute.model_validate({
+            "provider": "aws",
+            "instance_id": instance_id,
+            "gpu_index": index,
+            "minute": minute,
+            "source": TelemetrySource.CLOUDWATCH,
             **fields,
-        )
+        })
         for (instance_id, index, minute), fields in sorted(rows.items())
     ]
 
