@@ -8,6 +8,17 @@ the only difference is the provider: the seeded sim fleet with its states in STA
 `CG_KILL_AT=after-intent:3` SIGKILLs the process at the third time the act stage reaches
 that point (the engine's fault hook), the way a node dies in the middle of a stop;
 `CG_PAUSE_AT=...` SIGSTOPs it there instead (a frozen VM, a long GC pause).
+`CG_GATE=PATH` makes the process wait, its imports done, until PATH exists: a test starts
+the interpreter early (imports are most of a start-up) and lets it go when the scenario
+needs it, so the wait for it is short and predictable.
+
+    python -m tests.reliability.replica forks STATE_FILE     # one import, many processes
+
+reads `N KILL_SPEC LOG` lines on stdin; for each it forks a child that runs N cycles like
+`cycles` (with `CG_KILL_AT=KILL_SPEC` unless it is `-`, its output in LOG), waits for it and
+answers the child's exit status as `subprocess` reports it (-9: SIGKILLed). Each child is a
+process of its own, opening its own database connections after the fork; only the imports
+are shared.
 """
 
 from __future__ import annotations
@@ -15,6 +26,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -67,13 +79,56 @@ def run_cycles(state: SharedState, count: int) -> None:
         engine.run_cycle()
 
 
+def _forked_cycles(state: SharedState, count: int, kill_at: str, log: str) -> int:
+    """Run `count` cycles in a forked child; its exit status as Popen.returncode gives it."""
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into the parent's loop
+        code = 1
+        try:
+            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            os.environ.pop("CG_KILL_AT", None)
+            if kill_at != "-":
+                os.environ["CG_KILL_AT"] = kill_at
+            run_cycles(state, count)
+            code = 0
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+def serve_forks(state: SharedState) -> None:
+    for line in sys.stdin:
+        count, kill_at, log = line.split()
+        print(_forked_cycles(state, int(count), kill_at, log), flush=True)
+
+
+def wait_for_gate() -> None:
+    gate = os.environ.get("CG_GATE")
+    while gate and not Path(gate).exists():
+        time.sleep(0.02)
+
+
 def main(argv: list[str]) -> int:
     mode, state = argv[0], SharedState(Path(argv[1]))
+    if mode == "forks":
+        serve_forks(state)
+        return 0
     if mode == "cycles":
+        wait_for_gate()
         run_cycles(state, int(argv[2]))
         return 0
     from costguard.daemon.scheduler import run_forever
 
+    wait_for_gate()
     engine = build(state, SystemClock())
     run_forever(engine, engine.settings)
     return 0

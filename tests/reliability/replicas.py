@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -73,3 +74,44 @@ def start_replica(root: Path, db_url: str, state_file: Path, name: str, *,
         proc = subprocess.Popen(argv, cwd=root, env=full, stdout=out,
                                 stderr=subprocess.STDOUT)
     return Replica(proc, port, log)
+
+
+class ForkServer:
+    """`replica forks`: one interpreter imports costguard once and forks a fresh process for
+    each run of cycles, so a test can kill many processes without paying many start-ups."""
+
+    def __init__(self, root: Path, db_url: str, state_file: Path) -> None:
+        self.root = root
+        self.log = root / "forks.log"
+        env = {**os.environ, "COSTGUARD_DATABASE_URL": db_url, "COSTGUARD_LOG_FORMAT": "json",
+               "PYTHONPATH": str(REPO)}
+        for var in ("CG_KILL_AT", "CG_PAUSE_AT", "CG_GATE"):
+            env.pop(var, None)
+        with self.log.open("ab") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.reliability.replica", "forks", str(state_file)],
+                cwd=root, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+
+    def run(self, name: str, cycles: int, kill_at: str | None = None,
+            timeout: float = 60.0) -> tuple[int, Path]:
+        """Run `cycles` in a new process (killed at `kill_at`, if given): its exit code, log."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        log = self.root / f"{name}.log"
+        self.proc.stdin.write(f"{cycles} {kill_at or '-'} {log}\n".encode())
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else b""
+        if not line:
+            self.close()
+            raise AssertionError(f"no answer for {name} within {timeout}s:\n"
+                                 + self.log.read_text()[-3000:])
+        return int(line), log
+
+    def close(self) -> None:
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)

@@ -4,7 +4,9 @@ Each process runs cycles back to back on a shared manual clock (kept in the clou
 file, so time goes on across deaths). It is killed either by the engine's fault hook, at a
 random occurrence of `after-intent` (journaled, cloud not called) or `after-call` (cloud
 called, result not journaled), or by the test at a random moment, wherever it is: importing,
-migrating, collecting, writing a transaction.
+migrating, collecting, writing a transaction. The hook-killed processes and the final clean
+one are forked from one interpreter that did the imports once (`ForkServer`); the ones killed
+at a random moment start from scratch, so a kill can land in the imports too.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from sqlmodel import select
 from costguard.store.db import Database
 from costguard.store.tables import ActionJournalRow, PolicyStateRow
 from tests.daemon.daemon_helpers import stop_journal
-from tests.reliability.replicas import start_replica, write_config
+from tests.reliability.replicas import ForkServer, start_replica, write_config
 from tests.reliability.shared_cloud import SharedState
 
 ITERATIONS = 9
@@ -34,25 +36,28 @@ def test_sigkill_at_random_points_never_doubles_or_loses_a_stop(tmp_path: Path) 
     with state.locked() as st:
         st["restart_after_minutes"] = 3  # owners restart stopped boxes: new episodes, new stops
     injected = {"after-intent": 0, "after-call": 0, "random-time": 0}
-    for i in range(ITERATIONS):
-        if i % 3 == 2:
-            replica = start_replica(root, url, state.path, f"run{i}", mode="cycles", cycles=60)
-            time.sleep(rng.uniform(0.3, 4.0))
-            if replica.proc.poll() is None:
-                replica.proc.kill()
-                injected["random-time"] += 1
-            replica.proc.wait(timeout=30)
-            continue
-        point = rng.choice(["after-intent", "after-call"])
-        replica = start_replica(root, url, state.path, f"run{i}", mode="cycles", cycles=6,
-                                env={"CG_KILL_AT": f"{point}:{rng.randint(1, 2)}"})
-        code = replica.proc.wait(timeout=60)
-        assert code in (0, -signal.SIGKILL), replica.log.read_text()[-3000:]
-        if code == -signal.SIGKILL:
-            injected[point] += 1
-    # a clean run finds whatever the dead left behind and finishes it
-    final = start_replica(root, url, state.path, "final", mode="cycles", cycles=4)
-    assert final.proc.wait(timeout=60) == 0, final.log.read_text()[-3000:]
+    forks = ForkServer(root, url, state.path)
+    try:
+        for i in range(ITERATIONS):
+            if i % 3 == 2:
+                replica = start_replica(root, url, state.path, f"run{i}", mode="cycles",
+                                        cycles=60)
+                time.sleep(rng.uniform(0.3, 4.0))
+                if replica.proc.poll() is None:
+                    replica.proc.kill()
+                    injected["random-time"] += 1
+                replica.proc.wait(timeout=30)
+                continue
+            point = rng.choice(["after-intent", "after-call"])
+            code, log = forks.run(f"run{i}", 6, f"{point}:{rng.randint(1, 2)}")
+            assert code in (0, -signal.SIGKILL), log.read_text()[-3000:]
+            if code == -signal.SIGKILL:
+                injected[point] += 1
+        # a clean run finds whatever the dead left behind and finishes it
+        code, log = forks.run("final", 4)
+        assert code == 0, log.read_text()[-3000:]
+    finally:
+        forks.close()
 
     db = Database(url)
     journal = stop_journal(db)

@@ -3,6 +3,11 @@
 The leader dies (SIGKILL) in the middle of a batch of stops; the standby takes over within
 one poll interval and finishes the batch. Read back from the action journal and the cloud:
 every stop happened exactly once, none was lost.
+
+Start-ups are kept off the critical path: a standby's interpreter is started early, waiting
+behind a gate file (`CG_GATE`) with its imports done, and the leader is frozen (SIGSTOP) at
+the fault point and SIGKILLed there once the standby is up, instead of racing a long grace
+period against the standby's start-up.
 """
 
 from __future__ import annotations
@@ -56,23 +61,25 @@ def _cycles_started_after(db: Database, when: datetime) -> list[CycleRow]:
 
 def test_the_standby_takes_over_a_killed_leader_without_missing_or_doubling_a_stop(
         pg_url: str, tmp_path: Path) -> None:
-    # a 10 s grace: the standby has time to start before the leader reaches its stops
-    root = write_config(tmp_path, grace="10s")
+    root = write_config(tmp_path, grace="3s")
     state = SharedState(tmp_path / "cloud.json")
     db = Database(pg_url)
+    gate = tmp_path / "second.go"
+    # frozen right after journaling the third stop intent: the point it is killed at below
     first = start_replica(root, pg_url, state.path, "first",
-                          env={"CG_KILL_AT": "after-intent:3"})
-    second: Replica | None = None
+                          env={"CG_PAUSE_AT": "after-intent:3"})
+    second = start_replica(root, pg_url, state.path, "second", env={"CG_GATE": str(gate)})
     try:
         wait_until(lambda: first.proc.poll() is not None or first.leads(), 60,
                    "the first replica to lead")
-        second = start_replica(root, pg_url, state.path, "second")
-        wait_until(lambda: second is not None and _answers(second), 60, "the standby")
+        gate.touch()
+        wait_until(lambda: _answers(second), 60, "the standby")
+        wait_until(lambda: _proc_state(first) in ("T", "?"), 60,
+                   "the leader to reach its third stop")
         assert first.proc.poll() is None and not second.leads(), \
             "the leader died before the standby was up: nothing to take over"
-        deadline = time.monotonic() + 60
-        while first.proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
+        first.proc.kill()  # SIGKILL where it stands: one stop journaled, its call not made
+        first.proc.wait(timeout=30)
         died_at = datetime.now(UTC)
         assert first.proc.returncode == -signal.SIGKILL, first.log.read_text()[-2000:]
         wait_until(lambda: len(_cycles_started_after(db, died_at)) >= 2, 30,
@@ -87,8 +94,7 @@ def test_the_standby_takes_over_a_killed_leader_without_missing_or_doubling_a_st
         print(f"failover: 1 leader killed mid-batch, {len(journal)} stops, all exactly once")
     finally:
         first.stop()
-        if second is not None:
-            second.stop()
+        second.stop()
         db.dispose()
 
 
@@ -109,20 +115,23 @@ def _terminate_all_sessions(url: str) -> int:
 
 def test_a_frozen_leader_that_wakes_after_losing_its_lock_cannot_act(
         pg_url: str, tmp_path: Path) -> None:
-    root = write_config(tmp_path)
+    root = write_config(tmp_path, grace="2s")
     state = SharedState(tmp_path / "cloud.json")
     db = Database(pg_url)
+    gate = tmp_path / "second.go"
     first = start_replica(root, pg_url, state.path, "first",
                           env={"CG_PAUSE_AT": "after-intent:1"})
-    second: Replica | None = None
+    # imports done meanwhile; it opens no connection before the gate (the sessions cut below
+    # are the frozen leader's alone, as when the standby started only then)
+    second = start_replica(root, pg_url, state.path, "second", env={"CG_GATE": str(gate)})
     try:
         # frozen right after journaling its first stop intent, before the cloud call
         wait_until(lambda: _proc_state(first) == "T", 60, "the leader to freeze mid-stop")
         assert _terminate_all_sessions(pg_url) >= 1  # the server drops the silent session
         wait_until(lambda: not _sessions_of(pg_url, first.proc.pid), 10,
                    "the frozen leader's sessions to end")
-        second = start_replica(root, pg_url, state.path, "second")
-        wait_until(lambda: second is not None and second.leads(), 60, "the standby to lead")
+        gate.touch()
+        wait_until(lambda: second.leads(), 60, "the standby to lead")
         wait_until(lambda: _settled(db), 30, "the successor's stops")
         first.proc.send_signal(signal.SIGCONT)  # the ex-leader resumes its stop ...
         try:
@@ -140,8 +149,7 @@ def test_a_frozen_leader_that_wakes_after_losing_its_lock_cannot_act(
         if first.proc.poll() is None:
             first.proc.send_signal(signal.SIGCONT)
         first.stop()
-        if second is not None:
-            second.stop()
+        second.stop()
         db.dispose()
 
 
