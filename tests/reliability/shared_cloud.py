@@ -55,7 +55,8 @@ class SharedState:
 
     def read(self) -> dict[str, Any]:
         with self.locked() as state:
-            return json.loads(json.dumps(state))
+            copy: dict[str, Any] = json.loads(json.dumps(state))
+            return copy
 
 
 class SharedSimCloud:
