@@ -13,6 +13,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.costguard-installed
 PYTEST_ARGS ?=
+# pytest-xdist workers for `test` and `test-fast` (CI has 2 cores); 0 runs in one process.
+# Each worker has its own throwaway PostgreSQL server, temp dirs and ports.
+PYTEST_WORKERS ?= 2
 
 .PHONY: venv test test-fast lint demo bench clean postgres
 
@@ -36,10 +39,10 @@ define run_pytest
 endef
 
 test: $(STAMP) postgres
-	$(call run_pytest,-q)
+	$(call run_pytest,-q -n $(PYTEST_WORKERS) --dist worksteal)
 
 test-fast: $(STAMP) postgres
-	$(call run_pytest,-q -m "not slow")
+	$(call run_pytest,-q -n $(PYTEST_WORKERS) --dist worksteal -m "not slow")
 
 lint: $(STAMP)
 	$(BIN)/ruff check costguard tests bench

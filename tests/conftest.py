@@ -6,7 +6,8 @@
 - `pg_url` (per test): the PostgreSQL half alone, for PostgreSQL-only behaviour (leader
   election with advisory locks, concurrent writers).
 - `pg_server` (session): the `tests.pg.PostgresServer` itself; `.url` is the session database
-  `costguard_test`, `.create_database()` / `.drop_database()` make more.
+  `costguard_test`, `.create_database()` / `.drop_database()` make more. Under pytest-xdist
+  (`make test` runs 2 workers) each worker has a server of its own.
 
 The server starts once, on first use, and is stopped and deleted at the end of the session,
 also on failure, Ctrl-C or SIGTERM. Where PostgreSQL cannot start, its tests are skipped with
@@ -48,6 +49,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item, "fixturenames", ()
         ):
             item.add_marker(pytest.mark.postgres)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # Under pytest-xdist (`make test`), the long fleet-scale tests go first (stable sort:
+        # same order on every worker), so they are not the tail one worker runs alone.
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(scope="session")
