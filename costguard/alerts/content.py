@@ -23,9 +23,9 @@ def snooze_until(choice: str, now: datetime, max_snooze: timedelta) -> datetime:
         tomorrow = (now + timedelta(days=1)).date()
         wanted = datetime(tomorrow.year, tomorrow.month, tomorrow.day, TOMORROW_HOUR_UTC,
                           tzinfo=now.tzinfo)
-    else:
-        wanted = now + duration_arg(choice)
-    return min(wanted, now + max_snooze)
+        return min(wanted, now + max_snooze)
+    # capped before it is added: a huge duration (9999999d) must not overflow the date
+    return now + min(duration_arg(choice), max_snooze)
 
 
 def snooze_options(max_snooze: timedelta) -> list[tuple[str, str]]:

@@ -72,7 +72,12 @@ def parse_duration(value: Any) -> timedelta:
     if not text or match is None:
         raise PydanticCustomError("duration", f"invalid duration {value!r} ({DURATION_HINT})")
     seconds = sum(int(n) * _UNIT_SECONDS[u] for u, n in match.groupdict().items() if n)
-    return timedelta(seconds=seconds)
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise PydanticCustomError(
+            "duration", f"invalid duration {value!r}: longer than any date can hold"
+        ) from None
 
 
 def duration_arg(text: str) -> timedelta:
