@@ -36,8 +36,11 @@ def main(endpoint: str, now_iso: str, db_url: str, out: str, regions: list[str])
         regions=regions,
         endpoint_url=endpoint,
         max_workers=4,
-        # the fleet's CloudWatch agent reports every 5 minutes, by InstanceId only
-        cloudwatch=CloudWatchSettings(instance_dimension=True, period_seconds=300),
+        # the fleet's CloudWatch agent, as configured: utilization_gpu only, aggregated by
+        # InstanceId (one series per instance), every 5 minutes
+        cloudwatch=CloudWatchSettings(instance_dimension=True, period_seconds=300,
+                                      rollup_by_instance=True,
+                                      measurements=["utilization_gpu"]),
     )
     settings = Settings(database_url=db_url, policy_paths=[POLICIES],
                         alerts=AlertsSettings(console=False),

@@ -28,6 +28,9 @@ GPU_UTIL = "nvidia_smi_utilization_gpu"
 GPU_MEM_USED = "nvidia_smi_memory_used"
 GPU_MEM_TOTAL = "nvidia_smi_memory_total"
 GPU_METRICS = (GPU_UTIL, GPU_MEM_USED, GPU_MEM_TOTAL)
+# the agent's `measurement` names -> the metric names it publishes
+METRIC_OF = {"utilization_gpu": GPU_UTIL, "memory_used": GPU_MEM_USED,
+             "memory_total": GPU_MEM_TOTAL}
 CPU_NAMESPACE = "AWS/EC2"
 CPU_METRIC = "CPUUtilization"
 MAX_QUERIES_PER_CALL = 500
@@ -144,6 +147,13 @@ def spans(start: datetime, end: datetime, span: timedelta | None, period_s: int
         out.append((cursor, min(cursor + step, end)))
         cursor += step
     return out
+
+
+def rollup_series(instance_ids: Iterable[str], metrics: Sequence[str]) -> list[Series]:
+    """Each instance's roll-up series (`aggregation_dimensions: [["InstanceId"]]`): its only
+    dimension is InstanceId, so it is known without ListMetrics."""
+    return [Series(iid, ALL_GPUS, metric, (("InstanceId", iid),), True)
+            for iid in sorted(instance_ids) for metric in metrics]
 
 
 def get_metric_data(

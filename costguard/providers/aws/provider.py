@@ -210,12 +210,16 @@ class AwsProvider:
         layout = self.settings.cloudwatch.instance_dimension
         period_s = self.settings.cloudwatch.period_seconds
         wanted = {i.instance_id for i in members}
-        hosts = self._hosts_for(account, region, wanted) if layout is not True else {}
-        dimension_sets = {
-            metric: self._dimensions(client, key, namespace, metric, scope, recent)
-            for metric in cw.GPU_METRICS
-        }
-        series = cw.attribute_series(dimension_sets, wanted, hosts, layout)
+        metrics = [cw.METRIC_OF[m] for m in self.settings.cloudwatch.measurements]
+        if self.settings.cloudwatch.rollup_by_instance:
+            series = cw.rollup_series(wanted, metrics)
+        else:
+            hosts = self._hosts_for(account, region, wanted) if layout is not True else {}
+            dimension_sets = {
+                metric: self._dimensions(client, key, namespace, metric, scope, recent)
+                for metric in metrics
+            }
+            series = cw.attribute_series(dimension_sets, wanted, hosts, layout)
         if not series:
             return [], 0
         # Buckets of `period_s` start at `first`: each one that holds a datapoint covers its

@@ -59,6 +59,13 @@ class AwsAccount(_Strict):
         return value
 
 
+Measurement = Literal["utilization_gpu", "memory_used", "memory_total"]
+
+
+def _all_measurements() -> list[Measurement]:
+    return ["utilization_gpu", "memory_used", "memory_total"]
+
+
 class CloudWatchSettings(_Strict):
     """Where the CloudWatch agent puts GPU metrics.
 
@@ -66,6 +73,12 @@ class CloudWatchSettings(_Strict):
     (series carry InstanceId); false when they carry only `host`/`index`/`name`; `auto` reads both.
     `period_seconds`: the agent's `metrics_collection_interval` (60, 120, ... 300); each
     datapoint then counts for that many seconds of coverage.
+    `measurements`: what the agent's `nvidia_gpu` `measurement` list publishes (of
+    utilization_gpu, memory_used, memory_total); only those are listed and asked for.
+    `rollup_by_instance`: the agent config has `aggregation_dimensions: [["InstanceId"]]`, so
+    each instance has one series per measurement with the single dimension InstanceId:
+    costguard then asks for those directly, without ListMetrics (per-GPU series, if any, are
+    not read).
     `max_span_minutes`: the longest time span one GetMetricData call asks for. A daemon cycle
     asks for ~15 minutes anyway; a first cycle or one after an outage asks for hours, which
     then go span by span: each response stays small (500 queries x 15 points at most) and a
@@ -76,6 +89,21 @@ class CloudWatchSettings(_Strict):
     instance_dimension: bool | Literal["auto"] = "auto"
     period_seconds: int = Field(default=60, ge=60, le=300)
     max_span_minutes: int = Field(default=15, ge=1, le=24 * 60)
+    measurements: list[Measurement] = Field(default_factory=_all_measurements, min_length=1)
+    rollup_by_instance: bool = False
+
+    @model_validator(mode="after")
+    def _rollup_needs_instance_ids(self) -> CloudWatchSettings:
+        if self.rollup_by_instance and self.instance_dimension is False:
+            raise ValueError(
+                "rollup_by_instance needs series that carry InstanceId: set instance_dimension "
+                "to true (the agent's append_dimensions has InstanceId)"
+            )
+        if "utilization_gpu" not in self.measurements:
+            raise ValueError(
+                "measurements must include utilization_gpu: it is what idleness is judged by"
+            )
+        return self
 
     @field_validator("period_seconds")
     @classmethod

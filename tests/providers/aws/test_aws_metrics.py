@@ -429,3 +429,43 @@ def test_series_discovery_serves_a_cycle_and_is_redone_after_a_minute(
     clock.advance(timedelta(minutes=2))
     provider.gpu_metrics(instances, when, when + timedelta(minutes=1))
     assert len(listed) == 2 * first
+
+
+def test_rollup_by_instance_reads_the_instance_series_without_listing_them(
+    make_provider: ProviderFactory, clock: ManualClock, session: boto3.Session
+) -> None:
+    # aggregation_dimensions [["InstanceId"]], measurement [utilization_gpu]: the series'
+    # one dimension is known from the inventory
+    small, quiet = run_instances(count=2, itype="g5.xlarge")
+    (big,) = run_instances(itype="p4d.24xlarge")
+    when = _minute(clock, 3)
+    _put([{"MetricName": GPU_UTIL, "Timestamp": when, "Value": v,
+           "Dimensions": [{"Name": "InstanceId", "Value": raw["InstanceId"]}]}
+          for raw, v in ((small, 3.0), (big, 1.0), (big, 30.0))])
+    settings = {"instance_dimension": True, "measurements": ["utilization_gpu"]}
+    listed, fetched = _calls(session, "ListMetrics"), _calls(session, "GetMetricData")
+    direct, instances = _inventory(make_provider, cloudwatch={**settings,
+                                                              "rollup_by_instance": True})
+    by_listing, _ = _inventory(make_provider, cloudwatch=settings)
+
+    rows = direct.gpu_metrics(instances, when, when + timedelta(minutes=1))
+    assert listed == []
+    queried = sorted((q["MetricStat"]["Metric"]["MetricName"], q["MetricStat"]["Stat"])
+                     for q in fetched[0]["MetricDataQueries"])
+    # one series per GPU instance (the one without an agent too), Maximum for the p4d only
+    assert queried == [(GPU_UTIL, "Average")] * 3 + [(GPU_UTIL, "Maximum")]
+    listed_rows = by_listing.gpu_metrics(instances, when, when + timedelta(minutes=1))
+    assert len(listed) == 1  # one ListMetrics: utilization only, as measured
+    assert [r.model_dump() for r in rows] == [r.model_dump() for r in listed_rows]
+    assert quiet["InstanceId"] not in {r.instance_id for r in rows}  # no data is no rows
+
+
+def test_rollup_by_instance_needs_instance_ids_and_utilisation() -> None:
+    from pydantic import ValidationError
+
+    from costguard.providers.aws.settings import CloudWatchSettings
+
+    with pytest.raises(ValidationError, match="instance_dimension"):
+        CloudWatchSettings(rollup_by_instance=True, instance_dimension=False)
+    with pytest.raises(ValidationError, match="utilization_gpu"):
+        CloudWatchSettings(measurements=["memory_used"])
