@@ -142,7 +142,9 @@ def check_loopback(url: str) -> None:
 def server_clients(endpoint: str) -> ClientFor:
     """Clients for a moto server on loopback."""
     check_loopback(endpoint)
-    cfg = Config(retries={"max_attempts": 3, "mode": "standard"})
+    # moto serializes a 10,000-instance DescribeInstances page for minutes: no read timeout
+    # short enough to give up on a loopback server that is merely slow
+    cfg = Config(retries={"max_attempts": 3, "mode": "standard"}, read_timeout=900)
 
     def make(service: str, region: str) -> Any:
         return boto3.client(  # type: ignore[call-overload]
