@@ -194,11 +194,11 @@ def set_tags(
     if dry_run:
         return ActionResult(outcome=ActionOutcome.DRY_RUN, detail="nothing to change")
     return ActionResult(
-        outcome=ActionOutcome.DONE, detail=_tag_detail(tags, remove), state_after=_state(raw)
+        outcome=ActionOutcome.DONE, detail=tag_detail(tags, remove), state_after=_state(raw)
     )
 
 
-def _tag_detail(tags: Mapping[str, str], remove: Sequence[str]) -> str:
+def tag_detail(tags: Mapping[str, str], remove: Sequence[str]) -> str:
     parts = []
     if tags:
         parts.append("set " + ", ".join(f"{k}={v}" for k, v in tags.items()))
@@ -207,4 +207,4 @@ def _tag_detail(tags: Mapping[str, str], remove: Sequence[str]) -> str:
     return "; ".join(parts) or "nothing to change"
 
 
-__all__ = ["changed_meanwhile", "describe_one", "set_tags", "start", "stop"]
+__all__ = ["changed_meanwhile", "describe_one", "set_tags", "start", "stop", "tag_detail"]

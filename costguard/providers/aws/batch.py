@@ -21,7 +21,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from costguard.errors import ProviderError
 from costguard.model import ActionOutcome, ActionResult, Instance, InstanceState
-from costguard.providers.aws.actions import _PERMISSION
+from costguard.providers.aws.actions import _PERMISSION, tag_detail
 from costguard.providers.aws.boundary import error_code, error_message, translate
 from costguard.providers.aws.gpu_types import GpuSpec, shipped_gpu_table
 from costguard.providers.aws.inventory import EC2_STATES, to_instance
@@ -218,7 +218,7 @@ def set_tags_many(
     out: dict[str, ActionResult] = {}
     done = (ActionResult(outcome=ActionOutcome.DRY_RUN, detail="permission verified")
             if dry_run else ActionResult(outcome=ActionOutcome.DONE,
-                                         detail=_tag_detail(tags, remove)))
+                                         detail=tag_detail(tags, remove)))
     if not tags and not remove:
         done = ActionResult(outcome=ActionOutcome.DRY_RUN if dry_run else ActionOutcome.DONE,
                             detail="nothing to change")
@@ -236,15 +236,6 @@ def set_tags_many(
             pending = proven if dry_run else through
         out |= dict.fromkeys(pending, done)
     return out
-
-
-def _tag_detail(tags: Mapping[str, str], remove: Sequence[str]) -> str:
-    parts = []
-    if tags:
-        parts.append("set " + ", ".join(f"{k}={v}" for k, v in tags.items()))
-    if remove:
-        parts.append("removed " + ", ".join(remove))
-    return "; ".join(parts) or "nothing to change"
 
 
 _VOLUME_FILTER_VALUES = 200  # EC2's limit on filter values per call

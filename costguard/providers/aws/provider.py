@@ -1,4 +1,5 @@
-"""`AwsProvider`: EC2 inventory, CloudWatch GPU/CPU readings, stop/start/tag, prices.
+"""`AwsProvider`: EC2 inventory, stop/start/tag, prices; CloudWatch readings come from
+`readings.CloudWatchReads`.
 
 A cycle starts with `list_instances()`: it polls every (account x region) scope concurrently
 with a bounded pool, records the hosts the CloudWatch agent may report, and clears the
@@ -13,18 +14,16 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import boto3
-from botocore.exceptions import BotoCoreError, ClientError
 
-from costguard.clock import Clock, SystemClock, utc
+from costguard.clock import Clock, SystemClock
 from costguard.errors import ProviderError
 from costguard.model import (
     ActionOutcome,
     ActionResult,
     Gap,
-    GpuMinute,
     Instance,
     Inventory,
     Lifecycle,
@@ -32,29 +31,22 @@ from costguard.model import (
     ProviderName,
 )
 from costguard.providers.aws import actions, batch
-from costguard.providers.aws import metrics as cw
 from costguard.providers.aws.gpu_types import GpuTypeCatalog
-from costguard.providers.aws.inventory import HostNames, host_names, read_scope
+from costguard.providers.aws.inventory import HostNames, read_scope
 from costguard.providers.aws.pricing import (
     OnDemandTable,
     fetch_on_demand_prices,
     latest_spot_prices,
 )
+from costguard.providers.aws.readings import CloudWatchReads, DimensionSets
 from costguard.providers.aws.sessions import AccountScope, ClientFactory
 from costguard.providers.aws.settings import AwsSettings
 
-if TYPE_CHECKING:
-    from mypy_boto3_cloudwatch import CloudWatchClient
-
 log = logging.getLogger(__name__)
 
-LISTED_FRESH = timedelta(minutes=1)  # ListMetrics results serve the rest of a cycle
-DimensionSets = set[tuple[tuple[str, str], ...]]
-
-CpuSeries = dict[str, dict[datetime, float]]
 
 
-class AwsProvider:
+class AwsProvider(CloudWatchReads):
     """The `costguard.providers.base.Provider` for AWS EC2."""
 
     name: ProviderName = "aws"
@@ -166,143 +158,6 @@ class AwsProvider:
             else (f"arn:aws:iam::{account_id}:role/{self.settings.role_name}")
         )
         return AccountScope(account_id, role)
-
-    # -- metrics ---------------------------------------------------------------------------
-
-    def gpu_metrics(
-        self, instances: Sequence[Instance], start: datetime, end: datetime
-    ) -> list[GpuMinute]:
-        first, last = cw.window(start, end)
-        recent = utc(self.clock.now()) - first < timedelta(hours=3)
-        out: list[GpuMinute] = []
-        gaps: list[Gap] = []
-        calls = 0
-        groups = self._by_scope(instances)
-        with ThreadPoolExecutor(self.settings.max_workers, "costguard-cw") as pool:
-            futures = {
-                key: pool.submit(self._gpu_scope, key, members, first, last, recent)
-                for key, members in groups.items()
-            }
-            for (account_id, region), future in futures.items():
-                try:
-                    rows, n = future.result()
-                except ProviderError as exc:
-                    gaps.append(Gap(provider="aws", scope=f"{account_id}/{region}", error=str(exc)))
-                    continue
-                out += rows
-                calls += n
-        self.metric_gaps, self.get_metric_data_calls = gaps, calls
-        return out
-
-    def _gpu_scope(
-        self,
-        key: tuple[str, str],
-        members: list[Instance],
-        first: datetime,
-        last: datetime,
-        recent: bool,
-    ) -> tuple[list[GpuMinute], int]:
-        account_id, region = key
-        scope = f"{account_id}/{region}/cloudwatch"
-        account = self._account(account_id)
-        client = self.clients.cloudwatch(account, region)
-        namespace = self.settings.cloudwatch.gpu_namespace
-        layout = self.settings.cloudwatch.instance_dimension
-        period_s = self.settings.cloudwatch.period_seconds
-        wanted = {i.instance_id for i in members}
-        metrics = [cw.METRIC_OF[m] for m in self.settings.cloudwatch.measurements]
-        if self.settings.cloudwatch.rollup_by_instance:
-            series = cw.rollup_series(wanted, metrics)
-        else:
-            hosts = self._hosts_for(account, region, wanted) if layout is not True else {}
-            dimension_sets = {
-                metric: self._dimensions(client, key, namespace, metric, scope, recent)
-                for metric in metrics
-            }
-            series = cw.attribute_series(dimension_sets, wanted, hosts, layout)
-        if not series:
-            return [], 0
-        # Buckets of `period_s` start at `first`: each one that holds a datapoint covers its
-        # whole period, wherever inside it the agent's sample fell.
-        gpu_counts = {i.instance_id: max(1, i.gpu_count) for i in members}
-        queries = cw.gpu_queries(series, namespace, period_s, gpu_counts=gpu_counts)
-        values, calls = cw.get_metric_data(client, queries, first, last, scope, span=self._span)
-        rows = cw.to_gpu_minutes(
-            series, values, gpu_counts=gpu_counts, period_s=period_s, first=first, last=last
-        )
-        return rows, calls
-
-    def _dimensions(self, client: CloudWatchClient, key: tuple[str, str], namespace: str,
-                    metric: str, scope: str, recent: bool) -> DimensionSets:
-        """ListMetrics' dimension sets, reused for a minute: a first cycle reads metrics twice
-        (the recent span for every GPU, then the idle window's history for some)."""
-        now = self.clock.now()
-        cache_key = (*key, namespace, metric, recent)
-        with self._lock:
-            cached = self._listed.get(cache_key)
-        if cached is not None and now - cached[0] < LISTED_FRESH:
-            return cached[1]
-        found = cw.list_metric_dimensions(client, namespace, metric, scope,
-                                          recently_active=recent)
-        with self._lock:
-            self._listed[cache_key] = (now, found)
-        return found
-
-    def _hosts_for(
-        self, account: AccountScope, region: str, wanted: set[str]
-    ) -> dict[str, HostNames]:
-        with self._lock:
-            known = {i: self._hosts[i] for i in wanted if i in self._hosts}
-        missing = sorted(wanted - set(known))
-        if missing:
-            ec2 = self.clients.ec2(account, region)
-            for chunk in range(0, len(missing), 1000):
-                ids = missing[chunk : chunk + 1000]
-                try:
-                    page = ec2.describe_instances(InstanceIds=ids)
-                except (ClientError, BotoCoreError) as exc:  # e.g. an id gone meanwhile
-                    log.info("private DNS names not refreshed: %s", type(exc).__name__)
-                    continue
-                for reservation in page.get("Reservations", []):
-                    for raw in reservation.get("Instances", []):
-                        known[raw["InstanceId"]] = host_names(dict(raw))
-            with self._lock:
-                self._hosts.update(known)
-        return known
-
-    def cpu_metrics(
-        self, instances: Sequence[Instance], start: datetime, end: datetime
-    ) -> CpuSeries:
-        """AWS/EC2 CPUUtilization per instance per minute (percent), batched like GPU data."""
-        first, last = cw.window(start, end)
-        out: CpuSeries = {}
-        gaps: list[Gap] = []
-        calls = 0
-        for (account_id, region), members in self._by_scope(instances).items():
-            ids = sorted({i.instance_id for i in members})
-            scope = f"{account_id}/{region}/cloudwatch"
-            try:
-                client = self.clients.cloudwatch(self._account(account_id), region)
-                values, n = cw.get_metric_data(client, cw.cpu_queries(ids), first, last,
-                                               scope, span=self._span)
-            except ProviderError as exc:
-                gaps.append(Gap(provider="aws", scope=scope, error=str(exc)))
-                continue
-            calls += n
-            for idx, instance_id in enumerate(ids):
-                points = values.get(f"c{idx}", [])
-                if points:
-                    out[instance_id] = {cw.minute_of(ts): v for ts, v in points}
-        self.metric_gaps, self.get_metric_data_calls = gaps, calls
-        return out
-
-    @staticmethod
-    def _by_scope(instances: Sequence[Instance]) -> dict[tuple[str, str], list[Instance]]:
-        groups: dict[tuple[str, str], list[Instance]] = defaultdict(list)
-        for inst in instances:
-            if inst.provider == "aws":
-                groups[(inst.account, inst.region)].append(inst)
-        return dict(groups)
 
     # -- actions ---------------------------------------------------------------------------
 
