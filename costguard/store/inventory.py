@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
+from functools import lru_cache
+from operator import itemgetter
+from typing import Any
 
+from sqlalchemy import Table, and_, bindparam, insert, update
+from sqlalchemy.engine import Dialect
 from sqlmodel import Session, col, select
 
 from costguard.model import Instance, InstanceState, Lifecycle
 from costguard.store.tables import AccountRow, InstanceRow
+
+_TABLE: Table = InstanceRow.__table__  # type: ignore[attr-defined]
 
 
 def to_instance(row: InstanceRow) -> Instance:
@@ -24,6 +31,20 @@ def to_instance(row: InstanceRow) -> Instance:
     )
 
 
+# what a listing says about an instance, in this order: an existing row is written only when
+# one of these (or `gone`) differs from the instance's; every listed row gets `last_seen`
+_LISTED = ("account", "region", "zone", "name", "instance_type", "state", "state_reason",
+           "lifecycle", "gpu_count", "gpu_model", "gpu_memory_mib", "launch_time", "tags",
+           "launched_by")
+_CHUNK = 500  # ids per IN (...) list: well inside SQLite's and PostgreSQL's parameter limits
+
+
+def _listed(inst: Instance) -> tuple[Any, ...]:
+    return (inst.account, inst.region, inst.zone, inst.name, inst.instance_type,
+            inst.state.value, inst.state_reason, inst.lifecycle.value, inst.gpu_count,
+            inst.gpu_model, inst.gpu_memory_mib, inst.launch_time, inst.tags, inst.launched_by)
+
+
 def record_inventory(
     session: Session, provider: str, seen: Sequence[Instance], now: datetime, *,
     complete: bool,
@@ -32,44 +53,54 @@ def record_inventory(
 
     `complete` is False when some scope of this provider could not be read: then instances
     that were not listed are not marked gone (they may live in the unread scope).
+
+    Core statements, not ORM objects: a row whose listed columns are unchanged gets only
+    `last_seen` (one UPDATE per chunk of ids), changed rows are rewritten, new rows inserted,
+    each as one executemany. ORM instances of these rows already in `session` are expired.
     """
-    existing = {
-        r.instance_id: r
-        for r in session.exec(select(InstanceRow).where(InstanceRow.provider == provider))
-    }
+    if session.autoflush:
+        session.flush()  # what an ORM query here would have flushed first
+    t = _TABLE
+    c = t.c
+    existing: dict[str, tuple[Any, ...]] = {}
+    cols = [c.instance_id, *(c[k] for k in _LISTED), c.gone]
+    for row in session.execute(select(*cols).where(c.provider == provider)):
+        existing[row[0]] = tuple(row[1:])
     changes: list[tuple[Instance, str]] = []
     accounts: set[str] = set()
+    inserts: list[tuple[str, tuple[Any, ...]]] = []  # (instance id, listed)
+    moved: list[dict[str, Any]] = []  # changed, state changed or back from gone
+    edited: list[dict[str, Any]] = []  # changed, same state
+    touched: list[str] = []  # unchanged: last_seen only
     for inst in seen:
         accounts.add(inst.account)
-        row = existing.pop(inst.instance_id, None)
-        if row is None:
-            row = InstanceRow(
-                provider=provider, instance_id=inst.instance_id, account=inst.account,
-                region=inst.region, instance_type=inst.instance_type, state=str(inst.state),
-                lifecycle=str(inst.lifecycle), launch_time=inst.launch_time,
-                first_seen=now, last_seen=now, state_changed_at=now,
-                accrued_until=now, accrue_state=str(inst.state),
-            )
-        elif row.state != str(inst.state) or row.gone:
-            changes.append((inst, row.state))
-            row.state_changed_at = now
-        row.account, row.region, row.zone, row.name = (
-            inst.account, inst.region, inst.zone, inst.name)
-        row.instance_type, row.state, row.state_reason = (
-            inst.instance_type, str(inst.state), inst.state_reason)
-        row.lifecycle, row.gpu_count, row.gpu_model = (
-            str(inst.lifecycle), inst.gpu_count, inst.gpu_model)
-        row.gpu_memory_mib, row.launch_time, row.tags = (
-            inst.gpu_memory_mib, inst.launch_time, dict(inst.tags))
-        row.last_seen, row.gone = now, False
-        row.launched_by = inst.launched_by
-        session.add(row)
+        listed = _listed(inst)
+        old = existing.pop(inst.instance_id, None)
+        if old is None:
+            inserts.append((inst.instance_id, listed))
+            continue
+        gone = old[-1]
+        if not gone and old[:-1] == listed:
+            touched.append(inst.instance_id)
+            continue
+        values = {"_id": inst.instance_id, **dict(zip(_LISTED, listed, strict=True)),
+                  "last_seen": now, "gone": False}
+        if old[_STATE_AT] != listed[_STATE_AT] or gone:
+            changes.append((inst, old[_STATE_AT]))
+            values["state_changed_at"] = now
+            moved.append(values)
+        else:
+            edited.append(values)
+    _insert(session, provider, inserts, now)
+    by_id = and_(c.provider == provider, c.instance_id == bindparam("_id"))
+    for rows in (moved, edited):
+        if rows:
+            session.execute(update(t).where(by_id), rows)
+    _update_ids(session, provider, touched, {"last_seen": now})
     if complete:
-        for row in existing.values():
-            if not row.gone:
-                row.gone = True
-                row.state_changed_at = now
-                session.add(row)
+        went = [iid for iid, old in existing.items() if not old[-1]]
+        _update_ids(session, provider, went, {"gone": True, "state_changed_at": now})
+    _expire_loaded(session, provider)
     for account in accounts:
         acc = session.get(AccountRow, (provider, account))
         if acc is None:
@@ -79,6 +110,80 @@ def record_inventory(
             acc.last_seen = now
             session.add(acc)
     return changes
+
+
+def _insert(session: Session, provider: str, rows: list[tuple[str, tuple[Any, ...]]],
+            now: datetime) -> None:
+    """New rows, as the driver's own executemany: a first cycle inserts the whole fleet, and
+    SQLAlchemy's per-row parameter processing cost more than the insert. The SQL is still
+    SQLAlchemy's, and each value goes through its column type's bind processor (the ones
+    every new row shares, once)."""
+    if not rows:
+        return
+    conn = session.connection()
+    sql, positional, procs = _insert_sql(conn.dialect)
+
+    def bind(name: str, value: Any) -> Any:
+        process = procs.get(name)
+        return value if process is None else process(value)
+
+    shared = {k: bind(k, v) for k, v in (
+        ("provider", provider), ("first_seen", now), ("last_seen", now),
+        ("state_changed_at", now), ("accrued_until", now), ("gone", False))}
+    processed = [(i, procs[k]) for i, k in enumerate(_LISTED) if k in procs]
+    id_proc = procs.get("instance_id")
+    state_proc = procs.get("accrue_state")
+    params: list[Any] = []
+    for instance_id, listed in rows:
+        values = list(listed)
+        for i, process in processed:
+            values[i] = process(values[i])
+        row = dict(zip(_LISTED, values, strict=True))
+        row.update(shared)
+        row["instance_id"] = instance_id if id_proc is None else id_proc(instance_id)
+        state = listed[_STATE_AT]
+        row["accrue_state"] = state if state_proc is None else state_proc(state)
+        params.append(_INSERT_ORDER(row) if positional else row)
+    conn.exec_driver_sql(sql, params)
+
+
+_INSERT_COLS = [c.name for c in _TABLE.columns]
+_INSERT_ORDER = itemgetter(*_INSERT_COLS)
+_STATE_AT = _LISTED.index("state")
+
+
+@lru_cache(maxsize=4)
+def _insert_sql(dialect: Dialect) -> tuple[str, bool, dict[str, Callable[[Any], Any]]]:
+    """The INSERT as driver SQL, whether it takes positional parameters (in `_INSERT_COLS`
+    order), and the bind processor of each column that has one on `dialect`."""
+    compiled = insert(_TABLE).compile(dialect=dialect, column_keys=_INSERT_COLS)
+    if compiled.positional and list(compiled.positiontup or []) != _INSERT_COLS:
+        raise RuntimeError(f"instances insert binds {compiled.positiontup}, not {_INSERT_COLS}")
+    procs: dict[str, Callable[[Any], Any]] = {}
+    for c in _TABLE.columns:
+        process = c.type.dialect_impl(dialect).bind_processor(dialect)
+        if process is not None:
+            procs[c.name] = process
+    return str(compiled), bool(compiled.positional), procs
+
+
+def _update_ids(session: Session, provider: str, ids: list[str], values: dict[str, Any]
+                ) -> None:
+    """The same `values` on every row of `provider` in `ids`."""
+    c = _TABLE.c
+    stmt = update(_TABLE).where(
+        c.provider == provider, c.instance_id.in_(bindparam("ids", expanding=True))
+    ).values(values)
+    for start in range(0, len(ids), _CHUNK):
+        session.execute(stmt, {"ids": ids[start:start + _CHUNK]})
+
+
+def _expire_loaded(session: Session, provider: str) -> None:
+    """ORM copies of rows written above by Core statements reload on their next use."""
+    for state in session.identity_map.all_states():
+        obj = state.obj()
+        if isinstance(obj, InstanceRow) and state.key is not None and state.key[1][0] == provider:
+            session.expire(obj)
 
 
 def current_instances(session: Session, *, include_gone: bool = False) -> list[Instance]:

@@ -1,0 +1,155 @@
+"""record_inventory writes with Core statements: every column ends as the ORM upsert left it,
+unchanged rows only move `last_seen`, and ORM copies in the session are not left stale."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlmodel import select
+
+from costguard.model import Instance, InstanceState, Lifecycle
+from costguard.store.db import Database
+from costguard.store.inventory import current_instances, record_inventory
+from costguard.store.tables import AccountRow, InstanceRow
+
+T0 = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
+T1 = T0 + timedelta(minutes=5)
+T2 = T0 + timedelta(minutes=10)
+T3 = T0 + timedelta(minutes=15)
+
+
+def _inst(iid: str, **kw: Any) -> Instance:
+    base: dict[str, Any] = dict(
+        provider="aws", account="1", region="us-east-1", zone="us-east-1a", instance_id=iid,
+        name=f"n-{iid}", instance_type="p4d.24xlarge", state=InstanceState.RUNNING,
+        lifecycle=Lifecycle.ON_DEMAND, gpu_count=8, gpu_model="NVIDIA A100",
+        gpu_memory_mib=40960, launch_time=T0 - timedelta(days=2),
+        tags={"team": "research", "Name": f"n-{iid}"}, observed_at=T0, launched_by=None)
+    base.update(kw)
+    return Instance(**base)
+
+
+def _rows(db: Database) -> dict[str, dict[str, Any]]:
+    with db.session() as s:
+        return {r.instance_id: r.model_dump() for r in s.exec(select(InstanceRow))}
+
+
+def test_new_rows_have_every_column(db_url: str) -> None:
+    db = Database(db_url)
+    with db.session() as s:
+        assert record_inventory(s, "aws", [_inst("i-1"), _inst("i-2", zone=None, tags={})],
+                                T0, complete=True) == []
+    rows = _rows(db)
+    assert rows["i-1"] == {
+        "provider": "aws", "instance_id": "i-1", "account": "1", "region": "us-east-1",
+        "zone": "us-east-1a", "name": "n-i-1", "instance_type": "p4d.24xlarge",
+        "state": "running", "state_reason": None, "lifecycle": "on-demand", "gpu_count": 8,
+        "gpu_model": "NVIDIA A100", "gpu_memory_mib": 40960,
+        "launch_time": T0 - timedelta(days=2), "tags": {"team": "research", "Name": "n-i-1"},
+        "first_seen": T0, "last_seen": T0, "state_changed_at": T0, "accrued_until": T0,
+        "accrue_state": "running", "gone": False, "launched_by": None,
+    }
+    assert rows["i-2"]["zone"] is None and rows["i-2"]["tags"] == {}
+    with db.session() as s:
+        acc = s.get(AccountRow, ("aws", "1"))
+        assert acc is not None and acc.first_seen == acc.last_seen == T0
+    db.dispose()
+
+
+def test_unchanged_rows_move_last_seen_only_and_changed_rows_take_the_listing(
+    db_url: str,
+) -> None:
+    db = Database(db_url)
+    with db.session() as s:
+        record_inventory(s, "aws", [_inst("i-1"), _inst("i-2"), _inst("i-3")], T0,
+                         complete=True)
+    with db.session() as s:  # accrual moved its watermark meanwhile: kept
+        row = s.get(InstanceRow, ("aws", "i-1"))
+        assert row is not None
+        row.accrued_until = T1
+        s.add(row)
+    retagged = _inst("i-2", tags={"team": "vision"}, launched_by="arn:x", gpu_count=4)
+    stopped = _inst("i-3", state=InstanceState.STOPPED, state_reason="Client.UserInitiated")
+    with db.session() as s:
+        changes = record_inventory(s, "aws", [_inst("i-1"), retagged, stopped], T1,
+                                   complete=True)
+    assert [(i.instance_id, prev) for i, prev in changes] == [("i-3", "running")]
+    with db.session() as s:
+        assert s.get(AccountRow, ("aws", "1")).last_seen == T1  # type: ignore[union-attr]
+    rows = _rows(db)
+    assert rows["i-1"]["last_seen"] == T1 and rows["i-1"]["accrued_until"] == T1
+    assert rows["i-1"]["state_changed_at"] == T0 and rows["i-1"]["first_seen"] == T0
+    assert rows["i-2"]["tags"] == {"team": "vision"} and rows["i-2"]["launched_by"] == "arn:x"
+    assert rows["i-2"]["gpu_count"] == 4 and rows["i-2"]["state_changed_at"] == T0
+    assert rows["i-2"]["last_seen"] == T1
+    assert rows["i-3"]["state"] == "stopped" and rows["i-3"]["state_changed_at"] == T1
+    assert rows["i-3"]["state_reason"] == "Client.UserInitiated"
+    assert rows["i-3"]["accrue_state"] == "running"  # accrual's, not the listing's
+    db.dispose()
+
+
+def test_gone_rows_are_marked_once_and_come_back_as_a_change(db_url: str) -> None:
+    db = Database(db_url)
+    with db.session() as s:
+        record_inventory(s, "aws", [_inst("i-1"), _inst("i-2")], T0, complete=True)
+    with db.session() as s:
+        record_inventory(s, "aws", [_inst("i-1")], T1, complete=True)
+    with db.session() as s:
+        record_inventory(s, "aws", [_inst("i-1")], T2, complete=True)
+    rows = _rows(db)
+    assert rows["i-2"]["gone"] and rows["i-2"]["state_changed_at"] == T1
+    assert rows["i-2"]["last_seen"] == T0
+    with db.session() as s:
+        assert [i.instance_id for i in current_instances(s)] == ["i-1"]
+    with db.session() as s:
+        changes = record_inventory(s, "aws", [_inst("i-1"), _inst("i-2")], T3,
+                                   complete=False)
+    assert [(i.instance_id, prev) for i, prev in changes] == [("i-2", "running")]
+    rows = _rows(db)
+    assert not rows["i-2"]["gone"] and rows["i-2"]["state_changed_at"] == T3
+    db.dispose()
+
+
+def test_other_providers_rows_are_untouched(db_url: str) -> None:
+    db = Database(db_url)
+    with db.session() as s:
+        record_inventory(s, "aws", [_inst("i-1")], T0, complete=True)
+        record_inventory(s, "gcp", [_inst("i-1", provider="gcp")], T0, complete=True)
+    with db.session() as s:
+        record_inventory(s, "aws", [], T1, complete=True)
+    with db.session() as s:
+        gcp = s.get(InstanceRow, ("gcp", "i-1"))
+        aws = s.get(InstanceRow, ("aws", "i-1"))
+        assert gcp is not None and not gcp.gone and gcp.last_seen == T0
+        assert aws is not None and aws.gone
+    db.dispose()
+
+
+def test_orm_copies_in_the_session_see_the_write(db_url: str) -> None:
+    db = Database(db_url)
+    with db.session() as s:
+        record_inventory(s, "aws", [_inst("i-1"), _inst("i-2")], T0, complete=True)
+    with db.session() as s:
+        one = s.get(InstanceRow, ("aws", "i-1"))
+        two = s.get(InstanceRow, ("aws", "i-2"))
+        assert one is not None and two is not None and one.last_seen == T0
+        record_inventory(s, "aws", [_inst("i-1", state=InstanceState.STOPPED)], T1,
+                         complete=True)
+        assert one.state == "stopped" and one.last_seen == T1
+        assert two.gone
+    db.dispose()
+
+
+def test_a_pending_orm_change_is_flushed_before_the_listing_is_compared(db_url: str) -> None:
+    db = Database(db_url)
+    with db.session() as s:
+        s.add(InstanceRow(provider="aws", instance_id="i-1", account="1", region="us-east-1",
+                          instance_type="p4d.24xlarge", state="running", lifecycle="on-demand",
+                          launch_time=T0 - timedelta(days=2), first_seen=T0, last_seen=T0,
+                          state_changed_at=T0, accrued_until=T0))
+        changes = record_inventory(s, "aws", [_inst("i-1", state=InstanceState.STOPPED)], T1,
+                                   complete=True)
+    assert [(i.instance_id, prev) for i, prev in changes] == [("i-1", "running")]
+    assert _rows(db)["i-1"]["state"] == "stopped"
+    db.dispose()
