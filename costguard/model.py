@@ -6,7 +6,8 @@ them. Everything is timezone-aware UTC.
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Iterable
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Literal
 
@@ -99,8 +100,14 @@ class TelemetrySource(StrEnum):
     SIM = "sim"
 
 
+MAX_SPAN_MINUTES = 60  # the longest cloud metric period costguard reads (CloudWatch: 1 h)
+
+
 class GpuMinute(Frozen):
-    """One GPU's summary over one minute (the unit the agent pushes and the store keeps).
+    """One GPU's summary over one minute (the unit the agent pushes and the store keeps), or
+    over `span_minutes` whole minutes from `minute` with the same values: a cloud metric's
+    5-minute point is one reading, not five copies. Consumers count it as that many
+    GPU-minutes (`covering`, `slots`).
 
     Percentages are 0-100. `sm_*` are None where GPM/DCGM is not available.
     """
@@ -110,6 +117,7 @@ class GpuMinute(Frozen):
     gpu_index: int = Field(default=0, ge=0, le=INT32)
     minute: datetime  # start of the minute, UTC, seconds zeroed
     source: TelemetrySource
+    span_minutes: int = Field(default=1, ge=1, le=MAX_SPAN_MINUTES)
     samples: int = Field(default=1, ge=1, le=INT32)
     util_mean: float | None = Field(default=None, ge=0, le=100)
     util_p95: float | None = Field(default=None, ge=0, le=100)
@@ -124,6 +132,38 @@ class GpuMinute(Frozen):
     process_count: int | None = Field(default=None, ge=0, le=INT32)
     top_process_pid: int | None = Field(default=None, ge=0, le=INT32)
     top_process_bytes: int | None = Field(default=None, ge=0, le=INT64)
+
+
+_MINUTE = timedelta(minutes=1)
+
+
+def covering(minutes: Iterable[GpuMinute], start: datetime, end: datetime) -> list[GpuMinute]:
+    """The readings that cover any minute of [start, end): a one-minute reading by its
+    start, a longer one when its span overlaps."""
+    out = []
+    for m in minutes:
+        if m.span_minutes == 1:
+            if start <= m.minute < end:
+                out.append(m)
+        elif m.minute < end and m.minute + m.span_minutes * _MINUTE > start:
+            out.append(m)
+    return out
+
+
+def per_minute(m: GpuMinute) -> list[GpuMinute]:
+    """`m` as one-minute readings (for code that steps minute by minute)."""
+    if m.span_minutes == 1:
+        return [m]
+    return [m.model_copy(update={"minute": m.minute + k * _MINUTE, "span_minutes": 1})
+            for k in range(m.span_minutes)]
+
+
+def slots(m: GpuMinute, start: datetime, end: datetime) -> list[datetime]:
+    """The minutes of [start, end) that `m` stands for."""
+    if m.span_minutes == 1:
+        return [m.minute] if start <= m.minute < end else []
+    return [t for t in (m.minute + k * _MINUTE for k in range(m.span_minutes))
+            if start <= t < end]
 
 
 class Verdict(StrEnum):

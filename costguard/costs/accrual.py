@@ -20,7 +20,15 @@ from sqlmodel import Session
 
 from costguard.costs.attribution import Attributor
 from costguard.costs.pricing import PRICE_KEY_FIELDS, PriceCatalog
-from costguard.model import GpuMinute, Instance, InstanceState, Lifecycle, PriceQuote, Verdict
+from costguard.model import (
+    GpuMinute,
+    Instance,
+    InstanceState,
+    Lifecycle,
+    PriceQuote,
+    Verdict,
+    covering,
+)
 from costguard.store.inventory import to_instance
 from costguard.store.readings import InstanceRef, read_minutes
 from costguard.store.tables import CostIntervalRow, InstanceRow
@@ -238,7 +246,7 @@ def _stored_minutes(session: Session, now: datetime) -> MinutesLookup:
     stored = read_minutes(session, refs, earliest, now)
 
     def minutes_of(ref: InstanceRef, start: datetime, end: datetime) -> list[GpuMinute]:
-        return [m for m in stored.get(ref, []) if start <= m.minute < end]
+        return covering(stored.get(ref, []), start, end)
     return minutes_of
 
 

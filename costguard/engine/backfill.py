@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
-from costguard.model import Gap, GpuMinute, Instance
+from costguard.model import Gap, GpuMinute, Instance, covering
 from costguard.policy.conditions import IdleCondition
 from costguard.telemetry.classify import peaks
 
@@ -59,9 +59,8 @@ def fetch_cold(fetch: Fetch, wanted: list[Instance], start: datetime, now: datet
         return readings, gaps
     span = now - mid
     by_id: dict[str, list[GpuMinute]] = defaultdict(list)
-    for m in readings:
-        if m.minute >= mid:
-            by_id[m.instance_id].append(m)
+    for m in covering(readings, mid, now):
+        by_id[m.instance_id].append(m)
     undecided = [i for i in wanted
                  if not all(rules_out_idle(by_id.get(i.instance_id, []), c, span)
                             for c in conditions)]

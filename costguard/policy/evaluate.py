@@ -12,7 +12,14 @@ from datetime import datetime
 from fnmatch import fnmatchcase
 
 from costguard.actions.schedule import in_office_hours, why_outside
-from costguard.model import Classification, GpuMinute, Instance, InstanceState, Verdict
+from costguard.model import (
+    Classification,
+    GpuMinute,
+    Instance,
+    InstanceState,
+    Verdict,
+    covering,
+)
 from costguard.policy.conditions import Condition
 from costguard.policy.filters import Filters
 from costguard.policy.schema import Policy
@@ -77,7 +84,7 @@ def check_condition(
     if cond.idle is not None:
         idle = cond.idle
         start = now - idle.for_
-        window = [m for m in minutes if start <= m.minute < now]
+        window = covering(minutes, start, now)
         verdict = classify(window, window_start=start, window_end=now,
                            gpu_count=max(inst.gpu_count, 1), signal=idle.signal,
                            below=idle.below, min_coverage=idle.min_coverage)

@@ -31,12 +31,13 @@ from sqlmodel import Session, col, select
 from costguard.actions.safety import CycleBudget, batch_verdict, is_protected
 from costguard.actions.schedule import business_deadline
 from costguard.actions.settings import SafetySettings
-from costguard.model import GpuMinute, Instance, InstanceState
+from costguard.model import GpuMinute, Instance, InstanceState, per_minute
 from costguard.policy.evaluate import evaluate, matches
 from costguard.policy.schema import Policy
 from costguard.simulate.snoozes import journal_windows, snoozed_at, windows_for
 from costguard.store.inventory import to_instance
-from costguard.store.tables import CostIntervalRow, GpuReadingRow, InstanceRow
+from costguard.store.readings import read_minutes
+from costguard.store.tables import CostIntervalRow, InstanceRow
 
 
 @dataclass(frozen=True)
@@ -233,12 +234,9 @@ def _histories(session: Session, start: datetime, end: datetime
             continue
         minutes: list[GpuMinute] = []
         if inst.has_gpu:
-            rows = session.exec(select(GpuReadingRow).where(
-                GpuReadingRow.provider == ref[0], GpuReadingRow.instance_id == ref[1],
-                col(GpuReadingRow.minute) >= start, col(GpuReadingRow.minute) < end))
-            # model_validate of the row: validated again, and still 3x faster than
-            # pydantic's model_construct
-            minutes = [GpuMinute.model_validate(r.model_dump()) for r in rows]
+            found = read_minutes(session, [ref], start, end)
+            # one reading per minute: the replay steps and bisects minute by minute
+            minutes = [one for m in found.get(ref, []) for one in per_minute(m)]
         out.append((inst, _History(intervals, minutes)))
     return out
 

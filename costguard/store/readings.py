@@ -3,35 +3,80 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
+from functools import lru_cache
+from operator import attrgetter
+from typing import Any
 
-from sqlalchemy import Table, delete, or_, select
+from sqlalchemy import Table, and_, delete, or_, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Dialect
 from sqlmodel import Session
 
-from costguard.model import GpuMinute
+from costguard.model import MAX_SPAN_MINUTES, GpuMinute, covering
 from costguard.store.tables import GpuReadingRow
-from costguard.store.upsert import upsert
 
 _TABLE: Table = GpuReadingRow.__table__  # type: ignore[attr-defined]
 _KEY = ("provider", "instance_id", "gpu_index", "minute")
-_FIELDS = [c.name for c in _TABLE.columns]
 
 InstanceRef = tuple[str, str]  # (provider, instance_id)
 
 
 def write_minutes(session: Session, minutes: Sequence[GpuMinute]) -> int:
-    """Store readings; the same (provider, instance, gpu, minute) sent twice is kept once."""
-    # the fields as they are (a GpuMinute is flat): model_dump per row cost more than the insert
-    rows = [{f: getattr(m, f) for f in _FIELDS} for m in minutes]
-    for row in rows:
-        row["source"] = str(row["source"])
-    # a batch may repeat a key (agent replay): last one wins, as the upsert would
-    dedup = {tuple(r[k] for k in _KEY): r for r in rows}
-    upsert(session, _TABLE, list(dedup.values()), _KEY)
-    return len(dedup)
+    """Store readings; the same (provider, instance, gpu, minute) sent twice is kept once.
+    Returns the GPU-minutes they cover.
+
+    A cycle writes tens of thousands of readings at fleet scale, so they go to the driver's
+    own executemany as plain tuples: SQLAlchemy's per-parameter processing cost more than
+    the insert itself. The statement is still SQLAlchemy's (compiled once per dialect), and
+    the one typed column (`minute`) goes through its column type's own bind processor."""
+    if not minutes:
+        return 0
+    conn = session.connection()
+    sql, names, to_db = _upsert_sql(conn.dialect)
+    rows: dict[tuple[Any, ...], list[Any]] = {}
+    for m in minutes:
+        row = list(_ATTRS(m))
+        row[_SOURCE_AT] = str(row[_SOURCE_AT])
+        # a batch may repeat a key (agent replay): last one wins, as the upsert would
+        rows[tuple(row[:_KEY_LEN])] = row
+    for row in rows.values():
+        row[_MINUTE_AT] = to_db(row[_MINUTE_AT])
+    if names is None:  # positional paramstyle, in `_FIELDS` order
+        conn.exec_driver_sql(sql, [tuple(r) for r in rows.values()])
+    else:
+        conn.exec_driver_sql(sql, [dict(zip(names, r, strict=True)) for r in rows.values()])
+    return sum(r[_SPAN_AT] for r in rows.values())
 
 
+# key columns first, so a row's key is a slice of its values
+_FIELDS = list(_KEY) + [c.name for c in _TABLE.columns if c.name not in _KEY]
+_KEY_LEN = len(_KEY)
+_ATTRS = attrgetter(*_FIELDS)
+_SOURCE_AT = _FIELDS.index("source")
+_MINUTE_AT = _FIELDS.index("minute")
+_SPAN_AT = _FIELDS.index("span_minutes")
+
+
+@lru_cache(maxsize=4)
+def _upsert_sql(dialect: Dialect) -> tuple[str, list[str] | None, Callable[[Any], Any]]:
+    """The upsert as driver SQL, the parameter names it wants (None: positional, in
+    `_FIELDS` order), and the `minute` column's bind processor."""
+    insert = postgresql.insert if dialect.name == "postgresql" else sqlite.insert
+    stmt = insert(_TABLE)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=list(_KEY), set_={c: stmt.excluded[c] for c in _FIELDS[_KEY_LEN:]})
+    compiled = stmt.compile(dialect=dialect, column_keys=_FIELDS)
+    if compiled.positional and list(compiled.positiontup or []) != _FIELDS:
+        raise RuntimeError(f"gpu_readings upsert binds {compiled.positiontup}, not {_FIELDS}")
+    minute_type = _TABLE.c.minute.type.dialect_impl(dialect)  # e.g. SQLite: its text form
+    process = minute_type.bind_processor(dialect) or (lambda v: v)
+    return str(compiled), (None if compiled.positional else _FIELDS), process
+
+
+_ONE_MINUTE = timedelta(minutes=1)
+_LONGEST = MAX_SPAN_MINUTES * _ONE_MINUTE
 _IN_CHUNK = 500  # instance ids per IN list: well under every SQLite's variable limit
 
 
@@ -43,8 +88,8 @@ def read_minutes(
     *,
     skip: tuple[str, datetime] | None = None,
 ) -> dict[InstanceRef, list[GpuMinute]]:
-    """Readings in [start, end) for the given instances, grouped per instance; `skip`
-    (source, since) leaves out that source's readings from `since` on."""
+    """Readings that cover any minute of [start, end) for the given instances, grouped per
+    instance; `skip` (source, since) leaves out that source's readings from `since` on."""
     out: dict[InstanceRef, list[GpuMinute]] = defaultdict(list)
     by_provider: dict[str, list[str]] = defaultdict(list)
     for provider, instance_id in set(refs):
@@ -56,15 +101,22 @@ def read_minutes(
             stmt = select(*cols).where(
                 _TABLE.c.provider == provider,
                 _TABLE.c.instance_id.in_(ids[first : first + _IN_CHUNK]),
-                _TABLE.c.minute >= start,
+                # a reading of several minutes that began before `start` still covers it
+                or_(_TABLE.c.minute >= start,
+                    and_(_TABLE.c.span_minutes > 1, _TABLE.c.minute > start - _LONGEST)),
                 _TABLE.c.minute < end,
             )
             if skip is not None:
                 source, since = skip
                 stmt = stmt.where(or_(_TABLE.c.source != source, _TABLE.c.minute < since))
             for row in session.execute(stmt):
-                # model_validate from the row's mapping: 3x faster than model_construct
-                out[(provider, row.instance_id)].append(GpuMinute.model_validate(row._mapping))
+                values = dict(zip(_FIELDS, row, strict=True))
+                minute = values["minute"]
+                if minute < start and minute + values["span_minutes"] * _ONE_MINUTE <= start:
+                    continue
+                # model_validate of a plain dict: 3x faster than model_construct, and far
+                # faster than of the row's mapping
+                out[(provider, values["instance_id"])].append(GpuMinute.model_validate(values))
     return out
 
 
@@ -139,7 +191,8 @@ class ReadingWindow:
             for m in minutes:
                 slots[(m.gpu_index, m.minute)] = m
         for slots in self._by_ref.values():
-            for key in [k for k in slots if k[1] < start]:
+            for key in [k for k, m in slots.items()
+                        if k[1] < start and k[1] + m.span_minutes * _ONE_MINUTE <= start]:
                 del slots[key]
         self._start, self._until = start, end
 
@@ -147,7 +200,7 @@ class ReadingWindow:
         slots = self._by_ref.get(ref)
         if not slots:
             return []
-        return [m for (_, minute), m in slots.items() if start <= minute < end]
+        return covering(slots.values(), start, end)
 
     def as_dict(self, start: datetime, end: datetime) -> dict[InstanceRef, list[GpuMinute]]:
         return {ref: self.minutes(ref, start, end) for ref in self._by_ref}

@@ -74,6 +74,8 @@ class GpuReadingRow(SQLModel, table=True):
     gpu_index: int = Field(primary_key=True)
     minute: datetime = Field(sa_column=Column(UTCDateTime(), primary_key=True))
     source: str = Field(max_length=24)
+    # whole minutes from `minute` this reading stands for (a cloud metric's period)
+    span_minutes: int = Field(default=1, sa_column_kwargs={"server_default": "1"})
     samples: int = 1
     util_mean: float | None = None
     util_p95: float | None = None

@@ -3,7 +3,8 @@
 Rules (documented in docs/agent.md, tested on the real H100 recording):
 
 * Coverage first. Expected slots = `gpu_count` x whole minutes in [window_start, window_end)
-  (a window shorter than a minute counts as one slot, so 30 s replay windows work).
+  (a window shorter than a minute counts as one slot, so 30 s replay windows work). A
+  reading that spans several minutes (a cloud metric's period) fills each of them.
   Coverage = distinct (gpu_index, minute) slots that carry the chosen signal / expected.
   Below `min_coverage`, or any GPU silent for the whole window -> NO_DATA:
   no data is not idle.
@@ -28,7 +29,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from costguard.clock import utc
-from costguard.model import Classification, GpuMinute, GpuSignal, Verdict
+from costguard.model import Classification, GpuMinute, GpuSignal, Verdict, covering, slots
 
 UNDERUSED_FACTOR = 2.0
 SignalChoice = Literal["auto", "sm_active", "util_gpu"]
@@ -76,14 +77,22 @@ def _first(*values: float | None) -> float | None:
     return next((v for v in values if v is not None), None)
 
 
-def _readings(minutes: Sequence[GpuMinute], signal: GpuSignal) -> list[_Reading]:
+def _readings(minutes: Sequence[GpuMinute], signal: GpuSignal, start: datetime,
+              end: datetime) -> list[_Reading]:
+    """One reading per (GPU, minute) slot of [start, end): a reading spanning several
+    minutes fills each of them."""
     pick = _sm if signal is GpuSignal.SM_ACTIVE else _util
     seen: dict[tuple[int, datetime], _Reading] = {}
     for m in minutes:
         value = pick(m)
-        if value is not None:
-            # a re-sent minute replaces the earlier copy: one slot counts once
+        if value is None:
+            continue
+        # a re-sent minute replaces the earlier copy: one slot counts once
+        if m.span_minutes == 1:
             seen[(m.gpu_index, m.minute)] = _Reading(m.gpu_index, m.minute, *value)
+        else:
+            for minute in slots(m, start, end):
+                seen[(m.gpu_index, minute)] = _Reading(m.gpu_index, minute, *value)
     return list(seen.values())
 
 
@@ -109,7 +118,9 @@ def classify(
         raise ValueError(f"gpu_count must be >= 0, got {gpu_count}")
     if signal not in ("auto", "sm_active", "util_gpu"):
         raise ValueError(f"signal must be auto, sm_active or util_gpu, got {signal!r}")
-    inside = [m for m in minutes if start <= utc(m.minute) < end]
+    inside = covering(
+        (m if m.minute.tzinfo is not None else m.model_copy(update={"minute": utc(m.minute)})
+         for m in minutes), start, end)
     expected = expected_slots(start, end, gpu_count)
 
     def no_data(evidence: str, used: GpuSignal | None, coverage: float) -> Classification:
@@ -125,13 +136,13 @@ def classify(
     if gpu_count == 0:
         return no_data("instance has no GPUs to classify", None, 0.0)
 
-    sm_readings = _readings(inside, GpuSignal.SM_ACTIVE)
+    sm_readings = _readings(inside, GpuSignal.SM_ACTIVE, start, end)
     if signal == "sm_active" or (
         signal == "auto" and sm_readings and _coverage(sm_readings, expected) >= min_coverage
     ):
         used, readings = GpuSignal.SM_ACTIVE, sm_readings
     else:
-        used, readings = GpuSignal.UTIL_GPU, _readings(inside, GpuSignal.UTIL_GPU)
+        used, readings = GpuSignal.UTIL_GPU, _readings(inside, GpuSignal.UTIL_GPU, start, end)
 
     coverage = _coverage(readings, expected)
     span = _span(start, end)

@@ -252,6 +252,9 @@ def cpu_queries(instance_ids: Sequence[str]) -> list[dict[str, Any]]:
     ]
 
 
+_ONE_MINUTE = timedelta(minutes=1)
+
+
 def minute_of(ts: datetime) -> datetime:
     return utc(ts).replace(second=0, microsecond=0)
 
@@ -260,15 +263,19 @@ def _pct(value: float) -> float:
     return min(100.0, max(0.0, value))
 
 
-def _minutes_covered(
-    ts: datetime, period_s: int, first: datetime | None, last: datetime | None
-) -> list[datetime]:
-    """The minutes a datapoint of `period_s` starting at `ts` stands for, inside [first, last)."""
+def _span_of(ts: datetime, period_s: int, first: datetime | None, last: datetime | None
+             ) -> tuple[datetime, int] | None:
+    """The minute a datapoint of `period_s` starting at `ts` starts at, and how many whole
+    minutes it stands for before `last` (the end of what was asked: a point still filling is
+    cut there, and the next fetch replaces it whole). None when it covers no minute of
+    [first, last)."""
     start = minute_of(ts)
-    minutes = [start + timedelta(minutes=k) for k in range(max(1, period_s // 60))]
-    return [
-        m for m in minutes if (first is None or m >= first) and (last is None or m < last)
-    ]
+    span = max(1, period_s // 60)
+    if last is not None:
+        span = min(span, int((last - start) / _ONE_MINUTE))
+    if span < 1 or (first is not None and start + span * _ONE_MINUTE <= first):
+        return None
+    return start, span
 
 
 def to_gpu_minutes(
@@ -280,14 +287,19 @@ def to_gpu_minutes(
     first: datetime | None = None,
     last: datetime | None = None,
 ) -> list[GpuMinute]:
-    """GpuMinutes from query results; see the module docstring for periods above a minute and
-    for roll-up series (`gpu_counts`: instance id -> GPUs, default 1)."""
+    """Readings from query results: one per GPU per datapoint, spanning the point's period
+    (`span_minutes`); a roll-up series (`all_gpus`) gives each of its instance's GPUs
+    (`gpu_counts`: instance id -> GPUs, default 1) the roll-up's values."""
     counts = gpu_counts or {}
     rows: dict[tuple[str, int, datetime], dict[str, Any]] = {}
     for n, s in enumerate(series):
         indexes = range(counts.get(s.instance_id, 1)) if s.all_gpus else (s.gpu_index,)
         peaks = dict(values.get(f"m{n}", []))
         for ts, value in values.get(f"g{n}", []):
+            covered = _span_of(ts, period_s, first, last)
+            if covered is None:
+                continue
+            minute, span = covered
             fields: dict[str, Any]
             if s.metric == GPU_UTIL:
                 fields = {"util_mean": _pct(value), "util_max": _pct(peaks.get(ts, value))}
@@ -295,20 +307,16 @@ def to_gpu_minutes(
                 fields = {"mem_used_bytes": max(0, int(value * _MIB))}
             else:
                 fields = {"mem_total_bytes": max(0, int(value * _MIB))}
-            for minute in _minutes_covered(ts, period_s, first, last):
-                for index in indexes:
-                    rows.setdefault((s.instance_id, index, minute), {}).update(fields)
-    return [
-        GpuMinute.model_validate({
-            "provider": "aws",
-            "instance_id": instance_id,
-            "gpu_index": index,
-            "minute": minute,
-            "source": TelemetrySource.CLOUDWATCH,
-            **fields,
-        })
-        for (instance_id, index, minute), fields in sorted(rows.items())
-    ]
+            for index in indexes:
+                row = rows.get((s.instance_id, index, minute))
+                if row is None:
+                    rows[(s.instance_id, index, minute)] = {
+                        "provider": "aws", "instance_id": s.instance_id, "gpu_index": index,
+                        "minute": minute, "source": TelemetrySource.CLOUDWATCH,
+                        "span_minutes": span, **fields}
+                else:
+                    row.update(fields)
+    return [GpuMinute.model_validate(rows[key]) for key in sorted(rows)]
 
 
 def window(start: datetime, end: datetime) -> tuple[datetime, datetime]:

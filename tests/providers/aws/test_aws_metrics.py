@@ -11,7 +11,7 @@ from aws_helpers import REGION, ProviderFactory, run_instances
 from botocore.exceptions import EndpointConnectionError
 
 from costguard.clock import ManualClock
-from costguard.model import Instance, TelemetrySource
+from costguard.model import Instance, TelemetrySource, slots
 from costguard.providers.aws.metrics import GPU_MEM_TOTAL, GPU_MEM_USED, GPU_UTIL
 
 pytestmark = pytest.mark.usefixtures("moto")
@@ -308,8 +308,10 @@ def test_five_minute_agent_datapoints_cover_their_whole_period(
 
     rows = coarse.gpu_metrics(instances, start, end)
 
-    minutes = {r.minute for r in rows}
-    assert len(rows) == len(minutes) == 60  # each point stands for 5 minutes, none outside
+    # one reading per point, standing for its 5 minutes: 60 minutes, none outside
+    assert len(rows) == 12 and {r.span_minutes for r in rows} == {5}
+    minutes = [t for r in rows for t in slots(r, start, end)]
+    assert len(minutes) == len(set(minutes)) == 60
     assert min(minutes) == start and max(minutes) == end - timedelta(minutes=1)
     # read at the default 60 s period the same series covers 12 minutes in 60: too little
     fine, _ = _inventory(make_provider, cloudwatch={"instance_dimension": True})
@@ -396,7 +398,7 @@ def test_an_hour_of_history_is_read_in_quarter_hour_spans_with_the_same_result(
     assert calls[:4] == [(start + k * quarter, start + (k + 1) * quarter) for k in range(4)]
     assert len(calls) == 5  # then the whole hour in one call
     assert [(r.minute, r.util_mean) for r in by_span] == [(r.minute, r.util_mean) for r in at_once]
-    assert len(by_span) == 60
+    assert sum(r.span_minutes for r in by_span) == 60
 
 
 def test_spans_are_whole_periods() -> None:
