@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import select
+from sqlmodel import select
 
 from costguard.model import GpuMinute, TelemetrySource, Verdict, covering, per_minute, slots
 from costguard.store.db import Database
@@ -47,7 +47,7 @@ def test_every_field_round_trips_through_the_driver_level_write(store: Database)
     with store.session() as s:
         got = read_minutes(s, [("gcp", "vm-1"), ("aws", "i-a")], NOW - HOUR, NOW)
         # the ORM reads the same rows the same way (the minute column's own type included)
-        orm = {(r.provider, r.minute) for r in s.exec(select(GpuReadingRow)).scalars()}
+        orm = {(r.provider, r.minute) for r in s.exec(select(GpuReadingRow))}
     assert got[("gcp", "vm-1")] == [full]
     assert got[("aws", "i-a")] == [sparse]
     assert orm == {("gcp", full.minute), ("aws", sparse.minute)}
