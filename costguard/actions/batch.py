@@ -22,18 +22,19 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from sqlmodel import Session, SQLModel, col, select
+from sqlmodel import Session, col, select
 
 from costguard.actions import journal
+from costguard.actions.bulk import Settled
 from costguard.actions.safety import skip_reason
 from costguard.errors import ProviderError
 from costguard.model import ActionResult, Instance
 from costguard.policy.evaluate import Finding
 from costguard.policy.schema import Policy
 from costguard.providers.base import BatchActions, Describes
-from costguard.store.tables import ActionJournalRow, InstanceRow, PolicyStateRow
+from costguard.store.tables import ActionJournalRow, PolicyStateRow
 
 if TYPE_CHECKING:
     from costguard.actions.runner import ActionRunner, ActStats
@@ -173,27 +174,14 @@ class BatchStop:
 
     def _resolve(self, policy: Policy, stops: list[_Stop], now: datetime,
                  stats: ActStats) -> None:
-        # the rows every stop touches are loaded up front (a few SELECTs, not three per
-        # stop) and flushed once at commit: nothing below reads back what it changed
-        with self.r.db.session() as s, s.no_autoflush:
-            _load(s, ActionJournalRow, col(ActionJournalRow.id), [x.intent_id for x in stops])
-            _load(s, InstanceRow, col(InstanceRow.instance_id),
-                  [x.f.instance.instance_id for x in stops])
-            list(s.exec(select(PolicyStateRow).where(PolicyStateRow.policy == policy.name)))
-            for stop in stops:
-                self._resolve_one(s, policy, stop, now, stats)
-
-    def _resolve_one(self, s: Session, policy: Policy, stop: _Stop, now: datetime,
-                     stats: ActStats) -> None:
-        self.r.settle_stop(s, policy, stop.f, s.merge(stop.st), stop.intent_id, now, stats,
-                           why_not=stop.why_not, result=stop.result, error=stop.error)
-
-
-def _load(s: Session, table: type[SQLModel], column: Any, keys: Sequence[object],
-          chunk: int = 500) -> None:
-    """Bring the rows whose `column` is in `keys` into the session's identity map."""
-    for first in range(0, len(keys), chunk):
-        list(s.exec(select(table).where(column.in_(keys[first : first + chunk]))))
+        # every stop's changes are collected, then written in one transaction with one
+        # statement per table (journal results, policy states, instance states, alerts)
+        settled = Settled()
+        for stop in stops:
+            self.r.settle_stop(settled, policy, stop.f, stop.st, stop.intent_id, now, stats,
+                               why_not=stop.why_not, result=stop.result, error=stop.error)
+        with self.r.db.session() as s:
+            settled.write(s)
 
 
 @dataclass
@@ -220,7 +208,9 @@ class BatchTags:
             remove: tuple[str, ...], dry: bool) -> None:
         self.pending.append(_Tag(policy, f, key, tags, remove, dry))
 
-    def flush(self, s: Session, now: datetime, cycle_id: int | None, stats: ActStats) -> None:
+    def flush(self, now: datetime, cycle_id: int | None, stats: ActStats) -> None:
+        """Send the collected requests; their journal entries go to the runner's `rows`
+        (written with the policy's session)."""
         pending, self.pending = self.pending, []
         groups: dict[tuple[object, ...], list[_Tag]] = defaultdict(list)
         for req in pending:
@@ -228,10 +218,10 @@ class BatchTags:
                     req.dry)].append(req)
         for group in groups.values():
             for req, status, detail in self._send(group):
-                journal.record(s, key=req.key, cycle_id=cycle_id, policy=req.policy,
-                               inst=req.f.instance, action="tag", dry_run=req.dry,
-                               status=status, detail=detail,
-                               usd_per_hour=req.f.usd_per_hour, now=now)
+                self.r.rows.record(key=req.key, cycle_id=cycle_id, policy=req.policy,
+                                   inst=req.f.instance, action="tag", dry_run=req.dry,
+                                   status=status, detail=detail,
+                                   usd_per_hour=req.f.usd_per_hour, now=now)
                 (stats.dry_run if req.dry else stats.tagged)[req.policy] += 1
 
     def _send(self, group: list[_Tag]) -> list[tuple[_Tag, str, str]]:

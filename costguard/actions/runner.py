@@ -12,11 +12,13 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlmodel import Session, select
 
 from costguard.actions import journal, recovery
 from costguard.actions.batch import BatchStop, BatchTags
+from costguard.actions.bulk import Rows, Settled
 from costguard.actions.lifecycle import AfterStop
 from costguard.actions.messages import label, notice, recipients, render, warning
 from costguard.actions.safety import (
@@ -39,8 +41,7 @@ from costguard.policy.evaluate import Finding
 from costguard.policy.schema import Policy, format_duration
 from costguard.providers.base import Provider
 from costguard.store.db import Database
-from costguard.store.inventory import set_state
-from costguard.store.tables import FindingRow, InstanceRow, PolicyStateRow
+from costguard.store.tables import InstanceRow, PolicyStateRow
 
 log = logging.getLogger("costguard.act")
 
@@ -79,6 +80,7 @@ class ActionRunner:
         self.budget = CycleBudget(None, None)
         self._changed_at: dict[Ref, datetime] = {}
         self._tags = BatchTags(self)  # tag requests of batch-capable providers
+        self.rows = Rows()  # journal entries, findings and alerts of the policy's session
 
     # -- recovery ---------------------------------------------------------------------
     def reconcile(self, now: datetime, stats: ActStats) -> None:
@@ -94,8 +96,8 @@ class ActionRunner:
         self.reconcile(now, stats)
         with self.db.session() as s:
             stats.interruptions = record_interruptions(s, now, cycle_id)
-            self._changed_at = {(r.provider, r.instance_id): r.state_changed_at
-                                for r in s.exec(select(InstanceRow))}
+            self._changed_at = {(p, i): changed for p, i, changed in s.exec(select(
+                InstanceRow.provider, InstanceRow.instance_id, InstanceRow.state_changed_at))}
         by_policy: dict[str, list[Finding]] = defaultdict(list)
         for f in findings:
             by_policy[f.policy.name].append(f)
@@ -112,6 +114,7 @@ class ActionRunner:
         due: list[tuple[Finding, PolicyStateRow]] = []
         # warnings, snoozes and clears of one policy commit together; stops (below) each
         # get their own intent transaction before the provider is called
+        self.rows = Rows()
         with self.db.session() as s:
             states = {(st.provider, st.instance_id): st for st in s.exec(
                 select(PolicyStateRow).where(PolicyStateRow.policy == policy.name))}
@@ -127,12 +130,12 @@ class ActionRunner:
                 if is_protected(f.instance):
                     if st.state != "protected":
                         st.state, st.since, st.deadline = "protected", now, None
-                        journal.record(s, key=journal.journal_key(policy.name, f.instance,
-                                       "skip", st.episode), cycle_id=cycle_id,
-                                       policy=policy.name, inst=f.instance, action="skip",
-                                       dry_run=not policy.is_enforced, status="skipped",
-                                       detail="costguard:protect tag: never acted on",
-                                       usd_per_hour=f.usd_per_hour, now=now)
+                        self.rows.record(key=journal.journal_key(policy.name, f.instance,
+                                         "skip", st.episode), cycle_id=cycle_id,
+                                         policy=policy.name, inst=f.instance, action="skip",
+                                         dry_run=not policy.is_enforced, status="skipped",
+                                         detail="costguard:protect tag: never acted on",
+                                         usd_per_hour=f.usd_per_hour, now=now)
                         stats.skipped[policy.name] += 1
                         s.add(st)
                     continue
@@ -150,7 +153,8 @@ class ActionRunner:
                     st.state, st.since, st.deadline = "cleared", now, None
                     s.add(st)
                     stats.cleared[policy.name] += 1
-            self._tags.flush(s, now, cycle_id, stats)  # batched tags, inside the session
+            self._tags.flush(now, cycle_id, stats)  # batched tags, inside the session
+            self.rows.write(s)
         if due:
             self._act_on_due(policy, due, now, cycle_id, stats)
 
@@ -188,12 +192,12 @@ class ActionRunner:
                            if limited < until else "")
                     st.state, st.since, st.snooze_until, st.deadline = (
                         "snoozed", now, limited, None)
-                    journal.record(s, key=journal.journal_key(policy.name, f.instance,
-                                   "snooze", st.episode), cycle_id=cycle_id,
-                                   policy=policy.name, inst=f.instance, action="snooze",
-                                   dry_run=not policy.is_enforced, status="skipped",
-                                   detail=f"snoozed until {limited.isoformat()}{cut}",
-                                   usd_per_hour=f.usd_per_hour, now=now)
+                    self.rows.record(key=journal.journal_key(policy.name, f.instance,
+                                     "snooze", st.episode), cycle_id=cycle_id,
+                                     policy=policy.name, inst=f.instance, action="snooze",
+                                     dry_run=not policy.is_enforced, status="skipped",
+                                     detail=f"snoozed until {limited.isoformat()}{cut}",
+                                     usd_per_hour=f.usd_per_hour, now=now)
                     stats.skipped[policy.name] += 1
                     s.add(st)
                 return True
@@ -209,9 +213,9 @@ class ActionRunner:
                        now: datetime, stats: ActStats, cycle_id: int | None) -> None:
         dry = not policy.is_enforced
         team = self.attributor.dimensions(f.instance).get("team")
-        s.add(FindingRow(cycle_id=cycle_id, policy=policy.name, provider=f.instance.provider,
-                         instance_id=f.instance.instance_id, observed_at=now, reason=f.reason,
-                         evidence=f.evidence, usd_per_hour=f.usd_per_hour, team=team))
+        self.rows.finding(cycle_id=cycle_id, policy=policy.name, inst=f.instance,
+                          observed_at=now, reason=f.reason, evidence=f.evidence,
+                          usd_per_hour=f.usd_per_hour, team=team)
         stop = policy.stop_action
         deadline = (business_deadline(stop.calendar, now, stop.grace) if stop and stop.calendar
                     else now + (stop.grace if stop else timedelta(0)))
@@ -222,23 +226,24 @@ class ActionRunner:
             subject, body = warning(f, deadline, text) if stop else notice(f, text)
             key = journal.journal_key(policy.name, f.instance, "notify", st.episode)
             if not dry:
-                enqueue(s, dedupe_key=key, kind="idle-warning" if stop else "finding",
-                        severity="warning" if stop else "info", subject=subject, body=body,
-                        now=now, recipients=recipients(notify.to, f.instance, team),
-                        policy=policy.name, provider=f.instance.provider,
-                        instance_id=f.instance.instance_id, team=team,
-                        owner=f.instance.tags.get("owner"),
-                        context={"reason": f.reason, "evidence": f.evidence,
-                                 "usd_per_hour": f.usd_per_hour,
-                                 "deadline": deadline.isoformat() if stop else None,
-                                 "spot_savings_usd_per_hour": saving,
-                                 "instance_type": f.instance.instance_type})
-            journal.record(s, key=key, cycle_id=cycle_id, policy=policy.name, inst=f.instance,
-                           action="notify", dry_run=dry, status="dry-run" if dry else "done",
-                           detail=subject, usd_per_hour=f.usd_per_hour, now=now)
+                self.rows.alert(
+                    dedupe_key=key, kind="idle-warning" if stop else "finding",
+                    severity="warning" if stop else "info", subject=subject, body=body,
+                    now=now, recipients=recipients(notify.to, f.instance, team),
+                    policy=policy.name, provider=f.instance.provider,
+                    instance_id=f.instance.instance_id, team=team,
+                    owner=f.instance.tags.get("owner"),
+                    context={"reason": f.reason, "evidence": f.evidence,
+                             "usd_per_hour": f.usd_per_hour,
+                             "deadline": deadline.isoformat() if stop else None,
+                             "spot_savings_usd_per_hour": saving,
+                             "instance_type": f.instance.instance_type})
+            self.rows.record(key=key, cycle_id=cycle_id, policy=policy.name, inst=f.instance,
+                             action="notify", dry_run=dry, status="dry-run" if dry else "done",
+                             detail=subject, usd_per_hour=f.usd_per_hour, now=now)
             (stats.dry_run if dry else stats.notified)[policy.name] += 1
         if policy.tag_action is not None:
-            self._tag(s, policy, f, st, now, stats, cycle_id, deadline if stop else None)
+            self._tag(policy, f, st, now, stats, cycle_id, deadline if stop else None)
         if stop is not None:
             st.state, st.since, st.deadline = "warned", now, deadline
             stats.warned[policy.name] += 1
@@ -246,7 +251,7 @@ class ActionRunner:
             st.state, st.since = "acted", now
         s.add(st)
 
-    def _tag(self, s: Session, policy: Policy, f: Finding, st: PolicyStateRow, now: datetime,
+    def _tag(self, policy: Policy, f: Finding, st: PolicyStateRow, now: datetime,
              stats: ActStats, cycle_id: int | None, deadline: datetime | None) -> None:
         action = policy.tag_action
         assert action is not None
@@ -264,9 +269,9 @@ class ActionRunner:
             status, detail = str(result.outcome), result.detail or f"set {tags}"
         except ProviderError as exc:
             status, detail = "failed", str(exc)
-        journal.record(s, key=key, cycle_id=cycle_id, policy=policy.name, inst=f.instance,
-                       action="tag", dry_run=dry, status=status, detail=detail,
-                       usd_per_hour=f.usd_per_hour, now=now)
+        self.rows.record(key=key, cycle_id=cycle_id, policy=policy.name, inst=f.instance,
+                         action="tag", dry_run=dry, status=status, detail=detail,
+                         usd_per_hour=f.usd_per_hour, now=now)
         (stats.dry_run if dry else stats.tagged)[policy.name] += 1
 
     def _act_on_due(self, policy: Policy, due: list[tuple[Finding, PolicyStateRow]],
@@ -282,20 +287,22 @@ class ActionRunner:
                verdict: CapVerdict, now: datetime, cycle_id: int | None,
                stats: ActStats) -> None:
         """A batch beyond a cap: act on none of it, journal each skip, raise one alert."""
+        rows = Rows()
         with self.db.session() as s:
-            enqueue(s, dedupe_key=f"cap|{policy.name}|{action}|{now:%Y-%m-%dT%H}", kind="cap",
-                    severity="critical", now=now, policy=policy.name,
-                    subject=f"{policy.name}: {action} acted on none: {verdict.reason}",
-                    body="A policy that would act beyond its limits acts on nothing. "
-                         "Check the policy's filters, or raise `limits` (or the `safety` "
-                         "settings) if this is intended.",
-                    context={"instances": [inst.instance_id for inst, _, _ in due]})
+            rows.alert(dedupe_key=f"cap|{policy.name}|{action}|{now:%Y-%m-%dT%H}", kind="cap",
+                       severity="critical", now=now, policy=policy.name,
+                       subject=f"{policy.name}: {action} acted on none: {verdict.reason}",
+                       body="A policy that would act beyond its limits acts on nothing. "
+                            "Check the policy's filters, or raise `limits` (or the `safety` "
+                            "settings) if this is intended.",
+                       context={"instances": [inst.instance_id for inst, _, _ in due]})
             for inst, episode, usd in due:
-                journal.record(s, key=journal.journal_key(policy.name, inst, action, episode),
-                               cycle_id=cycle_id, policy=policy.name, inst=inst, action=action,
-                               dry_run=not policy.is_enforced, status="skipped",
-                               detail=f"cap: {verdict.reason}", usd_per_hour=usd, now=now)
+                rows.record(key=journal.journal_key(policy.name, inst, action, episode),
+                            cycle_id=cycle_id, policy=policy.name, inst=inst, action=action,
+                            dry_run=not policy.is_enforced, status="skipped",
+                            detail=f"cap: {verdict.reason}", usd_per_hour=usd, now=now)
                 stats.skipped[policy.name] += 1
+            rows.write(s)
 
     def _stop(self, policy: Policy, f: Finding, st: PolicyStateRow, now: datetime,
               cycle_id: int | None, stats: ActStats) -> None:
@@ -314,9 +321,10 @@ class ActionRunner:
         target, why_not = (recheck(provider, f.instance, now) if self.safety.recheck_before_acting
                            else (f.instance, None))
         if why_not is not None:
+            settled = Settled()
+            self.settle_stop(settled, policy, f, st, intent_id, now, stats, why_not=why_not)
             with self.db.session() as s:
-                self.settle_stop(s, policy, f, s.merge(st), intent_id, now, stats,
-                                 why_not=why_not)
+                settled.write(s)
             return
         result, error = None, None
         try:
@@ -324,39 +332,41 @@ class ActionRunner:
         except ProviderError as exc:
             error = str(exc)
         self.fault("after-call")
+        settled = Settled()
+        self.settle_stop(settled, policy, f, st, intent_id, now, stats, result=result,
+                         error=error)
         with self.db.session() as s:
-            self.settle_stop(s, policy, f, s.merge(st), intent_id, now, stats,
-                             result=result, error=error)
+            settled.write(s)
 
-    def settle_stop(self, s: Session, policy: Policy, f: Finding, st: PolicyStateRow,
+    def settle_stop(self, out: Settled, policy: Policy, f: Finding, st: PolicyStateRow,
                     intent_id: int, now: datetime, stats: ActStats, *,
                     why_not: str | None = None, result: ActionResult | None = None,
                     error: str | None = None) -> None:
-        """Resolve a stop intent and move the policy state (one instance, batched or not)."""
+        """Resolve a stop intent and move the policy state (one instance, batched or not):
+        the changes go to `out`, which writes them (`Settled.write`)."""
         if why_not is not None:
-            journal.resolve(s, intent_id, "skipped", f"re-check before stop: {why_not}", now)
-            st.state, st.since, st.deadline = "cleared", now, None
-            s.add(st)
+            out.resolve(intent_id, "skipped", f"re-check before stop: {why_not}", now)
+            out.state(st, state="cleared", since=now, deadline=None)
             stats.skipped[policy.name] += 1
             log.info("stop %s (%s): skipped: %s", label(f.instance), policy.name, why_not)
             return
         status, detail = ((str(result.outcome), result.detail) if result is not None
                           else ("failed", error or "failed"))
-        journal.resolve(s, intent_id, status, detail or f.reason, now)
+        out.resolve(intent_id, status, detail or f.reason, now)
         if status in ("done", "dry-run"):
-            st.state, st.since = "acted", now
+            out.state(st, state="acted", since=now)
         if status == "done":
-            set_state(s, f.instance, InstanceState.STOPPED, now)
-            self._action_alert(s, policy.name, f.instance, st.episode, "stopped", f.reason,
-                               now, extra=self.after_stop_note(policy, f.instance))
+            out.set_state(f.instance, InstanceState.STOPPED, now)
+            out.rows.alert(**self._action_alert_fields(
+                policy.name, f.instance, st.episode, "stopped", f.reason, now,
+                extra=self.after_stop_note(policy, f.instance)))
             stats.stopped[policy.name] += 1
         elif status == "dry-run":
             stats.dry_run[policy.name] += 1
         else:
             stats.skipped[policy.name] += 1
             if result is not None and result.outcome is ActionOutcome.SKIPPED:
-                st.state, st.since, st.deadline = "cleared", now, None
-        s.add(st)
+                out.state(st, state="cleared", since=now, deadline=None)
         log.info("stop %s (%s): %s %s", label(f.instance), policy.name, status, detail)
 
     def after_stop_note(self, policy: Policy, inst: Instance) -> str:
@@ -379,17 +389,24 @@ class ActionRunner:
 
     def _action_alert(self, s: Session, policy: str, inst: Instance, episode: int,
                       verb: str, reason: str, now: datetime, extra: str = "") -> None:
+        enqueue(s, **self._action_alert_fields(policy, inst, episode, verb, reason, now,
+                                               extra))
+
+    def _action_alert_fields(self, policy: str, inst: Instance, episode: int, verb: str,
+                             reason: str, now: datetime, extra: str = "") -> dict[str, Any]:
+        """The arguments of `enqueue` for the alert that an action was taken."""
         team = self.attributor.dimensions(inst).get("team")
-        enqueue(s, dedupe_key=f"action|{policy}|{inst.provider}|{inst.instance_id}|{episode}",
-                kind="action", severity="warning", now=now, policy=policy,
-                provider=inst.provider, instance_id=inst.instance_id, team=team,
-                owner=inst.tags.get("owner"),
-                recipients=recipients(("owner", "team"), inst, team),
-                subject=f"{label(inst)} was {verb} by costguard ({policy})",
-                body=f"Why: {reason}\nStart it again when you need it; costguard will not "
-                     f"stop it again unless it sits idle for the policy's window."
-                     + (f"\n{extra}" if extra else ""),
-                context={"reason": reason, "instance_type": inst.instance_type})
+        return dict(
+            dedupe_key=f"action|{policy}|{inst.provider}|{inst.instance_id}|{episode}",
+            kind="action", severity="warning", now=now, policy=policy,
+            provider=inst.provider, instance_id=inst.instance_id, team=team,
+            owner=inst.tags.get("owner"),
+            recipients=recipients(("owner", "team"), inst, team),
+            subject=f"{label(inst)} was {verb} by costguard ({policy})",
+            body=f"Why: {reason}\nStart it again when you need it; costguard will not "
+                 f"stop it again unless it sits idle for the policy's window."
+                 + (f"\n{extra}" if extra else ""),
+            context={"reason": reason, "instance_type": inst.instance_type})
 
     def _clear(self, s: Session, policy: Policy, f: Finding, st: PolicyStateRow, now: datetime,
                stats: ActStats, cycle_id: int | None) -> None:
@@ -399,12 +416,12 @@ class ActionRunner:
         stats.cleared[policy.name] += 1
         if was_warned and policy.is_enforced and policy.notify_action is not None:
             team = self.attributor.dimensions(f.instance).get("team")
-            enqueue(s, dedupe_key=f"cleared|{policy.name}|{f.instance.provider}|"
-                                  f"{f.instance.instance_id}|{st.episode}",
-                    kind="cleared", now=now, policy=policy.name,
-                    provider=f.instance.provider, instance_id=f.instance.instance_id,
-                    team=team, owner=f.instance.tags.get("owner"),
-                    recipients=recipients(policy.notify_action.to, f.instance, team),
-                    subject=f"{label(f.instance)} is busy again: shutdown cancelled "
-                            f"({policy.name})",
-                    body=f"Now: {f.reason or f.evidence}")
+            self.rows.alert(dedupe_key=f"cleared|{policy.name}|{f.instance.provider}|"
+                                       f"{f.instance.instance_id}|{st.episode}",
+                            kind="cleared", now=now, policy=policy.name,
+                            provider=f.instance.provider, instance_id=f.instance.instance_id,
+                            team=team, owner=f.instance.tags.get("owner"),
+                            recipients=recipients(policy.notify_action.to, f.instance, team),
+                            subject=f"{label(f.instance)} is busy again: shutdown cancelled "
+                                    f"({policy.name})",
+                            body=f"Now: {f.reason or f.evidence}")

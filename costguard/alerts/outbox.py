@@ -10,11 +10,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import insert
 from sqlmodel import Session, col, select
 
 from costguard.store.tables import AlertRow
 
 _ADDED = "costguard.outbox.added"  # session.info: (transaction, dedupe keys enqueued in it)
+_KEYS_PER_QUERY = 500  # bound parameters per IN (...) list
 
 
 def enqueue(
@@ -41,6 +43,43 @@ def enqueue(
         status="pending", next_attempt_at=now,
     ))
     return True
+
+
+def enqueue_many(session: Session, alerts: Sequence[dict[str, Any]]) -> list[bool]:
+    """`enqueue` for many alerts (each a dict of its keyword arguments), in order: one
+    SELECT per 500 dedupe keys and one INSERT for those added. Returns, per alert, whether
+    it was added. The rows are inserted at once, so call it where the alerts' transaction
+    adds no alert with `enqueue` that should come before them."""
+    if not alerts:
+        return []
+    keys = [a["dedupe_key"] for a in alerts]
+    exists: set[str] = set()
+    with session.no_autoflush:
+        for start in range(0, len(keys), _KEYS_PER_QUERY):
+            exists.update(session.exec(select(AlertRow.dedupe_key).where(
+                col(AlertRow.dedupe_key).in_(keys[start : start + _KEYS_PER_QUERY]))))
+    added = _added_in_transaction(session)  # after the query: the transaction has begun
+    rows: list[dict[str, Any]] = []
+    out: list[bool] = []
+    for a in alerts:
+        key = a["dedupe_key"]
+        if key in exists or key in added:
+            out.append(False)
+            continue
+        added.add(key)
+        out.append(True)
+        now = a["now"]
+        rows.append({
+            "dedupe_key": key, "kind": a["kind"], "severity": a.get("severity", "info"),
+            "created_at": now, "policy": a.get("policy"), "provider": a.get("provider"),
+            "instance_id": a.get("instance_id"), "team": a.get("team"),
+            "owner": a.get("owner"), "recipients": list(a.get("recipients", ())),
+            "subject": a["subject"], "body": a["body"], "context": a.get("context") or {},
+            "status": "pending", "attempts": 0, "next_attempt_at": now, "sent_at": None,
+            "last_error": None})
+    if rows:
+        session.execute(insert(AlertRow.__table__), rows)  # type: ignore[attr-defined]
+    return out
 
 
 def _added_in_transaction(session: Session) -> set[str]:

@@ -1,0 +1,128 @@
+"""Bulk writes of the act stage: one statement per table instead of one ORM object per row.
+
+`Rows` collects what a block of the act stage appends (journal entries, findings, alerts)
+while its session is open; `Rows.write` inserts them, in the order they were added, before
+the session commits, so they commit or roll back with that block exactly as the ORM rows
+did. `Settled` collects what resolving stops changes (journal results, policy states,
+instance states, action alerts) and writes it with one executemany UPDATE per table.
+
+Nothing in a block reads these tables back before `write`, except the outbox's dedupe check,
+which remembers the keys added in its transaction (`outbox.enqueue_many`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import bindparam, insert, update
+from sqlmodel import Session
+
+from costguard.alerts.outbox import enqueue_many
+from costguard.model import Instance, InstanceState
+from costguard.store.tables import ActionJournalRow, FindingRow, InstanceRow, PolicyStateRow
+
+_JOURNAL = ActionJournalRow.__table__  # type: ignore[attr-defined]
+_FINDINGS = FindingRow.__table__  # type: ignore[attr-defined]
+_STATES = PolicyStateRow.__table__  # type: ignore[attr-defined]
+_INSTANCES = InstanceRow.__table__  # type: ignore[attr-defined]
+
+
+def journal_entry(*, key: str, cycle_id: int | None, policy: str, inst: Instance, action: str,
+                  dry_run: bool, status: str, detail: str, usd_per_hour: float,
+                  now: datetime) -> dict[str, Any]:
+    """The row `journal.record` adds: intent and result at once."""
+    return {"key": key, "cycle_id": cycle_id, "policy": policy, "provider": inst.provider,
+            "instance_id": inst.instance_id, "action": action, "dry_run": dry_run,
+            "status": status, "detail": detail, "usd_per_hour": usd_per_hour,
+            "intent_at": now, "result_at": now}
+
+
+class Rows:
+    """Append-only rows of one session, inserted in bulk by `write` (call it inside the
+    session's block, after the last row is added)."""
+
+    def __init__(self) -> None:
+        self.journal: list[dict[str, Any]] = []
+        self.findings: list[dict[str, Any]] = []
+        self.alerts: list[dict[str, Any]] = []
+
+    def record(self, **entry: Any) -> None:
+        """Same arguments as `journal.record` (without the session)."""
+        self.journal.append(journal_entry(**entry))
+
+    def finding(self, *, cycle_id: int | None, policy: str, inst: Instance,
+                observed_at: datetime, reason: str, evidence: str, usd_per_hour: float,
+                team: str | None) -> None:
+        self.findings.append({
+            "cycle_id": cycle_id, "policy": policy, "provider": inst.provider,
+            "instance_id": inst.instance_id, "observed_at": observed_at, "reason": reason,
+            "evidence": evidence, "usd_per_hour": usd_per_hour, "team": team})
+
+    def alert(self, **fields: Any) -> None:
+        """Same arguments as `outbox.enqueue` (without the session); deduplicated at write."""
+        self.alerts.append(fields)
+
+    def write(self, s: Session) -> None:
+        journal, findings, alerts = self.journal, self.findings, self.alerts
+        self.journal, self.findings, self.alerts = [], [], []
+        if findings:
+            s.execute(insert(_FINDINGS), findings)
+        if alerts:
+            enqueue_many(s, alerts)
+        if journal:
+            s.execute(insert(_JOURNAL), journal)
+
+
+class Settled:
+    """What resolving stops changes, written with one statement per table."""
+
+    def __init__(self) -> None:
+        self.rows = Rows()  # action alerts
+        self.results: list[dict[str, Any]] = []  # journal rows resolved
+        self.states: list[dict[str, Any]] = []  # policy states moved
+        self.instances: list[dict[str, Any]] = []  # instance states we caused
+
+    def resolve(self, row_id: int, status: str, detail: str, now: datetime) -> None:
+        """`journal.resolve`, deferred."""
+        self.results.append({"b_id": row_id, "status": status, "detail": detail,
+                             "result_at": now})
+
+    def state(self, st: PolicyStateRow, **values: Any) -> None:
+        """Set `values` (state, since, deadline) on the stored policy state of `st`."""
+        self.states.append({"b_policy": st.policy, "b_provider": st.provider,
+                            "b_instance_id": st.instance_id, **values})
+
+    def set_state(self, inst: Instance, state: InstanceState, now: datetime) -> None:
+        """`store.inventory.set_state`, deferred (no row, no change: as there)."""
+        self.instances.append({"b_provider": inst.provider, "b_instance_id": inst.instance_id,
+                               "state": str(state), "accrue_state": str(state),
+                               "state_changed_at": now})
+
+    def write(self, s: Session) -> None:
+        if self.results:
+            result = s.execute(update(_JOURNAL).where(
+                _JOURNAL.c.id == bindparam("b_id")), self.results)
+            if (s.get_bind().dialect.supports_sane_multi_rowcount
+                    and result.rowcount != len(self.results)):  # type: ignore[attr-defined]
+                raise AssertionError("journal rows vanished before their stop was resolved")
+        for group in _same_keys(self.states):
+            s.execute(update(_STATES).where(
+                _STATES.c.policy == bindparam("b_policy"),
+                _STATES.c.provider == bindparam("b_provider"),
+                _STATES.c.instance_id == bindparam("b_instance_id")), group)
+        if self.instances:
+            s.execute(update(_INSTANCES).where(
+                _INSTANCES.c.provider == bindparam("b_provider"),
+                _INSTANCES.c.instance_id == bindparam("b_instance_id")), self.instances)
+        self.rows.write(s)
+        self.results, self.states, self.instances = [], [], []
+
+
+def _same_keys(rows: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """An executemany needs the same parameters in every row: group rows by their keys."""
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row), []).append(row)
+    return list(groups.values())
