@@ -12,19 +12,29 @@ import ssl
 from collections.abc import Callable, Sequence
 from email.message import EmailMessage
 from email.utils import format_datetime
-
-from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from functools import cache
+from typing import TYPE_CHECKING
 
 from costguard.alerts.content import AlertView
 from costguard.alerts.errors import DeliveryError
 from costguard.alerts.settings import EmailSettings, redact
 
-_env = Environment(
-    loader=PackageLoader("costguard.alerts", "templates"),
-    autoescape=select_autoescape(enabled_extensions=("html.j2",), default_for_string=False),
-    undefined=StrictUndefined,
-    keep_trailing_newline=True,
-)
+if TYPE_CHECKING:
+    from jinja2 import Environment
+
+
+@cache
+def _env() -> Environment:
+    """The templates' environment, made on first use: Jinja2 is imported when an email is
+    rendered, not by every cycle that imports the alert channels."""
+    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+    return Environment(
+        loader=PackageLoader("costguard.alerts", "templates"),
+        autoescape=select_autoescape(enabled_extensions=("html.j2",), default_for_string=False),
+        undefined=StrictUndefined,
+        keep_trailing_newline=True,
+    )
 
 
 def message_id(dedupe_key: str, from_addr: str) -> str:
@@ -35,14 +45,14 @@ def message_id(dedupe_key: str, from_addr: str) -> str:
 def render_alert(view: AlertView, max_snooze_text: str) -> tuple[str, str]:
     """(plain text, HTML) for one alert."""
     args = {"v": view, "max_snooze": max_snooze_text}
-    return (_env.get_template("alert.txt.j2").render(**args),
-            _env.get_template("alert.html.j2").render(**args))
+    return (_env().get_template("alert.txt.j2").render(**args),
+            _env().get_template("alert.html.j2").render(**args))
 
 
 def render_digest(title: str, views: Sequence[AlertView]) -> tuple[str, str]:
     args = {"title": title, "views": list(views)}
-    return (_env.get_template("digest.txt.j2").render(**args),
-            _env.get_template("digest.html.j2").render(**args))
+    return (_env().get_template("digest.txt.j2").render(**args),
+            _env().get_template("digest.html.j2").render(**args))
 
 
 def build_email(*, subject: str, text: str, html: str, to: str, from_addr: str,

@@ -12,15 +12,15 @@ import json
 import logging
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
-
-from slack_sdk import WebClient
-from slack_sdk.errors import SlackApiError
-from slack_sdk.webhook import WebhookClient
+from typing import TYPE_CHECKING, Any
 
 from costguard.alerts.content import AlertView
 from costguard.alerts.errors import DeliveryError
 from costguard.alerts.settings import SlackSettings, redact
+
+if TYPE_CHECKING:  # slack_sdk is imported when a message is sent, not by every cycle
+    from slack_sdk import WebClient
+    from slack_sdk.errors import SlackApiError
 
 METADATA_EVENT = "costguard_alert"
 ACTION_PREFIX = "costguard_"
@@ -144,6 +144,8 @@ class SlackSender:
         return self._token is None
 
     def _client(self) -> WebClient:
+        from slack_sdk import WebClient
+
         assert self._token is not None
         base = self.settings.api_base_url
         return WebClient(token=self._token.get_secret_value(), base_url=base.rstrip("/") + "/",
@@ -154,6 +156,8 @@ class SlackSender:
         """Post; returns the message's `ts` (Web API) or "webhook"."""
         if self._token is None:
             return self._send_webhook(message)
+        from slack_sdk.errors import SlackApiError
+
         try:
             resp = self._client().chat_postMessage(channel=target, **message)
         except SlackApiError as exc:
@@ -166,6 +170,8 @@ class SlackSender:
         if self._webhook is None:
             raise DeliveryError("Slack is not configured (no bot_token or webhook_url)",
                                 permanent=True)
+        from slack_sdk.webhook import WebhookClient
+
         client = WebhookClient(self._webhook.get_secret_value(),
                                timeout=int(self.settings.timeout_s), logger=quiet_logger(),
                                retry_handlers=[])
@@ -206,6 +212,8 @@ class SlackSender:
         if not self.can_look_up(target):
             raise DeliveryError(f"Slack cannot be asked what was posted to {target} "
                                 "(webhook, or a destination given by @name)", permanent=True)
+        from slack_sdk.errors import SlackApiError
+
         client = self._client()
         try:
             channel = self._channel_id(client, target)
