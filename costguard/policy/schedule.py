@@ -10,14 +10,16 @@ from __future__ import annotations
 import re
 from datetime import time
 from functools import lru_cache
-from typing import Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
-import holidays
 from pydantic import AfterValidator, BeforeValidator, Field
 from pydantic_core import PydanticCustomError
 
 from costguard.policy.base import Element, TypeLabel
+
+if TYPE_CHECKING:
+    import holidays
 
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _HOURS = re.compile(r"(\d{1,2}):(\d{2})\s*-\s*(\d{1,2}):(\d{2})")
@@ -72,7 +74,10 @@ Weekdays = Annotated[tuple[str, ...], BeforeValidator(_parse_days), TypeLabel("w
 
 @lru_cache(maxsize=64)
 def holiday_calendar(code: str) -> holidays.HolidayBase:
-    """The `holidays` calendar for `DE` or `DE-BY` (country, optional subdivision)."""
+    """The `holidays` calendar for `DE` or `DE-BY` (country, optional subdivision); the
+    package is imported by the first policy that names a calendar, not by every cycle."""
+    import holidays
+
     country, _, subdiv = code.partition("-")
     return holidays.country_holidays(country.upper(), subdiv=subdiv.upper() or None)
 
