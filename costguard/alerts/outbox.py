@@ -48,8 +48,8 @@ def enqueue(
 def enqueue_many(session: Session, alerts: Sequence[dict[str, Any]]) -> list[bool]:
     """`enqueue` for many alerts (each a dict of its keyword arguments), in order: one
     SELECT per 500 dedupe keys and one INSERT for those added. Returns, per alert, whether
-    it was added. The rows are inserted at once, so call it where the alerts' transaction
-    adds no alert with `enqueue` that should come before them."""
+    it was added. The rows are inserted at once, after the session's pending rows (the
+    INSERT autoflushes), so alerts added earlier with `enqueue` keep coming first."""
     if not alerts:
         return []
     keys = [a["dedupe_key"] for a in alerts]

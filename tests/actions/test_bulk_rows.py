@@ -1,0 +1,133 @@
+"""`actions.bulk` writes what the ORM helpers it replaces in the act stage write:
+`Rows.record` is `journal.record`, `Settled.resolve` is `journal.resolve`, `Settled.set_state`
+is `store.inventory.set_state`, `Settled.state` moves a stored policy state."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlmodel import Session, col, select
+
+from costguard.actions import journal
+from costguard.actions.bulk import Rows, Settled
+from costguard.model import Instance, InstanceState
+from costguard.store.db import Database
+from costguard.store.inventory import set_state
+from costguard.store.tables import ActionJournalRow, FindingRow, InstanceRow, PolicyStateRow
+
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+
+
+def _inst(iid: str) -> Instance:
+    return Instance(provider="aws", account="1", region="us-east-1", instance_id=iid,
+                    instance_type="g5.xlarge", state=InstanceState.RUNNING,
+                    launch_time=NOW - timedelta(days=1), observed_at=NOW)
+
+
+def _entry(iid: str, status: str) -> dict[str, Any]:
+    return dict(key=f"p|aws|{iid}|notify|1", cycle_id=7, policy="p", inst=_inst(iid),
+                action="notify", dry_run=False, status=status, detail=f"d {iid}",
+                usd_per_hour=1.25, now=NOW)
+
+
+def _journal(s: Session) -> list[tuple[Any, ...]]:
+    return [(r.id, r.key, r.cycle_id, r.policy, r.provider, r.instance_id, r.action,
+             r.dry_run, r.status, r.detail, r.usd_per_hour, r.intent_at, r.result_at)
+            for r in s.exec(select(ActionJournalRow).order_by(col(ActionJournalRow.id)))]
+
+
+def _instance_row(iid: str) -> InstanceRow:
+    return InstanceRow(provider="aws", instance_id=iid, account="1", region="us-east-1",
+                       instance_type="g5.xlarge", state="running", lifecycle="on-demand",
+                       launch_time=NOW, first_seen=NOW, last_seen=NOW,
+                       state_changed_at=NOW - timedelta(hours=1))
+
+
+def test_rows_and_settled_write_what_the_orm_helpers_write(db_url: str) -> None:
+    db = Database(db_url)
+    try:
+        # the ORM helpers, then the bulk ones, on the same store: same rows but the ids
+        with db.session() as s:
+            for iid in ("i-1", "i-2"):
+                journal.record(s, **_entry(iid, "done"))
+            first = journal.write_intent(s, key="p|aws|i-1|stop|1", cycle_id=7, policy="p",
+                                         inst=_inst("i-1"), action="stop", dry_run=False,
+                                         usd_per_hour=1.0, now=NOW).id or 0
+            s.add(_instance_row("i-1"))
+            s.add(PolicyStateRow(policy="p", provider="aws", instance_id="i-1",
+                                 state="warned", since=NOW, deadline=NOW))
+        with db.session() as s:
+            journal.resolve(s, first, "done", "stop requested", NOW + timedelta(minutes=1))
+            set_state(s, _inst("i-1"), InstanceState.STOPPED, NOW + timedelta(minutes=1))
+            st = s.get(PolicyStateRow, ("p", "aws", "i-1"))
+            assert st is not None
+            st.state, st.since = "acted", NOW + timedelta(minutes=1)
+            s.add(st)
+        with db.session() as s:
+            via_orm = _journal(s)
+            orm_inst = s.get(InstanceRow, ("aws", "i-1"))
+            orm_state = s.get(PolicyStateRow, ("p", "aws", "i-1"))
+            assert orm_inst is not None and orm_state is not None
+            orm_inst_values = (orm_inst.state, orm_inst.accrue_state, orm_inst.state_changed_at)
+            orm_state_values = (orm_state.state, orm_state.since, orm_state.deadline)
+            s.execute(ActionJournalRow.__table__.delete())  # type: ignore[attr-defined]
+            s.execute(InstanceRow.__table__.delete())  # type: ignore[attr-defined]
+            s.execute(PolicyStateRow.__table__.delete())  # type: ignore[attr-defined]
+
+        rows = Rows()
+        with db.session() as s:
+            for iid in ("i-1", "i-2"):
+                rows.record(**_entry(iid, "done"))
+            rows.write(s)
+            second = journal.write_intent(s, key="p|aws|i-1|stop|1", cycle_id=7, policy="p",
+                                          inst=_inst("i-1"), action="stop", dry_run=False,
+                                          usd_per_hour=1.0, now=NOW).id or 0
+            s.add(_instance_row("i-1"))
+            st = PolicyStateRow(policy="p", provider="aws", instance_id="i-1",
+                                state="warned", since=NOW, deadline=NOW)
+            s.add(st)
+        settled = Settled()
+        settled.resolve(second, "done", "stop requested", NOW + timedelta(minutes=1))
+        settled.set_state(_inst("i-1"), InstanceState.STOPPED, NOW + timedelta(minutes=1))
+        settled.set_state(_inst("i-gone"), InstanceState.STOPPED, NOW)  # no row: no change
+        settled.state(st, state="acted", since=NOW + timedelta(minutes=1))
+        with db.session() as s:
+            settled.write(s)
+        with db.session() as s:
+            got = _journal(s)  # ids relative to the first: SQLite reuses them, PG does not
+            assert ([(r[0] - got[0][0], *r[1:]) for r in got]
+                    == [(r[0] - via_orm[0][0], *r[1:]) for r in via_orm])
+            inst = s.get(InstanceRow, ("aws", "i-1"))
+            state = s.get(PolicyStateRow, ("p", "aws", "i-1"))
+            assert inst is not None and state is not None
+            assert (inst.state, inst.accrue_state, inst.state_changed_at) == orm_inst_values
+            assert (state.state, state.since, state.deadline) == orm_state_values
+            assert s.get(InstanceRow, ("aws", "i-gone")) is None
+    finally:
+        db.dispose()
+
+
+def test_findings_keep_their_order_and_a_vanished_intent_is_an_error(db_url: str) -> None:
+    db = Database(db_url)
+    try:
+        rows = Rows()
+        with db.session() as s:
+            for iid in ("i-3", "i-1", "i-2"):
+                rows.finding(cycle_id=1, policy="p", inst=_inst(iid), observed_at=NOW,
+                             reason="idle", evidence="e", usd_per_hour=2.0, team=None)
+            rows.write(s)
+            assert rows.findings == []  # written once
+            rows.write(s)
+        with db.session() as s:
+            got = list(s.exec(select(FindingRow).order_by(col(FindingRow.id))))
+            assert [f.instance_id for f in got] == ["i-3", "i-1", "i-2"]
+            assert got[0].observed_at == NOW and got[0].usd_per_hour == 2.0
+        settled = Settled()
+        settled.resolve(12345, "done", "x", NOW)
+        if db.engine.dialect.supports_sane_multi_rowcount:
+            with pytest.raises(AssertionError), db.session() as s:
+                settled.write(s)
+    finally:
+        db.dispose()
