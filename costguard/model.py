@@ -135,6 +135,7 @@ class GpuMinute(Frozen):
 
 
 _MINUTE = timedelta(minutes=1)
+_STEPS = [k * _MINUTE for k in range(MAX_SPAN_MINUTES)]
 
 
 def covering(minutes: Iterable[GpuMinute], start: datetime, end: datetime) -> list[GpuMinute]:
@@ -160,10 +161,13 @@ def per_minute(m: GpuMinute) -> list[GpuMinute]:
 
 def slots(m: GpuMinute, start: datetime, end: datetime) -> list[datetime]:
     """The minutes of [start, end) that `m` stands for."""
+    first = m.minute
     if m.span_minutes == 1:
-        return [m.minute] if start <= m.minute < end else []
-    return [t for t in (m.minute + k * _MINUTE for k in range(m.span_minutes))
-            if start <= t < end]
+        return [first] if start <= first < end else []
+    steps = _STEPS[:m.span_minutes]
+    if start <= first and first + steps[-1] < end:  # wholly inside
+        return [first + step for step in steps]
+    return [t for t in (first + step for step in steps) if start <= t < end]
 
 
 class Verdict(StrEnum):

@@ -24,9 +24,8 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from costguard.clock import utc
 from costguard.model import Classification, GpuMinute, GpuSignal, Verdict, covering, slots
@@ -38,12 +37,10 @@ _MINUTE = timedelta(minutes=1)
 _LABEL = {GpuSignal.SM_ACTIVE: "SM activity", GpuSignal.UTIL_GPU: "util_gpu"}
 
 
-@dataclass(frozen=True)
-class _Reading:
-    """The chosen signal of one GPU-minute."""
+class _Reading(NamedTuple):
+    """The chosen signal of one GPU over one minute, or over each minute a reading spans."""
 
     gpu: int
-    minute: datetime
     peak: float
     mean: float
 
@@ -54,16 +51,22 @@ def expected_slots(window_start: datetime, window_end: datetime, gpu_count: int)
     return gpu_count * minutes
 
 
+def _peak_mean(top: float | None, p95: float | None, mean: float | None
+               ) -> tuple[float, float] | None:
+    """A minute's (peak, mean): the max, else p95, else mean; the mean, else p95, else max."""
+    if top is None and p95 is None and mean is None:
+        return None
+    peak = top if top is not None else p95 if p95 is not None else mean
+    avg = mean if mean is not None else p95 if p95 is not None else top
+    return peak, avg  # type: ignore[return-value]  # one of the three is set
+
+
 def _sm(m: GpuMinute) -> tuple[float, float] | None:
-    peak = _first(m.sm_max, m.sm_p95, m.sm_mean)
-    mean = _first(m.sm_mean, m.sm_p95, m.sm_max)
-    return None if peak is None or mean is None else (peak, mean)
+    return _peak_mean(m.sm_max, m.sm_p95, m.sm_mean)
 
 
 def _util(m: GpuMinute) -> tuple[float, float] | None:
-    peak = _first(m.util_max, m.util_p95, m.util_mean)
-    mean = _first(m.util_mean, m.util_p95, m.util_max)
-    return None if peak is None or mean is None else (peak, mean)
+    return _peak_mean(m.util_max, m.util_p95, m.util_mean)
 
 
 def peaks(minutes: Sequence[GpuMinute]) -> tuple[list[float], list[float]]:
@@ -71,10 +74,6 @@ def peaks(minutes: Sequence[GpuMinute]) -> tuple[list[float], list[float]]:
     util = [v[0] for v in map(_util, minutes) if v is not None]
     sm = [v[0] for v in map(_sm, minutes) if v is not None]
     return util, sm
-
-
-def _first(*values: float | None) -> float | None:
-    return next((v for v in values if v is not None), None)
 
 
 def _readings(minutes: Sequence[GpuMinute], signal: GpuSignal, start: datetime,
@@ -87,12 +86,13 @@ def _readings(minutes: Sequence[GpuMinute], signal: GpuSignal, start: datetime,
         value = pick(m)
         if value is None:
             continue
+        reading = _Reading(m.gpu_index, *value)
         # a re-sent minute replaces the earlier copy: one slot counts once
         if m.span_minutes == 1:
-            seen[(m.gpu_index, m.minute)] = _Reading(m.gpu_index, m.minute, *value)
+            seen[(m.gpu_index, m.minute)] = reading
         else:
             for minute in slots(m, start, end):
-                seen[(m.gpu_index, minute)] = _Reading(m.gpu_index, minute, *value)
+                seen[(m.gpu_index, minute)] = reading
     return list(seen.values())
 
 
@@ -136,7 +136,8 @@ def classify(
     if gpu_count == 0:
         return no_data("instance has no GPUs to classify", None, 0.0)
 
-    sm_readings = _readings(inside, GpuSignal.SM_ACTIVE, start, end)
+    sm_readings = ([] if signal == "util_gpu"
+                   else _readings(inside, GpuSignal.SM_ACTIVE, start, end))
     if signal == "sm_active" or (
         signal == "auto" and sm_readings and _coverage(sm_readings, expected) >= min_coverage
     ):
