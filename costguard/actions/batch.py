@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING
 from sqlmodel import Session, col, select
 
 from costguard.actions import journal
-from costguard.actions.bulk import Settled
+from costguard.actions.bulk import Settled, State, journal_entry, write_intents
 from costguard.actions.safety import skip_reason
 from costguard.errors import ProviderError
 from costguard.model import ActionResult, Instance
 from costguard.policy.evaluate import Finding
 from costguard.policy.schema import Policy
 from costguard.providers.base import BatchActions, Describes
-from costguard.store.tables import ActionJournalRow, PolicyStateRow
+from costguard.store.tables import ActionJournalRow
 
 if TYPE_CHECKING:
     from costguard.actions.runner import ActionRunner, ActStats
@@ -90,7 +90,7 @@ def fresh_states(provider: object, instances: Sequence[Instance]
 @dataclass
 class _Stop:
     f: Finding
-    st: PolicyStateRow
+    st: State
     intent_id: int
     target: Instance
     why_not: str | None = None
@@ -102,7 +102,7 @@ class BatchStop:
     def __init__(self, runner: ActionRunner) -> None:
         self.r = runner
 
-    def run(self, policy: Policy, due: Sequence[tuple[Finding, PolicyStateRow]],
+    def run(self, policy: Policy, due: Sequence[tuple[Finding, State]],
             now: datetime, cycle_id: int | None, stats: ActStats) -> None:
         """Stop the due pairs: batched where the provider can, one by one otherwise."""
         one_by_one = [(f, st) for f, st in due if not self._batched(f.instance)]
@@ -124,20 +124,21 @@ class BatchStop:
         return (self.r.safety.recheck_before_acting
                 and batch_capable(self.r.providers[inst.provider]))
 
-    def _intents(self, policy: Policy, due: Sequence[tuple[Finding, PolicyStateRow]],
+    def _intents(self, policy: Policy, due: Sequence[tuple[Finding, State]],
                  now: datetime, cycle_id: int | None) -> list[_Stop]:
         dry = not policy.is_enforced
         keyed = [(journal.journal_key(policy.name, f.instance, "stop", st.episode), f, st)
                  for f, st in due]
         with self.r.db.session() as s:
             done = completed_keys(s, [k for k, _, _ in keyed])
-            intents = [(journal.write_intent(s, key=key, cycle_id=cycle_id, policy=policy.name,
-                                             inst=f.instance, action="stop", dry_run=dry,
-                                             usd_per_hour=f.usd_per_hour, now=now,
-                                             detail=f.reason, flush=False), f, st)
-                       for key, f, st in keyed if key not in done]
-            s.flush()  # one INSERT batch; every intent has its id from here
-            return [_Stop(f, st, intent.id or 0, f.instance) for intent, f, st in intents]
+            todo = [(key, f, st) for key, f, st in keyed if key not in done]
+            ids = write_intents(s, [  # one INSERT; the rows journal.write_intent writes
+                {**journal_entry(key=key, cycle_id=cycle_id, policy=policy.name,
+                                 inst=f.instance, action="stop", dry_run=dry,
+                                 status="intent", detail=f.reason,
+                                 usd_per_hour=f.usd_per_hour, now=now), "result_at": None}
+                for key, f, st in todo])
+            return [_Stop(f, st, i, f.instance) for i, (_, f, st) in zip(ids, todo, strict=True)]
 
     def _recheck(self, stops: list[_Stop], now: datetime) -> None:
         by_provider: dict[str, list[_Stop]] = defaultdict(list)

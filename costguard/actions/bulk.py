@@ -13,8 +13,9 @@ which remembers the keys added in its transaction (`outbox.enqueue_many`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeAlias
 
 from sqlalchemy import bindparam, insert, update
 from sqlmodel import Session
@@ -27,6 +28,31 @@ _JOURNAL = ActionJournalRow.__table__  # type: ignore[attr-defined]
 _FINDINGS = FindingRow.__table__  # type: ignore[attr-defined]
 _STATES = PolicyStateRow.__table__  # type: ignore[attr-defined]
 _INSTANCES = InstanceRow.__table__  # type: ignore[attr-defined]
+
+
+@dataclass(slots=True)
+class NewState:
+    """A policy state the block creates: a plain object (not an ORM row) that the state
+    machine moves like a stored one, inserted with its final values by `Rows.write`."""
+
+    policy: str
+    provider: str
+    instance_id: str
+    state: str
+    since: datetime
+    deadline: datetime | None = None
+    snooze_until: datetime | None = None
+    episode: int = 1
+    evidence: str = ""
+
+    def row(self) -> dict[str, Any]:
+        return {"policy": self.policy, "provider": self.provider,
+                "instance_id": self.instance_id, "state": self.state, "since": self.since,
+                "deadline": self.deadline, "snooze_until": self.snooze_until,
+                "episode": self.episode, "evidence": self.evidence}
+
+
+State: TypeAlias = PolicyStateRow | NewState  # stored (and in the session) or new
 
 
 def journal_entry(*, key: str, cycle_id: int | None, policy: str, inst: Instance, action: str,
@@ -44,6 +70,7 @@ class Rows:
     session's block, after the last row is added)."""
 
     def __init__(self) -> None:
+        self.states: list[NewState] = []
         self.journal: list[dict[str, Any]] = []
         self.findings: list[dict[str, Any]] = []
         self.alerts: list[dict[str, Any]] = []
@@ -65,14 +92,25 @@ class Rows:
         self.alerts.append(fields)
 
     def write(self, s: Session) -> None:
-        journal, findings, alerts = self.journal, self.findings, self.alerts
-        self.journal, self.findings, self.alerts = [], [], []
+        states, journal, findings, alerts = self.states, self.journal, self.findings, self.alerts
+        self.states, self.journal, self.findings, self.alerts = [], [], [], []
+        if states:
+            s.execute(insert(_STATES), [st.row() for st in states])
         if findings:
             s.execute(insert(_FINDINGS), findings)
         if alerts:
             enqueue_many(s, alerts)
         if journal:
             s.execute(insert(_JOURNAL), journal)
+
+
+def write_intents(s: Session, entries: Sequence[dict[str, Any]]) -> list[int]:
+    """Insert intent rows (`journal_entry` with status "intent" and no result) in one
+    statement; their ids, in order (`journal.write_intent` for many)."""
+    if not entries:
+        return []
+    stmt = insert(_JOURNAL).returning(_JOURNAL.c.id, sort_by_parameter_order=True)
+    return [int(i) for i in s.execute(stmt, list(entries)).scalars()]
 
 
 class Settled:
@@ -89,7 +127,7 @@ class Settled:
         self.results.append({"b_id": row_id, "status": status, "detail": detail,
                              "result_at": now})
 
-    def state(self, st: PolicyStateRow, **values: Any) -> None:
+    def state(self, st: State, **values: Any) -> None:
         """Set `values` (state, since, deadline) on the stored policy state of `st`."""
         self.states.append({"b_policy": st.policy, "b_provider": st.provider,
                             "b_instance_id": st.instance_id, **values})

@@ -18,7 +18,7 @@ from sqlmodel import Session, select
 
 from costguard.actions import journal, recovery
 from costguard.actions.batch import BatchStop, BatchTags
-from costguard.actions.bulk import Rows, Settled
+from costguard.actions.bulk import NewState, Rows, Settled, State
 from costguard.actions.lifecycle import AfterStop
 from costguard.actions.messages import label, notice, recipients, render, warning
 from costguard.actions.safety import (
@@ -111,12 +111,14 @@ class ActionRunner:
     def _run_policy(self, policy: Policy, findings: list[Finding], now: datetime,
                     cycle_id: int | None, stats: ActStats) -> None:
         selected: set[Ref] = set()
-        due: list[tuple[Finding, PolicyStateRow]] = []
+        due: list[tuple[Finding, State]] = []
         # warnings, snoozes and clears of one policy commit together; stops (below) each
         # get their own intent transaction before the provider is called
         self.rows = Rows()
         with self.db.session() as s:
-            states = {(st.provider, st.instance_id): st for st in s.exec(
+            # stored states are in the session (what changes in them is flushed); new ones
+            # are inserted by `rows.write`
+            states: dict[Ref, State] = {(st.provider, st.instance_id): st for st in s.exec(
                 select(PolicyStateRow).where(PolicyStateRow.policy == policy.name))}
             for f in findings:
                 ref = (f.instance.provider, f.instance.instance_id)
@@ -137,7 +139,6 @@ class ActionRunner:
                                          detail="costguard:protect tag: never acted on",
                                          usd_per_hour=f.usd_per_hour, now=now)
                         stats.skipped[policy.name] += 1
-                        s.add(st)
                     continue
                 if st.state == "protected":  # the tag was removed: start afresh
                     st.state, st.since = "seen", now
@@ -151,31 +152,30 @@ class ActionRunner:
             for pair, st in states.items():
                 if pair not in selected and st.state == "warned":
                     st.state, st.since, st.deadline = "cleared", now, None
-                    s.add(st)
                     stats.cleared[policy.name] += 1
             self._tags.flush(now, cycle_id, stats)  # batched tags, inside the session
             self.rows.write(s)
         if due:
             self._act_on_due(policy, due, now, cycle_id, stats)
 
-    def _ensure_state(self, s: Session, policy: Policy, f: Finding, st: PolicyStateRow | None,
-                      now: datetime, changed_at: datetime | None) -> PolicyStateRow:
+    def _ensure_state(self, s: Session, policy: Policy, f: Finding, st: State | None,
+                      now: datetime, changed_at: datetime | None) -> State:
         restarted = (st is not None and st.state == "acted" and changed_at is not None
                      and changed_at > st.since)
         if st is None:
-            st = PolicyStateRow(policy=policy.name, provider=f.instance.provider,
-                                instance_id=f.instance.instance_id, state="seen", since=now,
-                                episode=1, evidence=f.evidence)
+            st = NewState(policy=policy.name, provider=f.instance.provider,
+                          instance_id=f.instance.instance_id, state="seen", since=now,
+                          episode=1, evidence=f.evidence)
+            self.rows.states.append(st)
         elif st.state in ("cleared", "terminated") or restarted:
             # a snooze set ahead of time (`costguard snooze`) outlives the reset
             keep = st.snooze_until if st.snooze_until and st.snooze_until > now else None
             st.state, st.since, st.deadline, st.snooze_until = "seen", now, None, keep
             st.episode += 1
         st.evidence = f.evidence
-        s.add(st)
         return st
 
-    def _snoozed(self, s: Session, policy: Policy, f: Finding, st: PolicyStateRow,
+    def _snoozed(self, s: Session, policy: Policy, f: Finding, st: State,
                  now: datetime, stats: ActStats, cycle_id: int | None) -> bool:
         tag_until = snoozed_until(f.instance)
         spent = st.snooze_until is not None and st.snooze_until <= now
@@ -199,17 +199,15 @@ class ActionRunner:
                                      detail=f"snoozed until {limited.isoformat()}{cut}",
                                      usd_per_hour=f.usd_per_hour, now=now)
                     stats.skipped[policy.name] += 1
-                    s.add(st)
                 return True
             st.snooze_until = limited
         if st.state == "snoozed":  # expired: a fresh warning, a fresh deadline
             # snooze_until stays as a marker (in the past) that this episode's snooze is spent
             st.state, st.since = "seen", now
             st.episode += 1
-            s.add(st)
         return False
 
-    def _start_episode(self, s: Session, policy: Policy, f: Finding, st: PolicyStateRow,
+    def _start_episode(self, s: Session, policy: Policy, f: Finding, st: State,
                        now: datetime, stats: ActStats, cycle_id: int | None) -> None:
         dry = not policy.is_enforced
         team = self.attributor.dimensions(f.instance).get("team")
@@ -249,9 +247,8 @@ class ActionRunner:
             stats.warned[policy.name] += 1
         else:
             st.state, st.since = "acted", now
-        s.add(st)
 
-    def _tag(self, policy: Policy, f: Finding, st: PolicyStateRow, now: datetime,
+    def _tag(self, policy: Policy, f: Finding, st: State, now: datetime,
              stats: ActStats, cycle_id: int | None, deadline: datetime | None) -> None:
         action = policy.tag_action
         assert action is not None
@@ -274,7 +271,7 @@ class ActionRunner:
                          usd_per_hour=f.usd_per_hour, now=now)
         (stats.dry_run if dry else stats.tagged)[policy.name] += 1
 
-    def _act_on_due(self, policy: Policy, due: list[tuple[Finding, PolicyStateRow]],
+    def _act_on_due(self, policy: Policy, due: list[tuple[Finding, State]],
                     now: datetime, cycle_id: int | None, stats: ActStats) -> None:
         verdict = batch_verdict([f.usd_per_hour for f, _ in due], policy.limits, self.budget)
         if not verdict.allowed:
@@ -304,7 +301,7 @@ class ActionRunner:
                 stats.skipped[policy.name] += 1
             rows.write(s)
 
-    def _stop(self, policy: Policy, f: Finding, st: PolicyStateRow, now: datetime,
+    def _stop(self, policy: Policy, f: Finding, st: State, now: datetime,
               cycle_id: int | None, stats: ActStats) -> None:
         dry = not policy.is_enforced
         key = journal.journal_key(policy.name, f.instance, "stop", st.episode)
@@ -338,7 +335,7 @@ class ActionRunner:
         with self.db.session() as s:
             settled.write(s)
 
-    def settle_stop(self, out: Settled, policy: Policy, f: Finding, st: PolicyStateRow,
+    def settle_stop(self, out: Settled, policy: Policy, f: Finding, st: State,
                     intent_id: int, now: datetime, stats: ActStats, *,
                     why_not: str | None = None, result: ActionResult | None = None,
                     error: str | None = None) -> None:
@@ -408,11 +405,10 @@ class ActionRunner:
                  + (f"\n{extra}" if extra else ""),
             context={"reason": reason, "instance_type": inst.instance_type})
 
-    def _clear(self, s: Session, policy: Policy, f: Finding, st: PolicyStateRow, now: datetime,
+    def _clear(self, s: Session, policy: Policy, f: Finding, st: State, now: datetime,
                stats: ActStats, cycle_id: int | None) -> None:
         was_warned = st.state == "warned"
         st.state, st.since, st.deadline = "cleared", now, None
-        s.add(st)
         stats.cleared[policy.name] += 1
         if was_warned and policy.is_enforced and policy.notify_action is not None:
             team = self.attributor.dimensions(f.instance).get("team")
