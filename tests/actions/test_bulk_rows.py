@@ -11,7 +11,7 @@ import pytest
 from sqlmodel import Session, col, select
 
 from costguard.actions import journal
-from costguard.actions.bulk import Rows, Settled
+from costguard.actions.bulk import NewState, Rows, Settled, journal_entry, write_intents
 from costguard.model import Instance, InstanceState
 from costguard.store.db import Database
 from costguard.store.inventory import set_state
@@ -129,5 +129,33 @@ def test_findings_keep_their_order_and_a_vanished_intent_is_an_error(db_url: str
         if db.engine.dialect.supports_sane_multi_rowcount:
             with pytest.raises(AssertionError), db.session() as s:
                 settled.write(s)
+    finally:
+        db.dispose()
+
+
+def test_intents_get_their_ids_in_order_and_new_states_their_final_values(db_url: str) -> None:
+    db = Database(db_url)
+    try:
+        rows = [{**journal_entry(**_entry(iid, "intent")), "result_at": None}
+                for iid in ("i-9", "i-1", "i-5")]
+        fresh = Rows()
+        st = NewState(policy="p", provider="aws", instance_id="i-9", state="seen", since=NOW,
+                      evidence="e")
+        fresh.states.append(st)
+        with db.session() as s:
+            ids = write_intents(s, rows)
+            assert write_intents(s, []) == []
+            st.state, st.deadline, st.episode = "warned", NOW + timedelta(hours=1), 2
+            fresh.write(s)
+        with db.session() as s:
+            got = {r.id: (r.instance_id, r.status, r.result_at)
+                   for r in s.exec(select(ActionJournalRow))}
+            assert [got[i] for i in ids] == [("i-9", "intent", None), ("i-1", "intent", None),
+                                             ("i-5", "intent", None)]
+            stored = s.get(PolicyStateRow, ("p", "aws", "i-9"))
+            assert stored is not None
+            assert (stored.state, stored.since, stored.deadline, stored.snooze_until,
+                    stored.episode, stored.evidence) == (
+                "warned", NOW, NOW + timedelta(hours=1), None, 2, "e")
     finally:
         db.dispose()
