@@ -55,6 +55,7 @@ class AfterStop:
             states = list(s.exec(select(PolicyStateRow).where(
                 PolicyStateRow.policy == policy.name,
                 col(PolicyStateRow.state).in_(["acted", "term-warned"]))))
+            _load_instances(s, [st.instance_id for st in states])  # s.get below: no SELECT
             for st in states:
                 row = s.get(InstanceRow, (st.provider, st.instance_id))
                 if row is None:
@@ -240,3 +241,11 @@ class AfterStop:
 def _recorded(s: Session, key: str) -> bool:
     found = s.exec(select(ActionJournalRow.id).where(ActionJournalRow.key == key)).first()
     return found is not None
+
+
+def _load_instances(s: Session, instance_ids: list[str], chunk: int = 500) -> None:
+    """Bring the instance rows of `instance_ids` into the session's identity map with one
+    SELECT per `chunk` ids, so each `s.get` of them is answered without a query."""
+    for first in range(0, len(instance_ids), chunk):
+        list(s.exec(select(InstanceRow).where(
+            col(InstanceRow.instance_id).in_(instance_ids[first : first + chunk]))))
