@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from fnmatch import fnmatchcase
+from functools import lru_cache
 
 from costguard.actions.schedule import in_office_hours, why_outside
 from costguard.model import (
@@ -22,6 +23,7 @@ from costguard.model import (
 )
 from costguard.policy.conditions import Condition
 from costguard.policy.filters import Filters
+from costguard.policy.schedule import OfficeHours
 from costguard.policy.schema import Policy
 from costguard.telemetry.classify import classify
 
@@ -47,17 +49,21 @@ def matches(policy: Policy, inst: Instance, now: datetime) -> bool:
 
 
 def matches_filters(f: Filters, inst: Instance, now: datetime) -> bool:
-    checks = (
-        f.gpu is None or f.gpu == inst.has_gpu,
-        f.state is None or inst.state in f.state,
-        f.instance_type is None or any(fnmatchcase(inst.instance_type, p)
-                                       for p in f.instance_type),
-        f.family is None or inst.family in f.family,
-        f.lifecycle is None or inst.lifecycle == f.lifecycle,
-        f.accounts is None or inst.account in f.accounts,
-        f.regions is None or inst.region in f.regions,
-    )
-    if not all(checks):
+    # one check at a time, first miss returns: every instance meets every policy's filters
+    if f.gpu is not None and f.gpu != inst.has_gpu:
+        return False
+    if f.state is not None and inst.state not in f.state:
+        return False
+    if f.instance_type is not None and not any(fnmatchcase(inst.instance_type, p)
+                                               for p in f.instance_type):
+        return False
+    if f.family is not None and inst.family not in f.family:
+        return False
+    if f.lifecycle is not None and inst.lifecycle != f.lifecycle:
+        return False
+    if f.accounts is not None and inst.account not in f.accounts:
+        return False
+    if f.regions is not None and inst.region not in f.regions:
         return False
     if f.tags is not None:
         t = f.tags
@@ -102,9 +108,10 @@ def check_condition(
             return False, ["has the required tags"], verdict
         reasons.append("missing tags: " + ", ".join(missing))
     if cond.outside_hours is not None:
-        if in_office_hours(cond.outside_hours, now):
+        outside = _outside_hours(cond.outside_hours, now)
+        if outside is None:
             return False, ["inside office hours"], verdict
-        reasons.append("outside office hours: " + why_outside(cond.outside_hours, now))
+        reasons.append("outside office hours: " + outside)
     if cond.cost_over is not None:
         c = cond.cost_over
         over_hour = c.usd_per_hour is not None and usd_per_hour > c.usd_per_hour
@@ -126,6 +133,13 @@ def evaluate(
     return Finding(policy=policy, instance=inst, holds=holds, reason="; ".join(reasons),
                    evidence=verdict.evidence if verdict else "; ".join(reasons),
                    usd_per_hour=usd_per_hour, classification=verdict)
+
+
+@lru_cache(maxsize=64)
+def _outside_hours(hours: OfficeHours, now: datetime) -> str | None:
+    """Why `now` is outside `hours`, or None inside them: the same for every instance a
+    policy looks at in a cycle, so worked out once per (calendar, now), not per instance."""
+    return None if in_office_hours(hours, now) else why_outside(hours, now)
 
 
 def _hours(seconds: float) -> str:
