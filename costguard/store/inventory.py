@@ -9,8 +9,9 @@ from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import Table, and_, bindparam, insert, update
+from sqlalchemy import select as sa_select
 from sqlalchemy.engine import Dialect
-from sqlmodel import Session, col, select
+from sqlmodel import Session, select
 
 from costguard.model import Instance, InstanceState, Lifecycle
 from costguard.store.tables import AccountRow, InstanceRow
@@ -41,7 +42,7 @@ _CHUNK = 500  # ids per IN (...) list: well inside SQLite's and PostgreSQL's par
 
 def _listed(inst: Instance) -> tuple[Any, ...]:
     return (inst.account, inst.region, inst.zone, inst.name, inst.instance_type,
-            inst.state.value, inst.state_reason, inst.lifecycle.value, inst.gpu_count,
+            str(inst.state), inst.state_reason, str(inst.lifecycle), inst.gpu_count,
             inst.gpu_model, inst.gpu_memory_mib, inst.launch_time, inst.tags, inst.launched_by)
 
 
@@ -186,11 +187,36 @@ def _expire_loaded(session: Session, provider: str) -> None:
             session.expire(obj)
 
 
+_READ = ("provider", "account", "region", "zone", "instance_id", "name", "instance_type",
+         "state", "state_reason", "lifecycle", "gpu_count", "gpu_model", "gpu_memory_mib",
+         "launch_time", "tags", "last_seen", "launched_by")
+
+
 def current_instances(session: Session, *, include_gone: bool = False) -> list[Instance]:
-    stmt = select(InstanceRow)
+    """The stored inventory, in the order the store returns it.
+
+    Read as plain rows of the columns an Instance needs, not as ORM objects: loading and
+    instrumenting an InstanceRow per instance cost more than building the Instance."""
+    if session.autoflush:
+        session.flush()  # what an ORM query here would have flushed first
+    c = _TABLE.c
+    stmt = sa_select(*(c[k] for k in _READ))
     if not include_gone:
-        stmt = stmt.where(col(InstanceRow.gone).is_(False))
-    return [to_instance(r) for r in session.exec(stmt)]
+        stmt = stmt.where(c.gone.is_(False))
+    validate = Instance.model_validate
+    return [
+        validate({
+            "provider": provider, "account": account, "region": region, "zone": zone,
+            "instance_id": instance_id, "name": name, "instance_type": instance_type,
+            "state": InstanceState(state), "state_reason": state_reason,
+            "lifecycle": Lifecycle(lifecycle), "gpu_count": gpu_count, "gpu_model": gpu_model,
+            "gpu_memory_mib": gpu_memory_mib, "launch_time": launch_time, "tags": dict(tags),
+            "observed_at": last_seen, "launched_by": launched_by,
+        })
+        for (provider, account, region, zone, instance_id, name, instance_type, state,
+             state_reason, lifecycle, gpu_count, gpu_model, gpu_memory_mib, launch_time, tags,
+             last_seen, launched_by) in session.execute(stmt)
+    ]
 
 
 def set_state(session: Session, inst: Instance, state: InstanceState, now: datetime) -> None:

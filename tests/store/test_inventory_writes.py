@@ -153,3 +153,43 @@ def test_a_pending_orm_change_is_flushed_before_the_listing_is_compared(db_url: 
     assert [(i.instance_id, prev) for i, prev in changes] == [("i-1", "running")]
     assert _rows(db)["i-1"]["state"] == "stopped"
     db.dispose()
+
+
+def test_current_instances_read_what_the_session_holds_in_the_orm_query_order(
+    db_url: str,
+) -> None:
+    db = Database(db_url)
+    with db.session() as s:
+        record_inventory(s, "aws", [_inst("i-2"), _inst("i-1", tags={"a": "b"})], T0,
+                         complete=True)
+    with db.session() as s:
+        record_inventory(s, "aws", [_inst("i-1", tags={"a": "b"})], T1, complete=True)
+    with db.session() as s:
+        s.add(InstanceRow(provider="sim", instance_id="s-1", account="1", region="r",
+                          instance_type="x", state="stopped", lifecycle="spot",
+                          launch_time=T0, first_seen=T0, last_seen=T0,
+                          state_changed_at=T0, accrued_until=T0))
+        got = current_instances(s)  # the pending row is flushed first, as an ORM query would
+        everything = current_instances(s, include_gone=True)
+        in_orm_order = [(r.provider, r.instance_id) for r in s.exec(select(InstanceRow))]
+    assert [(i.provider, i.instance_id) for i in everything] == in_orm_order
+    assert sorted((i.provider, i.instance_id) for i in got) == [("aws", "i-1"), ("sim", "s-1")]
+    got.sort(key=lambda i: i.provider)
+    assert got[0] == _inst("i-1", tags={"a": "b"}, observed_at=T1)
+    assert got[1].state is InstanceState.STOPPED and got[1].lifecycle is Lifecycle.SPOT
+    assert got[1].zone is None and got[1].tags == {} and got[1].observed_at == T0
+    db.dispose()
+
+
+def test_an_instance_copied_with_plain_strings_is_stored_like_its_enums(db_url: str) -> None:
+    db = Database(db_url)
+    # model_copy(update=...) does not validate: a state may arrive as a plain str
+    copied = _inst("i-1").model_copy(update={"state": "stopped", "lifecycle": "spot"})
+    with db.session() as s:
+        record_inventory(s, "aws", [_inst("i-1")], T0, complete=True)
+    with db.session() as s:
+        changes = record_inventory(s, "aws", [copied], T1, complete=True)
+    assert [(i.instance_id, prev) for i, prev in changes] == [("i-1", "running")]
+    row = _rows(db)["i-1"]
+    assert (row["state"], row["lifecycle"], row["state_changed_at"]) == ("stopped", "spot", T1)
+    db.dispose()
