@@ -81,6 +81,7 @@ class Engine:
                                    safety=settings.safety)
         self.alert_printer = alert_printer
         self.window = ReadingWindow()
+        self._inventory: list[Instance] | None = None
         self._spend_checked: datetime | None = None
         overrides_file = settings.costs.price_overrides
         self.catalog = PriceCatalog(
@@ -96,6 +97,7 @@ class Engine:
             s.flush()
             cycle_id = row.id or 0
         summary = CycleSummary(cycle_id=cycle_id, started_at=now)
+        self._inventory = None  # read once, after collect, for telemetry and evaluation
         try:
             self._stage(summary, "collect", lambda: self._collect(summary, now))
             self._stage(summary, "telemetry", lambda: self._telemetry(summary, now))
@@ -136,8 +138,8 @@ class Engine:
 
     def _telemetry(self, summary: CycleSummary, now: datetime) -> None:
         lookback = max([self._longest_idle_window(), timedelta(hours=1)])
+        instances = self._current_instances()
         with self.db.session() as s:
-            instances = current_instances(s)
             agent = instances_with_source(s, TelemetrySource.AGENT, now - AGENT_FRESH)
         for name, provider in self.providers.items():
             key = f"telemetry_until:{name}"
@@ -175,6 +177,13 @@ class Engine:
                 summary.readings += write_minutes(s, readings)
                 control.put(s, key, until.isoformat(), now)
             self.window.add(readings, since=start)
+
+    def _current_instances(self) -> list[Instance]:
+        """The inventory as collect left it; nothing changes it before the act stage."""
+        if self._inventory is None:
+            with self.db.session() as s:
+                self._inventory = current_instances(s)
+        return self._inventory
 
     @staticmethod
     def _fetcher(name: str, provider: Provider) -> Fetch:
@@ -220,8 +229,7 @@ class Engine:
         return quote.usd_per_hour if quote else 0.0
 
     def _evaluate(self, now: datetime) -> list[Finding]:
-        with self.db.session() as s:
-            instances = current_instances(s)
+        instances = self._current_instances()
         minutes = self.window.as_dict(now - self._longest_idle_window(), now)
         findings: list[Finding] = []
         prices: dict[tuple[str, str], float] = {}
