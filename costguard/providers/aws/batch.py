@@ -1,9 +1,9 @@
 """Re-check, stop and tag many EC2 instances of one (account, region) in few API calls.
 
 Every call takes up to `CHUNK` instance ids: one DescribeInstances per chunk to re-check, one
-StopInstances per chunk (and one DescribeInstances after it to verify), one CreateTags and/or
-DeleteTags per chunk. A dry run sends the same calls with DryRun=True, so one call proves the
-permission for the whole chunk.
+StopInstances per chunk (then DescribeInstanceStatus, 100 ids a call, to verify the state
+after), one CreateTags and/or DeleteTags per chunk. A dry run sends the same calls with
+DryRun=True, so one call proves the permission for the whole chunk.
 
 EC2 validates every id of a call before acting on any: an id that vanished meanwhile fails
 the call with InvalidInstanceID.NotFound, whose message names it. That id is answered
@@ -48,15 +48,15 @@ def _gone_ids(exc: ClientError, asked: Sequence[str]) -> set[str]:
     return set(_ID.findall(error_message(exc))) & set(asked)
 
 
-def describe_raw(ec2: EC2Client, ids: Sequence[str], scope: str) -> dict[str, dict[str, Any]]:
-    """EC2's current record of each id that still exists, one DescribeInstances per chunk
-    (plus one more per vanished id EC2 names). Raises ProviderError otherwise."""
-    out: dict[str, dict[str, Any]] = {}
-    for start in range(0, len(ids), CHUNK):
-        pending = list(ids[start : start + CHUNK])
+def _pages(call: Callable[[list[str]], Any], ids: Sequence[str], size: int, scope: str
+           ) -> Iterator[Any]:
+    """`call` on `ids`, `size` at a time; an id EC2 says vanished is dropped and the chunk
+    asked again without it. Raises ProviderError otherwise."""
+    for start in range(0, len(ids), size):
+        pending = list(ids[start : start + size])
         while pending:
             try:
-                page = ec2.describe_instances(InstanceIds=pending)
+                page = call(pending)
             except ClientError as exc:
                 gone = _gone_ids(exc, pending)
                 if not gone:
@@ -65,10 +65,35 @@ def describe_raw(ec2: EC2Client, ids: Sequence[str], scope: str) -> dict[str, di
                 continue
             except BotoCoreError as exc:
                 raise translate(exc, scope) from exc
-            for reservation in page.get("Reservations", []):
-                for raw in reservation.get("Instances", []):
-                    out[raw["InstanceId"]] = dict(raw)
+            yield page
             break
+
+
+def describe_raw(ec2: EC2Client, ids: Sequence[str], scope: str) -> dict[str, dict[str, Any]]:
+    """EC2's current record of each id that still exists, one DescribeInstances per chunk
+    (plus one more per vanished id EC2 names). Raises ProviderError otherwise."""
+    out: dict[str, dict[str, Any]] = {}
+    for page in _pages(lambda chunk: ec2.describe_instances(InstanceIds=chunk), ids, CHUNK,
+                       scope):
+        for reservation in page.get("Reservations", []):
+            for raw in reservation.get("Instances", []):
+                out[raw["InstanceId"]] = dict(raw)
+    return out
+
+
+STATUS_CHUNK = 100  # DescribeInstanceStatus takes at most 100 explicit ids
+
+
+def describe_states(ec2: EC2Client, ids: Sequence[str], scope: str
+                    ) -> dict[str, InstanceState]:
+    """The state of each id that still exists, from DescribeInstanceStatus (all states):
+    a few hundred bytes per instance where DescribeInstances sends its whole record."""
+    out: dict[str, InstanceState] = {}
+    for page in _pages(lambda chunk: ec2.describe_instance_status(
+            InstanceIds=chunk, IncludeAllInstances=True), ids, STATUS_CHUNK, scope):
+        for status in page.get("InstanceStatuses", []):
+            name = status["InstanceState"]["Name"]
+            out[status["InstanceId"]] = EC2_STATES.get(name, InstanceState.PENDING)
     return out
 
 
@@ -174,13 +199,12 @@ def _verify_stopped(ec2: EC2Client, ids: list[str], scope: str) -> dict[str, Act
     if not ids:
         return {}
     try:
-        after = describe_raw(ec2, ids, scope)
+        after = describe_states(ec2, ids, scope)
     except ProviderError:  # the stop went through; only its verification failed
         return _all(ids, ActionOutcome.DONE, "stop requested (state after not read)")
     out: dict[str, ActionResult] = {}
     for iid in ids:
-        raw = after.get(iid)
-        state = _state(raw) if raw is not None else InstanceState.TERMINATED
+        state = after.get(iid, InstanceState.TERMINATED)
         if state in (InstanceState.RUNNING, InstanceState.PENDING):
             out[iid] = ActionResult(outcome=ActionOutcome.FAILED, state_after=state,
                                     detail=f"StopInstances accepted, but the instance is "

@@ -12,6 +12,7 @@ PROTECT_TAG = "costguard:protect"
 
 READ_ACTIONS = [
     "ec2:DescribeInstances",
+    "ec2:DescribeInstanceStatus",  # the state after a stop (providers/aws/batch.py)
     "ec2:DescribeInstanceTypes",
     "ec2:DescribeRegions",
     "ec2:DescribeSpotPriceHistory",

@@ -89,7 +89,9 @@ def test_describe_and_stop_many_chunk_per_region(
     assert {r.state_after for r in results.values()} <= {InstanceState.STOPPING,
                                                            InstanceState.STOPPED}
     assert _per_region(calls, "StopInstances") == {REGION: 2, OTHER: 1}
-    assert _per_region(calls, "DescribeInstances") == {REGION: 2, OTHER: 1}  # verification
+    # the states after: DescribeInstanceStatus takes 100 explicit ids a call
+    assert _per_region(calls, "DescribeInstanceStatus") == {REGION: 11, OTHER: 1}
+    assert _per_region(calls, "DescribeInstances") == {}
     live = _live(REGION, [i.instance_id for i in instances if i.region == REGION])
     assert {state for state, _ in live.values()} <= {"stopping", "stopped"}
 
@@ -197,3 +199,40 @@ def test_describe_reports_a_changed_instance_as_it_is_now(make_provider: Provide
 
     assert fresh is not None and fresh.tags["costguard:protect"] == "true"
     assert (fresh.gpu_count, fresh.launch_time) == (inst.gpu_count, inst.launch_time)
+
+
+def test_a_stop_ec2_accepted_but_did_not_happen_is_failed_by_the_state_read_after(
+    make_provider: ProviderFactory, session: boto3.Session
+) -> None:
+    run_instances(REGION, count=3)
+    ignored: set[str] = set()
+
+    def accept_but_ignore_one(params: dict[str, Any], **_: Any
+                              ) -> tuple[Any, dict[str, Any]] | None:
+        body = params["body"]  # the serialized query: InstanceId.1, InstanceId.2, ...
+        ids = [v for k, v in sorted(body.items()) if k.startswith("InstanceId.")]
+        if not ignored:  # the first id: answered "stopping", left running
+            ignored.add(ids[0])
+        rest = [i for i in ids if i not in ignored]
+        if body.get("DryRun") == "true" or not rest:
+            return None
+        boto3.client("ec2", region_name=REGION).stop_instances(InstanceIds=rest)
+        return AWSResponse("https://ec2", 200, HTTPHeaders(), None), {
+            "StoppingInstances": [], "ResponseMetadata": {"HTTPStatusCode": 200}}
+
+    session.events.register_first("before-call.ec2.StopInstances", accept_but_ignore_one)  # type: ignore[arg-type]
+    calls = _count(session)
+    provider = make_provider(regions=[REGION])
+    instances = provider.list_instances().instances
+    calls.clear()
+
+    results = provider.stop_many(instances, dry_run=False)
+
+    (left,) = ignored
+    assert results[left].outcome is ActionOutcome.FAILED
+    assert results[left].state_after is InstanceState.RUNNING
+    assert "still running" in results[left].detail
+    others = [r for iid, r in results.items() if iid != left]
+    assert len(others) == 2 and {r.outcome for r in others} == {ActionOutcome.DONE}
+    assert {r.state_after for r in others} <= {InstanceState.STOPPING, InstanceState.STOPPED}
+    assert calls[f"DescribeInstanceStatus {REGION}"] == 1
