@@ -75,7 +75,8 @@ class AwsProvider(CloudWatchReads):
         self.metric_gaps: list[Gap] = []  # scopes whose metrics could not be read, last call
         self.get_metric_data_calls = 0  # GetMetricData calls made, last gpu/cpu call
         self._span = timedelta(minutes=settings.cloudwatch.max_span_minutes)
-        self._listed: dict[tuple[str, str, str, str, bool], tuple[datetime, DimensionSets]] = {}
+        self._listed: dict[tuple[str, str, str, str, bool],
+                           tuple[datetime, DimensionSets, frozenset[str]]] = {}
 
     # -- inventory -------------------------------------------------------------------------
 

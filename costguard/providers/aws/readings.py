@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LISTED_FRESH = timedelta(minutes=1)  # ListMetrics results serve the rest of a cycle
+# ListMetrics results are reused for up to an hour while no instance appears that the
+# listing was not taken for
+LISTED_FRESH = timedelta(hours=1)
 DimensionSets = set[tuple[tuple[str, str], ...]]
 CpuSeries = dict[str, dict[datetime, float]]
 
@@ -45,7 +47,9 @@ class CloudWatchReads:
     _lock: threading.Lock
     _hosts: dict[str, HostNames]
     _span: timedelta
-    _listed: dict[tuple[str, str, str, str, bool], tuple[datetime, DimensionSets]]
+    # (listed at, dimension sets, the instance ids it was taken for)
+    _listed: dict[tuple[str, str, str, str, bool],
+                  tuple[datetime, DimensionSets, frozenset[str]]]
 
     def _account(self, account_id: str) -> AccountScope:
         raise NotImplementedError  # the provider's
@@ -97,7 +101,7 @@ class CloudWatchReads:
         else:
             hosts = self._hosts_for(account, region, wanted) if layout is not True else {}
             dimension_sets = {
-                metric: self._dimensions(client, key, namespace, metric, scope, recent)
+                metric: self._dimensions(client, key, namespace, metric, scope, recent, wanted)
                 for metric in metrics
             }
             series = cw.attribute_series(dimension_sets, wanted, hosts, layout)
@@ -114,19 +118,22 @@ class CloudWatchReads:
         return rows, calls
 
     def _dimensions(self, client: CloudWatchClient, key: tuple[str, str], namespace: str,
-                    metric: str, scope: str, recent: bool) -> DimensionSets:
-        """ListMetrics' dimension sets, reused for a minute: a first cycle reads metrics twice
-        (the recent span for every GPU, then the idle window's history for some)."""
+                    metric: str, scope: str, recent: bool, wanted: set[str]) -> DimensionSets:
+        """ListMetrics' dimension sets, reused for up to `LISTED_FRESH` while every instance
+        asked about was already asked about when the listing was taken: a new instance
+        brings a new listing. A series that appears later for a known instance (an agent
+        installed afterwards) is found at the next listing; until then it is no data, never
+        idle."""
         now = self.clock.now()
         cache_key = (*key, namespace, metric, recent)
         with self._lock:
             cached = self._listed.get(cache_key)
-        if cached is not None and now - cached[0] < LISTED_FRESH:
+        if cached is not None and now - cached[0] < LISTED_FRESH and wanted <= cached[2]:
             return cached[1]
         found = cw.list_metric_dimensions(client, namespace, metric, scope,
                                           recently_active=recent)
         with self._lock:
-            self._listed[cache_key] = (now, found)
+            self._listed[cache_key] = (now, found, frozenset(wanted))
         return found
 
     def _hosts_for(

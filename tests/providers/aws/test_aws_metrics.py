@@ -414,7 +414,7 @@ def test_spans_are_whole_periods() -> None:
     assert spans(t0, hour, timedelta(hours=2), 60) == [(t0, hour)]
 
 
-def test_series_discovery_serves_a_cycle_and_is_redone_after_a_minute(
+def test_series_discovery_is_reused_until_a_new_instance_or_an_hour(
     make_provider: ProviderFactory, clock: ManualClock, session: boto3.Session
 ) -> None:
     (raw,) = run_instances(itype="g5.xlarge")
@@ -428,9 +428,25 @@ def test_series_discovery_serves_a_cycle_and_is_redone_after_a_minute(
     first = len(listed)
     provider.gpu_metrics(instances, when - timedelta(minutes=30), when)  # same cycle
     assert len(listed) == first == 3  # one discovery per GPU metric name
-    clock.advance(timedelta(minutes=2))
+    clock.advance(timedelta(minutes=10))  # the next cycles, the same instances
     provider.gpu_metrics(instances, when, when + timedelta(minutes=1))
+    assert len(listed) == first
+
+    # an instance the listing was not taken for: listed again, and its series is found
+    (new,) = run_instances(itype="g5.xlarge")
+    _put([{"MetricName": GPU_UTIL, "Timestamp": when, "Value": 3.0,
+           "Dimensions": [{"Name": "InstanceId", "Value": new["InstanceId"]}]}])
+    more = provider.list_instances().instances
+    rows = provider.gpu_metrics(more, when, when + timedelta(minutes=1))
     assert len(listed) == 2 * first
+    assert {r.instance_id for r in rows} == {raw["InstanceId"], new["InstanceId"]}
+
+    clock.advance(timedelta(minutes=59))
+    provider.gpu_metrics(more, when, when + timedelta(minutes=1))
+    assert len(listed) == 2 * first
+    clock.advance(timedelta(minutes=1))  # an hour after that listing
+    provider.gpu_metrics(more, when, when + timedelta(minutes=1))
+    assert len(listed) == 3 * first
 
 
 def test_rollup_by_instance_reads_the_instance_series_without_listing_them(
