@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from functools import lru_cache
 from operator import itemgetter
@@ -15,6 +15,7 @@ from sqlmodel import Session, select
 
 from costguard.model import Instance, InstanceState, Lifecycle
 from costguard.store.tables import AccountRow, InstanceRow
+from costguard.store.upsert import BindProcessors, driver_sql
 
 _TABLE: Table = InstanceRow.__table__  # type: ignore[attr-defined]
 
@@ -154,18 +155,10 @@ _STATE_AT = _LISTED.index("state")
 
 
 @lru_cache(maxsize=4)
-def _insert_sql(dialect: Dialect) -> tuple[str, bool, dict[str, Callable[[Any], Any]]]:
+def _insert_sql(dialect: Dialect) -> tuple[str, bool, BindProcessors]:
     """The INSERT as driver SQL, whether it takes positional parameters (in `_INSERT_COLS`
     order), and the bind processor of each column that has one on `dialect`."""
-    compiled = insert(_TABLE).compile(dialect=dialect, column_keys=_INSERT_COLS)
-    if compiled.positional and list(compiled.positiontup or []) != _INSERT_COLS:
-        raise RuntimeError(f"instances insert binds {compiled.positiontup}, not {_INSERT_COLS}")
-    procs: dict[str, Callable[[Any], Any]] = {}
-    for c in _TABLE.columns:
-        process = c.type.dialect_impl(dialect).bind_processor(dialect)
-        if process is not None:
-            procs[c.name] = process
-    return str(compiled), bool(compiled.positional), procs
+    return driver_sql(insert(_TABLE), _TABLE, _INSERT_COLS, dialect)
 
 
 def _update_ids(session: Session, provider: str, ids: list[str], values: dict[str, Any]

@@ -16,6 +16,7 @@ from sqlmodel import Session
 
 from costguard.model import MAX_SPAN_MINUTES, GpuMinute, covering
 from costguard.store.tables import GpuReadingRow
+from costguard.store.upsert import driver_sql
 
 _TABLE: Table = GpuReadingRow.__table__  # type: ignore[attr-defined]
 _KEY = ("provider", "instance_id", "gpu_index", "minute")
@@ -67,12 +68,14 @@ def _upsert_sql(dialect: Dialect) -> tuple[str, list[str] | None, Callable[[Any]
     stmt = insert(_TABLE)
     stmt = stmt.on_conflict_do_update(
         index_elements=list(_KEY), set_={c: stmt.excluded[c] for c in _FIELDS[_KEY_LEN:]})
-    compiled = stmt.compile(dialect=dialect, column_keys=_FIELDS)
-    if compiled.positional and list(compiled.positiontup or []) != _FIELDS:
-        raise RuntimeError(f"gpu_readings upsert binds {compiled.positiontup}, not {_FIELDS}")
-    minute_type = _TABLE.c.minute.type.dialect_impl(dialect)  # e.g. SQLite: its text form
-    process = minute_type.bind_processor(dialect) or (lambda v: v)
-    return str(compiled), (None if compiled.positional else _FIELDS), process
+    sql, positional, procs = driver_sql(stmt, _TABLE, _FIELDS, dialect)
+    # `minute` is the one column to bind: the others with a processor (SQLite's float
+    # conversion) hold what a GpuMinute already validated as float (checked in the tests)
+    return sql, (None if positional else _FIELDS), procs.get("minute", _same)
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 _ONE_MINUTE = timedelta(minutes=1)

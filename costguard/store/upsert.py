@@ -1,13 +1,41 @@
-"""Portable INSERT ... ON CONFLICT for SQLite and PostgreSQL."""
+"""Portable INSERT ... ON CONFLICT for SQLite and PostgreSQL, and statements compiled for the
+driver's own executemany."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 from sqlalchemy import Table
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Dialect
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.expression import ClauseElement
 from sqlmodel import Session
+
+BindProcessors = dict[str, Callable[[Any], Any]]
+
+
+def driver_sql(stmt: ClauseElement, table: Table, columns: Sequence[str], dialect: Dialect
+               ) -> tuple[str, bool, BindProcessors]:
+    """`stmt` (an insert of `columns` into `table`) as the driver's SQL, whether it takes
+    positional parameters (then in `columns` order, checked), and the bind processor of each
+    of `table`'s columns that has one on `dialect` (its own implementation: SQLite's
+    DATETIME writes its own text form).
+
+    For bulk writes at fleet scale: SQLAlchemy's per-parameter processing of every row
+    costs more than the insert itself, so callers bind what needs binding and pass plain
+    tuples (or dicts, for a named paramstyle) to `exec_driver_sql`."""
+    compiled = cast(SQLCompiler, stmt.compile(dialect=dialect, column_keys=list(columns)))
+    if compiled.positional and list(compiled.positiontup or []) != list(columns):
+        raise RuntimeError(f"{table.name}: statement binds {compiled.positiontup}, "
+                           f"not {list(columns)}")
+    procs: BindProcessors = {}
+    for c in table.columns:
+        process = c.type.dialect_impl(dialect).bind_processor(dialect)
+        if process is not None:
+            procs[c.name] = process
+    return str(compiled), bool(compiled.positional), procs
 
 
 def upsert(

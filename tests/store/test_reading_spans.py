@@ -107,3 +107,19 @@ def test_the_window_keeps_a_reading_until_its_last_minute_leaves(store: Database
     with store.session() as s:
         window.refresh(s, [("aws", "i-a")], later - HOUR, later)
     assert window.minutes(("aws", "i-a"), later - HOUR, later) == []
+
+
+def test_minute_is_the_only_readings_column_the_driver_write_must_bind(store: Database) -> None:
+    # write_minutes binds `minute` only; the other processors a dialect has are float
+    # conversions of fields a GpuMinute already holds as floats
+    from sqlalchemy import Float
+
+    from costguard.store.upsert import driver_sql
+
+    table = GpuReadingRow.__table__  # type: ignore[attr-defined]
+    columns = [c.name for c in table.columns]
+    _, _, procs = driver_sql(table.insert(), table, columns, store.engine.dialect)
+    others = set(procs) - {"minute"}
+    assert all(isinstance(table.c[name].type, Float) for name in others)
+    m = _cw(3, 2)  # given as ints
+    assert all(type(getattr(m, name)) is float for name in others if getattr(m, name) is not None)
