@@ -10,13 +10,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Table
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.dml import Insert
 
 from costguard.daemon.metrics import DaemonMetrics
 from costguard.model import GpuMinute
 from costguard.store.db import Database
 from costguard.store.tables import GpuReadingRow
+from costguard.store.upsert import dialect_insert
 
 _TABLE: Table = GpuReadingRow.__table__  # type: ignore[attr-defined]
 _KEY = ("provider", "instance_id", "gpu_index", "minute")
@@ -26,8 +26,7 @@ def insert_new_rows(dialect: str) -> Insert:
     """INSERT .. ON CONFLICT (key) DO NOTHING RETURNING one column: executed with many
     parameter sets it returns a row per summary actually written, so the count needs no
     existence query (a row-value IN over the key is a full index scan on SQLite)."""
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    stmt = insert(_TABLE).on_conflict_do_nothing(index_elements=list(_KEY))
+    stmt = dialect_insert(_TABLE, dialect).on_conflict_do_nothing(index_elements=list(_KEY))
     return stmt.returning(_TABLE.c.gpu_index)
 
 

@@ -10,13 +10,12 @@ from operator import attrgetter
 from typing import Any
 
 from sqlalchemy import Table, and_, delete, or_, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlmodel import Session
 
 from costguard.model import MAX_SPAN_MINUTES, GpuMinute, covering
 from costguard.store.tables import GpuReadingRow
-from costguard.store.upsert import driver_sql
+from costguard.store.upsert import dialect_insert, driver_sql
 
 _TABLE: Table = GpuReadingRow.__table__  # type: ignore[attr-defined]
 _KEY = ("provider", "instance_id", "gpu_index", "minute")
@@ -64,8 +63,7 @@ _SPAN_AT = _FIELDS.index("span_minutes")
 def _upsert_sql(dialect: Dialect) -> tuple[str, list[str] | None, Callable[[Any], Any]]:
     """The upsert as driver SQL, the parameter names it wants (None: positional, in
     `_FIELDS` order), and the `minute` column's bind processor."""
-    insert = postgresql.insert if dialect.name == "postgresql" else sqlite.insert
-    stmt = insert(_TABLE)
+    stmt = dialect_insert(_TABLE, dialect.name)
     stmt = stmt.on_conflict_do_update(
         index_elements=list(_KEY), set_={c: stmt.excluded[c] for c in _FIELDS[_KEY_LEN:]})
     sql, positional, procs = driver_sql(stmt, _TABLE, _FIELDS, dialect)
