@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import import_module
@@ -25,6 +26,7 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 HEAD_REVISION = "0006"
 # every module that declares tables: imported before migrating or comparing the schema
 TABLE_MODULES = ("costguard.store.tables", "costguard.alerts.tables")
+log = logging.getLogger(__name__)
 
 
 def load_all_tables() -> None:
@@ -68,15 +70,44 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     """Bring the schema to `revision` (idempotent)."""
     if revision == "head" and _stored_revision(engine) == HEAD_REVISION:
         return
-    from alembic import command
-
     try:
+        if revision == "head" and _create_sqlite_at_head(engine):
+            return
+        from alembic import command
+
         command.upgrade(_alembic_config(engine), revision)
     except OperationalError as exc:
         raise StoreError(
             f"cannot migrate the database at {engine.url.render_as_string(hide_password=True)}: "
             f"{exc.orig}. Check database_url in costguard.yaml or COSTGUARD_DATABASE_URL."
         ) from exc
+
+
+def _create_sqlite_at_head(engine: Engine) -> bool:
+    """Create an empty SQLite database's schema at head from `sqlite_head` (the migrations'
+    own statements, recorded; a test keeps them equal) and stamp it, in one transaction; the
+    write lock is taken first, so a process creating the same store at the same time waits
+    and then finds it made. False, with nothing done, for anything else (another backend,
+    a database with any schema object): Alembic then migrates it."""
+    if engine.dialect.name != "sqlite":
+        return False
+    from costguard.store import sqlite_head
+
+    if sqlite_head.REVISION != HEAD_REVISION:
+        return False
+    with engine.connect() as conn:
+        # pysqlite would begin no transaction before DDL: begin one, taking the write lock
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        if conn.exec_driver_sql("SELECT count(*) FROM sqlite_master").scalar():
+            conn.rollback()
+            return False
+        for statement in sqlite_head.STATEMENTS:
+            conn.exec_driver_sql(statement)
+        conn.exec_driver_sql("INSERT INTO alembic_version (version_num) VALUES (?)",
+                             (HEAD_REVISION,))
+        conn.commit()
+    log.info("created the schema of a new SQLite store at revision %s", HEAD_REVISION)
+    return True
 
 
 def _stored_revision(engine: Engine) -> str | None:
