@@ -24,6 +24,7 @@ from costguard.model import ActionOutcome, ActionResult, Instance, InstanceState
 from costguard.providers.aws.actions import _PERMISSION, tag_detail
 from costguard.providers.aws.boundary import error_code, error_message, translate
 from costguard.providers.aws.gpu_types import GpuSpec, shipped_gpu_table
+from costguard.providers.aws.instance_xml import lean_records
 from costguard.providers.aws.inventory import EC2_STATES, to_instance
 
 if TYPE_CHECKING:
@@ -72,9 +73,12 @@ def _pages(call: Callable[[list[str]], Any], ids: Sequence[str], size: int, scop
 def describe_raw(ec2: EC2Client, ids: Sequence[str], scope: str) -> dict[str, dict[str, Any]]:
     """EC2's current record of each id that still exists, one DescribeInstances per chunk
     (plus one more per vanished id EC2 names). Raises ProviderError otherwise."""
+    def describe(chunk: list[str]) -> Any:
+        with lean_records():  # the re-check reads what the inventory reads
+            return ec2.describe_instances(InstanceIds=chunk)
+
     out: dict[str, dict[str, Any]] = {}
-    for page in _pages(lambda chunk: ec2.describe_instances(InstanceIds=chunk), ids, CHUNK,
-                       scope):
+    for page in _pages(describe, ids, CHUNK, scope):
         for reservation in page.get("Reservations", []):
             for raw in reservation.get("Instances", []):
                 out[raw["InstanceId"]] = dict(raw)

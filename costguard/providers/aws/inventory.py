@@ -13,6 +13,7 @@ from costguard.errors import ProviderError
 from costguard.model import Instance, InstanceState, Lifecycle
 from costguard.providers.aws.boundary import aws_call
 from costguard.providers.aws.gpu_types import GpuSpec, GpuTypeCatalog, shipped_gpu_table
+from costguard.providers.aws.instance_xml import lean_records
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
@@ -55,7 +56,8 @@ def describe_pages(ec2: EC2Client, scope: str) -> Iterator[list[dict[str, Any]]]
             kwargs: dict[str, Any] = {"MaxResults": PAGE_SIZE}
             if token:
                 kwargs["NextToken"] = token
-            page = ec2.describe_instances(**kwargs)
+            with lean_records():
+                page = ec2.describe_instances(**kwargs)
             yield [
                 dict(raw)
                 for reservation in page.get("Reservations", [])

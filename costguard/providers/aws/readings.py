@@ -20,6 +20,7 @@ from costguard.clock import Clock, utc
 from costguard.errors import ProviderError
 from costguard.model import Gap, GpuMinute, Instance
 from costguard.providers.aws import metrics as cw
+from costguard.providers.aws.instance_xml import lean_records
 from costguard.providers.aws.inventory import HostNames, host_names
 from costguard.providers.aws.sessions import AccountScope, ClientFactory
 from costguard.providers.aws.settings import AwsSettings
@@ -147,7 +148,8 @@ class CloudWatchReads:
             for chunk in range(0, len(missing), 1000):
                 ids = missing[chunk : chunk + 1000]
                 try:
-                    page = ec2.describe_instances(InstanceIds=ids)
+                    with lean_records():
+                        page = ec2.describe_instances(InstanceIds=ids)
                 except (ClientError, BotoCoreError) as exc:  # e.g. an id gone meanwhile
                     log.info("private DNS names not refreshed: %s", type(exc).__name__)
                     continue

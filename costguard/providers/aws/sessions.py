@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -17,10 +17,12 @@ from botocore.config import Config
 from botocore.credentials import RefreshableCredentials
 from botocore.session import Session as BotocoreSession
 from botocore.session import get_session
-from botocore.utils import parse_timestamp
 
 from costguard.providers.aws.boundary import aws_call
+from costguard.providers.aws.instance_xml import EVENT as INSTANCES_EVENT
+from costguard.providers.aws.instance_xml import read_describe_instances
 from costguard.providers.aws.settings import AwsAccount, AwsSettings
+from costguard.providers.aws.timestamps import fast_timestamp
 
 if TYPE_CHECKING:
     from mypy_boto3_cloudwatch import CloudWatchClient
@@ -39,27 +41,6 @@ class AccountScope:
 
     account_id: str
     role_arn: str | None
-
-
-def fast_timestamp(value: Any) -> datetime:
-    """botocore's timestamp parser, without dateutil on the common paths.
-
-    botocore parses every timestamp in a response (an instance's LaunchTime, each volume's
-    AttachTime, each metric datapoint) with dateutil, which was the largest single cost of
-    reading a fleet. ISO-8601 with an offset and epoch numbers, what EC2 and CloudWatch send,
-    give the same instant through the standard library; anything else goes to botocore.
-    """
-    if isinstance(value, str):
-        try:
-            parsed = datetime.fromisoformat(value)
-        except ValueError:
-            parsed = None
-        if parsed is not None and parsed.tzinfo is not None:
-            return parsed
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        return datetime.fromtimestamp(value, UTC)
-    result: datetime = parse_timestamp(value)
-    return result
 
 
 def use_fast_timestamps(session: boto3.Session) -> None:
@@ -219,7 +200,10 @@ class ClientFactory:
             kwargs["endpoint_url"] = self._settings.endpoint_url
         with self._lock:  # botocore sessions are not thread-safe; clients are
             use_fast_timestamps(session)
-            return session.client(service, **kwargs)  # type: ignore[call-overload]
+            client = session.client(service, **kwargs)  # type: ignore[call-overload]
+        if service == "ec2":
+            client.meta.events.register(INSTANCES_EVENT, read_describe_instances)
+        return client
 
     def client(self, account: AccountScope, region: str, service: str) -> Any:
         key = (account.account_id, region, service)
