@@ -12,6 +12,7 @@ from datetime import datetime
 from sqlalchemy import Column, Index
 from sqlmodel import Field, SQLModel
 
+from costguard.store.tables import DEFERRED
 from costguard.store.types import UTCDateTime
 
 
@@ -22,6 +23,8 @@ class AlertDeliveryRow(SQLModel, table=True):
     sent inside one (`digest_id`), `unconfirmed` was interrupted mid-send on a channel that
     cannot be asked whether the message arrived (so it is not sent again).
     """
+
+    model_config = DEFERRED
 
     __tablename__ = "alert_deliveries"
     __table_args__ = (
