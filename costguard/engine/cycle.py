@@ -18,9 +18,7 @@ from costguard.alerts.dispatcher import dispatch
 from costguard.clock import Clock
 from costguard.config import Settings
 from costguard.costs.accrual import accrue
-from costguard.costs.anomaly import detect_anomalies
 from costguard.costs.attribution import Attributor
-from costguard.costs.budgets import check_budgets
 from costguard.costs.pricing import PriceCatalog, PriceOverrides
 from costguard.engine.backfill import Fetch, fetch_cold
 from costguard.engine.collect import METRICS_SCOPE, collect, record_gaps
@@ -263,6 +261,11 @@ class Engine:
         if self._spend_checked == hour:
             return  # both judge whole hours and days: once an hour is enough (alerts dedupe)
         self._spend_checked = hour
+        # imported here: a policy set with no budget or anomaly rule (most) never needs them,
+        # nor the report queries and rollups they read spend with
+        from costguard.costs.anomaly import detect_anomalies
+        from costguard.costs.budgets import check_budgets
+
         with self.db.session() as s:
             statuses = check_budgets(s, self.policies, now)
             anomalies = detect_anomalies(s, self.policies, now)
