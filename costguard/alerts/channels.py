@@ -10,26 +10,25 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlmodel import col, select
 
 from costguard.alerts.console import AlertPrinter
-from costguard.alerts.content import AlertView, view_of
-from costguard.alerts.email import (
-    EmailSender,
-    alert_email,
-    build_email,
-    render_digest,
-)
 from costguard.alerts.errors import DeliveryError
 from costguard.alerts.settings import AlertsSettings
-from costguard.alerts.slack import METADATA_EVENT, SlackSender, digest_blocks, slack_message
 from costguard.alerts.tables import AlertDeliveryRow
 from costguard.clock import utc
 from costguard.policy.base import format_duration
 from costguard.store.db import Database
 from costguard.store.tables import AlertRow
+
+# Slack, email and the content they render (and smtplib) are imported where a delivery is
+# made or a sender configured: most cycles deliver nothing, or only to the console
+if TYPE_CHECKING:
+    from costguard.alerts.content import AlertView
+    from costguard.alerts.email import EmailSender
+    from costguard.alerts.slack import SlackSender
 
 log = logging.getLogger("costguard.alerts")
 
@@ -44,8 +43,16 @@ class Channels:
         self.db = db
         self.settings = settings
         self.printer = printer
-        self.slack = SlackSender(settings.slack, secrets) if settings.slack.configured else None
-        self.email = EmailSender(settings.email, secrets) if settings.email else None
+        self.slack: SlackSender | None = None
+        self.email: EmailSender | None = None
+        if settings.slack.configured:
+            from costguard.alerts.slack import SlackSender
+
+            self.slack = SlackSender(settings.slack, secrets)
+        if settings.email:
+            from costguard.alerts.email import EmailSender
+
+            self.email = EmailSender(settings.email, secrets)
 
     @property
     def slack_bot(self) -> SlackSender | None:
@@ -64,7 +71,11 @@ class Channels:
             self.printer(alert.kind, alert.subject, alert.body)
             return "console"
         if row.channel == "slack":
+            from costguard.alerts.slack import slack_message
+
             return self._post_once(row, slack_message(view, row.dedupe_key))
+        from costguard.alerts.email import alert_email
+
         sender = self._email()
         return sender.send(alert_email(view, to=row.target,
                                        from_addr=sender.settings.from_addr,
@@ -80,10 +91,14 @@ class Channels:
             self.printer("digest", title, "\n".join(v.subject for v in views))
             return "console"
         if row.channel == "slack":
+            from costguard.alerts.slack import METADATA_EVENT, digest_blocks
+
             return self._post_once(row, {
                 "text": title, "blocks": digest_blocks(title, views),
                 "metadata": {"event_type": METADATA_EVENT,
                              "event_payload": {"dedupe_key": row.dedupe_key}}})
+        from costguard.alerts.email import build_email, render_digest
+
         text, html = render_digest(title, views)
         sender = self._email()
         return sender.send(build_email(
@@ -114,6 +129,8 @@ class Channels:
         return self.email
 
     def content(self, row: AlertDeliveryRow) -> tuple[list[AlertView], AlertRow | None]:
+        from costguard.alerts.content import view_of
+
         max_snooze: timedelta = self.settings.max_snooze
         with self.db.session() as s:
             if row.kind == "digest":
