@@ -1,6 +1,8 @@
 """SQLModel tables. Money is kept in integer micro-dollars so sums are exact to the cent.
 
-Every schema change goes through an Alembic migration in `store/migrations/versions/`.
+Every schema change goes through an Alembic migration in `store/migrations/versions/`, then
+`python -m costguard.store.head_snapshot` (a new SQLite store is created from that snapshot of
+the migrated schema; tests/store/test_store_head.py fails until it is rewritten).
 """
 
 from __future__ import annotations
