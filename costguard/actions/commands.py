@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from costguard.cli_common import cli_clock
 from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
 from costguard.errors import CostguardError, PolicyError
@@ -77,7 +78,6 @@ def snooze_command(
     Example: costguard snooze i-0abc123 --for 4h --reason "eval run starts at 3pm"
     """
     from costguard.actions.snooze import snooze
-    from costguard.clock import SystemClock
     from costguard.providers.registry import build_providers
     from costguard.store.db import Database
 
@@ -87,7 +87,7 @@ def snooze_command(
                                  param_hint="--reason")
     settings = _settings(config)
     policies = _load_policies(settings.policy_paths)
-    clock = SystemClock()
+    clock = cli_clock()
     try:
         db = Database(settings.database_url)
         providers = {} if no_tag else build_providers(settings, clock)
@@ -125,7 +125,7 @@ def audit_command(
     from costguard.store.db import Database
 
     settings = _settings(config)
-    start = _since(since, datetime.now(UTC))
+    start = _since(since, cli_clock().now())
     try:
         db = Database(settings.database_url)
     except CostguardError as exc:
@@ -174,7 +174,7 @@ def simulate_command(
     from costguard.store.db import Database
 
     settings = _settings(config)
-    now = datetime.now(UTC)
+    now = cli_clock().now()
     start = _since(since, now)
     every = duration_arg(step) if step else None
     policies = _load_policies(policy_file)
