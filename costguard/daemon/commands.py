@@ -13,7 +13,7 @@ import json
 import shutil
 import sqlite3
 import subprocess
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -25,6 +25,7 @@ from sqlmodel import col
 from sqlmodel import select as model_select
 
 from costguard.alerts.queue import count_unconfirmed
+from costguard.cli_common import cli_clock
 from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
 from costguard.clock import utc
@@ -97,7 +98,7 @@ def status(
     settings = _settings(config)
     db = _open(settings)
     try:
-        info = gather_status(db, datetime.now(UTC), settings.poll_interval.total_seconds())
+        info = gather_status(db, cli_clock().now(), settings.poll_interval.total_seconds())
     finally:
         db.dispose()
     if fmt == "json":

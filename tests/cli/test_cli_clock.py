@@ -112,3 +112,15 @@ def test_simulate_replays_up_to_the_clock(store: Store) -> None:
     assert datetime.fromisoformat(report["until"]) == NOW
     assert datetime.fromisoformat(report["since"]) == NOW - timedelta(hours=3)
     assert report["warnings"] >= 1  # the history it replayed is there
+
+
+def test_status_ages_the_last_cycle_by_the_clock(store: Store) -> None:
+    store.clock.set(LAST + timedelta(minutes=2))
+    result = runner.invoke(app, ["status", "--format", "json"])
+    assert result.exit_code == 0, result.output  # healthy: 2 minutes < 3 poll intervals
+    info = json.loads(result.output)
+    assert info["healthy"] and info["seconds_since_last_good_cycle"] == 120.0
+    store.clock.set(LAST + timedelta(hours=1))
+    stale = runner.invoke(app, ["status", "--format", "json"])
+    assert stale.exit_code == 1 and json.loads(stale.output)[
+        "seconds_since_last_good_cycle"] == 3600.0
