@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -14,9 +13,9 @@ from rich.console import Console
 
 from costguard.actions.commands import audit_command, simulate_command, snooze_command
 from costguard.alerts.commands import alerts_app
+from costguard.cli_common import cli_clock
 from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
-from costguard.clock import SystemClock
 from costguard.costs.commands import anomaly_app, billing_app, budget_app
 from costguard.daemon.commands import db_backup, status
 from costguard.errors import CostguardError, PolicyError
@@ -103,7 +102,7 @@ def run(
     from costguard.store.db import Database
 
     settings = _settings(config)
-    clock = SystemClock()
+    clock = cli_clock()
     try:
         policies = load_policy_set(settings.policy_paths)
         db = Database(settings.database_url)
@@ -146,19 +145,18 @@ def demo(
     Example: costguard demo && costguard report --by team --since 7d
     Writes into the configured database (default ./costguard.db).
     """
-    from costguard.demo import run_demo
+    from costguard.demo import demo_clock, run_demo
 
     settings = _settings(config)
     try:
         if cloud == "sim":
-            run_demo(settings, console, hours=hours or 48, verbose=not quiet)
+            run_demo(settings, console, hours=hours or 48, verbose=not quiet,
+                     clock=demo_clock(cli_clock().now(), hours or 48))
         else:
-            from costguard.clock import ManualClock
             from costguard.demo_cloud import DEFAULT_CLOUD_HOURS, cloud_providers
 
             span = hours or DEFAULT_CLOUD_HOURS
-            clock = ManualClock(datetime.now(UTC).replace(second=0, microsecond=0)
-                                - timedelta(hours=span))
+            clock = demo_clock(cli_clock().now(), span)
             with cloud_providers(cloud, clock, hours=span) as providers:
                 run_demo(settings, console, hours=span, providers=providers, clock=clock,
                          verbose=not quiet)
@@ -196,7 +194,7 @@ def report(
     settings = _settings(config)
     try:
         render_report(settings, by, since, until, filters, fmt, output, compare=compare,
-                      console=console)
+                      now=cli_clock().now(), console=console)
     except CostguardError as exc:
         raise _fail(exc) from None
     if output is not None:
@@ -267,7 +265,7 @@ def _set_paused(config: Path | None, paused: bool) -> None:
     settings = _settings(config)
     db = Database(settings.database_url)
     with db.session() as s:
-        control.put(s, control.PAUSED, "true" if paused else "false", datetime.now(UTC))
+        control.put(s, control.PAUSED, "true" if paused else "false", cli_clock().now())
 
 
 @db_app.command("upgrade")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from rich.console import Console
@@ -75,6 +75,11 @@ def clear_simulated(db: Database, providers: list[str]) -> None:
             s.execute(delete(table).where(col(table.provider).in_(providers)))
 
 
+def demo_clock(now: datetime, hours: int) -> ManualClock:
+    """The demo's clock: `hours` before `now` (on the whole minute), so its last cycle is now."""
+    return ManualClock(now.replace(second=0, microsecond=0) - timedelta(hours=hours))
+
+
 def run_demo(
     settings: Settings, console: Console, *, hours: int = 48,
     poll: timedelta = timedelta(minutes=10), policy_paths: list[Path] | None = None,
@@ -82,8 +87,9 @@ def run_demo(
     clock: ManualClock | None = None,
 ) -> DemoResult:
     if clock is None:
-        clock = ManualClock(datetime.now(UTC).replace(second=0, microsecond=0)
-                            - timedelta(hours=hours))
+        from costguard.cli_common import cli_clock
+
+        clock = demo_clock(cli_clock().now(), hours)
     end = clock.now() + timedelta(hours=hours)
     policies = enforced(load_policy_set(policy_paths or settings.policy_paths))
     db = Database(settings.database_url)

@@ -74,12 +74,16 @@ def render_report(
 ) -> str:
     """Query, render and print (table) or write (`output`, else stdout) one report.
 
+    `now` ends the default window and anchors durations (default: the CLI's clock).
     Raises `ReportArgumentError` (a CostguardError) for options it cannot use.
     Returns the rendered text (for the table format, what the console printed).
     """
     from costguard.store.db import Database
 
-    now = now or datetime.now(UTC)
+    if now is None:
+        from costguard.cli_common import cli_clock
+
+        now = cli_clock().now()
     if fmt not in FORMATS:
         raise ReportArgumentError(f"unknown --format {fmt!r} (choose from: {', '.join(FORMATS)})")
     for dim in by:

@@ -8,22 +8,26 @@ reports. Against the wall clock each of these would be off by months.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from sqlmodel import col, select
 from typer.testing import CliRunner
 
 from costguard import cli_common
 from costguard.cli import app
 from costguard.clock import ManualClock
+from costguard.store import control
 from costguard.store.db import Database
-from costguard.store.tables import PolicyStateRow
+from costguard.store.tables import ControlRow, CycleRow, PolicyStateRow
 from tests.fakes.cloud import BUSY, full_cloud
 from tests.fakes.scenario import idle_stop_policy, journal, make_engine, run_for
 
+REPO = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)  # the day the commands believe it is
 T0 = NOW - timedelta(hours=2)  # the stored history starts here...
 LAST = T0 + timedelta(minutes=70)  # ...and its last cycle ran here (5-minute cycles)
@@ -70,6 +74,21 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workdir: ManualClock)
 
 def _utc(when: datetime | None) -> datetime | None:
     return None if when is None else when.replace(tzinfo=UTC)
+
+
+def test_pause_and_resume_stamp_the_switch_with_the_clock(workdir: ManualClock) -> None:
+    assert runner.invoke(app, ["pause"]).exit_code == 0
+    db = Database(f"sqlite:///{Path.cwd() / 'cg.db'}")
+    with db.session() as s:
+        row = s.get(ControlRow, control.PAUSED)
+        assert row is not None and row.value == "true" and _utc(row.updated_at) == NOW
+    workdir.advance(timedelta(hours=3))
+    assert runner.invoke(app, ["resume"]).exit_code == 0
+    with db.session() as s:
+        row = s.get(ControlRow, control.PAUSED)
+        assert row is not None and row.value == "false"
+        assert _utc(row.updated_at) == NOW + timedelta(hours=3)
+    db.dispose()
 
 
 def test_snooze_lasts_from_the_clock(store: Store) -> None:
@@ -124,3 +143,40 @@ def test_status_ages_the_last_cycle_by_the_clock(store: Store) -> None:
     stale = runner.invoke(app, ["status", "--format", "json"])
     assert stale.exit_code == 1 and json.loads(stale.output)[
         "seconds_since_last_good_cycle"] == 3600.0
+
+
+def test_report_window_is_counted_back_from_the_clock(store: Store) -> None:
+    def total(since: str) -> float:
+        out = runner.invoke(app, ["report", "--by", "team", "--since", since, "--format",
+                                  "json"])
+        assert out.exit_code == 0, out.output
+        return float(json.loads(out.output)["total"]["cost_usd"])
+
+    assert total("3h") > 0  # T0..LAST lies within the clock's last 3 hours
+    assert total("30m") == 0  # nothing ran in the clock's last 30 minutes
+
+
+def test_run_once_cycles_at_the_clock(workdir: ManualClock, tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COSTGUARD_POLICY_PATHS", "[]")
+    (tmp_path / "costguard.yaml").write_text("providers:\n  sim: {instances: 3}\n")
+    result = runner.invoke(app, ["run", "--once", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
+    with db.session() as s:
+        (cycle,) = s.exec(select(CycleRow)).all()
+    db.dispose()
+    assert _utc(cycle.started_at) == NOW and _utc(cycle.finished_at) == NOW
+
+
+def test_demo_ends_at_the_clock(workdir: ManualClock, tmp_path: Path) -> None:
+    shutil.copytree(REPO / "policies", tmp_path / "policies")
+    result = runner.invoke(app, ["demo", "--hours", "2", "--quiet"])
+    assert result.exit_code == 0, result.output
+    db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
+    with db.session() as s:
+        starts = [_utc(c.started_at) for c in s.exec(
+            select(CycleRow).order_by(col(CycleRow.id)))]
+    db.dispose()
+    assert starts[0] == NOW - timedelta(hours=2) and starts[-1] == NOW  # "the last 2 hours"
+    assert len(starts) == 13  # 10-minute cycles, both ends included
