@@ -19,8 +19,9 @@ from costguard.alerts.retry import requeue
 from costguard.alerts.routing import RoutingError, check_recipient, load_routing
 from costguard.alerts.settings import AlertsSettings
 from costguard.alerts.tables import AlertDeliveryRow
+from costguard.cli_common import cli_clock
 from costguard.cli_common import fail as _fail
-from costguard.clock import Clock, SystemClock
+from costguard.clock import Clock
 from costguard.config import load_settings
 from costguard.errors import CostguardError
 from costguard.store.db import Database
@@ -121,7 +122,7 @@ def test_command(
         raise typer.BadParameter(str(exc), param_hint="--to") from None
     db, settings = _open(config)
     try:
-        for line in send_sample(db, settings, to, SystemClock()):
+        for line in send_sample(db, settings, to, cli_clock()):
             typer.echo(line)
     except CostguardError as exc:
         raise _fail(exc, 1) from None
@@ -219,7 +220,7 @@ def retry_command(
                                  param_hint="IDS")
     db, _ = _open(config)
     try:
-        result = requeue(db, SystemClock().now(), f"operator {_operator()}", ids=ids or (),
+        result = requeue(db, cli_clock().now(), f"operator {_operator()}", ids=ids or (),
                          failed=failed, unconfirmed=unconfirmed)
     finally:
         db.dispose()

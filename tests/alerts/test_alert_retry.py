@@ -11,10 +11,12 @@ import pytest
 from sqlmodel import select
 from typer.testing import CliRunner
 
+from costguard import cli_common
 from costguard.alerts.commands import alerts_app
 from costguard.alerts.dispatcher import Dispatcher
 from costguard.alerts.retry import requeue
 from costguard.alerts.settings import AlertsSettings
+from costguard.clock import ManualClock, utc
 from costguard.daemon.commands import gather_status
 from costguard.store.db import Database
 from costguard.store.tables import ActionJournalRow
@@ -62,8 +64,11 @@ def _interrupted_webhook_send(db: Database, base: str) -> None:
 
 
 def test_unconfirmed_webhook_send_is_listed_and_resent_once_on_request(
-        db: Database, slack: tuple[SlackFake, str], tmp_path: Path) -> None:
+        db: Database, slack: tuple[SlackFake, str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     fake, base = slack
+    asked = T0 + timedelta(minutes=20)  # when the operator runs `alerts retry`
+    monkeypatch.setattr(cli_common, "CLOCK", ManualClock(asked))
     idle_warning(db, recipients=("slack:#finops",))
     _interrupted_webhook_send(db, base)
     assert len(fake.webhook_posts) == 1 and deliveries(db)[0].status == "unconfirmed"
@@ -79,8 +84,9 @@ def test_unconfirmed_webhook_send_is_listed_and_resent_once_on_request(
     assert "requeued 1 (alert to slack:webhook, was unconfirmed)" in retried.output
     row = deliveries(db)[0]
     assert (row.status, row.attempts) == ("pending", 0)
+    assert row.next_attempt_at is not None and utc(row.next_attempt_at) == asked  # the CLI's clock
     assert alerts(db)[0].status == "routed"
-    later = datetime.now(UTC) + timedelta(seconds=1)
+    later = asked + timedelta(seconds=1)
     assert Dispatcher(db, slack_webhook(base)).run(later).sent == 1
     assert Dispatcher(db, slack_webhook(base)).run(later + timedelta(hours=1)).sent == 0
     assert len(fake.webhook_posts) == 2
