@@ -102,7 +102,8 @@ def _expand(paths: Sequence[Path], errors: list[SourceError]) -> list[Path]:
         elif path.exists():
             files.append(path)
         else:
-            errors.append(SourceError(str(path), 1, 1, "no such file or directory"))
+            where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
+            errors.append(SourceError(str(path), 1, 1, f"no such file or directory{where}"))
     seen: set[Path] = set()
     unique = []
     for f in files:

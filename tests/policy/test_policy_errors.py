@@ -214,6 +214,14 @@ def test_missing_path_and_directory_without_policies_are_errors(tmp_path: Path) 
     ]
 
 
+def test_a_missing_relative_path_says_where_it_was_looked_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `costguard demo` or `run` started outside the checkout looks for ./policies
+    monkeypatch.chdir(tmp_path)
+    (error,) = validate_paths([Path("policies")])
+    assert error.message == f"no such file or directory (relative to {tmp_path})"
+
+
 def test_valid_file_passed_twice_is_loaded_once(tmp_path: Path) -> None:
     path = _write(
         tmp_path,
