@@ -20,6 +20,7 @@ from costguard.config import Settings
 from costguard.costs.accrual import accrue
 from costguard.costs.attribution import Attributor
 from costguard.costs.pricing import PriceCatalog, PriceOverrides
+from costguard.engine import behind
 from costguard.engine.backfill import Fetch, fetch_cold
 from costguard.engine.collect import METRICS_SCOPE, collect, record_gaps
 from costguard.errors import ProviderError
@@ -136,6 +137,7 @@ class Engine:
 
     def _telemetry(self, summary: CycleSummary, now: datetime) -> None:
         lookback = max([self._longest_idle_window(), timedelta(hours=1)])
+        floor = now - MAX_TELEMETRY_LOOKBACK
         instances = self._current_instances()
         with self.db.session() as s:
             agent = instances_with_source(s, TelemetrySource.AGENT, now - AGENT_FRESH)
@@ -143,26 +145,47 @@ class Engine:
             key = f"telemetry_until:{name}"
             with self.db.session() as s:
                 since = control.get_time(s, key)
-            start = max(since or now - lookback, now - MAX_TELEMETRY_LOOKBACK)
+                # scopes whose metrics failed while the rest answered (engine/behind.py)
+                lagging = behind.load(s, name) if since is not None else {}
+            start = max(since or now - lookback, floor)
             wanted = [i for i in instances if i.provider == name and i.has_gpu
                       and i.state is InstanceState.RUNNING
                       and (i.provider, i.instance_id) not in agent]
             readings: list[GpuMinute] = []
             gaps: list[Gap] = []
+            fed: list[tuple[datetime, list[GpuMinute]]] = []  # readings by the start read
+            asked: list[tuple[Instance, datetime, bool]] = []  # instance, start, call raised
             if wanted and start < now:
+                fetch = self._fetcher(name, provider)
+                on_time, late = behind.plan(wanted, start, lagging, floor)
                 try:
                     if since is None:  # a first cycle: the window's history where it matters
-                        readings, gaps = fetch_cold(self._fetcher(name, provider), wanted,
-                                                    start, now, self._idle_conditions())
-                    else:
-                        readings, gaps = self._fetcher(name, provider)(wanted, start, now)
+                        readings, gaps = fetch_cold(fetch, on_time, start, now,
+                                                    self._idle_conditions())
+                    elif on_time:
+                        readings, gaps = fetch(on_time, start, now)
                 except ProviderError as exc:
                     # no readings is "no data", never "idle": record the gap, keep going, and
                     # leave the watermark so the next cycle asks for this span again
                     log.warning("telemetry gap: %s", exc)
                     gaps = [Gap(provider=name, scope=exc.scope + METRICS_SCOPE, error=str(exc))]
+                    # scopes still behind were not read either: their gaps stay open
+                    gaps += [Gap(provider=name, scope=scope + METRICS_SCOPE,
+                                 error=f"not read this cycle: {exc}")
+                             for scope in sorted(lagging) if scope != exc.scope]
                     readings = []
                     wanted = []
+                else:
+                    fed.append((start, readings))
+                    asked += [(i, start, False) for i in on_time]
+                    for late_start, members in late:  # behind scopes, from where they were
+                        more, more_gaps, raised = self._catch_up(name, fetch, members,
+                                                                 late_start, now, lagging)
+                        fed.append((late_start, more))
+                        readings = readings + more
+                        gaps += more_gaps
+                        asked += [(i, late_start, raised) for i in members]
+                    gaps = list({g.scope: g for g in gaps}.values())  # one gap per scope
             with self.db.session() as s:
                 record_gaps(s, name, gaps, now, metrics=True)
             summary.gaps += [g.model_dump(mode="json") for g in gaps]
@@ -171,10 +194,33 @@ class Engine:
             # a cloud's metrics arrive late: ask for the last `metrics_settle` again next time
             settle: timedelta = getattr(provider, "metrics_settle", timedelta(0))
             until = max(start, now - settle) if wanted else now
+            now_behind = behind.update(
+                lagging, asked, [g.scope.removesuffix(METRICS_SCOPE) for g in gaps],
+                [i for i in instances if i.provider == name], floor)
             with self.db.session() as s:
                 summary.readings += write_minutes(s, readings)
                 control.put(s, key, until.isoformat(), now)
-            self.window.add(readings, since=start)
+                behind.save(s, name, now_behind, now)
+            for read_start, batch in fed:
+                self.window.add(batch, since=read_start)
+
+    @staticmethod
+    def _catch_up(name: str, fetch: Fetch, members: list[Instance], start: datetime,
+                  now: datetime, lagging: behind.Behind
+                  ) -> tuple[list[GpuMinute], list[Gap], bool]:
+        """[start, now) for `members`, the instances of scopes behind since `start`; and
+        whether the call raised. A call that raises (a provider raises when no scope of a
+        call reads) keeps those scopes behind and open as gaps; the rest of the cycle goes
+        on."""
+        try:
+            readings, gaps = fetch(members, start, now)
+        except ProviderError as exc:
+            log.warning("telemetry gap (behind since %s): %s", start.isoformat(), exc)
+            scopes = {exc.scope} | {k for i in members for k in behind.scope_keys(i)
+                                    if k in lagging}
+            return [], [Gap(provider=name, scope=scope + METRICS_SCOPE, error=str(exc))
+                        for scope in sorted(scopes)], True
+        return readings, gaps, False
 
     def _current_instances(self) -> list[Instance]:
         """The inventory as collect left it; nothing changes it before the act stage."""

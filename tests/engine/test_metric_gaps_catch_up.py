@@ -1,0 +1,245 @@
+"""A scope whose metrics fail while the rest of its provider answers is read again, from
+where it was last read, once it reads; the scopes that answered are not read twice."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from itertools import pairwise
+
+import pytest
+from sqlmodel import select
+
+from costguard.clock import ManualClock
+from costguard.engine import behind
+from costguard.engine.cycle import MAX_TELEMETRY_LOOKBACK
+from costguard.errors import ProviderError
+from costguard.model import Gap, GpuMinute, Instance
+from costguard.store import control
+from costguard.store.db import Database
+from costguard.store.readings import read_minutes
+from costguard.store.tables import GapRow
+from tests.engine.conftest import EngineFactory, run_for
+from tests.fakes.cloud import T0, ScriptedCloud, always
+
+Call = tuple[list[str], datetime, datetime]
+STEP = timedelta(minutes=5)
+
+
+def aws_scope(inst: Instance) -> str:
+    return f"{inst.account}/{inst.region}"  # as providers/aws/readings.py names its gaps
+
+
+def gcp_scope(inst: Instance) -> str:
+    return inst.account  # the project, as providers/gcp/metrics.py names its gaps
+
+
+class PartialMetrics:
+    """Wraps the scripted cloud's `gpu_metrics` as AWS and GCP behave: the scopes in `down`
+    are left out and listed in `cloud.metric_gaps`; with `raise_if_none_read` (GCP), a call
+    where no scope reads raises."""
+
+    def __init__(self, cloud: ScriptedCloud, scope_of: Callable[[Instance], str], *,
+                 raise_if_none_read: bool = False) -> None:
+        self.cloud, self.scope_of, self.raise_if_none = cloud, scope_of, raise_if_none_read
+        self.down: set[str] = set()
+        self.calls: list[Call] = []
+        self.inner = cloud.gpu_metrics
+        cloud.metric_gaps = []  # type: ignore[attr-defined]
+        cloud.gpu_metrics = self.gpu_metrics  # type: ignore[method-assign]
+
+    def gpu_metrics(self, instances: Sequence[Instance], start: datetime, end: datetime
+                    ) -> list[GpuMinute]:
+        self.calls.append((sorted(i.instance_id for i in instances), start, end))
+        scopes = {self.scope_of(i) for i in instances}
+        failed = sorted(scopes & self.down)
+        if self.raise_if_none and failed and len(failed) == len(scopes):
+            raise ProviderError("sim", failed[0], "PermissionDenied: monitoring.timeSeries.list")
+        self.cloud.metric_gaps = [  # type: ignore[attr-defined]
+            Gap(provider="sim", scope=s, error="AccessDenied: GetMetricData") for s in failed]
+        return self.inner([i for i in instances if self.scope_of(i) not in self.down],
+                          start, end)
+
+    def of(self, iid: str) -> list[tuple[datetime, datetime]]:
+        """The spans `iid` was asked for, in order."""
+        return [(start, end) for ids, start, end in self.calls if iid in ids]
+
+
+def two_regions(cloud: ScriptedCloud) -> None:
+    """i-a in 111111111111/us-east-1, i-b in 222222222222/eu-west-1, both busy."""
+    cloud.add("i-a", always("busy"))
+    cloud.add("i-b", always("busy"))
+    cloud.set("i-b", account="222222222222", region="eu-west-1", zone="eu-west-1a")
+
+
+def stored_minutes(db: Database, iid: str, start: datetime, end: datetime) -> list[datetime]:
+    with db.session() as s:
+        found = read_minutes(s, [("sim", iid)], start, end)
+    return sorted({m.minute for m in found.get(("sim", iid), [])})
+
+
+def every_minute(start: datetime, end: datetime) -> list[datetime]:
+    return [start + timedelta(minutes=n) for n in range((end - start) // timedelta(minutes=1))]
+
+
+def contiguous(spans: list[tuple[datetime, datetime]], settle: timedelta) -> bool:
+    """Each read starts where the one before ended, less the settle window: no re-read."""
+    return all(nxt[0] == prev[1] - settle for prev, nxt in pairwise(spans))
+
+
+@pytest.mark.parametrize(("scope_of", "raises", "settle"), [
+    (aws_scope, False, timedelta(0)),
+    (aws_scope, False, timedelta(minutes=10)),  # AWS and GCP ask again for their last 10 min
+    (gcp_scope, True, timedelta(minutes=10)),
+], ids=["aws", "aws-settle", "gcp"])
+def test_a_scope_that_failed_is_read_from_where_it_was_once_it_reads_again(
+    make_engine: EngineFactory, cloud: ScriptedCloud, clock: ManualClock, db: Database,
+    scope_of: Callable[[Instance], str], raises: bool, settle: timedelta,
+) -> None:
+    two_regions(cloud)
+    if settle:
+        cloud.metrics_settle = settle  # type: ignore[attr-defined]
+    metrics = PartialMetrics(cloud, scope_of, raise_if_none_read=raises)
+    b_scope = scope_of(cloud.instances["i-b"])
+    engine = make_engine()
+    engine.run_cycle()  # the first cycle reads both
+    clock.advance(STEP)
+    first_b = metrics.of("i-b")[-1]
+
+    metrics.down = {b_scope}  # region B's metrics fail for 30 minutes; A answers
+    run_for(engine, clock, timedelta(minutes=30), STEP)
+    back = clock.now()
+    metrics.down = set()
+    make_engine().run_cycle()  # a restarted process: what is behind is in the store
+
+    # B's minutes of the outage are stored: it was read again from where its last good read
+    # ended (less the settle window) ...
+    assert stored_minutes(db, "i-b", first_b[0], back) == every_minute(first_b[0], back)
+    last_b = metrics.of("i-b")[-1]
+    assert last_b == (first_b[1] - settle, back)
+    # ... and A, which answered every cycle, was never asked for the same span twice
+    a_spans = metrics.of("i-a")
+    assert len(a_spans) == 8 and contiguous(a_spans[1:], settle)
+    # caught up: the next cycle reads B with everyone, from the shared watermark
+    clock.advance(STEP)
+    engine.run_cycle()
+    assert metrics.calls[-1] == (["i-a", "i-b"], back - settle, clock.now())
+    with db.session() as s:
+        rows = list(s.exec(select(GapRow)))
+    assert [(r.scope, r.resolved_at) for r in rows] == [(f"{b_scope} metrics", back)]
+
+
+def test_a_scope_that_stays_down_reads_no_further_back_than_the_cap(
+    make_engine: EngineFactory, cloud: ScriptedCloud, clock: ManualClock, db: Database
+) -> None:
+    two_regions(cloud)
+    metrics = PartialMetrics(cloud, aws_scope)
+    engine = make_engine()
+    engine.run_cycle()
+    clock.advance(STEP)
+    metrics.down = {"222222222222/eu-west-1"}
+    run_for(engine, clock, timedelta(hours=8), timedelta(minutes=30))
+    for _, start, end in metrics.calls:
+        assert end - start <= MAX_TELEMETRY_LOOKBACK
+    b_spans = metrics.of("i-b")
+    assert b_spans[2][0] == b_spans[1][0]  # behind since the start of its first failed read
+    assert b_spans[-1][0] == b_spans[-1][1] - MAX_TELEMETRY_LOOKBACK  # capped, not growing
+    metrics.down = set()
+    back = clock.now()
+    engine.run_cycle()
+    assert metrics.of("i-b")[-1] == (back - MAX_TELEMETRY_LOOKBACK, back)
+    assert stored_minutes(db, "i-b", back - MAX_TELEMETRY_LOOKBACK, back) == every_minute(
+        back - MAX_TELEMETRY_LOOKBACK, back)
+    # A was read once per cycle, from the watermark: never the long span B needed
+    assert all(end - start <= timedelta(minutes=30) for start, end in metrics.of("i-a")[1:])
+
+
+def test_a_scope_still_down_when_another_one_fails_is_read_from_its_own_time(
+    make_engine: EngineFactory, cloud: ScriptedCloud, clock: ManualClock, db: Database
+) -> None:
+    """Two scopes fall behind at different times; each is read from its own, grouped."""
+    two_regions(cloud)
+    cloud.add("i-c", always("busy"))
+    cloud.set("i-c", account="333333333333", region="ap-south-1", zone="ap-south-1a")
+    metrics = PartialMetrics(cloud, aws_scope)
+    engine = make_engine()
+    engine.run_cycle()
+    clock.advance(STEP)
+    b_since = clock.now() - STEP  # the watermark its first failed read started from
+    metrics.down = {"222222222222/eu-west-1"}
+    run_for(engine, clock, timedelta(minutes=10), STEP)
+    c_since = clock.now() - STEP
+    metrics.down.add("333333333333/ap-south-1")
+    run_for(engine, clock, timedelta(minutes=10), STEP)
+    metrics.down = set()
+    back = clock.now()
+    engine.run_cycle()
+    assert sorted(c for c in metrics.calls if c[2] == back) == [
+        (["i-a"], back - STEP, back), (["i-b"], b_since, back), (["i-c"], c_since, back)]
+    for iid, since in (("i-b", b_since), ("i-c", c_since)):
+        assert stored_minutes(db, iid, since, back) == every_minute(since, back)
+
+
+def test_a_provider_without_metric_gaps_reads_as_before(
+    make_engine: EngineFactory, cloud: ScriptedCloud, clock: ManualClock, db: Database
+) -> None:
+    cloud.add("i-a", always("busy"))
+    calls: list[tuple[datetime, datetime]] = []
+    inner = cloud.gpu_metrics
+
+    def gpu_metrics(instances: Sequence[Instance], start: datetime, end: datetime
+                    ) -> list[GpuMinute]:
+        calls.append((start, end))
+        return inner(instances, start, end)
+
+    cloud.gpu_metrics = gpu_metrics  # type: ignore[method-assign]
+    engine = make_engine()
+    run_for(engine, clock, timedelta(minutes=20), STEP)
+    assert contiguous(calls, timedelta(0)) and len(calls) == 4
+    with db.session() as s:
+        assert control.get(s, behind.key("sim")) is None  # nothing kept for it
+
+
+def test_behind_scopes_of_instances_gone_from_the_inventory_are_dropped() -> None:
+    now = T0
+    floor = now - MAX_TELEMETRY_LOOKBACK
+    cloud = ScriptedCloud(ManualClock(T0))
+    a = cloud.add("i-a")
+    lagging = {"111111111111/us-east-1": now - timedelta(hours=1),
+               "999999999999/us-west-2": now - timedelta(hours=9)}
+    # i-a's read of its behind scope failed again: it stays behind since when it was (capped)
+    kept = behind.update(lagging, [(a, now - timedelta(hours=1), False)],
+                         ["111111111111/us-east-1"], [a], floor)
+    assert kept == {"111111111111/us-east-1": now - timedelta(hours=1)}
+    # it read: caught up
+    assert behind.update(lagging, [(a, now - timedelta(hours=1), False)], [], [a], floor) == {}
+    # a gap that names no instance asked about is not kept (nothing could catch it up)
+    assert behind.update({}, [(a, now, False)], ["888888888888/eu-north-1"], [a], floor) == {}
+
+
+def test_a_provider_down_as_a_whole_keeps_the_watermark_and_what_is_behind(
+    make_engine: EngineFactory, cloud: ScriptedCloud, clock: ManualClock, db: Database
+) -> None:
+    """GCP raises when no project of a call reads: the watermark stays, the scope that was
+    already behind stays behind (its gap open), and both read their missed minutes later."""
+    two_regions(cloud)
+    metrics = PartialMetrics(cloud, gcp_scope, raise_if_none_read=True)
+    engine = make_engine()
+    engine.run_cycle()
+    clock.advance(STEP)
+    since = clock.now() - STEP
+    metrics.down = {"222222222222"}
+    run_for(engine, clock, timedelta(minutes=10), STEP)
+    metrics.down = {"111111111111", "222222222222"}
+    run_for(engine, clock, timedelta(minutes=10), STEP)
+    metrics.down = set()
+    back = clock.now()
+    engine.run_cycle()
+    assert sorted(c for c in metrics.calls if c[2] == back) == [
+        (["i-a"], back - timedelta(minutes=15), back), (["i-b"], since, back)]
+    for iid in ("i-a", "i-b"):
+        assert stored_minutes(db, iid, since, back) == every_minute(since, back)
+    with db.session() as s:
+        rows = sorted(s.exec(select(GapRow)), key=lambda r: r.scope)
+    assert [(r.scope, r.resolved_at) for r in rows] == [
+        ("111111111111 metrics", back), ("222222222222 metrics", back)]
