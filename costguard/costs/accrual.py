@@ -32,6 +32,7 @@ from costguard.model import (
 from costguard.store.inventory import to_instance
 from costguard.store.readings import InstanceRef, read_minutes
 from costguard.store.tables import CostIntervalRow, InstanceRow
+from costguard.store.upsert import driver_sql
 from costguard.telemetry.classify import SignalChoice, classify
 
 PriceLookup = Callable[[Instance], PriceQuote | None]
@@ -253,21 +254,21 @@ def _stored_minutes(session: Session, now: datetime) -> MinutesLookup:
 class _IntervalWriter:
     """executemany INSERTs of interval tuples; on SQLite the tuples come with `_PREBOUND`
     already bound, and go to the driver as they are (SQLAlchemy would bind every parameter
-    of every row again)."""
+    of every row again): the statement and the other columns' bind processors come from
+    `driver_sql`, as for the readings and inventory writes."""
 
     def __init__(self, session: Session, *, prebound: bool) -> None:
         self.conn = session.connection()
         self.prebound = prebound
-        dialect = self.conn.dialect
-        compiled = insert(_INTERVALS).compile(dialect=dialect,
-                                              column_keys=list(_INTERVAL_KEYS))
-        if prebound:
-            assert compiled.positiontup == list(_INTERVAL_KEYS)  # sqlite: positional
-        self.sql = compiled.string
+        if not prebound:
+            return
+        # sqlite: positional, in `_INTERVAL_KEYS` order (driver_sql checks)
+        self.sql, positional, procs = driver_sql(insert(_INTERVALS), _INTERVALS,
+                                                 _INTERVAL_KEYS, self.conn.dialect)
+        assert positional
         # none today; a column type that gains a bind processor still works
-        self.binders = [(i, _memo(p)) for i, name in enumerate(_INTERVAL_KEYS)
-                        if name not in _PREBOUND and
-                        (p := _bind_processor(name, dialect)) is not None]
+        self.binders = [(i, _memo(procs[name])) for i, name in enumerate(_INTERVAL_KEYS)
+                        if name not in _PREBOUND and name in procs]
 
     def __call__(self, rows: list[tuple[Any, ...]]) -> None:
         if not self.prebound:  # insertmanyvalues batches these well already (PostgreSQL)
