@@ -6,7 +6,7 @@ delivery loses nothing, and the dedupe key keeps one row per event.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -30,18 +30,12 @@ def enqueue(
     The row is flushed with the transaction's other rows, not at once: the check neither
     autoflushes the session nor flushes the new row (per-alert flushes were most of a large
     act stage's CPU), and keys added earlier in this transaction are remembered instead."""
-    with session.no_autoflush:
-        exists = session.exec(select(AlertRow.id).where(AlertRow.dedupe_key == dedupe_key)).first()
-    added = _added_in_transaction(session)  # after the query: the transaction has begun
-    if exists is not None or dedupe_key in added:
+    if not next(_claim(session, [dedupe_key])):
         return False
-    added.add(dedupe_key)
-    session.add(AlertRow(
-        dedupe_key=dedupe_key, kind=kind, severity=severity, created_at=now, policy=policy,
+    session.add(AlertRow(**_row(dict(
+        dedupe_key=dedupe_key, kind=kind, severity=severity, now=now, policy=policy,
         provider=provider, instance_id=instance_id, team=team, owner=owner,
-        recipients=list(recipients), subject=subject, body=body, context=context or {},
-        status="pending", next_attempt_at=now,
-    ))
+        recipients=recipients, subject=subject, body=body, context=context))))
     return True
 
 
@@ -52,34 +46,48 @@ def enqueue_many(session: Session, alerts: Sequence[dict[str, Any]]) -> list[boo
     INSERT autoflushes), so alerts added earlier with `enqueue` keep coming first."""
     if not alerts:
         return []
-    keys = [a["dedupe_key"] for a in alerts]
-    exists: set[str] = set()
-    with session.no_autoflush:
-        for start in range(0, len(keys), _KEYS_PER_QUERY):
-            exists.update(session.exec(select(AlertRow.dedupe_key).where(
-                col(AlertRow.dedupe_key).in_(keys[start : start + _KEYS_PER_QUERY]))))
-    added = _added_in_transaction(session)  # after the query: the transaction has begun
+    claims = _claim(session, [a["dedupe_key"] for a in alerts])
     rows: list[dict[str, Any]] = []
     out: list[bool] = []
-    for a in alerts:
-        key = a["dedupe_key"]
-        if key in exists or key in added:
-            out.append(False)
-            continue
-        added.add(key)
-        out.append(True)
-        now = a["now"]
-        rows.append({
-            "dedupe_key": key, "kind": a["kind"], "severity": a.get("severity", "info"),
-            "created_at": now, "policy": a.get("policy"), "provider": a.get("provider"),
-            "instance_id": a.get("instance_id"), "team": a.get("team"),
-            "owner": a.get("owner"), "recipients": list(a.get("recipients", ())),
-            "subject": a["subject"], "body": a["body"], "context": a.get("context") or {},
-            "status": "pending", "attempts": 0, "next_attempt_at": now, "sent_at": None,
-            "last_error": None})
+    for a, fresh in zip(alerts, claims, strict=True):
+        out.append(fresh)
+        if fresh:
+            rows.append(_row(a))
     if rows:
         session.execute(insert(AlertRow.__table__), rows)  # type: ignore[attr-defined]
     return out
+
+
+def _claim(session: Session, keys: Sequence[str]) -> Iterator[bool]:
+    """The dedupe rule of `enqueue` and `enqueue_many`: per key, in order, whether it may be
+    added: not if a row with that key is stored, nor if the key was claimed earlier in this
+    transaction (by this call included); a key yielded True is remembered as claimed. The
+    stored keys are read at the first key, one SELECT per 500 keys, without autoflushing
+    the session; each later key is claimed only when the caller asks for it."""
+    stored: set[str] = set()
+    with session.no_autoflush:
+        for start in range(0, len(keys), _KEYS_PER_QUERY):
+            stored.update(session.exec(select(AlertRow.dedupe_key).where(
+                col(AlertRow.dedupe_key).in_(keys[start : start + _KEYS_PER_QUERY]))))
+    added = _added_in_transaction(session)  # after the query: the transaction has begun
+    for key in keys:
+        fresh = key not in stored and key not in added
+        if fresh:
+            added.add(key)
+        yield fresh
+
+
+def _row(a: dict[str, Any]) -> dict[str, Any]:
+    """The column values of the alert row for `a` (`enqueue`'s keyword arguments)."""
+    now = a["now"]
+    return {
+        "dedupe_key": a["dedupe_key"], "kind": a["kind"], "severity": a.get("severity", "info"),
+        "created_at": now, "policy": a.get("policy"), "provider": a.get("provider"),
+        "instance_id": a.get("instance_id"), "team": a.get("team"),
+        "owner": a.get("owner"), "recipients": list(a.get("recipients", ())),
+        "subject": a["subject"], "body": a["body"], "context": a.get("context") or {},
+        "status": "pending", "attempts": 0, "next_attempt_at": now, "sent_at": None,
+        "last_error": None}
 
 
 def _added_in_transaction(session: Session) -> set[str]:

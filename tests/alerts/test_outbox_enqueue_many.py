@@ -86,3 +86,51 @@ def test_more_keys_than_one_query_holds(db_url: str) -> None:
             assert len(list(s.exec(select(AlertRow.id)))) == 1203
     finally:
         db.dispose()
+
+
+def test_one_by_one_and_batched_give_the_same_flags_and_rows(db_url: str) -> None:
+    """The dedupe rule is one (`outbox._claim`): the same alerts, one `enqueue` each or one
+    `enqueue_many`, are refused and added alike, stored key and repeats in the call included."""
+    batch = [_alert("a"), _alert("stored"), _alert("b", severity="warning"),
+             _alert("a", subject="again"), _alert("c"), _alert("b")]
+    got = []
+    for batched in (False, True):
+        db = Database(db_url)
+        try:
+            with db.session() as s:
+                assert enqueue(s, **_alert("stored")) is True
+            with db.session() as s:
+                flags = (enqueue_many(s, batch) if batched
+                         else [enqueue(s, **a) for a in batch])
+            got.append((flags, _stored(db)))
+            with db.session() as s:
+                s.execute(AlertRow.__table__.delete())  # type: ignore[attr-defined]
+        finally:
+            db.dispose()
+    assert got[0] == got[1]
+    assert got[0][0] == [True, False, True, False, True, False]
+    assert [r[0] for r in got[0][1]] == ["stored", "a", "b", "c"]
+
+
+def test_enqueue_defers_its_row_and_enqueue_many_inserts_at_once(db_url: str) -> None:
+    """`enqueue` adds an ORM row flushed with the transaction (no id yet, nothing flushed);
+    `enqueue_many` autoflushes the session's pending rows first, then inserts its own."""
+    db = Database(db_url)
+    try:
+        with db.session() as s:
+            assert enqueue(s, **_alert("one")) is True
+            pending = [o for o in s.new if isinstance(o, AlertRow)]
+            assert [(r.dedupe_key, r.id) for r in pending] == [("one", None)]
+            with s.no_autoflush:
+                assert list(s.exec(select(AlertRow.dedupe_key))) == []
+            assert enqueue_many(s, [_alert("two"), _alert("three")]) == [True, True]
+            assert not s.new  # flushed by the INSERT
+            assert pending[0].id is not None
+            with s.no_autoflush:
+                assert list(s.exec(select(AlertRow.dedupe_key).order_by(
+                    col(AlertRow.id)))) == ["one", "two", "three"]
+            assert enqueue(s, **_alert("four")) is True
+            # a caller reading the id right after `enqueue` (autoflush) finds the row
+            assert s.exec(select(AlertRow.id).where(AlertRow.dedupe_key == "four")).one()
+    finally:
+        db.dispose()
