@@ -18,7 +18,7 @@ from rich.console import Console
 from sqlalchemy import delete
 from sqlmodel import col, select
 
-from costguard.clock import ManualClock
+from costguard.clock import ManualClock, SystemClock
 from costguard.config import Settings
 from costguard.engine import Engine
 from costguard.policy.load import load_policy_set
@@ -87,9 +87,7 @@ def run_demo(
     clock: ManualClock | None = None,
 ) -> DemoResult:
     if clock is None:
-        from costguard.cli_common import cli_clock
-
-        clock = demo_clock(cli_clock().now(), hours)
+        clock = demo_clock(SystemClock().now(), hours)  # the CLI passes its own clock
     end = clock.now() + timedelta(hours=hours)
     policies = enforced(load_policy_set(policy_paths or settings.policy_paths))
     db = Database(settings.database_url)

@@ -9,6 +9,7 @@ from typing import Any
 
 from rich.console import Console
 
+from costguard.clock import SystemClock
 from costguard.costs.pricing import PriceCatalog, PriceOverrides
 from costguard.costs.settings import costs_settings
 from costguard.errors import CostguardError
@@ -74,16 +75,15 @@ def render_report(
 ) -> str:
     """Query, render and print (table) or write (`output`, else stdout) one report.
 
-    `now` ends the default window and anchors durations (default: the CLI's clock).
+    `now` ends the default window and anchors durations (default: the wall clock; the CLI
+    passes its own clock's time).
     Raises `ReportArgumentError` (a CostguardError) for options it cannot use.
     Returns the rendered text (for the table format, what the console printed).
     """
     from costguard.store.db import Database
 
     if now is None:
-        from costguard.cli_common import cli_clock
-
-        now = cli_clock().now()
+        now = SystemClock().now()  # the CLI passes its own clock's time
     if fmt not in FORMATS:
         raise ReportArgumentError(f"unknown --format {fmt!r} (choose from: {', '.join(FORMATS)})")
     for dim in by:
