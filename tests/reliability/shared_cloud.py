@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -37,10 +38,14 @@ class SharedState:
 
     @contextmanager
     def locked(self) -> Iterator[dict[str, Any]]:
-        with self.path.open("a+") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            f.seek(0)
-            raw = f.read()
+        """The state, under an exclusive lock (a lock file beside it), written back if changed.
+
+        Written whole to a temporary file and renamed over the state: a process SIGKILLed
+        while writing leaves the previous state, never an empty or half-written one (the
+        real cloud does not forget its instances when a client dies)."""
+        with self.path.with_name(self.path.name + ".lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            raw = self.path.read_text() if self.path.exists() else ""
             state: dict[str, Any] = json.loads(raw) if raw else {}
             state.setdefault("states", {})
             state.setdefault("stops", {})
@@ -48,10 +53,9 @@ class SharedState:
             yield state
             after = json.dumps(state, sort_keys=True)
             if after != before:
-                f.seek(0)
-                f.truncate()
-                f.write(after)
-                f.flush()
+                tmp = self.path.with_name(self.path.name + ".tmp")
+                tmp.write_text(after)
+                os.replace(tmp, self.path)
 
     def read(self) -> dict[str, Any]:
         with self.locked() as state:
