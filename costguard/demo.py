@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rich.console import Console
 from sqlalchemy import delete
-from sqlmodel import col, select
+from sqlmodel import Session, col, select
 
 from costguard.clock import ManualClock, SystemClock
 from costguard.config import Settings
@@ -92,7 +92,8 @@ def run_demo(
     policies = enforced(load_policy_set(policy_paths or settings.policy_paths))
     db = Database(settings.database_url)
     if providers is None:
-        sim_settings = settings.providers.sim or SimSettings()
+        sim_settings = (settings.providers.sim or SimSettings()).model_copy(
+            update={"managed_groups": True})  # an ASG and a node pool beside the pets
         providers = {"sim": SimProvider(sim_settings, clock)}
     clear_simulated(db, list(providers))
     result = DemoResult(cycles=0, seconds=0.0)
@@ -127,6 +128,7 @@ def _epilogue(console: Console, db: Database, since: datetime, until: datetime,
         journal = list(s.exec(select(ActionJournalRow).where(
             col(ActionJournalRow.provider).in_(providers), ActionJournalRow.action == "stop",
             ActionJournalRow.status == "done")))
+        managed = managed_summary(s, providers)
     saved = sum(j.usd_per_hour for j in journal)
     console.print()
     console.print(f"[bold]{result.cycles} cycles in {result.seconds:.1f} s[/]: "
@@ -135,6 +137,8 @@ def _epilogue(console: Console, db: Database, since: datetime, until: datetime,
                   f"(${saved:,.2f}/h no longer burning), "
                   f"{result.alerts['cleared']} warnings cancelled because the GPU got busy, "
                   f"{result.alerts['finding']} notices (spot candidates, missing tags).")
+    for line in managed:
+        console.print(line, highlight=False)
     unattributed = next((r for r in by_team.rows if r.key == ("unattributed",)), None)
     if unattributed is not None:
         console.print("Spend nobody answers for (no team): "
@@ -144,3 +148,34 @@ def _epilogue(console: Console, db: Database, since: datetime, until: datetime,
     to_table(by_team, console)
     console.print("\nNext: [bold]costguard report --by team --since 7d[/] reads the same "
                   "database; [bold]costguard report --by team --by instance-type[/] drills in.")
+
+
+def managed_summary(s: Session, providers: list[str]) -> list[str]:
+    """One line per group or node pool the demo's policies met: scaled in, or reported."""
+    rows = list(s.exec(select(ActionJournalRow).where(
+        col(ActionJournalRow.provider).in_(providers),
+        col(ActionJournalRow.action).in_(["scale_in", "skip"]))))
+    owners = {(i.provider, i.instance_id): i.owner for i in s.exec(select(InstanceRow).where(
+        col(InstanceRow.provider).in_(providers), col(InstanceRow.owner).is_not(None)))}
+    scaled: Counter[str] = Counter()
+    saved: dict[str, float] = {}
+    reported: dict[str, set[str]] = {}
+    for row in rows:
+        owner = owners.get((row.provider, row.instance_id))
+        if not owner:
+            continue
+        name = f"{owner['kind']} {owner['name']}"
+        if row.action == "scale_in" and row.status == "done":
+            scaled[name] += 1
+            saved[name] = saved.get(name, 0.0) + row.usd_per_hour
+        elif row.action == "skip" and "|managed|" in row.key:
+            reported.setdefault(name, set()).add(row.instance_id)
+    lines = [f"Managed fleets: {name} scaled in by {n} idle members "
+             f"(${saved[name]:,.2f}/h), never below its minimum."
+             for name, n in sorted(scaled.items())]
+    lines += [f"Managed fleets: {name}: {len(ids)} idle nodes reported to their owners, not "
+              f"stopped (the cluster's autoscaler drains nodes)." if name.startswith(
+                  ("gke", "eks", "karpenter")) else
+              f"Managed fleets: {name}: {len(ids)} idle members left to their controller."
+              for name, ids in sorted(reported.items())]
+    return lines

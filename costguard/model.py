@@ -46,6 +46,61 @@ class InstanceKey(Frozen):
         return f"{self.provider}:{self.instance_id}"
 
 
+class OwnerKind(StrEnum):
+    """The controllers that own instances. A member of one is never stopped or terminated
+    as if it were alone: the controller would replace it (an Auto Scaling group or a managed
+    instance group) or lose work it scheduled there (a cluster)."""
+
+    ASG = "asg"  # EC2 Auto Scaling group
+    MIG = "mig"  # GCE managed instance group (zonal or regional)
+    EKS = "eks"  # EKS managed node group or self-managed EKS/Kubernetes nodes
+    KARPENTER = "karpenter"  # a Karpenter NodePool's node
+    GKE = "gke"  # GKE node pool
+    EMR = "emr"
+    BATCH = "batch"  # AWS Batch compute environment
+    EC2_FLEET = "ec2-fleet"
+    SPOT_FLEET = "spot-fleet"
+    PARALLELCLUSTER = "parallelcluster"
+    RAY = "ray"
+    SKYPILOT = "skypilot"
+    DATAPROC = "dataproc"
+    GCP_BATCH = "gcp-batch"
+    VERTEX = "vertex"
+    UNKNOWN = "unknown"  # a system tag says a service manages it, and costguard doesn't know which
+
+    @property
+    def kubernetes(self) -> bool:
+        """A Kubernetes node: draining it is the cluster autoscaler's job, never costguard's."""
+        return self in (OwnerKind.EKS, OwnerKind.KARPENTER, OwnerKind.GKE)
+
+    @property
+    def scalable(self) -> bool:
+        """costguard can shrink the group by this member (`scale_in`)."""
+        return self in (OwnerKind.ASG, OwnerKind.MIG)
+
+
+class Owner(Frozen):
+    """The controller an instance belongs to, as the listing (and, for groups, the group's own
+    description) says. `desired`/`min_size`/`max_size` are the group's sizes where the cloud
+    says so (ASG: DesiredCapacity/MinSize/MaxSize; MIG: targetSize and its autoscaler's
+    min/max); `tags` are the group's own tags or labels (inherited for attribution, read for
+    protect and snooze)."""
+
+    kind: OwnerKind
+    name: str
+    scope: str = ""  # AWS region; GCP zone (zonal MIG) or region (regional MIG)
+    cluster: str | None = None  # the Kubernetes / EMR / Ray ... cluster, where there is one
+    desired: int | None = None
+    min_size: int | None = None
+    max_size: int | None = None
+    via: str = ""  # what said so: "tag aws:autoscaling:groupName", "metadata created-by"
+    tags: dict[str, str] = Field(default_factory=dict)
+
+    def __str__(self) -> str:
+        where = f" in cluster {self.cluster}" if self.cluster and self.cluster != self.name else ""
+        return f"{self.kind} {self.name}{where}"
+
+
 class Instance(Frozen):
     """One VM as seen in inventory at `observed_at`."""
 
@@ -69,6 +124,12 @@ class Instance(Frozen):
     # instance profile ARN (IamInstanceProfile.Arn), the GCP service account email
     # (serviceAccounts[0].email); kept in the store (instances.launched_by)
     launched_by: str | None = None
+    # the controller that owns it (None: a pet VM costguard may stop itself); instances.owner
+    owner: Owner | None = None
+
+    @property
+    def managed(self) -> bool:
+        return self.owner is not None
 
     @property
     def key(self) -> InstanceKey:
@@ -195,6 +256,7 @@ class ActionKind(StrEnum):
     STOP = "stop"
     START = "start"
     TERMINATE = "terminate"
+    SCALE_IN = "scale_in"
 
 
 class ActionOutcome(StrEnum):
@@ -202,6 +264,9 @@ class ActionOutcome(StrEnum):
     DRY_RUN = "dry-run"
     SKIPPED = "skipped"  # the instance changed meanwhile, or a safety rule said no
     FAILED = "failed"
+
+
+AT_MINIMUM = "at its minimum size"  # a scale-in's detail when the group cannot shrink
 
 
 class ActionResult(Frozen):

@@ -19,7 +19,13 @@ from sqlmodel import Session, col, select
 
 from costguard.actions import journal
 from costguard.actions.messages import label, recipients, snooze_hint
-from costguard.actions.safety import batch_verdict, is_protected, recheck, snoozed_until
+from costguard.actions.safety import (
+    batch_verdict,
+    is_protected,
+    pet_refusal,
+    recheck,
+    snoozed_until,
+)
 from costguard.actions.schedule import in_office_hours
 from costguard.alerts.outbox import enqueue
 from costguard.errors import ProviderError
@@ -193,6 +199,7 @@ class AfterStop:
         target, why_not = (d.inst, None)
         if self.r.safety.recheck_before_acting:
             target, why_not = recheck(provider, d.inst, now, want=InstanceState.STOPPED)
+        why_not = why_not or pet_refusal(target, action)
         result: ActionResult | None = None
         if why_not is None:
             try:

@@ -35,7 +35,9 @@ def snooze_hint(inst: Instance) -> str:
 
 def warning(f: Finding, deadline: datetime, message: str | None) -> tuple[str, str]:
     inst = f.instance
-    subject = (f"{label(inst)} will be stopped at {deadline:%Y-%m-%d %H:%M} UTC "
+    verb = (f"removed from {inst.owner.kind} {inst.owner.name} (scale-in)" if inst.owner
+            else "stopped")
+    subject = (f"{label(inst)} will be {verb} at {deadline:%Y-%m-%d %H:%M} UTC "
                f"unless it gets busy ({f.policy.name})")
     body = "\n".join(filter(None, [
         f"Why: {f.reason}",

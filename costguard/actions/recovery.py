@@ -31,14 +31,17 @@ def reconcile(r: ActionRunner, now: datetime, stats: ActStats) -> None:
             state = inst_row.state if inst_row else "unknown"
             done = state in {"stop": ("stopped", "stopping", "terminated"),
                               "terminate": ("terminated",),
+                              "scale_in": ("terminated",),
                               "start": ("pending", "running")}.get(row.action, ())
+            if row.action == "scale_in" and inst_row is not None and inst_row.gone:
+                done, state = True, "gone"  # the group terminated it
             status = "done" if done else "interrupted"
             journal.resolve(s, row.id or 0, status,
                             f"resolved after restart: instance is {state}", now)
             stats.reconciled += 1
             st = s.get(PolicyStateRow, (row.policy, row.provider, row.instance_id))
             if done and st is not None and row.action != "stop":
-                st.state, st.since = ("terminated" if row.action == "terminate"
+                st.state, st.since = ("terminated" if row.action in ("terminate", "scale_in")
                                       else "cleared"), now
                 s.add(st)
             elif done and st is not None:

@@ -20,12 +20,20 @@ from costguard.actions import journal, recovery
 from costguard.actions.batch import BatchStop, BatchTags
 from costguard.actions.bulk import NewState, Rows, Settled, State
 from costguard.actions.lifecycle import AfterStop
+from costguard.actions.managed import (
+    ScaleIn,
+    acting_step,
+    managed_notice,
+    refused_as_pet,
+    with_group_tags,
+)
 from costguard.actions.messages import label, notice, recipients, render, warning
 from costguard.actions.safety import (
     CapVerdict,
     CycleBudget,
     batch_verdict,
     is_protected,
+    pet_refusal,
     recheck,
     snooze_limit,
     snoozed_until,
@@ -60,6 +68,7 @@ class ActStats:
     cleared: Counter[str] = field(default_factory=Counter)
     started: Counter[str] = field(default_factory=Counter)
     terminated: Counter[str] = field(default_factory=Counter)
+    scaled_in: Counter[str] = field(default_factory=Counter)
     reconciled: int = 0
     interruptions: int = 0
 
@@ -125,7 +134,8 @@ class ActionRunner:
                 selected.add(ref)
                 st = states.get(ref)
                 if not f.holds:
-                    if st is not None and st.state in ("warned", "acted", "snoozed", "protected"):
+                    if st is not None and st.state in ("warned", "acted", "snoozed", "protected",
+                                                       "managed"):
                         self._clear(s, policy, f, st, now, stats, cycle_id)
                     continue
                 st = self._ensure_state(s, policy, f, st, now, self._changed_at.get(ref))
@@ -141,6 +151,11 @@ class ActionRunner:
                         stats.skipped[policy.name] += 1
                     continue
                 if st.state == "protected":  # the tag was removed: start afresh
+                    st.state, st.since = "seen", now
+                if refused_as_pet(policy, f.instance):
+                    self._managed(policy, f, st, now, stats, cycle_id)
+                    continue
+                if st.state == "managed":  # now a plain instance, or the policy scales in
                     st.state, st.since = "seen", now
                 if self._snoozed(s, policy, f, st, now, stats, cycle_id):
                     continue
@@ -214,7 +229,7 @@ class ActionRunner:
         self.rows.finding(cycle_id=cycle_id, policy=policy.name, inst=f.instance,
                           observed_at=now, reason=f.reason, evidence=f.evidence,
                           usd_per_hour=f.usd_per_hour, team=team)
-        stop = policy.stop_action
+        stop = acting_step(policy, f.instance)
         deadline = (business_deadline(stop.calendar, now, stop.grace) if stop and stop.calendar
                     else now + (stop.grace if stop else timedelta(0)))
         notify = policy.notify_action
@@ -274,11 +289,51 @@ class ActionRunner:
     def _act_on_due(self, policy: Policy, due: list[tuple[Finding, State]],
                     now: datetime, cycle_id: int | None, stats: ActStats) -> None:
         verdict = batch_verdict([f.usd_per_hour for f, _ in due], policy.limits, self.budget)
+        members = [(f, st) for f, st in due if f.instance.owner is not None]
+        pets = [(f, st) for f, st in due if f.instance.owner is None]
         if not verdict.allowed:
-            self.refuse(policy, [(f.instance, st.episode, f.usd_per_hour) for f, st in due],
-                        "stop", verdict, now, cycle_id, stats)
+            for action, batch in (("stop", pets), ("scale_in", members)):
+                if batch:
+                    self.refuse(policy, [(f.instance, st.episode, f.usd_per_hour)
+                                         for f, st in batch], action, verdict, now, cycle_id,
+                                stats)
             return
-        BatchStop(self).run(policy, due, now, cycle_id, stats)  # one by one where it must
+        if pets:
+            BatchStop(self).run(policy, pets, now, cycle_id, stats)  # one by one where it must
+        if members:
+            ScaleIn(self).run(policy, members, now, cycle_id, stats)
+
+    def _managed(self, policy: Policy, f: Finding, st: State, now: datetime,
+                 stats: ActStats, cycle_id: int | None) -> None:
+        """A policy that would stop or terminate a controller's member: refused, journaled
+        with the owner named, and told to the policy's recipients once an episode."""
+        if st.state == "managed":
+            return
+        inst, owner = f.instance, f.instance.owner
+        assert owner is not None
+        st.state, st.since, st.deadline = "managed", now, None
+        verb = "stop" if policy.stop_action is not None else "terminate"
+        why = pet_refusal(inst, verb) or ""
+        key = journal.journal_key(policy.name, inst, "managed", st.episode)
+        self.rows.record(key=key, cycle_id=cycle_id, policy=policy.name, inst=inst,
+                         action="skip", dry_run=not policy.is_enforced, status="skipped",
+                         detail=why, usd_per_hour=f.usd_per_hour, now=now)
+        stats.skipped[policy.name] += 1
+        if not policy.is_enforced:
+            return
+        team = self.attributor.dimensions(inst).get("team")
+        to = policy.notify_action.to if policy.notify_action else ("owner", "team")
+        subject, body = managed_notice(f, owner)
+        self.rows.alert(dedupe_key=f"managed|{key}", kind="finding", severity="info",
+                        subject=subject, body=body, now=now,
+                        recipients=recipients(to, with_group_tags(inst), team),
+                        policy=policy.name, provider=inst.provider,
+                        instance_id=inst.instance_id, team=team,
+                        owner=with_group_tags(inst).tags.get("owner"),
+                        context={"reason": f.reason, "evidence": f.evidence,
+                                 "usd_per_hour": f.usd_per_hour, "owner": str(owner),
+                                 "owner_kind": str(owner.kind),
+                                 "instance_type": inst.instance_type})
 
     def refuse(self, policy: Policy, due: Sequence[tuple[Instance, int, float]], action: str,
                verdict: CapVerdict, now: datetime, cycle_id: int | None,
@@ -317,6 +372,7 @@ class ActionRunner:
         provider = self.providers[f.instance.provider]
         target, why_not = (recheck(provider, f.instance, now) if self.safety.recheck_before_acting
                            else (f.instance, None))
+        why_not = why_not or pet_refusal(target, "stop")
         if why_not is not None:
             settled = Settled()
             self.settle_stop(settled, policy, f, st, intent_id, now, stats, why_not=why_not)

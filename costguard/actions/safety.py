@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from costguard.clock import utc
 from costguard.errors import ProviderError
-from costguard.model import Instance, InstanceState
+from costguard.model import Instance, InstanceState, Owner
 
 if TYPE_CHECKING:
     from costguard.policy.schema import Limits
@@ -21,15 +21,47 @@ _FALSE = {"false", "0", "no", "off"}
 _LABEL_TIME = re.compile(r"(\d{4}-\d{2}-\d{2})t(\d{2})-(\d{2})(?:-(\d{2}))?z")
 
 
-def is_protected(inst: Instance) -> bool:
-    """`costguard:protect` (any value but false/0/no/off) puts an instance out of reach."""
-    value = inst.tags.get(PROTECT_TAG)
+def protects(tags: Mapping[str, str]) -> bool:
+    """True when `tags` carry `costguard:protect` with any value but false/0/no/off."""
+    value = tags.get(PROTECT_TAG)
     return value is not None and value.strip().lower() not in _FALSE
 
 
+def is_protected(inst: Instance) -> bool:
+    """`costguard:protect` (any value but false/0/no/off) puts an instance out of reach; on
+    the group that owns it (ASG tag, MIG label), it puts every member out of reach."""
+    return protects(inst.tags) or (inst.owner is not None and protects(inst.owner.tags))
+
+
 def snoozed_until(inst: Instance) -> datetime | None:
-    """The expiry in the snooze tag, if it holds a valid ISO-8601 time."""
-    raw = inst.tags.get(SNOOZE_TAG)
+    """The expiry in the snooze tag (the instance's, or its group's: the later of the two),
+    if it holds a valid ISO-8601 time."""
+    own = _snooze_tag(inst.tags.get(SNOOZE_TAG))
+    group = _snooze_tag(inst.owner.tags.get(SNOOZE_TAG)) if inst.owner is not None else None
+    return max(filter(None, [own, group]), default=None)
+
+
+def owner_advice(owner: Owner) -> str:
+    """What to do instead of stopping a member of `owner`."""
+    if owner.kind.kubernetes:
+        return ("draining a node belongs to the cluster's autoscaler: cordon and drain it, "
+                "or let the autoscaler shrink the node pool")
+    if owner.kind.scalable:
+        return ("add a `scale_in` step to the policy to shrink the group by it, or lower the "
+                "group's desired size")
+    return f"shrink or stop it through its {owner.kind}, which would otherwise replace it"
+
+
+def pet_refusal(inst: Instance, action: str) -> str | None:
+    """Why `action` (stop, start, terminate) must not touch `inst` as if it were alone: its
+    controller would replace it, or lose the work it scheduled there. None for a pet."""
+    owner = inst.owner
+    if owner is None:
+        return None
+    return f"{action} refused: managed by {owner} ({owner.via}); {owner_advice(owner)}"
+
+
+def _snooze_tag(raw: str | None) -> datetime | None:
     if not raw:
         return None
     text = raw.strip()
@@ -110,7 +142,8 @@ _SAME_LAUNCH = timedelta(seconds=1)
 
 
 def recheck(provider: object, inst: Instance, now: datetime,
-            want: InstanceState = InstanceState.RUNNING) -> tuple[Instance, str | None]:
+            want: InstanceState = InstanceState.RUNNING, *, pet: bool = True
+            ) -> tuple[Instance, str | None]:
     """Ask the provider for the instance as it is now, right before acting on it.
 
     Returns the fresh instance and, when the action must not go ahead, why. Providers
@@ -125,15 +158,25 @@ def recheck(provider: object, inst: Instance, now: datetime,
     except ProviderError as exc:
         return inst, f"could not re-check the instance: {exc}"
     assert fresh is None or isinstance(fresh, Instance)
-    return (fresh or inst), skip_reason(inst, fresh, now, want)
+    return (fresh or inst), skip_reason(inst, fresh, now, want, pet=pet)
 
 
 def skip_reason(last_seen: Instance, fresh: Instance | None, now: datetime,
-            want: InstanceState = InstanceState.RUNNING) -> str | None:
+                want: InstanceState = InstanceState.RUNNING, *, pet: bool = True
+                ) -> str | None:
     """Why an action on `last_seen` must not go ahead now that the cloud shows `fresh`
-    (None: gone), or None when it may. The one re-check rule, per instance or batched."""
+    (None: gone), or None when it may. The one re-check rule, per instance or batched.
+    `pet`: the action treats the instance as alone (stop, start, terminate), so it must not
+    belong to a controller now; otherwise (scale_in) it must still be in the same group."""
     if fresh is None:
         return "the instance no longer exists"
+    if pet and fresh.owner is not None:
+        return f"it is managed by {fresh.owner} now ({fresh.owner.via})"
+    if not pet and (fresh.owner is None or last_seen.owner is None
+                    or (fresh.owner.kind, fresh.owner.name)
+                    != (last_seen.owner.kind, last_seen.owner.name)):
+        was = last_seen.owner or "no group"
+        return f"it is no longer a member of {was} (now: {fresh.owner or 'no group'})"
     if fresh.instance_type != last_seen.instance_type:
         return (f"changed meanwhile: type is now {fresh.instance_type} "
                 f"(was {last_seen.instance_type})")

@@ -229,13 +229,38 @@ policies:
     )
 
 
-_KINDS = ("notify", "tag", "stop", "start", "terminate")
+class ScaleInAction(StopAction):
+    """Shrink the group that owns an idle instance by that instance: on AWS
+    `TerminateInstanceInAutoScalingGroup` with `ShouldDecrementDesiredCapacity`, on GCP the
+    managed instance group's `deleteInstances` (its target size drops), so the controller
+    does not launch a replacement. It acts only on members of Auto Scaling groups and
+    managed instance groups, never takes a group below its minimum size (MinSize, or the
+    autoscaler's minimum), and follows the same warn, grace, re-check, journal and limits as
+    `stop`; `costguard:protect` and `costguard:snooze-until` are read on the instance and on
+    the group. Plain instances are left to `stop`; Kubernetes nodes are only reported (the
+    cluster's autoscaler drains them)."""
+
+    yaml_key: ClassVar[str] = "actions[].scale_in"
+    example: ClassVar[str] = """\
+policies:
+  - name: idle-gpu-groups
+    mode: dry-run
+    filters: {gpu: true, state: running, managed: true, owner_kind: [asg, mig]}
+    condition:
+      idle: {below: 5, for: 45m}
+    actions:
+      - notify: {to: owner}
+      - scale_in: {grace: 15m}
+"""
+
+
+_KINDS = ("notify", "tag", "stop", "start", "terminate", "scale_in")
 _KINDS_TEXT = ", ".join(_KINDS[:-1]) + " or " + _KINDS[-1]
 
 
 class Action(Element):
     """One step of a policy's `actions` list: a mapping with exactly one key, `notify`,
-    `tag`, `stop`, `start` or `terminate`. Steps run in order. A bare `- stop` or
+    `tag`, `stop`, `start`, `terminate` or `scale_in`. Steps run in order. A bare `- stop` or
     `- notify` uses the defaults.
     """
 
@@ -257,6 +282,7 @@ policies:
     stop: StopAction | None = Field(default=None, description="See StopAction.")
     start: StartAction | None = Field(default=None, description="See StartAction.")
     terminate: TerminateAction | None = Field(default=None, description="See TerminateAction.")
+    scale_in: ScaleInAction | None = Field(default=None, description="See ScaleInAction.")
 
     @model_validator(mode="before")
     @classmethod
@@ -290,6 +316,7 @@ policies:
     @property
     def spec(self) -> NotifyAction | TagAction | StopAction | StartAction | TerminateAction:
         """The step's settings."""
-        found = self.notify or self.tag or self.stop or self.start or self.terminate
+        found = (self.notify or self.tag or self.stop or self.start or self.terminate
+                 or self.scale_in)
         assert found is not None
         return found

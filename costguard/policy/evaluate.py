@@ -71,6 +71,10 @@ def matches_filters(f: Filters, inst: Instance, now: datetime) -> bool:
             return False
         if any(inst.tags.get(k) not in allowed for k, allowed in t.values.items()):
             return False
+    if f.managed is not None and f.managed != inst.managed:
+        return False
+    if f.owner_kind is not None and (inst.owner is None or inst.owner.kind not in f.owner_kind):
+        return False
     if f.age is not None:
         age = now - inst.launch_time
         if f.age.older_than is not None and age < f.age.older_than:

@@ -7,7 +7,7 @@ from typing import ClassVar
 from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from costguard.model import InstanceState, Lifecycle
+from costguard.model import InstanceState, Lifecycle, OwnerKind
 from costguard.policy.base import Duration, Element, OneOrMany, Text
 
 
@@ -100,7 +100,11 @@ class Filters(Element):
     inside one filter matches any of its values (OR). Leave `filters` out to consider
     every instance of the policy's providers.
 
-    `instance_type` takes shell-style globs (`p4d.*`, `a2-highgpu-*`); `family` is the
+    `managed: false` keeps plain instances only; `managed: true` only members of a
+    controller (Auto Scaling group, managed instance group, node pool, cluster), and
+    `owner_kind` narrows those to some kinds (asg, mig, eks, karpenter, gke, emr, batch,
+    ec2-fleet, spot-fleet, parallelcluster, ray, skypilot, dataproc, gcp-batch, vertex,
+    unknown). `instance_type` takes shell-style globs (`p4d.*`, `a2-highgpu-*`); `family` is the
     part before the first `.` (AWS) or `-` (GCP); `accounts` are AWS account ids or GCP
     project ids, quoted so YAML keeps them as text.
     """
@@ -145,3 +149,9 @@ policies:
     regions: OneOrMany[Text] | None = Field(default=None, description="Region names.")
     tags: TagFilter | None = Field(default=None, description="Tag conditions.")
     age: AgeFilter | None = Field(default=None, description="Launch-age window.")
+    managed: bool | None = Field(
+        default=None, description="true: only controller-owned members; false: only pets."
+    )
+    owner_kind: OneOrMany[OwnerKind] | None = Field(
+        default=None, description="Owner kinds, e.g. `asg`, `mig`, `gke` (implies managed)."
+    )

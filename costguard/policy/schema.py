@@ -20,6 +20,7 @@ from costguard.policy.actions import (
     TAG_PLACEHOLDERS,
     Action,
     NotifyAction,
+    ScaleInAction,
     StartAction,
     StopAction,
     TagAction,
@@ -63,6 +64,7 @@ __all__ = [
     "Policy",
     "PolicyFile",
     "PolicySet",
+    "ScaleInAction",
     "StartAction",
     "StopAction",
     "TagAction",
@@ -145,7 +147,8 @@ policies:
     @field_validator("actions")
     @classmethod
     def _one_of_each_acting_kind(cls, value: tuple[Action, ...]) -> tuple[Action, ...]:
-        for kind in (ActionKind.STOP, ActionKind.START, ActionKind.TERMINATE):
+        for kind in (ActionKind.STOP, ActionKind.START, ActionKind.TERMINATE,
+                     ActionKind.SCALE_IN):
             at = [i for i, a in enumerate(value) if a.kind is kind]
             if len(at) > 1:
                 raise PydanticCustomError(
@@ -201,6 +204,12 @@ policies:
         """The policy's first tag step, if any."""
         found = self._first(ActionKind.TAG)
         return found.tag if found else None
+
+    @property
+    def scale_in_action(self) -> ScaleInAction | None:
+        """The policy's scale_in step, if any."""
+        found = self._first(ActionKind.SCALE_IN)
+        return found.scale_in if found else None
 
     @property
     def start_action(self) -> StartAction | None:
@@ -328,6 +337,7 @@ ELEMENTS: tuple[type[Element], ...] = (
     Calendar,
     StartAction,
     TerminateAction,
+    ScaleInAction,
     Limits,
     Attribution,
     DimensionRule,

@@ -30,6 +30,7 @@ from costguard.model import (
     PriceQuote,
     ProviderName,
 )
+from costguard.providers.sim_groups import SimGroup, demo_groups, member_view
 from costguard.providers.sim_settings import SimSettings
 from costguard.telemetry.summary import sim_minute
 
@@ -107,6 +108,11 @@ class SimProvider:
         for _ in range(settings.instances):
             launched = start - timedelta(hours=self._rng.uniform(0.5, 24 * 10))
             self._add_host(launched)
+        self.groups: dict[str, SimGroup] = {}  # member id -> its group
+        if settings.managed_groups:  # after the seeded fleet, which stays as it was
+            for group in demo_groups(settings.regions[0], settings.accounts[0]):
+                for _ in range(group.desired):
+                    self._add_member(group, start - timedelta(hours=30))
 
     # -- fleet construction -------------------------------------------------------------
     def _add_host(self, launched: datetime) -> SimHost:
@@ -156,6 +162,70 @@ class SimProvider:
         self._hosts[iid] = host
         return host
 
+    def _add_member(self, group: SimGroup, launched: datetime) -> SimHost:
+        self._serial += 1
+        gpus, model, mem_gib = SIM_TYPES[group.instance_type]
+        iid = f"i-sim{self.settings.seed:02d}{self._serial:06d}"
+        region = group.owner.scope
+        inst = Instance(
+            provider="sim", account=self.settings.accounts[0], region=region,
+            zone=f"{region}a", instance_id=iid, name=group.member_tags.get("Name"),
+            instance_type=group.instance_type, state=InstanceState.RUNNING,
+            gpu_count=gpus, gpu_model=model, gpu_memory_mib=(mem_gib or 0) * 1024 or None,
+            launch_time=launched, tags=dict(group.member_tags), observed_at=launched,
+            owner=group.sized())
+        host = SimHost(instance=inst, profile=group.profile, disk_gib=100)
+        self._hosts[iid] = host
+        group.members.append(iid)
+        self.groups[iid] = group
+        return host
+
+    def _controllers(self, now: datetime) -> None:
+        """Each Auto Scaling group keeps `desired` members running: one stopped or gone
+        other than by a scale-in is replaced (and terminated), as EC2 Auto Scaling does."""
+        for group in {id(g): g for g in self.groups.values()}.values():
+            if not group.owner.kind.scalable:
+                continue
+            for iid in list(group.members):
+                host = self._hosts[iid]
+                if host.instance.state in (InstanceState.STOPPED, InstanceState.STOPPING):
+                    self._set_state(host, InstanceState.TERMINATED, now,
+                                    reason="unhealthy in its Auto Scaling group: replaced")
+                if host.instance.state is InstanceState.TERMINATED:
+                    group.members.remove(iid)
+            while len(group.members) < group.desired:
+                group.replaced += 1
+                self._add_member(group, now)
+
+    def scale_in(self, instance: Instance, *, dry_run: bool) -> ActionResult:
+        """Remove a member from its group and lower the group's desired size (never below
+        its minimum): the sim's TerminateInstanceInAutoScalingGroup."""
+        now = self.clock.now()
+        with self._lock:
+            self.calls["scale_in"] = self.calls.get("scale_in", 0) + 1
+            group = self.groups.get(instance.instance_id)
+            host = self._host(instance)
+            if group is None or instance.instance_id not in group.members:
+                return ActionResult(outcome=ActionOutcome.SKIPPED,
+                                    detail="not a member of a group")
+            if not group.owner.kind.scalable:
+                return ActionResult(outcome=ActionOutcome.SKIPPED,
+                                    detail=f"{group.owner} cannot be scaled in by costguard")
+            why_not = group.can_shrink()
+            if why_not is not None:
+                return ActionResult(outcome=ActionOutcome.SKIPPED, detail=why_not)
+            sizes = f"desired {group.desired} -> {group.desired - 1} (min {group.min_size})"
+            if dry_run:
+                return ActionResult(outcome=ActionOutcome.DRY_RUN,
+                                    detail=f"would remove it from {group.owner.name}: {sizes}")
+            group.desired -= 1
+            group.members.remove(instance.instance_id)
+            self._set_state(host, InstanceState.TERMINATED, now,
+                            reason="scaled in by costguard")
+            return ActionResult(outcome=ActionOutcome.DONE,
+                                detail=f"removed from {group.owner.name}: {sizes}",
+                                state_after=InstanceState.TERMINATED)
+
     def _maybe_launch(self, now: datetime) -> None:
         elapsed_days = (now - self._last_launch_check).total_seconds() / 86400
         expected = elapsed_days * self.settings.launches_per_day
@@ -204,8 +274,9 @@ class SimProvider:
             self._maybe_launch(now)
             self._spot_interruptions(now)
             self._owners_come_back(now)
-            seen = [h.instance.model_copy(update={"observed_at": now})
-                    for h in self._hosts.values() if h.instance.launch_time <= now]
+            self._controllers(now)
+            seen = [self._view(h, now) for h in self._hosts.values()
+                    if h.instance.launch_time <= now]
         return Inventory(instances=seen)
 
     def _spot_interruptions(self, now: datetime) -> None:
@@ -311,7 +382,12 @@ class SimProvider:
             host = self._hosts.get(instance.instance_id)
             if host is None or host.instance.state is InstanceState.TERMINATED:
                 return None
-            return host.instance.model_copy(update={"observed_at": self.clock.now()})
+            return self._view(host, self.clock.now())
+
+    def _view(self, host: SimHost, now: datetime) -> Instance:
+        group = self.groups.get(host.instance.instance_id)
+        inst = host.instance.model_copy(update={"observed_at": now})
+        return member_view(inst, group) if group is not None else inst
 
     def describe_many(self, instances: Sequence[Instance]) -> dict[str, Instance | None]:
         """`describe` for many instances in one call (base.Describes)."""

@@ -13,7 +13,7 @@ from sqlalchemy import select as sa_select
 from sqlalchemy.engine import Dialect
 from sqlmodel import Session, select
 
-from costguard.model import Instance, InstanceState, Lifecycle
+from costguard.model import Instance, InstanceState, Lifecycle, Owner
 from costguard.store.tables import AccountRow, InstanceRow
 from costguard.store.upsert import BindProcessors, driver_sql
 
@@ -30,6 +30,7 @@ def to_instance(row: InstanceRow) -> Instance:
         gpu_model=row.gpu_model, gpu_memory_mib=row.gpu_memory_mib,
         launch_time=row.launch_time, tags=dict(row.tags), observed_at=row.last_seen,
         launched_by=row.launched_by,
+        owner=Owner.model_validate(row.owner) if row.owner else None,
     )
 
 
@@ -37,14 +38,20 @@ def to_instance(row: InstanceRow) -> Instance:
 # one of these (or `gone`) differs from the instance's; every listed row gets `last_seen`
 _LISTED = ("account", "region", "zone", "name", "instance_type", "state", "state_reason",
            "lifecycle", "gpu_count", "gpu_model", "gpu_memory_mib", "launch_time", "tags",
-           "launched_by")
+           "launched_by", "owner")
 _CHUNK = 500  # ids per IN (...) list: well inside SQLite's and PostgreSQL's parameter limits
 
 
 def _listed(inst: Instance) -> tuple[Any, ...]:
     return (inst.account, inst.region, inst.zone, inst.name, inst.instance_type,
             str(inst.state), inst.state_reason, str(inst.lifecycle), inst.gpu_count,
-            inst.gpu_model, inst.gpu_memory_mib, inst.launch_time, inst.tags, inst.launched_by)
+            inst.gpu_model, inst.gpu_memory_mib, inst.launch_time, inst.tags, inst.launched_by,
+            owner_json(inst.owner))
+
+
+def owner_json(owner: Owner | None) -> dict[str, Any] | None:
+    """How `instances.owner` keeps an owner: its fields, unset ones left out."""
+    return owner.model_dump(mode="json", exclude_defaults=True) if owner else None
 
 
 def record_inventory(
@@ -182,7 +189,7 @@ def _expire_loaded(session: Session, provider: str) -> None:
 
 _READ = ("provider", "account", "region", "zone", "instance_id", "name", "instance_type",
          "state", "state_reason", "lifecycle", "gpu_count", "gpu_model", "gpu_memory_mib",
-         "launch_time", "tags", "last_seen", "launched_by")
+         "launch_time", "tags", "last_seen", "launched_by", "owner")
 
 
 def current_instances(session: Session, *, include_gone: bool = False) -> list[Instance]:
@@ -204,11 +211,11 @@ def current_instances(session: Session, *, include_gone: bool = False) -> list[I
             "state": InstanceState(state), "state_reason": state_reason,
             "lifecycle": Lifecycle(lifecycle), "gpu_count": gpu_count, "gpu_model": gpu_model,
             "gpu_memory_mib": gpu_memory_mib, "launch_time": launch_time, "tags": dict(tags),
-            "observed_at": last_seen, "launched_by": launched_by,
+            "observed_at": last_seen, "launched_by": launched_by, "owner": owner,
         })
         for (provider, account, region, zone, instance_id, name, instance_type, state,
              state_reason, lifecycle, gpu_count, gpu_model, gpu_memory_mib, launch_time, tags,
-             last_seen, launched_by) in session.execute(stmt)
+             last_seen, launched_by, owner) in session.execute(stmt)
     ]
 
 

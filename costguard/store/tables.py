@@ -72,6 +72,8 @@ class InstanceRow(SQLModel, table=True):
     gone: bool = False  # no longer listed by its provider
     # AWS instance profile ARN / GCP service account email (Instance.launched_by); 0005
     launched_by: str | None = Field(default=None, max_length=512)
+    # the controller that owns it (Instance.owner as JSON; NULL: a pet VM); 0007
+    owner: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
 
 
 class GpuReadingRow(SQLModel, table=True):

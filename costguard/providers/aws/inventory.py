@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -14,6 +14,7 @@ from costguard.model import Instance, InstanceState, Lifecycle
 from costguard.providers.aws.boundary import aws_call
 from costguard.providers.aws.gpu_types import GpuSpec, GpuTypeCatalog, shipped_gpu_table
 from costguard.providers.aws.instance_xml import lean_records
+from costguard.providers.aws.owners import owner_from_tags, with_group_sizes
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
@@ -75,7 +76,10 @@ def read_scope(
     region: str,
     catalog: GpuTypeCatalog,
     observed_at: datetime,
+    autoscaling: Callable[[], Any] | None = None,
 ) -> ScopeResult:
+    """One scope's instances. `autoscaling` hands out the scope's Auto Scaling client, asked
+    for only when some instance belongs to a group (to size the groups, one call per 50)."""
     scope = f"{account}/{region}"
     raws: list[dict[str, Any]] = []
     pages = 0
@@ -89,6 +93,8 @@ def read_scope(
         )
         for r in raws
     ]
+    if autoscaling is not None and any(i.owner for i in instances):
+        instances = with_group_sizes(instances, autoscaling(), f"{account}/{region}")
     hosts = {r["InstanceId"]: host_names(r) for r in raws}
     return ScopeResult(instances, hosts, pages)
 
@@ -146,4 +152,5 @@ def to_instance(
         tags=tags,
         observed_at=observed_at,
         launched_by=(raw.get("IamInstanceProfile") or {}).get("Arn") or None,
+        owner=owner_from_tags(tags, region),
     )

@@ -134,6 +134,7 @@ class AwsProvider(CloudWatchReads):
                 region=region,
                 catalog=self.gpu_types,
                 observed_at=observed_at,
+                autoscaling=lambda: self.clients.autoscaling(account, region),
             )
         except ProviderError as exc:
             log.warning("aws scope %s not read: %s", scope, exc)
@@ -211,6 +212,17 @@ class AwsProvider(CloudWatchReads):
         except ProviderError:
             return None
         return disks.stopped_cost(ec2, instance)
+
+    def scale_in(self, instance: Instance, *, dry_run: bool) -> ActionResult:
+        """Shrink the instance's Auto Scaling group by it; see aws/owners.py."""
+        from costguard.providers.aws import owners
+
+        scope = f"{instance.account}/{instance.region}"
+        try:
+            client = self.clients.autoscaling(self._account(instance.account), instance.region)
+            return owners.scale_in(client, instance, dry_run=dry_run, scope=scope)
+        except ProviderError as exc:
+            return ActionResult(outcome=ActionOutcome.FAILED, detail=str(exc))
 
     # -- batched re-check and actions (base.Describes, base.BatchActions) ------------------
 

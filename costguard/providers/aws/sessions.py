@@ -222,6 +222,9 @@ class ClientFactory:
         client: CloudWatchClient = self.client(account, region, "cloudwatch")
         return client
 
+    def autoscaling(self, account: AccountScope, region: str) -> Any:
+        return self.client(account, region, "autoscaling")
+
     def pricing(self) -> PricingClient:
         client: PricingClient = self._client(self._base, "pricing", PRICING_REGION)
         return client

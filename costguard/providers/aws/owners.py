@@ -1,0 +1,209 @@
+"""Who owns an EC2 instance: read from the tags the listing already returns, and for Auto
+Scaling groups sized with one `DescribeAutoScalingGroups` per 50 groups of a scope.
+
+The conventions, each from the owning service's documentation:
+- EC2 Auto Scaling tags every member `aws:autoscaling:groupName` ("Tag Auto Scaling groups
+  and instances").
+- EKS managed node groups tag their instances `eks:cluster-name` and `eks:nodegroup-name`;
+  self-managed nodes of any Kubernetes cluster on EC2 carry `kubernetes.io/cluster/<name>`
+  (value `owned` or `shared`).
+- Karpenter tags the nodes it launches `karpenter.sh/nodepool` (v1; `karpenter.sh/
+  provisioner-name` before v0.32) and `eks:eks-cluster-name`.
+- AWS Batch tags its compute environments' instances `AWSBatchServiceTag`, and names their
+  Auto Scaling groups `AWSBatch-<compute environment>-asg-<uuid>`.
+- EMR: `aws:elasticmapreduce:job-flow-id` (and `...:instance-group-role`).
+- EC2 Fleet `aws:ec2:fleet-id`; Spot Fleet `aws:ec2spot:fleet-request-id`.
+- AWS ParallelCluster: `parallelcluster:cluster-name`.
+- Ray's cluster launcher: `ray-cluster-name` (and `ray-node-type`); SkyPilot adds
+  `skypilot-cluster-name` to the same.
+
+Any other `aws:` system tag marks the instance as managed by an unknown service: AWS writes
+those tags, users cannot, so something launched it on its own behalf. Two system tags say
+nothing about an owner and are skipped: `aws:cloudformation:*` (a stack created the instance
+once; nothing recreates it when stopped) and `aws:ec2launchtemplate:*` (it was launched from
+a template, as pets often are).
+
+Where an instance has several owners' tags, the one that schedules work on it wins: a
+Kubernetes node in an Auto Scaling group is the cluster's (draining it is the cluster
+autoscaler's job), an AWS Batch worker in one is Batch's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from costguard.errors import ProviderError
+from costguard.model import (
+    AT_MINIMUM,
+    ActionOutcome,
+    ActionResult,
+    Instance,
+    InstanceState,
+    Owner,
+    OwnerKind,
+)
+from costguard.providers.aws.boundary import aws_call
+
+log = logging.getLogger(__name__)
+
+ASG_TAG = "aws:autoscaling:groupName"
+ASG_NAMES_PER_CALL = 50  # DescribeAutoScalingGroups: at most 50 names per request
+_NOT_OWNERS = ("aws:cloudformation:", "aws:ec2launchtemplate:")
+_K8S_CLUSTER = "kubernetes.io/cluster/"
+
+
+def _cluster_of(tags: Mapping[str, str]) -> str | None:
+    for key in ("eks:cluster-name", "eks:eks-cluster-name"):
+        if tags.get(key):
+            return tags[key]
+    for key in tags:
+        if key.startswith(_K8S_CLUSTER) and len(key) > len(_K8S_CLUSTER):
+            return key[len(_K8S_CLUSTER):]
+    return None
+
+
+def owner_from_tags(tags: Mapping[str, str], region: str) -> Owner | None:
+    """The owner the instance's own tags name, most specific first; None: a pet VM."""
+    asg = tags.get(ASG_TAG)
+    cluster = _cluster_of(tags)
+
+    def owner(kind: OwnerKind, name: str, via: str, of: str | None = None) -> Owner:
+        return Owner(kind=kind, name=name, scope=region, cluster=of, via=f"tag {via}")
+
+    pool = tags.get("karpenter.sh/nodepool") or tags.get("karpenter.sh/provisioner-name")
+    if pool:
+        key = "karpenter.sh/nodepool" if "karpenter.sh/nodepool" in tags else \
+            "karpenter.sh/provisioner-name"
+        return owner(OwnerKind.KARPENTER, pool, key, cluster)
+    if tags.get("eks:nodegroup-name"):
+        return owner(OwnerKind.EKS, tags["eks:nodegroup-name"], "eks:nodegroup-name", cluster)
+    if cluster is not None:  # a self-managed node of a Kubernetes cluster
+        return owner(OwnerKind.EKS, asg or cluster, f"{_K8S_CLUSTER}{cluster}", cluster)
+    if "AWSBatchServiceTag" in tags or (asg and asg.startswith("AWSBatch-")):
+        name = asg.split("-asg-", 1)[0].removeprefix("AWSBatch-") if asg else \
+            (tags.get("AWSBatchServiceTag") or "batch")
+        return owner(OwnerKind.BATCH, name,
+                     "AWSBatchServiceTag" if "AWSBatchServiceTag" in tags else ASG_TAG)
+    if tags.get("aws:elasticmapreduce:job-flow-id"):
+        flow = tags["aws:elasticmapreduce:job-flow-id"]
+        return owner(OwnerKind.EMR, flow, "aws:elasticmapreduce:job-flow-id", flow)
+    if tags.get("parallelcluster:cluster-name"):
+        name = tags["parallelcluster:cluster-name"]
+        return owner(OwnerKind.PARALLELCLUSTER, name, "parallelcluster:cluster-name", name)
+    if tags.get("skypilot-cluster-name"):
+        name = tags["skypilot-cluster-name"]
+        return owner(OwnerKind.SKYPILOT, name, "skypilot-cluster-name", name)
+    if tags.get("ray-cluster-name"):
+        name = tags["ray-cluster-name"]
+        return owner(OwnerKind.RAY, name, "ray-cluster-name", name)
+    if asg:
+        return owner(OwnerKind.ASG, asg, ASG_TAG)
+    if tags.get("aws:ec2:fleet-id"):
+        return owner(OwnerKind.EC2_FLEET, tags["aws:ec2:fleet-id"], "aws:ec2:fleet-id")
+    if tags.get("aws:ec2spot:fleet-request-id"):
+        return owner(OwnerKind.SPOT_FLEET, tags["aws:ec2spot:fleet-request-id"],
+                     "aws:ec2spot:fleet-request-id")
+    system = sorted(k for k in tags if k.startswith("aws:") and not k.startswith(_NOT_OWNERS))
+    if system:
+        return owner(OwnerKind.UNKNOWN, tags[system[0]] or system[0], system[0])
+    return None
+
+
+def describe_groups(autoscaling: Any, names: Iterable[str], scope: str
+                    ) -> dict[str, dict[str, Any]]:
+    """Each named Auto Scaling group as DescribeAutoScalingGroups returns it, 50 names a
+    call; a group that no longer exists is simply absent. Raises ProviderError."""
+    wanted = sorted(set(names))
+    found: dict[str, dict[str, Any]] = {}
+    with aws_call(f"{scope}/autoscaling"):
+        for start in range(0, len(wanted), ASG_NAMES_PER_CALL):
+            kwargs: dict[str, Any] = {
+                "AutoScalingGroupNames": wanted[start:start + ASG_NAMES_PER_CALL],
+                "MaxRecords": 100}
+            while True:
+                page = autoscaling.describe_auto_scaling_groups(**kwargs)
+                for group in page.get("AutoScalingGroups", []):
+                    found[group["AutoScalingGroupName"]] = group
+                token = page.get("NextToken")
+                if not token:
+                    break
+                kwargs["NextToken"] = token
+    return found
+
+
+def sized(owner: Owner, group: Mapping[str, Any]) -> Owner:
+    """`owner` with the group's sizes and its own tags."""
+    return owner.model_copy(update={
+        "desired": group.get("DesiredCapacity"), "min_size": group.get("MinSize"),
+        "max_size": group.get("MaxSize"),
+        "tags": {t["Key"]: t.get("Value", "") for t in group.get("Tags", [])}})
+
+
+def with_group_sizes(instances: Sequence[Instance], autoscaling: Any, scope: str
+                     ) -> list[Instance]:
+    """`instances` with their Auto Scaling groups' sizes and tags filled in: one call per 50
+    groups of the scope. Sizes are enrichment: when the call fails the members stay managed
+    (no sizes, so no scale-in acts on them) and the scope is not lost."""
+    names = {i.owner.name for i in instances if i.owner and i.owner.kind is OwnerKind.ASG}
+    if not names:
+        return list(instances)
+    try:
+        groups = describe_groups(autoscaling, names, scope)
+    except ProviderError as exc:
+        log.warning("Auto Scaling group sizes not read for %s: %s", scope, exc)
+        return list(instances)
+    out = []
+    for inst in instances:
+        group = groups.get(inst.owner.name) if inst.owner and \
+            inst.owner.kind is OwnerKind.ASG else None
+        out.append(inst if group is None or inst.owner is None else
+                   inst.model_copy(update={"owner": sized(inst.owner, group)}))
+    return out
+
+
+def scale_in(autoscaling: Any, inst: Instance, *, dry_run: bool, scope: str) -> ActionResult:
+    """Shrink `inst`'s Auto Scaling group by `inst`: TerminateInstanceInAutoScalingGroup with
+    ShouldDecrementDesiredCapacity, so the group does not launch a replacement. The group is
+    read first (one DescribeAutoScalingGroups): a member no longer in it, one protected from
+    scale-in, a group tagged costguard:protect, or a group at its MinSize is left alone."""
+    from costguard.actions.safety import protects
+
+    owner = inst.owner
+    if owner is None or owner.kind is not OwnerKind.ASG:
+        return ActionResult(outcome=ActionOutcome.SKIPPED,
+                            detail="not a member of an Auto Scaling group")
+    with aws_call(f"{scope}/autoscaling"):
+        group = describe_groups(autoscaling, [owner.name], scope).get(owner.name)
+        if group is None:
+            return ActionResult(outcome=ActionOutcome.SKIPPED,
+                                detail=f"Auto Scaling group {owner.name} no longer exists")
+        member = next((m for m in group.get("Instances", [])
+                       if m.get("InstanceId") == inst.instance_id), None)
+        if member is None:
+            return ActionResult(outcome=ActionOutcome.SKIPPED,
+                                detail=f"no longer a member of {owner.name}")
+        if member.get("ProtectedFromScaleIn"):
+            return ActionResult(outcome=ActionOutcome.SKIPPED,
+                                detail=f"protected from scale-in in {owner.name}")
+        tags = {t["Key"]: t.get("Value", "") for t in group.get("Tags", [])}
+        if protects(tags):
+            return ActionResult(outcome=ActionOutcome.SKIPPED,
+                                detail=f"{owner.name} is tagged costguard:protect")
+        desired, low = int(group["DesiredCapacity"]), int(group["MinSize"])
+        if desired - 1 < low:
+            return ActionResult(
+                outcome=ActionOutcome.SKIPPED,
+                detail=f"{owner.name} is {AT_MINIMUM} (desired {desired}, MinSize {low}); "
+                       f"lower MinSize to let it shrink")
+        sizes = f"desired {desired} -> {desired - 1} (MinSize {low})"
+        if dry_run:
+            return ActionResult(outcome=ActionOutcome.DRY_RUN,
+                                detail=f"would remove it from {owner.name}: {sizes}")
+        autoscaling.terminate_instance_in_auto_scaling_group(
+            InstanceId=inst.instance_id, ShouldDecrementDesiredCapacity=True)
+    return ActionResult(outcome=ActionOutcome.DONE,
+                        detail=f"removed from Auto Scaling group {owner.name}: {sizes}",
+                        state_after=InstanceState.TERMINATED)
+
