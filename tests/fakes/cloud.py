@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 from costguard.clock import Clock
 from costguard.model import (
+    AT_MINIMUM,
     ActionOutcome,
     ActionResult,
     GpuMinute,
@@ -23,6 +24,7 @@ from costguard.model import (
     InstanceState,
     Inventory,
     Lifecycle,
+    Owner,
     PriceQuote,
     ProviderName,
 )
@@ -67,20 +69,52 @@ class ScriptedCloud:
         self.phases: dict[str, Phase] = {}
         self.calls: Counter[str] = Counter()
         self.rng = random.Random(1)
+        self.acted_on: list[tuple[str, str]] = []  # (verb, instance id) of every non-dry call
+        self.groups: dict[str, list[int]] = {}  # group name -> [desired, min]
 
     def add(self, iid: str, phase: Phase = IDLE, *, gpus: int = 1,
             tags: Mapping[str, str] | None = None, lifecycle: Lifecycle = Lifecycle.ON_DEMAND,
-            itype: str = "g5.xlarge", launched: datetime | None = None) -> Instance:
-        """A running instance; `tags` replace the default owner and team tags."""
+            itype: str = "g5.xlarge", launched: datetime | None = None,
+            owner: Owner | None = None) -> Instance:
+        """A running instance; `tags` replace the default owner and team tags. An `owner`
+        of a scalable kind joins that group (`add_group`), which `scale_in` shrinks."""
         inst = Instance(
             provider="sim", account="111111111111", region="us-east-1", zone="us-east-1a",
             instance_id=iid, name=iid, instance_type=itype, state=InstanceState.RUNNING,
             lifecycle=lifecycle, gpu_count=gpus, gpu_model="A10G" if gpus else None,
             launch_time=launched or T0 - timedelta(days=1),
-            tags=dict(OWNER_TAGS if tags is None else tags), observed_at=self.clock.now())
+            tags=dict(OWNER_TAGS if tags is None else tags), observed_at=self.clock.now(),
+            owner=owner)
         self.instances[iid] = inst
         self.phases[iid] = phase
         return inst
+
+    def add_group(self, name: str, *, desired: int, min_size: int) -> None:
+        self.groups[name] = [desired, min_size]
+
+    def _sized(self, inst: Instance) -> Instance:
+        owner = inst.owner
+        if owner is None or owner.name not in self.groups:
+            return inst
+        desired, low = self.groups[owner.name]
+        return inst.model_copy(update={"owner": owner.model_copy(
+            update={"desired": desired, "min_size": low})})
+
+    def scale_in(self, instance: Instance, *, dry_run: bool) -> ActionResult:
+        self.calls["scale_in-dry" if dry_run else "scale_in"] += 1
+        live = self.instances[instance.instance_id]
+        group = self.groups.get(live.owner.name) if live.owner else None
+        if group is None or live.state is not InstanceState.RUNNING:
+            return ActionResult(outcome=ActionOutcome.SKIPPED, detail="not a running member")
+        if group[0] - 1 < group[1]:
+            return ActionResult(outcome=ActionOutcome.SKIPPED,
+                                detail=f"{AT_MINIMUM} (desired {group[0]}, min {group[1]})")
+        if dry_run:
+            return ActionResult(outcome=ActionOutcome.DRY_RUN)
+        self.acted_on.append(("scale_in", instance.instance_id))
+        group[0] -= 1
+        self.set(instance.instance_id, state=InstanceState.TERMINATED)
+        return ActionResult(outcome=ActionOutcome.DONE, state_after=InstanceState.TERMINATED)
 
     def set(self, iid: str, **update: object) -> None:
         """Change an instance behind costguard's back (state, tags, ...)."""
@@ -94,7 +128,7 @@ class ScriptedCloud:
     def list_instances(self) -> Inventory:
         self.calls["list"] += 1
         now = self.clock.now()
-        return Inventory(instances=[i.model_copy(update={"observed_at": now})
+        return Inventory(instances=[self._sized(i).model_copy(update={"observed_at": now})
                                     for i in self.instances.values()])
 
     def gpu_metrics(self, instances: Sequence[Instance], start: datetime, end: datetime
@@ -122,6 +156,7 @@ class ScriptedCloud:
                                 state_after=live.state)
         if dry_run:
             return ActionResult(outcome=ActionOutcome.DRY_RUN, detail="permission verified")
+        self.acted_on.append((verb, inst.instance_id))
         self.set(inst.instance_id, state=to)
         return ActionResult(outcome=ActionOutcome.DONE, state_after=to)
 
@@ -163,7 +198,8 @@ class ScriptedCloud:
 
     def _describe(self, instance: Instance) -> Instance | None:
         self.calls["describe"] += 1
-        return self.instances.get(instance.instance_id)
+        found = self.instances.get(instance.instance_id)
+        return self._sized(found) if found is not None else None
 
     def _terminate(self, instance: Instance, *, snapshot: bool, dry_run: bool) -> ActionResult:
         return self._move(instance, InstanceState.STOPPED, InstanceState.TERMINATED,

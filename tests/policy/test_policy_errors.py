@@ -113,7 +113,7 @@ def test_action_with_two_kinds_or_unknown_placeholder_is_an_error() -> None:
     )
     two, placeholder = _errors(text)
     assert (two.line, two.column) == (5, 9)
-    assert ("exactly one of notify, tag, stop, start or terminate (got notify and stop"
+    assert ("exactly one of notify, tag, stop, start, terminate or scale_in (got notify and stop"
             in two.message)
     assert (placeholder.line, placeholder.column) == (6, 28)
     assert ("unknown placeholder {when} (available: {now}, {policy}, {deadline})"

@@ -30,7 +30,10 @@ def test_idle_gpu_policy_is_dry_run_warns_owner_then_stops_after_15_minutes() ->
     assert idle.missing_data == "not-idle"
     assert policy.notify_action is not None and "owner" in policy.notify_action.to
     assert policy.stop_action is not None and policy.stop_action.grace == timedelta(minutes=15)
-    assert [a.kind.value for a in policy.actions] == ["notify", "tag", "stop"]
+    assert [a.kind.value for a in policy.actions] == ["notify", "tag", "stop", "scale_in"]
+    # groups are shrunk by their idle members, with the same warning time as a stop
+    assert policy.scale_in_action is not None
+    assert policy.scale_in_action.grace == timedelta(minutes=15)
     assert policy.limits.max_actions_per_cycle == 20
     assert policy.limits.max_usd_per_hour == 500
 

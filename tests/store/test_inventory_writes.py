@@ -48,6 +48,7 @@ def test_new_rows_have_every_column(db_url: str) -> None:
         "gpu_model": "NVIDIA A100", "gpu_memory_mib": 40960,
         "launch_time": T0 - timedelta(days=2), "tags": {"team": "research", "Name": "n-i-1"},
         "first_seen": T0, "last_seen": T0, "state_changed_at": T0, "accrued_until": T0,
+        "owner": None,
         "accrue_state": "running", "gone": False, "launched_by": None,
     }
     assert rows["i-2"]["zone"] is None and rows["i-2"]["tags"] == {}
@@ -192,4 +193,28 @@ def test_an_instance_copied_with_plain_strings_is_stored_like_its_enums(db_url: 
     assert [(i.instance_id, prev) for i, prev in changes] == [("i-1", "running")]
     row = _rows(db)["i-1"]
     assert (row["state"], row["lifecycle"], row["state_changed_at"]) == ("stopped", "spot", T1)
+    db.dispose()
+
+
+def test_an_owner_round_trips_and_a_new_group_size_rewrites_the_row(db_url: str) -> None:
+    from costguard.model import Owner, OwnerKind
+    from costguard.store.inventory import to_instance
+
+    owner = Owner(kind=OwnerKind.ASG, name="gpu-asg", scope="us-east-1", desired=4,
+                  min_size=1, max_size=8, via="tag aws:autoscaling:groupName",
+                  tags={"team": "research"})
+    db = Database(db_url)
+    with db.session() as s:
+        record_inventory(s, "aws", [_inst("i-1", owner=owner), _inst("i-2")], T0,
+                         complete=True)
+    with db.session() as s:
+        listed = {i.instance_id: i for i in current_instances(s)}
+        assert listed["i-1"].owner == owner and listed["i-2"].owner is None
+        assert to_instance(s.get(InstanceRow, ("aws", "i-1"))).owner == owner
+    smaller = owner.model_copy(update={"desired": 3})
+    with db.session() as s:
+        record_inventory(s, "aws", [_inst("i-1", owner=smaller), _inst("i-2")],
+                         T0 + timedelta(minutes=5), complete=True)
+    with db.session() as s:
+        assert {i.instance_id: i.owner for i in current_instances(s)}["i-1"] == smaller
     db.dispose()

@@ -36,15 +36,15 @@ def test_a_store_behind_head_is_still_migrated(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'old.db'}"
     db = Database(url)
     with db.engine.begin() as conn:  # pretend the last migration never ran
-        conn.execute(text("UPDATE alembic_version SET version_num = '0005'"))
-        conn.execute(text("ALTER TABLE gpu_readings DROP COLUMN span_minutes"))
+        conn.execute(text("UPDATE alembic_version SET version_num = '0006'"))
+        conn.execute(text("ALTER TABLE instances DROP COLUMN owner"))
     db.dispose()
     with pytest.raises(StoreError, match="not up to date"):
         Database(url, migrate=False)
     again = Database(url)
     assert current_revision(again.engine) == HEAD_REVISION
     with again.engine.connect() as conn:
-        conn.execute(text("SELECT span_minutes FROM gpu_readings"))
+        conn.execute(text("SELECT owner FROM instances"))
     again.dispose()
 
 

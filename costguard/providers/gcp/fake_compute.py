@@ -51,6 +51,7 @@ class FakeVm:
     label_version: int = 0
     disks: list[FakeDisk] = field(default_factory=list)
     service_account: str | None = None
+    metadata: dict[str, str] = field(default_factory=dict)  # e.g. created-by (a MIG's VM)
 
     @property
     def label_fingerprint(self) -> str:
@@ -80,6 +81,10 @@ class FakeVm:
         }
         body["disks"] = [d.attached_json(self.project, self.zone, i)
                          for i, d in enumerate(self.disks)]
+        if self.metadata:
+            body["metadata"] = {"kind": "compute#metadata", "fingerprint": "fake",
+                                "items": [{"key": k, "value": v}
+                                          for k, v in self.metadata.items()]}
         if self.service_account:
             body["serviceAccounts"] = [{"email": self.service_account,
                                         "scopes": ["https://www.googleapis.com/auth/cloud-platform"]}]
@@ -171,6 +176,7 @@ class FakeCompute(DiskOps):
         created: datetime | None = None,
         disks: list[FakeDisk] | None = None,
         service_account: str | None = None,
+        metadata: dict[str, str] | None = None,
     ) -> FakeVm:
         with self._lock:
             vm = FakeVm(
@@ -188,6 +194,7 @@ class FakeCompute(DiskOps):
                 disks=list(disks) if disks is not None else [
                     FakeDisk(name, size_gb=100, boot=True)],
                 service_account=service_account,
+                metadata=dict(metadata or {}),
             )
             if created is not None:
                 vm.created = created

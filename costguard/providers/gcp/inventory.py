@@ -19,6 +19,7 @@ from costguard.clock import utc
 from costguard.model import Gap, Instance, InstanceState, Inventory, Lifecycle
 from costguard.providers.gcp import gpus
 from costguard.providers.gcp.errors import explain, from_retry_error
+from costguard.providers.gcp.owners import owner_from_labels
 
 # SUSPENDED VMs bill for memory/disks like stopped ones and are not running work.
 STATES: dict[str, InstanceState] = {
@@ -103,6 +104,7 @@ def to_instance(project: str, vm: compute_v1.Instance, observed_at: datetime) ->
         observed_at=observed_at,
         # the service account the VM runs as: who launched it, as far as the listing says
         launched_by=(vm.service_accounts[0].email or None) if vm.service_accounts else None,
+        owner=owner_from_labels(vm.labels, {i.key: i.value for i in vm.metadata.items}),
     )
 
 
