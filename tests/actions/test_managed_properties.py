@@ -51,7 +51,7 @@ managed_filter = st.sampled_from(["", "managed: true, ", "managed: false, ",
 def _cloud(fleet: list[Box], minimums: dict[str, int]) -> ScriptedCloud:
     cloud = full_cloud(ManualClock(T0))
     members = {g: sum(1 for b in fleet if b.group == g) for g in GROUPS}
-    for name, kind in GROUPS.items():
+    for name in GROUPS:
         cloud.add_group(name, desired=members[name], min_size=min(minimums[name],
                                                                   members[name]))
     for i, box in enumerate(fleet):

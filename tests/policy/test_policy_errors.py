@@ -49,7 +49,8 @@ def test_broken_file_reports_every_error_at_its_exact_position(tmp_path: Path) -
     assert "quote it" in account and "'123456789012'" in account
     assert "unknown key 'bellow'" in unknown and "did you mean 'below'?" in unknown
     assert "invalid duration 'fortyfive'" in duration and "45m" in duration
-    assert "unknown key 'reboot' (valid keys: notify, tag, stop, start, terminate, scale_in)" in action
+    assert ("unknown key 'reboot' (valid keys: notify, tag, stop, start, terminate, scale_in)"
+            in action)
     assert str(errors[0]) == f"{path}:3:11: {mode}"
 
 
