@@ -337,6 +337,11 @@ class SimProvider:
         with self._lock:
             self.calls[verb] += 1
             host = self._host(instance)
+            group = self.groups.get(instance.instance_id)
+            if group is not None:  # the last guard: a member is never acted on alone
+                return ActionResult(outcome=ActionOutcome.SKIPPED,
+                                    detail=f"managed by {group.owner}: not acted on alone",
+                                    state_after=host.instance.state)
             if host.instance.state is not want_from:
                 return ActionResult(outcome=ActionOutcome.SKIPPED,
                                     detail=f"instance is {host.instance.state}, not {want_from}",

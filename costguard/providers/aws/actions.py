@@ -16,6 +16,7 @@ from costguard.errors import InstanceNotFound, ProviderError
 from costguard.model import ActionOutcome, ActionResult, Instance, InstanceState
 from costguard.providers.aws.boundary import error_code, translate
 from costguard.providers.aws.inventory import EC2_STATES
+from costguard.providers.aws.owners import owner_from_tags
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
@@ -55,7 +56,8 @@ def _state(raw: dict[str, Any]) -> InstanceState:
 
 
 def changed_meanwhile(instance: Instance, raw: dict[str, Any] | None) -> str | None:
-    """Why the instance is no longer the one last seen, or None if it is."""
+    """Why the instance is no longer the one last seen (or belongs to a controller now), or
+    None if it is the same pet."""
     if raw is None:
         return f"{instance.instance_id} no longer exists"
     if raw["InstanceType"] != instance.instance_type:
@@ -67,6 +69,11 @@ def changed_meanwhile(instance: Instance, raw: dict[str, Any] | None) -> str | N
             "changed meanwhile: relaunched at "
             f"{utc(raw['LaunchTime']).isoformat()} (was {instance.launch_time.isoformat()})"
         )
+    # the last guard before a stop, start or terminate call: never on a controller's member
+    owner = owner_from_tags({t["Key"]: t.get("Value", "") for t in raw.get("Tags", [])},
+                            instance.region)
+    if owner is not None:
+        return f"managed by {owner} ({owner.via}): not acted on as if it were alone"
     return None
 
 

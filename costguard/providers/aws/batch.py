@@ -185,8 +185,14 @@ def send_chunk(operation: str, ids: Sequence[str], send: Send, *, dry_run: bool,
 
 def stop_many(ec2: EC2Client, instances: Sequence[Instance], *, dry_run: bool, scope: str
               ) -> dict[str, ActionResult]:
-    """StopInstances per chunk, then one DescribeInstances per chunk to verify the state."""
-    out: dict[str, ActionResult] = {}
+    """StopInstances per chunk, then one DescribeInstances per chunk to verify the state.
+    A controller's member is never in a StopInstances call (the last guard: the act stage
+    routes members to scale-in or a notice long before)."""
+    out: dict[str, ActionResult] = {
+        i.instance_id: ActionResult(outcome=ActionOutcome.SKIPPED,
+                                    detail=f"managed by {i.owner}: not stopped as if alone")
+        for i in instances if i.owner is not None}
+    instances = [i for i in instances if i.owner is None]
 
     def send(ids: list[str], dry: bool) -> Any:
         return ec2.stop_instances(InstanceIds=ids, DryRun=dry)

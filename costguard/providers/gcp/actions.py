@@ -22,6 +22,7 @@ from costguard.errors import ProviderError
 from costguard.model import ActionOutcome, ActionResult, Instance, InstanceState
 from costguard.providers.gcp.errors import from_retry_error, translate
 from costguard.providers.gcp.inventory import status_name, to_state
+from costguard.providers.gcp.owners import owner_from_labels
 
 _LABEL_INVALID = re.compile(r"[^a-z0-9_-]")
 SET_LABELS_ATTEMPTS = 4
@@ -82,6 +83,14 @@ def _changed(instance: Instance, vm: compute_v1.Instance) -> str | None:
     return None
 
 
+def managed_now(vm: compute_v1.Instance) -> str | None:
+    """The last guard before a stop, start or delete call: never on a controller's member."""
+    owner = owner_from_labels(vm.labels, {i.key: i.value for i in vm.metadata.items})
+    if owner is None:
+        return None
+    return f"managed by {owner} ({owner.via}): not acted on as if it were alone"
+
+
 def wait(ctx: ActionContext, instance: Instance, op: compute_v1.Operation) -> compute_v1.Operation:
     project, zone, _ = _where(instance)
     deadline = time.monotonic() + ctx.operation_timeout_s
@@ -118,7 +127,7 @@ def change_power(
     """Shared flow of stop/start: `call(request_id)` issues the unary request."""
     vm = read(ctx, instance)
     state = to_state(status_name(vm))
-    why = _changed(instance, vm)
+    why = _changed(instance, vm) or managed_now(vm)
     if why:
         return ActionResult(outcome=ActionOutcome.SKIPPED, detail=why, state_after=state)
     if state not in allowed_from:

@@ -27,7 +27,7 @@ from google.cloud import compute_v1
 from costguard.actions.safety import is_protected
 from costguard.errors import InstanceNotFound, ProviderError
 from costguard.model import ActionOutcome, ActionResult, Instance, InstanceState
-from costguard.providers.gcp.actions import ActionContext, read, wait
+from costguard.providers.gcp.actions import ActionContext, managed_now, read, wait
 from costguard.providers.gcp.errors import from_retry_error, translate
 from costguard.providers.gcp.inventory import labels_as_tags, status_name, to_state
 
@@ -78,6 +78,9 @@ def _why_not(instance: Instance, vm: compute_v1.Instance) -> str | None:
         return f"{instance.name} was recreated (id {vm.id}, expected {instance.instance_id})"
     if to_state(status_name(vm)) is not InstanceState.STOPPED:
         return f"{instance.name} is {status_name(vm)} now, not stopped"
+    managed = managed_now(vm)
+    if managed is not None:
+        return managed
     if is_protected(instance.model_copy(update={"tags": labels_as_tags(vm.labels)})):
         return "costguard_protect was set since the last inventory"
     regional = [d.name for d in attached_disks(vm) if d.persistent and d.zone is None]

@@ -1,0 +1,160 @@
+"""Auto Scaling groups on moto: members are read as the group's (sized with one
+DescribeAutoScalingGroups per scope), scale-in shrinks the group by a member with
+TerminateInstanceInAutoScalingGroup and never below MinSize, and no StopInstances,
+StartInstances or TerminateInstances call ever names a member."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import boto3
+import pytest
+from aws_helpers import AMI, REGION, ProviderFactory, run_instances
+
+from costguard.model import AT_MINIMUM, ActionOutcome, Instance, InstanceState, OwnerKind
+from costguard.providers.aws import AwsProvider
+
+pytestmark = pytest.mark.usefixtures("moto")
+
+
+def _group(name: str = "gpu-asg", *, desired: int = 4, low: int = 1,
+           tags: dict[str, str] | None = None) -> list[str]:
+    ec2: Any = boto3.client("ec2", region_name=REGION)
+    asg: Any = boto3.client("autoscaling", region_name=REGION)
+    ec2.create_launch_template(LaunchTemplateName=f"{name}-lt", LaunchTemplateData={
+        "ImageId": AMI, "InstanceType": "g5.xlarge"})
+    asg.create_auto_scaling_group(
+        AutoScalingGroupName=name, MinSize=low, MaxSize=8, DesiredCapacity=desired,
+        LaunchTemplate={"LaunchTemplateName": f"{name}-lt", "Version": "$Latest"},
+        AvailabilityZones=[f"{REGION}a"],
+        Tags=[{"Key": k, "Value": v, "PropagateAtLaunch": False, "ResourceId": name,
+               "ResourceType": "auto-scaling-group"} for k, v in (tags or {}).items()])
+    return _members(name)
+
+
+def _members(name: str) -> list[str]:
+    asg: Any = boto3.client("autoscaling", region_name=REGION)
+    group = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"]
+    return sorted(i["InstanceId"] for i in group[0]["Instances"])
+
+
+def _desired(name: str) -> int:
+    asg: Any = boto3.client("autoscaling", region_name=REGION)
+    group = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"]
+    return int(group[0]["DesiredCapacity"])
+
+
+def _count_calls(provider: AwsProvider) -> Counter[str]:
+    """Every API call the provider's clients make, by operation (and instance ids named).
+    Register before the provider makes its first client: clients copy the session's hooks."""
+    calls: Counter[str] = Counter()
+
+    def seen(model: Any, params: dict[str, Any], **_: Any) -> None:
+        calls[model.name] += 1
+        for iid in params.get("InstanceIds", []) or [params.get("InstanceId")]:
+            if iid:
+                calls[f"{model.name}:{iid}"] += 1
+
+    provider.clients.base_session.events.register("before-call", seen)
+    return calls
+
+
+def _listed(provider: AwsProvider) -> dict[str, Instance]:
+    return {i.instance_id: i for i in provider.list_instances().instances}
+
+
+def test_members_are_read_as_the_groups_with_its_sizes_and_tags(
+        make_provider: ProviderFactory) -> None:
+    members = _group(tags={"team": "research", "costguard:snooze-until": "2030-01-01T00:00Z"})
+    pet = run_instances()[0]["InstanceId"]
+    provider = make_provider()
+    calls = _count_calls(provider)
+    listed = _listed(provider)
+    assert listed[pet].owner is None
+    for iid in members:
+        owner = listed[iid].owner
+        assert owner is not None and owner.kind is OwnerKind.ASG and owner.name == "gpu-asg"
+        assert (owner.desired, owner.min_size, owner.max_size) == (4, 1, 8)
+        assert owner.tags["team"] == "research"
+        assert owner.via == "tag aws:autoscaling:groupName"
+    assert calls["DescribeAutoScalingGroups"] == 1  # one call for the scope's groups
+
+
+def test_a_scope_without_groups_makes_no_auto_scaling_call(
+        make_provider: ProviderFactory) -> None:
+    run_instances(count=3)
+    provider = make_provider()
+    calls = _count_calls(provider)
+    assert all(i.owner is None for i in _listed(provider).values())
+    assert calls["DescribeAutoScalingGroups"] == 0
+
+
+def test_scale_in_shrinks_the_group_by_the_member_and_stops_at_min_size(
+        make_provider: ProviderFactory) -> None:
+    members = _group(desired=3, low=1)
+    provider = make_provider()
+    calls = _count_calls(provider)
+    listed = _listed(provider)
+    first = provider.scale_in(listed[members[0]], dry_run=False)
+    assert first.outcome is ActionOutcome.DONE, first.detail
+    assert "desired 3 -> 2 (MinSize 1)" in first.detail
+    assert _desired("gpu-asg") == 2 and members[0] not in _members("gpu-asg")
+    assert provider.scale_in(listed[members[1]], dry_run=False).outcome is ActionOutcome.DONE
+    last = provider.scale_in(listed[members[2]], dry_run=False)
+    assert last.outcome is ActionOutcome.SKIPPED and AT_MINIMUM in last.detail
+    assert "lower MinSize" in last.detail
+    assert _desired("gpu-asg") == 1 and _members("gpu-asg") == [members[2]]
+    assert calls["TerminateInstanceInAutoScalingGroup"] == 2
+    assert calls["StopInstances"] == calls["TerminateInstances"] == 0
+    gone = boto3.client("ec2", region_name=REGION).describe_instances(
+        InstanceIds=[members[0]])["Reservations"][0]["Instances"][0]["State"]["Name"]
+    assert gone in ("shutting-down", "terminated")
+
+
+def test_scale_in_dry_run_changes_nothing_and_protected_groups_are_left_alone(
+        make_provider: ProviderFactory) -> None:
+    members = _group(desired=2, low=0)
+    protected = _group("kept-asg", desired=2, low=0, tags={"costguard:protect": "yes"})
+    provider = make_provider()
+    listed = _listed(provider)
+    dry = provider.scale_in(listed[members[0]], dry_run=True)
+    assert dry.outcome is ActionOutcome.DRY_RUN and "would remove" in dry.detail
+    assert _desired("gpu-asg") == 2
+    kept = provider.scale_in(listed[protected[0]], dry_run=False)
+    assert kept.outcome is ActionOutcome.SKIPPED and "costguard:protect" in kept.detail
+    assert _desired("kept-asg") == 2
+
+
+def test_scale_in_skips_a_member_protected_from_scale_in(make_provider: ProviderFactory) -> None:
+    members = _group(desired=2, low=0)
+    boto3.client("autoscaling", region_name=REGION).set_instance_protection(
+        InstanceIds=[members[0]], AutoScalingGroupName="gpu-asg", ProtectedFromScaleIn=True)
+    provider = make_provider()
+    result = provider.scale_in(_listed(provider)[members[0]], dry_run=False)
+    assert result.outcome is ActionOutcome.SKIPPED and "protected from scale-in" in result.detail
+    assert _desired("gpu-asg") == 2
+
+
+def test_the_providers_own_stop_start_and_terminate_refuse_a_member(
+        make_provider: ProviderFactory) -> None:
+    members = _group(desired=2, low=0)
+    provider = make_provider()
+    calls = _count_calls(provider)
+    listed = _listed(provider)
+    member = listed[members[0]]
+    # even an Instance value that lost its owner (a stale copy) is refused by the cloud's tags
+    stale = member.model_copy(update={"owner": None})
+    for inst in (member, stale):
+        stopped = provider.stop(inst, dry_run=False)
+        assert stopped.outcome is ActionOutcome.SKIPPED and "managed by asg gpu-asg" in \
+            stopped.detail
+        assert provider.terminate(inst, snapshot=False, dry_run=False).outcome is \
+            ActionOutcome.SKIPPED
+    many = provider.stop_many([member], dry_run=False)
+    assert many[member.instance_id].outcome is ActionOutcome.SKIPPED
+    assert calls["StopInstances"] == calls["TerminateInstances"] == 0
+    assert calls["DescribeInstances"] >= 3  # the refusals came from fresh reads
+    state = boto3.client("ec2", region_name=REGION).describe_instances(
+        InstanceIds=[member.instance_id])["Reservations"][0]["Instances"][0]["State"]["Name"]
+    assert state == InstanceState.RUNNING.value
