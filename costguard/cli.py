@@ -70,19 +70,22 @@ def validate(
     Example: costguard validate policies/
     Exit status 0 when all files are valid, 2 otherwise.
     """
-    from costguard.policy.load import load_policy_set
+    from costguard.policy.load import load_with_warnings
 
     try:
-        policy_set = load_policy_set(paths)
+        policy_set, warnings = load_with_warnings(paths)
     except PolicyError as exc:
         for e in exc.errors:
             err.print(str(e), highlight=False, markup=False, soft_wrap=True)
         err.print(f"{len(exc.errors)} problem(s) found", style="red")
         raise typer.Exit(2) from None
+    for w in warnings:
+        err.print(str(w), highlight=False, markup=False, soft_wrap=True)
     n = len(policy_set.policies)
     enforced = sum(1 for p in policy_set.policies if p.is_enforced)
     console.print(f"ok: {n} policies ({enforced} enforced, {n - enforced} dry-run), "
-                  f"{len(policy_set.budgets)} budgets, {len(policy_set.anomalies)} anomaly rules")
+                  f"{len(policy_set.budgets)} budgets, {len(policy_set.anomalies)} anomaly rules"
+                  + (f", {len(warnings)} warning(s)" if warnings else ""))
 
 
 @app.command()
@@ -97,14 +100,14 @@ def run(
     Example: costguard run --once --format json
     """
     from costguard.engine import Engine
-    from costguard.policy.load import load_policy_set
+    from costguard.policy.load import load_with_warnings
     from costguard.providers.registry import build_providers
     from costguard.store.db import Database
 
     settings = _settings(config)
     clock = cli_clock()
     try:
-        policies = load_policy_set(settings.policy_paths)
+        policies, warnings = load_with_warnings(settings.policy_paths)
         db = Database(settings.database_url)
         providers = build_providers(settings, clock)
     except PolicyError as exc:
@@ -113,6 +116,8 @@ def run(
         raise typer.Exit(2) from None
     except CostguardError as exc:
         raise _fail(exc) from None
+    for w in warnings:
+        logging.getLogger("costguard.policy").warning("%s", w)
     engine = Engine(settings, db, providers, policies, clock)
     if once:
         summary = engine.run_cycle()

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from costguard.errors import PolicyError, SourceError
 from costguard.policy.schema import BUILTIN_DIMENSIONS, PolicyFile, PolicySet
+from costguard.policy.warnings import policy_warnings
 from costguard.yamlpos import (
     PositionMap,
     YamlLoadError,
@@ -62,6 +63,15 @@ def validate_paths(paths: Sequence[Path]) -> list[SourceError]:
     return _load(paths)[1]
 
 
+def load_with_warnings(paths: Sequence[Path]) -> tuple[PolicySet, list[SourceError]]:
+    """`load_policy_set`, and the warnings about policies that load but may surprise their
+    author (`policy.warnings`), each at FILE:LINE:COL. Raises PolicyError as it does."""
+    policy_set, errors, warnings = _load_all(paths)
+    if errors or policy_set is None:
+        raise PolicyError(errors)
+    return policy_set, warnings
+
+
 def parse_policy_text(text: str, filename: str = "<policy>") -> PolicySet:
     """Load one policy document from a string (tests, `costguard demo`, inline configs)."""
     errors: list[SourceError] = []
@@ -74,6 +84,12 @@ def parse_policy_text(text: str, filename: str = "<policy>") -> PolicySet:
 
 
 def _load(paths: Sequence[Path]) -> tuple[PolicySet | None, list[SourceError]]:
+    policy_set, errors, _ = _load_all(paths)
+    return policy_set, errors
+
+
+def _load_all(paths: Sequence[Path]
+              ) -> tuple[PolicySet | None, list[SourceError], list[SourceError]]:
     errors: list[SourceError] = []
     docs = []
     files = _expand(paths, errors)
@@ -84,7 +100,9 @@ def _load(paths: Sequence[Path]) -> tuple[PolicySet | None, list[SourceError]]:
             if doc is not None:
                 docs.append(doc)
     policy_set = _merge(docs, errors, [str(p) for p in (*paths, *files)])
-    return (None if errors else policy_set), errors
+    warnings = [w for d in docs if d.model is not None
+                for w in policy_warnings(d.filename, d.model.policies, d.positions)]
+    return (None if errors else policy_set), errors, warnings
 
 
 def _expand(paths: Sequence[Path], errors: list[SourceError]) -> list[Path]:

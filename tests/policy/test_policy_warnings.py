@@ -1,0 +1,62 @@
+"""Policies whose stop or terminate would meet controller-owned members get a warning at the
+step, with the fix; policies that already handle them (managed: false, scale_in) do not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from costguard.cli import app
+from costguard.policy.load import load_with_warnings
+
+REPO = Path(__file__).resolve().parents[2]
+
+HEAD = """\
+policies:
+  - name: idle
+    mode: enforce
+    filters: {gpu: true%s}
+    condition:
+      idle: {below: 5, for: 45m}
+    actions:
+      - notify: {to: owner}
+"""
+
+
+def _write(tmp_path: Path, extra_filter: str, steps: str) -> Path:
+    path = tmp_path / "p.yml"
+    path.write_text(HEAD % extra_filter + steps, encoding="utf-8")
+    return path
+
+
+def test_a_stop_that_admits_managed_members_is_warned_at_the_step(tmp_path: Path) -> None:
+    path = _write(tmp_path, "", "      - stop: {grace: 15m}\n")
+    policies, warnings = load_with_warnings([path])
+    assert len(policies.policies) == 1  # a warning never stops a policy from loading
+    [w] = warnings
+    assert (w.file, w.line, w.column) == (str(path), 9, 9)
+    assert "never stops those" in w.message
+    assert "managed: false" in w.message and "scale_in" in w.message
+
+
+def test_terminate_is_warned_too(tmp_path: Path) -> None:
+    steps = "      - stop: {grace: 15m}\n      - terminate: {after_stopped: 7d}\n"
+    [w] = load_with_warnings([_write(tmp_path, "", steps)])[1]
+    assert w.line == 9  # at the first acting step
+
+
+def test_no_warning_when_the_policy_handles_managed_members(tmp_path: Path) -> None:
+    for extra, steps in ((", managed: false", "      - stop\n"),
+                         ("", "      - stop\n      - scale_in\n"),
+                         ("", "      - tag: {set: {a: b}}\n")):
+        assert load_with_warnings([_write(tmp_path, extra, steps)])[1] == []
+    assert load_with_warnings([REPO / "policies"])[1] == []  # the shipped policies
+
+
+def test_validate_prints_the_warning_and_still_exits_0(tmp_path: Path) -> None:
+    path = _write(tmp_path, "", "      - stop\n")
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 0
+    assert f"{path}:9:9: warning: policy 'idle'" in result.output
+    assert "1 warning(s)" in result.output
