@@ -45,6 +45,7 @@ KIND_STYLE = {
     "cleared": ("[green]busy[/]", "green"),
     "finding": ("[cyan]note[/]", "cyan"),
     "cap": ("[magenta]CAP[/]", "magenta"),
+    "replaced": ("[magenta]REPLACED[/]", "magenta"),
     "gap": ("[magenta]gap[/]", "magenta"),
     "terminate-warning": ("[red]term?[/]", "red"),
 }

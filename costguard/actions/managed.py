@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from costguard.actions import journal
+from costguard.actions import controllers, journal
 from costguard.actions.bulk import Settled, State
 from costguard.actions.messages import label, recipients
 from costguard.actions.safety import owner_advice, recheck
@@ -92,17 +92,21 @@ class ScaleIn:
 
     def run(self, policy: Policy, due: Sequence[tuple[Finding, State]], now: datetime,
             cycle_id: int | None, stats: ActStats) -> None:
-        for f, st in due:
-            self._one(policy, f, st, now, cycle_id, stats)
+        removed = [(f.instance, policy.name) for f, st in due
+                   if self._one(policy, f, st, now, cycle_id, stats)]
+        if removed:  # the next cycle checks that no group replaced them
+            with self.r.db.session() as s:
+                controllers.expect(s, removed, now)
 
     def _one(self, policy: Policy, f: Finding, st: State, now: datetime,
-             cycle_id: int | None, stats: ActStats) -> None:
+             cycle_id: int | None, stats: ActStats) -> bool:
+        """Scale in by one member; True when the group really shrank."""
         dry = not policy.is_enforced
         inst = f.instance
         key = journal.journal_key(policy.name, inst, "scale_in", st.episode)
         with self.r.db.session() as s:
             if journal.completed(s, key):
-                return
+                return False
             intent_id = journal.write_intent(
                 s, key=key, cycle_id=cycle_id, policy=policy.name, inst=inst,
                 action="scale_in", dry_run=dry, usd_per_hour=f.usd_per_hour, now=now,
@@ -129,6 +133,8 @@ class ScaleIn:
         self._settle(out, policy, f, st, intent_id, now, stats, why_not, result)
         with self.r.db.session() as s:
             out.write(s)
+        return result is not None and why_not is None and \
+            result.outcome is ActionOutcome.DONE
 
     def _settle(self, out: Settled, policy: Policy, f: Finding, st: State, intent_id: int,
                 now: datetime, stats: ActStats, why_not: str | None,

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlmodel import Session, select
 
-from costguard.actions import journal, recovery
+from costguard.actions import controllers, journal, recovery
 from costguard.actions.batch import BatchStop, BatchTags
 from costguard.actions.bulk import NewState, Rows, Settled, State
 from costguard.actions.lifecycle import AfterStop
@@ -71,6 +71,7 @@ class ActStats:
     scaled_in: Counter[str] = field(default_factory=Counter)
     reconciled: int = 0
     interruptions: int = 0
+    replaced: int = 0  # groups that replaced members costguard scaled in
 
     def as_dict(self) -> dict[str, object]:
         return {k: dict(v) if isinstance(v, Counter) else v for k, v in vars(self).items()}
@@ -105,6 +106,7 @@ class ActionRunner:
         self.reconcile(now, stats)
         with self.db.session() as s:
             stats.interruptions = record_interruptions(s, now, cycle_id)
+            stats.replaced = controllers.verify(s, now)  # groups shrunk in earlier cycles
             self._changed_at = {(p, i): changed for p, i, changed in s.exec(select(
                 InstanceRow.provider, InstanceRow.instance_id, InstanceRow.state_changed_at))}
         by_policy: dict[str, list[Finding]] = defaultdict(list)

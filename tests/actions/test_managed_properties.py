@@ -124,3 +124,50 @@ def test_idle_group_shrinks_to_its_minimum_and_a_node_pool_is_only_reported() ->
                for j in pool if j.action == "skip")
     # the refusal is journaled once per episode, not every cycle
     assert len([j for j in pool if j.action == "skip"]) == 2
+
+
+def _alerts(db: Database, kind: str) -> list[str]:
+    from sqlmodel import select
+
+    from costguard.store.tables import AlertRow
+
+    with db.session() as s:
+        return [a.subject for a in s.exec(select(AlertRow).where(AlertRow.kind == kind))]
+
+
+def _scale_in_engine(cloud: ScriptedCloud) -> Engine:
+    text = ("policies:\n  - name: idle\n    mode: enforce\n"
+            "    filters: {gpu: true, state: running}\n"
+            "    condition:\n      idle: {below: 5, for: 30m}\n    actions:\n"
+            "      - notify: {to: owner}\n" + STEPS["scale_in"])
+    return Engine(Settings(), Database("sqlite://"), {"sim": cloud}, parse_policy_text(text),
+                  cloud.clock, alert_printer=lambda kind, subject, body: None)
+
+
+def test_a_group_that_replaces_a_scaled_in_member_raises_an_alert_the_next_cycle() -> None:
+    cloud = _cloud([Box("asg-a", False), Box("asg-a", True), Box("asg-a", True)],
+                   dict.fromkeys(GROUPS, 1))
+    engine = _scale_in_engine(cloud)
+    while not cloud.acted_on:
+        engine.run_cycle()
+        cloud.clock.advance(timedelta(minutes=10))
+    assert cloud.acted_on == [("scale_in", "i-0")] and cloud.groups["asg-a"][0] == 2
+    # the group's autoscaler puts the capacity back
+    cloud.groups["asg-a"][0] = 3
+    cloud.add("i-new", BUSY, owner=Owner(kind=OwnerKind.ASG, name="asg-a", via="test"))
+    summary = engine.run_cycle()
+    assert summary.actions["replaced"] == 1
+    [subject] = _alerts(engine.db, "replaced")
+    assert "asg asg-a replaced what costguard scaled in (idle)" == subject
+    cloud.clock.advance(timedelta(minutes=10))
+    assert engine.run_cycle().actions["replaced"] == 0  # checked once
+
+
+def test_a_group_that_stays_shrunk_raises_nothing() -> None:
+    cloud = _cloud([Box("asg-a", False), Box("asg-a", True)], dict.fromkeys(GROUPS, 0))
+    engine = _scale_in_engine(cloud)
+    for _ in range(8):
+        engine.run_cycle()
+        cloud.clock.advance(timedelta(minutes=10))
+    assert cloud.acted_on == [("scale_in", "i-0")]
+    assert _alerts(engine.db, "replaced") == []
