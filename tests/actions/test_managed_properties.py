@@ -158,7 +158,7 @@ def test_a_group_that_replaces_a_scaled_in_member_raises_an_alert_the_next_cycle
     summary = engine.run_cycle()
     assert summary.actions["replaced"] == 1
     [subject] = _alerts(engine.db, "replaced")
-    assert "asg asg-a replaced what costguard scaled in (idle)" == subject
+    assert subject == "asg asg-a replaced what costguard scaled in (idle)"
     cloud.clock.advance(timedelta(minutes=10))
     assert engine.run_cycle().actions["replaced"] == 0  # checked once
 
