@@ -9,7 +9,8 @@ checked, 412 on mismatch, requestId honoured), delete, disks createSnapshot, get
 aggregatedList (fake_disks.py), zone operations get/wait (done after `operation_delay_s`),
 Resource Manager v3 projects.list / folders.list, and injected failures: 429/503 on demand,
 403 for a forbidden project or a disabled API. Not implemented: insert, AIP-160 filters,
-regional operations, every other Compute method (501).
+regional operations, every other Compute method (501). Managed instance groups and
+autoscalers: fake_groups.py.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 
 from costguard.providers.gcp.fake_disks import DiskOps, FakeDisk
 from costguard.providers.gcp.fake_filter import aggregated
+from costguard.providers.gcp.fake_groups import GROUP_ROUTES, GroupOps
 from costguard.providers.gcp.fake_http import error, forbidden, handler_for
 
 _BASE = "https://www.googleapis.com/compute/v1"
@@ -134,7 +136,7 @@ class _Injected:
     path_contains: str
 
 
-class FakeCompute(DiskOps):
+class FakeCompute(DiskOps, GroupOps):
     """State of the fake plus the HTTP server. Thread-safe; use as a context manager."""
 
     def __init__(self, *, operation_delay_s: float = 0.0, max_wait_s: float = 2.0) -> None:
@@ -159,6 +161,7 @@ class FakeCompute(DiskOps):
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._init_disks()
+        self._init_groups()
 
     # ---- state the tests drive -------------------------------------------------------
     def add_instance(
@@ -266,6 +269,7 @@ class FakeCompute(DiskOps):
                     self.calls[f"{method} injected-{inj.status}"] += 1
                     return inj.status, error(inj.status, "injected failure")
             self._complete_due_operations()
+            self._heal_groups()
         for pattern, verb, action in _ROUTES:
             m = pattern.match(path)
             if m and verb == method:
@@ -445,4 +449,5 @@ _ROUTES: tuple[tuple[re.Pattern[str], str, str], ...] = (
     (re.compile(_Z + r"/operations/(?P<op>[^/]+)/wait$"), "POST", "operation_wait"),
     (re.compile(r"/v3/projects$"), "GET", "rm_projects"),
     (re.compile(r"/v3/folders$"), "GET", "rm_folders"),
+    *((re.compile(pattern), verb, action) for pattern, verb, action in GROUP_ROUTES),
 )

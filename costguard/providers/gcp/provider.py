@@ -22,6 +22,7 @@ from costguard.model import (
 )
 from costguard.providers.gcp import actions, batch, inventory, metrics, pricing, projects
 from costguard.providers.gcp.clients import GcpClients, build_clients, make_retry
+from costguard.providers.gcp.groups import GroupClients
 from costguard.providers.gcp.settings import GcpSettings
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,8 @@ class GcpProvider:
             retry=self.retry,
             operation_timeout_s=settings.operation_timeout_s,
         )
+        self.groups = GroupClients(self.clients.credentials, settings.compute_endpoint,
+                                   self.retry)
         self._batch = batch.BatchContext(
             actions=self._actions,
             workers=settings.batch_workers,
@@ -66,6 +69,7 @@ class GcpProvider:
         self.clients.instances.transport.close()  # type: ignore[no-untyped-call]
         self.clients.zone_operations.transport.close()  # type: ignore[no-untyped-call]
         self.clients.metrics.transport.close()  # type: ignore[no-untyped-call]
+        self.groups.close()
         disks = getattr(self, "_disks", None)  # made by the first terminate
         if disks is not None:
             disks.transport.close()
@@ -91,8 +95,12 @@ class GcpProvider:
                     ),
                     names,
                 )
-                for result in results:
-                    instances.extend(result.instances)
+                listed = list(results)
+                # MIG members get their groups' sizes: two calls for a project that has any
+                sized = pool.map(lambda pr: self.groups.with_sizes(pr[0], pr[1].instances),
+                                 zip(names, listed, strict=True))
+                for result, members in zip(listed, sized, strict=True):
+                    instances.extend(members)
                     gaps.extend(result.gaps)
         self._batch.stopped_costs.clear()  # a new cycle: last cycle's are not wanted
         return Inventory(instances=instances, gaps=gaps)
@@ -145,6 +153,10 @@ class GcpProvider:
 
         return term.terminate(self._actions, self._disk_client(), instance, snapshot=snapshot,
                               dry_run=dry_run)
+
+    def scale_in(self, instance: Instance, *, dry_run: bool) -> ActionResult:
+        """Shrink the VM's managed instance group by it; see gcp/groups.py."""
+        return self.groups.scale_in(instance, dry_run=dry_run)
 
     def stopped_cost(self, instance: Instance) -> PriceQuote | None:
         """What the stopped VM's persistent disks cost per hour; see gcp/disks.py. A VM
