@@ -92,6 +92,7 @@ def accrue(
     result = session.execute(select(
         *(_INSTANCES.c[c] for c in _COLUMNS), *raw_times,
         cast(_INSTANCES.c.tags, Text).label("tags_text"), _INSTANCES.c.launched_by,
+        cast(_INSTANCES.c.owner, Text).label("owner_text"),
     ).where(_INSTANCES.c.accrued_until < now))
     write = _IntervalWriter(session, prebound=spans.binds)
     quotes = {name: _Quotes(session, lookup, spans.bind_rate) for name, lookup in
@@ -107,7 +108,8 @@ def accrue(
             stats.intervals += len(intervals)
             intervals = []
         (provider, account, region, _zone, itype, lifecycle, gpus, _model, _mib,
-         iid, _name, accrue_state, gone, changed_raw, until_raw, _tags, _launcher) = row
+         iid, _name, accrue_state, gone, changed_raw, until_raw, _tags, _launcher,
+         _owner) = row
         span = spans.gone(until_raw, changed_raw) if gone else spans.live(until_raw)
         if span is None:
             continue
@@ -328,25 +330,27 @@ _Dims = tuple[str | None, str | None, str | None, str | None]  # team, project, 
 
 
 class _DimensionCache:
-    """Attribution per distinct (account, name, tags text, launched_by): what the attributor
-    reads of an instance."""
+    """Attribution per distinct (account, name, tags text, launched_by, owner text): what the
+    attributor reads of an instance."""
 
     def __init__(self, attributor: Attributor) -> None:
         self.attributor = attributor
-        self.cache: dict[tuple[str, str | None, str | None, str | None], _Dims] = {}
+        self.cache: dict[tuple[str, str | None, str | None, str | None, str | None],
+                         _Dims] = {}
 
     def __call__(self, row: Any) -> _Dims:
         (provider, account, region, zone, itype, lifecycle, gpus, _model, _mib,
-         iid, name, _accrue, _gone, _changed, _until, tags_text, launcher) = row
-        key = (account, name, tags_text, launcher)
+         iid, name, _accrue, _gone, _changed, _until, tags_text, launcher, owner_text) = row
+        key = (account, name, tags_text, launcher, owner_text)
         dims = self.cache.get(key)
         if dims is None:
             tags = json.loads(tags_text) if tags_text else {}
+            owner = json.loads(owner_text) if owner_text and owner_text != "null" else None
             shim = Instance(provider=provider, account=account, region=region, zone=zone,
                             instance_id=iid, name=name, instance_type=itype,
                             state=InstanceState.RUNNING, lifecycle=Lifecycle(lifecycle),
                             gpu_count=gpus, launch_time=_EPOCH, observed_at=_EPOCH, tags=tags,
-                            launched_by=launcher)
+                            launched_by=launcher, owner=owner)
             got = self.attributor.dimensions(shim)
             dims = self.cache[key] = (got.get("team"), got.get("project"), got.get("env"),
                                       got.get("cost-center"))

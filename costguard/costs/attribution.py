@@ -28,13 +28,17 @@ class Attributor:
         return list(self.rules.dimensions)
 
     def dimensions(self, inst: Instance) -> dict[str, str | None]:
-        """Each dimension's value for `inst`, or None when nothing claims it."""
+        """Each dimension's value for `inst`, or None when nothing claims it. A member of
+        a group or cluster inherits its owner's tags (an ASG's tags, a node pool's labels)
+        where its own do not have the key."""
+        tags = ({**inst.owner.tags, **{k: v for k, v in inst.tags.items() if v}}
+                if inst.owner is not None and inst.owner.tags else inst.tags)
         if self.rules is None or not self.rules.dimensions:
-            return {d: inst.tags.get(d) or None for d in DEFAULT_DIMENSIONS}
+            return {d: tags.get(d) or None for d in DEFAULT_DIMENSIONS}
         out: dict[str, str | None] = {}
-        lowered = {k.lower(): v for k, v in inst.tags.items()}
+        lowered = {k.lower(): v for k, v in tags.items()}
         for dim, rule in self.rules.dimensions.items():
-            value = next((inst.tags[k] for k in rule.keys if inst.tags.get(k)), None)
+            value = next((tags[k] for k in rule.keys if tags.get(k)), None)
             if value is None:  # keys match case-insensitively as a second chance
                 value = next((lowered[k.lower()] for k in rule.keys if lowered.get(k.lower())),
                              None)

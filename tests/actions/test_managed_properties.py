@@ -171,3 +171,24 @@ def test_a_group_that_stays_shrunk_raises_nothing() -> None:
         cloud.clock.advance(timedelta(minutes=10))
     assert cloud.acted_on == [("scale_in", "i-0")]
     assert _alerts(engine.db, "replaced") == []
+
+
+def test_a_member_without_a_team_tag_is_attributed_to_its_groups_team() -> None:
+    from costguard.costs.attribution import Attributor
+    from costguard.report.queries import spend
+
+    cloud = full_cloud(ManualClock(T0))
+    group = Owner(kind=OwnerKind.ASG, name="asg-a", via="test",
+                  tags={"team": "recsys", "owner": "ivo@example.com"})
+    cloud.add("i-0", BUSY, tags={"Name": "member"}, owner=group)  # no team of its own
+    cloud.add("i-1", BUSY, tags={"team": "vision"}, owner=group)  # its own tag wins
+    cloud.add("i-2", BUSY, tags={})  # a pet without tags stays unattributed
+    engine = _scale_in_engine(cloud)
+    run_for(engine, cloud.clock, timedelta(hours=2), step=timedelta(minutes=10))
+    with engine.db.session() as s:
+        teams = {r.key[0]: r.cost_micros for r in
+                 spend(s, ["team"], T0, T0 + timedelta(hours=3)).rows}
+    assert set(teams) == {"recsys", "vision", "unattributed"}
+    assert teams["recsys"] == teams["vision"] == teams["unattributed"] > 0
+    dims = Attributor().dimensions(cloud.instances["i-0"])
+    assert dims["team"] == "recsys"
