@@ -40,11 +40,14 @@ from costguard.costs.rollup import (
     summary_current,
 )
 from costguard.model import Instance, InstanceState, Lifecycle, PriceQuote
+from costguard.report.owners import OWNER_DIMENSIONS, spend_with_owners
 
 DIMENSIONS: dict[str, str] = {
     "team": "team", "project": "project", "env": "env", "cost-center": "cost_center",
     "account": "account", "provider": "provider", "region": "region",
     "instance-type": "instance_type", "lifecycle": "lifecycle", "instance": "instance_id",
+    # read from the instance's inventory row, not the intervals: report/owners.py
+    "owner": "owner", "owner-kind": "owner_kind", "managed": "managed",
 }
 ATTRIBUTED = {"team", "project", "env", "cost-center"}
 UNATTRIBUTED = "unattributed"
@@ -175,6 +178,13 @@ def spend(
     where no spot run of that type was observed in the period (used for savings).
     """
     filters = dict(filters or {})
+    if any(d in OWNER_DIMENSIONS for d in (*by, *filters)):
+        if compare is not None:
+            raise ValueError("--compare billed cannot group or filter by owner, owner-kind "
+                             "or managed (bills do not name the owner)")
+        return spend_with_owners(session, by, since, until, filters,
+                                 lambda s, b, a, z, f: spend(s, b, a, z, f,
+                                                             spot_price=spot_price))
     # the per-day summary has no instance column: only reports that neither group nor
     # filter by instance can read it
     by_instance = "instance" in by or "instance" in filters

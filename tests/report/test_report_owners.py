@@ -1,0 +1,77 @@
+"""`report --by owner`, `owner-kind` and `managed`: spend and idle spend per Auto Scaling
+group or node pool, from the same per-instance figures as `--by instance`."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from costguard.clock import ManualClock
+from costguard.config import Settings
+from costguard.engine import Engine
+from costguard.model import Owner, OwnerKind
+from costguard.policy.load import parse_policy_text
+from costguard.report.queries import spend
+from costguard.store.db import Database
+from tests.fakes.cloud import BUSY, IDLE, T0, full_cloud
+from tests.fakes.scenario import run_for
+
+NOTIFY_ONLY = """\
+policies:
+  - name: note
+    condition: {missing_tags: [nothing-has-this]}
+    actions: [notify]
+"""
+
+
+@pytest.fixture(scope="module")
+def db() -> Database:
+    cloud = full_cloud(ManualClock(T0))
+    asg = Owner(kind=OwnerKind.ASG, name="infer", via="test")
+    pool = Owner(kind=OwnerKind.GKE, name="gpu-pool", cluster="ml", via="test")
+    for i in range(3):
+        cloud.add(f"a-{i}", IDLE, owner=asg)
+    cloud.add("p-0", IDLE, owner=pool)
+    cloud.add("p-1", BUSY, owner=pool)
+    cloud.add("pet", BUSY)
+    engine = Engine(Settings(), Database("sqlite://"), {"sim": cloud},
+                    parse_policy_text(NOTIFY_ONLY), cloud.clock,
+                    alert_printer=lambda kind, subject, body: None)
+    run_for(engine, cloud.clock, timedelta(hours=3), step=timedelta(minutes=10))
+    return engine.db
+
+
+def _by(db: Database, by: list[str], filters: dict[str, str] | None = None
+        ) -> dict[tuple[str, ...], tuple[int, int, int]]:
+    with db.session() as s:
+        report = spend(s, by, T0, T0 + timedelta(hours=4), filters)
+    return {r.key: (r.cost_micros, r.idle_cost_micros, r.instances) for r in report.rows}
+
+
+def test_spend_by_owner_adds_up_to_spend_by_instance(db: Database) -> None:
+    owners = _by(db, ["owner"])
+    instances = _by(db, ["instance"])
+    assert set(owners) == {("asg:infer",), ("gke:gpu-pool",), ("unmanaged",)}
+    assert owners[("asg:infer",)][0] == sum(instances[(f"a-{i}",)][0] for i in range(3))
+    assert owners[("asg:infer",)][2] == 3 and owners[("gke:gpu-pool",)][2] == 2
+    assert sum(v[0] for v in owners.values()) == sum(v[0] for v in instances.values())
+
+
+def test_idle_cost_per_node_group_shows_which_wastes_most(db: Database) -> None:
+    owners = _by(db, ["owner"], {"managed": "true"})
+    assert set(owners) == {("asg:infer",), ("gke:gpu-pool",)}
+    asg_idle, pool_idle = owners[("asg:infer",)][1], owners[("gke:gpu-pool",)][1]
+    assert asg_idle > pool_idle > 0  # three idle members vs one of two
+
+
+def test_owner_filters_and_groupings(db: Database) -> None:
+    assert set(_by(db, ["owner-kind"])) == {("asg",), ("gke",), ("unmanaged",)}
+    assert set(_by(db, ["instance"], {"managed": "false"})) == {("pet",)}
+    assert set(_by(db, ["owner"], {"owner-kind": "gke,mig"})) == {("gke:gpu-pool",)}
+    assert set(_by(db, ["team", "managed"])) == {("research", "true"), ("research", "false")}
+
+
+def test_compare_billed_refuses_owner_dimensions(db: Database) -> None:
+    with db.session() as s, pytest.raises(ValueError, match="bills do not name the owner"):
+        spend(s, ["owner"], T0, T0 + timedelta(hours=4), compare="billed")
