@@ -75,3 +75,25 @@ def test_costguard_iam_follows_the_loaded_policies(
     perms = set(yaml.safe_load(gcp.output)["includedPermissions"])
     assert ("compute.instances.delete" in perms) is terminating
     assert "compute.instances.stop" in perms
+
+
+@pytest.mark.parametrize(("policy", "scaling_in"), [
+    (STOP_ONLY, False), (STOP_ONLY + "      - scale_in: {grace: 15m}\n", True),
+    ((STOP_ONLY + "      - scale_in\n").replace("mode: enforce", "mode: dry-run"), False)])
+def test_costguard_iam_grants_scale_in_only_for_an_enforced_scale_in_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str, scaling_in: bool
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for var in ("COSTGUARD_DATABASE_URL", "COSTGUARD_CONFIG"):
+        monkeypatch.delenv(var, raising=False)
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "p.yml").write_text(policy)
+
+    aws = runner.invoke(app, ["iam", "--provider", "aws"])
+    gcp = runner.invoke(app, ["iam", "--provider", "gcp"])
+
+    assert aws.exit_code == 0 and gcp.exit_code == 0, aws.output + gcp.output
+    assert ("autoscaling:TerminateInstanceInAutoScalingGroup"
+            in _actions(json.loads(aws.output))) is scaling_in
+    perms = set(yaml.safe_load(gcp.output)["includedPermissions"])
+    assert ("compute.instanceGroupManagers.update" in perms) is scaling_in

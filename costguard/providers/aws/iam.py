@@ -20,6 +20,7 @@ READ_ACTIONS = [
     "cloudwatch:GetMetricData",
     "cloudwatch:ListMetrics",
     "pricing:GetProducts",
+    "autoscaling:DescribeAutoScalingGroups",  # owners' sizes and tags (aws/owners.py)
 ]
 
 
@@ -31,6 +32,7 @@ def required_iam_policy(
     discover_accounts: bool = False,
     role_name: str = "CostguardRole",
     terminating: bool = False,
+    scaling_in: bool = False,
 ) -> dict[str, Any]:
     """An IAM policy document for costguard's role in each account it reads.
 
@@ -40,6 +42,9 @@ def required_iam_policy(
     terminating: a policy enables `terminate`: may snapshot EBS volumes (CreateSnapshots,
         tagging the snapshots as they are made) and terminate instances, again never ones
         tagged `costguard:protect=true`.
+    scaling_in: a policy has a `scale_in` step: may remove a member from its Auto Scaling
+        group (TerminateInstanceInAutoScalingGroup), never from a group tagged
+        `costguard:protect=true`.
     cross_account / discover_accounts: the extra rights of the account costguard runs in
         (assume `role_name` elsewhere; list the organization's accounts).
     With neither enforcing nor tagging the policy is read-only.
@@ -75,6 +80,17 @@ def required_iam_policy(
         )
     if terminating:
         statements += terminate_statements()
+    if scaling_in:
+        statements.append(
+            {
+                "Sid": "CostguardScaleIn",
+                "Effect": "Allow",
+                "Action": "autoscaling:TerminateInstanceInAutoScalingGroup",
+                "Resource": "arn:aws:autoscaling:*:*:autoScalingGroup:*:autoScalingGroupName/*",
+                "Condition": {"StringNotEquals": {
+                    f"autoscaling:ResourceTag/{PROTECT_TAG}": "true"}},
+            }
+        )
     if cross_account:
         statements.append(
             {
@@ -148,7 +164,7 @@ def trust_policy(hub_account_id: str, external_id_required: bool = True) -> dict
 # Files under deploy/iam/aws/ and the arguments that produce them.
 DEPLOY_FILES: dict[str, dict[str, Any]] = {
     "costguard-readonly.json": {"enforcing": False, "tagging": False},
-    "costguard-enforce.json": {"enforcing": True, "tagging": True},
+    "costguard-enforce.json": {"enforcing": True, "tagging": True, "scaling_in": True},
     "costguard-terminate.json": {"enforcing": True, "tagging": True, "terminating": True},
     "costguard-hub.json": {
         "enforcing": False,

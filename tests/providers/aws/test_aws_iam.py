@@ -64,3 +64,15 @@ def test_hub_account_may_assume_only_the_named_role() -> None:
 
     (assume,) = [s for s in policy["Statement"] if s["Action"] == "sts:AssumeRole"]
     assert assume["Resource"] == "arn:aws:iam::*:role/Finops"
+
+
+def test_scale_in_adds_only_terminate_in_group_and_never_on_a_protected_group() -> None:
+    plain = _actions(required_iam_policy(enforcing=True, tagging=False))
+    policy = required_iam_policy(enforcing=True, tagging=False, scaling_in=True)
+    (scale,) = [s for s in policy["Statement"] if s.get("Sid") == "CostguardScaleIn"]
+
+    assert _actions(policy) - plain == {"autoscaling:TerminateInstanceInAutoScalingGroup"}
+    assert scale["Resource"].startswith("arn:aws:autoscaling:")
+    assert scale["Condition"] == {
+        "StringNotEquals": {"autoscaling:ResourceTag/costguard:protect": "true"}}
+    assert "autoscaling:DescribeAutoScalingGroups" in READ_ACTIONS  # owners are always read

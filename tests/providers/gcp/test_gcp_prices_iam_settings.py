@@ -91,7 +91,8 @@ def test_custom_shapes_are_parsed_and_unknown_things_are_not_guessed() -> None:
 def test_permissions_grow_when_enforcing() -> None:
     read = required_permissions(False)
     act = required_permissions(True)
-    assert read == ["compute.disks.get", "compute.disks.list", "compute.instances.get",
+    assert read == ["compute.autoscalers.list", "compute.disks.get", "compute.disks.list",
+                    "compute.instanceGroupManagers.list", "compute.instances.get",
                     "compute.instances.list", "monitoring.timeSeries.list"]
     assert set(act) - set(read) == {
         "compute.instances.stop",
@@ -99,6 +100,11 @@ def test_permissions_grow_when_enforcing() -> None:
         "compute.instances.setLabels",
         "compute.zoneOperations.get",
     }
+    # a scale_in step adds only what deleteInstances and its re-read need
+    assert set(required_permissions(True, scaling_in=True)) - set(act) == {
+        "compute.instanceGroupManagers.get", "compute.autoscalers.get",
+        "compute.instanceGroupManagers.update"}
+    assert required_permissions(False, scaling_in=True) == read  # never without enforcing
 
 
 @pytest.mark.parametrize("path", sorted(ROLE_FILES))
