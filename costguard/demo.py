@@ -134,7 +134,7 @@ def _epilogue(console: Console, db: Database, since: datetime, until: datetime,
     console.print()
     console.print(f"[bold]{result.cycles} cycles in {result.seconds:.1f} s[/]: "
                   f"{result.alerts['idle-warning']} idle warnings, "
-                  f"{result.alerts['action']} instances stopped "
+                  f"{len(journal)} instances stopped "
                   f"(${saved:,.2f}/h no longer burning), "
                   f"{result.alerts['cleared']} warnings cancelled because the GPU got busy, "
                   f"{result.alerts['finding']} notices (spot candidates, missing tags).")
