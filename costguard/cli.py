@@ -228,18 +228,21 @@ def iam(
             err.print(str(e), highlight=False, markup=False)
         raise typer.Exit(2) from None
     acting = [p for p in policies if p.is_enforced
-              and (p.stop_action or p.tag_action or p.scale_in_action)]
+              and (p.stop_action or p.tag_action or p.scale_in_action
+                   or p.scale_to_zero_action)]
     enforcing = bool(acting) if enforce is None else enforce
     tagging = any(p.tag_action for p in acting) or (enforce is True)
     # snapshot + terminate rights only where an enforced policy has a `terminate` step
     terminating = enforcing and any(p.is_enforced and p.terminate_action for p in policies)
     # scale-in rights only where an enforced policy has a `scale_in` step
     scaling_in = enforcing and any(p.is_enforced and p.scale_in_action for p in policies)
+    parking = enforcing and any(p.is_enforced and p.scale_to_zero_action for p in policies)
     if provider == "aws":
         from costguard.providers.aws import required_iam_policy
 
         print(json.dumps(required_iam_policy(enforcing, tagging, terminating=terminating,
-                                             scaling_in=scaling_in), indent=2))
+                                             scaling_in=scaling_in, parking=parking),
+                         indent=2))
     else:
         from costguard.providers.gcp import render_role
 

@@ -257,6 +257,7 @@ class ActionKind(StrEnum):
     START = "start"
     TERMINATE = "terminate"
     SCALE_IN = "scale_in"
+    SCALE_TO_ZERO = "scale_to_zero"
 
 
 class ActionOutcome(StrEnum):

@@ -22,7 +22,15 @@ from costguard.actions.bulk import Settled, State
 from costguard.actions.messages import label, recipients
 from costguard.actions.safety import owner_advice, recheck
 from costguard.errors import ProviderError
-from costguard.model import AT_MINIMUM, ActionOutcome, ActionResult, Instance, InstanceState, Owner
+from costguard.model import (
+    AT_MINIMUM,
+    ActionOutcome,
+    ActionResult,
+    Instance,
+    InstanceState,
+    Owner,
+    OwnerKind,
+)
 from costguard.policy.actions import StopAction
 from costguard.policy.evaluate import Finding
 from costguard.policy.schema import Policy
@@ -41,8 +49,10 @@ def refused_as_pet(policy: Policy, inst: Instance) -> bool:
     if owner is None:
         return False
     if (policy.stop_action is None and policy.terminate_action is None
-            and policy.scale_in_action is None):
+            and policy.scale_in_action is None and policy.scale_to_zero_action is None):
         return False  # notify and tag only: fine on any instance
+    if policy.scale_to_zero_action is not None and owner.kind is OwnerKind.ASG:
+        return False  # the whole group is parked (actions/parking.py)
     return not (owner.kind.scalable and policy.scale_in_action is not None)
 
 

@@ -36,6 +36,13 @@ def reconcile(r: ActionRunner, now: datetime, stats: ActStats) -> None:
             if row.action == "scale_in" and inst_row is not None and inst_row.gone:
                 done, state = True, "gone"  # the group terminated it
             status = "done" if done else "interrupted"
+            if row.action in ("park", "restore"):  # a group's: keep the sizes it carries
+                head, sep, sizes = row.detail.partition(" | sizes=")
+                journal.resolve(s, row.id or 0, status,
+                                f"{head} (interrupted, resolved after restart){sep}{sizes}",
+                                now)
+                stats.reconciled += 1
+                continue
             journal.resolve(s, row.id or 0, status,
                             f"resolved after restart: instance is {state}", now)
             stats.reconciled += 1

@@ -28,6 +28,7 @@ from costguard.actions.managed import (
     with_group_tags,
 )
 from costguard.actions.messages import label, notice, recipients, render, warning
+from costguard.actions.parking import GroupParking, parks
 from costguard.actions.safety import (
     CapVerdict,
     CycleBudget,
@@ -69,6 +70,8 @@ class ActStats:
     started: Counter[str] = field(default_factory=Counter)
     terminated: Counter[str] = field(default_factory=Counter)
     scaled_in: Counter[str] = field(default_factory=Counter)
+    parked: Counter[str] = field(default_factory=Counter)  # groups scaled to zero
+    restored: Counter[str] = field(default_factory=Counter)  # groups given their sizes back
     reconciled: int = 0
     interruptions: int = 0
     replaced: int = 0  # groups that replaced members costguard scaled in
@@ -123,6 +126,7 @@ class ActionRunner:
                     cycle_id: int | None, stats: ActStats) -> None:
         selected: set[Ref] = set()
         due: list[tuple[Finding, State]] = []
+        parked: list[Finding] = []
         # warnings, snoozes and clears of one policy commit together; stops (below) each
         # get their own intent transaction before the provider is called
         self.rows = Rows()
@@ -154,6 +158,9 @@ class ActionRunner:
                     continue
                 if st.state == "protected":  # the tag was removed: start afresh
                     st.state, st.since = "seen", now
+                if parks(policy, f.instance):
+                    parked.append(f)  # its whole group is parked, below
+                    continue
                 if refused_as_pet(policy, f.instance):
                     self._managed(policy, f, st, now, stats, cycle_id)
                     continue
@@ -174,6 +181,8 @@ class ActionRunner:
             self.rows.write(s)
         if due:
             self._act_on_due(policy, due, now, cycle_id, stats)
+        if policy.scale_to_zero_action is not None:
+            GroupParking(self).run(policy, parked, now, cycle_id, stats)
 
     def _ensure_state(self, s: Session, policy: Policy, f: Finding, st: State | None,
                       now: datetime, changed_at: datetime | None) -> State:

@@ -254,14 +254,42 @@ policies:
 """
 
 
-_KINDS = ("notify", "tag", "stop", "start", "terminate", "scale_in")
+class ScaleToZeroAction(Element):
+    """Park whole groups outside office hours: an Auto Scaling group with a member the
+    policy selects is resized to zero (MinSize 0, DesiredCapacity 0; MaxSize kept) when
+    `condition.outside_hours` holds, and restored to the sizes it had when office hours
+    begin. The previous sizes are kept in costguard's journal (a daemon restart in between
+    loses nothing); the group carries them as a hint in the tag `costguard:parked-sizes`
+    (min/desired/max). `costguard:protect` on the group keeps it running. Members of
+    groups the policy parks are not stopped one by one; Kubernetes nodes are only reported.
+    On GCP, managed instance groups are not parked yet (reported instead)."""
+
+    yaml_key: ClassVar[str] = "actions[].scale_to_zero"
+    example: ClassVar[str] = """\
+policies:
+  - name: dev-gpu-groups-nights-and-weekends
+    mode: enforce
+    filters: {gpu: true, state: running, owner_kind: asg, tags: {values: {env: [dev]}}}
+    condition:
+      outside_hours: {timezone: Europe/Berlin, hours: "08:00-19:00", holidays: DE}
+    actions:
+      - notify: {to: owner}
+      - scale_to_zero: {restore_at_office_hours: true}
+"""
+
+    restore_at_office_hours: bool = Field(
+        default=True, description="Restore the previous sizes when office hours begin."
+    )
+
+
+_KINDS = ("notify", "tag", "stop", "start", "terminate", "scale_in", "scale_to_zero")
 _KINDS_TEXT = ", ".join(_KINDS[:-1]) + " or " + _KINDS[-1]
 
 
 class Action(Element):
     """One step of a policy's `actions` list: a mapping with exactly one key, `notify`,
-    `tag`, `stop`, `start`, `terminate` or `scale_in`. Steps run in order. A bare `- stop` or
-    `- notify` uses the defaults.
+    `tag`, `stop`, `start`, `terminate`, `scale_in` or `scale_to_zero`. Steps run in order.
+    A bare `- stop` or `- notify` uses the defaults.
     """
 
     yaml_key: ClassVar[str] = "actions[]"
@@ -283,6 +311,8 @@ policies:
     start: StartAction | None = Field(default=None, description="See StartAction.")
     terminate: TerminateAction | None = Field(default=None, description="See TerminateAction.")
     scale_in: ScaleInAction | None = Field(default=None, description="See ScaleInAction.")
+    scale_to_zero: ScaleToZeroAction | None = Field(
+        default=None, description="See ScaleToZeroAction.")
 
     @model_validator(mode="before")
     @classmethod
@@ -314,9 +344,10 @@ policies:
         return ActionKind(next(k for k in _KINDS if getattr(self, k) is not None))
 
     @property
-    def spec(self) -> NotifyAction | TagAction | StopAction | StartAction | TerminateAction:
+    def spec(self) -> (NotifyAction | TagAction | StopAction | StartAction | TerminateAction
+                       | ScaleToZeroAction):
         """The step's settings."""
         found = (self.notify or self.tag or self.stop or self.start or self.terminate
-                 or self.scale_in)
+                 or self.scale_in or self.scale_to_zero)
         assert found is not None
         return found

@@ -21,6 +21,7 @@ from costguard.policy.actions import (
     Action,
     NotifyAction,
     ScaleInAction,
+    ScaleToZeroAction,
     StartAction,
     StopAction,
     TagAction,
@@ -65,6 +66,7 @@ __all__ = [
     "PolicyFile",
     "PolicySet",
     "ScaleInAction",
+    "ScaleToZeroAction",
     "StartAction",
     "StopAction",
     "TagAction",
@@ -148,7 +150,7 @@ policies:
     @classmethod
     def _one_of_each_acting_kind(cls, value: tuple[Action, ...]) -> tuple[Action, ...]:
         for kind in (ActionKind.STOP, ActionKind.START, ActionKind.TERMINATE,
-                     ActionKind.SCALE_IN):
+                     ActionKind.SCALE_IN, ActionKind.SCALE_TO_ZERO):
             at = [i for i, a in enumerate(value) if a.kind is kind]
             if len(at) > 1:
                 raise PydanticCustomError(
@@ -172,6 +174,12 @@ policies:
                 "actions",
                 "start: {at_office_hours: true} needs condition.outside_hours to know when "
                 "office hours begin",
+            )
+        if ActionKind.SCALE_TO_ZERO in kinds and self.condition.outside_hours is None:
+            raise PydanticCustomError(
+                "actions",
+                "scale_to_zero parks groups outside office hours: it needs "
+                "condition.outside_hours to know when they are",
             )
         if ActionKind.START in kinds and ActionKind.TERMINATE in kinds:
             raise PydanticCustomError(
@@ -210,6 +218,12 @@ policies:
         """The policy's scale_in step, if any."""
         found = self._first(ActionKind.SCALE_IN)
         return found.scale_in if found else None
+
+    @property
+    def scale_to_zero_action(self) -> ScaleToZeroAction | None:
+        """The policy's scale_to_zero step, if any."""
+        found = self._first(ActionKind.SCALE_TO_ZERO)
+        return found.scale_to_zero if found else None
 
     @property
     def start_action(self) -> StartAction | None:
@@ -338,6 +352,7 @@ ELEMENTS: tuple[type[Element], ...] = (
     StartAction,
     TerminateAction,
     ScaleInAction,
+    ScaleToZeroAction,
     Limits,
     Attribution,
     DimensionRule,

@@ -22,7 +22,8 @@ def managed_stop_warning(policy: Policy) -> str | None:
     controllers; None when there is nothing to say."""
     if policy.stop_action is None and policy.terminate_action is None:
         return None
-    if policy.filters.managed is False or policy.scale_in_action is not None:
+    if (policy.filters.managed is False or policy.scale_in_action is not None
+            or policy.scale_to_zero_action is not None):
         return None
     verb = "stop" if policy.stop_action is not None else "terminate"
     return (f"policy {policy.name!r}: its filters also select instances that a controller "

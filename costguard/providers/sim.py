@@ -191,10 +191,13 @@ class SimProvider:
                 if host.instance.state in (InstanceState.STOPPED, InstanceState.STOPPING):
                     self._set_state(host, InstanceState.TERMINATED, now,
                                     reason="unhealthy in its Auto Scaling group: replaced")
+                    group.replaced += 1
                 if host.instance.state is InstanceState.TERMINATED:
                     group.members.remove(iid)
+            while len(group.members) > group.desired:  # scaled down: the newest go first
+                self._set_state(self._hosts[group.members.pop()], InstanceState.TERMINATED,
+                                now, reason="the group's desired capacity dropped")
             while len(group.members) < group.desired:
-                group.replaced += 1
                 self._add_member(group, now)
 
     def scale_in(self, instance: Instance, *, dry_run: bool) -> ActionResult:
@@ -225,6 +228,29 @@ class SimProvider:
             return ActionResult(outcome=ActionOutcome.DONE,
                                 detail=f"removed from {group.owner.name}: {sizes}",
                                 state_after=InstanceState.TERMINATED)
+
+    def resize_group(self, member: Instance, *, min_size: int, desired: int, max_size: int,
+                     hint: str | None, dry_run: bool) -> ActionResult:
+        """Set a group's sizes (the sim's UpdateAutoScalingGroup); its controller then
+        terminates or launches members to match at the next listing."""
+        with self._lock:
+            self.calls["resize_group"] = self.calls.get("resize_group", 0) + 1
+            owner = member.owner
+            group = next((g for g in self.groups.values() if owner is not None
+                          and g.owner.name == owner.name), None)
+            if group is None or not group.owner.kind.scalable:
+                return ActionResult(outcome=ActionOutcome.SKIPPED,
+                                    detail="no such group costguard can resize")
+            sizes = (f"min {group.min_size}, desired {group.desired}, max {group.max_size} -> "
+                     f"{min_size}, {desired}, {max_size}")
+            if dry_run:
+                return ActionResult(outcome=ActionOutcome.DRY_RUN, detail=f"would set {sizes}")
+            group.min_size, group.desired, group.max_size = min_size, desired, max_size
+            if hint is None:
+                group.owner.tags.pop("costguard:parked-sizes", None)
+            else:
+                group.owner.tags["costguard:parked-sizes"] = hint
+            return ActionResult(outcome=ActionOutcome.DONE, detail=f"{group.owner.name}: {sizes}")
 
     def _maybe_launch(self, now: datetime) -> None:
         elapsed_days = (now - self._last_launch_check).total_seconds() / 86400

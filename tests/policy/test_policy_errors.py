@@ -49,8 +49,8 @@ def test_broken_file_reports_every_error_at_its_exact_position(tmp_path: Path) -
     assert "quote it" in account and "'123456789012'" in account
     assert "unknown key 'bellow'" in unknown and "did you mean 'below'?" in unknown
     assert "invalid duration 'fortyfive'" in duration and "45m" in duration
-    assert ("unknown key 'reboot' (valid keys: notify, tag, stop, start, terminate, scale_in)"
-            in action)
+    assert ("unknown key 'reboot' (valid keys: notify, tag, stop, start, terminate, scale_in, "
+            "scale_to_zero)" in action)
     assert str(errors[0]) == f"{path}:3:11: {mode}"
 
 
@@ -114,8 +114,8 @@ def test_action_with_two_kinds_or_unknown_placeholder_is_an_error() -> None:
     )
     two, placeholder = _errors(text)
     assert (two.line, two.column) == (5, 9)
-    assert ("exactly one of notify, tag, stop, start, terminate or scale_in (got notify and stop"
-            in two.message)
+    assert ("exactly one of notify, tag, stop, start, terminate, scale_in or scale_to_zero "
+            "(got notify and stop" in two.message)
     assert (placeholder.line, placeholder.column) == (6, 28)
     assert ("unknown placeholder {when} (available: {now}, {policy}, {deadline})"
             in placeholder.message)

@@ -155,7 +155,8 @@ def test_budget_thresholds_are_sorted_and_deduplicated() -> None:
         ("actions: [{tag: {}}]", "give tags to `set` or to `remove`"),
         ("actions: [{tag: {set: {a: b}, remove: a}}]", "tag 'a' is both set and removed"),
         ("actions: [{}]",
-         "exactly one of notify, tag, stop, start, terminate or scale_in (got none)"),
+         "exactly one of notify, tag, stop, start, terminate, scale_in or scale_to_zero "
+         "(got none)"),
         ("resource: bucket", "Input should be 'instance'"),
         ("providers: [azure]", "Input should be 'aws', 'gcp' or 'sim'"),
         ("limits: {max_actions_per_cycle: 0}", "greater than or equal to 1 (got 0)"),

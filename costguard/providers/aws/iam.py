@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 PROTECT_TAG = "costguard:protect"
+PARKED_TAG = "costguard:parked-sizes"  # providers/aws/owners.py
 
 READ_ACTIONS = [
     "ec2:DescribeInstances",
@@ -33,6 +34,7 @@ def required_iam_policy(
     role_name: str = "CostguardRole",
     terminating: bool = False,
     scaling_in: bool = False,
+    parking: bool = False,
 ) -> dict[str, Any]:
     """An IAM policy document for costguard's role in each account it reads.
 
@@ -45,6 +47,9 @@ def required_iam_policy(
     scaling_in: a policy has a `scale_in` step: may remove a member from its Auto Scaling
         group (TerminateInstanceInAutoScalingGroup), never from a group tagged
         `costguard:protect=true`.
+    parking: a policy has a `scale_to_zero` step: may set an Auto Scaling group's sizes
+        (UpdateAutoScalingGroup) and write or remove the one hint tag
+        `costguard:parked-sizes` on it, never on a group tagged `costguard:protect=true`.
     cross_account / discover_accounts: the extra rights of the account costguard runs in
         (assume `role_name` elsewhere; list the organization's accounts).
     With neither enforcing nor tagging the policy is read-only.
@@ -91,6 +96,25 @@ def required_iam_policy(
                     f"autoscaling:ResourceTag/{PROTECT_TAG}": "true"}},
             }
         )
+    if parking:
+        group = "arn:aws:autoscaling:*:*:autoScalingGroup:*:autoScalingGroupName/*"
+        statements += [
+            {
+                "Sid": "CostguardParkGroups",
+                "Effect": "Allow",
+                "Action": "autoscaling:UpdateAutoScalingGroup",
+                "Resource": group,
+                "Condition": {"StringNotEquals": {
+                    f"autoscaling:ResourceTag/{PROTECT_TAG}": "true"}},
+            },
+            {
+                "Sid": "CostguardParkedSizesTag",
+                "Effect": "Allow",
+                "Action": ["autoscaling:CreateOrUpdateTags", "autoscaling:DeleteTags"],
+                "Resource": group,
+                "Condition": {"ForAllValues:StringEquals": {"aws:TagKeys": [PARKED_TAG]}},
+            },
+        ]
     if cross_account:
         statements.append(
             {

@@ -34,6 +34,7 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from costguard.actions.safety import protects
 from costguard.errors import ProviderError
 from costguard.model import (
     AT_MINIMUM,
@@ -45,6 +46,7 @@ from costguard.model import (
     OwnerKind,
 )
 from costguard.providers.aws.boundary import aws_call
+from costguard.providers.aws.iam import PARKED_TAG  # min/desired/max before a park: a hint
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +170,6 @@ def scale_in(autoscaling: Any, inst: Instance, *, dry_run: bool, scope: str) -> 
     ShouldDecrementDesiredCapacity, so the group does not launch a replacement. The group is
     read first (one DescribeAutoScalingGroups): a member no longer in it, one protected from
     scale-in, a group tagged costguard:protect, or a group at its MinSize is left alone."""
-    from costguard.actions.safety import protects
 
     owner = inst.owner
     if owner is None or owner.kind is not OwnerKind.ASG:
@@ -207,3 +208,40 @@ def scale_in(autoscaling: Any, inst: Instance, *, dry_run: bool, scope: str) -> 
                         detail=f"removed from Auto Scaling group {owner.name}: {sizes}",
                         state_after=InstanceState.TERMINATED)
 
+
+
+
+
+def resize_group(autoscaling: Any, member: Instance, *, min_size: int, desired: int,
+                 max_size: int, hint: str | None, dry_run: bool, scope: str) -> ActionResult:
+    """Set an Auto Scaling group's sizes (UpdateAutoScalingGroup) for `scale_to_zero` and
+    its restore, and tag the group with the sizes it had (`hint`; None removes the tag).
+    A group tagged costguard:protect is left alone."""
+    owner = member.owner
+    if owner is None or owner.kind is not OwnerKind.ASG:
+        return ActionResult(outcome=ActionOutcome.SKIPPED,
+                            detail="not an Auto Scaling group")
+    with aws_call(f"{scope}/autoscaling"):
+        group = describe_groups(autoscaling, [owner.name], scope).get(owner.name)
+        if group is None:
+            return ActionResult(outcome=ActionOutcome.SKIPPED,
+                                detail=f"Auto Scaling group {owner.name} no longer exists")
+        if protects({t["Key"]: t.get("Value", "") for t in group.get("Tags", [])}):
+            return ActionResult(outcome=ActionOutcome.SKIPPED,
+                                detail=f"{owner.name} is tagged costguard:protect")
+        sizes = (f"min {group['MinSize']}, desired {group['DesiredCapacity']}, max "
+                 f"{group['MaxSize']} -> {min_size}, {desired}, {max_size}")
+        if dry_run:
+            return ActionResult(outcome=ActionOutcome.DRY_RUN,
+                                detail=f"would set {owner.name}: {sizes}")
+        autoscaling.update_auto_scaling_group(
+            AutoScalingGroupName=owner.name, MinSize=min_size, DesiredCapacity=desired,
+            MaxSize=max_size)
+        tag = {"ResourceId": owner.name, "ResourceType": "auto-scaling-group",
+               "Key": PARKED_TAG}
+        if hint is not None:
+            autoscaling.create_or_update_tags(
+                Tags=[{**tag, "Value": hint, "PropagateAtLaunch": False}])
+        elif any(t["Key"] == PARKED_TAG for t in group.get("Tags", [])):
+            autoscaling.delete_tags(Tags=[tag])
+    return ActionResult(outcome=ActionOutcome.DONE, detail=f"{owner.name}: {sizes}")

@@ -224,6 +224,20 @@ class AwsProvider(CloudWatchReads):
         except ProviderError as exc:
             return ActionResult(outcome=ActionOutcome.FAILED, detail=str(exc))
 
+    def resize_group(self, member: Instance, *, min_size: int, desired: int, max_size: int,
+                     hint: str | None, dry_run: bool) -> ActionResult:
+        """Set the member's Auto Scaling group's sizes (scale_to_zero); see aws/owners.py."""
+        from costguard.providers.aws import owners
+
+        scope = f"{member.account}/{member.region}"
+        try:
+            client = self.clients.autoscaling(self._account(member.account), member.region)
+            return owners.resize_group(client, member, min_size=min_size, desired=desired,
+                                       max_size=max_size, hint=hint, dry_run=dry_run,
+                                       scope=scope)
+        except ProviderError as exc:
+            return ActionResult(outcome=ActionOutcome.FAILED, detail=str(exc))
+
     # -- batched re-check and actions (base.Describes, base.BatchActions) ------------------
 
     def describe(self, instance: Instance) -> Instance | None:

@@ -76,3 +76,17 @@ def test_scale_in_adds_only_terminate_in_group_and_never_on_a_protected_group() 
     assert scale["Condition"] == {
         "StringNotEquals": {"autoscaling:ResourceTag/costguard:protect": "true"}}
     assert "autoscaling:DescribeAutoScalingGroups" in READ_ACTIONS  # owners are always read
+
+
+def test_parking_may_resize_groups_and_write_only_its_hint_tag() -> None:
+    plain = _actions(required_iam_policy(enforcing=True, tagging=False))
+    policy = required_iam_policy(enforcing=True, tagging=False, parking=True)
+    assert _actions(policy) - plain == {"autoscaling:UpdateAutoScalingGroup",
+                                        "autoscaling:CreateOrUpdateTags",
+                                        "autoscaling:DeleteTags"}
+    (park,) = [s for s in policy["Statement"] if s.get("Sid") == "CostguardParkGroups"]
+    assert park["Condition"] == {
+        "StringNotEquals": {"autoscaling:ResourceTag/costguard:protect": "true"}}
+    (tag,) = [s for s in policy["Statement"] if s.get("Sid") == "CostguardParkedSizesTag"]
+    assert tag["Condition"] == {
+        "ForAllValues:StringEquals": {"aws:TagKeys": ["costguard:parked-sizes"]}}

@@ -158,3 +158,46 @@ def test_the_providers_own_stop_start_and_terminate_refuse_a_member(
     state = boto3.client("ec2", region_name=REGION).describe_instances(
         InstanceIds=[member.instance_id])["Reservations"][0]["Instances"][0]["State"]["Name"]
     assert state == InstanceState.RUNNING.value
+
+
+def _group_tags(name: str) -> dict[str, str]:
+    asg: Any = boto3.client("autoscaling", region_name=REGION)
+    group = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"]
+    return {t["Key"]: t["Value"] for t in group[0].get("Tags", [])}
+
+
+def _sizes(name: str) -> tuple[int, int, int]:
+    asg: Any = boto3.client("autoscaling", region_name=REGION)
+    g = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"][0]
+    return int(g["MinSize"]), int(g["DesiredCapacity"]), int(g["MaxSize"])
+
+
+def test_resize_group_parks_and_restores_with_the_sizes_as_a_tag_hint(
+        make_provider: ProviderFactory) -> None:
+    members = _group(desired=3, low=1)
+    provider = make_provider()
+    calls = _count_calls(provider)
+    member = _listed(provider)[members[0]]
+    dry = provider.resize_group(member, min_size=0, desired=0, max_size=8, hint="1/3/8",
+                                dry_run=True)
+    assert dry.outcome is ActionOutcome.DRY_RUN and _sizes("gpu-asg") == (1, 3, 8)
+    park = provider.resize_group(member, min_size=0, desired=0, max_size=8, hint="1/3/8",
+                                 dry_run=False)
+    assert park.outcome is ActionOutcome.DONE, park.detail
+    assert _sizes("gpu-asg") == (0, 0, 8)
+    assert _group_tags("gpu-asg")["costguard:parked-sizes"] == "1/3/8"
+    back = provider.resize_group(member, min_size=1, desired=3, max_size=8, hint=None,
+                                 dry_run=False)
+    assert back.outcome is ActionOutcome.DONE and _sizes("gpu-asg") == (1, 3, 8)
+    assert "costguard:parked-sizes" not in _group_tags("gpu-asg")
+    assert calls["UpdateAutoScalingGroup"] == 2
+    assert calls["StopInstances"] == calls["TerminateInstances"] == 0
+
+
+def test_resize_group_leaves_a_protected_group_alone(make_provider: ProviderFactory) -> None:
+    members = _group(desired=2, low=1, tags={"costguard:protect": "true"})
+    provider = make_provider()
+    member = _listed(provider)[members[0]]
+    result = provider.resize_group(member, min_size=0, desired=0, max_size=8, hint="1/2/8",
+                                   dry_run=False)
+    assert result.outcome is ActionOutcome.SKIPPED and _sizes("gpu-asg") == (1, 2, 8)
