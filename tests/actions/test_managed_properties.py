@@ -192,3 +192,27 @@ def test_a_member_without_a_team_tag_is_attributed_to_its_groups_team() -> None:
     assert teams["recsys"] == teams["vision"] == teams["unattributed"] > 0
     dims = Attributor().dimensions(cloud.instances["i-0"])
     assert dims["team"] == "recsys"
+
+
+def test_stop_now_from_slack_never_stops_a_member() -> None:
+    """The Slack button makes a warned member due now: it is scaled in, never stopped; on a
+    member the policy only reports, the click changes nothing."""
+    from costguard.alerts.snooze import request_stop
+
+    fleet = [Box("asg-a", False), Box("asg-a", False), Box("pool", False)]
+    cloud = _cloud(fleet, dict.fromkeys(GROUPS, 0))
+    text = ("policies:\n  - name: idle\n    mode: enforce\n"
+            "    filters: {gpu: true, state: running}\n"
+            "    condition:\n      idle: {below: 5, for: 30m}\n    actions:\n"
+            "      - notify: {to: owner}\n      - stop: {grace: 1d}\n"
+            "      - scale_in: {grace: 1d}\n")
+    engine = Engine(Settings(), Database("sqlite://"), {"sim": cloud}, parse_policy_text(text),
+                    cloud.clock, alert_printer=lambda kind, subject, body: None)
+    run_for(engine, cloud.clock, timedelta(minutes=50), step=timedelta(minutes=10))
+    assert cloud.acted_on == []  # warned, deadline a day away
+    now = cloud.clock.now()
+    with engine.db.session() as s:
+        assert request_stop(s, instance_id="i-0", policy="idle", now=now, who="U1")
+        assert not request_stop(s, instance_id="i-2", policy="idle", now=now, who="U1")
+    engine.run_cycle()
+    assert cloud.acted_on == [("scale_in", "i-0")]

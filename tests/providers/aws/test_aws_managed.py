@@ -6,6 +6,7 @@ StartInstances or TerminateInstances call ever names a member."""
 from __future__ import annotations
 
 from collections import Counter
+from datetime import timedelta
 from typing import Any
 
 import boto3
@@ -51,12 +52,12 @@ def _count_calls(provider: AwsProvider) -> Counter[str]:
     calls: Counter[str] = Counter()
 
     def seen(model: Any, params: dict[str, Any], **_: Any) -> None:
-        calls[model.name] += 1
+        calls[model.name] += 1  # the API's own parameters, before serialisation
         for iid in params.get("InstanceIds", []) or [params.get("InstanceId")]:
             if iid:
                 calls[f"{model.name}:{iid}"] += 1
 
-    provider.clients.base_session.events.register("before-call", seen)
+    provider.clients.base_session.events.register("before-parameter-build", seen)
     return calls
 
 
@@ -201,3 +202,51 @@ def test_resize_group_leaves_a_protected_group_alone(make_provider: ProviderFact
     result = provider.resize_group(member, min_size=0, desired=0, max_size=8, hint="1/2/8",
                                    dry_run=False)
     assert result.outcome is ActionOutcome.SKIPPED and _sizes("gpu-asg") == (1, 2, 8)
+
+
+SCALE_IN_POLICY = """\
+policies:
+  - name: idle
+    mode: enforce
+    filters: {gpu: true, state: running}
+    condition: {idle: {below: 5, for: 1h}}
+    actions:
+      - notify: {to: owner}
+      - stop: {grace: 15m}
+      - scale_in: {grace: 15m}
+"""
+
+
+def test_an_idle_group_of_four_is_scaled_in_to_its_minimum_over_cycles_and_not_replaced(
+        make_provider: ProviderFactory, clock: Any, tmp_path: Any) -> None:
+    """The act stage over moto's Auto Scaling: warned, then shrunk one member at a time to
+    MinSize 1 by TerminateInstanceInAutoScalingGroup; no StopInstances, no replacement; a
+    pet in the same scope is stopped as ever."""
+    from costguard.actions.runner import ActionRunner
+    from costguard.costs.attribution import Attributor
+    from costguard.policy.evaluate import Finding
+    from costguard.policy.load import parse_policy_text
+    from costguard.store.db import Database
+    from costguard.store.inventory import record_inventory
+
+    members = _group(desired=4, low=1)
+    pet = run_instances()[0]["InstanceId"]
+    provider = make_provider()
+    calls = _count_calls(provider)
+    policy = parse_policy_text(SCALE_IN_POLICY).policies[0]
+    db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
+    runner = ActionRunner(db, {"aws": provider}, Attributor())
+    for _ in range(4):  # warn, then act at the deadline; each cycle from fresh inventory
+        listed = [i for i in provider.list_instances().instances
+                  if i.state is InstanceState.RUNNING]
+        with db.session() as s:
+            record_inventory(s, "aws", listed, clock.now(), complete=True)
+        runner.run([policy], [Finding(policy=policy, instance=i, holds=True,
+                                      reason="idle for 1h", evidence="sm_active 0%",
+                                      usd_per_hour=1.0) for i in listed], clock.now(), None)
+        clock.advance(timedelta(minutes=20))
+    assert _desired("gpu-asg") == 1 and len(_members("gpu-asg")) == 1
+    assert calls["TerminateInstanceInAutoScalingGroup"] == 3
+    assert calls["StopInstances"] == 1 and calls[f"StopInstances:{pet}"] == 1
+    assert not any(calls[f"StopInstances:{m}"] for m in members)
+    assert calls["TerminateInstances"] == 0
