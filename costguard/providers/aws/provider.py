@@ -214,25 +214,25 @@ class AwsProvider(CloudWatchReads):
         return disks.stopped_cost(ec2, instance)
 
     def scale_in(self, instance: Instance, *, dry_run: bool) -> ActionResult:
-        """Shrink the instance's Auto Scaling group by it; see aws/owners.py."""
-        from costguard.providers.aws import owners
+        """Shrink the instance's Auto Scaling group by it; see aws/groups.py."""
+        from costguard.providers.aws import groups
 
         scope = f"{instance.account}/{instance.region}"
         try:
             client = self.clients.autoscaling(self._account(instance.account), instance.region)
-            return owners.scale_in(client, instance, dry_run=dry_run, scope=scope)
+            return groups.scale_in(client, instance, dry_run=dry_run, scope=scope)
         except ProviderError as exc:
             return ActionResult(outcome=ActionOutcome.FAILED, detail=str(exc))
 
     def resize_group(self, member: Instance, *, min_size: int, desired: int, max_size: int,
                      hint: str | None, dry_run: bool) -> ActionResult:
-        """Set the member's Auto Scaling group's sizes (scale_to_zero); see aws/owners.py."""
-        from costguard.providers.aws import owners
+        """Set the member's Auto Scaling group's sizes (scale_to_zero); see aws/groups.py."""
+        from costguard.providers.aws import groups
 
         scope = f"{member.account}/{member.region}"
         try:
             client = self.clients.autoscaling(self._account(member.account), member.region)
-            return owners.resize_group(client, member, min_size=min_size, desired=desired,
+            return groups.resize_group(client, member, min_size=min_size, desired=desired,
                                        max_size=max_size, hint=hint, dry_run=dry_run,
                                        scope=scope)
         except ProviderError as exc:
