@@ -57,22 +57,27 @@ def test_gcp_terminate_permissions_only_when_enforcing() -> None:
     assert set(TERMINATE) <= set(required_permissions(True, terminating=True))
 
 
-@pytest.mark.parametrize(("policy", "terminating"), [(STOP_ONLY, False), (TERMINATES, True)])
-def test_costguard_iam_follows_the_loaded_policies(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str, terminating: bool
-) -> None:
+def _iam(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str
+         ) -> tuple[set[str], set[str]]:
+    """`costguard iam` for both clouds with `policy` loaded: (AWS actions, GCP permissions)."""
     monkeypatch.chdir(tmp_path)
     for var in ("COSTGUARD_DATABASE_URL", "COSTGUARD_CONFIG"):
         monkeypatch.delenv(var, raising=False)
     (tmp_path / "policies").mkdir()
     (tmp_path / "policies" / "p.yml").write_text(policy)
-
     aws = runner.invoke(app, ["iam", "--provider", "aws"])
     gcp = runner.invoke(app, ["iam", "--provider", "gcp"])
-
     assert aws.exit_code == 0 and gcp.exit_code == 0, aws.output + gcp.output
-    assert ("ec2:TerminateInstances" in _actions(json.loads(aws.output))) is terminating
-    perms = set(yaml.safe_load(gcp.output)["includedPermissions"])
+    return (_actions(json.loads(aws.output)),
+            set(yaml.safe_load(gcp.output)["includedPermissions"]))
+
+
+@pytest.mark.parametrize(("policy", "terminating"), [(STOP_ONLY, False), (TERMINATES, True)])
+def test_costguard_iam_follows_the_loaded_policies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str, terminating: bool
+) -> None:
+    actions, perms = _iam(tmp_path, monkeypatch, policy)
+    assert ("ec2:TerminateInstances" in actions) is terminating
     assert ("compute.instances.delete" in perms) is terminating
     assert "compute.instances.stop" in perms
 
@@ -83,17 +88,6 @@ def test_costguard_iam_follows_the_loaded_policies(
 def test_costguard_iam_grants_scale_in_only_for_an_enforced_scale_in_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str, scaling_in: bool
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    for var in ("COSTGUARD_DATABASE_URL", "COSTGUARD_CONFIG"):
-        monkeypatch.delenv(var, raising=False)
-    (tmp_path / "policies").mkdir()
-    (tmp_path / "policies" / "p.yml").write_text(policy)
-
-    aws = runner.invoke(app, ["iam", "--provider", "aws"])
-    gcp = runner.invoke(app, ["iam", "--provider", "gcp"])
-
-    assert aws.exit_code == 0 and gcp.exit_code == 0, aws.output + gcp.output
-    assert ("autoscaling:TerminateInstanceInAutoScalingGroup"
-            in _actions(json.loads(aws.output))) is scaling_in
-    perms = set(yaml.safe_load(gcp.output)["includedPermissions"])
+    actions, perms = _iam(tmp_path, monkeypatch, policy)
+    assert ("autoscaling:TerminateInstanceInAutoScalingGroup" in actions) is scaling_in
     assert ("compute.instanceGroupManagers.update" in perms) is scaling_in

@@ -8,7 +8,6 @@ from typing import Any
 
 from costguard.actions.safety import protects
 from costguard.model import (
-    AT_MINIMUM,
     ActionOutcome,
     ActionResult,
     Instance,
@@ -18,6 +17,7 @@ from costguard.model import (
 from costguard.providers.aws.boundary import aws_call
 from costguard.providers.aws.iam import PARKED_TAG  # min/desired/max before a park: a hint
 from costguard.providers.aws.owners import describe_groups
+from costguard.providers.shrink import shrink_by_one
 
 
 def _skipped(detail: str) -> ActionResult:
@@ -58,16 +58,12 @@ def scale_in(autoscaling: Any, inst: Instance, *, dry_run: bool, scope: str) -> 
         if member.get("ProtectedFromScaleIn"):
             return ActionResult(outcome=ActionOutcome.SKIPPED,
                                 detail=f"protected from scale-in in {owner.name}")
-        desired, low = int(group["DesiredCapacity"]), int(group["MinSize"])
-        if desired - 1 < low:
-            return ActionResult(
-                outcome=ActionOutcome.SKIPPED,
-                detail=f"{owner.name} is {AT_MINIMUM} (desired {desired}, MinSize {low}); "
-                       f"lower MinSize to let it shrink")
-        sizes = f"desired {desired} -> {desired - 1} (MinSize {low})"
-        if dry_run:
-            return ActionResult(outcome=ActionOutcome.DRY_RUN,
-                                detail=f"would remove it from {owner.name}: {sizes}")
+        final, sizes = shrink_by_one(
+            owner.name, int(group["DesiredCapacity"]), int(group["MinSize"]),
+            size_name="desired", min_name="MinSize", fix="lower MinSize to let it shrink",
+            dry_run=dry_run)
+        if final is not None:
+            return final
         autoscaling.terminate_instance_in_auto_scaling_group(
             InstanceId=inst.instance_id, ShouldDecrementDesiredCapacity=True)
     return ActionResult(outcome=ActionOutcome.DONE,

@@ -25,7 +25,6 @@ from google.auth import credentials as gcredentials
 from google.cloud import compute_v1
 
 from costguard.model import (
-    AT_MINIMUM,
     ActionOutcome,
     ActionResult,
     Instance,
@@ -33,6 +32,7 @@ from costguard.model import (
     OwnerKind,
 )
 from costguard.providers.gcp.errors import explain, from_retry_error
+from costguard.providers.shrink import shrink_by_one
 
 log = logging.getLogger(__name__)
 
@@ -150,16 +150,12 @@ class GroupClients:
         try:
             mig, low = self._read(project, owner.scope, owner.name,
                                   regional=owner.scope == inst.region)
-            target = int(mig.target_size)
-            if target - 1 < low:
-                return ActionResult(
-                    outcome=ActionOutcome.SKIPPED,
-                    detail=f"{owner.name} is {AT_MINIMUM} (target size {target}, autoscaler "
-                           f"minimum {low}); lower the autoscaler's minimum to let it shrink")
-            sizes = f"target size {target} -> {target - 1} (minimum {low})"
-            if dry_run:
-                return ActionResult(outcome=ActionOutcome.DRY_RUN,
-                                    detail=f"would remove it from {owner.name}: {sizes}")
+            final, sizes = shrink_by_one(
+                owner.name, int(mig.target_size), low, size_name="target size",
+                min_name="minimum", fix="lower the autoscaler's minimum to let it shrink",
+                dry_run=dry_run)
+            if final is not None:
+                return final
             body = {"instances": [f"zones/{inst.zone}/instances/{inst.name}"],
                     "skip_instances_on_validation_error": False}
             if owner.scope == inst.region:
