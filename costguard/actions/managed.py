@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from costguard.actions import controllers, journal
 from costguard.actions.bulk import Settled, State
 from costguard.actions.messages import label, recipients
-from costguard.actions.safety import owner_advice, recheck
+from costguard.actions.safety import owner_advice, pet_refusal, recheck
 from costguard.errors import ProviderError
 from costguard.model import (
     AT_MINIMUM,
@@ -90,6 +90,39 @@ def managed_notice(f: Finding, owner: Owner) -> tuple[str, str]:
         f"it or lose its work. What to do: {owner_advice(owner)}.",
     ])
     return subject, body
+
+
+def report_member(r: ActionRunner, policy: Policy, f: Finding, st: State, now: datetime,
+                  stats: ActStats, cycle_id: int | None) -> None:
+    """A policy that would stop or terminate a controller's member: refused, journaled
+    with the owner named, and told to the policy's recipients once an episode."""
+    if st.state == "managed":
+        return
+    inst, owner = f.instance, f.instance.owner
+    assert owner is not None
+    st.state, st.since, st.deadline = "managed", now, None
+    verb = "stop" if policy.stop_action is not None else "terminate"
+    why = pet_refusal(inst, verb) or ""
+    key = journal.journal_key(policy.name, inst, "managed", st.episode)
+    r.rows.record(key=key, cycle_id=cycle_id, policy=policy.name, inst=inst,
+                     action="skip", dry_run=not policy.is_enforced, status="skipped",
+                     detail=why, usd_per_hour=f.usd_per_hour, now=now)
+    stats.skipped[policy.name] += 1
+    if not policy.is_enforced:
+        return
+    team = r.attributor.dimensions(inst).get("team")
+    to = policy.notify_action.to if policy.notify_action else ("owner", "team")
+    subject, body = managed_notice(f, owner)
+    r.rows.alert(dedupe_key=f"managed|{key}", kind="finding", severity="info",
+                    subject=subject, body=body, now=now,
+                    recipients=recipients(to, with_group_tags(inst), team),
+                    policy=policy.name, provider=inst.provider,
+                    instance_id=inst.instance_id, team=team,
+                    owner=with_group_tags(inst).tags.get("owner"),
+                    context={"reason": f.reason, "evidence": f.evidence,
+                             "usd_per_hour": f.usd_per_hour, "owner": str(owner),
+                             "owner_kind": str(owner.kind),
+                             "instance_type": inst.instance_type})
 
 
 class ScaleIn:

@@ -20,13 +20,7 @@ from costguard.actions import controllers, journal, recovery
 from costguard.actions.batch import BatchStop, BatchTags
 from costguard.actions.bulk import NewState, Rows, Settled, State
 from costguard.actions.lifecycle import AfterStop
-from costguard.actions.managed import (
-    ScaleIn,
-    acting_step,
-    managed_notice,
-    refused_as_pet,
-    with_group_tags,
-)
+from costguard.actions.managed import ScaleIn, acting_step, refused_as_pet, report_member
 from costguard.actions.messages import label, notice, recipients, render, warning
 from costguard.actions.parking import GroupParking, parks
 from costguard.actions.safety import (
@@ -162,7 +156,7 @@ class ActionRunner:
                     parked.append(f)  # its whole group is parked, below
                     continue
                 if refused_as_pet(policy, f.instance):
-                    self._managed(policy, f, st, now, stats, cycle_id)
+                    report_member(self, policy, f, st, now, stats, cycle_id)
                     continue
                 if st.state == "managed":  # now a plain instance, or the policy scales in
                     st.state, st.since = "seen", now
@@ -313,38 +307,6 @@ class ActionRunner:
             BatchStop(self).run(policy, pets, now, cycle_id, stats)  # one by one where it must
         if members:
             ScaleIn(self).run(policy, members, now, cycle_id, stats)
-
-    def _managed(self, policy: Policy, f: Finding, st: State, now: datetime,
-                 stats: ActStats, cycle_id: int | None) -> None:
-        """A policy that would stop or terminate a controller's member: refused, journaled
-        with the owner named, and told to the policy's recipients once an episode."""
-        if st.state == "managed":
-            return
-        inst, owner = f.instance, f.instance.owner
-        assert owner is not None
-        st.state, st.since, st.deadline = "managed", now, None
-        verb = "stop" if policy.stop_action is not None else "terminate"
-        why = pet_refusal(inst, verb) or ""
-        key = journal.journal_key(policy.name, inst, "managed", st.episode)
-        self.rows.record(key=key, cycle_id=cycle_id, policy=policy.name, inst=inst,
-                         action="skip", dry_run=not policy.is_enforced, status="skipped",
-                         detail=why, usd_per_hour=f.usd_per_hour, now=now)
-        stats.skipped[policy.name] += 1
-        if not policy.is_enforced:
-            return
-        team = self.attributor.dimensions(inst).get("team")
-        to = policy.notify_action.to if policy.notify_action else ("owner", "team")
-        subject, body = managed_notice(f, owner)
-        self.rows.alert(dedupe_key=f"managed|{key}", kind="finding", severity="info",
-                        subject=subject, body=body, now=now,
-                        recipients=recipients(to, with_group_tags(inst), team),
-                        policy=policy.name, provider=inst.provider,
-                        instance_id=inst.instance_id, team=team,
-                        owner=with_group_tags(inst).tags.get("owner"),
-                        context={"reason": f.reason, "evidence": f.evidence,
-                                 "usd_per_hour": f.usd_per_hour, "owner": str(owner),
-                                 "owner_kind": str(owner.kind),
-                                 "instance_type": inst.instance_type})
 
     def refuse(self, policy: Policy, due: Sequence[tuple[Instance, int, float]], action: str,
                verdict: CapVerdict, now: datetime, cycle_id: int | None,
