@@ -246,7 +246,9 @@ def iam(
     else:
         from costguard.providers.gcp import render_role
 
-        print(render_role(enforcing, terminating=terminating, scaling_in=scaling_in), end="")
+        # parking a MIG (resize) needs the same rights as a scale-in (deleteInstances)
+        print(render_role(enforcing, terminating=terminating,
+                          scaling_in=scaling_in or parking), end="")
 
 
 @app.command()

@@ -29,7 +29,6 @@ from costguard.model import (
     Instance,
     InstanceState,
     Owner,
-    OwnerKind,
 )
 from costguard.policy.actions import StopAction
 from costguard.policy.evaluate import Finding
@@ -51,7 +50,7 @@ def refused_as_pet(policy: Policy, inst: Instance) -> bool:
     if (policy.stop_action is None and policy.terminate_action is None
             and policy.scale_in_action is None and policy.scale_to_zero_action is None):
         return False  # notify and tag only: fine on any instance
-    if policy.scale_to_zero_action is not None and owner.kind is OwnerKind.ASG:
+    if policy.scale_to_zero_action is not None and owner.kind.scalable:
         return False  # the whole group is parked (actions/parking.py)
     return not (owner.kind.scalable and policy.scale_in_action is not None)
 

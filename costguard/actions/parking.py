@@ -16,7 +16,7 @@ import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from sqlmodel import col, select
@@ -27,7 +27,7 @@ from costguard.actions.safety import batch_verdict
 from costguard.actions.schedule import in_office_hours
 from costguard.alerts.outbox import enqueue
 from costguard.errors import ProviderError
-from costguard.model import ActionOutcome, ActionResult, Instance, OwnerKind
+from costguard.model import ActionOutcome, ActionResult, Instance
 from costguard.policy.evaluate import Finding
 from costguard.policy.schema import Policy
 from costguard.store.tables import ActionJournalRow
@@ -38,13 +38,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("costguard.act")
 
 PARKED = ("intent", "done", "interrupted")  # a park in these states may have taken effect
+RETRY_REFUSED = timedelta(hours=12)  # a park the provider refused is asked again after this
 _SIZES = " | sizes="
 
 
 def parks(policy: Policy, inst: Instance) -> bool:
     """True when `policy` parks `inst`'s whole group instead of acting on `inst`."""
     return (policy.scale_to_zero_action is not None and inst.owner is not None
-            and inst.owner.kind is OwnerKind.ASG)
+            and inst.owner.kind.scalable)
 
 
 def group_id(inst: Instance) -> str:
@@ -75,7 +76,7 @@ class GroupParking:
         step, hours = policy.scale_to_zero_action, policy.condition.outside_hours
         if step is None or hours is None:
             return
-        parked = self._parked(policy)
+        parked, refused = self._parked(policy, now)
         if not in_office_hours(hours, now):
             groups: dict[str, _Group] = {}
             for f in findings:
@@ -83,9 +84,10 @@ class GroupParking:
                     g = groups.setdefault(group_id(f.instance), _Group(f.instance, 0.0))
                     g.usd_per_hour += f.usd_per_hour
             # an interrupted park whose group inventory still shows sized never happened
-            todo = {gid: g for gid, g in groups.items() if gid not in parked or (
+            todo = {gid: g for gid, g in groups.items() if gid not in refused and (
+                gid not in parked or (
                 parked[gid].row.status == "interrupted" and g.member.owner is not None
-                and (g.member.owner.desired or 0) > 0)}
+                and (g.member.owner.desired or 0) > 0))}
             if not todo:
                 return
             verdict = batch_verdict([g.usd_per_hour for g in todo.values()], policy.limits,
@@ -100,8 +102,10 @@ class GroupParking:
             for gid, p in parked.items():
                 self._restore(policy, gid, p, now, cycle_id, stats)
 
-    def _parked(self, policy: Policy) -> dict[str, _Parked]:
-        """The groups this policy parked and has not restored since, from the journal."""
+    def _parked(self, policy: Policy, now: datetime) -> tuple[dict[str, _Parked], set[str]]:
+        """The groups this policy parked and has not restored since, from the journal; and
+        those whose park the provider refused in the last 12 hours (an autoscaled MIG, a
+        protected group): not asked again every cycle of the same night."""
         with self.r.db.session() as s:
             rows = list(s.exec(select(ActionJournalRow).where(
                 ActionJournalRow.policy == policy.name,
@@ -109,9 +113,14 @@ class GroupParking:
                 col(ActionJournalRow.dry_run).is_(False)).order_by(
                 col(ActionJournalRow.id))))
         last: dict[str, ActionJournalRow] = {}
+        refused: set[str] = set()
         for row in rows:
+            if row.action == "park" and row.status == "skipped":
+                if now - row.intent_at < RETRY_REFUSED:
+                    refused.add(row.instance_id)
+                continue
             if row.action == "park" and row.status not in PARKED:
-                continue  # a park that was refused or failed before the call changed nothing
+                continue  # a park that failed before the call changed nothing
             if row.action == "restore" and row.status != "done":
                 continue  # a restore that did not happen leaves the group parked
             last[row.instance_id] = row
@@ -119,7 +128,7 @@ class GroupParking:
         for gid, row in last.items():
             if row.action == "park" and _SIZES in row.detail:
                 out[gid] = _Parked(row, json.loads(row.detail.split(_SIZES, 1)[1]))
-        return out
+        return out, refused - set(out)
 
     def _journal(self, policy: Policy, provider: str, gid: str, action: str, dry: bool,
                  usd: float, now: datetime, cycle_id: int | None, detail: str) -> int:
@@ -161,7 +170,7 @@ class GroupParking:
               cycle_id: int | None, stats: ActStats) -> None:
         owner, dry = g.member.owner, not policy.is_enforced
         assert owner is not None
-        if owner.desired is None or owner.min_size is None or owner.max_size is None:
+        if owner.desired is None or owner.min_size is None:
             log.info("%s: sizes unknown, not parked", owner)
             return
         before = {"min": owner.min_size, "desired": owner.desired, "max": owner.max_size,
@@ -169,7 +178,7 @@ class GroupParking:
                   "kind": str(owner.kind), "name": owner.name, "scope": owner.scope}
         keep = _SIZES + json.dumps(before, sort_keys=True)
         text = (f"park {owner}: min {owner.min_size}, desired {owner.desired}, max "
-                f"{owner.max_size} -> 0, 0, {owner.max_size}")
+                f"{owner.max_size} -> 0, 0, {owner.max_size}")  # a MIG's max: its autoscaler's
         row_id = self._journal(policy, g.member.provider, gid, "park", dry, g.usd_per_hour,
                                now, cycle_id, text + keep)
         self.r.fault("after-intent")

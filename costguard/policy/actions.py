@@ -260,9 +260,10 @@ class ScaleToZeroAction(Element):
     `condition.outside_hours` holds, and restored to the sizes it had when office hours
     begin. The previous sizes are kept in costguard's journal (a daemon restart in between
     loses nothing); the group carries them as a hint in the tag `costguard:parked-sizes`
-    (min/desired/max). `costguard:protect` on the group keeps it running. Members of
-    groups the policy parks are not stopped one by one; Kubernetes nodes are only reported.
-    On GCP, managed instance groups are not parked yet (reported instead)."""
+    (min/desired/max). `costguard:protect` on the group keeps it running. On GCP a managed
+    instance group's target size is set to zero and back; one run by an autoscaler is left
+    alone (the autoscaler would undo it: give it a scaling schedule). Members of groups the
+    policy parks are not stopped one by one; Kubernetes nodes are only reported."""
 
     yaml_key: ClassVar[str] = "actions[].scale_to_zero"
     example: ClassVar[str] = """\

@@ -2,7 +2,8 @@
 
 Implemented: instanceGroupManagers aggregatedList (zonal and regional groups, keyed
 `zones/Z` and `regions/R` as the API does), get (zonal and regional), deleteInstances
-(zonal and regional: the members are deleted and `targetSize` drops by as many), and
+(zonal and regional: the members are deleted and `targetSize` drops by as many), resize
+(zonal and regional: members are added or the newest deleted to match), and
 autoscalers aggregatedList and get (zonal and regional). Members carry the `created-by`
 metadata item with the group's partial URL, as GCE writes it. A group heals as a real one
 does: a member that stops or vanishes other than through deleteInstances is recreated under
@@ -118,15 +119,18 @@ class GroupOps:
         mig.members.append(vm_name)
 
     def _heal_groups(self) -> None:
-        """Recreate members that stopped or vanished (not through deleteInstances)."""
+        """Recreate members that stopped or vanished (not through deleteInstances), and
+        match the members to the target size after a resize."""
         for mig in self.migs.values():
             for vm_name in list(mig.members):
                 vm = self._vms.get((mig.project, mig.zone, vm_name))
                 if vm is None or vm.status in ("STOPPING", "TERMINATED"):
                     self._vms.pop((mig.project, mig.zone, vm_name), None)
                     mig.members.remove(vm_name)
+                    mig.recreated += 1  # the loop below puts a new one in its place
+            while len(mig.members) > mig.target_size:  # resized down: the newest go
+                self._vms.pop((mig.project, mig.zone, mig.members.pop()), None)
             while len(mig.members) < mig.target_size:
-                mig.recreated += 1
                 self._new_member(mig)
 
     def _mig(self, project: str, location: str, name: str) -> FakeMig | None:
@@ -192,6 +196,22 @@ class GroupOps:
                              f"{_BASE}/projects/{project}/{mig.where}"}
 
 
+    def _mig_resize(self, project: str, location: str, name: str, query: dict[str, str],
+                    body: Any) -> tuple[int, Any]:
+        with self._lock:
+            mig = self._mig(project, location, name)
+            if mig is None:
+                return 404, error(404, f"instanceGroupManager {name} not found")
+            try:
+                size = int(query["size"])
+            except (KeyError, ValueError):
+                return 400, error(400, "size: a whole number is required", reason="invalid")
+            mig.target_size = size
+            return 200, {"kind": "compute#operation", "name": f"operation-resize-{name}",
+                         "operationType": "compute.instanceGroupManagers.resize",
+                         "targetLink": mig.url, "status": "DONE", "progress": 100}
+
+
 _P = r"/compute/v1/projects/(?P<project>[^/]+)"
 _L = _P + r"/(?:zones|regions)/(?P<location>[^/]+)"
 GROUP_ROUTES: tuple[tuple[str, str, str], ...] = (
@@ -200,5 +220,6 @@ GROUP_ROUTES: tuple[tuple[str, str, str], ...] = (
     (_L + r"/instanceGroupManagers/(?P<name>[^/]+)$", "GET", "mig_get"),
     (_L + r"/instanceGroupManagers/(?P<name>[^/]+)/deleteInstances$", "POST",
      "mig_delete_instances"),
+    (_L + r"/instanceGroupManagers/(?P<name>[^/]+)/resize$", "POST", "mig_resize"),
     (_L + r"/autoscalers/(?P<name>[^/]+)$", "GET", "autoscaler_get"),
 )

@@ -182,3 +182,43 @@ class GroupClients:
                             detail=f"removed from managed instance group {owner.name}: {sizes}",
                             state_after=InstanceState.TERMINATED)
 
+    def resize_group(self, member: Instance, *, min_size: int, desired: int,
+                     max_size: int | None, hint: str | None, dry_run: bool) -> ActionResult:
+        """Set a managed instance group's target size (`resize`, zonal or regional) for
+        `scale_to_zero` and its restore. A group run by an autoscaler is left alone: the
+        autoscaler would undo the resize (give it a scaling schedule instead). A MIG has no
+        labels of its own, so no hint is written (`hint` is ignored); the journal keeps the
+        sizes."""
+        owner = member.owner
+        if owner is None or owner.kind is not OwnerKind.MIG:
+            return ActionResult(outcome=ActionOutcome.SKIPPED,
+                                detail="not a managed instance group")
+        project, regional = member.account, owner.scope == member.region
+        try:
+            mig, _ = self._read(project, owner.scope, owner.name, regional=regional)
+            if mig.status and mig.status.autoscaler:
+                return ActionResult(
+                    outcome=ActionOutcome.SKIPPED,
+                    detail=f"{owner.name} is run by an autoscaler, which would undo a resize: "
+                           f"give the autoscaler a scaling schedule instead")
+            sizes = f"target size {mig.target_size} -> {desired}"
+            if dry_run:
+                return ActionResult(outcome=ActionOutcome.DRY_RUN,
+                                    detail=f"would set {owner.name}: {sizes}")
+            if regional:
+                op = self.regional.resize_unary(project=project, region=owner.scope,
+                                                instance_group_manager=owner.name,
+                                                size=desired, retry=self.retry)
+            else:
+                op = self.zonal.resize_unary(project=project, zone=owner.scope,
+                                             instance_group_manager=owner.name, size=desired,
+                                             retry=self.retry)
+        except gexc.RetryError as exc:
+            return ActionResult(outcome=ActionOutcome.FAILED,
+                                detail=str(from_retry_error(exc, project)))
+        except gexc.GoogleAPICallError as exc:
+            return ActionResult(outcome=ActionOutcome.FAILED, detail=explain(exc, project))
+        if op.error and op.error.errors:
+            return ActionResult(outcome=ActionOutcome.FAILED,
+                                detail="; ".join(e.message for e in op.error.errors))
+        return ActionResult(outcome=ActionOutcome.DONE, detail=f"{owner.name}: {sizes}")

@@ -158,6 +158,12 @@ class GcpProvider:
         """Shrink the VM's managed instance group by it; see gcp/groups.py."""
         return self.groups.scale_in(instance, dry_run=dry_run)
 
+    def resize_group(self, member: Instance, *, min_size: int, desired: int,
+                     max_size: int | None, hint: str | None, dry_run: bool) -> ActionResult:
+        """Set the member's MIG's target size (scale_to_zero); see gcp/groups.py."""
+        return self.groups.resize_group(member, min_size=min_size, desired=desired,
+                                        max_size=max_size, hint=hint, dry_run=dry_run)
+
     def stopped_cost(self, instance: Instance) -> PriceQuote | None:
         """What the stopped VM's persistent disks cost per hour; see gcp/disks.py. A VM
         stopped by stop_many was priced there in bulk."""

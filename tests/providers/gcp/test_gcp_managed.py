@@ -7,6 +7,7 @@ delete call ever names a member."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from costguard.model import AT_MINIMUM, ActionOutcome, Instance, OwnerKind
 from costguard.providers.gcp import GcpProvider
@@ -100,3 +101,60 @@ def test_a_stopped_member_is_recreated_by_its_group(
     fake.compute.set_status(P, Z, first, "TERMINATED")
     names = set(_listed(make_provider()))
     assert first not in names and len(mig.members) == 2 and mig.recreated == 1
+
+
+PARK = """\
+policies:
+  - name: park
+    mode: enforce
+    filters: {managed: true, state: running}
+    condition:
+      outside_hours: {timezone: UTC, hours: "08:00-19:00"}
+    actions:
+      - scale_to_zero
+"""
+
+
+def test_scale_to_zero_parks_a_mig_at_night_and_restores_it_but_leaves_autoscaled_ones(
+        fake: FakeGcp, make_provider: Callable[..., GcpProvider], tmp_path: Any) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from costguard.clock import ManualClock
+    from costguard.config import Settings
+    from costguard.engine import Engine
+    from costguard.policy.load import parse_policy_text
+    from costguard.store.db import Database
+
+    plain = fake.compute.add_mig(P, "batch", zone=Z, size=3)
+    scaled = fake.compute.add_mig(P, "infer", zone=Z, size=2, autoscaler=(1, 6))
+    clock = ManualClock(datetime(2026, 11, 23, 20, 0, tzinfo=UTC))  # Monday night
+    provider = GcpProvider(fake.settings(projects=[P]), clock=clock)
+
+    def cycles(n: int) -> Engine:
+        engine = Engine(Settings(), Database(f"sqlite:///{tmp_path / 'cg.db'}"),
+                        {"gcp": provider}, parse_policy_text(PARK), clock,
+                        alert_printer=lambda kind, subject, body: None)
+        for _ in range(n):
+            engine.run_cycle()
+            clock.advance(timedelta(minutes=30))
+        return engine
+
+    cycles(3)
+    assert plain.target_size == 0 and plain.members == []
+    assert scaled.target_size == 2  # its autoscaler would undo a resize: left alone
+    assert fake.compute.calls["POST mig_resize"] == 1  # parked once
+    with Database(f"sqlite:///{tmp_path / 'cg.db'}").session() as s:
+        from sqlmodel import select
+
+        from costguard.store.tables import ActionJournalRow
+        parks = [(r.instance_id, r.status) for r in s.exec(
+            select(ActionJournalRow).where(ActionJournalRow.action == "park"))]
+    # one refusal for the autoscaled group, journaled once for the night, not every cycle
+    assert sorted(parks) == [("group:mig:us-central1-a:batch", "done"),
+                             ("group:mig:us-central1-a:infer", "skipped")]
+    clock.advance(timedelta(hours=11))  # Tuesday 08:30, a restarted daemon
+    cycles(2)
+    assert plain.target_size == 3 and len(plain.members) == 3
+    assert fake.compute.calls["POST mig_resize"] == 2
+    assert fake.compute.calls["POST stop"] == 0
+    provider.close()
