@@ -5,7 +5,10 @@ Rules (documented in docs/agent.md, tested on the real H100 recording):
 * Coverage first. Expected slots = `gpu_count` x whole minutes in [window_start, window_end)
   (a window shorter than a minute counts as one slot, so 30 s replay windows work). A
   reading that spans several minutes (a cloud metric's period) fills each of them.
-  Coverage = distinct (gpu_index, minute) slots that carry the chosen signal / expected.
+  Coverage = distinct (gpu_index, minute) slots that carry the chosen signal / expected,
+  where only the instance's own GPU indexes count and a minute is a whole wall minute
+  (readings stamped at seconds of one minute fill that one slot): coverage cannot be forged
+  by sending many summaries or inventing GPUs.
   Below `min_coverage`, or any GPU silent for the whole window -> NO_DATA:
   no data is not idle.
 * Signal. `auto` picks SM activity (NVML GPM / DCGM SM_ACTIVE) when it alone reaches
@@ -77,19 +80,26 @@ def peaks(minutes: Sequence[GpuMinute]) -> tuple[list[float], list[float]]:
 
 
 def _readings(minutes: Sequence[GpuMinute], signal: GpuSignal, start: datetime,
-              end: datetime) -> list[_Reading]:
+              end: datetime, gpu_count: int) -> list[_Reading]:
     """One reading per (GPU, minute) slot of [start, end): a reading spanning several
-    minutes fills each of them."""
+    minutes fills each of them.
+
+    Coverage counts wall minutes of GPUs the instance has, never more: a reading for a GPU
+    index beyond `gpu_count` fills no slot, and readings stamped at seconds within the same
+    minute fill that one minute's slot (45 summaries sent within one real minute are one
+    minute of data, not 45)."""
     pick = _sm if signal is GpuSignal.SM_ACTIVE else _util
     seen: dict[tuple[int, datetime], _Reading] = {}
     for m in minutes:
+        if m.gpu_index >= gpu_count:
+            continue
         value = pick(m)
         if value is None:
             continue
         reading = _Reading(m.gpu_index, *value)
         # a re-sent minute replaces the earlier copy: one slot counts once
         if m.span_minutes == 1:
-            seen[(m.gpu_index, m.minute)] = reading
+            seen[(m.gpu_index, m.minute.replace(second=0, microsecond=0))] = reading
         else:
             for minute in slots(m, start, end):
                 seen[(m.gpu_index, minute)] = reading
@@ -137,13 +147,14 @@ def classify(
         return no_data("instance has no GPUs to classify", None, 0.0)
 
     sm_readings = ([] if signal == "util_gpu"
-                   else _readings(inside, GpuSignal.SM_ACTIVE, start, end))
+                   else _readings(inside, GpuSignal.SM_ACTIVE, start, end, gpu_count))
     if signal == "sm_active" or (
         signal == "auto" and sm_readings and _coverage(sm_readings, expected) >= min_coverage
     ):
         used, readings = GpuSignal.SM_ACTIVE, sm_readings
     else:
-        used, readings = GpuSignal.UTIL_GPU, _readings(inside, GpuSignal.UTIL_GPU, start, end)
+        used, readings = (GpuSignal.UTIL_GPU,
+                          _readings(inside, GpuSignal.UTIL_GPU, start, end, gpu_count))
 
     coverage = _coverage(readings, expected)
     span = _span(start, end)
