@@ -18,7 +18,7 @@ from costguard.clock import Clock, SystemClock
 from costguard.config import Settings
 from costguard.daemon.metrics import DaemonMetrics
 from costguard.daemon.settings import DaemonSettings, ingest_token
-from costguard.daemon.sink import StoreSink
+from costguard.daemon.sink import StoreSink, gpu_counts
 from costguard.store.db import Database
 
 log = logging.getLogger("costguard.http")
@@ -31,7 +31,9 @@ def extra_routes(settings: Settings, cfg: DaemonSettings, db: Database,
     if token:
         from costguard.telemetry.ingest import telemetry_routes
 
-        routes.extend(telemetry_routes(token=token, sink=StoreSink(db, metrics)))
+        routes.extend(telemetry_routes(token=token, sink=StoreSink(db, metrics),
+                                       clock=(clock or SystemClock()).now,
+                                       gpu_counts=gpu_counts(db)))
     else:
         log.warning("agent ingest disabled: set COSTGUARD_AGENT_TOKEN (or http.ingest_token) "
                     "to accept GPU telemetry from costguard agents")

@@ -6,19 +6,20 @@ The first write of a (provider, instance, gpu, minute) key wins, as in the refer
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import Table
+from sqlalchemy import Table, select
 from sqlalchemy.sql.dml import Insert
 
 from costguard.daemon.metrics import DaemonMetrics
 from costguard.model import GpuMinute
 from costguard.store.db import Database
-from costguard.store.tables import GpuReadingRow
+from costguard.store.tables import GpuReadingRow, InstanceRow
 from costguard.store.upsert import dialect_insert
 
 _TABLE: Table = GpuReadingRow.__table__  # type: ignore[attr-defined]
+InstanceRowTable: Table = InstanceRow.__table__  # type: ignore[attr-defined]
 _KEY = ("provider", "instance_id", "gpu_index", "minute")
 
 
@@ -50,3 +51,24 @@ class StoreSink:
             self.metrics.agent_minutes.labels("stored").inc(written)
             self.metrics.agent_minutes.labels("duplicate").inc(len(minutes) - written)
         return written
+
+
+def gpu_counts(db: Database) -> Callable[[set[tuple[str, str]]], dict[tuple[str, str], int]]:
+    """What ingest asks of inventory: the GPU count of each (provider, instance id) the
+    store knows (an instance it does not know yet is simply absent)."""
+    t = InstanceRowTable
+
+    def lookup(keys: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        out: dict[tuple[str, str], int] = {}
+        by_provider: dict[str, list[str]] = {}
+        for provider, iid in keys:
+            by_provider.setdefault(provider, []).append(iid)
+        with db.engine.connect() as conn:
+            for provider, ids in by_provider.items():
+                for start in range(0, len(ids), 500):
+                    rows = conn.execute(select(t.c.instance_id, t.c.gpu_count).where(
+                        t.c.provider == provider, t.c.instance_id.in_(ids[start:start + 500])))
+                    out.update({(provider, iid): int(n) for iid, n in rows})
+        return out
+
+    return lookup

@@ -114,13 +114,14 @@ class Pusher:
                 result.sent += len(batch)
             elif status == 413 and len(batch) > 1:
                 size = max(1, len(batch) // 2)  # the daemon's limit is lower than ours
-            elif status in (413, 422):
+            elif status in (400, 403, 413, 422):  # refused for good: never sent again
                 refused = self._refused(batch, response)
                 log.error("daemon refused %d summaries for good: %s", len(refused), response.text)
                 self._buffer.discard([p.seq for p in refused])
                 result.discarded += len(refused)
             else:
-                # 401 (wrong token), 503, ...: keep everything and try again later
+                # 401 (wrong token), 404 (wrong URL), 429, 503, ...: the fault is not in the
+                # batch: keep everything and try again later
                 result.reachable = False
                 result.error = f"daemon answered {status}: {response.text[:200]}"
                 return result

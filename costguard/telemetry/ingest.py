@@ -11,7 +11,10 @@ Request (documented in docs/agent.md):
 Responses, all JSON:
     200 {"received": n, "written": k, "duplicates": n - k}
     401 bad or missing token          413 body over the limit (1 MiB by default)
-    400 body is not JSON              422 a summary is invalid ({"error", "index", "detail"})
+    400 body is not JSON, or nested    422 a summary is invalid ({"error", "index", "detail"}):
+        deeper than 8 levels               a minute not whole, in the future or over 7 days
+                                           old; an empty instance id; a gpu_index the
+                                           instance does not have
     503 the store could not take the batch; retry later
 
 The batch is validated whole before anything is written, and the injected `sink` writes it
@@ -25,13 +28,15 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import re
 import threading
-from collections.abc import Callable, Sequence
-from datetime import datetime
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -42,6 +47,10 @@ from costguard.model import GpuMinute
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 2**20
+MAX_JSON_DEPTH = 8  # a batch is {"minutes": [{...}]}: depth 3
+MAX_CLOCK_SKEW = timedelta(minutes=5)  # a host's clock may run this far ahead of the daemon's
+MAX_AGE = timedelta(days=7)  # older than any agent's buffer holds: refused
+_STRUCTURE = re.compile(rb'[\[\]{}"\\]')
 INGEST_PATH = "/v1/telemetry"
 MAX_INSTANCE_ID = 128  # the store's gpu_readings.instance_id column (VARCHAR(128))
 MinuteKey = tuple[str, str, int, datetime]
@@ -73,12 +82,14 @@ def _error(status: int, message: str, **extra: Any) -> JSONResponse:
     return JSONResponse({"error": message, **extra}, status_code=status)
 
 
-def parse_batch(payload: Any) -> list[GpuMinute]:
+def parse_batch(payload: Any, now: datetime | None = None) -> list[GpuMinute]:
     """Validate a decoded body into summaries; raises ValueError naming the bad item.
 
-    Beyond the model, a summary must fit the store: an aware `minute` (a naive one cannot be
-    placed in UTC) and an instance id within the column. Either would otherwise fail in the
-    database, a 503 the agent would retry forever."""
+    Beyond the model, a summary must fit the store and count honestly: an aware `minute` (a
+    naive one cannot be placed in UTC) that is a whole minute (seconds zero: the unit of
+    coverage), not in the future beyond `MAX_CLOCK_SKEW` nor older than `MAX_AGE` (given
+    `now`), and a non-empty instance id within the column. Anything else would either fail
+    in the database (a 503 the agent would retry forever) or count as coverage it is not."""
     items = payload.get("minutes") if isinstance(payload, dict) else payload
     if not isinstance(items, list):
         raise ValueError('expected {"minutes": [...]} or a JSON list of GPU minutes')
@@ -89,9 +100,56 @@ def parse_batch(payload: Any) -> list[GpuMinute]:
     for index, m in enumerate(out):
         if m.minute.tzinfo is None or m.minute.utcoffset() is None:
             raise _BadItem(index, "minute", "needs a UTC offset (e.g. 2026-11-02T09:00:00Z)")
+        if m.minute.second or m.minute.microsecond:
+            raise _BadItem(index, "minute", "must be a whole UTC minute, seconds zero "
+                                            "(e.g. 2026-11-02T09:00:00Z)")
+        if now is not None and m.minute > now + MAX_CLOCK_SKEW:
+            raise _BadItem(index, "minute", f"is in the future ({m.minute.isoformat()}; the "
+                                            f"daemon's time is {now.isoformat()}): check the "
+                                            "host's clock")
+        if now is not None and m.minute < now - MAX_AGE:
+            raise _BadItem(index, "minute", f"is older than {MAX_AGE.days} days, more than any "
+                                            "agent buffers: not accepted")
+        if not m.instance_id.strip():
+            raise _BadItem(index, "instance_id", "is empty")
         if len(m.instance_id) > MAX_INSTANCE_ID:
             raise _BadItem(index, "instance_id", f"longer than {MAX_INSTANCE_ID} characters")
     return out
+
+
+def check_gpus(minutes: Sequence[GpuMinute], gpus: Mapping[tuple[str, str], int]) -> None:
+    """Each summary's `gpu_index` must exist on its instance, where inventory knows the
+    instance (`gpus`: (provider, instance id) -> GPU count). Raises _BadItem."""
+    for index, m in enumerate(minutes):
+        count = gpus.get((m.provider, m.instance_id))
+        if count is not None and m.gpu_index >= count:
+            raise _BadItem(index, "gpu_index", f"{m.gpu_index} does not exist: "
+                                               f"{m.instance_id} has {count} GPUs")
+
+
+def json_depth(body: bytes) -> int:
+    """The deepest nesting of arrays and objects in a JSON text (strings skipped), found
+    before the parser recurses into it."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for match in _STRUCTURE.finditer(body):
+        char = match.group()
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == b"\\":
+                escaped = True
+            elif char == b'"':
+                in_string = False
+            continue
+        if char == b'"':
+            in_string = True
+        elif char in (b"[", b"{"):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in (b"]", b"}"):
+            depth -= 1
+    return deepest
 
 
 def first_of_each_key(minutes: Sequence[GpuMinute]) -> list[GpuMinute]:
@@ -120,10 +178,22 @@ class _BadItem(ValueError):
         return cls(index, first["loc"], first["msg"], detail)
 
 
+GpuCounts = Callable[[set[tuple[str, str]]], Mapping[tuple[str, str], int]]
+
+
+def _wall_clock() -> datetime:
+    return datetime.now(UTC)
+
+
 def telemetry_routes(
-    *, token: str, sink: Sink, max_body_bytes: int = MAX_BODY_BYTES, path: str = INGEST_PATH
+    *, token: str, sink: Sink, max_body_bytes: int = MAX_BODY_BYTES, path: str = INGEST_PATH,
+    clock: Callable[[], datetime] = _wall_clock, gpu_counts: GpuCounts | None = None,
 ) -> list[Route]:
-    """The ingest route, for mounting into the daemon's Starlette app."""
+    """The ingest route, for mounting into the daemon's Starlette app.
+
+    `clock` bounds the minutes accepted; `gpu_counts` answers the GPU count of the instances
+    inventory knows (checked against each summary's gpu_index). Both it and the sink run in
+    a worker thread: a slow or locked store never holds up the event loop (/healthz)."""
     if not token:
         raise ConfigError(
             "the agent ingest endpoint needs a token: set COSTGUARD_AGENT_TOKEN "
@@ -141,19 +211,28 @@ def telemetry_routes(
             return _error(413, f"body over {max_body_bytes} bytes; send smaller batches")
         except ClientDisconnect:
             return _error(400, "client disconnected before the body was read")
+        if json_depth(body) > MAX_JSON_DEPTH:
+            return _error(400, f"body nests deeper than {MAX_JSON_DEPTH} levels; a batch is "
+                               '{"minutes": [{...}, ...]}')
         try:
             payload = json.loads(body)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
             return _error(400, f"body is not JSON: {exc}")
         try:
-            minutes = parse_batch(payload)
+            minutes = parse_batch(payload, clock())
+            if gpu_counts is not None and minutes:
+                check_gpus(minutes, await run_in_threadpool(
+                    gpu_counts, {(m.provider, m.instance_id) for m in minutes}))
         except _BadItem as exc:
             return _error(422, str(exc), index=exc.index, detail=exc.detail)
         except ValueError as exc:
             return _error(422, str(exc))
+        except Exception:  # the store's, while looking up GPU counts: the agent retries
+            log.exception("telemetry: GPU counts not read for a batch")
+            return _error(503, "the store could not check this batch; retry later")
         unique = first_of_each_key(minutes)
         try:
-            written = sink(unique) if unique else 0
+            written = await run_in_threadpool(sink, unique) if unique else 0
         except Exception:  # the store's problem, not the agent's: it keeps and retries
             log.exception("telemetry sink failed for a batch of %d summaries", len(unique))
             return _error(503, "the store could not take this batch; retry later")
@@ -164,9 +243,13 @@ def telemetry_routes(
     return [Route(path, ingest, methods=["POST"])]
 
 
-def telemetry_app(*, token: str, sink: Sink, max_body_bytes: int = MAX_BODY_BYTES) -> Starlette:
+def telemetry_app(*, token: str, sink: Sink, max_body_bytes: int = MAX_BODY_BYTES,
+                  clock: Callable[[], datetime] = _wall_clock,
+                  gpu_counts: GpuCounts | None = None) -> Starlette:
     """A standalone app serving only the ingest route (tests, or a bare receiver)."""
-    return Starlette(routes=telemetry_routes(token=token, sink=sink, max_body_bytes=max_body_bytes))
+    return Starlette(routes=telemetry_routes(token=token, sink=sink,
+                                             max_body_bytes=max_body_bytes, clock=clock,
+                                             gpu_counts=gpu_counts))
 
 
 class MemorySink:

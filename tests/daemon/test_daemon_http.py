@@ -46,7 +46,8 @@ def served(db: Database) -> Iterator[tuple[str, Daemon, ManualClock]]:
     daemon = Daemon(engine, engine.settings, DaemonSettings(leader_election="off"), http_port=0)
     daemon.state.started_at = clock.now()
     app = build_app(db, daemon.state, daemon.metrics, clock,
-                    extra_routes=extra_routes(engine.settings, daemon.cfg, db, daemon.metrics))
+                    extra_routes=extra_routes(engine.settings, daemon.cfg, db, daemon.metrics,
+                                              clock))
     server = HttpServer(app, "127.0.0.1", 0)
     server.start()
     try:
@@ -184,7 +185,7 @@ def test_a_store_failure_is_a_503_not_a_500(tmp_path: Path) -> None:
 
     from costguard.telemetry.ingest import telemetry_app
 
-    with TestClient(telemetry_app(token=TOKEN, sink=sink)) as client:
+    with TestClient(telemetry_app(token=TOKEN, sink=sink, clock=lambda: START)) as client:
         answer = client.post("/v1/telemetry", headers=auth(), json=[minute(0)])
     assert answer.status_code == 503
 

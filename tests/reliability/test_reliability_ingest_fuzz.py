@@ -36,7 +36,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[httpx.Cli
     clock = ManualClock(_T0)
     app = build_app(db, ServiceState(poll_interval=timedelta(minutes=1)), metrics, clock,
                     extra_routes=telemetry_routes(token=TOKEN, sink=StoreSink(db, metrics),
-                                                  max_body_bytes=64 * 1024))
+                                                  max_body_bytes=64 * 1024,
+                                                  clock=clock.now))
     server = HttpServer(app, "127.0.0.1", 0)
     server.start()
     with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=10) as client:

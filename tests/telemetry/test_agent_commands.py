@@ -135,7 +135,8 @@ def test_run_agent_end_to_end_identity_from_imds_pushes_and_records(tmp_path: Pa
     nvml = FakeNvml([FakeGpu(util=12, sm_util=0.02, processes=[(77, 900_000_000)])])
     sampler = NvmlSampler(nvml, clock=lambda: clock.now().timestamp())
     sampler.open()
-    with serve(meta) as meta_url, serve(telemetry_app(token="t0ken", sink=sink)) as daemon:
+    with serve(meta) as meta_url, serve(telemetry_app(
+            token="t0ken", sink=sink, clock=lambda: START + timedelta(hours=1))) as daemon:
         settings = AgentSettings(
             url=daemon,
             token="t0ken",

@@ -18,6 +18,8 @@ from tests.fakes.loopback import free_port, serve
 from tests.telemetry.agent_helpers import START, RecordedSampler, make_agent
 from tests.telemetry.servers import counting
 
+DAEMON_NOW = START + timedelta(days=1)  # the daemon's clock: after every minute the agent sends
+
 
 class Daemon:
     def __init__(self, max_body_bytes: int = 2**20) -> None:
@@ -32,7 +34,8 @@ class Daemon:
             self.received.extend(batch)
             return self.sink(batch)
 
-        app = telemetry_app(token="agent-token", sink=record, max_body_bytes=max_body_bytes)
+        app = telemetry_app(token="agent-token", sink=record, max_body_bytes=max_body_bytes,
+                            clock=lambda: DAEMON_NOW)
         self.app = counting(app, self._count)
 
     def _count(self) -> None:
@@ -164,7 +167,7 @@ def test_store_errors_503_keep_the_batch_for_the_next_try(tmp_path: Path, client
             raise RuntimeError("store busy")
         return sink(batch)
 
-    app = telemetry_app(token="agent-token", sink=store)
+    app = telemetry_app(token="agent-token", sink=store, clock=lambda: DAEMON_NOW)
     sampler = RecordedSampler(clock, 1, lambda g, now: "tiny_kernels")
     with serve(app) as url:
         agent = make_agent(tmp_path, url, client, clock, sampler, retry_max_s=30)

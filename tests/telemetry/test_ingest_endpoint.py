@@ -19,6 +19,7 @@ from tests.fakes.loopback import serve
 TOKEN = "s3cret-agent-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 START = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
+DAEMON_NOW = START + timedelta(hours=1)  # the daemon's clock: the data is recent
 
 
 def minutes(n: int, instance: str = "i-1") -> list[dict[str, object]]:
@@ -45,7 +46,8 @@ class FlakySink(MemorySink):
 @pytest.fixture
 def daemon() -> Iterator[tuple[httpx.Client, FlakySink]]:
     sink = FlakySink()
-    app = telemetry_app(token=TOKEN, sink=sink, max_body_bytes=64 * 1024)
+    app = telemetry_app(token=TOKEN, sink=sink, max_body_bytes=64 * 1024,
+                        clock=lambda: DAEMON_NOW)
     with serve(app) as url, httpx.Client(base_url=url, timeout=5) as client:
         yield client, sink
 

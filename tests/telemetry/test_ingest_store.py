@@ -34,7 +34,7 @@ def item(k: int, host: str = "i-store", gpu: int = 0, util: float = 50.0) -> dic
 def store(db_url: str) -> Iterator[tuple[httpx.Client, Database]]:
     db = Database(db_url)
     app = telemetry_app(token=TOKEN, sink=StoreSink(db, DaemonMetrics()),
-                        max_body_bytes=4 * 2**20)
+                        max_body_bytes=4 * 2**20, clock=lambda: START + timedelta(days=1))
     try:
         with serve(app) as url, httpx.Client(base_url=url, timeout=30) as client:
             yield client, db

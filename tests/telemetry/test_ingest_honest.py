@@ -1,0 +1,134 @@
+"""Ingest counts honestly and fails small: a summary must be a whole UTC minute, not in the
+future nor older than any buffer, for a GPU its instance has, with an instance id; deep JSON
+is a 400; a slow store never holds up /healthz; the agent drops what the daemon refuses for
+good instead of sending it forever."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from costguard.clock import ManualClock
+from costguard.daemon.http import HttpServer, ServiceState, build_app
+from costguard.daemon.metrics import DaemonMetrics
+from costguard.model import GpuMinute, TelemetrySource
+from costguard.store.db import Database
+from costguard.telemetry.agent import Pusher
+from costguard.telemetry.buffer import DiskBuffer
+from costguard.telemetry.ingest import MemorySink, telemetry_app, telemetry_routes
+from tests.fakes.loopback import serve
+
+TOKEN = "agent-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+GPUS = {("aws", "i-1gpu"): 1, ("aws", "i-cpu"): 0}
+
+
+def _minute(at: datetime, *, instance: str = "i-1gpu", gpu: int = 0) -> dict[str, Any]:
+    m = GpuMinute(provider="aws", instance_id=instance, gpu_index=gpu, minute=at,
+                  source=TelemetrySource.AGENT, util_mean=0.0, sm_mean=0.0)
+    return m.model_dump(mode="json")
+
+
+@pytest.fixture
+def client() -> Iterator[tuple[httpx.Client, MemorySink]]:
+    sink = MemorySink()
+    app = telemetry_app(token=TOKEN, sink=sink, clock=lambda: NOW,
+                        gpu_counts=lambda keys: {k: n for k, n in GPUS.items() if k in keys})
+    with serve(app) as url, httpx.Client(base_url=url, timeout=5) as c:
+        yield c, sink
+
+
+@pytest.mark.parametrize(("item", "field", "words"), [
+    (_minute(NOW - timedelta(minutes=3, seconds=-17)), "minute", "whole UTC minute"),
+    (_minute(NOW + timedelta(minutes=30)), "minute", "in the future"),
+    (_minute(NOW - timedelta(days=8)), "minute", "older than 7 days"),
+    (_minute(datetime(9999, 12, 31, 23, 59, tzinfo=UTC)), "minute", "in the future"),
+    (_minute(NOW, instance=" "), "instance_id", "is empty"),
+    (_minute(NOW, gpu=1), "gpu_index", "i-1gpu has 1 GPUs"),
+    (_minute(NOW, instance="i-cpu"), "gpu_index", "i-cpu has 0 GPUs"),
+])
+def test_a_dishonest_summary_is_a_422_naming_the_field(
+        client: tuple[httpx.Client, MemorySink], item: dict[str, Any], field: str,
+        words: str) -> None:
+    c, sink = client
+    answer = c.post("/v1/telemetry", headers=AUTH, json=[_minute(NOW), item])
+    assert answer.status_code == 422, answer.text
+    body = answer.json()
+    assert body["index"] == 1 and body["detail"][0]["loc"] == field
+    assert words in body["error"]
+    assert sink.rows == {}  # nothing of the batch is written
+
+
+def test_within_clock_skew_and_for_instances_inventory_does_not_know_yet_is_accepted(
+        client: tuple[httpx.Client, MemorySink]) -> None:
+    c, sink = client
+    batch = [_minute(NOW + timedelta(minutes=4)), _minute(NOW - timedelta(days=6)),
+             _minute(NOW, instance="i-new", gpu=3)]
+    answer = c.post("/v1/telemetry", headers=AUTH, json=batch)
+    assert answer.status_code == 200 and answer.json()["written"] == 3
+
+
+def test_json_nested_deeply_is_a_400_not_a_5xx(client: tuple[httpx.Client, MemorySink]) -> None:
+    c, _ = client
+    for body in (b"[" * 100_000 + b"]" * 100_000, b'{"minutes": [[[[[[[[[[]]]]]]]]]]}'):
+        answer = c.post("/v1/telemetry", headers={**AUTH, "Content-Type": "application/json"},
+                        content=body)
+        assert answer.status_code == 400 and "nests deeper" in answer.json()["error"]
+
+
+def test_a_stalled_store_does_not_hold_up_healthz(tmp_path: Path) -> None:
+    release = threading.Event()
+
+    def stalled(batch: list[GpuMinute]) -> int:
+        release.wait(10)  # a locked database
+        return len(batch)
+
+    db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
+    clock = ManualClock(NOW)
+    app = build_app(db, ServiceState(poll_interval=timedelta(minutes=5)), DaemonMetrics(),
+                    clock, extra_routes=telemetry_routes(token=TOKEN, sink=stalled,
+                                                        clock=clock.now))
+    server = HttpServer(app, "127.0.0.1", 0)
+    server.start()
+    base = f"http://127.0.0.1:{server.port}"
+    try:
+        pushes = [threading.Thread(target=httpx.post, args=(f"{base}/v1/telemetry",),
+                                   kwargs={"headers": AUTH, "json": [_minute(NOW)],
+                                           "timeout": 15}) for _ in range(3)]
+        for t in pushes:
+            t.start()
+        time.sleep(0.3)  # the pushes are inside the sink now
+        waits = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            assert httpx.get(f"{base}/healthz", timeout=5).status_code == 200
+            waits.append(time.perf_counter() - t0)
+        assert max(waits) < 0.5, waits  # answered while three writes hang
+    finally:
+        release.set()
+        for t in pushes:
+            t.join()
+        server.stop()
+        db.dispose()
+
+
+@pytest.mark.parametrize(("status", "kept"), [(400, False), (403, False), (422, False),
+                                              (401, True), (404, True), (429, True),
+                                              (503, True)])
+def test_the_agent_drops_a_batch_refused_for_good_and_keeps_the_rest(
+        tmp_path: Path, status: int, kept: bool) -> None:
+    transport = httpx.MockTransport(lambda request: httpx.Response(status, json={}))
+    buffer = DiskBuffer(tmp_path / "b.sqlite3")
+    buffer.append(['{"x": 1}', '{"x": 2}'])
+    with httpx.Client(transport=transport) as c:
+        result = Pusher(c, "http://daemon", TOKEN, buffer).flush()
+    assert (len(buffer) == 2) is kept
+    assert buffer.dropped == (0 if kept else 2) and result.discarded == (0 if kept else 2)
