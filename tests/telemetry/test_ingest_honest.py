@@ -74,6 +74,7 @@ def test_within_clock_skew_and_for_instances_inventory_does_not_know_yet_is_acce
              _minute(NOW, instance="i-new", gpu=3)]
     answer = c.post("/v1/telemetry", headers=AUTH, json=batch)
     assert answer.status_code == 200 and answer.json()["written"] == 3
+    assert len(sink.rows) == 3
 
 
 def test_json_nested_deeply_is_a_400_not_a_5xx(client: tuple[httpx.Client, MemorySink]) -> None:
