@@ -2,7 +2,9 @@
 
 Slack signs every interactive request with the app's signing secret: `v0=HMAC-SHA256(secret,
 "v0:{timestamp}:{body}")` in `X-Slack-Signature`, the time in `X-Slack-Request-Timestamp`.
-A forged signature or a timestamp more than five minutes off gets 401 and changes nothing.
+A forged signature or a timestamp more than five minutes off gets 401 and changes nothing;
+so do missing or malformed signature headers (before the body is read) and a signature
+already accepted (a replay). Bodies are capped while they stream.
 A verified click is applied (`journal_actions`), answered at once, and then the original
 message is updated through the click's `response_url` to say who did what (`slack_update`).
 """
@@ -11,6 +13,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -22,7 +26,7 @@ from slack_sdk.signature import Clock as SlackClock
 from slack_sdk.signature import SignatureVerifier
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -31,11 +35,16 @@ from costguard.alerts.slack import ACTION_PREFIX
 from costguard.alerts.slack_update import outcome_line, post_update, updated_message
 from costguard.alerts.snooze import NothingToSnooze, request_stop, snooze_instance
 from costguard.clock import Clock
+from costguard.daemon.bodies import BodyTooLarge, read_limited
 from costguard.store.db import Database
 
 log = logging.getLogger("costguard.alerts.slack")
 
 ACTIONS_PATH = "/slack/actions"
+MAX_BODY_BYTES = 256 * 1024  # a click with its message's blocks is a few KiB
+REPLAY_WINDOW_S = 5 * 60  # what SignatureVerifier accepts either side of its clock
+_TIMESTAMP = re.compile(r"\d{1,12}")
+_SIGNATURE = re.compile(r"v0=[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -101,32 +110,80 @@ def parse_actions(payload: dict[str, Any]) -> list[SlackAction]:
     return out
 
 
+class ReplayCache:
+    """Signatures already accepted within Slack's five-minute window: a signed request
+    captured on the way and sent again is refused, not applied twice. Kept in memory per
+    process (a replay to another replica is still bounded by the window and by the journal:
+    a second "stop now" changes nothing a first one did not)."""
+
+    def __init__(self, clock: SlackClock, window_s: int = REPLAY_WINDOW_S) -> None:
+        self.clock = clock
+        self.window_s = window_s
+        self._seen: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def first(self, signature: str, stamp: int) -> bool:
+        """True the first time `signature` is presented; False for a replay."""
+        now = int(self.clock.now())
+        with self._lock:
+            if len(self._seen) > 1000:  # forget what the window no longer accepts anyway
+                self._seen = {k: t for k, t in self._seen.items()
+                              if now - t <= self.window_s}
+            if signature in self._seen:
+                return False
+            self._seen[signature] = stamp
+            return True
+
+
 def slack_routes(signing_secret: str | SecretStr, on_action: OnAction, *,
-                 path: str = ACTIONS_PATH, clock: SlackClock | None = None) -> list[Route]:
+                 path: str = ACTIONS_PATH, clock: SlackClock | None = None,
+                 max_body_bytes: int = MAX_BODY_BYTES) -> list[Route]:
     """The interactivity endpoint to mount on the daemon's HTTP app (set its public URL as
-    the Slack app's Interactivity Request URL)."""
+    the Slack app's Interactivity Request URL).
+
+    Fails small: a request without well-formed signature headers is refused before its
+    body is read; the body is read within `max_body_bytes` while it streams (413 past it),
+    then verified; a signature already accepted is refused (replay)."""
     secret = (signing_secret.get_secret_value() if isinstance(signing_secret, SecretStr)
               else signing_secret)
     if not secret:
         raise ValueError("slack_routes needs the Slack app's signing secret")
-    verifier = SignatureVerifier(secret, clock=clock or SlackClock())
+    slack_clock = clock or SlackClock()
+    verifier = SignatureVerifier(secret, clock=slack_clock)
+    seen = ReplayCache(slack_clock)
+
+    def refused(why: str, request: Request) -> JSONResponse:
+        log.warning("Slack interaction refused: %s (from %s)", why,
+                    request.client.host if request.client else "?")
+        return JSONResponse({"error": why}, status_code=401)
 
     async def actions(request: Request) -> Response:
-        body = await request.body()
+        # the headers first: nothing is read of a request that cannot be Slack's
+        stamp = request.headers.get("x-slack-request-timestamp", "")
+        signature = request.headers.get("x-slack-signature", "")
+        if not _TIMESTAMP.fullmatch(stamp) or not _SIGNATURE.fullmatch(signature):
+            return refused("missing or malformed signature headers", request)
+        try:
+            body = await read_limited(request, max_body_bytes)
+        except BodyTooLarge:
+            return JSONResponse({"error": f"body over {max_body_bytes} bytes"},
+                                status_code=413)
+        except ClientDisconnect:
+            return JSONResponse({"error": "client disconnected"}, status_code=400)
         try:  # Slack sends UTF-8 form data; the verifier raises on anything else
             body.decode("utf-8")
         except UnicodeDecodeError:
             return JSONResponse({"error": "bad payload: not UTF-8"}, status_code=400)
-        if not verifier.is_valid_request(body, dict(request.headers)):
-            log.warning("Slack interaction refused: bad or stale signature from %s",
-                        request.client.host if request.client else "?")
-            return JSONResponse({"error": "invalid signature"}, status_code=401)
+        if not verifier.is_valid(body, stamp, signature):
+            return refused("invalid or stale signature", request)
+        if not seen.first(signature, int(stamp)):
+            return refused("replayed request: this signed click was already applied", request)
         try:
             raw = parse_qs(body.decode("utf-8")).get("payload", [""])[0]
-            clicks = parse_actions(json.loads(raw))
-        except (ValueError, UnicodeDecodeError) as exc:
+            payload = json.loads(raw)
+            clicks = parse_actions(payload)
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             return JSONResponse({"error": f"bad payload: {exc}"}, status_code=400)
-        payload = json.loads(raw)
         replies = [_reply(await run_in_threadpool(on_action, click)) for click in clicks]
         texts = [r.text for r in replies]
         response_url = payload.get("response_url")

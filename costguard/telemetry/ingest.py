@@ -41,6 +41,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from costguard.daemon.bodies import BodyTooLarge, read_limited
 from costguard.errors import ConfigError
 from costguard.model import GpuMinute
 
@@ -60,22 +61,6 @@ _BATCH = TypeAdapter(list[GpuMinute])  # built once; validates a whole batch in 
 
 def minute_key(m: GpuMinute) -> MinuteKey:
     return (m.provider, m.instance_id, m.gpu_index, m.minute)
-
-
-class _TooLarge(Exception):
-    pass
-
-
-async def _read_limited(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _TooLarge
-    body = bytearray()
-    async for chunk in request.stream():
-        body.extend(chunk)
-        if len(body) > limit:  # chunked uploads have no Content-Length to trust
-            raise _TooLarge
-    return bytes(body)
 
 
 def _error(status: int, message: str, **extra: Any) -> JSONResponse:
@@ -206,8 +191,8 @@ def telemetry_routes(
         if not hmac.compare_digest(given, expected):
             return _error(401, "missing or wrong agent token", hint="send Authorization: Bearer")
         try:
-            body = await _read_limited(request, max_body_bytes)
-        except _TooLarge:
+            body = await read_limited(request, max_body_bytes)
+        except BodyTooLarge:
             return _error(413, f"body over {max_body_bytes} bytes; send smaller batches")
         except ClientDisconnect:
             return _error(400, "client disconnected before the body was read")

@@ -236,3 +236,61 @@ def test_forged_click_updates_no_message(db: Database, endpoint: str,
 def _original_again() -> dict[str, object]:
     return {"type": "message", "text": "t", "blocks": [{"type": "section", "text": {
         "type": "mrkdwn", "text": "an earlier costguard message"}}]}
+
+
+@pytest.mark.parametrize("headers", [
+    {},
+    {"X-Slack-Request-Timestamp": "yesterday", "X-Slack-Signature": "v0=" + "a" * 64},
+    {"X-Slack-Request-Timestamp": "1" * 40, "X-Slack-Signature": "v0=" + "a" * 64},
+    {"X-Slack-Request-Timestamp": "1700000000", "X-Slack-Signature": "v1=zz"},
+    {"X-Slack-Request-Timestamp": "1700000000",
+     "X-Slack-Signature": b"v0=" + "\u00e9".encode("latin-1") * 64},  # type: ignore[dict-item]
+    {"X-Slack-Request-Timestamp": "-5", "X-Slack-Signature": ""},
+])
+def test_junk_signature_headers_are_a_401_never_a_5xx(db: Database, endpoint: str,
+                                                       headers: dict[str, str]) -> None:
+    resp = httpx.post(endpoint, content=_click(SNOOZE_4H), headers=headers)
+    assert resp.status_code == 401 and "signature" in resp.json()["error"]
+    assert _journal(db) == []
+
+
+def test_a_replayed_signed_click_is_refused_and_applied_once(db: Database,
+                                                             endpoint: str) -> None:
+    body = _click(SNOOZE_4H)
+    headers = _signed(body)
+    assert httpx.post(endpoint, content=body, headers=headers).status_code == 200
+    again = httpx.post(endpoint, content=body, headers=headers)
+    assert again.status_code == 401 and "replayed" in again.json()["error"]
+    assert len([j for j in _journal(db) if j.action == "snooze"]) == 1
+
+
+def test_an_oversized_body_is_refused_while_it_streams(db: Database) -> None:
+    """The route stops reading past its limit: what the app takes in of a 32 MiB chunked
+    upload stays near 256 KiB (it used to read all of it before checking the signature)."""
+    consumed = {"bytes": 0}
+    inner = Starlette(routes=slack_routes(SECRET, journal_actions(db, ManualClock(T0),
+                                                                  timedelta(hours=24))))
+
+    async def counting(scope: Any, receive: Any, send: Any) -> None:
+        async def counted() -> Any:
+            message = await receive()
+            consumed["bytes"] += len(message.get("body", b""))
+            return message
+        await inner(scope, counted, send)
+
+    def chunks() -> Iterator[bytes]:  # chunked: no Content-Length to refuse up front
+        for _ in range(512):
+            yield b"x" * 65536
+
+    body = _click(SNOOZE_4H)
+    with serve(counting, free_port()) as base:
+        url = f"{base}/slack/actions"
+        try:
+            resp = httpx.post(url, content=chunks(), headers=_signed(body), timeout=60)
+            assert resp.status_code == 413
+        except httpx.HTTPError:
+            pass  # the server may close the connection mid-upload: also a refusal
+        big = b"payload=" + b"x" * (300 * 1024)
+        assert httpx.post(url, content=big, headers=_signed(big)).status_code == 413
+    assert consumed["bytes"] < 2**20, consumed
+    assert _journal(db) == []
