@@ -57,8 +57,12 @@ ConfigOpt = Annotated[
 def _main(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log each stage.")] = False,
 ) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from costguard.daemon.logs import RedactingFormatter, TextFormatter, install
+
+    # every command's log lines (and every library's) go through costguard's redaction
+    handler = logging.StreamHandler()
+    handler.setFormatter(RedactingFormatter(TextFormatter()))
+    install(handler, logging.DEBUG if verbose else logging.WARNING)
 
 
 @app.command()

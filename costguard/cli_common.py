@@ -44,8 +44,11 @@ def fail(message: object, code: int = 2) -> typer.Exit:
 def load_settings_or_exit(config: Path | None) -> Settings:
     """The settings from CONFIG (or the defaults); a bad config file exits with status 2."""
     from costguard.config import load_settings
+    from costguard.redact import register_settings
 
     try:
-        return load_settings(config)
+        settings = load_settings(config)
     except CostguardError as exc:
         raise fail(exc) from None
+    register_settings(settings)  # masked in every log line from here on
+    return settings

@@ -180,8 +180,8 @@ class AlertsSettings(_Section):
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
-    """`text` with every secret replaced by `***` (errors from SDKs may quote URLs)."""
-    for secret in secrets:
-        if len(secret) >= 4:
-            text = text.replace(secret, "***")
-    return text
+    """`text` with every secret replaced by `***` (errors from SDKs may quote URLs); see
+    costguard.redact, which also masks anything shaped like a secret."""
+    from costguard.redact import redact as masked
+
+    return masked(text, secrets)

@@ -33,10 +33,11 @@ _PERMANENT = {"channel_not_found", "not_in_channel", "is_archived", "invalid_aut
 
 
 def quiet_logger() -> logging.Logger:
-    # slack_sdk logs request URLs at DEBUG; a webhook URL is a secret, so its records stop here
+    # slack_sdk logs request URLs at DEBUG (a webhook URL is a secret): its clients log here,
+    # at WARNING and above only, through costguard's handler and its redaction. (A logger
+    # that did not propagate would reach Python's last-resort handler: unformatted, raw.)
     logger = logging.getLogger("costguard.alerts.slack_sdk")
     logger.setLevel(logging.WARNING)
-    logger.propagate = False
     return logger
 
 

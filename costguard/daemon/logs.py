@@ -2,7 +2,8 @@
 
 Secrets (the agent token, the Slack signing secret, database passwords) are registered with
 `configure_logging` and masked in every formatted line, tracebacks included, so a message
-that quotes a header or a URL never leaks one.
+that quotes a header or a URL never leaks one; so is anything shaped like a secret
+(costguard.redact). Third-party loggers propagate here and have no handler of their own.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import logging
 import sys
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from costguard.daemon.settings import LogFormat
+from costguard.redact import redact
 
-MASK = "***"
+if TYPE_CHECKING:
+    from costguard.daemon.settings import LogFormat
+
 # attributes every LogRecord has; anything else came in through `extra=` and is a field
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName",
                                                      "color_message"}
@@ -57,38 +60,57 @@ class TextFormatter(logging.Formatter):
 
 
 class RedactingFormatter(logging.Formatter):
-    """Wraps another formatter and masks every registered secret in its output."""
+    """Wraps another formatter and masks every secret in its output: those given here,
+    those registered process-wide, and anything shaped like one (costguard.redact)."""
 
-    def __init__(self, inner: logging.Formatter, secrets: Iterable[str]) -> None:
+    def __init__(self, inner: logging.Formatter, secrets: Iterable[str] = ()) -> None:
         super().__init__()
         self.inner = inner
-        # longest first, so a secret containing another is masked whole
-        self.secrets = sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True)
+        self.secrets = [s for s in secrets if len(s) >= 4]
 
     def format(self, record: logging.LogRecord) -> str:
-        line = self.inner.format(record)
-        for secret in self.secrets:
-            line = line.replace(secret, MASK)
-        return line
+        return redact(self.inner.format(record), self.secrets)
+
+
+# libraries whose records must reach costguard's handler (format, redaction) and never a
+# handler of their own; chatty ones are held at WARNING (their DEBUG lines quote URLs)
+THIRD_PARTY = ("slack_sdk", "urllib3", "botocore", "boto3", "google", "google.auth",
+               "google.api_core", "httpx", "httpcore", "uvicorn", "uvicorn.error",
+               "uvicorn.access", "apscheduler", "alembic", "sqlalchemy", "requests")
+_QUIET = ("uvicorn.access", "apscheduler", "slack_sdk", "urllib3", "botocore", "boto3",
+          "httpx", "httpcore", "google.auth", "requests")
+
+
+def route_third_party(level: str | int) -> None:
+    """Every third-party logger propagates to the root handler with no handler of its own
+    (slack_sdk's, if a client was given one, included): one format, one redaction."""
+    for name in THIRD_PARTY:
+        logger = logging.getLogger(name)
+        logger.handlers.clear()
+        logger.propagate = True
+    floor = max(logging.WARNING, logging.getLevelName(level) if isinstance(level, str)
+                else level)
+    for name in _QUIET:
+        logging.getLogger(name).setLevel(floor)
+
+
+def install(handler: logging.Handler, level: str | int) -> None:
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    route_third_party(level)
 
 
 def configure_logging(
     fmt: LogFormat = "text", level: str = "INFO", *, secrets: Iterable[str] = (),
     stream: TextIO | None = None,
 ) -> logging.Handler:
-    """Route every `costguard.*` (and uvicorn) record to one handler on stderr."""
+    """Route every record, costguard's and every library's, to one redacting handler on
+    stderr (uvicorn's per-request lines and the libraries' DEBUG chatter held at WARNING)."""
     handler = logging.StreamHandler(stream or sys.stderr)
     inner: logging.Formatter = JsonFormatter() if fmt == "json" else TextFormatter()
     handler.setFormatter(RedactingFormatter(inner, secrets))
-    root = logging.getLogger()
-    for old in list(root.handlers):
-        root.removeHandler(old)
-    root.addHandler(handler)
-    root.setLevel(level)
-    # uvicorn logs each request at INFO: noise in a daemon scraped every few seconds
-    logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)
-    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
-        logging.getLogger(name).handlers.clear()
-        logging.getLogger(name).propagate = True
+    install(handler, level)
     return handler

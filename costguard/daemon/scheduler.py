@@ -39,7 +39,6 @@ from types import FrameType
 from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
-from pydantic import BaseModel, SecretStr
 
 from costguard.config import Settings
 from costguard.daemon.fence import fence_engine
@@ -50,6 +49,7 @@ from costguard.daemon.metrics import DaemonMetrics
 from costguard.daemon.routes import extra_routes
 from costguard.daemon.settings import DaemonSettings, daemon_settings
 from costguard.engine.cycle import CycleSummary, Engine
+from costguard.redact import secrets_of
 
 log = logging.getLogger("costguard.daemon")
 
@@ -87,32 +87,6 @@ def stage_counts(summary: CycleSummary, stage: str) -> dict[str, Any]:
     if stage == "alert":
         return {"alerts_sent": summary.alerts_sent}
     return {}
-
-
-def secrets_of(value: object) -> list[str]:
-    """Every SecretStr value in a settings tree, and passwords in database URLs."""
-    found: list[str] = []
-    if isinstance(value, SecretStr):
-        found.append(value.get_secret_value())
-    elif isinstance(value, BaseModel):
-        for name in type(value).model_fields:
-            found.extend(secrets_of(getattr(value, name)))
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            found.extend(secrets_of(item))
-    elif isinstance(value, dict):
-        for item in value.values():
-            found.extend(secrets_of(item))
-    if isinstance(value, Settings):
-        from sqlalchemy.engine import make_url
-
-        try:
-            password = make_url(value.database_url).password
-        except Exception:  # an unparsable URL fails later with its own message
-            password = None
-        if password:
-            found.append(str(password))
-    return found
 
 
 class Daemon:

@@ -1,0 +1,118 @@
+"""No secret in any log line, the libraries' included: each configured secret is planted, each
+integration is broken the ways that make it log (a mistyped URL, a host nobody listens on, a
+4xx, a 5xx), and everything printed is searched. Before, a mistyped Slack webhook URL was
+printed in full by the Slack SDK's logger, past costguard's redaction and JSON format."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+from pydantic import SecretStr
+
+from costguard.alerts.settings import SlackSettings
+from costguard.alerts.slack import SlackSender
+from costguard.daemon.logs import configure_logging
+from costguard.redact import redact, register, register_settings
+from tests.fakes.loopback import free_port, serve
+
+WEBHOOK_KEY = "T0SECRET1/B0SECRET2/xyzSECRETxyzSECRETxyz12"
+BOT = "xoxb-1234567890-SECRETSECRET-abcdefabcdef"
+
+
+@pytest.fixture
+def printed() -> Iterator[io.StringIO]:
+    stream = io.StringIO()
+    before = logging.getLogger().handlers[:]
+    configure_logging("json", "DEBUG", stream=stream)
+    # a library that brought a handler of its own (as slack_sdk clients can be given)
+    logging.getLogger("slack_sdk").addHandler(logging.StreamHandler(stream))
+    configure_logging("json", "DEBUG", stream=stream)
+    yield stream
+    root = logging.getLogger()
+    for h in root.handlers[:]:
+        root.removeHandler(h)
+    for h in before:
+        root.addHandler(h)
+
+
+def _lines(stream: io.StringIO) -> list[str]:
+    return [line for line in stream.getvalue().splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("kind", ["no scheme", "nobody listens", "4xx", "5xx"])
+def test_a_broken_slack_webhook_never_prints_its_url(printed: io.StringIO, kind: str) -> None:
+    if kind in ("4xx", "5xx"):
+        status = 404 if kind == "4xx" else 500
+
+        async def app(scope, receive, send):  # type: ignore[no-untyped-def]
+            await send({"type": "http.response.start", "status": status, "headers": []})
+            await send({"type": "http.response.body", "body": b"no_service"})
+
+        with serve(app, free_port()) as base:
+            url = f"{base}/services/{WEBHOOK_KEY}"
+            _deliver(url)
+    elif kind == "nobody listens":
+        url = f"http://127.0.0.1:{free_port()}/services/{WEBHOOK_KEY}"
+        _deliver(url)
+    else:
+        url = f"hooks.slack.com/services/{WEBHOOK_KEY}"  # the scheme forgotten
+        _deliver(url)
+    lines = _lines(printed)
+    assert lines, "the failure was logged"
+    for line in lines:
+        assert WEBHOOK_KEY not in line and "SECRET" not in line, line
+        json.loads(line)  # costguard's format, the library's lines included
+
+
+def _deliver(url: str) -> None:
+    """Send one alert through the Slack sender as the dispatcher does, logging its failure."""
+    from costguard.alerts.errors import DeliveryError
+    from costguard.config import Settings
+
+    settings = SlackSettings(webhook_url=SecretStr(url), timeout_s=2)
+    # as every command does once it has loaded its settings (cli_common)
+    register_settings(Settings(alerts={"slack": settings.model_dump()}))
+    sender = SlackSender(settings)
+    log = logging.getLogger("costguard.alerts.dispatch")
+    try:
+        sender._send_webhook({"text": "t", "blocks": []})
+    except DeliveryError as exc:
+        log.warning("delivery failed: %s", exc)
+    # and what the SDK itself says at DEBUG, were it to reach the handler
+    logging.getLogger("slack_sdk.webhook.client").warning("request to %s failed", url)
+    logging.getLogger("urllib3.connectionpool").warning("Retrying %s", url)
+
+
+def test_secrets_registered_from_settings_are_masked_in_every_logger(
+        printed: io.StringIO) -> None:
+    register(["hunter2-db-password", "agent-token-77xy"])
+    for name in ("costguard.engine", "botocore.endpoint", "google.auth.transport",
+                 "uvicorn.error", "urllib3.connectionpool"):
+        logging.getLogger(name).error("connecting with hunter2-db-password and "
+                                      "Bearer agent-token-77xy")
+    text = printed.getvalue()
+    assert "hunter2" not in text and "agent-token-77xy" not in text
+    assert text.count("***") >= 10
+
+
+@pytest.mark.parametrize(("text", "leaked"), [
+    (f"POST https://hooks.slack.com/services/{WEBHOOK_KEY} failed", WEBHOOK_KEY),
+    (f"token={BOT}", BOT),
+    ("headers: {'Authorization': 'Bearer abcdefgh12345678'}", "abcdefgh12345678"),
+    ("postgresql://costguard:s3cr3t-pw@db:5432/costguard", "s3cr3t-pw"),
+    ("aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCY", "wJalrXUtnFEMI"),
+    ('{"signing_secret": "8f742231b10e"}', "8f742231b10e"),
+])
+def test_secret_shapes_are_masked_even_when_nobody_registered_them(text: str,
+                                                                  leaked: str) -> None:
+    masked = redact(text)
+    assert leaked not in masked and "***" in masked
+
+
+def test_ordinary_text_is_left_alone() -> None:
+    text = "stopped i-0abc (idle-gpu): sm_active 0% over 45 min; password policy ok"
+    assert redact(text) == text
