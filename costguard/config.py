@@ -139,12 +139,19 @@ def _format(exc: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
+MAX_CONFIG_BYTES = 2**20
+
+
 def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
     """Read settings from `path` (default ./costguard.yaml if present) and the environment."""
     explicit = path is not None
     path = path or Path(os.environ.get("COSTGUARD_CONFIG", DEFAULT_CONFIG_FILE))
     data: dict[str, Any] = {}
     if path.exists():
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:  # refused before it is read or parsed
+            raise ConfigError(f"{path}: {size:,} bytes, over the {MAX_CONFIG_BYTES:,}-byte limit "
+                              "for a config file; is this the right file?")
         try:
             loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
         except yaml.YAMLError as exc:

@@ -25,6 +25,7 @@ from costguard.yamlpos import (
 )
 
 POLICY_SUFFIXES = (".yml", ".yaml")
+MAX_POLICY_BYTES = 2**20  # a policy file of hundreds of policies is tens of KiB
 _SECTIONS = "policies, attribution, budgets, anomalies"
 
 
@@ -134,6 +135,12 @@ def _expand(paths: Sequence[Path], errors: list[SourceError]) -> list[Path]:
 
 def _read(path: Path, errors: list[SourceError]) -> str | None:
     try:
+        size = path.stat().st_size
+        if size > MAX_POLICY_BYTES:  # refused before anything reads or parses it
+            errors.append(SourceError(
+                str(path), 1, 1, f"the file is {size:,} bytes, over the {MAX_POLICY_BYTES:,}-byte "
+                                 "limit for a policy file: split it into several files"))
+            return None
         raw = path.read_bytes()
     except OSError as exc:
         errors.append(SourceError(str(path), 1, 1, f"cannot read file: {exc.strerror or exc}"))

@@ -14,7 +14,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlmodel import Session, create_engine
 
-from costguard.errors import StoreError
+from costguard.errors import ConfigError, StoreError
 
 if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
@@ -38,8 +38,40 @@ def load_all_tables() -> None:
                 raise
 
 
+_URL_HELP = ("use sqlite:///path/costguard.db or "
+             "postgresql://user:password@host:5432/costguard")
+
+
+def check_url(url: str) -> str:
+    """`url` as SQLAlchemy takes it (postgres:// and postgresql:// use psycopg 3), or a
+    ConfigError in one line naming the part that is wrong (never echoing a password)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    if url.startswith(("postgres://", "postgresql://")):
+        url = "postgresql+psycopg://" + url.split("://", 1)[1]
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise ConfigError(f"database_url is not a database URL: {_URL_HELP}") from None
+    except ValueError as exc:  # the port
+        port = str(exc).rsplit(":", 1)[-1].strip() if "int()" in str(exc) else ""
+        raise ConfigError(f"database_url: the port {port or '(given)'} is not a number; "
+                          f"{_URL_HELP}") from None
+    if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+        raise ConfigError(f"database_url: the scheme {parsed.drivername!r} is not supported; "
+                          f"{_URL_HELP}")
+    if parsed.get_backend_name() == "postgresql" and not (parsed.host
+                                                          or parsed.query.get("host")):
+        raise ConfigError(f"database_url: no host (or ?host=/socket/dir); {_URL_HELP}")
+    if parsed.get_backend_name() == "postgresql" and not parsed.database:
+        raise ConfigError(f"database_url: no database name after the host; {_URL_HELP}")
+    return url
+
+
 def make_engine(url: str) -> Engine:
     """An engine for `url`; SQLite gets WAL and a busy timeout so readers and the daemon coexist."""
+    url = check_url(url)
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
@@ -52,8 +84,6 @@ def make_engine(url: str) -> Engine:
             cur.close()
 
         return engine
-    if url.startswith("postgresql://"):
-        url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
     return create_engine(url, pool_pre_ping=True)
 
 

@@ -44,9 +44,14 @@ def test_aws_terminate_rights_spare_protected_instances() -> None:
     assert _actions(term) - _actions(plain) == {
         "ec2:TerminateInstances", "ec2:CreateSnapshot", "ec2:CreateSnapshots",
         "ec2:DescribeSnapshots"}
-    (kill,) = [s for s in term["Statement"] if s["Action"] == "ec2:TerminateInstances"]
-    assert kill["Condition"] == {
-        "StringNotEquals": {"aws:ResourceTag/costguard:protect": "true"}}
+    from costguard.actions.safety import protects
+    from tests.providers.iam_eval import allows
+
+    for value in ("true", "Yes", "1", "keep", "false", "OFF", "no", "0"):
+        protected = protects({"costguard:protect": value})
+        assert allows(term, "ec2:TerminateInstances", {"costguard:protect": value}) \
+            is not protected, value
+    assert allows(term, "ec2:TerminateInstances", {})
     (tag,) = [s for s in term["Statement"] if s.get("Sid") == "CostguardTagNewSnapshots"]
     assert tag["Resource"] == "arn:aws:ec2:*::snapshot/*"  # only snapshots being created
 

@@ -25,6 +25,25 @@ READ_ACTIONS = [
 ]
 
 
+# costguard protects an instance whose costguard:protect tag has any value but false, 0, no
+# or off (actions/safety.py). IAM allows an action only where the tag is absent, or holds one
+# of those values in any case: a value costguard reads as "protected" is refused by IAM too
+# (a value with stray spaces, which costguard reads as unprotected, IAM still refuses).
+UNPROTECTED_VALUES = ["false", "0", "no", "off"]
+
+
+def unprotected(sid: str, actions: str | list[str], resource: str | list[str],
+                key: str = f"aws:ResourceTag/{PROTECT_TAG}") -> list[dict[str, Any]]:
+    """Two Allow statements for `actions` on resources costguard does not protect: the tag
+    absent, or one of the values that mean "not protected"."""
+    base = {"Effect": "Allow", "Action": actions, "Resource": resource}
+    return [
+        {"Sid": sid, **base, "Condition": {"Null": {key: "true"}}},
+        {"Sid": f"{sid}ProtectOff", **base,
+         "Condition": {"StringEqualsIgnoreCase": {key: UNPROTECTED_VALUES}}},
+    ]
+
+
 def required_iam_policy(
     enforcing: bool,
     tagging: bool,
@@ -38,8 +57,9 @@ def required_iam_policy(
 ) -> dict[str, Any]:
     """An IAM policy document for costguard's role in each account it reads.
 
-    enforcing: may stop and start instances (never terminate), except ones tagged
-        `costguard:protect=true` — the tag is enforced by IAM too, not only by costguard.
+    enforcing: may stop and start instances (never terminate), except ones costguard
+        protects (`costguard:protect` with any value but false/0/no/off) — the tag is
+        enforced by IAM too, not only by costguard.
     tagging: may add and remove instance tags, but never touch `costguard:protect` itself.
     terminating: a policy enables `terminate`: may snapshot EBS volumes (CreateSnapshots,
         tagging the snapshots as they are made) and terminate instances, again never ones
@@ -64,15 +84,9 @@ def required_iam_policy(
         }
     ]
     if enforcing:
-        statements.append(
-            {
-                "Sid": "CostguardStopStart",
-                "Effect": "Allow",
-                "Action": ["ec2:StartInstances", "ec2:StopInstances"],
-                "Resource": "arn:aws:ec2:*:*:instance/*",
-                "Condition": {"StringNotEquals": {f"aws:ResourceTag/{PROTECT_TAG}": "true"}},
-            }
-        )
+        statements += unprotected("CostguardStopStart",
+                                  ["ec2:StartInstances", "ec2:StopInstances"],
+                                  "arn:aws:ec2:*:*:instance/*")
     if tagging:
         statements.append(
             {
@@ -85,28 +99,16 @@ def required_iam_policy(
         )
     if terminating:
         statements += terminate_statements()
+    group = "arn:aws:autoscaling:*:*:autoScalingGroup:*:autoScalingGroupName/*"
+    group_tag = f"autoscaling:ResourceTag/{PROTECT_TAG}"
     if scaling_in:
-        statements.append(
-            {
-                "Sid": "CostguardScaleIn",
-                "Effect": "Allow",
-                "Action": "autoscaling:TerminateInstanceInAutoScalingGroup",
-                "Resource": "arn:aws:autoscaling:*:*:autoScalingGroup:*:autoScalingGroupName/*",
-                "Condition": {"StringNotEquals": {
-                    f"autoscaling:ResourceTag/{PROTECT_TAG}": "true"}},
-            }
-        )
+        statements += unprotected("CostguardScaleIn",
+                                  "autoscaling:TerminateInstanceInAutoScalingGroup", group,
+                                  group_tag)
     if parking:
-        group = "arn:aws:autoscaling:*:*:autoScalingGroup:*:autoScalingGroupName/*"
         statements += [
-            {
-                "Sid": "CostguardParkGroups",
-                "Effect": "Allow",
-                "Action": "autoscaling:UpdateAutoScalingGroup",
-                "Resource": group,
-                "Condition": {"StringNotEquals": {
-                    f"autoscaling:ResourceTag/{PROTECT_TAG}": "true"}},
-            },
+            *unprotected("CostguardParkGroups", "autoscaling:UpdateAutoScalingGroup", group,
+                         group_tag),
             {
                 "Sid": "CostguardParkedSizesTag",
                 "Effect": "Allow",
@@ -139,7 +141,6 @@ def required_iam_policy(
 def terminate_statements() -> list[dict[str, Any]]:
     """What `terminate` needs: snapshots first (see providers/aws/terminate.py), then
     TerminateInstances, both refused for protected instances by IAM too."""
-    unprotected = {"StringNotEquals": {f"aws:ResourceTag/{PROTECT_TAG}": "true"}}
     return [
         {
             "Sid": "CostguardSnapshotBeforeTerminate",
@@ -162,13 +163,8 @@ def terminate_statements() -> list[dict[str, Any]]:
             "Action": "ec2:DescribeSnapshots",
             "Resource": "*",
         },
-        {
-            "Sid": "CostguardTerminate",
-            "Effect": "Allow",
-            "Action": "ec2:TerminateInstances",
-            "Resource": "arn:aws:ec2:*:*:instance/*",
-            "Condition": unprotected,
-        },
+        *unprotected("CostguardTerminate", "ec2:TerminateInstances",
+                     "arn:aws:ec2:*:*:instance/*"),
     ]
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from costguard.providers.aws.iam import DEPLOY_FILES, READ_ACTIONS, required_iam_policy
+from tests.providers.iam_eval import allows
 
 DEPLOY_DIR = Path(__file__).resolve().parents[3] / "deploy" / "iam" / "aws"
 
@@ -42,11 +43,31 @@ def test_read_only_when_nothing_enforces() -> None:
 
 def test_enforcing_may_stop_and_start_but_never_terminate_protected_or_any() -> None:
     policy = required_iam_policy(enforcing=True, tagging=False)
-    (stop,) = [s for s in policy["Statement"] if "ec2:StopInstances" in s["Action"]]
+    stops = [s for s in policy["Statement"] if "ec2:StopInstances" in s["Action"]]
 
     assert _actions(policy) == set(READ_ACTIONS) | {"ec2:StartInstances", "ec2:StopInstances"}
-    assert stop["Resource"] == "arn:aws:ec2:*:*:instance/*"
-    assert stop["Condition"] == {"StringNotEquals": {"aws:ResourceTag/costguard:protect": "true"}}
+    assert {s["Resource"] for s in stops} == {"arn:aws:ec2:*:*:instance/*"}
+    assert_iam_matches_the_code(policy, "ec2:StopInstances")
+    assert_iam_matches_the_code(policy, "ec2:StartInstances")
+
+
+SPELLINGS = ["true", "True", "TRUE", "yes", "1", "on", "keep", "", " true", "false", "FALSE",
+             "False", "0", "no", "No", "off", "OFF", " false "]
+
+
+def assert_iam_matches_the_code(policy: dict[str, object], action: str,
+                                key_prefix: str = "aws:ResourceTag/") -> None:
+    """IAM allows `action` exactly where costguard would act: the protect tag absent or read
+    as "not protected"; never where costguard protects (stricter only for stray spaces)."""
+    from costguard.actions.safety import protects
+
+    assert allows(policy, action, {}, key_prefix)  # no tag: allowed
+    for value in SPELLINGS:
+        tags = {"costguard:protect": value}
+        if protects(tags):
+            assert not allows(policy, action, tags, key_prefix), (action, value)
+        elif value == value.strip():
+            assert allows(policy, action, tags, key_prefix), (action, value)
 
 
 def test_tagging_cannot_touch_the_protect_tag() -> None:
@@ -73,8 +94,8 @@ def test_scale_in_adds_only_terminate_in_group_and_never_on_a_protected_group() 
 
     assert _actions(policy) - plain == {"autoscaling:TerminateInstanceInAutoScalingGroup"}
     assert scale["Resource"].startswith("arn:aws:autoscaling:")
-    assert scale["Condition"] == {
-        "StringNotEquals": {"autoscaling:ResourceTag/costguard:protect": "true"}}
+    assert_iam_matches_the_code(policy, "autoscaling:TerminateInstanceInAutoScalingGroup",
+                                "autoscaling:ResourceTag/")
     assert "autoscaling:DescribeAutoScalingGroups" in READ_ACTIONS  # owners are always read
 
 
@@ -84,9 +105,8 @@ def test_parking_may_resize_groups_and_write_only_its_hint_tag() -> None:
     assert _actions(policy) - plain == {"autoscaling:UpdateAutoScalingGroup",
                                         "autoscaling:CreateOrUpdateTags",
                                         "autoscaling:DeleteTags"}
-    (park,) = [s for s in policy["Statement"] if s.get("Sid") == "CostguardParkGroups"]
-    assert park["Condition"] == {
-        "StringNotEquals": {"autoscaling:ResourceTag/costguard:protect": "true"}}
+    assert_iam_matches_the_code(policy, "autoscaling:UpdateAutoScalingGroup",
+                                "autoscaling:ResourceTag/")
     (tag,) = [s for s in policy["Statement"] if s.get("Sid") == "CostguardParkedSizesTag"]
     assert tag["Condition"] == {
         "ForAllValues:StringEquals": {"aws:TagKeys": ["costguard:parked-sizes"]}}

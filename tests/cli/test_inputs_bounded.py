@@ -1,0 +1,72 @@
+"""Inputs that cannot exhaust the process: oversized policy and config files are refused
+before they are read, and a malformed database URL is a one-line error naming what is
+wrong, never a traceback, never the password."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from costguard.config import MAX_CONFIG_BYTES, load_settings
+from costguard.errors import ConfigError
+from costguard.policy.load import MAX_POLICY_BYTES, validate_paths
+from costguard.store.db import check_url
+
+
+def _big(path: Path, size: int) -> Path:
+    line = "# " + "x" * 98 + "\n"
+    path.write_text("policies:\n" + line * (size // len(line) + 1), encoding="utf-8")
+    return path
+
+
+def test_an_oversized_policy_file_is_refused_at_once(tmp_path: Path) -> None:
+    path = _big(tmp_path / "huge.yml", 20 * 2**20)
+    t0 = time.perf_counter()
+    [error] = validate_paths([path])
+    assert time.perf_counter() - t0 < 1.0  # it used to take 205 s and 2.5 GB
+    assert (error.line, error.column) == (1, 1)
+    assert f"{MAX_POLICY_BYTES:,}-byte limit" in error.message and "split it" in error.message
+
+
+def test_an_oversized_config_file_is_refused(tmp_path: Path) -> None:
+    path = _big(tmp_path / "costguard.yaml", MAX_CONFIG_BYTES + 1)
+    with pytest.raises(ConfigError, match="over the 1,048,576-byte limit"):
+        load_settings(path)
+
+
+@pytest.mark.parametrize(("url", "words"), [
+    ("postgresql://u:hunter2@db:notaport/cg", "the port 'notaport' is not a number"),
+    ("sqlite//costguard.db", "is not a database URL"),
+    ("mysql://u:hunter2@db/cg", "the scheme 'mysql' is not supported"),
+    ("postgresql://u:hunter2@/cg", "no host"),
+    ("postgresql://u:hunter2@db", "no database name"),
+    ("::::", "is not a database URL"),
+])
+def test_a_malformed_database_url_says_what_is_wrong_in_one_line(url: str, words: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        check_url(url)
+    message = str(caught.value)
+    assert words in message and "\n" not in message and "hunter2" not in message
+
+
+def test_accepted_database_urls() -> None:
+    assert check_url("postgres://u:p@db:5432/cg").startswith("postgresql+psycopg://")
+    assert check_url("postgresql://u@/cg?host=/var/run/postgresql").startswith("postgresql+")
+    assert check_url("sqlite:///costguard.db") == "sqlite:///costguard.db"
+
+
+def test_the_cli_prints_one_line_for_a_bad_database_url(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "costguard"), "report"], capture_output=True,
+        text=True,
+        cwd=tmp_path, timeout=60,
+        env={"COSTGUARD_DATABASE_URL": "postgresql://u:hunter2@db:notaport/cg",
+             "PATH": "/usr/bin:/bin"})
+    out = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "Traceback" not in out and "hunter2" not in out
+    assert "database_url: the port 'notaport' is not a number" in out
