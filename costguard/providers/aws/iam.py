@@ -63,13 +63,12 @@ def required_iam_policy(
     tagging: may add and remove instance tags, but never touch `costguard:protect` itself.
     terminating: a policy enables `terminate`: may snapshot EBS volumes (CreateSnapshots,
         tagging the snapshots as they are made) and terminate instances, again never ones
-        tagged `costguard:protect=true`.
+        costguard protects.
     scaling_in: a policy has a `scale_in` step: may remove a member from its Auto Scaling
-        group (TerminateInstanceInAutoScalingGroup), never from a group tagged
-        `costguard:protect=true`.
+        group (TerminateInstanceInAutoScalingGroup), never from a group costguard protects.
     parking: a policy has a `scale_to_zero` step: may set an Auto Scaling group's sizes
         (UpdateAutoScalingGroup) and write or remove the one hint tag
-        `costguard:parked-sizes` on it, never on a group tagged `costguard:protect=true`.
+        `costguard:parked-sizes` on it, never on a group costguard protects.
     cross_account / discover_accounts: the extra rights of the account costguard runs in
         (assume `role_name` elsewhere; list the organization's accounts).
     With neither enforcing nor tagging the policy is read-only.
