@@ -13,7 +13,7 @@ import json
 import shutil
 import sqlite3
 import subprocess
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -30,6 +30,7 @@ from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
 from costguard.clock import utc
 from costguard.config import Settings
+from costguard.daemon.health import DEGRADED_AFTER_CYCLES, last_governed, unreadable
 from costguard.errors import CostguardError
 from costguard.store import control
 from costguard.store.db import Database
@@ -71,6 +72,8 @@ def gather_status(db: Database, now: datetime, poll_seconds: float) -> dict[str,
             model_select(GapRow).where(col(GapRow.resolved_at).is_(None)))]
         paused = control.is_paused(s)
         unconfirmed = count_unconfirmed(s)
+        degraded = unreadable(s, now, timedelta(seconds=poll_seconds))
+        governed = last_governed(s)
     cycle: dict[str, Any] | None = None
     if last is not None:
         row = last
@@ -78,8 +81,10 @@ def gather_status(db: Database, now: datetime, poll_seconds: float) -> dict[str,
                  "finished_at": utc(row.finished_at).isoformat() if row.finished_at else None,
                  "error": row.error}
     age = (now - utc(last_ok)).total_seconds() if last_ok is not None else None
-    healthy = age is not None and age < 3 * poll_seconds
-    return {"healthy": healthy, "paused": paused, "last_cycle": cycle,
+    cycling = age is not None and age < 3 * poll_seconds
+    return {"healthy": cycling and not degraded, "cycling": cycling,
+            "degraded": degraded, "governed_instances": governed,
+            "paused": paused, "last_cycle": cycle,
             "seconds_since_last_good_cycle": round(age, 1) if age is not None else None,
             "failed_cycles": int(failed or 0), "alerts": alerts,
             "unresolved_action_intents": int(open_intents or 0), "open_gaps": gaps,
@@ -93,7 +98,8 @@ def status(
     """Is costguard running and acting? Last cycle, pause switch, alerts, gaps.
 
     Example: costguard status --format json
-    Exit status 0 when a cycle finished within 3 poll intervals, 1 otherwise.
+    Exit status 0 when a cycle finished within 3 poll intervals and no scope has been
+    unreadable for longer (degraded), 1 otherwise.
     """
     settings = _settings(config)
     db = _open(settings)
@@ -105,7 +111,11 @@ def status(
         print(json.dumps(info, indent=2))
     else:
         cycle = info["last_cycle"]
-        state = "[green]healthy[/]" if info["healthy"] else "[red]not cycling[/]"
+        state = ("[green]healthy[/]" if info["healthy"] else "[red]not cycling[/]"
+                 if not info["cycling"] else
+                 f"[yellow]degraded[/]: {len(info['degraded'])} scope(s) unreadable for over "
+                 f"{DEGRADED_AFTER_CYCLES} cycles; governing {info['governed_instances']} "
+                 "instances")
         console.print(f"costguard: {state}" + ("  [yellow]PAUSED[/] (costguard resume)"
                                                if info["paused"] else ""))
         if cycle:
@@ -122,6 +132,8 @@ def status(
             console.print(f"[yellow]unconfirmed alert deliveries:[/] "
                           f"{info['unconfirmed_alert_deliveries']} (costguard alerts list "
                           "--unconfirmed)", highlight=False)
+        for gap in info["degraded"]:
+            console.print(f"[red]unreadable:[/] {gap}", highlight=False)
         for gap in info["open_gaps"]:
             console.print(f"[yellow]gap:[/] {gap}", highlight=False)
     raise typer.Exit(0 if info["healthy"] else 1)

@@ -31,6 +31,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from costguard.clock import Clock, utc
+from costguard.daemon.health import last_governed, unreadable
 from costguard.daemon.metrics import DaemonMetrics
 from costguard.store.db import Database
 from costguard.store.tables import CycleRow
@@ -70,7 +71,7 @@ def readiness(db: Database, state: ServiceState, clock: Clock) -> tuple[bool, di
     body: dict[str, object] = {"database": "ok", "leader": state.leader,
                                "last_cycle": last.isoformat() if last else None}
     if last is not None and now - last < limit:
-        return True, body
+        return _governing(db, state, now, body)
     started = state.started_at or now
     # just started: give the first cycle its chance before calling the service unready
     if (last is None or last < started) and now - started < limit:
@@ -78,6 +79,25 @@ def readiness(db: Database, state: ServiceState, clock: Clock) -> tuple[bool, di
         return True, body
     body["error"] = f"no successful cycle for over {limit.total_seconds():.0f}s"
     return False, body
+
+
+def _governing(db: Database, state: ServiceState, now: datetime, body: dict[str, object]
+               ) -> tuple[bool, dict[str, object]]:
+    """Cycling: ready, but "degraded" while scopes stay unreadable, and not ready while the
+    cycles govern nothing because every scope is unreadable."""
+    try:
+        with db.session() as s:
+            gaps = unreadable(s, now, state.poll_interval)
+            governed = last_governed(s)
+    except Exception as exc:
+        return False, {**body, "database": "unreachable", "error": type(exc).__name__}
+    body["status"] = "degraded" if gaps else "ok"
+    if gaps:
+        body["unreadable"] = gaps
+    if gaps and governed == 0:
+        body["error"] = "governing 0 instances: every scope is unreadable"
+        return False, body
+    return True, body
 
 
 class GuardMiddleware:
