@@ -102,3 +102,31 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path / 'costguard.db'}"
     url: str = request.getfixturevalue("pg_url")
     return url
+
+
+# -- reliability figures (tests/reliability/figures.py): printed at the end of every run --
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    from tests.reliability import figures
+
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: hand them to the controller
+        workeroutput["costguard_figures"] = figures.dump()
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: absent when xdist is not loaded
+def pytest_testnodedown(node: object, error: object) -> None:
+    from tests.reliability import figures
+
+    text = getattr(node, "workeroutput", {}).get("costguard_figures")
+    if text:
+        figures.merge(text)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    from tests.reliability import figures
+
+    found = figures.lines()
+    if found:
+        terminalreporter.section("reliability figures")
+        for line in found:
+            terminalreporter.write_line(line)

@@ -12,6 +12,7 @@ an unexpected failure gets a 503 (retry later) and a log line, never a 500 with 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -39,6 +40,9 @@ from costguard.store.tables import CycleRow
 log = logging.getLogger("costguard.http")
 
 
+READY_TIMEOUT_S = 0.1  # /readyz answers within this, whatever the store does
+
+
 @dataclass
 class ServiceState:
     """What the scheduler tells the HTTP side (read from other threads: plain values only)."""
@@ -51,6 +55,7 @@ class ServiceState:
     last_cycle_id: int | None = None
     last_error: str | None = None
     extra: dict[str, str] = field(default_factory=dict)
+    ready_timeout_s: float = READY_TIMEOUT_S  # /readyz answers within this, stalled or not
 
 
 def _last_ok_cycle(db: Database) -> datetime | None:
@@ -91,7 +96,7 @@ def _governing(db: Database, state: ServiceState, now: datetime, body: dict[str,
             governed = last_governed(s)
     except Exception as exc:
         return False, {**body, "database": "unreachable", "error": type(exc).__name__}
-    body["status"] = "degraded" if gaps else "ok"
+    body["health"] = "degraded" if gaps else "ok"
     if gaps:
         body["unreadable"] = gaps
     if gaps and governed == 0:
@@ -151,7 +156,12 @@ def build_app(
         return JSONResponse({"status": "ok", "leader": state.leader})
 
     async def readyz(request: Request) -> JSONResponse:
-        ok, body = await run_in_threadpool(readiness, db, state, clock)
+        try:  # a stalled store must not stall the probe: answer "stalled" within the limit
+            ok, body = await asyncio.wait_for(run_in_threadpool(readiness, db, state, clock),
+                                              state.ready_timeout_s)
+        except TimeoutError:
+            ok, body = False, {"database": "stalled", "error": "the store did not answer "
+                               f"within {state.ready_timeout_s:g} s"}
         body["status"] = "ready" if ok else "unready"
         return JSONResponse(body, status_code=200 if ok else 503)
 

@@ -65,12 +65,12 @@ def test_a_scope_unreadable_for_cycles_is_degraded_and_nothing_governed_is_not_r
         tmp_path: Path, all_scopes: bool) -> None:
     db, clock = _run(tmp_path, all_scopes=all_scopes, cycles=2)
     ready, body = readiness(db, _state(clock), clock)
-    assert ready and body["status"] == "ok"  # a passing outage is not degraded yet
+    assert ready and body["health"] == "ok"  # a passing outage is not degraded yet
     db.dispose()
     (tmp_path / "long").mkdir()
     db, clock = _run(tmp_path / "long", all_scopes=all_scopes, cycles=6)
     ready, body = readiness(db, _state(clock), clock)
-    assert body["status"] == "degraded"
+    assert body["health"] == "degraded"
     assert any("111111111111/us-east-1" in u for u in body["unreadable"])  # type: ignore[union-attr]
     assert ready is not all_scopes  # governing nothing at all: not ready
     if all_scopes:

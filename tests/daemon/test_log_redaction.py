@@ -18,6 +18,7 @@ from costguard.alerts.slack import SlackSender
 from costguard.daemon.logs import configure_logging
 from costguard.redact import redact, register, register_settings
 from tests.fakes.loopback import free_port, serve
+from tests.reliability import figures
 
 WEBHOOK_KEY = "T0SECRET1/B0SECRET2/xyzSECRETxyzSECRETxyz12"
 BOT = "xoxb-1234567890-SECRETSECRET-abcdefabcdef"
@@ -63,6 +64,8 @@ def test_a_broken_slack_webhook_never_prints_its_url(printed: io.StringIO, kind:
         _deliver(url)
     lines = _lines(printed)
     assert lines, "the failure was logged"
+    figures.count("planted secrets kept out of every log line (per broken integration)",
+                  not any(WEBHOOK_KEY in line for line in lines))
     for line in lines:
         assert WEBHOOK_KEY not in line and "SECRET" not in line, line
         json.loads(line)  # costguard's format, the library's lines included

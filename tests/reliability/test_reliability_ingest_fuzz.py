@@ -22,6 +22,7 @@ from costguard.daemon.sink import StoreSink
 from costguard.store.db import Database
 from costguard.store.tables import GpuReadingRow
 from costguard.telemetry.ingest import telemetry_routes
+from tests.reliability import figures
 
 TOKEN = "fuzz-token-0b7d2c"
 ALLOWED = {200, 400, 401, 413, 422}
@@ -81,6 +82,8 @@ def near_valid_batches(draw: st.DrawFn) -> list[dict[str, Any]]:
 
 
 def _check(answer: httpx.Response, before: int, db: Database) -> None:
+    figures.count("ingest: fuzzed requests answered 2xx/4xx, no traceback",
+                  answer.status_code < 500 and "Traceback" not in answer.text)
     assert answer.status_code in ALLOWED, (answer.status_code, answer.text)
     assert "Traceback" not in answer.text
     body = answer.json()

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from costguard.model import GpuMinute, TelemetrySource, Verdict
 from costguard.telemetry.classify import classify
+from tests.reliability import figures
 
 START = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 WINDOW = timedelta(minutes=45)
@@ -24,16 +25,23 @@ def _verdict(minutes: list[GpuMinute], gpus: int = 1) -> tuple[Verdict, float]:
     return c.verdict, c.coverage
 
 
+def _forged(minutes: list[GpuMinute], gpus: int = 1) -> tuple[Verdict, float]:
+    verdict, coverage = _verdict(minutes, gpus)
+    figures.count("forged coverage attempts that did not make an instance idle",
+                  verdict is not Verdict.IDLE)
+    return verdict, coverage
+
+
 def test_45_summaries_stamped_within_one_minute_are_one_minute_of_data() -> None:
     forged = [_idle(START + timedelta(minutes=30, seconds=s)) for s in range(45)]
-    verdict, coverage = _verdict(forged)
+    verdict, coverage = _forged(forged)
     assert verdict is Verdict.NO_DATA
     assert coverage == 1 / 45
 
 
 def test_invented_gpu_indexes_fill_no_slot() -> None:
     one_real_minute = [_idle(START + timedelta(minutes=30), gpu=g) for g in range(45)]
-    verdict, coverage = _verdict(one_real_minute, gpus=1)
+    verdict, coverage = _forged(one_real_minute, gpus=1)
     assert verdict is Verdict.NO_DATA and coverage == 1 / 45
     # each of 8 real GPUs for 45 minutes, plus invented ones: exactly full, not more
     honest = [_idle(START + timedelta(minutes=m), gpu=g) for m in range(45) for g in range(10)]

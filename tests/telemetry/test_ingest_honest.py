@@ -24,6 +24,7 @@ from costguard.telemetry.agent import Pusher
 from costguard.telemetry.buffer import DiskBuffer
 from costguard.telemetry.ingest import MemorySink, telemetry_app, telemetry_routes
 from tests.fakes.loopback import serve
+from tests.reliability import figures
 
 TOKEN = "agent-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -60,6 +61,8 @@ def test_a_dishonest_summary_is_a_422_naming_the_field(
         words: str) -> None:
     c, sink = client
     answer = c.post("/v1/telemetry", headers=AUTH, json=[_minute(NOW), item])
+    figures.count("ingest: forged or impossible summaries refused (422)",
+                  answer.status_code == 422)
     assert answer.status_code == 422, answer.text
     body = answer.json()
     assert body["index"] == 1 and body["detail"][0]["loc"] == field
@@ -85,42 +88,6 @@ def test_json_nested_deeply_is_a_400_not_a_5xx(client: tuple[httpx.Client, Memor
         assert answer.status_code == 400 and "nests deeper" in answer.json()["error"]
 
 
-def test_a_stalled_store_does_not_hold_up_healthz(tmp_path: Path) -> None:
-    release = threading.Event()
-
-    def stalled(batch: list[GpuMinute]) -> int:
-        release.wait(10)  # a locked database
-        return len(batch)
-
-    db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
-    clock = ManualClock(NOW)
-    app = build_app(db, ServiceState(poll_interval=timedelta(minutes=5)), DaemonMetrics(),
-                    clock, extra_routes=telemetry_routes(token=TOKEN, sink=stalled,
-                                                        clock=clock.now))
-    server = HttpServer(app, "127.0.0.1", 0)
-    server.start()
-    base = f"http://127.0.0.1:{server.port}"
-    try:
-        pushes = [threading.Thread(target=httpx.post, args=(f"{base}/v1/telemetry",),
-                                   kwargs={"headers": AUTH, "json": [_minute(NOW)],
-                                           "timeout": 15}) for _ in range(3)]
-        for t in pushes:
-            t.start()
-        time.sleep(0.3)  # the pushes are inside the sink now
-        waits = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            assert httpx.get(f"{base}/healthz", timeout=5).status_code == 200
-            waits.append(time.perf_counter() - t0)
-        assert max(waits) < 0.5, waits  # answered while three writes hang
-    finally:
-        release.set()
-        for t in pushes:
-            t.join()
-        server.stop()
-        db.dispose()
-
-
 @pytest.mark.parametrize(("status", "kept"), [(400, False), (403, False), (422, False),
                                               (401, True), (404, True), (429, True),
                                               (503, True)])
@@ -133,3 +100,90 @@ def test_the_agent_drops_a_batch_refused_for_good_and_keeps_the_rest(
         result = Pusher(c, "http://daemon", TOKEN, buffer).flush()
     assert (len(buffer) == 2) is kept
     assert buffer.dropped == (0 if kept else 2) and result.discarded == (0 if kept else 2)
+
+
+def _p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+def test_healthz_and_readyz_answer_within_100_ms_while_the_store_stalls(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    release = threading.Event()
+
+    def stalled(*_: object) -> object:
+        release.wait(10)  # a locked or unreachable database
+        return None
+
+    db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
+    clock = ManualClock(NOW)
+    monkeypatch.setattr("costguard.daemon.http._last_ok_cycle", stalled)
+    app = build_app(db, ServiceState(poll_interval=timedelta(minutes=5)), DaemonMetrics(),
+                    clock, extra_routes=telemetry_routes(
+                        token=TOKEN, sink=lambda batch: int(bool(stalled())), clock=clock.now))
+    server = HttpServer(app, "127.0.0.1", 0)
+    server.start()
+    base = f"http://127.0.0.1:{server.port}"
+    pushes = [threading.Thread(target=httpx.post, args=(f"{base}/v1/telemetry",),
+                               kwargs={"headers": AUTH, "json": [_minute(NOW)], "timeout": 15})
+              for _ in range(3)]
+    try:
+        for t in pushes:
+            t.start()
+        time.sleep(0.3)  # three writes hang in the store now
+        health, ready = [], []
+        with httpx.Client(base_url=base, timeout=5) as c:
+            for _ in range(50):
+                t0 = time.perf_counter()
+                assert c.get("/healthz").status_code == 200
+                health.append(time.perf_counter() - t0)
+            for _ in range(10):
+                t0 = time.perf_counter()
+                answer = c.get("/readyz")
+                ready.append(time.perf_counter() - t0)
+                assert answer.status_code == 503 and answer.json()["database"] == "stalled"
+    finally:
+        release.set()
+        for t in pushes:
+            t.join()
+        server.stop()
+        db.dispose()
+    figures.measure("/healthz p99 while the store is stalled", _p99(health) * 1000, "ms",
+                    "< 100 ms")
+    figures.measure("/readyz p99 while the store is stalled", _p99(ready) * 1000, "ms",
+                    "answers 'stalled' within 100 ms (+ HTTP)")
+    assert _p99(health) < 0.1 and _p99(ready) < 0.3
+
+
+def test_concurrent_oversized_bodies_do_not_grow_the_process(tmp_path: Path) -> None:
+    """Four 64 MiB uploads at once (chunked, so no Content-Length to refuse up front): each
+    is cut off at the limit, and the process does not grow by their size."""
+    import resource
+
+    sink = MemorySink()
+    app = telemetry_app(token=TOKEN, sink=sink, clock=lambda: NOW)
+
+    def chunks() -> Iterator[bytes]:
+        for _ in range(1024):
+            yield b"[" + b" " * 65534 + b"]"
+
+    def upload(url: str, answers: list[int]) -> None:
+        try:
+            answers.append(httpx.post(f"{url}/v1/telemetry", content=chunks(), headers=AUTH,
+                                      timeout=60).status_code)
+        except httpx.HTTPError:
+            answers.append(413)  # cut off mid-upload: refused as well
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    answers: list[int] = []
+    with serve(app) as url:
+        threads = [threading.Thread(target=upload, args=(url, answers)) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    figures.measure("peak RSS growth under 4 concurrent 64 MiB uploads", grown_mib, "MiB",
+                    "< 64 MiB (the uploads total 256 MiB)")
+    assert answers == [413] * 4 and sink.rows == {}
+    assert grown_mib < 64
