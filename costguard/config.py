@@ -62,10 +62,23 @@ class AccountingSettings(Section):
     raw_retention: Duration = timedelta(days=35)
 
 
+class AgentIdentitySettings(Section):
+    """How agents prove which instance they run on (docs/agent.md, "Instance identity")."""
+
+    # optional: a shared-token push is accepted; required: only proven instances may push
+    # for cloud instances (the shared token stays for the simulated cloud)
+    mode: Literal["optional", "required"] = "optional"
+    aws_certs_dir: Path | None = None  # AWS's RSA certificates: <region>.pem, default.pem
+    google_certs_file: Path | None = None  # Google's keys as JSON (air-gapped installs)
+    google_certs_url: str = "https://www.googleapis.com/oauth2/v1/certs"
+    audience: str = "costguard"  # the audience GCE identity tokens are requested for
+
+
 class HttpSettings(Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8787, ge=1, le=65535)
     ingest_token: SecretStr | None = None
+    identity: AgentIdentitySettings = Field(default_factory=AgentIdentitySettings)
 
 
 class Settings(BaseSettings):

@@ -107,6 +107,12 @@ def status(
         info = gather_status(db, cli_clock().now(), settings.poll_interval.total_seconds())
     finally:
         db.dispose()
+    mode = settings.http.identity.mode
+    info["agent_auth"] = (
+        "instance identity required; the shared token only for the simulated cloud"
+        if mode == "required" else
+        "instance identity accepted; the shared token also accepted for every instance "
+        "(set http.identity.mode: required to refuse it for cloud instances)")
     if fmt == "json":
         print(json.dumps(info, indent=2))
     else:
@@ -125,6 +131,7 @@ def status(
                           highlight=False)
         else:
             console.print("last cycle: none yet (start the daemon: costguard run)")
+        console.print(f"agents: {info['agent_auth']}", highlight=False)
         console.print(f"alerts: {info['alerts'] or 'none'}; failed cycles: "
                       f"{info['failed_cycles']}; unresolved intents: "
                       f"{info['unresolved_action_intents']}", highlight=False)

@@ -10,6 +10,8 @@
 from __future__ import annotations
 
 import logging
+from datetime import datetime
+from typing import TYPE_CHECKING
 
 from pydantic import SecretStr
 from starlette.routing import BaseRoute
@@ -21,6 +23,9 @@ from costguard.daemon.settings import DaemonSettings, ingest_token
 from costguard.daemon.sink import StoreSink, gpu_counts
 from costguard.store.db import Database
 
+if TYPE_CHECKING:
+    from costguard.daemon.identity import IdentityAuthority
+
 log = logging.getLogger("costguard.http")
 
 
@@ -29,11 +34,14 @@ def extra_routes(settings: Settings, cfg: DaemonSettings, db: Database,
     routes: list[BaseRoute] = []
     token = ingest_token(settings)
     if token:
+        from costguard.daemon.identity import identity_routes
         from costguard.telemetry.ingest import telemetry_routes
 
-        routes.extend(telemetry_routes(token=token, sink=StoreSink(db, metrics),
-                                       clock=(clock or SystemClock()).now,
-                                       gpu_counts=gpu_counts(db)))
+        now = (clock or SystemClock()).now
+        authority = identity_authority(settings, token, db)
+        routes.extend(telemetry_routes(token=token, sink=StoreSink(db, metrics), clock=now,
+                                       gpu_counts=gpu_counts(db), identity=authority))
+        routes.extend(identity_routes(authority, token=token, clock=now))
     else:
         log.warning("agent ingest disabled: set COSTGUARD_AGENT_TOKEN (or http.ingest_token) "
                     "to accept GPU telemetry from costguard agents")
@@ -57,3 +65,27 @@ def slack_interactivity_routes(settings: Settings, cfg: DaemonSettings, db: Data
 
     on_action = journal_actions(db, clock or SystemClock(), settings.alerts.max_snooze)
     return list(slack_routes(secret, on_action))
+
+
+def identity_authority(settings: Settings, token: str, db: Database) -> IdentityAuthority:
+    """The verifiers and credentials of `http.identity`, with the store's launch times (a
+    document from an earlier launch of an instance is refused)."""
+    from costguard.daemon.identity import (
+        AwsDocuments,
+        Credentials,
+        GoogleTokens,
+        IdentityAuthority,
+    )
+    from costguard.store.tables import InstanceRow
+
+    cfg = settings.http.identity
+
+    def launch_time_of(provider: str, instance_id: str) -> datetime | None:
+        with db.session() as s:
+            row = s.get(InstanceRow, (provider, instance_id))
+            return row.launch_time if row is not None else None
+
+    return IdentityAuthority(
+        credentials=Credentials(token), aws=AwsDocuments(cfg.aws_certs_dir),
+        gcp=GoogleTokens(cfg.audience, cfg.google_certs_file, cfg.google_certs_url),
+        required=cfg.mode == "required", launch_time_of=launch_time_of)

@@ -70,6 +70,7 @@ class AgentSettings:
     publish_to: Literal["daemon", "cloudwatch"] = "daemon"
     cloudwatch_namespace: str = "CWAgent"
     cloudwatch_region: str | None = None  # else the instance's own region (from metadata)
+    identity_audience: str = "costguard"  # the daemon's http.identity.audience (GCE tokens)
 
 
 @dataclass
@@ -91,16 +92,30 @@ class Pusher:
         buffer: DiskBuffer,
         *,
         batch_size: int = 500,
+        prove: Callable[[], str | None] | None = None,
     ) -> None:
         self._client = client
         self._endpoint = url.rstrip("/") + INGEST_PATH
-        self._headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        self._token = token
         self._buffer = buffer
         self.batch_size = batch_size
+        # the instance credential, when the agent proved its instance (docs/agent.md)
+        self._prove = prove
+        self.credential = prove() if prove is not None else None
+
+    @property
+    def _headers(self) -> dict[str, str]:
+        bearer = self.credential or self._token
+        return {"Authorization": f"Bearer {bearer}", "Content-Type": "application/json"}
+
+    @property
+    def auth(self) -> str:
+        return "instance credential" if self.credential else "shared token"
 
     def flush(self) -> FlushResult:
         result = FlushResult()
         size = self.batch_size
+        reproved = False
         while batch := self._buffer.peek(size):
             body = '{"minutes": [' + ",".join(p.body for p in batch) + "]}"
             try:
@@ -109,6 +124,11 @@ class Pusher:
                 result.reachable, result.error = False, f"daemon unreachable: {exc}"
                 return result
             status = response.status_code
+            if status == 401 and self.credential is not None and not reproved:
+                # the credential expired (or the daemon's key changed): prove again, once
+                reproved = True
+                self.credential = self._prove() if self._prove is not None else None
+                continue
             if status == 200:
                 self._buffer.ack(batch[-1].seq)
                 result.sent += len(batch)
@@ -155,6 +175,7 @@ class Agent:
         recorder: TraceWriter | None = None,
         self_stop: SelfStop | None = None,
         publisher: Callable[[DiskBuffer], Publisher] | None = None,
+        prove: Callable[[], str | None] | None = None,
     ) -> None:
         self.settings = settings
         self.identity = identity
@@ -167,7 +188,8 @@ class Agent:
             max_bytes=settings.buffer_max_bytes,
         )
         self.pusher: Publisher = publisher(self.buffer) if publisher else Pusher(
-            client, settings.url, settings.token, self.buffer, batch_size=settings.batch_size
+            client, settings.url, settings.token, self.buffer, batch_size=settings.batch_size,
+            prove=prove,
         )
         self._recorder = recorder
         self.self_stop = self_stop
@@ -267,4 +289,5 @@ class Agent:
             "buffered": len(self.buffer),
             "dropped": self.buffer.dropped,
             "daemon_reachable": self.last_flush.reachable,
+            "auth": getattr(self.pusher, "auth", "n/a"),
         }

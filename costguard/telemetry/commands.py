@@ -26,7 +26,12 @@ from costguard.policy.base import duration_arg
 from costguard.telemetry.agent import Agent, AgentSettings, Publisher, Sampler
 from costguard.telemetry.buffer import DiskBuffer
 from costguard.telemetry.classify import SignalChoice, classify
-from costguard.telemetry.identity import Identity, resolve_identity
+from costguard.telemetry.identity import (
+    Identity,
+    exchange_proof,
+    fetch_proof,
+    resolve_identity,
+)
 from costguard.telemetry.nvml import NvmlSampler
 from costguard.telemetry.selfstop import SelfStop, stop_this_instance, wall
 from costguard.telemetry.summary import summarize_windows, window_start
@@ -138,6 +143,28 @@ def _with_phase(sample: NvmlSample, phase: str) -> NvmlSample:
     return replace(sample, phase=phase)
 
 
+def _prover(settings: AgentSettings, identity: Identity, client: httpx.Client
+            ) -> Callable[[], str | None] | None:
+    """How the agent gets a credential for its own instance: the cloud's signed identity
+    (IMDS / GCE metadata), traded at the daemon. None when the instance was given on the
+    command line or is not in a cloud: the shared token is used then."""
+    if settings.instance_id or identity.provider not in ("aws", "gcp"):
+        return None
+
+    def prove() -> str | None:
+        with httpx.Client(timeout=2.0) as probe:
+            proof = fetch_proof(probe, identity, ec2_url=settings.ec2_metadata_url,
+                                gce_url=settings.gce_metadata_url,
+                                audience=settings.identity_audience)
+        if proof is None:
+            log.warning("no signed instance identity from the metadata server: pushing with "
+                        "the shared token")
+            return None
+        return exchange_proof(client, settings.url, settings.token, proof)
+
+    return prove
+
+
 def run_agent(
     settings: AgentSettings,
     *,
@@ -199,6 +226,7 @@ def run_agent(
                 recorder=recorder,
                 self_stop=self_stop,
                 publisher=_publisher(settings, identity, cloudwatch_client),
+                prove=_prover(settings, identity, client),
             )
             previous = _stop_on_signals(agent)
             log.info(

@@ -105,3 +105,57 @@ def resolve_identity(
         "cannot tell which instance this agent runs on: no EC2 (IMDSv2) or GCE metadata "
         "server answered; pass --provider and --instance-id"
     )
+
+
+def fetch_proof(client: httpx.Client, identity: Identity, *, ec2_url: str = EC2_METADATA_URL,
+                gce_url: str = GCE_METADATA_URL, audience: str = "costguard"
+                ) -> dict[str, str] | None:
+    """The cloud's signed statement of which instance this is, for `POST /v1/identity`:
+    EC2's identity document and its RSA signature, or GCE's identity token (a Google-signed
+    JWT for `audience`, with the instance id). None off the cloud or when it cannot be had."""
+    try:
+        if identity.provider == "aws":
+            token = client.put(f"{ec2_url}/latest/api/token", headers={
+                "X-aws-ec2-metadata-token-ttl-seconds": str(IMDS_TOKEN_TTL_S)})
+            if token.status_code != 200:
+                return None
+            headers = {"X-aws-ec2-metadata-token": token.text}
+            base = f"{ec2_url}/latest/dynamic/instance-identity"
+            document = client.get(f"{base}/document", headers=headers)
+            signature = client.get(f"{base}/signature", headers=headers)
+            if document.status_code != 200 or signature.status_code != 200:
+                return None
+            return {"provider": "aws", "document": document.text,
+                    "signature": signature.text}
+        if identity.provider == "gcp":
+            answer = client.get(
+                f"{gce_url}/computeMetadata/v1/instance/service-accounts/default/identity",
+                params={"audience": audience, "format": "full"},
+                headers={"Metadata-Flavor": "Google"})
+            if answer.status_code != 200:
+                return None
+            return {"provider": "gcp", "token": answer.text.strip()}
+    except httpx.HTTPError:
+        return None
+    return None
+
+
+def exchange_proof(client: httpx.Client, url: str, token: str, proof: dict[str, str]
+                   ) -> str | None:
+    """Trade the proof for a credential for this instance (None: the daemon does not offer
+    it, or refused; the reason is logged and the shared token stays in use)."""
+    import logging
+
+    try:
+        answer = client.post(url.rstrip("/") + "/v1/identity", json=proof,
+                             headers={"Authorization": f"Bearer {token}"})
+    except httpx.HTTPError as exc:
+        logging.getLogger(__name__).warning("identity not proven: daemon unreachable (%s)",
+                                            type(exc).__name__)
+        return None
+    if answer.status_code != 200:
+        logging.getLogger(__name__).warning("identity not proven (%s): %s",
+                                            answer.status_code, answer.text[:300])
+        return None
+    credential = answer.json().get("credential")
+    return credential if isinstance(credential, str) else None

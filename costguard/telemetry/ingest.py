@@ -32,7 +32,7 @@ import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter, ValidationError
 from starlette.applications import Starlette
@@ -45,6 +45,9 @@ from costguard.daemon.bodies import BodyTooLarge, read_limited
 from costguard.errors import ConfigError
 from costguard.model import GpuMinute
 
+if TYPE_CHECKING:
+    from costguard.daemon.identity import IdentityAuthority
+
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 2**20
@@ -53,6 +56,7 @@ MAX_CLOCK_SKEW = timedelta(minutes=5)  # a host's clock may run this far ahead o
 MAX_AGE = timedelta(days=7)  # older than any agent's buffer holds: refused
 _STRUCTURE = re.compile(rb'[\[\]{}"\\]')
 INGEST_PATH = "/v1/telemetry"
+CREDENTIAL_PREFIX = "cgi1."  # an instance credential (costguard.daemon.identity)
 MAX_INSTANCE_ID = 128  # the store's gpu_readings.instance_id column (VARCHAR(128))
 MinuteKey = tuple[str, str, int, datetime]
 Sink = Callable[[list[GpuMinute]], int]
@@ -173,12 +177,18 @@ def _wall_clock() -> datetime:
 def telemetry_routes(
     *, token: str, sink: Sink, max_body_bytes: int = MAX_BODY_BYTES, path: str = INGEST_PATH,
     clock: Callable[[], datetime] = _wall_clock, gpu_counts: GpuCounts | None = None,
+    identity: IdentityAuthority | None = None,
 ) -> list[Route]:
     """The ingest route, for mounting into the daemon's Starlette app.
 
     `clock` bounds the minutes accepted; `gpu_counts` answers the GPU count of the instances
     inventory knows (checked against each summary's gpu_index). Both it and the sink run in
-    a worker thread: a slow or locked store never holds up the event loop (/healthz)."""
+    a worker thread: a slow or locked store never holds up the event loop (/healthz).
+
+    With `identity`, an agent may authenticate with the credential it got for its proven
+    instance (costguard.daemon.identity): then every summary must be that instance's (403
+    naming the first that is not). In `required` mode the shared token is refused for
+    cloud instances (403); it stays for the simulated cloud."""
     if not token:
         raise ConfigError(
             "the agent ingest endpoint needs a token: set COSTGUARD_AGENT_TOKEN "
@@ -187,8 +197,14 @@ def telemetry_routes(
     expected = f"Bearer {token}".encode()
 
     async def ingest(request: Request) -> JSONResponse:
-        given = request.headers.get("authorization", "").encode("utf-8", "replace")
-        if not hmac.compare_digest(given, expected):
+        header = request.headers.get("authorization", "")
+        bound: tuple[str, str] | None = None
+        if identity is not None and header.startswith(f"Bearer {CREDENTIAL_PREFIX}"):
+            bound = identity.credentials.check(header.removeprefix("Bearer "), clock())
+            if bound is None:
+                return _error(401, "instance credential invalid or expired: prove the "
+                                   "instance again (POST /v1/identity)")
+        elif not hmac.compare_digest(header.encode("utf-8", "replace"), expected):
             return _error(401, "missing or wrong agent token", hint="send Authorization: Bearer")
         try:
             body = await read_limited(request, max_body_bytes)
@@ -215,6 +231,9 @@ def telemetry_routes(
         except Exception:  # the store's, while looking up GPU counts: the agent retries
             log.exception("telemetry: GPU counts not read for a batch")
             return _error(503, "the store could not check this batch; retry later")
+        refused = _not_allowed(minutes, bound, identity)
+        if refused is not None:
+            return _error(403, refused[1], index=refused[0])
         unique = first_of_each_key(minutes)
         try:
             written = await run_in_threadpool(sink, unique) if unique else 0
@@ -228,13 +247,33 @@ def telemetry_routes(
     return [Route(path, ingest, methods=["POST"])]
 
 
+def _not_allowed(minutes: Sequence[GpuMinute], bound: tuple[str, str] | None,
+                 identity: IdentityAuthority | None) -> tuple[int, str] | None:
+    """(index, why) of the first summary this sender may not report, or None."""
+    for index, m in enumerate(minutes):
+        if bound is not None and (m.provider, m.instance_id) != bound:
+            return index, (f"minutes[{index}]: this agent proved it runs on "
+                           f"{bound[0]}:{bound[1]}, not {m.provider}:{m.instance_id}")
+        if bound is None and identity is not None and identity.required and m.provider != "sim":
+            return index, (f"minutes[{index}]: {m.provider} instances must prove their "
+                           "identity (http.identity.mode: required): the agent does so at "
+                           "POST /v1/identity")
+    return None
+
+
 def telemetry_app(*, token: str, sink: Sink, max_body_bytes: int = MAX_BODY_BYTES,
                   clock: Callable[[], datetime] = _wall_clock,
-                  gpu_counts: GpuCounts | None = None) -> Starlette:
-    """A standalone app serving only the ingest route (tests, or a bare receiver)."""
-    return Starlette(routes=telemetry_routes(token=token, sink=sink,
-                                             max_body_bytes=max_body_bytes, clock=clock,
-                                             gpu_counts=gpu_counts))
+                  gpu_counts: GpuCounts | None = None,
+                  identity: IdentityAuthority | None = None) -> Starlette:
+    """A standalone app serving only the ingest route (and the identity route, given
+    `identity`): tests, or a bare receiver."""
+    routes = telemetry_routes(token=token, sink=sink, max_body_bytes=max_body_bytes,
+                              clock=clock, gpu_counts=gpu_counts, identity=identity)
+    if identity is not None:
+        from costguard.daemon.identity import identity_routes
+
+        routes += identity_routes(identity, token=token, clock=clock)
+    return Starlette(routes=routes)
 
 
 class MemorySink:

@@ -43,9 +43,17 @@ def metadata_app(
             return Response(status_code=404)
         return PlainTextResponse(value, headers={"Metadata-Flavor": "Google"})
 
+    async def imds_dynamic(request: Request) -> Response:  # instance-identity/document ...
+        seen.append(f"{request.method} {request.url.path}")
+        if ec2 is None or request.headers.get("x-aws-ec2-metadata-token") != token:
+            return Response(status_code=401 if ec2 else 404)
+        value = ec2.get("dynamic/" + request.path_params["item"])
+        return PlainTextResponse(value) if value else Response(status_code=404)
+
     routes = [
         Route("/latest/api/token", imds_token, methods=["PUT"]),
         Route("/latest/meta-data/{item:path}", imds_get),
+        Route("/latest/dynamic/{item:path}", imds_dynamic),
         Route("/computeMetadata/v1/{item:path}", gce_get),
     ]
     return Starlette(routes=routes), seen

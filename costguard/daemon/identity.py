@@ -1,0 +1,283 @@
+"""Telemetry bound to the instance that sent it: an agent proves which instance it runs on
+with the cloud's signed identity, and gets a short-lived credential for that instance only.
+
+- **AWS:** the instance identity document and its base64 RSA-SHA256 signature (IMDS
+  `/latest/dynamic/instance-identity/document` and `/signature`), verified against AWS's
+  public RSA certificate for the document's region (PEM files in `aws_certs_dir`, named
+  `<region>.pem`, `default.pem` for every other region). A document whose `pendingTime` is
+  not the launch time inventory knows for the instance is from an earlier incarnation and is
+  refused (the document never changes while an instance lives, so this is what bounds a
+  replay of a copied one).
+- **GCP:** the instance identity token (metadata server, `format=full`, audience =
+  `audience`), a JWT signed by Google: RS256 verified against Google's keys (a JSON file of
+  kid -> certificate, as https://www.googleapis.com/oauth2/v1/certs serves them; fetched
+  and cached for an hour unless `google_certs_file` names a file, for air-gapped installs),
+  audience, expiry and issue time checked with 5 minutes of clock skew.
+
+The credential is `cgi1.<payload>.<mac>`: the provider, instance id and expiry, MACed with a
+key derived from the agent token, so every replica of the daemon checks it without a store.
+How Vault's AWS and GCP auth methods work, in miniature; their pitfalls (a replayed document,
+clock skew) are handled as said above.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from costguard.clock import utc
+from costguard.errors import CostguardError
+
+CREDENTIAL_TTL = timedelta(hours=1)
+CLOCK_SKEW = timedelta(minutes=5)
+GOOGLE_CERTS_URL = "https://www.googleapis.com/oauth2/v1/certs"
+_PREFIX = "cgi1"
+
+
+class ProofRefused(CostguardError, PermissionError):
+    """The identity proof does not hold (403)."""
+
+
+class KeysUnavailable(CostguardError):
+    """Google's keys could not be had right now (503: the agent tries again)."""
+
+
+@dataclass(frozen=True)
+class Proven:
+    provider: str
+    instance_id: str
+    region: str | None = None
+    launched: datetime | None = None  # AWS pendingTime
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class Credentials:
+    """Issues and checks per-instance credentials (HMAC, no state)."""
+
+    def __init__(self, agent_token: str, ttl: timedelta = CREDENTIAL_TTL) -> None:
+        self._key = hmac.new(agent_token.encode(), b"costguard-instance-credential-v1",
+                             hashlib.sha256).digest()
+        self.ttl = ttl
+
+    def issue(self, provider: str, instance_id: str, now: datetime) -> tuple[str, datetime]:
+        expires = now + self.ttl
+        payload = _b64(json.dumps({"p": provider, "i": instance_id,
+                                   "exp": int(expires.timestamp())}).encode())
+        mac = _b64(hmac.new(self._key, payload.encode(), hashlib.sha256).digest())
+        return f"{_PREFIX}.{payload}.{mac}", expires
+
+    @staticmethod
+    def looks_like(token: str) -> bool:
+        return token.startswith(_PREFIX + ".")
+
+    def check(self, token: str, now: datetime) -> tuple[str, str] | None:
+        """(provider, instance id) of a valid, unexpired credential; None otherwise."""
+        parts = token.split(".")
+        if len(parts) != 3 or parts[0] != _PREFIX:
+            return None
+        expected = _b64(hmac.new(self._key, parts[1].encode(), hashlib.sha256).digest())
+        if not hmac.compare_digest(expected, parts[2]):
+            return None
+        try:
+            claims = json.loads(_unb64(parts[1]))
+            provider, iid, exp = str(claims["p"]), str(claims["i"]), int(claims["exp"])
+        except (ValueError, KeyError, TypeError):
+            return None
+        if exp <= now.timestamp():
+            return None
+        return provider, iid
+
+
+class AwsDocuments:
+    """Verifies EC2 instance identity documents with AWS's RSA certificates."""
+
+    def __init__(self, certs_dir: Path | None) -> None:
+        self.certs: dict[str, Any] = {}
+        if certs_dir is not None:
+            from cryptography import x509
+
+            for pem in sorted(Path(certs_dir).glob("*.pem")):
+                self.certs[pem.stem] = x509.load_pem_x509_certificate(pem.read_bytes())
+
+    def verify(self, document: str, signature: str, now: datetime) -> Proven:
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import padding
+
+        try:
+            doc = json.loads(document)
+            iid, region = str(doc["instanceId"]), str(doc["region"])
+            launched = utc(datetime.fromisoformat(str(doc["pendingTime"]).replace("Z",
+                                                                                 "+00:00")))
+            raw = base64.b64decode("".join(signature.split()), validate=True)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ProofRefused(f"not an instance identity document and signature: {exc}"
+                               ) from None
+        cert = self.certs.get(region) or self.certs.get("default")
+        if cert is None:
+            raise ProofRefused(f"no AWS certificate for region {region} (add {region}.pem or "
+                               "default.pem to http.identity.aws_certs_dir)")
+        try:
+            cert.public_key().verify(raw, document.encode(), padding.PKCS1v15(),
+                                     hashes.SHA256())
+        except (InvalidSignature, TypeError, ValueError):
+            raise ProofRefused("the document's signature does not verify against AWS's "
+                               f"certificate for {region}") from None
+        if launched > now + CLOCK_SKEW:
+            raise ProofRefused(f"pendingTime {launched.isoformat()} is in the future")
+        return Proven("aws", iid, region, launched)
+
+
+class GoogleTokens:
+    """Verifies GCE instance identity tokens against Google's keys."""
+
+    def __init__(self, audience: str, certs_file: Path | None, certs_url: str,
+                 fetch: Callable[[str], Mapping[str, str]] | None = None) -> None:
+        self.audience = audience
+        self.certs_file = certs_file
+        self.certs_url = certs_url
+        self._fetch = fetch or _fetch_json
+        self._cached: tuple[float, Mapping[str, str]] | None = None
+        self._lock = threading.Lock()
+
+    def keys(self) -> Mapping[str, str]:
+        if self.certs_file is not None:
+            found: Mapping[str, str] = json.loads(self.certs_file.read_text(encoding="utf-8"))
+            return found
+        with self._lock:
+            if self._cached is not None and time.monotonic() - self._cached[0] < 3600:
+                return self._cached[1]
+            try:
+                keys = self._fetch(self.certs_url)
+            except Exception as exc:
+                raise KeysUnavailable(f"Google's keys could not be fetched from "
+                                      f"{self.certs_url}: {type(exc).__name__}") from None
+            self._cached = (time.monotonic(), keys)
+            return keys
+
+    def verify(self, token: str, now: datetime) -> Proven:
+        from google.auth import exceptions as gexc
+        from google.auth import jwt
+
+        keys = self.keys()
+        try:
+            claims = jwt.decode(  # type: ignore[no-untyped-call]
+                token, certs=dict(keys), audience=self.audience,
+                clock_skew_in_seconds=int(CLOCK_SKEW.total_seconds()))
+        except (ValueError, gexc.GoogleAuthError) as exc:
+            raise ProofRefused(f"the identity token does not verify: {exc}") from None
+        engine = (claims.get("google") or {}).get("compute_engine") or {}
+        iid = engine.get("instance_id")
+        if not iid:
+            raise ProofRefused("the token carries no instance id: ask the metadata server "
+                               "for it with format=full")
+        zone = str(engine.get("zone") or "")
+        return Proven("gcp", str(iid), zone.rsplit("-", 1)[0] if zone else None)
+
+
+def _fetch_json(url: str) -> Mapping[str, str]:
+    import httpx
+
+    answer = httpx.get(url, timeout=10)
+    answer.raise_for_status()
+    found: Mapping[str, str] = answer.json()
+    return found
+
+
+@dataclass
+class IdentityAuthority:
+    """What the daemon's identity route and ingest need: the verifiers and the credentials."""
+
+    credentials: Credentials
+    aws: AwsDocuments
+    gcp: GoogleTokens
+    required: bool = False  # refuse shared-token pushes for cloud instances
+    launch_time_of: Callable[[str, str], datetime | None] = lambda provider, iid: None
+
+    def prove(self, body: Mapping[str, Any], now: datetime) -> Proven:
+        provider = body.get("provider")
+        if provider == "aws":
+            document, signature = body.get("document"), body.get("signature")
+            if not isinstance(document, str) or not isinstance(signature, str):
+                raise ProofRefused("aws: send the identity document and its signature "
+                                   "as strings")
+            proven = self.aws.verify(document, signature, now)
+            known = self.launch_time_of("aws", proven.instance_id)
+            if (known is not None and proven.launched is not None
+                    and abs(utc(known) - proven.launched) > timedelta(seconds=1)):
+                raise ProofRefused(
+                    f"the document is from an earlier launch of {proven.instance_id} "
+                    f"({proven.launched.isoformat()}, inventory: {utc(known).isoformat()})")
+            return proven
+        if provider == "gcp":
+            token = body.get("token")
+            if not isinstance(token, str):
+                raise ProofRefused("gcp: send the instance identity token as a string")
+            return self.gcp.verify(token, now)
+        raise ProofRefused("provider must be aws or gcp (the simulated cloud and hosts "
+                           "outside a cloud use the shared token)")
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)
+
+
+IDENTITY_PATH = "/v1/identity"
+
+
+def identity_routes(authority: IdentityAuthority, *, token: str,
+                    clock: Callable[[], datetime] = now_utc) -> list[Any]:
+    """`POST /v1/identity`: an agent (holding the shared agent token) sends its proof and
+    gets a credential for its own instance. 200 {credential, provider, instance_id,
+    expires_at}; 400 malformed; 401 no agent token; 403 proof refused; 503 keys unavailable."""
+    from starlette.concurrency import run_in_threadpool
+    from starlette.requests import ClientDisconnect, Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from costguard.daemon.bodies import BodyTooLarge, read_limited
+
+    expected = f"Bearer {token}".encode()
+
+    async def prove(request: Request) -> JSONResponse:
+        given = request.headers.get("authorization", "").encode("utf-8", "replace")
+        if not hmac.compare_digest(given, expected):
+            return JSONResponse({"error": "missing or wrong agent token"}, status_code=401)
+        try:
+            body = json.loads(await read_limited(request, 64 * 1024))
+        except BodyTooLarge:
+            return JSONResponse({"error": "proof over 64 KiB"}, status_code=413)
+        except (ValueError, RecursionError, ClientDisconnect):
+            return JSONResponse({"error": "body is not JSON"}, status_code=400)
+        if not isinstance(body, dict):
+            return JSONResponse({"error": "expected a JSON object"}, status_code=400)
+        now = clock()
+        try:
+            proven = await run_in_threadpool(authority.prove, body, now)
+        except ProofRefused as exc:
+            return JSONResponse({"error": str(exc)}, status_code=403)
+        except KeysUnavailable as exc:
+            return JSONResponse({"error": str(exc)}, status_code=503)
+        credential, expires = authority.credentials.issue(proven.provider,
+                                                          proven.instance_id, now)
+        return JSONResponse({"credential": credential, "provider": proven.provider,
+                             "instance_id": proven.instance_id,
+                             "expires_at": expires.isoformat()})
+
+    return [Route(IDENTITY_PATH, prove, methods=["POST"])]

@@ -1,0 +1,245 @@
+"""Telemetry bound to the instance that sent it: an agent proves its instance with the
+cloud's signed identity (an EC2 identity document and its RSA signature, a GCE identity
+token), gets a credential for that instance only, and the daemon refuses (403) summaries for
+any other. Keys and certificates are generated here; nothing is trusted blindly."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import padding, rsa
+from cryptography.x509.oid import NameOID
+
+from costguard.daemon.identity import (
+    AwsDocuments,
+    Credentials,
+    GoogleTokens,
+    IdentityAuthority,
+    ProofRefused,
+)
+from costguard.model import GpuMinute, TelemetrySource
+from costguard.telemetry.ingest import MemorySink, telemetry_app
+from tests.fakes.loopback import serve
+
+TOKEN = "shared-agent-token"
+NOW = datetime.now(UTC).replace(second=0, microsecond=0)
+LAUNCHED = NOW - timedelta(days=2)
+
+
+def _key_and_cert(name: str) -> tuple[rsa.RSAPrivateKey, bytes]:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+            .public_key(key.public_key()).serial_number(1)
+            .not_valid_before(NOW - timedelta(days=1)).not_valid_after(NOW + timedelta(days=9))
+            .sign(key, hashes.SHA256()))
+    return key, cert.public_bytes(serialization.Encoding.PEM)
+
+
+AWS_KEY, AWS_CERT = _key_and_cert("aws-test")
+OTHER_KEY, OTHER_CERT = _key_and_cert("not-aws")
+GOOGLE_KEY, GOOGLE_CERT = _key_and_cert("google-test")
+
+
+def _document(iid: str = "i-0feedface", region: str = "eu-west-1",
+              launched: datetime = LAUNCHED) -> str:
+    return json.dumps({"instanceId": iid, "region": region, "accountId": "123456789012",
+                       "pendingTime": launched.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                       "availabilityZone": f"{region}a", "instanceType": "g5.xlarge"},
+                      indent=2)
+
+
+def _sign(document: str, key: rsa.RSAPrivateKey = AWS_KEY) -> str:
+    raw = key.sign(document.encode(), padding.PKCS1v15(), hashes.SHA256())
+    return base64.b64encode(raw).decode()
+
+
+def _gce_token(iid: str = "4242", aud: str = "costguard", exp_in: int = 3600,
+               with_instance: bool = True) -> str:
+    from google.auth import crypt, jwt
+
+    signer = crypt.RSASigner.from_string(GOOGLE_KEY.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()), key_id="k1")
+    now = int(time.time())
+    claims: dict[str, Any] = {"iss": "https://accounts.google.com", "aud": aud,
+                              "iat": now, "exp": now + exp_in, "sub": "1234"}
+    if with_instance:
+        claims["google"] = {"compute_engine": {"instance_id": iid, "project_id": "ml-prod",
+                                               "zone": "us-central1-a"}}
+    return jwt.encode(signer, claims).decode()
+
+
+@pytest.fixture
+def authority(tmp_path: Path) -> IdentityAuthority:
+    certs = tmp_path / "aws-certs"
+    certs.mkdir()
+    (certs / "default.pem").write_bytes(AWS_CERT)
+    keys = tmp_path / "google-certs.json"
+    keys.write_text(json.dumps({"k1": GOOGLE_CERT.decode()}))
+    return IdentityAuthority(
+        credentials=Credentials(TOKEN), aws=AwsDocuments(certs),
+        gcp=GoogleTokens("costguard", keys, "http://unused"),
+        launch_time_of=lambda provider, iid: LAUNCHED if iid == "i-0feedface" else None)
+
+
+def test_a_signed_document_proves_its_instance_and_nothing_else(
+        authority: IdentityAuthority) -> None:
+    doc = _document()
+    proven = authority.prove({"provider": "aws", "document": doc, "signature": _sign(doc)},
+                             NOW)
+    assert (proven.provider, proven.instance_id, proven.region) == (
+        "aws", "i-0feedface", "eu-west-1")
+    tampered = doc.replace("i-0feedface", "i-0victim00")
+    for body, words in [
+        ({"provider": "aws", "document": tampered, "signature": _sign(doc)}, "does not verify"),
+        ({"provider": "aws", "document": doc, "signature": _sign(doc, OTHER_KEY)},
+         "does not verify"),
+        ({"provider": "aws", "document": doc, "signature": "not base64!"}, "not an instance"),
+        ({"provider": "aws", "document": "{}", "signature": _sign("{}")}, "not an instance"),
+        ({"provider": "aws", "document": _document(launched=LAUNCHED - timedelta(days=30)),
+          "signature": _sign(_document(launched=LAUNCHED - timedelta(days=30)))},
+         "earlier launch"),
+        ({"provider": "sim"}, "provider must be aws or gcp"),
+    ]:
+        with pytest.raises(ProofRefused, match=words):
+            authority.prove(body, NOW)
+
+
+def test_a_region_without_a_certificate_is_refused(tmp_path: Path) -> None:
+    certs = tmp_path / "only-us"
+    certs.mkdir()
+    (certs / "us-east-1.pem").write_bytes(AWS_CERT)
+    doc = _document(region="eu-west-1")
+    with pytest.raises(ProofRefused, match="no AWS certificate for region eu-west-1"):
+        AwsDocuments(certs).verify(doc, _sign(doc), NOW)
+    doc = _document(region="us-east-1")
+    assert AwsDocuments(certs).verify(doc, _sign(doc), NOW).instance_id == "i-0feedface"
+
+
+def test_a_google_identity_token_proves_its_instance(authority: IdentityAuthority) -> None:
+    proven = authority.prove({"provider": "gcp", "token": _gce_token()}, NOW)
+    assert (proven.provider, proven.instance_id) == ("gcp", "4242")
+    for token, words in [(_gce_token(aud="someone-else"), "does not verify"),
+                         (_gce_token(exp_in=-3600), "does not verify"),
+                         (_gce_token(with_instance=False), "no instance id")]:
+        with pytest.raises(ProofRefused, match=words):
+            authority.prove({"provider": "gcp", "token": token}, NOW)
+
+
+def test_credentials_are_bound_expire_and_cannot_be_forged() -> None:
+    creds = Credentials(TOKEN)
+    token, expires = creds.issue("aws", "i-1", NOW)
+    assert creds.check(token, NOW) == ("aws", "i-1")
+    assert creds.check(token, expires + timedelta(seconds=1)) is None
+    head, _payload, mac = token.split(".")
+    forged = base64.urlsafe_b64encode(json.dumps(
+        {"p": "aws", "i": "i-victim", "exp": 9e9}).encode()).decode().rstrip("=")
+    assert creds.check(f"{head}.{forged}.{mac}", NOW) is None
+    assert Credentials("another-daemon-token").check(token, NOW) is None
+
+
+def _minute(iid: str, provider: str = "aws") -> dict[str, Any]:
+    return GpuMinute(provider=provider, instance_id=iid,  # type: ignore[arg-type]
+                     minute=NOW - timedelta(minutes=1), source=TelemetrySource.AGENT,
+                     util_mean=0.0, sm_mean=0.0).model_dump(mode="json")
+
+
+@pytest.fixture
+def daemon(authority: IdentityAuthority) -> Iterator[tuple[httpx.Client, MemorySink]]:
+    sink = MemorySink()
+    with serve(telemetry_app(token=TOKEN, sink=sink, identity=authority)) as url, \
+            httpx.Client(base_url=url, timeout=10) as client:
+        yield client, sink
+
+
+def _credential(client: httpx.Client) -> str:
+    doc = _document()
+    answer = client.post("/v1/identity", headers={"Authorization": f"Bearer {TOKEN}"},
+                         json={"provider": "aws", "document": doc, "signature": _sign(doc)})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["instance_id"] == "i-0feedface"
+    return str(answer.json()["credential"])
+
+
+def test_an_agent_reports_only_for_its_own_instance(
+        daemon: tuple[httpx.Client, MemorySink]) -> None:
+    client, sink = daemon
+    own = {"Authorization": f"Bearer {_credential(client)}"}
+    assert client.post("/v1/telemetry", headers=own,
+                       json=[_minute("i-0feedface")]).status_code == 200
+    forged = client.post("/v1/telemetry", headers=own,
+                         json=[_minute("i-0feedface"), _minute("i-0victim00")])
+    assert forged.status_code == 403 and forged.json()["index"] == 1
+    assert "proved it runs on aws:i-0feedface, not aws:i-0victim00" in forged.json()["error"]
+    assert {k[1] for k in sink.rows} == {"i-0feedface"}  # nothing of the forged batch
+
+
+def test_the_identity_route_refuses_without_the_agent_token_or_a_valid_proof(
+        daemon: tuple[httpx.Client, MemorySink]) -> None:
+    client, _ = daemon
+    doc = _document()
+    proof = {"provider": "aws", "document": doc, "signature": _sign(doc, OTHER_KEY)}
+    assert client.post("/v1/identity", json=proof).status_code == 401
+    refused = client.post("/v1/identity", headers={"Authorization": f"Bearer {TOKEN}"},
+                          json=proof)
+    assert refused.status_code == 403 and "does not verify" in refused.json()["error"]
+    assert client.post("/v1/identity", headers={"Authorization": f"Bearer {TOKEN}"},
+                       content=b"[" * 50).status_code == 400
+    junk = client.post("/v1/telemetry", headers={"Authorization": "Bearer cgi1.x.y"},
+                       json=[_minute("i-0feedface")])
+    assert junk.status_code == 401 and "prove the instance again" in junk.json()["error"]
+
+
+def test_required_mode_refuses_the_shared_token_for_cloud_instances(
+        authority: IdentityAuthority) -> None:
+    authority.required = True
+    sink = MemorySink()
+    with serve(telemetry_app(token=TOKEN, sink=sink, identity=authority)) as url:
+        shared = {"Authorization": f"Bearer {TOKEN}"}
+        refused = httpx.post(f"{url}/v1/telemetry", headers=shared, json=[_minute("i-1")])
+        assert refused.status_code == 403 and "must prove their identity" in refused.text
+        assert httpx.post(f"{url}/v1/telemetry", headers=shared,
+                          json=[_minute("i-sim1", "sim")]).status_code == 200
+
+
+def test_the_agent_proves_its_instance_and_pushes_with_the_credential(
+        authority: IdentityAuthority, tmp_path: Path) -> None:
+    from costguard.clock import ManualClock
+    from costguard.telemetry.agent import AgentSettings
+    from costguard.telemetry.commands import run_agent
+    from tests.telemetry.fake_nvml import FakeGpu, FakeNvml
+    from tests.telemetry.servers import metadata_app
+
+    doc = _document()
+    meta, seen = metadata_app(ec2={
+        "instance-id": "i-0feedface", "placement/availability-zone": "eu-west-1a",
+        "dynamic/instance-identity/document": doc,
+        "dynamic/instance-identity/signature": _sign(doc)})
+    sink = MemorySink()
+    clock = ManualClock(NOW)
+    from costguard.telemetry.nvml import NvmlSampler
+
+    sampler = NvmlSampler(FakeNvml([FakeGpu(util=0, sm_util=0.0)]),
+                          clock=lambda: clock.now().timestamp())
+    sampler.open()
+    with serve(meta) as meta_url, serve(telemetry_app(
+            token=TOKEN, sink=sink, identity=authority, clock=lambda: NOW)) as url:
+        settings = AgentSettings(url=url, token=TOKEN, ec2_metadata_url=meta_url,
+                                 gce_metadata_url="http://127.0.0.1:9",
+                                 buffer_path=tmp_path / "buffer.sqlite3")
+        agent = run_agent(settings, sampler=sampler, clock=clock,
+                          sleep=lambda s: clock.advance(timedelta(seconds=s)), max_ticks=130)
+    assert agent.pusher.auth == "instance credential"  # type: ignore[attr-defined]
+    assert "GET /latest/dynamic/instance-identity/signature" in seen
+    assert sink.rows and {k[1] for k in sink.rows} == {"i-0feedface"}
