@@ -13,7 +13,7 @@ so the group does not recreate it. Never below the autoscaler's minimum.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -141,15 +141,34 @@ class GroupClients:
                                               retry=self.retry)
         return mig, int(autoscaler.autoscaling_policy.min_num_replicas or 0)
 
+    def _api(self, project: str, run: Callable[[], ActionResult]) -> ActionResult:
+        """`run`, with the Compute API's errors as a failed result naming what to do."""
+        try:
+            return run()
+        except gexc.RetryError as exc:
+            return ActionResult(outcome=ActionOutcome.FAILED,
+                                detail=str(from_retry_error(exc, project)))
+        except gexc.GoogleAPICallError as exc:
+            return ActionResult(outcome=ActionOutcome.FAILED, detail=explain(exc, project))
+
+    @staticmethod
+    def _settled(op: Any, detail: str, state_after: InstanceState | None = None
+                 ) -> ActionResult:
+        if op.error and op.error.errors:
+            return ActionResult(outcome=ActionOutcome.FAILED,
+                                detail="; ".join(e.message for e in op.error.errors))
+        return ActionResult(outcome=ActionOutcome.DONE, detail=detail, state_after=state_after)
+
     def scale_in(self, inst: Instance, *, dry_run: bool) -> ActionResult:
         owner = inst.owner
         if owner is None or owner.kind is not OwnerKind.MIG:
             return ActionResult(outcome=ActionOutcome.SKIPPED,
                                 detail="not a member of a managed instance group")
-        project = inst.account
-        try:
-            mig, low = self._read(project, owner.scope, owner.name,
-                                  regional=owner.scope == inst.region)
+        project, regional = inst.account, owner.scope == inst.region
+
+        def run() -> ActionResult:
+            assert owner is not None
+            mig, low = self._read(project, owner.scope, owner.name, regional=regional)
             final, sizes = shrink_by_one(
                 owner.name, int(mig.target_size), low, size_name="target size",
                 min_name="minimum", fix="lower the autoscaler's minimum to let it shrink",
@@ -158,7 +177,7 @@ class GroupClients:
                 return final
             body = {"instances": [f"zones/{inst.zone}/instances/{inst.name}"],
                     "skip_instances_on_validation_error": False}
-            if owner.scope == inst.region:
+            if regional:
                 op = self.regional.delete_instances_unary(
                     project=project, region=owner.scope, instance_group_manager=owner.name,
                     region_instance_group_managers_delete_instances_request_resource=(
@@ -170,17 +189,10 @@ class GroupClients:
                     instance_group_managers_delete_instances_request_resource=(
                         compute_v1.InstanceGroupManagersDeleteInstancesRequest(body)),
                     retry=self.retry)
-        except gexc.RetryError as exc:
-            return ActionResult(outcome=ActionOutcome.FAILED,
-                                detail=str(from_retry_error(exc, project)))
-        except gexc.GoogleAPICallError as exc:
-            return ActionResult(outcome=ActionOutcome.FAILED, detail=explain(exc, project))
-        if op.error and op.error.errors:
-            return ActionResult(outcome=ActionOutcome.FAILED,
-                                detail="; ".join(e.message for e in op.error.errors))
-        return ActionResult(outcome=ActionOutcome.DONE,
-                            detail=f"removed from managed instance group {owner.name}: {sizes}",
-                            state_after=InstanceState.TERMINATED)
+            return self._settled(op, f"removed from managed instance group {owner.name}: "
+                                     f"{sizes}", InstanceState.TERMINATED)
+
+        return self._api(project, run)
 
     def resize_group(self, member: Instance, *, min_size: int, desired: int,
                      max_size: int | None, hint: str | None, dry_run: bool) -> ActionResult:
@@ -194,7 +206,9 @@ class GroupClients:
             return ActionResult(outcome=ActionOutcome.SKIPPED,
                                 detail="not a managed instance group")
         project, regional = member.account, owner.scope == member.region
-        try:
+
+        def run() -> ActionResult:
+            assert owner is not None
             mig, _ = self._read(project, owner.scope, owner.name, regional=regional)
             if mig.status and mig.status.autoscaler:
                 return ActionResult(
@@ -213,12 +227,6 @@ class GroupClients:
                 op = self.zonal.resize_unary(project=project, zone=owner.scope,
                                              instance_group_manager=owner.name, size=desired,
                                              retry=self.retry)
-        except gexc.RetryError as exc:
-            return ActionResult(outcome=ActionOutcome.FAILED,
-                                detail=str(from_retry_error(exc, project)))
-        except gexc.GoogleAPICallError as exc:
-            return ActionResult(outcome=ActionOutcome.FAILED, detail=explain(exc, project))
-        if op.error and op.error.errors:
-            return ActionResult(outcome=ActionOutcome.FAILED,
-                                detail="; ".join(e.message for e in op.error.errors))
-        return ActionResult(outcome=ActionOutcome.DONE, detail=f"{owner.name}: {sizes}")
+            return self._settled(op, f"{owner.name}: {sizes}")
+
+        return self._api(project, run)
