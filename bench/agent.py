@@ -252,23 +252,23 @@ def minute_template() -> str:
 
 
 class BatchMaker:
-    """Request bodies whose summaries never repeat a key: each thread is one host sending
-    its 8 GPUs' minutes in order, `batch // 8` minutes per request."""
-
-    _BASE = datetime(2026, 1, 1, tzinfo=UTC)
+    """Request bodies whose summaries never repeat a key: each request is one 8-GPU host's
+    `batch // 8` minutes, in order, from a day ago (ingest refuses minutes older than 7
+    days or in the future, so a long run varies the host, not the minutes)."""
 
     def __init__(self, batch: int, run: str) -> None:
         if batch % GPUS:
             raise ValueError(f"batch {batch} is not a whole number of {GPUS}-GPU minutes")
         self.batch, self.run = batch, run
         self.template = minute_template()
+        self._base = (datetime.now(UTC) - timedelta(days=1)).replace(second=0, microsecond=0)
 
     def body(self, thread: int, request: int) -> str:
         per = self.batch // GPUS
-        host = f"i-{self.run}-{thread:02d}"
+        host = f"i-{self.run}-{thread:02d}-{request}"
         items: list[str] = []
         for j in range(per):
-            m = (self._BASE + timedelta(minutes=request * per + j)).strftime("%Y-%m-%dT%H:%M:00Z")
+            m = (self._base + timedelta(minutes=j)).strftime("%Y-%m-%dT%H:%M:00Z")
             items.extend(self.template.format(i=host, g=g, m=m) for g in range(GPUS))
         return '{"minutes": [' + ",".join(items) + "]}"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,7 @@ def test_batch_bodies_are_valid_summaries_that_never_repeat_a_key() -> None:
     keys = set()
     for thread in (0, 1):
         for request in (0, 1):
-            minutes = parse_batch(json.loads(maker.body(thread, request)))
+            minutes = parse_batch(json.loads(maker.body(thread, request)), datetime.now(UTC))
             assert len(minutes) == 480
             assert {m.gpu_index for m in minutes} == set(range(GPUS))
             keys.update(minute_key(m) for m in minutes)
