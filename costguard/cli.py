@@ -53,9 +53,20 @@ ConfigOpt = Annotated[
 ]
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        from costguard import __version__
+
+        print(f"costguard {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _main(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log each stage.")] = False,
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_show_version, is_eager=True,
+        help="Print the version and exit.")] = False,
 ) -> None:
     from costguard.daemon.logs import RedactingFormatter, TextFormatter, install
 
@@ -63,6 +74,27 @@ def _main(
     handler = logging.StreamHandler()
     handler.setFormatter(RedactingFormatter(TextFormatter()))
     install(handler, logging.DEBUG if verbose else logging.WARNING)
+
+
+@app.command()
+def init(
+    directory: Annotated[Path, typer.Argument(help="Where to write them (default: here).")]
+    = Path("."),
+    force: Annotated[bool, typer.Option("--force", help="Overwrite existing files.")] = False,
+) -> None:
+    """Write a commented costguard.yaml and the example policies to start from.
+
+    Example: costguard init ./costguard && cd costguard && costguard demo
+    """
+    from costguard.starter import write_starter
+
+    try:
+        written = write_starter(directory, force=force)
+    except CostguardError as exc:
+        raise _fail(exc) from None
+    for path in written:
+        console.print(f"wrote {path}", highlight=False)
+    console.print("Next: costguard validate policies && costguard demo")
 
 
 @app.command()
@@ -182,7 +214,8 @@ def report(
     config: ConfigOpt = None,
     by: Annotated[list[str], typer.Option(
         "--by", help="team, project, env, cost-center, account, provider, region, "
-        "instance-type, lifecycle, instance (repeat to nest).")] = ["team"],  # noqa: B006
+        "instance-type, lifecycle, instance, owner, owner-kind, managed (repeat to nest).")
+    ] = ["team"],  # noqa: B006
     since: Annotated[str, typer.Option(help="A duration back from now (7d) or a date.")] = "7d",
     until: Annotated[str | None, typer.Option(help="End (default now): duration or date.")] = None,
     filters: Annotated[list[str], typer.Option(

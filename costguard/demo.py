@@ -76,6 +76,18 @@ def clear_simulated(db: Database, providers: list[str]) -> None:
             s.execute(delete(table).where(col(table.provider).in_(providers)))
 
 
+def demo_policy_paths(settings: Settings) -> list[Path]:
+    """The configured policies; the examples shipped in the package when the configuration
+    names none that exist and keeps the default (`policies`), e.g. a `pip install` run
+    outside a checkout (`costguard init` writes them out to edit)."""
+    from costguard.starter import packaged_policies
+
+    paths = list(settings.policy_paths)
+    if paths == [Path("policies")] and not paths[0].exists():
+        return [packaged_policies()]
+    return paths
+
+
 def demo_clock(now: datetime, hours: int) -> ManualClock:
     """The demo's clock: `hours` before `now` (on the whole minute), so its last cycle is now."""
     return ManualClock(now.replace(second=0, microsecond=0) - timedelta(hours=hours))
@@ -90,7 +102,8 @@ def run_demo(
     if clock is None:
         clock = demo_clock(SystemClock().now(), hours)  # the CLI passes its own clock
     end = clock.now() + timedelta(hours=hours)
-    policies = enforced(load_policy_set(policy_paths or settings.policy_paths))
+    policy_paths = policy_paths or demo_policy_paths(settings)
+    policies = enforced(load_policy_set(policy_paths))
     db = Database(settings.database_url)
     if providers is None:
         sim_settings = (settings.providers.sim or SimSettings()).model_copy(
@@ -106,7 +119,7 @@ def run_demo(
             console.print(f"[dim]{clock.now():%a %H:%M}[/] {tag} {subject}", highlight=False)
 
     console.print(f"[bold]costguard demo[/]: {len(policies.policies)} policies from "
-                  f"{', '.join(str(p) for p in (policy_paths or settings.policy_paths))}, "
+                  f"{', '.join(str(p) for p in policy_paths)}, "
                   f"enforced against a simulated fleet ({', '.join(providers)}), "
                   f"{hours} h in {int(poll.total_seconds() // 60)}-minute cycles.")
     console.print(f"database: {db.safe_url}\n")

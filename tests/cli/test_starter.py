@@ -1,0 +1,55 @@
+"""The first minutes outside a checkout: `costguard --version`, `costguard init` writes a
+commented config and the example policies (shipped in the package), and the demo finds the
+packaged policies when none are configured."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from costguard import __version__
+from costguard.cli import app
+from costguard.config import Settings, load_settings
+from costguard.demo import demo_policy_paths
+from costguard.policy.load import load_policy_set
+from costguard.starter import packaged_policies
+
+REPO = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+
+
+def test_version() -> None:
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"costguard {__version__}"
+
+
+def test_the_examples_ship_in_the_package_and_are_the_checkouts_policies() -> None:
+    shipped = {p.name: p.read_bytes() for p in packaged_policies().glob("*.yml")}
+    assert shipped and shipped == {p.name: p.read_bytes()
+                                   for p in (REPO / "policies").glob("*.yml")}
+    assert packaged_policies().is_relative_to(REPO / "costguard")  # inside the package
+
+
+def test_init_writes_a_config_and_policies_that_load(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["init", str(tmp_path / "cg")])
+    assert result.exit_code == 0, result.output
+    settings = load_settings(tmp_path / "cg" / "costguard.yaml")
+    assert settings.policy_paths == [Path("policies")]
+    policies = load_policy_set([tmp_path / "cg" / "policies"])
+    assert {p.name for p in policies.policies} >= {"idle-gpu-shutdown"}
+    again = runner.invoke(app, ["init", str(tmp_path / "cg")])
+    assert again.exit_code == 2 and "exists: nothing was written" in again.output
+    forced = runner.invoke(app, ["init", str(tmp_path / "cg"), "--force"])
+    assert forced.exit_code == 0
+
+
+def test_the_demo_uses_the_packaged_policies_outside_a_checkout(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # no policies/ here
+    assert demo_policy_paths(Settings()) == [packaged_policies()]
+    (tmp_path / "policies").mkdir()
+    assert demo_policy_paths(Settings()) == [Path("policies")]  # one of your own wins
+    custom = Settings(policy_paths=[tmp_path / "mine"])
+    assert demo_policy_paths(custom) == [tmp_path / "mine"]  # configured: never replaced
