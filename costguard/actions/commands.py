@@ -127,7 +127,7 @@ def audit_command(
     settings = _settings(config)
     start = _since(since, cli_clock().now())
     try:
-        db = Database(settings.database_url)
+        db = Database(settings.database_url, create=False)
     except CostguardError as exc:
         raise _fail(exc) from None
     with db.session() as s:

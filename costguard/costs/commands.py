@@ -37,10 +37,10 @@ anomaly_app = typer.Typer(help="Spend anomalies: list them and teach the detecto
 budget_app = typer.Typer(help="Monthly budgets from the policy files.", no_args_is_help=True)
 
 
-def _db(config: Path | None) -> Database:
+def _db(config: Path | None, *, create: bool = True) -> Database:
     from costguard.store.db import Database
 
-    return Database(_settings(config).database_url)
+    return Database(_settings(config).database_url, create=create)
 
 
 @billing_app.command("import")
@@ -116,7 +116,7 @@ def anomaly_list(
 
     try:
         start = parse_when(since, cli_clock().now(), "--since")
-        db = _db(config)
+        db = _db(config, create=False)
         with db.session() as s:
             rows = s.exec(select(AnomalyRow).where(col(AnomalyRow.bucket_start) >= start)
                           .order_by(col(AnomalyRow.bucket_start).desc())).all()
@@ -143,7 +143,7 @@ def anomaly_show(anomaly_id: Annotated[int, typer.Argument(help="Anomaly id.")],
     from costguard.store.tables import AnomalyRow
 
     try:
-        db = _db(config)
+        db = _db(config, create=False)
         with db.session() as s:
             row = s.get(AnomalyRow, anomaly_id)
             if row is None:
@@ -215,7 +215,7 @@ def budget_status_cmd(config: ConfigOpt = None, policies: PoliciesOpt = Path("po
     now = cli_clock().now()
     try:
         pset = _policy_set(policies)
-        db = _db(config)
+        db = _db(config, create=False)
         with db.session() as s:
             statuses = [budget_status(s, b, now) for b in pset.budgets]
     except PolicyError as exc:

@@ -47,7 +47,7 @@ ConfigOpt = Annotated[
 
 def _open(settings: Settings) -> Database:
     try:
-        return Database(settings.database_url, migrate=False)
+        return Database(settings.database_url, migrate=False, create=False)
     except CostguardError as exc:
         raise _fail(exc) from None
     except Exception as exc:

@@ -101,7 +101,7 @@ def render_report(
             f"--since ({start:%Y-%m-%d %H:%M}) must be before --until ({end:%Y-%m-%d %H:%M})")
     wanted = parse_filters(filters)
     catalog = catalog_for(settings)
-    db = Database(settings.database_url)
+    db = Database(settings.database_url, create=False)  # a report never creates one
     try:
         with db.session() as s:
             try:

@@ -69,6 +69,16 @@ def check_url(url: str) -> str:
     return url
 
 
+def sqlite_file(url: str) -> Path | None:
+    """The file a SQLite URL names (None: not SQLite, or in memory)."""
+    from sqlalchemy.engine import make_url
+
+    if not url.startswith("sqlite"):
+        return None
+    database = make_url(check_url(url)).database
+    return Path(database) if database and database != ":memory:" else None
+
+
 def make_engine(url: str) -> Engine:
     """An engine for `url`; SQLite gets WAL and a busy timeout so readers and the daemon coexist."""
     url = check_url(url)
@@ -169,8 +179,16 @@ def head_revision() -> str:
 class Database:
     """The store's entry point: an engine plus sessions that commit or roll back as a unit."""
 
-    def __init__(self, url: str, *, migrate: bool = True) -> None:
+    def __init__(self, url: str, *, migrate: bool = True, create: bool = True) -> None:
+        """`create=False` (commands that only read): a SQLite file that does not exist is
+        an error saying how to get one, not a new empty database left behind."""
         self.url = url
+        if not create:
+            missing = sqlite_file(url)
+            if missing is not None and not missing.exists():
+                raise StoreError(f"no costguard database at {missing}: run `costguard demo` "
+                                 "or `costguard run` first, or point database_url (or "
+                                 "COSTGUARD_DATABASE_URL) at yours")
         self.engine = make_engine(url)
         if migrate:
             upgrade(self.engine)

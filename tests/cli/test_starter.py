@@ -53,3 +53,16 @@ def test_the_demo_uses_the_packaged_policies_outside_a_checkout(
     assert demo_policy_paths(Settings()) == [Path("policies")]  # one of your own wins
     custom = Settings(policy_paths=[tmp_path / "mine"])
     assert demo_policy_paths(custom) == [tmp_path / "mine"]  # configured: never replaced
+
+
+@pytest.mark.parametrize("command", [["report"], ["status"], ["audit"], ["anomaly", "list"],
+                                     ["budget", "status"]])
+def test_read_commands_never_create_a_database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               command: list[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    for var in ("COSTGUARD_DATABASE_URL", "COSTGUARD_CONFIG"):
+        monkeypatch.delenv(var, raising=False)
+    result = runner.invoke(app, command)
+    assert result.exit_code != 0
+    assert "no costguard database at costguard.db" in result.output
+    assert list(tmp_path.iterdir()) == []  # nothing left behind
