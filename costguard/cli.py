@@ -166,7 +166,10 @@ def run(
         return
     from costguard.daemon.scheduler import run_forever
 
-    run_forever(engine, settings)
+    try:
+        run_forever(engine, settings)
+    except CostguardError as exc:  # e.g. the port is taken: one line, no traceback
+        raise _fail(exc) from None
 
 
 @app.command()

@@ -34,6 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from costguard.clock import Clock, utc
 from costguard.daemon.health import last_governed, unreadable
 from costguard.daemon.metrics import DaemonMetrics
+from costguard.errors import ConfigError
 from costguard.store.db import Database
 from costguard.store.tables import CycleRow
 
@@ -103,6 +104,10 @@ def _governing(db: Database, state: ServiceState, now: datetime, body: dict[str,
         body["error"] = "governing 0 instances: every scope is unreadable"
         return False, body
     return True, body
+
+
+class PortUnavailable(ConfigError, OSError):
+    """The daemon's port is taken (a one-line error for the CLI, never a traceback)."""
 
 
 class GuardMiddleware:
@@ -193,17 +198,25 @@ class HttpServer:
         config = uvicorn.Config(app, host=host, port=port, log_config=None, lifespan="off",
                                 access_log=False, timeout_graceful_shutdown=5)
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, name="costguard-http",
+        self.thread = threading.Thread(target=self._serve, name="costguard-http",
                                        daemon=True)
         self.host, self.port = host, port
+
+    def _serve(self) -> None:
+        try:
+            self.server.run()
+        except SystemExit:  # uvicorn exits when it cannot bind: start() says why, once
+            pass
 
     def start(self, timeout: float = 10.0) -> None:
         self.thread.start()
         deadline = time.monotonic() + timeout
         while not self.server.started:
             if not self.thread.is_alive():
-                raise OSError(f"the HTTP server could not listen on {self.host}:{self.port} "
-                              "(port in use? set http.port or COSTGUARD_HTTP__PORT)")
+                raise PortUnavailable(
+                    f"the HTTP server could not listen on {self.host}:{self.port}: is another "
+                    "costguard (or anything) using the port? Set http.port or "
+                    "COSTGUARD_HTTP__PORT")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"HTTP server did not start on {self.host}:{self.port}")
             time.sleep(0.02)

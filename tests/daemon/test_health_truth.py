@@ -91,3 +91,27 @@ def test_costguard_status_says_degraded_and_exits_1(tmp_path: Path,
     assert result.exit_code == 1
     assert info["cycling"] is True and info["healthy"] is False
     assert info["governed_instances"] == 0 and info["degraded"]
+
+
+def test_a_port_in_use_is_one_line_not_a_traceback(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from costguard.starter import write_starter
+
+    write_starter(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    monkeypatch.setenv("COSTGUARD_HTTP__PORT", str(port))
+    monkeypatch.setenv("COSTGUARD_AGENT_TOKEN", "t0ken-abc")
+    monkeypatch.setenv("COSTGUARD_DATABASE_URL", f"sqlite:///{tmp_path / 'cg.db'}")
+    try:
+        result = CliRunner().invoke(app, ["run"])
+    finally:
+        taken.close()
+    assert result.exit_code == 2
+    assert f"could not listen on 127.0.0.1:{port}" in result.output
+    assert "Traceback" not in result.output
