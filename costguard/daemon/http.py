@@ -13,6 +13,7 @@ an unexpected failure gets a 503 (retry later) and a log line, never a 500 with 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -203,10 +204,9 @@ class HttpServer:
         self.host, self.port = host, port
 
     def _serve(self) -> None:
-        try:
+        # uvicorn exits when it cannot bind: start() says why, once
+        with contextlib.suppress(SystemExit):
             self.server.run()
-        except SystemExit:  # uvicorn exits when it cannot bind: start() says why, once
-            pass
 
     def start(self, timeout: float = 10.0) -> None:
         self.thread.start()
