@@ -67,8 +67,8 @@ def _load_policies(paths: list[Path]) -> PolicySet:
 
 def snooze_command(
     instance: Annotated[str, typer.Argument(help="Instance id, e.g. i-0abc... or a GCP name.")],
+    reason: Annotated[str, typer.Option(help="Why (kept in the audit trail).")],
     for_: Annotated[str, typer.Option("--for", help="How long: 30m, 4h, 2d.")] = "4h",
-    reason: Annotated[str, typer.Option(help="Why (kept in the audit trail).")] = "",
     by: Annotated[str | None, typer.Option(help="Who snoozes (default: your login).")] = None,
     no_tag: Annotated[bool, typer.Option("--no-tag", help="Do not set the snooze tag.")] = False,
     config: ConfigOpt = None,

@@ -84,7 +84,9 @@ def snooze(db: Database, providers: Mapping[str, Provider], policies: Sequence[P
         if provider is None:
             tag = f"not set: provider {inst.provider} is not configured here"
         else:
-            value = (now + duration).isoformat(timespec="seconds")
+            # the end the policies really keep (cut to max_snooze), not the one asked for
+            until = max((r.until for r in results), default=now + duration)
+            value = until.isoformat(timespec="seconds")
             try:
                 result = provider.set_tags(inst, {SNOOZE_TAG: value}, dry_run=False)
                 tag = f"{SNOOZE_TAG}={value} ({result.outcome})"

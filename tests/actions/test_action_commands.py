@@ -109,3 +109,23 @@ def test_simulate_reports_what_the_policy_would_have_done(store: tuple[str, Path
     assert report["warnings"] >= 1  # i-idle was idle from the start of history
     missing = CliRunner().invoke(app, ["simulate", "--policy", str(policy), "--name", "nope"])
     assert missing.exit_code == 2 and "no policy named 'nope'" in missing.output
+
+
+def test_the_snooze_tag_holds_the_capped_end_the_policies_keep(tmp_path: Path) -> None:
+    """`--for 3d` under a 1-day max_snooze: the tag says one day, as the policy state does
+    (it used to say three, which every later re-read of the tag then cut again)."""
+    from costguard.actions.safety import SNOOZE_TAG
+    from costguard.actions.snooze import snooze
+    from costguard.policy.load import parse_policy_text
+
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    cloud = full_cloud(ManualClock(now - timedelta(hours=1)))
+    cloud.add("i-busy", BUSY, launched=now - timedelta(days=1))
+    engine = make_engine(f"sqlite:///{tmp_path / 'cg.db'}", POLICY, cloud)
+    run_for(engine, cloud.clock, timedelta(minutes=30))
+    policies = parse_policy_text(POLICY).policies
+    report = snooze(engine.db, {"sim": cloud}, policies, "i-busy", timedelta(days=3), "eval",
+                    "ana", now)
+    assert report.results and report.results[0].cut
+    assert cloud.instances["i-busy"].tags[SNOOZE_TAG] == \
+        (now + timedelta(days=1)).isoformat(timespec="seconds")
