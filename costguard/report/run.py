@@ -134,6 +134,9 @@ def _table(report: Report, output: Path | None, console: Console | None) -> str:
         if not report.rows and report.by:
             con.print("No spend recorded in this period. Run `costguard demo` or "
                       "`costguard run` first.")
+        if report.compare == "billed" and not (report.total.billed_micros or 0):
+            con.print("No bills imported for this period, so every gap reads -100%: import "
+                      "one first (costguard billing import FILE).")
 
     if output is not None:
         with output.open("w", encoding="utf-8") as fh:

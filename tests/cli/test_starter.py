@@ -66,3 +66,28 @@ def test_read_commands_never_create_a_database(tmp_path: Path, monkeypatch: pyte
     assert result.exit_code != 0
     assert "no costguard database at costguard.db" in result.output
     assert list(tmp_path.iterdir()) == []  # nothing left behind
+
+
+def test_compare_billed_without_bills_says_why_the_gaps_are_minus_100(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from costguard.report.run import render_report
+    from costguard.store.db import Database
+    from costguard.store.tables import CostIntervalRow
+
+    url = f"sqlite:///{tmp_path / 'cg.db'}"
+    db = Database(url)
+    now = datetime.now(UTC).replace(microsecond=0)
+    with db.session() as s:
+        s.add(CostIntervalRow(provider="sim", instance_id="i-1", account="1", region="r",
+                              instance_type="g5.xlarge", lifecycle="on-demand", state="running",
+                              start=now - timedelta(hours=2), end=now - timedelta(hours=1),
+                              usd_per_hour=1.0, price_source="t", cost_micros=1_000_000,
+                              gpu_count=1, gpu_seconds=3600, idle_gpu_seconds=0,
+                              idle_cost_micros=0, team="ml"))
+    db.dispose()
+    out = tmp_path / "report.txt"
+    render_report(Settings(database_url=url), ["team"], "1d", None, None, "table", out,
+                  compare="billed", now=now)
+    assert "No bills imported for this period" in out.read_text()
