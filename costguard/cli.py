@@ -18,7 +18,7 @@ from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
 from costguard.costs.commands import anomaly_app, billing_app, budget_app
 from costguard.daemon.commands import db_backup, status
-from costguard.errors import CostguardError, PolicyError
+from costguard.errors import CostguardError, PolicyError, SourceError
 from costguard.telemetry.cli import agent_app
 
 app = typer.Typer(
@@ -100,21 +100,37 @@ def init(
 @app.command()
 def validate(
     paths: Annotated[list[Path], typer.Argument(help="Policy files or directories.")],
+    fmt: Annotated[Literal["text", "json"], typer.Option(
+        "--format", help="text, or JSON: {ok, problems, warnings, policies, ...}.")] = "text",
 ) -> None:
     """Check policy files; print every problem as FILE:LINE:COL: message.
 
-    Example: costguard validate policies/
+    Example: costguard validate policies/ --format json
     Exit status 0 when all files are valid, 2 otherwise.
     """
     from costguard.policy.load import load_with_warnings
 
+    def located(e: SourceError) -> dict[str, object]:
+        return {"file": e.file, "line": e.line, "column": e.column, "message": e.message}
+
     try:
         policy_set, warnings = load_with_warnings(paths)
     except PolicyError as exc:
+        if fmt == "json":
+            print(json.dumps({"ok": False, "problems": [located(e) for e in exc.errors],
+                              "warnings": []}, indent=2))
+            raise typer.Exit(2) from None
         for e in exc.errors:
             err.print(str(e), highlight=False, markup=False, soft_wrap=True)
         err.print(f"{len(exc.errors)} problem(s) found", style="red")
         raise typer.Exit(2) from None
+    if fmt == "json":
+        print(json.dumps({
+            "ok": True, "problems": [], "warnings": [located(w) for w in warnings],
+            "policies": [{"name": p.name, "mode": p.mode} for p in policy_set.policies],
+            "budgets": len(policy_set.budgets), "anomaly_rules": len(policy_set.anomalies)},
+            indent=2))
+        return
     for w in warnings:
         err.print(str(w), highlight=False, markup=False, soft_wrap=True)
     n = len(policy_set.policies)

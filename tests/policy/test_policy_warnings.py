@@ -60,3 +60,19 @@ def test_validate_prints_the_warning_and_still_exits_0(tmp_path: Path) -> None:
     assert result.exit_code == 0
     assert f"{path}:9:9: warning: policy 'idle'" in result.output
     assert "1 warning(s)" in result.output
+
+
+def test_validate_json_lists_problems_and_warnings_with_positions(tmp_path: Path) -> None:
+    import json
+
+    path = _write(tmp_path, "", "      - stop\n")
+    ok = CliRunner().invoke(app, ["validate", str(path), "--format", "json"])
+    body = json.loads(ok.output)
+    assert ok.exit_code == 0 and body["ok"] is True
+    assert body["warnings"][0]["line"] == 9 and body["policies"] == [
+        {"name": "idle", "mode": "enforce"}]
+    path.write_text("policies:\n  - name: x\n    mode: sometimes\n", encoding="utf-8")
+    bad = CliRunner().invoke(app, ["validate", str(path), "--format", "json"])
+    body = json.loads(bad.output)
+    assert bad.exit_code == 2 and body["ok"] is False
+    assert {"file", "line", "column", "message"} <= set(body["problems"][0])
