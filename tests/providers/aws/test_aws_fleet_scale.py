@@ -48,7 +48,9 @@ def test_fleet_inventory_and_gpu_metrics_match_the_peer_expectations(
     moto_server: str, layout: Layout
 ) -> None:
     _reset(moto_server)
-    anchor = datetime.now(UTC).replace(microsecond=0)
+    # never on a whole minute: a point put at the anchor itself must fall inside the read
+    # window [anchor - 14 min, anchor), and at :00 it sat on the excluded end (1 run in 60)
+    anchor = datetime.now(UTC).replace(second=30, microsecond=0)
     specs = plan_fleet(N, DEFAULT_REGIONS)
     doc = build_fleet(server_clients(moto_server), specs, DEFAULT_REGIONS, anchor, layout=layout)
     provider = AwsProvider(
