@@ -8,8 +8,9 @@ The lead registers them in cli.py:
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.console import Console
@@ -24,11 +25,26 @@ from costguard.errors import CostguardError, PolicyError
 if TYPE_CHECKING:
     from costguard.policy.schema import PolicySet
     from costguard.store.db import Database
+    from costguard.store.tables import AnomalyRow
 
 console = Console()
 err = Console(stderr=True)
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="costguard.yaml")]
 PoliciesOpt = Annotated[Path, typer.Option("--policies", help="Policy directory or file.")]
+FormatOpt = Annotated[Literal["text", "json"], typer.Option(
+    "--format", help="text (a table) or json (for scripts).")]
+
+
+def _anomaly_json(r: AnomalyRow, *, causes: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": r.id, "rule": r.rule, "dimension": r.dimension, "value": r.value,
+        "granularity": r.granularity, "bucket_start": r.bucket_start.isoformat(),
+        "actual_usd": r.actual_micros / 1e6, "baseline_usd": r.baseline_micros / 1e6,
+        "impact_usd": r.impact_micros / 1e6, "status": r.status,
+        "explanation": r.explanation}
+    if causes:
+        out["causes"] = list(r.causes or [])
+    return out
 
 billing_app = typer.Typer(help="Import what the cloud billed, to compare with estimates.",
                           no_args_is_help=True)
@@ -106,6 +122,7 @@ def billing_import_ce(
 def anomaly_list(
     config: ConfigOpt = None,
     since: Annotated[str, typer.Option(help="Duration or date.")] = "30d",
+    fmt: FormatOpt = "text",
 ) -> None:
     """Anomalies found, newest first, with their explanation and status.
 
@@ -122,6 +139,9 @@ def anomaly_list(
                           .order_by(col(AnomalyRow.bucket_start).desc())).all()
     except CostguardError as exc:
         raise _fail(exc) from None
+    if fmt == "json":
+        print(json.dumps([_anomaly_json(r) for r in rows], indent=2))
+        return
     table = Table(title="Spend anomalies", title_justify="left")
     for name in ("id", "when", "rule", "status", "explanation"):
         table.add_column(name)
@@ -133,7 +153,7 @@ def anomaly_list(
 
 @anomaly_app.command("show")
 def anomaly_show(anomaly_id: Annotated[int, typer.Argument(help="Anomaly id.")],
-                 config: ConfigOpt = None) -> None:
+                 config: ConfigOpt = None, fmt: FormatOpt = "text") -> None:
     """One anomaly in full: spend against the usual, and its causes down to instances.
 
     Example: costguard anomaly show 42
@@ -150,6 +170,9 @@ def anomaly_show(anomaly_id: Annotated[int, typer.Argument(help="Anomaly id.")],
                 raise AnomalyNotFound(anomaly_id)
     except CostguardError as exc:
         raise _fail(exc) from None
+    if fmt == "json":
+        print(json.dumps(_anomaly_json(row, causes=True), indent=2, default=str))
+        return
     out = Console(highlight=False, soft_wrap=True)
     out.print(f"anomaly {row.id} ({row.status}): {row.explanation}", markup=False)
     out.print(f"{row.granularity} from {row.bucket_start:%Y-%m-%d %H:%M} UTC, rule {row.rule}: "
@@ -205,7 +228,8 @@ def _policy_set(policies: Path) -> PolicySet:
 
 
 @budget_app.command("status")
-def budget_status_cmd(config: ConfigOpt = None, policies: PoliciesOpt = Path("policies")) -> None:
+def budget_status_cmd(config: ConfigOpt = None, policies: PoliciesOpt = Path("policies"),
+                      fmt: FormatOpt = "text") -> None:
     """Each budget's spend this month and its forecast to month end.
 
     Example: costguard budget status --policies policies/
@@ -224,6 +248,14 @@ def budget_status_cmd(config: ConfigOpt = None, policies: PoliciesOpt = Path("po
         raise typer.Exit(2) from None
     except CostguardError as exc:
         raise _fail(exc) from None
+    if fmt == "json":
+        print(json.dumps([{
+            "budget": st.budget, "dimension": st.dimension, "value": st.value,
+            "budget_usd": st.budget_micros / 1e6, "spent_usd": st.actual_micros / 1e6,
+            "spent_percent": round(st.actual_percent, 2),
+            "forecast_usd": st.forecast_micros / 1e6,
+            "forecast_percent": round(st.forecast_percent, 2)} for st in statuses], indent=2))
+        return
     table = Table(title=f"Budgets {now:%Y-%m}", title_justify="left")
     for name in ("budget", "covers", "budget $", "spent", "%", "forecast", "forecast %"):
         table.add_column(name, justify="left" if name in ("budget", "covers") else "right")

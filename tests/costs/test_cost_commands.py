@@ -49,3 +49,35 @@ def test_billing_import_reports_lines_and_a_missing_file_is_a_clear_error(
     assert "1 line(s) imported" in ok.output and "$12.50" in ok.output
     missing = CliRunner().invoke(billing_app, ["import", str(tmp_path / "nope.csv")])
     assert missing.exit_code == 2 and "does not exist" in missing.output
+
+
+def test_anomalies_and_budgets_as_json(db: Database, tmp_path: Path) -> None:
+    import json
+
+    from costguard.cli import app
+
+    with db.session() as s:
+        row = AnomalyRow(rule="team-daily", dimension="team", value="nlp", granularity="day",
+                         bucket_start=datetime.now(UTC).replace(microsecond=0),
+                         explanation="team nlp +$74.60", actual_micros=80_000_000,
+                         baseline_micros=5_400_000, impact_micros=74_600_000,
+                         causes=[{"instance": "i-1", "usd": 74.6}],
+                         detected_at=datetime.now(UTC))
+        s.add(row)
+        s.flush()
+        anomaly_id = row.id
+    listed = CliRunner().invoke(anomaly_app, ["list", "--format", "json"])
+    assert listed.exit_code == 0, listed.output
+    [item] = json.loads(listed.output)
+    assert item["id"] == anomaly_id and item["impact_usd"] == 74.6 and "causes" not in item
+    shown = json.loads(CliRunner().invoke(anomaly_app, ["show", str(anomaly_id),
+                                                        "--format", "json"]).output)
+    assert shown["causes"] == [{"instance": "i-1", "usd": 74.6}]
+    policies = tmp_path / "budgets.yml"
+    policies.write_text("budgets:\n  - {name: nlp-monthly, dimension: team, value: nlp, "
+                        "monthly_usd: 1000}\n", encoding="utf-8")
+    budgets = CliRunner().invoke(app, ["budget", "status", "--policies", str(policies),
+                                       "--format", "json"])
+    assert budgets.exit_code == 0, budgets.output
+    [budget] = json.loads(budgets.output)
+    assert budget["budget"] == "nlp-monthly" and budget["budget_usd"] == 1000
