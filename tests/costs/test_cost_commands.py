@@ -74,7 +74,8 @@ def test_anomalies_and_budgets_as_json(db: Database, tmp_path: Path) -> None:
                                                         "--format", "json"]).output)
     assert shown["causes"] == [{"instance": "i-1", "usd": 74.6}]
     policies = tmp_path / "budgets.yml"
-    policies.write_text("budgets:\n  - {name: nlp-monthly, dimension: team, value: nlp, "
+    policies.write_text("attribution:\n  dimensions:\n    team: {keys: [team]}\n"
+                        "budgets:\n  - {name: nlp-monthly, dimension: team, value: nlp, "
                         "monthly_usd: 1000}\n", encoding="utf-8")
     budgets = CliRunner().invoke(app, ["budget", "status", "--policies", str(policies),
                                        "--format", "json"])
