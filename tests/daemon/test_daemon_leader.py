@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import psycopg
@@ -42,6 +43,10 @@ def test_a_leader_whose_session_was_cut_fences_itself_off(pg_url: str) -> None:
     try:
         assert leader.try_acquire()
         assert _terminate_lock_holders(pg_url) == 1  # a partition, as the server sees it
+        # pg_terminate_backend only signals the backend: its lock goes when it has exited
+        deadline = time.monotonic() + 5
+        while not standby.try_acquire() and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert standby.try_acquire()
         assert not leader.held()  # it believed it led; the fence asks the server
         assert not leader.try_acquire()
