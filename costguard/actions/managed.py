@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from costguard.actions import controllers, journal
 from costguard.actions.bulk import Settled, State
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from costguard.actions.runner import ActionRunner, ActStats
 
 log = logging.getLogger("costguard.act")
-
 
 
 def refused_as_pet(policy: Policy, inst: Instance) -> bool:
@@ -68,6 +67,17 @@ def with_group_tags(inst: Instance) -> Instance:
     if inst.owner is None or not inst.owner.tags:
         return inst
     return inst.model_copy(update={"tags": {**inst.owner.tags, **inst.tags}})
+
+
+def audience(r: ActionRunner, policy: Policy, inst: Instance) -> dict[str, Any]:
+    """Who hears about a member (the `team`, `owner` and `recipients` of its alerts): the
+    policy's notify recipients (else owner and team), resolved with the group's tags where
+    the member's own lack them."""
+    inst = with_group_tags(inst)
+    team = r.attributor.dimensions(inst).get("team")
+    to = policy.notify_action.to if policy.notify_action else ("owner", "team")
+    return {"team": team, "owner": inst.tags.get("owner"),
+            "recipients": recipients(to, inst, team)}
 
 
 def managed_notice(f: Finding, owner: Owner) -> tuple[str, str]:
@@ -104,24 +114,19 @@ def report_member(r: ActionRunner, policy: Policy, f: Finding, st: State, now: d
     why = pet_refusal(inst, verb) or ""
     key = journal.journal_key(policy.name, inst, "managed", st.episode)
     r.rows.record(key=key, cycle_id=cycle_id, policy=policy.name, inst=inst,
-                     action="skip", dry_run=not policy.is_enforced, status="skipped",
-                     detail=why, usd_per_hour=f.usd_per_hour, now=now)
+                  action="skip", dry_run=not policy.is_enforced, status="skipped",
+                  detail=why, usd_per_hour=f.usd_per_hour, now=now)
     stats.skipped[policy.name] += 1
     if not policy.is_enforced:
         return
-    team = r.attributor.dimensions(inst).get("team")
-    to = policy.notify_action.to if policy.notify_action else ("owner", "team")
     subject, body = managed_notice(f, owner)
     r.rows.alert(dedupe_key=f"managed|{key}", kind="finding", severity="info",
-                    subject=subject, body=body, now=now,
-                    recipients=recipients(to, with_group_tags(inst), team),
-                    policy=policy.name, provider=inst.provider,
-                    instance_id=inst.instance_id, team=team,
-                    owner=with_group_tags(inst).tags.get("owner"),
-                    context={"reason": f.reason, "evidence": f.evidence,
-                             "usd_per_hour": f.usd_per_hour, "owner": str(owner),
-                             "owner_kind": str(owner.kind),
-                             "instance_type": inst.instance_type})
+                 subject=subject, body=body, now=now, policy=policy.name,
+                 provider=inst.provider, instance_id=inst.instance_id,
+                 **audience(r, policy, inst),
+                 context={"reason": f.reason, "evidence": f.evidence,
+                          "usd_per_hour": f.usd_per_hour, "owner": str(owner),
+                          "owner_kind": str(owner.kind), "instance_type": inst.instance_type})
 
 
 class ScaleIn:
@@ -213,15 +218,13 @@ class ScaleIn:
 
     def _at_minimum(self, out: Settled, policy: Policy, f: Finding, owner: Owner,
                     st: State, now: datetime, detail: str) -> None:
-        inst = with_group_tags(f.instance)
-        team = self.r.attributor.dimensions(inst).get("team")
-        to = policy.notify_action.to if policy.notify_action else ("owner", "team")
+        inst = f.instance
         out.rows.alert(
             dedupe_key=f"at-minimum|{policy.name}|{owner.kind}|{owner.name}|"
                        f"{inst.instance_id}|{st.episode}",
             kind="finding", severity="warning", now=now, policy=policy.name,
-            provider=inst.provider, instance_id=inst.instance_id, team=team,
-            owner=inst.tags.get("owner"), recipients=recipients(to, inst, team),
+            provider=inst.provider, instance_id=inst.instance_id,
+            **audience(self.r, policy, inst),
             subject=f"{label(inst)} is idle but {owner} is {AT_MINIMUM}: lower its minimum "
                     f"to let it shrink ({policy.name})",
             body=f"Why: {f.reason}\nCost: ${f.usd_per_hour:,.2f}/h\n{detail}\n"

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from sqlmodel import col, select
 
-from costguard.actions.managed import with_group_tags
-from costguard.actions.messages import label, recipients
+from costguard.actions.managed import audience
+from costguard.actions.messages import label
 from costguard.actions.safety import batch_verdict
 from costguard.actions.schedule import in_office_hours
 from costguard.alerts.outbox import enqueue
@@ -226,13 +226,10 @@ class GroupParking:
 
     def _tell(self, policy: Policy, member: Instance, subject: str, body: str,
               now: datetime, usd: float) -> None:
-        inst = with_group_tags(member)
-        team = self.r.attributor.dimensions(inst).get("team")
-        to = policy.notify_action.to if policy.notify_action else ("owner", "team")
         with self.r.db.session() as s:
             enqueue(s, dedupe_key=f"{policy.name}|{group_id(member)}|{subject}|{now:%Y%m%d%H%M}",
                     kind="action", severity="info", now=now, policy=policy.name,
-                    provider=member.provider, instance_id=group_id(member), team=team,
-                    owner=inst.tags.get("owner"), recipients=recipients(to, inst, team),
+                    provider=member.provider, instance_id=group_id(member),
+                    **audience(self.r, policy, member),
                     subject=f"{subject} ({policy.name})", body=body,
                     context={"usd_per_hour": usd, "group": label(member)})
