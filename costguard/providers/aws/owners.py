@@ -48,6 +48,11 @@ ASG_TAG = "aws:autoscaling:groupName"
 ASG_NAMES_PER_CALL = 50  # DescribeAutoScalingGroups: at most 50 names per request
 _NOT_OWNERS = ("aws:cloudformation:", "aws:ec2launchtemplate:")
 _K8S_CLUSTER = "kubernetes.io/cluster/"
+# a cluster's own tag on its instances, in order (SkyPilot adds Ray's tag to its own)
+_CLUSTERS = (("aws:elasticmapreduce:job-flow-id", OwnerKind.EMR),
+             ("parallelcluster:cluster-name", OwnerKind.PARALLELCLUSTER),
+             ("skypilot-cluster-name", OwnerKind.SKYPILOT),
+             ("ray-cluster-name", OwnerKind.RAY))
 
 
 def _cluster_of(tags: Mapping[str, str]) -> str | None:
@@ -82,18 +87,9 @@ def owner_from_tags(tags: Mapping[str, str], region: str) -> Owner | None:
             (tags.get("AWSBatchServiceTag") or "batch")
         return owner(OwnerKind.BATCH, name,
                      "AWSBatchServiceTag" if "AWSBatchServiceTag" in tags else ASG_TAG)
-    if tags.get("aws:elasticmapreduce:job-flow-id"):
-        flow = tags["aws:elasticmapreduce:job-flow-id"]
-        return owner(OwnerKind.EMR, flow, "aws:elasticmapreduce:job-flow-id", flow)
-    if tags.get("parallelcluster:cluster-name"):
-        name = tags["parallelcluster:cluster-name"]
-        return owner(OwnerKind.PARALLELCLUSTER, name, "parallelcluster:cluster-name", name)
-    if tags.get("skypilot-cluster-name"):
-        name = tags["skypilot-cluster-name"]
-        return owner(OwnerKind.SKYPILOT, name, "skypilot-cluster-name", name)
-    if tags.get("ray-cluster-name"):
-        name = tags["ray-cluster-name"]
-        return owner(OwnerKind.RAY, name, "ray-cluster-name", name)
+    for key, kind in _CLUSTERS:  # the tag names the cluster, which is the owner
+        if tags.get(key):
+            return owner(kind, tags[key], key, tags[key])
     if asg:
         return owner(OwnerKind.ASG, asg, ASG_TAG)
     if tags.get("aws:ec2:fleet-id"):

@@ -26,6 +26,10 @@ from collections.abc import Mapping
 
 from costguard.model import Owner, OwnerKind
 
+# a cluster's own label on its VMs, in order (SkyPilot adds Ray's label to its own)
+_CLUSTERS = (("goog-dataproc-cluster-name", OwnerKind.DATAPROC),
+             ("skypilot-cluster-name", OwnerKind.SKYPILOT),
+             ("ray-cluster-name", OwnerKind.RAY))
 _CREATED_BY = re.compile(
     r"(?:.*/)?projects/[^/]+/(zones|regions)/([^/]+)/instanceGroupManagers/([^/]+)$")
 
@@ -54,21 +58,15 @@ def owner_from_labels(labels: Mapping[str, str], metadata: Mapping[str, str]) ->
         cluster = labels.get("goog-k8s-cluster-name")
         return owner(OwnerKind.GKE, pool or cluster or "", "label goog-k8s-node-pool-name",
                      cluster)
-    if labels.get("goog-dataproc-cluster-name"):
-        name = labels["goog-dataproc-cluster-name"]
-        return owner(OwnerKind.DATAPROC, name, "label goog-dataproc-cluster-name", name)
     for key in ("batch-job-id", "goog-batch-job-uid"):
         if labels.get(key):
             return owner(OwnerKind.GCP_BATCH, labels[key], f"label {key}")
     vertex = sorted(k for k in labels if k.startswith(("goog-vertex", "goog-caip")))
     if vertex:
         return owner(OwnerKind.VERTEX, labels[vertex[0]] or vertex[0], f"label {vertex[0]}")
-    if labels.get("skypilot-cluster-name"):
-        name = labels["skypilot-cluster-name"]
-        return owner(OwnerKind.SKYPILOT, name, "label skypilot-cluster-name", name)
-    if labels.get("ray-cluster-name"):
-        name = labels["ray-cluster-name"]
-        return owner(OwnerKind.RAY, name, "label ray-cluster-name", name)
+    for key, kind in _CLUSTERS:  # the label names the cluster, which is the owner
+        if labels.get(key):
+            return owner(kind, labels[key], f"label {key}", labels[key])
     if mig is not None:
         return owner(OwnerKind.MIG, mig[0], "metadata created-by")
     return None
