@@ -37,7 +37,8 @@ from costguard.providers.base import BatchActions, Describes
 from costguard.store.tables import ActionJournalRow
 
 if TYPE_CHECKING:
-    from costguard.actions.runner import ActionRunner, ActStats
+    from costguard.actions.runner import ActionRunner
+    from costguard.actions.stats import ActStats
 
 log = logging.getLogger("costguard.act")
 

@@ -58,7 +58,7 @@ def _members(instances: Sequence[Instance], key: str) -> tuple[int, int | None]:
 
 def expect(s: Session, removed: Sequence[tuple[Instance, str]], now: datetime) -> None:
     """Record what each group should look like after `removed` (member, policy) left it:
-    its running members and desired size, both lower by the members removed."""
+    the members still running, and the desired size lower by the members removed."""
     if not removed:
         return
     stored = _load(s)

@@ -35,7 +35,8 @@ from costguard.store.inventory import set_state, to_instance
 from costguard.store.tables import ActionJournalRow, InstanceRow, PolicyStateRow
 
 if TYPE_CHECKING:
-    from costguard.actions.runner import ActionRunner, ActStats
+    from costguard.actions.runner import ActionRunner
+    from costguard.actions.stats import ActStats
 
 log = logging.getLogger("costguard.act")
 

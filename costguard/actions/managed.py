@@ -35,7 +35,8 @@ from costguard.policy.evaluate import Finding
 from costguard.policy.schema import Policy
 
 if TYPE_CHECKING:
-    from costguard.actions.runner import ActionRunner, ActStats
+    from costguard.actions.runner import ActionRunner
+    from costguard.actions.stats import ActStats
 
 log = logging.getLogger("costguard.act")
 

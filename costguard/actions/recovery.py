@@ -17,7 +17,8 @@ from costguard.store.inventory import to_instance
 from costguard.store.tables import InstanceRow, PolicyStateRow
 
 if TYPE_CHECKING:
-    from costguard.actions.runner import ActionRunner, ActStats
+    from costguard.actions.runner import ActionRunner
+    from costguard.actions.stats import ActStats
 
 # a failed stop older than this has been retried (or cleared) by the state machine since
 RECONCILE_FAILED_WITHIN = timedelta(days=2)

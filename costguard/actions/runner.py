@@ -8,9 +8,8 @@ unresolved intents against what inventory now shows before anything else happens
 from __future__ import annotations
 
 import logging
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -36,6 +35,7 @@ from costguard.actions.safety import (
 from costguard.actions.schedule import business_deadline
 from costguard.actions.settings import SafetySettings
 from costguard.actions.spot import record_interruptions, spot_saving
+from costguard.actions.stats import ActStats
 from costguard.alerts.outbox import enqueue
 from costguard.costs.attribution import Attributor
 from costguard.errors import ProviderError
@@ -50,28 +50,6 @@ log = logging.getLogger("costguard.act")
 
 FaultHook = Callable[[str], None]  # called at named points; tests crash the cycle there
 Ref = tuple[str, str]
-
-
-@dataclass
-class ActStats:
-    warned: Counter[str] = field(default_factory=Counter)
-    stopped: Counter[str] = field(default_factory=Counter)
-    notified: Counter[str] = field(default_factory=Counter)
-    tagged: Counter[str] = field(default_factory=Counter)
-    dry_run: Counter[str] = field(default_factory=Counter)
-    skipped: Counter[str] = field(default_factory=Counter)
-    cleared: Counter[str] = field(default_factory=Counter)
-    started: Counter[str] = field(default_factory=Counter)
-    terminated: Counter[str] = field(default_factory=Counter)
-    scaled_in: Counter[str] = field(default_factory=Counter)
-    parked: Counter[str] = field(default_factory=Counter)  # groups scaled to zero
-    restored: Counter[str] = field(default_factory=Counter)  # groups given their sizes back
-    reconciled: int = 0
-    interruptions: int = 0
-    replaced: int = 0  # groups that replaced members costguard scaled in
-
-    def as_dict(self) -> dict[str, object]:
-        return {k: dict(v) if isinstance(v, Counter) else v for k, v in vars(self).items()}
 
 
 class ActionRunner:

@@ -12,7 +12,8 @@ from typing import Any
 
 from sqlmodel import select
 
-from costguard.actions.runner import ActionRunner, ActStats, FaultHook
+from costguard.actions.runner import ActionRunner, FaultHook
+from costguard.actions.stats import ActStats
 from costguard.alerts.console import AlertPrinter
 from costguard.alerts.dispatcher import dispatch
 from costguard.clock import Clock

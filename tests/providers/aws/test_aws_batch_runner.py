@@ -12,8 +12,9 @@ import pytest
 from aws_helpers import REGION, ProviderFactory, run_instances
 from sqlmodel import select
 
-from costguard.actions.runner import ActionRunner, ActStats
+from costguard.actions.runner import ActionRunner
 from costguard.actions.settings import SafetySettings
+from costguard.actions.stats import ActStats
 from costguard.costs.attribution import Attributor
 from costguard.model import Instance
 from costguard.policy.evaluate import Finding

@@ -172,7 +172,8 @@ def test_the_act_stage_terminates_through_the_aws_provider(
     from sqlmodel import select
 
     from costguard.actions.lifecycle import AfterStop
-    from costguard.actions.runner import ActionRunner, ActStats
+    from costguard.actions.runner import ActionRunner
+    from costguard.actions.stats import ActStats
     from costguard.costs.attribution import Attributor
     from costguard.policy.load import parse_policy_text
     from costguard.store.db import Database

@@ -1,0 +1,28 @@
+"""What one act stage did, per policy: the counters a cycle summary reports."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ActStats:
+    warned: Counter[str] = field(default_factory=Counter)
+    stopped: Counter[str] = field(default_factory=Counter)
+    notified: Counter[str] = field(default_factory=Counter)
+    tagged: Counter[str] = field(default_factory=Counter)
+    dry_run: Counter[str] = field(default_factory=Counter)
+    skipped: Counter[str] = field(default_factory=Counter)
+    cleared: Counter[str] = field(default_factory=Counter)
+    started: Counter[str] = field(default_factory=Counter)
+    terminated: Counter[str] = field(default_factory=Counter)
+    scaled_in: Counter[str] = field(default_factory=Counter)
+    parked: Counter[str] = field(default_factory=Counter)  # groups scaled to zero
+    restored: Counter[str] = field(default_factory=Counter)  # groups given their sizes back
+    reconciled: int = 0
+    interruptions: int = 0
+    replaced: int = 0  # groups that replaced members costguard scaled in
+
+    def as_dict(self) -> dict[str, object]:
+        return {k: dict(v) if isinstance(v, Counter) else v for k, v in vars(self).items()}
