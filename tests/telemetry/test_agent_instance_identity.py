@@ -243,3 +243,30 @@ def test_the_agent_proves_its_instance_and_pushes_with_the_credential(
     assert agent.pusher.auth == "instance credential"  # type: ignore[attr-defined]
     assert "GET /latest/dynamic/instance-identity/signature" in seen
     assert sink.rows and {k[1] for k in sink.rows} == {"i-0feedface"}
+
+
+def test_googles_keys_are_fetched_once_an_hour_and_an_outage_is_a_503(
+        authority: IdentityAuthority) -> None:
+    from costguard.daemon.identity import KeysUnavailable
+
+    fetched: list[str] = []
+
+    def fetch(url: str) -> dict[str, str]:
+        fetched.append(url)
+        return {"k1": GOOGLE_CERT.decode()}
+
+    tokens = GoogleTokens("costguard", None, "https://keys.example/certs", fetch=fetch)
+    for _ in range(3):
+        assert tokens.verify(_gce_token(), NOW).instance_id == "4242"
+    assert fetched == ["https://keys.example/certs"]  # cached, not asked per proof
+
+    def down(url: str) -> dict[str, str]:
+        raise OSError("unreachable")
+
+    authority.gcp = GoogleTokens("costguard", None, "https://keys.example/certs", fetch=down)
+    with pytest.raises(KeysUnavailable):
+        authority.prove({"provider": "gcp", "token": _gce_token()}, NOW)
+    with serve(telemetry_app(token=TOKEN, sink=MemorySink(), identity=authority)) as url:
+        answer = httpx.post(f"{url}/v1/identity", headers={"Authorization": f"Bearer {TOKEN}"},
+                            json={"provider": "gcp", "token": _gce_token()})
+    assert answer.status_code == 503 and "could not be fetched" in answer.json()["error"]
