@@ -117,10 +117,7 @@ def check_condition(
             return False, ["inside office hours"], verdict
         reasons.append("outside office hours: " + outside)
     if cond.cost_over is not None:
-        c = cond.cost_over
-        over_hour = c.usd_per_hour is not None and usd_per_hour > c.usd_per_hour
-        over_day = c.usd_per_day is not None and usd_per_hour * 24 > c.usd_per_day
-        if not (over_hour or over_day):
+        if usd_per_hour <= cond.cost_over.hourly_usd:
             return False, ["cost under threshold"], verdict
         reasons.append(f"costs ${usd_per_hour:,.2f}/h")
     return True, reasons, verdict

@@ -107,7 +107,8 @@ def _readings(minutes: Sequence[GpuMinute], signal: GpuSignal, start: datetime,
 
 
 def _coverage(readings: Sequence[_Reading], expected: int) -> float:
-    return min(1.0, len(readings) / expected) if expected else 0.0
+    """Filled slots / expected (at least one: `classify` returns before this for 0 GPUs)."""
+    return min(1.0, len(readings) / expected)
 
 
 def classify(
