@@ -6,6 +6,8 @@
 #   make lint       ruff + mypy (strict)
 #   make demo       the simulated-fleet demo
 #   make bench      run the benchmarks and rewrite BENCHMARKS.md
+#   make mutation   mutation-test the safety core and rewrite MUTATION.md (slow: ~1 h on 2 cores)
+#   make mutation-sample  15 seeded mutants per safety-core module, as CI runs them
 #   make clean      remove .venv, caches and build output
 
 PYTHON ?= python3
@@ -17,7 +19,7 @@ PYTEST_ARGS ?=
 # Each worker has its own throwaway PostgreSQL server, temp dirs and ports.
 PYTEST_WORKERS ?= 2
 
-.PHONY: venv test test-fast lint demo bench clean postgres
+.PHONY: venv test test-fast lint demo bench clean postgres mutation mutation-sample
 
 venv: $(STAMP)
 
@@ -54,6 +56,14 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
+# Not part of `test`: each safety-core module is mutated alone and must fail the tests of
+# its own folder (scripts/mutation.py; modules in pyproject.toml [tool.costguard.mutation]).
+mutation: $(STAMP)
+	$(BIN)/python scripts/mutation.py --check
+
+mutation-sample: $(STAMP)
+	$(BIN)/python scripts/mutation.py --sample 15 --check
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .bench build dist *.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .bench .mutation mutants build dist *.egg-info
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -71,7 +71,7 @@ def _snooze_tag(raw: str | None) -> datetime | None:
         d, hh, mm, ss = label.groups()
         text = f"{d}T{hh}:{mm}:{ss or '00'}+00:00"
     try:
-        return utc(datetime.fromisoformat(text.replace("Z", "+00:00")))
+        return utc(datetime.fromisoformat(text))  # 3.11 reads a trailing Z itself
     except ValueError:
         return None
 

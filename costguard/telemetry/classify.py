@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Literal, NamedTuple
 
@@ -79,16 +79,15 @@ def peaks(minutes: Sequence[GpuMinute]) -> tuple[list[float], list[float]]:
     return util, sm
 
 
-def _readings(minutes: Sequence[GpuMinute], signal: GpuSignal, start: datetime,
-              end: datetime, gpu_count: int) -> list[_Reading]:
+def _readings(minutes: Sequence[GpuMinute], pick: Callable[[GpuMinute], tuple[float, float] | None],
+              start: datetime, end: datetime, gpu_count: int) -> list[_Reading]:
     """One reading per (GPU, minute) slot of [start, end): a reading spanning several
     minutes fills each of them.
 
     Coverage counts wall minutes of GPUs the instance has, never more: a reading for a GPU
     index beyond `gpu_count` fills no slot, and readings stamped at seconds within the same
     minute fill that one minute's slot (45 summaries sent within one real minute are one
-    minute of data, not 45)."""
-    pick = _sm if signal is GpuSignal.SM_ACTIVE else _util
+    minute of data, not 45). `pick` reads the signal of one minute (`_sm`, `_util`)."""
     seen: dict[tuple[int, datetime], _Reading] = {}
     for m in minutes:
         if m.gpu_index >= gpu_count:
@@ -147,15 +146,13 @@ def classify(
     if gpu_count == 0:
         return no_data("instance has no GPUs to classify", None, 0.0)
 
-    sm_readings = ([] if signal == "util_gpu"
-                   else _readings(inside, GpuSignal.SM_ACTIVE, start, end, gpu_count))
+    sm_readings = [] if signal == "util_gpu" else _readings(inside, _sm, start, end, gpu_count)
     if signal == "sm_active" or (
         signal == "auto" and sm_readings and _coverage(sm_readings, expected) >= min_coverage
     ):
         used, readings = GpuSignal.SM_ACTIVE, sm_readings
     else:
-        used, readings = (GpuSignal.UTIL_GPU,
-                          _readings(inside, GpuSignal.UTIL_GPU, start, end, gpu_count))
+        used, readings = GpuSignal.UTIL_GPU, _readings(inside, _util, start, end, gpu_count)
 
     coverage = _coverage(readings, expected)
     span = _span(start, end)
@@ -213,18 +210,16 @@ def classify(
 def _memory_evidence(minutes: Sequence[GpuMinute]) -> str:
     """Who holds GPU memory: a process holding 20 GB while computing nothing is the case
     idle shutdown exists for, and naming it tells the owner what to look at."""
-    tops = [m for m in minutes if m.top_process_pid is not None and m.top_process_bytes]
-    if tops:
-        top = max(tops, key=lambda m: m.top_process_bytes or 0)
-        text = f"pid {top.top_process_pid} holds {_gb(top.top_process_bytes or 0)}"
-        used = [m.mem_used_bytes for m in minutes if m.mem_used_bytes is not None]
-        return text + (f" ({_gb(max(used))} used on the GPU)" if used else "")
+    used = [m.mem_used_bytes for m in minutes if m.mem_used_bytes is not None]
+    size, pid = max(((m.top_process_bytes or 0, m.top_process_pid) for m in minutes
+                     if m.top_process_pid is not None), default=(0, None))
+    if size:
+        return f"pid {pid} holds {_gb(size)}" + (f" ({_gb(max(used))} used on the GPU)"
+                                                  if used else "")
     counts = [m.process_count for m in minutes if m.process_count is not None]
     if counts and max(counts) == 0:
-        used = [m.mem_used_bytes for m in minutes if m.mem_used_bytes is not None]
-        held = f" ({_gb(max(used))} used by the driver)" if used else ""
-        return "no process on the GPU" + held
-    used = [m.mem_used_bytes for m in minutes if m.mem_used_bytes is not None]
+        return "no process on the GPU" + (f" ({_gb(max(used))} used by the driver)"
+                                          if used else "")
     return f"{_gb(max(used))} memory held" if used else ""
 
 

@@ -111,6 +111,12 @@ def test_a_pet_has_no_refusal_and_a_member_is_told_what_to_do_instead() -> None:
         "size")
 
 
+def test_a_kubernetes_node_is_left_to_its_cluster() -> None:
+    assert owner_advice(Owner(kind=OwnerKind.EKS, name="g")) == (
+        "draining a node belongs to the cluster's autoscaler: cordon and drain it, or let the "
+        "autoscaler shrink the node pool")
+
+
 @pytest.mark.parametrize(("kind", "advice"), [
     (OwnerKind.GKE, "draining a node belongs to the cluster's autoscaler"),
     (OwnerKind.KARPENTER, "draining a node belongs to the cluster's autoscaler"),
@@ -126,10 +132,10 @@ def test_the_advice_fits_the_controller(kind: OwnerKind, advice: str) -> None:
 def test_a_batch_at_the_policy_cap_acts_one_over_does_not() -> None:
     assert check_caps([1.0] * 3, max_actions=3, max_usd_per_hour=None).allowed
     over = check_caps([1.0] * 4, max_actions=3, max_usd_per_hour=None)
-    assert not over.allowed and over.reason == "4 instances due, cap is 3 per cycle"
+    assert over.allowed is False and over.reason == "4 instances due, cap is 3 per cycle"
     assert check_caps([10.0, 22.5], max_actions=None, max_usd_per_hour=32.5).allowed
     dear = check_caps([10.0, 22.5], max_actions=None, max_usd_per_hour=32.49)
-    assert not dear.allowed
+    assert dear.allowed is False
     assert dear.reason == "$32.50/h affected, cap is $32.49/h per cycle"
     assert check_caps([1e6] * 100, max_actions=None, max_usd_per_hour=None).allowed
 
@@ -139,16 +145,21 @@ def test_the_fleet_budget_is_taken_whole_or_not_at_all() -> None:
     assert budget.take([10.0, 10.0]).allowed
     assert (budget.actions_left, budget.usd_per_hour_left) == (1, 30.0)
     refused = budget.take([5.0, 5.0])
-    assert not refused.allowed
+    assert refused.allowed is False
     assert refused.reason == ("2 instances due, 1 left of the fleet-wide per-cycle cap "
                               "(safety.max_actions_per_cycle)")
     assert (budget.actions_left, budget.usd_per_hour_left) == (1, 30.0)  # nothing taken
     dear = budget.take([30.01])
-    assert not dear.allowed and dear.reason == (
+    assert dear.allowed is False and dear.reason == (
         "$30.01/h due, $30.00/h left of the fleet-wide per-cycle cap "
         "(safety.max_usd_per_hour_per_cycle)")
     assert budget.take([30.0]).allowed  # exactly what is left
     assert (budget.actions_left, budget.usd_per_hour_left) == (0, 0.0)
+
+
+def test_a_billionth_of_a_dollar_of_float_rounding_is_not_a_breach() -> None:
+    assert CycleBudget(actions_left=None, usd_per_hour_left=1.0).take([1.000000001]).allowed
+    assert not CycleBudget(actions_left=None, usd_per_hour_left=1.0).take([1.00001]).allowed
 
 
 def test_an_unlimited_budget_stays_unlimited() -> None:
@@ -168,6 +179,9 @@ def test_a_batch_the_policy_refuses_takes_nothing_from_the_fleet_budget() -> Non
     assert budget.actions_left == 8
     fleet_refused = batch_verdict([1.0] * 9, Limits(max_actions_per_cycle=20), budget)
     assert not fleet_refused.allowed and "fleet-wide" in fleet_refused.reason
+    dear = batch_verdict([3.0, 3.0], Limits(max_usd_per_hour=5.0), budget)
+    assert not dear.allowed and dear.reason == "$6.00/h affected, cap is $5.00/h per cycle"
+    assert budget.actions_left == 8
 
 
 # -- the last re-check before a call -------------------------------------------------------------

@@ -50,7 +50,8 @@ def test_one_gpu_busy_while_the_other_sleeps_keeps_the_instance_from_idle() -> N
     busy_late = [minute(m, 1, **sm(80.0 if m == 59 else 0.0)) for m in range(60)]
     c = judge(hour_of(**sm(0.0)) + busy_late, gpus=2)
     assert c.verdict is Verdict.UNDERUSED
-    assert "1 of 2 GPUs idle" in c.evidence
+    assert c.evidence == ("SM activity 0.67% mean (peak 80.0%) over 60 min on 2 GPUs; "
+                          "1 of 2 GPUs idle")
 
 
 def test_a_peak_exactly_at_the_threshold_is_not_idle() -> None:
@@ -65,6 +66,9 @@ def test_the_minute_peak_is_the_max_before_the_p95_before_the_mean() -> None:
     # without a max, the p95 is the peak, not the mean (bursts hidden by the mean)
     no_max = judge(hour_of(sm_mean=1.0, sm_p95=30.0))
     assert no_max.verdict is not Verdict.IDLE
+    # the same for util_gpu
+    assert judge(hour_of(util_mean=1.0, util_p95=30.0), signal="util_gpu").verdict is not (
+        Verdict.IDLE)
     # only a mean: the mean is all there is
     assert judge(hour_of(sm_mean=30.0)).verdict is Verdict.ACTIVE
     assert judge(hour_of(sm_mean=1.0)).verdict is Verdict.IDLE
@@ -85,7 +89,7 @@ def test_a_minute_with_only_a_max_still_counts_as_data() -> None:
 
 def test_coverage_below_the_minimum_is_no_data_and_says_by_how_much() -> None:
     c = judge([minute(m, **sm(0.0)) for m in range(30)], signal="sm_active")
-    assert c.verdict is Verdict.NO_DATA and c.coverage == 0.5
+    assert (c.verdict, c.signal, c.coverage) == (Verdict.NO_DATA, GpuSignal.SM_ACTIVE, 0.5)
     assert c.evidence == ("SM activity covers 50% of 60 expected GPU-minutes over 60 min "
                           "(needs 80%): no data is not idle")
 
@@ -97,16 +101,22 @@ def test_coverage_exactly_at_the_minimum_is_enough() -> None:
 
 def test_a_gpu_silent_all_window_is_no_data_even_with_coverage_enough() -> None:
     c = judge(hour_of(**sm(0.0)), gpus=2, min_coverage=0.5)
-    assert c.verdict is Verdict.NO_DATA
+    assert (c.verdict, c.signal) == (Verdict.NO_DATA, GpuSignal.SM_ACTIVE)
     assert c.evidence == "1 of 2 GPUs reported no SM activity over 60 min: no data is not idle"
 
 
 def test_readings_for_a_gpu_index_the_instance_lacks_fill_no_slot() -> None:
     # GPU 1 on a 1-GPU instance is invented: its 60 minutes must not top up GPU 0's 30
-    minutes = [minute(m, 0, **sm(0.0)) for m in range(30)] + [
-        minute(m, 1, **sm(0.0)) for m in range(60)]
-    c = judge(minutes, signal="sm_active")
-    assert c.verdict is Verdict.NO_DATA and c.coverage == 0.5
+    invented = [minute(m, 1, **sm(0.0)) for m in range(60)]
+    real = [minute(m, 0, **sm(0.0)) for m in range(30)]
+    for minutes in (real + invented, invented + real):  # and they stop nothing after them
+        c = judge(minutes, signal="sm_active")
+        assert c.verdict is Verdict.NO_DATA and c.coverage == 0.5
+
+
+def test_a_minute_without_the_signal_is_skipped_not_the_end() -> None:
+    minutes = [minute(0, util_mean=3.0), *hour_of(**sm(0.0))]
+    assert judge(minutes, signal="sm_active").coverage == 1.0
 
 
 def test_a_window_not_starting_on_a_minute_is_still_covered() -> None:
@@ -129,6 +139,14 @@ def test_summaries_stamped_at_seconds_or_microseconds_fill_their_own_minute_once
     four_a_minute = [minute(START + timedelta(minutes=m // 4, seconds=m % 4 * 15), **sm(0.0))
                      for m in range(120)]
     assert judge(four_a_minute, signal="sm_active").coverage == 0.5
+    same_second = [minute(START + timedelta(minutes=m // 2, seconds=17, microseconds=m % 2),
+                          **sm(0.0)) for m in range(60)]
+    assert judge(same_second, signal="sm_active").coverage == 0.5
+
+
+def test_a_minute_and_a_longer_reading_over_it_fill_the_slot_once() -> None:
+    minutes = [minute(m, **sm(0.0)) for m in range(30)] + [minute(0, span_minutes=5, **sm(0.0))]
+    assert judge(minutes, signal="sm_active").coverage == 0.5
 
 
 def test_a_resent_minute_replaces_the_earlier_copy() -> None:
@@ -143,6 +161,13 @@ def test_a_cloud_reading_spanning_five_minutes_fills_each_of_them() -> None:
     # clipped at the window's edge: a reading that starts before the window counts inside only
     early = [minute(-5 + m, span_minutes=5, **sm(0.0)) for m in range(0, 60, 5)]
     assert judge(early).coverage == 55 / 60
+
+
+def test_cloud_util_readings_spanning_minutes_are_clipped_to_the_window() -> None:
+    # CloudWatch / Cloud Monitoring: util_gpu only, one point per period
+    late = [minute(m, span_minutes=5, util_mean=0.0, util_max=0.0) for m in range(5, 65, 5)]
+    c = judge(late)
+    assert (c.signal, c.coverage, c.verdict) == (GpuSignal.UTIL_GPU, 55 / 60, Verdict.IDLE)
 
 
 def test_naive_timestamps_are_read_as_utc() -> None:
@@ -194,6 +219,8 @@ def test_the_tiny_kernel_caveat_needs_util_at_or_above_the_threshold() -> None:
     assert "tiny kernels" not in under.evidence
     busy = judge(hour_of(util_mean=50.0, **sm(30.0)))
     assert "tiny kernels" not in busy.evidence
+    at_threshold = judge(hour_of(util_mean=50.0, **sm(5.0)))
+    assert "tiny kernels" not in at_threshold.evidence
 
 
 # -- underused and active -----------------------------------------------------------------------
@@ -253,9 +280,15 @@ def test_evidence_names_the_process_holding_the_most_memory() -> None:
 
 
 def test_a_process_without_bytes_is_not_named() -> None:
-    minutes = hour_of(**sm(0.0), top_process_pid=7, top_process_bytes=0, mem_used_bytes=5 * 10**8,
-                      process_count=1)
-    assert judge(minutes).evidence.startswith("500 MB memory held; ")
+    for size in (0, None):
+        minutes = hour_of(**sm(0.0), top_process_pid=7, top_process_bytes=size,
+                          mem_used_bytes=5 * 10**8, process_count=1)
+        assert judge(minutes).evidence.startswith("500 MB memory held; ")
+
+
+def test_a_process_is_named_even_where_the_gpus_memory_was_not_read() -> None:
+    minutes = hour_of(**sm(0.0), top_process_pid=7, top_process_bytes=3 * 10**9)
+    assert judge(minutes).evidence.startswith("pid 7 holds 3.0 GB; SM activity")
 
 
 def test_no_process_on_the_gpu_is_said_with_the_drivers_share() -> None:
@@ -277,7 +310,7 @@ def test_memory_alone_is_said_as_held_and_nothing_at_all_says_nothing() -> None:
 @pytest.mark.parametrize(("window", "text"), [
     (timedelta(seconds=119), "119 s"), (timedelta(minutes=2), "2 min"),
     (timedelta(minutes=119), "119 min"), (timedelta(hours=2), "2.0 h"),
-    (timedelta(hours=7, minutes=30), "7.5 h"),
+    (timedelta(hours=7, minutes=30), "7.5 h"), (timedelta(hours=2, minutes=21), "2.4 h"),
 ])
 def test_the_window_reads_in_seconds_minutes_or_hours(window: timedelta, text: str) -> None:
     minutes = [minute(m, **sm(0.0)) for m in range(int(window.total_seconds() // 60) + 1)]
@@ -296,6 +329,11 @@ def test_memory_reads_in_megabytes_below_a_gigabyte() -> None:
     assert under.evidence.startswith("1000 MB memory held")
     at = judge(hour_of(**sm(0.0), mem_used_bytes=10**9))
     assert at.evidence.startswith("1.0 GB memory held")
+    # rounded to the nearest tenth of a GB, the nearest MB
+    tenth = judge(hour_of(**sm(0.0), mem_used_bytes=1_350_000_001))
+    assert tenth.evidence.startswith("1.4 GB memory held")
+    mb = judge(hour_of(**sm(0.0), mem_used_bytes=1_500_001))
+    assert mb.evidence.startswith("2 MB memory held")
 
 
 # -- refusals -----------------------------------------------------------------------------------
