@@ -1,0 +1,305 @@
+"""What the act stage leaves behind, field by field: the journal rows, the alerts and the
+policy state of each path through the state machine (warn, tag, stop, dry run, protect,
+snooze, clear, cap, re-check). Found by mutation testing: a journal row or alert with a wrong
+field is a wrong audit trail, and no end-to-end check of verdicts notices it (MUTATION.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+
+from costguard.clock import ManualClock
+from costguard.engine import Engine
+from costguard.store.db import Database
+from tests.fakes.cloud import BUSY, IDLE, T0, ScriptedCloud, full_cloud, until
+from tests.fakes.scenario import (
+    alerts,
+    idle_stop_policy,
+    journal,
+    make_engine,
+    run_for,
+    state_of,
+)
+
+TAG = ('      - tag: {set: {"costguard:idle-since": "{now}", "costguard:stop-at": "{deadline}"}}\n')
+BODY_TAIL = ("Start it again when you need it; costguard will not stop it again unless it sits "
+             "idle for the policy's window.")
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(T0)
+
+
+@pytest.fixture
+def cloud(clock: ManualClock) -> ScriptedCloud:
+    return full_cloud(clock)
+
+
+@pytest.fixture
+def made(tmp_path: object) -> Iterator[list[Engine]]:
+    engines: list[Engine] = []
+    yield engines
+    for e in engines:
+        e.db.dispose()
+
+
+def engine(made: list[Engine], tmp_path: object, cloud: ScriptedCloud, text: str) -> Engine:
+    e = make_engine(f"sqlite:///{tmp_path}/trace.db", text, cloud)
+    made.append(e)
+    return e
+
+
+def with_tag(text: str) -> str:
+    return text.replace("      - stop:", TAG + "      - stop:")
+
+
+def rows(db: Database) -> list[tuple[str, str, bool, str, float]]:
+    return [(r.key, r.action, r.dry_run, r.status, r.usd_per_hour) for r in journal(db)]
+
+
+def test_an_enforced_stop_leaves_its_whole_trace(made, tmp_path, cloud, clock) -> None:  # type: ignore[no-untyped-def]
+    cloud.add("i-1", IDLE)
+    text = with_tag(idle_stop_policy(then="terminate: {after_stopped: 7d}"))
+    e = engine(made, tmp_path, cloud, text)
+    run_for(e, clock, timedelta(minutes=20))
+    assert rows(e.db) == [
+        ("idle|sim|i-1|notify|1", "notify", False, "done", 4.0),
+        ("idle|sim|i-1|tag|1", "tag", False, "done", 4.0),
+        ("idle|sim|i-1|stop|1", "stop", False, "done", 4.0),
+    ]
+    notify, tag, stop = journal(e.db)
+    deadline = T0 + timedelta(minutes=15)
+    assert notify.detail == ("i-1 (i-1) will be stopped at 2026-11-02 08:15 UTC unless it gets "
+                             "busy (idle)")
+    assert (notify.intent_at, notify.result_at) == (T0, T0)
+    assert tag.detail == ("set {'costguard:idle-since': '2026-11-02T08:00:00+00:00', "
+                          "'costguard:stop-at': '2026-11-02T08:15:00+00:00'}")
+    assert cloud.instances["i-1"].tags["costguard:stop-at"] == "2026-11-02T08:15:00+00:00"
+    reason = stop.detail
+    assert reason.startswith("idle: ") and (stop.intent_at, stop.result_at) == (deadline,
+                                                                                deadline)
+    assert cloud.acted_on == [("stop", "i-1")]
+
+    warning, action = alerts(e.db)
+    assert (warning.dedupe_key, warning.kind, warning.severity) == (
+        "idle|sim|i-1|notify|1", "idle-warning", "warning")
+    assert (warning.policy, warning.provider, warning.instance_id, warning.team,
+            warning.owner) == ("idle", "sim", "i-1", "research", "ana@example.com")
+    assert warning.recipients == ["email:ana@example.com"]
+    assert warning.subject == notify.detail
+    assert warning.context == {
+        "reason": reason, "evidence": reason.removeprefix("idle: "), "usd_per_hour": 4.0,
+        "deadline": "2026-11-02T08:15:00+00:00", "spot_savings_usd_per_hour": 2.5,
+        "instance_type": "g5.xlarge"}
+    assert (action.dedupe_key, action.kind, action.severity) == (
+        "action|idle|sim|i-1|1", "action", "warning")
+    assert (action.policy, action.provider, action.instance_id, action.team, action.owner) == (
+        "idle", "sim", "i-1", "research", "ana@example.com")
+    assert action.recipients == ["email:ana@example.com", "team:research"]
+    assert action.subject == "i-1 (i-1) was stopped by costguard (idle)"
+    assert action.body == (
+        f"Why: {reason}\n{BODY_TAIL}\nWhile stopped it still costs $0.0200/h (100 GiB disk).\n"
+        "If it stays stopped for 1w it will be terminated after a snapshot; start it, snooze "
+        "it or tag it costguard:protect to keep it.")
+    assert action.context == {"reason": reason, "instance_type": "g5.xlarge"}
+    st = state_of(e.db, "idle", "i-1")
+    assert st is not None
+    assert (st.state, st.since, st.deadline, st.episode) == ("acted", deadline, deadline, 1)
+
+
+def test_without_a_stopped_price_the_note_says_disks_are_still_billed(  # type: ignore[no-untyped-def]
+        made, tmp_path, clock) -> None:
+    cloud = ScriptedCloud(clock, 4.0, can_describe=True)
+    cloud.add("i-1", IDLE)
+    e = engine(made, tmp_path, cloud, idle_stop_policy())
+    run_for(e, clock, timedelta(minutes=20))
+    (action,) = alerts(e.db, "action")
+    assert action.body.endswith(
+        f"{BODY_TAIL}\nIts attached disks are still billed while it is stopped (their cost "
+        "could not be read from sim).")
+
+
+def test_a_dry_run_journals_what_it_would_do_and_changes_nothing(  # type: ignore[no-untyped-def]
+        made, tmp_path, cloud, clock) -> None:
+    cloud.add("i-1", IDLE)
+    text = with_tag(idle_stop_policy()).replace("mode: enforce", "mode: dry-run")
+    e = engine(made, tmp_path, cloud, text)
+    run_for(e, clock, timedelta(minutes=20))
+    assert rows(e.db) == [
+        ("idle|sim|i-1|notify|1", "notify", True, "dry-run", 4.0),
+        ("idle|sim|i-1|tag|1", "tag", True, "dry-run", 4.0),
+        ("idle|sim|i-1|stop|1", "stop", True, "dry-run", 4.0),
+    ]
+    assert alerts(e.db) == [] and cloud.acted_on == []
+    assert cloud.calls["stop-dry"] == 1 and cloud.calls["stop"] == 0
+    assert "costguard:stop-at" not in cloud.instances["i-1"].tags
+    st = state_of(e.db, "idle", "i-1")
+    assert st is not None and st.state == "acted"
+
+
+def test_a_protected_instance_is_journaled_once_and_never_touched(  # type: ignore[no-untyped-def]
+        made, tmp_path, cloud, clock) -> None:
+    cloud.add("i-1", IDLE, tags={"team": "research", "costguard:protect": "true"})
+    e = engine(made, tmp_path, cloud, idle_stop_policy())
+    run_for(e, clock, timedelta(minutes=30))
+    assert rows(e.db) == [("idle|sim|i-1|skip|1", "skip", False, "skipped", 4.0)]
+    assert journal(e.db)[0].detail == "costguard:protect tag: never acted on"
+    st = state_of(e.db, "idle", "i-1")
+    assert st is not None and (st.state, st.since, st.deadline) == ("protected", T0, None)
+    assert alerts(e.db) == [] and cloud.acted_on == []
+    cloud.set("i-1", tags={"team": "research"})  # unprotected: a fresh warning
+    run_for(e, clock, timedelta(minutes=5))
+    st = state_of(e.db, "idle", "i-1")
+    assert st is not None and st.state == "warned"
+    assert [r.action for r in journal(e.db)] == ["skip", "notify"]
+
+
+def test_a_snooze_beyond_the_policys_limit_is_cut_and_said(  # type: ignore[no-untyped-def]
+        made, tmp_path, cloud, clock) -> None:
+    cloud.add("i-1", IDLE, tags={"owner": "ana@example.com",
+                                 "costguard:snooze-until": "2026-11-09T08:00:00Z"})
+    e = engine(made, tmp_path, cloud, idle_stop_policy(max_snooze="2h"))
+    run_for(e, clock, timedelta(minutes=10))
+    (snooze,) = journal(e.db)
+    assert (snooze.key, snooze.action, snooze.status, snooze.dry_run) == (
+        "idle|sim|i-1|snooze|1", "snooze", "skipped", False)
+    assert snooze.detail == ("snoozed until 2026-11-02T10:00:00+00:00 (cut from "
+                             "2026-11-09T08:00:00+00:00 to the policy's max_snooze)")
+    st = state_of(e.db, "idle", "i-1")
+    assert st is not None and (st.state, st.snooze_until) == ("snoozed",
+                                                               T0 + timedelta(hours=2))
+    run_for(e, clock, timedelta(hours=2))  # spent: a fresh episode is warned
+    st = state_of(e.db, "idle", "i-1")
+    assert st is not None and (st.state, st.episode) == ("warned", 2)
+    assert [r.key for r in journal(e.db)][-1] == "idle|sim|i-1|notify|2"
+    assert cloud.acted_on == []
+
+
+def test_a_snooze_within_the_limit_is_kept_as_asked(  # type: ignore[no-untyped-def]
+        made, tmp_path, cloud, clock) -> None:
+    cloud.add("i-1", IDLE, tags={"costguard:snooze-until": "2026-11-02T09:00:00Z"})
+    e = engine(made, tmp_path, cloud, idle_stop_policy(max_snooze="2h"))
+    run_for(e, clock, timedelta(minutes=10))
+    assert journal(e.db)[0].detail == "snoozed until 2026-11-02T09:00:00+00:00"
+
+
+def test_busy_again_while_warned_clears_and_tells_the_owner(  # type: ignore[no-untyped-def]
+        made, tmp_path, cloud, clock) -> None:
+    cloud.add("i-1", until(T0 + timedelta(minutes=2), "no_process", "busy"))
+    e = engine(made, tmp_path, cloud, idle_stop_policy(grace="1h"))
+    run_for(e, clock, timedelta(minutes=15))
+    (cleared,) = alerts(e.db, "cleared")
+    assert cleared.dedupe_key == "cleared|idle|sim|i-1|1"
+    assert (cleared.policy, cleared.team, cleared.owner, cleared.recipients) == (
+        "idle", "research", "ana@example.com", ["email:ana@example.com"])
+    assert cleared.subject == "i-1 (i-1) is busy again: shutdown cancelled (idle)"
+    assert cleared.body.startswith("Now: not idle (")
+    st = state_of(e.db, "idle", "i-1")
+    assert st is not None and (st.state, st.deadline) == ("cleared", None)
+    assert cloud.acted_on == []
+
+
+def test_a_batch_beyond_the_cap_acts_on_none_and_says_why(  # type: ignore[no-untyped-def]
+        made, tmp_path, cloud, clock) -> None:
+    cloud.add("i-1", IDLE)
+    cloud.add("i-2", IDLE)
+    e = engine(made, tmp_path, cloud,
+               idle_stop_policy() + "    limits: {max_actions_per_cycle: 1}\n")
+    run_for(e, clock, timedelta(minutes=20))
+    (cap,) = alerts(e.db, "cap")
+    assert cap.dedupe_key == "cap|idle|stop|2026-11-02T08"
+    assert (cap.severity, cap.policy) == ("critical", "idle")
+    assert cap.subject == "idle: stop acted on none: 2 instances due, cap is 1 per cycle"
+    assert cap.body == (
+        "A policy that would act beyond its limits acts on nothing. Check the policy's "
+        "filters, or raise `limits` (or the `safety` settings) if this is intended.")
+    assert sorted(cap.context["instances"]) == ["i-1", "i-2"]
+    skips = [r for r in journal(e.db) if r.action == "stop"]
+    assert sorted((r.key, r.status, r.dry_run, r.usd_per_hour) for r in skips) == [
+        ("idle|sim|i-1|stop|1", "skipped", False, 4.0),
+        ("idle|sim|i-2|stop|1", "skipped", False, 4.0)]
+    assert {r.detail for r in skips} == {"cap: 2 instances due, cap is 1 per cycle"}
+    assert cloud.acted_on == [] and cloud.calls["stop"] == 0
+
+
+def test_a_protect_tag_set_after_inventory_is_caught_by_the_re_check(  # type: ignore[no-untyped-def]
+        made, tmp_path, cloud, clock) -> None:
+    cloud.add("i-1", IDLE)
+    e = engine(made, tmp_path, cloud, idle_stop_policy())
+    run_for(e, clock, timedelta(minutes=15))
+
+    def protect_now(point: str) -> None:
+        if point == "after-intent":
+            cloud.set("i-1", tags={"costguard:protect": "yes"})
+
+    e.runner.fault = protect_now
+    run_for(e, clock, timedelta(minutes=5))
+    stop = [r for r in journal(e.db) if r.action == "stop"]
+    assert [(r.status, r.detail) for r in stop] == [
+        ("skipped", "re-check before stop: costguard:protect was set since the last inventory")]
+    st = state_of(e.db, "idle", "i-1")
+    assert st is not None and (st.state, st.deadline) == ("cleared", None)
+    assert cloud.acted_on == [] and alerts(e.db, "action") == []
+
+
+def test_an_instance_stopped_by_someone_else_meanwhile_is_not_stopped_again(  # type: ignore[no-untyped-def]
+        made, tmp_path, clock) -> None:
+    cloud = ScriptedCloud(clock, 4.0)  # no describe: the provider's stop checks the state
+    cloud.add("i-1", IDLE)
+    e = engine(made, tmp_path, cloud, idle_stop_policy())
+    run_for(e, clock, timedelta(minutes=15))
+
+    def stop_behind_our_back(point: str) -> None:
+        if point == "after-intent":
+            cloud.set("i-1", state=cloud.instances["i-1"].state.__class__("stopped"))
+
+    e.runner.fault = stop_behind_our_back
+    run_for(e, clock, timedelta(minutes=5))
+    (stop,) = [r for r in journal(e.db) if r.action == "stop"]
+    assert (stop.status, stop.detail) == ("skipped", "is stopped")
+    st = state_of(e.db, "idle", "i-1")
+    assert st is not None and st.state == "cleared"
+    assert cloud.acted_on == []
+
+
+def test_a_busy_instance_is_never_warned(made, tmp_path, cloud, clock) -> None:  # type: ignore[no-untyped-def]
+    cloud.add("i-1", BUSY)
+    e = engine(made, tmp_path, cloud, idle_stop_policy())
+    run_for(e, clock, timedelta(minutes=30))
+    assert journal(e.db) == [] and alerts(e.db) == []
+
+
+def test_a_failed_stop_call_is_journaled_as_failed_and_the_warning_stands(  # type: ignore[no-untyped-def]
+        made, tmp_path, cloud, clock, monkeypatch) -> None:
+    from costguard.errors import ProviderError
+
+    cloud.add("i-1", IDLE)
+    e = engine(made, tmp_path, cloud, idle_stop_policy())
+    run_for(e, clock, timedelta(minutes=15))
+
+    def refuse(instance, *, dry_run):  # type: ignore[no-untyped-def]
+        raise ProviderError("sim", "us-east-1", "throttled")
+
+    monkeypatch.setattr(cloud, "stop", refuse)
+    run_for(e, clock, timedelta(minutes=5))
+    (stop,) = [r for r in journal(e.db) if r.action == "stop"]
+    assert (stop.status, stop.detail) == ("failed", "sim us-east-1: throttled")
+    st = state_of(e.db, "idle", "i-1")
+    assert st is not None and st.state == "warned"
+    assert alerts(e.db, "action") == []
+
+
+def test_an_instance_started_again_after_a_stop_is_a_new_episode(  # type: ignore[no-untyped-def]
+        made, tmp_path, cloud, clock) -> None:
+    cloud.add("i-1", IDLE)
+    e = engine(made, tmp_path, cloud, idle_stop_policy())
+    run_for(e, clock, timedelta(minutes=20))
+    cloud.restart("i-1")
+    run_for(e, clock, timedelta(minutes=50))
+    st = state_of(e.db, "idle", "i-1")
+    assert st is not None and st.episode == 2
+    assert [r.key for r in journal(e.db) if r.action == "notify"] == [
+        "idle|sim|i-1|notify|1", "idle|sim|i-1|notify|2"]
