@@ -64,14 +64,7 @@ policies:
     @field_validator("missing_data", mode="before")
     @classmethod
     def _missing_is_never_idle(cls, value: Any) -> Any:
-        if value != "not-idle":
-            raise PydanticCustomError(
-                "missing_data",
-                f"missing_data must be 'not-idle' (got {value!r}): costguard never treats "
-                "missing telemetry as idle, because a GPU that stopped reporting may still "
-                "be working; lower min_coverage instead if data is sparse",
-            )
-        return value
+        return missing_is_never_idle(value)
 
     @property
     def window(self) -> timedelta:
@@ -99,19 +92,13 @@ policies:
 
     @model_validator(mode="after")
     def _exactly_one(self) -> CostOver:
-        if (self.usd_per_hour is None) == (self.usd_per_day is None):
-            raise PydanticCustomError(
-                "cost_over", "give exactly one of usd_per_hour or usd_per_day"
-            )
+        hourly_threshold(self.usd_per_hour, self.usd_per_day)
         return self
 
     @property
     def hourly_usd(self) -> float:
         """The threshold as dollars per running hour."""
-        if self.usd_per_hour is not None:
-            return self.usd_per_hour
-        assert self.usd_per_day is not None
-        return self.usd_per_day / 24
+        return hourly_threshold(self.usd_per_hour, self.usd_per_day)
 
 
 class Condition(Element):
@@ -150,14 +137,42 @@ policies:
 
     @model_validator(mode="after")
     def _at_least_one(self) -> Condition:
-        if all(getattr(self, name) is None for name in type(self).model_fields):
-            raise PydanticCustomError(
-                "condition",
-                "give at least one condition: idle, running_longer_than, missing_tags, cost_over "
-                "or outside_hours",
-            )
-        if self.missing_tags == ():
-            raise PydanticCustomError(
-                "condition", "missing_tags needs at least one tag key, e.g. [team]"
-            )
+        at_least_one([getattr(self, name) for name in type(self).model_fields],
+                     self.missing_tags)
         return self
+
+
+# The rules of the validators above, as plain functions (mutation testing reaches these;
+# it does not mutate decorated methods).
+
+def missing_is_never_idle(value: Any) -> Any:
+    if value != "not-idle":
+        raise PydanticCustomError(
+            "missing_data",
+            f"missing_data must be 'not-idle' (got {value!r}): costguard never treats "
+            "missing telemetry as idle, because a GPU that stopped reporting may still "
+            "be working; lower min_coverage instead if data is sparse",
+        )
+    return value
+
+
+def hourly_threshold(usd_per_hour: float | None, usd_per_day: float | None) -> float:
+    """`cost_over` as dollars per running hour; exactly one of the two must be given."""
+    if usd_per_hour is not None and usd_per_day is None:
+        return usd_per_hour
+    if usd_per_day is not None and usd_per_hour is None:
+        return usd_per_day / 24
+    raise PydanticCustomError("cost_over", "give exactly one of usd_per_hour or usd_per_day")
+
+
+def at_least_one(values: list[Any], missing_tags: tuple[str, ...] | None) -> None:
+    if all(value is None for value in values):
+        raise PydanticCustomError(
+            "condition",
+            "give at least one condition: idle, running_longer_than, missing_tags, cost_over "
+            "or outside_hours",
+        )
+    if missing_tags == ():
+        raise PydanticCustomError(
+            "condition", "missing_tags needs at least one tag key, e.g. [team]"
+        )

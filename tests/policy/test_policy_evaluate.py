@@ -214,8 +214,10 @@ def test_evaluate_skips_what_the_filters_reject_and_reports_the_rest() -> None:
     p = policy("filters: {gpu: true}\ncondition: {cost_over: {usd_per_hour: 5}}\n"
                "actions: [{notify: {to: owner}}]")
     assert evaluate(p, box(gpu_count=0), [], NOW, 20.0) is None
-    finding = evaluate(p, box(), [], NOW, 20.0)
+    inst = box()
+    finding = evaluate(p, inst, [], NOW, 20.0)
     assert finding is not None and finding.holds and finding.policy is p
+    assert finding.instance is inst
     assert (finding.reason, finding.evidence, finding.usd_per_hour) == (
         "costs $20.00/h", "costs $20.00/h", 20.0)
     assert finding.classification is None
@@ -232,3 +234,18 @@ def test_an_idle_finding_carries_the_classifiers_evidence() -> None:
     assert finding.reason == ("idle: SM activity peaked at 0.0% over 45 min on 1 GPU; "
                               "costs $4.00/h")
     assert finding.classification is not None
+
+
+def test_a_finding_without_idle_joins_its_reasons_as_evidence() -> None:
+    p = policy("condition: {running_longer_than: 1h, cost_over: {usd_per_hour: 5}}\n"
+               "actions: [{notify: {to: owner}}]")
+    finding = evaluate(p, box(), [], NOW, 20.0)
+    assert finding is not None
+    assert finding.evidence == finding.reason == "running for 2.0 days; costs $20.00/h"
+
+
+def test_evaluate_applies_the_age_filter_at_the_time_it_is_given() -> None:
+    p = policy("filters: {age: {older_than: 1d}}\ncondition: {cost_over: {usd_per_hour: 5}}\n"
+               "actions: [{notify: {to: owner}}]")
+    assert evaluate(p, box(), [], NOW, 20.0) is not None
+    assert evaluate(p, box(), [], NOW - timedelta(days=1, seconds=1), 20.0) is None
