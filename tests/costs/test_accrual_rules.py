@@ -223,3 +223,76 @@ def test_every_interval_carries_its_attribution(db: Database) -> None:
     assert got["i-1"].team == "Vision" and got["i-2"].team is None
     assert (got["i-1"].account, got["i-1"].region, got["i-1"].instance_type,
             got["i-1"].lifecycle) == ("111111111111", "us-east-1", "m5.large", "on-demand")
+
+
+def test_the_default_idle_threshold_is_five_percent(db: Database) -> None:
+    seed(db, [instance("i-1", "g5.xlarge", gpus=1)])
+    just_over = [m.model_copy(update={"sm_mean": 5.5, "util_mean": 5.5})
+                 for m in idle_minutes("sim", "i-1", T0, T0 + HOUR, 1)]
+    with db.session() as s:
+        accrue(s, T0 + HOUR, PriceCatalog().price_of(), Attributor(),
+               minutes_of=readings({"i-1": just_over}))
+    assert rows(db)["i-1"].verdict != "idle"
+
+
+def test_the_idle_signal_is_passed_to_the_classifier(db: Database) -> None:
+    seed(db, [instance("i-1", "g5.xlarge", gpus=1)])
+    tiny_kernels = [m.model_copy(update={"sm_mean": 0.0, "util_mean": 40.0})
+                    for m in idle_minutes("sim", "i-1", T0, T0 + HOUR, 1)]
+    with db.session() as s:
+        accrue(s, T0 + HOUR, PriceCatalog().price_of(), Attributor(),
+               minutes_of=readings({"i-1": tiny_kernels}), idle_signal="util_gpu")
+    assert rows(db)["i-1"].verdict == "active"
+
+
+def test_attribution_reads_the_launcher_and_the_owning_groups_tags(db: Database) -> None:
+    from costguard.model import Owner, OwnerKind
+    from costguard.policy.spend import Attribution
+
+    rules = Attribution.model_validate({
+        "dimensions": {"team": {"keys": ["team"]}},
+        "derive": [{"dimension": "team", "from": "launcher",
+                    "map": {"arn:aws:iam::1:instance-profile/vision-*": "vision"}}]})
+    group = Owner(kind=OwnerKind.ASG, name="trainers", tags={"team": "research"})
+    fleet = [instance("i-1", "m5.large").model_copy(update={"owner": group}),
+             instance("i-2", "m5.large").model_copy(
+                 update={"launched_by": "arn:aws:iam::1:instance-profile/vision-train"}),
+             instance("i-3", "m5.large")]
+    seed(db, fleet)
+    with db.session() as s:
+        accrue(s, T0 + HOUR, PriceCatalog().price_of(), Attributor(rules))
+    assert {iid: r.team for iid, r in rows(db).items()} == {
+        "i-1": "research", "i-2": "vision", "i-3": None}
+
+
+def test_instances_gone_at_different_times_are_each_charged_until_they_went(
+        db: Database) -> None:
+    fleet = [instance(f"i-{n}", "m5.large") for n in range(3)]
+    seed(db, fleet)
+    seed(db, fleet[1:], at=T0 + timedelta(minutes=15))  # i-0 went
+    seed(db, fleet[2:], at=T0 + timedelta(minutes=30))  # i-1 went
+    with db.session() as s:
+        stats = accrue(s, T0 + HOUR, PriceCatalog().price_of(), Attributor())
+    got = {iid: r.end for iid, r in rows(db).items()}
+    assert got == {"i-0": T0 + timedelta(minutes=15), "i-1": T0 + timedelta(minutes=30),
+                   "i-2": T0 + HOUR}
+    assert stats.cost_micros == sum(r.cost_micros for r in rows(db).values())
+
+
+def test_the_cycle_total_adds_every_stopped_instances_disks(db: Database) -> None:
+    fleet = [instance(f"i-{n}", "m5.large", state=InstanceState.STOPPED) for n in range(3)]
+    seed(db, fleet)
+    cat = PriceCatalog(overrides=PriceOverrides(disks=(
+        DiskPrice(provider="sim", instance_type="m5.large", usd_per_hour=0.25),)))
+    with db.session() as s:
+        stats = accrue(s, T0 + HOUR, cat.price_of(), Attributor(), disk_price_of=cat.disk)
+    assert (stats.intervals, stats.cost_micros) == (3, 750_000)
+
+
+def test_rows_held_in_the_session_see_the_moved_watermark(db: Database) -> None:
+    seed(db, [instance("i-1", "m5.large")])
+    with db.session() as s:
+        held = s.exec(select(InstanceRow)).one()
+        assert held.accrued_until == T0
+        accrue(s, T0 + HOUR, PriceCatalog().price_of(), Attributor())
+        assert held.accrued_until == T0 + HOUR
