@@ -7,7 +7,7 @@
 #   make demo       the simulated-fleet demo
 #   make bench      run the benchmarks and rewrite BENCHMARKS.md
 #   make mutation   mutation-test the safety core and rewrite MUTATION.md (slow: ~1 h on 2 cores)
-#   make mutation-sample  15 seeded mutants per safety-core module, as CI runs them
+#   make mutation-sample  15 seeded mutants per gated safety-core module, as CI runs them
 #   make clean      remove .venv, caches and build output
 
 PYTHON ?= python3
