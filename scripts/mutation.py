@@ -297,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{len(result.survivors)} survived, {unjudged} not judged", flush=True)
         results.append(result)
     command = "python scripts/mutation.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.report:
+        command = (f"{command.strip()}` (from the per-module runs in .mutation/, each "
+                   "`python scripts/mutation.py --module MODULE`")
     out = args.out or (ROOT / "MUTATION.md" if not args.sample and not args.module else None)
     if args.report and out is None:
         out = ROOT / "MUTATION.md"
