@@ -211,11 +211,12 @@ def collect(work: Path, module: str, tests: list[str], names: list[str]) -> Modu
     return result
 
 
-def markdown(results: list[ModuleResult], command: str, target: float) -> str:
+def markdown(results: list[ModuleResult], command: str, target: float,
+             unmeasured: list[str]) -> str:
     lines = [
         "# Mutation testing of the safety core",
         "",
-        f"Command: `{command}`  ",
+        f"Command: {command if command.startswith('`') else f'`{command}`'}  ",
         f"Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC  ",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}, mutmut {mutmut_version()}",
@@ -236,6 +237,9 @@ def markdown(results: list[ModuleResult], command: str, target: float) -> str:
                  if len(r.mutants) < r.generated else str(len(r.mutants)))
         lines.append(f"| `{r.module}` | {', '.join(r.tests)} | {count} | {r.killed} | "
                      f"{len(r.survivors)} | {equivalent} | {r.score:.0%}{mark} |")
+    if unmeasured:
+        lines += ["", "Not measured yet (no complete run): "
+                  + ", ".join(f"`{m}`" for m in unmeasured) + "."]
     for r in results:
         if not r.survivors:
             continue
@@ -279,14 +283,18 @@ def main(argv: list[str] | None = None) -> int:
     seed = conf.get("seed", 0) if args.seed is None else args.seed
     full_sample: dict[str, int] = conf.get("full_sample", {})
     results = []
+    unmeasured: list[str] = []
     for module in chosen:
         sample = args.sample or full_sample.get(module, 0)
         if args.report:
             work = WORK / slug(module)
-            if not meta_path(work, module).exists():
-                print(f"mutation: no results for {module} in {work}", flush=True)
+            names = sampled(work, module, sample, seed) if sample and meta_path(
+                work, module).exists() else []
+            codes = recorded(work, module)
+            if not codes or any(codes.get(n) is None for n in (names or codes)):
+                print(f"mutation: no complete run of {module} in {work}", flush=True)
+                unmeasured.append(module)
                 continue
-            names = sampled(work, module, sample, seed) if sample else []
             result = collect(work, module, modules[module], names)
         else:
             print(f"mutation: {module} against {', '.join(modules[module])} ...", flush=True)
@@ -298,12 +306,12 @@ def main(argv: list[str] | None = None) -> int:
         results.append(result)
     command = "python scripts/mutation.py " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.report:
-        command = (f"{command.strip()}` (from the per-module runs in .mutation/, each "
-                   "`python scripts/mutation.py --module MODULE`")
+        command = (f"`{command.strip()}` (assembled from the per-module runs in .mutation/, "
+                   "each `python scripts/mutation.py --module MODULE`)")
     out = args.out or (ROOT / "MUTATION.md" if not args.sample and not args.module else None)
     if args.report and out is None:
         out = ROOT / "MUTATION.md"
-    report = markdown(results, command.strip(), float(conf.get("target", 0.9)))
+    report = markdown(results, command.strip(), float(conf.get("target", 0.9)), unmeasured)
     if out:
         out.write_text(report)
         print(f"mutation: wrote {out}")
