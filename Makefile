@@ -47,8 +47,8 @@ test-fast: $(STAMP) postgres
 	$(call run_pytest,-q -n $(PYTEST_WORKERS) --dist worksteal -m "not slow")
 
 lint: $(STAMP)
-	$(BIN)/ruff check costguard tests bench
-	$(BIN)/mypy costguard bench
+	$(BIN)/ruff check costguard tests bench scripts
+	$(BIN)/mypy costguard bench scripts/mutation.py
 
 demo: $(STAMP)
 	$(BIN)/costguard demo

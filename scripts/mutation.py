@@ -39,14 +39,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from mutmut.stats import status_by_exit_code  # exit code -> status, as mutmut reports
+
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / ".mutation"
 EQUIVALENTS = ROOT / "scripts" / "mutation-equivalents.toml"
 KILLED = {"killed", "timeout", "caught by type check"}
-# mutmut's exit-code meanings (mutmut.stats.status_by_exit_code), the few a run records.
-STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests",
-          34: "skipped", 36: "timeout", 24: "timeout", -24: "timeout", 152: "timeout",
-          255: "timeout", 37: "caught by type check", None: "not checked"}
 
 
 @dataclass
@@ -88,10 +86,10 @@ def slug(module: str) -> str:
     return module.removeprefix("costguard/").removesuffix(".py").replace("/", "-")
 
 
-def prepare(module: str, tests: list[str], fresh: bool) -> Path:
+def prepare(module: str, tests: list[str]) -> Path:
     """The module's work directory: links to the sources and tests, a pyproject.toml of its own."""
     work = WORK / slug(module)
-    if fresh and work.exists():
+    if work.exists():  # every run starts afresh: earlier results would not see new tests
         shutil.rmtree(work)
     work.mkdir(parents=True, exist_ok=True)
     conf = settings()
@@ -182,9 +180,8 @@ def sampled(work: Path, module: str, sample: int, seed: int) -> list[str]:
     return sorted(random.Random(f"{seed}:{module}").sample(every, min(sample, len(every))))
 
 
-def mutate(module: str, tests: list[str], *, sample: int, seed: int, jobs: int,
-           fresh: bool) -> ModuleResult:
-    work = prepare(module, tests, fresh)
+def mutate(module: str, tests: list[str], *, sample: int, seed: int, jobs: int) -> ModuleResult:
+    work = prepare(module, tests)
     names: list[str] = []
     if sample:
         in_work(work, GENERATE)
@@ -198,7 +195,7 @@ def collect(work: Path, module: str, tests: list[str], names: list[str]) -> Modu
     judgment."""
     codes = recorded(work, module)
     chosen = names or sorted(codes)
-    result = ModuleResult(module, tests, [Mutant(n, STATUS.get(codes.get(n), "suspicious"))
+    result = ModuleResult(module, tests, [Mutant(n, status_by_exit_code[codes.get(n)])
                                           for n in chosen], generated=len(codes))
     survivors = result.survivors
     if survivors:
@@ -262,8 +259,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample", type=int, default=0, help="mutants per module (0 = all)")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
-    parser.add_argument("--keep", action="store_true",
-                        help="reuse earlier results in .mutation/ (mutmut re-runs what changed)")
     parser.add_argument("--check", action="store_true",
                         help="exit 1 when a survivor is not judged equivalent")
     parser.add_argument("--out", type=Path, default=None,
@@ -298,11 +293,10 @@ def main(argv: list[str] | None = None) -> int:
             result = collect(work, module, modules[module], names)
         else:
             print(f"mutation: {module} against {', '.join(modules[module])} ...", flush=True)
-            result = mutate(module, modules[module], sample=sample, seed=seed, jobs=args.jobs,
-                            fresh=not args.keep)
-        unjudged = sum(m.why is None for m in result.survivors)
+            result = mutate(module, modules[module], sample=sample, seed=seed, jobs=args.jobs)
+        not_judged = sum(m.why is None for m in result.survivors)
         print(f"  {len(result.mutants)} mutants, {result.killed} killed ({result.score:.0%}), "
-              f"{len(result.survivors)} survived, {unjudged} not judged", flush=True)
+              f"{len(result.survivors)} survived, {not_judged} not judged", flush=True)
         results.append(result)
     command = "python scripts/mutation.py " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.report:

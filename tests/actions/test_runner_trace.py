@@ -12,6 +12,7 @@ import pytest
 
 from costguard.clock import ManualClock
 from costguard.engine import Engine
+from costguard.model import InstanceState
 from costguard.store.db import Database
 from tests.fakes.cloud import BUSY, IDLE, T0, ScriptedCloud, full_cloud, until
 from tests.fakes.scenario import (
@@ -39,7 +40,7 @@ def cloud(clock: ManualClock) -> ScriptedCloud:
 
 
 @pytest.fixture
-def made(tmp_path: object) -> Iterator[list[Engine]]:
+def made() -> Iterator[list[Engine]]:
     engines: list[Engine] = []
     yield engines
     for e in engines:
@@ -254,7 +255,7 @@ def test_an_instance_stopped_by_someone_else_meanwhile_is_not_stopped_again(  # 
 
     def stop_behind_our_back(point: str) -> None:
         if point == "after-intent":
-            cloud.set("i-1", state=cloud.instances["i-1"].state.__class__("stopped"))
+            cloud.set("i-1", state=InstanceState.STOPPED)
 
     e.runner.fault = stop_behind_our_back
     run_for(e, clock, timedelta(minutes=5))

@@ -121,8 +121,8 @@ def test_an_unpriced_type_is_charged_nothing_and_named(db: Database) -> None:
     r = rows(db)["i-1"]
     assert (r.cost_micros, r.usd_per_hour, r.price_source) == (0, 0.0, "no price known")
     assert stats.unpriced == {"sim:zz9.plural"}
+    seed(db, [instance("i-2", "m5.large")], at=T0 + HOUR)
     with db.session() as s:  # a provider without any lookup: the same
-        seed(db, [instance("i-2", "m5.large")], at=T0 + HOUR)
         stats = accrue(s, T0 + 2 * HOUR, {}, Attributor())
     assert "sim:m5.large" in stats.unpriced
 
