@@ -108,8 +108,8 @@ def wait(ctx: ActionContext, instance: Instance, op: compute_v1.Operation) -> co
 
 
 def _op_error(op: compute_v1.Operation) -> str | None:
-    errors = [f"{e.code}: {e.message}" for e in op.error.errors] if op.error else []
-    return "; ".join(errors) or None
+    # an unset `error` reads as an empty message: no errors
+    return "; ".join(f"{e.code}: {e.message}" for e in op.error.errors) or None
 
 
 op_error = _op_error
@@ -139,7 +139,7 @@ def change_power(
     if dry_run:
         return ActionResult(
             outcome=ActionOutcome.DRY_RUN,
-            detail=f"would {verb} {instance.name} ({vm.machine_type.rsplit('/', 1)[-1]}, "
+            detail=f"would {verb} {instance.name} ({vm.machine_type.rpartition('/')[2]}, "
             f"{status_name(vm)}) in {instance.zone} of project {instance.account}",
             state_after=state,
         )

@@ -108,7 +108,8 @@ class FakeOperation:
     done_at: float
     apply: Any  # callable run once when the operation completes
     done: bool = False
-    error: str | None = None  # set by a test: the operation completes with this error
+    # the (code, message) errors it completes with (`failing_operations`)
+    errors: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         zone_url = f"{_BASE}/projects/{self.project}/zones/{self.zone}"
@@ -124,9 +125,13 @@ class FakeOperation:
             "progress": 100 if self.done else 0,
             "selfLink": f"{zone_url}/operations/{self.name}",
         }
-        if self.done and self.error:
-            out["error"] = {"errors": [{"code": "FAKE_ERROR", "message": self.error}]}
+        if self.done and self.errors:
+            out["error"] = {"errors": [{"code": c, "message": m} for c, m in self.errors]}
         return out
+
+
+def _unchanged(_vm: FakeVm) -> None:
+    pass
 
 
 @dataclass
@@ -155,6 +160,9 @@ class FakeCompute(DiskOps, GroupOps):
         self.folders: dict[str, list[str]] = {}  # parent -> child folders ("folders/N")
         self.folder_projects: dict[str, list[str]] = {}  # parent -> project ids
         self.calls: Counter[str] = Counter()  # "GET aggregated_list" etc.
+        # operation kind ("stop", "start", "setLabels") -> the (code, message) errors its
+        # operations end with, as GCE reports a stop it could not carry out (nothing changes)
+        self.failing_operations: dict[str, tuple[tuple[str, str], ...]] = {}
         # Called as hook(method, path) before each request: lets a test change state at
         # the exact moment a call arrives (e.g. relabel a VM just before setLabels).
         self.on_request: Callable[[str, str], None] | None = None
@@ -293,6 +301,12 @@ class FakeCompute(DiskOps, GroupOps):
         return aggregated(listed, query, kind="compute#instanceAggregatedList", key="instances",
                           unreachable=self.unreachable_zones)
 
+    @property
+    def request_ids(self) -> list[str]:
+        """The requestIds of the mutations received, in order (repeats answered once)."""
+        with self._lock:
+            return list(self._request_ids)
+
     def remove_instance(self, project: str, zone: str, name: str) -> None:
         """The VM is deleted behind costguard's back (no operation)."""
         with self._lock:
@@ -368,6 +382,9 @@ class FakeCompute(DiskOps, GroupOps):
             request_id = query.get("requestId")
             if request_id and request_id in self._request_ids:
                 return 200, self._request_ids[request_id].to_json()
+            errors = self.failing_operations.get(kind, ())
+            if errors:  # a failed operation changes nothing
+                apply, interim = _unchanged, None
             op = FakeOperation(
                 project,
                 zone,
@@ -376,6 +393,7 @@ class FakeCompute(DiskOps, GroupOps):
                 vm,
                 time.monotonic() + self.operation_delay_s,
                 apply,
+                errors=errors,
             )
             if interim:
                 vm.status = interim

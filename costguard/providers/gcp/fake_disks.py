@@ -111,7 +111,7 @@ class DiskOps:
             status, op = self._mutate(project, zone, vm.name, "createSnapshot", query, apply,
                                       interim=None)
             if failure and status == 200:
-                self._ops[(project, zone, op["name"])].error = failure
+                self._ops[(project, zone, op["name"])].errors = (("SNAPSHOT_FAILED", failure),)
                 op = self._ops[(project, zone, op["name"])].to_json()
             return status, op
 
