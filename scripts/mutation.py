@@ -10,7 +10,9 @@ pyproject.toml. mutmut reads its own settings from the pyproject.toml of the dir
 in, so each module gets a work directory under .mutation/ whose pyproject.toml is this
 project's with `[tool.mutmut]` set for that module alone; mutmut copies the sources and tests
 into `mutants/` there and runs, per mutant, only the tests of that folder which reach the
-mutated function (pytest in a forked process, PostgreSQL and slow tests left out).
+mutated function (pytest in a forked process, slow tests left out). PostgreSQL tests run only
+for the modules listed in `postgres` (code with a PostgreSQL-only path): the driver starts one
+throwaway server for the whole run and every pytest process attaches to it.
 
 A surviving mutant is either a test to write or a change that cannot be observed. The second
 kind is judged in scripts/mutation-equivalents.toml (module, function, the change as
@@ -26,6 +28,8 @@ report says so next to its score.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import json
 import os
 import platform
@@ -34,6 +38,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -86,6 +91,10 @@ def slug(module: str) -> str:
     return module.removeprefix("costguard/").removesuffix(".py").replace("/", "-")
 
 
+def with_postgres(module: str) -> bool:
+    return module in settings().get("postgres", [])
+
+
 def prepare(module: str, tests: list[str]) -> Path:
     """The module's work directory: links to the sources and tests, a pyproject.toml of its own."""
     work = WORK / slug(module)
@@ -104,8 +113,9 @@ def prepare(module: str, tests: list[str]) -> Path:
         "only_mutate": [module],
         "also_copy": conf.get("also_copy", []),
         "pytest_add_cli_args_test_selection": tests,
-        "pytest_add_cli_args": ["-p", "no:cacheprovider", "-p", "no:xdist",
-                                "-m", "not postgres and not slow"],
+        "pytest_add_cli_args": ["-p", "no:cacheprovider", "-p", "no:xdist", "-m",
+                                "not slow" if with_postgres(module) else
+                                "not postgres and not slow"],
     }
     body = "\n".join(f"{key} = {json.dumps(value)}" for key, value in mutmut.items())
     (work / "pyproject.toml").write_text(f"{head}\n[tool.mutmut]\n{body}\n")
@@ -186,8 +196,27 @@ def mutate(module: str, tests: list[str], *, sample: int, seed: int, jobs: int) 
     if sample:
         in_work(work, GENERATE)
         names = sampled(work, module, sample, seed)
-    run_mutmut(work, names, jobs)
+    with postgres_for(module):
+        run_mutmut(work, names, jobs)
     return collect(work, module, tests, names)
+
+
+@contextlib.contextmanager
+def postgres_for(module: str) -> Iterator[None]:
+    """One throwaway PostgreSQL server for the module's whole run (tests/pg.py), when the
+    module is listed in `postgres`: its address goes to every pytest process mutmut starts."""
+    if not with_postgres(module):
+        yield
+        return
+    sys.path.insert(0, str(ROOT))
+    pg: Any = importlib.import_module("tests.pg")
+    server = pg.start_throwaway_postgres()
+    os.environ[pg.ATTACH_ENV] = f"{server.host}:{server.port}"
+    try:
+        yield
+    finally:
+        del os.environ[pg.ATTACH_ENV]
+        server.stop()
 
 
 def collect(work: Path, module: str, tests: list[str], names: list[str]) -> ModuleResult:
@@ -219,7 +248,8 @@ def markdown(results: list[ModuleResult], command: str, target: float,
         f"{platform.python_version()}, mutmut {mutmut_version()}",
         "",
         "Each module is mutated alone and judged by the tests of its own folder only "
-        "(PostgreSQL and slow tests left out): a mutant is killed when one of them fails. "
+        "(slow tests left out; PostgreSQL tests too, except where the tests column says "
+        "+PostgreSQL): a mutant is killed when one of them fails. "
         "Score = killed / mutants; a survivor counts against the score even when it is judged "
         "equivalent, and each is listed below with the judgment from "
         "`scripts/mutation-equivalents.toml`.",
@@ -232,7 +262,8 @@ def markdown(results: list[ModuleResult], command: str, target: float,
         mark = "" if r.score >= target else " (below target)"
         count = (f"{len(r.mutants)} of {r.generated} (seeded sample)"
                  if len(r.mutants) < r.generated else str(len(r.mutants)))
-        lines.append(f"| `{r.module}` | {', '.join(r.tests)} | {count} | {r.killed} | "
+        tests = ", ".join(r.tests) + (" +PostgreSQL" if with_postgres(r.module) else "")
+        lines.append(f"| `{r.module}` | {tests} | {count} | {r.killed} | "
                      f"{len(r.survivors)} | {equivalent} | {r.score:.0%}{mark} |")
     if unmeasured:
         lines += ["", "Not measured yet (no complete run): "

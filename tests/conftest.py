@@ -30,7 +30,13 @@ _REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 if _REPO_ROOT not in sys.path:
     sys.path.insert(0, _REPO_ROOT)
 
-from tests.pg import PostgresServer, PostgresUnavailable, start_throwaway_postgres  # noqa: E402
+from tests.pg import (  # noqa: E402
+    ATTACH_ENV,
+    PostgresServer,
+    PostgresUnavailable,
+    attach_postgres,
+    start_throwaway_postgres,
+)
 
 BACKENDS = [
     pytest.param("sqlite", id="sqlite"),
@@ -58,7 +64,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def _pg_service() -> Iterator[PostgresServer | PostgresUnavailable]:
     try:
-        server = start_throwaway_postgres()
+        address = os.environ.get(ATTACH_ENV)
+        server = attach_postgres(address) if address else start_throwaway_postgres()
     except PostgresUnavailable as exc:
         yield exc
         return

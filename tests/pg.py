@@ -34,6 +34,9 @@ import psycopg
 from psycopg import sql
 
 BINDIR_ENV = "COSTGUARD_PG_BINDIR"
+# "host:port" of a server started by someone else (the mutation driver starts one for all its
+# pytest runs): the fixtures attach to it instead of starting their own, and leave it running
+ATTACH_ENV = "COSTGUARD_TEST_PG_ADDRESS"
 SUPERUSER = "costguard"
 SESSION_DATABASE = "costguard_test"
 TEST_USER = "costguard-test"  # created only when running as root and `postgres` is absent
@@ -233,7 +236,8 @@ class PostgresServer:
 
     def create_database(self, name: str | None = None) -> str:
         """Create an empty database (from template0) and return its name."""
-        name = name or f"costguard_t{next(self._names)}"
+        # the pid keeps names apart when several test processes share one attached server
+        name = name or f"costguard_t{os.getpid()}_{next(self._names)}"
         with self.admin_connection() as conn:
             conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(
                 sql.Identifier(name)))
@@ -253,6 +257,26 @@ class PostgresServer:
             _stop_cluster(self.binaries, self.data_dir, self.root, self.user)
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+@dataclass
+class AttachedPostgres(PostgresServer):
+    """A server someone else started and will stop: `stop()` leaves it running."""
+
+    def stop(self) -> None:
+        self._stopped = True
+
+
+def attach_postgres(address: str) -> PostgresServer:
+    """The server at "host:port" (`ATTACH_ENV`), reached as the throwaway servers' superuser."""
+    host, _, port = address.rpartition(":")
+    server = AttachedPostgres(binaries=PgBinaries(Path()), root=Path(), port=int(port),
+                              user=None, host=host or "127.0.0.1")
+    try:
+        server.admin_connection().close()
+    except psycopg.Error as exc:
+        raise PostgresUnavailable(f"cannot attach to PostgreSQL at {address}: {exc}") from exc
+    return server
 
 
 def _stop_cluster(binaries: PgBinaries, data_dir: Path, cwd: Path, user: str | None) -> None:

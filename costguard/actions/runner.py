@@ -65,7 +65,8 @@ class ActionRunner:
         self.budget = CycleBudget(None, None)
         self._changed_at: dict[Ref, datetime] = {}
         self._tags = BatchTags(self)  # tag requests of batch-capable providers
-        self.rows = Rows()  # journal entries, findings and alerts of the policy's session
+        # journal entries, findings and alerts of the policy's session (new per policy)
+        self.rows: Rows
 
     # -- recovery ---------------------------------------------------------------------
     def reconcile(self, now: datetime, stats: ActStats) -> None:

@@ -24,7 +24,6 @@ from costguard.model import (
     GpuMinute,
     Instance,
     InstanceState,
-    Lifecycle,
     PriceQuote,
     Verdict,
     covering,
@@ -44,7 +43,6 @@ _INTERVALS: Table = CostIntervalRow.__table__  # type: ignore[attr-defined]
 _KEY = len(PRICE_KEY_FIELDS)
 _COLUMNS = (*PRICE_KEY_FIELDS, "instance_id", "name", "accrue_state", "gone")
 _TIMES = ("state_changed_at", "accrued_until")
-_SIGNALS = ("auto", "sm_active", "util_gpu")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _PREBOUND = ("start", "end", "usd_per_hour")  # bound once per distinct value (SQLite)
 _CHUNK = 2_000  # rows read, and intervals written, at a time
@@ -85,14 +83,13 @@ def accrue(
     dialect = session.get_bind().dialect
     # only the columns accrual reads; tags as JSON text (decoded once per distinct text) and
     # the timestamps as the driver returns them (converted once per distinct value)
-    raw_times = [type_coerce(_INSTANCES.c[c], NullType()).label(c) for c in _TIMES]
+    raw_times = [type_coerce(_INSTANCES.c[c], NullType()) for c in _TIMES]
     spans = _Spans(dialect, now)
     if minutes_of is None:
         minutes_of = _stored_minutes(session, now)
     result = session.execute(select(
         *(_INSTANCES.c[c] for c in _COLUMNS), *raw_times,
-        cast(_INSTANCES.c.tags, Text).label("tags_text"), _INSTANCES.c.launched_by,
-        cast(_INSTANCES.c.owner, Text).label("owner_text"),
+        cast(_INSTANCES.c.tags, Text), _INSTANCES.c.launched_by, cast(_INSTANCES.c.owner, Text),
     ).where(_INSTANCES.c.accrued_until < now))
     write = _IntervalWriter(session, prebound=spans.binds)
     quotes = {name: _Quotes(session, lookup, spans.bind_rate) for name, lookup in
@@ -101,7 +98,6 @@ def accrue(
     dims_of = _DimensionCache(attributor)
     no_price: _Price = (0.0, spans.bind_rate(0.0), "no price known")
     intervals: list[tuple[Any, ...]] = []
-    due = False
     for row in _rows(result):
         if len(intervals) >= _CHUNK:
             write(intervals)
@@ -113,7 +109,6 @@ def accrue(
         span = spans.gone(until_raw, changed_raw) if gone else spans.live(until_raw)
         if span is None:
             continue
-        due = True
         start, end, seconds, b_start, b_end = span
         if accrue_state == "running":
             lookup = quotes.get(provider)
@@ -129,7 +124,7 @@ def accrue(
                 window = minutes_of((provider, iid), start, end)
                 # no readings at all is always "no data" (coverage 0); classify would say
                 # the same after building a Classification, which costs ~20 us per instance
-                if window or idle_signal not in _SIGNALS:
+                if window:
                     verdict = classify(window, window_start=start, window_end=end,
                                        gpu_count=gpus, signal=idle_signal,
                                        below=idle_below).verdict
@@ -153,12 +148,11 @@ def accrue(
     if intervals:
         write(intervals)
         stats.intervals += len(intervals)
-    if due:
-        _move_watermarks(session, now)
-        # InstanceRow objects a caller holds in this session are now stale
-        for obj in list(session.identity_map.values()):
-            if isinstance(obj, InstanceRow):
-                session.expire(obj)
+    _move_watermarks(session, now)  # two UPDATEs that match nothing when nothing was due
+    # InstanceRow objects a caller holds in this session are now stale
+    for obj in list(session.identity_map.values()):
+        if isinstance(obj, InstanceRow):
+            session.expire(obj)
     return stats
 
 
@@ -256,8 +250,8 @@ def _stored_minutes(session: Session, now: datetime) -> MinutesLookup:
 class _IntervalWriter:
     """executemany INSERTs of interval tuples; on SQLite the tuples come with `_PREBOUND`
     already bound, and go to the driver as they are (SQLAlchemy would bind every parameter
-    of every row again): the statement and the other columns' bind processors come from
-    `driver_sql`, as for the readings and inventory writes."""
+    of every row again): the statement comes from `driver_sql`, as for the readings and
+    inventory writes."""
 
     def __init__(self, session: Session, *, prebound: bool) -> None:
         self.conn = session.connection()
@@ -268,24 +262,17 @@ class _IntervalWriter:
         self.sql, positional, procs = driver_sql(insert(_INTERVALS), _INTERVALS,
                                                  _INTERVAL_KEYS, self.conn.dialect)
         assert positional
-        # none today; a column type that gains a bind processor still works
-        self.binders = [(i, _memo(procs[name])) for i, name in enumerate(_INTERVAL_KEYS)
-                        if name not in _PREBOUND and name in procs]
+        unbound = [name for name in _INTERVAL_KEYS if name not in _PREBOUND and name in procs]
+        if unbound:  # a column type that gains a bind processor: bind it with `_PREBOUND`
+            raise RuntimeError(f"cost_intervals columns {unbound} need binding before the "
+                               "driver sees them")
 
     def __call__(self, rows: list[tuple[Any, ...]]) -> None:
-        if not self.prebound:  # insertmanyvalues batches these well already (PostgreSQL)
+        if self.prebound:
+            self.conn.exec_driver_sql(self.sql, rows)
+        else:  # insertmanyvalues batches these well already (PostgreSQL)
             self.conn.execute(insert(_INTERVALS), [dict(zip(_INTERVAL_KEYS, r, strict=True))
                                                    for r in rows])
-            return
-        if self.binders:
-            params: list[tuple[Any, ...]] = []
-            for r in rows:
-                row = list(r)
-                for i, bind in self.binders:
-                    row[i] = bind(row[i])
-                params.append(tuple(row))
-            rows = params
-        self.conn.exec_driver_sql(self.sql, rows)
 
 
 def _bind_processor(column: str, dialect: Dialect) -> Callable[[Any], Any] | None:
@@ -339,18 +326,19 @@ class _DimensionCache:
                          _Dims] = {}
 
     def __call__(self, row: Any) -> _Dims:
-        (provider, account, region, zone, itype, lifecycle, gpus, _model, _mib,
+        (provider, account, region, _zone, itype, _lifecycle, _gpus, _model, _mib,
          iid, name, _accrue, _gone, _changed, _until, tags_text, launcher, owner_text) = row
         key = (account, name, tags_text, launcher, owner_text)
         dims = self.cache.get(key)
         if dims is None:
-            tags = json.loads(tags_text) if tags_text else {}
-            owner = json.loads(owner_text) if owner_text and owner_text != "null" else None
-            shim = Instance(provider=provider, account=account, region=region, zone=zone,
+            # what the attributor reads (name, account, tags, launcher, owner) and the
+            # fields an Instance cannot do without; tags are never NULL, the owner is NULL
+            # on rows older than migration 0007 and JSON null on the others (a pet VM)
+            owner = json.loads(owner_text) if owner_text else None
+            shim = Instance(provider=provider, account=account, region=region,
                             instance_id=iid, name=name, instance_type=itype,
-                            state=InstanceState.RUNNING, lifecycle=Lifecycle(lifecycle),
-                            gpu_count=gpus, launch_time=_EPOCH, observed_at=_EPOCH, tags=tags,
-                            launched_by=launcher, owner=owner)
+                            state=InstanceState.RUNNING, launch_time=_EPOCH, observed_at=_EPOCH,
+                            tags=json.loads(tags_text), launched_by=launcher, owner=owner)
             got = self.attributor.dimensions(shim)
             dims = self.cache[key] = (got.get("team"), got.get("project"), got.get("env"),
                                       got.get("cost-center"))

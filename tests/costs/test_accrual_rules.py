@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 import pytest
+from sqlalchemy import null, update
 from sqlmodel import select
 
 from costguard.costs.accrual import accrue
@@ -296,3 +297,39 @@ def test_rows_held_in_the_session_see_the_moved_watermark(db: Database) -> None:
         assert held.accrued_until == T0
         accrue(s, T0 + HOUR, PriceCatalog().price_of(), Attributor())
         assert held.accrued_until == T0 + HOUR
+
+
+def test_an_instance_stopped_when_it_went_is_not_charged_running_while_away(
+    db: Database,
+) -> None:
+    g5 = instance("i-1", "g5.xlarge", gpus=1)
+    cat = PriceCatalog()
+    seed(db, [g5])
+    with db.session() as s:
+        accrue(s, T0 + HOUR, cat.price_of(), Attributor())
+        record_inventory(s, "sim", [g5.model_copy(update={"state": InstanceState.STOPPED})],
+                         T0 + 2 * HOUR, complete=True)
+        record_inventory(s, "sim", [], T0 + 3 * HOUR, complete=True)  # gone
+        accrue(s, T0 + 4 * HOUR, cat.price_of(), Attributor())  # charged up to when it went
+        record_inventory(s, "sim", [g5], T0 + 5 * HOUR, complete=True)  # back, running
+        accrue(s, T0 + 6 * HOUR, cat.price_of(), Attributor())
+        charged = [(r.start, r.end, r.state) for r in s.exec(
+            select(CostIntervalRow).order_by(CostIntervalRow.start))]
+    # away from 3 h on in the state it went in (stopped, no disk price: not charged); the
+    # poll at 6 h sees it running and charges running from there
+    assert charged == [(T0, T0 + HOUR, "running"), (T0 + HOUR, T0 + 3 * HOUR, "running")]
+    with db.session() as s:
+        row = s.get(InstanceRow, ("sim", "i-1"))
+        assert row is not None
+        assert (row.accrued_until, row.accrue_state) == (T0 + 6 * HOUR, "running")
+
+
+def test_a_row_from_before_owners_were_stored_is_attributed_from_its_tags(
+    db: Database,
+) -> None:
+    seed(db, [instance("i-1", "m5.large", team="Vision")])
+    with db.session() as s:  # rows older than migration 0007 hold SQL NULL, not JSON null
+        s.execute(update(InstanceRow).values(owner=null()))
+        s.commit()
+        accrue(s, T0 + HOUR, PriceCatalog().price_of(), Attributor())
+    assert rows(db)["i-1"].team == "Vision"

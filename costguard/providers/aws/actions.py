@@ -104,8 +104,12 @@ def _call(
         return ActionResult(
             outcome=ActionOutcome.FAILED, detail=str(translate(exc, _scope(instance)))
         )
-    if dry_run:  # pragma: no cover - EC2 always answers a dry run with an error code
-        return ActionResult(outcome=ActionOutcome.DRY_RUN, detail="permission verified")
+    if dry_run:  # EC2 answers every dry run with an error code; this endpoint did not
+        return ActionResult(
+            outcome=ActionOutcome.FAILED,
+            detail=(f"the endpoint ignored DryRun: {operation} may have been carried out on "
+                    f"{instance.instance_id}; check it, and the endpoint_url setting"),
+        )
     return None
 
 

@@ -259,3 +259,17 @@ def test_tag_detail_spells_out_each_change() -> None:
     assert actions.tag_detail({"a": "1", "b": "2"}, []) == "set a=1, b=2"
     assert actions.tag_detail({}, ["x", "y"]) == "removed x, y"
     assert actions.tag_detail({}, []) == "nothing to change"
+
+
+def test_an_endpoint_that_ignores_dry_run_is_a_failure_not_a_dry_run(
+    ec2: tuple[Any, Stubber],
+) -> None:
+    # EC2 answers DryRun with an error code; an EC2-compatible endpoint that just says yes
+    # may have stopped the instance, which a "dry run" result would hide
+    client, stub = ec2
+    stub.add_response("describe_instances", described("running"), ASKED)
+    stub.add_response("stop_instances", {}, {**ASKED, "DryRun": True})
+    result = actions.stop(client, INSTANCE, dry_run=True)
+    assert (result.outcome, result.detail) == (
+        ActionOutcome.FAILED, f"the endpoint ignored DryRun: stop may have been carried out "
+        f"on {IID}; check it, and the endpoint_url setting")
