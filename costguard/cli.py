@@ -269,6 +269,9 @@ def iam(
     enforce: Annotated[bool | None, typer.Option(
         "--enforce/--read-only",
         help="Default: decided by the loaded policies (read-only unless one enforces).")] = None,
+    fmt: Annotated[Literal["text", "json"], typer.Option(
+        "--format", help="text (AWS: the policy JSON, GCP: the role YAML) or json (both).",
+    )] = "text",
 ) -> None:
     """Print the least-privilege IAM policy (AWS JSON) or custom role (GCP YAML) needed.
 
@@ -300,11 +303,14 @@ def iam(
                                              scaling_in=scaling_in, parking=parking),
                          indent=2))
     else:
-        from costguard.providers.gcp import render_role
+        from costguard.providers.gcp import render_role, role_definition
 
         # parking a MIG (resize) needs the same rights as a scale-in (deleteInstances)
-        print(render_role(enforcing, terminating=terminating,
-                          scaling_in=scaling_in or parking), end="")
+        rights = {"terminating": terminating, "scaling_in": scaling_in or parking}
+        if fmt == "json":  # gcloud iam roles create --file reads JSON as well as YAML
+            print(json.dumps(role_definition(enforcing, **rights), indent=2))
+        else:
+            print(render_role(enforcing, **rights), end="")
 
 
 @app.command()

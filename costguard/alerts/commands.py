@@ -6,9 +6,10 @@ The main app registers it with `app.add_typer(alerts_app, name="alerts")`.
 from __future__ import annotations
 
 import getpass
+import json
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from sqlmodel import Session, col, select
@@ -144,10 +145,13 @@ def list_command(
         "whether it arrived (check there, then `costguard alerts retry ID`).")] = False,
     limit: Annotated[int, typer.Option(min=1, help="At most this many rows.")] = 50,
     config: ConfigOpt = None,
+    fmt: Annotated[Literal["text", "json"], typer.Option(
+        "--format", help="text (a table) or json: {deliveries: [...], unrouted: [...]}.",
+    )] = "text",
 ) -> None:
     """Show the alert outbox: per-recipient deliveries, newest first.
 
-    Example: costguard alerts list --failed
+    Example: costguard alerts list --failed --format json
     """
     statuses: list[str] = []
     if pending:
@@ -173,18 +177,25 @@ def list_command(
                 if not (a.status == "failed" and pending)]
     finally:
         db.dispose()
+    only_alerts = [a for a in unrouted if a.id not in {r.alert_id for r in rows}]
+    if fmt == "json":
+        typer.echo(json.dumps({
+            "deliveries": [_delivery_json(r, subjects) for r in rows],
+            "unrouted": [{"id": a.id, "status": a.status, "kind": a.kind,
+                          "subject": a.subject, "last_error": a.last_error}
+                         for a in only_alerts],
+        }, indent=2))
+        return
     if not rows and not unrouted:
         typer.echo("no alerts" + (" matching" if statuses else ""))
         return
     typer.echo(f"{'id':>6}  {'status':<11} {'try':>3}  {'to':<32} {'next / sent':<19}  what")
     for r in rows:
-        when = r.sent_at if r.status in ("sent", "digested", "unconfirmed") else r.next_attempt_at
-        what = subjects.get(r.alert_id, "daily digest") if r.kind != "digest" else "daily digest"
+        when, what = _when(r), _what(r, subjects)
         typer.echo(f"{r.id:>6}  {r.status:<11} {r.attempts:>3}  "
                    f"{(r.channel + ':' + r.target)[:32]:<32} {_fmt(when):<19}  {what[:80]}")
         if r.last_error and r.status != "sent":
             typer.echo(f"{'':>8}last error: {r.last_error[:300]}")
-    only_alerts = [a for a in unrouted if a.id not in {r.alert_id for r in rows}]
     if only_alerts:
         typer.echo("\nalerts not yet routed to anyone:")
         for a in only_alerts:
@@ -195,6 +206,24 @@ def list_command(
         typer.echo(f"\n{len(waiting)} unconfirmed: check the destination, then "
                    f"`costguard alerts retry {' '.join(str(i) for i in waiting[:5])}` for "
                    "those that are missing")
+
+
+def _when(r: AlertDeliveryRow) -> datetime | None:
+    """When it was sent (sent, digested, unconfirmed) or is next tried (the others)."""
+    return r.sent_at if r.status in ("sent", "digested", "unconfirmed") else r.next_attempt_at
+
+
+def _what(r: AlertDeliveryRow, subjects: dict[int | None, str]) -> str:
+    return subjects.get(r.alert_id, "daily digest") if r.kind != "digest" else "daily digest"
+
+
+def _delivery_json(r: AlertDeliveryRow, subjects: dict[int | None, str]) -> dict[str, Any]:
+    def iso(t: datetime | None) -> str | None:
+        return t.isoformat() if t else None
+    return {"id": r.id, "status": r.status, "attempts": r.attempts, "channel": r.channel,
+            "target": r.target, "kind": r.kind, "alert_id": r.alert_id,
+            "subject": _what(r, subjects), "sent_at": iso(r.sent_at),
+            "next_attempt_at": iso(r.next_attempt_at), "last_error": r.last_error}
 
 
 @alerts_app.command("retry")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -72,6 +73,34 @@ def test_list_shows_pending_and_failed_deliveries(db: Database, tmp_path: Path) 
     failed = runner.invoke(alerts_app, ["list", "--failed", "--config", str(config)])
     assert "slack:#gone" in failed.output and "channel_not_found" in failed.output
     assert "slack:#finops" not in failed.output
+
+
+def test_list_as_json_gives_each_delivery_with_its_error_and_next_try(
+    db: Database, tmp_path: Path,
+) -> None:
+    fake = SlackFake()
+    idle_warning(db, recipients=("slack:#finops",))
+    idle_warning(db, recipients=("slack:#gone",), key="other")
+    with serve(fake.app(), free_port()) as base:
+        fake.answer_next(500)
+        Dispatcher(db, slack_bot(base)).run(T0)
+    config = tmp_path / "costguard.yaml"
+    config.write_text(f"database_url: '{db.url}'\n")
+    listed = runner.invoke(alerts_app, ["list", "--format", "json", "--config", str(config)])
+    assert listed.exit_code == 0, listed.output
+    doc = json.loads(listed.output)
+    by_target = {d["target"]: d for d in doc["deliveries"]}
+    assert set(by_target) == {"#finops", "#gone"} and doc["unrouted"] == []
+    retrying, gone = by_target["#finops"], by_target["#gone"]
+    assert (retrying["status"], retrying["channel"], retrying["attempts"]) == (
+        "pending", "slack", 1)
+    assert "Slack API error 500" in retrying["last_error"]
+    assert retrying["next_attempt_at"] > T0.isoformat() and retrying["sent_at"] is None
+    assert gone["status"] == "failed" and "channel_not_found" in gone["last_error"]
+    assert retrying["subject"] == gone["subject"] != "daily digest"
+    one = runner.invoke(alerts_app, ["list", "--format", "json", "--failed", "--pending",
+                                       "--limit", "1", "--config", str(config)])
+    assert len(json.loads(one.output)["deliveries"]) == 1
 
 
 def test_list_on_an_empty_outbox(tmp_path: Path) -> None:

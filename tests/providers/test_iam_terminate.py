@@ -96,3 +96,16 @@ def test_costguard_iam_grants_scale_in_only_for_an_enforced_scale_in_step(
     actions, perms = _iam(tmp_path, monkeypatch, policy)
     assert ("autoscaling:TerminateInstanceInAutoScalingGroup" in actions) is scaling_in
     assert ("compute.instanceGroupManagers.update" in perms) is scaling_in
+
+
+def test_iam_as_json_gives_the_same_rights_for_both_clouds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    actions, perms = _iam(tmp_path, monkeypatch, TERMINATES)
+    aws = runner.invoke(app, ["iam", "--provider", "aws", "--format", "json"])
+    gcp = runner.invoke(app, ["iam", "--provider", "gcp", "--format", "json"])
+    assert aws.exit_code == gcp.exit_code == 0, aws.output + gcp.output
+    assert _actions(json.loads(aws.output)) == actions
+    role = json.loads(gcp.output)
+    assert set(role["includedPermissions"]) == perms
+    assert role["title"] == "costguard (enforcing, terminate)" and role["stage"] == "GA"

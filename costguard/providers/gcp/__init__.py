@@ -16,6 +16,7 @@ _LAZY = {
     "label_key": "costguard.providers.gcp.actions",
     "label_value": "costguard.providers.gcp.actions",
     "render_role": "costguard.providers.gcp.iam",
+    "role_definition": "costguard.providers.gcp.iam",
     "required_permissions": "costguard.providers.gcp.iam",
 }
 
@@ -34,4 +35,5 @@ __all__ = [
     "label_value",
     "render_role",
     "required_permissions",
+    "role_definition",
 ]

@@ -7,6 +7,8 @@ Create the role with `gcloud iam roles create costguard --project P --file costg
 
 from __future__ import annotations
 
+from typing import Any
+
 import yaml
 
 READ = (
@@ -64,10 +66,19 @@ def required_permissions(enforcing: bool, *, list_projects: bool = False,
 def render_role(enforcing: bool, *, list_projects: bool = False,
                 terminating: bool = False, scaling_in: bool = False) -> str:
     """A custom role definition in the format `gcloud iam roles create --file` reads."""
+    role = role_definition(enforcing, list_projects=list_projects, terminating=terminating,
+                           scaling_in=scaling_in)
+    header = "# Generated from costguard/providers/gcp/iam.py - regenerate, do not edit.\n"
+    return header + yaml.safe_dump(role, sort_keys=False)
+
+
+def role_definition(enforcing: bool, *, list_projects: bool = False,
+                    terminating: bool = False, scaling_in: bool = False) -> dict[str, Any]:
+    """The custom role as data: title, description, stage, includedPermissions."""
     title = "costguard (enforcing)" if enforcing else "costguard (read-only)"
     if enforcing and terminating:
         title = "costguard (enforcing, terminate)"
-    role = {
+    role: dict[str, Any] = {
         "title": title,
         "description": (
             "Lists GCE instances and GPU metrics"
@@ -83,8 +94,7 @@ def render_role(enforcing: bool, *, list_projects: bool = False,
                                                     terminating=terminating,
                                                     scaling_in=scaling_in),
     }
-    header = "# Generated from costguard/providers/gcp/iam.py - regenerate, do not edit.\n"
-    return header + yaml.safe_dump(role, sort_keys=False)
+    return role
 
 
 # resourcemanager.folders.list cannot be in a project-level custom role, hence the split:
