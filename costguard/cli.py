@@ -176,9 +176,8 @@ def run(
         if fmt == "json":
             print(json.dumps(summary.as_dict(), indent=2, default=str))
         else:
-            console.print(f"cycle {summary.cycle_id}: instances {summary.instances}, "
-                          f"findings {summary.findings}, gaps {len(summary.gaps)}, "
-                          f"accrued ${summary.accrued_usd:,.2f}")
+            for line in summary.lines():
+                console.print(line, highlight=False, markup=False)
         return
     from costguard.daemon.scheduler import run_forever
 

@@ -64,6 +64,29 @@ class CycleSummary:
         d["started_at"] = self.started_at.isoformat()
         return d
 
+    def lines(self) -> list[str]:
+        """The summary in words, one short line per part (`run --once` in text mode)."""
+        total = sum(self.instances.values())
+        per = ", ".join(f"{p} {n}" for p, n in self.instances.items())
+        out = [f"cycle {self.cycle_id} at {self.started_at:%Y-%m-%d %H:%M:%S} UTC: "
+               f"{total} instances ({per or 'no provider'}), {self.readings} readings, "
+               f"{len(self.gaps)} gaps" + (" (paused: no actions)" if self.paused else ""),
+               f"spend: accrued ${self.accrued_usd:,.2f} (idle ${self.idle_usd:,.2f}); "
+               f"budgets {self.budgets}, new anomalies {self.anomalies}, "
+               f"alerts sent {self.alerts_sent}",
+               "findings: " + (_counts(self.findings) or "none")]
+        done = [f"{verb.replace('_', ' ')} {sum(by.values())} ({_counts(by)})"
+                for verb, by in self.actions.items() if isinstance(by, dict) and by]
+        done += [f"{verb} {n}" for verb, n in self.actions.items()
+                 if isinstance(n, int) and n]
+        out.append("actions: " + ("; ".join(done) or "none"))
+        out += [f"gap: {g['provider']} {g['scope']}: {g['error']}" for g in self.gaps]
+        return out
+
+
+def _counts(by: Mapping[str, int]) -> str:
+    return ", ".join(f"{k} {n}" for k, n in by.items())
+
 
 class Engine:
     def __init__(

@@ -216,3 +216,16 @@ def test_label_keys_and_values_fit_gces_rules() -> None:
     assert label_key("1" + "x" * 70) == "k1" + "x" * 61
     assert label_value("2026-11-23T12:00Z") == "2026-11-23t12_00z"
     assert label_value("V" * 70) == "v" * 63
+
+
+def test_a_dry_run_start_reads_and_starts_nothing(
+    fake: FakeGcp, gcp: GcpProvider, inst: Instance,
+) -> None:
+    fake.compute.set_status(PROJECT, ZONE, NAME, "TERMINATED")
+    result = gcp.start(inst, dry_run=True)
+    assert (result.outcome, result.detail, result.state_after) == (
+        ActionOutcome.DRY_RUN,
+        f"would start {NAME} (a2-highgpu-1g, TERMINATED) in {ZONE} of project {PROJECT}",
+        InstanceState.STOPPED)
+    assert fake.compute.instance(PROJECT, ZONE, NAME).status == "TERMINATED"
+    assert fake.compute.calls["POST start"] == 0
