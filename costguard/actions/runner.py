@@ -117,7 +117,7 @@ class ActionRunner:
                                                        "managed"):
                         self._clear(s, policy, f, st, now, stats, cycle_id)
                     continue
-                st = self._ensure_state(s, policy, f, st, now, self._changed_at.get(ref))
+                st = self._ensure_state(policy, f, st, now, self._changed_at.get(ref))
                 if is_protected(f.instance):
                     if st.state != "protected":
                         st.state, st.since, st.deadline = "protected", now, None
@@ -157,7 +157,7 @@ class ActionRunner:
         if policy.scale_to_zero_action is not None:
             GroupParking(self).run(policy, parked, now, cycle_id, stats)
 
-    def _ensure_state(self, s: Session, policy: Policy, f: Finding, st: State | None,
+    def _ensure_state(self, policy: Policy, f: Finding, st: State | None,
                       now: datetime, changed_at: datetime | None) -> State:
         restarted = (st is not None and st.state == "acted" and changed_at is not None
                      and changed_at > st.since)

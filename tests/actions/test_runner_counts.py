@@ -1,0 +1,107 @@
+"""The act stage's per-policy counts (what `run --once` and the daemon's metrics report) and
+its log lines, one per path: every warned, stopped, skipped and cleared instance counts once
+(found by mutation testing: see MUTATION.md)."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+
+from costguard.clock import ManualClock
+from costguard.engine import Engine
+from tests.fakes.cloud import IDLE, T0, ScriptedCloud, full_cloud, until
+from tests.fakes.scenario import alerts, idle_stop_policy, make_engine
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(T0)
+
+
+@pytest.fixture
+def cloud(clock: ManualClock) -> ScriptedCloud:
+    return full_cloud(clock)
+
+
+@pytest.fixture
+def made() -> Iterator[list[Engine]]:
+    engines: list[Engine] = []
+    yield engines
+    for e in engines:
+        e.db.dispose()
+
+
+def counted(made: list[Engine], tmp_path: object, cloud: ScriptedCloud, clock: ManualClock,
+            text: str, minutes: int) -> dict[str, Counter[str]]:
+    """Each action's per-policy count, summed over one cycle every 5 minutes."""
+    e = make_engine(f"sqlite:///{tmp_path}/counts.db", text, cloud)
+    made.append(e)
+    total: dict[str, Counter[str]] = {}
+    end = clock.now() + timedelta(minutes=minutes)
+    while clock.now() < end:
+        for verb, by in e.run_cycle().actions.items():
+            if isinstance(by, dict):
+                total.setdefault(verb, Counter()).update(by)
+        clock.advance(timedelta(minutes=5))
+    return total
+
+
+def test_two_idle_instances_are_warned_and_stopped_twice(  # type: ignore[no-untyped-def]
+        made, tmp_path, cloud, clock, caplog) -> None:
+    cloud.add("i-1", IDLE)
+    cloud.add("i-2", IDLE)
+    with caplog.at_level(logging.INFO, logger="costguard.act"):
+        got = counted(made, tmp_path, cloud, clock, idle_stop_policy(), 20)
+    assert (got["warned"], got["stopped"], got["skipped"]) == (
+        Counter(idle=2), Counter(idle=2), Counter())
+    assert "stop i-1 (i-1) (idle): done " in caplog.messages  # the scripted cloud says no more
+
+
+def test_stops_skipped_at_the_cap_are_counted_each(made, tmp_path, cloud, clock) -> None:  # type: ignore[no-untyped-def]
+    cloud.add("i-1", IDLE)
+    cloud.add("i-2", IDLE)
+    text = idle_stop_policy() + "    limits: {max_actions_per_cycle: 1}\n"
+    got = counted(made, tmp_path, cloud, clock, text, 20)
+    assert (got["skipped"], got["stopped"]) == (Counter(idle=2), Counter())
+
+
+def test_a_stop_the_re_check_refuses_is_skipped_once_and_logged_with_why(  # type: ignore[no-untyped-def]
+        made, tmp_path, cloud, clock, caplog) -> None:
+    cloud.add("i-1", IDLE)
+    e = make_engine(f"sqlite:///{tmp_path}/refused.db", idle_stop_policy(), cloud)
+    made.append(e)
+    for _ in range(3):  # warned, then due at 15 min
+        e.run_cycle()
+        clock.advance(timedelta(minutes=5))
+
+    def protect_now(point: str) -> None:  # set after inventory: only the re-check sees it
+        if point == "after-intent":
+            cloud.set("i-1", tags={"costguard:protect": "yes"})
+
+    e.runner.fault = protect_now
+    with caplog.at_level(logging.INFO, logger="costguard.act"):
+        skipped = Counter(e.run_cycle().actions["skipped"])
+    assert skipped == Counter(idle=1)
+    assert caplog.messages.count("stop i-1 (i-1) (idle): skipped: costguard:protect was set "
+                                 "since the last inventory") == 1
+
+
+def test_two_instances_busy_again_are_cleared_twice(made, tmp_path, cloud, clock) -> None:  # type: ignore[no-untyped-def]
+    for iid in ("i-1", "i-2"):
+        cloud.add(iid, until(T0 + timedelta(minutes=2), "no_process", "busy"))
+    got = counted(made, tmp_path, cloud, clock, idle_stop_policy(grace="1h"), 15)
+    assert (got["warned"], got["cleared"]) == (Counter(idle=2), Counter(idle=2))
+
+
+def test_a_policy_without_a_stop_raises_a_finding_not_a_warning(  # type: ignore[no-untyped-def]
+        made, tmp_path, cloud, clock) -> None:
+    cloud.add("i-1", IDLE)
+    text = idle_stop_policy().replace("      - stop: {grace: 15m}\n", "")
+    counted(made, tmp_path, cloud, clock, text, 10)
+    (found,) = alerts(made[0].db, "finding")
+    assert (found.severity, found.policy, found.instance_id) == ("info", "idle", "i-1")
+    assert alerts(made[0].db, "idle-warning") == []
