@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 from sqlalchemy import null, update
 from sqlmodel import select
 
+from costguard.costs import accrual
 from costguard.costs.accrual import accrue
 from costguard.costs.attribution import Attributor
 from costguard.costs.pricing import DiskPrice, PriceCatalog, PriceOverrides
@@ -333,3 +335,20 @@ def test_a_row_from_before_owners_were_stored_is_attributed_from_its_tags(
         s.commit()
         accrue(s, T0 + HOUR, PriceCatalog().price_of(), Attributor())
     assert rows(db)["i-1"].team == "Vision"
+
+
+def test_an_interval_column_that_needs_binding_is_refused_by_name_on_sqlite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the SQLite fast path hands tuples to the driver as they are: a column whose type binds
+    # (a DATETIME does) and is not bound ahead (`_PREBOUND`) would be written wrong
+    monkeypatch.setattr(accrual, "_PREBOUND", ("verdict", "end", "usd_per_hour"))
+    db = Database(f"sqlite:///{tmp_path / 'fast.db'}")
+    try:
+        seed(db, [instance("i-1", "m5.large")])
+        with db.session() as s, pytest.raises(RuntimeError) as refused:
+            accrue(s, T0 + HOUR, PriceCatalog().price_of(), Attributor())
+    finally:
+        db.dispose()
+    assert str(refused.value) == (
+        "cost_intervals columns ['start'] need binding before the driver sees them")
