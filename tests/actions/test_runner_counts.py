@@ -6,33 +6,12 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterator
 from datetime import timedelta
-
-import pytest
 
 from costguard.clock import ManualClock
 from costguard.engine import Engine
-from tests.fakes.cloud import IDLE, T0, ScriptedCloud, full_cloud, until
+from tests.fakes.cloud import IDLE, T0, ScriptedCloud, until
 from tests.fakes.scenario import alerts, idle_stop_policy, make_engine
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(T0)
-
-
-@pytest.fixture
-def cloud(clock: ManualClock) -> ScriptedCloud:
-    return full_cloud(clock)
-
-
-@pytest.fixture
-def made() -> Iterator[list[Engine]]:
-    engines: list[Engine] = []
-    yield engines
-    for e in engines:
-        e.db.dispose()
 
 
 def counted(made: list[Engine], tmp_path: object, cloud: ScriptedCloud, clock: ManualClock,

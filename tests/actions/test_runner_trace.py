@@ -5,16 +5,12 @@ field is a wrong audit trail, and no end-to-end check of verdicts notices it (MU
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 
-import pytest
-
-from costguard.clock import ManualClock
 from costguard.engine import Engine
 from costguard.model import InstanceState
 from costguard.store.db import Database
-from tests.fakes.cloud import BUSY, IDLE, T0, ScriptedCloud, full_cloud, until
+from tests.fakes.cloud import BUSY, IDLE, T0, ScriptedCloud, until
 from tests.fakes.scenario import (
     alerts,
     idle_stop_policy,
@@ -27,24 +23,6 @@ from tests.fakes.scenario import (
 TAG = ('      - tag: {set: {"costguard:idle-since": "{now}", "costguard:stop-at": "{deadline}"}}\n')
 BODY_TAIL = ("Start it again when you need it; costguard will not stop it again unless it sits "
              "idle for the policy's window.")
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(T0)
-
-
-@pytest.fixture
-def cloud(clock: ManualClock) -> ScriptedCloud:
-    return full_cloud(clock)
-
-
-@pytest.fixture
-def made() -> Iterator[list[Engine]]:
-    engines: list[Engine] = []
-    yield engines
-    for e in engines:
-        e.db.dispose()
 
 
 def engine(made: list[Engine], tmp_path: object, cloud: ScriptedCloud, text: str) -> Engine:
