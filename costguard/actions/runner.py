@@ -115,7 +115,7 @@ class ActionRunner:
                 if not f.holds:
                     if st is not None and st.state in ("warned", "acted", "snoozed", "protected",
                                                        "managed"):
-                        self._clear(s, policy, f, st, now, stats, cycle_id)
+                        self._clear(policy, f, st, now, stats)
                     continue
                 st = self._ensure_state(policy, f, st, now, self._changed_at.get(ref))
                 if is_protected(f.instance):
@@ -413,8 +413,8 @@ class ActionRunner:
                  + (f"\n{extra}" if extra else ""),
             context={"reason": reason, "instance_type": inst.instance_type})
 
-    def _clear(self, s: Session, policy: Policy, f: Finding, st: State, now: datetime,
-               stats: ActStats, cycle_id: int | None) -> None:
+    def _clear(self, policy: Policy, f: Finding, st: State, now: datetime,
+               stats: ActStats) -> None:
         was_warned = st.state == "warned"
         st.state, st.since, st.deadline = "cleared", now, None
         stats.cleared[policy.name] += 1

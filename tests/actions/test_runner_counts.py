@@ -10,8 +10,9 @@ from datetime import timedelta
 
 from costguard.clock import ManualClock
 from costguard.engine import Engine
+from costguard.model import InstanceState
 from tests.fakes.cloud import IDLE, T0, ScriptedCloud, until
-from tests.fakes.scenario import alerts, idle_stop_policy, make_engine
+from tests.fakes.scenario import alerts, idle_stop_policy, journal, make_engine, state_of
 
 
 def counted(made: list[Engine], tmp_path: object, cloud: ScriptedCloud, clock: ManualClock,
@@ -84,3 +85,38 @@ def test_a_policy_without_a_stop_raises_a_finding_not_a_warning(  # type: ignore
     (found,) = alerts(made[0].db, "finding")
     assert (found.severity, found.policy, found.instance_id) == ("info", "idle", "i-1")
     assert alerts(made[0].db, "idle-warning") == []
+
+
+def test_a_warned_instance_stopped_by_someone_else_is_cleared_once(  # type: ignore[no-untyped-def]
+        made, tmp_path, cloud, clock) -> None:
+    cloud.add("i-1", IDLE)
+    e = make_engine(f"sqlite:///{tmp_path}/gone.db", idle_stop_policy(grace="1h"), cloud)
+    made.append(e)
+    warned: Counter[str] = Counter()
+    for _ in range(2):
+        warned.update(e.run_cycle().actions["warned"])
+        clock.advance(timedelta(minutes=5))
+    cloud.set("i-1", state=InstanceState.STOPPED)  # the policy selects running ones only
+    cleared = Counter(e.run_cycle().actions["cleared"])
+    assert (warned, cleared) == (Counter(idle=1), Counter(idle=1))
+    st = state_of(e.db, "idle", "i-1")
+    assert st is not None and (st.state, st.deadline) == ("cleared", None)
+
+
+def test_every_step_up_to_the_terminate_warning_is_journaled_with_its_cycle(  # type: ignore[no-untyped-def]
+        made, tmp_path, cloud, clock) -> None:
+    cloud.add("i-1", IDLE)
+    text = idle_stop_policy(then="terminate: {after_stopped: 1h, snapshot: false}")
+    e = make_engine(f"sqlite:///{tmp_path}/after.db", text, cloud)
+    made.append(e)
+    cycles = {}
+    for _ in range(5):
+        summary = e.run_cycle()
+        cycles[summary.started_at] = summary.cycle_id
+        clock.advance(timedelta(minutes=5))
+    steps = [(r.action, r.intent_at, r.cycle_id) for r in journal(e.db)]
+    # warned at 0, stopped at 15 min, and the terminate warning (after the stop) then too
+    assert steps == [("notify", T0, cycles[T0]),
+                     ("stop", T0 + timedelta(minutes=15), cycles[T0 + timedelta(minutes=15)]),
+                     ("notify", T0 + timedelta(minutes=15), cycles[T0 + timedelta(minutes=15)])]
+    assert None not in cycles.values()
