@@ -8,6 +8,8 @@ import logging
 from collections import Counter
 from datetime import timedelta
 
+import pytest
+
 from costguard.clock import ManualClock
 from costguard.engine import Engine
 from costguard.model import InstanceState
@@ -120,3 +122,28 @@ def test_every_step_up_to_the_terminate_warning_is_journaled_with_its_cycle(  # 
                      ("stop", T0 + timedelta(minutes=15), cycles[T0 + timedelta(minutes=15)]),
                      ("notify", T0 + timedelta(minutes=15), cycles[T0 + timedelta(minutes=15)])]
     assert None not in cycles.values()
+
+
+def test_protected_instances_are_skipped_each_and_the_others_still_warned(  # type: ignore[no-untyped-def]
+        made, tmp_path, cloud, clock) -> None:
+    for iid in ("i-1", "i-2"):
+        cloud.add(iid, IDLE)
+        cloud.set(iid, tags={**cloud.instances[iid].tags, "costguard:protect": "yes"})
+    cloud.add("i-3", IDLE)
+    got = counted(made, tmp_path, cloud, clock, idle_stop_policy(grace="1h"), 5)
+    assert (got["skipped"], got["warned"]) == (Counter(idle=2), Counter(idle=1))
+
+
+@pytest.mark.parametrize("mode", ["enforce", "dry-run"])
+def test_a_notify_only_policy_counts_each_notice_and_is_done_with_the_episode(  # type: ignore[no-untyped-def]
+        made, tmp_path, cloud, clock, mode) -> None:
+    cloud.add("i-1", IDLE)
+    cloud.add("i-2", IDLE)
+    text = idle_stop_policy().replace("      - stop: {grace: 15m}\n", "").replace(
+        "mode: enforce", f"mode: {mode}")
+    got = counted(made, tmp_path, cloud, clock, text, 10)
+    two = Counter(idle=2)
+    assert (got["notified"], got["dry_run"]) == (
+        (two, Counter()) if mode == "enforce" else (Counter(), two))
+    st = state_of(made[0].db, "idle", "i-1")
+    assert st is not None and st.state == "acted"
