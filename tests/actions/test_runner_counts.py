@@ -12,8 +12,8 @@ import pytest
 
 from costguard.clock import ManualClock
 from costguard.engine import Engine
-from costguard.model import InstanceState
-from tests.fakes.cloud import IDLE, T0, ScriptedCloud, until
+from costguard.model import InstanceState, Owner, OwnerKind
+from tests.fakes.cloud import BUSY, IDLE, T0, ScriptedCloud, until
 from tests.fakes.scenario import alerts, idle_stop_policy, journal, make_engine, state_of
 
 
@@ -147,3 +147,23 @@ def test_a_notify_only_policy_counts_each_notice_and_is_done_with_the_episode(  
         (two, Counter()) if mode == "enforce" else (Counter(), two))
     st = state_of(made[0].db, "idle", "i-1")
     assert st is not None and st.state == "acted"
+
+
+def test_snoozed_and_managed_instances_do_not_hold_up_the_ones_after_them(  # type: ignore[no-untyped-def]
+        made, tmp_path, cloud, clock) -> None:
+    cloud.add("i-1", IDLE, tags={"team": "research", "owner": "ana@example.com",
+                                 "costguard:snooze-until": "2026-11-09T08:00:00Z"})
+    cloud.add("i-2", IDLE, owner=Owner(kind=OwnerKind.ASG, name="asg-a", via="test"))
+    cloud.add("i-3", IDLE)
+    got = counted(made, tmp_path, cloud, clock, idle_stop_policy(grace="1h"), 5)
+    assert got["warned"] == Counter(idle=1)
+    st = state_of(made[0].db, "idle", "i-3")
+    assert st is not None and st.state == "warned"
+
+
+def test_a_busy_instance_does_not_hold_up_an_idle_one_after_it(  # type: ignore[no-untyped-def]
+        made, tmp_path, cloud, clock) -> None:
+    cloud.add("i-1", BUSY)
+    cloud.add("i-2", IDLE)
+    got = counted(made, tmp_path, cloud, clock, idle_stop_policy(grace="1h"), 5)
+    assert got["warned"] == Counter(idle=1)
