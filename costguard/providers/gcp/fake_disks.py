@@ -19,7 +19,7 @@ from costguard.providers.gcp.fake_filter import aggregated
 from costguard.providers.gcp.fake_http import error
 
 if TYPE_CHECKING:
-    from costguard.providers.gcp.fake_compute import FakeOperation, FakeVm
+    from costguard.providers.gcp.fake_records import FakeOperation, FakeVm
 
 _BASE = "https://www.googleapis.com/compute/v1"
 

@@ -1,0 +1,106 @@
+"""The Compute fake's records: a VM (and its REST JSON) and a zone operation."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from costguard.providers.gcp.fake_disks import FakeDisk
+
+_BASE = "https://www.googleapis.com/compute/v1"
+
+
+@dataclass
+class FakeVm:
+    project: str
+    zone: str
+    name: str
+    id: int
+    machine_type: str
+    status: str = "RUNNING"
+    labels: dict[str, str] = field(default_factory=dict)
+    accelerators: list[tuple[str, int]] = field(default_factory=list)
+    provisioning_model: str = "STANDARD"
+    preemptible: bool = False
+    created: datetime = field(default_factory=lambda: datetime(2026, 1, 1, tzinfo=UTC))
+    label_version: int = 0
+    disks: list[FakeDisk] = field(default_factory=list)
+    service_account: str | None = None
+    metadata: dict[str, str] = field(default_factory=dict)  # e.g. created-by (a MIG's VM)
+
+    @property
+    def label_fingerprint(self) -> str:
+        # like GCE's, a hash of the labels: two VMs with the same labels share a fingerprint
+        # (so a VM recreated under the same name does not answer a stale read with a 412)
+        digest = hashlib.sha256(repr(sorted(self.labels.items())).encode()).digest()[:8]
+        return base64.b64encode(digest).decode()
+
+    def to_json(self) -> dict[str, Any]:
+        zone_url = f"{_BASE}/projects/{self.project}/zones/{self.zone}"
+        body: dict[str, Any] = {
+            "kind": "compute#instance",
+            "id": str(self.id),
+            "name": self.name,
+            "creationTimestamp": self.created.isoformat(timespec="milliseconds"),
+            "machineType": f"{zone_url}/machineTypes/{self.machine_type}",
+            "zone": zone_url,
+            "status": self.status,
+            "labels": dict(self.labels),
+            "labelFingerprint": self.label_fingerprint,
+            "selfLink": f"{zone_url}/instances/{self.name}",
+            "scheduling": {
+                "provisioningModel": self.provisioning_model,
+                "preemptible": self.preemptible,
+                "automaticRestart": not self.preemptible,
+            },
+        }
+        body["disks"] = [d.attached_json(self.project, self.zone, i)
+                         for i, d in enumerate(self.disks)]
+        if self.metadata:
+            body["metadata"] = {"kind": "compute#metadata", "fingerprint": "fake",
+                                "items": [{"key": k, "value": v}
+                                          for k, v in self.metadata.items()]}
+        if self.service_account:
+            body["serviceAccounts"] = [{"email": self.service_account,
+                                        "scopes": ["https://www.googleapis.com/auth/cloud-platform"]}]
+        if self.accelerators:
+            body["guestAccelerators"] = [
+                {"acceleratorType": f"{zone_url}/acceleratorTypes/{t}", "acceleratorCount": n}
+                for t, n in self.accelerators
+            ]
+        return body
+
+
+@dataclass
+class FakeOperation:
+    project: str
+    zone: str
+    name: str
+    kind: str  # "stop", "start", "setLabels"
+    target: FakeVm
+    done_at: float
+    apply: Any  # callable run once when the operation completes
+    done: bool = False
+    # the (code, message) errors it completes with (`failing_operations`)
+    errors: tuple[tuple[str, str], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        zone_url = f"{_BASE}/projects/{self.project}/zones/{self.zone}"
+        out: dict[str, Any] = {
+            "kind": "compute#operation",
+            "id": str(abs(hash(self.name)) % 10**18),
+            "name": self.name,
+            "operationType": self.kind,
+            "zone": zone_url,
+            "targetLink": f"{zone_url}/instances/{self.target.name}",
+            "targetId": str(self.target.id),
+            "status": "DONE" if self.done else "RUNNING",
+            "progress": 100 if self.done else 0,
+            "selfLink": f"{zone_url}/operations/{self.name}",
+        }
+        if self.done and self.errors:
+            out["error"] = {"errors": [{"code": c, "message": m} for c, m in self.errors]}
+        return out
