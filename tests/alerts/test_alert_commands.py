@@ -56,7 +56,10 @@ def test_sample_to_an_unconfigured_channel_explains_why(db: Database) -> None:
         send_sample(db, AlertsSettings(), "email:a@b.co", ManualClock(T0))
 
 
-def test_list_shows_pending_and_failed_deliveries(db: Database, tmp_path: Path) -> None:
+@pytest.fixture
+def outbox(db: Database, tmp_path: Path) -> Path:
+    """Two deliveries after one dispatch: #finops pending (Slack answered 500), #gone failed
+    (channel_not_found); returns a config file pointing at the store."""
     fake = SlackFake()
     idle_warning(db, recipients=("slack:#finops",))
     idle_warning(db, recipients=("slack:#gone",), key="other")
@@ -65,6 +68,11 @@ def test_list_shows_pending_and_failed_deliveries(db: Database, tmp_path: Path) 
         Dispatcher(db, slack_bot(base)).run(T0)
     config = tmp_path / "costguard.yaml"
     config.write_text(f"database_url: '{db.url}'\n")
+    return config
+
+
+def test_list_shows_pending_and_failed_deliveries(outbox: Path) -> None:
+    config = outbox
     pending = runner.invoke(alerts_app, ["list", "--pending", "--config", str(config)])
     assert pending.exit_code == 0, pending.output
     assert "slack:#finops" in pending.output and "pending" in pending.output
@@ -75,17 +83,8 @@ def test_list_shows_pending_and_failed_deliveries(db: Database, tmp_path: Path) 
     assert "slack:#finops" not in failed.output
 
 
-def test_list_as_json_gives_each_delivery_with_its_error_and_next_try(
-    db: Database, tmp_path: Path,
-) -> None:
-    fake = SlackFake()
-    idle_warning(db, recipients=("slack:#finops",))
-    idle_warning(db, recipients=("slack:#gone",), key="other")
-    with serve(fake.app(), free_port()) as base:
-        fake.answer_next(500)
-        Dispatcher(db, slack_bot(base)).run(T0)
-    config = tmp_path / "costguard.yaml"
-    config.write_text(f"database_url: '{db.url}'\n")
+def test_list_as_json_gives_each_delivery_with_its_error_and_next_try(outbox: Path) -> None:
+    config = outbox
     listed = runner.invoke(alerts_app, ["list", "--format", "json", "--config", str(config)])
     assert listed.exit_code == 0, listed.output
     doc = json.loads(listed.output)

@@ -34,7 +34,6 @@ from costguard.providers.gcp.fake_records import FakeOperation, FakeVm
 
 __all__ = ["FakeCompute", "FakeDisk", "FakeOperation", "FakeVm"]
 
-_BASE = "https://www.googleapis.com/compute/v1"
 _ID_START = 4_000_000_000_000_000_000
 
 
