@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib
 import json
 import os
@@ -81,7 +82,9 @@ class ModuleResult:
         return self.killed / len(self.mutants) if self.mutants else 1.0
 
 
+@functools.cache
 def settings() -> dict[str, Any]:
+    """`[tool.costguard.mutation]`, read once per run."""
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())
     table: dict[str, Any] = data["tool"]["costguard"]["mutation"]
     return table
