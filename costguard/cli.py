@@ -67,7 +67,14 @@ def _main(
     version: Annotated[bool, typer.Option(
         "--version", callback=_show_version, is_eager=True,
         help="Print the version and exit.")] = False,
+    database: Annotated[str | None, typer.Option(
+        "--database", metavar="URL|PATH",
+        help="Use this store instead of the configured one: a database URL, or a SQLite "
+        "file's path (e.g. costguard-demo.db).")] = None,
 ) -> None:
+    import costguard.cli_common as common
+
+    common.DATABASE = common.database_url(database) if database else None
     from costguard.daemon.logs import RedactingFormatter, TextFormatter, install
 
     # every command's log lines (and every library's) go through costguard's redaction
@@ -201,12 +208,18 @@ def demo(
 ) -> None:
     """Watch costguard govern a simulated GPU fleet for 48 hours, in seconds.
 
-    Example: costguard demo && costguard report --by team --since 7d
-    Writes into the configured database (default ./costguard.db).
+    Writes into a database of its own, ./costguard-demo.db (or the one `costguard --database`
+    names), emptied first; never the configured one. The same seed gives the same story.
+
+    Example: costguard demo && costguard --database costguard-demo.db report --by team
     """
-    from costguard.demo import demo_clock, run_demo
+    import costguard.cli_common as common
+    from costguard.demo import DEMO_DATABASE, demo_clock, run_demo
 
     settings = _settings(config)
+    if common.DATABASE is None:  # never the configured store: simulated spend is not spend
+        settings = settings.model_copy(
+            update={"database_url": common.database_url(DEMO_DATABASE)})
     try:
         if cloud == "sim":
             run_demo(settings, console, hours=hours or 48, verbose=not quiet,

@@ -25,6 +25,15 @@ err = Console(stderr=True)
 # The clock commands read "now" from (never datetime.now); tests put a ManualClock here.
 CLOCK: Clock = SystemClock()
 
+# `costguard --database URL|PATH ...`: the store every command uses instead of the configured
+# one (set by the top-level option, None when not given).
+DATABASE: str | None = None
+
+
+def database_url(value: str) -> str:
+    """A `--database` value as a SQLAlchemy URL: a URL as given, a path as a SQLite file."""
+    return value if "://" in value else f"sqlite:///{value}"
+
 
 def cli_clock() -> Clock:
     """The clock a command reads the time from: the wall clock unless a test set `CLOCK`."""
@@ -50,5 +59,7 @@ def load_settings_or_exit(config: Path | None) -> Settings:
         settings = load_settings(config)
     except CostguardError as exc:
         raise fail(exc) from None
+    if DATABASE is not None:
+        settings = settings.model_copy(update={"database_url": DATABASE})
     register_settings(settings)  # masked in every log line from here on
     return settings

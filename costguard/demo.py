@@ -1,7 +1,11 @@
 """`costguard demo`: the daemon's cycles over a simulated 48 hours, in well under a minute.
 
-The simulated cloud is seeded and follows a manual clock that starts 48 hours ago, so what
-the demo writes into the configured database is "the last two days" for `costguard report`.
+The simulated cloud is seeded and follows a manual clock that ends on the current whole hour,
+so what the demo writes is "the last two days" for `costguard report`. It writes into a
+database of its own (`./costguard-demo.db` unless `costguard --database` names another), which
+it empties first, and refuses one that holds anything a demo did not write: simulated spend
+never lands beside real spend. The fleet's working week is shifted so that the demo always
+starts at the same hour of it, so a seed tells the same story whatever the day and hour.
 The example policies run enforced against the simulated fleet (they are dry-run by default
 everywhere else), so the demo shows warnings, stops and their effect on spend.
 """
@@ -16,28 +20,22 @@ from pathlib import Path
 
 from rich.console import Console
 from sqlalchemy import delete
-from sqlmodel import Session, col, select
+from sqlmodel import Session, SQLModel, col, select
 
 from costguard.clock import ManualClock, SystemClock
 from costguard.config import Settings
 from costguard.engine import Engine
+from costguard.errors import StoreError
 from costguard.policy.load import load_policy_set
 from costguard.policy.schema import PolicySet
 from costguard.providers.base import Provider
 from costguard.providers.sim import SimProvider
 from costguard.providers.sim_settings import SimSettings
-from costguard.report.queries import spend
 from costguard.report.render import to_table, usd_micros
-from costguard.store.db import Database
-from costguard.store.tables import (
-    ActionJournalRow,
-    AlertRow,
-    CostIntervalRow,
-    FindingRow,
-    GpuReadingRow,
-    InstanceRow,
-    PolicyStateRow,
-)
+from costguard.report.run import spend_report
+from costguard.store import control
+from costguard.store.db import Database, sqlite_file
+from costguard.store.tables import ActionJournalRow, BillingLineRow, CycleRow, InstanceRow
 
 KIND_STYLE = {
     "idle-warning": ("[yellow]warn[/]", "yellow"),
@@ -64,16 +62,43 @@ def enforced(policies: PolicySet) -> PolicySet:
         p.model_copy(update={"mode": "enforce"}) for p in policies.policies)})
 
 
-def clear_simulated(db: Database, providers: list[str]) -> None:
-    """Forget an earlier demo's fleet so a re-run starts clean.
+DEMO_DATABASE = "costguard-demo.db"
+DEMO_MARK = "demo"  # control key: this database was written by `costguard demo`
+# the hour of the simulated fleet's week every demo starts at (Monday 06:00 of its week)
+DEMO_WEEK_HOUR = 6
 
-    Only the demo's own providers are cleared; run the cloud demos (`--cloud aws|gcp`, whose
-    clouds are local fakes) against a scratch database, not one that holds real data.
+
+def claim_demo_database(db: Database, now: datetime) -> None:
+    """Empty a database for the demo; refuse one that holds data a demo did not write.
+
+    A database is the demo's when it is empty (new) or carries the demo's mark. Everything
+    in it is cleared (cycles, watermarks and anomalies too), so every run starts from the
+    same place and a seed gives the same story.
     """
     with db.session() as s:
-        for table in (GpuReadingRow, CostIntervalRow, FindingRow, PolicyStateRow,
-                      ActionJournalRow, AlertRow, InstanceRow):
-            s.execute(delete(table).where(col(table.provider).in_(providers)))
+        mine = control.get(s, DEMO_MARK) is not None
+        if not mine and any(s.exec(select(t).limit(1)).first() is not None
+                            for t in (InstanceRow, BillingLineRow, CycleRow)):
+            raise StoreError(
+                f"{db.safe_url} holds data that no demo wrote: the demo writes simulated "
+                f"spend only into a database of its own (default ./{DEMO_DATABASE}); "
+                "name an empty one with `costguard --database PATH demo`")
+    with db.session() as s:
+        for table in reversed(SQLModel.metadata.sorted_tables):
+            s.execute(delete(table))
+        control.put(s, DEMO_MARK, "costguard demo", now)
+
+
+def database_option(db: Database) -> str:
+    """How to name `db` to `costguard --database` again: a SQLite file by its path."""
+    path = sqlite_file(db.url)
+    return str(path) if path is not None else db.safe_url
+
+
+def week_shift(start: datetime) -> int:
+    """Hours to shift the simulated fleet's week by so that `start` is its DEMO_WEEK_HOUR."""
+    hour_of_week = start.weekday() * 24 + start.hour
+    return (DEMO_WEEK_HOUR - hour_of_week) % (7 * 24)
 
 
 def demo_policy_paths(settings: Settings) -> list[Path]:
@@ -89,8 +114,8 @@ def demo_policy_paths(settings: Settings) -> list[Path]:
 
 
 def demo_clock(now: datetime, hours: int) -> ManualClock:
-    """The demo's clock: `hours` before `now` (on the whole minute), so its last cycle is now."""
-    return ManualClock(now.replace(second=0, microsecond=0) - timedelta(hours=hours))
+    """The demo's clock: `hours` before `now`'s whole hour, so its last cycle is that hour."""
+    return ManualClock(now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=hours))
 
 
 def run_demo(
@@ -105,11 +130,12 @@ def run_demo(
     policy_paths = policy_paths or demo_policy_paths(settings)
     policies = enforced(load_policy_set(policy_paths))
     db = Database(settings.database_url)
+    claim_demo_database(db, clock.now())
     if providers is None:
-        sim_settings = (settings.providers.sim or SimSettings()).model_copy(
-            update={"managed_groups": True})  # an ASG and a node pool beside the pets
+        sim_settings = (settings.providers.sim or SimSettings()).model_copy(update={
+            "managed_groups": True,  # an ASG and a node pool beside the pets
+            "week_shift_hours": week_shift(clock.now())})
         providers = {"sim": SimProvider(sim_settings, clock)}
-    clear_simulated(db, list(providers))
     result = DemoResult(cycles=0, seconds=0.0)
 
     def show(kind: str, subject: str, body: str) -> None:
@@ -130,15 +156,15 @@ def run_demo(
         result.cycles += 1
         clock.advance(poll)
     result.seconds = time.perf_counter() - t0
-    _epilogue(console, db, end - timedelta(hours=hours), end, result, list(providers))
+    _epilogue(console, db, settings, end - timedelta(hours=hours), end, result, list(providers))
     db.dispose()
     return result
 
 
-def _epilogue(console: Console, db: Database, since: datetime, until: datetime,
-              result: DemoResult, providers: list[str]) -> None:
+def _epilogue(console: Console, db: Database, settings: Settings, since: datetime,
+              until: datetime, result: DemoResult, providers: list[str]) -> None:
     with db.session() as s:
-        by_team = spend(s, ["team"], since, until + timedelta(seconds=1))
+        by_team = spend_report(s, settings, ["team"], since, until + timedelta(seconds=1))
         journal = list(s.exec(select(ActionJournalRow).where(
             col(ActionJournalRow.provider).in_(providers), ActionJournalRow.action == "stop",
             ActionJournalRow.status == "done")))
@@ -160,8 +186,11 @@ def _epilogue(console: Console, db: Database, since: datetime, until: datetime,
                       f"{usd_micros(by_team.total.cost_micros)}.")
     console.print()
     to_table(by_team, console)
-    console.print("\nNext: [bold]costguard report --by team --since 7d[/] reads the same "
-                  "database; [bold]costguard report --by team --by instance-type[/] drills in.")
+    again = f"costguard --database {database_option(db)}"
+    console.print(f"\nNext: [bold]{again} report --by team --since 7d[/] reads the same "
+                  f"database; [bold]{again} report --by team --by instance-type[/] drills in;"
+                  f" [bold]{again} explain INSTANCE[/] says why one was or was not stopped.",
+                  highlight=False)
 
 
 def managed_summary(s: Session, providers: list[str]) -> list[str]:

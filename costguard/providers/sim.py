@@ -101,6 +101,8 @@ class SimProvider(SimGroupOps):
         self._hosts: dict[str, SimHost] = {}
         self._serial = 0
         self._last_launch_check = clock.now()
+        self._epoch = clock.now()  # the noise of a minute is seeded relative to this
+        self._week_shift = timedelta(hours=settings.week_shift_hours)
         self.calls: dict[str, int] = {"list": 0, "metrics": 0, "stop": 0, "start": 0, "tags": 0,
                                       "describe": 0, "terminate": 0, "describe_many": 0,
                                       "stop_many": 0, "tags_many": 0}
@@ -189,8 +191,9 @@ class SimProvider(SimGroupOps):
             return "no_process"
         if p == "finishes":
             return "busy" if host.busy_until and minute < host.busy_until else "no_process"
-        # notebook: office hours in UTC on weekdays, VRAM held the rest of the time
-        office = minute.weekday() < 5 and 9 <= minute.hour < 18
+        # notebook: office hours on weekdays of the fleet's week, VRAM held the rest of the time
+        local = minute + self._week_shift
+        office = local.weekday() < 5 and 9 <= local.hour < 18
         return "bursty" if office else "held_memory_idle"
 
     def _running_at(self, host: SimHost, minute: datetime) -> bool:
@@ -226,7 +229,8 @@ class SimProvider(SimGroupOps):
 
     def _owners_come_back(self, now: datetime) -> None:
         # a notebook stopped overnight is started again by its owner in the morning
-        if now.weekday() >= 5 or not 9 <= now.hour < 10:
+        local = now + self._week_shift
+        if local.weekday() >= 5 or not 9 <= local.hour < 10:
             return
         for host in self._hosts.values():
             if (host.profile == "notebook" and host.instance.state is InstanceState.STOPPED
@@ -242,7 +246,7 @@ class SimProvider(SimGroupOps):
         if first < start:
             first += timedelta(minutes=1)
         out: list[GpuMinute] = []
-        rng = random.Random(hash((self.settings.seed, first.timestamp())))
+        rng = random.Random(hash((self.settings.seed, (first - self._epoch).total_seconds())))
         for inst in instances:
             host = self._hosts.get(inst.instance_id)
             if host is None or not inst.has_gpu:

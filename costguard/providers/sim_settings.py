@@ -18,3 +18,7 @@ class SimSettings(BaseModel):
     # an Auto Scaling group and a GKE-like node pool beside the seeded fleet (`costguard demo`
     # turns them on): members a controller owns, never stopped as if they were alone
     managed_groups: bool = False
+    # the fleet's working week runs this many hours ahead of UTC (office hours are 9-18 of
+    # it, Monday to Friday): the demo sets it so that it always starts at the same hour of
+    # the fleet's week, and a seed tells the same story whatever the day
+    week_shift_hours: int = Field(default=0, ge=0, lt=7 * 24)

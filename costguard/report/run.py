@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from sqlmodel import Session
 
 from costguard.clock import SystemClock
 from costguard.costs.pricing import PriceCatalog, PriceOverrides
@@ -67,6 +68,17 @@ def catalog_for(settings: Any) -> PriceCatalog:
     return PriceCatalog(overrides=overrides)
 
 
+def spend_report(
+    session: Session, settings: Any, by: Sequence[str], since: datetime, until: datetime,
+    filters: Mapping[str, str] | None = None, *, compare: str | None = None,
+) -> Report:
+    """The one spend query behind every figure a person reads (the report in each format,
+    the demo's table): spot savings priced with the configured catalog wherever no spot run
+    of a type was seen, so no surface shows a different number for the same data."""
+    return spend(session, list(by), since, until, filters,
+                 spot_price=catalog_spot_price(catalog_for(settings)), compare=compare)
+
+
 def render_report(
     settings: Any, by: Sequence[str], since: str | datetime, until: str | datetime | None,
     filters: Sequence[str] | Mapping[str, str] | None, fmt: str, output: Path | None,
@@ -100,13 +112,11 @@ def render_report(
         raise ReportArgumentError(
             f"--since ({start:%Y-%m-%d %H:%M}) must be before --until ({end:%Y-%m-%d %H:%M})")
     wanted = parse_filters(filters)
-    catalog = catalog_for(settings)
     db = Database(settings.database_url, create=False)  # a report never creates one
     try:
         with db.session() as s:
             try:
-                report = spend(s, list(by), start, end, wanted,
-                               spot_price=catalog_spot_price(catalog), compare=compare)
+                report = spend_report(s, settings, by, start, end, wanted, compare=compare)
             except ValueError as exc:
                 raise ReportArgumentError(str(exc)) from None
             if fmt == "html":
@@ -132,8 +142,8 @@ def _table(report: Report, output: Path | None, console: Console | None) -> str:
     def draw(con: Console) -> None:
         to_table(report, con)
         if not report.rows and report.by:
-            con.print("No spend recorded in this period. Run `costguard demo` or "
-                      "`costguard run` first.")
+            con.print("No spend recorded in this period. Run `costguard run` first (the "
+                      "demo's spend: costguard --database costguard-demo.db report).")
         if report.compare == "billed" and not (report.total.billed_micros or 0):
             con.print("No bills imported for this period, so every gap reads -100%: import "
                       "one first (costguard billing import FILE).")

@@ -186,9 +186,10 @@ class Database:
         if not create:
             missing = sqlite_file(url)
             if missing is not None and not missing.exists():
-                raise StoreError(f"no costguard database at {missing}: run `costguard demo` "
-                                 "or `costguard run` first, or point database_url (or "
-                                 "COSTGUARD_DATABASE_URL) at yours")
+                raise StoreError(f"no costguard database at {missing}: run `costguard run` "
+                                 "first, or point database_url (or COSTGUARD_DATABASE_URL, "
+                                 "or `costguard --database`) at yours; the demo's is "
+                                 "`costguard --database costguard-demo.db ...`")
         self.engine = make_engine(url)
         if migrate:
             upgrade(self.engine)

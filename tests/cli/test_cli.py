@@ -66,7 +66,9 @@ def test_demo_then_report_reads_the_same_database(workdir: Path) -> None:
     result = runner.invoke(app, ["demo", "--hours", "4", "--quiet"])
     assert result.exit_code == 0, result.output
     assert "idle warnings" in result.output and "stopped" in result.output
-    report = runner.invoke(app, ["report", "--by", "team", "--since", "7d", "--format", "json"])
+    assert not (workdir / "costguard.db").exists()  # the demo's spend is not the store's
+    report = runner.invoke(app, ["--database", "costguard-demo.db", "report", "--by", "team",
+                                 "--since", "7d", "--format", "json"])
     assert report.exit_code == 0, report.output
     doc = json.loads(report.output)
     teams = {row["team"] for row in doc["rows"]}

@@ -173,7 +173,8 @@ def test_demo_ends_at_the_clock(workdir: ManualClock, tmp_path: Path) -> None:
     shutil.copytree(REPO / "policies", tmp_path / "policies")
     result = runner.invoke(app, ["demo", "--hours", "2", "--quiet"])
     assert result.exit_code == 0, result.output
-    db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
+    assert not (tmp_path / "cg.db").exists()  # the configured store is never the demo's
+    db = Database(f"sqlite:///{tmp_path / 'costguard-demo.db'}")
     with db.session() as s:
         starts = [_utc(c.started_at) for c in s.exec(
             select(CycleRow).order_by(col(CycleRow.id)))]
