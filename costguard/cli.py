@@ -13,7 +13,7 @@ from rich.console import Console
 
 from costguard.actions.commands import audit_command, simulate_command, snooze_command
 from costguard.alerts.commands import alerts_app
-from costguard.cli_common import cli_clock
+from costguard.cli_common import cli_clock, load_policies_or_exit
 from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
 from costguard.costs.commands import anomaly_app, billing_app, budget_app
@@ -159,20 +159,16 @@ def run(
     Example: costguard run --once --format json
     """
     from costguard.engine import Engine
-    from costguard.policy.load import load_with_warnings
     from costguard.providers.registry import build_providers
     from costguard.store.db import Database
 
     settings = _settings(config)
     clock = cli_clock()
+    warnings: list[SourceError] = []
+    policies = load_policies_or_exit(settings.policy_paths, warnings=warnings)
     try:
-        policies, warnings = load_with_warnings(settings.policy_paths)
         db = Database(settings.database_url)
         providers = build_providers(settings, clock)
-    except PolicyError as exc:
-        for e in exc.errors:
-            err.print(str(e), highlight=False, markup=False)
-        raise typer.Exit(2) from None
     except CostguardError as exc:
         raise _fail(exc) from None
     for w in warnings:
@@ -213,13 +209,12 @@ def demo(
 
     Example: costguard demo && costguard --database costguard-demo.db report --by team
     """
-    import costguard.cli_common as common
+    from costguard.cli_common import database_override, database_url
     from costguard.demo import DEMO_DATABASE, demo_clock, run_demo
 
     settings = _settings(config)
-    if common.DATABASE is None:  # never the configured store: simulated spend is not spend
-        settings = settings.model_copy(
-            update={"database_url": common.database_url(DEMO_DATABASE)})
+    if database_override() is None:  # never the configured store: simulated spend is not
+        settings = settings.model_copy(update={"database_url": database_url(DEMO_DATABASE)})
     try:
         if cloud == "sim":
             run_demo(settings, console, hours=hours or 48, verbose=not quiet,
@@ -289,15 +284,8 @@ def iam(
 
     Example: costguard iam --provider aws > costguard-policy.json
     """
-    from costguard.policy.load import load_policy_set
-
     settings = _settings(config)
-    try:
-        policies = load_policy_set(settings.policy_paths).policies
-    except PolicyError as exc:
-        for e in exc.errors:
-            err.print(str(e), highlight=False, markup=False)
-        raise typer.Exit(2) from None
+    policies = load_policies_or_exit(settings.policy_paths).policies
     acting = [p for p in policies if p.is_enforced
               and (p.stop_action or p.tag_action or p.scale_in_action
                    or p.scale_to_zero_action)]

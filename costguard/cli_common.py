@@ -19,15 +19,22 @@ from costguard.errors import CostguardError
 
 if TYPE_CHECKING:  # costguard.config loads every provider's settings (boto3): not for `fail`
     from costguard.config import Settings
+    from costguard.errors import SourceError
+    from costguard.policy.schema import PolicySet
 
 err = Console(stderr=True)
 
 # The clock commands read "now" from (never datetime.now); tests put a ManualClock here.
 CLOCK: Clock = SystemClock()
 
-# `costguard --database URL|PATH ...`: the store every command uses instead of the configured
-# one (set by the top-level option, None when not given).
+# `costguard --database URL|PATH ...`: the store this command uses instead of the configured
+# one. The top-level callback sets it on every invocation (None when not given).
 DATABASE: str | None = None
+
+
+def database_override() -> str | None:
+    """The store `costguard --database` named for this command (None: not given)."""
+    return DATABASE
 
 
 def database_url(value: str) -> str:
@@ -59,7 +66,36 @@ def load_settings_or_exit(config: Path | None) -> Settings:
         settings = load_settings(config)
     except CostguardError as exc:
         raise fail(exc) from None
-    if DATABASE is not None:
-        settings = settings.model_copy(update={"database_url": DATABASE})
+    override = database_override()
+    if override is not None:
+        settings = settings.model_copy(update={"database_url": override})
     register_settings(settings)  # masked in every log line from here on
     return settings
+
+
+def load_policies_or_exit(
+    paths: list[Path], *, configured: bool = True, warnings: list[SourceError] | None = None,
+) -> PolicySet:
+    """The policies at `paths`; every problem as FILE:LINE:COL on stderr and exit 2.
+
+    `configured`: the paths came from the configuration (`policy_paths`), so a missing one
+    is followed by where that is set and how to get example policies. Warnings about
+    policies that load are appended to `warnings` when a list is given.
+    """
+    from costguard.errors import PolicyError
+    from costguard.policy.load import load_with_warnings
+
+    try:
+        policies, found = load_with_warnings(paths)
+    except PolicyError as exc:
+        for e in exc.errors:
+            err.print(str(e), highlight=False, markup=False, soft_wrap=True)
+        if configured and any("no such file or directory" in e.message for e in exc.errors):
+            err.print(f"hint: policies are read from policy_paths in costguard.yaml or "
+                      f"COSTGUARD_POLICY_PATHS (now: {', '.join(str(p) for p in paths)}); "
+                      "`costguard init DIR` writes the example policies and a config that "
+                      "names them.", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    if warnings is not None:
+        warnings.extend(found)
+    return policies

@@ -137,3 +137,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("reliability figures")
         for line in found:
             terminalreporter.write_line(line)
+
+
+@pytest.fixture(autouse=True)
+def _no_database_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`costguard --database` is kept for one invocation in `cli_common.DATABASE`; a test
+    that invokes a sub-command's Typer app directly must not inherit an earlier test's."""
+    from costguard import cli_common
+
+    monkeypatch.setattr(cli_common, "DATABASE", None)

@@ -16,12 +16,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from costguard.cli_common import cli_clock
+from costguard.cli_common import cli_clock, load_policies_or_exit
 from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
-from costguard.errors import CostguardError, PolicyError
+from costguard.errors import CostguardError
 from costguard.policy.base import duration_arg
-from costguard.policy.schema import PolicySet
 
 console = Console()
 err = Console(stderr=True)
@@ -54,17 +53,6 @@ def _since(text: str, now: datetime) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
-def _load_policies(paths: list[Path]) -> PolicySet:
-    from costguard.policy.load import load_policy_set
-
-    try:
-        return load_policy_set(paths)
-    except PolicyError as exc:
-        for e in exc.errors:
-            err.print(str(e), highlight=False, markup=False, soft_wrap=True)
-        raise typer.Exit(2) from None
-
-
 def snooze_command(
     instance: Annotated[str, typer.Argument(help="Instance id, e.g. i-0abc... or a GCP name.")],
     reason: Annotated[str, typer.Option(help="Why (kept in the audit trail).")],
@@ -86,7 +74,7 @@ def snooze_command(
         raise typer.BadParameter("say why, e.g. --reason \"long eval tonight\"",
                                  param_hint="--reason")
     settings = _settings(config)
-    policies = _load_policies(settings.policy_paths)
+    policies = load_policies_or_exit(settings.policy_paths)
     clock = cli_clock()
     try:
         db = Database(settings.database_url)
@@ -168,7 +156,8 @@ def simulate_command(
 ) -> None:
     """Backtest: replay stored history through a policy; what would it have done?
 
-    Example: costguard demo && costguard simulate --policy policies/idle-gpu.yml --since 30d
+    Example: costguard demo && costguard --database costguard-demo.db simulate
+    --policy policies/idle-gpu.yml --since 7d
     """
     from costguard.simulate.backtest import backtest_policies, policies_named
     from costguard.store.db import Database
@@ -177,10 +166,10 @@ def simulate_command(
     now = cli_clock().now()
     start = _since(since, now)
     every = duration_arg(step) if step else None
-    policies = _load_policies(policy_file)
+    policies = load_policies_or_exit(policy_file, configured=False)
     try:
         chosen = policies_named(policies.policies, name)
-        db = Database(settings.database_url)
+        db = Database(settings.database_url, create=False)  # it only reads history
     except (KeyError, CostguardError) as exc:
         raise _fail(exc.args[0] if isinstance(exc, KeyError) else exc) from None
     with db.session() as s:  # together: they share the fleet-wide `safety` caps, as live

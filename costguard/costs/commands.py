@@ -17,10 +17,10 @@ from rich.console import Console
 from rich.table import Table
 from sqlmodel import col, select
 
-from costguard.cli_common import cli_clock
+from costguard.cli_common import cli_clock, load_policies_or_exit
 from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
-from costguard.errors import CostguardError, PolicyError
+from costguard.errors import CostguardError
 
 if TYPE_CHECKING:
     from costguard.policy.schema import PolicySet
@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 console = Console()
 err = Console(stderr=True)
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="costguard.yaml")]
-PoliciesOpt = Annotated[Path, typer.Option("--policies", help="Policy directory or file.")]
+PoliciesOpt = Annotated[Path | None, typer.Option(
+    "--policies", help="Policy directory or file (default: the configured policy_paths).")]
 FormatOpt = Annotated[Literal["text", "json"], typer.Option(
     "--format", help="text (a table) or json (for scripts).")]
 
@@ -63,7 +64,7 @@ def _db(config: Path | None, *, create: bool = True) -> Database:
 def billing_import(
     file: Annotated[Path, typer.Argument(help="FOCUS 1.x export: CSV or Parquet")],
     config: ConfigOpt = None,
-    policies: PoliciesOpt = Path("policies"),
+    policies: PoliciesOpt = None,
 ) -> None:
     """Import a FOCUS cost export; attribution rules from the policies tag its lines.
 
@@ -73,7 +74,7 @@ def billing_import(
     from costguard.costs.billing import import_focus
 
     try:
-        attributor = Attributor(_policy_set(policies).attribution)
+        attributor = Attributor(_policy_set(policies, config).attribution)
         db = _db(config)
         with db.session() as s:
             result = import_focus(s, file, attributor, cli_clock().now())
@@ -217,18 +218,15 @@ def anomaly_expected(anomaly_id: Annotated[int, typer.Argument(help="Anomaly id.
     _feedback(anomaly_id, "expected", config)
 
 
-def _policy_set(policies: Path) -> PolicySet:
-    from costguard.policy.load import load_policy_set
-
-    if not policies.exists():
-        from costguard.policy.schema import PolicySet
-
-        return PolicySet()
-    return load_policy_set([policies])
+def _policy_set(policies: Path | None, config: Path | None) -> PolicySet:
+    """The policies `--policies` names, else the configured ones (a missing path is exit 2)."""
+    if policies is not None:
+        return load_policies_or_exit([policies], configured=False)
+    return load_policies_or_exit(_settings(config).policy_paths)
 
 
 @budget_app.command("status")
-def budget_status_cmd(config: ConfigOpt = None, policies: PoliciesOpt = Path("policies"),
+def budget_status_cmd(config: ConfigOpt = None, policies: PoliciesOpt = None,
                       fmt: FormatOpt = "text") -> None:
     """Each budget's spend this month and its forecast to month end.
 
@@ -237,15 +235,11 @@ def budget_status_cmd(config: ConfigOpt = None, policies: PoliciesOpt = Path("po
     from costguard.costs.budgets import budget_status
 
     now = cli_clock().now()
+    pset = _policy_set(policies, config)
     try:
-        pset = _policy_set(policies)
         db = _db(config, create=False)
         with db.session() as s:
             statuses = [budget_status(s, b, now) for b in pset.budgets]
-    except PolicyError as exc:
-        for e in exc.errors:
-            err.print(str(e), highlight=False, markup=False)
-        raise typer.Exit(2) from None
     except CostguardError as exc:
         raise _fail(exc) from None
     if fmt == "json":

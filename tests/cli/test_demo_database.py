@@ -12,6 +12,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy import func
+from sqlmodel import SQLModel, select
 from typer.testing import CliRunner
 
 from costguard import cli_common
@@ -20,6 +22,7 @@ from costguard.clock import ManualClock
 from costguard.config import Settings
 from costguard.report.run import spend_report
 from costguard.store.db import Database
+from costguard.store.tables import InstanceRow
 
 REPO = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)  # a Tuesday
@@ -77,13 +80,23 @@ def test_the_demo_refuses_a_database_it_did_not_write(
     monkeypatch.setenv("COSTGUARD_POLICY_PATHS", "[]")
     (tmp_path / "costguard.yaml").write_text("providers:\n  sim: {instances: 3, seed: 4}\n")
     assert runner.invoke(app, ["run", "--once"]).exit_code == 0  # real data (of a kind)
-    before = (tmp_path / "configured.db").read_bytes()
+    before = _rows(tmp_path / "configured.db")
+    assert before[InstanceRow.__tablename__] == 3
     result = runner.invoke(app, ["--database", str(tmp_path / "configured.db"), "demo",
                                  "--hours", "1", "--quiet"])
     assert result.exit_code == 2
     assert "holds data that no demo wrote" in result.output
     assert "Traceback" not in result.output
-    assert (tmp_path / "configured.db").read_bytes() == before
+    assert _rows(tmp_path / "configured.db") == before  # nothing cleared, nothing added
+
+
+def _rows(path: Path) -> dict[str, int]:
+    db = Database(f"sqlite:///{path}")
+    with db.session() as s:
+        counts = {t.name: s.execute(select(func.count()).select_from(t)).scalar_one()
+                  for t in SQLModel.metadata.sorted_tables}
+    db.dispose()
+    return counts
 
 
 def _money(text: str) -> list[str]:

@@ -44,10 +44,12 @@ def test_billing_import_reports_lines_and_a_missing_file_is_a_clear_error(
         db: Database, tmp_path: Path) -> None:
     export = tmp_path / "focus.csv"
     export.write_text(HEADER + focus_line("12.5", "research"))
-    ok = CliRunner().invoke(billing_app, ["import", str(export)])
+    ok = CliRunner().invoke(billing_app, ["import", str(export)],
+                            env={"COSTGUARD_POLICY_PATHS": "[]"})  # no policies configured
     assert ok.exit_code == 0, ok.output
     assert "1 line(s) imported" in ok.output and "$12.50" in ok.output
-    missing = CliRunner().invoke(billing_app, ["import", str(tmp_path / "nope.csv")])
+    missing = CliRunner().invoke(billing_app, ["import", str(tmp_path / "nope.csv")],
+                                 env={"COSTGUARD_POLICY_PATHS": "[]"})
     assert missing.exit_code == 2 and "does not exist" in missing.output
 
 

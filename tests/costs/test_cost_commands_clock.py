@@ -73,7 +73,8 @@ def test_anomaly_feedback_is_stamped_with_the_clock(db: Database) -> None:
 def test_billing_import_stamps_lines_with_the_clock(db: Database, tmp_path: Path) -> None:
     export = tmp_path / "focus.csv"
     export.write_text(HEADER + focus_line("12.5", "research"))
-    out = CliRunner().invoke(billing_app, ["import", str(export)])
+    out = CliRunner().invoke(billing_app, ["import", str(export)],
+                             env={"COSTGUARD_POLICY_PATHS": "[]"})  # none configured
     assert out.exit_code == 0, out.output
     with db.session() as s:
         stamps = [r.imported_at.replace(tzinfo=UTC) for r in s.exec(select(BillingLineRow))]
