@@ -270,6 +270,49 @@ def report(
 
 
 @app.command()
+def explain(
+    instance: Annotated[str, typer.Argument(help="Instance id (i-0abc..., a GCE name) or name.")],
+    config: ConfigOpt = None,
+    at: Annotated[str | None, typer.Option(
+        help="As of this time: a duration back (2h) or a date (default: the last cycle).")
+    ] = None,
+    fmt: Annotated[Literal["text", "json"], typer.Option("--format", help="text or json.")
+                   ] = "text",
+) -> None:
+    """Why costguard did, or did not, act on one instance: every policy's filters and
+    condition, protection, snooze, owner, mode, and the journal.
+
+    Example: costguard explain i-0abc123 (or: costguard --database costguard-demo.db explain
+    research-p4d-22)
+    """
+    from costguard.demo import demo_policies
+    from costguard.report.explain import explain as explain_instance
+    from costguard.report.run import catalog_for, parse_when
+    from costguard.store.db import Database
+
+    settings = _settings(config)
+    now = cli_clock().now()
+    try:
+        when = parse_when(at, now, "--at") if at else None
+        db = Database(settings.database_url, create=False)  # it only reads
+        try:
+            with db.session() as s:
+                # a demo's database: judged by the policies the demo ran, as it ran them
+                policies = demo_policies(s) or load_policies_or_exit(settings.policy_paths)
+                answer = explain_instance(s, instance, policies, catalog_for(settings), now,
+                                          at=when)
+        finally:
+            db.dispose()
+    except CostguardError as exc:
+        raise _fail(exc) from None
+    if fmt == "json":
+        print(json.dumps(answer.as_json(), indent=2))
+        return
+    for line in answer.lines():  # not wrapped: a long evidence line stays one line
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+@app.command()
 def iam(
     config: ConfigOpt = None,
     provider: Annotated[Literal["aws", "gcp"], typer.Option(help="Which cloud.")] = "aws",

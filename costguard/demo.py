@@ -12,6 +12,7 @@ everywhere else), so the demo shows warnings, stops and their effect on spend.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -64,6 +65,7 @@ def enforced(policies: PolicySet) -> PolicySet:
 
 DEMO_DATABASE = "costguard-demo.db"
 DEMO_MARK = "demo"  # control key: this database was written by `costguard demo`
+DEMO_POLICIES = "demo:policies"  # control key: the policy paths it ran (enforced), as JSON
 # the hour of the simulated fleet's week every demo starts at (Monday 06:00 of its week)
 DEMO_WEEK_HOUR = 6
 
@@ -87,6 +89,18 @@ def claim_demo_database(db: Database, now: datetime) -> None:
         for table in reversed(SQLModel.metadata.sorted_tables):
             s.execute(delete(table))
         control.put(s, DEMO_MARK, "costguard demo", now)
+
+
+def demo_policies(s: Session) -> PolicySet | None:
+    """The policies a demo database was written with, enforced as the demo ran them (None:
+    not a demo's database, or its policy files are gone)."""
+    raw = control.get(s, DEMO_POLICIES) if control.get(s, DEMO_MARK) else None
+    if raw is None:
+        return None
+    paths = [Path(p) for p in json.loads(raw)]
+    if not all(p.exists() for p in paths):
+        return None
+    return enforced(load_policy_set(paths))
 
 
 def database_option(db: Database) -> str:
@@ -131,6 +145,9 @@ def run_demo(
     policies = enforced(load_policy_set(policy_paths))
     db = Database(settings.database_url)
     claim_demo_database(db, clock.now())
+    with db.session() as s:  # `costguard explain` judges the demo's instances by these
+        control.put(s, DEMO_POLICIES, json.dumps([str(p.resolve()) for p in policy_paths]),
+                    clock.now())
     if providers is None:
         sim_settings = (settings.providers.sim or SimSettings()).model_copy(update={
             "managed_groups": True,  # an ASG and a node pool beside the pets
