@@ -1,11 +1,14 @@
 """Spend anomalies: each rule's dimension values against a robust seasonal baseline.
 
 Each cycle judges the last complete bucket (day or hour) of every value of the rule's
-dimension. An anomaly is stored once (rule, value, bucket), explained down to instance type,
-region, instances and their idle state, and alerted through the outbox. Feedback teaches
-the detector: `ack` closes the episode (the next buckets of the same run stay quiet), and
-`expected` makes the new level normal: it joins the baseline, and buckets up to 10% above
-it stay quiet for four weeks.
+dimension. As AWS Cost Anomaly Detection does, a continuing deviation is one anomaly: it
+opens on the first anomalous bucket, each next anomalous bucket extends it (its spend, usual
+spend and impact are sums over its buckets; its causes, down to instance type, region,
+instances and their idle state, add up to its impact), and it ends at the first bucket back
+to normal. It is alerted through the outbox when it opens and again each time its impact
+doubles, never every hour. Feedback teaches the detector: `ack` silences the rest of the
+run, and `expected` makes the new level normal: it joins the baseline, and buckets up to
+10% above it stay quiet for four weeks.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import ColumnElement, Table, func
 from sqlalchemy import select as sa_select
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col, or_, select
 
 from costguard.alerts.outbox import enqueue
 from costguard.costs.baseline import Season, judge
@@ -28,6 +31,7 @@ from costguard.store.tables import AnomalyRow
 
 EXPECTED_MEMORY = timedelta(days=28)
 EXPECTED_HEADROOM = 1.10
+GROWTH_REALERT = 2.0  # an open anomaly is alerted again each time its impact doubles
 _COLUMN = {"team": "team", "project": "project", "env": "env", "cost-center": "cost_center",
            "cost_center": "cost_center", "provider": "provider", "account": "account",
            "region": "region", "instance_type": "instance_type",
@@ -89,82 +93,156 @@ def spend_series(session: Session, rule: AnomalyRule, since: datetime,
 
 
 def detect_anomalies(session: Session, policy_set: PolicySet, now: datetime) -> list[Anomaly]:
-    """Judge the last complete bucket of every rule; store, explain and alert new anomalies."""
+    """Judge the last complete bucket of every rule's values: open an anomaly, extend the
+    one still going on, or end it when spend is back to normal. Returns the anomalies that
+    were opened or grew this time."""
     found: list[Anomaly] = []
     for rule in policy_set.anomalies:
         season = Season.for_granularity(rule.granularity)
         bucket = last_complete_bucket(now, rule.granularity)
         since = bucket - season.step * season.history
         series = spend_series(session, rule, since, bucket + season.step)
-        feedback = _feedback(session, rule.name, since)
-        for value, values in sorted(series.items()):
-            if (value, bucket) in feedback["any"]:
+        runs = _runs(session, rule.name, since)
+        going = {r.value: r for r in runs if r.ended_at is None}
+        for value in sorted(set(series) | set(going)):
+            run = going.get(value)
+            if run is not None and _last(run) >= bucket:
                 continue  # judged before
+            if run is not None and _last(run) < bucket - season.step:
+                _end(session, run, _last(run) + season.step)  # a bucket went unjudged
+                run = None
+            values = series.get(value, {})
+            excluded = frozenset(b for r in runs if r.value == value and r.status != "expected"
+                                 for b in _buckets(r, season))
             verdict = judge(values, bucket, season, sensitivity=rule.sensitivity,
-                            min_impact=rule.min_impact_usd * 1e6,
-                            excluded=frozenset(b for v, b in feedback["exclude"] if v == value))
+                            min_impact=rule.min_impact_usd * 1e6, excluded=excluded)
             if not verdict.anomalous:
+                if run is not None:
+                    _end(session, run, bucket)  # spend came back to normal
                 continue
-            found.append(_record(session, rule, value, bucket, verdict.actual, verdict.baseline,
-                                 season, now))
+            if run is None:
+                found.append(_open(session, rule, value, bucket, verdict.actual,
+                                   verdict.baseline, season, now))
+            else:
+                found.append(_extend(session, rule, run, bucket, verdict.actual,
+                                     verdict.baseline, season, now))
     return found
 
 
-def _feedback(session: Session, rule: str, since: datetime) -> dict[str, set[tuple[str, datetime]]]:
-    rows = session.exec(select(AnomalyRow).where(
-        col(AnomalyRow.rule) == rule, col(AnomalyRow.bucket_start) >= since)).all()
-    return {
-        "any": {(r.value, r.bucket_start) for r in rows},
-        # past anomalies stay out of baselines, unless someone said they were expected
-        "exclude": {(r.value, r.bucket_start) for r in rows if r.status != "expected"},
-    }
+def _last(run: AnomalyRow) -> datetime:
+    return run.last_bucket or run.bucket_start
 
 
-def _quiet_reason(rule: AnomalyRule, value: str, bucket: datetime, actual: float,
-                  season: Season, session: Session) -> str | None:
-    previous = session.exec(select(AnomalyRow).where(
-        col(AnomalyRow.rule) == rule.name, col(AnomalyRow.value) == value,
-        col(AnomalyRow.bucket_start) == bucket - season.step)).first()
-    if previous is not None and previous.status in ("acked", "quiet"):
-        return "quiet"  # the same run as an acknowledged anomaly
+def _buckets(run: AnomalyRow, season: Season) -> list[datetime]:
+    out, b = [], run.bucket_start
+    while b <= _last(run):
+        out.append(b)
+        b += season.step
+    return out
+
+
+def _runs(session: Session, rule: str, since: datetime) -> list[AnomalyRow]:
+    """The rule's anomalies that reach into [since, ...) or are still going on."""
+    return list(session.exec(select(AnomalyRow).where(
+        col(AnomalyRow.rule) == rule,
+        or_(col(AnomalyRow.ended_at).is_(None), col(AnomalyRow.last_bucket) >= since,
+            col(AnomalyRow.bucket_start) >= since))))
+
+
+def _end(session: Session, run: AnomalyRow, at: datetime) -> None:
+    run.ended_at = at
+    session.add(run)
+
+
+def _expected(rule: AnomalyRule, value: str, bucket: datetime, actual: float,
+              session: Session) -> bool:
+    """Within 10% of a level someone marked expected in the last four weeks."""
     expected = session.exec(select(AnomalyRow).where(
         col(AnomalyRow.rule) == rule.name, col(AnomalyRow.value) == value,
         col(AnomalyRow.status) == "expected",
         col(AnomalyRow.bucket_start) >= bucket - EXPECTED_MEMORY)).all()
-    if any(actual <= e.actual_micros * EXPECTED_HEADROOM for e in expected):
-        return "quiet"  # within what someone said to expect
-    return None
+    return any(actual <= e.actual_micros / max(e.buckets, 1) * EXPECTED_HEADROOM
+               for e in expected)
 
 
-def _record(session: Session, rule: AnomalyRule, value: str, bucket: datetime, actual: float,
-            baseline: float, season: Season, now: datetime) -> Anomaly:
-    from costguard.costs.explain import cause_lines, explain
+def _open(session: Session, rule: AnomalyRule, value: str, bucket: datetime, actual: float,
+          baseline: float, season: Season, now: datetime) -> Anomaly:
+    from costguard.costs.explain import explain, headline
 
-    causes, text = explain(session, rule, value, bucket, season, actual - baseline, now)
-    status = _quiet_reason(rule, value, bucket, actual, season, session) or "open"
+    causes = explain(session, rule, value, bucket, season, actual, baseline, now)
+    impact = round(actual) - round(baseline)
+    status = "quiet" if _expected(rule, value, bucket, actual, session) else "open"
     row = AnomalyRow(rule=rule.name, dimension=rule.dimension, value=value,
-                     granularity=rule.granularity, bucket_start=bucket,
-                     actual_micros=round(actual), baseline_micros=round(baseline),
-                     impact_micros=round(actual - baseline), explanation=text, causes=causes,
+                     granularity=rule.granularity, bucket_start=bucket, last_bucket=bucket,
+                     buckets=1, actual_micros=round(actual), baseline_micros=round(baseline),
+                     impact_micros=impact,
+                     explanation=headline(rule, value, impact, 1, causes, now), causes=causes,
                      status=status, detected_at=now)
     session.add(row)
     session.flush()
-    alerted = False
-    if status == "open":
-        alerted = enqueue(
-            session, dedupe_key=f"anomaly:{rule.name}:{value}:{bucket.isoformat()}",
-            kind="anomaly", severity="warning", subject=text,
-            body=(f"{text}\n" + "".join(f"{line}\n" for line in cause_lines(causes)) +
-                  f"Usual for this {'weekday' if rule.granularity == 'day' else 'hour'}:"
-                  f" ${baseline / 1e6:,.2f}; this {rule.granularity}: ${actual / 1e6:,.2f}.\n"
-                  f"If this is fine: costguard anomaly expected {row.id}  "
-                  f"(or ack {row.id} to silence this run)"),
-            now=now, policy=rule.name, team=value if rule.dimension == "team" else None,
-            context={"anomaly_id": row.id, "rule": rule.name, "value": value,
-                     "bucket": bucket.isoformat(), "causes": causes})
-    return Anomaly(id=row.id or 0, rule=rule.name, value=value, bucket=bucket,
+    alerted = status == "open" and _alert(session, rule, row, now, grew_from=None)
+    return _anomaly(row, alerted)
+
+
+def _extend(session: Session, rule: AnomalyRule, run: AnomalyRow, bucket: datetime,
+            actual: float, baseline: float, season: Season, now: datetime) -> Anomaly:
+    """One more anomalous bucket of a run: its sums, causes and headline grow; alerted again
+    (if open) once its impact has doubled since it was last alerted."""
+    from costguard.costs.explain import explain, headline, merge_causes
+
+    causes = explain(session, rule, run.value, bucket, season, actual, baseline, now)
+    run.causes = merge_causes(list(run.causes or []), causes)
+    run.actual_micros += round(actual)
+    run.baseline_micros += round(baseline)
+    run.impact_micros += round(actual) - round(baseline)
+    run.buckets += 1
+    run.last_bucket = bucket
+    run.explanation = headline(rule, run.value, run.impact_micros, run.buckets, run.causes, now)
+    session.add(run)
+    session.flush()
+    grew = (run.status == "open" and run.alerted_impact_micros > 0
+            and run.impact_micros >= GROWTH_REALERT * run.alerted_impact_micros)
+    alerted = grew and _alert(session, rule, run, now, grew_from=run.alerted_impact_micros)
+    return _anomaly(run, alerted)
+
+
+def _alert(session: Session, rule: AnomalyRule, row: AnomalyRow, now: datetime, *,
+           grew_from: int | None) -> bool:
+    from costguard.costs.explain import cause_lines
+
+    unit = "weekday" if rule.granularity == "day" else "hour"
+    last = _last(row)
+    key = f"anomaly:{rule.name}:{row.value}:{row.bucket_start.isoformat()}"
+    subject = row.explanation
+    lead = ""
+    if grew_from is not None:
+        key += f":grew:{last.isoformat()}"
+        subject = f"still growing: {row.explanation}"
+        lead = (f"Anomaly {row.id} has gone on since {row.bucket_start:%Y-%m-%d %H:%M} UTC "
+                f"({row.buckets} {rule.granularity}s): its impact is now "
+                f"${row.impact_micros / 1e6:,.2f}, ${grew_from / 1e6:,.2f} when last alerted.\n")
+    sent = enqueue(
+        session, dedupe_key=key, kind="anomaly", severity="warning", subject=subject,
+        body=(lead + f"{row.explanation}\n" +
+              "".join(f"{line}\n" for line in cause_lines(list(row.causes or []))) +
+              f"Usual for {'this ' + unit if row.buckets == 1 else 'these ' + unit + 's'}: "
+              f"${row.baseline_micros / 1e6:,.2f}; spent: ${row.actual_micros / 1e6:,.2f}.\n"
+              f"If this is fine: costguard anomaly expected {row.id}  "
+              f"(or ack {row.id} to silence the rest of it)"),
+        now=now, policy=rule.name, team=row.value if rule.dimension == "team" else None,
+        context={"anomaly_id": row.id, "rule": rule.name, "value": row.value,
+                 "bucket": row.bucket_start.isoformat(), "last_bucket": last.isoformat(),
+                 "impact_usd": row.impact_micros / 1e6, "causes": row.causes})
+    if sent:
+        row.alerted_impact_micros = row.impact_micros
+        session.add(row)
+    return sent
+
+
+def _anomaly(row: AnomalyRow, alerted: bool) -> Anomaly:
+    return Anomaly(id=row.id or 0, rule=row.rule, value=row.value, bucket=row.bucket_start,
                    actual_micros=row.actual_micros, baseline_micros=row.baseline_micros,
-                   explanation=text, alerted=alerted)
+                   explanation=row.explanation, alerted=alerted)
 
 
 def give_feedback(session: Session, anomaly_id: int, verdict: str, now: datetime) -> AnomalyRow:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import typer
 from rich.console import Console
 from rich.table import Table
-from sqlmodel import col, select
+from sqlmodel import col, or_, select
 
 from costguard.cli_common import cli_clock, load_policies_or_exit
 from costguard.cli_common import fail as _fail
@@ -37,9 +37,13 @@ FormatOpt = Annotated[Literal["text", "json"], typer.Option(
 
 
 def _anomaly_json(r: AnomalyRow, *, causes: bool = False) -> dict[str, Any]:
+    last = r.last_bucket or r.bucket_start
     out: dict[str, Any] = {
         "id": r.id, "rule": r.rule, "dimension": r.dimension, "value": r.value,
         "granularity": r.granularity, "bucket_start": r.bucket_start.isoformat(),
+        "last_bucket": last.isoformat(), "buckets": r.buckets,
+        "ended_at": r.ended_at.isoformat() if r.ended_at else None,
+        "ongoing": r.ended_at is None,
         "actual_usd": r.actual_micros / 1e6, "baseline_usd": r.baseline_micros / 1e6,
         "impact_usd": r.impact_micros / 1e6, "status": r.status,
         "explanation": r.explanation}
@@ -136,18 +140,21 @@ def anomaly_list(
         start = parse_when(since, cli_clock().now(), "--since")
         db = _db(config, create=False)
         with db.session() as s:
-            rows = s.exec(select(AnomalyRow).where(col(AnomalyRow.bucket_start) >= start)
-                          .order_by(col(AnomalyRow.bucket_start).desc())).all()
+            rows = s.exec(select(AnomalyRow).where(or_(  # every run reaching into the window
+                col(AnomalyRow.bucket_start) >= start, col(AnomalyRow.last_bucket) >= start,
+            )).order_by(
+                    col(AnomalyRow.bucket_start).desc())).all()
     except CostguardError as exc:
         raise _fail(exc) from None
     if fmt == "json":
         print(json.dumps([_anomaly_json(r) for r in rows], indent=2))
         return
     table = Table(title="Spend anomalies", title_justify="left")
-    for name in ("id", "when", "rule", "status", "explanation"):
+    for name in ("id", "from", "until", "rule", "status", "explanation"):
         table.add_column(name)
     for r in rows:
-        table.add_row(str(r.id), f"{r.bucket_start:%Y-%m-%d %H:%M}", r.rule, r.status,
+        until = f"{r.ended_at:%Y-%m-%d %H:%M}" if r.ended_at else "ongoing"
+        table.add_row(str(r.id), f"{r.bucket_start:%Y-%m-%d %H:%M}", until, r.rule, r.status,
                       r.explanation)
     console.print(table)
 
@@ -176,8 +183,11 @@ def anomaly_show(anomaly_id: Annotated[int, typer.Argument(help="Anomaly id.")],
         return
     out = Console(highlight=False, soft_wrap=True)
     out.print(f"anomaly {row.id} ({row.status}): {row.explanation}", markup=False)
-    out.print(f"{row.granularity} from {row.bucket_start:%Y-%m-%d %H:%M} UTC, rule {row.rule}: "
-              f"${row.actual_micros / 1e6:,.2f} against a usual ${row.baseline_micros / 1e6:,.2f}",
+    until = (f"until {row.ended_at:%Y-%m-%d %H:%M} UTC" if row.ended_at
+             else "still going on")
+    out.print(f"{row.buckets} {row.granularity}(s) from {row.bucket_start:%Y-%m-%d %H:%M} UTC, "
+              f"{until}, rule {row.rule}: ${row.actual_micros / 1e6:,.2f} against a usual "
+              f"${row.baseline_micros / 1e6:,.2f}, impact ${row.impact_micros / 1e6:,.2f}",
               markup=False)
     for line in cause_lines(list(row.causes or []), limit=50):
         out.print(line, markup=False)

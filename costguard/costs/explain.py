@@ -1,11 +1,12 @@
 """Why a dimension value spent more: the instance types, regions and instances behind it.
 
-The anomalous bucket is compared with the average of the season before it (the previous
-week of days, or day of hours) per (instance type, region); the group that grew most is
-named with its new instances (no cost in the history before that season) and those of them
-that sat idle, and since when; for a rule on any other dimension than team, also the team(s)
-those instances belong to. The causes (stored with the anomaly, and in its alert) list the
-instance ids.
+The anomalous bucket's usual spend is shared out over (instance type, region) groups by their
+share of the season before it (the previous week of days, or day of hours); the groups that
+spent most above their share are named with their new instances (no cost in the history
+before that season) and those of them that sat idle, and since when; for a rule on any
+other dimension than team, also the team(s) those instances belong to. What is left is one
+"everything else" cause, so the causes add up to the impact. The causes (stored with the
+anomaly, and in its alert) list the instance ids; a run of buckets sums them.
 """
 
 from __future__ import annotations
@@ -63,8 +64,15 @@ def _idle_since(session: Session, rule: AnomalyRule, value: str, ids: set[str],
 
 
 def explain(session: Session, rule: AnomalyRule, value: str, bucket: datetime, season: Season,
-            impact: float, now: datetime) -> tuple[list[dict[str, Any]], str]:
-    """(causes, one-line explanation) of an anomaly of `value` in `bucket`."""
+            actual: float, baseline: float, now: datetime) -> list[dict[str, Any]]:
+    """The causes of `value`'s spend of `actual` against a usual `baseline` in `bucket`.
+
+    The baseline is shared out over (instance type, region) groups by their share of the
+    season before (or of this bucket, when there was nothing before); each group's cause is
+    what it spent above its share. The two groups that grew most are named; what is left of
+    the impact is one "everything else" cause, so the causes always add up to the impact
+    (`delta_micros`, exactly: round(actual) - round(baseline)).
+    """
     now_full = _instance_rows(session, rule, value, bucket, bucket + season.step)
     now_rows = {i: r[:4] for i, r in now_full.items()}
     before_lo = bucket - season.step * season.period
@@ -74,15 +82,21 @@ def explain(session: Session, rule: AnomalyRule, value: str, bucket: datetime, s
         groups[(itype, region)][0] += cost
     for itype, region, cost, _ in before_rows.values():
         groups[(itype, region)][1] += cost / season.period
+    before_total = sum(b for _, b in groups.values())
+    now_total = sum(n for n, _ in groups.values())
+    impact = round(actual) - round(baseline)
+
+    def share(now_cost: float, before_cost: float) -> float:
+        if before_total > 0:
+            return baseline * before_cost / before_total
+        return baseline * now_cost / now_total if now_total > 0 else 0.0
+
     # "new": no cost in the history before the last season (launched within the last week)
     older = _instances(session, rule, value, bucket - season.step * season.history, before_lo)
-    ranked = sorted(groups.items(), key=lambda kv: -(kv[1][0] - kv[1][1]))
-    unit = "day" if rule.granularity == "day" else "hour"
-    head = f"{rule.dimension} {value} +${impact / 1e6:,.0f}/{unit}"
+    ranked = sorted(((key, n - share(n, b)) for key, (n, b) in groups.items()),
+                    key=lambda kv: (-kv[1], kv[0]))
     causes: list[dict[str, Any]] = []
-    phrases: list[str] = []
-    for (itype, region), (cost_now, cost_before) in ranked[:2]:
-        delta = cost_now - cost_before
+    for (itype, region), delta in ranked[:2]:
         if delta <= 0 or (causes and delta < 0.25 * impact):
             break
         ids = {i for i, r in now_rows.items() if (r[0], r[1]) == (itype, region)}
@@ -91,26 +105,74 @@ def explain(session: Session, rule: AnomalyRule, value: str, bucket: datetime, s
                       if now_rows[i][3] >= IDLE_SHARE * now_rows[i][2] > 0)
         since = _idle_since(session, rule, value, set(idle), bucket) if idle else None
         teams = sorted({now_full[i][4] for i in (new or ids)})
-        phrase = (f"{len(new)} new {itype} in {region}" if new
-                  else f"{itype} in {region} +${delta / 1e6:,.0f}")
-        if rule.dimension != "team":
+        causes.append({"instance_type": itype, "region": region, "teams": teams,
+                       "delta_micros": round(delta), "delta_usd": round(delta / 1e6, 2),
+                       "instances": sorted(ids), "new_instances": new,
+                       "idle_instances": idle,
+                       "idle_since": since.isoformat() if since else None})
+    rest = impact - sum(c["delta_micros"] for c in causes)
+    if rest != 0 or not causes:
+        causes.append(_rest(rest))
+    return causes
+
+
+def _rest(micros: int) -> dict[str, Any]:
+    return {"instance_type": None, "region": None, "rest": True, "delta_micros": micros,
+            "delta_usd": round(micros / 1e6, 2), "teams": [], "instances": [],
+            "new_instances": [], "idle_instances": [], "idle_since": None}
+
+
+def merge_causes(run: list[dict[str, Any]], more: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The causes of a run of buckets: the same (instance type, region) summed; the
+    "everything else" cause kept last. Deltas still add up to the run's impact."""
+    by_key: dict[tuple[str | None, str | None], dict[str, Any]] = {}
+    for c in [*run, *more]:
+        key = (None, None) if c.get("rest") else (c["instance_type"], c["region"])
+        have = by_key.get(key)
+        if have is None:
+            by_key[key] = {**c, "delta_micros": int(c.get("delta_micros", 0))}
+            continue
+        have["delta_micros"] += int(c.get("delta_micros", 0))
+        for field in ("teams", "instances", "new_instances", "idle_instances"):
+            have[field] = sorted(set(have.get(field) or []) | set(c.get(field) or []))
+        sinces = [x for x in (have.get("idle_since"), c.get("idle_since")) if x]
+        have["idle_since"] = min(sinces) if sinces else None
+    for c in by_key.values():
+        c["delta_usd"] = round(c["delta_micros"] / 1e6, 2)
+    named = sorted((c for k, c in by_key.items() if k != (None, None)),
+                   key=lambda c: (-c["delta_micros"], c["instance_type"], c["region"]))
+    rest = by_key.get((None, None))
+    return [*named, *([rest] if rest is not None and rest["delta_micros"] != 0 else [])]
+
+
+def headline(rule: AnomalyRule, value: str, impact_micros: int, buckets: int,
+             causes: list[dict[str, Any]], now: datetime) -> str:
+    """One line: the value, its impact (over how long) and its named causes."""
+    unit = "day" if rule.granularity == "day" else "hour"
+    span = f"/{unit}" if buckets == 1 else f" over {buckets} {unit}s"
+    head = f"{rule.dimension} {value} +${impact_micros / 1e6:,.0f}{span}"
+    phrases = []
+    for c in causes:
+        if c.get("rest"):
+            continue
+        new, idle = c.get("new_instances") or [], c.get("idle_instances") or []
+        phrase = (f"{len(new)} new {c['instance_type']} in {c['region']}" if new
+                  else f"{c['instance_type']} in {c['region']} +${c['delta_micros'] / 1e6:,.0f}")
+        teams = c.get("teams") or []
+        if rule.dimension != "team" and teams:
             phrase += f" ({'team' if len(teams) == 1 else 'teams'} {', '.join(teams[:3])}"
             phrase += f" +{len(teams) - 3})" if len(teams) > 3 else ")"
         if idle:
             who = "of them " if new else "instances "
             phrase += f", {len(idle)} {who}idle"
-            if since is not None:
+            if c.get("idle_since"):
+                since = datetime.fromisoformat(c["idle_since"])
                 phrase += f" since {since:%A}" if now - since < timedelta(days=7) else (
                     f" since {since:%Y-%m-%d}")
         phrases.append(phrase)
-        causes.append({"instance_type": itype, "region": region, "teams": teams,
-                       "delta_usd": round(delta / 1e6, 2), "instances": sorted(ids),
-                       "new_instances": new,
-                       "idle_instances": idle,
-                       "idle_since": since.isoformat() if since else None})
     if not phrases:
         phrases.append("spread over many instances")
-    return causes, f"{head}: {'; '.join(phrases)}"
+    return f"{head}: {'; '.join(phrases)}"
 
 
 def cause_lines(causes: list[dict[str, Any]], limit: int = 8) -> list[str]:
@@ -121,6 +183,11 @@ def cause_lines(causes: list[dict[str, Any]], limit: int = 8) -> list[str]:
 
     lines = []
     for c in causes:
+        if c.get("rest"):
+            micros = int(c.get("delta_micros", 0))
+            lines.append(f"- everything else: {'+' if micros >= 0 else '-'}"
+                         f"${abs(micros) / 1e6:,.2f} against the usual")
+            continue
         teams = c.get("teams") or []
         line = (f"- {c['instance_type']} in {c['region']}"
                 f"{' (' + ', '.join(teams) + ')' if teams else ''}: "

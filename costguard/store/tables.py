@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Column, Index, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Column, Index, Integer, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from costguard.store.types import UTCDateTime
@@ -357,9 +357,18 @@ class AnomalyRow(SQLModel, table=True):
     impact_micros: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
     explanation: str = ""
     causes: list[dict[str, Any]] = _json(list)
-    status: str = Field(default="open", max_length=16)  # open | acked | expected
+    status: str = Field(default="open", max_length=16)  # open | acked | expected | quiet
     detected_at: datetime = _ts()
     feedback_at: datetime | None = _ts(nullable=True)
+    # a run of anomalous buckets: bucket_start is its first, last_bucket its latest; ended_at
+    # is set when a later bucket of the value came back to normal (None: still going on).
+    # actual, baseline and impact are sums over its buckets.
+    last_bucket: datetime | None = _ts(nullable=True)
+    ended_at: datetime | None = _ts(nullable=True)
+    buckets: int = Field(default=1, sa_column=Column(Integer, nullable=False,
+                                                     server_default="1"))
+    alerted_impact_micros: int = Field(default=0, sa_column=Column(
+        BigInteger, nullable=False, server_default="0"))  # the impact its last alert said
 
 
 class ReportDimensions(SQLModel):

@@ -36,15 +36,17 @@ def test_a_store_behind_head_is_still_migrated(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'old.db'}"
     db = Database(url)
     with db.engine.begin() as conn:  # pretend the last migration never ran
-        conn.execute(text("UPDATE alembic_version SET version_num = '0006'"))
-        conn.execute(text("ALTER TABLE instances DROP COLUMN owner"))
+        conn.execute(text("UPDATE alembic_version SET version_num = '0007'"))
+        for column in ("last_bucket", "ended_at", "buckets", "alerted_impact_micros"):
+            conn.execute(text(f"ALTER TABLE anomalies DROP COLUMN {column}"))
     db.dispose()
     with pytest.raises(StoreError, match="not up to date"):
         Database(url, migrate=False)
     again = Database(url)
     assert current_revision(again.engine) == HEAD_REVISION
     with again.engine.connect() as conn:
-        conn.execute(text("SELECT owner FROM instances"))
+        conn.execute(text("SELECT last_bucket, ended_at, buckets, alerted_impact_micros "
+                          "FROM anomalies"))
     again.dispose()
 
 
