@@ -22,6 +22,7 @@ from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, or_, select
 
 from costguard.alerts.outbox import enqueue
+from costguard.clock import utc
 from costguard.costs.baseline import Season, judge
 from costguard.costs.rollup import DAILY, RAW, bucket_key, day_floor, parse_bucket, rolled_up_until
 from costguard.errors import CostguardError
@@ -104,6 +105,11 @@ def detect_anomalies(session: Session, policy_set: PolicySet, now: datetime) -> 
         series = spend_series(session, rule, since, bucket + season.step)
         runs = _runs(session, rule.name, since)
         going = {r.value: r for r in runs if r.ended_at is None}
+        # buckets before the store's first cost are unknown, not $0: a new store's first
+        # days are never anomalous against an empty past
+        first = _first_cost(session)
+        past = [bucket - season.step * k for k in range(1, season.history + 1)]
+        unknown = frozenset(b for b in past if first is None or b + season.step <= first)
         for value in sorted(set(series) | set(going)):
             run = going.get(value)
             if run is not None and _last(run) >= bucket:
@@ -112,8 +118,9 @@ def detect_anomalies(session: Session, policy_set: PolicySet, now: datetime) -> 
                 _end(session, run, _last(run) + season.step)  # a bucket went unjudged
                 run = None
             values = series.get(value, {})
-            excluded = frozenset(b for r in runs if r.value == value and r.status != "expected"
-                                 for b in _buckets(r, season))
+            excluded = unknown | frozenset(b for r in runs if r.value == value
+                                           and r.status != "expected"
+                                           for b in _buckets(r, season))
             verdict = judge(values, bucket, season, sensitivity=rule.sensitivity,
                             min_impact=rule.min_impact_usd * 1e6, excluded=excluded)
             if not verdict.anomalous:
@@ -127,6 +134,15 @@ def detect_anomalies(session: Session, policy_set: PolicySet, now: datetime) -> 
                 found.append(_extend(session, rule, run, bucket, verdict.actual,
                                      verdict.baseline, season, now))
     return found
+
+
+def _first_cost(session: Session) -> datetime | None:
+    """When the store's cost history begins (raw intervals or their daily rollup)."""
+    firsts = [session.execute(sa_select(func.min(RAW.c.start))).scalar(),
+              session.execute(sa_select(func.min(DAILY.c.day))).scalar()]
+    known = [utc(f) if isinstance(f, datetime) else parse_bucket(str(f))
+             for f in firsts if f is not None]
+    return min(known, default=None)
 
 
 def _last(run: AnomalyRow) -> datetime:

@@ -143,3 +143,14 @@ def test_an_hour_left_unjudged_ends_the_run(db: Database) -> None:
     assert first.buckets == 2
     assert first.ended_at is not None and first.ended_at.replace(tzinfo=UTC) == SPIKE + 2 * HOUR
     assert second.bucket_start.replace(tzinfo=UTC) == SPIKE + 3 * HOUR
+
+
+def test_a_new_store_has_no_anomalies_against_an_empty_past(db: Database) -> None:
+    # the first hours of a store: before them is unknown, not $0 (the demo's first two days
+    # used to be one long "anomaly" of everything against nothing)
+    with db.session() as s:
+        for h in range(8):
+            add_interval(s, "i-first", SPIKE + h * HOUR, 1, 40.0, team="research")
+    spike(db, SPIKE + 4 * HOUR, 4)
+    assert judge_hours(db, SPIKE, SPIKE + 7 * HOUR) == [False] * 8
+    assert rows(db) == []
