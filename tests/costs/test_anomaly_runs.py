@@ -147,7 +147,8 @@ def test_an_hour_left_unjudged_ends_the_run(db: Database) -> None:
 
 def test_a_new_store_has_no_anomalies_against_an_empty_past(db: Database) -> None:
     # the first hours of a store: before them is unknown, not $0 (the demo's first two days
-    # used to be one long "anomaly" of everything against nothing)
+    # used to be one long "anomaly" of everything against nothing), and nothing is judged
+    # before a whole day of hours is known
     with db.session() as s:
         for h in range(8):
             add_interval(s, "i-first", SPIKE + h * HOUR, 1, 40.0, team="research")
