@@ -252,8 +252,12 @@ class ActionRunner:
         action = policy.tag_action
         assert action is not None
         stamp = deadline.isoformat(timespec="seconds") if deadline else ""
+        # overwrite: false keeps a key the instance carries (a since-marker's first time)
         tags = {k: v.format(now=now.isoformat(timespec="seconds"), policy=policy.name,
-                            deadline=stamp) for k, v in action.set_.items()}
+                            deadline=stamp) for k, v in action.set_.items()
+                if action.overwrite or k not in f.instance.tags}
+        if not tags and not action.remove:
+            return
         dry = not policy.is_enforced
         key = journal.journal_key(policy.name, f.instance, "tag", st.episode)
         if self._tags.wants(self.providers[f.instance.provider]):

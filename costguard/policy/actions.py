@@ -129,6 +129,10 @@ policies:
         default_factory=dict, alias="set", description="Tag key -> value to write."
     )
     remove: OneOrMany[Text] = Field(default=(), description="Tag keys to delete.")
+    overwrite: bool = Field(
+        default=True, description="false: a key the instance already carries keeps its "
+        "value (a since-marker such as costguard:untagged-since keeps its first time, "
+        "however often the policy notices the instance again).")
 
     @model_validator(mode="after")
     def _does_something(self) -> TagAction:

@@ -282,3 +282,50 @@ def test_an_instance_started_again_after_a_stop_is_a_new_episode(  # type: ignor
     assert st is not None and st.episode == 2
     assert [r.key for r in journal(e.db) if r.action == "notify"] == [
         "idle|sim|i-1|notify|1", "idle|sim|i-1|notify|2"]
+
+
+UNTAGGED = """\
+policies:
+  - name: require-team
+    mode: enforce
+    filters: {{state: [running, stopped]}}
+    condition: {{missing_tags: [team]}}
+    actions:
+      - notify: {{to: owner}}
+      - tag:
+          set: {{"costguard:untagged-since": "{{now}}", "costguard:noticed-by": "{{policy}}"}}
+          overwrite: {overwrite}
+"""
+
+
+def test_a_since_marker_keeps_its_first_time_across_episodes(made, tmp_path, cloud,  # type: ignore[no-untyped-def]
+                                                             clock) -> None:
+    cloud.add("i-1", IDLE, tags={"owner": "ana@example.com"})
+    e = engine(made, tmp_path, cloud, UNTAGGED.format(overwrite="false"))
+    e.run_cycle()
+    first = cloud.instances["i-1"].tags["costguard:untagged-since"]
+    assert first == "2026-11-02T08:00:00+00:00"
+    # someone tags it, then the tag is lost again: a new episode, noticed again
+    for team in ("research", None):
+        clock.advance(timedelta(hours=1))
+        tags = {k: v for k, v in cloud.instances["i-1"].tags.items() if k != "team"}
+        cloud.set("i-1", tags=tags | ({"team": team} if team else {}))
+        e.run_cycle()
+    assert state_of(e.db, "require-team", "i-1").episode == 2  # type: ignore[union-attr]
+    assert cloud.instances["i-1"].tags["costguard:untagged-since"] == first
+    tags = [r for r in journal(e.db, "i-1") if r.action == "tag"]
+    assert [t.detail for t in tags] == [
+        "set {'costguard:untagged-since': '2026-11-02T08:00:00+00:00', "
+        "'costguard:noticed-by': 'require-team'}"]  # the second episode had nothing to write
+
+
+def test_a_tag_action_overwrites_by_default(made, tmp_path, cloud, clock) -> None:  # type: ignore[no-untyped-def]
+    cloud.add("i-1", IDLE, tags={"owner": "ana@example.com"})
+    e = engine(made, tmp_path, cloud, UNTAGGED.format(overwrite="true"))
+    e.run_cycle()
+    for team in ("research", None):
+        clock.advance(timedelta(hours=1))
+        tags = {k: v for k, v in cloud.instances["i-1"].tags.items() if k != "team"}
+        cloud.set("i-1", tags=tags | ({"team": team} if team else {}))
+        e.run_cycle()
+    assert cloud.instances["i-1"].tags["costguard:untagged-since"] == "2026-11-02T10:00:00+00:00"
