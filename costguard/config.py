@@ -155,6 +155,16 @@ def _format(exc: ValidationError, source: str) -> str:
 MAX_CONFIG_BYTES = 2**20
 
 
+def _beside(data: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """Relative `policy_paths` in a config file name files next to it (as `costguard init`
+    writes them), wherever costguard runs from; an environment variable's stay as given."""
+    paths = data.get("policy_paths")
+    if isinstance(paths, list) and all(isinstance(p, str) for p in paths):
+        data = {**data, "policy_paths": [p if Path(p).is_absolute() or folder == Path(".")
+                                         else str(folder / p) for p in paths]}
+    return data
+
+
 def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
     """Read settings from `path` (default ./costguard.yaml if present) and the environment."""
     explicit = path is not None
@@ -180,7 +190,7 @@ def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
         odd = [k for k in (loaded or {}) if not isinstance(k, str)]
         if odd:
             raise ConfigError(f"{path}: setting names must be text, got {odd[0]!r}")
-        data = loaded or {}
+        data = _beside(loaded or {}, path.parent)
     elif explicit:
         raise ConfigError(f"config file {path} does not exist; create it or drop --config")
     data.update(overrides)

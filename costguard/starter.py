@@ -13,7 +13,7 @@ CONFIG = """\
 # A COSTGUARD_* environment variable overrides a key (nested: COSTGUARD_HTTP__PORT=8787).
 
 # database_url: postgresql://costguard@db:5432/costguard   # default: sqlite:///costguard.db
-policy_paths: [policies]      # the policies next to this file (costguard validate policies)
+policy_paths: [policies]      # relative to this file: the policies next to it
 poll_interval: 5m
 
 # providers:                  # with none configured, the simulated cloud runs

@@ -3,7 +3,7 @@
 # Run on a GPU host (the NVIDIA Container Toolkit mounts the driver's libnvidia-ml.so):
 #   docker run -d --gpus all --pid host --restart unless-stopped \
 #     -e COSTGUARD_AGENT_TOKEN -v costguard-agent:/var/lib/costguard-agent \
-#     costguard-agent --url http://costguard.internal:8080
+#     costguard-agent --url http://costguard.internal:8787
 # No CUDA base image is needed: NVML comes from the host driver, not from the image.
 FROM python:3.11-slim AS build
 WORKDIR /src

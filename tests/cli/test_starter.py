@@ -36,8 +36,9 @@ def test_init_writes_a_config_and_policies_that_load(tmp_path: Path) -> None:
     result = runner.invoke(app, ["init", str(tmp_path / "cg")])
     assert result.exit_code == 0, result.output
     settings = load_settings(tmp_path / "cg" / "costguard.yaml")
-    assert settings.policy_paths == [Path("policies")]
-    policies = load_policy_set([tmp_path / "cg" / "policies"])
+    # relative to the config file, wherever costguard runs from (here: not from cg/)
+    assert settings.policy_paths == [tmp_path / "cg" / "policies"]
+    policies = load_policy_set(settings.policy_paths)
     assert {p.name for p in policies.policies} >= {"idle-gpu-shutdown"}
     again = runner.invoke(app, ["init", str(tmp_path / "cg")])
     assert again.exit_code == 2 and "exists: nothing was written" in again.output
