@@ -156,6 +156,11 @@ def anomaly_list(
         until = f"{r.ended_at:%Y-%m-%d %H:%M}" if r.ended_at else "ongoing"
         table.add_row(str(r.id), f"{r.bucket_start:%Y-%m-%d %H:%M}", until, r.rule, r.status,
                       r.explanation)
+    if not rows:
+        console.print(f"No spend anomalies since {start:%Y-%m-%d %H:%M} UTC (a rule judges "
+                      "nothing until a whole season of spend is known: a day of hours, a week "
+                      "of days).", highlight=False)
+        return
     console.print(table)
 
 

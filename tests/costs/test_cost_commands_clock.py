@@ -132,3 +132,11 @@ def test_budget_status_is_for_the_clocks_month(db: Database, tmp_path: Path) -> 
     out = CliRunner().invoke(budget_app, [], terminal_width=200)  # its one command
     assert out.exit_code == 0, out.output
     assert "Budgets 2026-03" in out.output and "$24.00" in out.output
+
+
+def test_anomaly_list_of_none_says_so_and_why(db: Database) -> None:
+    out = CliRunner().invoke(anomaly_app, ["list", "--since", "7d"], terminal_width=200)
+    assert out.exit_code == 0, out.output
+    assert " ".join(out.output.split()).startswith(
+        f"No spend anomalies since {NOW - timedelta(days=7):%Y-%m-%d %H:%M} UTC")
+    assert "┏" not in out.output  # no empty table
