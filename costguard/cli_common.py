@@ -90,7 +90,7 @@ def load_policies_or_exit(
     except PolicyError as exc:
         for e in exc.errors:
             err.print(str(e), highlight=False, markup=False, soft_wrap=True)
-        if configured and any("no such file or directory" in e.message for e in exc.errors):
+        if configured and not all(p.exists() for p in paths):
             err.print(f"hint: policies are read from policy_paths in costguard.yaml or "
                       f"COSTGUARD_POLICY_PATHS (now: {', '.join(str(p) for p in paths)}); "
                       "`costguard init DIR` writes the example policies and a config that "

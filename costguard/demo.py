@@ -35,7 +35,7 @@ from costguard.providers.sim_settings import SimSettings
 from costguard.report.render import to_table, usd_micros
 from costguard.report.run import spend_report
 from costguard.store import control
-from costguard.store.db import Database, sqlite_file
+from costguard.store.db import Database, load_all_tables, sqlite_file
 from costguard.store.tables import ActionJournalRow, BillingLineRow, CycleRow, InstanceRow
 
 KIND_STYLE = {
@@ -85,6 +85,7 @@ def claim_demo_database(db: Database, now: datetime) -> None:
                 f"{db.safe_url} holds data that no demo wrote: the demo writes simulated "
                 f"spend only into a database of its own (default ./{DEMO_DATABASE}); "
                 "name an empty one with `costguard --database PATH demo`")
+    load_all_tables()  # the alert deliveries too: every table, children first
     with db.session() as s:
         for table in reversed(SQLModel.metadata.sorted_tables):
             s.execute(delete(table))

@@ -98,18 +98,18 @@ def detect_anomalies(session: Session, policy_set: PolicySet, now: datetime) -> 
     one still going on, or end it when spend is back to normal. Returns the anomalies that
     were opened or grew this time."""
     found: list[Anomaly] = []
+    # buckets before the store's first cost are unknown, not $0; nothing is judged until a
+    # whole season is known: a new store's first days are never anomalous
+    first = _first_cost(session) if policy_set.anomalies else None
     for rule in policy_set.anomalies:
         season = Season.for_granularity(rule.granularity)
         bucket = last_complete_bucket(now, rule.granularity)
+        if first is None or bucket - first < season.step * season.period:
+            continue  # less than one season (a day of hours, a week of days) is known
         since = bucket - season.step * season.history
         series = spend_series(session, rule, since, bucket + season.step)
         runs = _runs(session, rule.name, since)
         going = {r.value: r for r in runs if r.ended_at is None}
-        # buckets before the store's first cost are unknown, not $0; nothing is judged until
-        # a whole season is known: a new store's first days are never anomalous
-        first = _first_cost(session)
-        if first is None or bucket - first < season.step * season.period:
-            continue  # less than one season (a day of hours, a week of days) is known
         past = [bucket - season.step * k for k in range(1, season.history + 1)]
         unknown = frozenset(b for b in past if b + season.step <= first)
         for value in sorted(set(series) | set(going)):

@@ -23,6 +23,7 @@ from costguard.cli_common import load_settings_or_exit as _settings
 from costguard.errors import CostguardError
 
 if TYPE_CHECKING:
+    from costguard.config import Settings
     from costguard.policy.schema import PolicySet
     from costguard.store.db import Database
     from costguard.store.tables import AnomalyRow
@@ -58,10 +59,12 @@ anomaly_app = typer.Typer(help="Spend anomalies: list them and teach the detecto
 budget_app = typer.Typer(help="Monthly budgets from the policy files.", no_args_is_help=True)
 
 
-def _db(config: Path | None, *, create: bool = True) -> Database:
+def _db(config: Path | None, *, create: bool = True, settings: Settings | None = None
+        ) -> Database:
+    """The configured store (`settings` when the command has loaded them already)."""
     from costguard.store.db import Database
 
-    return Database(_settings(config).database_url, create=create)
+    return Database((settings or _settings(config)).database_url, create=create)
 
 
 @billing_app.command("import")
@@ -78,8 +81,9 @@ def billing_import(
     from costguard.costs.billing import import_focus
 
     try:
-        attributor = Attributor(_policy_set(policies, config).attribution)
-        db = _db(config)
+        settings = _settings(config)
+        attributor = Attributor(_policy_set(policies, settings).attribution)
+        db = _db(config, settings=settings)
         with db.session() as s:
             result = import_focus(s, file, attributor, cli_clock().now())
     except CostguardError as exc:
@@ -233,11 +237,11 @@ def anomaly_expected(anomaly_id: Annotated[int, typer.Argument(help="Anomaly id.
     _feedback(anomaly_id, "expected", config)
 
 
-def _policy_set(policies: Path | None, config: Path | None) -> PolicySet:
+def _policy_set(policies: Path | None, settings: Settings) -> PolicySet:
     """The policies `--policies` names, else the configured ones (a missing path is exit 2)."""
     if policies is not None:
         return load_policies_or_exit([policies], configured=False)
-    return load_policies_or_exit(_settings(config).policy_paths)
+    return load_policies_or_exit(settings.policy_paths)
 
 
 @budget_app.command("status")
@@ -250,9 +254,10 @@ def budget_status_cmd(config: ConfigOpt = None, policies: PoliciesOpt = None,
     from costguard.costs.budgets import budget_status
 
     now = cli_clock().now()
-    pset = _policy_set(policies, config)
+    settings = _settings(config)
+    pset = _policy_set(policies, settings)
     try:
-        db = _db(config, create=False)
+        db = _db(config, create=False, settings=settings)
         with db.session() as s:
             statuses = [budget_status(s, b, now) for b in pset.budgets]
     except CostguardError as exc:

@@ -125,14 +125,17 @@ def _rest(micros: int) -> dict[str, Any]:
 def merge_causes(run: list[dict[str, Any]], more: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The causes of a run of buckets: the same (instance type, region) summed; the
     "everything else" cause kept last. Deltas still add up to the run's impact."""
+    def micros(c: dict[str, Any]) -> int:  # causes stored before 0008 have dollars only
+        return int(c.get("delta_micros", round(float(c.get("delta_usd", 0)) * 1e6)))
+
     by_key: dict[tuple[str | None, str | None], dict[str, Any]] = {}
     for c in [*run, *more]:
         key = (None, None) if c.get("rest") else (c["instance_type"], c["region"])
         have = by_key.get(key)
         if have is None:
-            by_key[key] = {**c, "delta_micros": int(c.get("delta_micros", 0))}
+            by_key[key] = {**c, "delta_micros": micros(c)}
             continue
-        have["delta_micros"] += int(c.get("delta_micros", 0))
+        have["delta_micros"] += micros(c)
         for field in ("teams", "instances", "new_instances", "idle_instances"):
             have[field] = sorted(set(have.get(field) or []) | set(c.get(field) or []))
         sinces = [x for x in (have.get("idle_since"), c.get("idle_since")) if x]
@@ -152,9 +155,7 @@ def headline(rule: AnomalyRule, value: str, impact_micros: int, buckets: int,
     span = f"/{unit}" if buckets == 1 else f" over {buckets} {unit}s"
     head = f"{rule.dimension} {value} +${impact_micros / 1e6:,.0f}{span}"
     phrases = []
-    for c in causes:
-        if c.get("rest"):
-            continue
+    for c in [c for c in causes if not c.get("rest")][:2]:  # the two that grew most
         new, idle = c.get("new_instances") or [], c.get("idle_instances") or []
         phrase = (f"{len(new)} new {c['instance_type']} in {c['region']}" if new
                   else f"{c['instance_type']} in {c['region']} +${c['delta_micros'] / 1e6:,.0f}")

@@ -152,6 +152,7 @@ def explain(s: Session, ref: str, policies: PolicySet, catalog: PriceCatalog,
     """Explain `ref` (an id or a name) against `policies` as of `at` (default: the start of
     the last cycle, else `now`)."""
     inst = find_instance(s, ref)
+    asked = at is not None
     at_what = "the time asked for"
     if at is None:
         last = s.exec(select(CycleRow).order_by(col(CycleRow.started_at).desc())).first()
@@ -166,13 +167,11 @@ def explain(s: Session, ref: str, policies: PolicySet, catalog: PriceCatalog,
     entries = select(ActionJournalRow).where(
         ActionJournalRow.provider == inst.provider,
         ActionJournalRow.instance_id == inst.instance_id)
-    if at_what == "the time asked for":  # what was known then
+    if asked:  # what was known then
         entries = entries.where(col(ActionJournalRow.intent_at) <= at)
     journal = list(s.exec(entries.order_by(col(ActionJournalRow.id).desc())
                           .limit(JOURNAL_LINES)))
-    last_entry = {}
-    for j in reversed(journal):
-        last_entry[j.policy] = j
+    last_entry = {j.policy: j for j in reversed(journal)}  # newest last: it wins
     paused = control.is_paused(s)
     snoozed = snoozed_until(inst)
     answers = [_answer(p, inst, minutes, at, usd, states.get(p.name), last_entry.get(p.name),
@@ -212,25 +211,27 @@ def _telemetry(inst: Instance, minutes: list[GpuMinute], at: datetime,
     covered = sum(m.span_minutes for m in minutes)
     wanted = span * max(inst.gpu_count, 1)
     last = max((m.minute for m in minutes), default=None)
-    if not minutes:
+    if last is None:
         summary = (f"no GPU readings in the {span} min before then: no data is never idle, "
                    "so no idle condition holds (is the agent running, or the cloud's GPU "
                    "metrics published?)")
     else:
         summary = (f"{covered} of {wanted} GPU-minutes in the {span} min before then, from "
-                   f"{', '.join(sources)}; the last at {utc(last):%H:%M}" if last else "")
+                   f"{', '.join(sources)}; the last at {utc(last):%H:%M}")
     return {"sources": sources, "gpu_minutes": covered, "wanted_gpu_minutes": wanted,
             "last": utc(last).isoformat() if last else None, "summary": summary}
 
 
-def _acts(policy: Policy) -> str | None:
-    """The acting step a policy takes when its condition holds (None: notices only)."""
-    for name, step in (("scale_to_zero", policy.scale_to_zero_action),
-                       ("scale_in", policy.scale_in_action), ("stop", policy.stop_action),
-                       ("terminate", policy.terminate_action), ("tag", policy.tag_action)):
-        if step is not None:
-            return name
-    return None
+def _acts(policy: Policy, inst: Instance) -> str | None:
+    """The acting step a policy takes on `inst` when its condition holds (None: notices
+    only): a group's member is shrunk out of its group where the policy says how, a pet
+    stopped; a stop of a member is refused (the outcome says so)."""
+    member = inst.owner is not None
+    steps = ((("scale_to_zero", policy.scale_to_zero_action),
+               ("scale_in", policy.scale_in_action)) if member else ()) + (
+        ("stop", policy.stop_action), ("terminate", policy.terminate_action),
+        ("tag", policy.tag_action))
+    return next((name for name, step in steps if step is not None), None)
 
 
 def _answer(policy: Policy, inst: Instance, minutes: list[GpuMinute], at: datetime,
@@ -255,7 +256,7 @@ def _answer(policy: Policy, inst: Instance, minutes: list[GpuMinute], at: dateti
 def _outcome(policy: Policy, inst: Instance, holds: bool, at: datetime,
              state: PolicyStateRow | None, last: ActionJournalRow | None, *,
              paused: bool) -> str:
-    acts = _acts(policy)
+    acts = _acts(policy, inst)
     said = (f"; the journal's last entry: {last.action} {last.status}"
             + (f" ({last.detail})" if last.detail else "")) if last is not None else ""
     if not holds:

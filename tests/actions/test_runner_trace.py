@@ -298,6 +298,15 @@ policies:
 """
 
 
+def tag_then_lose_the_team(e: Engine, cloud: ScriptedCloud, clock) -> None:  # type: ignore[no-untyped-def]
+    """An hour later someone tags i-1 with its team; an hour after that the tag is lost."""
+    for team in ("research", None):
+        clock.advance(timedelta(hours=1))
+        tags = {k: v for k, v in cloud.instances["i-1"].tags.items() if k != "team"}
+        cloud.set("i-1", tags=tags | ({"team": team} if team else {}))
+        e.run_cycle()
+
+
 def test_a_since_marker_keeps_its_first_time_across_episodes(made, tmp_path, cloud,  # type: ignore[no-untyped-def]
                                                              clock) -> None:
     cloud.add("i-1", IDLE, tags={"owner": "ana@example.com"})
@@ -305,12 +314,7 @@ def test_a_since_marker_keeps_its_first_time_across_episodes(made, tmp_path, clo
     e.run_cycle()
     first = cloud.instances["i-1"].tags["costguard:untagged-since"]
     assert first == "2026-11-02T08:00:00+00:00"
-    # someone tags it, then the tag is lost again: a new episode, noticed again
-    for team in ("research", None):
-        clock.advance(timedelta(hours=1))
-        tags = {k: v for k, v in cloud.instances["i-1"].tags.items() if k != "team"}
-        cloud.set("i-1", tags=tags | ({"team": team} if team else {}))
-        e.run_cycle()
+    tag_then_lose_the_team(e, cloud, clock)  # a new episode, noticed again
     assert state_of(e.db, "require-team", "i-1").episode == 2  # type: ignore[union-attr]
     assert cloud.instances["i-1"].tags["costguard:untagged-since"] == first
     tags = [r for r in journal(e.db, "i-1") if r.action == "tag"]
@@ -323,9 +327,5 @@ def test_a_tag_action_overwrites_by_default(made, tmp_path, cloud, clock) -> Non
     cloud.add("i-1", IDLE, tags={"owner": "ana@example.com"})
     e = engine(made, tmp_path, cloud, UNTAGGED.format(overwrite="true"))
     e.run_cycle()
-    for team in ("research", None):
-        clock.advance(timedelta(hours=1))
-        tags = {k: v for k, v in cloud.instances["i-1"].tags.items() if k != "team"}
-        cloud.set("i-1", tags=tags | ({"team": team} if team else {}))
-        e.run_cycle()
+    tag_then_lose_the_team(e, cloud, clock)
     assert cloud.instances["i-1"].tags["costguard:untagged-since"] == "2026-11-02T10:00:00+00:00"

@@ -3,7 +3,6 @@ a provider's quote can depend on, or one instance's price leaks to its look-alik
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -20,13 +19,6 @@ from tests.costs.fleet import T0, instance
 
 P4D = 32.7726  # sim list price = the shipped AWS table, us-east-1
 OTHER = "222222222222"
-
-
-@pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    database = Database(db_url)
-    yield database
-    database.dispose()
 
 
 def charged(db: Database, fleet: list[Instance], cat: PriceCatalog,

@@ -10,7 +10,6 @@ its disks (0.05/h).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -39,13 +38,6 @@ A_RATE, B_RATE, C_RATE, DISK = 26.21808, 0.3521, 0.096, 0.05
 A_COST = round(A_RATE * 0.125 * 1e6) + round(A_RATE * 1.875 * 1e6) + round(DISK * 1e6)
 B_COST = 3 * round(B_RATE * 1e6)  # (7.5 + 112.5 + 60 minutes, summed exactly below)
 C_COST = round(C_RATE * 0.125 * 1e6) + round(C_RATE * 1.875 * 1e6) + round(C_RATE * 1e6)
-
-
-@pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    database = Database(db_url)
-    yield database
-    database.dispose()
 
 
 def catalog() -> PriceCatalog:

@@ -4,7 +4,6 @@ stopped or unpriced instance is charged, and that the cycle's totals add up to t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -25,13 +24,6 @@ from tests.costs.fleet import T0, idle_minutes, instance
 
 M5, G5 = 0.096, 1.006  # sim list prices (the shipped AWS table, us-east-1)
 HOUR = timedelta(hours=1)
-
-
-@pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    database = Database(db_url)
-    yield database
-    database.dispose()
 
 
 def seed(db: Database, fleet: list[Instance], at: datetime = T0) -> None:

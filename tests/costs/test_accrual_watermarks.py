@@ -3,7 +3,6 @@ went away, watermarks moved by set-based UPDATEs, and a second cycle charging on
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -25,13 +24,6 @@ RULES = Attribution.model_validate({
                {"dimension": "team", "from": "account", "map": {"222222222222": "ads"}}],
 })
 M5 = 0.096  # sim m5.large list price
-
-
-@pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    database = Database(db_url)
-    yield database
-    database.dispose()
 
 
 def named(iid: str, name: str | None, **kw: object) -> Instance:

@@ -4,10 +4,8 @@ named down to instances and idle state, and feedback that quiets what is expecte
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
-import pytest
 from sqlmodel import col, select
 
 from costguard.costs.anomaly import detect_anomalies, give_feedback
@@ -59,13 +57,6 @@ def test_small_excesses_below_the_impact_floor_are_ignored() -> None:
     series[day] = 250.0  # 2.5x, but only $150
     assert scan(series, [day], Season.for_granularity("day"), sensitivity=3.0,
                 min_impact=MIN_IMPACT) == []
-
-
-@pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    database = Database(db_url)
-    yield database
-    database.dispose()
 
 
 def policies() -> PolicySet:

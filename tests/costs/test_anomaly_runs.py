@@ -5,10 +5,8 @@ hour; its causes add up to its impact."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
-import pytest
 from sqlmodel import col, select
 
 from costguard.costs.anomaly import detect_anomalies, give_feedback
@@ -20,13 +18,6 @@ from tests.costs.fleet import add_interval
 FIRST = datetime(2026, 10, 5, tzinfo=UTC)  # a Monday; three weeks of hourly history
 SPIKE = FIRST + timedelta(days=21, hours=10)
 HOUR = timedelta(hours=1)
-
-
-@pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    database = Database(db_url)
-    yield database
-    database.dispose()
 
 
 def policies() -> PolicySet:

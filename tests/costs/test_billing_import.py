@@ -30,13 +30,6 @@ def focus_line(billed: str, team: str | None, resource: str = "i-0abc") -> str:
             f'Amazon Elastic Compute Cloud,AWS,111111111111,us-east-1,"{tags}"\n')
 
 
-@pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    database = Database(db_url)
-    yield database
-    database.dispose()
-
-
 def test_focus_csv_import_is_attributed_idempotent_and_compared_per_team(
         db: Database, tmp_path: Path) -> None:
     export = tmp_path / "focus.csv"

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
-import pytest
 from sqlmodel import select
 
 from costguard.costs.budgets import check_budgets
@@ -16,13 +14,6 @@ from tests.costs.fleet import add_interval
 
 TEAMS = Attribution.model_validate({"dimensions": {"team": {"keys": ["team"]}}})
 MONTH = datetime(2026, 4, 1, tzinfo=UTC)  # 30 days
-
-
-@pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    database = Database(db_url)
-    yield database
-    database.dispose()
 
 
 def policies() -> PolicySet:

@@ -4,7 +4,6 @@ or as a JSON string, and bad files refused whole."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -26,13 +25,6 @@ NOW = datetime(2026, 3, 20, tzinfo=UTC)
 DAY = datetime(2026, 3, 8, tzinfo=UTC)
 MONEY = pa.decimal128(18, 6)
 TS = pa.timestamp("us", tz="UTC")
-
-
-@pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    database = Database(db_url)
-    yield database
-    database.dispose()
 
 
 def focus_table(rows: list[dict[str, Any]], tags_type: pa.DataType,
