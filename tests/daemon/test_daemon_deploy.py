@@ -14,24 +14,14 @@ import yaml
 
 from costguard.config import Settings
 from costguard.policy.load import parse_policy_text
-
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-K8S = DEPLOY / "kubernetes"
+from tests.daemon.manifests import DEPLOY, K8S, Manifests, helm_production, kustomize
 
 
-def _docs() -> dict[tuple[str, str], dict[str, Any]]:
-    out: dict[tuple[str, str], dict[str, Any]] = {}
-    for path in sorted(K8S.glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc and "kind" in doc and doc["kind"] != "Kustomization":
-                out[(doc["kind"], doc["metadata"]["name"])] = doc
-    return out
-
-
-DOCS = _docs()
-DAEMON = DOCS[("Deployment", "costguard")]
-AGENT = DOCS[("DaemonSet", "costguard-agent")]
-SERVICE = DOCS[("Service", "costguard")]
+@pytest.fixture(params=["kustomize", "helm"])
+def k8s(request: pytest.FixtureRequest) -> Manifests:
+    """The same promises hold for `kubectl apply -k` and for the Helm chart's production
+    install (PostgreSQL, two replicas, ServiceMonitor on)."""
+    return kustomize() if request.param == "kustomize" else helm_production()
 
 
 def _pod(workload: dict[str, Any]) -> dict[str, Any]:
@@ -51,21 +41,19 @@ def test_kustomization_lists_every_manifest() -> None:
     assert listed == present
 
 
-@pytest.mark.parametrize("workload", [DAEMON, AGENT], ids=["daemon", "agent"])
-def test_long_running_containers_run_as_non_root_without_privileges(
-        workload: dict[str, Any]) -> None:
-    pod = _pod(workload)
-    for container in pod["containers"]:
-        sc = {**pod.get("securityContext", {}), **container.get("securityContext", {})}
-        assert sc["runAsNonRoot"] is True and sc["runAsUser"] != 0, container["name"]
-        assert sc["allowPrivilegeEscalation"] is False
-        assert sc["readOnlyRootFilesystem"] is True
-        assert "ALL" in sc["capabilities"]["drop"]
-        assert not sc.get("privileged", False)
+def test_long_running_containers_run_as_non_root_without_privileges(k8s: Manifests) -> None:
+    for pod in (_pod(k8s.daemon), _pod(k8s.agent)):
+        for container in pod["containers"]:
+            sc = {**pod.get("securityContext", {}), **container.get("securityContext", {})}
+            assert sc["runAsNonRoot"] is True and sc["runAsUser"] != 0, container["name"]
+            assert sc["allowPrivilegeEscalation"] is False
+            assert sc["readOnlyRootFilesystem"] is True
+            assert "ALL" in sc["capabilities"]["drop"]
+            assert not sc.get("privileged", False)
 
 
-def test_the_only_root_step_is_chowning_the_agent_buffer() -> None:
-    for workload in (DAEMON, AGENT):
+def test_the_only_root_step_is_chowning_the_agent_buffer(k8s: Manifests) -> None:
+    for workload in (k8s.daemon, k8s.agent):
         for init in _pod(workload).get("initContainers", []):
             sc = init.get("securityContext", {})
             if sc.get("runAsUser") == 0:
@@ -73,8 +61,8 @@ def test_the_only_root_step_is_chowning_the_agent_buffer() -> None:
                 assert sc["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
 
 
-def test_daemon_probes_point_at_healthz_and_readyz_on_the_served_port() -> None:
-    container = _pod(DAEMON)["containers"][0]
+def test_daemon_probes_point_at_healthz_and_readyz_on_the_served_port(k8s: Manifests) -> None:
+    container = _pod(k8s.daemon)["containers"][0]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     env = _env(container)
     assert int(env["COSTGUARD_HTTP__PORT"]) == ports["http"]
@@ -84,19 +72,19 @@ def test_daemon_probes_point_at_healthz_and_readyz_on_the_served_port() -> None:
     assert container["startupProbe"]["httpGet"]["path"] == "/healthz"
 
 
-def test_service_monitor_and_agents_reach_the_daemon_port() -> None:
-    container = _pod(DAEMON)["containers"][0]
+def test_service_monitor_and_agents_reach_the_daemon_port(k8s: Manifests) -> None:
+    container = _pod(k8s.daemon)["containers"][0]
     port_names = {p["name"] for p in container["ports"]}
-    (svc_port,) = SERVICE["spec"]["ports"]
+    (svc_port,) = k8s.service["spec"]["ports"]
     assert svc_port["targetPort"] in port_names
-    labels = _pod_labels(DAEMON)
-    assert SERVICE["spec"]["selector"].items() <= labels.items()
-    monitor = DOCS[("ServiceMonitor", "costguard")]
+    labels = _pod_labels(k8s.daemon)
+    assert k8s.service["spec"]["selector"].items() <= labels.items()
+    monitor = k8s[("ServiceMonitor", "costguard")]
     assert monitor["spec"]["selector"]["matchLabels"].items() <= \
-        SERVICE["metadata"]["labels"].items()
+        k8s.service["metadata"]["labels"].items()
     assert monitor["spec"]["endpoints"][0] == {**monitor["spec"]["endpoints"][0],
                                                "port": svc_port["name"], "path": "/metrics"}
-    url = _pod(AGENT)["containers"][0]["args"][1]
+    url = _pod(k8s.agent)["containers"][0]["args"][1]
     assert re.fullmatch(rf"http://costguard\.costguard\.svc:{svc_port['port']}", url)
 
 
@@ -106,8 +94,8 @@ def _pod_labels(workload: dict[str, Any]) -> dict[str, str]:
     return labels
 
 
-def test_agents_run_only_on_gpu_nodes_and_tolerate_their_taint() -> None:
-    pod = _pod(AGENT)
+def test_agents_run_only_on_gpu_nodes_and_tolerate_their_taint(k8s: Manifests) -> None:
+    pod = _pod(k8s.agent)
     assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in \
         pod["tolerations"]
@@ -115,25 +103,25 @@ def test_agents_run_only_on_gpu_nodes_and_tolerate_their_taint() -> None:
     assert "nvidia.com/gpu" not in resources.get("limits", {})  # never takes a workload's GPU
 
 
-def test_secrets_come_from_the_secret_and_its_keys_exist() -> None:
-    secret = DOCS[("Secret", "costguard-secrets")]
+def test_secrets_come_from_the_secret_and_its_keys_exist(k8s: Manifests) -> None:
+    secret = k8s[("Secret", "costguard-secrets")]
     keys = set(secret["stringData"])
-    for workload in (DAEMON, AGENT):
+    for workload in (k8s.daemon, k8s.agent):
         for container in _pod(workload)["containers"]:
             for value in _env(container).values():
                 if isinstance(value, dict) and "secretKeyRef" in value:
                     ref = value["secretKeyRef"]
                     assert ref["name"] == "costguard-secrets" and ref["key"] in keys
     assert all("CHANGE-ME" in v for v in secret["stringData"].values())
-    config = DOCS[("ConfigMap", "costguard-config")]["data"]["costguard.yaml"]
+    config = k8s[("ConfigMap", "costguard-config")]["data"]["costguard.yaml"]
     assert "token" not in config and "password" not in config
 
 
-def test_the_configmap_is_configuration_costguard_accepts(tmp_path: Path) -> None:
-    data = DOCS[("ConfigMap", "costguard-config")]["data"]
+def test_the_configmap_is_configuration_costguard_accepts(k8s: Manifests) -> None:
+    data = k8s[("ConfigMap", "costguard-config")]["data"]
     settings = Settings(**yaml.safe_load(data["costguard.yaml"]))
     assert settings.http.port == 8787
-    mounted = {i["path"] for v in _pod(DAEMON)["volumes"] if "configMap" in v
+    mounted = {i["path"] for v in _pod(k8s.daemon)["volumes"] if "configMap" in v
                for i in v["configMap"]["items"]}
     for key, text in data.items():
         if key != "costguard.yaml":
@@ -143,11 +131,11 @@ def test_the_configmap_is_configuration_costguard_accepts(tmp_path: Path) -> Non
     assert settings.policy_paths == [policy_dir]
 
 
-def test_rollouts_leave_the_in_flight_cycle_time_to_finish() -> None:
-    pod = _pod(DAEMON)
+def test_rollouts_leave_the_in_flight_cycle_time_to_finish(k8s: Manifests) -> None:
+    pod = _pod(k8s.daemon)
     assert pod["terminationGracePeriodSeconds"] > 25  # daemon.shutdown_grace default
-    assert DAEMON["spec"]["replicas"] >= 2
-    pdb = DOCS[("PodDisruptionBudget", "costguard")]
+    assert k8s.daemon["spec"]["replicas"] >= 2
+    pdb = k8s[("PodDisruptionBudget", "costguard")]
     assert pdb["spec"]["minAvailable"] == 1
 
 
@@ -173,7 +161,7 @@ def test_irsa_trust_is_limited_to_the_daemon_service_account() -> None:
     trust = json.loads((DEPLOY / "identity" / "aws" / "irsa-trust-policy.json").read_text())
     (statement,) = trust["Statement"]
     assert statement["Action"] == "sts:AssumeRoleWithWebIdentity"
-    sa = DOCS[("ServiceAccount", "costguard")]
+    sa = kustomize()[("ServiceAccount", "costguard")]
     expected = f"system:serviceaccount:{sa['metadata']['namespace']}:{sa['metadata']['name']}"
     assert expected in statement["Condition"]["StringEquals"].values()
     assert "eks.amazonaws.com/role-arn" in sa["metadata"]["annotations"]
