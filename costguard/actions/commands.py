@@ -20,7 +20,6 @@ from costguard.cli_common import cli_clock, load_policies_or_exit
 from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
 from costguard.errors import CostguardError
-from costguard.policy.base import duration_arg
 
 console = Console()
 err = Console(stderr=True)
@@ -31,6 +30,12 @@ ConfigOpt = Annotated[
                  "if present, or $COSTGUARD_CONFIG)."),
 ]
 Format = Literal["table", "json"]
+
+
+def duration_arg(text: str) -> timedelta:
+    from costguard.policy.base import duration_arg
+
+    return duration_arg(text)
 
 
 def _duration(text: str, option: str) -> timedelta:

@@ -9,24 +9,21 @@ import getpass
 import json
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
-from sqlmodel import Session, col, select
 
-from costguard.alerts.dispatcher import Dispatcher
-from costguard.alerts.outbox import enqueue
-from costguard.alerts.retry import requeue
-from costguard.alerts.routing import RoutingError, check_recipient, load_routing
-from costguard.alerts.settings import AlertsSettings
-from costguard.alerts.tables import AlertDeliveryRow
 from costguard.cli_common import cli_clock
 from costguard.cli_common import fail as _fail
-from costguard.clock import Clock
-from costguard.config import load_settings
 from costguard.errors import CostguardError
-from costguard.store.db import Database
-from costguard.store.tables import AlertRow
+
+if TYPE_CHECKING:  # the commands import these when they run: `costguard --help` stays quick
+    from sqlmodel import Session
+
+    from costguard.alerts.settings import AlertsSettings
+    from costguard.alerts.tables import AlertDeliveryRow
+    from costguard.clock import Clock
+    from costguard.store.db import Database
 
 alerts_app = typer.Typer(
     help="Alert delivery: send a sample, see the outbox, retry what failed.\n\n"
@@ -43,6 +40,8 @@ ConfigOpt = Annotated[
 
 def alerts_settings(settings: Any) -> AlertsSettings:
     """The `alerts` section as AlertsSettings (also from an older, smaller alerts model)."""
+    from costguard.alerts.settings import AlertsSettings
+
     section = settings.alerts
     if isinstance(section, AlertsSettings):
         return section
@@ -50,6 +49,10 @@ def alerts_settings(settings: Any) -> AlertsSettings:
 
 
 def _open(config: Path | None) -> tuple[Database, AlertsSettings]:
+    from costguard.alerts.routing import RoutingError, load_routing
+    from costguard.config import load_settings
+    from costguard.store.db import Database
+
     try:
         settings = load_settings(config)
         alerts = alerts_settings(settings)
@@ -64,6 +67,8 @@ def _open(config: Path | None) -> tuple[Database, AlertsSettings]:
 
 def enqueue_sample(s: Session, to: str, now: datetime) -> None:
     """A realistic idle warning for a made-up instance, addressed to `to` alone."""
+    from costguard.alerts.outbox import enqueue
+
     deadline = now + timedelta(minutes=15)
     enqueue(
         s, dedupe_key=f"sample|{to}|{now.isoformat()}", kind="idle-warning",
@@ -81,6 +86,13 @@ def enqueue_sample(s: Session, to: str, now: datetime) -> None:
 def send_sample(db: Database, settings: AlertsSettings, to: str, clock: Clock) -> list[str]:
     """Send one sample alert to `to` now; returns one line per delivery, raising
     CostguardError when nothing could be sent."""
+    from sqlmodel import select
+
+    from costguard.alerts.dispatcher import Dispatcher
+    from costguard.alerts.routing import check_recipient
+    from costguard.alerts.tables import AlertDeliveryRow
+    from costguard.store.tables import AlertRow
+
     check_recipient(to)
     now = clock.now()
     with db.session() as s:
@@ -117,6 +129,8 @@ def test_command(
 
     Example: costguard alerts test --to email:finops@example.com
     """
+    from costguard.alerts.routing import check_recipient
+
     try:
         check_recipient(to)
     except ValueError as exc:
@@ -153,6 +167,11 @@ def list_command(
 
     Example: costguard alerts list --failed --format json
     """
+    from sqlmodel import col, select
+
+    from costguard.alerts.tables import AlertDeliveryRow
+    from costguard.store.tables import AlertRow
+
     statuses: list[str] = []
     if pending:
         statuses += ["pending", "sending", "held"]
@@ -247,6 +266,8 @@ def retry_command(
     if not ids and not failed and not unconfirmed:
         raise typer.BadParameter("name delivery ids, --failed or --unconfirmed",
                                  param_hint="IDS")
+    from costguard.alerts.retry import requeue
+
     db, _ = _open(config)
     try:
         result = requeue(db, cli_clock().now(), f"operator {_operator()}", ids=ids or (),

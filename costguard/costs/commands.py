@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import typer
 from rich.console import Console
 from rich.table import Table
-from sqlmodel import col, or_, select
 
 from costguard.cli_common import cli_clock, load_policies_or_exit
 from costguard.cli_common import fail as _fail
@@ -137,6 +136,8 @@ def anomaly_list(
 
     Example: costguard anomaly list --since 7d
     """
+    from sqlmodel import col, or_, select
+
     from costguard.report.run import parse_when
     from costguard.store.tables import AnomalyRow
 

@@ -1,4 +1,4 @@
-"""`costguard status` and `costguard db backup`.
+"""`costguard status` and `costguard db backup` (what status reads: daemon/health.py).
 
 Register in costguard/cli.py with:
 
@@ -13,28 +13,20 @@ import json
 import shutil
 import sqlite3
 import subprocess
-from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.console import Console
-from sqlalchemy import func, select
-from sqlalchemy.engine import make_url
-from sqlmodel import col
-from sqlmodel import select as model_select
 
-from costguard.alerts.queue import count_unconfirmed
 from costguard.cli_common import cli_clock
 from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
-from costguard.clock import utc
-from costguard.config import Settings
-from costguard.daemon.health import DEGRADED_AFTER_CYCLES, last_governed, unreadable
 from costguard.errors import CostguardError
-from costguard.store import control
-from costguard.store.db import Database
-from costguard.store.tables import ActionJournalRow, AlertRow, CycleRow, GapRow
+
+if TYPE_CHECKING:  # imported when a command runs: `costguard --help` stays quick
+    from costguard.config import Settings
+    from costguard.store.db import Database
 
 console = Console()
 
@@ -46,6 +38,8 @@ ConfigOpt = Annotated[
 
 
 def _open(settings: Settings) -> Database:
+    from costguard.store.db import Database
+
     try:
         return Database(settings.database_url, migrate=False, create=False)
     except CostguardError as exc:
@@ -54,41 +48,6 @@ def _open(settings: Settings) -> Database:
         raise _fail(f"cannot open the database: {type(exc).__name__}: "
                     f"{str(exc).splitlines()[0] if str(exc) else ''}. Check database_url in "
                     "costguard.yaml or COSTGUARD_DATABASE_URL.") from None
-
-
-def gather_status(db: Database, now: datetime, poll_seconds: float) -> dict[str, Any]:
-    """What an operator asks first: is it running, is it acting, is anything stuck?"""
-    with db.session() as s:
-        last = s.exec(model_select(CycleRow).order_by(col(CycleRow.id).desc()).limit(1)).first()
-        last_ok = s.execute(select(func.max(col(CycleRow.finished_at)))
-                            .where(col(CycleRow.status) == "ok")).scalar()
-        failed = s.execute(select(func.count()).select_from(CycleRow)
-                           .where(col(CycleRow.status) == "failed")).scalar()
-        alerts = {str(k): int(v) for k, v in s.execute(
-            select(col(AlertRow.status), func.count()).group_by(col(AlertRow.status))).all()}
-        open_intents = s.execute(select(func.count()).select_from(ActionJournalRow)
-                                 .where(col(ActionJournalRow.status) == "intent")).scalar()
-        gaps = [f"{g.provider} {g.scope}" for g in s.exec(
-            model_select(GapRow).where(col(GapRow.resolved_at).is_(None)))]
-        paused = control.is_paused(s)
-        unconfirmed = count_unconfirmed(s)
-        degraded = unreadable(s, now, timedelta(seconds=poll_seconds))
-        governed = last_governed(s)
-    cycle: dict[str, Any] | None = None
-    if last is not None:
-        row = last
-        cycle = {"id": row.id, "status": row.status, "started_at": utc(row.started_at).isoformat(),
-                 "finished_at": utc(row.finished_at).isoformat() if row.finished_at else None,
-                 "error": row.error}
-    age = (now - utc(last_ok)).total_seconds() if last_ok is not None else None
-    cycling = age is not None and age < 3 * poll_seconds
-    return {"healthy": cycling and not degraded, "cycling": cycling,
-            "degraded": degraded, "governed_instances": governed,
-            "paused": paused, "last_cycle": cycle,
-            "seconds_since_last_good_cycle": round(age, 1) if age is not None else None,
-            "failed_cycles": int(failed or 0), "alerts": alerts,
-            "unresolved_action_intents": int(open_intents or 0), "open_gaps": gaps,
-            "unconfirmed_alert_deliveries": unconfirmed}
 
 
 def status(
@@ -101,6 +60,8 @@ def status(
     Exit status 0 when a cycle finished within 3 poll intervals and no scope has been
     unreadable for longer (degraded), 1 otherwise.
     """
+    from costguard.daemon.health import DEGRADED_AFTER_CYCLES, gather_status
+
     settings = _settings(config)
     db = _open(settings)
     try:
@@ -132,7 +93,8 @@ def status(
         else:
             console.print("last cycle: none yet (start the daemon: costguard run)")
         console.print(f"agents: {info['agent_auth']}", highlight=False)
-        console.print(f"alerts: {info['alerts'] or 'none'}; failed cycles: "
+        alerts = ", ".join(f"{n} {state}" for state, n in sorted(info["alerts"].items()))
+        console.print(f"alerts: {alerts or 'none'}; failed cycles: "
                       f"{info['failed_cycles']}; unresolved intents: "
                       f"{info['unresolved_action_intents']}", highlight=False)
         if info["unconfirmed_alert_deliveries"]:
@@ -166,6 +128,8 @@ def backup_postgres(url: str, target: Path) -> None:
         raise CostguardError("pg_dump is not installed: install the PostgreSQL client "
                              "(apt-get install postgresql-client) or back up with your "
                              "provider's snapshots")
+    from sqlalchemy.engine import make_url
+
     sa = make_url(url)
     env = {"PATH": "/usr/bin:/bin"}
     if sa.password:
@@ -186,6 +150,8 @@ def db_backup(
 
     Example: costguard db backup costguard-$(date +%F).db
     """
+    from sqlalchemy.engine import make_url
+
     settings = _settings(config)
     url = settings.database_url
     try:

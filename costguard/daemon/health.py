@@ -5,12 +5,19 @@ cloud unreachable, a role gone) are not a healthy service. Shared by /readyz and
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import func
+from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
+from costguard.alerts.queue import count_unconfirmed
 from costguard.clock import utc
-from costguard.store.tables import CycleRow, GapRow
+from costguard.store import control
+from costguard.store.tables import ActionJournalRow, AlertRow, CycleRow, GapRow
+
+if TYPE_CHECKING:
+    from costguard.store.db import Database
 
 DEGRADED_AFTER_CYCLES = 3  # a scope unreadable for longer than this many poll intervals
 
@@ -37,3 +44,38 @@ def last_governed(s: Session) -> int | None:
     if isinstance(value, dict):  # per provider
         return sum(int(n) for n in value.values())
     return int(value) if isinstance(value, int) else None
+
+
+def gather_status(db: Database, now: datetime, poll_seconds: float) -> dict[str, Any]:
+    """What an operator asks first: is it running, is it acting, is anything stuck?"""
+    with db.session() as s:
+        last = s.exec(select(CycleRow).order_by(col(CycleRow.id).desc()).limit(1)).first()
+        last_ok = s.execute(sa_select(func.max(col(CycleRow.finished_at)))
+                            .where(col(CycleRow.status) == "ok")).scalar()
+        failed = s.execute(sa_select(func.count()).select_from(CycleRow)
+                           .where(col(CycleRow.status) == "failed")).scalar()
+        alerts = {str(k): int(v) for k, v in s.execute(
+            sa_select(col(AlertRow.status), func.count()).group_by(col(AlertRow.status))).all()}
+        open_intents = s.execute(sa_select(func.count()).select_from(ActionJournalRow)
+                                 .where(col(ActionJournalRow.status) == "intent")).scalar()
+        gaps = [f"{g.provider} {g.scope}" for g in s.exec(
+            select(GapRow).where(col(GapRow.resolved_at).is_(None)))]
+        paused = control.is_paused(s)
+        unconfirmed = count_unconfirmed(s)
+        degraded = unreadable(s, now, timedelta(seconds=poll_seconds))
+        governed = last_governed(s)
+    cycle: dict[str, Any] | None = None
+    if last is not None:
+        row = last
+        cycle = {"id": row.id, "status": row.status, "started_at": utc(row.started_at).isoformat(),
+                 "finished_at": utc(row.finished_at).isoformat() if row.finished_at else None,
+                 "error": row.error}
+    age = (now - utc(last_ok)).total_seconds() if last_ok is not None else None
+    cycling = age is not None and age < 3 * poll_seconds
+    return {"healthy": cycling and not degraded, "cycling": cycling,
+            "degraded": degraded, "governed_instances": governed,
+            "paused": paused, "last_cycle": cycle,
+            "seconds_since_last_good_cycle": round(age, 1) if age is not None else None,
+            "failed_cycles": int(failed or 0), "alerts": alerts,
+            "unresolved_action_intents": int(open_intents or 0), "open_gaps": gaps,
+            "unconfirmed_alert_deliveries": unconfirmed}

@@ -17,7 +17,7 @@ from costguard.alerts.dispatcher import Dispatcher
 from costguard.alerts.retry import requeue
 from costguard.alerts.settings import AlertsSettings
 from costguard.clock import ManualClock, utc
-from costguard.daemon.commands import gather_status
+from costguard.daemon.health import gather_status
 from costguard.store.db import Database
 from costguard.store.tables import ActionJournalRow
 from tests.alerts.fakes import SlackFake

@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from costguard.clock import ManualClock, SystemClock
-from costguard.daemon.commands import commands_app, gather_status
+from costguard.daemon.commands import commands_app
+from costguard.daemon.health import gather_status
 from costguard.store.db import Database
 from tests.daemon.daemon_helpers import START, build_engine, scripted_cloud
 

@@ -1,0 +1,50 @@
+"""`costguard --help` stays quick because it imports nothing heavy (#20 item 8: it took
+1.9 s). What it imports is checked here; how long it takes is measured by `make bench`
+(cli-startup), not by a timed test."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+PROBE = """
+import json, sys
+sys.argv = ["costguard", *sys.argv[1:]]
+from costguard.cli import app
+try:
+    app()
+except SystemExit:
+    pass
+print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+"""
+
+# what a command imports when it runs, never to print its help
+HEAVY = {"sqlalchemy", "sqlmodel", "alembic", "boto3", "botocore", "google", "apscheduler",
+         "httpx", "jinja2", "starlette", "uvicorn", "prometheus_client", "yaml", "pyarrow",
+         "costguard.config", "costguard.store", "costguard.policy", "costguard.providers",
+         "costguard.report", "costguard.demo", "costguard.engine", "costguard.costs.billing"}
+
+
+def _imported(*argv: str) -> set[str]:
+    done = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True,
+                          text=True, timeout=60, check=False)
+    modules: list[str] = json.loads(done.stderr.strip().splitlines()[-1])
+    return set(modules)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["report", "--help"],
+                                  ["demo", "--help"], ["alerts", "list", "--help"],
+                                  ["status", "--help"], ["agent", "--help"]])
+def test_help_imports_nothing_heavy(argv: list[str]) -> None:
+    imported = _imported(*argv)
+    heavy = {m for m in imported if m in HEAVY or m.split(".")[0] in HEAVY
+             or any(m.startswith(h + ".") for h in HEAVY)}
+    assert heavy == set(), f"costguard {' '.join(argv)} imported {sorted(heavy)}"
+
+
+def test_a_command_that_runs_still_imports_what_it_needs() -> None:
+    # the probe can tell: `validate` on nothing reads policies, so it loads the policy package
+    assert "costguard.policy.load" in _imported("validate", "/nonexistent")
