@@ -46,17 +46,25 @@ class JsonFormatter(logging.Formatter):
 
 
 class TextFormatter(logging.Formatter):
-    """`time level logger: message key=value ...`."""
+    """`time level logger: message key=value ...`; a field the message already shows as
+    `key=value` is not repeated."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
-        extra = fields_of(record)
-        if extra:
-            line += " " + " ".join(f"{k}={v}" for k, v in extra.items())
-        return line
+        message = record.getMessage()
+        pairs = [f"{k}={_text(v)}" for k, v in fields_of(record).items()]
+        shown = [p for p in pairs if p not in message]
+        return line + (" " + " ".join(shown) if shown else "")
+
+
+def _text(value: Any) -> str:
+    """A field's value in a text line: one token (quoted when it holds spaces)."""
+    text = str(value)
+    return json.dumps(text) if (not text or any(c.isspace() or c == '"' for c in text)) \
+        else text
 
 
 class RedactingFormatter(logging.Formatter):

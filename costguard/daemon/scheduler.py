@@ -156,7 +156,7 @@ class Daemon:
             stage = failed_stage(exc)
             self.metrics.observe_failure(stage)
             self.state.last_error = f"{type(exc).__name__} in {stage}"
-            log.error("cycle failed in stage %s: %s: %s", stage, type(exc).__name__,
+            log.error("cycle failed: %s: %s", type(exc).__name__,
                       str(exc).splitlines()[0] if str(exc) else "", extra={"stage": stage})
             try:  # what the failed cycle did record (gaps, alerts) is still worth exporting
                 with self.engine.db.session() as s:
@@ -171,11 +171,10 @@ class Daemon:
         for stage in STAGES:
             if stage in summary.stage_seconds:
                 counts = stage_counts(summary, stage)
-                log.info("cycle %s stage %s %.3fs%s", summary.cycle_id, stage,
-                         summary.stage_seconds[stage],
-                         "".join(f" {k}={v}" for k, v in counts.items()),
-                         extra={"cycle": summary.cycle_id, "stage": stage,
-                                "seconds": summary.stage_seconds[stage], **counts})
+                # the values are fields (JSON keys, or key=value in text), not the message
+                log.info("cycle stage done", extra={
+                    "cycle": summary.cycle_id, "stage": stage,
+                    "seconds": round(summary.stage_seconds[stage], 3), **counts})
         now = self.clock.now()
         self.state.last_cycle_at, self.state.last_cycle_id = now, summary.cycle_id
         self.state.last_error = None
@@ -301,7 +300,7 @@ def prune_store(engine: Engine, settings: Settings, now: datetime) -> dict[str, 
             out["rolled_up_days"] = costs_rollup.rollup(s, now)
             out["pruned_intervals"] = costs_rollup.prune(s, now - keep)
         out["pruned_readings"] = prune_minutes(s, now - keep)
-    log.info("prune: %s", " ".join(f"{k}={v}" for k, v in out.items()), extra=out)
+    log.info("prune done", extra=out)
     return out
 
 

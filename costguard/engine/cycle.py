@@ -72,7 +72,7 @@ class CycleSummary:
                f"{total} instances ({per or 'no provider'}), {self.readings} readings, "
                f"{len(self.gaps)} gaps" + (" (paused: no actions)" if self.paused else ""),
                f"spend: accrued ${self.accrued_usd:,.2f} (idle ${self.idle_usd:,.2f}); "
-               f"budgets {self.budgets}, new anomalies {self.anomalies}, "
+               f"budgets {self.budgets}, anomalies opened or grown {self.anomalies}, "
                f"alerts sent {self.alerts_sent}",
                "findings: " + (_counts(self.findings) or "none")]
         done = [f"{verb.replace('_', ' ')} {sum(by.values())} ({_counts(by)})"

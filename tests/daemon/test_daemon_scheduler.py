@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -144,6 +146,31 @@ def test_each_stage_logs_one_line_with_counts_and_timing(db: Database) -> None:
     collect = stages[0]
     assert collect["instances"] == 5 and collect["gaps"] == 0 and collect["seconds"] >= 0
     assert stages[4]["findings"] == 3
+
+
+def test_text_log_lines_name_each_field_once(db: Database) -> None:
+    # #20 item 7: "cycle 1 stage act 0.015s warned=2 cycle=1 stage=act seconds=... warned=2"
+    clock = ManualClock(START)
+    engine = build_engine(db, scripted_cloud(clock), clock)
+    daemon = Daemon(engine, engine.settings, quiet_daemon())
+    with captured_logs("text") as logs:
+        daemon.cycle_job()
+    lines = [ln for ln in logs.getvalue().splitlines() if "stage=" in ln]
+    assert len(lines) == 7
+    for line in lines:
+        keys = re.findall(r" (\w+)=", line)
+        assert keys[:3] == ["cycle", "stage", "seconds"], line
+        assert len(keys) == len(set(keys)), line
+
+
+def test_text_fields_stay_one_token_and_are_not_repeated_from_the_message() -> None:
+    from costguard.daemon.logs import TextFormatter
+
+    record = logging.makeLogRecord({"msg": "leader lost scope=aws/1", "levelname": "INFO",
+                                    "name": "costguard.daemon", "scope": "aws/1",
+                                    "reason": "lock taken by pod b"})
+    line = TextFormatter().format(record)
+    assert line.endswith('leader lost scope=aws/1 reason="lock taken by pod b"')
 
 
 def test_failed_stage_is_read_from_the_engine_frames() -> None:

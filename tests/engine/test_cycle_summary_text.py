@@ -18,7 +18,8 @@ def test_a_cycle_reads_as_sentences_with_every_action_and_gap() -> None:
     assert summary.lines() == [
         "cycle 7 at 2026-11-24 09:30:00 UTC: 48 instances (aws 40, gcp 8), 1200 readings, "
         "1 gaps",
-        "spend: accrued $1,234.50 (idle $98.25); budgets 2, new anomalies 1, alerts sent 4",
+        "spend: accrued $1,234.50 (idle $98.25); budgets 2, anomalies opened or grown 1, "
+        "alerts sent 4",
         "findings: idle-gpu 3, spot 2",
         "actions: warned 2 (idle-gpu 2); stopped 3 (idle-gpu 1, night 2); reconciled 1",
         "gap: aws 111/eu-west-1: AccessDenied",
