@@ -27,9 +27,9 @@ from costguard.clock import ManualClock
 from costguard.config import Settings
 from costguard.daemon.scheduler import Daemon
 from costguard.daemon.settings import DaemonSettings
+from costguard.demo.sim import SimProvider
 from costguard.engine import Engine
 from costguard.policy.load import load_policy_set
-from costguard.providers.sim import SimProvider
 from costguard.store.db import Database
 
 START = datetime(2026, 11, 16, 0, 0, tzinfo=UTC)  # a Monday: office hours and a night

@@ -1,6 +1,6 @@
 """One full costguard cycle on a 3,000-VM Compute Engine fleet in 20 zones (issue 4).
 
-The local fakes (costguard.providers.gcp.fake_server: Compute REST over HTTP, Monitoring
+The local fakes (costguard.demo.gcp_fake.server: Compute REST over HTTP, Monitoring
 gRPC) run in this process, seeded with a fixed fleet (seed 4): 3 projects x 20 zones
 (5 regions x 4), 70 % GPU VMs (A100 a2-highgpu-1g, L4 g2-standard-4, T4 on n1-standard-8),
 75 minutes of per-minute Ops Agent NVML utilization and DCGM SM activity per GPU. Then ONE
@@ -32,7 +32,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bench import benchmark
-from costguard.providers.gcp.fake_server import FakeGcp
+from costguard.demo.gcp_fake.server import FakeGcp
 from costguard.providers.gcp.metrics import SM_V2, UTIL
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -210,7 +210,7 @@ def demo(
     Example: costguard demo && costguard --database costguard-demo.db report --by team
     """
     from costguard.cli_common import database_override, database_url
-    from costguard.demo import DEMO_DATABASE, demo_clock, run_demo
+    from costguard.demo.run import DEMO_DATABASE, demo_clock, run_demo
 
     settings = _settings(config)
     if database_override() is None:  # never the configured store: simulated spend is not
@@ -220,7 +220,7 @@ def demo(
             run_demo(settings, console, hours=hours or 48, verbose=not quiet,
                      clock=demo_clock(cli_clock().now(), hours or 48))
         else:
-            from costguard.demo_cloud import DEFAULT_CLOUD_HOURS, cloud_providers
+            from costguard.demo.clouds import DEFAULT_CLOUD_HOURS, cloud_providers
 
             span = hours or DEFAULT_CLOUD_HOURS
             clock = demo_clock(cli_clock().now(), span)
@@ -285,7 +285,7 @@ def explain(
     Example: costguard explain i-0abc123 (or: costguard --database costguard-demo.db explain
     research-p4d-22)
     """
-    from costguard.demo import demo_policies
+    from costguard.demo.run import demo_policies
     from costguard.report.explain import explain as explain_instance
     from costguard.report.run import catalog_for, parse_when
     from costguard.store.db import Database

@@ -24,11 +24,11 @@ from costguard.actions.settings import SafetySettings
 from costguard.alerts.settings import AlertsSettings
 from costguard.costs.settings import CostSettings
 from costguard.daemon.settings import DaemonSettings
+from costguard.demo.sim_settings import SimSettings
 from costguard.errors import ConfigError
 from costguard.policy.base import Duration
 from costguard.providers.aws.settings import AwsSettings
 from costguard.providers.gcp.settings import GcpSettings
-from costguard.providers.sim_settings import SimSettings
 
 DEFAULT_CONFIG_FILE = Path("costguard.yaml")
 
@@ -198,3 +198,22 @@ def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
         return Settings(**data)
     except ValidationError as exc:
         raise ConfigError(_format(exc, str(path) if path.exists() else "environment")) from exc
+
+
+def daemon_settings(settings: Settings) -> DaemonSettings:
+    """The `daemon:` section (defaults when absent), with the documented env overrides."""
+    section = getattr(settings, "daemon", None)
+    cfg = section if isinstance(section, DaemonSettings) else DaemonSettings()
+    fmt = os.environ.get("COSTGUARD_LOG_FORMAT")
+    if fmt:
+        if fmt not in ("text", "json"):
+            raise ConfigError(f"COSTGUARD_LOG_FORMAT={fmt!r}: use `text` or `json`")
+        cfg = cfg.model_copy(update={"log_format": fmt})
+    return cfg
+
+
+def ingest_token(settings: Settings) -> str | None:
+    """The agent token: `http.ingest_token` in costguard.yaml, else $COSTGUARD_AGENT_TOKEN."""
+    if settings.http.ingest_token is not None:
+        return settings.http.ingest_token.get_secret_value() or None
+    return os.environ.get("COSTGUARD_AGENT_TOKEN") or None

@@ -9,10 +9,10 @@ import pytest
 from rich.console import Console
 from sqlmodel import select
 
-from costguard import demo
 from costguard.clock import ManualClock
 from costguard.config import Settings
-from costguard.demo_cloud import cloud_providers
+from costguard.demo import run as demo
+from costguard.demo.clouds import cloud_providers
 from costguard.errors import ConfigError
 from costguard.store.db import Database
 from costguard.store.tables import ActionJournalRow, CostIntervalRow

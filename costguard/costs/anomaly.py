@@ -23,11 +23,11 @@ from sqlmodel import Session, col, or_, select
 
 from costguard.alerts.outbox import enqueue
 from costguard.clock import utc
+from costguard.costs.attribution import UNATTRIBUTED
 from costguard.costs.baseline import Season, judge
 from costguard.costs.rollup import DAILY, RAW, bucket_key, day_floor, parse_bucket, rolled_up_until
 from costguard.errors import CostguardError
 from costguard.policy.schema import AnomalyRule, PolicySet
-from costguard.report.queries import UNATTRIBUTED
 from costguard.store.tables import AnomalyRow
 
 EXPECTED_MEMORY = timedelta(days=28)

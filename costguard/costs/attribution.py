@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from costguard.policy.schema import Attribution
 
 DEFAULT_DIMENSIONS = ("team", "project", "env", "cost-center")
+# what a report, a bill comparison or an anomaly calls spend no tag or rule attributes
+UNATTRIBUTED = "unattributed"
 
 
 class Attributor:

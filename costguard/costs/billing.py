@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from sqlalchemy import Table, func, select
 from sqlmodel import Session
 
-from costguard.costs.attribution import Attributor
+from costguard.costs.attribution import UNATTRIBUTED, Attributor
 from costguard.costs.focus_files import REQUIRED, BillingImportError, FocusFile, open_focus
 from costguard.errors import ConfigError
 from costguard.model import Instance, InstanceState
@@ -237,8 +237,6 @@ def billed_by(
     filters: Mapping[str, str] | None = None,
 ) -> dict[tuple[str, ...], int]:
     """Billed micro-dollars per key of `by`, for lines whose charge starts in [since, until)."""
-    from costguard.report.queries import UNATTRIBUTED
-
     def column(dim: str) -> Any:
         name = BILLED_DIMENSIONS.get(dim)
         if name is None:

@@ -18,9 +18,10 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlmodel import Session
 
+from costguard.costs.attribution import UNATTRIBUTED
 from costguard.costs.baseline import Season
 from costguard.policy.schema import AnomalyRule
-from costguard.report.queries import UNATTRIBUTED, facts
+from costguard.report.queries import facts
 
 IDLE_SHARE = 0.5
 _COLUMN = {"team": "team", "project": "project", "env": "env", "cost-center": "cost_center",

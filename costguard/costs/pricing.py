@@ -124,7 +124,7 @@ def _best(rules: tuple[R, ...], inst: Instance) -> R | None:
 def table_price(inst: Instance) -> PriceQuote | None:
     """The shipped list price of `inst` without any cloud call (AWS, GCP or the sim table)."""
     if inst.provider == "sim":
-        from costguard.providers import sim
+        from costguard.demo import sim
 
         return sim.sim_price(inst)
     if inst.provider == "gcp":

@@ -17,9 +17,9 @@ from pydantic import SecretStr
 from starlette.routing import BaseRoute
 
 from costguard.clock import Clock, SystemClock
-from costguard.config import Settings
+from costguard.config import Settings, ingest_token
 from costguard.daemon.metrics import DaemonMetrics
-from costguard.daemon.settings import DaemonSettings, ingest_token
+from costguard.daemon.settings import DaemonSettings
 from costguard.daemon.sink import StoreSink, gpu_counts
 from costguard.store.db import Database
 

@@ -40,14 +40,14 @@ from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from costguard.config import Settings
+from costguard.config import Settings, daemon_settings
 from costguard.daemon.fence import fence_engine
 from costguard.daemon.http import HttpServer, ServiceState, build_app
 from costguard.daemon.leader import Leadership, leadership_for
 from costguard.daemon.logs import configure_logging
 from costguard.daemon.metrics import DaemonMetrics
 from costguard.daemon.routes import extra_routes
-from costguard.daemon.settings import DaemonSettings, daemon_settings
+from costguard.daemon.settings import DaemonSettings
 from costguard.engine.cycle import CycleSummary, Engine
 from costguard.redact import secrets_of
 

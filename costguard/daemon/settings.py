@@ -1,24 +1,16 @@
-"""Settings of the daemon (the `daemon:` section of costguard.yaml).
-
-Until the section is registered in `costguard.config.Settings`, `daemon_settings()` builds
-the defaults, and the two variables operators reach for most are read directly:
-`COSTGUARD_LOG_FORMAT` (text | json) and `COSTGUARD_AGENT_TOKEN` (the agent ingest token).
-"""
+"""Settings of the daemon (the `daemon:` section of costguard.yaml). The section alone: what
+the whole configuration and the environment make of it is `costguard.config.daemon_settings`
+(`COSTGUARD_LOG_FORMAT`) and `costguard.config.ingest_token` (`COSTGUARD_AGENT_TOKEN`)."""
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from costguard.errors import ConfigError
 from costguard.policy.base import Duration
-
-if TYPE_CHECKING:
-    from costguard.config import Settings
 
 LogFormat = Literal["text", "json"]
 
@@ -39,22 +31,3 @@ class DaemonSettings(BaseModel):
     http_enabled: bool = True
     slack_signing_secret: SecretStr | None = None
     readiness_factor: float = Field(default=3.0, gt=1)  # ready while last cycle < 3x poll
-
-
-def daemon_settings(settings: Settings) -> DaemonSettings:
-    """The `daemon:` section (defaults when absent), with the documented env overrides."""
-    section = getattr(settings, "daemon", None)
-    cfg = section if isinstance(section, DaemonSettings) else DaemonSettings()
-    fmt = os.environ.get("COSTGUARD_LOG_FORMAT")
-    if fmt:
-        if fmt not in ("text", "json"):
-            raise ConfigError(f"COSTGUARD_LOG_FORMAT={fmt!r}: use `text` or `json`")
-        cfg = cfg.model_copy(update={"log_format": fmt})
-    return cfg
-
-
-def ingest_token(settings: Settings) -> str | None:
-    """The agent token: `http.ingest_token` in costguard.yaml, else $COSTGUARD_AGENT_TOKEN."""
-    if settings.http.ingest_token is not None:
-        return settings.http.ingest_token.get_secret_value() or None
-    return os.environ.get("COSTGUARD_AGENT_TOKEN") or None

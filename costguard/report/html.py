@@ -8,9 +8,11 @@ from functools import cache
 from jinja2 import Environment, PackageLoader, Template, select_autoescape
 from sqlmodel import Session
 
+from costguard.costs.attribution import UNATTRIBUTED
 from costguard.costs.rollup import day_floor
 from costguard.report import charts
-from costguard.report.queries import UNATTRIBUTED, Report, daily_series, top_idle
+from costguard.report.figures import Report
+from costguard.report.queries import daily_series, top_idle
 from costguard.report.render import SCHEMA_VERSION, _cells, _headers, display_rows, usd
 
 

@@ -12,15 +12,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import select
 from sqlmodel import Session
 
+from costguard.report.figures import Report, ReportRow
 from costguard.store.tables import InstanceRow
-
-if TYPE_CHECKING:
-    from costguard.report.queries import Report
 
 OWNER_DIMENSIONS = ("owner", "owner-kind", "managed")
 UNMANAGED = "unmanaged"
@@ -40,8 +38,6 @@ def _accepts(wanted: str, value: str) -> bool:
 def spend_with_owners(session: Session, by: Sequence[str], since: datetime, until: datetime,
                       filters: Mapping[str, str], run: Callable[..., Report]) -> Report:
     """`run` (queries.spend) per instance, regrouped by `by` with the owner dimensions."""
-    from costguard.report.queries import Report, ReportRow  # queries imports this module
-
     plain_by = [d for d in by if d not in OWNER_DIMENSIONS]
     owner_filters = {k: v for k, v in filters.items() if k in OWNER_DIMENSIONS}
     plain_filters = {k: v for k, v in filters.items() if k not in OWNER_DIMENSIONS}

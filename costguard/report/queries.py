@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import (
@@ -28,6 +28,7 @@ from sqlalchemy import (
 from sqlalchemy import union_all as sa_union_all
 from sqlmodel import Session
 
+from costguard.costs.attribution import UNATTRIBUTED
 from costguard.costs.rollup import (
     DAILY,
     RAW,
@@ -40,6 +41,7 @@ from costguard.costs.rollup import (
     summary_current,
 )
 from costguard.model import Instance, InstanceState, Lifecycle, PriceQuote
+from costguard.report.figures import Report, ReportRow
 from costguard.report.owners import OWNER_DIMENSIONS, spend_with_owners
 
 DIMENSIONS: dict[str, str] = {
@@ -50,44 +52,11 @@ DIMENSIONS: dict[str, str] = {
     "owner": "owner", "owner-kind": "owner_kind", "managed": "managed",
 }
 ATTRIBUTED = {"team", "project", "env", "cost-center"}
-UNATTRIBUTED = "unattributed"
 _FACT_COLUMNS = ("provider", "instance_id", "account", "region", "instance_type", "lifecycle",
                  "state", "gpu_count", "team", "project", "env", "cost_center")
 _MEASURES = ("cost_micros", "idle_cost_micros", "gpu_seconds", "idle_gpu_seconds")
 
 SpotPrice = Callable[[str, str, str, int], PriceQuote | None]
-
-
-@dataclass(frozen=True)
-class ReportRow:
-    key: tuple[str, ...]
-    cost_micros: int
-    idle_cost_micros: int
-    spot_cost_micros: int
-    gpu_seconds: int
-    idle_gpu_seconds: int
-    instances: int
-    savings_micros: int = 0  # on-demand GPU cost minus the same hours at spot
-    billed_micros: int | None = None  # with --compare billed, where bills name the key
-
-    @property
-    def idle_share(self) -> float:
-        return self.idle_cost_micros / self.cost_micros if self.cost_micros else 0.0
-
-    @property
-    def spot_share(self) -> float:
-        return self.spot_cost_micros / self.cost_micros if self.cost_micros else 0.0
-
-
-@dataclass(frozen=True)
-class Report:
-    by: tuple[str, ...]
-    since: datetime
-    until: datetime
-    rows: list[ReportRow]
-    total: ReportRow
-    filters: dict[str, str] = field(default_factory=dict)
-    compare: str | None = None
 
 
 class UnknownDimension(ValueError):

@@ -16,8 +16,9 @@ from typing import Any
 
 from rich.console import Console
 
+from costguard.costs.attribution import UNATTRIBUTED
+from costguard.report.figures import Report, ReportRow
 from costguard.report.fit import FitColumn, fit_table
-from costguard.report.queries import UNATTRIBUTED, Report, ReportRow
 
 SCHEMA_VERSION = 2
 CENT = 10_000  # micro-dollars per cent

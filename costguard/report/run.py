@@ -15,7 +15,8 @@ from costguard.costs.pricing import PriceCatalog, PriceOverrides
 from costguard.costs.settings import costs_settings
 from costguard.errors import CostguardError
 from costguard.policy.base import duration_arg
-from costguard.report.queries import DIMENSIONS, Report, catalog_spot_price, spend
+from costguard.report.figures import Report
+from costguard.report.queries import DIMENSIONS, catalog_spot_price, spend
 from costguard.report.render import to_csv, to_json, to_table
 
 FORMATS: tuple[str, ...] = ("table", "csv", "json", "html")

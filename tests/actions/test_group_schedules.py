@@ -13,11 +13,11 @@ from sqlmodel import col, select
 
 from costguard.clock import ManualClock
 from costguard.config import Settings
+from costguard.demo.sim import SimProvider
+from costguard.demo.sim_settings import SimSettings
 from costguard.engine import Engine
 from costguard.model import InstanceState
 from costguard.policy.load import parse_policy_text
-from costguard.providers.sim import SimProvider
-from costguard.providers.sim_settings import SimSettings
 from costguard.store.db import Database
 from costguard.store.tables import ActionJournalRow, AlertRow
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from costguard import __version__
 from costguard.cli import app
 from costguard.config import Settings, load_settings
-from costguard.demo import demo_policy_paths
+from costguard.demo.run import demo_policy_paths
 from costguard.policy.load import load_policy_set
 from costguard.starter import packaged_policies
 

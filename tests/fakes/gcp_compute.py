@@ -1,5 +1,5 @@
 """Compute Engine REST fake: re-exported from costguard so the demo can start it too."""
 
-from costguard.providers.gcp.fake_compute import FakeCompute, FakeOperation, FakeVm
+from costguard.demo.gcp_fake.compute import FakeCompute, FakeOperation, FakeVm
 
 __all__ = ["FakeCompute", "FakeOperation", "FakeVm"]

@@ -1,5 +1,5 @@
 """Cloud Monitoring gRPC fake: re-exported from costguard so the demo can start it too."""
 
-from costguard.providers.gcp.fake_monitoring import FakeMonitoring, FakeSeries
+from costguard.demo.gcp_fake.monitoring import FakeMonitoring, FakeSeries
 
 __all__ = ["FakeMonitoring", "FakeSeries"]

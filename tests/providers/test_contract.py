@@ -44,8 +44,8 @@ class Scene:
 
 @contextmanager
 def _sim_scene() -> Iterator[Scene]:
-    from costguard.providers.sim import SimProvider
-    from costguard.providers.sim_settings import SimSettings
+    from costguard.demo.sim import SimProvider
+    from costguard.demo.sim_settings import SimSettings
 
     clock = ManualClock(NOW)
     sim = SimProvider(SimSettings(seed=3, instances=300, launches_per_day=0), clock)
@@ -98,8 +98,8 @@ def _aws_scene(monkeypatch: pytest.MonkeyPatch) -> Iterator[Scene]:
 
 @contextmanager
 def _gcp_scene() -> Iterator[Scene]:
+    from costguard.demo.gcp_fake.server import FakeGcp
     from costguard.providers.gcp import GcpProvider
-    from costguard.providers.gcp.fake_server import FakeGcp
     from costguard.providers.gcp.metrics import UTIL
 
     with FakeGcp() as fake:

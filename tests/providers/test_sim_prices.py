@@ -8,10 +8,11 @@ import pytest
 
 from costguard.clock import ManualClock
 from costguard.costs.pricing import table_price
+from costguard.demo.sim import SPOT_DISCOUNT, SimProvider, sim_price
+from costguard.demo.sim_fleet import SIM_TYPES
+from costguard.demo.sim_settings import SimSettings
 from costguard.model import Instance, InstanceState, Lifecycle
 from costguard.providers.aws.pricing import OnDemandTable
-from costguard.providers.sim import SIM_TYPES, SPOT_DISCOUNT, SimProvider, sim_price
-from costguard.providers.sim_settings import SimSettings
 
 T0 = datetime(2026, 11, 18, tzinfo=UTC)
 

@@ -33,9 +33,9 @@ from pathlib import Path
 from costguard.actions.runner import FaultHook
 from costguard.clock import Clock, ManualClock, SystemClock
 from costguard.config import load_settings
+from costguard.demo.sim import SimProvider
 from costguard.engine import Engine
 from costguard.policy.load import load_policy_set
-from costguard.providers.sim import SimProvider
 from costguard.store.db import Database
 from tests.reliability.shared_cloud import SharedSimCloud, SharedState
 

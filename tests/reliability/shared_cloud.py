@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from costguard.clock import Clock
+from costguard.demo.sim import SimProvider
 from costguard.model import (
     ActionOutcome,
     ActionResult,
@@ -29,7 +30,6 @@ from costguard.model import (
     PriceQuote,
     ProviderName,
 )
-from costguard.providers.sim import SimProvider
 
 
 class SharedState:

@@ -18,12 +18,12 @@ from typer.testing import CliRunner
 from costguard import cli_common
 from costguard.cli import app
 from costguard.clock import ManualClock
+from costguard.demo.sim import SimProvider
+from costguard.demo.sim_settings import SimSettings
 from costguard.model import Owner, OwnerKind
 from costguard.policy.evaluate import matches
 from costguard.policy.explain import filter_checks
 from costguard.policy.load import load_policy_set, parse_policy_text
-from costguard.providers.sim import SimProvider
-from costguard.providers.sim_settings import SimSettings
 from tests.fakes.cloud import BUSY, DARK, IDLE, T0, full_cloud
 from tests.fakes.scenario import make_engine, run_for
 

@@ -16,7 +16,8 @@ import pytest
 from sqlmodel import Session, select
 
 from costguard.costs.rollup import SUMMARY_UNTIL, rebuild_summaries, rollup
-from costguard.report.queries import Report, spend
+from costguard.report.figures import Report
+from costguard.report.queries import spend
 from costguard.store import control
 from costguard.store.db import Database
 from costguard.store.tables import ControlRow, CostRunRow, CostSummaryRow

@@ -9,10 +9,10 @@ from sqlmodel import select
 from costguard.clock import ManualClock
 from costguard.costs.accrual import accrue
 from costguard.costs.attribution import Attributor
+from costguard.demo.sim import SimProvider
+from costguard.demo.sim_settings import SimSettings
 from costguard.model import Instance, InstanceState, PriceQuote
 from costguard.policy.load import parse_policy_text
-from costguard.providers.sim import SimProvider
-from costguard.providers.sim_settings import SimSettings
 from costguard.store.db import Database
 from costguard.store.inventory import current_instances, record_inventory
 from costguard.store.tables import CostIntervalRow

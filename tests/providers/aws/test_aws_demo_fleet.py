@@ -6,9 +6,9 @@ from datetime import timedelta
 from statistics import mean
 
 from costguard.clock import ManualClock
+from costguard.demo.aws_fleet import start_demo_fleet
 from costguard.model import Lifecycle
 from costguard.providers.aws import AwsProvider
-from costguard.providers.aws.demo_fleet import start_demo_fleet
 
 
 def test_demo_fleet_is_read_with_gpu_metrics_in_both_layouts(clock: ManualClock) -> None:

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from costguard.clock import ManualClock
+from costguard.demo.gcp_fake.server import FakeGcp
 from costguard.providers.gcp import GcpProvider
-from costguard.providers.gcp.fake_server import FakeGcp
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 

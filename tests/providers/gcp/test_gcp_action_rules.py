@@ -9,11 +9,11 @@ from collections.abc import Callable
 
 import pytest
 
+from costguard.demo.gcp_fake.server import FakeGcp
 from costguard.errors import ProviderError, ProviderThrottled
 from costguard.model import ActionOutcome, Instance, InstanceState
 from costguard.providers.gcp import GcpProvider
 from costguard.providers.gcp.actions import label_key, label_value
-from costguard.providers.gcp.fake_server import FakeGcp
 
 PROJECT, ZONE, NAME = "ml-prod", "us-central1-a", "idle-a100"
 SCOPE = f"{PROJECT}/{ZONE}/{NAME}"

@@ -6,10 +6,10 @@ from collections.abc import Callable
 
 import pytest
 
+from costguard.demo.gcp_fake.server import FakeGcp
 from costguard.errors import ProviderThrottled
 from costguard.model import ActionOutcome, Instance, InstanceState
 from costguard.providers.gcp import GcpProvider, label_key
-from costguard.providers.gcp.fake_server import FakeGcp
 
 
 def _listed(provider: GcpProvider, name: str) -> Instance:

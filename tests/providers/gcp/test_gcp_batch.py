@@ -8,11 +8,11 @@ from datetime import timedelta
 import pytest
 
 from costguard.clock import ManualClock
+from costguard.demo.gcp_fake.server import FakeGcp
 from costguard.errors import ProviderError
 from costguard.model import ActionOutcome, Instance, InstanceState
 from costguard.providers.base import BatchActions, Describes
 from costguard.providers.gcp import GcpProvider, lookup
-from costguard.providers.gcp.fake_server import FakeGcp
 
 ZONES = ["us-central1-a", "us-central1-b", "europe-west4-a"]
 

@@ -15,11 +15,11 @@ from sqlmodel import select
 from costguard.alerts.settings import AlertsSettings
 from costguard.clock import ManualClock
 from costguard.config import Settings
+from costguard.demo.gcp_fake.disks import FakeDisk
+from costguard.demo.gcp_fake.server import FakeGcp
 from costguard.engine import Engine
 from costguard.policy.load import load_policy_set
 from costguard.providers.gcp import GcpProvider
-from costguard.providers.gcp.fake_disks import FakeDisk
-from costguard.providers.gcp.fake_server import FakeGcp
 from costguard.providers.gcp.metrics import SM_V2, UTIL
 from costguard.store.db import Database
 from costguard.store.tables import ActionJournalRow, AlertRow

@@ -9,8 +9,8 @@ import pytest
 from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
+from costguard.demo.gcp_fake.server import FakeGcp
 from costguard.providers.gcp import GcpProvider
-from costguard.providers.gcp.fake_server import FakeGcp
 
 
 def _names(client: compute_v1.InstancesClient, expr: str) -> set[str]:

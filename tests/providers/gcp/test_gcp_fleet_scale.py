@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from costguard.demo.gcp_fake.server import FakeGcp
 from costguard.providers.gcp import GcpProvider
-from costguard.providers.gcp.fake_server import FakeGcp
 from costguard.providers.gcp.metrics import SM_V2, UTIL
 
 T0 = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)

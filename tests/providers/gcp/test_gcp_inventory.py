@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from costguard.demo.gcp_fake.server import FakeGcp
 from costguard.model import InstanceState, Lifecycle
 from costguard.providers.base import Provider
 from costguard.providers.gcp import GcpProvider
-from costguard.providers.gcp.fake_server import FakeGcp
 
 
 def test_gcp_provider_satisfies_the_provider_protocol(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from costguard.demo.gcp_fake.server import FakeGcp
 from costguard.providers.gcp import GcpProvider
-from costguard.providers.gcp.fake_server import FakeGcp
 
 
 def test_launched_by_is_the_service_account_email(

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from costguard.demo.gcp_fake.server import FakeGcp
 from costguard.model import AT_MINIMUM, ActionOutcome, Instance, OwnerKind
 from costguard.providers.gcp import GcpProvider
-from costguard.providers.gcp.fake_server import FakeGcp
 
 P, Z = "ml-prod", "us-central1-a"
 

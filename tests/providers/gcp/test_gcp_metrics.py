@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 import grpc  # type: ignore[import-untyped]
 import pytest
 
+from costguard.demo.gcp_fake.server import FakeGcp
 from costguard.errors import ProviderError
 from costguard.model import Instance, InstanceState, TelemetrySource
 from costguard.providers.gcp import GcpProvider
-from costguard.providers.gcp.fake_server import FakeGcp
 from costguard.providers.gcp.metrics import MEM_USED, SM_V1, SM_V2, UTIL
 
 T0 = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)

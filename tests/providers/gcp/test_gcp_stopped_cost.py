@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from costguard.demo.gcp_fake.disks import FakeDisk
+from costguard.demo.gcp_fake.server import FakeGcp
 from costguard.model import ActionOutcome, Instance
 from costguard.providers.gcp import GcpProvider
-from costguard.providers.gcp.fake_disks import FakeDisk
-from costguard.providers.gcp.fake_server import FakeGcp
 
 
 def test_stopped_cost_prices_each_persistent_disk(

@@ -6,11 +6,11 @@ from collections.abc import Callable
 
 import pytest
 
+from costguard.demo.gcp_fake.disks import FakeDisk
+from costguard.demo.gcp_fake.server import FakeGcp
 from costguard.errors import ProviderError
 from costguard.model import ActionOutcome, Instance, InstanceState
 from costguard.providers.gcp import GcpProvider
-from costguard.providers.gcp.fake_disks import FakeDisk
-from costguard.providers.gcp.fake_server import FakeGcp
 from costguard.providers.gcp.terminate import snapshot_name
 
 ZONE = "us-central1-a"

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from costguard.providers.gcp.fake_compute import FakeCompute, FakeVm
-from costguard.providers.gcp.fake_monitoring import FakeMonitoring, FakeSeries
+from costguard.demo.gcp_fake.compute import FakeCompute, FakeVm
+from costguard.demo.gcp_fake.monitoring import FakeMonitoring, FakeSeries
 from costguard.providers.gcp.settings import GcpSettings, RetrySettings
 
 __all__ = ["FakeCompute", "FakeGcp", "FakeMonitoring", "FakeSeries", "FakeVm"]

@@ -25,13 +25,13 @@ from sqlmodel import Session, SQLModel, col, select
 
 from costguard.clock import ManualClock, SystemClock
 from costguard.config import Settings
+from costguard.demo.sim import SimProvider
+from costguard.demo.sim_settings import SimSettings
 from costguard.engine import Engine
 from costguard.errors import StoreError
 from costguard.policy.load import load_policy_set
 from costguard.policy.schema import PolicySet
 from costguard.providers.base import Provider
-from costguard.providers.sim import SimProvider
-from costguard.providers.sim_settings import SimSettings
 from costguard.report.render import to_table, usd_micros
 from costguard.report.run import spend_report
 from costguard.store import control

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from costguard.demo.sim_fleet import SIM_TYPES, SimHost
 from costguard.model import (
     AT_MINIMUM,
     ActionOutcome,
@@ -30,8 +31,7 @@ from costguard.model import (
 )
 
 if TYPE_CHECKING:
-    from costguard.providers.sim import SimHost
-    from costguard.providers.sim_settings import SimSettings
+    from costguard.demo.sim_settings import SimSettings
 
 
 @dataclass
@@ -101,8 +101,6 @@ class SimGroupOps:
     _set_state: Any
 
     def _add_member(self, group: SimGroup, launched: datetime) -> SimHost:
-        from costguard.providers.sim import SIM_TYPES, SimHost  # sim.py imports this module
-
         self._serial += 1
         gpus, model, mem_gib = SIM_TYPES[group.instance_type]
         iid = f"i-sim{self.settings.seed:02d}{self._serial:06d}"

@@ -24,7 +24,7 @@ from costguard.errors import ConfigError
 from costguard.providers.base import Provider
 
 if TYPE_CHECKING:
-    from costguard.providers.gcp.fake_server import FakeGcp
+    from costguard.demo.gcp_fake.server import FakeGcp
 
 CLOUDS = ("aws", "gcp")
 DEFAULT_CLOUD_HOURS = 6  # cloud fakes answer more slowly than the in-memory sim: 6 h, not 48
@@ -70,8 +70,8 @@ def cloud_providers(
 
 @contextmanager
 def _aws(clock: Clock, hours: float, instances: int) -> Iterator[dict[str, Provider]]:
+    from costguard.demo.aws_fleet import start_demo_fleet
     from costguard.providers.aws import AwsProvider
-    from costguard.providers.aws.demo_fleet import start_demo_fleet
 
     first, last = _window(clock, hours)
     # The fleet seeds metrics that end at its clock's "now": give it the window's end.
@@ -82,8 +82,8 @@ def _aws(clock: Clock, hours: float, instances: int) -> Iterator[dict[str, Provi
 
 @contextmanager
 def _gcp(clock: Clock, hours: float, instances: int) -> Iterator[dict[str, Provider]]:
+    from costguard.demo.gcp_fake.server import FakeGcp
     from costguard.providers.gcp import GcpProvider
-    from costguard.providers.gcp.fake_server import FakeGcp
 
     with FakeGcp() as fake:
         seed_gcp_fleet(fake, clock, hours=hours, instances=instances)

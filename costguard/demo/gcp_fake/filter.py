@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from costguard.providers.gcp.fake_http import error
+from costguard.demo.gcp_fake.http import error
 
 Predicate = Callable[[dict[str, Any]], bool]
 

@@ -15,11 +15,11 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from costguard.providers.gcp.fake_filter import aggregated
-from costguard.providers.gcp.fake_http import error
+from costguard.demo.gcp_fake.filter import aggregated
+from costguard.demo.gcp_fake.http import error
 
 if TYPE_CHECKING:
-    from costguard.providers.gcp.fake_records import FakeOperation, FakeVm
+    from costguard.demo.gcp_fake.records import FakeOperation, FakeVm
 
 _BASE = "https://www.googleapis.com/compute/v1"
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 import random
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cache
 from typing import TYPE_CHECKING
 
 from costguard.clock import Clock
+from costguard.demo.sim_fleet import SIM_TYPES, SimHost
+from costguard.demo.sim_groups import SimGroup, SimGroupOps, demo_groups, member_view
+from costguard.demo.sim_settings import SimSettings
 from costguard.errors import InstanceNotFound
 from costguard.model import (
     ActionOutcome,
@@ -30,27 +32,11 @@ from costguard.model import (
     PriceQuote,
     ProviderName,
 )
-from costguard.providers.sim_groups import SimGroup, SimGroupOps, demo_groups, member_view
-from costguard.providers.sim_settings import SimSettings
 from costguard.telemetry.summary import sim_minute
 
 if TYPE_CHECKING:
     from costguard.providers.aws.pricing import OnDemandTable
 
-# type: (gpu count, gpu model, GiB per GPU). Prices: the shipped AWS on-demand table
-# (providers/aws/data/ec2_gpu_prices.json), see sim_price().
-SIM_TYPES: dict[str, tuple[int, str | None, int | None]] = {
-    "p5.48xlarge": (8, "H100", 80),
-    "p4d.24xlarge": (8, "A100", 40),
-    "p3.2xlarge": (1, "V100", 16),
-    "g5.xlarge": (1, "A10G", 24),
-    "g5.12xlarge": (4, "A10G", 24),
-    "g6.xlarge": (1, "L4", 24),
-    "g4dn.xlarge": (1, "T4", 16),
-    "m5.large": (0, None, None),
-    "c5.xlarge": (0, None, None),
-    "r5.2xlarge": (0, None, None),
-}
 GPU_WEIGHTS = {"p5.48xlarge": 3, "p4d.24xlarge": 8, "p3.2xlarge": 10, "g5.xlarge": 25,
                "g5.12xlarge": 12, "g6.xlarge": 12, "g4dn.xlarge": 20}
 CPU_TYPES = ["m5.large", "c5.xlarge", "r5.2xlarge"]
@@ -74,18 +60,6 @@ PROFILES = {
     "no-agent": 7,  # nothing reports: must never be stopped as idle
     "finishes": 7,  # trains for a while, then the job ends and the box sits idle
 }
-
-
-@dataclass
-class SimHost:
-    instance: Instance
-    profile: str
-    busy_until: datetime | None = None  # for "finishes"
-    stopped_at: datetime | None = None
-    started_at: datetime | None = None
-    disk_gib: int = 200  # attached block storage: still billed while the instance is stopped
-    snapshots: list[str] = field(default_factory=list)
-    history: list[tuple[datetime, InstanceState]] = field(default_factory=list)
 
 
 class SimProvider(SimGroupOps):

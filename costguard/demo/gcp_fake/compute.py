@@ -26,11 +26,11 @@ from datetime import datetime
 from http.server import ThreadingHTTPServer
 from typing import Any
 
-from costguard.providers.gcp.fake_disks import DiskOps, FakeDisk
-from costguard.providers.gcp.fake_filter import aggregated
-from costguard.providers.gcp.fake_groups import GROUP_ROUTES, GroupOps
-from costguard.providers.gcp.fake_http import error, forbidden, handler_for
-from costguard.providers.gcp.fake_records import FakeOperation, FakeVm
+from costguard.demo.gcp_fake.disks import DiskOps, FakeDisk
+from costguard.demo.gcp_fake.filter import aggregated
+from costguard.demo.gcp_fake.groups import GROUP_ROUTES, GroupOps
+from costguard.demo.gcp_fake.http import error, forbidden, handler_for
+from costguard.demo.gcp_fake.records import FakeOperation, FakeVm
 
 __all__ = ["FakeCompute", "FakeDisk", "FakeOperation", "FakeVm"]
 

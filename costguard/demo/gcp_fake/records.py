@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from costguard.providers.gcp.fake_disks import FakeDisk
+from costguard.demo.gcp_fake.disks import FakeDisk
 
 _BASE = "https://www.googleapis.com/compute/v1"
 

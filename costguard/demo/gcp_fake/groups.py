@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from costguard.providers.gcp.fake_http import error
+from costguard.demo.gcp_fake.http import error
 
 _BASE = "https://www.googleapis.com/compute/v1"
 

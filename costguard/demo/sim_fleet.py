@@ -1,0 +1,37 @@
+"""What the simulated cloud is made of: its instance types and its hosts (an instance, how
+its GPUs behave, its disks and history). Shared by the plain fleet (sim.py) and the managed
+groups (sim_groups.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from costguard.model import Instance, InstanceState
+
+# type: (gpu count, gpu model, GiB per GPU). Prices: the shipped AWS on-demand table
+# (providers/aws/data/ec2_gpu_prices.json), see sim_price().
+SIM_TYPES: dict[str, tuple[int, str | None, int | None]] = {
+    "p5.48xlarge": (8, "H100", 80),
+    "p4d.24xlarge": (8, "A100", 40),
+    "p3.2xlarge": (1, "V100", 16),
+    "g5.xlarge": (1, "A10G", 24),
+    "g5.12xlarge": (4, "A10G", 24),
+    "g6.xlarge": (1, "L4", 24),
+    "g4dn.xlarge": (1, "T4", 16),
+    "m5.large": (0, None, None),
+    "c5.xlarge": (0, None, None),
+    "r5.2xlarge": (0, None, None),
+}
+
+
+@dataclass
+class SimHost:
+    instance: Instance
+    profile: str
+    busy_until: datetime | None = None  # for "finishes"
+    stopped_at: datetime | None = None
+    started_at: datetime | None = None
+    disk_gib: int = 200  # attached block storage: still billed while the instance is stopped
+    snapshots: list[str] = field(default_factory=list)
+    history: list[tuple[datetime, InstanceState]] = field(default_factory=list)

@@ -1,0 +1,39 @@
+"""What a spend report holds: its rows, keyed by the grouping, and the total. Shared by the
+queries that fill it (queries.py, owners.py) and every surface that shows it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class ReportRow:
+    key: tuple[str, ...]
+    cost_micros: int
+    idle_cost_micros: int
+    spot_cost_micros: int
+    gpu_seconds: int
+    idle_gpu_seconds: int
+    instances: int
+    savings_micros: int = 0  # on-demand GPU cost minus the same hours at spot
+    billed_micros: int | None = None  # with --compare billed, where bills name the key
+
+    @property
+    def idle_share(self) -> float:
+        return self.idle_cost_micros / self.cost_micros if self.cost_micros else 0.0
+
+    @property
+    def spot_share(self) -> float:
+        return self.spot_cost_micros / self.cost_micros if self.cost_micros else 0.0
+
+
+@dataclass(frozen=True)
+class Report:
+    by: tuple[str, ...]
+    since: datetime
+    until: datetime
+    rows: list[ReportRow]
+    total: ReportRow
+    filters: dict[str, str] = field(default_factory=dict)
+    compare: str | None = None
