@@ -19,7 +19,6 @@ from sqlmodel import Session, col
 from costguard.alerts.tables import AlertDeliveryRow
 from costguard.store.tables import (
     AlertRow,
-    CostIntervalRow,
     GapRow,
     InstanceRow,
     PolicyStateRow,
@@ -116,10 +115,11 @@ class DaemonMetrics:
                 select(col(PolicyStateRow.policy), col(PolicyStateRow.state), func.count())
                 .group_by(col(PolicyStateRow.policy), col(PolicyStateRow.state))).all():
             self.policy_states.labels(policy, state).set(n)
-        idle = session.execute(
-            select(func.coalesce(func.sum(CostIntervalRow.idle_cost_micros), 0))
-            .where(col(CostIntervalRow.end) > now - timedelta(hours=1))).scalar()
-        self.idle_usd_per_hour.set(int(idle or 0) / 1e6)
+        # the report's own query (`costguard report --since 1h`): one figure, every surface
+        from costguard.report.queries import spend
+
+        hour = spend(session, [], now - timedelta(hours=1), now)
+        self.idle_usd_per_hour.set(hour.total.idle_cost_micros / 1e6)
 
     def refresh_gaps(self, session: Session) -> None:
         self.gaps.clear()

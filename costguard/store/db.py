@@ -117,9 +117,10 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
 
         command.upgrade(_alembic_config(engine), revision)
     except OperationalError as exc:
+        why = " ".join(str(exc.orig).split())  # the driver's message, on one line
         raise StoreError(
-            f"cannot migrate the database at {engine.url.render_as_string(hide_password=True)}: "
-            f"{exc.orig}. Check database_url in costguard.yaml or COSTGUARD_DATABASE_URL."
+            f"cannot open the database at {engine.url.render_as_string(hide_password=True)}: "
+            f"{why.rstrip('.')}. Check database_url in costguard.yaml or COSTGUARD_DATABASE_URL."
         ) from exc
 
 

@@ -20,6 +20,7 @@ from costguard import cli_common
 from costguard.cli import app
 from costguard.clock import ManualClock
 from costguard.config import Settings
+from costguard.daemon.metrics import DaemonMetrics
 from costguard.report.run import spend_report
 from costguard.store.db import Database
 from costguard.store.tables import InstanceRow
@@ -124,15 +125,25 @@ def test_every_surface_shows_the_demo_s_figures(workdir: ManualClock, tmp_path: 
     assert shown[0] in page.read_text()
 
     # a team's cost is the same to the micro-dollar whatever else it is grouped by
-    settings = Settings(database_url=f"sqlite:///{tmp_path / 'costguard-demo.db'}")
-    db = Database(settings.database_url)
+    settings = Settings()  # its catalog prices spot savings; the store is the demo's own
+    db = Database(f"sqlite:///{tmp_path / 'costguard-demo.db'}", create=False)
     since, until = NOW - timedelta(hours=HOURS), NOW + timedelta(seconds=1)
     with db.session() as s:
         by_team = {r.key[0]: r.cost_micros for r in spend_report(s, settings, ["team"],
                                                                   since, until).rows}
+        assert len(by_team) > 3 and round(sum(by_team.values()) / 1e6, 2) == total["cost_usd"]
         for finer in ("instance", "instance-type", "region"):
             summed: Counter[str] = Counter()
             for r in spend_report(s, settings, ["team", finer], since, until).rows:
                 summed[r.key[0]] += r.cost_micros
             assert dict(summed) == by_team, finer
+        # and /metrics' idle dollars over the last hour are `report --since 1h`'s
+        metrics = DaemonMetrics()
+        metrics.refresh_from_store(s, NOW)
+        hour = json.loads(runner.invoke(app, [
+            "--database", "costguard-demo.db", "report", "--format", "json",
+            "--since", (NOW - timedelta(hours=1)).isoformat(),
+            "--until", NOW.isoformat()]).output)["total"]
+        gauge = metrics.idle_usd_per_hour._value.get()
+        assert hour["idle_cost_usd"] > 0 and round(gauge, 2) == hour["idle_cost_usd"]
     db.dispose()

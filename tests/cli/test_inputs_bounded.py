@@ -70,3 +70,22 @@ def test_the_cli_prints_one_line_for_a_bad_database_url(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert "Traceback" not in out and "hunter2" not in out
     assert "database_url: the port 'notaport' is not a number" in out
+
+
+def test_an_unreachable_database_is_one_line_naming_where_to_fix_it(tmp_path: Path) -> None:
+    # a port nothing listens on: psycopg's two-line "connection refused / is the server
+    # running" comes out as one line, without the password
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "costguard"), "--database",
+         f"postgresql://u:hunter2@127.0.0.1:{port}/cg", "report"], capture_output=True,
+        text=True, cwd=tmp_path, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: cannot open the database at postgresql")
+    assert "hunter2" not in result.stderr and "COSTGUARD_DATABASE_URL" in lines[0]

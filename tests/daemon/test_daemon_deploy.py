@@ -223,3 +223,22 @@ def test_compose_starts_costguard_on_its_postgresql() -> None:
     dockerfile = (DEPLOY / "Dockerfile").read_text()
     assert f"EXPOSE {PORT}" in dockerfile
     assert "costguard init /etc/costguard" in dockerfile  # the image runs with no mount
+
+
+def _images(doc: dict[str, Any]) -> list[str]:
+    pod = doc.get("spec", {}).get("template", {}).get("spec", {})
+    return [c["image"] for c in pod.get("initContainers", []) + pod.get("containers", [])]
+
+
+def test_every_image_is_one_this_repository_builds_at_this_version(k8s: Manifests) -> None:
+    # the two images the Dockerfiles build, at the release's version: never `latest`
+    from costguard import __version__
+
+    built = {"ghcr.io/costguard/costguard": "Dockerfile",
+             "ghcr.io/costguard/costguard-agent": "agent.Dockerfile"}
+    images = [image for doc in k8s.docs.values() for image in _images(doc)]
+    assert images
+    for image in images:
+        name, _, tag = image.rpartition(":")
+        assert name in built and tag == __version__, image
+        assert (DEPLOY / built[name]).is_file()
