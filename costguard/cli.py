@@ -27,7 +27,7 @@ app = typer.Typer(
     "Example: costguard demo   (48 simulated hours in seconds, then spend by team)",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    rich_markup_mode="rich",
+    rich_markup_mode="markdown",
 )
 db_app = typer.Typer(help="Database schema and maintenance.\n\nExample: costguard db upgrade",
                      no_args_is_help=True)
@@ -113,6 +113,7 @@ def validate(
     """Check policy files; print every problem as FILE:LINE:COL: message.
 
     Example: costguard validate policies/ --format json
+
     Exit status 0 when all files are valid, 2 otherwise.
     """
     from costguard.policy.load import load_with_warnings
@@ -402,6 +403,19 @@ def db_upgrade(config: ConfigOpt = None) -> None:
         raise _fail(exc) from None
     console.print(f"database at revision {current_revision(engine)} "
                   f"({engine.url.render_as_string(hide_password=True)})")
+
+
+# `costguard --help` lists the first hour first: start, try, check, run, read, then the rest
+_ORDER = ["init", "demo", "validate", "run", "report", "explain", "status", "snooze",
+          "audit", "simulate", "iam", "pause", "resume"]
+
+
+def _rank(info: typer.models.CommandInfo) -> int:
+    name = info.name or (info.callback.__name__ if info.callback else "")
+    return _ORDER.index(name) if name in _ORDER else len(_ORDER)
+
+
+app.registered_commands.sort(key=_rank)
 
 
 def main() -> None:  # pragma: no cover - console script entry

@@ -261,6 +261,7 @@ def retry_command(
     A sent message is never queued again. Each requeue is journaled (`costguard audit`).
 
     Example: costguard alerts retry 12 15
+
     Example: costguard alerts retry --failed
     """
     if not ids and not failed and not unconfirmed:

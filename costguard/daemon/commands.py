@@ -57,6 +57,7 @@ def status(
     """Is costguard running and acting? Last cycle, pause switch, alerts, gaps.
 
     Example: costguard status --format json
+
     Exit status 0 when a cycle finished within 3 poll intervals and no scope has been
     unreadable for longer (degraded), 1 otherwise.
     """

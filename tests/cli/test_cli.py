@@ -51,6 +51,19 @@ def test_help_of_every_command_has_an_example() -> None:
         assert "Example" in result.output, cmd
 
 
+def test_help_lists_the_first_hour_first_and_wraps_sentences_not_source_lines() -> None:
+    wide = CliRunner(env={"COLUMNS": "200"})
+    top = wide.invoke(app, ["--help"]).output
+    listed = re.findall(r"^│ (\w+) ", top, re.M)
+    assert listed[:6] == ["init", "demo", "validate", "run", "report", "explain"]
+    # a docstring's line break is not a line break on screen (markdown help)
+    demo = wide.invoke(app, ["demo", "--help"]).output
+    assert "(or the one costguard --database names), emptied first" in demo
+    status = wide.invoke(app, ["status", "--help"]).output
+    assert re.search(r"Example: costguard status --format json\s*\n\s*\n\s*Exit status",
+                     status)
+
+
 def test_run_once_prints_a_machine_readable_cycle_summary(workdir: Path) -> None:
     (workdir / "costguard.yaml").write_text("providers:\n  sim: {instances: 12}\n")
     result = runner.invoke(app, ["run", "--once", "--format", "json"])
