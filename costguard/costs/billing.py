@@ -13,7 +13,7 @@ import hashlib
 import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
@@ -40,9 +40,22 @@ _T: Table = BillingLineRow.__table__  # type: ignore[attr-defined]
 BILLED_DIMENSIONS = {"team": "team", "project": "project", "env": "env",
                      "cost-center": "cost_center", "account": "account",
                      "provider": "provider", "region": "region", "instance": "resource_id"}
-_PROVIDERS = {"aws": "aws", "amazon web services": "aws", "google cloud": "gcp", "gcp": "gcp",
-              "google": "gcp", "microsoft": "azure", "azure": "azure"}
+# provider names as exports spell them -> costguard's; a provider costguard does not govern
+# keeps its own (lower-case) name, and its lines are kept and reported under it
+_PROVIDERS = {"aws": "aws", "amazon web services": "aws", "amazon": "aws",
+              "amazon web services, inc.": "aws", "amazon web services inc": "aws",
+              "google cloud": "gcp", "google cloud platform": "gcp", "gcp": "gcp",
+              "google": "gcp", "google llc": "gcp", "microsoft": "azure",
+              "microsoft azure": "azure", "azure": "azure", "microsoft corporation": "azure",
+              "oracle": "oracle", "oracle cloud infrastructure": "oracle", "oci": "oracle",
+              "alibaba cloud": "alibaba", "alibaba": "alibaba"}
+# FOCUS ChargeCategory values, matched without regard to case
+CATEGORIES = ("Usage", "Purchase", "Tax", "Credit", "Adjustment")
+# text that means "no value" in real exports (the spec's null is an empty cell)
+_NULLS = frozenset({"", "null", "none", "nan", "n/a", "\\n"})
+BASE_CURRENCY = "USD"  # estimates are in US dollars; bills in another currency need a rate
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+_BATCH = 5_000
 
 
 @dataclass
@@ -51,22 +64,46 @@ class ImportResult:
     added: int = 0
     duplicates: int = 0
     billed_micros: int = 0
+    version: str = ""
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (where, why), first 20
+    skipped_count: int = 0
+    by_category: Counter[str] = field(default_factory=Counter)  # billed micros
+    by_provider: Counter[str] = field(default_factory=Counter)
+    currencies: set[str] = field(default_factory=set)
+
+    def skip(self, where: str, why: str) -> None:
+        self.skipped_count += 1
+        if len(self.skipped) < 20:
+            self.skipped.append((where, why))
+
+
+def is_null(value: object) -> bool:
+    """Empty, or a null written as text (`NULL`, `null`, `None`, `NaN`, `\\N`)."""
+    if value is None:
+        return True
+    if isinstance(value, float):
+        return value != value  # NaN
+    return isinstance(value, str) and value.strip().lower() in _NULLS
 
 
 def micros(text: object, where: str) -> int:
-    if text is None:
+    if is_null(text):
         raise BillingImportError(f"{where} is empty")
     try:
-        value = Decimal(str(text).strip() or "0")
+        value = Decimal(str(text).strip())
     except InvalidOperation:
         raise BillingImportError(f"{where}: {text!r} is not a number") from None
+    if not value.is_finite():
+        raise BillingImportError(f"{where}: {text!r} is not a number")
     return int((value * 1_000_000).quantize(Decimal(1), rounding=ROUND_HALF_UP))
 
 
 def _time(text: object, where: str) -> datetime:
     if isinstance(text, datetime):
         return text if text.tzinfo else text.replace(tzinfo=UTC)
-    raw = str(text).strip().replace("Z", "+00:00")
+    if is_null(text):
+        raise BillingImportError(f"{where} is empty")
+    raw = str(text).strip().replace("Z", "+00:00").replace(" UTC", "+00:00")
     try:
         when = datetime.fromisoformat(raw)
     except ValueError:
@@ -76,25 +113,69 @@ def _time(text: object, where: str) -> datetime:
     return when.astimezone(UTC) if when.tzinfo else when.replace(tzinfo=UTC)
 
 
-def _tags(text: object, where: str) -> dict[str, str]:
-    if text is None or text == "":
+def _tag_value(value: object) -> str:
+    if value is True or value is False:
+        return str(value).lower()  # FOCUS: a key without a value carries `true`
+    return "" if value is None else str(value)
+
+
+def _pairs(items: list[Any], where: str) -> dict[str, str]:
+    """A list of {key, value} structs (GCP's labels) or of (key, value) pairs (a map)."""
+    out: dict[str, str] = {}
+    for item in items:
+        if isinstance(item, Mapping):
+            lowered = {str(k).lower(): v for k, v in item.items()}
+            if "key" not in lowered:
+                raise BillingImportError(f"{where}: Tags holds {dict(item)!r}, not a "
+                                         "{key, value} pair")
+            out[str(lowered["key"])] = _tag_value(lowered.get("value"))
+        elif isinstance(item, (list, tuple)) and len(item) == 2:
+            out[str(item[0])] = _tag_value(item[1])
+        else:
+            raise BillingImportError(f"{where}: Tags is a list but not of key/value pairs")
+    return out
+
+
+def parse_tags(value: object, where: str) -> dict[str, str]:
+    """Every shape Tags comes in: a JSON object (text or map), a map column, or a list of
+    {key, value} structs or pairs (as text or as the column's own values); null is none."""
+    if is_null(value):
         return {}
-    if isinstance(text, Mapping):
-        return {str(k): str(v) for k, v in text.items()}
-    if isinstance(text, list):  # a Parquet map column: [(key, value), ...]
-        try:
-            return {str(k): str(v) for k, v in text}
-        except (TypeError, ValueError):
-            raise BillingImportError(
-                f"{where}: Tags is a list but not of (key, value) pairs") from None
+    if isinstance(value, Mapping):
+        return {str(k): _tag_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return _pairs(list(value), where)
     try:
-        doc = json.loads(str(text))
+        doc = json.loads(str(value))
     except json.JSONDecodeError:
         raise BillingImportError(
-            f"{where}: Tags is not a JSON object: {str(text)[:60]!r}") from None
-    if not isinstance(doc, dict):
-        raise BillingImportError(f"{where}: Tags must be a JSON object")
-    return {str(k): str(v) for k, v in doc.items()}
+            f"{where}: Tags is not JSON: {str(value)[:60]!r}") from None
+    if doc is None:
+        return {}
+    if isinstance(doc, dict):
+        return {str(k): _tag_value(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return _pairs(doc, where)
+    raise BillingImportError(f"{where}: Tags must be a JSON object or a list of key/value "
+                             f"pairs, not {type(doc).__name__}")
+
+
+def provider_of(name: object) -> str | None:
+    """costguard's name for an export's provider (`Amazon Web Services` -> aws)."""
+    if is_null(name):
+        return None
+    text = " ".join(str(name).split())
+    return _PROVIDERS.get(text.lower(), text.lower()[:32])
+
+
+def category_of(value: object, where: str) -> str | None:
+    if is_null(value):
+        return None
+    for known in CATEGORIES:
+        if str(value).strip().lower() == known.lower():
+            return known
+    raise BillingImportError(f"{where}: ChargeCategory {value!r} is not one of "
+                             f"{', '.join(CATEGORIES)}")
 
 
 def _attribute(attributor: Attributor, tags: dict[str, str], account: str | None,
@@ -106,53 +187,104 @@ def _attribute(attributor: Attributor, tags: dict[str, str], account: str | None
     return attributor.dimensions(shim)
 
 
-def parse_focus(source: FocusFile, attributor: Attributor) -> Iterator[BillingLineRow]:
-    """The billing lines of an opened FOCUS file (its columns already checked)."""
-    seen: Counter[str] = Counter()
+def _line(row: dict[str, Any], where: str, attributor: Attributor,
+          rates: Mapping[str, Decimal]) -> BillingLineRow:
+    """One charge line, or BillingImportError naming `where` and what is wrong."""
+    account = _opt(row.get("SubAccountId")) or _opt(row.get("BillingAccountId"))
+    resource = _opt(row.get("ResourceId"))
+    tags = parse_tags(row.get("Tags"), where)
+    dims = _attribute(attributor, tags, account, resource)
+    provider = provider_of(next((row.get(c) for c in ("ServiceProviderName", "ProviderName",
+                                                       "PublisherName", "InvoiceIssuerName")
+                                 if not is_null(row.get(c))), None))
+    currency = (_opt(row.get("BillingCurrency")) or BASE_CURRENCY).upper()
+    rate = Decimal(1) if currency == BASE_CURRENCY else rates.get(currency)
+    if rate is None:
+        raise CurrencyError(
+            f"{where}: billed in {currency}, and estimates are in {BASE_CURRENCY}: give the "
+            f"rate, e.g. --rate {currency}=1.08 ({BASE_CURRENCY} per {currency})")
+    billed = micros(row.get("BilledCost"), f"{where} BilledCost")
+    effective = row.get("EffectiveCost")  # 0 is a price (credits, prepaid), not a blank
+    spent = billed if is_null(effective) else micros(effective, f"{where} EffectiveCost")
+    return BillingLineRow(
+        source="focus", line_key="", imported_at=_EPOCH,
+        charge_start=_time(row.get("ChargePeriodStart"), f"{where} ChargePeriodStart"),
+        charge_end=_time(row.get("ChargePeriodEnd"), f"{where} ChargePeriodEnd"),
+        provider=provider, account=account,
+        region=_opt(row.get("RegionId")) or _opt(row.get("Region")),
+        service=_opt(row.get("ServiceName")), resource_id=resource,
+        billed_micros=_convert(billed, rate), effective_micros=_convert(spent, rate),
+        team=dims.get("team"), project=dims.get("project"), env=dims.get("env"),
+        cost_center=dims.get("cost-center"),
+        charge_category=category_of(row.get("ChargeCategory"), f"{where} ChargeCategory"),
+        charge_class=_opt(row.get("ChargeClass")), currency=currency,
+    )
+
+
+class CurrencyError(BillingImportError):
+    """A line in a currency with no rate: the whole file is refused (nothing is imported)."""
+
+
+def _convert(amount: int, rate: Decimal) -> int:
+    if rate == 1:
+        return amount
+    return int((Decimal(amount) * rate).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+def parse_focus(source: FocusFile, attributor: Attributor, result: ImportResult | None = None,
+                *, strict: bool = False, rates: Mapping[str, Decimal] | None = None,
+                ) -> Iterator[BillingLineRow]:
+    """The billing lines of an opened FOCUS file (its columns already checked). A line that
+    cannot be read is skipped, with its place and reason in `result` (`strict`: refused);
+    a currency without a rate refuses the file."""
+    result = result if result is not None else ImportResult()
+    seen: Counter[bytes] = Counter()
     for n, row in enumerate(source.rows):
         where = source.where(n)
-        account = _opt(row.get("SubAccountId") or row.get("BillingAccountId"))
-        resource = _opt(row.get("ResourceId"))
-        tags = _tags(row.get("Tags"), where)
-        dims = _attribute(attributor, tags, account, resource)
-        provider_name = str(row.get("ServiceProviderName") or row.get("ProviderName") or "")
-        effective = row.get("EffectiveCost")
-        if effective is None or effective == "":  # 0 is a price (credits), not a blank
-            effective = row["BilledCost"]
-        line = BillingLineRow(
-            source="focus", line_key="", imported_at=_EPOCH,
-            charge_start=_time(row["ChargePeriodStart"], where),
-            charge_end=_time(row["ChargePeriodEnd"], where),
-            provider=_PROVIDERS.get(provider_name.strip().lower(), provider_name or None),
-            account=account, region=_opt(row.get("RegionId") or row.get("Region")),
-            service=_opt(row.get("ServiceName")), resource_id=resource,
-            billed_micros=micros(row["BilledCost"], f"{where} BilledCost"),
-            effective_micros=micros(effective, f"{where} EffectiveCost"),
-            team=dims.get("team"), project=dims.get("project"), env=dims.get("env"),
-            cost_center=dims.get("cost-center"),
-        )
+        try:
+            line = _line(row, where, attributor, rates or {})
+        except CurrencyError:
+            raise
+        except BillingImportError as exc:
+            if strict:
+                raise BillingImportError(f"{exc} (--strict: nothing imported)") from None
+            result.skip(where, str(exc).removeprefix(f"{where}: ").removeprefix(f"{where} "))
+            continue
         content = json.dumps({k: str(v) for k, v in sorted(row.items())}, sort_keys=True)
-        seen[content] += 1
-        line.line_key = hashlib.sha256(f"{content}#{seen[content]}".encode()).hexdigest()
+        digest = hashlib.sha256(content.encode()).digest()
+        seen[digest] += 1
+        line.line_key = hashlib.sha256(digest + b"#%d" % seen[digest]).hexdigest()
         yield line
 
 
 def _opt(value: object) -> str | None:
-    text = str(value).strip() if value is not None else ""
+    if is_null(value):
+        return None
+    text = str(value).strip()
     return text or None
 
 
-def store_lines(session: Session, lines: Iterable[BillingLineRow], now: datetime) -> ImportResult:
-    result = ImportResult()
+def store_lines(session: Session, lines: Iterable[BillingLineRow], now: datetime,
+                result: ImportResult | None = None) -> ImportResult:
+    """Store `lines` in batches (constant memory), skipping those already stored."""
+    result = result if result is not None else ImportResult()
     batch: list[BillingLineRow] = []
     for line in lines:
         result.read += 1
         batch.append(line)
-    keys = {(line.source, line.line_key) for line in batch}
-    existing: set[tuple[str, str]] = set()
+        if len(batch) >= _BATCH:
+            _store_batch(session, batch, now, result)
+            batch = []
+    _store_batch(session, batch, now, result)
+    return result
+
+
+def _store_batch(session: Session, batch: list[BillingLineRow], now: datetime,
+                 result: ImportResult) -> None:
     by_source: dict[str, list[str]] = defaultdict(list)
-    for source, key in keys:
-        by_source[source].append(key)
+    for line in batch:
+        by_source[line.source].append(line.line_key)
+    existing: set[tuple[str, str]] = set()
     for source, key_list in by_source.items():
         for i in range(0, len(key_list), 500):
             chunk = key_list[i:i + 500]
@@ -167,15 +299,24 @@ def store_lines(session: Session, lines: Iterable[BillingLineRow], now: datetime
         session.add(line)
         result.added += 1
         result.billed_micros += line.billed_micros
+        result.by_category[line.charge_category or "(none)"] += line.billed_micros
+        result.by_provider[line.provider or "(none)"] += line.billed_micros
+        if line.currency:
+            result.currencies.add(line.currency)
     session.flush()
+    session.expunge_all()  # what is flushed need not stay in memory
+
+
+def import_focus(session: Session, path: Path, attributor: Attributor, now: datetime, *,
+                 strict: bool = False, rates: Mapping[str, Decimal] | None = None,
+                 ) -> ImportResult:
+    """Import a FOCUS export (CSV, gzip CSV or Parquet; FOCUS 0.5 to 1.2) into the billing
+    lines, streaming. One transaction: a refused file leaves nothing behind."""
+    source = open_focus(path)
+    result = ImportResult(version=source.version)
+    store_lines(session, parse_focus(source, attributor, result, strict=strict, rates=rates),
+                now, result)
     return result
-
-
-def import_focus(session: Session, path: Path, attributor: Attributor,
-                 now: datetime) -> ImportResult:
-    """Import a FOCUS 1.x export (CSV or Parquet) into the billing lines."""
-    lines = list(parse_focus(open_focus(path), attributor))  # every line parsed, then stored
-    return store_lines(session, lines, now)
 
 
 def import_cost_explorer(

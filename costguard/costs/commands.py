@@ -68,28 +68,85 @@ def _db(config: Path | None, *, create: bool = True, settings: Settings | None =
 
 @billing_app.command("import")
 def billing_import(
-    file: Annotated[Path, typer.Argument(help="FOCUS 1.x export: CSV or Parquet")],
+    file: Annotated[Path, typer.Argument(
+        help="A FOCUS export (0.5 to 1.2): CSV, gzip CSV or Parquet.")],
     config: ConfigOpt = None,
     policies: PoliciesOpt = None,
+    strict: Annotated[bool, typer.Option(
+        "--strict", help="Refuse the whole file on its first bad line (default: skip it, "
+        "say where and why).")] = False,
+    rate: Annotated[list[str] | None, typer.Option(
+        "--rate", metavar="CUR=RATE", help="US dollars per unit of a billing currency, for "
+        "lines not billed in USD (repeatable), e.g. --rate EUR=1.08.")] = None,
+    fmt: FormatOpt = "text",
 ) -> None:
     """Import a FOCUS cost export; attribution rules from the policies tag its lines.
 
-    Example: costguard billing import focus-2026-11.csv
+    Lines that cannot be read are skipped and listed with their line number and reason;
+    credits, taxes and purchases are kept apart from usage; lines of providers costguard
+    does not govern are kept under their provider. Importing the same export again adds
+    nothing.
+
+    Example: costguard billing import focus-2026-11.csv.gz --rate EUR=1.08
     """
     from costguard.costs.attribution import Attributor
     from costguard.costs.billing import import_focus
 
+    rates = _rates(rate or [])
     try:
         settings = _settings(config)
         attributor = Attributor(_policy_set(policies, settings).attribution)
         db = _db(config, settings=settings)
         with db.session() as s:
-            result = import_focus(s, file, attributor, cli_clock().now())
+            result = import_focus(s, file, attributor, cli_clock().now(), strict=strict,
+                                  rates=rates)
     except CostguardError as exc:
         raise _fail(exc) from None
-    console.print(f"{result.added} line(s) imported, {result.duplicates} already there; "
-                  f"billed ${result.billed_micros / 1e6:,.2f}. "
-                  "Compare: costguard report --by team --compare billed")
+    if fmt == "json":
+        print(json.dumps({
+            "focus_version": result.version, "read": result.read, "added": result.added,
+            "duplicates": result.duplicates, "skipped": result.skipped_count,
+            "skipped_lines": [{"where": w, "why": why} for w, why in result.skipped],
+            "billed_usd": result.billed_micros / 1e6,
+            "by_category_usd": {k: v / 1e6 for k, v in sorted(result.by_category.items())},
+            "by_provider_usd": {k: v / 1e6 for k, v in sorted(result.by_provider.items())},
+            "currencies": sorted(result.currencies)}, indent=2))
+        return
+    console.print(f"FOCUS {result.version}: {result.added:,} line(s) imported, "
+                  f"{result.duplicates:,} already there, {result.skipped_count:,} skipped; "
+                  f"billed ${result.billed_micros / 1e6:,.2f}", highlight=False)
+    for label, sums in (("by charge", result.by_category), ("by provider", result.by_provider)):
+        if sums:
+            console.print(f"  {label}: " + ", ".join(
+                f"{k} ${v / 1e6:,.2f}" for k, v in sorted(sums.items(), key=lambda kv: -kv[1])),
+                highlight=False)
+    ungoverned = sorted(set(result.by_provider) - {"aws", "gcp", "sim", "(none)"})
+    if ungoverned:
+        console.print(f"  kept, not governed by costguard: {', '.join(ungoverned)}",
+                      highlight=False)
+    for where, why in result.skipped:
+        err.print(f"skipped {where}: {why}", highlight=False, markup=False)
+    if result.skipped_count > len(result.skipped):
+        err.print(f"... and {result.skipped_count - len(result.skipped):,} more skipped "
+                  "(--format json lists the first 20; --strict refuses the file)")
+    console.print("Compare: costguard report --by team --compare billed")
+
+
+def _rates(texts: list[str]) -> dict[str, Any]:
+    from decimal import Decimal, InvalidOperation
+
+    out: dict[str, Any] = {}
+    for text in texts:
+        code, _, value = text.partition("=")
+        try:
+            number = Decimal(value)
+        except InvalidOperation:
+            number = Decimal(0)
+        if not code.strip().isalpha() or len(code.strip()) != 3 or not number > 0:
+            raise typer.BadParameter(f"{text!r}: give CUR=RATE, US dollars per unit, e.g. "
+                                     "EUR=1.08", param_hint="--rate")
+        out[code.strip().upper()] = number
+    return out
 
 
 @billing_app.command("import-ce")

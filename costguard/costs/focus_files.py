@@ -1,14 +1,21 @@
-"""FOCUS export files, CSV or Parquet, read into one row model: a dict per charge line.
+"""FOCUS export files, CSV (plain or gzip) or Parquet, read into one row model: a dict per
+charge line, keyed by the current FOCUS column names.
 
 Both readers check the columns before the first row, so a file that is not a FOCUS export
-fails naming what is missing and nothing of it is imported. Values keep the file's types
-(CSV gives text; Parquet gives Decimal or float, datetime, and for `Tags` either a JSON
-string or a map, which arrives as a list of key/value pairs); the parser accepts both.
+fails naming what is missing and nothing of it is imported. The FOCUS version is told by the
+columns (0.5, 1.0-preview, 1.0, 1.1, 1.2+), and columns a later version renamed are read
+under their new name (AmortizedCost is EffectiveCost, ChargeType is ChargeCategory, Region
+is RegionId, UsageQuantity/UsageUnit are ConsumedQuantity/ConsumedUnit). Values keep the
+file's types (CSV gives text; Parquet gives Decimal or float, datetime, and for `Tags` a
+JSON string, a map (a list of key/value pairs) or a list of {key, value} structs); the
+parser accepts each. Rows are streamed: a file of any size is read in constant memory.
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
+import io
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +25,12 @@ from costguard.errors import CostguardError
 
 REQUIRED = ("BilledCost", "ChargePeriodStart", "ChargePeriodEnd")
 _PARQUET_MAGIC = b"PAR1"
+_GZIP_MAGIC = b"\x1f\x8b"
+# a column's earlier name -> the name FOCUS gives it now (FOCUS_Spec CHANGELOG.md)
+RENAMED = {"AmortizedCost": "EffectiveCost", "ChargeType": "ChargeCategory",
+           "Region": "RegionId", "UsageQuantity": "ConsumedQuantity",
+           "UsageUnit": "ConsumedUnit"}
+csv.field_size_limit(16 * 1024 * 1024)  # a Tags or SkuPriceDetails cell can be long
 _BATCH_ROWS = 10_000
 
 
@@ -30,14 +43,15 @@ class FocusFile:
     """A FOCUS export opened for reading: its columns, its rows and how to name a row."""
 
     path: Path
-    kind: str  # "csv" or "parquet"
-    columns: tuple[str, ...]
-    rows: Iterator[dict[str, Any]]
+    kind: str  # "csv", "csv.gz" or "parquet"
+    columns: tuple[str, ...]  # as the file names them
+    rows: Iterator[dict[str, Any]]  # keyed by the current names (RENAMED applied)
+    version: str = "1.x"
 
     def where(self, index: int) -> str:
         """`index` (0-based data row) as a person finds it: CSV line or Parquet row number."""
-        if self.kind == "csv":
-            return f"{self.path.name}:{index + 2}"  # line 1 is the header
+        if self.kind.startswith("csv"):
+            return f"{self.path.name}:{index + 2}"  # line 1 is the header (a record per line)
         return f"{self.path.name} row {index + 1}"
 
 
@@ -47,8 +61,15 @@ def open_focus(path: Path) -> FocusFile:
         raise BillingImportError(f"{path} does not exist or is not a file")
     with path.open("rb") as fh:
         magic = fh.read(4)
-    found = _open_parquet(path) if magic == _PARQUET_MAGIC else _open_csv(path)
-    missing = [c for c in REQUIRED if c not in found.columns]
+    found = _open_parquet(path) if magic == _PARQUET_MAGIC else _open_csv(
+        path, gzipped=magic[:2] == _GZIP_MAGIC)
+    found.version = focus_version(found.columns)
+    renames = {old: new for old, new in RENAMED.items()
+               if old in found.columns and new not in found.columns}
+    if renames:
+        found.rows = _renamed(found.rows, renames)
+    present = set(found.columns) | set(renames.values())
+    missing = [c for c in REQUIRED if c not in present]
     if missing:
         raise BillingImportError(
             f"{path.name}: not a FOCUS export, missing column(s) {', '.join(missing)} "
@@ -58,22 +79,59 @@ def open_focus(path: Path) -> FocusFile:
     return found
 
 
-def _open_csv(path: Path) -> FocusFile:
+def focus_version(columns: tuple[str, ...]) -> str:
+    """The FOCUS version whose column set this is (the newest that explains the columns)."""
+    have = set(columns)
+    if have & {"ServiceProviderName", "HostProviderName", "InvoiceId", "PricingCurrency"}:
+        return "1.2"
+    if have & {"CapacityReservationId", "ServiceSubcategory", "SkuMeter", "SkuPriceDetails"}:
+        return "1.1"
+    if "ChargeClass" in have or "RegionId" in have:
+        return "1.0"
+    if "ChargeSubcategory" in have or "ChargeCategory" in have:
+        return "1.0-preview"
+    if "ChargeType" in have or "AmortizedCost" in have:
+        return "0.5"
+    return "1.x"
+
+
+def _renamed(rows: Iterator[dict[str, Any]], renames: dict[str, str]
+             ) -> Iterator[dict[str, Any]]:
+    for row in rows:
+        for old, new in renames.items():
+            row[new] = row.pop(old, None)
+        yield row
+
+
+def _text(path: Path, gzipped: bool) -> io.TextIOBase:
+    """The file as text; closing it closes the file (the caller's `with`)."""
+    raw = gzip.open(path, "rb") if gzipped else path.open("rb")  # noqa: SIM115
+    return io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+
+
+def _open_csv(path: Path, *, gzipped: bool) -> FocusFile:
     try:
-        with path.open(newline="", encoding="utf-8-sig") as fh:
+        with _text(path, gzipped) as fh:
             header = next(csv.reader(fh), [])
-    except UnicodeDecodeError:
+    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError):
         raise BillingImportError(
-            f"{path.name} is neither UTF-8 CSV nor Parquet: export FOCUS data as one of them"
-        ) from None
-    return FocusFile(path, "csv", tuple(h.strip() for h in header), _csv_rows(path))
+            f"{path.name} is neither UTF-8 CSV (plain or gzip) nor Parquet: export FOCUS data "
+            "as one of them") from None
+    except csv.Error as exc:
+        raise BillingImportError(f"{path.name}: the header is not CSV: {exc}") from None
+    return FocusFile(path, "csv.gz" if gzipped else "csv", tuple(h.strip() for h in header),
+                     _csv_rows(path, gzipped))
 
 
-def _csv_rows(path: Path) -> Iterator[dict[str, Any]]:
-    with path.open(newline="", encoding="utf-8-sig") as fh:
+def _csv_rows(path: Path, gzipped: bool) -> Iterator[dict[str, Any]]:
+    with _text(path, gzipped) as fh:
         reader = csv.DictReader(fh)
         reader.fieldnames = [f.strip() for f in reader.fieldnames or []]
-        yield from reader
+        try:
+            yield from reader
+        except csv.Error as exc:
+            raise BillingImportError(
+                f"{path.name}:{reader.line_num}: not CSV from here on: {exc}") from None
 
 
 def _open_parquet(path: Path) -> FocusFile:

@@ -23,7 +23,7 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 # the newest migration's revision (a test keeps it equal to Alembic's head): a store already
 # there is opened without importing Alembic or reading the migration scripts, which was a
 # third of every command's start-up
-HEAD_REVISION = "0008"
+HEAD_REVISION = "0009"
 # every module that declares tables: imported before migrating or comparing the schema
 TABLE_MODULES = ("costguard.store.tables", "costguard.alerts.tables")
 log = logging.getLogger(__name__)
@@ -118,10 +118,10 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         command.upgrade(_alembic_config(engine), revision)
     except OperationalError as exc:
         why = " ".join(str(exc.orig).split())  # the driver's message, on one line
+        where = engine.url.render_as_string(hide_password=True)
         raise StoreError(
-            f"cannot open the database at {engine.url.render_as_string(hide_password=True)}: "
-            f"{why.rstrip('.')}. Check database_url in costguard.yaml or COSTGUARD_DATABASE_URL."
-        ) from exc
+            f"cannot open or migrate the database at {where}: {why.rstrip('.')}. "
+            "Check database_url in costguard.yaml or COSTGUARD_DATABASE_URL.") from exc
 
 
 def _create_sqlite_at_head(engine: Engine) -> bool:

@@ -334,6 +334,11 @@ class BillingLineRow(SQLModel, table=True):
     project: str | None = Field(default=None, max_length=128)
     env: str | None = Field(default=None, max_length=64)
     cost_center: str | None = Field(default=None, max_length=128)
+    # FOCUS ChargeCategory (Usage, Purchase, Tax, Credit, Adjustment) and ChargeClass
+    # (Correction); the currency the cloud billed in (amounts above are in USD)
+    charge_category: str | None = Field(default=None, max_length=32)
+    charge_class: str | None = Field(default=None, max_length=32)
+    currency: str | None = Field(default=None, max_length=8)
 
 
 class AnomalyRow(SQLModel, table=True):

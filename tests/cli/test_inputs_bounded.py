@@ -87,5 +87,5 @@ def test_an_unreachable_database_is_one_line_naming_where_to_fix_it(tmp_path: Pa
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: cannot open the database at postgresql")
+    assert lines[0].startswith("error: cannot open or migrate the database at postgresql")
     assert "hunter2" not in result.stderr and "COSTGUARD_DATABASE_URL" in lines[0]

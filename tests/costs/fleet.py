@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 from sqlmodel import Session
 
 from costguard.model import GpuMinute, Instance, InstanceState, Lifecycle, TelemetrySource
-from costguard.store.tables import CostIntervalRow
+from costguard.store.db import Database
+from costguard.store.tables import BillingLineRow, CostIntervalRow
 
 T0 = datetime(2026, 3, 8, 5, 0, tzinfo=UTC)  # midnight EST; DST starts two hours later
 
@@ -52,3 +53,11 @@ def add_interval(session: Session, iid: str, start: datetime, hours: float, usd_
         verdict="idle" if idle else "active", team=team)
     session.add(row)
     return row
+
+
+def billing_lines(db: Database) -> list[BillingLineRow]:
+    """Every stored billing line, cheapest first."""
+    from sqlmodel import col, select
+
+    with db.session() as s:
+        return list(s.scalars(select(BillingLineRow).order_by(col(BillingLineRow.billed_micros))))

@@ -17,7 +17,7 @@ from costguard.costs.attribution import Attributor
 from costguard.costs.billing import BillingImportError, import_cost_explorer, import_focus
 from costguard.report.queries import spend
 from costguard.store.db import Database
-from tests.costs.fleet import T0, add_interval
+from tests.costs.fleet import T0, add_interval, billing_lines
 
 NOW = datetime(2026, 3, 20, tzinfo=UTC)
 HEADER = ("BilledCost,EffectiveCost,ChargePeriodStart,ChargePeriodEnd,ResourceId,ServiceName,"
@@ -58,11 +58,17 @@ def test_a_file_that_is_not_focus_names_the_missing_columns(db: Database, tmp_pa
         import_focus(s, export, Attributor(), NOW)
 
 
-def test_a_bad_amount_names_its_line(db: Database, tmp_path: Path) -> None:
+def test_a_bad_amount_is_skipped_naming_its_line_and_strict_refuses_it(
+        db: Database, tmp_path: Path) -> None:
     export = tmp_path / "focus.csv"
     export.write_text(HEADER + focus_line("12", "a") + focus_line("twelve", "b"))
     with db.session() as s, pytest.raises(BillingImportError, match=r"focus.csv:3.*'twelve'"):
-        import_focus(s, export, Attributor(), NOW)
+        import_focus(s, export, Attributor(), NOW, strict=True)
+    assert billing_lines(db) == []
+    with db.session() as s:
+        result = import_focus(s, export, Attributor(), NOW)
+    assert (result.added, result.skipped_count) == (1, 1)
+    assert result.skipped == [("focus.csv:3", "BilledCost: 'twelve' is not a number")]
 
 
 @pytest.fixture

@@ -13,13 +13,13 @@ import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
 import pyarrow.parquet as pq  # type: ignore[import-untyped,unused-ignore]
 import pytest
 from sqlalchemy import func, select
-from sqlmodel import col
 
 from costguard.costs.attribution import Attributor
 from costguard.costs.billing import BillingImportError, import_focus
 from costguard.report.queries import spend
 from costguard.store.db import Database
 from costguard.store.tables import BillingLineRow
+from tests.costs.fleet import billing_lines
 
 NOW = datetime(2026, 3, 20, tzinfo=UTC)
 DAY = datetime(2026, 3, 8, tzinfo=UTC)
@@ -49,11 +49,6 @@ def line(billed: str, tags: Any, *, effective: str | None = None,
             "ResourceId": resource, "ServiceName": "Amazon Elastic Compute Cloud",
             "ProviderName": "AWS", "SubAccountId": "111111111111", "RegionId": "us-east-1",
             "Tags": tags}
-
-
-def billing_lines(db: Database) -> list[BillingLineRow]:
-    with db.session() as s:
-        return list(s.scalars(select(BillingLineRow).order_by(col(BillingLineRow.billed_micros))))
 
 
 def test_parquet_with_a_tags_map_imports_like_csv_and_only_once(
@@ -119,14 +114,18 @@ def test_parquet_without_a_required_column_names_it_and_writes_nothing(
     assert billing_lines(db) == []
 
 
-def test_a_bad_parquet_row_refuses_the_whole_file(db: Database, tmp_path: Path) -> None:
+def test_a_bad_parquet_row_is_skipped_and_strict_refuses_the_whole_file(
+        db: Database, tmp_path: Path) -> None:
     export = tmp_path / "bad-row.parquet"
     pq.write_table(focus_table([line("5", "{}"), line("6", "not json")], pa.string()), export)
     with db.session() as s:
         with pytest.raises(BillingImportError, match=r"bad-row.parquet row 2: Tags is not"):
-            import_focus(s, export, Attributor(), NOW)
+            import_focus(s, export, Attributor(), NOW, strict=True)
         assert not s.new
     assert billing_lines(db) == []
+    with db.session() as s:
+        result = import_focus(s, export, Attributor(), NOW)
+    assert result.added == 1 and result.skipped[0][0] == "bad-row.parquet row 2"
 
 
 def test_a_damaged_parquet_file_is_refused_clearly(db: Database, tmp_path: Path) -> None:

@@ -36,17 +36,16 @@ def test_a_store_behind_head_is_still_migrated(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'old.db'}"
     db = Database(url)
     with db.engine.begin() as conn:  # pretend the last migration never ran
-        conn.execute(text("UPDATE alembic_version SET version_num = '0007'"))
-        for column in ("last_bucket", "ended_at", "buckets", "alerted_impact_micros"):
-            conn.execute(text(f"ALTER TABLE anomalies DROP COLUMN {column}"))
+        conn.execute(text("UPDATE alembic_version SET version_num = '0008'"))
+        for column in ("charge_category", "charge_class", "currency"):
+            conn.execute(text(f"ALTER TABLE billing_lines DROP COLUMN {column}"))
     db.dispose()
     with pytest.raises(StoreError, match="not up to date"):
         Database(url, migrate=False)
     again = Database(url)
     assert current_revision(again.engine) == HEAD_REVISION
     with again.engine.connect() as conn:
-        conn.execute(text("SELECT last_bucket, ended_at, buckets, alerted_impact_micros "
-                          "FROM anomalies"))
+        conn.execute(text("SELECT charge_category, charge_class, currency FROM billing_lines"))
     again.dispose()
 
 
@@ -92,7 +91,7 @@ def test_a_sqlite_database_with_other_tables_is_left_to_alembic(tmp_path: Path) 
     conn.execute("CREATE TABLE accounts (x INTEGER)")  # not ours: Alembic's 0001 fails on it
     conn.commit()
     conn.close()
-    with pytest.raises(StoreError, match="cannot migrate"):
+    with pytest.raises(StoreError, match="cannot open or migrate"):
         Database(f"sqlite:///{path}")
     names = [row[1] for row in _master(path)]
     assert "instances" not in names  # no snapshot statement ran (Alembic's own table may be)
