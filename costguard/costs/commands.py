@@ -112,13 +112,16 @@ def billing_import(
             "by_provider_usd": {k: v / 1e6 for k, v in sorted(result.by_provider.items())},
             "currencies": sorted(result.currencies)}, indent=2))
         return
+    def usd(micros: int) -> str:
+        return f"{'-' if micros < 0 else ''}${abs(micros) / 1e6:,.2f}"
+
     console.print(f"FOCUS {result.version}: {result.added:,} line(s) imported, "
                   f"{result.duplicates:,} already there, {result.skipped_count:,} skipped; "
-                  f"billed ${result.billed_micros / 1e6:,.2f}", highlight=False)
+                  f"billed {usd(result.billed_micros)}", highlight=False)
     for label, sums in (("by charge", result.by_category), ("by provider", result.by_provider)):
         if sums:
             console.print(f"  {label}: " + ", ".join(
-                f"{k} ${v / 1e6:,.2f}" for k, v in sorted(sums.items(), key=lambda kv: -kv[1])),
+                f"{k} {usd(v)}" for k, v in sorted(sums.items(), key=lambda kv: -kv[1])),
                 highlight=False)
     ungoverned = sorted(set(result.by_provider) - {"aws", "gcp", "sim", "(none)"})
     if ungoverned:

@@ -133,13 +133,17 @@ def test_a_failed_stage_is_counted_and_logged_and_the_next_cycle_runs(db: Databa
         "telemetry", "telemetry"]
 
 
-def test_each_stage_logs_one_line_with_counts_and_timing(db: Database) -> None:
+def _one_cycle_logged(db: Database, fmt: str) -> list[str]:
     clock = ManualClock(START)
     engine = build_engine(db, scripted_cloud(clock), clock)
     daemon = Daemon(engine, engine.settings, quiet_daemon())
-    with captured_logs("json") as logs:
+    with captured_logs(fmt) as logs:
         daemon.cycle_job()
-    stages = [json.loads(line) for line in logs.getvalue().splitlines()]
+    return logs.getvalue().splitlines()
+
+
+def test_each_stage_logs_one_line_with_counts_and_timing(db: Database) -> None:
+    stages = [json.loads(line) for line in _one_cycle_logged(db, "json")]
     stages = [s for s in stages if "stage" in s and s["msg"].startswith("cycle ")]
     assert [s["stage"] for s in stages] == ["collect", "telemetry", "window", "accrue",
                                             "evaluate", "act", "alert"]
@@ -150,12 +154,7 @@ def test_each_stage_logs_one_line_with_counts_and_timing(db: Database) -> None:
 
 def test_text_log_lines_name_each_field_once(db: Database) -> None:
     # #20 item 7: "cycle 1 stage act 0.015s warned=2 cycle=1 stage=act seconds=... warned=2"
-    clock = ManualClock(START)
-    engine = build_engine(db, scripted_cloud(clock), clock)
-    daemon = Daemon(engine, engine.settings, quiet_daemon())
-    with captured_logs("text") as logs:
-        daemon.cycle_job()
-    lines = [ln for ln in logs.getvalue().splitlines() if "stage=" in ln]
+    lines = [ln for ln in _one_cycle_logged(db, "text") if "stage=" in ln]
     assert len(lines) == 7
     for line in lines:
         keys = re.findall(r" (\w+)=", line)
