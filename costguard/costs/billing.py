@@ -187,6 +187,10 @@ def _attribute(attributor: Attributor, tags: dict[str, str], account: str | None
     return attributor.dimensions(shim)
 
 
+class CurrencyError(BillingImportError):
+    """A line in a currency with no rate: the whole file is refused (nothing is imported)."""
+
+
 def _line(row: dict[str, Any], where: str, attributor: Attributor,
           rates: Mapping[str, Decimal]) -> BillingLineRow:
     """One charge line, or BillingImportError naming `where` and what is wrong."""
@@ -211,7 +215,7 @@ def _line(row: dict[str, Any], where: str, attributor: Attributor,
         charge_start=_time(row.get("ChargePeriodStart"), f"{where} ChargePeriodStart"),
         charge_end=_time(row.get("ChargePeriodEnd"), f"{where} ChargePeriodEnd"),
         provider=provider, account=account,
-        region=_opt(row.get("RegionId")) or _opt(row.get("Region")),
+        region=_opt(row.get("RegionId")),  # FOCUS 0.5's Region arrives as RegionId
         service=_opt(row.get("ServiceName")), resource_id=resource,
         billed_micros=_convert(billed, rate), effective_micros=_convert(spent, rate),
         team=dims.get("team"), project=dims.get("project"), env=dims.get("env"),
@@ -219,10 +223,6 @@ def _line(row: dict[str, Any], where: str, attributor: Attributor,
         charge_category=category_of(row.get("ChargeCategory"), f"{where} ChargeCategory"),
         charge_class=_opt(row.get("ChargeClass")), currency=currency,
     )
-
-
-class CurrencyError(BillingImportError):
-    """A line in a currency with no rate: the whole file is refused (nothing is imported)."""
 
 
 def _convert(amount: int, rate: Decimal) -> int:
@@ -251,9 +251,11 @@ def parse_focus(source: FocusFile, attributor: Attributor, result: ImportResult 
             result.skip(where, str(exc).removeprefix(f"{where}: ").removeprefix(f"{where} "))
             continue
         content = json.dumps({k: str(v) for k, v in sorted(row.items())}, sort_keys=True)
-        digest = hashlib.sha256(content.encode()).digest()
+        digest = hashlib.sha256(content.encode()).digest()  # held instead of the whole line
         seen[digest] += 1
-        line.line_key = hashlib.sha256(digest + b"#%d" % seen[digest]).hexdigest()
+        occurrence = seen[digest]
+        # the key earlier imports stored: re-importing an export they read adds nothing
+        line.line_key = hashlib.sha256(f"{content}#{occurrence}".encode()).hexdigest()
         yield line
 
 
@@ -303,8 +305,7 @@ def _store_batch(session: Session, batch: list[BillingLineRow], now: datetime,
         result.by_provider[line.provider or "(none)"] += line.billed_micros
         if line.currency:
             result.currencies.add(line.currency)
-    session.flush()
-    session.expunge_all()  # what is flushed need not stay in memory
+    session.flush()  # flushed rows no one holds are let go (the identity map is weak)
 
 
 def import_focus(session: Session, path: Path, attributor: Attributor, now: datetime, *,

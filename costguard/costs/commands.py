@@ -22,6 +22,8 @@ from costguard.cli_common import load_settings_or_exit as _settings
 from costguard.errors import CostguardError
 
 if TYPE_CHECKING:
+    from decimal import Decimal
+
     from costguard.config import Settings
     from costguard.policy.schema import PolicySet
     from costguard.store.db import Database
@@ -123,7 +125,9 @@ def billing_import(
             console.print(f"  {label}: " + ", ".join(
                 f"{k} {usd(v)}" for k, v in sorted(sums.items(), key=lambda kv: -kv[1])),
                 highlight=False)
-    ungoverned = sorted(set(result.by_provider) - {"aws", "gcp", "sim", "(none)"})
+    from costguard.model import PROVIDERS
+
+    ungoverned = sorted(set(result.by_provider) - {*PROVIDERS, "(none)"})
     if ungoverned:
         console.print(f"  kept, not governed by costguard: {', '.join(ungoverned)}",
                       highlight=False)
@@ -135,10 +139,10 @@ def billing_import(
     console.print("Compare: costguard report --by team --compare billed")
 
 
-def _rates(texts: list[str]) -> dict[str, Any]:
+def _rates(texts: list[str]) -> dict[str, Decimal]:
     from decimal import Decimal, InvalidOperation
 
-    out: dict[str, Any] = {}
+    out: dict[str, Decimal] = {}
     for text in texts:
         code, _, value = text.partition("=")
         try:

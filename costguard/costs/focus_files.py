@@ -47,11 +47,14 @@ class FocusFile:
     columns: tuple[str, ...]  # as the file names them
     rows: Iterator[dict[str, Any]]  # keyed by the current names (RENAMED applied)
     version: str = "1.x"
+    # CSV: the line the record being read starts on (a quoted cell may span lines)
+    record_line: int = 0
 
     def where(self, index: int) -> str:
-        """`index` (0-based data row) as a person finds it: CSV line or Parquet row number."""
+        """The row just read (`index`, 0-based) as a person finds it: its CSV line, or its
+        Parquet row number."""
         if self.kind.startswith("csv"):
-            return f"{self.path.name}:{index + 2}"  # line 1 is the header (a record per line)
+            return f"{self.path.name}:{self.record_line}"
         return f"{self.path.name} row {index + 1}"
 
 
@@ -119,19 +122,24 @@ def _open_csv(path: Path, *, gzipped: bool) -> FocusFile:
             "as one of them") from None
     except csv.Error as exc:
         raise BillingImportError(f"{path.name}: the header is not CSV: {exc}") from None
-    return FocusFile(path, "csv.gz" if gzipped else "csv", tuple(h.strip() for h in header),
-                     _csv_rows(path, gzipped))
+    found = FocusFile(path, "csv.gz" if gzipped else "csv", tuple(h.strip() for h in header),
+                      iter(()))
+    found.rows = _csv_rows(found, gzipped)
+    return found
 
 
-def _csv_rows(path: Path, gzipped: bool) -> Iterator[dict[str, Any]]:
-    with _text(path, gzipped) as fh:
+def _csv_rows(source: FocusFile, gzipped: bool) -> Iterator[dict[str, Any]]:
+    with _text(source.path, gzipped) as fh:
         reader = csv.DictReader(fh)
         reader.fieldnames = [f.strip() for f in reader.fieldnames or []]
+        source.record_line = reader.line_num + 1
         try:
-            yield from reader
+            for row in reader:
+                yield row
+                source.record_line = reader.line_num + 1  # the next record starts here
         except csv.Error as exc:
             raise BillingImportError(
-                f"{path.name}:{reader.line_num}: not CSV from here on: {exc}") from None
+                f"{source.path.name}:{reader.line_num}: not CSV from here on: {exc}") from None
 
 
 def _open_parquet(path: Path) -> FocusFile:

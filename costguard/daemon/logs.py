@@ -54,9 +54,9 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
-        message = record.getMessage()
+        said = set(record.getMessage().split())  # whole words: `n=1` is not in `n=12`
         pairs = [f"{k}={_text(v)}" for k, v in fields_of(record).items()]
-        shown = [p for p in pairs if p not in message]
+        shown = [p for p in pairs if p not in said]
         return line + (" " + " ".join(shown) if shown else "")
 
 

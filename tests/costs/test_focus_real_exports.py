@@ -230,8 +230,11 @@ def test_lines_of_providers_not_governed_are_kept_under_their_name(db: Database,
 # -- files ---------------------------------------------------------------------------------
 def test_gzip_csv_with_quoted_newlines_imports_once(db: Database, tmp_path: Path) -> None:
     path = write_csv(tmp_path / "focus.csv.gz", [
-        row(ServiceName="Amazon\nEC2"), row(BilledCost="1.25")], gz=True)
-    assert load(db, path).added == 2
+        row(ServiceName="Amazon\nEC2"), row(BilledCost="1.25"), row(BilledCost="x")], gz=True)
+    first = load(db, path)
+    assert first.added == 2
+    # the first record spans lines 2-3: the bad one starts on line 5, not "4"
+    assert first.skipped == [("focus.csv.gz:5", "BilledCost: 'x' is not a number")]
     assert load(db, path).duplicates == 2
 
 

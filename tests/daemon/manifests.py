@@ -48,9 +48,6 @@ class Manifests:
     def __getitem__(self, key: Key) -> dict[str, Any]:
         return self.docs[key]
 
-    def get(self, key: Key) -> dict[str, Any] | None:
-        return self.docs.get(key)
-
     @property
     def daemon(self) -> dict[str, Any]:
         return self.docs[("Deployment", "costguard")]

@@ -170,6 +170,8 @@ def test_text_fields_stay_one_token_and_are_not_repeated_from_the_message() -> N
                                     "reason": "lock taken by pod b"})
     line = TextFormatter().format(record)
     assert line.endswith('leader lost scope=aws/1 reason="lock taken by pod b"')
+    record.msg = "leader lost scope=aws/12"  # the field's pair is in it only as a part
+    assert TextFormatter().format(record).endswith(' scope=aws/1 reason="lock taken by pod b"')
 
 
 def test_failed_stage_is_read_from_the_engine_frames() -> None:

@@ -139,17 +139,17 @@ def test_a_release_of_another_name_points_its_agents_at_its_own_service() -> Non
 
 def test_policies_and_config_from_values_reach_the_daemon() -> None:
     idle = kustomize()[("ConfigMap", "costguard-config")]["data"]["idle-gpu.yml"]
-    text = idle.replace("idle-gpu-shutdown", "tag-untagged")
+    text = idle.replace("idle-gpu-shutdown", "my-idle-gpu")
     values = {"config": {"poll_interval": "10m", "policy_paths": ["/etc/costguard/policies"]},
               # Helm merges maps with the chart's defaults: null removes the shipped policy
-              "policies": {"tag.yml": text, "idle-gpu.yml": None}}
+              "policies": {"mine.yml": text, "idle-gpu.yml": None}}
     m = helm(values)
     data = m[("ConfigMap", "costguard-config")]["data"]
     assert Settings(**yaml.safe_load(data["costguard.yaml"])).poll_interval.total_seconds() == 600
-    assert set(data) == {"costguard.yaml", "tag.yml"}
-    assert parse_policy_text(data["tag.yml"], "tag.yml").policies[0].name == "tag-untagged"
+    assert set(data) == {"costguard.yaml", "mine.yml"}
+    assert parse_policy_text(data["mine.yml"], "mine.yml").policies[0].name == "my-idle-gpu"
     items = [v for v in m.daemon["spec"]["template"]["spec"]["volumes"] if v["name"] == "config"]
-    assert {"key": "tag.yml", "path": "policies/tag.yml"} in items[0]["configMap"]["items"]
+    assert {"key": "mine.yml", "path": "policies/mine.yml"} in items[0]["configMap"]["items"]
 
 
 def test_a_changed_policy_rolls_the_pods() -> None:
