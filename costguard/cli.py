@@ -17,6 +17,7 @@ from costguard.cli_common import cli_clock, load_policies_or_exit
 from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
 from costguard.costs.commands import anomaly_app, billing_app, budget_app
+from costguard.costs.price_commands import prices_app
 from costguard.daemon.commands import db_backup, status
 from costguard.errors import CostguardError, PolicyError, SourceError
 from costguard.telemetry.cli import agent_app
@@ -35,6 +36,7 @@ app.add_typer(db_app, name="db")
 app.add_typer(agent_app, name="agent")
 app.add_typer(alerts_app, name="alerts")
 app.add_typer(billing_app, name="billing")
+app.add_typer(prices_app, name="prices")
 app.add_typer(anomaly_app, name="anomaly")
 app.add_typer(budget_app, name="budget")
 app.command("snooze")(snooze_command)

@@ -7,7 +7,7 @@ them. Everything is timezone-aware UTC.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from enum import StrEnum
 from typing import Literal
 
@@ -298,3 +298,20 @@ class PriceQuote(Frozen):
 
     usd_per_hour: float = Field(ge=0)
     source: str  # e.g. "aws on-demand table 2026-11-01", "spot price history"
+    # the day the price was last known current (a fetch, a table's snapshot, a bill's
+    # period); None where it is current by construction (custom prices, the simulated cloud)
+    as_of: date | None = None
+    # a shipped table or an upper bound, not the cloud's own answer: reports say so
+    fallback: bool = False
+
+
+def as_of_date(text: str) -> date | None:
+    """A table's `as_of` ("2025-05" or "2026-11-23") as a date; a month reads as its first
+    day, so an age computed from it is never understated."""
+    parts = text.strip().split("-")
+    try:
+        if len(parts) == 2:
+            return date(int(parts[0]), int(parts[1]), 1)
+        return date.fromisoformat(text.strip())
+    except ValueError:
+        return None

@@ -19,6 +19,7 @@ from sqlalchemy.types import NullType
 from sqlmodel import Session
 
 from costguard.costs.attribution import Attributor
+from costguard.costs.price_book import record_sources
 from costguard.costs.pricing import PRICE_KEY_FIELDS, PriceCatalog
 from costguard.model import (
     GpuMinute,
@@ -148,6 +149,8 @@ def accrue(
     if intervals:
         write(intervals)
         stats.intervals += len(intervals)
+    record_sources(session, (q for table in (*quotes.values(), disks) if table is not None
+                             for q in table.seen.values()))
     _move_watermarks(session, now)  # two UPDATEs that match nothing when nothing was due
     # InstanceRow objects a caller holds in this session are now stale
     for obj in list(session.identity_map.values()):
@@ -211,6 +214,7 @@ class _Quotes:
         owner = getattr(lookup, "__self__", None)
         self.named = owner.named_instance_ids if isinstance(owner, PriceCatalog) else None
         self.cache: dict[tuple[Any, ...], _Price | None] = {}
+        self.seen: dict[str, PriceQuote] = {}  # each source charged, with its age and kind
 
     def __call__(self, row: Any) -> _Price | None:
         iid = row[_KEY]
@@ -224,6 +228,8 @@ class _Quotes:
         quote = self.lookup(to_instance(full))
         price = None if quote is None else (
             quote.usd_per_hour, self.bind_rate(quote.usd_per_hour), quote.source[:128])
+        if quote is not None:
+            self.seen.setdefault(quote.source[:128], quote)
         self.cache[key] = price
         return price
 

@@ -1,10 +1,12 @@
 """The price catalog: providers' hourly prices (or the shipped tables) with overrides applied.
 
 Order of precedence for one instance: a custom price from the override file (most specific
-match wins), else the provider's own quote (live spot history, Price List refreshes), else
-the shipped table of that provider. A negotiated discount (percent per provider, family
-and/or account; the most specific match wins) then applies to whatever price was found.
-Every quote says where its number came from.
+match wins), else the rate learned from the instance's own bill lines (it already holds
+the account's discounts: nothing more is taken off), else the provider's own quote (live
+spot history), else a list price fetched into the store by `costguard prices refresh`,
+else the shipped table of that provider (a fallback). A negotiated discount (percent per
+provider, family and/or account; the most specific match wins) then applies to whatever
+list price was found. Every quote says where its number came from and how old it is.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from costguard.errors import ConfigError
 from costguard.model import Instance, Lifecycle, PriceQuote
 
 if TYPE_CHECKING:
+    from costguard.costs.price_book import PriceBook
     from costguard.providers.aws.pricing import OnDemandTable
 
 PriceLookup = Callable[[Instance], PriceQuote | None]
@@ -135,7 +138,8 @@ def table_price(inst: Instance) -> PriceQuote | None:
         if inst.lifecycle is Lifecycle.SPOT:
             return None  # AWS spot prices move hourly: only observed history is honest
         found = _aws_table().lookup(inst.region, inst.instance_type)
-        return PriceQuote(usd_per_hour=found.usd_per_hour, source=found.source) if found else None
+        return PriceQuote(usd_per_hour=found.usd_per_hour, source=found.source,
+                          as_of=found.as_of, fallback=found.fallback) if found else None
     return None
 
 
@@ -157,20 +161,35 @@ class PriceCatalog:
         self,
         providers: Mapping[str, PriceLookup] | None = None,
         overrides: PriceOverrides | None = None,
+        book: PriceBook | None = None,
     ) -> None:
         self.providers = dict(providers or {})
         self.overrides = overrides or PriceOverrides()
+        self.book = book
         o = self.overrides
-        # the instances a rule names by id: priced on their own (see accrual's price keys)
-        self.named_instance_ids = frozenset(
+        self._rule_ids = frozenset(
             r.instance_id for r in (*o.discounts, *o.prices, *o.disks) if r.instance_id)
+
+    @property
+    def named_instance_ids(self) -> frozenset[str]:
+        """The instances priced on their own (see accrual's price keys): those a rule names
+        by id, and those with a rate learned from their bill."""
+        if self.book is None:
+            return self._rule_ids
+        return self._rule_ids | self.book.learned_instance_ids
 
     def quote(self, inst: Instance) -> PriceQuote | None:
         custom = _best(self.overrides.prices, inst)
         if custom is not None:
             return PriceQuote(usd_per_hour=custom.usd_per_hour, source=custom.note)
+        learned = self.book.learned_price(inst) if self.book is not None else None
+        if learned is not None:
+            return learned.quote()  # the bill already holds the account's discounts
         lookup = self.providers.get(inst.provider)
         base = lookup(inst) if lookup is not None else table_price(inst)
+        if (base is None or base.fallback) and self.book is not None:
+            stored = self.book.list_price(inst)
+            base = stored.quote() if stored is not None else base
         if base is None:
             return None
         return self._discounted(inst, base)
@@ -180,8 +199,8 @@ class PriceCatalog:
         if discount is None:
             return base
         usd = round(base.usd_per_hour * (1 - discount.percent / 100), 6)
-        return PriceQuote(usd_per_hour=usd,
-                          source=f"{base.source}; {discount.note} {discount.percent:g}% off")
+        source = f"{base.source}; {discount.note} {discount.percent:g}% off"
+        return base.model_copy(update={"usd_per_hour": usd, "source": source})
 
     def on_demand(self, inst: Instance) -> PriceQuote | None:
         return self.quote(inst.model_copy(update={"lifecycle": Lifecycle.ON_DEMAND}))

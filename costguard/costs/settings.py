@@ -18,6 +18,7 @@ class CostSettings(BaseModel):
           price_overrides: prices.yml     # negotiated discounts, custom and disk prices
           rollup_after: 2d                # raw intervals roll up into days after this
           anomaly_lookback_days: 56       # history the baselines learn from
+          price_refresh_interval: 1d      # daemon fetches list prices (null: never)
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -27,6 +28,9 @@ class CostSettings(BaseModel):
     rollup_after: timedelta = Field(default=timedelta(days=2),
                                     description="Roll raw intervals up into days after this.")
     anomaly_lookback_days: int = Field(default=56, ge=14, le=366)
+    price_refresh_interval: timedelta | None = Field(
+        default=timedelta(days=1), description="How often the daemon fetches list prices "
+        "from the clouds' price APIs (null: never; `costguard prices refresh` by hand).")
 
 
 def costs_settings(settings: Any) -> CostSettings:

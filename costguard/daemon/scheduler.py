@@ -9,6 +9,8 @@ own, since a shared job store double-fires across schedulers):
   only add ways to run them out of order.
 - `alerts` every `daemon.alert_interval`: delivers alerts queued between cycles (and retries).
 - `prune` every `daemon.prune_interval`: daily cost roll-up, then raw rows past retention.
+- `prices` every `costs.price_refresh_interval` (default daily; only with a provider that has
+  a price API, so never in the simulated cloud): list prices fetched into the store.
 
 Why these job settings:
 - `max_instances=1` plus a lock shared by all jobs that touch the fleet: a cycle that
@@ -41,6 +43,7 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from costguard.config import Settings, daemon_settings
+from costguard.costs.settings import costs_settings
 from costguard.daemon.fence import fence_engine
 from costguard.daemon.http import HttpServer, ServiceState, build_app
 from costguard.daemon.leader import Leadership, leadership_for
@@ -49,6 +52,7 @@ from costguard.daemon.metrics import DaemonMetrics
 from costguard.daemon.routes import extra_routes
 from costguard.daemon.settings import DaemonSettings
 from costguard.engine.cycle import CycleSummary, Engine
+from costguard.providers.base import FetchesPrices
 from costguard.redact import secrets_of
 
 log = logging.getLogger("costguard.daemon")
@@ -209,6 +213,27 @@ class Daemon:
                 log.warning("prune failed: %s: %s", type(exc).__name__, exc)
                 return {}
 
+    def prices_job(self) -> int:
+        """Fetch current list prices into the store (leader only); how many were stored."""
+        if self._stopping.is_set() or not self.leadership.held():
+            return 0
+        from costguard.costs.prices import refresh_prices
+
+        with self._work_lock:
+            try:
+                with self.engine.db.session() as s:
+                    outcomes = refresh_prices(s, self.engine.providers, self.clock.now())
+            except Exception as exc:
+                log.warning("price refresh failed: %s: %s", type(exc).__name__, exc)
+                return 0
+        for o in outcomes:
+            if o.error:
+                log.warning("prices not refreshed for %s: %s", o.provider, o.error)
+            else:
+                log.info("prices refreshed", extra={"provider": o.provider, "stored": o.stored,
+                                                    "unpriced": len(o.unpriced)})
+        return sum(o.stored for o in outcomes)
+
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
         self.state.started_at = self.clock.now()
@@ -232,6 +257,14 @@ class Daemon:
                                next_run_time=datetime.now(UTC)
                                + timedelta(seconds=min(prune_s, 60)),
                                misfire_grace_time=int(prune_s), **common)
+        price_every = costs_settings(self.settings).price_refresh_interval
+        if price_every is not None and any(isinstance(p, FetchesPrices)
+                                           for p in self.engine.providers.values()):
+            price_s = price_every.total_seconds()
+            self.scheduler.add_job(self.prices_job, "interval", seconds=price_s, id="prices",
+                                   next_run_time=datetime.now(UTC)
+                                   + timedelta(seconds=min(price_s, 120)),
+                                   misfire_grace_time=int(price_s), **common)
         self.scheduler.start()
         log.info("scheduler: cycle every %ss, alerts every %ss, prune every %ss",
                  poll, alert_s, prune_s)

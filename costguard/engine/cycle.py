@@ -20,6 +20,7 @@ from costguard.clock import Clock
 from costguard.config import Settings
 from costguard.costs.accrual import accrue
 from costguard.costs.attribution import Attributor
+from costguard.costs.price_book import PriceBook
 from costguard.costs.pricing import PriceCatalog, PriceOverrides
 from costguard.engine import behind
 from costguard.engine.backfill import Fetch, fetch_cold
@@ -286,6 +287,8 @@ class Engine:
     def _accrue(self, summary: CycleSummary, now: datetime) -> None:
         acct = self.settings.accounting
         with self.db.session() as s:
+            # refreshed list prices and rates learned from bills, as the store has them now
+            self.catalog.book = PriceBook.load(s)
             stats = accrue(s, now, self.catalog.price_of(), self.attributor,
                            idle_signal=acct.idle_signal, idle_below=acct.idle_below,
                            minutes_of=self.window.minutes, disk_price_of=self.catalog.disk)

@@ -8,6 +8,7 @@ nothing above a provider ever sees a botocore or google-api-core exception. A sc
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
@@ -91,4 +92,26 @@ class BatchActions(Protocol):
         remove: Sequence[str] = (),
         dry_run: bool,
     ) -> dict[str, ActionResult]:
+        ...
+
+
+@dataclass(frozen=True)
+class FetchedPrices:
+    """List prices a cloud's price API answered: (region, instance type, lifecycle) ->
+    USD per hour, the API's name, and the publication date it gave (if any)."""
+
+    prices: Mapping[tuple[str, str, str], float]
+    source: str
+    published: datetime | None = None
+
+
+@runtime_checkable
+class FetchesPrices(Protocol):
+    """Optional: ask the cloud's price API for current list prices (`prices refresh`)."""
+
+    def fetch_list_prices(
+        self, regions: Sequence[str], instance_types: Sequence[str]
+    ) -> FetchedPrices:
+        """On-demand (and, where the API publishes them, spot) hourly list prices of these
+        types in these regions. Raises ProviderError when the API cannot be read."""
         ...

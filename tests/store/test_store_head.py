@@ -36,16 +36,17 @@ def test_a_store_behind_head_is_still_migrated(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'old.db'}"
     db = Database(url)
     with db.engine.begin() as conn:  # pretend the last migration never ran
-        conn.execute(text("UPDATE alembic_version SET version_num = '0008'"))
-        for column in ("charge_category", "charge_class", "currency"):
-            conn.execute(text(f"ALTER TABLE billing_lines DROP COLUMN {column}"))
+        conn.execute(text("UPDATE alembic_version SET version_num = '0009'"))
+        conn.execute(text("DROP TABLE prices"))
+        conn.execute(text("DROP TABLE price_sources"))
     db.dispose()
     with pytest.raises(StoreError, match="not up to date"):
         Database(url, migrate=False)
     again = Database(url)
     assert current_revision(again.engine) == HEAD_REVISION
     with again.engine.connect() as conn:
-        conn.execute(text("SELECT charge_category, charge_class, currency FROM billing_lines"))
+        conn.execute(text("SELECT source, as_of, fallback FROM price_sources"))
+        conn.execute(text("SELECT instance_id, usd_per_hour, as_of FROM prices"))
     again.dispose()
 
 

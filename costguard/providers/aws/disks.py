@@ -15,7 +15,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from costguard.errors import ProviderError
-from costguard.model import Instance, PriceQuote
+from costguard.model import Instance, PriceQuote, as_of_date
 from costguard.providers.aws.boundary import aws_call
 
 if TYPE_CHECKING:
@@ -82,4 +82,5 @@ def stopped_cost(ec2: EC2Client, instance: Instance) -> PriceQuote | None:
         return None
     source = (f"EBS {', '.join(priced)} at us-east-1 list prices ({table.as_of})"
               + (f"; not priced: {', '.join(unknown)}" if unknown else ""))
-    return PriceQuote(usd_per_hour=round(monthly / HOURS_PER_MONTH, 4), source=source)
+    return PriceQuote(usd_per_hour=round(monthly / HOURS_PER_MONTH, 4), source=source,
+                      as_of=as_of_date(table.as_of), fallback=True)

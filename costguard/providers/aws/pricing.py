@@ -7,15 +7,15 @@ tested with recorded-shaped payloads (a botocore Stubber for GetProducts only).
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from costguard.clock import utc
+from costguard.model import as_of_date
 from costguard.providers.aws.boundary import aws_call
 
 if TYPE_CHECKING:
@@ -29,10 +29,13 @@ _PRICE_FILE = "data/ec2_gpu_prices.json"
 class TablePrice:
     usd_per_hour: float
     source: str
+    as_of: date | None = None
+    fallback: bool = True  # the shipped table, not the cloud's answer
 
 
 class OnDemandTable:
-    """On-demand USD/h by (region, type): refreshed prices over the shipped table."""
+    """On-demand USD/h by (region, type) from the shipped table (a dated snapshot; prices
+    fetched by `costguard prices refresh` are kept in the store, see costs/price_book.py)."""
 
     def __init__(self) -> None:
         doc = _shipped_doc()
@@ -45,26 +48,19 @@ class OnDemandTable:
         self._estimated = {
             (region, itype) for region, types in doc["estimates"].items() for itype in types
         }
-        self._refreshed: dict[tuple[str, str], tuple[float, str]] = {}
-        self._lock = threading.Lock()
 
     def lookup(self, region: str, instance_type: str) -> TablePrice | None:
         key = (region, instance_type)
-        with self._lock:
-            fresh = self._refreshed.get(key)
-        if fresh is not None:
-            return TablePrice(fresh[0], f"aws price list api {fresh[1]}")
         usd = self._shipped.get(key)
         if usd is None:
             return None
         note = " (estimate)" if key in self._estimated else ""
-        return TablePrice(usd, f"aws on-demand table {self.as_of}{note}")
+        return TablePrice(usd, f"aws on-demand table {self.as_of}{note}",
+                          as_of=as_of_date(self.as_of))
 
-    def update(self, prices: dict[tuple[str, str], float], when: datetime) -> None:
-        stamp = utc(when).date().isoformat()
-        with self._lock:
-            for key, usd in prices.items():
-                self._refreshed[key] = (usd, stamp)
+    def priced(self) -> set[tuple[str, str]]:
+        """(region, instance type) of every shipped price."""
+        return set(self._shipped)
 
     def known_types(self) -> set[str]:
         return {itype for _, itype in self._shipped}
@@ -80,17 +76,21 @@ def _shipped_doc() -> dict[str, Any]:
     return doc
 
 
-def parse_price_list(price_list: Iterable[str]) -> dict[tuple[str, str], float]:
+def parse_price_list(
+    price_list: Iterable[str], published: list[datetime] | None = None,
+) -> dict[tuple[str, str], float]:
     """(regionCode, instanceType) -> on-demand USD/h from GetProducts `PriceList` entries.
 
     Each entry is a JSON document: `product.attributes` names the type and region, and
     `terms.OnDemand.<offer>.priceDimensions.<dim>.pricePerUnit.USD` holds the hourly rate.
     Entries without an hourly USD on-demand rate (reservations, zero-priced BYOL rows) are
-    skipped.
+    skipped. Each entry's `publicationDate` is appended to `published` when given.
     """
     out: dict[tuple[str, str], float] = {}
     for entry in price_list:
         doc = json.loads(entry) if isinstance(entry, str) else entry
+        if published is not None and doc.get("publicationDate"):
+            published.append(utc(datetime.fromisoformat(doc["publicationDate"])))
         attrs = doc.get("product", {}).get("attributes", {})
         itype, region = attrs.get("instanceType"), attrs.get("regionCode")
         if not itype or not region:
@@ -107,9 +107,11 @@ def parse_price_list(price_list: Iterable[str]) -> dict[tuple[str, str], float]:
 
 def fetch_on_demand_prices(
     pricing: PricingClient, regions: Sequence[str], instance_types: Sequence[str]
-) -> dict[tuple[str, str], float]:
-    """Ask the Price List API for Linux, shared-tenancy, no-license on-demand rates."""
+) -> tuple[dict[tuple[str, str], float], datetime | None]:
+    """Ask the Price List API for Linux, shared-tenancy, no-license on-demand rates; with
+    the newest publication date of the entries read."""
     found: dict[tuple[str, str], float] = {}
+    published: list[datetime] = []
     for region in regions:
         for itype in instance_types:
             filters = [
@@ -135,11 +137,11 @@ def fetch_on_demand_prices(
                     if token:
                         kwargs["NextToken"] = token
                     page = pricing.get_products(**kwargs)
-                    found.update(parse_price_list(page.get("PriceList", [])))
+                    found.update(parse_price_list(page.get("PriceList", []), published))
                     token = page.get("NextToken")
                     if not token:
                         break
-    return found
+    return found, max(published, default=None)
 
 
 def latest_spot_prices(

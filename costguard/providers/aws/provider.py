@@ -41,6 +41,7 @@ from costguard.providers.aws.pricing import (
 from costguard.providers.aws.readings import CloudWatchReads, DimensionSets
 from costguard.providers.aws.sessions import AccountScope, ClientFactory
 from costguard.providers.aws.settings import AwsSettings
+from costguard.providers.base import FetchedPrices
 
 log = logging.getLogger(__name__)
 
@@ -299,16 +300,19 @@ class AwsProvider(CloudWatchReads):
         if instance.lifecycle is Lifecycle.SPOT:
             spot = self._spot_price(instance)
             if spot is not None:
-                return PriceQuote(usd_per_hour=spot, source="aws spot price history")
+                return PriceQuote(usd_per_hour=spot, source="aws spot price history",
+                                  as_of=self.clock.now().date())
             if on_demand is not None:
                 return PriceQuote(
                     usd_per_hour=on_demand.usd_per_hour,
                     source=f"{on_demand.source}; spot price unknown, on-demand as upper bound",
+                    as_of=on_demand.as_of, fallback=True,
                 )
             return None
         if on_demand is None:
             return None
-        return PriceQuote(usd_per_hour=on_demand.usd_per_hour, source=on_demand.source)
+        return PriceQuote(usd_per_hour=on_demand.usd_per_hour, source=on_demand.source,
+                          as_of=on_demand.as_of, fallback=on_demand.fallback)
 
     def _spot_price(self, instance: Instance) -> float | None:
         key = (instance.account, instance.region)
@@ -341,14 +345,14 @@ class AwsProvider(CloudWatchReads):
             return by_az[instance.zone]
         return max(by_az.values())  # zone unknown: the dearest zone, so cost is not understated
 
-    def refresh_prices(
-        self,
-        regions: Sequence[str] | None = None,
-        instance_types: Sequence[str] | None = None,
-    ) -> int:
-        """Replace shipped on-demand prices with the Price List API's; returns how many."""
-        region_list = list(regions or sorted(self.prices.regions()))
-        type_list = list(instance_types or sorted(self.prices.known_types()))
-        found = fetch_on_demand_prices(self.clients.pricing(), region_list, type_list)
-        self.prices.update(found, self.clock.now())
-        return len(found)
+    def fetch_list_prices(
+        self, regions: Sequence[str], instance_types: Sequence[str]
+    ) -> FetchedPrices:
+        """On-demand Linux prices from the Price List API (spot has no list price on AWS:
+        it is read from spot price history each cycle)."""
+        found, published = fetch_on_demand_prices(
+            self.clients.pricing(), list(regions), list(instance_types))
+        return FetchedPrices(
+            {(region, itype, str(Lifecycle.ON_DEMAND)): usd
+             for (region, itype), usd in found.items()},
+            "aws price list api", published)

@@ -22,7 +22,7 @@ from google.api_core import retry as gretry
 from google.cloud import compute_v1
 
 from costguard.errors import ProviderError
-from costguard.model import Instance, PriceQuote
+from costguard.model import Instance, PriceQuote, as_of_date
 from costguard.providers.gcp import lookup
 from costguard.providers.gcp.actions import ActionContext, read
 from costguard.providers.gcp.terminate import Disk, attached_disks
@@ -70,7 +70,8 @@ def quote(disks: Sequence[tuple[str, compute_v1.Disk | None]]) -> PriceQuote | N
         return None
     source = (f"persistent disks {', '.join(priced)} at us-central1 list prices "
               f"({table.as_of})" + (f"; not priced: {', '.join(unknown)}" if unknown else ""))
-    return PriceQuote(usd_per_hour=round(monthly / HOURS_PER_MONTH, 4), source=source)
+    return PriceQuote(usd_per_hour=round(monthly / HOURS_PER_MONTH, 4), source=source,
+                      as_of=as_of_date(table.as_of), fallback=True)
 
 
 def stopped_cost(ctx: ActionContext, disks: compute_v1.DisksClient, instance: Instance

@@ -13,7 +13,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from costguard.model import Instance, Lifecycle, PriceQuote
+from costguard.model import Instance, Lifecycle, PriceQuote, as_of_date
 from costguard.providers.gcp import gpus
 
 # GiB of memory per vCPU of predefined shapes.
@@ -71,7 +71,8 @@ def price(instance: Instance, table: dict[str, Any] | None = None) -> PriceQuote
     source = f"gcp {kind} table {table['as_of']} ({instance.region}, approximate list price)"
     whole = region["machine_types"].get(instance.instance_type)
     if whole is not None:
-        return PriceQuote(usd_per_hour=_rate(whole, spot), source=source)
+        return PriceQuote(usd_per_hour=_rate(whole, spot), source=source,
+                          as_of=as_of_date(table["as_of"]), fallback=True)
     shape = shape_of(instance.instance_type)
     family = region["families"].get(shape.family) if shape else None
     if shape is None or family is None:
@@ -85,4 +86,5 @@ def price(instance: Instance, table: dict[str, Any] | None = None) -> PriceQuote
         if gpu_entry is None:
             return None  # a GPU we cannot price: an honest None beats a VM-only number
         usd += instance.gpu_count * _rate(gpu_entry, spot)
-    return PriceQuote(usd_per_hour=round(usd, 6), source=source)
+    return PriceQuote(usd_per_hour=round(usd, 6), source=source,
+                      as_of=as_of_date(table["as_of"]), fallback=True)

@@ -20,6 +20,7 @@ from costguard.model import (
     PriceQuote,
     ProviderName,
 )
+from costguard.providers.base import FetchedPrices
 from costguard.providers.gcp import actions, batch, inventory, metrics, pricing, projects
 from costguard.providers.gcp.clients import GcpClients, build_clients, make_retry
 from costguard.providers.gcp.groups import GroupClients
@@ -175,6 +176,22 @@ class GcpProvider:
 
     def price(self, instance: Instance) -> PriceQuote | None:
         return pricing.price(instance)
+
+    def fetch_list_prices(
+        self, regions: Sequence[str], instance_types: Sequence[str]
+    ) -> FetchedPrices:
+        """On-demand and spot prices of accelerator-optimized types from the Cloud Billing
+        Catalog API; see gcp/catalog.py."""
+        from costguard.providers.gcp import catalog
+
+        client = catalog.catalog_client(self.clients.credentials,
+                                        self.settings.billing_endpoint)
+        try:
+            found, published = catalog.fetch_catalog_prices(
+                client, regions, instance_types, retry=self.retry)
+        finally:
+            client.transport.close()
+        return FetchedPrices(found, "gcp cloud billing catalog", published)
 
     # -- optional capabilities (costguard.providers.base.Describes / BatchActions) ------------
     def describe_many(self, instances: Sequence[Instance]) -> dict[str, Instance | None]:

@@ -45,6 +45,7 @@ class GcpSettings(BaseModel):
     organization: str | None = None  # "organizations/123456" or "123456"
     compute_endpoint: str | None = None  # e.g. Private Service Connect, or http://127.0.0.1:PORT
     monitoring_endpoint: str | None = None  # host:port; an http:// prefix means plaintext gRPC
+    billing_endpoint: str | None = None  # Cloud Billing Catalog API; http://... for a fake
     resource_manager_endpoint: str | None = (
         None  # default https://cloudresourcemanager.googleapis.com
     )
