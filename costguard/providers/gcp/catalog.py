@@ -31,24 +31,23 @@ _GPU = re.compile(r"^(?:Spot Preemptible )?Nvidia (?P<name>.+?) GPU running in "
 _LIFECYCLE = {"OnDemand": "on-demand", "Preemptible": "spot"}
 _UNITS = {"core": "h", "ram": "GiBy.h", "gpu": "h"}
 # the GPU names SKU descriptions use, as token sets -> Compute Engine accelerator type;
-# the first entry whose tokens are all in a description's name (and none of `unless`) wins
-_GPU_NAMES: tuple[tuple[frozenset[str], frozenset[str], str], ...] = tuple(
-    (frozenset(need.split()), frozenset(unless.split()), accelerator)
-    for need, unless, accelerator in (
-        ("a100 80gb", "", "nvidia-a100-80gb"),
-        ("a100", "", "nvidia-tesla-a100"),
-        ("h100 mega", "", "nvidia-h100-mega-80gb"),
-        ("h100", "", "nvidia-h100-80gb"),
-        ("h200", "", "nvidia-h200-141gb"),
-        ("gb200", "", "nvidia-gb200"),
-        ("b200", "", "nvidia-b200"),
-        ("rtx 6000", "", "nvidia-rtx-pro-6000"),
-        ("l4", "", "nvidia-l4"),
-        ("t4", "", "nvidia-tesla-t4"),
-        ("v100", "", "nvidia-tesla-v100"),
-        ("p100", "", "nvidia-tesla-p100"),
-        ("p4", "", "nvidia-tesla-p4"),
-        ("k80", "", "nvidia-tesla-k80"),
+# the first entry whose tokens are all in a description's GPU name wins
+_GPU_NAMES: tuple[tuple[frozenset[str], str], ...] = tuple(
+    (frozenset(need.split()), accelerator) for need, accelerator in (
+        ("a100 80gb", "nvidia-a100-80gb"),
+        ("a100", "nvidia-tesla-a100"),
+        ("h100 mega", "nvidia-h100-mega-80gb"),
+        ("h100", "nvidia-h100-80gb"),
+        ("h200", "nvidia-h200-141gb"),
+        ("gb200", "nvidia-gb200"),
+        ("b200", "nvidia-b200"),
+        ("rtx 6000", "nvidia-rtx-pro-6000"),
+        ("l4", "nvidia-l4"),
+        ("t4", "nvidia-tesla-t4"),
+        ("v100", "nvidia-tesla-v100"),
+        ("p100", "nvidia-tesla-p100"),
+        ("p4", "nvidia-tesla-p4"),
+        ("k80", "nvidia-tesla-k80"),
     ))
 # SKUs of the same GPU sold another way: not the on-demand or spot rate of a running VM
 _OTHER_OFFERS = frozenset({"workstation", "dws", "calendar", "flex", "reserved", "commitment"})
@@ -78,23 +77,23 @@ def machine_shapes() -> dict[str, MachineShape]:
 
 def _accelerator(name: str) -> str | None:
     tokens = set(name.lower().replace("tesla", " ").split())
-    if tokens & _OTHER_OFFERS:
-        return None
-    for need, unless, accelerator in _GPU_NAMES:
-        if need <= tokens and not unless & tokens:
+    for need, accelerator in _GPU_NAMES:
+        if need <= tokens:
             return accelerator
     return None
 
 
 def _hourly_usd(sku: Any, unit: str) -> float | None:
-    """The rate of the SKU's first tier, when priced in USD per `unit`."""
-    for info in sku.pricing_info[:1]:
-        expr = info.pricing_expression
-        if expr.usage_unit != unit:
-            return None
-        for tier in expr.tiered_rates:
-            if tier.start_usage_amount == 0 and tier.unit_price.currency_code == "USD":
-                return float(int(tier.unit_price.units) + tier.unit_price.nanos / 1e9)
+    """The rate of the SKU's first tier, when priced in USD per `unit`. (A proto-plus
+    repeated field is indexed, never sliced: a slice holds raw protobuf messages.)"""
+    if not sku.pricing_info:
+        return None
+    expr = sku.pricing_info[0].pricing_expression
+    if expr.usage_unit != unit:
+        return None
+    for tier in expr.tiered_rates:
+        if tier.start_usage_amount == 0 and tier.unit_price.currency_code == "USD":
+            return float(int(tier.unit_price.units) + tier.unit_price.nanos / 1e9)
     return None
 
 
@@ -117,7 +116,8 @@ def parse_skus(skus: Iterable[Any], regions: Sequence[str]) -> tuple[Rates, date
         gpu = _GPU.match(sku.description) if part is None else None
         if part is not None:
             kind, name = part["what"].lower(), part["family"].lower()
-        elif gpu is not None and (accelerator := _accelerator(gpu["name"])) is not None:
+        elif (gpu is not None and not _OTHER_OFFERS & set(sku.description.lower().split())
+              and (accelerator := _accelerator(gpu["name"])) is not None):
             kind, name = "gpu", accelerator
         else:
             continue
@@ -126,10 +126,9 @@ def parse_skus(skus: Iterable[Any], regions: Sequence[str]) -> tuple[Rates, date
             continue
         for region in wanted.intersection(sku.service_regions):
             rates[(region, kind, name, lifecycle)] = usd
-        for info in sku.pricing_info[:1]:
-            when = info.effective_time
-            if when is not None and when.year > 1970:
-                newest = max(newest, utc(when)) if newest else utc(when)
+        when = sku.pricing_info[0].effective_time
+        if when is not None and when.year > 1970:
+            newest = max(newest, utc(when)) if newest else utc(when)
     return rates, newest
 
 

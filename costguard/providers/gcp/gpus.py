@@ -1,7 +1,8 @@
 """Which GPUs a Compute Engine VM has.
 
 Two sources: `guestAccelerators` (N1 + attached GPUs, and most accelerator-optimized
-types too), and the machine type itself for accelerator-optimized families (A2, A3, G2),
+types too), and the machine type itself for accelerator-optimized families (A2, A3, A4,
+A4X, G2, G4),
 whose GPUs are fixed by the type. `guestAccelerators` wins when present so a GPU is
 never counted twice.
 """
@@ -21,9 +22,12 @@ class GpuSpec:
 
 _GIB = 1024
 
+# Per-GPU memory as cloud.google.com/compute/docs/gpus lists it (a K80 board is two GPUs of
+# 12 GB each; GB200 186 GB; RTX PRO 6000 96 GB).
 ACCELERATORS: dict[str, GpuSpec] = {
     spec.accelerator: spec
     for spec in (
+        GpuSpec("nvidia-tesla-k80", "K80", 12 * _GIB),
         GpuSpec("nvidia-tesla-t4", "T4", 16 * _GIB),
         GpuSpec("nvidia-tesla-t4-vws", "T4", 16 * _GIB),
         GpuSpec("nvidia-tesla-p4", "P4", 8 * _GIB),
@@ -39,6 +43,8 @@ ACCELERATORS: dict[str, GpuSpec] = {
         GpuSpec("nvidia-h100-mega-80gb", "H100", 80 * _GIB),
         GpuSpec("nvidia-h200-141gb", "H200", 141 * _GIB),
         GpuSpec("nvidia-b200", "B200", 180 * _GIB),
+        GpuSpec("nvidia-gb200", "GB200", 186 * _GIB),
+        GpuSpec("nvidia-rtx-pro-6000", "RTX PRO 6000", 96 * _GIB),
     )
 }
 
@@ -54,8 +60,11 @@ _BY_COUNT_SUFFIX: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^a3-megagpu-(\d+)g$"), "nvidia-h100-mega-80gb"),
     (re.compile(r"^a3-ultragpu-(\d+)g$"), "nvidia-h200-141gb"),
     (re.compile(r"^a4-highgpu-(\d+)g$"), "nvidia-b200"),
+    (re.compile(r"^a4x-highgpu-(\d+)g$"), "nvidia-gb200"),
 )
 _G2 = re.compile(r"^g2-standard-(\d+)$")
+_G4_GPUS = {48: 1, 96: 2, 192: 4, 384: 8}
+_G4 = re.compile(r"^g4-standard-(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,11 @@ def from_machine_type(machine_type: str) -> GpuAttachment | None:
         return (
             None if count is None else GpuAttachment(ACCELERATORS["nvidia-l4"], "nvidia-l4", count)
         )
+    g4 = _G4.match(machine_type)
+    if g4:
+        count = _G4_GPUS.get(int(g4.group(1)))
+        name = "nvidia-rtx-pro-6000"
+        return None if count is None else GpuAttachment(ACCELERATORS[name], name, count)
     for pattern, accelerator in _BY_COUNT_SUFFIX:
         m = pattern.match(machine_type)
         if m:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Any
@@ -10,9 +11,10 @@ from typing import Any
 import boto3
 import pytest
 from aws_helpers import REGION, SPOT, ProviderFactory, run_instances
-from botocore.stub import Stubber
+from botocore.stub import ANY, Stubber
 
 from costguard.model import Lifecycle
+from costguard.providers.aws.pricing import parse_price_list
 
 REQUIRED_FAMILIES = [
     "p3",
@@ -181,40 +183,58 @@ def _price_entry(region: str, itype: str, usd: str, unit: str = "Hrs") -> str:
     )
 
 
-def test_refresh_prices_parses_price_list_pages_and_takes_precedence(
+RECORDED = Path(__file__).resolve().parents[2] / "fixtures" / "pricing" / "aws_get_products.json"
+
+
+def test_the_recorded_get_products_page_parses_to_the_hourly_on_demand_rate() -> None:
+    recorded = json.loads(RECORDED.read_text())
+    published: list[datetime] = []
+
+    found = parse_price_list(recorded["PriceList"], published)
+
+    # the EBS product (no instanceType) and the Reserved upfront fee are not hourly rates
+    assert found == {("us-east-1", "p5.48xlarge"): 55.04}
+    assert max(published) == datetime(2025, 11, 20, 18, 39, 25, tzinfo=UTC)
+
+
+def test_fetch_list_prices_pages_through_get_products_with_the_linux_shared_filters(
     make_provider: ProviderFactory,
 ) -> None:
-    # moto does not implement pricing:GetProducts, so only this call goes through a Stubber.
+    # moto does not implement pricing:GetProducts, so only this call goes through a Stubber
+    # (fed the recorded page, then a page of rows that are no hourly price)
     provider = make_provider()
     pricing = boto3.client("pricing", region_name="us-east-1")
     stub = Stubber(pricing)
+    recorded = json.loads(RECORDED.read_text())
+    wanted = {"ServiceCode": "AmazonEC2", "FormatVersion": "aws_v1", "MaxResults": 100,
+              "Filters": ANY}
+    stub.add_response("get_products", {**recorded, "NextToken": "page2"}, wanted)
     stub.add_response(
         "get_products",
-        {
-            "PriceList": [_price_entry("us-east-1", "p5.48xlarge", "55.0400000000")],
-            "NextToken": "page2",
-        },
-    )
-    stub.add_response(
-        "get_products",
-        {
-            "PriceList": [
-                _price_entry("us-east-1", "p5.48xlarge", "0.0000000000"),  # BYOL-style zero row
-                _price_entry("us-east-1", "p5.48xlarge", "1.0", unit="Quantity"),
-            ],
-        },
+        {"PriceList": [
+            _price_entry("us-east-1", "p5.48xlarge", "0.0000000000"),  # BYOL-style zero row
+            _price_entry("us-east-1", "p5.48xlarge", "1.0", unit="Quantity"),
+        ]},
+        {**wanted, "NextToken": "page2"},
     )
     provider.clients.pricing = lambda: pricing  # type: ignore[method-assign]
 
     with stub:
-        count = provider.refresh_prices(["us-east-1"], ["p5.48xlarge"])
+        fetched = provider.fetch_list_prices(["us-east-1"], ["p5.48xlarge"])
         stub.assert_no_pending_responses()
 
-    assert count == 1
-    inst = _instance("p5.48xlarge")
-    quote = provider.price(inst)
-    assert quote is not None and quote.usd_per_hour == 55.04
-    assert quote.source.startswith("aws price list api ")
+    assert fetched.prices == {("us-east-1", "p5.48xlarge", "on-demand"): 55.04}
+    assert fetched.source == "aws price list api"
+    assert fetched.published == datetime(2025, 11, 20, 18, 39, 25, tzinfo=UTC)
+
+
+def test_shipped_table_quotes_say_they_are_a_dated_fallback(
+    make_provider: ProviderFactory,
+) -> None:
+    quote = make_provider().price(_instance("p5.48xlarge"))
+
+    assert quote is not None and quote.fallback
+    assert quote.as_of is not None and quote.as_of.isoformat()[:7] == _table()["as_of"][:7]
 
 
 def _instance(itype: str) -> Any:
