@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from datetime import UTC, datetime, timedelta
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import boto3
