@@ -21,7 +21,7 @@ from costguard.costs.pricing import PriceCatalog
 from costguard.errors import ProviderError
 from costguard.model import Instance, InstanceState, Lifecycle, PriceQuote
 from costguard.providers.base import FetchesPrices, Provider
-from costguard.store.tables import InstanceRow, PriceRow
+from costguard.store.tables import InstanceRow, PriceRow, PriceSourceRow
 
 STALE_AFTER_DAYS = 30  # a price older than this is named in reports
 
@@ -160,3 +160,51 @@ def stale_list_prices(session: Session, now: datetime) -> list[PriceRow]:
     rows = session.exec(select(PriceRow).where(  # type: ignore[call-overload]
         PriceRow.instance_id == "")).scalars().all()  # type: ignore[arg-type]
     return [r for r in rows if (now - r.as_of).days > STALE_AFTER_DAYS]
+
+
+@dataclass(frozen=True)
+class PriceWarning:
+    """Spend in a report window charged at a price that was a fallback, or old when used."""
+
+    source: str
+    instances: int
+    cost_micros: int
+    fallback: bool
+    age_days: int | None  # how old the price was at the latest interval it charged
+
+    @property
+    def text(self) -> str:
+        why = ("a fallback, not the cloud's own price" if self.fallback
+               else f"{self.age_days} days old when used")
+        return (f"${self.cost_micros / 1e6:,.2f} on {self.instances} instance(s) priced from "
+                f"'{self.source}' ({why})")
+
+
+def price_warnings(session: Session, since: datetime, until: datetime) -> list[PriceWarning]:
+    """The price sources that charged the window's raw intervals and were a fallback or more
+    than `STALE_AFTER_DAYS` old when used, dearest first. Intervals already rolled up into
+    days and pruned carry no source: only the raw retention is checked."""
+    from sqlalchemy import func
+
+    from costguard.store.tables import CostIntervalRow
+
+    c = CostIntervalRow.__table__.c  # type: ignore[attr-defined]
+    rows = session.execute(
+        select(c.price_source, func.max(c.end), func.count(distinct(c.instance_id)),
+               func.sum(c.cost_micros))
+        .where(c.start < until, c.end > since, c.cost_micros > 0)
+        .group_by(c.price_source)).all()
+    kinds = {r.source: r for r in session.exec(select(PriceSourceRow)).scalars()}  # type: ignore[call-overload]
+    out = []
+    for source, last_end, instances, cost in rows:
+        kind = kinds.get(source)
+        if kind is None:
+            continue
+        age = None if kind.as_of is None else (_aware(last_end) - kind.as_of).days
+        if kind.fallback or (age is not None and age > STALE_AFTER_DAYS):
+            out.append(PriceWarning(source, int(instances), int(cost or 0), kind.fallback, age))
+    return sorted(out, key=lambda w: -w.cost_micros)
+
+
+def _aware(when: datetime) -> datetime:
+    return when if when.tzinfo else when.replace(tzinfo=UTC)

@@ -37,3 +37,5 @@ class Report:
     total: ReportRow
     filters: dict[str, str] = field(default_factory=dict)
     compare: str | None = None
+    # spend charged at a fallback price or one older than 30 days when used, in words
+    price_warnings: tuple[str, ...] = ()

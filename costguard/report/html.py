@@ -60,4 +60,5 @@ def to_html(report: Report, session: Session, now: datetime) -> str:
               for r in rows],
         total_key=["total", *[""] * (len(report.by) - 1)] if report.by else [],
         schema=SCHEMA_VERSION,
+        price_warnings=list(report.price_warnings),
     )

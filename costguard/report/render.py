@@ -129,6 +129,7 @@ def to_json(report: Report) -> str:
         "compare": report.compare,
         "rows": [_row_json(report.by, r) for r in rows],
         "total": _row_json((), total),
+        "price_warnings": list(report.price_warnings),
     }
     return json.dumps(doc, indent=2)
 
@@ -209,6 +210,22 @@ def to_table(report: Report, console: Console) -> None:
         console.print(f"Left out to fit {console.width} columns: {', '.join(fitted.dropped)}. "
                       "A wider terminal, --format csv or --format json shows every column.",
                       highlight=False, markup=False)
+    price_notes(report, console)
+
+
+def price_notes(report: Report, console: Console, most: int = 3) -> None:
+    """Name the spend priced from a fallback or a stale price, and how to fix it."""
+    warnings = report.price_warnings
+    if not warnings:
+        return
+    console.print("Prices to check:", style="yellow", highlight=False)
+    for text in warnings[:most]:
+        console.print(f"  {text}", highlight=False, markup=False)
+    if len(warnings) > most:
+        console.print(f"  ... and {len(warnings) - most} more source(s) (--format json "
+                      "lists them)", highlight=False, markup=False)
+    console.print("  Fetch current list prices: costguard prices refresh; explain one: "
+                  "costguard prices show TYPE", highlight=False, markup=False)
 
 
 __all__ = ["SCHEMA_VERSION", "ReportRow", "apportion", "display_rows", "to_csv", "to_json",

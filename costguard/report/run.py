@@ -76,8 +76,14 @@ def spend_report(
     """The one spend query behind every figure a person reads (the report in each format,
     the demo's table): spot savings priced with the configured catalog wherever no spot run
     of a type was seen, so no surface shows a different number for the same data."""
-    return spend(session, list(by), since, until, filters,
-                 spot_price=catalog_spot_price(catalog_for(settings)), compare=compare)
+    from dataclasses import replace
+
+    from costguard.costs.prices import price_warnings
+
+    report = spend(session, list(by), since, until, filters,
+                   spot_price=catalog_spot_price(catalog_for(settings)), compare=compare)
+    warnings = tuple(w.text for w in price_warnings(session, since, until))
+    return replace(report, price_warnings=warnings)
 
 
 def render_report(

@@ -116,3 +116,55 @@ def test_accrual_remembers_each_price_source_with_its_age_and_kind(db: Database)
     table_as_of, fallback = sources[charged["vm-table"]]
     assert fallback and table_as_of is not None and table_as_of < datetime(2026, 11, 24,
                                                                            tzinfo=UTC)
+
+
+def test_a_report_names_spend_priced_from_a_fallback_or_a_stale_price(db: Database) -> None:
+    import io
+    import json
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from costguard.report.render import to_json, to_table
+    from costguard.report.run import spend_report
+
+    stale_fetch = T0 - timedelta(days=45)
+    with db.session() as s:
+        store_list_prices(s, "gcp", {("us-central1", "a2-highgpu-1g", "spot"): 1.1},
+                          "gcp cloud billing catalog", stale_fetch)
+        record_inventory(s, "gcp", [gcp("vm-stale", spot=True), gcp("vm-table")], T0,
+                         complete=True)
+    with db.session() as s:
+        accrue(s, T0 + timedelta(hours=3), PriceCatalog(book=PriceBook.load(s)).price_of(),
+               Attributor())
+    with db.session() as s:
+        report = spend_report(s, SimpleNamespace(), ["team"], T0, T0 + timedelta(hours=3))
+    out = io.StringIO()
+    to_table(report, Console(file=out, width=80))
+
+    stale, fallback = sorted(report.price_warnings, key=lambda t: "fallback" in t)
+    assert "on 1 instance(s) priced from 'gcp cloud billing catalog" in stale
+    assert "45 days old when used" in stale
+    assert fallback.startswith("$11.02 on 1 instance(s) priced from 'gcp on-demand table")
+    assert "(a fallback, not the cloud's own price)" in fallback
+    assert json.loads(to_json(report))["price_warnings"] == list(report.price_warnings)
+    assert "Prices to check:" in out.getvalue()
+    assert "costguard prices refresh" in out.getvalue()
+
+
+def test_a_current_fetched_price_draws_no_warning(db: Database) -> None:
+    from types import SimpleNamespace
+
+    from costguard.report.run import spend_report
+
+    with db.session() as s:
+        store_list_prices(s, "gcp", {("us-central1", "a2-highgpu-1g", "on-demand"): 3.67},
+                          "gcp cloud billing catalog", T0 - timedelta(days=2))
+        record_inventory(s, "gcp", [gcp("vm-1")], T0, complete=True)
+    with db.session() as s:
+        accrue(s, T0 + timedelta(hours=3), PriceCatalog(book=PriceBook.load(s)).price_of(),
+               Attributor())
+    with db.session() as s:
+        report = spend_report(s, SimpleNamespace(), ["team"], T0, T0 + timedelta(hours=3))
+    assert report.total.cost_micros == round(3.67 * 3 * 1e6)
+    assert report.price_warnings == ()
