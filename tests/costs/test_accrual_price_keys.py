@@ -17,7 +17,7 @@ from costguard.store.inventory import record_inventory
 from costguard.store.tables import CostIntervalRow
 from tests.costs.fleet import T0, instance
 
-P4D = 32.7726  # sim list price = the shipped AWS table, us-east-1
+P4D = 21.957642  # sim list price = the shipped AWS table, us-east-1
 OTHER = "222222222222"
 
 

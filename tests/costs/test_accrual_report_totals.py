@@ -1,7 +1,7 @@
 """Accrual and report totals against hand-computed cents, on SQLite and PostgreSQL.
 
 Fleet (sim list prices = the shipped AWS table, us-east-1): A p4d.24xlarge on-demand
-(32.7726/h, 20% negotiated p4d discount -> 26.21808/h, team research), B g5.xlarge spot
+(21.957642/h, 20% negotiated p4d discount -> 17.566114/h, team research), B g5.xlarge spot
 (1.006 x 35% = 0.3521/h, team vision, idle the whole time), C m5.large untagged (0.096/h).
 Polls at T0, T0+7m30s (a partial interval), and T0+2h real time, which is 03:00 EDT on the
 night DST starts (3 h of wall clock). A is seen stopped at that poll and then costs only
@@ -34,7 +34,7 @@ T2 = datetime(2026, 3, 8, 3, 0, tzinfo=NY)  # 07:00 UTC: two real hours after T0
 T3 = T2 + timedelta(hours=1)
 DAY = datetime(2026, 3, 8, tzinfo=ZoneInfo("UTC"))
 
-A_RATE, B_RATE, C_RATE, DISK = 26.21808, 0.3521, 0.096, 0.05
+A_RATE, B_RATE, C_RATE, DISK = 17.566114, 0.3521, 0.096, 0.05
 A_COST = round(A_RATE * 0.125 * 1e6) + round(A_RATE * 1.875 * 1e6) + round(DISK * 1e6)
 B_COST = 3 * round(B_RATE * 1e6)  # (7.5 + 112.5 + 60 minutes, summed exactly below)
 C_COST = round(C_RATE * 0.125 * 1e6) + round(C_RATE * 1.875 * 1e6) + round(C_RATE * 1e6)
@@ -105,9 +105,9 @@ def test_report_totals_match_hand_computed_cents_from_raw_and_rollups(db: Databa
     run_fleet(db)
     total_micros = A_COST + exact_b_cost() + C_COST
     expected_total_cents = (total_micros + 5_000) // 10_000
-    # savings: A's on-demand hours at the discounted sim spot price 32.7726 x 0.35 x 0.8
+    # savings: A's on-demand hours at the discounted sim spot price 21.957642 x 0.35 x 0.8
     a_running = A_COST - round(DISK * 1e6)
-    spot_rate = round(32.7726 * 0.35, 4) * 0.8
+    spot_rate = round(21.957642 * 0.35, 4) * 0.8
     savings = a_running - round(spot_rate * 2 * 1e6)
     with db.session() as s:
         raw = report_of(s, ["team"])

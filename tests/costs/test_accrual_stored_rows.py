@@ -90,7 +90,7 @@ COLUMNS = ("provider", "instance_id", "account", "region", "instance_type", "lif
            "gpu_seconds", "idle_gpu_seconds", "idle_cost_micros", "verdict", "team", "project",
            "env", "cost_center")
 ACCOUNT = ("111111111111", "us-east-1")
-LIST = "aws on-demand table 2025-05, simulated cloud"
+LIST = "aws on-demand table 2025-11, simulated cloud"
 P4D = ("sim", "i-a", *ACCOUNT, "p4d.24xlarge", "on-demand")
 A_DIMS = ("research", "llm", "prod", "4711")
 G5 = ("sim", "i-b", *ACCOUNT, "g5.xlarge", "spot")
@@ -100,9 +100,9 @@ M5E = ("sim", "i-e", *ACCOUNT, "m5.large", "on-demand")
 AT_T0, AT_T1 = "2026-03-08 05:00:00.000000", "2026-03-08 05:07:30.123456"
 AT_T2, AT_T3 = "2026-03-08 07:00:00.000000", "2026-03-08 08:00:01.000000"
 EXPECTED: list[tuple[Any, ...]] = [
-    (*P4D, "running", AT_T0, AT_T1, 26.21808, f"{LIST}; negotiated discount 20% off", 3278159,
+    (*P4D, "running", AT_T0, AT_T1, 17.566114, f"{LIST}; negotiated discount 20% off", 2196367,
      8, 3601, 0, 0, "no-data", *A_DIMS),
-    (*P4D, "running", AT_T1, AT_T2, 26.21808, f"{LIST}; negotiated discount 20% off", 49158001,
+    (*P4D, "running", AT_T1, AT_T2, 17.566114, f"{LIST}; negotiated discount 20% off", 32935861,
      8, 53999, 0, 0, "no-data", *A_DIMS),
     (*P4D, "stopped", AT_T2, AT_T3, 0.05, "attached disks", 50014, 8, 0, 0, 0, "no-data",
      *A_DIMS),

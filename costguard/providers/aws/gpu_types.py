@@ -42,7 +42,8 @@ def shipped_gpu_table() -> dict[str, GpuSpec]:
     text = resources.files("costguard.providers.aws").joinpath("data/gpu_types.json").read_text()
     doc: dict[str, Any] = json.loads(text)
     return {
-        name: GpuSpec(int(row["count"]), str(row["model"]), int(row["memory_mib"]))
+        name: GpuSpec(_device_count(int(row["count"])), str(row["model"]),
+                      int(row["memory_mib"]))
         for name, row in doc["types"].items()
     }
 
@@ -55,7 +56,14 @@ def spec_from_type_info(info: dict[str, Any]) -> GpuSpec:
     first = gpus[0]
     model = " ".join(p for p in (first.get("Manufacturer"), first.get("Name")) if p) or None
     memory = first.get("MemoryInfo", {}).get("SizeInMiB")
-    return GpuSpec(sum(int(g.get("Count", 0)) for g in gpus), model, memory)
+    return GpuSpec(_device_count(sum(int(g.get("Count", 0)) for g in gpus)), model, memory)
+
+
+def _device_count(count: int) -> int:
+    """A fractional-GPU type (g6f, gr6f: an eighth to a half of an L4) lists its GPU with
+    Count 0 and the memory of its share: it has one (partial) GPU device, which the agent
+    sees and idle detection must judge, not none."""
+    return max(count, 1)
 
 
 class GpuTypeCatalog:

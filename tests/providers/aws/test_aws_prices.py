@@ -251,3 +251,16 @@ def _instance(itype: str) -> Any:
         launch_time=now,
         observed_at=now,
     )
+
+
+def test_a_fractional_gpu_type_is_one_partial_gpu_not_none() -> None:
+    from costguard.providers.aws.gpu_types import shipped_gpu_table, spec_from_type_info
+
+    # the GpuInfo shape DescribeInstanceTypes data gives g6f.large: Count 0, a 1/8 L4's memory
+    info = {"InstanceType": "g6f.large", "GpuInfo": {"Gpus": [
+        {"Name": "L4", "Manufacturer": "NVIDIA", "Count": 0,
+         "MemoryInfo": {"SizeInMiB": 2861}}], "TotalGpuMemoryInMiB": 2861}}
+    spec = spec_from_type_info(info)
+    assert (spec.count, spec.model, spec.memory_mib) == (1, "NVIDIA L4", 2861)
+    assert shipped_gpu_table()["g6f.4xlarge"].count == 1
+    assert spec_from_type_info({"InstanceType": "m5.large"}).count == 0
