@@ -87,11 +87,14 @@ def billing_import(
     Lines that cannot be read are skipped and listed with their line number and reason;
     credits, taxes and purchases are kept apart from usage; lines of providers costguard
     does not govern are kept under their provider. Importing the same export again adds
-    nothing.
+    nothing. Each billed instance costguard watched over the billed period gets its
+    effective hourly rate learned from the bill (discounts included), used by its
+    estimates from then on.
 
     Example: costguard billing import focus-2026-11.csv.gz --rate EUR=1.08
     """
     from costguard.costs.attribution import Attributor
+    from costguard.costs.bill_rates import learn_rates
     from costguard.costs.billing import import_focus
 
     rates = _rates(rate or [])
@@ -99,9 +102,11 @@ def billing_import(
         settings = _settings(config)
         attributor = Attributor(_policy_set(policies, settings).attribution)
         db = _db(config, settings=settings)
+        now = cli_clock().now()
         with db.session() as s:
-            result = import_focus(s, file, attributor, cli_clock().now(), strict=strict,
-                                  rates=rates)
+            result = import_focus(s, file, attributor, now, strict=strict, rates=rates)
+        with db.session() as s:
+            learned = learn_rates(s, now)
     except CostguardError as exc:
         raise _fail(exc) from None
     if fmt == "json":
@@ -112,7 +117,9 @@ def billing_import(
             "billed_usd": result.billed_micros / 1e6,
             "by_category_usd": {k: v / 1e6 for k, v in sorted(result.by_category.items())},
             "by_provider_usd": {k: v / 1e6 for k, v in sorted(result.by_provider.items())},
-            "currencies": sorted(result.currencies)}, indent=2))
+            "currencies": sorted(result.currencies),
+            "learned_rates": learned.learned,
+            "billed_instances_not_watched": len(learned.not_watched)}, indent=2))
         return
     def usd(micros: int) -> str:
         return f"{'-' if micros < 0 else ''}${abs(micros) / 1e6:,.2f}"
@@ -131,6 +138,10 @@ def billing_import(
     if ungoverned:
         console.print(f"  kept, not governed by costguard: {', '.join(ungoverned)}",
                       highlight=False)
+    if learned.learned:
+        console.print(f"  learned the effective hourly rate of {learned.learned} instance(s) "
+                      "from their bill lines: their estimates use it from now on "
+                      "(costguard prices show TYPE)", highlight=False)
     for where, why in result.skipped:
         err.print(f"skipped {where}: {why}", highlight=False, markup=False)
     if result.skipped_count > len(result.skipped):
