@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -15,3 +16,12 @@ def db(db_url: str) -> Iterator[Database]:
     database = Database(db_url)
     yield database
     database.dispose()
+
+
+@pytest.fixture
+def cli_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Database:
+    """A SQLite store a command run in the test finds through the environment."""
+    url = f"sqlite:///{tmp_path / 'cg.db'}"
+    monkeypatch.setenv("COSTGUARD_DATABASE_URL", url)
+    monkeypatch.chdir(tmp_path)
+    return Database(url)

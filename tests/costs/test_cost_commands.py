@@ -15,11 +15,8 @@ from tests.costs.test_billing_import import HEADER, focus_line
 
 
 @pytest.fixture
-def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Database:
-    url = f"sqlite:///{tmp_path / 'cg.db'}"
-    monkeypatch.setenv("COSTGUARD_DATABASE_URL", url)
-    monkeypatch.chdir(tmp_path)
-    return Database(url)
+def db(cli_store: Database) -> Database:
+    return cli_store
 
 
 def test_anomaly_expected_marks_it_and_an_unknown_id_is_a_clear_error(db: Database) -> None:

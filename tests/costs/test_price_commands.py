@@ -15,11 +15,8 @@ from costguard.store.db import Database
 
 
 @pytest.fixture
-def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Database:
-    url = f"sqlite:///{tmp_path / 'cg.db'}"
-    monkeypatch.setenv("COSTGUARD_DATABASE_URL", url)
-    monkeypatch.chdir(tmp_path)
-    return Database(url)
+def db(cli_store: Database) -> Database:
+    return cli_store
 
 
 def test_show_lists_every_known_price_its_age_and_the_one_estimates_use(db: Database) -> None:
