@@ -22,8 +22,12 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from costguard.store.db import Database
 
 # `tests.*` (this harness, tests/fakes) must import however pytest was started.
 _REPO_ROOT = str(Path(__file__).resolve().parent.parent)
@@ -109,6 +113,16 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path / 'costguard.db'}"
     url: str = request.getfixturevalue("pg_url")
     return url
+
+
+@pytest.fixture
+def db(db_url: str) -> Iterator[Database]:
+    """A migrated store on each backend (`db_url`: SQLite and PostgreSQL), disposed after."""
+    from costguard.store.db import Database
+
+    database = Database(db_url)
+    yield database
+    database.dispose()
 
 
 # -- reliability figures (tests/reliability/figures.py): printed at the end of every run --

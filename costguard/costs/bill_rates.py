@@ -20,6 +20,7 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlmodel import Session
 
+from costguard.clock import utc
 from costguard.costs.price_book import store_learned_rates
 from costguard.model import Instance
 from costguard.store.inventory import to_instance
@@ -27,6 +28,7 @@ from costguard.store.tables import BillingLineRow, CostIntervalRow, InstanceRow
 
 SOURCE = "learned from the bill (EffectiveCost / hours run)"
 _MIN_HOURS = 1.0
+_CHUNK = 500  # instance ids per IN (...) list
 
 
 def instance_ref(resource_id: str | None) -> str | None:
@@ -56,13 +58,14 @@ def learn_rates(session: Session, now: datetime) -> LearnResult:
     ).where(usage, b.provider.in_(("aws", "gcp")))):
         iid = instance_ref(resource)
         if iid is not None:
-            billed[(provider, iid)].append((start, end, int(micros)))
+            billed[(provider, iid)].append((utc(start), utc(end), int(micros)))
+    watched = _intervals(session, set(billed))
     result = LearnResult()
     rates: list[tuple[Instance, float, datetime]] = []
     for (provider, iid), lines in sorted(billed.items()):
         row = session.get(InstanceRow, (provider, iid))
         start, end = min(s for s, _, _ in lines), max(e for _, e, _ in lines)
-        hours = _hours_run(session, provider, iid, start, end)
+        hours = _hours_run(watched.get((provider, iid), []), start, end)
         if row is None or hours is None or hours < _MIN_HOURS:
             result.not_watched.append(f"{provider}:{iid}")
             continue
@@ -71,23 +74,30 @@ def learn_rates(session: Session, now: datetime) -> LearnResult:
     return result
 
 
-def _hours_run(session: Session, provider: str, iid: str, start: datetime,
-               end: datetime) -> float | None:
-    """Hours the instance ran within [start, end), or None unless costguard's intervals
-    cover the whole of it."""
+_Interval = tuple[datetime, datetime, bool]  # start, end, running
+
+
+def _intervals(session: Session, keys: set[tuple[str, str]]
+               ) -> dict[tuple[str, str], list[_Interval]]:
+    """The cost intervals of the billed instances, read in a few statements."""
     c = CostIntervalRow.__table__.c  # type: ignore[attr-defined]
-    mine = (c.provider == provider) & (c.instance_id == iid)
-    first, last = session.execute(select(func.min(c.start), func.max(c.end)).where(mine)).one()
-    if first is None or _utc(first) > start or _utc(last) < end:
+    out: dict[tuple[str, str], list[_Interval]] = defaultdict(list)
+    ids = sorted({iid for _, iid in keys})
+    for i in range(0, len(ids), _CHUNK):
+        for provider, iid, start, end, state in session.execute(select(
+                c.provider, c.instance_id, c.start, c.end, c.state,
+        ).where(c.instance_id.in_(ids[i:i + _CHUNK]))):
+            if (provider, iid) in keys:
+                out[(provider, iid)].append((utc(start), utc(end), state == "running"))
+    return out
+
+
+def _hours_run(intervals: list[_Interval], start: datetime, end: datetime) -> float | None:
+    """Hours run within [start, end), or None unless the intervals cover the whole of it."""
+    covered = bool(intervals) and (min(s for s, _, _ in intervals) <= start
+                                   and max(e for _, e, _ in intervals) >= end)
+    if not covered:
         return None
-    seconds = 0.0
-    for s, e in session.execute(select(c.start, c.end).where(
-            mine, c.state == "running", c.start < end, c.end > start)):
-        seconds += (min(_utc(e), end) - max(_utc(s), start)).total_seconds()
+    seconds = sum((min(e, end) - max(s, start)).total_seconds()
+                  for s, e, running in intervals if running and s < end and e > start)
     return seconds / 3600
-
-
-def _utc(when: datetime) -> datetime:
-    from costguard.clock import utc
-
-    return utc(when)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlmodel import Session
 
 from costguard.model import Instance, PriceQuote
@@ -112,12 +112,6 @@ def _upsert_prices(session: Session, rows: Sequence[dict[str, Any]]) -> None:
     if rows:
         upsert(session, PriceRow.__table__, rows,  # type: ignore[attr-defined]
                ["provider", "region", "instance_type", "lifecycle", "instance_id"])
-
-
-def forget_learned(session: Session) -> int:
-    """Drop every rate learned from bills (list prices stay)."""
-    result = session.execute(delete(PriceRow).where(PriceRow.instance_id != ""))  # type: ignore[arg-type]
-    return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
 def record_sources(session: Session, quotes: Iterable[PriceQuote]) -> None:

@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from costguard.cli_common import cli_clock
 from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
+from costguard.costs.commands import ConfigOpt, _db, console, err
 from costguard.errors import CostguardError
-
-console = Console()
-err = Console(stderr=True)
-ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="costguard.yaml")]
 
 prices_app = typer.Typer(
     help="Current list prices: fetch them from the clouds' price APIs, explain one.\n\n"
@@ -42,14 +37,12 @@ def prices_refresh(
     """
     from costguard.costs.prices import refresh_prices
     from costguard.providers.registry import build_providers
-    from costguard.store.db import Database
 
     clock = cli_clock()
     try:
         settings = _settings(config)
         providers = build_providers(settings, clock)
-        db = Database(settings.database_url)
-        with db.session() as s:
+        with _db(config, settings=settings).session() as s:
             outcomes = refresh_prices(s, providers, clock.now(), regions=region or (),
                                       types=itype or ())
     except CostguardError as exc:
@@ -97,13 +90,11 @@ def prices_show(
     """
     from costguard.costs.prices import STALE_AFTER_DAYS, explain_price
     from costguard.report.run import catalog_for
-    from costguard.store.db import Database
 
     today = cli_clock().now().date()
     try:
         settings = _settings(config)
-        db = Database(settings.database_url)
-        with db.session() as s:
+        with _db(config, settings=settings).session() as s:
             lines, learned = explain_price(s, catalog_for(settings), instance_type,
                                            provider=provider, region=region)
     except CostguardError as exc:

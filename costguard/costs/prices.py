@@ -13,15 +13,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 
-from sqlalchemy import distinct, select
+from sqlalchemy import distinct, func, select
 from sqlmodel import Session
 
 from costguard.costs.price_book import PriceBook, store_list_prices
-from costguard.costs.pricing import PriceCatalog
+from costguard.costs.pricing import PriceCatalog, aws_table, table_price
 from costguard.errors import ProviderError
 from costguard.model import Instance, InstanceState, Lifecycle, PriceQuote
 from costguard.providers.base import FetchesPrices, Provider
-from costguard.store.tables import InstanceRow, PriceRow, PriceSourceRow
+from costguard.store.tables import CostIntervalRow, InstanceRow, PriceSourceRow
 
 STALE_AFTER_DAYS = 30  # a price older than this is named in reports
 
@@ -101,10 +101,8 @@ def explain_price(
     """Every price known for `instance_type` (shipped table, fetched list price) by region
     and lifecycle, marking the one an estimate uses; and the rates learned from bills for
     instances of the type: (provider, instance id, USD/h, source, as of)."""
-    from costguard.costs.pricing import table_price
-
     book = PriceBook.load(session)
-    catalog.book = book
+    catalog = PriceCatalog(catalog.providers, catalog.overrides, book)
     keys = {(p, r, lc) for (p, r, t, lc) in book.list_prices if t == instance_type}
     keys |= _table_keys(instance_type)
     lines = []
@@ -137,10 +135,9 @@ def _type_of(session: Session, provider: str, instance_id: str) -> str | None:
 
 def _table_keys(instance_type: str) -> set[tuple[str, str, str]]:
     """(provider, region, lifecycle) of the shipped tables that price `instance_type`."""
-    from costguard.costs.pricing import _aws_table
     from costguard.providers.gcp import pricing as gcp_pricing
 
-    keys = {("aws", region, "on-demand") for region, itype in _aws_table().priced()
+    keys = {("aws", region, "on-demand") for region, itype in aws_table().priced()
             if itype == instance_type}
     for region, doc in gcp_pricing.load_table()["regions"].items():
         if instance_type in doc["machine_types"] or gcp_pricing.shape_of(instance_type):
@@ -153,13 +150,6 @@ def _probe(provider: str, region: str, instance_type: str, lifecycle: str) -> In
     return Instance(provider=provider, account="", region=region, instance_id="",
                     instance_type=instance_type, lifecycle=Lifecycle(lifecycle),
                     state=InstanceState.RUNNING, launch_time=epoch, observed_at=epoch)
-
-
-def stale_list_prices(session: Session, now: datetime) -> list[PriceRow]:
-    """Fetched list prices older than `STALE_AFTER_DAYS`."""
-    rows = session.exec(select(PriceRow).where(  # type: ignore[call-overload]
-        PriceRow.instance_id == "")).scalars().all()  # type: ignore[arg-type]
-    return [r for r in rows if (now - r.as_of).days > STALE_AFTER_DAYS]
 
 
 @dataclass(frozen=True)
@@ -184,10 +174,6 @@ def price_warnings(session: Session, since: datetime, until: datetime) -> list[P
     """The price sources that charged the window's raw intervals and were a fallback or more
     than `STALE_AFTER_DAYS` old when used, dearest first. Intervals already rolled up into
     days and pruned carry no source: only the raw retention is checked."""
-    from sqlalchemy import func
-
-    from costguard.store.tables import CostIntervalRow
-
     c = CostIntervalRow.__table__.c  # type: ignore[attr-defined]
     rows = session.execute(
         select(c.price_source, func.max(c.end), func.count(distinct(c.instance_id)),

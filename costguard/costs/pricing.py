@@ -137,14 +137,14 @@ def table_price(inst: Instance) -> PriceQuote | None:
     if inst.provider == "aws":
         if inst.lifecycle is Lifecycle.SPOT:
             return None  # AWS spot prices move hourly: only observed history is honest
-        found = _aws_table().lookup(inst.region, inst.instance_type)
+        found = aws_table().lookup(inst.region, inst.instance_type)
         return PriceQuote(usd_per_hour=found.usd_per_hour, source=found.source,
                           as_of=found.as_of, fallback=found.fallback) if found else None
     return None
 
 
 @cache
-def _aws_table() -> OnDemandTable:
+def aws_table() -> OnDemandTable:
     from costguard.providers.aws.pricing import OnDemandTable
 
     return OnDemandTable()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -24,12 +23,6 @@ from tests.fakes.loopback import free_port, serve
 runner = CliRunner()
 WIRED = Settings.model_fields["alerts"].annotation is AlertsSettings
 
-
-@pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    database = Database(db_url)
-    yield database
-    database.dispose()
 
 
 def test_sample_to_a_slack_channel_is_sent_there_only(db: Database) -> None:

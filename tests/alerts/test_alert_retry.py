@@ -28,13 +28,6 @@ runner = CliRunner()
 
 
 @pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    database = Database(db_url)
-    yield database
-    database.dispose()
-
-
-@pytest.fixture
 def slack() -> Iterator[tuple[SlackFake, str]]:
     fake = SlackFake()
     with serve(fake.app(), free_port()) as base:

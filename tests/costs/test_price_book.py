@@ -11,7 +11,6 @@ from costguard.costs.accrual import accrue
 from costguard.costs.attribution import Attributor
 from costguard.costs.price_book import (
     PriceBook,
-    forget_learned,
     store_learned_rates,
     store_list_prices,
 )
@@ -95,9 +94,6 @@ def test_an_older_bill_never_replaces_a_rate_learned_from_a_newer_one(db: Databa
                             "learned from bill (focus)", FETCHED)
     with db.session() as s:
         assert PriceBook.load(s).learned_price(inst).usd_per_hour == 2.0  # type: ignore[union-attr]
-        assert forget_learned(s) == 1
-    with db.session() as s:
-        assert PriceBook.load(s).learned == {}
 
 
 def test_accrual_remembers_each_price_source_with_its_age_and_kind(db: Database) -> None:

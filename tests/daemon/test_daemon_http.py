@@ -33,13 +33,6 @@ TOKEN = "agent-token-5f1c9e0d7a"
 
 
 @pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    database = Database(db_url)
-    yield database
-    database.dispose()
-
-
-@pytest.fixture
 def served(db: Database) -> Iterator[tuple[str, Daemon, ManualClock]]:
     clock = ManualClock(START)
     engine = build_engine(db, scripted_cloud(clock), clock, http={"ingest_token": TOKEN})

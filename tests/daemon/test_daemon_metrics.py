@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
-
-import pytest
 
 from costguard.alerts.outbox import enqueue
 from costguard.alerts.tables import AlertDeliveryRow
 from costguard.daemon.metrics import DELIVERY_STATUSES, DaemonMetrics
 from costguard.store.db import Database
 from tests.daemon.daemon_helpers import START
-
-
-@pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    database = Database(db_url)
-    yield database
-    database.dispose()
 
 
 def _gauge(metrics: DaemonMetrics, name: str) -> dict[str, float]:

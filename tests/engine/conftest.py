@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -37,13 +37,6 @@ def clock() -> ManualClock:
 @pytest.fixture
 def cloud(clock: ManualClock) -> ScriptedCloud:
     return ScriptedCloud(clock)
-
-
-@pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    database = Database(db_url)
-    yield database
-    database.dispose()
 
 
 @pytest.fixture

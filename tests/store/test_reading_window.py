@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-
-import pytest
 
 from costguard.model import GpuMinute, TelemetrySource
 from costguard.store.db import Database
@@ -19,12 +16,6 @@ def _m(iid: str, ago: int, source: TelemetrySource, util: float, gpu: int = 0) -
     return GpuMinute(provider="aws", instance_id=iid, gpu_index=gpu, source=source,
                      minute=NOW - timedelta(minutes=ago), util_mean=util)
 
-
-@pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    database = Database(db_url)
-    yield database
-    database.dispose()
 
 
 def test_first_refresh_keeps_fed_minutes_and_reads_only_what_was_not_fed(db: Database) -> None:

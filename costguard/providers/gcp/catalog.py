@@ -21,7 +21,12 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from google.api_core import exceptions as gexc
+from google.api_core.client_options import ClientOptions
+from google.cloud import billing_v1
+
 from costguard.clock import utc
+from costguard.providers.gcp.errors import from_retry_error, translate
 
 COMPUTE_SERVICE = "services/6F81-5844-456A"
 
@@ -158,9 +163,6 @@ def machine_prices(
 
 def catalog_client(credentials: Any, endpoint: str | None) -> Any:
     """A Cloud Billing Catalog client over REST (an http:// endpoint is a local fake)."""
-    from google.api_core.client_options import ClientOptions
-    from google.cloud import billing_v1
-
     options = ClientOptions(api_endpoint=endpoint) if endpoint else None
     return billing_v1.CloudCatalogClient(credentials=credentials, client_options=options,
                                          transport="rest")
@@ -170,10 +172,6 @@ def fetch_catalog_prices(
     client: Any, regions: Sequence[str], machine_types: Sequence[str], retry: Any = None,
 ) -> tuple[dict[tuple[str, str, str], float], datetime | None]:
     """Read Compute Engine's SKUs (paged, 5,000 a page) and price `machine_types`."""
-    from google.api_core import exceptions as gexc
-
-    from costguard.providers.gcp.errors import from_retry_error, translate
-
     api, scope = "cloudbilling.googleapis.com", f"{COMPUTE_SERVICE}/skus"
     try:
         pager = client.list_skus(request={"parent": COMPUTE_SERVICE, "currency_code": "USD"},
