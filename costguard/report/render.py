@@ -225,7 +225,9 @@ def price_notes(report: Report, console: Console, most: int = 3) -> None:
         console.print(f"  ... and {len(warnings) - most} more source(s) (--format json "
                       "lists them)", highlight=False, markup=False)
     console.print("  Fetch current list prices: costguard prices refresh; explain one: "
-                  "costguard prices show TYPE", highlight=False, markup=False)
+                  "costguard prices show TYPE. Disk prices of stopped instances come from "
+                  "the shipped tables or the `disks` of costs.price_overrides.",
+                  highlight=False, markup=False)
 
 
 __all__ = ["SCHEMA_VERSION", "ReportRow", "apportion", "display_rows", "to_csv", "to_json",
