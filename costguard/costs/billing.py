@@ -12,17 +12,17 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Protocol
 
-from sqlalchemy import Table, func, select
+from sqlalchemy import Table, select
 from sqlmodel import Session
 
-from costguard.costs.attribution import UNATTRIBUTED, Attributor
+from costguard.costs.attribution import Attributor
 from costguard.costs.focus_files import REQUIRED, BillingImportError, FocusFile, open_focus
 from costguard.errors import ConfigError
 from costguard.model import Instance, InstanceState
@@ -372,35 +372,3 @@ def _ce_lines(period: Mapping[str, Any], metric: str, column: str,
         line.line_key = hashlib.sha256(
             f"{start.isoformat()}|{tag_key}|{value}|{metric}".encode()).hexdigest()
         yield line
-
-
-def billed_by(
-    session: Session, by: Sequence[str], since: datetime, until: datetime,
-    filters: Mapping[str, str] | None = None,
-) -> dict[tuple[str, ...], int]:
-    """Billed micro-dollars per key of `by`, for lines whose charge starts in [since, until)."""
-    def column(dim: str) -> Any:
-        name = BILLED_DIMENSIONS.get(dim)
-        if name is None:
-            raise ConfigError(
-                f"bills carry no {dim!r}: compare billed by "
-                f"{', '.join(BILLED_DIMENSIONS)} (drop --compare billed or change --by)")
-        col = _T.c[name]
-        return func.coalesce(col, UNATTRIBUTED) if dim not in ("instance",) else col
-
-    keys = [column(d).label(f"k{i}") for i, d in enumerate(by)]
-    where = [_T.c.charge_start >= since, _T.c.charge_start < until]
-    where += [column(d) == v for d, v in (filters or {}).items()]
-    stmt = select(*keys, func.sum(_T.c.billed_micros)).where(*where)
-    if keys:
-        stmt = stmt.group_by(*keys)
-    out: dict[tuple[str, ...], int] = {}
-    for r in session.execute(stmt):
-        values = tuple(r)
-        if values[-1] is None:
-            continue
-        out[tuple(str(v) if v is not None else UNATTRIBUTED for v in values[:-1])] = int(
-            values[-1])
-    return out
-
-

@@ -39,3 +39,7 @@ class Report:
     compare: str | None = None
     # spend charged at a fallback price or one older than 30 days when used, in words
     price_warnings: tuple[str, ...] = ()
+    # with --compare billed: billed spend no estimate covers, (provider, what, micros), largest
+    # first, and the BilledCost of every bill line in the period
+    billed_not_compared: tuple[tuple[str, str, int], ...] = ()
+    bill_total_micros: int | None = None

@@ -13,7 +13,15 @@ from costguard.costs.rollup import day_floor
 from costguard.report import charts
 from costguard.report.figures import Report
 from costguard.report.queries import daily_series, top_idle
-from costguard.report.render import SCHEMA_VERSION, _cells, _headers, display_rows, usd
+from costguard.report.render import (
+    SCHEMA_VERSION,
+    _cells,
+    _headers,
+    display_rows,
+    not_compared_cents,
+    usd,
+    usd_micros,
+)
 
 
 @cache
@@ -61,4 +69,8 @@ def to_html(report: Report, session: Session, now: datetime) -> str:
         total_key=["total", *[""] * (len(report.by) - 1)] if report.by else [],
         schema=SCHEMA_VERSION,
         price_warnings=list(report.price_warnings),
+        bill_total=(usd_micros(report.bill_total_micros)
+                    if billed and report.bill_total_micros is not None else None),
+        not_compared=[(p, w, usd(c)) for (p, w, _), c in zip(
+            report.billed_not_compared, not_compared_cents(report), strict=True)],
     )

@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from sqlalchemy import (
     ColumnElement,
@@ -43,6 +44,9 @@ from costguard.costs.rollup import (
 from costguard.model import Instance, InstanceState, Lifecycle, PriceQuote
 from costguard.report.figures import Report, ReportRow
 from costguard.report.owners import OWNER_DIMENSIONS, spend_with_owners
+
+if TYPE_CHECKING:
+    from costguard.costs.bill_compare import BilledComparison
 
 DIMENSIONS: dict[str, str] = {
     "team": "team", "project": "project", "env": "env", "cost-center": "cost_center",
@@ -220,9 +224,9 @@ def spend(
     report = Report(by=tuple(by), since=since, until=until, rows=rows, total=total,
                     filters=filters, compare=compare)
     if compare == "billed":
-        from costguard.costs.billing import billed_by
+        from costguard.costs.bill_compare import compare_billed
 
-        report = _with_billed(report, billed_by(session, by, since, until, filters))
+        report = _with_billed(report, compare_billed(session, by, since, until, filters))
     return report
 
 
@@ -258,16 +262,19 @@ def _savings(
     return max(0, cost - round(rate * seconds / 3600 * 1e6))
 
 
-def _with_billed(report: Report, billed: Mapping[tuple[str, ...], int]) -> Report:
+def _with_billed(report: Report, comparison: BilledComparison) -> Report:
+    billed = comparison.compared
     rows = [replace(r, billed_micros=billed.get(r.key, 0)) for r in report.rows]
     seen = {r.key for r in rows}
     for key, micros in billed.items():
-        if key not in seen:  # billed where costguard saw nothing (e.g. untracked services)
+        if key not in seen:  # a watched instance billed under a key with no estimate
             rows.append(ReportRow(key=key, cost_micros=0, idle_cost_micros=0,
                                   spot_cost_micros=0, gpu_seconds=0, idle_gpu_seconds=0,
                                   instances=0, billed_micros=micros))
     total = replace(report.total, billed_micros=sum(billed.values()))
-    return replace(report, rows=rows, total=total)
+    return replace(report, rows=rows, total=total, bill_total_micros=comparison.bill_total_micros,
+                   billed_not_compared=tuple((n.provider, n.what, n.billed_micros)
+                                             for n in comparison.not_compared))
 
 
 def catalog_spot_price(catalog: object) -> SpotPrice:

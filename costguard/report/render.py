@@ -131,7 +131,18 @@ def to_json(report: Report) -> str:
         "total": _row_json((), total),
         "price_warnings": list(report.price_warnings),
     }
+    if report.compare == "billed":
+        doc["bill_total_usd"] = dollars(_round_half_up(report.bill_total_micros or 0, CENT))
+        doc["billed_not_compared"] = [
+            {"provider": provider, "what": what, "billed_usd": dollars(cents)}
+            for (provider, what, _), cents in zip(
+                report.billed_not_compared, not_compared_cents(report), strict=True)]
     return json.dumps(doc, indent=2)
+
+
+def not_compared_cents(report: Report) -> list[int]:
+    """The not-compared rows in cents that add up with the compared rows to the bill."""
+    return apportion([m for _, _, m in report.billed_not_compared], CENT)[0]
 
 
 def _headers(report: Report) -> list[str]:
@@ -210,7 +221,29 @@ def to_table(report: Report, console: Console) -> None:
         console.print(f"Left out to fit {console.width} columns: {', '.join(fitted.dropped)}. "
                       "A wider terminal, --format csv or --format json shows every column.",
                       highlight=False, markup=False)
+    billed_notes(report, console)
     price_notes(report, console)
+
+
+def billed_notes(report: Report, console: Console, most: int = 8) -> None:
+    """What the bill holds besides the compared instances, each kind as its own row."""
+    if report.compare != "billed" or report.bill_total_micros is None:
+        return
+    console.print(f"Whole bill in the period: {usd_micros(report.bill_total_micros)} "
+                  "(BilledCost). Billed above: the usage of the instances costguard watches, "
+                  "at EffectiveCost (discounts and commitments included).",
+                  highlight=False, markup=False)
+    rows = report.billed_not_compared
+    if not rows:
+        return
+    console.print("Billed, not compared with estimates:", style="bold", highlight=False)
+    for (provider, what, _), cents in list(zip(rows, not_compared_cents(report),
+                                               strict=True))[:most]:
+        console.print(f"  {usd(cents):>14}  {provider:<6} {what}", highlight=False,
+                      markup=False)
+    if len(rows) > most:
+        console.print(f"  ... and {len(rows) - most} more (--format json lists them)",
+                      highlight=False, markup=False)
 
 
 def price_notes(report: Report, console: Console, most: int = 3) -> None:

@@ -17,7 +17,8 @@ from costguard.costs.attribution import Attributor
 from costguard.costs.billing import BillingImportError, import_cost_explorer, import_focus
 from costguard.report.queries import spend
 from costguard.store.db import Database
-from tests.costs.fleet import T0, add_interval, billing_lines
+from costguard.store.inventory import record_inventory
+from tests.costs.fleet import T0, add_interval, billing_lines, instance
 
 NOW = datetime(2026, 3, 20, tzinfo=UTC)
 HEADER = ("BilledCost,EffectiveCost,ChargePeriodStart,ChargePeriodEnd,ResourceId,ServiceName,"
@@ -39,16 +40,19 @@ def test_focus_csv_import_is_attributed_idempotent_and_compared_per_team(
         first = import_focus(s, export, Attributor(), NOW)
     with db.session() as s:
         again = import_focus(s, export, Attributor(), NOW)
-        add_interval(s, "i-r", T0, 4, 20.0, team="research")  # estimated $80
+        record_inventory(s, "aws", [instance("i-0abc", "p4d.24xlarge", team="research")
+                                    .model_copy(update={"provider": "aws"})], T0, complete=True)
+        add_interval(s, "i-0abc", T0, 4, 20.0, team="research", provider="aws")  # est. $80
     assert (first.added, first.billed_micros) == (4, 247_260_000)  # identical lines both count
     assert (again.added, again.duplicates) == (0, 4)
     day = datetime(2026, 3, 8, tzinfo=UTC)
     with db.session() as s:
         rep = spend(s, ["team"], day, day + timedelta(days=1), compare="billed")
+    # i-0abc is watched: compared under each line's team; the volume is not compared
     billed = {r.key[0]: (r.cost_micros, r.billed_micros) for r in rep.rows}
-    assert billed == {"research": (80_000_000, 200_010_000), "vision": (0, 40_000_000),
-                      "unattributed": (0, 7_250_000)}
-    assert rep.total.billed_micros == 247_260_000
+    assert billed == {"research": (80_000_000, 200_010_000), "vision": (0, 40_000_000)}
+    assert rep.billed_not_compared == (("aws", "Amazon Elastic Compute Cloud", 7_250_000),)
+    assert (rep.total.billed_micros, rep.bill_total_micros) == (240_010_000, 247_260_000)
 
 
 def test_a_file_that_is_not_focus_names_the_missing_columns(db: Database, tmp_path: Path) -> None:
