@@ -23,7 +23,13 @@ from sqlalchemy import Table, select
 from sqlmodel import Session
 
 from costguard.costs.attribution import Attributor
-from costguard.costs.focus_files import REQUIRED, BillingImportError, FocusFile, open_focus
+from costguard.costs.focus_files import (
+    BAD_ROW,
+    REQUIRED,
+    BillingImportError,
+    FocusFile,
+    open_focus,
+)
 from costguard.errors import ConfigError
 from costguard.model import Instance, InstanceState
 from costguard.store.tables import BillingLineRow
@@ -55,6 +61,9 @@ CATEGORIES = ("Usage", "Purchase", "Tax", "Credit", "Adjustment")
 _NULLS = frozenset({"", "null", "none", "nan", "n/a", "\\n"})
 BASE_CURRENCY = "USD"  # estimates are in US dollars; bills in another currency need a rate
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+# the `source` a native export's lines are stored under (their keys are their own)
+_NATIVE_SOURCES = {"AWS CUR 2.0": "aws-cur", "AWS CUR (legacy)": "aws-cur",
+                   "Google Cloud billing export": "gcp-export"}
 _BATCH = 5_000
 
 
@@ -64,7 +73,8 @@ class ImportResult:
     added: int = 0
     duplicates: int = 0
     billed_micros: int = 0
-    version: str = ""
+    version: str = ""  # the FOCUS version; "" for a native export
+    format: str = ""  # what the file is: "FOCUS 1.2", "AWS CUR 2.0", ...
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (where, why), first 20
     skipped_count: int = 0
     by_category: Counter[str] = field(default_factory=Counter)  # billed micros
@@ -239,10 +249,14 @@ def parse_focus(source: FocusFile, attributor: Attributor, result: ImportResult 
     a currency without a rate refuses the file."""
     result = result if result is not None else ImportResult()
     seen: Counter[bytes] = Counter()
-    for n, row in enumerate(source.rows):
+    source_name = "focus" if source.native is None else _NATIVE_SOURCES[source.native]
+    for n, raw in enumerate(source.rows):
         where = source.where(n)
         try:
-            line = _line(row, where, attributor, rates or {})
+            if BAD_ROW in raw:
+                raise BillingImportError(f"{where}: {raw[BAD_ROW]}")
+            rows = source.expand(raw) if source.expand is not None else [raw]
+            lines = [_line(row, where, attributor, rates or {}) for row in rows]
         except CurrencyError:
             raise
         except BillingImportError as exc:
@@ -250,13 +264,14 @@ def parse_focus(source: FocusFile, attributor: Attributor, result: ImportResult 
                 raise BillingImportError(f"{exc} (--strict: nothing imported)") from None
             result.skip(where, str(exc).removeprefix(f"{where}: ").removeprefix(f"{where} "))
             continue
-        content = json.dumps({k: str(v) for k, v in sorted(row.items())}, sort_keys=True)
-        digest = hashlib.sha256(content.encode()).digest()  # held instead of the whole line
-        seen[digest] += 1
-        occurrence = seen[digest]
-        # the key earlier imports stored: re-importing an export they read adds nothing
-        line.line_key = hashlib.sha256(f"{content}#{occurrence}".encode()).hexdigest()
-        yield line
+        for row, line in zip(rows, lines, strict=True):
+            line.source = source_name
+            content = json.dumps({k: str(v) for k, v in sorted(row.items())}, sort_keys=True)
+            digest = hashlib.sha256(content.encode()).digest()  # held, not the whole line
+            seen[digest] += 1
+            # the key earlier imports stored: re-importing an export they read adds nothing
+            line.line_key = hashlib.sha256(f"{content}#{seen[digest]}".encode()).hexdigest()
+            yield line
 
 
 def _opt(value: object) -> str | None:
@@ -314,7 +329,8 @@ def import_focus(session: Session, path: Path, attributor: Attributor, now: date
     """Import a FOCUS export (CSV, gzip CSV or Parquet; FOCUS 0.5 to 1.2) into the billing
     lines, streaming. One transaction: a refused file leaves nothing behind."""
     source = open_focus(path)
-    result = ImportResult(version=source.version)
+    result = ImportResult(version=source.version if source.native is None else "",
+                          format=source.label)
     store_lines(session, parse_focus(source, attributor, result, strict=strict, rates=rates),
                 now, result)
     return result

@@ -71,7 +71,8 @@ def _db(config: Path | None, *, create: bool = True, settings: Settings | None =
 @billing_app.command("import")
 def billing_import(
     file: Annotated[Path, typer.Argument(
-        help="A FOCUS export (0.5 to 1.2): CSV, gzip CSV or Parquet.")],
+        help="A FOCUS export (0.5 to 1.2), an AWS CUR (2.0 or legacy) or a Google Cloud "
+        "billing export: CSV, JSON Lines (plain or gzip) or Parquet.")],
     config: ConfigOpt = None,
     policies: PoliciesOpt = None,
     strict: Annotated[bool, typer.Option(
@@ -82,7 +83,8 @@ def billing_import(
         "lines not billed in USD (repeatable), e.g. --rate EUR=1.08.")] = None,
     fmt: FormatOpt = "text",
 ) -> None:
-    """Import a FOCUS cost export; attribution rules from the policies tag its lines.
+    """Import a cost export (FOCUS, AWS CUR, Google Cloud billing export); attribution rules
+    from the policies tag its lines.
 
     Lines that cannot be read are skipped and listed with their line number and reason;
     credits, taxes and purchases are kept apart from usage; lines of providers costguard
@@ -111,7 +113,8 @@ def billing_import(
         raise _fail(exc) from None
     if fmt == "json":
         print(json.dumps({
-            "focus_version": result.version, "read": result.read, "added": result.added,
+            "format": result.format, "focus_version": result.version or None,
+            "read": result.read, "added": result.added,
             "duplicates": result.duplicates, "skipped": result.skipped_count,
             "skipped_lines": [{"where": w, "why": why} for w, why in result.skipped],
             "billed_usd": result.billed_micros / 1e6,
@@ -124,7 +127,7 @@ def billing_import(
     def usd(micros: int) -> str:
         return f"{'-' if micros < 0 else ''}${abs(micros) / 1e6:,.2f}"
 
-    console.print(f"FOCUS {result.version}: {result.added:,} line(s) imported, "
+    console.print(f"{result.format}: {result.added:,} line(s) imported, "
                   f"{result.duplicates:,} already there, {result.skipped_count:,} skipped; "
                   f"billed {usd(result.billed_micros)}", highlight=False)
     for label, sums in (("by charge", result.by_category), ("by provider", result.by_provider)):

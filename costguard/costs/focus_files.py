@@ -16,7 +16,8 @@ from __future__ import annotations
 import csv
 import gzip
 import io
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ RENAMED = {"AmortizedCost": "EffectiveCost", "ChargeType": "ChargeCategory",
            "UsageUnit": "ConsumedUnit"}
 csv.field_size_limit(16 * 1024 * 1024)  # a Tags or SkuPriceDetails cell can be long
 _BATCH_ROWS = 10_000
+BAD_ROW = "__not_a_row__"  # a row a reader could not parse: its value says why
 
 
 class BillingImportError(CostguardError, ValueError):
@@ -43,29 +45,52 @@ class FocusFile:
     """A FOCUS export opened for reading: its columns, its rows and how to name a row."""
 
     path: Path
-    kind: str  # "csv", "csv.gz" or "parquet"
+    kind: str  # "csv", "csv.gz", "jsonl", "jsonl.gz" or "parquet"
     columns: tuple[str, ...]  # as the file names them
     rows: Iterator[dict[str, Any]]  # keyed by the current names (RENAMED applied)
     version: str = "1.x"
-    # CSV: the line the record being read starts on (a quoted cell may span lines)
+    # a native export (AWS CUR, Google Cloud billing export): its name, and how one of its
+    # rows becomes FOCUS rows (native_exports); None for FOCUS itself
+    native: str | None = None
+    expand: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None
+    # CSV, JSON Lines: the line the record being read starts on (a quoted cell may span
+    # lines)
     record_line: int = 0
 
     def where(self, index: int) -> str:
         """The row just read (`index`, 0-based) as a person finds it: its CSV line, or its
         Parquet row number."""
-        if self.kind.startswith("csv"):
+        if self.kind.startswith(("csv", "jsonl")):
             return f"{self.path.name}:{self.record_line}"
         return f"{self.path.name} row {index + 1}"
 
+    @property
+    def label(self) -> str:
+        """What the file is, for a person: `FOCUS 1.2`, `AWS CUR 2.0`, ..."""
+        return self.native or f"FOCUS {self.version}"
+
 
 def open_focus(path: Path) -> FocusFile:
-    """Open `path` as CSV or Parquet (told apart by content, not by the file name)."""
+    """Open `path` as CSV, JSON Lines or Parquet (told apart by content, not by the file
+    name): a FOCUS export, or a native AWS CUR or Google Cloud billing export."""
     if not path.is_file():
         raise BillingImportError(f"{path} does not exist or is not a file")
     with path.open("rb") as fh:
         magic = fh.read(4)
-    found = _open_parquet(path) if magic == _PARQUET_MAGIC else _open_csv(
-        path, gzipped=magic[:2] == _GZIP_MAGIC)
+    gzipped = magic[:2] == _GZIP_MAGIC
+    if magic == _PARQUET_MAGIC:
+        found = _open_parquet(path)
+    elif _first_char(path, gzipped) == "{":
+        found = _open_jsonl(path, gzipped)
+    else:
+        found = _open_csv(path, gzipped=gzipped)
+    if not all(c in found.columns for c in REQUIRED):
+        from costguard.costs.native_exports import detect
+
+        native = detect(found.columns)
+        if native is not None:
+            found.native, found.expand = native
+            return found
     found.version = focus_version(found.columns)
     renames = {old: new for old, new in RENAMED.items()
                if old in found.columns and new not in found.columns}
@@ -75,8 +100,10 @@ def open_focus(path: Path) -> FocusFile:
     missing = [c for c in REQUIRED if c not in present]
     if missing:
         raise BillingImportError(
-            f"{path.name}: not a FOCUS export, missing column(s) {', '.join(missing)} "
-            f"(FOCUS 1.x needs {', '.join(REQUIRED)}; the file has "
+            f"{path.name}: not a billing export costguard reads, missing column(s) "
+            f"{', '.join(missing)} (FOCUS 1.x needs {', '.join(REQUIRED)}; an AWS CUR needs "
+            "line_item_unblended_cost and line_item_usage_start/end_date; a Google Cloud "
+            "billing export needs cost and usage_start/end_time; the file has "
             f"{', '.join(found.columns[:8]) or 'no columns'}"
             f"{', ...' if len(found.columns) > 8 else ''})")
     return found
@@ -110,6 +137,52 @@ def _text(path: Path, gzipped: bool) -> io.TextIOBase:
     """The file as text; closing it closes the file (the caller's `with`)."""
     raw = gzip.open(path, "rb") if gzipped else path.open("rb")  # noqa: SIM115
     return io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+
+
+def _first_char(path: Path, gzipped: bool) -> str:
+    """The first character that is not white space (`{` opens JSON Lines), or ""."""
+    try:
+        with _text(path, gzipped) as fh:
+            head = fh.read(4096)
+    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError):
+        return ""
+    return head.lstrip()[:1]
+
+
+def _open_jsonl(path: Path, gzipped: bool) -> FocusFile:
+    """JSON Lines (BigQuery's JSON export): one object per line; the first names the
+    columns (a field a later row adds is read all the same)."""
+    with _text(path, gzipped) as fh:
+        for line in fh:
+            if line.strip():
+                try:
+                    first = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise BillingImportError(
+                        f"{path.name}:1: not JSON Lines: {exc}") from None
+                break
+        else:
+            first = {}
+    if not isinstance(first, dict):
+        raise BillingImportError(f"{path.name}:1: JSON Lines rows must be objects")
+    found = FocusFile(path, "jsonl.gz" if gzipped else "jsonl", tuple(first), iter(()))
+    found.rows = _jsonl_rows(found, gzipped)
+    return found
+
+
+def _jsonl_rows(source: FocusFile, gzipped: bool) -> Iterator[dict[str, Any]]:
+    with _text(source.path, gzipped) as fh:
+        for n, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            source.record_line = n
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                row = None
+            if not isinstance(row, dict):  # a bad line: the parser names it and goes on
+                row = {BAD_ROW: "not a JSON object"}
+            yield row
 
 
 def _open_csv(path: Path, *, gzipped: bool) -> FocusFile:

@@ -318,7 +318,7 @@ class BillingLineRow(SQLModel, table=True):
     )
 
     id: int | None = Field(default=None, primary_key=True)
-    source: str = Field(max_length=32)  # focus | aws-ce
+    source: str = Field(max_length=32)  # focus | aws-cur | gcp-export | aws-ce
     line_key: str = Field(max_length=64)  # content hash: re-importing a file adds nothing
     imported_at: datetime = _ts()
     charge_start: datetime = _ts()

@@ -1,0 +1,244 @@
+"""Native cloud billing exports, read as FOCUS lines: AWS CUR 2.0 (and legacy CUR) and the
+Google Cloud billing export to BigQuery.
+
+Each native row becomes one or more rows keyed by the FOCUS column names the importer reads
+(`billing._line`), so every check, attribution rule and summary applies to them alike.
+
+AWS Cost and Usage Report (CUR 2.0 from Data Exports: snake-case columns, `resource_tags`
+and `product` as maps; legacy CUR: `lineItem/UnblendedCost`, `resourceTags/user:team`, read
+under the CUR 2.0 names). BilledCost is `line_item_unblended_cost` (its sum is the invoice);
+EffectiveCost follows AWS's amortised-cost rule (Well-Architected CUR query library):
+Savings-Plan-covered usage at `savings_plan_savings_plan_effective_cost`, RI usage at
+`reservation_effective_cost`, the Savings Plan negation and upfront fee at 0, a recurring
+commitment fee at its unused part. ChargeCategory from `line_item_line_item_type`.
+
+Google Cloud billing export (standard or detailed usage cost, exported from BigQuery as
+JSONL or Parquet with its nested fields, or as CSV from a query that flattened them to
+`service_description` / `service.description`). BilledCost is `cost` plus the rate
+reductions among its `credits` (sustained use, negotiated discounts, subscription benefits);
+every other credit (committed use, promotions, free tier, ...) becomes its own Credit line,
+so credits stay visible and a CUD-covered VM is not learned at $0/h (its commitment fee is
+billed on separate SKUs). ResourceId is `resource.global_name` (detailed export), labels are
+the resource's, over its tags, over its project's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+from costguard.costs.focus_files import BillingImportError
+
+Converter = Callable[[dict[str, Any]], list[dict[str, Any]]]
+
+CUR_REQUIRED = ("line_item_unblended_cost", "line_item_usage_start_date",
+                "line_item_usage_end_date")
+GCP_REQUIRED = ("cost", "usage_start_time", "usage_end_time")
+# line_item_line_item_type -> FOCUS ChargeCategory; another type reads as an Adjustment
+_CUR_CATEGORY = {
+    "Usage": "Usage", "DiscountedUsage": "Usage", "SavingsPlanCoveredUsage": "Usage",
+    "SavingsPlanNegation": "Usage", "Tax": "Tax", "Credit": "Credit", "Refund": "Credit",
+    "EdpDiscount": "Credit", "BundledDiscount": "Credit", "PrivateRateDiscount": "Credit",
+    "RiVolumeDiscount": "Credit", "DistributorDiscount": "Credit", "Fee": "Purchase",
+    "RIFee": "Purchase", "SavingsPlanRecurringFee": "Purchase",
+    "SavingsPlanUpfrontFee": "Purchase",
+}
+_GCP_CATEGORY = {"regular": "Usage", "tax": "Tax", "adjustment": "Adjustment",
+                 "rounding error": "Adjustment", "rounding_error": "Adjustment"}
+# credits.type values that lower the usage's own rate, with no fee billed elsewhere
+_GCP_RATE_CREDITS = frozenset({"SUSTAINED_USAGE_DISCOUNT", "DISCOUNT", "SUBSCRIPTION_BENEFIT"})
+_ZERO = Decimal(0)
+
+
+def detect(columns: Sequence[str]) -> tuple[str, Converter] | None:
+    """The native export whose columns these are, and its converter; None if neither."""
+    have = set(columns)
+    names = {c: legacy_cur_name(c) for c in columns if "/" in c}
+    if names and all(c in names.values() for c in CUR_REQUIRED):
+        return "AWS CUR (legacy)", lambda row: _cur({names.get(k, k): v for k, v in row.items()})
+    if all(c in have for c in CUR_REQUIRED):
+        return "AWS CUR 2.0", _cur
+    if all(c in have for c in GCP_REQUIRED):
+        return "Google Cloud billing export", _gcp
+    return None
+
+
+def legacy_cur_name(column: str) -> str:
+    """A legacy CUR column under its CUR 2.0 name (`lineItem/UnblendedCost` ->
+    line_item_unblended_cost); resource tags keep their key (`resource_tags/user:team`)."""
+    group, _, name = column.partition("/")
+    if group == "resourceTags":
+        return f"resource_tags/{name}"
+    return f"{_snake(group)}_{_snake(name)}"
+
+
+def _snake(text: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", text).lower()
+
+
+def _dec(value: object, where: str) -> Decimal:
+    if value is None or value == "":
+        return _ZERO
+    try:
+        out = Decimal(str(value).strip())
+    except ArithmeticError:
+        raise BillingImportError(f"{where}: {value!r} is not a number") from None
+    if not out.is_finite():
+        raise BillingImportError(f"{where}: {value!r} is not a number")
+    return out
+
+
+def _map(value: object) -> dict[str, Any]:
+    """A map column: a dict, a list of (key, value) pairs (Parquet maps), or JSON text."""
+    if value is None or value == "":
+        return {}
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return {}
+        return _map(value) if not isinstance(value, str) else {}
+    if isinstance(value, (list, tuple)):
+        out: dict[str, Any] = {}
+        for item in value:
+            if isinstance(item, Mapping) and "key" in item:
+                out[str(item["key"])] = item.get("value")
+            elif isinstance(item, (list, tuple)) and len(item) == 2:
+                out[str(item[0])] = item[1]
+        return out
+    return {}
+
+
+def _tag_key(key: str) -> str:
+    """`user:team`, `user_team` -> team (user-defined cost allocation tags)."""
+    for prefix in ("user:", "user_"):
+        if key.startswith(prefix):
+            return key[len(prefix):]
+    return key
+
+
+def _cur_effective(row: Mapping[str, Any], kind: str, unblended: Decimal) -> Decimal:
+    def num(column: str) -> Decimal:
+        return _dec(row.get(column), column)
+
+    if kind == "SavingsPlanCoveredUsage":
+        return num("savings_plan_savings_plan_effective_cost")
+    if kind == "DiscountedUsage":
+        return num("reservation_effective_cost")
+    if kind in ("SavingsPlanNegation", "SavingsPlanUpfrontFee"):
+        return _ZERO
+    if kind == "SavingsPlanRecurringFee" and row.get("savings_plan_total_commitment_to_date"):
+        return num("savings_plan_total_commitment_to_date") - num(
+            "savings_plan_used_commitment")
+    if kind == "RIFee" and row.get("reservation_unused_recurring_fee") is not None:
+        return num("reservation_unused_amortized_upfront_fee_for_billing_period") + num(
+            "reservation_unused_recurring_fee")
+    if kind == "Fee" and row.get("reservation_reservation_a_r_n"):
+        return _ZERO  # an RI's upfront fee: amortised into its covered usage
+    return unblended
+
+
+def _cur(row: dict[str, Any]) -> list[dict[str, Any]]:
+    kind = str(row.get("line_item_line_item_type") or "Usage").strip()
+    raw = row.get("line_item_unblended_cost")
+    unblended = _dec(raw, "line_item_unblended_cost")
+    product = _map(row.get("product"))
+    tags = {_tag_key(k): v for k, v in _map(row.get("resource_tags")).items()}
+    for column, value in row.items():
+        if column.startswith("resource_tags/") and value not in (None, ""):
+            tags[_tag_key(column.split("/", 1)[1])] = value
+    region = (row.get("product_region_code") or row.get("product_region")
+              or product.get("region_code")
+              or product.get("region") or _region_of_zone(row.get("line_item_availability_zone")))
+    return [{
+        "BilledCost": raw if raw not in (None, "") else None,
+        "EffectiveCost": _cur_effective(row, kind, unblended),
+        "ChargeCategory": _CUR_CATEGORY.get(kind, "Adjustment"),
+        "ChargePeriodStart": row.get("line_item_usage_start_date"),
+        "ChargePeriodEnd": row.get("line_item_usage_end_date"),
+        "ResourceId": row.get("line_item_resource_id"),
+        "ServiceName": (row.get("product_product_name") or product.get("product_name")
+                        or row.get("product_servicecode") or row.get("line_item_product_code")),
+        "ProviderName": "AWS",
+        "SubAccountId": row.get("line_item_usage_account_id"),
+        "BillingAccountId": row.get("bill_payer_account_id"),
+        "RegionId": region,
+        "BillingCurrency": row.get("line_item_currency_code"),
+        "Tags": tags,
+    }]
+
+
+def _region_of_zone(zone: object) -> str | None:
+    text = str(zone or "").strip()
+    return text[:-1] if text and text[-1].isalpha() and text[-2:-1].isdigit() else None
+
+
+def _field(row: Mapping[str, Any], *path: str) -> Any:
+    """A nested field (`service`, `description`) as JSONL/Parquet nest it, or as a query
+    flattened it for CSV (`service.description` or `service_description`)."""
+    value: Any = row.get(path[0])
+    if len(path) > 1:
+        if isinstance(value, str) and value.startswith("{"):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                value = None
+        if isinstance(value, Mapping):
+            return value.get(path[1])
+        dotted = row.get(".".join(path))
+        return dotted if dotted is not None else row.get("_".join(path))
+    return value
+
+
+def _list(value: object, where: str) -> list[Mapping[str, Any]]:
+    if value is None or value == "":
+        return []
+    if isinstance(value, str):
+        text = value
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            raise BillingImportError(f"{where} is not JSON: {text[:60]!r}") from None
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, Mapping) for v in value):
+        raise BillingImportError(f"{where} must be a list of records")
+    return list(value)
+
+
+def _gcp(row: dict[str, Any]) -> list[dict[str, Any]]:
+    cost = _dec(row.get("cost"), "cost")
+    folded, credits = cost, []
+    for credit in _list(_field(row, "credits"), "credits"):
+        amount = _dec(credit.get("amount"), "credits.amount")
+        if str(credit.get("type") or "").upper() in _GCP_RATE_CREDITS:
+            folded += amount
+        elif amount:
+            credits.append((amount, str(credit.get("type") or credit.get("name") or "")))
+    labels: dict[str, Any] = {}
+    for source in (_field(row, "project", "labels"), _field(row, "tags"), _field(row, "labels")):
+        labels.update({k: v for k, v in _map(source).items()})
+    resource = _field(row, "resource", "global_name") or _field(row, "resource", "name")
+    base = {
+        "ChargePeriodStart": row.get("usage_start_time"),
+        "ChargePeriodEnd": row.get("usage_end_time"),
+        "ResourceId": resource,
+        "ServiceName": _field(row, "service", "description"),
+        "ProviderName": "Google Cloud",
+        "SubAccountId": _field(row, "project", "id"),
+        "BillingAccountId": row.get("billing_account_id"),
+        "RegionId": _field(row, "location", "region") or _field(row, "location", "location"),
+        "BillingCurrency": row.get("currency"),
+        "Tags": labels,
+    }
+    kind = str(row.get("cost_type") or "regular").strip().lower()
+    category = _GCP_CATEGORY.get(kind, "Adjustment")
+    raw = row.get("cost")
+    out = [{**base, "BilledCost": folded if raw not in (None, "") else None,
+            "EffectiveCost": folded, "ChargeCategory": category}]
+    out += [{**base, "BilledCost": amount, "EffectiveCost": amount, "ChargeCategory": "Credit",
+             "ChargeDescription": kind_name} for amount, kind_name in credits]
+    return out
