@@ -16,10 +16,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Protocol
 
-from sqlalchemy import Table, select
+from sqlalchemy import Table, insert, select
 from sqlmodel import Session
 
 from costguard.costs.attribution import Attributor
@@ -97,6 +98,12 @@ def is_null(value: object) -> bool:
 
 
 def micros(text: object, where: str) -> int:
+    """An amount in micro-dollars, rounded half away from zero (as Decimal's ROUND_HALF_UP).
+    Plain decimal text (the common case) is read with integer arithmetic, exactly."""
+    if isinstance(text, str):
+        fast = _fast_micros(text)
+        if fast is not None:
+            return fast
     if is_null(text):
         raise BillingImportError(f"{where} is empty")
     try:
@@ -106,6 +113,20 @@ def micros(text: object, where: str) -> int:
     if not value.is_finite():
         raise BillingImportError(f"{where}: {text!r} is not a number")
     return int((value * 1_000_000).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+def _fast_micros(text: str) -> int | None:
+    """`-12.3456789` -> -12345679 without Decimal; None for anything but plain digits."""
+    body = text[1:] if text[:1] in "+-" else text
+    whole, _, frac = body.partition(".")
+    if not (whole or frac) or not (whole.isascii() and frac.isascii()):
+        return None
+    if not ((not whole or whole.isdigit()) and (not frac or frac.isdigit())):
+        return None
+    value = int(whole or "0") * 1_000_000 + int((frac[:6] or "0").ljust(6, "0"))
+    if len(frac) > 6 and frac[6] >= "5":
+        value += 1  # half up, on the magnitude
+    return -value if text[:1] == "-" else value
 
 
 def _time(text: object, where: str) -> datetime:
@@ -188,51 +209,95 @@ def category_of(value: object, where: str) -> str | None:
                              f"{', '.join(CATEGORIES)}")
 
 
-def _attribute(attributor: Attributor, tags: dict[str, str], account: str | None,
-               resource: str | None) -> dict[str, str | None]:
-    # The attributor reads tags, name and account only; the rest of the Instance is inert.
-    shim = Instance(provider="aws", account=account or "", region="", instance_id=resource or "",
-                    name=tags.get("Name"), instance_type="", state=InstanceState.RUNNING,
-                    launch_time=_EPOCH, observed_at=_EPOCH, tags=tags)
-    return attributor.dimensions(shim)
-
-
 class CurrencyError(BillingImportError):
     """A line in a currency with no rate: the whole file is refused (nothing is imported)."""
 
 
-def _line(row: dict[str, Any], where: str, attributor: Attributor,
-          rates: Mapping[str, Decimal]) -> BillingLineRow:
-    """One charge line, or BillingImportError naming `where` and what is wrong."""
-    account = _opt(row.get("SubAccountId")) or _opt(row.get("BillingAccountId"))
-    resource = _opt(row.get("ResourceId"))
-    tags = parse_tags(row.get("Tags"), where)
-    dims = _attribute(attributor, tags, account, resource)
-    provider = provider_of(next((row.get(c) for c in ("ServiceProviderName", "ProviderName",
-                                                       "PublisherName", "InvoiceIssuerName")
-                                 if not is_null(row.get(c))), None))
-    currency = (_opt(row.get("BillingCurrency")) or BASE_CURRENCY).upper()
-    rate = Decimal(1) if currency == BASE_CURRENCY else rates.get(currency)
-    if rate is None:
-        raise CurrencyError(
-            f"{where}: billed in {currency}, and estimates are in {BASE_CURRENCY}: give the "
-            f"rate, e.g. --rate {currency}=1.08 ({BASE_CURRENCY} per {currency})")
-    billed = micros(row.get("BilledCost"), f"{where} BilledCost")
-    effective = row.get("EffectiveCost")  # 0 is a price (credits, prepaid), not a blank
-    spent = billed if is_null(effective) else micros(effective, f"{where} EffectiveCost")
-    return BillingLineRow(
-        source="focus", line_key="", imported_at=_EPOCH,
-        charge_start=_time(row.get("ChargePeriodStart"), f"{where} ChargePeriodStart"),
-        charge_end=_time(row.get("ChargePeriodEnd"), f"{where} ChargePeriodEnd"),
-        provider=provider, account=account,
-        region=_opt(row.get("RegionId")),  # FOCUS 0.5's Region arrives as RegionId
-        service=_opt(row.get("ServiceName")), resource_id=resource,
-        billed_micros=_convert(billed, rate), effective_micros=_convert(spent, rate),
-        team=dims.get("team"), project=dims.get("project"), env=dims.get("env"),
-        cost_center=dims.get("cost-center"),
-        charge_category=category_of(row.get("ChargeCategory"), f"{where} ChargeCategory"),
-        charge_class=_opt(row.get("ChargeClass")), currency=currency,
-    )
+_PROVIDER_COLUMNS = ("ServiceProviderName", "ProviderName", "PublisherName",
+                     "InvoiceIssuerName")
+_CACHE_MAX = 65_536
+_MISSING = object()  # distinct times, tag sets, attributions held while reading a file
+
+
+class _LineReader:
+    """Reads charge lines, remembering what repeats in a bill (its hours, its tag sets and
+    their attribution), so a file of millions of lines parses each once."""
+
+    def __init__(self, attributor: Attributor, rates: Mapping[str, Decimal]) -> None:
+        self.attributor = attributor
+        self.rates = rates
+        self.times: dict[object, datetime] = {}
+        self.tags: dict[str, dict[str, str]] = {}
+        self.dims: dict[tuple[tuple[tuple[str, str], ...], str | None],
+                        dict[str, str | None]] = {}
+
+    def time(self, value: object, where: str) -> datetime:
+        if isinstance(value, datetime):
+            return _time(value, where)
+        found = self.times.get(value)
+        if found is None:
+            found = _time(value, where)
+            _remember(self.times, value, found)
+        return found
+
+    def tag_set(self, value: object, where: str) -> dict[str, str]:
+        if not isinstance(value, str):
+            return parse_tags(value, where)
+        found = self.tags.get(value)
+        if found is None:
+            found = parse_tags(value, where)
+            _remember(self.tags, value, found)
+        return found
+
+    def attribute(self, tags: dict[str, str], account: str | None) -> dict[str, str | None]:
+        key = (tuple(sorted(tags.items())), account)
+        found = self.dims.get(key)
+        if found is None:
+            # the attributor reads tags, name and account only; the rest is inert
+            shim = Instance(provider="aws", account=account or "", region="", instance_id="",
+                            name=tags.get("Name"), instance_type="",
+                            state=InstanceState.RUNNING, launch_time=_EPOCH,
+                            observed_at=_EPOCH, tags=tags)
+            found = self.attributor.dimensions(shim)
+            _remember(self.dims, key, found)
+        return found
+
+    def line(self, row: dict[str, Any], where: str) -> dict[str, Any]:
+        """One charge line as the billing_lines columns, or BillingImportError naming
+        `where` and what is wrong."""
+        account = _opt(row.get("SubAccountId")) or _opt(row.get("BillingAccountId"))
+        dims = self.attribute(self.tag_set(row.get("Tags"), where), account)
+        provider = provider_of(next((row.get(c) for c in _PROVIDER_COLUMNS
+                                     if not is_null(row.get(c))), None))
+        currency = (_opt(row.get("BillingCurrency")) or BASE_CURRENCY).upper()
+        rate = Decimal(1) if currency == BASE_CURRENCY else self.rates.get(currency)
+        if rate is None:
+            raise CurrencyError(
+                f"{where}: billed in {currency}, and estimates are in {BASE_CURRENCY}: give "
+                f"the rate, e.g. --rate {currency}=1.08 ({BASE_CURRENCY} per {currency})")
+        billed = micros(row.get("BilledCost"), f"{where} BilledCost")
+        effective = row.get("EffectiveCost")  # 0 is a price (credits, prepaid), not a blank
+        spent = billed if is_null(effective) else micros(effective, f"{where} EffectiveCost")
+        return {
+            "charge_start": self.time(row.get("ChargePeriodStart"),
+                                      f"{where} ChargePeriodStart"),
+            "charge_end": self.time(row.get("ChargePeriodEnd"), f"{where} ChargePeriodEnd"),
+            "provider": provider, "account": account,
+            "region": _opt(row.get("RegionId")),  # FOCUS 0.5's Region arrives as RegionId
+            "service": _opt(row.get("ServiceName")), "resource_id": _opt(row.get("ResourceId")),
+            "billed_micros": _convert(billed, rate), "effective_micros": _convert(spent, rate),
+            "team": dims.get("team"), "project": dims.get("project"), "env": dims.get("env"),
+            "cost_center": dims.get("cost-center"),
+            "charge_category": category_of(row.get("ChargeCategory"),
+                                           f"{where} ChargeCategory"),
+            "charge_class": _opt(row.get("ChargeClass")), "currency": currency,
+        }
+
+
+def _remember(cache: dict[Any, Any], key: object, value: object) -> None:
+    if len(cache) >= _CACHE_MAX:
+        cache.clear()  # a file with more distinct values than this: start over, stay bounded
+    cache[key] = value
 
 
 def _convert(amount: int, rate: Decimal) -> int:
@@ -243,12 +308,13 @@ def _convert(amount: int, rate: Decimal) -> int:
 
 def parse_focus(source: FocusFile, attributor: Attributor, result: ImportResult | None = None,
                 *, strict: bool = False, rates: Mapping[str, Decimal] | None = None,
-                ) -> Iterator[BillingLineRow]:
-    """The billing lines of an opened FOCUS file (its columns already checked). A line that
-    cannot be read is skipped, with its place and reason in `result` (`strict`: refused);
-    a currency without a rate refuses the file."""
+                ) -> Iterator[dict[str, Any]]:
+    """The billing lines (billing_lines columns) of an opened export (its columns already
+    checked). A line that cannot be read is skipped, with its place and reason in `result`
+    (`strict`: refused); a currency without a rate refuses the file."""
     result = result if result is not None else ImportResult()
-    seen: Counter[bytes] = Counter()
+    seen = _Occurrences()
+    reader = _LineReader(attributor, rates or {})
     source_name = "focus" if source.native is None else _NATIVE_SOURCES[source.native]
     for n, raw in enumerate(source.rows):
         where = source.where(n)
@@ -256,7 +322,7 @@ def parse_focus(source: FocusFile, attributor: Attributor, result: ImportResult 
             if BAD_ROW in raw:
                 raise BillingImportError(f"{where}: {raw[BAD_ROW]}")
             rows = source.expand(raw) if source.expand is not None else [raw]
-            lines = [_line(row, where, attributor, rates or {}) for row in rows]
+            lines = [reader.line(row, where) for row in rows]
         except CurrencyError:
             raise
         except BillingImportError as exc:
@@ -265,27 +331,51 @@ def parse_focus(source: FocusFile, attributor: Attributor, result: ImportResult 
             result.skip(where, str(exc).removeprefix(f"{where}: ").removeprefix(f"{where} "))
             continue
         for row, line in zip(rows, lines, strict=True):
-            line.source = source_name
             content = json.dumps({k: str(v) for k, v in sorted(row.items())}, sort_keys=True)
-            digest = hashlib.sha256(content.encode()).digest()  # held, not the whole line
-            seen[digest] += 1
             # the key earlier imports stored: re-importing an export they read adds nothing
-            line.line_key = hashlib.sha256(f"{content}#{seen[digest]}".encode()).hexdigest()
+            occurrence = seen.count(hashlib.blake2b(content.encode(), digest_size=8).digest())
+            line["source"] = source_name
+            line["line_key"] = hashlib.sha256(f"{content}#{occurrence}".encode()).hexdigest()
             yield line
 
 
+class _Occurrences:
+    """How many times a line's content has been read so far in this file, so identical
+    lines each count. Held for the most recent 2 x WINDOW distinct lines only, so memory
+    stays flat in the file's size: an identical line further away than that reads as the
+    same line exported twice."""
+
+    WINDOW = 250_000
+
+    def __init__(self) -> None:
+        self.current: dict[bytes, int] = {}
+        self.previous: dict[bytes, int] = {}
+
+    def count(self, digest: bytes) -> int:
+        n = self.current.get(digest) or self.previous.get(digest, 0)
+        if len(self.current) >= self.WINDOW:
+            self.previous, self.current = self.current, {}
+        self.current[digest] = n + 1
+        return n + 1
+
+
 def _opt(value: object) -> str | None:
-    if is_null(value):
+    if value is None:
         return None
-    text = str(value).strip()
-    return text or None
+    if not isinstance(value, str):
+        if is_null(value):
+            return None
+        value = str(value)
+    text = value.strip()
+    return None if not text or text.lower() in _NULLS else text
 
 
-def store_lines(session: Session, lines: Iterable[BillingLineRow], now: datetime,
+def store_lines(session: Session, lines: Iterable[dict[str, Any]], now: datetime,
                 result: ImportResult | None = None) -> ImportResult:
-    """Store `lines` in batches (constant memory), skipping those already stored."""
+    """Store `lines` (billing_lines columns) in batches (constant memory), skipping those
+    already stored."""
     result = result if result is not None else ImportResult()
-    batch: list[BillingLineRow] = []
+    batch: list[dict[str, Any]] = []
     for line in lines:
         result.read += 1
         batch.append(line)
@@ -296,31 +386,62 @@ def store_lines(session: Session, lines: Iterable[BillingLineRow], now: datetime
     return result
 
 
-def _store_batch(session: Session, batch: list[BillingLineRow], now: datetime,
+def _store_batch(session: Session, batch: list[dict[str, Any]], now: datetime,
                  result: ImportResult) -> None:
     by_source: dict[str, list[str]] = defaultdict(list)
     for line in batch:
-        by_source[line.source].append(line.line_key)
+        by_source[line["source"]].append(line["line_key"])
     existing: set[tuple[str, str]] = set()
     for source, key_list in by_source.items():
         for i in range(0, len(key_list), 500):
             chunk = key_list[i:i + 500]
             existing |= {(source, k) for (k,) in session.execute(
                 select(_T.c.line_key).where(_T.c.source == source, _T.c.line_key.in_(chunk)))}
+    new: list[dict[str, Any]] = []
     for line in batch:
-        if (line.source, line.line_key) in existing:
+        key = (line["source"], line["line_key"])
+        if key in existing:
             result.duplicates += 1
             continue
-        existing.add((line.source, line.line_key))
-        line.imported_at = now
-        session.add(line)
-        result.added += 1
-        result.billed_micros += line.billed_micros
-        result.by_category[line.charge_category or "(none)"] += line.billed_micros
-        result.by_provider[line.provider or "(none)"] += line.billed_micros
-        if line.currency:
-            result.currencies.add(line.currency)
-    session.flush()  # flushed rows no one holds are let go (the identity map is weak)
+        existing.add(key)
+        line["imported_at"] = now
+        new.append(line)
+        billed = line["billed_micros"]
+        result.billed_micros += billed
+        result.by_category[line["charge_category"] or "(none)"] += billed
+        result.by_provider[line["provider"] or "(none)"] += billed
+        result.currencies.add(line["currency"])
+    if new:
+        _insert(session, new)
+    result.added += len(new)
+
+
+def _insert(session: Session, lines: list[dict[str, Any]]) -> None:
+    """One executemany through the driver: SQLAlchemy's per-row parameter processing cost
+    more than parsing the line. Values go through each column's bind processor, once per
+    distinct time (a bill repeats its hours)."""
+    conn = session.connection()
+    names = [c.key for c in _T.c if c.key != "id"]
+    compiled = insert(_T).compile(dialect=conn.dialect, column_keys=names)
+    order = list(compiled.positiontup or []) if compiled.positional else names
+    procs = {n: _T.c[n].type.dialect_impl(conn.dialect).bind_processor(conn.dialect)
+             for n in order}
+    converting = [(i, procs[n]) for i, n in enumerate(order) if procs[n] is not None]
+    converted: dict[object, object] = {}
+    pick = itemgetter(*order)
+    params: list[Any] = []
+    for line in lines:
+        values = list(pick(line))
+        for i, proc in converting:
+            raw = values[i]
+            if raw is not None:
+                done = converted.get(raw, _MISSING)
+                if done is _MISSING:
+                    done = converted[raw] = proc(raw)  # type: ignore[misc]
+                values[i] = done
+        params.append(tuple(values) if compiled.positional else dict(zip(order, values,
+                                                                             strict=True)))
+    conn.exec_driver_sql(str(compiled), params)
 
 
 def import_focus(session: Session, path: Path, attributor: Attributor, now: datetime, *,
@@ -347,7 +468,7 @@ def import_cost_explorer(
                           "dimension: team, project, env or cost-center")
     from costguard.providers.aws.boundary import aws_call
 
-    lines: list[BillingLineRow] = []
+    lines: list[dict[str, Any]] = []
     token: str | None = None
     with aws_call("ce/get_cost_and_usage"):
         while True:
@@ -368,7 +489,7 @@ def import_cost_explorer(
 
 
 def _ce_lines(period: Mapping[str, Any], metric: str, column: str,
-              tag_key: str) -> Iterator[BillingLineRow]:
+              tag_key: str) -> Iterator[dict[str, Any]]:
     span = period["TimePeriod"]
     start = _time(span["Start"], "Cost Explorer TimePeriod")
     end = _time(span["End"], "Cost Explorer TimePeriod")
@@ -379,12 +500,16 @@ def _ce_lines(period: Mapping[str, Any], metric: str, column: str,
         raw = group["Keys"][0]
         value = raw.split("$", 1)[1] if "$" in raw else raw  # "team$research"; "team$" = untagged
         amount = group["Metrics"][metric]["Amount"]
-        line = BillingLineRow(
-            source="aws-ce", line_key="", imported_at=_EPOCH, charge_start=start,
-            charge_end=end, provider="aws", service="(all services)",
-            billed_micros=micros(amount, f"Cost Explorer {span['Start']} {raw}"),
-            effective_micros=micros(amount, f"Cost Explorer {span['Start']} {raw}"))
-        setattr(line, column, value or None)
-        line.line_key = hashlib.sha256(
+        amount_micros = micros(amount, f"Cost Explorer {span['Start']} {raw}")
+        line: dict[str, Any] = {
+            "source": "aws-ce", "charge_start": start, "charge_end": end, "provider": "aws",
+            "account": None, "region": None, "service": "(all services)",
+            "resource_id": None, "billed_micros": amount_micros,
+            "effective_micros": amount_micros, "team": None, "project": None, "env": None,
+            "cost_center": None, "charge_category": None, "charge_class": None,
+            "currency": group["Metrics"][metric].get("Unit") or BASE_CURRENCY,
+        }
+        line[column] = value or None
+        line["line_key"] = hashlib.sha256(
             f"{start.isoformat()}|{tag_key}|{value}|{metric}".encode()).hexdigest()
         yield line

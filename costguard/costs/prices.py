@@ -42,8 +42,8 @@ def fleet_scope(session: Session, provider: str) -> tuple[list[str], list[str]]:
     """The regions and instance types of `provider`'s instances in the store."""
     t = InstanceRow.__table__.c  # type: ignore[attr-defined]
     live = (t.provider == provider) & (t.state != str(InstanceState.TERMINATED))
-    regions = session.execute(select(distinct(t.region)).where(live)).scalars().all()
-    types = session.execute(select(distinct(t.instance_type)).where(live)).scalars().all()
+    regions = session.execute(select(t.region).where(live).distinct()).scalars().all()
+    types = session.execute(select(t.instance_type).where(live).distinct()).scalars().all()
     return sorted(regions), sorted(types)
 
 

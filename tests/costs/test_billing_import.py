@@ -6,15 +6,24 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import boto3
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from moto.server import ThreadedMotoServer
 
 from costguard.costs.attribution import Attributor
-from costguard.costs.billing import BillingImportError, import_cost_explorer, import_focus
+from costguard.costs.billing import (
+    BillingImportError,
+    _Occurrences,
+    import_cost_explorer,
+    import_focus,
+    micros,
+)
 from costguard.report.queries import spend
 from costguard.store.db import Database
 from costguard.store.inventory import record_inventory
@@ -109,3 +118,38 @@ def test_cost_explorer_spend_per_team_tag_is_imported_once(db: Database, moto_ce
         rep = spend(s, ["team"], day, day + timedelta(days=1), compare="billed")
     assert {r.key[0]: r.billed_micros for r in rep.rows} == {
         "research": 1_234_567_800, "unattributed": 10_000_000}
+
+
+@given(st.decimals(allow_nan=False, allow_infinity=False, places=9,
+                   min_value=-10**9, max_value=10**9))
+def test_plain_decimal_text_reads_exactly_as_decimal_rounds_it(value: Decimal) -> None:
+    # the integer fast path must agree with Decimal's ROUND_HALF_UP, sign and all
+    text = f"{value:f}"
+    exact = int((Decimal(text) * 1_000_000).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+    assert micros(text, "x") == exact
+    assert micros(f"+{text.lstrip('-')}", "x") == abs(exact)
+
+
+@pytest.mark.parametrize("text", ["1e-3", " 4.5 ", "٣.٥", "1.2.3", "-", ".", "", "NULL"])
+def test_text_the_fast_path_declines_goes_through_decimal(text: str) -> None:
+    try:
+        expected: int | str = int((Decimal(text.strip()) * 1_000_000).quantize(
+            Decimal(1), rounding=ROUND_HALF_UP))
+    except ArithmeticError:
+        expected = "error"
+    try:
+        got: int | str = micros(text, "x")
+    except BillingImportError:
+        got = "error"
+    assert got == expected
+
+
+def test_identical_lines_count_within_the_window_and_memory_stays_bounded(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_Occurrences, "WINDOW", 3)
+    seen = _Occurrences()
+    assert [seen.count(b"a"), seen.count(b"a"), seen.count(b"b")] == [1, 2, 1]
+    for d in (b"c", b"d", b"e", b"f", b"g", b"h", b"i"):  # the window turns over twice
+        seen.count(d)
+    assert seen.count(b"a") == 1  # forgotten: as if exported once more
+    assert len(seen.current) + len(seen.previous) <= 2 * 3

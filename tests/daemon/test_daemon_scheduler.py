@@ -19,8 +19,10 @@ import httpx
 import pytest
 
 from costguard.clock import ManualClock
+from costguard.costs.price_book import PriceBook
 from costguard.daemon.scheduler import Daemon, failed_stage, secrets_of
 from costguard.model import GpuMinute, Instance
+from costguard.providers.base import FetchedPrices
 from costguard.store.db import Database
 from tests.daemon.daemon_helpers import (
     START,
@@ -227,3 +229,45 @@ def test_costguard_run_serves_logs_json_without_secrets_and_stops_on_sigterm(
     assert any(m.startswith("leader:") for m in msgs)
     assert any(ln.get("stage") == "act" for ln in lines)
     assert msgs[-1].startswith("shutdown complete")
+
+
+class PricedCloud(ScriptedCloud):
+    """A cloud with a price API: every (region, type) asked costs $1.25/h on demand."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock)
+        self.asked: list[tuple[list[str], list[str]]] = []
+
+    def fetch_list_prices(self, regions: Sequence[str], instance_types: Sequence[str]
+                          ) -> FetchedPrices:
+        self.asked.append((list(regions), list(instance_types)))
+        return FetchedPrices({(r, t, "on-demand"): 1.25 for r in regions
+                              for t in instance_types}, "test price api")
+
+
+def test_the_price_job_refreshes_the_fleet_s_prices_only_where_a_price_api_exists(
+        db: Database) -> None:
+    clock = ManualClock(START)
+    priced = PricedCloud(clock)
+    priced.add("i-1", lambda m: "busy", itype="g5.xlarge")
+    engine = build_engine(db, priced, clock)
+    daemon = Daemon(engine, engine.settings, quiet_daemon())
+    assert daemon.prices_job() == 0  # no fleet in the store yet: nothing asked
+    daemon.cycle_job()
+    assert daemon.prices_job() == 1
+    assert priced.asked[-1][1] == ["g5.xlarge"]
+    with db.session() as s:
+        book = PriceBook.load(s)
+    assert [p.usd_per_hour for p in book.list_prices.values()] == [1.25]
+    daemon.start()
+    try:
+        assert daemon.scheduler.get_job("prices") is not None
+    finally:
+        assert daemon.shutdown() is True
+    plain = build_engine(db, scripted_cloud(clock), clock)
+    other = Daemon(plain, plain.settings, quiet_daemon())
+    other.start()
+    try:  # the simulated cloud (no price API) never schedules it
+        assert other.scheduler.get_job("prices") is None
+    finally:
+        assert other.shutdown() is True
