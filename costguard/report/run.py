@@ -151,9 +151,14 @@ def _table(report: Report, output: Path | None, console: Console | None) -> str:
         if not report.rows and report.by:
             con.print("No spend recorded in this period. Run `costguard run` first (the "
                       "demo's spend: costguard --database costguard-demo.db report).")
-        if report.compare == "billed" and not (report.total.billed_micros or 0):
+        if report.compare == "billed" and not report.bill_total_micros:
             con.print("No bills imported for this period, so every gap reads -100%: import "
                       "one first (costguard billing import FILE).")
+        elif report.compare == "billed" and not report.total.billed_micros:
+            con.print("No line of the bill names an instance costguard watches: the "
+                      "billed column is empty and the bill is listed above by kind (a "
+                      "Google Cloud standard export has no resources; export the detailed "
+                      "one).")
 
     if output is not None:
         with output.open("w", encoding="utf-8") as fh:

@@ -117,3 +117,18 @@ def test_the_table_names_the_whole_bill_and_what_was_not_compared(
     assert "Whole bill in the period: $298.25 (BilledCost)" in text
     assert "$40.00  aws    instances costguard does not watch" in text
     assert "-$3.00  aws    Credit" in text
+
+
+def test_a_bill_that_names_no_watched_instance_says_so(db: Database, tmp_path: Path) -> None:
+    from costguard.report.run import _table
+
+    export = tmp_path / "bill.csv"
+    export.write_text(HEADER + line("7.25", "7.25", "vol-1", service="Amazon S3"))
+    with db.session() as s:
+        import_focus(s, export, Attributor(), T0 + timedelta(days=1))
+        rep = spend(s, ["team"], T0, T0 + timedelta(days=1), compare="billed")
+    console = Console(width=100, record=True, color_system=None)
+    _table(rep, None, console)
+    text = console.export_text()
+    assert "No line of the bill names an instance costguard watches" in text
+    assert "No bills imported" not in text
