@@ -12,13 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import ROUND_HALF_UP, Decimal
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Table, insert, select
 from sqlmodel import Session
@@ -29,6 +29,7 @@ from costguard.costs.focus_files import (
     REQUIRED,
     BillingImportError,
     FocusFile,
+    decimal_of,
     open_focus,
 )
 from costguard.errors import ConfigError
@@ -106,12 +107,7 @@ def micros(text: object, where: str) -> int:
             return fast
     if is_null(text):
         raise BillingImportError(f"{where} is empty")
-    try:
-        value = Decimal(str(text).strip())
-    except InvalidOperation:
-        raise BillingImportError(f"{where}: {text!r} is not a number") from None
-    if not value.is_finite():
-        raise BillingImportError(f"{where}: {text!r} is not a number")
+    value = decimal_of(text, where)
     return int((value * 1_000_000).quantize(Decimal(1), rounding=ROUND_HALF_UP))
 
 
@@ -216,7 +212,8 @@ class CurrencyError(BillingImportError):
 _PROVIDER_COLUMNS = ("ServiceProviderName", "ProviderName", "PublisherName",
                      "InvoiceIssuerName")
 _CACHE_MAX = 65_536
-_MISSING = object()  # distinct times, tag sets, attributions held while reading a file
+_MISSING = object()
+_V = TypeVar("_V")  # distinct times, tag sets, attributions held while reading a file
 
 
 class _LineReader:
@@ -234,20 +231,12 @@ class _LineReader:
     def time(self, value: object, where: str) -> datetime:
         if isinstance(value, datetime):
             return _time(value, where)
-        found = self.times.get(value)
-        if found is None:
-            found = _time(value, where)
-            _remember(self.times, value, found)
-        return found
+        return _cached(self.times, value, where, _time)
 
     def tag_set(self, value: object, where: str) -> dict[str, str]:
         if not isinstance(value, str):
             return parse_tags(value, where)
-        found = self.tags.get(value)
-        if found is None:
-            found = parse_tags(value, where)
-            _remember(self.tags, value, found)
-        return found
+        return _cached(self.tags, value, where, parse_tags)
 
     def attribute(self, tags: dict[str, str], account: str | None) -> dict[str, str | None]:
         key = (tuple(sorted(tags.items())), account)
@@ -292,6 +281,16 @@ class _LineReader:
                                            f"{where} ChargeCategory"),
             "charge_class": _opt(row.get("ChargeClass")), "currency": currency,
         }
+
+
+def _cached(cache: dict[Any, _V], value: Any, where: str,
+            parse: Callable[[Any, str], _V]) -> _V:
+    """`parse(value, where)`, once per distinct value while the cache holds it."""
+    found = cache.get(value)
+    if found is None:
+        found = parse(value, where)
+        _remember(cache, value, found)
+    return found
 
 
 def _remember(cache: dict[Any, Any], key: object, value: object) -> None:

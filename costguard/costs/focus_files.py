@@ -19,6 +19,7 @@ import io
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,17 @@ BAD_ROW = "__not_a_row__"  # a row a reader could not parse: its value says why
 
 class BillingImportError(CostguardError, ValueError):
     """A billing file costguard cannot read; the message names the line and the fix."""
+
+
+def decimal_of(value: object, where: str) -> Decimal:
+    """A finite number from a cell (text, int, float or Decimal), or BillingImportError."""
+    try:
+        out = Decimal(str(value).strip())
+    except InvalidOperation:
+        raise BillingImportError(f"{where}: {value!r} is not a number") from None
+    if not out.is_finite():
+        raise BillingImportError(f"{where}: {value!r} is not a number")
+    return out
 
 
 @dataclass

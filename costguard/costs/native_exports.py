@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from costguard.costs.focus_files import BillingImportError
+from costguard.costs.focus_files import BillingImportError, decimal_of
 
 Converter = Callable[[dict[str, Any]], list[dict[str, Any]]]
 
@@ -82,13 +82,7 @@ def _snake(text: str) -> str:
 def _dec(value: object, where: str) -> Decimal:
     if value is None or value == "":
         return _ZERO
-    try:
-        out = Decimal(str(value).strip())
-    except ArithmeticError:
-        raise BillingImportError(f"{where}: {value!r} is not a number") from None
-    if not out.is_finite():
-        raise BillingImportError(f"{where}: {value!r} is not a number")
-    return out
+    return decimal_of(value, where)
 
 
 def _map(value: object) -> dict[str, Any]:

@@ -130,7 +130,7 @@ def test_plain_decimal_text_reads_exactly_as_decimal_rounds_it(value: Decimal) -
     assert micros(f"+{text.lstrip('-')}", "x") == abs(exact)
 
 
-@pytest.mark.parametrize("text", ["1e-3", " 4.5 ", "٣.٥", "1.2.3", "-", ".", "", "NULL"])
+@pytest.mark.parametrize("text", ["1e-3", " 4.5 ", "\u0663.\u0665", "1.2.3", "-", ".", "", "NULL"])
 def test_text_the_fast_path_declines_goes_through_decimal(text: str) -> None:
     try:
         expected: int | str = int((Decimal(text.strip()) * 1_000_000).quantize(
