@@ -1,7 +1,8 @@
 """Billing import: what the cloud invoiced, beside what costguard estimated.
 
-Two sources: FOCUS 1.x cost exports (CSV or Parquet, see focus_files) and AWS Cost
-Explorer `GetCostAndUsage` grouped by a cost-allocation tag. Lines are attributed with the
+Sources: cost export files (FOCUS 0.5 to 1.2, AWS CUR 2.0 and legacy CUR, the Google Cloud
+billing export; CSV, JSON Lines or Parquet; see focus_files and native_exports) and AWS
+Cost Explorer `GetCostAndUsage` grouped by a cost-allocation tag. Lines are attributed with the
 same attribution rules as instances (FOCUS `Tags`) and stored in micro-dollars. Each line's
 key is a hash of its content and its occurrence in the file, so importing the same export
 twice adds nothing.
@@ -24,14 +25,8 @@ from sqlalchemy import Table, insert, select
 from sqlmodel import Session
 
 from costguard.costs.attribution import Attributor
-from costguard.costs.focus_files import (
-    BAD_ROW,
-    REQUIRED,
-    BillingImportError,
-    FocusFile,
-    decimal_of,
-    open_focus,
-)
+from costguard.costs.bill_errors import BillingImportError, decimal_of
+from costguard.costs.focus_files import BAD_ROW, REQUIRED, FocusFile, open_focus
 from costguard.errors import ConfigError
 from costguard.model import Instance, InstanceState
 from costguard.store.tables import BillingLineRow
@@ -211,9 +206,9 @@ class CurrencyError(BillingImportError):
 
 _PROVIDER_COLUMNS = ("ServiceProviderName", "ProviderName", "PublisherName",
                      "InvoiceIssuerName")
-_CACHE_MAX = 65_536
+_CACHE_MAX = 65_536  # distinct times, tag sets, attributions held while reading a file
 _MISSING = object()
-_V = TypeVar("_V")  # distinct times, tag sets, attributions held while reading a file
+_V = TypeVar("_V")
 
 
 class _LineReader:

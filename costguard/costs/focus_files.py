@@ -19,11 +19,11 @@ import io
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from costguard.errors import CostguardError
+from costguard.costs.bill_errors import BillingImportError
+from costguard.costs.native_exports import detect
 
 REQUIRED = ("BilledCost", "ChargePeriodStart", "ChargePeriodEnd")
 _PARQUET_MAGIC = b"PAR1"
@@ -33,23 +33,9 @@ RENAMED = {"AmortizedCost": "EffectiveCost", "ChargeType": "ChargeCategory",
            "Region": "RegionId", "UsageQuantity": "ConsumedQuantity",
            "UsageUnit": "ConsumedUnit"}
 csv.field_size_limit(16 * 1024 * 1024)  # a Tags or SkuPriceDetails cell can be long
+__all__ = ["BAD_ROW", "REQUIRED", "BillingImportError", "FocusFile", "open_focus"]
 _BATCH_ROWS = 10_000
 BAD_ROW = "__not_a_row__"  # a row a reader could not parse: its value says why
-
-
-class BillingImportError(CostguardError, ValueError):
-    """A billing file costguard cannot read; the message names the line and the fix."""
-
-
-def decimal_of(value: object, where: str) -> Decimal:
-    """A finite number from a cell (text, int, float or Decimal), or BillingImportError."""
-    try:
-        out = Decimal(str(value).strip())
-    except InvalidOperation:
-        raise BillingImportError(f"{where}: {value!r} is not a number") from None
-    if not out.is_finite():
-        raise BillingImportError(f"{where}: {value!r} is not a number")
-    return out
 
 
 @dataclass
@@ -97,8 +83,6 @@ def open_focus(path: Path) -> FocusFile:
     else:
         found = _open_csv(path, gzipped=gzipped)
     if not all(c in found.columns for c in REQUIRED):
-        from costguard.costs.native_exports import detect
-
         native = detect(found.columns)
         if native is not None:
             found.native, found.expand = native

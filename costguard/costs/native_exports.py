@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from costguard.costs.focus_files import BillingImportError, decimal_of
+from costguard.costs.bill_errors import BillingImportError, decimal_of
 
 Converter = Callable[[dict[str, Any]], list[dict[str, Any]]]
 
