@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 from moto.server import ThreadedMotoServer
 
 from costguard.costs.attribution import Attributor
+from costguard.costs.bill_lines import micros
 from costguard.costs.billing import (
     BillingImportError,
     _Occurrences,
     import_cost_explorer,
     import_focus,
-    micros,
 )
 from costguard.report.queries import spend
 from costguard.store.db import Database

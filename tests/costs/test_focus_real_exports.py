@@ -19,7 +19,8 @@ import pytest
 from typer.testing import CliRunner
 
 from costguard.costs.attribution import Attributor
-from costguard.costs.billing import BillingImportError, import_focus, parse_tags, provider_of
+from costguard.costs.bill_lines import parse_tags, provider_of
+from costguard.costs.billing import BillingImportError, import_focus
 from costguard.costs.focus_files import focus_version, open_focus
 from costguard.store.db import Database
 from tests.costs.fleet import billing_lines
