@@ -26,13 +26,12 @@ from sqlalchemy import func, select
 from sqlmodel import Session
 
 from costguard.costs.attribution import UNATTRIBUTED
-from costguard.costs.bill_rates import instance_ref
+from costguard.costs.bill_rates import instance_ref, inventory_of
 from costguard.costs.billing import BILLED_DIMENSIONS
 from costguard.errors import ConfigError
-from costguard.store.tables import BillingLineRow, InstanceRow
+from costguard.store.tables import BillingLineRow
 
 UNWATCHED = "instances costguard does not watch"
-_CHUNK = 500
 
 
 @dataclass(frozen=True)
@@ -79,8 +78,8 @@ def compare_billed(session: Session, by: Sequence[str], since: datetime, until: 
         column = b[_column(dim)]
         stmt = stmt.where(func.coalesce(column, UNATTRIBUTED) == value)
     groups = list(session.execute(stmt.group_by(*cols, *kind)))
-    watched = _watched(session, {(str(r[len(dims) + 1]), iid) for r in groups
-                                 if (iid := instance_ref(r[len(dims) + 3])) is not None})
+    watched = inventory_of(session, {(str(r[len(dims) + 1]), iid) for r in groups
+                                     if (iid := instance_ref(r[len(dims) + 3])) is not None})
     out = BilledComparison()
     other: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     for r in groups:
@@ -94,15 +93,14 @@ def compare_billed(session: Session, by: Sequence[str], since: datetime, until: 
         out.bill_total_micros += billed
         if source == "aws-ce":
             _add(out.compared, by, values, billed)
-        elif category != "Usage":
-            other[(str(provider or "(none)"), str(category))][0] += billed
-            other[(str(provider or "(none)"), str(category))][1] += lines
-        elif iid is not None and (str(provider), iid) in watched:
+        elif category == "Usage" and iid is not None and (str(provider), iid) in watched:
             _add(out.compared, by, values, effective)
         else:
-            what = UNWATCHED if iid is not None else str(service or "(no service named)")
-            other[(str(provider or "(none)"), what)][0] += billed
-            other[(str(provider or "(none)"), what)][1] += lines
+            what = (str(category) if category != "Usage" else UNWATCHED if iid is not None
+                    else str(service or "(no service named)"))
+            kind_sums = other[(str(provider or "(none)"), what)]
+            kind_sums[0] += billed
+            kind_sums[1] += lines
     out.not_compared = sorted(
         (NotCompared(p, w, m, n) for (p, w), (m, n) in other.items()),
         key=lambda x: (-abs(x.billed_micros), x.provider, x.what))
@@ -113,14 +111,3 @@ def _add(compared: dict[tuple[str, ...], int], by: Sequence[str], values: Mappin
          micros: int) -> None:
     key = tuple(str(values[d]) if values[d] is not None else UNATTRIBUTED for d in by)
     compared[key] = compared.get(key, 0) + micros
-
-
-def _watched(session: Session, keys: set[tuple[str, str]]) -> set[tuple[str, str]]:
-    """The (provider, instance id) of `keys` that costguard keeps in its inventory."""
-    c = InstanceRow.__table__.c  # type: ignore[attr-defined]
-    ids = sorted({iid for _, iid in keys})
-    found: set[tuple[str, str]] = set()
-    for i in range(0, len(ids), _CHUNK):
-        found |= {(str(p), str(iid)) for p, iid in session.execute(
-            select(c.provider, c.instance_id).where(c.instance_id.in_(ids[i:i + _CHUNK])))}
-    return found & keys

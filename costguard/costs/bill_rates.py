@@ -23,8 +23,8 @@ from sqlmodel import Session
 from costguard.clock import utc
 from costguard.costs.price_book import store_learned_rates
 from costguard.model import Instance
-from costguard.store.inventory import to_instance
-from costguard.store.tables import BillingLineRow, CostIntervalRow, InstanceRow
+from costguard.store.inventory import current_instances
+from costguard.store.tables import BillingLineRow, CostIntervalRow
 
 SOURCE = "learned from the bill (EffectiveCost / hours run)"
 _MIN_HOURS = 1.0
@@ -60,18 +60,28 @@ def learn_rates(session: Session, now: datetime) -> LearnResult:
         if iid is not None:
             billed[(provider, iid)].append((utc(start), utc(end), int(micros)))
     watched = _intervals(session, set(billed))
+    known = inventory_of(session, set(billed))
     result = LearnResult()
     rates: list[tuple[Instance, float, datetime]] = []
     for (provider, iid), lines in sorted(billed.items()):
-        row = session.get(InstanceRow, (provider, iid))
+        inst = known.get((provider, iid))
         start, end = min(s for s, _, _ in lines), max(e for _, e, _ in lines)
         hours = _hours_run(watched.get((provider, iid), []), start, end)
-        if row is None or hours is None or hours < _MIN_HOURS:
+        if inst is None or hours is None or hours < _MIN_HOURS:
             result.not_watched.append(f"{provider}:{iid}")
             continue
-        rates.append((to_instance(row), sum(m for _, _, m in lines) / 1e6 / hours, end))
+        rates.append((inst, sum(m for _, _, m in lines) / 1e6 / hours, end))
     result.learned = store_learned_rates(session, rates, SOURCE, now)
     return result
+
+
+def inventory_of(session: Session, keys: set[tuple[str, str]]
+                 ) -> dict[tuple[str, str], Instance]:
+    """The instances of `keys` (provider, instance id) that costguard keeps in its inventory,
+    gone ones included (a bill can name an instance that has since been terminated)."""
+    return {(i.provider, i.instance_id): i for i in current_instances(
+        session, include_gone=True, instance_ids={iid for _, iid in keys})
+        if (i.provider, i.instance_id) in keys}
 
 
 _Interval = tuple[datetime, datetime, bool]  # start, end, running

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from functools import lru_cache
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import Table, and_, bindparam, insert, update
+from sqlalchemy import Select, Table, and_, bindparam, insert, update
 from sqlalchemy import select as sa_select
 from sqlalchemy.engine import Dialect
 from sqlmodel import Session, select
@@ -192,8 +192,10 @@ _READ = ("provider", "account", "region", "zone", "instance_id", "name", "instan
          "launch_time", "tags", "last_seen", "launched_by", "owner")
 
 
-def current_instances(session: Session, *, include_gone: bool = False) -> list[Instance]:
-    """The stored inventory, in the order the store returns it.
+def current_instances(session: Session, *, include_gone: bool = False,
+                      instance_ids: Collection[str] | None = None) -> list[Instance]:
+    """The stored inventory (only `instance_ids`, when given, read 500 ids at a time), in
+    the order the store returns it.
 
     Read as plain rows of the columns an Instance needs, not as ORM objects: loading and
     instrumenting an InstanceRow per instance cost more than building the Instance."""
@@ -203,6 +205,15 @@ def current_instances(session: Session, *, include_gone: bool = False) -> list[I
     stmt = sa_select(*(c[k] for k in _READ))
     if not include_gone:
         stmt = stmt.where(c.gone.is_(False))
+    if instance_ids is None:
+        return _instances(session, stmt)
+    ids = sorted(set(instance_ids))
+    return [inst for start in range(0, len(ids), _CHUNK)
+            for inst in _instances(session, stmt.where(
+                c.instance_id.in_(ids[start:start + _CHUNK])))]
+
+
+def _instances(session: Session, stmt: Select[Any]) -> list[Instance]:
     validate = Instance.model_validate
     return [
         validate({
