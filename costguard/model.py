@@ -170,7 +170,11 @@ class GpuMinute(Frozen):
     5-minute point is one reading, not five copies. Consumers count it as that many
     GPU-minutes (`covering`, `slots`).
 
-    Percentages are 0-100. `sm_*` are None where GPM/DCGM is not available.
+    Percentages are 0-100. `sm_*`, `tensor_mean` and `dram_bw_mean` are None where GPM/DCGM
+    is not available. `host_*` describe the whole host over the same minute (every GPU's
+    summary of a minute carries the same host figures; None where nothing measured them):
+    CPU busy and iowait as shares of all cores, the cores busy >= 90% of the minute, memory
+    in use (MemTotal - MemAvailable, the minute's maximum).
     """
 
     provider: ProviderName
@@ -193,6 +197,14 @@ class GpuMinute(Frozen):
     process_count: int | None = Field(default=None, ge=0, le=INT32)
     top_process_pid: int | None = Field(default=None, ge=0, le=INT32)
     top_process_bytes: int | None = Field(default=None, ge=0, le=INT64)
+    tensor_mean: float | None = Field(default=None, ge=0, le=100)  # GPM any_tensor_util
+    dram_bw_mean: float | None = Field(default=None, ge=0, le=100)  # GPM dram_bw_util
+    host_cpu_pct: float | None = Field(default=None, ge=0, le=100)
+    host_iowait_pct: float | None = Field(default=None, ge=0, le=100)
+    host_cpus: int | None = Field(default=None, ge=1, le=INT32)
+    host_hot_cores: int | None = Field(default=None, ge=0, le=INT32)
+    host_mem_used_bytes: int | None = Field(default=None, ge=0, le=INT64)
+    host_mem_total_bytes: int | None = Field(default=None, ge=0, le=INT64)
 
 
 _MINUTE = timedelta(minutes=1)

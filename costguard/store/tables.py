@@ -105,6 +105,15 @@ class GpuReadingRow(SQLModel, table=True):
     process_count: int | None = None
     top_process_pid: int | None = None
     top_process_bytes: int | None = Field(default=None, sa_column=Column(BigInteger))
+    # GPM tensor and DRAM activity, and the host's CPU and memory (0011)
+    tensor_mean: float | None = None
+    dram_bw_mean: float | None = None
+    host_cpu_pct: float | None = None
+    host_iowait_pct: float | None = None
+    host_cpus: int | None = None
+    host_hot_cores: int | None = None
+    host_mem_used_bytes: int | None = Field(default=None, sa_column=Column(BigInteger))
+    host_mem_total_bytes: int | None = Field(default=None, sa_column=Column(BigInteger))
 
 
 class CostIntervalRow(SQLModel, table=True):

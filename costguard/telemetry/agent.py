@@ -21,6 +21,7 @@ from costguard.clock import Clock
 from costguard.model import GpuMinute, ProviderName, TelemetrySource
 from costguard.telemetry.buffer import DiskBuffer, Pending
 from costguard.telemetry.classify import SignalChoice
+from costguard.telemetry.host import HostSample, HostSampler, host_fields
 from costguard.telemetry.identity import EC2_METADATA_URL, GCE_METADATA_URL, Identity
 from costguard.telemetry.ingest import INGEST_PATH
 from costguard.telemetry.selfstop import SelfStop
@@ -71,6 +72,8 @@ class AgentSettings:
     cloudwatch_namespace: str = "CWAgent"
     cloudwatch_region: str | None = None  # else the instance's own region (from metadata)
     identity_audience: str = "costguard"  # the daemon's http.identity.audience (GCE tokens)
+    host_metrics: bool = True  # host CPU and memory from `proc_path` on every summary
+    proc_path: Path = Path("/proc")
 
 
 @dataclass
@@ -176,9 +179,13 @@ class Agent:
         self_stop: SelfStop | None = None,
         publisher: Callable[[DiskBuffer], Publisher] | None = None,
         prove: Callable[[], str | None] | None = None,
+        host: HostSampler | None = None,
     ) -> None:
         self.settings = settings
         self.identity = identity
+        self._host = host
+        self._host_pending: list[HostSample] = []
+        self._host_base: HostSample | None = None
         self._sampler = sampler
         self._clock = clock
         self._sleep = sleep
@@ -211,6 +218,8 @@ class Agent:
                 self.close_minute()
             self._minute = minute
             self._pending.setdefault(s.gpu, []).append(s)
+        if self._host is not None and (host := self._host.sample()) is not None:
+            self._host_pending.append(host)
         self._maybe_flush()
         if self.self_stop is not None:
             self.self_stop.check(self._clock.now())
@@ -220,6 +229,9 @@ class Agent:
         if self._minute is None or not self._pending:
             return []
         start = datetime.fromtimestamp(self._minute, UTC)
+        host = host_fields(self._host_base, self._host_pending)
+        if self._host_pending:
+            self._host_base, self._host_pending = self._host_pending[-1], []
         minutes = [
             summarize(
                 samples,
@@ -228,6 +240,7 @@ class Agent:
                 gpu_index=gpu,
                 minute=start,
                 source=TelemetrySource.AGENT,
+                host=host,
             )
             for gpu, samples in sorted(self._pending.items())
         ]

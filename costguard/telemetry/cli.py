@@ -55,6 +55,10 @@ def agent(
     cloudwatch_namespace: Annotated[str, typer.Option()] = "CWAgent",
     cloudwatch_region: Annotated[str | None, typer.Option(
         help="Else the instance's region from metadata.")] = None,
+    host_metrics: Annotated[bool, typer.Option(
+        help="Add the host's CPU (per core, iowait) and memory from /proc to every "
+        "summary: what `costguard recommend` needs to tell a starved data loader from a "
+        "small batch.")] = True,
 ) -> None:
     """Run the GPU agent (the default when no sub-command is given)."""
     if ctx.invoked_subcommand is not None:
@@ -75,7 +79,7 @@ def agent(
             self_stop_after=parse_duration(self_stop_after) if self_stop_after else None,
             self_stop_grace=parse_duration(self_stop_grace), idle_below=idle_below,
             signal=signal, publish_to=publish_to, cloudwatch_namespace=cloudwatch_namespace,
-            cloudwatch_region=cloudwatch_region,
+            cloudwatch_region=cloudwatch_region, host_metrics=host_metrics,
         )
         run_agent(settings)
     except CostguardError as exc:

@@ -26,6 +26,7 @@ from costguard.policy.base import duration_arg
 from costguard.telemetry.agent import Agent, AgentSettings, Publisher, Sampler
 from costguard.telemetry.buffer import DiskBuffer
 from costguard.telemetry.classify import SignalChoice, classify
+from costguard.telemetry.host import HostSampler
 from costguard.telemetry.identity import (
     Identity,
     exchange_proof,
@@ -227,6 +228,7 @@ def run_agent(
                 self_stop=self_stop,
                 publisher=_publisher(settings, identity, cloudwatch_client),
                 prove=_prover(settings, identity, client),
+                host=HostSampler(settings.proc_path) if settings.host_metrics else None,
             )
             previous = _stop_on_signals(agent)
             log.info(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import zlib
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from random import Random
@@ -52,8 +52,10 @@ def summarize(
     gpu_index: int,
     minute: datetime,
     source: TelemetrySource = TelemetrySource.AGENT,
+    host: Mapping[str, object] | None = None,
 ) -> GpuMinute:
-    """One GPU's samples over one window -> its summary. Fields with no reading stay None."""
+    """One GPU's samples over one window -> its summary. Fields with no reading stay None;
+    `host` (`costguard.telemetry.host.host_fields`) adds the host's figures of the window."""
     if not samples:
         raise ValueError("cannot summarize an empty window")
     util = [float(s.util_gpu) for s in samples if s.util_gpu is not None]
@@ -61,6 +63,8 @@ def summarize(
     mem = [s.mem_used for s in samples if s.mem_used is not None]
     total = [s.mem_total for s in samples if s.mem_total is not None]
     power = [s.power_mw / 1000 for s in samples if s.power_mw is not None]
+    tensor = _gpm_mean(samples, "any_tensor_util")
+    dram = _gpm_mean(samples, "dram_bw_util")
     answered = [s.processes for s in samples if s.processes is not None]
     top: ProcessMemory | None = max(
         (p for procs in answered for p in procs if p.used_bytes is not None),
@@ -87,7 +91,16 @@ def summarize(
         process_count=max(len(p) for p in answered) if answered else None,
         top_process_pid=top.pid if top else None,
         top_process_bytes=top.used_bytes if top else None,
+        tensor_mean=tensor,
+        dram_bw_mean=dram,
+        **(host or {}),  # GpuMinute validates the host fields
     )
+
+
+def _gpm_mean(samples: Sequence[NvmlSample], name: str) -> float | None:
+    values = [_clamp_pct(v) for s in samples if s.gpm is not None
+              and (v := s.gpm.get(name)) is not None]
+    return sum(values) / len(values) if values else None
 
 
 def window_start(t: float, window: timedelta, origin: float = 0.0) -> float:

@@ -11,6 +11,7 @@ import httpx
 
 from costguard.clock import ManualClock
 from costguard.telemetry.agent import Agent, AgentSettings
+from costguard.telemetry.host import CpuTimes, HostSample, HostSampler
 from costguard.telemetry.identity import Identity
 from costguard.telemetry.selfstop import SelfStop
 from costguard.telemetry.summary import PATTERN_PHASE, phase_profiles
@@ -74,3 +75,22 @@ def make_agent(
         sleep=lambda s: clock.advance(timedelta(seconds=s)),
         self_stop=self_stop,
     )
+
+
+class SimulatedHost(HostSampler):
+    """A host whose cores are each `busy` of the time (and `iowait`) at every second; the
+    counters advance 100 ticks a core per call, as /proc/stat's do per second at USER_HZ."""
+
+    def __init__(self, cores: int = 8, busy: float = 0.5, iowait: float = 0.0,
+                 mem_used: int = 40 * 2**30, mem_total: int = 128 * 2**30) -> None:
+        super().__init__()
+        self.cores, self.busy, self.iowait = cores, busy, iowait
+        self.mem_used, self.mem_total = mem_used, mem_total
+        self.calls = 0
+
+    def sample(self) -> HostSample:
+        self.calls += 1
+        n = self.calls * 100
+        core = CpuTimes(busy=round(n * self.busy), iowait=round(n * self.iowait), total=n)
+        whole = CpuTimes(core.busy * self.cores, core.iowait * self.cores, n * self.cores)
+        return HostSample(whole, (core,) * self.cores, self.mem_used, self.mem_total)
