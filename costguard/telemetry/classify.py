@@ -37,7 +37,7 @@ UNDERUSED_FACTOR = 2.0
 SignalChoice = Literal["auto", "sm_active", "util_gpu"]
 
 _MINUTE = timedelta(minutes=1)
-_LABEL = {GpuSignal.SM_ACTIVE: "SM activity", GpuSignal.UTIL_GPU: "util_gpu"}
+LABEL = {GpuSignal.SM_ACTIVE: "SM activity", GpuSignal.UTIL_GPU: "util_gpu"}
 
 
 class _Reading(NamedTuple):
@@ -64,18 +64,18 @@ def _peak_mean(top: float | None, p95: float | None, mean: float | None
     return peak, avg  # type: ignore[return-value]  # one of the three is set
 
 
-def _sm(m: GpuMinute) -> tuple[float, float] | None:
+def sm_reading(m: GpuMinute) -> tuple[float, float] | None:
     return _peak_mean(m.sm_max, m.sm_p95, m.sm_mean)
 
 
-def _util(m: GpuMinute) -> tuple[float, float] | None:
+def util_reading(m: GpuMinute) -> tuple[float, float] | None:
     return _peak_mean(m.util_max, m.util_p95, m.util_mean)
 
 
 def peaks(minutes: Sequence[GpuMinute]) -> tuple[list[float], list[float]]:
     """Each minute's peak of `util_gpu` and of SM activity, where the minute carries it."""
-    util = [v[0] for v in map(_util, minutes) if v is not None]
-    sm = [v[0] for v in map(_sm, minutes) if v is not None]
+    util = [v[0] for v in map(util_reading, minutes) if v is not None]
+    sm = [v[0] for v in map(sm_reading, minutes) if v is not None]
     return util, sm
 
 
@@ -87,7 +87,8 @@ def _readings(minutes: Sequence[GpuMinute], pick: Callable[[GpuMinute], tuple[fl
     Coverage counts wall minutes of GPUs the instance has, never more: a reading for a GPU
     index beyond `gpu_count` fills no slot, and readings stamped at seconds within the same
     minute fill that one minute's slot (45 summaries sent within one real minute are one
-    minute of data, not 45). `pick` reads the signal of one minute (`_sm`, `_util`)."""
+    minute of data, not 45). `pick` reads the signal of one minute (`sm_reading`,
+    `util_reading`)."""
     seen: dict[tuple[int, datetime], _Reading] = {}
     for m in minutes:
         if m.gpu_index >= gpu_count:
@@ -146,19 +147,21 @@ def classify(
     if gpu_count == 0:
         return no_data("instance has no GPUs to classify", None, 0.0)
 
-    sm_readings = [] if signal == "util_gpu" else _readings(inside, _sm, start, end, gpu_count)
+    sm_readings = ([] if signal == "util_gpu"
+                   else _readings(inside, sm_reading, start, end, gpu_count))
     if signal == "sm_active" or (
         signal == "auto" and sm_readings and _coverage(sm_readings, expected) >= min_coverage
     ):
         used, readings = GpuSignal.SM_ACTIVE, sm_readings
     else:
-        used, readings = GpuSignal.UTIL_GPU, _readings(inside, _util, start, end, gpu_count)
+        used = GpuSignal.UTIL_GPU
+        readings = _readings(inside, util_reading, start, end, gpu_count)
 
     coverage = _coverage(readings, expected)
     span = _span(start, end)
     if coverage < min_coverage:
         return no_data(
-            f"{_LABEL[used]} covers {coverage:.0%} of {expected} expected GPU-minutes over "
+            f"{LABEL[used]} covers {coverage:.0%} of {expected} expected GPU-minutes over "
             f"{span} (needs {min_coverage:.0%}): no data is not idle",
             used,
             coverage,
@@ -169,7 +172,7 @@ def classify(
     silent = gpu_count - len(by_gpu)
     if silent > 0:
         return no_data(
-            f"{silent} of {gpu_count} GPUs reported no {_LABEL[used]} over {span}: "
+            f"{silent} of {gpu_count} GPUs reported no {LABEL[used]} over {span}: "
             "no data is not idle",
             used,
             coverage,
@@ -184,17 +187,17 @@ def classify(
 
     if len(idle_gpus) == len(by_gpu):
         verdict, value = Verdict.IDLE, peak
-        text = f"{_LABEL[used]} peaked at {_pct(peak)} over {span} on {gpus}"
+        text = f"{LABEL[used]} peaked at {pct(peak)} over {span} on {gpus}"
     elif mean < UNDERUSED_FACTOR * below or len(idle_gpus) * 2 > len(by_gpu):
         verdict, value = Verdict.UNDERUSED, mean
-        text = f"{_LABEL[used]} {_pct(mean)} mean (peak {_pct(peak)}) over {span} on {gpus}"
+        text = f"{LABEL[used]} {pct(mean)} mean (peak {pct(peak)}) over {span} on {gpus}"
         if idle_gpus:
             text += f"; {len(idle_gpus)} of {gpus} idle"
         else:
-            text += f"; below {_pct(UNDERUSED_FACTOR * below)} mean: short bursts, mostly waiting"
+            text += f"; below {pct(UNDERUSED_FACTOR * below)} mean: short bursts, mostly waiting"
     else:
         verdict, value = Verdict.ACTIVE, mean
-        text = f"{_LABEL[used]} {_pct(mean)} mean (peak {_pct(peak)}) over {span} on {gpus}"
+        text = f"{LABEL[used]} {pct(mean)} mean (peak {pct(peak)}) over {span} on {gpus}"
     evidence = "; ".join(part for part in (holding, text, caveat) if part)
     return Classification(
         verdict=verdict,
@@ -214,13 +217,13 @@ def _memory_evidence(minutes: Sequence[GpuMinute]) -> str:
     size, pid = max(((m.top_process_bytes or 0, m.top_process_pid) for m in minutes
                      if m.top_process_pid is not None), default=(0, None))
     if size:
-        return f"pid {pid} holds {_gb(size)}" + (f" ({_gb(max(used))} used on the GPU)"
+        return f"pid {pid} holds {gb(size)}" + (f" ({gb(max(used))} used on the GPU)"
                                                   if used else "")
     counts = [m.process_count for m in minutes if m.process_count is not None]
     if counts and max(counts) == 0:
-        return "no process on the GPU" + (f" ({_gb(max(used))} used by the driver)"
+        return "no process on the GPU" + (f" ({gb(max(used))} used by the driver)"
                                           if used else "")
-    return f"{_gb(max(used))} memory held" if used else ""
+    return f"{gb(max(used))} memory held" if used else ""
 
 
 def _util_caveat(minutes: Sequence[GpuMinute], used: GpuSignal, peak: float, below: float) -> str:
@@ -229,15 +232,15 @@ def _util_caveat(minutes: Sequence[GpuMinute], used: GpuSignal, peak: float, bel
     utils = [m.util_mean for m in minutes if m.util_mean is not None]
     util = sum(utils) / len(utils) if utils else None
     if util is not None and util >= below and peak < below:
-        return f"util_gpu {_pct(util)} but SM activity {_pct(peak)}: tiny kernels, no real work"
+        return f"util_gpu {pct(util)} but SM activity {pct(peak)}: tiny kernels, no real work"
     return ""
 
 
-def _pct(value: float) -> str:
+def pct(value: float) -> str:
     return f"{value:.2f}%" if 0 < value < 1 else f"{value:.1f}%"
 
 
-def _gb(n: int) -> str:
+def gb(n: int) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 
 

@@ -1,0 +1,269 @@
+"""The efficiency verdict: how much of what an instance pays for its GPUs does work, and
+what holds the rest back.
+
+Over a window (7 days by default) of the readings an instance sent while it ran:
+
+* GPUs used: a GPU whose signal (SM activity where it covers, else util_gpu, as the idle
+  classifier chooses) reached the idle threshold in at least `used_share` of its minutes
+  (1%: a blip is not use, a job of two hours in a week is).
+* The signal's mean on the GPUs used, and the active share of the paid GPU-minutes.
+* VRAM per GPU: the minute maxima's p99 and maximum, over the GPUs used.
+* The host: CPU busy (p95 over minutes), iowait (mean), pegged cores, memory peak.
+
+The bottleneck, from the field's own table (GPU mean on the GPUs used vs. host CPU):
+
+    GPU low  + CPU high -> data-loading    (more CPU per GPU, not a smaller GPU)
+    GPU low  + CPU low  -> latency-bound   (batch too small, or serving sparse requests)
+    GPU high + CPU low  -> healthy
+    GPU high + CPU high -> saturated       (needs more hardware, not less)
+    GPU low, host never measured -> cause-unknown (run the agent: it reads /proc)
+
+and `idle` when no GPU was used, `insufficient-data` when the readings cover less than
+`min_coverage` of the GPU-minutes of the hours the instance reported, or fewer than
+`min_hours` of them: never a guess. `underused`: some paid GPUs unused, or the GPUs used
+low. Documented in docs/recommend.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from costguard.clock import utc
+from costguard.model import GpuMinute, GpuSignal, covering, slots
+from costguard.telemetry.classify import LABEL, gb, pct, sm_reading, util_reading
+from costguard.telemetry.summary import percentile
+
+Reading = Callable[[GpuMinute], tuple[float, float] | None]
+
+
+class Bottleneck(StrEnum):
+    HEALTHY = "healthy"
+    SATURATED = "saturated"
+    DATA_LOADING = "data-loading"
+    LATENCY_BOUND = "latency-bound"
+    CAUSE_UNKNOWN = "cause-unknown"
+    IDLE = "idle"
+    INSUFFICIENT_DATA = "insufficient-data"
+
+
+ADVICE = {
+    Bottleneck.HEALTHY: "the GPUs used are busy: keep them",
+    Bottleneck.SATURATED: "GPU and CPU both busy: this job needs more hardware, not less",
+    Bottleneck.DATA_LOADING: "the GPU waits for its data: give it more CPU per GPU (more "
+                             "loader workers, a type with more vCPUs, or fewer GPUs), not a "
+                             "smaller GPU",
+    Bottleneck.LATENCY_BOUND: "GPU and CPU both mostly waiting: a batch too small or a "
+                              "latency-bound server; a smaller GPU serves it",
+    Bottleneck.CAUSE_UNKNOWN: "GPU low, and no host CPU reading to say why: run the agent "
+                              "(it reads /proc) before changing hardware",
+    Bottleneck.IDLE: "no GPU did work: the idle policy's case",
+    Bottleneck.INSUFFICIENT_DATA: "not enough readings to judge: no data is not underused",
+}
+
+
+class EfficiencySettings(BaseModel):
+    """Thresholds of the verdict (`recommend:` in costguard.yaml; the policy condition
+    `underused:` takes the same names)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    window: timedelta = timedelta(days=7)
+    below: float = Field(default=5.0, gt=0, le=100)  # a minute above this used the GPU
+    used_share: float = Field(default=0.01, ge=0, le=1)
+    gpu_low: float = Field(default=40.0, gt=0, le=100)  # mean on the GPUs used, percent
+    cpu_high: float = Field(default=75.0, gt=0, le=100)  # host CPU p95, percent
+    iowait_high: float = Field(default=20.0, gt=0, le=100)  # host iowait mean, percent
+    min_coverage: float = Field(default=0.8, gt=0, le=1)
+    min_hours: float = Field(default=24.0, ge=0)
+
+
+class Efficiency(BaseModel):
+    """One instance's verdict over a window, with the numbers behind it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    bottleneck: Bottleneck
+    underused: bool
+    evidence: tuple[str, ...]
+    window_start: datetime
+    window_end: datetime
+    hours: float  # hours with readings (the instance ran) in the window
+    coverage: float
+    signal: GpuSignal | None = None
+    gpus_paid: int
+    gpus_used: int | None = None
+    used_gpus: tuple[int, ...] = ()
+    gpu_mean: float | None = None  # the signal's mean on the GPUs used, percent
+    paid_active_share: float | None = None  # signal mean over all paid GPU-minutes, 0-1
+    vram_peak_bytes: int | None = None  # the largest on any GPU used
+    vram_p99_bytes: int | None = None
+    vram_total_bytes: int | None = None  # one GPU's memory
+    host_cpu_p95: float | None = None
+    host_cpu_mean: float | None = None
+    host_iowait_mean: float | None = None
+    host_cpus: int | None = None
+    host_hot_cores: float | None = None  # mean cores pegged per minute
+    host_mem_peak_bytes: int | None = None
+    host_mem_total_bytes: int | None = None
+
+    @property
+    def advice(self) -> str:
+        return ADVICE[self.bottleneck]
+
+
+class _Slot:
+    """The chosen signal and VRAM of one GPU over one minute."""
+
+    __slots__ = ("mean", "peak", "vram")
+
+    def __init__(self, mean: float, peak: float, vram: int | None) -> None:
+        self.mean, self.peak, self.vram = mean, peak, vram
+
+
+def _slots(minutes: Sequence[GpuMinute], pick: Reading, start: datetime, end: datetime,
+           gpu_count: int) -> dict[int, dict[datetime, _Slot]]:
+    out: dict[int, dict[datetime, _Slot]] = defaultdict(dict)
+    for m in minutes:
+        if m.gpu_index >= gpu_count or (value := pick(m)) is None:
+            continue
+        slot = _Slot(value[1], value[0], m.mem_used_bytes)
+        for minute in slots(m, start, end):
+            out[m.gpu_index][minute] = slot
+    return out
+
+
+def judge(minutes: Sequence[GpuMinute], *, window_start: datetime, window_end: datetime,
+          gpu_count: int, settings: EfficiencySettings | None = None) -> Efficiency:
+    """The verdict for one instance's readings over [window_start, window_end)."""
+    cfg = settings or EfficiencySettings()
+    start, end = utc(window_start), utc(window_end)
+    inside = covering(minutes, start, end)
+    ran: set[datetime] = {t for m in inside for t in slots(m, start, end)}
+    hours = len(ran) / 60
+    base = {"window_start": start, "window_end": end, "hours": round(hours, 2),
+            "gpus_paid": gpu_count}
+    if gpu_count <= 0 or not ran:
+        why = "no GPUs" if gpu_count <= 0 else "no readings in the window"
+        return Efficiency(bottleneck=Bottleneck.INSUFFICIENT_DATA, underused=False,
+                          evidence=(why,), coverage=0.0, **base)
+    expected = gpu_count * len(ran)
+    sm = _slots(inside, sm_reading, start, end, gpu_count)
+    signal, by_gpu = GpuSignal.SM_ACTIVE, sm
+    if sum(map(len, sm.values())) < cfg.min_coverage * expected:
+        signal, by_gpu = GpuSignal.UTIL_GPU, _slots(inside, util_reading, start, end, gpu_count)
+    filled = sum(map(len, by_gpu.values()))
+    coverage = round(filled / expected, 4)
+    base.update(coverage=coverage, signal=signal)
+    if coverage < cfg.min_coverage or hours < cfg.min_hours:
+        why = (f"{LABEL[signal]} covers {coverage:.0%} of {expected} GPU-minutes "
+               f"(needs {cfg.min_coverage:.0%})" if coverage < cfg.min_coverage else
+               f"{hours:.1f} h of readings in the window (needs {cfg.min_hours:g} h)")
+        return Efficiency(bottleneck=Bottleneck.INSUFFICIENT_DATA, underused=False,
+                          evidence=(why + ": no data is not underused",),
+                          **base)
+
+    used = tuple(sorted(g for g, s in by_gpu.items()
+                        if sum(1 for x in s.values() if x.peak >= cfg.below)
+                        >= max(1, math.ceil(cfg.used_share * len(s)))))
+    paid_share = sum(x.mean for s in by_gpu.values() for x in s.values()) / (100 * expected)
+    host = _host(inside, start, end, cfg.min_coverage)
+    found = Efficiency(bottleneck=Bottleneck.IDLE, underused=False, evidence=(),
+                       gpus_used=len(used), used_gpus=used,
+                       paid_active_share=round(paid_share, 4), **host,
+                       **_vram(by_gpu, used), **base)
+    if not used:
+        return found.model_copy(update={"evidence": (
+            f"no GPU reached {pct(cfg.below)} {LABEL[signal]} in {cfg.used_share:.0%} of its "
+            f"minutes over {hours:.1f} h",)})
+    gpu_mean = sum(x.mean for g in used for x in by_gpu[g].values()) / sum(
+        len(by_gpu[g]) for g in used)
+    bottleneck = _bottleneck(gpu_mean < cfg.gpu_low, _cpu_high(found, cfg))
+    underused = len(used) < gpu_count or gpu_mean < cfg.gpu_low
+    found = found.model_copy(update={"gpu_mean": round(gpu_mean, 3), "bottleneck": bottleneck,
+                                     "underused": underused})
+    return found.model_copy(update={"evidence": _evidence(found, cfg)})
+
+
+def _bottleneck(gpu_low: bool, cpu_high: bool | None) -> Bottleneck:
+    if cpu_high is None:
+        return Bottleneck.CAUSE_UNKNOWN if gpu_low else Bottleneck.HEALTHY
+    if gpu_low:
+        return Bottleneck.DATA_LOADING if cpu_high else Bottleneck.LATENCY_BOUND
+    return Bottleneck.SATURATED if cpu_high else Bottleneck.HEALTHY
+
+
+def _cpu_high(e: Efficiency, cfg: EfficiencySettings) -> bool | None:
+    """Whether the host's CPUs were busy (None: not measured often enough to say)."""
+    if e.host_cpu_p95 is None:
+        return None
+    return e.host_cpu_p95 >= cfg.cpu_high or (e.host_iowait_mean or 0.0) >= cfg.iowait_high
+
+
+def _vram(by_gpu: dict[int, dict[datetime, _Slot]], used: tuple[int, ...]) -> dict[str, int]:
+    values = [x.vram for g in used for x in by_gpu[g].values() if x.vram is not None]
+    if not values:
+        return {}
+    return {"vram_peak_bytes": max(values), "vram_p99_bytes": int(percentile(values, 99))}
+
+
+def _host(minutes: Sequence[GpuMinute], start: datetime, end: datetime,
+          min_coverage: float) -> dict[str, object]:
+    """The host's figures, one per minute (every GPU's summary of a minute carries the same);
+    None unless host CPU covers `min_coverage` of the minutes, as GPU coverage must."""
+    cpu: dict[datetime, GpuMinute] = {}
+    totals = [m.mem_total_bytes for m in minutes if m.mem_total_bytes]
+    out: dict[str, object] = {"vram_total_bytes": max(totals)} if totals else {}
+    for m in minutes:
+        if m.host_cpu_pct is not None:
+            for t in slots(m, start, end):
+                cpu[t] = m
+    ran = {t for m in minutes for t in slots(m, start, end)}
+    if len(cpu) < min_coverage * len(ran):
+        return out
+    rows = list(cpu.values())
+    busy = [m.host_cpu_pct for m in rows if m.host_cpu_pct is not None]
+    iowait = [m.host_iowait_pct for m in rows if m.host_iowait_pct is not None]
+    hot = [m.host_hot_cores for m in rows if m.host_hot_cores is not None]
+    cores = [m.host_cpus for m in rows if m.host_cpus is not None]
+    mem = [m.host_mem_used_bytes for m in rows if m.host_mem_used_bytes is not None]
+    mem_total = [m.host_mem_total_bytes for m in rows if m.host_mem_total_bytes is not None]
+    out.update(host_cpu_p95=percentile(busy, 95), host_cpu_mean=round(sum(busy) / len(busy), 3),
+               host_iowait_mean=round(sum(iowait) / len(iowait), 3) if iowait else None,
+               host_hot_cores=round(sum(hot) / len(hot), 2) if hot else None,
+               host_cpus=max(cores) if cores else None,
+               host_mem_peak_bytes=max(mem) if mem else None,
+               host_mem_total_bytes=max(mem_total) if mem_total else None)
+    return out
+
+
+def _evidence(e: Efficiency, cfg: EfficiencySettings) -> tuple[str, ...]:
+    label = LABEL[e.signal] if e.signal else "GPU"
+    out = [f"{e.gpus_used} of {e.gpus_paid} GPUs used"
+           + (f" (GPU {', '.join(map(str, e.used_gpus))})" if e.gpus_used != e.gpus_paid else "")
+           + f" over {e.hours:.1f} h; {label} {pct(e.gpu_mean or 0.0)} mean on the GPUs used, "
+           f"{pct(100 * (e.paid_active_share or 0.0))} of the paid GPU-hours"]
+    if e.vram_peak_bytes is not None:
+        of = f" of {gb(e.vram_total_bytes)}" if e.vram_total_bytes else ""
+        out.append(f"VRAM peak {gb(e.vram_peak_bytes)}{of} per GPU "
+                   f"(p99 {gb(e.vram_p99_bytes or 0)})")
+    if e.host_cpu_p95 is not None:
+        cores = f" of {e.host_cpus} vCPUs" if e.host_cpus else ""
+        text = (f"host CPU p95 {pct(e.host_cpu_p95)}{cores} (mean {pct(e.host_cpu_mean or 0)}"
+                f", iowait {pct(e.host_iowait_mean or 0)})")
+        if e.host_hot_cores:
+            text += f", {e.host_hot_cores:g} cores pegged on average"
+        out.append(text)
+    else:
+        out.append("host CPU not measured")
+    if e.host_mem_peak_bytes is not None:
+        of = f" of {gb(e.host_mem_total_bytes)}" if e.host_mem_total_bytes else ""
+        out.append(f"host memory peak {gb(e.host_mem_peak_bytes)}{of}")
+    gpu = "low" if (e.gpu_mean or 0) < cfg.gpu_low else "high"
+    out.append(f"GPU {gpu} (below {pct(cfg.gpu_low)} is low): {e.advice}")
+    return tuple(out)

@@ -1,0 +1,142 @@
+"""The efficiency verdict on minutes resampled from the real H100 recording (phases of
+`shared/fixtures/nvml`), with a simulated host beside them; expectations by hand."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from random import Random
+
+import pytest
+
+from costguard.model import GpuMinute, GpuSignal
+from costguard.telemetry.efficiency import Bottleneck, EfficiencySettings, judge
+from costguard.telemetry.summary import sim_minute
+from costguard.telemetry.trace import packaged_trace
+
+START = datetime(2026, 11, 2, tzinfo=UTC)
+HOURS = 2
+SETTINGS = EfficiencySettings(min_hours=1)  # two hours of readings judge in these tests
+
+
+def phase_vram_peak(phase: str) -> int:
+    """The largest memory in use the recording shows in `phase` (hand expectation)."""
+    return max(s.mem_used for s in packaged_trace().samples if s.phase == phase and s.mem_used)
+
+
+def fleet_minutes(patterns: list[str], *, cpu: float | None = None, iowait: float = 0.0,
+                  hours: int = HOURS, gpm: bool = True) -> list[GpuMinute]:
+    """`hours` of minutes, GPU i running `patterns[i]`, on a 96-vCPU host whose CPU is
+    `cpu` percent busy (None: no host figures, as from cloud metrics)."""
+    rng = Random(7)
+    host = {} if cpu is None else {
+        "host_cpu_pct": cpu, "host_iowait_pct": iowait, "host_cpus": 96,
+        "host_hot_cores": round(96 * cpu / 100) if cpu >= 90 else 0,
+        "host_mem_used_bytes": 300 * 2**30, "host_mem_total_bytes": 1152 * 2**30}
+    out = []
+    for k in range(hours * 60):
+        minute = START + timedelta(minutes=k)
+        for gpu, pattern in enumerate(patterns):
+            m = sim_minute(pattern, "aws", "i-0abc", gpu, minute, rng, gpm=gpm)
+            out.append(m.model_copy(update=host))
+    return out
+
+
+def verdict(minutes: list[GpuMinute], gpus: int, settings: EfficiencySettings = SETTINGS):
+    return judge(minutes, window_start=START, window_end=START + timedelta(hours=HOURS),
+                 gpu_count=gpus, settings=settings)
+
+
+def test_a_bursty_gpu_beside_pegged_cpus_waits_for_its_data_loader() -> None:
+    e = verdict(fleet_minutes(["bursty"], cpu=97.0), 1)
+    assert e.bottleneck is Bottleneck.DATA_LOADING and e.underused
+    assert e.signal is GpuSignal.SM_ACTIVE and e.coverage == 1.0 and e.hours == 2.0
+    assert e.gpus_used == 1 and e.used_gpus == (0,)
+    assert e.gpu_mean is not None and 15 < e.gpu_mean < 22  # the phase's 18.4% SM mean
+    assert e.host_cpu_p95 == 97.0 and e.host_hot_cores == 93
+    assert e.vram_peak_bytes == phase_vram_peak("bursty_2s_of_10s")
+    text = " | ".join(e.evidence)
+    assert "host CPU p95 97.0% of 96 vCPUs" in text and "more CPU per GPU" in text
+
+
+def test_the_same_gpu_beside_quiet_cpus_is_latency_bound() -> None:
+    e = verdict(fleet_minutes(["bursty"], cpu=12.0), 1)
+    assert e.bottleneck is Bottleneck.LATENCY_BOUND and e.underused
+    assert "smaller GPU serves it" in e.evidence[-1]
+
+
+def test_iowait_counts_as_a_busy_host() -> None:
+    e = verdict(fleet_minutes(["bursty"], cpu=30.0, iowait=35.0), 1)
+    assert e.bottleneck is Bottleneck.DATA_LOADING
+
+
+def test_busy_matmuls_are_healthy_and_saturated_when_the_cpus_are_busy_too() -> None:
+    healthy = verdict(fleet_minutes(["busy"] * 4, cpu=20.0), 4)
+    assert healthy.bottleneck is Bottleneck.HEALTHY and not healthy.underused
+    assert healthy.gpus_used == 4 and healthy.gpu_mean is not None and healthy.gpu_mean > 85
+    assert healthy.vram_peak_bytes == phase_vram_peak("busy_matmul")
+    saturated = verdict(fleet_minutes(["busy"] * 4, cpu=92.0), 4)
+    assert saturated.bottleneck is Bottleneck.SATURATED and not saturated.underused
+
+
+def test_one_busy_gpu_of_eight_is_underused_though_healthy() -> None:
+    e = verdict(fleet_minutes(["busy"] + ["no_process"] * 7, cpu=15.0), 8)
+    assert e.bottleneck is Bottleneck.HEALTHY and e.underused
+    assert e.gpus_used == 1 and e.used_gpus == (0,)
+    # the paid share: one GPU's ~92.5% SM mean over eight GPUs' minutes
+    assert e.paid_active_share is not None and 0.10 < e.paid_active_share < 0.125
+    assert e.evidence[0].startswith("1 of 8 GPUs used (GPU 0) over 2.0 h")
+
+
+def test_held_memory_and_tiny_kernels_use_no_gpu() -> None:
+    e = verdict(fleet_minutes(["held_memory_idle", "tiny_kernels"], cpu=10.0), 2)
+    assert e.bottleneck is Bottleneck.IDLE and e.gpus_used == 0 and not e.underused
+
+
+def test_without_sm_activity_util_gpu_is_the_signal() -> None:
+    e = verdict(fleet_minutes(["bursty"], cpu=97.0, gpm=False), 1)
+    assert e.signal is GpuSignal.UTIL_GPU and e.bottleneck is Bottleneck.DATA_LOADING
+
+
+def test_no_host_figures_leave_the_cause_unknown_never_guessed() -> None:
+    e = verdict(fleet_minutes(["bursty"]), 1)
+    assert e.bottleneck is Bottleneck.CAUSE_UNKNOWN and e.underused
+    assert "host CPU not measured" in e.evidence
+
+
+@pytest.mark.parametrize("keep", [lambda m: m.gpu_index == 0,  # GPU 1 silent
+                                  lambda m: m.minute.minute < 30])  # half of every hour
+def test_short_coverage_is_insufficient_data(keep) -> None:  # type: ignore[no-untyped-def]
+    minutes = [m for m in fleet_minutes(["busy", "busy"], cpu=20.0) if keep(m)]
+    e = verdict(minutes, 2, EfficiencySettings(min_hours=1.5))
+    assert e.bottleneck is Bottleneck.INSUFFICIENT_DATA and not e.underused
+    assert e.evidence[0].endswith("no data is not underused")
+
+
+def test_the_default_needs_a_day_of_readings() -> None:
+    e = verdict(fleet_minutes(["bursty"], cpu=97.0), 1, EfficiencySettings())
+    assert e.bottleneck is Bottleneck.INSUFFICIENT_DATA
+    assert e.evidence[0].startswith("2.0 h of readings in the window (needs 24 h)")
+
+
+def test_a_gpu_busy_in_under_one_percent_of_its_minutes_is_not_used() -> None:
+    minutes = fleet_minutes(["no_process", "no_process"], cpu=10.0)
+    rng = Random(1)
+    # GPU 1 works in one minute of 120 (0.8%), GPU 0 in two (1.7%)
+    busy = {(1, 5), (0, 7), (0, 90)}
+    minutes = [sim_minute("busy", "aws", "i-0abc", m.gpu_index, m.minute, rng)
+               .model_copy(update={"host_cpu_pct": 10.0})
+               if (m.gpu_index, int((m.minute - START) / timedelta(minutes=1))) in busy else m
+               for m in minutes]
+    e = verdict(minutes, 2)
+    assert e.used_gpus == (0,)
+
+
+def test_a_five_minute_cloud_reading_fills_five_minutes() -> None:
+    reading = GpuMinute(provider="aws", instance_id="i-0abc", gpu_index=0, minute=START,
+                        source="cloudwatch", span_minutes=5, util_mean=60.0, util_max=80.0,
+                        mem_used_bytes=9 * 10**9)
+    minutes = [reading.model_copy(update={"minute": START + timedelta(minutes=5 * k)})
+               for k in range(24)]
+    e = verdict(minutes, 1)
+    assert e.hours == 2.0 and e.coverage == 1.0 and e.signal is GpuSignal.UTIL_GPU
+    assert e.bottleneck is Bottleneck.HEALTHY and e.vram_peak_bytes == 9 * 10**9
