@@ -1,0 +1,1 @@
+"""Waste beyond idle: underused GPUs, their bottleneck, and the cheaper fit."""
