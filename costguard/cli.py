@@ -20,6 +20,7 @@ from costguard.costs.commands import anomaly_app, billing_app, budget_app
 from costguard.costs.price_commands import prices_app
 from costguard.daemon.commands import db_backup, status
 from costguard.errors import CostguardError, PolicyError, SourceError
+from costguard.recommend.commands import recommend_command
 from costguard.telemetry.cli import agent_app
 
 app = typer.Typer(
@@ -42,6 +43,7 @@ app.add_typer(budget_app, name="budget")
 app.command("snooze")(snooze_command)
 app.command("audit")(audit_command)
 app.command("simulate")(simulate_command)
+app.command("recommend")(recommend_command)
 app.command("status")(status)
 db_app.command("backup")(db_backup)
 
@@ -408,8 +410,8 @@ def db_upgrade(config: ConfigOpt = None) -> None:
 
 
 # `costguard --help` lists the first hour first: start, try, check, run, read, then the rest
-_ORDER = ["init", "demo", "validate", "run", "report", "explain", "status", "snooze",
-          "audit", "simulate", "iam", "pause", "resume"]
+_ORDER = ["init", "demo", "validate", "run", "report", "recommend", "explain", "status",
+          "snooze", "audit", "simulate", "iam", "pause", "resume"]
 
 
 def _rank(info: typer.models.CommandInfo) -> int:

@@ -29,6 +29,7 @@ from costguard.errors import ConfigError
 from costguard.policy.base import Duration
 from costguard.providers.aws.settings import AwsSettings
 from costguard.providers.gcp.settings import GcpSettings
+from costguard.recommend.settings import RecommendSettings
 
 DEFAULT_CONFIG_FILE = Path("costguard.yaml")
 
@@ -98,6 +99,7 @@ class Settings(BaseSettings):
     http: HttpSettings = Field(default_factory=HttpSettings)
     alerts: AlertsSettings = Field(default_factory=AlertsSettings)
     costs: CostSettings = Field(default_factory=CostSettings)
+    recommend: RecommendSettings = Field(default_factory=RecommendSettings)
     safety: SafetySettings = Field(default_factory=SafetySettings)
     daemon: DaemonSettings = Field(default_factory=DaemonSettings)
 

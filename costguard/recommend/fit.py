@@ -27,26 +27,16 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from costguard.model import Instance, InstanceState, Lifecycle, PriceQuote
+from costguard.recommend.settings import Architectures, RecommendSettings
 from costguard.recommend.shapes import Shape, shapes
 from costguard.telemetry.classify import gb
 from costguard.telemetry.efficiency import Bottleneck, Efficiency
 
 HOURS_PER_MONTH = 730
 PriceLookup = Callable[[Instance], PriceQuote | None]
-Architectures = Literal["same", "same-or-newer", "any"]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-class FitSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    headroom: float = Field(default=0.2, ge=0, le=4)  # on VRAM, vCPUs and host memory
-    architectures: Architectures = "same"
 
 
 @dataclass(frozen=True)
@@ -161,9 +151,9 @@ def _risks(e: Efficiency, cur: Shape, to: Shape, need: _Need) -> tuple[str, ...]
 
 
 def cheaper_fit(inst: Instance, e: Efficiency, price: PriceLookup,
-                settings: FitSettings | None = None) -> Fit:
+                settings: RecommendSettings | None = None) -> Fit:
     """The fit for one judged instance (see the module docstring)."""
-    cfg = settings or FitSettings()
+    cfg = settings or RecommendSettings()
     catalog = shapes(inst.provider)
     cur = catalog.get(inst.instance_type)
     if cur is None:
@@ -200,7 +190,7 @@ def cheaper_fit(inst: Instance, e: Efficiency, price: PriceLookup,
                _what(e, cur, to), _risks(e, cur, to, need))
 
 
-def _none(base: Fit, cfg: FitSettings) -> Fit:
+def _none(base: Fit, cfg: RecommendSettings) -> Fit:
     cur = base.current
     assert cur is not None
     if base.efficiency.bottleneck is Bottleneck.DATA_LOADING:

@@ -21,7 +21,7 @@ The bottleneck, from the field's own table (GPU mean on the GPUs used vs. host C
 and `idle` when no GPU was used, `insufficient-data` when the readings cover less than
 `min_coverage` of the GPU-minutes of the hours the instance reported, or fewer than
 `min_hours` of them: never a guess. `underused`: some paid GPUs unused, or the GPUs used
-low. Documented in docs/recommend.md.
+low. Thresholds: `costguard.recommend.settings`. Documented in docs/recommend.md.
 """
 
 from __future__ import annotations
@@ -29,13 +29,14 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from costguard.clock import utc
 from costguard.model import GpuMinute, GpuSignal, covering, slots
+from costguard.recommend.settings import RecommendSettings
 from costguard.telemetry.classify import LABEL, gb, pct, sm_reading, util_reading
 from costguard.telemetry.summary import percentile
 
@@ -65,22 +66,6 @@ ADVICE = {
     Bottleneck.IDLE: "no GPU did work: the idle policy's case",
     Bottleneck.INSUFFICIENT_DATA: "not enough readings to judge: no data is not underused",
 }
-
-
-class EfficiencySettings(BaseModel):
-    """Thresholds of the verdict (`recommend:` in costguard.yaml; the policy condition
-    `underused:` takes the same names)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    window: timedelta = timedelta(days=7)
-    below: float = Field(default=5.0, gt=0, le=100)  # a minute above this used the GPU
-    used_share: float = Field(default=0.01, ge=0, le=1)
-    gpu_low: float = Field(default=40.0, gt=0, le=100)  # mean on the GPUs used, percent
-    cpu_high: float = Field(default=75.0, gt=0, le=100)  # host CPU p95, percent
-    iowait_high: float = Field(default=20.0, gt=0, le=100)  # host iowait mean, percent
-    min_coverage: float = Field(default=0.8, gt=0, le=1)
-    min_hours: float = Field(default=24.0, ge=0)
 
 
 class Efficiency(BaseModel):
@@ -139,9 +124,9 @@ def _slots(minutes: Sequence[GpuMinute], pick: Reading, start: datetime, end: da
 
 
 def judge(minutes: Sequence[GpuMinute], *, window_start: datetime, window_end: datetime,
-          gpu_count: int, settings: EfficiencySettings | None = None) -> Efficiency:
+          gpu_count: int, settings: RecommendSettings | None = None) -> Efficiency:
     """The verdict for one instance's readings over [window_start, window_end)."""
-    cfg = settings or EfficiencySettings()
+    cfg = settings or RecommendSettings()
     start, end = utc(window_start), utc(window_end)
     inside = covering(minutes, start, end)
     ran: set[datetime] = {t for m in inside for t in slots(m, start, end)}
@@ -198,7 +183,7 @@ def _bottleneck(gpu_low: bool, cpu_high: bool | None) -> Bottleneck:
     return Bottleneck.SATURATED if cpu_high else Bottleneck.HEALTHY
 
 
-def _cpu_high(e: Efficiency, cfg: EfficiencySettings) -> bool | None:
+def _cpu_high(e: Efficiency, cfg: RecommendSettings) -> bool | None:
     """Whether the host's CPUs were busy (None: not measured often enough to say)."""
     if e.host_cpu_p95 is None:
         return None
@@ -242,7 +227,7 @@ def _host(minutes: Sequence[GpuMinute], start: datetime, end: datetime,
     return out
 
 
-def _evidence(e: Efficiency, cfg: EfficiencySettings) -> tuple[str, ...]:
+def _evidence(e: Efficiency, cfg: RecommendSettings) -> tuple[str, ...]:
     label = LABEL[e.signal] if e.signal else "GPU"
     out = [f"{e.gpus_used} of {e.gpus_paid} GPUs used"
            + (f" (GPU {', '.join(map(str, e.used_gpus))})" if e.gpus_used != e.gpus_paid else "")

@@ -10,7 +10,8 @@ import pytest
 
 from costguard.costs.pricing import table_price
 from costguard.model import GpuSignal, Instance, InstanceState, Lifecycle, PriceQuote
-from costguard.recommend.fit import FitSettings, cheaper_fit
+from costguard.recommend.fit import cheaper_fit
+from costguard.recommend.settings import RecommendSettings
 from costguard.recommend.shapes import aws_shapes, gcp_shapes
 from costguard.telemetry.efficiency import Bottleneck, Efficiency
 
@@ -39,7 +40,7 @@ def judged(gpus: int, used: int, bottleneck: Bottleneck, *, vram: float, cpu: fl
         **host)
 
 
-ANY = FitSettings(architectures="any")
+ANY = RecommendSettings(architectures="any")
 
 
 def test_a_p4d_with_one_busy_gpu_at_30_gb_fits_the_cheapest_one_gpu_type_of_36_gb() -> None:
@@ -63,7 +64,7 @@ def test_the_same_p4d_under_the_default_finds_no_ampere_type() -> None:
     assert fit.reason == ("no cheaper Ampere type holds it "
                           "(recommend.architectures: any widens the search)")
     newer = cheaper_fit(instance("p4d.24xlarge"), e, table_price,
-                        FitSettings(architectures="same-or-newer"))
+                        RecommendSettings(architectures="same-or-newer"))
     assert newer.to is not None and newer.to.instance_type == "g6e.xlarge"
 
 
@@ -89,7 +90,7 @@ def test_a_9_gb_inference_server_on_a_v100_moves_to_a_t4() -> None:
     same = cheaper_fit(instance("p3.2xlarge"), e, table_price)
     assert same.to is None and "no cheaper Volta type" in same.reason
     fit = cheaper_fit(instance("p3.2xlarge"), e, table_price,
-                      FitSettings(architectures="same-or-newer"))
+                      RecommendSettings(architectures="same-or-newer"))
     assert fit.to is not None and fit.to.instance_type == "g4dn.xlarge"
     assert fit.monthly_usd == round((3.06 - 0.526) * 730, 2)
     assert fit.reason.startswith("a T4 holds the measured peak")

@@ -9,13 +9,14 @@ from random import Random
 import pytest
 
 from costguard.model import GpuMinute, GpuSignal
-from costguard.telemetry.efficiency import Bottleneck, EfficiencySettings, judge
+from costguard.recommend.settings import RecommendSettings
+from costguard.telemetry.efficiency import Bottleneck, judge
 from costguard.telemetry.summary import sim_minute
 from costguard.telemetry.trace import packaged_trace
 
 START = datetime(2026, 11, 2, tzinfo=UTC)
 HOURS = 2
-SETTINGS = EfficiencySettings(min_hours=1)  # two hours of readings judge in these tests
+SETTINGS = RecommendSettings(min_hours=1)  # two hours of readings judge in these tests
 
 
 def phase_vram_peak(phase: str) -> int:
@@ -41,7 +42,7 @@ def fleet_minutes(patterns: list[str], *, cpu: float | None = None, iowait: floa
     return out
 
 
-def verdict(minutes: list[GpuMinute], gpus: int, settings: EfficiencySettings = SETTINGS):
+def verdict(minutes: list[GpuMinute], gpus: int, settings: RecommendSettings = SETTINGS):
     return judge(minutes, window_start=START, window_end=START + timedelta(hours=HOURS),
                  gpu_count=gpus, settings=settings)
 
@@ -107,13 +108,13 @@ def test_no_host_figures_leave_the_cause_unknown_never_guessed() -> None:
                                   lambda m: m.minute.minute < 30])  # half of every hour
 def test_short_coverage_is_insufficient_data(keep) -> None:  # type: ignore[no-untyped-def]
     minutes = [m for m in fleet_minutes(["busy", "busy"], cpu=20.0) if keep(m)]
-    e = verdict(minutes, 2, EfficiencySettings(min_hours=1.5))
+    e = verdict(minutes, 2, RecommendSettings(min_hours=1.5))
     assert e.bottleneck is Bottleneck.INSUFFICIENT_DATA and not e.underused
     assert e.evidence[0].endswith("no data is not underused")
 
 
 def test_the_default_needs_a_day_of_readings() -> None:
-    e = verdict(fleet_minutes(["bursty"], cpu=97.0), 1, EfficiencySettings())
+    e = verdict(fleet_minutes(["bursty"], cpu=97.0), 1, RecommendSettings())
     assert e.bottleneck is Bottleneck.INSUFFICIENT_DATA
     assert e.evidence[0].startswith("2.0 h of readings in the window (needs 24 h)")
 

@@ -1,0 +1,81 @@
+"""`costguard recommend`: underused GPU instances, why, and the cheaper fit, in dollars."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import typer
+from rich.console import Console
+
+from costguard.cli_common import cli_clock
+from costguard.cli_common import fail as _fail
+from costguard.cli_common import load_settings_or_exit as _settings
+from costguard.costs.commands import ConfigOpt
+from costguard.errors import CostguardError
+
+console = Console()
+
+
+def recommend_command(
+    config: ConfigOpt = None,
+    window: Annotated[str | None, typer.Option(
+        help="Readings judged, back from now (default: recommend.window, 7d).")] = None,
+    by: Annotated[Literal["instance", "team"], typer.Option(
+        help="instance: each underused instance with its evidence and fit; team: underused "
+        "spend and savings per team.")] = "instance",
+    filters: Annotated[list[str] | None, typer.Option(
+        "--filter", metavar="DIM=VALUE", help="Only these instances, as in `report` "
+        "(e.g. team=research; repeatable).")] = None,
+    architectures: Annotated[Literal["same", "same-or-newer", "any"] | None, typer.Option(
+        help="GPU architectures a fit may move to (default: recommend.architectures, "
+        "same).")] = None,
+    everything: Annotated[bool, typer.Option(
+        "--all", help="Every GPU instance judged, not only the underused.")] = False,
+    fmt: Annotated[Literal["table", "json", "csv"], typer.Option("--format")] = "table",
+) -> None:
+    """GPUs that do a little: each underused instance's bottleneck with its evidence, the
+    cheapest type that holds what it was measured to use, the dollars, and the risks.
+
+    Judged over the window's readings (agent or cloud metrics); an instance with too few
+    readings is not judged. Never acts: `underused:` in a policy can notify or tag.
+
+    Example: costguard recommend --by team; costguard recommend --filter team=research
+    """
+    from costguard.costs.price_book import PriceBook
+    from costguard.costs.pricing import PriceCatalog
+    from costguard.policy.base import duration_arg
+    from costguard.recommend import render
+    from costguard.recommend.run import recommend
+    from costguard.report.run import catalog_for, parse_filters
+    from costguard.store.db import Database
+
+    settings = _settings(config)
+    cfg = settings.recommend
+    if window is not None:
+        try:
+            cfg = cfg.model_copy(update={"window": duration_arg(window)})
+        except ValueError as exc:
+            raise _fail(CostguardError(f"bad --window {window!r}: {exc}")) from None
+    try:
+        if architectures is not None:
+            cfg = cfg.model_copy(update={"architectures": architectures})
+        wanted = parse_filters(filters)
+        db = Database(settings.database_url, create=False)  # it only reads
+        try:
+            with db.session() as s:
+                listed = catalog_for(settings)  # with the list prices `prices refresh` stored
+                catalog = PriceCatalog(listed.providers, listed.overrides, PriceBook.load(s))
+                recs = recommend(s, cli_clock().now(), catalog.quote, cfg, wanted)
+        finally:
+            db.dispose()
+    except CostguardError as exc:
+        raise _fail(exc) from None
+    if fmt == "json":
+        print(render.to_json(recs, cfg, everything))
+    elif fmt == "csv":
+        print(render.to_team_csv(recs) if by == "team" else render.to_csv(recs, everything),
+              end="")
+    elif by == "team":
+        render.print_teams(console, recs)
+    else:
+        render.print_text(console, recs, everything)

@@ -1,0 +1,94 @@
+"""Judge every GPU instance in the store over the window and fit each underused one: what
+`costguard recommend`, the report's "Waste beyond idle" section and the `underused`
+metric read.
+
+Instances: the stored inventory's GPU instances (not those gone). Readings: the store's
+GPU-minutes over [now - window, now). Spend and team: the report's own spend query over
+the same window (the team each hour was attributed to then), so the dollars here add up
+with `costguard report`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlmodel import Session
+
+from costguard.costs.attribution import UNATTRIBUTED
+from costguard.recommend.fit import Fit, PriceLookup, cheaper_fit
+from costguard.recommend.settings import RecommendSettings
+from costguard.store.inventory import current_instances
+from costguard.store.readings import read_minutes
+from costguard.telemetry.efficiency import Bottleneck, judge
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    fit: Fit
+    team: str
+    spend_usd: float  # the instance's estimated spend in the window
+
+    @property
+    def underused_usd(self) -> float:
+        """The window's spend on an instance judged underused (0 for the others)."""
+        return self.spend_usd if self.fit.efficiency.underused else 0.0
+
+
+@dataclass(frozen=True)
+class Recommendations:
+    since: datetime
+    until: datetime
+    items: list[Recommendation]  # every GPU instance judged, largest saving first
+
+    @property
+    def underused(self) -> list[Recommendation]:
+        return [r for r in self.items if r.fit.efficiency.underused]
+
+    def by_team(self) -> dict[str, dict[str, float]]:
+        """Per team: spend on underused instances in the window, and $/month the fits save."""
+        out: dict[str, dict[str, float]] = defaultdict(
+            lambda: {"underused_usd": 0.0, "monthly_savings_usd": 0.0, "instances": 0})
+        for r in self.underused:
+            row = out[r.team]
+            row["underused_usd"] += r.underused_usd
+            row["monthly_savings_usd"] += max(0.0, r.fit.monthly_usd)
+            row["instances"] += 1
+        return {team: {k: round(v, 2) for k, v in row.items()}
+                for team, row in sorted(out.items(), key=lambda kv: -kv[1]["underused_usd"])}
+
+
+def recommend(session: Session, now: datetime, price: PriceLookup,
+              settings: RecommendSettings | None = None,
+              filters: Mapping[str, str] | None = None) -> Recommendations:
+    """Every GPU instance's verdict and fit over the window ending `now`; `filters` (report
+    dimensions, e.g. team=research) narrow it as they narrow a report."""
+    from costguard.report.queries import spend  # the report's own figures
+
+    cfg = settings or RecommendSettings()
+    since = now - cfg.window
+    rows = spend(session, ["instance", "team"], since, now, filters).rows
+    spent: dict[str, float] = defaultdict(float)
+    teams: dict[str, tuple[float, str]] = {}  # re-attributed mid-window: the larger share
+    for row in rows:
+        iid, usd = row.key[0], row.cost_micros / 1e6
+        spent[iid] += usd
+        if usd > teams.get(iid, (-1.0, ""))[0]:
+            teams[iid] = (usd, row.key[1] or UNATTRIBUTED)
+    instances = [i for i in current_instances(session) if i.gpu_count > 0
+                 and (not filters or i.instance_id in spent)]
+    readings = read_minutes(session, [(i.provider, i.instance_id) for i in instances],
+                            since, now)
+    out = []
+    for inst in instances:
+        e = judge(readings.get((inst.provider, inst.instance_id), []), window_start=since,
+                  window_end=now, gpu_count=inst.gpu_count, settings=cfg)
+        team = teams.get(inst.instance_id, (0.0, UNATTRIBUTED))[1]
+        out.append(Recommendation(cheaper_fit(inst, e, price, cfg), team,
+                                  round(spent.get(inst.instance_id, 0.0), 2)))
+    out.sort(key=lambda r: (-r.fit.monthly_usd, -r.underused_usd,
+                            r.fit.efficiency.bottleneck is Bottleneck.INSUFFICIENT_DATA,
+                            r.fit.instance.instance_id))
+    return Recommendations(since, now, out)

@@ -1,0 +1,41 @@
+"""The `recommend:` section of costguard.yaml: the efficiency verdict's thresholds and the
+cheaper fit's rules (the policy condition `underused:` takes the verdict's names too).
+
+    recommend:
+      window: 7d            # readings judged, back from now
+      gpu_low: 40           # mean signal on the GPUs used below this: GPU low (percent)
+      cpu_high: 75          # host CPU p95 at or above this: CPU high (percent)
+      iowait_high: 20       # host iowait mean at or above this: CPU high too
+      below: 5              # a GPU-minute peaking at this or more used the GPU
+      used_share: 0.01      # ... in at least this share of the GPU's minutes
+      min_coverage: 0.8     # GPU-minutes with readings, of the hours the instance ran
+      min_hours: 24         # hours of readings needed for a verdict
+      headroom: 0.2         # on VRAM, vCPUs and host memory of a fit
+      architectures: same   # same | same-or-newer | any (GPU architecture of a fit)
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from costguard.policy.base import Duration
+
+Architectures = Literal["same", "same-or-newer", "any"]
+
+
+class RecommendSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    window: Duration = timedelta(days=7)
+    below: float = Field(default=5.0, gt=0, le=100)
+    used_share: float = Field(default=0.01, ge=0, le=1)
+    gpu_low: float = Field(default=40.0, gt=0, le=100)
+    cpu_high: float = Field(default=75.0, gt=0, le=100)
+    iowait_high: float = Field(default=20.0, gt=0, le=100)
+    min_coverage: float = Field(default=0.8, gt=0, le=1)
+    min_hours: float = Field(default=24.0, ge=0)
+    headroom: float = Field(default=0.2, ge=0, le=4)
+    architectures: Architectures = "same"
