@@ -152,6 +152,7 @@ def run_demo(
     if providers is None:
         sim_settings = (settings.providers.sim or SimSettings()).model_copy(update={
             "managed_groups": True,  # an ASG and a node pool beside the pets
+            "underused_hosts": True,  # what `costguard recommend` shows
             "week_shift_hours": week_shift(clock.now())})
         providers = {"sim": SimProvider(sim_settings, clock)}
     result = DemoResult(cycles=0, seconds=0.0)

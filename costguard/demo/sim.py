@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from costguard.clock import Clock
 from costguard.demo.sim_fleet import SIM_TYPES, SimHost
 from costguard.demo.sim_groups import SimGroup, SimGroupOps, demo_groups, member_view
+from costguard.demo.sim_hosts import gpu_phase, host_figures, underused_hosts
 from costguard.demo.sim_settings import SimSettings
 from costguard.errors import InstanceNotFound
 from costguard.model import (
@@ -89,6 +90,12 @@ class SimProvider(SimGroupOps):
             for group in demo_groups(settings.regions[0], settings.accounts[0]):
                 for _ in range(group.desired):
                     self._add_member(group, start - timedelta(hours=30))
+        if settings.underused_hosts:  # after the groups: their ids stay as they were
+            for host in underused_hosts(settings.accounts[0], settings.regions[0],
+                                        self._serial + 1, settings.seed,
+                                        start - timedelta(days=9)):
+                self._serial += 1
+                self._hosts[host.instance.instance_id] = host
 
     # -- fleet construction -------------------------------------------------------------
     def _add_host(self, launched: datetime) -> SimHost:
@@ -153,7 +160,7 @@ class SimProvider(SimGroupOps):
         p = host.profile
         if p in ("no-agent", "cpu"):
             return None
-        if p == "training":
+        if p in ("training", "underused"):  # an underused host's GPUs: gpu_phase
             return "busy"
         if p == "bursty":
             return "bursty"
@@ -229,8 +236,11 @@ class SimProvider(SimGroupOps):
             while minute < end:
                 phase = self.phase(host, minute)
                 if phase is not None and self._running_at(host, minute):
+                    figures = host_figures(host, phase)
                     for gpu in range(inst.gpu_count):
-                        out.append(sim_minute(phase, "sim", inst.instance_id, gpu, minute, rng))
+                        out.append(sim_minute(gpu_phase(host, phase, gpu), "sim",
+                                              inst.instance_id, gpu, minute, rng,
+                                              extra=figures))
                 minute += timedelta(minutes=1)
         return out
 
@@ -388,8 +398,6 @@ def sim_price(instance: Instance) -> PriceQuote | None:
     """The sim's list price: the shipped AWS on-demand table for the type in the instance's
     region (BASE_PRICE_REGION's where the table lacks the region); spot at SPOT_DISCOUNT of
     it. Never the refreshed Price List prices: the simulated cloud stays reproducible."""
-    if instance.instance_type not in SIM_TYPES:
-        return None
     table = _aws_shipped_prices()
     found = (table.lookup(instance.region, instance.instance_type)
              or table.lookup(BASE_PRICE_REGION, instance.instance_type))

@@ -35,3 +35,6 @@ class SimHost:
     disk_gib: int = 200  # attached block storage: still billed while the instance is stopped
     snapshots: list[str] = field(default_factory=list)
     history: list[tuple[datetime, InstanceState]] = field(default_factory=list)
+    gpu_phases: tuple[str, ...] | None = None  # per GPU, where they differ (sim_hosts)
+    host_cpu: float | None = None  # host CPU busy %, where not the phase's (sim_hosts)
+    host_mem_gib: float | None = None

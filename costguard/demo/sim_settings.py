@@ -18,6 +18,9 @@ class SimSettings(BaseModel):
     # an Auto Scaling group and a GKE-like node pool beside the seeded fleet (`costguard demo`
     # turns them on): members a controller owns, never stopped as if they were alone
     managed_groups: bool = False
+    # three underused GPU hosts beside the seeded fleet (`costguard demo` turns them on):
+    # one busy GPU of eight, a starved data loader, a small model on a 4-GPU box
+    underused_hosts: bool = False
     # the fleet's working week runs this many hours ahead of UTC (office hours are 9-18 of
     # it, Monday to Friday): the demo sets it so that it always starts at the same hour of
     # the fleet's week, and a seed tells the same story whatever the day

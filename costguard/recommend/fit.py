@@ -17,8 +17,9 @@ its speed changes); data-loading-bound jobs keep their GPU model and need *more*
 GPU than today, never a smaller GPU. Saturated, idle and unjudged instances get
 no fit. Prices come from the price lookup handed in (the catalog with its overrides and
 refreshed prices), both types at the same lifecycle, so the code does not care where a
-price came from. $/month counts the hours the instance ran in the window, scaled to a
-month of 730 hours.
+price came from. $/month: the hourly difference over a month of 730 hours, times the share
+of the time the instance ran (hours with readings over the hours since its first reading in
+the window).
 """
 
 from __future__ import annotations
@@ -78,9 +79,10 @@ class _Need:
 
     def text(self, shape: Shape) -> str:
         model = f" {shape.gpu_model}" if self.same_model else ""
-        out = f"{self.gpus}{model} GPU{'s' if self.gpus != 1 else ''}"
-        if self.vram_mib:
-            out += f" with >= {self.vram_mib / 1024:.1f} GB each"
+        upto = "up to " if self.more_cpu_per_gpu is not None else ""
+        out = f"{upto}{self.gpus}{model} GPU{'s' if self.gpus != 1 else ''}"
+        if self.vram_mib and self.more_cpu_per_gpu is None:
+            out += f" with >= {gb(self.vram_mib * 2**20)} each"
         out += f", >= {self.vcpus} vCPUs, >= {self.memory_mib / 1024:.0f} GiB"
         if self.more_cpu_per_gpu is not None:
             out += f", > {self.more_cpu_per_gpu:g} vCPUs per GPU"
@@ -133,10 +135,10 @@ def _risks(e: Efficiency, cur: Shape, to: Shape, need: _Need) -> tuple[str, ...]
         left = to.gpu_memory_mib * 2**20 - e.vram_peak_bytes
         out.append(f"VRAM peak {gb(e.vram_peak_bytes)} leaves {gb(max(0, left))} "
                    f"({left / (to.gpu_memory_mib * 2**20):.0%}) of the {to.gpu_model}'s "
-                   f"{to.gpu_memory_mib / 1024:g} GB: a larger batch or model needs more")
+                   f"{gb(to.gpu_memory_mib * 2**20)}: a larger batch or model needs more")
     if to.gpu_model != cur.gpu_model and e.bottleneck is not Bottleneck.LATENCY_BOUND:
-        out.append(f"the GPU used was busy ({e.gpu_mean or 0:.0f}% mean): on a {to.gpu_model} "
-                   f"instead of a {cur.gpu_model} it runs at another speed; measure a run")
+        out.append(f"the GPU used was busy ({e.gpu_mean or 0:.0f}% mean): on {an(to.gpu_model)} "
+                   f"instead of {an(cur.gpu_model)} it runs at another speed; measure a run")
     if to.architecture != cur.architecture:
         out.append(f"{cur.architecture} -> {to.architecture}: code built only for "
                    f"{cur.architecture} GPUs (custom CUDA kernels) needs a rebuild")
@@ -144,6 +146,9 @@ def _risks(e: Efficiency, cur: Shape, to: Shape, need: _Need) -> tuple[str, ...]
         unused = cur.gpus - (e.gpus_used or 0)
         out.append(f"drops {unused} GPU{'s' if unused != 1 else ''} unused in the window: "
                    "a job that needs them only now and then would not fit")
+    if to.gpus < (e.gpus_used or 0):
+        out.append(f"runs on {to.gpus} GPU{'s' if to.gpus != 1 else ''} instead of the "
+                   f"{e.gpus_used} used: a job sharded across them needs fewer workers")
     if need.assumed:
         out.append("host CPU and memory not measured: assumed proportional to the GPUs kept "
                    "(run the agent to measure them)")
@@ -184,7 +189,7 @@ def cheaper_fit(inst: Instance, e: Efficiency, price: PriceLookup,
     if not priced:
         return _none(base, cfg)
     usd, _, _, to = min(priced)
-    running = e.hours / max(1e-9, (e.window_end - e.window_start).total_seconds() / 3600)
+    running = e.hours / e.span_hours if e.span_hours > 0 else 1.0
     monthly = round((here.usd_per_hour - usd) * HOURS_PER_MONTH * min(1.0, running), 2)
     return Fit(inst, e, cur, to, here.usd_per_hour, usd, monthly, basis, need.text(cur),
                _what(e, cur, to), _risks(e, cur, to, need))
@@ -210,5 +215,10 @@ def _what(e: Efficiency, cur: Shape, to: Shape) -> str:
         return (f"{to.vcpus / to.gpus:g} vCPUs per GPU instead of "
                 f"{cur.vcpus / max(1, e.gpus_used or 1):g}: the GPU stops waiting for data")
     if to.gpu_model != cur.gpu_model:
-        return f"a {to.gpu_model} holds the measured peak: {to.label}"
-    return f"keeps the {e.gpus_used} {cur.gpu_model} used: {to.label}"
+        return f"{an(to.gpu_model)} holds the measured peak"
+    return f"keeps {e.gpus_used} {cur.gpu_model} of {cur.gpus}"
+
+
+def an(noun: str) -> str:
+    """`noun` with its article: an A10G, a T4 (by the letter's sound: an L4, an H100)."""
+    return f"{'an' if noun[:1].upper() in 'AEFHILMNORSX' else 'a'} {noun}"

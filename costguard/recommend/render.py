@@ -128,15 +128,16 @@ def print_text(console: Console, recs: Recommendations, everything: bool) -> Non
     shown = _shown(recs, everything)
     if not shown:
         return
-    table = Table("instance", "team", "type", "bottleneck", "GPUs used", "fit", "$/month",
-                  box=None, pad_edge=False)
+    table = Table(box=None, pad_edge=False)
+    for name in ("instance", "bottleneck", "GPUs used", "fit"):
+        table.add_column(name, overflow="fold")
+    table.add_column("saves/month", justify="right", no_wrap=True)
     for r in shown:
         f, e = r.fit, r.fit.efficiency
         used = "-" if e.gpus_used is None else f"{e.gpus_used}/{e.gpus_paid}"
-        table.add_row(r.fit.instance.name or r.fit.instance.instance_id, r.team,
-                      r.fit.instance.instance_type, str(e.bottleneck), used,
-                      f.to.instance_type if f.to else "-",
-                      _usd(f.monthly_usd) if f.to else "-")
+        saves = _usd(f.monthly_usd) if f.to and f.monthly_usd > 0 else "-"
+        table.add_row(r.fit.instance.name or r.fit.instance.instance_id, str(e.bottleneck),
+                      used, f.to.instance_type if f.to else "-", saves)
     console.print(table)
     for r in shown:
         console.print("", highlight=False)
@@ -168,6 +169,7 @@ def print_teams(console: Console, recs: Recommendations) -> None:
     table = Table("team", "underused", "spent on them", "fits save/month", box=None,
                   pad_edge=False)
     for team, row in recs.by_team().items():
+        saves = row["monthly_savings_usd"]
         table.add_row(team, str(int(row["instances"])), _usd(row["underused_usd"]),
-                      _usd(row["monthly_savings_usd"]))
+                      _usd(saves) if saves > 0 else "-")
     console.print(table)

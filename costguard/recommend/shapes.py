@@ -62,8 +62,8 @@ class Shape:
 
     @property
     def label(self) -> str:
-        return f"{self.gpus}x {self.gpu_model} {self.gpu_memory_mib / 1024:g} GB, " \
-               f"{self.vcpus} vCPUs, {self.memory_mib / 1024:g} GiB"
+        return (f"{self.gpus}x {self.gpu_model} {self.gpu_memory_mib * 2**20 / 1e9:.0f} GB, "
+                f"{self.vcpus} vCPUs, {self.memory_mib / 1024:g} GiB")
 
 
 def _short(model: str) -> str:

@@ -79,6 +79,9 @@ class Efficiency(BaseModel):
     window_start: datetime
     window_end: datetime
     hours: float  # hours with readings (the instance ran) in the window
+    # hours from its first reading in the window to the window's end: hours / span_hours
+    # is the share of its time it ran (a fleet watched for two days is not part-time)
+    span_hours: float = 0.0
     coverage: float
     signal: GpuSignal | None = None
     gpus_paid: int
@@ -131,8 +134,9 @@ def judge(minutes: Sequence[GpuMinute], *, window_start: datetime, window_end: d
     inside = covering(minutes, start, end)
     ran: set[datetime] = {t for m in inside for t in slots(m, start, end)}
     hours = len(ran) / 60
+    span = (end - min(ran)).total_seconds() / 3600 if ran else 0.0
     base = {"window_start": start, "window_end": end, "hours": round(hours, 2),
-            "gpus_paid": gpu_count}
+            "span_hours": round(span, 2), "gpus_paid": gpu_count}
     if gpu_count <= 0 or not ran:
         why = "no GPUs" if gpu_count <= 0 else "no readings in the window"
         return Efficiency(bottleneck=Bottleneck.INSUFFICIENT_DATA, underused=False,

@@ -164,19 +164,21 @@ def sim_minute(
     rng: Random,
     *,
     gpm: bool = True,
+    extra: Mapping[str, object] | None = None,
 ) -> GpuMinute:
     """A realistic minute for a simulated GPU running `pattern`.
 
     Takes 60 consecutive 1 Hz readings from the real recording of that phase, starting at a
     random offset and wrapping around, so bursts keep their real rhythm. `gpm=False` drops
     SM activity, as on GPUs older than Hopper. The pid is derived from the instance id.
+    `extra` sets further fields (a simulated host's CPU and memory).
     """
     phase = PATTERN_PHASE.get(pattern, pattern)
     templates = _minute_templates(phase, gpm)
     template = templates[rng.randrange(len(templates))]
     update: dict[str, object] = {
         "provider": provider, "instance_id": instance_id, "gpu_index": gpu_index,
-        "minute": minute,
+        "minute": minute, **(extra or {}),
     }
     if template.top_process_pid is not None:
         update["top_process_pid"] = 1000 + zlib.crc32(f"{instance_id}/{gpu_index}".encode()) % 60000

@@ -34,7 +34,8 @@ def judged(gpus: int, used: int, bottleneck: Bottleneck, *, vram: float, cpu: fl
         "host_cpu_p95": cpu, "host_mem_peak_bytes": int(mem_gib * GIB) if mem_gib else None}
     return Efficiency(
         bottleneck=bottleneck, underused=used < gpus or gpu_mean < 40, evidence=(),
-        window_start=START, window_end=START + timedelta(days=7), hours=hours, coverage=1.0,
+        window_start=START, window_end=START + timedelta(days=7), hours=hours,
+        span_hours=168, coverage=1.0,
         signal=GpuSignal.SM_ACTIVE, gpus_paid=gpus, gpus_used=used,
         used_gpus=tuple(range(used)), gpu_mean=gpu_mean, vram_peak_bytes=int(vram * 1e9),
         **host)
@@ -74,7 +75,7 @@ def test_more_host_cpu_needs_a_larger_g6e() -> None:
     e = judged(8, 1, Bottleneck.HEALTHY, vram=30, cpu=10.0, mem_gib=40)
     fit = cheaper_fit(instance("p4d.24xlarge"), e, table_price, ANY)
     assert fit.to is not None and fit.to.instance_type == "g6e.4xlarge"
-    assert fit.needs == "1 GPU with >= 33.5 GB each, >= 12 vCPUs, >= 48 GiB"
+    assert fit.needs == "1 GPU with >= 36.0 GB each, >= 12 vCPUs, >= 48 GiB"
 
 
 def test_eight_busy_gpus_of_eight_get_no_recommendation() -> None:
@@ -104,6 +105,8 @@ def test_a_starved_loader_gets_more_cpu_per_gpu_never_a_smaller_gpu() -> None:
     fit = cheaper_fit(instance("g5.12xlarge"), e, table_price, ANY)
     assert fit.to is not None and fit.to.instance_type == "g5.16xlarge"
     assert fit.to.gpu_model == "A10G"
+    assert fit.needs == "up to 4 A10G GPUs, >= 56 vCPUs, >= 72 GiB, > 12 vCPUs per GPU"
+    assert "runs on 1 GPU instead of the 4 used" in " | ".join(fit.risks)
     assert fit.reason == "64 vCPUs per GPU instead of 12: the GPU stops waiting for data"
     assert fit.monthly_usd == round((5.672 - 4.096) * 730, 2)
 
