@@ -410,7 +410,7 @@ def db_upgrade(config: ConfigOpt = None) -> None:
 
 
 # `costguard --help` lists the first hour first: start, try, check, run, read, then the rest
-_ORDER = ["init", "demo", "validate", "run", "report", "recommend", "explain", "status",
+_ORDER = ["init", "demo", "validate", "run", "report", "explain", "recommend", "status",
           "snooze", "audit", "simulate", "iam", "pause", "resume"]
 
 

@@ -41,8 +41,6 @@ def recommend_command(
 
     Example: costguard recommend --by team; costguard recommend --filter team=research
     """
-    from costguard.costs.price_book import PriceBook
-    from costguard.costs.pricing import PriceCatalog
     from costguard.policy.base import duration_arg
     from costguard.recommend import render
     from costguard.recommend.run import recommend
@@ -63,8 +61,7 @@ def recommend_command(
         db = Database(settings.database_url, create=False)  # it only reads
         try:
             with db.session() as s:
-                listed = catalog_for(settings)  # with the list prices `prices refresh` stored
-                catalog = PriceCatalog(listed.providers, listed.overrides, PriceBook.load(s))
+                catalog = catalog_for(settings, s)  # with the prices `prices refresh` stored
                 recs = recommend(s, cli_clock().now(), catalog.quote, cfg, wanted)
         finally:
             db.dispose()

@@ -20,6 +20,7 @@ from sqlmodel import Session
 from costguard.costs.attribution import UNATTRIBUTED
 from costguard.recommend.fit import Fit, PriceLookup, cheaper_fit
 from costguard.recommend.settings import RecommendSettings
+from costguard.report.figures import Waste, WasteLine
 from costguard.store.inventory import current_instances
 from costguard.store.readings import read_minutes
 from costguard.telemetry.efficiency import Bottleneck, judge
@@ -92,3 +93,18 @@ def recommend(session: Session, now: datetime, price: PriceLookup,
                             r.fit.efficiency.bottleneck is Bottleneck.INSUFFICIENT_DATA,
                             r.fit.instance.instance_id))
     return Recommendations(since, now, out)
+
+
+def waste_of(recs: Recommendations, top: int = 5) -> Waste:
+    """The report's "Waste beyond idle" section: per team, and the largest fits."""
+    under = recs.underused
+    lines = tuple(
+        WasteLine(r.fit.instance.name or r.fit.instance.instance_id, r.team,
+                  str(r.fit.efficiency.bottleneck),
+                  f"{r.fit.efficiency.gpus_used}/{r.fit.efficiency.gpus_paid}",
+                  r.fit.to.instance_type if r.fit.to else None, r.fit.monthly_usd)
+        for r in under[:top])
+    return Waste(recs.since, recs.until, len(recs.items), len(under),
+                 round(sum(r.underused_usd for r in under), 2),
+                 round(sum(max(0.0, r.fit.monthly_usd) for r in under), 2),
+                 recs.by_team(), lines)

@@ -29,6 +29,32 @@ class ReportRow:
 
 
 @dataclass(frozen=True)
+class WasteLine:
+    """One underused instance as the report lists it (`costguard recommend` has the rest)."""
+
+    instance: str
+    team: str
+    bottleneck: str
+    gpus_used: str  # "1/8"
+    fit: str | None
+    monthly_usd: float
+
+
+@dataclass(frozen=True)
+class Waste:
+    """Waste beyond idle over the recommendation window ending at the report's end."""
+
+    since: datetime
+    until: datetime
+    judged: int
+    underused: int
+    underused_usd: float
+    monthly_savings_usd: float
+    by_team: dict[str, dict[str, float]]
+    top: tuple[WasteLine, ...]
+
+
+@dataclass(frozen=True)
 class Report:
     by: tuple[str, ...]
     since: datetime
@@ -43,3 +69,4 @@ class Report:
     # first, and the BilledCost of every bill line in the period
     billed_not_compared: tuple[tuple[str, str, int], ...] = ()
     bill_total_micros: int | None = None
+    waste: Waste | None = None  # underused GPUs (costguard.recommend), where judged

@@ -73,4 +73,6 @@ def to_html(report: Report, session: Session, now: datetime) -> str:
                     if billed and report.bill_total_micros is not None else None),
         not_compared=[(p, w, usd(c)) for (p, w, _), c in zip(
             report.billed_not_compared, not_compared_cents(report), strict=True)],
+        waste=report.waste,
+        dollars=lambda x: usd_micros(round(x * 1e6)),
     )

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
+from rich.table import Table
 
 from costguard.costs.attribution import UNATTRIBUTED
 from costguard.report.figures import Report, ReportRow
@@ -131,6 +132,8 @@ def to_json(report: Report) -> str:
         "total": _row_json((), total),
         "price_warnings": list(report.price_warnings),
     }
+    if report.waste is not None:
+        doc["waste_beyond_idle"] = waste_json(report)
     if report.compare == "billed":
         doc["bill_total_usd"] = dollars(_round_half_up(report.bill_total_micros or 0, CENT))
         doc["billed_not_compared"] = [
@@ -138,6 +141,18 @@ def to_json(report: Report) -> str:
             for (provider, what, _), cents in zip(
                 report.billed_not_compared, not_compared_cents(report), strict=True)]
     return json.dumps(doc, indent=2)
+
+
+def waste_json(report: Report) -> dict[str, Any]:
+    w = report.waste
+    assert w is not None
+    return {"since": w.since.isoformat(), "until": w.until.isoformat(),
+            "gpu_instances": w.judged, "underused": w.underused,
+            "underused_usd": w.underused_usd, "monthly_savings_usd": w.monthly_savings_usd,
+            "by_team": w.by_team,
+            "top": [{"instance": t.instance, "team": t.team, "bottleneck": t.bottleneck,
+                     "gpus_used": t.gpus_used, "fit": t.fit, "monthly_savings_usd": t.monthly_usd}
+                    for t in w.top]}
 
 
 def not_compared_cents(report: Report) -> list[int]:
@@ -223,6 +238,35 @@ def to_table(report: Report, console: Console) -> None:
                       highlight=False, markup=False)
     billed_notes(report, console)
     price_notes(report, console)
+    waste_notes(report, console)
+
+
+def waste_notes(report: Report, console: Console) -> None:
+    """Waste beyond idle: underused GPU spend per team and the largest fits."""
+    w = report.waste
+    if w is None or not w.underused:
+        return
+    console.print(f"Waste beyond idle ({w.since:%Y-%m-%d} to {w.until:%Y-%m-%d}): "
+                  f"{w.underused} of {w.judged} GPU instances underused, "
+                  f"{usd_micros(round(w.underused_usd * 1e6))} spent on them; fits save "
+                  f"{usd_micros(round(w.monthly_savings_usd * 1e6))}/month",
+                  style="bold", highlight=False, markup=False)
+    for team, row in w.by_team.items():
+        saves = row["monthly_savings_usd"]
+        console.print(f"  {team:<16} {usd_micros(round(row['underused_usd'] * 1e6)):>12} on "
+                      f"{row['instances']:g} underused"
+                      + (f", fits save {usd_micros(round(saves * 1e6))}/month" if saves else ""),
+                      highlight=False, markup=False)
+    table = Table(box=None, pad_edge=False)
+    for name in ("instance", "bottleneck", "GPUs used", "fit"):
+        table.add_column(name, overflow="fold")
+    table.add_column("saves/month", justify="right", no_wrap=True)
+    for line in w.top:
+        table.add_row(line.instance, line.bottleneck, line.gpus_used, line.fit or "-",
+                      usd_micros(round(line.monthly_usd * 1e6)) if line.fit else "-")
+    console.print(table)
+    console.print("  Evidence, fits and risks: costguard recommend", highlight=False,
+                  markup=False)
 
 
 def billed_notes(report: Report, console: Console, most: int = 8) -> None:

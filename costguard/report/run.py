@@ -63,10 +63,16 @@ def parse_filters(filters: Sequence[str] | Mapping[str, str] | None) -> dict[str
     return dict(items)
 
 
-def catalog_for(settings: Any) -> PriceCatalog:
+def catalog_for(settings: Any, session: Session | None = None) -> PriceCatalog:
+    """The configured catalog (overrides); with `session`, also the list prices
+    `costguard prices refresh` stored and the rates bills taught."""
     cs = costs_settings(settings)
     overrides = PriceOverrides.load(cs.price_overrides) if cs.price_overrides else None
-    return PriceCatalog(overrides=overrides)
+    if session is None:
+        return PriceCatalog(overrides=overrides)
+    from costguard.costs.price_book import PriceBook
+
+    return PriceCatalog(overrides=overrides, book=PriceBook.load(session))
 
 
 def spend_report(
@@ -75,15 +81,20 @@ def spend_report(
 ) -> Report:
     """The one spend query behind every figure a person reads (the report in each format,
     the demo's table): spot savings priced with the configured catalog wherever no spot run
-    of a type was seen, so no surface shows a different number for the same data."""
+    of a type was seen, so no surface shows a different number for the same data; and the
+    waste beyond idle over the recommendation window ending at `until`."""
     from dataclasses import replace
 
     from costguard.costs.prices import price_warnings
+    from costguard.recommend.run import recommend, waste_of
+    from costguard.recommend.settings import RecommendSettings
 
     report = spend(session, list(by), since, until, filters,
                    spot_price=catalog_spot_price(catalog_for(settings)), compare=compare)
     warnings = tuple(w.text for w in price_warnings(session, since, until))
-    return replace(report, price_warnings=warnings)
+    cfg = getattr(settings, "recommend", None) or RecommendSettings()
+    recs = recommend(session, until, catalog_for(settings, session).quote, cfg, filters)
+    return replace(report, price_warnings=warnings, waste=waste_of(recs))
 
 
 def render_report(

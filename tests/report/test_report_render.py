@@ -120,8 +120,11 @@ def test_json_fields_are_exactly_the_documented_schema(settings: SimpleNamespace
                   out, now=END, compare=compare)
     doc = json.loads(out.read_text())
     assert list(doc) == ["schema", "currency", "by", "since", "until", "filters", "compare",
-                         "rows", "total", "price_warnings",
+                         "rows", "total", "price_warnings", "waste_beyond_idle",
                          *(["bill_total_usd", "billed_not_compared"] if compare else [])]
+    assert list(doc["waste_beyond_idle"]) == [
+        "since", "until", "gpu_instances", "underused", "underused_usd",
+        "monthly_savings_usd", "by_team", "top"]
     assert (doc["since"], doc["until"]) == (T0.isoformat(), END.isoformat())
     assert (doc["filters"], doc["compare"]) == ({"env": "unattributed"}, compare)
     extra = ["billed_usd", "gap_usd"] if compare else []

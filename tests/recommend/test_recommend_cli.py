@@ -1,0 +1,132 @@
+"""`costguard recommend` on a demo database: the simulated fleet's underused hosts named
+with their bottleneck, evidence, fit and dollars, in every format, and the same spend as
+`costguard report` (#19)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from costguard import cli_common
+from costguard.cli import app
+from costguard.clock import ManualClock
+
+REPO = Path(__file__).resolve().parents[2]
+NOW = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
+runner = CliRunner()
+DB = ["--database", "costguard-demo.db"]
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A demo of 26 hours (the verdict needs 24 h of readings), once for the module."""
+    path = tmp_path_factory.mktemp("recommend")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(path)
+        shutil.copytree(REPO / "policies", path / "policies")
+        mp.delenv("COSTGUARD_CONFIG", raising=False)
+        mp.setenv("COSTGUARD_DATABASE_URL", f"sqlite:///{path / 'configured.db'}")
+        mp.setattr(cli_common, "CLOCK", ManualClock(NOW))
+        result = runner.invoke(app, ["demo", "--hours", "26", "--quiet"])
+        assert result.exit_code == 0, result.output
+        yield path
+
+
+def cli(*args: str) -> str:
+    result = runner.invoke(app, [*DB, "recommend", *args], terminal_width=80)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def items(*args: str) -> dict[str, dict[str, Any]]:
+    doc = json.loads(cli("--format", "json", *args))
+    assert doc["schema"] == 1
+    return {i["name"]: i for i in doc["items"]}
+
+
+def test_every_underused_host_of_the_demo_is_named_with_its_fit(demo_dir: Path) -> None:
+    got = items()
+    p4d = got["research-p4d-one-of-eight"]
+    assert p4d["bottleneck"] == "healthy" and p4d["underused"]
+    assert p4d["measured"]["gpus_used"] == 1 and p4d["measured"]["gpus_paid"] == 8
+    # the shipped us-east-1 prices: p4d.24xlarge $21.957642/h, g5.xlarge (A10G, Ampere
+    # like the A100, 4 vCPUs, 16 GiB for 3% of 96 vCPUs and 12 GiB in use) $1.006/h
+    assert p4d["fit"]["to"] == "g5.xlarge"
+    assert p4d["fit"]["usd_per_hour"] == 21.957642 and p4d["fit"]["to_usd_per_hour"] == 1.006
+    share = p4d["measured"]["hours"] / p4d["measured"]["span_hours"]
+    assert p4d["fit"]["monthly_savings_usd"] == pytest.approx(
+        (21.957642 - 1.006) * 730 * share, abs=0.01)
+    loader = got["vision-g5-starved-loader"]
+    assert loader["bottleneck"] == "data-loading" and loader["fit"]["to"] == "g5.16xlarge"
+    assert any("host CPU p95 97.0% of 48 vCPUs" in e for e in loader["evidence"])
+    small = got["recsys-g5-small-inference"]
+    assert small["bottleneck"] == "latency-bound" and small["fit"]["to"] == "g5.xlarge"
+    assert all(i["underused"] for i in got.values())
+
+
+def test_the_text_names_bottleneck_evidence_fit_and_risks_in_80_columns(demo_dir: Path) -> None:
+    out = cli()
+    assert out.startswith("Waste beyond idle, 2026-03-03 to 2026-03-10 (7 days): ")
+    table = out.split("\n\n")[0].splitlines()
+    assert all(len(line) <= 80 for line in table)
+    row = next(line for line in table if line.startswith("research-p4d-one-of-eight"))
+    assert row.split()[1:4] == ["healthy", "1/8", "g5.xlarge"]
+    assert "  fit: g5.xlarge (1x A10G 24 GB, 4 vCPUs, 16 GiB) at $1.006/h instead of " \
+           "$21.96/h, saves $" in out
+    assert "  risk: drops 7 GPUs unused in the window" in out
+    assert "no fit: no cheaper Ampere type holds it" in out  # the seeded bursty 4-GPU box
+
+
+def test_spend_is_the_reports_for_the_same_window(demo_dir: Path) -> None:
+    got = items()
+    report = runner.invoke(app, [*DB, "report", "--by", "instance", "--since", "7d",
+                                 "--format", "json"])
+    assert report.exit_code == 0, report.output
+    rows = {r["instance"]: r["cost_usd"] for r in json.loads(report.output)["rows"]}
+    for item in got.values():
+        assert item["spend_usd"] == pytest.approx(rows[item["instance_id"]], abs=0.01)
+
+
+def test_by_team_adds_up_the_instances(demo_dir: Path) -> None:
+    doc = json.loads(cli("--format", "json"))
+    for team, row in doc["by_team"].items():
+        mine = [i for i in doc["items"] if i["team"] == team]
+        assert row["instances"] == len(mine)
+        assert row["underused_usd"] == pytest.approx(sum(i["underused_usd"] for i in mine),
+                                                     abs=0.02)
+    table = list(csv.DictReader(io.StringIO(cli("--by", "team", "--format", "csv"))))
+    assert {r["team"] for r in table} == set(doc["by_team"])
+    text = cli("--by", "team")
+    assert "research" in text and "fits save/month" in text
+
+
+def test_filter_all_and_csv(demo_dir: Path) -> None:
+    assert set(items("--filter", "team=vision")) == {"vision-g5-starved-loader"}
+    everything = items("--all")
+    assert any(i["bottleneck"] == "healthy" and not i["underused"] for i in everything.values())
+    assert any(i["bottleneck"] == "insufficient-data" for i in everything.values())
+    rows = list(csv.DictReader(io.StringIO(cli("--format", "csv"))))
+    assert {r["name"] for r in rows} == set(items())
+    assert {r["fit"] for r in rows if r["name"] == "vision-g5-starved-loader"} == {"g5.16xlarge"}
+
+
+def test_a_short_window_judges_nothing_rather_than_guessing(demo_dir: Path) -> None:
+    doc = json.loads(cli("--window", "6h", "--format", "json"))
+    assert doc["summary"]["underused"] == 0
+    assert doc["summary"]["insufficient_data"] == doc["summary"]["gpu_instances"]
+
+
+def test_bad_options_are_clear_errors(demo_dir: Path) -> None:
+    bad = runner.invoke(app, [*DB, "recommend", "--window", "soon"])
+    assert bad.exit_code == 2 and "bad --window 'soon'" in bad.output
+    bad = runner.invoke(app, [*DB, "recommend", "--filter", "colour=red"])
+    assert bad.exit_code == 2 and "bad --filter dimension 'colour'" in bad.output
