@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import time
 from datetime import UTC, datetime
@@ -34,12 +35,15 @@ def test_cpu_seconds_grow_with_work_done_by_the_process() -> None:
 
 def test_memory_reads_current_and_peak_resident_size() -> None:
     before = memory_mb(os.getpid())
-    block = bytearray(40 * 2**20)
-    block[:: 4096] = b"x" * len(block[:: 4096])  # touch every page so it is resident
+    # fresh anonymous pages (a bytearray may reuse memory the allocator already holds
+    # resident from earlier tests in the same worker, and then RSS does not grow)
+    block = mmap.mmap(-1, 40 * 2**20)
+    for offset in range(0, len(block), 4096):  # touch every page so it is resident
+        block[offset] = 1
     after = memory_mb(os.getpid())
     assert after["VmRSS"] - before["VmRSS"] >= 30
     assert after["VmHWM"] >= after["VmRSS"]
-    del block
+    block.close()
 
 
 def test_batch_bodies_are_valid_summaries_that_never_repeat_a_key() -> None:

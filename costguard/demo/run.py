@@ -208,7 +208,8 @@ def _epilogue(console: Console, db: Database, settings: Settings, since: datetim
     again = f"costguard --database {database_option(db)}"
     console.print(f"\nNext: [bold]{again} report --by team --since 7d[/] reads the same "
                   f"database; [bold]{again} report --by team --by instance-type[/] drills in;"
-                  f" [bold]{again} explain INSTANCE[/] says why one was or was not stopped.",
+                  f" [bold]{again} explain INSTANCE[/] says why one was or was not stopped;"
+                  f" [bold]{again} recommend[/] names the underused GPUs and their cheaper fit.",
                   highlight=False)
 
 

@@ -37,7 +37,7 @@ def recommend_command(
     cheapest type that holds what it was measured to use, the dollars, and the risks.
 
     Judged over the window's readings (agent or cloud metrics); an instance with too few
-    readings is not judged. Never acts: `underused:` in a policy can notify or tag.
+    readings is not judged. It never acts (docs/recommend.md).
 
     Example: costguard recommend --by team; costguard recommend --filter team=research
     """

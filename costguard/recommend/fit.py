@@ -164,9 +164,8 @@ def cheaper_fit(inst: Instance, e: Efficiency, price: PriceLookup,
     if cur is None:
         return Fit(inst, e, None, reason=f"{inst.instance_type} is not in costguard's "
                                          f"{inst.provider} shape catalog")
-    if e.bottleneck in (Bottleneck.IDLE, Bottleneck.INSUFFICIENT_DATA, Bottleneck.SATURATED):
-        return Fit(inst, e, cur, reason=e.advice)
-    if not e.underused:
+    if not e.underused or e.bottleneck in (Bottleneck.IDLE, Bottleneck.INSUFFICIENT_DATA,
+                                           Bottleneck.SATURATED):
         return Fit(inst, e, cur, reason=e.advice)
     need = _need(e, cur, cfg.headroom)
     lifecycle, basis = inst.lifecycle, f"{inst.lifecycle} list prices"
