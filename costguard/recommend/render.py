@@ -19,6 +19,7 @@ from rich.table import Table
 from costguard.recommend.fit import Fit
 from costguard.recommend.run import Recommendation, Recommendations
 from costguard.recommend.settings import RecommendSettings
+from costguard.telemetry.efficiency import Bottleneck
 
 SCHEMA = 1
 
@@ -68,8 +69,8 @@ def _summary(recs: Recommendations) -> dict[str, Any]:
     return {"gpu_instances": len(recs.items), "underused": len(under),
             "underused_usd": round(sum(r.underused_usd for r in under), 2),
             "monthly_savings_usd": round(sum(max(0.0, r.fit.monthly_usd) for r in under), 2),
-            "insufficient_data": sum(1 for r in recs.items
-                                     if r.fit.efficiency.bottleneck == "insufficient-data")}
+            "insufficient_data": sum(1 for r in recs.items if r.fit.efficiency.bottleneck
+                                     is Bottleneck.INSUFFICIENT_DATA)}
 
 
 CSV_COLUMNS = ("provider", "instance_id", "name", "instance_type", "team", "bottleneck",

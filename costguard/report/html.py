@@ -20,6 +20,7 @@ from costguard.report.render import (
     display_rows,
     not_compared_cents,
     usd,
+    usd_float,
     usd_micros,
 )
 
@@ -74,5 +75,5 @@ def to_html(report: Report, session: Session, now: datetime) -> str:
         not_compared=[(p, w, usd(c)) for (p, w, _), c in zip(
             report.billed_not_compared, not_compared_cents(report), strict=True)],
         waste=report.waste,
-        dollars=lambda x: usd_micros(round(x * 1e6)),
+        dollars=usd_float,
     )

@@ -97,6 +97,11 @@ def dollars(cents: int) -> float:
     return round(cents / 100, 2)
 
 
+def usd_float(amount: float) -> str:
+    """Dollars held as a float (rounded to the cent already), as `usd_micros` writes them."""
+    return usd_micros(round(amount * 1e6))
+
+
 def usd_micros(micros: int) -> str:
     return usd(_round_half_up(micros, CENT))
 
@@ -248,14 +253,14 @@ def waste_notes(report: Report, console: Console) -> None:
         return
     console.print(f"Waste beyond idle ({w.since:%Y-%m-%d} to {w.until:%Y-%m-%d}): "
                   f"{w.underused} of {w.judged} GPU instances underused, "
-                  f"{usd_micros(round(w.underused_usd * 1e6))} spent on them; fits save "
-                  f"{usd_micros(round(w.monthly_savings_usd * 1e6))}/month",
+                  f"{usd_float(w.underused_usd)} spent on them; fits save "
+                  f"{usd_float(w.monthly_savings_usd)}/month",
                   style="bold", highlight=False, markup=False)
     for team, row in w.by_team.items():
         saves = row["monthly_savings_usd"]
-        console.print(f"  {team:<16} {usd_micros(round(row['underused_usd'] * 1e6)):>12} on "
+        console.print(f"  {team:<16} {usd_float(row['underused_usd']):>12} on "
                       f"{row['instances']:g} underused"
-                      + (f", fits save {usd_micros(round(saves * 1e6))}/month" if saves else ""),
+                      + (f", fits save {usd_float(saves)}/month" if saves else ""),
                       highlight=False, markup=False)
     table = Table(box=None, pad_edge=False)
     for name in ("instance", "bottleneck", "GPUs used", "fit"):
@@ -263,7 +268,7 @@ def waste_notes(report: Report, console: Console) -> None:
     table.add_column("saves/month", justify="right", no_wrap=True)
     for line in w.top:
         table.add_row(line.instance, line.bottleneck, line.gpus_used, line.fit or "-",
-                      usd_micros(round(line.monthly_usd * 1e6)) if line.fit else "-")
+                      usd_float(line.monthly_usd) if line.fit else "-")
     console.print(table)
     console.print("  Evidence, fits and risks: costguard recommend", highlight=False,
                   markup=False)

@@ -78,11 +78,13 @@ def catalog_for(settings: Any, session: Session | None = None) -> PriceCatalog:
 def spend_report(
     session: Session, settings: Any, by: Sequence[str], since: datetime, until: datetime,
     filters: Mapping[str, str] | None = None, *, compare: str | None = None,
+    waste: bool = True,
 ) -> Report:
     """The one spend query behind every figure a person reads (the report in each format,
     the demo's table): spot savings priced with the configured catalog wherever no spot run
     of a type was seen, so no surface shows a different number for the same data; and the
-    waste beyond idle over the recommendation window ending at `until`."""
+    waste beyond idle over the recommendation window ending at `until` (`waste=False`: for
+    a surface that does not show it, such as CSV, which then skips reading the readings)."""
     from dataclasses import replace
 
     from costguard.costs.prices import price_warnings
@@ -92,6 +94,8 @@ def spend_report(
     report = spend(session, list(by), since, until, filters,
                    spot_price=catalog_spot_price(catalog_for(settings)), compare=compare)
     warnings = tuple(w.text for w in price_warnings(session, since, until))
+    if not waste:
+        return replace(report, price_warnings=warnings)
     cfg = getattr(settings, "recommend", None) or RecommendSettings()
     recs = recommend(session, until, catalog_for(settings, session).quote, cfg, filters)
     return replace(report, price_warnings=warnings, waste=waste_of(recs))
@@ -134,7 +138,8 @@ def render_report(
     try:
         with db.session() as s:
             try:
-                report = spend_report(s, settings, by, start, end, wanted, compare=compare)
+                report = spend_report(s, settings, by, start, end, wanted, compare=compare,
+                                      waste=fmt != "csv")
             except ValueError as exc:
                 raise ReportArgumentError(str(exc)) from None
             if fmt == "html":

@@ -161,7 +161,7 @@ def judge(minutes: Sequence[GpuMinute], *, window_start: datetime, window_end: d
                         if sum(1 for x in s.values() if x.peak >= cfg.below)
                         >= max(1, math.ceil(cfg.used_share * len(s)))))
     paid_share = sum(x.mean for s in by_gpu.values() for x in s.values()) / (100 * expected)
-    host = _host(inside, start, end, cfg.min_coverage)
+    host = _host(inside, start, end, len(ran), cfg.min_coverage)
     found = Efficiency(bottleneck=Bottleneck.IDLE, underused=False, evidence=(),
                        gpus_used=len(used), used_gpus=used,
                        paid_active_share=round(paid_share, 4), **host,
@@ -201,10 +201,10 @@ def _vram(by_gpu: dict[int, dict[datetime, _Slot]], used: tuple[int, ...]) -> di
     return {"vram_peak_bytes": max(values), "vram_p99_bytes": int(percentile(values, 99))}
 
 
-def _host(minutes: Sequence[GpuMinute], start: datetime, end: datetime,
+def _host(minutes: Sequence[GpuMinute], start: datetime, end: datetime, ran: int,
           min_coverage: float) -> dict[str, object]:
     """The host's figures, one per minute (every GPU's summary of a minute carries the same);
-    None unless host CPU covers `min_coverage` of the minutes, as GPU coverage must."""
+    None unless host CPU covers `min_coverage` of the `ran` minutes, as GPU coverage must."""
     cpu: dict[datetime, GpuMinute] = {}
     totals = [m.mem_total_bytes for m in minutes if m.mem_total_bytes]
     out: dict[str, object] = {"vram_total_bytes": max(totals)} if totals else {}
@@ -212,8 +212,7 @@ def _host(minutes: Sequence[GpuMinute], start: datetime, end: datetime,
         if m.host_cpu_pct is not None:
             for t in slots(m, start, end):
                 cpu[t] = m
-    ran = {t for m in minutes for t in slots(m, start, end)}
-    if len(cpu) < min_coverage * len(ran):
+    if len(cpu) < min_coverage * ran:
         return out
     rows = list(cpu.values())
     busy = [m.host_cpu_pct for m in rows if m.host_cpu_pct is not None]
