@@ -31,6 +31,10 @@ from costguard.policy.conditions import IdleCondition
 from costguard.policy.evaluate import Finding, evaluate
 from costguard.policy.schema import PolicySet
 from costguard.providers.base import Provider
+from costguard.recommend import stored
+from costguard.recommend.digest import enqueue_digests
+from costguard.recommend.settings import RecommendSettings
+from costguard.recommend.verdict import StoredVerdict, settings_key
 from costguard.store import control
 from costguard.store.db import Database
 from costguard.store.inventory import current_instances
@@ -57,6 +61,8 @@ class CycleSummary:
     alerts_sent: int = 0
     budgets: int = 0
     anomalies: int = 0
+    judged: int = 0  # GPU instances whose efficiency verdict was renewed
+    digests: int = 0  # weekly underused-GPU digests enqueued
     paused: bool = False
     stage_seconds: dict[str, float] = field(default_factory=dict)
 
@@ -107,6 +113,8 @@ class Engine:
         self.window = ReadingWindow()
         self._inventory: list[Instance] | None = None
         self._spend_checked: datetime | None = None
+        self._verdicts: dict[str, dict[stored.Ref, StoredVerdict]] = {}
+        self._verdicts_read: datetime | None = None  # read back only when they change
         overrides_file = settings.costs.price_overrides
         self.catalog = PriceCatalog(
             {n: p.price for n, p in self.providers.items()},
@@ -127,6 +135,7 @@ class Engine:
             self._stage(summary, "telemetry", lambda: self._telemetry(summary, now))
             self._stage(summary, "window", lambda: self._refresh_window(now))
             self._stage(summary, "accrue", lambda: self._accrue(summary, now))
+            self._stage(summary, "efficiency", lambda: self._efficiency(summary, now))
             findings: list[Finding] = []
             self._stage(summary, "evaluate", lambda: findings.extend(self._evaluate(now)))
             summary.findings = dict(Counter(f.policy.name for f in findings if f.holds))
@@ -295,6 +304,29 @@ class Engine:
         summary.accrued_usd = round(stats.cost_micros / 1e6, 2)
         summary.idle_usd = round(stats.idle_cost_micros / 1e6, 2)
 
+    def _judging(self) -> list[RecommendSettings]:
+        """The thresholds verdicts are kept under: `recommend:`'s (the metric and the
+        digest read those), and each `underused:` condition's own."""
+        base = self.settings.recommend
+        return [base] + [base.model_copy(update=p.condition.underused.overrides())
+                         for p in self.policies.policies if p.condition.underused]
+
+    def _efficiency(self, summary: CycleSummary, now: datetime) -> None:
+        """Renew the efficiency verdicts that are due, read them all back, and enqueue the
+        week's underused-GPU digests when it is time."""
+        judging = self._judging()
+        instances = self._current_instances()
+        with self.db.session() as s:
+            summary.judged = stored.refresh_all(s, instances, now, self.catalog.quote, judging)
+            keys = [settings_key(c) for c in judging]
+            if (summary.judged or self._verdicts_read is None or set(keys) - set(self._verdicts)
+                    or now - self._verdicts_read >= judging[0].refresh):
+                self._verdicts = {k: stored.load(s, c, now) for k, c in zip(keys, judging)}
+                self._verdicts_read = now
+            base = self._verdicts[settings_key(judging[0])]
+            names = {(i.provider, i.instance_id): i.name or i.instance_id for i in instances}
+            summary.digests = enqueue_digests(s, base, names, judging[0].digest, now)
+
     def price(self, inst: Instance) -> float:
         quote = self.catalog.quote(inst)
         return quote.usd_per_hour if quote else 0.0
@@ -304,12 +336,16 @@ class Engine:
         minutes = self.window.as_dict(now - self._longest_idle_window(), now)
         findings: list[Finding] = []
         prices: dict[tuple[str, str], float] = {}
+        keys = {n: settings_key(self.settings.recommend.model_copy(
+                    update=p.condition.underused.overrides()))
+                for n, p in enumerate(self.policies.policies) if p.condition.underused}
         for inst in instances:
             ref = (inst.provider, inst.instance_id)
-            for policy in self.policies.policies:
+            for n, policy in enumerate(self.policies.policies):
                 if ref not in prices:
                     prices[ref] = self.price(inst)
-                f = evaluate(policy, inst, minutes.get(ref, []), now, prices[ref])
+                v = self._verdicts.get(keys[n], {}).get(ref) if n in keys else None
+                f = evaluate(policy, inst, minutes.get(ref, []), now, prices[ref], v)
                 if f is not None:
                     findings.append(f)
         return findings

@@ -12,6 +12,10 @@ from costguard.policy.base import Duration, Element, OneOrMany, Text, at_least
 from costguard.policy.schedule import OfficeHours
 
 MIN_IDLE_WINDOW = timedelta(minutes=5)
+MIN_UNDERUSED_WINDOW = timedelta(days=1)
+# the verdicts under which an instance can be underused (docs/recommend.md)
+UnderusedBottleneck = Literal["healthy", "saturated", "data-loading", "latency-bound",
+                              "cause-unknown"]
 
 
 class IdleCondition(Element):
@@ -72,6 +76,61 @@ policies:
         return self.for_
 
 
+class UnderusedCondition(Element):
+    """The instance's GPUs work, but much less than it pays for: some paid GPUs unused, or
+    the GPUs used below `gpu_low` on average, over a window of days. The efficiency verdict
+    decides (docs/recommend.md): judged once per `recommend.refresh` (a day) from the
+    window's readings, with its bottleneck (data-loading, latency-bound, ...) and the
+    cheaper type that would fit. Thresholds left out come from `recommend:` in
+    costguard.yaml. An instance not judged yet, with too few readings, or idle is never
+    underused (idle is the `idle` condition's case).
+
+    Only `notify` and `tag` may act on it: a GPU that does some work is never stopped for
+    doing too little. `bottleneck` narrows it to some verdicts (a latency-bound server, a
+    starved data loader); `min_monthly_savings_usd` to instances whose cheaper fit saves at
+    least that much.
+    """
+
+    yaml_key: ClassVar[str] = "condition.underused"
+    example: ClassVar[str] = """\
+policies:
+  - name: underused-gpus
+    filters: {gpu: true, state: running}
+    condition:
+      underused:
+        window: 7d
+        gpu_low: 40
+        bottleneck: [latency-bound, data-loading, healthy]
+        min_monthly_savings_usd: 500
+    actions:
+      - notify: {to: owner}
+      - tag: {set: {"costguard:underused": "{now}"}, overwrite: false}
+"""
+
+    window: Annotated[
+        Duration,
+        AfterValidator(at_least(MIN_UNDERUSED_WINDOW,
+                                "a verdict needs at least a day of readings")),
+    ] | None = Field(default=None, description="Readings judged, >= 1d (default: recommend.window, 7d).")
+    gpu_low: float | None = Field(
+        default=None, gt=0, le=100,
+        description="GPUs used below this mean percent are low (default: recommend.gpu_low, 40).")
+    cpu_high: float | None = Field(
+        default=None, gt=0, le=100,
+        description="Host CPU p95 at or above this is high (default: recommend.cpu_high, 75).")
+    bottleneck: OneOrMany[UnderusedBottleneck] | None = Field(
+        default=None, description="Only these verdicts (default: any underused one).")
+    min_monthly_savings_usd: float = Field(
+        default=0, ge=0, description="Only when a cheaper fit saves at least this per month.")
+
+    def overrides(self) -> dict[str, Any]:
+        """The thresholds this condition sets, as `recommend:` settings."""
+        return {name: value for name, value in (("window", self.window),
+                                                ("gpu_low", self.gpu_low),
+                                                ("cpu_high", self.cpu_high))
+                if value is not None}
+
+
 class CostOver(Element):
     """The instance's running cost is above a threshold. Give exactly one of
     `usd_per_hour` or `usd_per_day` (a day is 24 running hours)."""
@@ -124,6 +183,8 @@ policies:
 """
 
     idle: IdleCondition | None = Field(default=None, description="GPU idleness.")
+    underused: UnderusedCondition | None = Field(
+        default=None, description="GPUs that work, but far less than paid for.")
     running_longer_than: Duration | None = Field(
         default=None, description="Running for longer than this."
     )
@@ -169,10 +230,24 @@ def at_least_one(values: list[Any], missing_tags: tuple[str, ...] | None) -> Non
     if all(value is None for value in values):
         raise PydanticCustomError(
             "condition",
-            "give at least one condition: idle, running_longer_than, missing_tags, cost_over "
-            "or outside_hours",
+            "give at least one condition: idle, underused, running_longer_than, "
+            "missing_tags, cost_over or outside_hours",
         )
     if missing_tags == ():
         raise PydanticCustomError(
             "condition", "missing_tags needs at least one tag key, e.g. [team]"
+        )
+
+
+def underused_acts_only_by_telling(underused: object, kinds: set[str]) -> None:
+    """`underused:` is acted on by notify and tag only (never stop or the other steps)."""
+    if underused is None:
+        return
+    acting = sorted(kinds - {"notify", "tag"})
+    if acting:
+        raise PydanticCustomError(
+            "actions",
+            f"condition.underused works with notify and tag only, not {', '.join(acting)}: "
+            "costguard never stops a GPU for doing too little (it may be serving or "
+            "training); remove " + ", ".join(f"`{k}`" for k in acting),
         )

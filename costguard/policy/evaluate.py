@@ -21,10 +21,11 @@ from costguard.model import (
     Verdict,
     covering,
 )
-from costguard.policy.conditions import Condition
+from costguard.policy.conditions import Condition, UnderusedCondition
 from costguard.policy.filters import Filters
 from costguard.policy.schedule import OfficeHours
 from costguard.policy.schema import Policy
+from costguard.recommend.verdict import StoredVerdict
 from costguard.telemetry.classify import classify
 
 
@@ -86,9 +87,11 @@ def matches_filters(f: Filters, inst: Instance, now: datetime) -> bool:
 
 def check_condition(
     cond: Condition, inst: Instance, minutes: Sequence[GpuMinute], now: datetime,
-    usd_per_hour: float,
+    usd_per_hour: float, efficiency: StoredVerdict | None = None,
 ) -> tuple[bool, list[str], Classification | None]:
-    """Every condition given must hold; returns (holds, reasons, idle classification)."""
+    """Every condition given must hold; returns (holds, reasons, idle classification).
+    `efficiency` is the instance's stored verdict under the `underused` condition's
+    thresholds (None: not judged yet)."""
     reasons: list[str] = []
     verdict: Classification | None = None
     if cond.idle is not None:
@@ -101,6 +104,11 @@ def check_condition(
         if verdict.verdict is not Verdict.IDLE:
             return False, [f"not idle ({verdict.verdict}): {verdict.evidence}"], verdict
         reasons.append(f"idle: {verdict.evidence}")
+    if cond.underused is not None:
+        holds, why = underused_holds(cond.underused, efficiency)
+        if not holds:
+            return False, [why], verdict
+        reasons.append(why)
     if cond.running_longer_than is not None:
         ran = now - inst.launch_time
         if inst.state is not InstanceState.RUNNING or ran < cond.running_longer_than:
@@ -123,14 +131,32 @@ def check_condition(
     return True, reasons, verdict
 
 
+def underused_holds(cond: UnderusedCondition, v: StoredVerdict | None) -> tuple[bool, str]:
+    """Whether the stored verdict `v` makes the instance underused under `cond`, and why."""
+    if v is None:
+        return False, "not judged yet (a verdict needs a day of readings): not underused"
+    e = v.efficiency
+    if not e.underused:
+        return False, f"not underused ({e.bottleneck})"
+    if cond.bottleneck is not None and e.bottleneck not in cond.bottleneck:
+        return False, (f"underused, but {e.bottleneck}, not "
+                       + " or ".join(cond.bottleneck))
+    if v.monthly_usd < cond.min_monthly_savings_usd:
+        saves = f"its fit saves ${v.monthly_usd:,.0f}/month" if v.fit_to else "no cheaper fit"
+        return False, (f"underused, but {saves}, under "
+                       f"${cond.min_monthly_savings_usd:,.0f}/month")
+    return True, "underused: " + v.summary()
+
+
 def evaluate(
     policy: Policy, inst: Instance, minutes: Sequence[GpuMinute], now: datetime,
-    usd_per_hour: float,
+    usd_per_hour: float, efficiency: StoredVerdict | None = None,
 ) -> Finding | None:
     """None when the policy does not select `inst`; else a Finding saying if it holds."""
     if not matches(policy, inst, now):
         return None
-    holds, reasons, verdict = check_condition(policy.condition, inst, minutes, now, usd_per_hour)
+    holds, reasons, verdict = check_condition(policy.condition, inst, minutes, now,
+                                              usd_per_hour, efficiency)
     return Finding(policy=policy, instance=inst, holds=holds, reason="; ".join(reasons),
                    evidence=verdict.evidence if verdict else "; ".join(reasons),
                    usd_per_hour=usd_per_hour, classification=verdict)

@@ -28,7 +28,13 @@ from costguard.policy.actions import (
     TerminateAction,
 )
 from costguard.policy.base import Duration, Element, Name, OneOrMany, format_duration
-from costguard.policy.conditions import Condition, CostOver, IdleCondition
+from costguard.policy.conditions import (
+    Condition,
+    CostOver,
+    IdleCondition,
+    UnderusedCondition,
+    underused_acts_only_by_telling,
+)
 from costguard.policy.filters import AgeFilter, Filters, TagFilter
 from costguard.policy.schedule import Calendar, OfficeHours
 from costguard.policy.spend import (
@@ -72,6 +78,7 @@ __all__ = [
     "TagAction",
     "TagFilter",
     "TerminateAction",
+    "UnderusedCondition",
     "format_duration",
 ]
 
@@ -163,6 +170,7 @@ policies:
     @model_validator(mode="after")
     def _lifecycle_steps_need_stop(self) -> Policy:
         kinds = {a.kind for a in self.actions}
+        underused_acts_only_by_telling(self.condition.underused, {str(k) for k in kinds})
         for kind in (ActionKind.START, ActionKind.TERMINATE):
             if kind in kinds and ActionKind.STOP not in kinds:
                 raise PydanticCustomError(
@@ -342,6 +350,7 @@ ELEMENTS: tuple[type[Element], ...] = (
     AgeFilter,
     Condition,
     IdleCondition,
+    UnderusedCondition,
     CostOver,
     OfficeHours,
     Action,

@@ -11,13 +11,14 @@ with `costguard report`.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from sqlmodel import Session
 
 from costguard.costs.attribution import UNATTRIBUTED
+from costguard.model import Instance
 from costguard.recommend.fit import Fit, PriceLookup, cheaper_fit
 from costguard.recommend.settings import RecommendSettings
 from costguard.report.figures import Waste, WasteLine
@@ -66,33 +67,52 @@ def recommend(session: Session, now: datetime, price: PriceLookup,
               filters: Mapping[str, str] | None = None) -> Recommendations:
     """Every GPU instance's verdict and fit over the window ending `now`; `filters` (report
     dimensions, e.g. team=research) narrow it as they narrow a report."""
-    from costguard.report.queries import spend  # the report's own figures
-
     cfg = settings or RecommendSettings()
     since = now - cfg.window
-    rows = spend(session, ["instance", "team"], since, now, filters).rows
+    spent, teams = spend_by_instance(session, since, now, filters)
+    instances = [i for i in current_instances(session) if i.gpu_count > 0
+                 and (not filters or i.instance_id in spent)]
+    out = judge_instances(session, instances, now, price, cfg, spent, teams)
+    out.sort(key=lambda r: (-r.fit.monthly_usd, -r.underused_usd,
+                            r.fit.efficiency.bottleneck is Bottleneck.INSUFFICIENT_DATA,
+                            r.fit.instance.instance_id))
+    return Recommendations(since, now, out)
+
+
+def spend_by_instance(session: Session, since: datetime, until: datetime,
+                      filters: Mapping[str, str] | None = None
+                      ) -> tuple[dict[str, float], dict[str, str]]:
+    """Per instance id: its estimated spend in [since, until), and the team that spend was
+    mostly attributed to (re-attributed mid-window: the larger share), from the report's own
+    spend query."""
+    from costguard.report.queries import spend  # the report's own figures
+
+    rows = spend(session, ["instance", "team"], since, until, filters).rows
     spent: dict[str, float] = defaultdict(float)
-    teams: dict[str, tuple[float, str]] = {}  # re-attributed mid-window: the larger share
+    teams: dict[str, tuple[float, str]] = {}
     for row in rows:
         iid, usd = row.key[0], row.cost_micros / 1e6
         spent[iid] += usd
         if usd > teams.get(iid, (-1.0, ""))[0]:
             teams[iid] = (usd, row.key[1] or UNATTRIBUTED)
-    instances = [i for i in current_instances(session) if i.gpu_count > 0
-                 and (not filters or i.instance_id in spent)]
+    return dict(spent), {iid: team for iid, (_, team) in teams.items()}
+
+
+def judge_instances(session: Session, instances: Sequence[Instance], now: datetime,
+                    price: PriceLookup, cfg: RecommendSettings, spent: Mapping[str, float],
+                    teams: Mapping[str, str]) -> list[Recommendation]:
+    """The verdict and fit of each of `instances` over the window ending `now`."""
+    since = now - cfg.window
     readings = read_minutes(session, [(i.provider, i.instance_id) for i in instances],
                             since, now)
     out = []
     for inst in instances:
         e = judge(readings.get((inst.provider, inst.instance_id), []), window_start=since,
                   window_end=now, gpu_count=inst.gpu_count, settings=cfg)
-        team = teams.get(inst.instance_id, (0.0, UNATTRIBUTED))[1]
-        out.append(Recommendation(cheaper_fit(inst, e, price, cfg), team,
+        out.append(Recommendation(cheaper_fit(inst, e, price, cfg),
+                                  teams.get(inst.instance_id, UNATTRIBUTED),
                                   round(spent.get(inst.instance_id, 0.0), 2)))
-    out.sort(key=lambda r: (-r.fit.monthly_usd, -r.underused_usd,
-                            r.fit.efficiency.bottleneck is Bottleneck.INSUFFICIENT_DATA,
-                            r.fit.instance.instance_id))
-    return Recommendations(since, now, out)
+    return out
 
 
 def waste_of(recs: Recommendations, top: int = 5) -> Waste:

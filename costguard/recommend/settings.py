@@ -12,6 +12,13 @@ cheaper fit's rules (the policy condition `underused:` takes the verdict's names
       min_hours: 24         # hours of readings needed for a verdict
       headroom: 0.2         # on VRAM, vCPUs and host memory of a fit
       architectures: same   # same | same-or-newer | any (GPU architecture of a fit)
+      refresh: 1d           # the cycle judges each GPU instance again after this
+      judge_per_cycle: 500  # ... at most this many per cycle, the oldest verdicts first
+      digest:               # the weekly "underused GPUs" message to each team
+        enabled: true
+        weekday: monday
+        hour_utc: 9
+        min_usd: 0          # teams whose underused spend in the window is above this
 """
 
 from __future__ import annotations
@@ -24,6 +31,19 @@ from pydantic import BaseModel, ConfigDict, Field
 from costguard.policy.base import Duration
 
 Architectures = Literal["same", "same-or-newer", "any"]
+Weekday = Literal["monday", "tuesday", "wednesday", "thursday", "friday", "saturday",
+                  "sunday"]
+WEEKDAYS: tuple[Weekday, ...] = ("monday", "tuesday", "wednesday", "thursday", "friday",
+                                 "saturday", "sunday")
+
+
+class WeeklyDigest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = True
+    weekday: Weekday = "monday"
+    hour_utc: int = Field(default=9, ge=0, le=23)
+    min_usd: float = Field(default=0.0, ge=0)
 
 
 class RecommendSettings(BaseModel):
@@ -39,3 +59,6 @@ class RecommendSettings(BaseModel):
     min_hours: float = Field(default=24.0, ge=0)
     headroom: float = Field(default=0.2, ge=0, le=4)
     architectures: Architectures = "same"
+    refresh: Duration = timedelta(days=1)
+    judge_per_cycle: int = Field(default=500, ge=1)
+    digest: WeeklyDigest = Field(default_factory=WeeklyDigest)

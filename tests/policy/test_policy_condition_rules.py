@@ -51,8 +51,8 @@ def test_a_cost_threshold_is_given_exactly_once(given: dict[str, float]) -> None
 
 def test_a_condition_must_say_something() -> None:
     assert refusal(Condition, {}) == (
-        "condition", "give at least one condition: idle, running_longer_than, missing_tags, "
-        "cost_over or outside_hours")
+        "condition", "give at least one condition: idle, underused, running_longer_than, "
+        "missing_tags, cost_over or outside_hours")
     assert refusal(Condition, {"missing_tags": []}) == (
         "condition", "missing_tags needs at least one tag key, e.g. [team]")
 

@@ -36,19 +36,16 @@ def test_a_store_behind_head_is_still_migrated(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'old.db'}"
     db = Database(url)
     with db.engine.begin() as conn:  # pretend the last migration never ran
-        conn.execute(text("UPDATE alembic_version SET version_num = '0010'"))
-        for column in ("tensor_mean", "dram_bw_mean", "host_cpu_pct", "host_iowait_pct",
-                       "host_cpus", "host_hot_cores", "host_mem_used_bytes",
-                       "host_mem_total_bytes"):
-            conn.execute(text(f"ALTER TABLE gpu_readings DROP COLUMN {column}"))
+        conn.execute(text("UPDATE alembic_version SET version_num = '0011'"))
+        conn.execute(text("DROP TABLE efficiency_verdicts"))
     db.dispose()
     with pytest.raises(StoreError, match="not up to date"):
         Database(url, migrate=False)
     again = Database(url)
     assert current_revision(again.engine) == HEAD_REVISION
     with again.engine.connect() as conn:
-        conn.execute(text("SELECT tensor_mean, host_cpu_pct, host_hot_cores, "
-                          "host_mem_total_bytes FROM gpu_readings"))
+        conn.execute(text("SELECT provider, instance_id, settings_key, judged_at, efficiency "
+                          "FROM efficiency_verdicts"))
     again.dispose()
 
 

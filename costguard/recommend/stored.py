@@ -1,0 +1,107 @@
+"""Efficiency verdicts judged once a day and stored, so that reading them is cheap.
+
+Judging reads every reading of a week; the `underused:` condition, the underused-spend
+metric and the weekly digest want the answer every cycle. The cycle calls `refresh`: it
+judges the GPU instances whose verdict under a set of thresholds is missing or older than
+`recommend.refresh` (at most `judge_per_cycle`, the oldest first, so a large fleet is
+spread over cycles) and replaces their rows. `load` reads back the verdicts young enough to
+trust (judged within two refresh periods): an instance with none is "not judged yet",
+never underused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import delete, tuple_
+from sqlmodel import Session, col, select
+
+from costguard.clock import utc
+from costguard.model import Instance
+from costguard.recommend.fit import PriceLookup
+from costguard.recommend.run import judge_instances, spend_by_instance
+from costguard.recommend.settings import RecommendSettings
+from costguard.recommend.tables import EfficiencyRow
+from costguard.recommend.verdict import StoredVerdict, settings_key
+from costguard.telemetry.efficiency import Efficiency
+
+Ref = tuple[str, str]  # (provider, instance_id)
+_NEVER = datetime(1970, 1, 1)
+
+
+def due(session: Session, instances: Sequence[Instance], now: datetime,
+        cfg: RecommendSettings) -> list[Instance]:
+    """The GPU instances to judge now: no verdict, or one older than `cfg.refresh`; the
+    oldest first, at most `cfg.judge_per_cycle`."""
+    key = settings_key(cfg)
+    judged: dict[Ref, datetime] = {
+        (p, i): utc(t) for p, i, t in session.exec(
+            select(EfficiencyRow.provider, EfficiencyRow.instance_id, EfficiencyRow.judged_at)
+            .where(EfficiencyRow.settings_key == key))}
+    never = utc(_NEVER)
+    stale = [(judged.get(ref, never), ref, inst) for inst in instances if inst.gpu_count > 0
+             if (judged.get(ref := (inst.provider, inst.instance_id), never)
+                 <= now - cfg.refresh)]
+    stale.sort(key=lambda t: (t[0], t[1]))
+    return [inst for _, _, inst in stale[:cfg.judge_per_cycle]]
+
+
+def refresh(session: Session, instances: Sequence[Instance], now: datetime,
+            price: PriceLookup, cfg: RecommendSettings) -> int:
+    """Judge and store the instances `due` now; returns how many were judged."""
+    todo = due(session, instances, now, cfg)
+    key = settings_key(cfg)
+    # verdicts no cycle has renewed for a whole window: instances gone or no longer GPU
+    session.execute(delete(EfficiencyRow).where(
+        col(EfficiencyRow.settings_key) == key,
+        col(EfficiencyRow.judged_at) < now - max(cfg.window, 2 * cfg.refresh)))
+    if not todo:
+        return 0
+    spent, teams = spend_by_instance(session, now - cfg.window, now)
+    judged = judge_instances(session, todo, now, price, cfg, spent, teams)
+    for start in range(0, len(todo), 500):
+        chunk = todo[start:start + 500]
+        session.execute(delete(EfficiencyRow).where(
+            col(EfficiencyRow.settings_key) == key,
+            tuple_(col(EfficiencyRow.provider), col(EfficiencyRow.instance_id)).in_(
+                [(i.provider, i.instance_id) for i in chunk])))
+    for r in judged:
+        f, e = r.fit, r.fit.efficiency
+        session.add(EfficiencyRow(
+            provider=f.instance.provider, instance_id=f.instance.instance_id,
+            settings_key=key, judged_at=now, bottleneck=str(e.bottleneck),
+            underused=e.underused, team=r.team, spend_usd=r.spend_usd,
+            fit_to=f.to.instance_type if f.to else None, monthly_usd=f.monthly_usd,
+            reason=f.reason, risks=list(f.risks), efficiency=e.model_dump(mode="json")))
+    return len(judged)
+
+
+def load(session: Session, cfg: RecommendSettings, now: datetime) -> dict[Ref, StoredVerdict]:
+    """The stored verdicts under `cfg`'s thresholds judged within two refresh periods."""
+    rows = session.exec(select(EfficiencyRow).where(
+        EfficiencyRow.settings_key == settings_key(cfg),
+        col(EfficiencyRow.judged_at) > now - 2 * cfg.refresh)).all()
+    return {(r.provider, r.instance_id): _verdict(r) for r in rows}
+
+
+def _verdict(row: EfficiencyRow) -> StoredVerdict:
+    return StoredVerdict(
+        efficiency=Efficiency.model_validate(row.efficiency), judged_at=utc(row.judged_at),
+        team=row.team, spend_usd=row.spend_usd, fit_to=row.fit_to,
+        monthly_usd=row.monthly_usd, reason=row.reason, risks=tuple(row.risks))
+
+
+def refresh_all(session: Session, instances: Sequence[Instance], now: datetime,
+                price: PriceLookup, settings: Sequence[RecommendSettings]) -> int:
+    """`refresh` under each distinct set of thresholds (the configured one, and each
+    `underused:` condition's)."""
+    seen: set[str] = set()
+    n = 0
+    for cfg in settings:
+        if (key := settings_key(cfg)) not in seen:
+            seen.add(key)
+            n += refresh(session, instances, now, price, cfg)
+    return n
+
+

@@ -1,0 +1,36 @@
+"""The stored efficiency verdicts (`recommend/stored.py` writes and reads them)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, Column
+from sqlmodel import Field, SQLModel
+
+from costguard.store.tables import DEFERRED
+from costguard.store.types import UTCDateTime
+
+
+class EfficiencyRow(SQLModel, table=True):
+    """One instance's latest efficiency verdict and fit under one set of thresholds
+    (`settings_key`): replaced when it is judged again."""
+
+    model_config = DEFERRED
+
+    __tablename__ = "efficiency_verdicts"
+
+    provider: str = Field(primary_key=True, max_length=16)
+    instance_id: str = Field(primary_key=True, max_length=128)
+    settings_key: str = Field(primary_key=True, max_length=16)
+    judged_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False, index=True))
+    bottleneck: str = Field(max_length=24)
+    underused: bool = False
+    team: str = Field(default="", max_length=256)
+    spend_usd: float = 0.0
+    fit_to: str | None = Field(default=None, max_length=64)
+    monthly_usd: float = 0.0
+    reason: str = ""
+    risks: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    efficiency: dict[str, Any] = Field(default_factory=dict,
+                                       sa_column=Column(JSON, nullable=False))
