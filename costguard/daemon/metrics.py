@@ -17,6 +17,7 @@ from sqlalchemy import func, select
 from sqlmodel import Session, col
 
 from costguard.alerts.tables import AlertDeliveryRow
+from costguard.recommend.settings import RecommendSettings
 from costguard.store.tables import (
     AlertRow,
     GapRow,
@@ -68,6 +69,12 @@ class DaemonMetrics:
         self.idle_usd_per_hour = Gauge(
             "costguard_idle_usd_per_hour", "Idle GPU dollars accrued over the last hour.",
             registry=r)
+        self.underused_usd = Gauge(
+            "costguard_underused_spend_usd", "Spend in the efficiency window (7 days by "
+            "default) on GPU instances judged underused, per team.", ["team"], registry=r)
+        self.underused_savings = Gauge(
+            "costguard_underused_savings_usd_per_month", "What the cheaper fits of the "
+            "underused GPU instances would save per month, per team.", ["team"], registry=r)
         self.gaps = Gauge("costguard_open_gaps", "Scopes that cannot be read now (1 each).",
                           ["provider", "scope"], registry=r)
         self.agent_batches = Counter("costguard_agent_batches",
@@ -99,8 +106,10 @@ class DaemonMetrics:
         self.cycles.labels("failed").inc()
         self.errors.labels(stage, "all").inc()
 
-    def refresh_from_store(self, session: Session, now: datetime) -> None:
-        """Fleet gauges from the store (aggregated in SQL)."""
+    def refresh_from_store(self, session: Session, now: datetime,
+                           recommend: RecommendSettings | None = None) -> None:
+        """Fleet gauges from the store (aggregated in SQL); the underused ones from the
+        verdicts stored under `recommend`'s thresholds (the configured ones)."""
         self.instances.clear()
         rows = session.execute(
             select(col(InstanceRow.provider), col(InstanceRow.state), func.count())
@@ -120,6 +129,17 @@ class DaemonMetrics:
 
         hour = spend(session, [], now - timedelta(hours=1), now)
         self.idle_usd_per_hour.set(hour.total.idle_cost_micros / 1e6)
+        self.refresh_underused(session, now, recommend or RecommendSettings())
+
+    def refresh_underused(self, session: Session, now: datetime,
+                          cfg: RecommendSettings) -> None:
+        from costguard.recommend.stored import underused_by_team
+
+        self.underused_usd.clear()
+        self.underused_savings.clear()
+        for team, (usd, saves, _) in underused_by_team(session, cfg, now).items():
+            self.underused_usd.labels(team).set(usd)
+            self.underused_savings.labels(team).set(saves)
 
     def refresh_gaps(self, session: Session) -> None:
         self.gaps.clear()

@@ -185,7 +185,7 @@ class Daemon:
         self.metrics.last_cycle.set(now.timestamp())
         try:
             with self.engine.db.session() as s:
-                self.metrics.refresh_from_store(s, now)
+                self.metrics.refresh_from_store(s, now, self.engine.settings.recommend)
         except Exception as exc:  # gauges are best effort; the cycle itself succeeded
             log.warning("metrics refresh failed: %s", type(exc).__name__)
         return summary

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import delete, tuple_
+from sqlalchemy import case, delete, func, tuple_
 from sqlmodel import Session, col, select
 
 from costguard.clock import utc
@@ -83,6 +83,23 @@ def load(session: Session, cfg: RecommendSettings, now: datetime) -> dict[Ref, S
         EfficiencyRow.settings_key == settings_key(cfg),
         col(EfficiencyRow.judged_at) > now - 2 * cfg.refresh)).all()
     return {(r.provider, r.instance_id): _verdict(r) for r in rows}
+
+
+def underused_by_team(session: Session, cfg: RecommendSettings, now: datetime
+                     ) -> dict[str, tuple[float, float, int]]:
+    """Per team, over the verdicts `load` would read: spend on underused instances in
+    their windows, $/month their cheaper fits save, and how many; summed in SQL."""
+    saving = case((col(EfficiencyRow.monthly_usd) > 0, col(EfficiencyRow.monthly_usd)),
+                  else_=0.0)
+    rows = session.execute(
+        select(col(EfficiencyRow.team), func.sum(col(EfficiencyRow.spend_usd)),
+               func.sum(saving), func.count())
+        .where(col(EfficiencyRow.settings_key) == settings_key(cfg),
+               col(EfficiencyRow.judged_at) > now - 2 * cfg.refresh,
+               col(EfficiencyRow.underused).is_(True))
+        .group_by(col(EfficiencyRow.team))).all()
+    return {str(team): (round(float(usd or 0), 2), round(float(save or 0), 2), int(n))
+            for team, usd, save, n in rows}
 
 
 def _verdict(row: EfficiencyRow) -> StoredVerdict:

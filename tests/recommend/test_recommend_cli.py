@@ -26,6 +26,20 @@ runner = CliRunner()
 DB = ["--database", "costguard-demo.db"]
 
 
+# beside the shipped dry-run policy: the same condition, enforced, tagging what it finds
+ENFORCED = """\
+policies:
+  - name: underused-tagged
+    mode: enforce
+    providers: [sim]
+    filters: {gpu: true, state: running}
+    condition:
+      underused: {bottleneck: [latency-bound, healthy]}
+    actions:
+      - tag: {set: {"costguard:underused": "{policy}"}}
+"""
+
+
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A demo of 26 hours (the verdict needs 24 h of readings), once for the module."""
@@ -33,6 +47,7 @@ def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(path)
         shutil.copytree(REPO / "policies", path / "policies")
+        (path / "policies" / "underused-enforced.yml").write_text(ENFORCED, encoding="utf-8")
         mp.delenv("COSTGUARD_CONFIG", raising=False)
         mp.setenv("COSTGUARD_DATABASE_URL", f"sqlite:///{path / 'configured.db'}")
         mp.setattr(cli_common, "CLOCK", ManualClock(NOW))
@@ -130,3 +145,54 @@ def test_bad_options_are_clear_errors(demo_dir: Path) -> None:
     assert bad.exit_code == 2 and "bad --window 'soon'" in bad.output
     bad = runner.invoke(app, [*DB, "recommend", "--filter", "colour=red"])
     assert bad.exit_code == 2 and "bad --filter dimension 'colour'" in bad.output
+
+
+def test_the_cycle_stores_verdicts_and_the_policies_act_on_them(demo_dir: Path) -> None:
+    from sqlmodel import select
+
+    from costguard.daemon.metrics import DaemonMetrics
+    from costguard.recommend import stored
+    from costguard.recommend.settings import RecommendSettings
+    from costguard.store.db import Database
+    from costguard.store.inventory import current_instances
+    from costguard.store.tables import ActionJournalRow, AlertRow
+
+    db = Database(f"sqlite:///{demo_dir / 'costguard-demo.db'}")
+    with db.session() as s:
+        judged_at = max(v.judged_at for v in stored.load(s, RecommendSettings(), NOW).values())
+        verdicts = stored.load(s, RecommendSettings(), NOW)
+        instances = {i.instance_id: i for i in current_instances(s)}
+        alerts = s.exec(select(AlertRow).where(AlertRow.policy == "underused-gpu")).all()
+        journal = s.exec(select(ActionJournalRow).where(
+            ActionJournalRow.policy == "underused-tagged")).all()
+        metrics = DaemonMetrics()
+        metrics.refresh_underused(s, judged_at, RecommendSettings())
+    db.dispose()
+    name = {ref: instances[ref[1]].name for ref in verdicts}
+    under = {name[ref]: v for ref, v in verdicts.items() if v.efficiency.underused}
+    assert {"research-p4d-one-of-eight", "vision-g5-starved-loader",
+            "recsys-g5-small-inference"} <= set(under)
+    assert under["vision-g5-starved-loader"].efficiency.bottleneck == "data-loading"
+    assert under["research-p4d-one-of-eight"].fit_to == "g5.xlarge"
+    # the shipped dry-run policy: only where a cheaper fit saves $100/month or more
+    told = {instances[a.instance_id].name for a in alerts if a.instance_id}
+    assert told == {n for n, v in under.items() if v.monthly_usd >= 100} == {
+        "research-p4d-one-of-eight", "vision-g5-starved-loader", "recsys-g5-small-inference"}
+    assert all(a.subject and "underused" in a.body for a in alerts)
+    # enforced, narrowed to two bottlenecks: tagged on the (simulated) cloud, journaled
+    tagged = {instances[j.instance_id].name for j in journal if j.status == "done"}
+    protected = {instances[j.instance_id].name for j in journal
+                 if j.status == "skipped" and "costguard:protect" in (j.detail or "")}
+    assert protected and not protected & tagged  # protected ones are never touched
+    assert tagged | protected == {n for n, v in under.items()
+                                  if v.efficiency.bottleneck in ("latency-bound", "healthy")}
+    assert "vision-g5-starved-loader" not in tagged and "research-p4d-one-of-eight" in tagged
+    assert all(instances[j.instance_id].tags.get("costguard:underused") == "underused-tagged"
+               for j in journal if j.status == "done")
+    # the metric: per team, what the verdicts say
+    per_team: dict[str, float] = {}
+    for v in under.values():
+        per_team[v.team] = per_team.get(v.team, 0.0) + v.spend_usd
+    for team, usd in per_team.items():
+        assert metrics.registry.get_sample_value(
+            "costguard_underused_spend_usd", {"team": team}) == pytest.approx(usd, abs=0.01)
