@@ -17,7 +17,18 @@ POLICIES = Path(__file__).resolve().parents[2] / "policies"
 def test_shipped_policies_validate_clean() -> None:
     assert validate_paths([POLICIES]) == []
     names = {p.name for p in load_policy_set([POLICIES]).policies}
-    assert names == {"idle-gpu-shutdown", "on-demand-gpu-spot-candidate", "require-team-tag"}
+    assert names == {"idle-gpu-shutdown", "on-demand-gpu-spot-candidate", "require-team-tag",
+                     "underused-gpu"}
+
+
+def test_underused_gpu_policy_is_dry_run_tells_and_marks_never_stops() -> None:
+    policy = load_policy_set([POLICIES / "underused-gpu.yml"]).policy("underused-gpu")
+    assert not policy.is_enforced
+    assert {str(a.kind) for a in policy.actions} == {"notify", "tag"}
+    under = policy.condition.underused
+    assert under is not None and under.min_monthly_savings_usd == 100
+    assert under.overrides() == {"window": timedelta(days=7)}
+    assert policy.filters.tags is not None and "costguard:protect" in policy.filters.tags.absent
 
 
 def test_idle_gpu_policy_is_dry_run_warns_owner_then_stops_after_15_minutes() -> None:
