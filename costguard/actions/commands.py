@@ -10,7 +10,7 @@ import getpass
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.console import Console
@@ -20,6 +20,9 @@ from costguard.cli_common import cli_clock, load_policies_or_exit
 from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
 from costguard.errors import CostguardError
+
+if TYPE_CHECKING:
+    from costguard.config import Settings
 
 console = Console()
 err = Console(stderr=True)
@@ -151,8 +154,11 @@ def audit_command(
 
 
 def simulate_command(
-    policy_file: Annotated[list[Path], typer.Option(
-        "--policy", help="Policy file(s) or directory to replay.")],
+    policy_file: Annotated[list[Path] | None, typer.Option(
+        "--policy", help="Policy file(s) or directory to replay.")] = None,
+    recommendations: Annotated[bool, typer.Option(
+        "--recommendations", help="Backtest `costguard recommend` instead: recommend at "
+        "the start of history, score the fits on what followed.")] = False,
     since: Annotated[str, typer.Option(help="How far back: 30d, 48h, or a date.")] = "30d",
     name: Annotated[str | None, typer.Option(help="Only the policy with this name.")] = None,
     step: Annotated[str, typer.Option(help="Replay cycle length.")] = "10m",
@@ -162,7 +168,8 @@ def simulate_command(
     """Backtest: replay stored history through a policy; what would it have done?
 
     Example: costguard demo && costguard --database costguard-demo.db simulate
-    --policy policies/idle-gpu.yml --since 7d
+    --policy policies/idle-gpu.yml --since 7d. With --recommendations: what the cheaper
+    fits of `costguard recommend` would have saved, and whether they would have held.
     """
     from costguard.simulate.backtest import backtest_policies, policies_named
     from costguard.store.db import Database
@@ -170,6 +177,11 @@ def simulate_command(
     settings = _settings(config)
     now = cli_clock().now()
     start = _since(since, now)
+    if recommendations:
+        _backtest_recommendations(settings, start, now, fmt)
+        return
+    if not policy_file:
+        raise _fail("give --policy FILE (a policy to replay) or --recommendations")
     every = duration_arg(step) if step else None
     policies = load_policies_or_exit(policy_file, configured=False)
     try:
@@ -202,3 +214,38 @@ def simulate_command(
         for c in r.refusals:
             console.print(f"  cap: {c.at:%m-%d %H:%M} none of {len(c.instance_ids)} stopped "
                           f"({c.reason})", highlight=False)
+
+
+def _backtest_recommendations(settings: Settings, start: datetime, now: datetime,
+                              fmt: str) -> None:
+    from costguard.report.run import catalog_for
+    from costguard.simulate.recommendations import backtest_recommendations
+    from costguard.store.db import Database
+
+    try:
+        db = Database(settings.database_url, create=False)  # it only reads history
+        with db.session() as s:
+            catalog = catalog_for(settings, s)
+            bt = backtest_recommendations(s, start, now, catalog.quote, settings.recommend)
+    except (ValueError, CostguardError) as exc:
+        raise _fail(exc) from None
+    if fmt == "json":
+        print(json.dumps(bt.as_json(), indent=2))
+        return
+    held = sum(o.held for o in bt.outcomes)
+    console.print(
+        f"[bold]recommendations[/] judged {bt.since:%Y-%m-%d %H:%M} to {bt.cut:%Y-%m-%d %H:%M}, "
+        f"scored to {bt.until:%Y-%m-%d %H:%M} UTC: {len(bt.outcomes)} of {bt.judged} GPU "
+        f"instances given a cheaper fit, {held} held, {len(bt.outcomes) - held} would have "
+        f"broken; ${bt.saved_usd:,.2f} saved (${bt.monthly_usd:,.2f}/month)", highlight=False)
+    table = Table("instance", "team", "type", "fit", "held", "saved $")
+    for o in bt.outcomes:
+        i = o.fit.instance
+        table.add_row(i.name or i.instance_id, o.team, i.instance_type,
+                      o.fit.to.instance_type if o.fit.to else "-",
+                      "yes" if o.held else "no", f"{o.saved_usd:,.2f}")
+    console.print(table)
+    for o in bt.outcomes:
+        for why in o.broke:
+            console.print(f"  would have broken: {o.fit.instance.name or o.fit.instance.instance_id}"
+                          f": {why}", highlight=False)

@@ -196,3 +196,32 @@ def test_the_cycle_stores_verdicts_and_the_policies_act_on_them(demo_dir: Path) 
     for team, usd in per_team.items():
         assert metrics.registry.get_sample_value(
             "costguard_underused_spend_usd", {"team": team}) == pytest.approx(usd, abs=0.01)
+
+
+def test_the_backtest_recommends_at_the_cut_and_scores_what_followed(demo_dir: Path) -> None:
+    # the demo has 26 hours: judge its first 12 (of readings), score the 13 after
+    (demo_dir / "short.yml").write_text("recommend: {window: 12h, min_hours: 10}\n",
+                                        encoding="utf-8")
+    args = [*DB, "simulate", "--recommendations", "--since", "25h", "--config", "short.yml"]
+    result = runner.invoke(app, [*args, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["cut"] == "2026-03-09T23:00:00+00:00" and doc["until"] == NOW.isoformat()
+    got = {i["name"]: i for i in doc["items"]}
+    p4d = got["research-p4d-one-of-eight"]
+    assert p4d["to"] == "g5.xlarge" and p4d["held"] and p4d["broke"] == []
+    # its spend after the cut at the sim's p4d price, saved at g5.xlarge's: 13 hours
+    assert p4d["spend_after_usd"] == pytest.approx(21.957642 * p4d["hours_after"], rel=0.01)
+    assert p4d["saved_usd"] == pytest.approx(
+        p4d["spend_after_usd"] * (1 - 1.006 / 21.957642), abs=0.01)
+    assert p4d["hours_after"] == pytest.approx(13, abs=0.2)
+    assert doc["saved_usd"] == pytest.approx(sum(i["saved_usd"] for i in doc["items"]),
+                                             abs=0.01)
+    assert doc["monthly_savings_usd"] == pytest.approx(doc["saved_usd"] * 730 / 13, abs=0.05)
+    text = runner.invoke(app, args, terminal_width=80).output
+    assert "research-p4d-one-o" in text and "g5.xlarge" in text
+    assert all(len(line) <= 80 for line in text.splitlines())
+    short = runner.invoke(app, [*DB, "simulate", "--recommendations", "--since", "20h",
+                                "--config", "short.yml"])
+    assert short.exit_code == 2
+    assert "a backtest needs the verdict's window (0.5d) and 12 hours after it" in short.output
