@@ -247,5 +247,5 @@ def _backtest_recommendations(settings: Settings, start: datetime, now: datetime
     console.print(table)
     for o in bt.outcomes:
         for why in o.broke:
-            console.print(f"  would have broken: {o.fit.instance.name or o.fit.instance.instance_id}"
-                          f": {why}", highlight=False)
+            name = o.fit.instance.name or o.fit.instance.instance_id
+            console.print(f"  would have broken: {name}: {why}", highlight=False)

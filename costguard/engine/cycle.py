@@ -321,10 +321,12 @@ class Engine:
             keys = [settings_key(c) for c in judging]
             if (summary.judged or self._verdicts_read is None or set(keys) - set(self._verdicts)
                     or now - self._verdicts_read >= judging[0].refresh):
-                self._verdicts = {k: stored.load(s, c, now) for k, c in zip(keys, judging)}
+                self._verdicts = {k: stored.load(s, c, now)
+                                  for k, c in zip(keys, judging, strict=True)}
                 self._verdicts_read = now
             base = self._verdicts[settings_key(judging[0])]
-            names = {(i.provider, i.instance_id): i.name or i.instance_id for i in instances}
+            names: dict[tuple[str, str], str] = {
+                (i.provider, i.instance_id): i.name or i.instance_id for i in instances}
             summary.digests = enqueue_digests(s, base, names, judging[0].digest, now)
 
     def price(self, inst: Instance) -> float:

@@ -111,7 +111,8 @@ policies:
         Duration,
         AfterValidator(at_least(MIN_UNDERUSED_WINDOW,
                                 "a verdict needs at least a day of readings")),
-    ] | None = Field(default=None, description="Readings judged, >= 1d (default: recommend.window, 7d).")
+    ] | None = Field(default=None,
+                     description="Readings judged, >= 1d (default: recommend.window, 7d).")
     gpu_low: float | None = Field(
         default=None, gt=0, le=100,
         description="GPUs used below this mean percent are low (default: recommend.gpu_low, 40).")

@@ -62,7 +62,8 @@ def enqueue_digests(session: Session, verdicts: Mapping[tuple[str, str], StoredV
         if team == UNATTRIBUTED:
             head, see = "that no team answers for", "costguard recommend --by team"
         else:
-            head, see = "(the week's efficiency verdicts)", f"costguard recommend --filter team={team}"
+            head = "(the week's efficiency verdicts)"
+            see = f"costguard recommend --filter team={team}"
         body = (f"GPUs that work, but far less than they cost, {head}:\n" + "\n".join(lines)
                 + f"\n\nSee: {see}")
         alerts.append(dict(

@@ -106,8 +106,7 @@ def test_the_saving_must_reach_the_minimum() -> None:
         False, "underused, but its fit saves $500/month, under $500/month")
     assert underused_holds(cond(), verdict(Bottleneck.LATENCY_BOUND, monthly=0, fit=None)) == (
         False, "underused, but no cheaper fit, under $500/month")
-    held, why = underused_holds(cond(), verdict(Bottleneck.LATENCY_BOUND, monthly=500))
-    assert held
+    assert underused_holds(cond(), verdict(Bottleneck.LATENCY_BOUND, monthly=500))[0]
 
 
 def test_a_finding_says_the_verdict_and_the_fit() -> None:
