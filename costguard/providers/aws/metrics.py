@@ -9,6 +9,8 @@ then asked for with their full dimension set, 500 queries per GetMetricData call
 from __future__ import annotations
 
 import logging
+import math
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -233,7 +235,8 @@ def gpu_queries(
     return out
 
 
-def cpu_queries(instance_ids: Sequence[str]) -> list[dict[str, Any]]:
+def cpu_queries(instance_ids: Sequence[str], period_s: int = PERIOD_S
+                ) -> list[dict[str, Any]]:
     return [
         {
             "Id": f"c{n}",
@@ -243,7 +246,7 @@ def cpu_queries(instance_ids: Sequence[str]) -> list[dict[str, Any]]:
                     "MetricName": CPU_METRIC,
                     "Dimensions": [{"Name": "InstanceId", "Value": instance_id}],
                 },
-                "Period": PERIOD_S,
+                "Period": period_s,
                 "Stat": "Average",
             },
             "ReturnData": True,
@@ -278,6 +281,28 @@ def _span_of(ts: datetime, period_s: int, first: datetime | None, last: datetime
     return start, span
 
 
+CPU_LOOKBACK = timedelta(minutes=5)  # EC2 basic monitoring's period
+
+
+def host_cpu_of(instance_ids: Sequence[str], values: Mapping[str, list[tuple[datetime, float]]]
+                ) -> dict[str, list[tuple[datetime, float]]]:
+    """`cpu_queries(instance_ids)` results: per instance, (minute, percent) in time order."""
+    out: dict[str, list[tuple[datetime, float]]] = {}
+    for n, instance_id in enumerate(instance_ids):
+        points = sorted((minute_of(ts), _pct(v)) for ts, v in values.get(f"c{n}", []))
+        if points:
+            out[instance_id] = points
+    return out
+
+
+def _cpu_at(points: Sequence[tuple[datetime, float]], minute: datetime) -> float | None:
+    """The latest CPU point at or before `minute`, if it is less than 5 minutes old."""
+    i = bisect_right(points, (minute, math.inf))
+    if i and minute - points[i - 1][0] < CPU_LOOKBACK:
+        return points[i - 1][1]
+    return None
+
+
 def to_gpu_minutes(
     series: Sequence[Series],
     values: Mapping[str, list[tuple[datetime, float]]],
@@ -286,10 +311,12 @@ def to_gpu_minutes(
     period_s: int = PERIOD_S,
     first: datetime | None = None,
     last: datetime | None = None,
+    host_cpu: Mapping[str, Sequence[tuple[datetime, float]]] | None = None,
 ) -> list[GpuMinute]:
     """Readings from query results: one per GPU per datapoint, spanning the point's period
     (`span_minutes`); a roll-up series (`all_gpus`) gives each of its instance's GPUs
-    (`gpu_counts`: instance id -> GPUs, default 1) the roll-up's values."""
+    (`gpu_counts`: instance id -> GPUs, default 1) the roll-up's values. `host_cpu`
+    (`host_cpu_of`) adds the instance's CPUUtilization to each of its GPU minutes."""
     counts = gpu_counts or {}
     rows: dict[tuple[str, int, datetime], dict[str, Any]] = {}
     for n, s in enumerate(series):
@@ -316,6 +343,10 @@ def to_gpu_minutes(
                         "span_minutes": span, **fields}
                 else:
                     row.update(fields)
+    for (instance_id, _, minute), row in rows.items():
+        points = (host_cpu or {}).get(instance_id)
+        if points and (cpu := _cpu_at(points, minute)) is not None:
+            row["host_cpu_pct"] = cpu
     return [GpuMinute.model_validate(rows[key]) for key in sorted(rows)]
 
 

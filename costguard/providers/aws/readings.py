@@ -112,10 +112,14 @@ class CloudWatchReads:
         # whole period, wherever inside it the agent's sample fell.
         gpu_counts = {i.instance_id: max(1, i.gpu_count) for i in members}
         queries = cw.gpu_queries(series, namespace, period_s, gpu_counts=gpu_counts)
+        # the host CPU of the same instances, in the same calls (no call per instance)
+        cpu_ids = sorted({s.instance_id for s in series}) if self.settings.cloudwatch.host_cpu \
+            else []
+        queries += cw.cpu_queries(cpu_ids, period_s)
         values, calls = cw.get_metric_data(client, queries, first, last, scope, span=self._span)
         rows = cw.to_gpu_minutes(
-            series, values, gpu_counts=gpu_counts, period_s=period_s, first=first, last=last
-        )
+            series, values, gpu_counts=gpu_counts, period_s=period_s, first=first, last=last,
+            host_cpu=cw.host_cpu_of(cpu_ids, values))
         return rows, calls
 
     def _dimensions(self, client: CloudWatchClient, key: tuple[str, str], namespace: str,

@@ -83,6 +83,10 @@ class CloudWatchSettings(_Strict):
     asks for ~15 minutes anyway; a first cycle or one after an outage asks for hours, which
     then go span by span: each response stays small (500 queries x 15 points at most) and a
     throttled or timed-out call re-reads one span, not the whole history.
+    `host_cpu`: also ask, in the same GetMetricData calls, for `AWS/EC2` `CPUUtilization`
+    of the instances that have GPU series: the host CPU the efficiency verdict weighs
+    against the GPU (docs/recommend.md). EC2 publishes it every 5 minutes (every minute
+    with detailed monitoring); each GPU minute takes the latest point of the 5 before it.
     """
 
     gpu_namespace: str = "CWAgent"
@@ -91,6 +95,7 @@ class CloudWatchSettings(_Strict):
     max_span_minutes: int = Field(default=15, ge=1, le=24 * 60)
     measurements: list[Measurement] = Field(default_factory=_all_measurements, min_length=1)
     rollup_by_instance: bool = False
+    host_cpu: bool = True
 
     @model_validator(mode="after")
     def _rollup_needs_instance_ids(self) -> CloudWatchSettings:

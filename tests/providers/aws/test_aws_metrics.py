@@ -74,7 +74,8 @@ def test_1200_series_in_both_layouts_take_three_get_metric_data_calls(
 
     rows = provider.gpu_metrics(instances, when, when + timedelta(minutes=1))
 
-    assert [len(c["MetricDataQueries"]) for c in fetched] == [500, 500, 200]
+    # 1,200 GPU series and the 150 instances' CPUUtilization, in the same three calls
+    assert [len(c["MetricDataQueries"]) for c in fetched] == [500, 500, 350]
     assert provider.get_metric_data_calls == 3
     # One discovery per GPU metric name for the region; 1,200 series page at 500 a page.
     assert [c["MetricName"] for c in listed if "NextToken" not in c] == [
@@ -260,6 +261,36 @@ def test_cpu_utilisation_is_returned_per_instance_per_minute(
     }
 
 
+def test_host_cpu_joins_each_gpu_minute_in_the_same_call(
+    make_provider: ProviderFactory, session: boto3.Session, clock: ManualClock
+) -> None:
+    (raw,) = run_instances(itype="g5.xlarge")
+    minutes = [_minute(clock, ago) for ago in range(12, 0, -1)]  # 12 GPU minutes
+    _put([{"MetricName": GPU_UTIL, "Dimensions": _dims(raw, 0, with_id=True),
+           "Timestamp": when, "Value": 20.0} for when in minutes])
+    # basic monitoring: one CPUUtilization point per 5 minutes, none for the last two
+    cpu_at = {minutes[0]: 91.5, minutes[5]: 12.25}
+    _put([{"MetricName": "CPUUtilization",
+           "Dimensions": [{"Name": "InstanceId", "Value": raw["InstanceId"]}],
+           "Timestamp": when, "Value": value} for when, value in cpu_at.items()],
+         namespace="AWS/EC2")
+    provider, instances = _inventory(make_provider)
+    fetched = _calls(session, "GetMetricData")
+
+    rows = provider.gpu_metrics(instances, minutes[0], minutes[-1] + timedelta(minutes=1))
+
+    assert len(fetched) == 1
+    assert [q["MetricStat"]["Metric"]["MetricName"] for q in fetched[0]["MetricDataQueries"]
+            if q["Id"].startswith("c")] == ["CPUUtilization"]
+    assert [r.host_cpu_pct for r in rows] == [91.5] * 5 + [12.25] * 5 + [None] * 2
+    assert all(r.host_iowait_pct is None and r.host_cpus is None for r in rows)
+
+    off, instances = _inventory(make_provider, cloudwatch={"host_cpu": False})
+    rows = off.gpu_metrics(instances, minutes[0], minutes[-1] + timedelta(minutes=1))
+    assert not any(q["Id"].startswith("c") for q in fetched[-1]["MetricDataQueries"])
+    assert {r.host_cpu_pct for r in rows} == {None} and len(rows) == 12
+
+
 def test_unreachable_cloudwatch_region_is_a_metric_gap_and_other_regions_are_read(
     make_provider: ProviderFactory, session: boto3.Session, clock: ManualClock
 ) -> None:
@@ -369,7 +400,8 @@ def test_single_gpu_rollup_is_asked_for_its_average_only(
 
     rows = provider.gpu_metrics(instances, when, when + timedelta(minutes=1))
 
-    stats = sorted(q["MetricStat"]["Stat"] for call in seen for q in call["MetricDataQueries"])
+    stats = sorted(q["MetricStat"]["Stat"] for call in seen for q in call["MetricDataQueries"]
+                   if q["Id"][0] != "c")  # c: the host CPU queries
     assert stats == ["Average", "Average", "Maximum"]
     one = [(r.gpu_index, r.util_mean, r.util_max) for r in rows
            if r.instance_id == small["InstanceId"]]
@@ -470,8 +502,10 @@ def test_rollup_by_instance_reads_the_instance_series_without_listing_them(
     assert listed == []
     queried = sorted((q["MetricStat"]["Metric"]["MetricName"], q["MetricStat"]["Stat"])
                      for q in fetched[0]["MetricDataQueries"])
-    # one series per GPU instance (the one without an agent too), Maximum for the p4d only
-    assert queried == [(GPU_UTIL, "Average")] * 3 + [(GPU_UTIL, "Maximum")]
+    # one series per GPU instance (the one without an agent too), Maximum for the p4d only,
+    # and each one's host CPU
+    assert queried == [("CPUUtilization", "Average")] * 3 + [(GPU_UTIL, "Average")] * 3 + [
+        (GPU_UTIL, "Maximum")]
     listed_rows = by_listing.gpu_metrics(instances, when, when + timedelta(minutes=1))
     assert len(listed) == 1  # one ListMetrics: utilization only, as measured
     assert [r.model_dump() for r in rows] == [r.model_dump() for r in listed_rows]
