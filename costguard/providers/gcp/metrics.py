@@ -5,7 +5,10 @@ Sources, most honest first:
 - DCGM SM activity from the Ops Agent's dcgm receiver (v2 `gpu.dcgm.sm.utilization`,
   v1 `dcgm.gpu.profiling.sm_utilization`), a 0-1 ratio -> `sm_mean` in percent;
 - NVML `agent.googleapis.com/gpu/utilization` (percent of time a kernel ran) -> `util_mean`;
-- `agent.googleapis.com/gpu/memory/bytes_used` (state "used") -> `mem_used_bytes`.
+- `agent.googleapis.com/gpu/memory/bytes_used` (state "used") -> `mem_used_bytes`;
+- and the host: Compute Engine's own `compute.googleapis.com/instance/cpu/utilization`
+  (a ratio of the allocated vCPUs, sampled every minute, no agent needed) ->
+  `host_cpu_pct` of each of the instance's GPU minutes, for the efficiency verdict.
 
 Aligned points carry the END of their 60 s window; `GpuMinute.minute` is its start.
 """
@@ -32,6 +35,7 @@ UTIL = "agent.googleapis.com/gpu/utilization"
 MEM_USED = "agent.googleapis.com/gpu/memory/bytes_used"
 SM_V2 = "workload.googleapis.com/gpu.dcgm.sm.utilization"
 SM_V1 = "workload.googleapis.com/dcgm.gpu.profiling.sm_utilization"
+HOST_CPU = "compute.googleapis.com/instance/cpu/utilization"
 
 _Aligner = monitoring_v3.Aggregation.Aligner
 
@@ -49,6 +53,8 @@ QUERIES: tuple[MetricQuery, ...] = (
     MetricQuery(SM_V1, _Aligner.ALIGN_MEAN, "sm_v1", 100.0),
     MetricQuery(UTIL, _Aligner.ALIGN_MEAN, "util", 1.0),
     MetricQuery(MEM_USED, _Aligner.ALIGN_MAX, "mem", 1.0),
+    # per instance, not per GPU (no gpu_number label: read as GPU 0); never a GPU minute alone
+    MetricQuery(HOST_CPU, _Aligner.ALIGN_MEAN, "cpu", 100.0),
 )
 
 _Key = tuple[str, int, int]  # (instance id, gpu index, minute start as epoch seconds)
@@ -142,8 +148,10 @@ def _pct(value: float | None) -> float | None:
 
 def merge(readings: dict[str, dict[_Key, float]]) -> list[GpuMinute]:
     keys: set[_Key] = set()
-    for values in readings.values():
-        keys.update(values)
+    for name, values in readings.items():
+        if name != "cpu":  # host CPU joins GPU minutes; it makes none
+            keys.update(values)
+    cpu = readings.get("cpu", {})
     minutes = []
     stamps: dict[int, datetime] = {}  # each distinct minute converted once
     for key in sorted(keys):
@@ -163,6 +171,7 @@ def merge(readings: dict[str, dict[_Key, float]]) -> list[GpuMinute]:
                 util_mean=_pct(readings["util"].get(key)),
                 sm_mean=_pct(sm),
                 mem_used_bytes=None if mem is None else max(int(mem), 0),
+                host_cpu_pct=_pct(cpu.get((instance_id, 0, epoch))),
             )
         )
     return minutes

@@ -51,7 +51,7 @@ def test_one_call_per_project_per_metric_type_not_per_instance(
     provider = make_provider(projects=["ml-prod", "ml-research"])
     minutes = provider.gpu_metrics(instances, T0, T0 + timedelta(minutes=5))
     assert len(minutes) == 60 * 2 * 5
-    assert len(fake.monitoring.requests) == 2 * 4  # 2 projects x 4 metric types
+    assert len(fake.monitoring.requests) == 2 * 5  # 2 projects x 5 metric types (host CPU too)
     assert set(fake.monitoring.calls.values()) == {2}  # each metric type once per project
     for request in fake.monitoring.requests:
         assert 'resource.type = "gce_instance"' in request.filter
@@ -152,3 +152,30 @@ def test_a_project_whose_metrics_fail_is_a_gap_while_others_are_returned(
     )
     assert [m.instance_id for m in minutes] == ["1"]
     assert [g.scope for g in provider.metric_gaps] == ["ml-research"]
+
+
+def test_host_cpu_of_compute_engine_joins_each_gpu_minute(
+    fake: FakeGcp, make_provider: Callable[..., GcpProvider]
+) -> None:
+    from costguard.demo.gcp_fake.monitoring import FakeSeries
+    from costguard.providers.gcp.metrics import HOST_CPU
+
+    gpu_vm, other = _instance("1001"), _instance("1002")
+    for gpu in range(2):
+        fake.monitoring.add_gpu_series("ml-prod", UTIL, "1001", _every_20s(3, 40.0),
+                                       gpu_number=gpu)
+    # Compute Engine's own series: a ratio per instance, labelled instance_name, no GPU;
+    # one for a VM not asked about, whose CPU must not make GPU minutes
+    for iid, ratio in (("1001", 0.9125), ("1002", 0.5)):
+        fake.monitoring.series.append(FakeSeries(
+            project="ml-prod", metric_type=HOST_CPU,
+            resource_labels={"project_id": "ml-prod", "instance_id": iid,
+                             "zone": "us-central1-a"},
+            metric_labels={"instance_name": f"vm-{iid}"},
+            points=[(T0 + timedelta(seconds=60 * m + 30), ratio) for m in range(2)]))
+    provider = make_provider(projects=["ml-prod"])
+    minutes = provider.gpu_metrics([gpu_vm], T0, T0 + timedelta(minutes=3))
+    got = sorted((m.minute, m.gpu_index, m.host_cpu_pct) for m in minutes)
+    assert got == [(T0 + timedelta(minutes=m), gpu, 91.25 if m < 2 else None)
+                   for m in range(3) for gpu in range(2)]
+    assert other.instance_id not in {m.instance_id for m in minutes}
