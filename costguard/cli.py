@@ -305,7 +305,7 @@ def explain(
                 # a demo's database: judged by the policies the demo ran, as it ran them
                 policies = demo_policies(s) or load_policies_or_exit(settings.policy_paths)
                 answer = explain_instance(s, instance, policies, catalog_for(settings), now,
-                                          at=when)
+                                          at=when, recommend=settings.recommend)
         finally:
             db.dispose()
     except CostguardError as exc:

@@ -85,6 +85,15 @@ def load(session: Session, cfg: RecommendSettings, now: datetime) -> dict[Ref, S
     return {(r.provider, r.instance_id): _verdict(r) for r in rows}
 
 
+def load_one(session: Session, cfg: RecommendSettings, ref: Ref, now: datetime
+             ) -> StoredVerdict | None:
+    """One instance's verdict as `load` would read it (None: none to trust)."""
+    row = session.get(EfficiencyRow, (ref[0], ref[1], settings_key(cfg)))
+    if row is None or utc(row.judged_at) <= now - 2 * cfg.refresh:
+        return None
+    return _verdict(row)
+
+
 def underused_by_team(session: Session, cfg: RecommendSettings, now: datetime
                      ) -> dict[str, tuple[float, float, int]]:
     """Per team, over the verdicts `load` would read: spend on underused instances in

@@ -22,6 +22,9 @@ from costguard.model import GpuMinute, Instance
 from costguard.policy.evaluate import check_condition
 from costguard.policy.explain import Check, filter_checks
 from costguard.policy.schema import Policy, PolicySet
+from costguard.recommend import stored
+from costguard.recommend.settings import RecommendSettings
+from costguard.recommend.verdict import StoredVerdict
 from costguard.store import control
 from costguard.store.inventory import to_instance
 from costguard.store.readings import read_minutes
@@ -73,6 +76,7 @@ class Explanation:
     telemetry: dict[str, Any]
     policies: list[PolicyAnswer]
     journal: list[dict[str, Any]]
+    efficiency: StoredVerdict | None = None  # the stored verdict under `recommend:`
 
     def as_json(self) -> dict[str, Any]:
         inst = self.instance
@@ -88,6 +92,12 @@ class Explanation:
             "protected": self.protected,
             "snoozed_until": self.snoozed_until.isoformat() if self.snoozed_until else None,
             "paused": self.paused, "telemetry": self.telemetry,
+            "efficiency": None if self.efficiency is None else {
+                "judged_at": self.efficiency.judged_at.isoformat(),
+                "bottleneck": str(self.efficiency.efficiency.bottleneck),
+                "underused": self.efficiency.efficiency.underused,
+                "summary": self.efficiency.summary(), "fit": self.efficiency.fit_to,
+                "monthly_savings_usd": self.efficiency.monthly_usd},
             "policies": [p.as_json() for p in self.policies], "journal": self.journal,
         }
 
@@ -108,6 +118,13 @@ class Explanation:
         out.append("Guards: " + "; ".join(guards) + ".")
         t = self.telemetry
         out.append(f"Telemetry: {t['summary']}")
+        if inst.has_gpu:
+            v = self.efficiency
+            out.append("Efficiency: " + (
+                f"{v.summary()} (judged {v.judged_at:%Y-%m-%d %H:%M} UTC; costguard "
+                "recommend has the evidence)" if v else
+                "not judged yet (the cycle judges each GPU instance once a day, from a day "
+                "of readings or more)"))
         for p in self.policies:
             out.append("")
             out.append(f"{p.policy} ({p.mode}): {p.outcome}")
@@ -148,9 +165,11 @@ def find_instance(s: Session, ref: str) -> Instance:
 
 
 def explain(s: Session, ref: str, policies: PolicySet, catalog: PriceCatalog,
-            now: datetime, *, at: datetime | None = None) -> Explanation:
+            now: datetime, *, at: datetime | None = None,
+            recommend: RecommendSettings | None = None) -> Explanation:
     """Explain `ref` (an id or a name) against `policies` as of `at` (default: the start of
-    the last cycle, else `now`)."""
+    the last cycle, else `now`). An `underused:` condition is checked on the verdict stored
+    under its thresholds (`recommend` and its own), as the cycle checks it."""
     inst = find_instance(s, ref)
     asked = at is not None
     at_what = "the time asked for"
@@ -174,14 +193,21 @@ def explain(s: Session, ref: str, policies: PolicySet, catalog: PriceCatalog,
     last_entry = {j.policy: j for j in reversed(journal)}  # newest last: it wins
     paused = control.is_paused(s)
     snoozed = snoozed_until(inst)
+    base = recommend or RecommendSettings()
+
+    def verdict(p: Policy) -> StoredVerdict | None:
+        under = p.condition.underused
+        return None if under is None else stored.load_one(
+            s, base.model_copy(update=under.overrides()), ref_key, at)
+
     answers = [_answer(p, inst, minutes, at, usd, states.get(p.name), last_entry.get(p.name),
-                       paused=paused)
+                       paused=paused, efficiency=verdict(p))
                for p in policies.policies]
     return Explanation(
         instance=inst, at=at, at_what=at_what, usd_per_hour=usd, price_source=source,
         protected=is_protected(inst), snoozed_until=snoozed if snoozed and snoozed > at else None,
         paused=paused, telemetry=_telemetry(inst, minutes, at, lookback),
-        policies=answers,
+        policies=answers, efficiency=stored.load_one(s, base, ref_key, at),
         journal=[{"at": utc(j.intent_at).isoformat(), "policy": j.policy, "action": j.action,
                   "status": j.status, "dry_run": j.dry_run, "detail": j.detail,
                   "usd_per_hour": j.usd_per_hour} for j in journal])
@@ -236,12 +262,12 @@ def _acts(policy: Policy, inst: Instance) -> str | None:
 
 def _answer(policy: Policy, inst: Instance, minutes: list[GpuMinute], at: datetime,
             usd: float, state: PolicyStateRow | None, last: ActionJournalRow | None,
-            *, paused: bool) -> PolicyAnswer:
+            *, paused: bool, efficiency: StoredVerdict | None = None) -> PolicyAnswer:
     checks = filter_checks(policy, inst, at)
     selected = all(c.passed for c in checks)
     answer = PolicyAnswer(policy=policy.name, mode=policy.mode, checks=checks,
                           selected=selected, state=_state(state))
-    holds, reasons, _ = check_condition(policy.condition, inst, minutes, at, usd)
+    holds, reasons, _ = check_condition(policy.condition, inst, minutes, at, usd, efficiency)
     answer.holds, answer.reasons = holds, reasons
     if not selected:
         failed = [c.name for c in checks if not c.passed]

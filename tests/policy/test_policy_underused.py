@@ -29,6 +29,7 @@ policies:
         gpu_low: 30
         bottleneck: [latency-bound, healthy]
         min_monthly_savings_usd: 500
+        cpu_high: 60
     actions:
       - notify: {{to: owner}}
 {extra}"""
@@ -53,7 +54,7 @@ def cond(text: str = "") -> UnderusedCondition:
 
 def test_the_thresholds_read_as_recommend_settings() -> None:
     c = cond()
-    assert c.overrides() == {"window": timedelta(days=3), "gpu_low": 30.0}
+    assert c.overrides() == {"window": timedelta(days=3), "gpu_low": 30.0, "cpu_high": 60.0}
     assert c.bottleneck == ("latency-bound", "healthy")
     assert UnderusedCondition().overrides() == {}  # all from recommend:
 

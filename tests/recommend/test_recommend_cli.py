@@ -225,3 +225,21 @@ def test_the_backtest_recommends_at_the_cut_and_scores_what_followed(demo_dir: P
                                 "--config", "short.yml"])
     assert short.exit_code == 2
     assert "a backtest needs the verdict's window (0.5d) and 12 hours after it" in short.output
+
+
+def test_explain_shows_the_stored_verdict_and_checks_underused_on_it(demo_dir: Path) -> None:
+    result = runner.invoke(app, [*DB, "explain", "recsys-g5-small-inference", "--format",
+                                 "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    eff = doc["efficiency"]
+    assert eff["bottleneck"] == "latency-bound" and eff["underused"]
+    assert eff["fit"] == "g5.xlarge" and eff["monthly_savings_usd"] > 100
+    (policy,) = [p for p in doc["policies"] if p["policy"] == "underused-gpu"]
+    assert policy["condition_holds"]
+    assert policy["reasons"] == ["underused: " + eff["summary"]]
+    healthy = json.loads(runner.invoke(app, [*DB, "explain", "vision-g5-starved-loader",
+                                             "--format", "json"]).output)
+    (tagged,) = [p for p in healthy["policies"] if p["policy"] == "underused-tagged"]
+    assert not tagged["condition_holds"]
+    assert tagged["reasons"] == ["underused, but data-loading, not latency-bound or healthy"]
