@@ -34,7 +34,7 @@ from costguard.providers.base import Provider
 from costguard.recommend import stored
 from costguard.recommend.digest import enqueue_digests
 from costguard.recommend.settings import RecommendSettings
-from costguard.recommend.verdict import StoredVerdict, settings_key
+from costguard.recommend.verdict import StoredVerdict, judged_with, settings_key
 from costguard.store import control
 from costguard.store.db import Database
 from costguard.store.inventory import current_instances
@@ -113,8 +113,9 @@ class Engine:
         self.window = ReadingWindow()
         self._inventory: list[Instance] | None = None
         self._spend_checked: datetime | None = None
+        # the stored verdicts by settings key, read back when a cycle judged any (a verdict
+        # cannot age past trust unjudged: it is due, and judged, after one refresh period)
         self._verdicts: dict[str, dict[stored.Ref, StoredVerdict]] = {}
-        self._verdicts_read: datetime | None = None  # read back only when they change
         overrides_file = settings.costs.price_overrides
         self.catalog = PriceCatalog(
             {n: p.price for n, p in self.providers.items()},
@@ -308,7 +309,7 @@ class Engine:
         """The thresholds verdicts are kept under: `recommend:`'s (the metric and the
         digest read those), and each `underused:` condition's own."""
         base = self.settings.recommend
-        return [base] + [base.model_copy(update=p.condition.underused.overrides())
+        return [base] + [judged_with(base, p.condition.underused)
                          for p in self.policies.policies if p.condition.underused]
 
     def _efficiency(self, summary: CycleSummary, now: datetime) -> None:
@@ -316,18 +317,14 @@ class Engine:
         week's underused-GPU digests when it is time."""
         judging = self._judging()
         instances = self._current_instances()
+        keys = [settings_key(c) for c in judging]
         with self.db.session() as s:
             summary.judged = stored.refresh_all(s, instances, now, self.catalog.quote, judging)
-            keys = [settings_key(c) for c in judging]
-            if (summary.judged or self._verdicts_read is None or set(keys) - set(self._verdicts)
-                    or now - self._verdicts_read >= judging[0].refresh):
+            if summary.judged or set(keys) != set(self._verdicts):
                 self._verdicts = {k: stored.load(s, c, now)
                                   for k, c in zip(keys, judging, strict=True)}
-                self._verdicts_read = now
-            base = self._verdicts[settings_key(judging[0])]
-            names: dict[tuple[str, str], str] = {
-                (i.provider, i.instance_id): i.name or i.instance_id for i in instances}
-            summary.digests = enqueue_digests(s, base, names, judging[0].digest, now)
+            summary.digests = enqueue_digests(s, self._verdicts[keys[0]], instances,
+                                              judging[0].digest, now)
 
     def price(self, inst: Instance) -> float:
         quote = self.catalog.quote(inst)
@@ -338,8 +335,7 @@ class Engine:
         minutes = self.window.as_dict(now - self._longest_idle_window(), now)
         findings: list[Finding] = []
         prices: dict[tuple[str, str], float] = {}
-        keys = {n: settings_key(self.settings.recommend.model_copy(
-                    update=p.condition.underused.overrides()))
+        keys = {n: settings_key(judged_with(self.settings.recommend, p.condition.underused))
                 for n, p in enumerate(self.policies.policies) if p.condition.underused}
         for inst in instances:
             ref = (inst.provider, inst.instance_id)

@@ -11,13 +11,14 @@ week, so a restart or a second replica never sends it twice.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from sqlmodel import Session
 
 from costguard.alerts.outbox import enqueue_many
 from costguard.costs.attribution import UNATTRIBUTED
+from costguard.model import Instance
 from costguard.recommend.settings import WEEKDAYS, WeeklyDigest
 from costguard.recommend.verdict import StoredVerdict
 
@@ -34,12 +35,13 @@ def digest_slot(cfg: WeeklyDigest, now: datetime) -> datetime | None:
 
 
 def enqueue_digests(session: Session, verdicts: Mapping[tuple[str, str], StoredVerdict],
-                    names: Mapping[tuple[str, str], str], cfg: WeeklyDigest,
-                    now: datetime) -> int:
+                    instances: Sequence[Instance], cfg: WeeklyDigest, now: datetime) -> int:
     """Enqueue this week's digest for every team with underused spend; returns how many
-    were new. `names` gives an instance's display name (its id when absent)."""
+    were new. `instances` give the display names (an instance not among them: its id)."""
     if not cfg.enabled or (slot := digest_slot(cfg, now)) is None:
         return 0
+    names: dict[tuple[str, str], str] = {
+        (i.provider, i.instance_id): i.name or i.instance_id for i in instances}
     teams: dict[str, list[tuple[tuple[str, str], StoredVerdict]]] = defaultdict(list)
     for ref, v in verdicts.items():
         if v.efficiency.underused:

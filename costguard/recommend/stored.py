@@ -12,7 +12,7 @@ never underused.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
 from sqlalchemy import case, delete, func, tuple_
 from sqlmodel import Session, col, select
@@ -27,7 +27,7 @@ from costguard.recommend.verdict import StoredVerdict, settings_key
 from costguard.telemetry.efficiency import Efficiency
 
 Ref = tuple[str, str]  # (provider, instance_id)
-_NEVER = datetime(1970, 1, 1)
+_NEVER = datetime(1970, 1, 1, tzinfo=UTC)  # "judged" at: never
 
 
 def due(session: Session, instances: Sequence[Instance], now: datetime,
@@ -39,11 +39,9 @@ def due(session: Session, instances: Sequence[Instance], now: datetime,
         (p, i): utc(t) for p, i, t in session.exec(
             select(EfficiencyRow.provider, EfficiencyRow.instance_id, EfficiencyRow.judged_at)
             .where(EfficiencyRow.settings_key == key))}
-    never = utc(_NEVER)
-    stale = [(judged.get(ref, never), ref, inst) for inst in instances if inst.gpu_count > 0
-             if (judged.get(ref := (inst.provider, inst.instance_id), never)
-                 <= now - cfg.refresh)]
-    stale.sort(key=lambda t: (t[0], t[1]))
+    ages = [(judged.get((i.provider, i.instance_id), _NEVER), (i.provider, i.instance_id), i)
+            for i in instances if i.gpu_count > 0]
+    stale = sorted((t for t in ages if t[0] <= now - cfg.refresh), key=lambda t: t[:2])
     return [inst for _, _, inst in stale[:cfg.judge_per_cycle]]
 
 
@@ -81,7 +79,7 @@ def load(session: Session, cfg: RecommendSettings, now: datetime) -> dict[Ref, S
     """The stored verdicts under `cfg`'s thresholds judged within two refresh periods."""
     rows = session.exec(select(EfficiencyRow).where(
         EfficiencyRow.settings_key == settings_key(cfg),
-        col(EfficiencyRow.judged_at) > now - 2 * cfg.refresh)).all()
+        col(EfficiencyRow.judged_at) > _trusted_after(cfg, now))).all()
     return {(r.provider, r.instance_id): _verdict(r) for r in rows}
 
 
@@ -89,7 +87,7 @@ def load_one(session: Session, cfg: RecommendSettings, ref: Ref, now: datetime
              ) -> StoredVerdict | None:
     """One instance's verdict as `load` would read it (None: none to trust)."""
     row = session.get(EfficiencyRow, (ref[0], ref[1], settings_key(cfg)))
-    if row is None or utc(row.judged_at) <= now - 2 * cfg.refresh:
+    if row is None or utc(row.judged_at) <= _trusted_after(cfg, now):
         return None
     return _verdict(row)
 
@@ -104,11 +102,16 @@ def underused_by_team(session: Session, cfg: RecommendSettings, now: datetime
         select(col(EfficiencyRow.team), func.sum(col(EfficiencyRow.spend_usd)),
                func.sum(saving), func.count())
         .where(col(EfficiencyRow.settings_key) == settings_key(cfg),
-               col(EfficiencyRow.judged_at) > now - 2 * cfg.refresh,
+               col(EfficiencyRow.judged_at) > _trusted_after(cfg, now),
                col(EfficiencyRow.underused).is_(True))
         .group_by(col(EfficiencyRow.team))).all()
     return {str(team): (round(float(usd or 0), 2), round(float(save or 0), 2), int(n))
             for team, usd, save, n in rows}
+
+
+def _trusted_after(cfg: RecommendSettings, now: datetime) -> datetime:
+    """Verdicts judged at or before this are too old to trust (two refresh periods)."""
+    return now - 2 * cfg.refresh
 
 
 def _verdict(row: EfficiencyRow) -> StoredVerdict:

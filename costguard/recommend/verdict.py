@@ -12,6 +12,7 @@ import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from costguard.policy.conditions import UnderusedCondition
 from costguard.recommend.settings import RecommendSettings
 from costguard.telemetry.efficiency import Efficiency
 
@@ -25,6 +26,12 @@ def settings_key(cfg: RecommendSettings) -> str:
     instance and set of thresholds (a policy may judge with its own)."""
     text = cfg.model_dump_json(include=set(JUDGED_BY))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def judged_with(base: RecommendSettings, cond: UnderusedCondition) -> RecommendSettings:
+    """The settings an `underused:` condition's verdicts are judged with: `recommend:`'s,
+    with the thresholds the condition sets."""
+    return base.model_copy(update=cond.overrides())
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from costguard.policy.explain import Check, filter_checks
 from costguard.policy.schema import Policy, PolicySet
 from costguard.recommend import stored
 from costguard.recommend.settings import RecommendSettings
-from costguard.recommend.verdict import StoredVerdict
+from costguard.recommend.verdict import StoredVerdict, judged_with
 from costguard.store import control
 from costguard.store.inventory import to_instance
 from costguard.store.readings import read_minutes
@@ -197,8 +197,8 @@ def explain(s: Session, ref: str, policies: PolicySet, catalog: PriceCatalog,
 
     def verdict(p: Policy) -> StoredVerdict | None:
         under = p.condition.underused
-        return None if under is None else stored.load_one(
-            s, base.model_copy(update=under.overrides()), ref_key, at)
+        return None if under is None else stored.load_one(s, judged_with(base, under),
+                                                          ref_key, at)
 
     answers = [_answer(p, inst, minutes, at, usd, states.get(p.name), last_entry.get(p.name),
                        paused=paused, efficiency=verdict(p))

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlmodel import select
 
+from costguard.model import Instance, InstanceState, Lifecycle
 from costguard.recommend.digest import digest_slot, enqueue_digests
 from costguard.recommend.settings import WeeklyDigest
 from costguard.recommend.verdict import StoredVerdict
@@ -41,6 +42,13 @@ def test_another_weekday_and_hour() -> None:
     assert digest_slot(friday, datetime(2026, 11, 20, 16, 59, tzinfo=UTC)) is None
 
 
+def instance(iid: str, name: str) -> Instance:
+    return Instance(provider="aws", account="1", region="us-east-1", instance_id=iid,
+                    name=name, instance_type="g5.12xlarge", lifecycle=Lifecycle.ON_DEMAND,
+                    state=InstanceState.RUNNING, launch_time=MONDAY_9, observed_at=MONDAY_9,
+                    gpu_count=4, gpu_model="A10G")
+
+
 def verdict(team: str, usd: float, monthly: float, *, underused: bool = True,
             fit: str | None = "g5.xlarge") -> StoredVerdict:
     e = Efficiency(bottleneck=Bottleneck.LATENCY_BOUND if underused else Bottleneck.HEALTHY,
@@ -59,7 +67,7 @@ def test_one_digest_per_team_and_week_to_the_team(db: Database) -> None:
         ("aws", "i-4"): verdict("unattributed", 71.24, 0.0),
         ("aws", "i-5"): verdict("nlp", 9.5, 0.0),
     }
-    names = {("aws", "i-1"): "recsys-small", ("aws", "i-2"): "p4d-one-of-eight"}
+    names = [instance("i-1", "recsys-small"), instance("i-2", "p4d-one-of-eight")]
     cfg = WeeklyDigest(min_usd=10)
     with db.session() as s:
         assert enqueue_digests(s, verdicts, names, cfg, MONDAY_9 + timedelta(minutes=5)) == 2
@@ -86,6 +94,6 @@ def test_one_digest_per_team_and_week_to_the_team(db: Database) -> None:
 def test_a_disabled_digest_or_the_wrong_hour_sends_nothing(db: Database) -> None:
     verdicts = {("aws", "i-1"): verdict("research", 800.0, 3406.18)}
     with db.session() as s:
-        assert enqueue_digests(s, verdicts, {}, WeeklyDigest(enabled=False), MONDAY_9) == 0
-        assert enqueue_digests(s, verdicts, {}, CFG, MONDAY_9 + timedelta(days=2)) == 0
+        assert enqueue_digests(s, verdicts, [], WeeklyDigest(enabled=False), MONDAY_9) == 0
+        assert enqueue_digests(s, verdicts, [], CFG, MONDAY_9 + timedelta(days=2)) == 0
         assert s.exec(select(AlertRow)).all() == []

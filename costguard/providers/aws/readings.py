@@ -113,8 +113,8 @@ class CloudWatchReads:
         gpu_counts = {i.instance_id: max(1, i.gpu_count) for i in members}
         queries = cw.gpu_queries(series, namespace, period_s, gpu_counts=gpu_counts)
         # the host CPU of the same instances, in the same calls (no call per instance)
-        cpu_ids = sorted({s.instance_id for s in series}) if self.settings.cloudwatch.host_cpu \
-            else []
+        cpu_ids = (sorted({s.instance_id for s in series})
+                   if self.settings.cloudwatch.host_cpu else [])
         queries += cw.cpu_queries(cpu_ids, period_s)
         values, calls = cw.get_metric_data(client, queries, first, last, scope, span=self._span)
         rows = cw.to_gpu_minutes(
@@ -183,10 +183,7 @@ class CloudWatchReads:
                 gaps.append(Gap(provider="aws", scope=scope, error=str(exc)))
                 continue
             calls += n
-            for idx, instance_id in enumerate(ids):
-                points = values.get(f"c{idx}", [])
-                if points:
-                    out[instance_id] = {cw.minute_of(ts): v for ts, v in points}
+            out.update({i: dict(points) for i, points in cw.host_cpu_of(ids, values).items()})
         self.metric_gaps, self.get_metric_data_calls = gaps, calls
         return out
 
