@@ -22,6 +22,7 @@ from pydantic_settings import (
 
 from costguard.actions.settings import SafetySettings
 from costguard.alerts.settings import AlertsSettings
+from costguard.console.settings import ConsoleSettings
 from costguard.costs.settings import CostSettings
 from costguard.daemon.settings import DaemonSettings
 from costguard.demo.sim_settings import SimSettings
@@ -102,6 +103,7 @@ class Settings(BaseSettings):
     recommend: RecommendSettings = Field(default_factory=RecommendSettings)
     safety: SafetySettings = Field(default_factory=SafetySettings)
     daemon: DaemonSettings = Field(default_factory=DaemonSettings)
+    console: ConsoleSettings = Field(default_factory=ConsoleSettings)
 
     @classmethod
     def settings_customise_sources(

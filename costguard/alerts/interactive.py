@@ -58,10 +58,17 @@ class SlackAction:
     choice: str | None  # for snooze: 1h, 4h, tomorrow, or a duration
     user_id: str
     user_name: str
+    via: str = "slack"  # or "console": the daemon's web pages ask the same
 
     @property
     def who(self) -> str:
+        if self.via != "slack":
+            return f"{self.via} user {self.user_name}"
         return f"slack user {self.user_name} ({self.user_id})"
+
+    @property
+    def where(self) -> str:
+        return "Slack" if self.via == "slack" else f"the {self.via}"
 
 
 @dataclass(frozen=True)
@@ -220,7 +227,7 @@ def journal_actions(db: Database, clock: Clock, max_snooze: timedelta) -> OnActi
                     end, _ = snooze_instance(
                         s, instance_id=click.instance_id, provider=click.provider,
                         policy=click.policy, until=until, now=now, who=click.who,
-                        reason="snooze button in Slack", max_snooze=max_snooze)
+                        reason=f"snooze button in {click.where}", max_snooze=max_snooze)
                     text = f"{click.instance_id} snoozed until {end:%Y-%m-%d %H:%M} UTC"
                 else:
                     warned = request_stop(s, instance_id=click.instance_id,

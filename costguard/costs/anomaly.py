@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy import ColumnElement, Table, func
 from sqlalchemy import select as sa_select
@@ -136,6 +137,31 @@ def detect_anomalies(session: Session, policy_set: PolicySet, now: datetime) -> 
                 found.append(_extend(session, rule, run, bucket, verdict.actual,
                                      verdict.baseline, season, now))
     return found
+
+
+def anomalies_since(session: Session, start: datetime) -> list[AnomalyRow]:
+    """Every anomaly run reaching into [start, now), newest first (`anomaly list`, the
+    console's anomalies page and API)."""
+    return list(session.exec(select(AnomalyRow).where(or_(
+        col(AnomalyRow.bucket_start) >= start, col(AnomalyRow.last_bucket) >= start,
+    )).order_by(col(AnomalyRow.bucket_start).desc())))
+
+
+def anomaly_json(r: AnomalyRow, *, causes: bool = False) -> dict[str, Any]:
+    """One anomaly as `anomaly list --format json` writes it (`causes`: as `show` does)."""
+    last = r.last_bucket or r.bucket_start
+    out: dict[str, Any] = {
+        "id": r.id, "rule": r.rule, "dimension": r.dimension, "value": r.value,
+        "granularity": r.granularity, "bucket_start": r.bucket_start.isoformat(),
+        "last_bucket": last.isoformat(), "buckets": r.buckets,
+        "ended_at": r.ended_at.isoformat() if r.ended_at else None,
+        "ongoing": r.ended_at is None,
+        "actual_usd": r.actual_micros / 1e6, "baseline_usd": r.baseline_micros / 1e6,
+        "impact_usd": r.impact_micros / 1e6, "status": r.status,
+        "explanation": r.explanation}
+    if causes:
+        out["causes"] = list(r.causes or [])
+    return out
 
 
 def _first_cost(session: Session) -> datetime | None:

@@ -43,6 +43,15 @@ class BudgetStatus:
         return 100 * self.forecast_micros / self.budget_micros
 
 
+def budget_json(st: BudgetStatus) -> dict[str, object]:
+    """One budget as `budget status --format json` writes it (and the console's API)."""
+    return {"budget": st.budget, "dimension": st.dimension, "value": st.value,
+            "month": st.month, "budget_usd": st.budget_micros / 1e6,
+            "spent_usd": st.actual_micros / 1e6, "spent_percent": round(st.actual_percent, 2),
+            "forecast_usd": st.forecast_micros / 1e6,
+            "forecast_percent": round(st.forecast_percent, 2)}
+
+
 def month_bounds(now: datetime) -> tuple[datetime, datetime]:
     start = datetime(now.year, now.month, 1, tzinfo=UTC)
     nxt = datetime(now.year + (now.month == 12), now.month % 12 + 1, 1, tzinfo=UTC)

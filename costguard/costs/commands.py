@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.console import Console
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from costguard.config import Settings
     from costguard.policy.schema import PolicySet
     from costguard.store.db import Database
-    from costguard.store.tables import AnomalyRow
 
 console = Console()
 err = Console(stderr=True)
@@ -37,21 +36,6 @@ PoliciesOpt = Annotated[Path | None, typer.Option(
 FormatOpt = Annotated[Literal["text", "json"], typer.Option(
     "--format", help="text (a table) or json (for scripts).")]
 
-
-def _anomaly_json(r: AnomalyRow, *, causes: bool = False) -> dict[str, Any]:
-    last = r.last_bucket or r.bucket_start
-    out: dict[str, Any] = {
-        "id": r.id, "rule": r.rule, "dimension": r.dimension, "value": r.value,
-        "granularity": r.granularity, "bucket_start": r.bucket_start.isoformat(),
-        "last_bucket": last.isoformat(), "buckets": r.buckets,
-        "ended_at": r.ended_at.isoformat() if r.ended_at else None,
-        "ongoing": r.ended_at is None,
-        "actual_usd": r.actual_micros / 1e6, "baseline_usd": r.baseline_micros / 1e6,
-        "impact_usd": r.impact_micros / 1e6, "status": r.status,
-        "explanation": r.explanation}
-    if causes:
-        out["causes"] = list(r.causes or [])
-    return out
 
 billing_app = typer.Typer(help="Import what the cloud billed, to compare with estimates.",
                           no_args_is_help=True)
@@ -214,23 +198,18 @@ def anomaly_list(
 
     Example: costguard anomaly list --since 7d
     """
-    from sqlmodel import col, or_, select
-
+    from costguard.costs.anomaly import anomalies_since, anomaly_json
     from costguard.report.run import parse_when
-    from costguard.store.tables import AnomalyRow
 
     try:
         start = parse_when(since, cli_clock().now(), "--since")
         db = _db(config, create=False)
         with db.session() as s:
-            rows = s.exec(select(AnomalyRow).where(or_(  # every run reaching into the window
-                col(AnomalyRow.bucket_start) >= start, col(AnomalyRow.last_bucket) >= start,
-            )).order_by(
-                    col(AnomalyRow.bucket_start).desc())).all()
+            rows = anomalies_since(s, start)
     except CostguardError as exc:
         raise _fail(exc) from None
     if fmt == "json":
-        print(json.dumps([_anomaly_json(r) for r in rows], indent=2))
+        print(json.dumps([anomaly_json(r) for r in rows], indent=2))
         return
     table = Table(title="Spend anomalies", title_justify="left")
     for name in ("id", "from", "until", "rule", "status", "explanation"):
@@ -254,7 +233,7 @@ def anomaly_show(anomaly_id: Annotated[int, typer.Argument(help="Anomaly id.")],
 
     Example: costguard anomaly show 42
     """
-    from costguard.costs.anomaly import AnomalyNotFound
+    from costguard.costs.anomaly import AnomalyNotFound, anomaly_json
     from costguard.costs.explain import cause_lines
     from costguard.store.tables import AnomalyRow
 
@@ -267,7 +246,7 @@ def anomaly_show(anomaly_id: Annotated[int, typer.Argument(help="Anomaly id.")],
     except CostguardError as exc:
         raise _fail(exc) from None
     if fmt == "json":
-        print(json.dumps(_anomaly_json(row, causes=True), indent=2, default=str))
+        print(json.dumps(anomaly_json(row, causes=True), indent=2, default=str))
         return
     out = Console(highlight=False, soft_wrap=True)
     out.print(f"anomaly {row.id} ({row.status}): {row.explanation}", markup=False)
@@ -330,7 +309,7 @@ def budget_status_cmd(config: ConfigOpt = None, policies: PoliciesOpt = None,
 
     Example: costguard budget status --policies policies/
     """
-    from costguard.costs.budgets import budget_status
+    from costguard.costs.budgets import budget_json, budget_status
 
     now = cli_clock().now()
     settings = _settings(config)
@@ -342,12 +321,7 @@ def budget_status_cmd(config: ConfigOpt = None, policies: PoliciesOpt = None,
     except CostguardError as exc:
         raise _fail(exc) from None
     if fmt == "json":
-        print(json.dumps([{
-            "budget": st.budget, "dimension": st.dimension, "value": st.value,
-            "budget_usd": st.budget_micros / 1e6, "spent_usd": st.actual_micros / 1e6,
-            "spent_percent": round(st.actual_percent, 2),
-            "forecast_usd": st.forecast_micros / 1e6,
-            "forecast_percent": round(st.forecast_percent, 2)} for st in statuses], indent=2))
+        print(json.dumps([budget_json(st) for st in statuses], indent=2))
         return
     table = Table(title=f"Budgets {now:%Y-%m}", title_justify="left")
     for name in ("budget", "covers", "budget $", "spent", "%", "forecast", "forecast %"):

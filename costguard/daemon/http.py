@@ -151,7 +151,10 @@ def _route_label(path: str) -> str:
     # a bounded label set: unknown paths would otherwise grow the metric without limit
     if path in _KNOWN:
         return path
-    return "/slack" if path.startswith("/slack") else "other"
+    for prefix in ("/slack", "/console", "/api/v1"):
+        if path.startswith(prefix):
+            return prefix
+    return "other"
 
 
 def build_app(

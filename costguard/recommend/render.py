@@ -54,14 +54,20 @@ def _shown(recs: Recommendations, everything: bool) -> list[Recommendation]:
 
 
 def to_json(recs: Recommendations, settings: RecommendSettings, everything: bool) -> str:
-    return json.dumps({
+    return json.dumps(recommend_doc(recs, settings, everything), indent=2)
+
+
+def recommend_doc(recs: Recommendations, settings: RecommendSettings,
+                  everything: bool) -> dict[str, Any]:
+    """`costguard recommend --format json`, as a document (the console's API serves it)."""
+    return {
         "schema": SCHEMA,
         "since": recs.since.isoformat(), "until": recs.until.isoformat(),
         "settings": settings.model_dump(mode="json"),
         "summary": _summary(recs),
         "by_team": recs.by_team(),
         "items": [_item(r) for r in _shown(recs, everything)],
-    }, indent=2)
+    }
 
 
 def _summary(recs: Recommendations) -> dict[str, Any]:

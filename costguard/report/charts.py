@@ -133,3 +133,39 @@ def _nice(value: float) -> float:
         if step * magnitude >= value:
             return float(step * magnitude)
     return float(10 * magnitude)
+
+
+def percent_lines(series: Mapping[str, Sequence[tuple[datetime, float]]], since: datetime,
+                  until: datetime, *, width: int = 860, height: int = 180) -> str:
+    """Lines of 0-100% over [since, until): one colour per series (SM activity, VRAM)."""
+    left, right, pad_top, bottom = 44, 150, 10, 28
+    plot_w, plot_h = width - left - right, height - pad_top - bottom
+    span = max((until - since).total_seconds(), 1.0)
+    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 {width} {height}' "
+             f"role='img' aria-label='GPU activity' {FONT} font-size='11'>"]
+    for pct in (0, 50, 100):
+        y = pad_top + plot_h - plot_h * pct / 100
+        parts.append(f"<line x1='{left}' x2='{left + plot_w}' y1='{y:.1f}' y2='{y:.1f}' "
+                     "stroke='#e5e7eb'/>")
+        parts.append(f"<text x='{left - 6}' y='{y + 4:.1f}' text-anchor='end' "
+                     f"fill='#6b7280'>{pct}%</text>")
+    for frac in (0.0, 0.5, 1.0):
+        at = since + (until - since) * frac
+        parts.append(f"<text x='{left + plot_w * frac:.1f}' y='{height - 8}' "
+                     f"text-anchor='middle' fill='#6b7280'>{at:%b %d %H:%M}</text>")
+    for k, (name, points) in enumerate(series.items()):
+        colour = PALETTE[k % len(PALETTE)]
+        coords = " ".join(
+            f"{left + plot_w * (t - since).total_seconds() / span:.1f},"
+            f"{pad_top + plot_h - plot_h * min(max(v, 0.0), 100.0) / 100:.1f}"
+            for t, v in sorted(points))
+        if coords:
+            parts.append(f"<polyline fill='none' stroke='{colour}' stroke-width='1.5' "
+                         f"points='{coords}'><title>{escape(name)}</title></polyline>")
+        y = pad_top + 6 + k * 20
+        parts.append(f"<rect x='{width - right + 16}' y='{y}' width='12' height='12' rx='2' "
+                     f"fill='{colour}'/>")
+        parts.append(f"<text x='{width - right + 34}' y='{y + 10}' fill='#111827'>"
+                     f"{escape(name)}</text>")
+    parts.append("</svg>")
+    return "".join(parts)

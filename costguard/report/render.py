@@ -124,8 +124,13 @@ def _row_json(by: tuple[str, ...], r: DisplayRow) -> dict[str, Any]:
 
 
 def to_json(report: Report) -> str:
+    return json.dumps(report_doc(report), indent=2)
+
+
+def report_doc(report: Report) -> dict[str, Any]:
+    """`costguard report --format json`, as a document (the console's spend API serves it)."""
     rows, total = display_rows(report)
-    doc = {
+    doc: dict[str, Any] = {
         "schema": SCHEMA_VERSION,
         "currency": "USD",
         "by": list(report.by),
@@ -145,7 +150,7 @@ def to_json(report: Report) -> str:
             {"provider": provider, "what": what, "billed_usd": dollars(cents)}
             for (provider, what, _), cents in zip(
                 report.billed_not_compared, not_compared_cents(report), strict=True)]
-    return json.dumps(doc, indent=2)
+    return doc
 
 
 def waste_json(report: Report) -> dict[str, Any]:

@@ -1,0 +1,1 @@
+"""The web console the daemon serves: pages, the report API (`/api/v1`), and their login."""

@@ -1,0 +1,72 @@
+"""The console's routes for the daemon's HTTP app: pages at /console, the API at /api/v1,
+`/` sends a browser to the overview. Both share one signed session cookie (the OIDC login,
+the CSRF token, a message after an action)."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import warnings
+from collections.abc import Callable
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.sessions import SessionMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+
+from costguard.clock import Clock
+from costguard.config import Settings
+from costguard.console.auth import is_loopback
+from costguard.policy.schema import PolicySet
+from costguard.store.db import Database
+
+log = logging.getLogger("costguard.console")
+SESSION_COOKIE = "costguard_session"
+
+
+def console_routes(settings: Settings, db: Database, clock: Clock,
+                   policies: Callable[[], PolicySet], host: str) -> list[BaseRoute]:
+    """The console's routes, or none: when it is off, or when it would serve pages without a
+    login on an address other people reach (refused, with the fix in the log)."""
+    cfg = settings.console
+    if not cfg.enabled:
+        return []
+    if cfg.auth == "none" and not is_loopback(host):
+        log.error("console not served: http.host is %s and console.auth is none, so anyone "
+                  "who reaches the port would read every team's spend. Set console.auth to "
+                  "oidc or proxy (docs/console.md), or serve on 127.0.0.1", host)
+        return []
+    from costguard.console.api import Api
+    from costguard.console.pages import Pages
+
+    secret = cfg.session_secret.get_secret_value() if cfg.session_secret else None
+    if not secret:
+        secret = secrets.token_urlsafe(32)
+        if cfg.auth == "oidc":
+            log.warning("console.session_secret is not set: logins end when the daemon "
+                        "restarts, and replicas do not share them")
+    session = Middleware(SessionMiddleware, secret_key=secret, session_cookie=SESSION_COOKIE,
+                         max_age=cfg.session_hours * 3600, same_site="lax",
+                         https_only=False)
+    page_routes = Pages(settings, db, clock, policies).routes()
+    if cfg.auth == "oidc":
+        with warnings.catch_warnings():  # Authlib's own deprecation notes, not ours to fix
+            warnings.simplefilter("ignore")
+            from costguard.console.oidc import oidc_routes
+        page_routes += oidc_routes(cfg)
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return JSONResponse({"error": f"no route {request.url.path}"}, 404)
+
+    handlers = {404: not_found}
+    pages = Starlette(routes=page_routes, middleware=[session], exception_handlers=handlers)
+    api = Starlette(routes=Api(settings, db, clock, policies).routes(), middleware=[session],
+                    exception_handlers=handlers)
+
+    async def home(request: Request) -> Response:
+        return RedirectResponse("/console/", 307)
+
+    return [Route("/", home, methods=["GET"]), Mount("/console", app=pages, name="console"),
+            Mount("/api/v1", app=api, name="api")]

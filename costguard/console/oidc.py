@@ -1,0 +1,94 @@
+"""OpenID Connect login for the console (Authlib's Starlette client).
+
+    GET /console/login          -> the provider's authorization page (code flow, nonce, state)
+    GET /console/auth/callback  <- the provider sends the person back; the ID token is
+                                   checked (signature, issuer, audience, nonce) and the user
+                                   and groups are kept in the signed session cookie
+    GET /console/logout         forgets the session
+
+The groups come from the ID token's `oidc.groups_claim`, else from the userinfo endpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from urllib.parse import quote
+
+from authlib.integrations.starlette_client import OAuth, OAuthError
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from costguard.console.settings import ConsoleSettings
+
+log = logging.getLogger("costguard.console")
+
+LOGIN_PATH = "/console/login"
+CALLBACK_PATH = "/console/auth/callback"
+
+
+def _safe_next(target: str | None) -> str:
+    # only a path of this site: never an open redirect to somewhere else
+    if not target or not target.startswith("/") or target.startswith("//"):
+        return "/console/"
+    return target
+
+
+def login_url(next_path: str) -> str:
+    return f"{LOGIN_PATH}?next={quote(next_path, safe='/')}"
+
+
+def oidc_routes(cfg: ConsoleSettings) -> list[BaseRoute]:
+    oauth = OAuth()
+    oc = cfg.oidc
+    secret = oc.client_secret.get_secret_value() if oc.client_secret else None
+    oauth.register("idp", client_id=oc.client_id, client_secret=secret,
+                   server_metadata_url=oc.issuer.rstrip("/") + "/.well-known/openid-configuration",
+                   client_kwargs={"scope": oc.scopes})
+    client: Any = oauth.create_client("idp")
+
+    def callback_url(request: Request) -> str:
+        if oc.public_url:
+            return oc.public_url.rstrip("/") + CALLBACK_PATH
+        return str(request.url_for("oidc_callback"))
+
+    async def login(request: Request) -> Response:
+        request.session["next"] = _safe_next(request.query_params.get("next"))
+        try:
+            response: Response = await client.authorize_redirect(request, callback_url(request))
+        except Exception as exc:  # the provider's discovery document cannot be read
+            log.warning("OIDC login failed: %s: %s", type(exc).__name__, exc)
+            return PlainTextResponse("The identity provider cannot be reached; try again "
+                                     "later.", status_code=503)
+        return response
+
+    async def callback(request: Request) -> Response:
+        try:
+            token = await client.authorize_access_token(request)
+        except OAuthError as exc:
+            log.warning("OIDC login refused: %s", exc.error)
+            return PlainTextResponse(f"Login failed: {exc.error}. Start again at "
+                                     f"{LOGIN_PATH}.", status_code=401)
+        claims = dict(token.get("userinfo") or {})
+        if oc.groups_claim not in claims:
+            try:
+                claims.update(await client.userinfo(token=token))
+            except Exception as exc:
+                log.info("OIDC userinfo not read (%s): no groups", type(exc).__name__)
+        name = str(claims.get(oc.user_claim) or claims.get("sub") or "")
+        if not name:
+            return PlainTextResponse("Login failed: the ID token names nobody.", 401)
+        groups = claims.get(oc.groups_claim) or []
+        request.session["user"] = {"name": name, "groups": [str(g) for g in groups]
+                                   if isinstance(groups, list) else str(groups)}
+        log.info("console login", extra={"user": name})
+        return RedirectResponse(_safe_next(request.session.pop("next", None)), 303)
+
+    async def logout(request: Request) -> Response:
+        request.session.clear()
+        return PlainTextResponse("Logged out.")
+
+    return [Route(LOGIN_PATH, login, methods=["GET"]),
+            Route(CALLBACK_PATH, callback, methods=["GET"], name="oidc_callback"),
+            Route("/console/logout", logout, methods=["GET"])]
