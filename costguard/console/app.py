@@ -18,7 +18,7 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from costguard.clock import Clock
 from costguard.config import Settings
-from costguard.console.auth import is_loopback
+from costguard.console.auth import MOUNT, is_loopback
 from costguard.policy.schema import PolicySet
 from costguard.store.db import Database
 
@@ -68,5 +68,5 @@ def console_routes(settings: Settings, db: Database, clock: Clock,
     async def home(request: Request) -> Response:
         return RedirectResponse("/console/", 307)
 
-    return [Route("/", home, methods=["GET"]), Mount("/console", app=pages, name="console"),
+    return [Route("/", home, methods=["GET"]), Mount(MOUNT, app=pages, name="console"),
             Mount("/api/v1", app=api, name="api")]

@@ -12,11 +12,14 @@ import hmac
 import secrets
 from dataclasses import dataclass
 from ipaddress import ip_address, ip_network
+from urllib.parse import quote
 
 from starlette.requests import Request
 
 from costguard.console.settings import ConsoleSettings
 
+MOUNT = "/console"  # where the pages (and the login) are mounted
+LOGIN_PATH = f"{MOUNT}/login"
 LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
 IAP_PREFIX = "accounts.google.com:"  # IAP writes the user as accounts.google.com:EMAIL
 
@@ -94,3 +97,19 @@ def csrf_ok(request: Request, sent: str | None) -> bool:
     token = request.session.get("csrf")
     return (isinstance(token, str) and isinstance(sent, str)
             and hmac.compare_digest(token.encode(), sent.encode()))
+
+
+def safe_next(target: str | None) -> str:
+    """Where to go after the login: only a path of this site, never an open redirect to
+    somewhere else."""
+    if not target or not target.startswith("/") or target.startswith("//"):
+        return "/console/"
+    return target
+
+
+def login_url(next_path: str) -> str:
+    return f"{LOGIN_PATH}?next={quote(next_path, safe='/')}"
+
+
+def instance_path(provider: str, instance_id: str) -> str:
+    return f"{MOUNT}/instances/{quote(provider, safe='')}/{quote(instance_id, safe='')}"

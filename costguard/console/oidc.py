@@ -5,6 +5,7 @@
                                    checked (signature, issuer, audience, nonce) and the user
                                    and groups are kept in the signed session cookie
     GET /console/logout         forgets the session
+The routes are mounted with the pages at /console.
 
 The groups come from the ID token's `oidc.groups_claim`, else from the userinfo endpoint.
 """
@@ -13,30 +14,18 @@ from __future__ import annotations
 
 import logging
 from typing import Any
-from urllib.parse import quote
 
 from authlib.integrations.starlette_client import OAuth, OAuthError
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from costguard.console.auth import LOGIN_PATH, MOUNT, safe_next
 from costguard.console.settings import ConsoleSettings
 
 log = logging.getLogger("costguard.console")
 
-LOGIN_PATH = "/console/login"
 CALLBACK_PATH = "/console/auth/callback"
-
-
-def _safe_next(target: str | None) -> str:
-    # only a path of this site: never an open redirect to somewhere else
-    if not target or not target.startswith("/") or target.startswith("//"):
-        return "/console/"
-    return target
-
-
-def login_url(next_path: str) -> str:
-    return f"{LOGIN_PATH}?next={quote(next_path, safe='/')}"
 
 
 def oidc_routes(cfg: ConsoleSettings) -> list[BaseRoute]:
@@ -51,10 +40,10 @@ def oidc_routes(cfg: ConsoleSettings) -> list[BaseRoute]:
     def callback_url(request: Request) -> str:
         if oc.public_url:
             return oc.public_url.rstrip("/") + CALLBACK_PATH
-        return str(request.url_for("oidc_callback"))
+        return str(request.url.replace(path=CALLBACK_PATH, query=""))
 
     async def login(request: Request) -> Response:
-        request.session["next"] = _safe_next(request.query_params.get("next"))
+        request.session["next"] = safe_next(request.query_params.get("next"))
         try:
             response: Response = await client.authorize_redirect(request, callback_url(request))
         except Exception as exc:  # the provider's discovery document cannot be read
@@ -83,12 +72,13 @@ def oidc_routes(cfg: ConsoleSettings) -> list[BaseRoute]:
         request.session["user"] = {"name": name, "groups": [str(g) for g in groups]
                                    if isinstance(groups, list) else str(groups)}
         log.info("console login", extra={"user": name})
-        return RedirectResponse(_safe_next(request.session.pop("next", None)), 303)
+        return RedirectResponse(safe_next(request.session.pop("next", None)), 303)
 
     async def logout(request: Request) -> Response:
         request.session.clear()
         return PlainTextResponse("Logged out.")
 
-    return [Route(LOGIN_PATH, login, methods=["GET"]),
-            Route(CALLBACK_PATH, callback, methods=["GET"], name="oidc_callback"),
-            Route("/console/logout", logout, methods=["GET"])]
+    # mounted with the pages at /console
+    return [Route(LOGIN_PATH.removeprefix(MOUNT), login, methods=["GET"]),
+            Route(CALLBACK_PATH.removeprefix(MOUNT), callback, methods=["GET"]),
+            Route("/logout", logout, methods=["GET"])]

@@ -30,8 +30,14 @@ from costguard.alerts.content import snooze_options
 from costguard.clock import Clock
 from costguard.config import Settings
 from costguard.console import views
-from costguard.console.auth import Viewer, csrf_ok, csrf_token, viewer
-from costguard.console.oidc import login_url
+from costguard.console.auth import (
+    Viewer,
+    csrf_ok,
+    csrf_token,
+    instance_path,
+    login_url,
+    viewer,
+)
 from costguard.errors import CostguardError
 from costguard.policy.schema import PolicySet
 from costguard.store.db import Database
@@ -155,10 +161,11 @@ class Pages:
         if not who.admin:
             log.warning("console: %s refused (not in the admin group)", kind,
                         extra={"user": who.name or "anonymous"})
+            group = (f"the admin group ({self.cfg.admin_group})" if self.cfg.admin_group
+                     else "an admin group, and none is configured (console.admin_group)")
             return self.render(request, who, "error.html.j2", 403, error=(
-                f"Only members of the admin group may {kind.replace('-', ' ')} instances"
-                + (f" ({self.cfg.admin_group})." if self.cfg.admin_group else "; none is "
-                   "configured (console.admin_group).")))
+                f"Only members of {group} may {kind.replace('-', ' ')} instances from the "
+                "console."))
         form = await request.form()
         if not csrf_ok(request, _text(form.get("csrf"))):
             return self.render(request, who, "error.html.j2", 403, error=(
@@ -176,8 +183,7 @@ class Pages:
                             user_name=who.name, via="console")
         reply = await run_in_threadpool(on_action, click)
         request.session["flash"] = reply.text if not isinstance(reply, str) else reply
-        back = request.url_for("instance", provider=provider, instance_id=instance_id)
-        return RedirectResponse(str(back.path), 303)
+        return RedirectResponse(instance_path(provider, instance_id), 303)
 
     def routes(self) -> list[BaseRoute]:
         return [

@@ -37,6 +37,7 @@ class Window:
     since: datetime
     until: datetime
     label: str  # what the person asked for: "7d", or "2026-11-01 → 2026-11-08"
+    to_now: bool = True  # no `until` asked: the window runs up to now, what just happened too
 
 
 def window_of(params: Mapping[str, str], now: datetime) -> Window:
@@ -55,7 +56,7 @@ def window_of(params: Mapping[str, str], now: datetime) -> Window:
                                   f"({until:%Y-%m-%d %H:%M})")
     if until - since > MAX_WINDOW:
         raise ReportArgumentError(f"a window of at most {MAX_WINDOW.days} days, please")
-    return Window(since, until, label)
+    return Window(since, until, label, to_now=not params.get("until"))
 
 
 def days_of(since: datetime, until: datetime) -> list[datetime]:
@@ -166,7 +167,7 @@ def audit(s: Session, win: Window, limit: int) -> list[dict[str, object]]:
     """The audit trail of the window, newest first, at most `limit` events."""
     from costguard.actions.audit import audit_events
 
-    events = audit_events(s, win.since, win.until)
+    events = audit_events(s, win.since, None if win.to_now else win.until)
     return [e.as_json() for e in reversed(events[-limit:])]
 
 

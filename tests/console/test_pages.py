@@ -1,0 +1,197 @@
+"""The console's pages over HTTP: the CLI's figures, no page without a login, never served
+open on an address others reach, and snooze / stop now for admins only, CSRF-checked and
+journaled with the person's name (#21). The same in a real browser: test_browser.py."""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+import re
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from sqlmodel import select
+from typer.testing import CliRunner
+
+from costguard.cli import app
+from costguard.clock import ManualClock
+from costguard.console.app import console_routes
+from costguard.store.db import Database
+from costguard.store.tables import PolicyStateRow
+from tests.console.conftest import ADMIN, PROXY, READER
+from tests.console.harness import NOW, console_settings, serve
+
+runner = CliRunner()
+
+
+def report_json(url: str, *args: str) -> Any:
+    result = runner.invoke(app, ["--database", url, "report", *args, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def usd_of(page: str, element_id: str) -> float:
+    found = re.search(rf'id="{element_id}"[^>]*data-usd="([-\d.e]+)"', page)
+    assert found, element_id
+    return float(found.group(1))
+
+
+@pytest.fixture
+def site(store: str, cli_clock: ManualClock) -> Any:
+    with serve(console_settings(store, PROXY)) as base:
+        yield base
+
+
+def test_pages_show_the_report_s_figures(site: str, store: str) -> None:
+    page = httpx.get(f"{site}/console/", headers=READER).text
+    cli = report_json(store, "--by", "team", "--since", "7d")
+    assert usd_of(page, "card-spend") == cli["total"]["cost_usd"] > 0
+    assert usd_of(page, "card-idle") == cli["total"]["idle_cost_usd"]
+    unattributed = sum(r["cost_usd"] for r in cli["rows"] if r["team"] == "unattributed")
+    assert usd_of(page, "card-unattributed") == round(unattributed, 2)
+    for row in cli["rows"]:  # every team's row, linked to its page
+        assert f'data-key="{html.escape(row["team"])}"' in page
+    team = cli["rows"][0]["team"]
+    team_page = httpx.get(f"{site}/console/teams/{team}?window=1d", headers=READER).text
+    team_cli = report_json(store, "--by", "instance", "--by", "instance-type", "--since", "1d",
+                           "--filter", f"team={team}")
+    assert usd_of(team_page, "total-cost") == team_cli["total"]["cost_usd"]
+    for path in ("pending", "anomalies", "audit"):
+        r = httpx.get(f"{site}/console/{path}", headers=READER)
+        assert r.status_code == 200 and "<nav>" in r.text, path
+    bad = httpx.get(f"{site}/console/?window=soon", headers=READER)
+    assert bad.status_code == 400 and "window" in bad.text and "Traceback" not in bad.text
+    missing = httpx.get(f"{site}/console/instances/sim/i-nobody", headers=READER)
+    assert missing.status_code == 404 and "i-nobody" in missing.text
+
+
+def test_no_page_without_a_login(site: str) -> None:
+    for path in ("/console/", "/console/pending", "/console/audit",
+                 "/console/instances/sim/i-sim07000011"):
+        r = httpx.get(site + path)
+        assert r.status_code == 401 and "did not say who you are" in r.text, path
+    assert httpx.get(site + "/", follow_redirects=False).headers["location"] == "/console/"
+
+
+def test_oidc_mode_sends_a_stranger_to_the_login(store: str, cli_clock: ManualClock) -> None:
+    settings = console_settings(store, {"auth": "oidc", "oidc": {
+        "issuer": "http://127.0.0.1:9/idp", "client_id": "costguard", "client_secret": "s"}})
+    with serve(settings) as base:
+        r = httpx.get(f"{base}/console/audit?window=1d", follow_redirects=False)
+        assert r.status_code == 303
+        assert r.headers["location"] == "/console/login?next=/console/audit%3Fwindow%3D1d"
+        api = httpx.get(f"{base}/api/v1/spend")
+        assert api.status_code == 401
+        # the provider is down: a plain 503 that says so, not a traceback
+        down = httpx.get(f"{base}/console/login?next=//evil.example/")
+        assert down.status_code == 503 and "identity provider" in down.text
+
+
+def test_never_served_open_on_an_address_others_reach(
+        store: str, caplog: pytest.LogCaptureFixture) -> None:
+    from costguard.clock import ManualClock as Clock
+    from costguard.policy.schema import PolicySet
+
+    db = Database(store, create=False)
+    try:
+        def routes(auth: str, host: str) -> int:
+            cfg = console_settings(store, {"auth": auth} | (
+                {"oidc": {"issuer": "http://idp", "client_id": "c", "client_secret": "s"}}
+                if auth == "oidc" else {}), host=host)
+            return len(console_routes(cfg, db, Clock(NOW), PolicySet, host))
+
+        with caplog.at_level(logging.ERROR, "costguard.console"):
+            assert routes("none", "0.0.0.0") == 0
+            assert routes("none", "10.1.2.3") == 0
+        assert "console.auth is none" in caplog.text and "docs/console.md" in caplog.text
+        assert routes("none", "127.0.0.1") > 0 and routes("none", "::1") > 0
+        assert routes("proxy", "0.0.0.0") > 0 and routes("oidc", "0.0.0.0") > 0
+    finally:
+        db.dispose()
+
+
+def _form(page: str, action: str) -> dict[str, str]:
+    form = re.search(rf'<form[^>]*action="[^"]*/{action}">(.*?)</form>', page, re.S)
+    assert form, f"no {action} form"
+    return {name: html.unescape(value) for name, value in re.findall(
+        r'<input type="hidden" name="(\w+)" value="([^"]*)">', form.group(1))}
+
+
+def warn_one(url: str) -> tuple[str, str]:
+    """Warn an instance as the cycle does (a deadline 15 minutes on): the demo's last cycle
+    left none warned. Returns the instance and the policy."""
+    db = Database(url, create=False)
+    try:
+        with db.session() as s:
+            row = s.exec(select(PolicyStateRow).where(
+                PolicyStateRow.policy == "idle-gpu-shutdown",
+                PolicyStateRow.state == "cleared")).first()
+            assert row is not None, "the demo left no cleared idle state to warn"
+            row.state, row.since, row.deadline = "warned", NOW, NOW + timedelta(minutes=15)
+            row.evidence = "SM activity 0.4% for 45m (test)"
+            s.add(row)
+            s.commit()
+            return row.instance_id, row.policy
+    finally:
+        db.dispose()
+
+
+def test_pending_shows_who_stops_when_and_why(store: str, cli_clock: ManualClock) -> None:
+    instance, policy = warn_one(store)
+    with serve(console_settings(store, PROXY)) as site:
+        items = httpx.get(f"{site}/api/v1/pending", headers=READER).json()["items"]
+        assert [(p["instance_id"], p["policy"], p["state"]) for p in items] == [
+            (instance, policy, "warned")]
+        assert items[0]["deadline"].startswith("2026-03-10T12:15")
+        page = httpx.get(f"{site}/console/pending", headers=READER).text
+        assert instance in page and "acts at 2026-03-10 12:15 UTC" in page
+        assert "SM activity 0.4% for 45m (test)" in page
+
+
+def test_snooze_is_for_admins_with_the_page_s_token_and_journaled(
+        store: str, cli_clock: ManualClock) -> None:
+    instance, policy = warn_one(store)
+    with serve(console_settings(store, PROXY)) as site:
+        snooze_from_the_page(site, instance, policy)
+
+
+def snooze_from_the_page(site: str, instance: str, policy: str) -> None:
+    path = f"/console/instances/sim/{instance}"
+    reader_page = httpx.get(site + path, headers=READER).text
+    assert "Snooze</button>" not in reader_page and "Stop now" not in reader_page
+
+    with httpx.Client(base_url=site, headers=ADMIN) as admin:
+        page = admin.get(path).text
+        assert "Snooze</button>" in page and "Stop now</button>" in page
+        fields = _form(page, "snooze")
+        assert fields["policy"] and len(fields["csrf"]) >= 32
+        # a forged form (no token, or another session's) is refused
+        for token in ("", "x" * 43):
+            r = admin.post(f"{path}/snooze", data={**fields, "csrf": token, "for": "4h"})
+            assert r.status_code == 403 and "expired" in r.text
+        # a reader cannot act, whatever the form carries
+        with httpx.Client(base_url=site, headers=READER, cookies=admin.cookies) as reader:
+            r = reader.post(f"{path}/snooze", data={**fields, "for": "4h"})
+            assert r.status_code == 403 and "admin group (finops)" in r.text
+        doc = admin.get(f"/api/v1/instances/{instance}").json()
+        assert not [j for j in doc["journal"] if j["action"] == "snooze"]
+
+        assert fields["policy"] == policy
+        r = admin.post(f"{path}/snooze", data={**fields, "for": "4h"},
+                       follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"] == path
+        shown = admin.get(path).text
+        assert f"{instance} snoozed until" in shown  # the flash, once
+        assert f"{instance} snoozed until" not in admin.get(path).text
+
+    doc = httpx.get(f"{site}/api/v1/instances/{instance}", headers=READER).json()
+    state = next(p["state"] for p in doc["policies"] if p["policy"] == policy)
+    assert state["snooze_until"].startswith("2026-03-10 16:00")  # now + 4h
+    journal = [j for j in doc["journal"] if j["action"] == "snooze"]
+    assert journal and "ann@example.com" in journal[-1]["detail"]
+    assert "console" in journal[-1]["detail"]
+    audit = httpx.get(f"{site}/console/audit?window=1d", headers=READER).text
+    assert "ann@example.com" in audit
