@@ -1,7 +1,7 @@
 # costguard developer entry points. Everything runs from the project virtualenv .venv,
 # created on first use and re-installed only when pyproject.toml changes.
 #
-#   make test       install, make sure PostgreSQL exists, run the whole suite (slow tests too)
+#   make test       install, make sure PostgreSQL and Chromium exist, run the whole suite
 #   make test-fast  the same without @pytest.mark.slow tests
 #   make lint       ruff + mypy (strict)
 #   make demo       the simulated-fleet demo
@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 # Each worker has its own throwaway PostgreSQL server, temp dirs and ports.
 PYTEST_WORKERS ?= 2
 
-.PHONY: venv test test-fast lint demo bench clean postgres mutation mutation-sample
+.PHONY: venv test test-fast lint demo bench clean postgres chromium mutation mutation-sample
 
 venv: $(STAMP)
 
@@ -31,6 +31,10 @@ $(STAMP): pyproject.toml
 postgres:
 	@scripts/ensure-postgres.sh
 
+# Debian's headless Chromium + ChromeDriver for the console's browser tests
+chromium:
+	@scripts/ensure-chromium.sh
+
 # pytest exits 5 when it collected no test: that is a broken run, never a green one.
 define run_pytest
 	@rc=0; $(BIN)/pytest $(1) $(PYTEST_ARGS) || rc=$$?; \
@@ -40,10 +44,10 @@ define run_pytest
 	exit $$rc
 endef
 
-test: $(STAMP) postgres
+test: $(STAMP) postgres chromium
 	$(call run_pytest,-q -n $(PYTEST_WORKERS) --dist worksteal)
 
-test-fast: $(STAMP) postgres
+test-fast: $(STAMP) postgres chromium
 	$(call run_pytest,-q -n $(PYTEST_WORKERS) --dist worksteal -m "not slow")
 
 lint: $(STAMP)
