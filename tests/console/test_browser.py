@@ -170,4 +170,5 @@ def test_a_finops_lead_logs_in_reads_every_page_and_snoozes(
         shot(browser, "refused")
     journal = [j for j in cli_json(store, "explain", instance)["journal"]
                if j["action"] == "snooze"]
-    assert len(journal) == 1 and journal[0]["detail"].startswith("console user ann@example.com snoozed")
+    assert len(journal) == 1
+    assert journal[0]["detail"].startswith("console user ann@example.com snoozed")
