@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import uvicorn
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import func, select
 from sqlmodel import col
 from starlette.applications import Starlette
@@ -175,7 +175,7 @@ def build_app(
         return JSONResponse(body, status_code=200 if ok else 503)
 
     async def metrics_view(request: Request) -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     async def not_found(request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse({"error": f"no route {request.url.path}",

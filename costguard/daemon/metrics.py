@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from sqlalchemy import func, select
 from sqlmodel import Session, col
 
@@ -31,7 +31,11 @@ STAGE_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 
 
 
 class DaemonMetrics:
-    def __init__(self) -> None:
+    def __init__(self, max_instance_series: int = 2000) -> None:
+        from costguard.daemon.cost_metrics import CostMetrics
+
+        # the cost gauges: a snapshot rendered after each cycle (daemon/cost_metrics.py)
+        self.cost = CostMetrics(max_instance_series)
         r = self.registry = CollectorRegistry()
         self.stage_seconds = Histogram(
             "costguard_cycle_stage_seconds", "Duration of one cycle stage.", ["stage"],
@@ -84,6 +88,11 @@ class DaemonMetrics:
                                      ["outcome"], registry=r)
         self.http = Counter("costguard_http_requests", "HTTP requests, by route and status.",
                             ["route", "status"], registry=r)
+
+    def render(self) -> bytes:
+        """The scrape: these few operational series live, the cost snapshot as it was
+        rendered after the last cycle."""
+        return generate_latest(self.registry) + self.cost.text
 
     def observe_cycle(self, summary: Any, seconds: float) -> None:
         self.cycle_seconds.observe(seconds)

@@ -104,7 +104,7 @@ class Daemon:
         self.settings = settings
         self.cfg = cfg or daemon_settings(settings)
         self.clock = engine.clock
-        self.metrics = DaemonMetrics()
+        self.metrics = DaemonMetrics(settings.console.max_instance_series)
         self.state = ServiceState(poll_interval=settings.poll_interval,
                                   readiness_factor=self.cfg.readiness_factor)
         self.leadership = leadership or leadership_for(
@@ -186,6 +186,8 @@ class Daemon:
         try:
             with self.engine.db.session() as s:
                 self.metrics.refresh_from_store(s, now, self.engine.settings.recommend)
+                self.metrics.cost.refresh(s, now, budgets=self.engine.policies.budgets,
+                                          poll_interval=self.settings.poll_interval)
         except Exception as exc:  # gauges are best effort; the cycle itself succeeded
             log.warning("metrics refresh failed: %s", type(exc).__name__)
         return summary

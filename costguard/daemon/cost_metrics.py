@@ -1,0 +1,171 @@
+"""Cost metrics for Prometheus, in OpenCost's spirit: what each instance costs per hour, what
+its GPUs cost, what of it was idle, each team's spend today and this month, and budgets.
+
+They are computed from the store once after each cycle (by the leader, as the fleet gauges
+are) and rendered into a text snapshot then; a scrape only copies those bytes, so scraping
+often costs next to nothing however large the fleet.
+
+    costguard_instance_hourly_cost_usd{provider,account,region,instance,instance_type,team,
+                                       lifecycle,owner}   the price it accrues at now
+    costguard_instance_gpu_hourly_cost_usd{same}           that price per GPU (GPU instances)
+    costguard_instance_idle_cost_usd{same}                 its idle spend over the last hour
+    costguard_team_hourly_cost_usd{team}                   the sum of the team's prices now
+    costguard_team_spend_usd{team,period="day"|"month"}    spend since 00:00 UTC / the 1st
+    costguard_budget_usd / _spent_usd / _forecast_usd{budget,dimension,value}
+    costguard_cost_instances_folded                        instances past the series cap
+
+Per-instance series are capped (`console.max_instance_series`, the costliest first): the
+rest are folded into one series per team with `instance="(other)"` and the other labels
+empty, so `sum()` over a metric stays the fleet's total whatever the cap.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from sqlalchemy import and_, func, select
+from sqlmodel import Session
+
+from costguard.costs.attribution import UNATTRIBUTED
+from costguard.costs.budgets import budget_status, month_bounds
+from costguard.costs.rollup import day_floor
+from costguard.policy.spend import Budget
+from costguard.report.owners import owner_values
+from costguard.report.queries import spend
+from costguard.store.tables import CostIntervalRow, InstanceRow
+
+LABELS = ("provider", "account", "region", "instance", "instance_type", "team", "lifecycle",
+          "owner")
+OTHER = "(other)"
+# an interval older than this is not "now": the instance stopped being accrued (gone, or
+# the cycles stopped); a running instance is accrued every poll
+MIN_LOOKBACK = timedelta(minutes=30)
+
+
+@dataclass(frozen=True)
+class Priced:
+    labels: tuple[str, ...]  # in LABELS order
+    usd_per_hour: float
+    gpus: int
+
+
+def running_prices(session: Session, now: datetime, lookback: timedelta) -> list[Priced]:
+    """Each running instance's price now: its latest cost interval (ending within
+    `lookback`), with the attribution and owner it has."""
+    c = CostIntervalRow.__table__.c  # type: ignore[attr-defined]
+    latest = (select(c.provider, c.instance_id, func.max(c.start).label("start"))
+              .where(c.end >= now - lookback)
+              .group_by(c.provider, c.instance_id).subquery("latest"))
+    i = InstanceRow.__table__.c  # type: ignore[attr-defined]
+    rows = session.execute(
+        select(c.provider, c.account, c.region, c.instance_id, c.instance_type, c.team,
+               c.lifecycle, c.state, c.usd_per_hour, c.gpu_count, i.owner, i.gone)
+        .join(latest, and_(c.provider == latest.c.provider,
+                           c.instance_id == latest.c.instance_id, c.start == latest.c.start))
+        .join(InstanceRow.__table__, and_(i.provider == c.provider,  # type: ignore[attr-defined]
+                                          i.instance_id == c.instance_id), isouter=True)
+    ).all()
+    out = []
+    for (provider, account, region, iid, itype, team, lifecycle, state, usd, gpus, owner,
+         gone) in rows:
+        if state != "running" or gone:
+            continue
+        labels = (provider, account, region, iid, itype, team or UNATTRIBUTED, lifecycle,
+                  owner_values(owner)["owner"])
+        out.append(Priced(labels, float(usd), int(gpus or 0)))
+    return out
+
+
+class CostMetrics:
+    """The cost gauges, in a registry of their own, and their last rendering."""
+
+    def __init__(self, max_instance_series: int = 2000) -> None:
+        self.max_instance_series = max_instance_series
+        r = self.registry = CollectorRegistry()
+        self.hourly = Gauge("costguard_instance_hourly_cost_usd",
+                            "What the instance costs per hour now (its price: on-demand, spot "
+                            "or learned from the bill).", LABELS, registry=r)
+        self.gpu_hourly = Gauge("costguard_instance_gpu_hourly_cost_usd",
+                                "The instance's hourly cost per GPU (GPU instances).", LABELS,
+                                registry=r)
+        self.idle = Gauge("costguard_instance_idle_cost_usd",
+                          "Idle GPU spend of the instance over the last hour.", LABELS,
+                          registry=r)
+        self.team_hourly = Gauge("costguard_team_hourly_cost_usd",
+                                 "What the team's running instances cost per hour now.",
+                                 ["team"], registry=r)
+        self.team_spend = Gauge("costguard_team_spend_usd",
+                                "The team's spend since 00:00 UTC (period=day) or since the "
+                                "1st of the month (period=month).", ["team", "period"],
+                                registry=r)
+        budget_labels = ["budget", "dimension", "value"]
+        self.budget = Gauge("costguard_budget_usd", "The monthly budget.", budget_labels,
+                            registry=r)
+        self.budget_spent = Gauge("costguard_budget_spent_usd",
+                                  "Spend this month of the budget's dimension value.",
+                                  budget_labels, registry=r)
+        self.budget_forecast = Gauge("costguard_budget_forecast_usd",
+                                     "Spend forecast to the month's end (run rate).",
+                                     budget_labels, registry=r)
+        self.folded = Gauge("costguard_cost_instances_folded",
+                            "Running instances folded into instance=\"(other)\" series by "
+                            "the per-instance cap (console.max_instance_series).", registry=r)
+        self.text = b""  # the snapshot a scrape serves
+        self.refreshed_at: datetime | None = None
+
+    def refresh(self, session: Session, now: datetime, *, budgets: Sequence[Budget] = (),
+                poll_interval: timedelta = timedelta(minutes=5)) -> None:
+        """Recompute every cost gauge from the store, then render the snapshot."""
+        priced = running_prices(session, now, max(3 * poll_interval, MIN_LOOKBACK))
+        hour = spend(session, ["instance"], now - timedelta(hours=1), now)
+        idle = {row.key[0]: row.idle_cost_micros / 1e6 for row in hour.rows}
+        for gauge in (self.hourly, self.gpu_hourly, self.idle, self.team_hourly,
+                      self.team_spend, self.budget, self.budget_spent, self.budget_forecast):
+            gauge.clear()
+        priced.sort(key=lambda p: (-p.usd_per_hour, p.labels))
+        shown, rest = priced[:self.max_instance_series], priced[self.max_instance_series:]
+        team_at = LABELS.index("team")
+        for p in shown:
+            self.hourly.labels(*p.labels).set(p.usd_per_hour)
+            if p.gpus:
+                self.gpu_hourly.labels(*p.labels).set(p.usd_per_hour / p.gpus)
+            self.idle.labels(*p.labels).set(idle.get(p.labels[LABELS.index("instance")], 0.0))
+        folded: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+        for p in rest:
+            acc = folded[p.labels[team_at]]
+            acc[0] += p.usd_per_hour
+            acc[1] += p.gpus
+            acc[2] += idle.get(p.labels[LABELS.index("instance")], 0.0)
+        for team, (usd, gpus, idle_usd) in folded.items():
+            labels = {name: "" for name in LABELS} | {"instance": OTHER, "team": team}
+            self.hourly.labels(**labels).set(usd)
+            if gpus:
+                self.gpu_hourly.labels(**labels).set(usd / gpus)
+            self.idle.labels(**labels).set(idle_usd)
+        self.folded.set(len(rest))
+        per_team: dict[str, float] = defaultdict(float)
+        for p in priced:
+            per_team[p.labels[team_at]] += p.usd_per_hour
+        for team, usd in per_team.items():
+            self.team_hourly.labels(team).set(usd)
+        for period, since in (("day", day_floor(now)), ("month", month_bounds(now)[0])):
+            for row in spend(session, ["team"], since, now).rows:
+                self.team_spend.labels(row.key[0], period).set(row.cost_micros / 1e6)
+        for b in budgets:
+            st = budget_status(session, b, now)
+            key = (st.budget, st.dimension, st.value)
+            self.budget.labels(*key).set(st.budget_micros / 1e6)
+            self.budget_spent.labels(*key).set(st.actual_micros / 1e6)
+            self.budget_forecast.labels(*key).set(st.forecast_micros / 1e6)
+        self.text = generate_latest(self.registry)
+        self.refreshed_at = now
+
+
+def metric_names(registry: CollectorRegistry) -> set[str]:
+    """The sample names a registry exports (`_bucket`, `_total` ... included)."""
+    return {s.name for family in registry.collect() for s in family.samples}
+
