@@ -44,50 +44,7 @@ def report_year_rollups() -> list[dict[str, object]]:
     instances, days = 5_000, 365
     with tempfile.TemporaryDirectory() as tmp:
         db = Database(f"sqlite:///{Path(tmp) / 'bench.db'}")
-        t0 = time.perf_counter()
-        with db.engine.begin() as conn:
-            # the driver gets ready tuples (the day bound once per day): binding 1.8 M
-            # dicts through SQLAlchemy took most of a minute
-            names = list(DAILY.c.keys())[1:]  # all but the autoincrement id
-            stmt = insert(DAILY).compile(dialect=conn.dialect, column_keys=names)
-            assert stmt.positiontup == names and names[0] == "day"
-            bind_day = DAILY.c.day.type.dialect_impl(conn.dialect).bind_processor(conn.dialect)
-            assert bind_day is not None
-            fleet = []  # per instance: its row with and without a day's idle spend
-            for i in range(instances):
-                itype, gpus, usd = TYPES[i % len(TYPES)]
-                cost = round(usd * 24 * 1e6)
-                row = {
-                    "day": None, "provider": "aws", "instance_id": f"i-{i:08d}",
-                    "account": "111111111111", "region": "us-east-1",
-                    "instance_type": itype, "lifecycle": "spot" if i % 3 == 0 else
-                    "on-demand", "state": "running", "gpu_count": gpus,
-                    "instance_seconds": 86_400, "cost_micros": cost,
-                    "idle_cost_micros": 0, "gpu_seconds": gpus * 86_400,
-                    "idle_gpu_seconds": 0, "team": TEAMS[i % len(TEAMS)], "project": None,
-                    "env": None, "cost_center": None}
-                busy = tuple(row[n] for n in names[1:])
-                row.update(idle_cost_micros=cost, idle_gpu_seconds=gpus * 86_400)
-                fleet.append((busy, tuple(row[n] for n in names[1:])))
-            batch: list[tuple[object, ...]] = []
-            for d in range(days):
-                day = bind_day(START + timedelta(days=d))
-                batch.extend((day, *fleet[i][(i + d) % 5 == 0]) for i in range(instances))
-                if len(batch) >= 50_000:
-                    conn.exec_driver_sql(stmt.string, batch)
-                    batch = []
-            if batch:
-                conn.exec_driver_sql(stmt.string, batch)
-        with db.session() as s:
-            end = START + timedelta(days=days)
-            control.put(s, ROLLED_UP_UNTIL, end.isoformat(), end)
-        load = time.perf_counter() - t0
-        # the daily rows were written directly, not by rollup(): derive the summary and
-        # run tables the way an upgraded store does at its next rollup
-        t0 = time.perf_counter()
-        with db.session() as s:
-            rebuild_summaries(s)
-        summarize = time.perf_counter() - t0
+        load, summarize = year_of_rollups(db, instances, days)
         spot = catalog_spot_price(PriceCatalog())
         rows: list[dict[str, object]] = []
         for run in range(3):
@@ -102,6 +59,55 @@ def report_year_rollups() -> list[dict[str, object]]:
                          "summarize_seconds": round(summarize, 1)})
         db.dispose()
     return rows
+
+
+def year_of_rollups(db: Database, instances: int, days: int) -> tuple[float, float]:
+    """`days` of daily rows for `instances` from START (one in five instance-days idle),
+    summarized as rollup does; returns the seconds to load and to summarize."""
+    t0 = time.perf_counter()
+    with db.engine.begin() as conn:
+        # the driver gets ready tuples (the day bound once per day): binding 1.8 M
+        # dicts through SQLAlchemy took most of a minute
+        names = list(DAILY.c.keys())[1:]  # all but the autoincrement id
+        stmt = insert(DAILY).compile(dialect=conn.dialect, column_keys=names)
+        assert stmt.positiontup == names and names[0] == "day"
+        bind_day = DAILY.c.day.type.dialect_impl(conn.dialect).bind_processor(conn.dialect)
+        assert bind_day is not None
+        fleet = []  # per instance: its row with and without a day's idle spend
+        for i in range(instances):
+            itype, gpus, usd = TYPES[i % len(TYPES)]
+            cost = round(usd * 24 * 1e6)
+            row = {
+                "day": None, "provider": "aws", "instance_id": f"i-{i:08d}",
+                "account": "111111111111", "region": "us-east-1",
+                "instance_type": itype, "lifecycle": "spot" if i % 3 == 0 else
+                "on-demand", "state": "running", "gpu_count": gpus,
+                "instance_seconds": 86_400, "cost_micros": cost,
+                "idle_cost_micros": 0, "gpu_seconds": gpus * 86_400,
+                "idle_gpu_seconds": 0, "team": TEAMS[i % len(TEAMS)], "project": None,
+                "env": None, "cost_center": None}
+            busy = tuple(row[n] for n in names[1:])
+            row.update(idle_cost_micros=cost, idle_gpu_seconds=gpus * 86_400)
+            fleet.append((busy, tuple(row[n] for n in names[1:])))
+        batch: list[tuple[object, ...]] = []
+        for d in range(days):
+            day = bind_day(START + timedelta(days=d))
+            batch.extend((day, *fleet[i][(i + d) % 5 == 0]) for i in range(instances))
+            if len(batch) >= 50_000:
+                conn.exec_driver_sql(stmt.string, batch)
+                batch = []
+        if batch:
+            conn.exec_driver_sql(stmt.string, batch)
+    with db.session() as s:
+        end = START + timedelta(days=days)
+        control.put(s, ROLLED_UP_UNTIL, end.isoformat(), end)
+    load = time.perf_counter() - t0
+    # the daily rows were written directly, not by rollup(): derive the summary and
+    # run tables the way an upgraded store does at its next rollup
+    t0 = time.perf_counter()
+    with db.session() as s:
+        rebuild_summaries(s)
+    return load, time.perf_counter() - t0
 
 
 @benchmark("accrual-cycle",

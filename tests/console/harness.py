@@ -73,8 +73,7 @@ if __name__ == "__main__":  # a console to look at by hand
 
     where = Path(tempfile.mkdtemp()) / "demo.db"
     store = fill_demo_store(where)
-    cfg = console_settings(store, {"auth": "proxy", "admin_group": "finops"})
-    with serve(cfg) as base:
-        print(f"{base}/console/  (send X-Forwarded-User; store {where})", file=sys.stderr)
+    with serve(console_settings(store)) as base:  # auth none: loopback only, read-only
+        print(f"open {base}/console/ (store {where}; Ctrl-C ends)", file=sys.stderr)
         while True:
             time.sleep(3600)
