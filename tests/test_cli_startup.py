@@ -13,13 +13,16 @@ import pytest
 PROBE = """
 import json, sys
 sys.argv = ["costguard", *sys.argv[1:]]
-from costguard.cli import app
+from costguard.entry import main  # the installed `costguard` executable
 try:
-    app()
+    main()
 except SystemExit:
     pass
 print(json.dumps(sorted(sys.modules)), file=sys.stderr)
 """
+# the installed `costguard-agent` executable
+AGENT_PROBE = PROBE.replace("from costguard.entry import main",
+                            "from costguard.telemetry.cli import agent_app as main")
 
 # what a command imports when it runs, never to print its help
 HEAVY = {"sqlalchemy", "sqlmodel", "alembic", "boto3", "botocore", "google", "apscheduler",
@@ -28,8 +31,8 @@ HEAVY = {"sqlalchemy", "sqlmodel", "alembic", "boto3", "botocore", "google", "ap
          "costguard.report", "costguard.demo", "costguard.engine", "costguard.costs.billing"}
 
 
-def _imported(*argv: str) -> set[str]:
-    done = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True,
+def _imported(*argv: str, probe: str = PROBE) -> set[str]:
+    done = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True,
                           text=True, timeout=60, check=False)
     modules: list[str] = json.loads(done.stderr.strip().splitlines()[-1])
     return set(modules)
@@ -48,3 +51,13 @@ def test_help_imports_nothing_heavy(argv: list[str]) -> None:
 def test_a_command_that_runs_still_imports_what_it_needs() -> None:
     # the probe can tell: `validate` on nothing reads policies, so it loads the policy package
     assert "costguard.policy.load" in _imported("validate", "/nonexistent")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["replay", "--help"], ["record", "--help"]])
+def test_costguard_agent_is_the_light_agent_process(argv: list[str]) -> None:
+    """`costguard agent` loads what `costguard-agent` loads, and not the rest of the CLI:
+    one small process on a GPU host whichever name starts it (#22)."""
+    via_costguard = _imported("agent", *argv) - {"costguard.entry"}
+    alone = _imported(*argv, probe=AGENT_PROBE)
+    assert "costguard.cli" not in via_costguard
+    assert via_costguard == alone
