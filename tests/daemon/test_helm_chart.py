@@ -74,6 +74,8 @@ def test_several_replicas_on_sqlite_are_refused_with_the_fix() -> None:
 @pytest.mark.parametrize("config,fix", [
     ({"database_url": "postgresql://u:pw@db/x"}, "secrets.databaseUrl"),
     ({"http": {"ingest_token": "t0ken"}}, "secrets.agentToken"),
+    ({"console": {"session_secret": "s" * 32}}, "secrets.consoleSessionSecret"),
+    ({"console": {"auth": "oidc", "oidc": {"client_secret": "c"}}}, "secrets.oidcClientSecret"),
 ])
 def test_secrets_in_the_configmap_are_refused(config: dict[str, Any], fix: str) -> None:
     assert fix in _render_error({"config": config})
@@ -114,7 +116,9 @@ def test_an_existing_secret_is_used_and_none_is_written() -> None:
             + w["spec"]["template"]["spec"]["containers"]
             for e in c.get("env", []) if "valueFrom" in e]
     assert refs and {r["name"] for r in refs} == {"my-costguard"}
-    assert {r["key"] for r in refs} == {"database-url", "agent-token"}
+    assert {r["key"] for r in refs} == {"database-url", "agent-token",
+                                        "console-session-secret", "oidc-client-secret"}
+    assert all(r.get("optional") for r in refs if r["key"].startswith(("console", "oidc")))
     assert m.daemon["spec"]["replicas"] == 3
     assert m[("ServiceAccount", "costguard")]["metadata"]["annotations"] == {
         "eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/costguard"}
@@ -173,3 +177,32 @@ def test_the_default_policy_is_the_kustomization_s_and_images_are_this_release()
     chart_policy = m[("ConfigMap", "costguard-config")]["data"]["idle-gpu.yml"]
     kustomize_policy = kustomize()[("ConfigMap", "costguard-config")]["data"]["idle-gpu.yml"]
     assert yaml.safe_load(chart_policy) == yaml.safe_load(kustomize_policy)
+
+
+def test_the_console_s_secrets_reach_the_daemon_from_the_secret() -> None:
+    m = helm({"secrets": {"consoleSessionSecret": "k" * 40, "oidcClientSecret": "cs"},
+              "config": {"console": {"auth": "oidc", "admin_group": "finops", "oidc": {
+                  "issuer": "https://idp.example.com", "client_id": "costguard"}}}})
+    secret = m[("Secret", "costguard-secrets")]["stringData"]
+    assert secret["console-session-secret"] == "k" * 40 and secret["oidc-client-secret"] == "cs"
+    (container,) = m.daemon["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["COSTGUARD_CONSOLE__SESSION_SECRET"]["valueFrom"]["secretKeyRef"]["key"] == \
+        "console-session-secret"
+    assert env["COSTGUARD_CONSOLE__OIDC__CLIENT_SECRET"]["valueFrom"]["secretKeyRef"][
+        "key"] == "oidc-client-secret"
+    # none set: no variable names a key the Secret lacks
+    plain = {e["name"] for e in helm().daemon["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert not {n for n in plain if n.startswith("COSTGUARD_CONSOLE")}
+
+
+def test_the_grafana_dashboard_ships_as_a_configmap_on_request() -> None:
+    import json
+    from pathlib import Path
+
+    assert "ConfigMap/costguard-dashboard" not in {f"{k}/{n}" for k, n in helm().docs}
+    m = helm({"grafanaDashboard": {"enabled": True}})
+    board = m[("ConfigMap", "costguard-dashboard")]
+    assert board["metadata"]["labels"]["grafana_dashboard"] == "1"
+    shipped = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "costguard-cost.json"
+    assert json.loads(board["data"]["costguard-cost.json"]) == json.loads(shipped.read_text())
