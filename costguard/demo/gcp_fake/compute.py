@@ -67,6 +67,7 @@ class FakeCompute(DiskOps, GroupOps):
         self.folders: dict[str, list[str]] = {}  # parent -> child folders ("folders/N")
         self.folder_projects: dict[str, list[str]] = {}  # parent -> project ids
         self.calls: Counter[str] = Counter()  # "GET aggregated_list" etc.
+        self.batch_sizes: list[int] = []  # the calls of each batch request, in order
         # operation kind ("stop", "start", "setLabels") -> the (code, message) errors its
         # operations end with, as GCE reports a stop it could not carry out (nothing changes)
         self.failing_operations: dict[str, tuple[tuple[str, str], ...]] = {}
@@ -152,7 +153,7 @@ class FakeCompute(DiskOps, GroupOps):
         return f"http://{host!s}:{port}"
 
     def start(self) -> FakeCompute:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(self.handle))
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(self.handle, self._on_batch))
         server.daemon_threads = True
         self._server = server
         self._thread = threading.Thread(
@@ -174,6 +175,11 @@ class FakeCompute(DiskOps, GroupOps):
         self.stop()
 
     # ---- request handling ------------------------------------------------------------
+    def _on_batch(self, calls: int) -> None:
+        with self._lock:
+            self.calls["POST batch"] += 1
+            self.batch_sizes.append(calls)
+
     def handle(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple[int, Any]:
         if self.on_request is not None:
             self.on_request(method, path)

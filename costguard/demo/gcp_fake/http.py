@@ -1,9 +1,15 @@
-"""HTTP plumbing of the Compute fake: Google-style JSON errors and the request handler."""
+"""HTTP plumbing of the Compute fake: Google-style JSON errors and the request handler, which
+also answers batch requests (`POST /batch/compute/v1`, multipart/mixed) as Compute Engine's
+"Batching requests" guide describes them."""
 
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable
+from email.parser import BytesParser
+from email.policy import HTTP
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -57,7 +63,50 @@ def forbidden(project: str, why: str) -> dict[str, Any]:
     )
 
 
-def handler_for(handle: Handle) -> type[BaseHTTPRequestHandler]:
+BATCH_PATH = "/batch/compute/v1"
+
+
+def _batch_calls(content_type: str, raw: bytes) -> list[tuple[str, str, str, Any]]:
+    """(Content-ID, method, path?query, JSON body) of each call in a batch request."""
+    message = BytesParser(policy=HTTP).parsebytes(
+        f"Content-Type: {content_type}\r\n\r\n".encode() + raw)
+    if not message.is_multipart():
+        raise ValueError("a batch request is multipart/mixed")
+    calls = []
+    for part in message.iter_parts():
+        if part.get_content_type() != "application/http":
+            raise ValueError("each part of a batch is Content-Type: application/http")
+        payload = part.get_payload(decode=True)
+        if not isinstance(payload, bytes):
+            raise ValueError("an empty part")
+        head, _, body = payload.replace(b"\r\n", b"\n").partition(b"\n\n")
+        method, target, _version = head.split(b"\n", 1)[0].decode().split(" ", 2)
+        if "://" in target:
+            raise ValueError("an inner request names only the path of its URL")
+        text = body.strip()
+        calls.append((str(part.get("Content-ID", "")).strip().strip("<>"), method, target,
+                      json.loads(text) if text else {}))
+    if len(calls) > 1000:
+        raise ValueError("at most 1000 calls in a batch request")
+    return calls
+
+
+def _batch_answer(answers: list[tuple[str, int, Any]], boundary: str) -> bytes:
+    out = []
+    for cid, status, payload in answers:
+        data = json.dumps(payload)
+        out.append(f"--{boundary}\r\nContent-Type: application/http\r\n"
+                   f"Content-ID: <response-{cid}>\r\n\r\n"
+                   f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
+                   "Content-Type: application/json; charset=UTF-8\r\n"
+                   f"Content-Length: {len(data.encode())}\r\n\r\n{data}\r\n")
+    return ("".join(out) + f"--{boundary}--\r\n").encode()
+
+
+def handler_for(handle: Handle, on_batch: Callable[[int], None] | None = None
+                ) -> type[BaseHTTPRequestHandler]:
+    """The request handler; `on_batch(calls)` is told of each batch request, whose calls
+    each go through `handle` as if sent alone."""
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         # headers and body go out as two writes: without TCP_NODELAY, Nagle holds the body
@@ -67,14 +116,38 @@ def handler_for(handle: Handle) -> type[BaseHTTPRequestHandler]:
 
         def _serve(self, method: str) -> None:
             parts = urlsplit(self.path)
-            query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
+            if parts.path == BATCH_PATH and method == "POST":
+                self._batch(raw)
+                return
+            query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
             body = json.loads(raw) if raw else {}
             status, payload = handle(method, parts.path, query, body)
-            data = json.dumps(payload).encode()
+            self._send(status, "application/json; charset=UTF-8", json.dumps(payload).encode())
+
+        def _batch(self, raw: bytes) -> None:
+            try:
+                calls = _batch_calls(self.headers.get("Content-Type", ""), raw)
+            except ValueError as exc:
+                self._send(400, "application/json; charset=UTF-8",
+                           json.dumps(error(400, f"bad batch request: {exc}")).encode())
+                return
+            if on_batch is not None:
+                on_batch(len(calls))
+            answers = []
+            for cid, method, target, body in calls:
+                inner = urlsplit(target)
+                query = {k: v[-1] for k, v in parse_qs(inner.query).items()}
+                status, payload = handle(method, inner.path, query, body)
+                answers.append((cid, status, payload))
+            boundary = f"batch_{uuid.uuid4().hex}"
+            self._send(200, f"multipart/mixed; boundary={boundary}",
+                       _batch_answer(answers, boundary))
+
+        def _send(self, status: int, content_type: str, data: bytes) -> None:
             self.send_response(status)
-            self.send_header("Content-Type", "application/json; charset=UTF-8")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)

@@ -193,6 +193,49 @@ def start(ctx: ActionContext, instance: Instance, *, dry_run: bool) -> ActionRes
     )
 
 
+def plan_labels(instance: Instance, vm: compute_v1.Instance, tags: Mapping[str, str], *,
+                remove: Sequence[str], dry_run: bool
+                ) -> ActionResult | tuple[dict[str, str], dict[str, str], InstanceState]:
+    """What setLabels would send for `vm` as read: the result when no call is due (changed
+    VM, labels already as wanted, dry run), else (labels now, labels wanted, state)."""
+    _, _, name = _where(instance)
+    add = {label_key(k): label_value(v) for k, v in tags.items()}
+    drop = {label_key(k) for k in remove}
+    why = _changed(instance, vm)
+    if why:
+        return ActionResult(outcome=ActionOutcome.SKIPPED, detail=why)
+    current = dict(vm.labels)
+    wanted = {k: v for k, v in {**current, **add}.items() if k not in drop}
+    state = to_state(status_name(vm))
+    if wanted == current:
+        return ActionResult(
+            outcome=ActionOutcome.DRY_RUN if dry_run else ActionOutcome.DONE,
+            detail=f"labels of {name} already as wanted; nothing to change",
+            state_after=state,
+        )
+    if dry_run:
+        return ActionResult(
+            outcome=ActionOutcome.DRY_RUN,
+            detail=f"would set labels of {name}: {_diff(current, wanted)}",
+            state_after=state,
+        )
+    return current, wanted, state
+
+
+def labels_set(instance: Instance, op: compute_v1.Operation, current: Mapping[str, str],
+               wanted: Mapping[str, str], state: InstanceState) -> ActionResult:
+    """The result of a finished setLabels operation."""
+    _, _, name = _where(instance)
+    error = _op_error(op) or _retargeted(instance, op)
+    if error:
+        return ActionResult(outcome=ActionOutcome.FAILED, detail=error, state_after=state)
+    return ActionResult(
+        outcome=ActionOutcome.DONE,
+        detail=f"labels of {name}: {_diff(current, wanted)}",
+        state_after=state,
+    )
+
+
 def set_labels(
     ctx: ActionContext,
     instance: Instance,
@@ -206,28 +249,12 @@ def set_labels(
     meanwhile) re-reads the labels and tries again. `fresh`: the VM as just read by the
     caller (batch.describe_many), used instead of reading it again for the first try."""
     project, zone, name = _where(instance)
-    add = {label_key(k): label_value(v) for k, v in tags.items()}
-    drop = {label_key(k) for k in remove}
     for attempt in range(SET_LABELS_ATTEMPTS):
         vm = fresh if attempt == 0 and fresh is not None else read(ctx, instance)
-        why = _changed(instance, vm)
-        if why:
-            return ActionResult(outcome=ActionOutcome.SKIPPED, detail=why)
-        current = dict(vm.labels)
-        wanted = {k: v for k, v in {**current, **add}.items() if k not in drop}
-        state = to_state(status_name(vm))
-        if wanted == current:
-            return ActionResult(
-                outcome=ActionOutcome.DRY_RUN if dry_run else ActionOutcome.DONE,
-                detail=f"labels of {name} already as wanted; nothing to change",
-                state_after=state,
-            )
-        if dry_run:
-            return ActionResult(
-                outcome=ActionOutcome.DRY_RUN,
-                detail=f"would set labels of {name}: {_diff(current, wanted)}",
-                state_after=state,
-            )
+        planned = plan_labels(instance, vm, tags, remove=remove, dry_run=dry_run)
+        if isinstance(planned, ActionResult):
+            return planned
+        current, wanted, state = planned
         request = compute_v1.SetLabelsInstanceRequest(
             project=project,
             zone=zone,
@@ -247,14 +274,7 @@ def set_labels(
             raise translate(exc, _scope(instance)) from exc
         except gexc.RetryError as exc:
             raise from_retry_error(exc, _scope(instance)) from exc
-        error = _op_error(op) or _retargeted(instance, op)
-        if error:
-            return ActionResult(outcome=ActionOutcome.FAILED, detail=error, state_after=state)
-        return ActionResult(
-            outcome=ActionOutcome.DONE,
-            detail=f"labels of {name}: {_diff(current, wanted)}",
-            state_after=state,
-        )
+        return labels_set(instance, op, current, wanted, state)
     return ActionResult(
         outcome=ActionOutcome.FAILED,
         detail=f"labels of {name} kept changing under us ({SET_LABELS_ATTEMPTS} tries, HTTP 412)",

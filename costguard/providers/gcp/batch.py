@@ -17,19 +17,24 @@ each stopped VM makes no call.
 
 from __future__ import annotations
 
+import json
+import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
+from urllib.parse import quote
 
 from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
 from costguard.errors import InstanceNotFound, ProviderError
 from costguard.model import ActionOutcome, ActionResult, Instance, InstanceState, PriceQuote
-from costguard.providers.gcp import actions, disks, inventory, lookup
+from costguard.providers.gcp import actions, disks, http_batch, inventory, lookup
 from costguard.providers.gcp.errors import from_retry_error, translate
+from costguard.providers.gcp.settings import RetrySettings
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -45,6 +50,12 @@ class BatchContext:
     page_size: int
     now: Callable[[], datetime]
     disks: Callable[[], compute_v1.DisksClient]  # the provider's, made on first use
+    # Compute Engine HTTP batches (http_batch.py): how to POST one, where, with what
+    # back-off; None: one call per VM in the pool
+    post: http_batch.Post | None = None
+    base_url: str = ""
+    retry_settings: RetrySettings = field(default_factory=RetrySettings)
+    sleep: Callable[[float], None] = time.sleep
     # raw VMs read by describe_many: instance id -> (when, VM)
     reads: dict[str, tuple[datetime, compute_v1.Instance]] = field(default_factory=dict)
     # what each VM stop_many stopped still costs, read in bulk; popped by stopped_cost
@@ -206,14 +217,23 @@ def stop_many(ctx: BatchContext, instances: Sequence[Instance], *, dry_run: bool
               request_id: Callable[[], str]) -> dict[str, ActionResult]:
     """See `BatchActions.stop_many`: issue all stops, wait on all operations, read back."""
     results, todo = _before(instances, "stop", dry_run=dry_run)
-    issued = each(todo, lambda inst: _issue_stop(ctx, inst, request_id()), ctx.workers)
+    if ctx.post is not None:
+        calls: list[VmCall] = [(inst, _vm_path(inst, "stop", requestId=request_id()), None)
+                               for inst in todo]
+        try:
+            issued = _batched(ctx, calls)
+        except ProviderError as exc:  # no answer: each VM failed; the next re-check sees
+            issued = [exc] * len(calls)
+    else:
+        issued = each(todo, lambda inst: _issue_stop(ctx, inst, request_id()), ctx.workers)
     pending: list[tuple[Instance, compute_v1.Operation]] = []
     for inst, op in zip(todo, issued, strict=True):
         if isinstance(op, ProviderError):
             results[inst.instance_id] = _failed(op)
         else:
             pending.append((inst, op))
-    finished = each(pending, lambda item: _wait(ctx, item), ctx.workers)
+    finished = (_wait_batched(ctx, pending) if ctx.post is not None
+                else each(pending, lambda item: _wait(ctx, item), ctx.workers))
     done: list[tuple[Instance, compute_v1.Operation]] = []
     for (inst, _), op in zip(pending, finished, strict=True):
         if isinstance(op, ProviderError):
@@ -276,6 +296,8 @@ def set_labels_many(ctx: BatchContext, instances: Sequence[Instance], tags: Mapp
     are read (get) first; a 412 re-reads and retries. VMs run concurrently."""
     now = ctx.now()
     first = {inst.instance_id: _recent(ctx, inst, now) for inst in instances}
+    if ctx.post is not None:
+        return _set_labels_batched(ctx, instances, first, tags, remove=remove, dry_run=dry_run)
     results = each(
         instances,
         lambda inst: actions.set_labels(ctx.actions, inst, tags, remove=remove,
@@ -283,3 +305,131 @@ def set_labels_many(ctx: BatchContext, instances: Sequence[Instance], tags: Mapp
         ctx.workers)
     return {inst.instance_id: (_failed(r) if isinstance(r, ProviderError) else r)
             for inst, r in zip(instances, results, strict=True)}
+
+
+# -- HTTP batches --------------------------------------------------------------------------
+
+
+def _vm_path(inst: Instance, verb: str, **query: str) -> str:
+    project, zone, name = actions.where(inst)
+    q = "&".join(f"{k}={quote(v, safe='')}" for k, v in query.items())
+    return (f"/compute/v1/projects/{quote(project, safe='')}/zones/{quote(zone, safe='')}"
+            f"/instances/{quote(name, safe='')}/{verb}" + (f"?{q}" if q else ""))
+
+
+VmCall = tuple[Instance, str, dict[str, Any] | None]  # the VM, the call's path, its body
+
+
+def _operation(inst: Instance, answer: http_batch.Answer
+               ) -> compute_v1.Operation | ProviderError:
+    """The operation an answer carries, or its error as the client library would have
+    raised it, translated."""
+    if not answer.ok:
+        return translate(answer.error(), _scope(inst))
+    op: compute_v1.Operation = compute_v1.Operation.from_json(json.dumps(answer.body),
+                                                              ignore_unknown_fields=True)
+    return op
+
+
+def _answers(ctx: BatchContext, calls: Sequence[VmCall], method: str = "POST"
+             ) -> list[http_batch.Answer]:
+    if not calls:
+        return []
+    assert ctx.post is not None
+    return http_batch.send(ctx.post, ctx.base_url,
+                           [http_batch.Call(method, path, body) for _, path, body in calls],
+                           ctx.retry_settings, f"{calls[0][0].account}/batch", sleep=ctx.sleep)
+
+
+def _batched(ctx: BatchContext, calls: Sequence[VmCall], method: str = "POST"
+             ) -> list[compute_v1.Operation | ProviderError]:
+    """One call per VM, sent in HTTP batches: each VM's operation, or its error."""
+    return [_operation(inst, answer) for (inst, _, _), answer in
+            zip(calls, _answers(ctx, calls, method), strict=True)]
+
+
+def _wait_batched(ctx: BatchContext, pending: Sequence[tuple[Instance, compute_v1.Operation]]
+                  ) -> list[compute_v1.Operation | ProviderError]:
+    """Poll every operation with zoneOperations.get in HTTP batches until each is DONE (a
+    short wait between rounds, growing), or `operation_timeout_s` passes."""
+    out: list[compute_v1.Operation | ProviderError] = [op for _, op in pending]
+    deadline = time.monotonic() + ctx.actions.operation_timeout_s
+    delay = 0.0
+    while True:
+        waiting = [i for i, op in enumerate(out) if isinstance(op, compute_v1.Operation)
+                   and op.status != compute_v1.Operation.Status.DONE]
+        if not waiting:
+            return out
+        if time.monotonic() + delay > deadline:
+            for i in waiting:
+                inst, op = pending[i]
+                out[i] = ProviderError(
+                    "gcp", _scope(inst), f"operation {op.name} not done after "
+                    f"{ctx.actions.operation_timeout_s:.0f} s", retryable=True)
+            return out
+        if delay:
+            ctx.sleep(delay)
+        calls = []
+        for i in waiting:
+            inst, op = pending[i]
+            project, zone, _ = actions.where(inst)
+            calls.append((inst, f"/compute/v1/projects/{quote(project, safe='')}/zones/"
+                                f"{quote(zone, safe='')}/operations/{quote(op.name, safe='')}",
+                          None))
+        try:
+            polled = _batched(ctx, calls, method="GET")
+        except ProviderError as exc:
+            polled = [exc] * len(calls)
+        for i, op_now in zip(waiting, polled, strict=True):
+            out[i] = op_now
+        delay = min(max(delay * 2, 0.5), 5.0)
+
+
+def _set_labels_batched(ctx: BatchContext, instances: Sequence[Instance],
+                        first: Mapping[str, compute_v1.Instance | None], tags: Mapping[str, str],
+                        *, remove: Sequence[str], dry_run: bool) -> dict[str, ActionResult]:
+    """setLabels of every VM read by describe_many in HTTP batches, then their operations
+    polled in batches; a VM not read lately, or answered 412 (relabelled meanwhile), takes
+    the one-VM path (read, merge, retry)."""
+    results: dict[str, ActionResult] = {}
+    planned: list[tuple[Instance, dict[str, str], dict[str, str], InstanceState]] = []
+    alone: list[Instance] = []
+    calls: list[VmCall] = []
+    for inst in instances:
+        vm = first.get(inst.instance_id)
+        if vm is None:
+            alone.append(inst)
+            continue
+        plan = actions.plan_labels(inst, vm, tags, remove=remove, dry_run=dry_run)
+        if isinstance(plan, ActionResult):
+            results[inst.instance_id] = plan
+            continue
+        current, wanted, state = plan
+        planned.append((inst, current, wanted, state))
+        calls.append((inst, _vm_path(inst, "setLabels", requestId=str(uuid.uuid4())),
+                      {"labels": wanted, "labelFingerprint": vm.label_fingerprint}))
+    try:
+        answers: list[http_batch.Answer | ProviderError] = list(_answers(ctx, calls))
+    except ProviderError as exc:
+        answers = [exc] * len(calls)
+    pending: list[tuple[Instance, compute_v1.Operation]] = []
+    kept: list[tuple[dict[str, str], dict[str, str], InstanceState]] = []
+    for (inst, current, wanted, state), answer in zip(planned, answers, strict=True):
+        if isinstance(answer, http_batch.Answer) and answer.status == 412:
+            alone.append(inst)  # the fingerprint moved: read, merge and try again
+            continue
+        op = answer if isinstance(answer, ProviderError) else _operation(inst, answer)
+        if isinstance(op, ProviderError):
+            results[inst.instance_id] = _failed(op)
+            continue
+        pending.append((inst, op))
+        kept.append((current, wanted, state))
+    finished = _wait_batched(ctx, pending)
+    for (inst, _), (current, wanted, state), op in zip(pending, kept, finished, strict=True):
+        results[inst.instance_id] = (_failed(op) if isinstance(op, ProviderError)
+                                     else actions.labels_set(inst, op, current, wanted, state))
+    solo = each(alone, lambda inst: actions.set_labels(ctx.actions, inst, tags, remove=remove,
+                                                       dry_run=dry_run), ctx.workers)
+    for inst, r in zip(alone, solo, strict=True):
+        results[inst.instance_id] = _failed(r) if isinstance(r, ProviderError) else r
+    return results

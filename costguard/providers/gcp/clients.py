@@ -122,3 +122,19 @@ def _metric_client(
         )
     opts = ClientOptions(api_endpoint=endpoint.removeprefix("https://")) if endpoint else None
     return monitoring_v3.MetricServiceClient(credentials=credentials, client_options=opts)
+
+
+def batch_transport(instances: compute_v1.InstancesClient) -> tuple[Any, str]:
+    """The authorized HTTP session and the base URL of the instances client's REST
+    transport, for Compute Engine HTTP batch requests (http_batch.py): the same
+    credentials, endpoint and connection pool as every other Compute call."""
+    transport = instances.transport
+    session = getattr(transport, "_session", None)
+    host = str(getattr(transport, "_host", "https://compute.googleapis.com"))
+    if session is None:  # not the REST transport: a session of its own, same credentials
+        from google.auth.transport.requests import AuthorizedSession
+
+        session = AuthorizedSession(transport._credentials)  # type: ignore[no-untyped-call]
+    if "://" not in host:
+        host = f"https://{host}"
+    return session, host

@@ -21,8 +21,21 @@ from costguard.model import (
     ProviderName,
 )
 from costguard.providers.base import FetchedPrices
-from costguard.providers.gcp import actions, batch, inventory, metrics, pricing, projects
-from costguard.providers.gcp.clients import GcpClients, build_clients, make_retry
+from costguard.providers.gcp import (
+    actions,
+    batch,
+    http_batch,
+    inventory,
+    metrics,
+    pricing,
+    projects,
+)
+from costguard.providers.gcp.clients import (
+    GcpClients,
+    batch_transport,
+    build_clients,
+    make_retry,
+)
 from costguard.providers.gcp.groups import GroupClients
 from costguard.providers.gcp.settings import GcpSettings
 
@@ -63,7 +76,11 @@ class GcpProvider:
             page_size=settings.page_size,
             now=self.clock.now,
             disks=self._disk_client,
+            retry_settings=settings.retry,
         )
+        if settings.http_batch:
+            session, self._batch.base_url = batch_transport(self.clients.instances)
+            self._batch.post = http_batch.requests_post(session)
 
     def close(self) -> None:
         """Close the HTTP sessions and the gRPC channel (the daemon keeps one provider)."""

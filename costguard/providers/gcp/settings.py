@@ -52,8 +52,12 @@ class GcpSettings(BaseModel):
     credentials_file: str | None = None  # service-account key; default: ADC
     anonymous: bool = False  # no credentials at all: only for local fakes (tests, demo)
     max_workers: int = Field(default=8, ge=1, le=64)
-    # concurrent per-VM calls of describe_many / stop_many / set_tags_many (no batch API)
+    # concurrent per-VM calls of describe_many / stop_many / set_tags_many where no HTTP
+    # batch is used
     batch_workers: int = Field(default=16, ge=1, le=64)
+    # stops, relabels and operation polls of many VMs go in Compute Engine HTTP batch
+    # requests (up to 1,000 calls each); false: one call per VM, `batch_workers` at a time
+    http_batch: bool = True
     page_size: int = Field(default=500, ge=1, le=500)
     operation_timeout_s: float = Field(default=300.0, gt=0, le=3600)
     retry: RetrySettings = Field(default_factory=RetrySettings)
