@@ -195,3 +195,21 @@ def snooze_from_the_page(site: str, instance: str, policy: str) -> None:
     assert "console" in journal[-1]["detail"]
     audit = httpx.get(f"{site}/console/audit?window=1d", headers=READER).text
     assert "ann@example.com" in audit
+
+
+def test_stop_now_makes_the_instance_due_at_the_next_cycle_and_is_journaled(
+        store: str, cli_clock: ManualClock) -> None:
+    instance, policy = warn_one(store)
+    path = f"/console/instances/sim/{instance}"
+    with serve(console_settings(store, PROXY)) as site, \
+            httpx.Client(base_url=site, headers=ADMIN) as admin:
+        fields = _form(admin.get(path).text, "stop")
+        assert fields["policy"] == policy
+        r = admin.post(f"{path}/stop", data=fields, follow_redirects=True)
+        assert f"asked to stop {instance} now: it stops at the next cycle if still idle" \
+            in r.text
+        doc = admin.get(f"/api/v1/instances/{instance}").json()
+    state = next(p["state"] for p in doc["policies"] if p["policy"] == policy)
+    assert state["deadline"].startswith("2026-03-10 12:00")  # due now, not 12:15
+    journal = [j for j in doc["journal"] if j["action"] == "stop-now"]
+    assert journal and "ann@example.com" in journal[-1]["detail"]
