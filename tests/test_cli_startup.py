@@ -61,3 +61,24 @@ def test_costguard_agent_is_the_light_agent_process(argv: list[str]) -> None:
     alone = _imported(*argv, probe=AGENT_PROBE)
     assert "costguard.cli" not in via_costguard
     assert via_costguard == alone
+
+
+DAEMON_PROBE = """
+import json, sys
+from costguard.daemon.scheduler import Daemon
+from costguard.engine import Engine
+from costguard.config import Settings
+import costguard.console.app, costguard.console.pages, costguard.console.api
+Settings(providers={"aws": {"regions": ["us-east-1"]}, "gcp": {"projects": ["ml-prod"]}})
+print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+"""
+
+
+def test_the_daemon_loads_a_cloud_sdk_only_when_it_builds_that_provider() -> None:
+    """boto3 and the Google clients are tens of MB resident: a daemon on one cloud (or the
+    simulated one) does not carry the other's, and reading settings that name both loads
+    neither (#22: daemon RSS)."""
+    loaded = _imported(probe=DAEMON_PROBE)
+    sdks = {m for m in loaded if m.split(".")[0] in ("boto3", "botocore", "grpc")
+            or m.startswith("google.cloud")}
+    assert sdks == set()
