@@ -132,16 +132,18 @@ def verify(fake: FakeGcp, fleet: Fleet) -> str:
     return "ok" if not problems else "; ".join(problems)
 
 
-def run_cycle(n: int, work: Path) -> dict[str, object]:
+def run_cycle(n: int, work: Path, http_batch: bool = True) -> dict[str, object]:
     now = datetime.now(UTC).replace(second=0, microsecond=0)
     with FakeGcp() as fake:
         fleet = seed_fleet(fake, n, now)
         fake.compute.calls.clear()
-        out = work / f"gcp-{n}.json"
+        name = f"gcp-{n}-{'batched' if http_batch else 'per-vm'}"  # a store of its own
+        out = work / f"{name}.json"
         argv = [sys.executable, "-m", "bench.gcp_cycle", fake.compute.url,
-                fake.monitoring.endpoint, now.isoformat(), f"sqlite:///{work / f'gcp-{n}.db'}",
+                fake.monitoring.endpoint, now.isoformat(), f"sqlite:///{work / f'{name}.db'}",
                 str(out), *PROJECTS]
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_PROXY": "127.0.0.1,localhost"}
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_PROXY": "127.0.0.1,localhost",
+               "COSTGUARD_BENCH_GCP_HTTP_BATCH": "1" if http_batch else "0"}
         fake_cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         started = time.perf_counter()
         proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
@@ -164,7 +166,8 @@ def run_cycle(n: int, work: Path) -> dict[str, object]:
     summary = result["summary"]
     stages = ", ".join(f"{k} {v:.2f}" for k, v in summary["stage_seconds"].items())
     return {
-        "instances": n, "zones": len(ZONES), "projects": len(PROJECTS),
+        "instances": n, "compute_calls": "http batches" if http_batch else "one per VM",
+        "zones": len(ZONES), "projects": len(PROJECTS),
         "wall_s": wall, "cycle_s": result["cycle_s"],
         "client_cpu_s": usage.ru_utime + usage.ru_stime,
         "fake_cpu_s": (fake_cpu1.ru_utime + fake_cpu1.ru_stime)
@@ -189,4 +192,5 @@ def run_cycle(n: int, work: Path) -> dict[str, object]:
 def gcp_fleet_cycle() -> list[dict[str, object]]:
     sizes = [int(s) for s in os.environ.get("GCP_BENCH_SIZES", "3000").split(",")]
     with tempfile.TemporaryDirectory(prefix="costguard-bench-gcp-") as tmp:
-        return [run_cycle(n, Path(tmp)) for n in sizes]
+        # both ways on the same machine in one run: the batches' effect, whatever its load
+        return [run_cycle(n, Path(tmp), batched) for n in sizes for batched in (False, True)]
