@@ -53,6 +53,12 @@ def test_answers_are_matched_by_content_id_in_any_order() -> None:
         http_batch.decode("multipart/mixed; boundary=b1", body, 3)
     with pytest.raises(ValueError, match="not a multipart answer"):
         http_batch.decode("application/json", b"{}", 1)
+    # a quoted boundary reads the same; an answer cut before its closing boundary does not
+    assert http_batch.decode('multipart/mixed; boundary="b1"', body, 2) == answers
+    with pytest.raises(ValueError, match="cut short"):
+        http_batch.decode("multipart/mixed; boundary=b1", body[:-10], 2)
+    with pytest.raises(ValueError, match="without a boundary"):
+        http_batch.decode("multipart/mixed", body, 2)
 
 
 def _post(answers: list[tuple[int, str, bytes]]) -> Callable[..., tuple[int, str, bytes]]:
