@@ -4,10 +4,8 @@ Public surface: `AwsProvider`, `AwsSettings`, `AwsAccount`, `CloudWatchSettings`
 `required_iam_policy`.
 """
 
-from importlib import import_module
-from typing import Any
-
 from costguard.providers.aws.settings import AwsAccount, AwsSettings, CloudWatchSettings
+from costguard.providers.lazy import lazy_attributes
 
 # boto3 and botocore cost ~25 MB and half a second to import: load them only when AWS is
 # used, so a daemon governing GCP (or the simulated cloud) and the config loader stay light
@@ -16,11 +14,7 @@ _LAZY = {
     "required_iam_policy": "costguard.providers.aws.iam",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = ["AwsAccount", "AwsProvider", "AwsSettings", "CloudWatchSettings", "required_iam_policy"]

@@ -4,10 +4,8 @@ Public surface: `GcpProvider`, `GcpSettings`, `required_permissions`, `label_key
 Local fakes for tests and the demo live in `fake_server` (imported on demand only).
 """
 
-from importlib import import_module
-from typing import Any
-
 from costguard.providers.gcp.settings import GcpSettings, RetrySettings
+from costguard.providers.lazy import lazy_attributes
 
 # the Google client libraries take over a second to import: load them only when used, so
 # `costguard report` and the config loader stay fast
@@ -20,11 +18,7 @@ _LAZY = {
     "required_permissions": "costguard.providers.gcp.iam",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = [
