@@ -72,6 +72,7 @@ class Pages:
         body = _env().get_template(name).render(
             viewer=who, auth=self.cfg.auth, path=request.url.path, query=urlencode(query),
             window=query.get("window", "" if "since" in query else views.DEFAULT_WINDOW),
+            since_value=_date_only(query.get("since")), until_value=_date_only(query.get("until")),
             windows=WINDOWS, flash=request.session.pop("flash", None), **context)
         return HTMLResponse(body, status_code=status)
 
@@ -197,6 +198,12 @@ class Pages:
             Route("/anomalies", self.anomalies, methods=["GET"], name="anomalies"),
             Route("/audit", self.audit, methods=["GET"], name="audit"),
         ]
+
+
+def _date_only(value: str | None) -> str:
+    """A `since`/`until` that is a date, as the date input shows it ("" for a duration)."""
+    text = (value or "")[:10]
+    return text if len(text) == 10 and text[4] == "-" and text[7] == "-" else ""
 
 
 def _text(value: object) -> str | None:

@@ -86,10 +86,24 @@ def login(driver: Any, base: str, path: str, user: str) -> None:
 
     driver.get(base + path)
     assert "/oauth2/authorize" in driver.current_url, driver.current_url
-    driver.find_element(By.CSS_SELECTOR, f'button[name="sub"][value="{user}"]').click()
+    follow(driver, driver.find_element(By.CSS_SELECTOR, f'button[name="sub"][value="{user}"]'))
     assert driver.current_url == base + path, driver.current_url
     who = driver.find_element(By.CSS_SELECTOR, "nav .who").text
     assert user in who, who
+
+
+def follow(driver: Any, element: Any) -> None:
+    """Click `element` and wait until the next page has replaced this one: a click returns
+    before the navigation it starts, and the old page may hold the same ids."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    page = driver.find_element(By.TAG_NAME, "html")
+    element.click()
+    WebDriverWait(driver, 20).until(ec.staleness_of(page))
+    WebDriverWait(driver, 20).until(
+        lambda d: d.execute_script("return document.readyState") == "complete")
 
 
 def usd(driver: Any, css: str) -> float:
@@ -107,7 +121,8 @@ def cli_json(url: str, *args: str) -> Any:
 def test_a_finops_lead_logs_in_reads_every_page_and_snoozes(
         browser: Any, idp: str, store: str, cli_clock: ManualClock) -> None:
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import Select
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import Select, WebDriverWait
 
     instance, policy = warn_one(store)
     settings = console_settings(store, {
@@ -124,16 +139,16 @@ def test_a_finops_lead_logs_in_reads_every_page_and_snoozes(
 
         # a team: follow its link from the overview
         team = report["rows"][0]["team"]
-        browser.find_element(By.CSS_SELECTOR, f'tr[data-key="{team}"] a').click()
+        follow(browser, browser.find_element(By.CSS_SELECTOR, f'tr[data-key="{team}"] a'))
         team_cli = cli_json(store, "report", "--by", "instance", "--by", "instance-type",
                             "--since", "7d", "--filter", f"team={team}")
         assert usd(browser, "#total-cost") == team_cli["total"]["cost_usd"]
         shot(browser, "team")
 
         # pending actions: the warned instance, and from there its page
-        browser.find_element(By.LINK_TEXT, "Pending actions").click()
+        follow(browser, browser.find_element(By.LINK_TEXT, "Pending actions"))
         shot(browser, "pending")
-        browser.find_element(By.LINK_TEXT, instance).click()
+        follow(browser, browser.find_element(By.LINK_TEXT, instance))
         explained = cli_json(store, "explain", instance)
         assert usd(browser, "#card-price") == explained["usd_per_hour"]
         assert browser.find_elements(By.CSS_SELECTOR, "section svg"), "24 h of activity"
@@ -141,13 +156,13 @@ def test_a_finops_lead_logs_in_reads_every_page_and_snoozes(
 
         row = browser.find_element(By.CSS_SELECTOR, f'tr[data-policy="{policy}"]')
         Select(row.find_element(By.CSS_SELECTOR, 'select[name="for"]')).select_by_value("4h")
-        row.find_element(By.CSS_SELECTOR, 'button[name="snooze"]').click()
+        follow(browser, row.find_element(By.CSS_SELECTOR, 'button[name="snooze"]'))
         flash = browser.find_element(By.CSS_SELECTOR, ".flash").text
         assert f"{instance} snoozed until 2026-03-10 16:00" in flash
         shot(browser, "instance-snoozed")
 
         for link, name in (("Anomalies & budgets", "anomalies"), ("Audit log", "audit")):
-            browser.find_element(By.LINK_TEXT, link).click()
+            follow(browser, browser.find_element(By.LINK_TEXT, link))
             assert "That did not work" not in browser.page_source
             shot(browser, name)
         assert "ann@example.com snoozed until" in browser.page_source  # the audit log
@@ -165,7 +180,8 @@ def test_a_finops_lead_logs_in_reads_every_page_and_snoozes(
               f.appendChild(i); }
             document.body.appendChild(f); f.submit();""",
             f"/console/instances/sim/{instance}/snooze", policy)
-        error = browser.find_element(By.ID, "error").text
+        error = WebDriverWait(browser, 20).until(
+            ec.presence_of_element_located((By.ID, "error"))).text
         assert "Only members of the admin group (finops)" in error
         shot(browser, "refused")
     journal = [j for j in cli_json(store, "explain", instance)["journal"]

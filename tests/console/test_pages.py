@@ -213,3 +213,14 @@ def test_stop_now_makes_the_instance_due_at_the_next_cycle_and_is_journaled(
     assert state["deadline"].startswith("2026-03-10 12:00")  # due now, not 12:15
     journal = [j for j in doc["journal"] if j["action"] == "stop-now"]
     assert journal and "ann@example.com" in journal[-1]["detail"]
+
+
+def test_a_window_of_dates_is_the_report_s_since_until(site: str, store: str) -> None:
+    page = httpx.get(f"{site}/console/", headers=READER,
+                     params={"window": "7d", "since": "2026-03-10", "until": ""}).text
+    cli = report_json(store, "--by", "team", "--since", "2026-03-10")
+    assert usd_of(page, "card-spend") == cli["total"]["cost_usd"] > 0
+    assert 'name="since" id="since" aria-label="from (UTC)" value="2026-03-10"' in page
+    assert "2026-03-10 00:00 → 2026-03-10 12:00" in page
+    # the nav carries the window to the other pages
+    assert 'href="/console/pending?window=7d&amp;since=2026-03-10&amp;until="' in page
