@@ -43,6 +43,7 @@ from costguard.providers.aws.sessions import AccountScope, ClientFactory
 from costguard.providers.aws.settings import AwsSettings
 from costguard.providers.base import FetchedPrices
 
+SPOT_PRICE_TTL = timedelta(hours=1)  # a spot type's prices are read at most once an hour
 log = logging.getLogger(__name__)
 
 
@@ -70,7 +71,8 @@ class AwsProvider(CloudWatchReads):
         self._accounts: dict[str, AccountScope] = {}
         self._hosts: dict[str, HostNames] = {}
         self._spot: dict[tuple[str, str], dict[tuple[str, str], float]] = {}
-        self._spot_asked: dict[tuple[str, str], set[str]] = defaultdict(set)
+        # when each spot type's prices were read, per (account, region): kept SPOT_PRICE_TTL
+        self._spot_asked: dict[tuple[str, str], dict[str, datetime]] = defaultdict(dict)
         self._spot_types: dict[tuple[str, str], set[str]] = defaultdict(set)
         self._volumes: dict[str, list[dict[str, Any]]] = {}  # read by stop_many, for stopped_cost
         self.metric_gaps: list[Gap] = []  # scopes whose metrics could not be read, last call
@@ -84,9 +86,8 @@ class AwsProvider(CloudWatchReads):
     def list_instances(self) -> Inventory:
         observed_at = self.clock.now()
         with self._lock:
-            self._spot.clear()
-            self._spot_asked.clear()
             self._spot_types.clear()
+            self._forget_old_spot_prices(observed_at)
         try:
             accounts = self.clients.accounts()
         except ProviderError as exc:
@@ -314,27 +315,44 @@ class AwsProvider(CloudWatchReads):
         return PriceQuote(usd_per_hour=on_demand.usd_per_hour, source=on_demand.source,
                           as_of=on_demand.as_of, fallback=on_demand.fallback)
 
+    def _forget_old_spot_prices(self, now: datetime) -> None:
+        """Spot prices move slowly (AWS changes them gradually, not per minute): what was
+        read less than SPOT_PRICE_TTL ago serves the cycles in between. Older ones go."""
+        for key, asked in self._spot_asked.items():
+            old = {t for t, at in asked.items() if now - at >= SPOT_PRICE_TTL}
+            for t in old:
+                del asked[t]
+            if old and key in self._spot:
+                self._spot[key] = {k: v for k, v in self._spot[key].items() if k[0] not in old}
+
     def _spot_price(self, instance: Instance) -> float | None:
         key = (instance.account, instance.region)
+        now = self.clock.now()
         with self._lock:
             asked = instance.instance_type in self._spot_asked[key]
-            types = self._spot_types.get(key, set()) - self._spot_asked[key]
+            types = self._spot_types.get(key, set()) - set(self._spot_asked[key])
         if not asked:
-            # One call for every spot type of the scope seen this cycle, not one per instance.
+            # One call for every spot type of the scope seen this cycle whose prices are not
+            # known from the last hour, not one per instance.
             types.add(instance.instance_type)
             try:
                 fetched = latest_spot_prices(
                     self.clients.ec2(self._account(instance.account), instance.region),
                     sorted(types),
                     self.settings.spot_product_description,
-                    self.clock.now(),
+                    now,
                     f"{instance.account}/{instance.region}/spot-prices",
                 )
             except ProviderError as exc:
                 log.warning("spot prices not read: %s", exc)
-                fetched = {}
+                fetched, failed = {}, True
+            else:
+                failed = False
             with self._lock:
-                self._spot_asked[key] |= types
+                # not asked again this cycle either way; a failed read is already old, so the
+                # next cycle asks again (on-demand stands in as the upper bound meanwhile)
+                at = now - SPOT_PRICE_TTL if failed else now
+                self._spot_asked[key].update(dict.fromkeys(types, at))
                 self._spot.setdefault(key, {}).update(fetched)
         with self._lock:
             cached = dict(self._spot.get(key, {}))

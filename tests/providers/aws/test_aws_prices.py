@@ -13,6 +13,7 @@ import pytest
 from aws_helpers import REGION, SPOT, ProviderFactory, run_instances
 from botocore.stub import ANY, Stubber
 
+from costguard.clock import ManualClock
 from costguard.model import Lifecycle
 from costguard.providers.aws.pricing import parse_price_list
 
@@ -81,8 +82,8 @@ def test_on_demand_price_comes_from_the_table_with_its_source(
 
 
 @pytest.mark.usefixtures("moto")
-def test_spot_price_is_the_newest_history_entry_for_the_zone_fetched_once_per_cycle(
-    make_provider: ProviderFactory, session: boto3.Session
+def test_spot_price_is_the_newest_history_entry_for_the_zone_fetched_once_an_hour(
+    make_provider: ProviderFactory, session: boto3.Session, clock: ManualClock
 ) -> None:
     spot = run_instances(count=2, **SPOT)
     run_instances(count=1, itype="g4dn.xlarge", **SPOT)
@@ -123,9 +124,18 @@ def test_spot_price_is_the_newest_history_entry_for_the_zone_fetched_once_per_cy
     assert all(q is not None and q.source == "aws spot price history" for q in quotes)
     assert {provider.price(i).usd_per_hour for i in g5 if i.zone == zone} == {0.42}  # type: ignore[union-attr]
     assert len(asked) == 1 and sorted(asked[0]["InstanceTypes"]) == ["g4dn.xlarge", "g5.xlarge"]
-    provider.list_instances()  # a new cycle asks again
+    clock.advance(timedelta(minutes=50))
+    provider.list_instances()  # the next cycles within the hour: the prices read serve
+    assert {provider.price(i).usd_per_hour for i in g5 if i.zone == zone} == {0.42}  # type: ignore[union-attr]
+    assert len(asked) == 1
+    run_instances(count=1, itype="p3.2xlarge", **SPOT)  # a type not seen before: asked alone
+    p3 = next(i for i in provider.list_instances().instances if i.instance_type == "p3.2xlarge")
+    provider.price(p3)
+    assert len(asked) == 2 and asked[1]["InstanceTypes"] == ["p3.2xlarge"]
+    clock.advance(timedelta(minutes=11))  # an hour since the first read: asked again
+    provider.list_instances()
     provider.price(g5[0])
-    assert len(asked) == 2
+    assert len(asked) == 3 and sorted(asked[2]["InstanceTypes"]) == ["g4dn.xlarge", "g5.xlarge"]
 
 
 @pytest.mark.usefixtures("moto")
