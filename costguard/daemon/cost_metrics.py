@@ -44,6 +44,10 @@ OTHER = "(other)"
 # an interval older than this is not "now": the instance stopped being accrued (gone, or
 # the cycles stopped); a running instance is accrued every poll
 MIN_LOOKBACK = timedelta(minutes=30)
+# an interval spans the time since the last accrual, a poll interval while the daemon runs:
+# the scan starts this far back (on the index of `start`). Only the first cycle after an
+# outage longer than this leaves its instances out of that one snapshot.
+MAX_INTERVAL = timedelta(hours=6)
 
 
 @dataclass(frozen=True)
@@ -57,8 +61,10 @@ def running_prices(session: Session, now: datetime, lookback: timedelta) -> list
     """Each running instance's price now: its latest cost interval (ending within
     `lookback`), with the attribution and owner it has."""
     c = CostIntervalRow.__table__.c  # type: ignore[attr-defined]
+    # `start` bounds the scan to the index's newest range; `end` picks the intervals that
+    # reach into the lookback (an interval spans at most the time since the last accrual)
     latest = (select(c.provider, c.instance_id, func.max(c.start).label("start"))
-              .where(c.end >= now - lookback)
+              .where(c.start >= now - MAX_INTERVAL, c.end >= now - lookback)
               .group_by(c.provider, c.instance_id).subquery("latest"))
     i = InstanceRow.__table__.c  # type: ignore[attr-defined]
     rows = session.execute(
