@@ -47,9 +47,11 @@ def console_routes(settings: Settings, db: Database, clock: Clock,
         if cfg.auth == "oidc":
             log.warning("console.session_secret is not set: logins end when the daemon "
                         "restarts, and replicas do not share them")
+    # Secure when people reach the console over https (the login's public URL says so): the
+    # cookie then never travels in clear text, even to a plain-http link
+    https = (cfg.oidc.public_url or "").startswith("https://")
     session = Middleware(SessionMiddleware, secret_key=secret, session_cookie=SESSION_COOKIE,
-                         max_age=cfg.session_hours * 3600, same_site="lax",
-                         https_only=False)
+                         max_age=cfg.session_hours * 3600, same_site="lax", https_only=https)
     page_routes = Pages(settings, db, clock, policies).routes()
     if cfg.auth == "oidc":
         with warnings.catch_warnings():  # Authlib's own deprecation notes, not ours to fix

@@ -199,8 +199,12 @@ class HttpServer:
     """uvicorn in a daemon thread, stopped with `stop()` (signals stay with the main thread)."""
 
     def __init__(self, app: Starlette, host: str, port: int) -> None:
+        # proxy_headers off: uvicorn would otherwise replace the peer's address with an
+        # X-Forwarded-For value when the peer is loopback, and the console's proxy mode
+        # decides whom to believe by the peer that connected (a sidecar proxy is loopback)
         config = uvicorn.Config(app, host=host, port=port, log_config=None, lifespan="off",
-                                access_log=False, timeout_graceful_shutdown=5)
+                                access_log=False, timeout_graceful_shutdown=5,
+                                proxy_headers=False)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self._serve, name="costguard-http",
                                        daemon=True)

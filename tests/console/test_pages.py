@@ -240,3 +240,33 @@ def test_waste_beyond_idle_is_shown_per_team_when_verdicts_hold_some(
     waste = page[page.index('id="waste"'):]
     assert 'data-key="research"' in waste and 'data-usd="812.5"' in waste
     assert "$1,900.00" in waste and "$120.00" in waste
+
+
+def test_a_sidecar_proxy_s_forwarded_for_does_not_hide_that_it_is_the_proxy(
+        store: str, cli_clock: ManualClock) -> None:
+    """oauth2-proxy (Go's reverse proxy) adds X-Forwarded-For with the user's address. The
+    trust check is on the peer that connected, the proxy: the header must neither lock
+    everyone out (uvicorn rewriting the client to the user's address) nor let a request
+    that says it came through a trusted address in."""
+    with serve(console_settings(store, PROXY)) as site:
+        through_proxy = {**READER, "X-Forwarded-For": "203.0.113.9"}
+        assert httpx.get(f"{site}/console/", headers=through_proxy).status_code == 200
+        assert httpx.get(f"{site}/api/v1/spend", headers=through_proxy).status_code == 200
+    only_10 = console_settings(store, {**PROXY, "proxy": {"trusted": ["10.0.0.0/8"]}})
+    with serve(only_10) as site:  # loopback is not trusted here: no header makes it so
+        claimed = {**READER, "X-Forwarded-For": "10.1.2.3", "X-Real-IP": "10.1.2.3"}
+        assert httpx.get(f"{site}/console/", headers=claimed).status_code == 401
+
+
+def test_the_session_cookie_is_secure_when_the_console_is_reached_over_https(
+        store: str, cli_clock: ManualClock) -> None:
+    oidc = {"issuer": "http://127.0.0.1:9/idp", "client_id": "c", "client_secret": "s"}
+    for public_url, secure in (("https://costguard.example.com", True), (None, False)):
+        settings = console_settings(store, {"auth": "oidc", "oidc": {
+            **oidc, "public_url": public_url}})
+        with serve(settings) as site:
+            # the login keeps where to come back to in the session (the provider is down)
+            r = httpx.get(f"{site}/console/login?next=/console/audit", follow_redirects=False)
+        cookie = r.headers["set-cookie"].lower()
+        assert "costguard_session=" in cookie and "samesite=lax" in cookie
+        assert ("secure" in cookie) is secure, cookie
