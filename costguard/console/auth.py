@@ -102,7 +102,10 @@ def csrf_ok(request: Request, sent: str | None) -> bool:
 def safe_next(target: str | None) -> str:
     """Where to go after the login: only a path of this site, never an open redirect to
     somewhere else."""
-    if not target or not target.startswith("/") or target.startswith("//"):
+    # a browser reads `/\host` as `//host`, another site; control characters can split
+    # headers: only a plain path of this site passes
+    if (not target or not target.startswith("/") or target.startswith("//")
+            or "\\" in target or any(ord(c) < 0x20 or ord(c) == 0x7f for c in target)):
         return "/console/"
     return target
 
