@@ -34,10 +34,11 @@ def console_routes(settings: Settings, db: Database, clock: Clock,
     if not cfg.enabled:
         return []
     if cfg.auth == "none" and not is_loopback(host):
-        log.error("console not served: http.host is %s and console.auth is none, so anyone "
-                  "who reaches the port would read every team's spend. Set console.auth to "
-                  "oidc or proxy (docs/console.md), or serve on 127.0.0.1", host)
-        return []
+        why = (f"console not served: http.host is {host} and console.auth is none, so anyone "
+               "who reaches the port would read every team's spend. Set console.auth to oidc "
+               "or proxy (docs/console.md), or serve on 127.0.0.1")
+        log.error("%s", why)
+        return refused_routes(why)
     from costguard.console.api import Api
     from costguard.console.pages import Pages
 
@@ -72,3 +73,14 @@ def console_routes(settings: Settings, db: Database, clock: Clock,
 
     return [Route("/", home, methods=["GET"]), Mount(MOUNT, app=pages, name="console"),
             Mount("/api/v1", app=api, name="api")]
+
+
+def refused_routes(why: str) -> list[BaseRoute]:
+    """What a person who opens the console's URL gets when it is not served: the reason and
+    the fix (403), not a bare "no route"."""
+
+    async def refused(request: Request) -> Response:
+        return JSONResponse({"error": why}, 403)
+
+    off = Starlette(routes=[Route("/{path:path}", refused, methods=["GET", "POST"])])
+    return [Mount(MOUNT, app=off), Mount("/api/v1", app=off)]

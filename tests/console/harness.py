@@ -58,7 +58,8 @@ def serve(settings: Settings, clock: ManualClock | None = None,
     routes = console_routes(settings, db, clock, lambda: policies, settings.http.host)
     state = ServiceState(poll_interval=timedelta(minutes=10))
     app = build_app(db, state, metrics, clock, extra_routes=routes)
-    server = HttpServer(app, settings.http.host, 0)
+    # always bound to loopback: the console decides by `http.host` what it would serve there
+    server = HttpServer(app, "127.0.0.1", 0)
     server.start()
     try:
         yield f"http://127.0.0.1:{server.port}"

@@ -104,13 +104,19 @@ def test_never_served_open_on_an_address_others_reach(
             return len(console_routes(cfg, db, Clock(NOW), PolicySet, host))
 
         with caplog.at_level(logging.ERROR, "costguard.console"):
-            assert routes("none", "0.0.0.0") == 0
-            assert routes("none", "10.1.2.3") == 0
+            assert routes("none", "0.0.0.0") == 2  # only the refusals
+            assert routes("none", "10.1.2.3") == 2
         assert "console.auth is none" in caplog.text and "docs/console.md" in caplog.text
-        assert routes("none", "127.0.0.1") > 0 and routes("none", "::1") > 0
-        assert routes("proxy", "0.0.0.0") > 0 and routes("oidc", "0.0.0.0") > 0
+        assert routes("none", "127.0.0.1") > 2 and routes("none", "::1") > 2
+        assert routes("proxy", "0.0.0.0") > 2 and routes("oidc", "0.0.0.0") > 2
     finally:
         db.dispose()
+    # who opens the URL anyway reads why, and no figure
+    with serve(console_settings(store, host="0.0.0.0")) as site:
+        for path in ("/console/", "/console/teams/research", "/api/v1/spend"):
+            r = httpx.get(site + path)
+            assert r.status_code == 403 and "console.auth is none" in r.json()["error"]
+            assert "cost_usd" not in r.text
 
 
 def _form(page: str, action: str) -> dict[str, str]:
