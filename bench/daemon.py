@@ -134,3 +134,69 @@ def daemon_idle() -> list[dict[str, object]]:
             daemon.shutdown()
             daemon.engine.db.dispose()
     return rows
+
+
+RSS_CYCLES = 6  # 30 simulated minutes: the reading window is still filling
+
+
+def _rss_after_cycles(n: int) -> dict[str, object]:
+    """A fresh process (so the figure is this fleet's alone): the daemon's cycle over a
+    simulated fleet of `n` instances, RSS after each cycle."""
+    code = f"""
+import gc, json, logging, sys, tempfile, time
+from datetime import timedelta
+from pathlib import Path
+sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
+from bench.daemon import START, POLICIES, rss_mib
+from costguard.clock import ManualClock
+from costguard.config import Settings
+from costguard.daemon.scheduler import Daemon
+from costguard.daemon.settings import DaemonSettings
+from costguard.demo.sim import SimProvider
+from costguard.engine import Engine
+from costguard.policy.load import load_policy_set
+from costguard.store.db import Database
+logging.getLogger("costguard").setLevel(logging.WARNING)
+tmp = Path(tempfile.mkdtemp())
+clock = ManualClock(START)
+settings = Settings(database_url=f"sqlite:///{{tmp / 'cg.db'}}", policy_paths=[POLICIES],
+                    alerts={{"console": False}}, providers={{"sim": {{"instances": {n}}}}})
+engine = Engine(settings, Database(settings.database_url),
+                {{"sim": SimProvider(settings.providers.sim, clock)}},
+                load_policy_set(settings.policy_paths), clock, alert_printer=lambda *a: None)
+daemon = Daemon(engine, settings, DaemonSettings(http_enabled=False), http_port=0)
+start_rss = rss_mib()
+rss, seconds = [], []
+for _ in range({RSS_CYCLES}):
+    t0 = time.perf_counter()
+    assert daemon.cycle_job() is not None, daemon.state.last_error
+    seconds.append(time.perf_counter() - t0)
+    clock.advance(timedelta(minutes=5))
+    gc.collect()
+    rss.append(rss_mib())
+gpu = sum(1 for i in engine._current_instances() if i.has_gpu)
+print(json.dumps({{"start": start_rss, "rss": rss, "seconds": seconds, "gpu": gpu}}))
+"""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=900)
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"instances": n, "gpu_instances": got["gpu"], "cycles": RSS_CYCLES,
+            "rss_mib_at_start": round(got["start"]),
+            "rss_mib_after_1st": round(got["rss"][0]),
+            "rss_mib_after_last": round(got["rss"][-1]),
+            "growth_mib_per_cycle_after_1st": round(
+                (got["rss"][-1] - got["rss"][0]) / (RSS_CYCLES - 1), 1),
+            "last_cycle_s": round(got["seconds"][-1], 1),
+            "under_120mb": got["rss"][-1] < 120}
+
+
+@benchmark("daemon-rss", description=(
+    "Resident memory of the daemon's cycles over simulated fleets of 1,000, 3,000 and 10,000 "
+    "instances, each in a fresh process, 5-minute cycles (the simulated cloud lives in the "
+    "same process and counts too). Target (#22): < 120 MB at 10,000 instances."))
+def daemon_rss() -> list[dict[str, object]]:
+    return [_rss_after_cycles(n) for n in (1_000, 3_000, 10_000)]
