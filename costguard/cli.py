@@ -16,6 +16,7 @@ from costguard.alerts.commands import alerts_app
 from costguard.cli_common import cli_clock, load_policies_or_exit
 from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
+from costguard.console.commands import console_command
 from costguard.costs.commands import anomaly_app, billing_app, budget_app
 from costguard.costs.price_commands import prices_app
 from costguard.daemon.commands import db_backup, status
@@ -44,6 +45,7 @@ app.command("snooze")(snooze_command)
 app.command("audit")(audit_command)
 app.command("simulate")(simulate_command)
 app.command("recommend")(recommend_command)
+app.command("console")(console_command)
 app.command("status")(status)
 db_app.command("backup")(db_backup)
 

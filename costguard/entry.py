@@ -17,3 +17,7 @@ def main() -> None:
     from costguard.cli import app
 
     app()
+
+
+if __name__ == "__main__":
+    main()

@@ -209,7 +209,8 @@ def _epilogue(console: Console, db: Database, settings: Settings, since: datetim
     console.print(f"\nNext: [bold]{again} report --by team --since 7d[/] reads the same "
                   f"database; [bold]{again} report --by team --by instance-type[/] drills in;"
                   f" [bold]{again} explain INSTANCE[/] says why one was or was not stopped;"
-                  f" [bold]{again} recommend[/] names the underused GPUs and their cheaper fit.",
+                  f" [bold]{again} recommend[/] names the underused GPUs and their cheaper fit;"
+                  f" [bold]{again} console[/] shows it all in the browser.",
                   highlight=False)
 
 
