@@ -82,8 +82,8 @@ def console() -> list[dict[str, object]]:
         metrics = DaemonMetrics()
         t0 = time.perf_counter()
         with db.session() as s:
-            metrics.refresh_from_store(s, clock.now(), settings.recommend)
-            metrics.cost.refresh(s, clock.now(), poll_interval=timedelta(minutes=10))
+            metrics.refresh_from_store(s, clock.now(), settings.recommend,
+                                       poll_interval=timedelta(minutes=10))
         refresh = time.perf_counter() - t0
         routes = console_routes(settings, db, clock, PolicySet, "127.0.0.1")
         app = build_app(db, ServiceState(poll_interval=timedelta(minutes=10)), metrics, clock,

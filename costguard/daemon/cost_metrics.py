@@ -34,12 +34,14 @@ from costguard.costs.attribution import UNATTRIBUTED
 from costguard.costs.budgets import budget_status, month_bounds
 from costguard.costs.rollup import day_floor
 from costguard.policy.spend import Budget
+from costguard.report.figures import Report
 from costguard.report.owners import owner_values
 from costguard.report.queries import spend
 from costguard.store.tables import CostIntervalRow, InstanceRow
 
 LABELS = ("provider", "account", "region", "instance", "instance_type", "team", "lifecycle",
           "owner")
+_INSTANCE, _TEAM = LABELS.index("instance"), LABELS.index("team")
 OTHER = "(other)"
 # an interval older than this is not "now": the instance stopped being accrued (gone, or
 # the cycles stopped); a running instance is accrued every poll
@@ -123,29 +125,29 @@ class CostMetrics:
         self.text = b""  # the snapshot a scrape serves
         self.refreshed_at: datetime | None = None
 
-    def refresh(self, session: Session, now: datetime, *, budgets: Sequence[Budget] = (),
+    def refresh(self, session: Session, now: datetime, hour: Report, *,
+                budgets: Sequence[Budget] = (),
                 poll_interval: timedelta = timedelta(minutes=5)) -> None:
-        """Recompute every cost gauge from the store, then render the snapshot."""
+        """Recompute every cost gauge from the store and `hour` (the report's spend by
+        instance over the last hour), then render the snapshot."""
         priced = running_prices(session, now, max(3 * poll_interval, MIN_LOOKBACK))
-        hour = spend(session, ["instance"], now - timedelta(hours=1), now)
         idle = {row.key[0]: row.idle_cost_micros / 1e6 for row in hour.rows}
         for gauge in (self.hourly, self.gpu_hourly, self.idle, self.team_hourly,
                       self.team_spend, self.budget, self.budget_spent, self.budget_forecast):
             gauge.clear()
         priced.sort(key=lambda p: (-p.usd_per_hour, p.labels))
         shown, rest = priced[:self.max_instance_series], priced[self.max_instance_series:]
-        team_at = LABELS.index("team")
         for p in shown:
             self.hourly.labels(*p.labels).set(p.usd_per_hour)
             if p.gpus:
                 self.gpu_hourly.labels(*p.labels).set(p.usd_per_hour / p.gpus)
-            self.idle.labels(*p.labels).set(idle.get(p.labels[LABELS.index("instance")], 0.0))
+            self.idle.labels(*p.labels).set(idle.get(p.labels[_INSTANCE], 0.0))
         folded: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
         for p in rest:
-            acc = folded[p.labels[team_at]]
+            acc = folded[p.labels[_TEAM]]
             acc[0] += p.usd_per_hour
             acc[1] += p.gpus
-            acc[2] += idle.get(p.labels[LABELS.index("instance")], 0.0)
+            acc[2] += idle.get(p.labels[_INSTANCE], 0.0)
         for team, (usd, gpus, idle_usd) in folded.items():
             labels = {name: "" for name in LABELS} | {"instance": OTHER, "team": team}
             self.hourly.labels(**labels).set(usd)
@@ -155,7 +157,7 @@ class CostMetrics:
         self.folded.set(len(rest))
         per_team: dict[str, float] = defaultdict(float)
         for p in priced:
-            per_team[p.labels[team_at]] += p.usd_per_hour
+            per_team[p.labels[_TEAM]] += p.usd_per_hour
         for team, usd in per_team.items():
             self.team_hourly.labels(team).set(usd)
         for period, since in (("day", day_floor(now)), ("month", month_bounds(now)[0])):

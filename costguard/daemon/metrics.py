@@ -8,9 +8,9 @@ replica and select with `costguard_leader == 1` when in doubt.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from sqlalchemy import func, select
@@ -24,6 +24,9 @@ from costguard.store.tables import (
     InstanceRow,
     PolicyStateRow,
 )
+
+if TYPE_CHECKING:
+    from costguard.policy.spend import Budget
 
 # AlertDeliveryRow statuses (alerts/tables.py); each exported, 0 when none
 DELIVERY_STATUSES = ("pending", "sending", "held", "sent", "digested", "failed", "unconfirmed")
@@ -116,9 +119,12 @@ class DaemonMetrics:
         self.errors.labels(stage, "all").inc()
 
     def refresh_from_store(self, session: Session, now: datetime,
-                           recommend: RecommendSettings | None = None) -> None:
+                           recommend: RecommendSettings | None = None, *,
+                           budgets: Sequence[Budget] = (),
+                           poll_interval: timedelta = timedelta(minutes=5)) -> None:
         """Fleet gauges from the store (aggregated in SQL); the underused ones from the
-        verdicts stored under `recommend`'s thresholds (the configured ones)."""
+        verdicts stored under `recommend`'s thresholds (the configured ones); then the cost
+        series' snapshot (cost_metrics.py), from the same last hour of spend."""
         self.instances.clear()
         rows = session.execute(
             select(col(InstanceRow.provider), col(InstanceRow.state), func.count())
@@ -136,9 +142,10 @@ class DaemonMetrics:
         # the report's own query (`costguard report --since 1h`): one figure, every surface
         from costguard.report.queries import spend
 
-        hour = spend(session, [], now - timedelta(hours=1), now)
+        hour = spend(session, ["instance"], now - timedelta(hours=1), now)
         self.idle_usd_per_hour.set(hour.total.idle_cost_micros / 1e6)
         self.refresh_underused(session, now, recommend or RecommendSettings())
+        self.cost.refresh(session, now, hour, budgets=budgets, poll_interval=poll_interval)
 
     def refresh_underused(self, session: Session, now: datetime,
                           cfg: RecommendSettings) -> None:

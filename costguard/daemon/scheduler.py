@@ -185,9 +185,10 @@ class Daemon:
         self.metrics.last_cycle.set(now.timestamp())
         try:
             with self.engine.db.session() as s:
-                self.metrics.refresh_from_store(s, now, self.engine.settings.recommend)
-                self.metrics.cost.refresh(s, now, budgets=self.engine.policies.budgets,
-                                          poll_interval=self.settings.poll_interval)
+                self.metrics.refresh_from_store(
+                    s, now, self.engine.settings.recommend,
+                    budgets=self.engine.policies.budgets,
+                    poll_interval=self.settings.poll_interval)
         except Exception as exc:  # gauges are best effort; the cycle itself succeeded
             log.warning("metrics refresh failed: %s", type(exc).__name__)
         return summary

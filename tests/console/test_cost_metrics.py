@@ -9,7 +9,6 @@ import json
 import re
 from collections import defaultdict
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -46,8 +45,8 @@ def refreshed(url: str, cap: int = 2000) -> DaemonMetrics:
     db = Database(url, create=False)
     try:
         with db.session() as s:
-            metrics.refresh_from_store(s, NOW, settings.recommend)
-            metrics.cost.refresh(s, NOW, budgets=policies.budgets, poll_interval=POLL)
+            metrics.refresh_from_store(s, NOW, settings.recommend, budgets=policies.budgets,
+                                       poll_interval=POLL)
     finally:
         db.dispose()
     return metrics
@@ -137,12 +136,28 @@ def test_the_series_cap_folds_the_rest_per_team_and_keeps_every_sum(store: str) 
     assert capped["costguard_team_hourly_cost_usd"] == whole["costguard_team_hourly_cost_usd"]
 
 
-def test_a_scrape_serves_the_snapshot_without_reading_the_store(store: str) -> None:
+def test_a_scrape_serves_the_snapshot_without_rendering_the_cost_series(
+        store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from costguard.daemon import cost_metrics
+    from costguard.daemon import metrics as daemon_metrics
+
     metrics = refreshed(store)
-    before = metrics.render()
-    Path(store.removeprefix("sqlite:///")).unlink()  # the store is gone: the scrape is not
-    assert metrics.render() == before
-    assert b"costguard_instance_hourly_cost_usd{" in before
+    snapshot = metrics.cost.text
+    assert b"costguard_instance_hourly_cost_usd{" in snapshot
+    rendered: list[object] = []
+    real = daemon_metrics.generate_latest
+
+    def counting(registry: object) -> bytes:
+        rendered.append(registry)
+        return real(registry)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(daemon_metrics, "generate_latest", counting)
+    monkeypatch.setattr(cost_metrics, "generate_latest", counting)
+    scraped = metrics.render()
+    # only the few operational series are rendered per scrape; the cost series are the
+    # bytes the last refresh left
+    assert rendered == [metrics.registry]
+    assert scraped.endswith(snapshot)
 
 
 PROMQL_WORDS = {"sum", "by", "avg", "topk", "clamp_min", "time", "on", "group_left",
