@@ -26,11 +26,10 @@ from bench import benchmark
 from bench.costs import START, TEAMS, TYPES, year_of_rollups
 from costguard.clock import ManualClock
 from costguard.config import Settings
-from costguard.console.app import console_routes
+from costguard.console.app import console_server
 from costguard.costs.accrual import accrue
 from costguard.costs.attribution import Attributor
 from costguard.costs.pricing import PriceCatalog
-from costguard.daemon.http import HttpServer, ServiceState, build_app
 from costguard.daemon.metrics import DaemonMetrics
 from costguard.model import Instance, InstanceState, Lifecycle
 from costguard.policy.schema import PolicySet
@@ -42,7 +41,7 @@ REQUESTS = 40
 SCRAPES = 200
 
 
-def _current_intervals(db: Database, at: timedelta) -> None:
+def current_intervals(db: Database, at: timedelta) -> None:
     """Every instance running now: inventory at the year's end, accrued 10 minutes on."""
     seen_at = START + at
     seen = []
@@ -76,7 +75,7 @@ def console() -> list[dict[str, object]]:
         url = f"sqlite:///{Path(tmp) / 'bench.db'}"
         db = Database(url)
         year_of_rollups(db, INSTANCES, DAYS)
-        _current_intervals(db, timedelta(days=DAYS))
+        current_intervals(db, timedelta(days=DAYS))
         clock = ManualClock(START + timedelta(days=DAYS, minutes=10))
         settings = Settings(database_url=url)
         metrics = DaemonMetrics()
@@ -85,11 +84,7 @@ def console() -> list[dict[str, object]]:
             metrics.refresh_from_store(s, clock.now(), settings.recommend,
                                        poll_interval=timedelta(minutes=10))
         refresh = time.perf_counter() - t0
-        routes = console_routes(settings, db, clock, PolicySet, "127.0.0.1")
-        app = build_app(db, ServiceState(poll_interval=timedelta(minutes=10)), metrics, clock,
-                        extra_routes=routes)
-        server = HttpServer(app, "127.0.0.1", 0)
-        server.start()
+        server = console_server(settings, db, clock, PolicySet, metrics=metrics, port=0)
         base = f"http://127.0.0.1:{server.port}"
         try:
             with httpx.Client(base_url=base, timeout=60) as client:

@@ -7,6 +7,7 @@ PROJECT...`. Writes {"cycle_s", "summary"} to OUT.json. Used by bench/gcp.py.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from datetime import datetime
@@ -28,8 +29,6 @@ def main(compute: str, monitoring: str, now_iso: str, db_url: str, out: str,
     from costguard.store.db import Database
 
     clock = ManualClock(datetime.fromisoformat(now_iso))
-    import os
-
     gcp = GcpSettings(projects=projects, compute_endpoint=compute,
                       monitoring_endpoint=monitoring, anonymous=True,
                       http_batch=os.environ.get("COSTGUARD_BENCH_GCP_HTTP_BATCH", "1") != "0")

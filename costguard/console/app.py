@@ -8,6 +8,7 @@ import logging
 import secrets
 import warnings
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -21,6 +22,10 @@ from costguard.config import Settings
 from costguard.console.auth import MOUNT, is_loopback
 from costguard.policy.schema import PolicySet
 from costguard.store.db import Database
+
+if TYPE_CHECKING:
+    from costguard.daemon.http import HttpServer
+    from costguard.daemon.metrics import DaemonMetrics
 
 log = logging.getLogger("costguard.console")
 SESSION_COOKIE = "costguard_session"
@@ -84,3 +89,21 @@ def refused_routes(why: str) -> list[BaseRoute]:
 
     off = Starlette(routes=[Route("/{path:path}", refused, methods=["GET", "POST"])])
     return [Mount(MOUNT, app=off), Mount("/api/v1", app=off)]
+
+
+def console_server(settings: Settings, db: Database, clock: Clock,
+                   policies: Callable[[], PolicySet], *, metrics: DaemonMetrics | None = None,
+                   bind: str | None = None, port: int | None = None) -> HttpServer:
+    """The daemon's app without its scheduler (health, metrics, console, API), started:
+    `costguard console`, the console's tests and bench. Routes are judged by `http.host`;
+    `bind` and `port` override where it listens (default: http.host, http.port)."""
+    from costguard.daemon.http import HttpServer, ServiceState, build_app
+    from costguard.daemon.metrics import DaemonMetrics
+
+    host = settings.http.host
+    routes = console_routes(settings, db, clock, policies, host)
+    state = ServiceState(poll_interval=settings.poll_interval)
+    app = build_app(db, state, metrics or DaemonMetrics(), clock, extra_routes=routes)
+    server = HttpServer(app, bind or host, settings.http.port if port is None else port)
+    server.start()
+    return server

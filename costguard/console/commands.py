@@ -31,10 +31,8 @@ def console_command(
 
     Example: costguard --database costguard-demo.db console   (then open the printed URL)
     """
-    from costguard.console.app import console_routes
+    from costguard.console.app import console_server
     from costguard.console.auth import is_loopback
-    from costguard.daemon.http import HttpServer, ServiceState, build_app
-    from costguard.daemon.metrics import DaemonMetrics
     from costguard.demo.run import demo_policies
     from costguard.store.db import Database
 
@@ -53,11 +51,7 @@ def console_command(
         with db.session() as s:
             # a demo's database: shown with the policies the demo ran, as `explain` does
             policies = demo_policies(s) or load_policies_or_exit(settings.policy_paths)
-        routes = console_routes(settings, db, cli_clock(), lambda: policies, host)
-        state = ServiceState(poll_interval=settings.poll_interval)
-        app = build_app(db, state, DaemonMetrics(), cli_clock(), extra_routes=routes)
-        server = HttpServer(app, host, settings.http.port if port is None else port)
-        server.start()
+        server = console_server(settings, db, cli_clock(), lambda: policies, port=port)
     except CostguardError as exc:
         raise _fail(exc) from None
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host

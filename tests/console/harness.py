@@ -11,7 +11,7 @@ import io
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +19,7 @@ from rich.console import Console
 
 from costguard.clock import ManualClock
 from costguard.config import Settings
-from costguard.console.app import console_routes
-from costguard.daemon.http import HttpServer, ServiceState, build_app
+from costguard.console.app import console_server
 from costguard.daemon.metrics import DaemonMetrics
 from costguard.demo.run import demo_clock, demo_policy_paths, enforced, run_demo
 from costguard.policy.load import load_policy_set
@@ -54,13 +53,9 @@ def serve(settings: Settings, clock: ManualClock | None = None,
     db = Database(settings.database_url, create=False)
     # the policies as the demo ran them (enforced): the daemon's engine hands its own
     policies = enforced(load_policy_set(demo_policy_paths(settings)))
-    metrics = metrics or DaemonMetrics()
-    routes = console_routes(settings, db, clock, lambda: policies, settings.http.host)
-    state = ServiceState(poll_interval=timedelta(minutes=10))
-    app = build_app(db, state, metrics, clock, extra_routes=routes)
     # always bound to loopback: the console decides by `http.host` what it would serve there
-    server = HttpServer(app, "127.0.0.1", 0)
-    server.start()
+    server = console_server(settings, db, clock, lambda: policies, metrics=metrics,
+                            bind="127.0.0.1", port=0)
     try:
         yield f"http://127.0.0.1:{server.port}"
     finally:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.console import _current_intervals
+from bench.console import current_intervals
 from bench.costs import START, year_of_rollups
 from costguard.report.queries import daily_series, spend
 from costguard.store.db import Database
@@ -27,7 +27,7 @@ def test_each_day_is_the_report_s_spend_for_that_day(
     db = Database(f"sqlite:///{tmp_path / 'series.db'}")
     monkeypatch.setattr("bench.console.INSTANCES", 40)
     year_of_rollups(db, 40, DAYS)  # rolled up to START + DAYS
-    _current_intervals(db, timedelta(days=DAYS))  # then 10 raw minutes
+    current_intervals(db, timedelta(days=DAYS))  # then 10 raw minutes
     since = START + timedelta(days=3, hours=5)  # a window that starts inside a day
     until = START + timedelta(days=DAYS, minutes=10)
     with db.session() as s:

@@ -310,11 +310,18 @@ def set_labels_many(ctx: BatchContext, instances: Sequence[Instance], tags: Mapp
 # -- HTTP batches --------------------------------------------------------------------------
 
 
-def _vm_path(inst: Instance, verb: str, **query: str) -> str:
-    project, zone, name = actions.where(inst)
+def _zone_path(inst: Instance, *parts: str, **query: str) -> str:
+    """`/compute/v1/projects/P/zones/Z/PART/...?query` for the VM's project and zone."""
+    project, zone, _ = actions.where(inst)
     q = "&".join(f"{k}={quote(v, safe='')}" for k, v in query.items())
-    return (f"/compute/v1/projects/{quote(project, safe='')}/zones/{quote(zone, safe='')}"
-            f"/instances/{quote(name, safe='')}/{verb}" + (f"?{q}" if q else ""))
+    return "/".join(["/compute/v1/projects", quote(project, safe=""), "zones",
+                     quote(zone, safe=""), *(quote(p, safe="") for p in parts)]) + (
+        f"?{q}" if q else "")
+
+
+def _vm_path(inst: Instance, verb: str, **query: str) -> str:
+    _, _, name = actions.where(inst)
+    return _zone_path(inst, "instances", name, verb, **query)
 
 
 VmCall = tuple[Instance, str, dict[str, Any] | None]  # the VM, the call's path, its body
@@ -369,13 +376,9 @@ def _wait_batched(ctx: BatchContext, pending: Sequence[tuple[Instance, compute_v
             return out
         if delay:
             ctx.sleep(delay)
-        calls = []
-        for i in waiting:
-            inst, op = pending[i]
-            project, zone, _ = actions.where(inst)
-            calls.append((inst, f"/compute/v1/projects/{quote(project, safe='')}/zones/"
-                                f"{quote(zone, safe='')}/operations/{quote(op.name, safe='')}",
-                          None))
+        calls: list[VmCall] = [(pending[i][0], _zone_path(pending[i][0], "operations",
+                                                          pending[i][1].name), None)
+                               for i in waiting]
         try:
             polled = _batched(ctx, calls, method="GET")
         except ProviderError as exc:
