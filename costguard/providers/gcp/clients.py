@@ -124,13 +124,15 @@ def _metric_client(
     return monitoring_v3.MetricServiceClient(credentials=credentials, client_options=opts)
 
 
-def batch_transport(instances: compute_v1.InstancesClient) -> tuple[Any, str]:
+def batch_transport(instances: compute_v1.InstancesClient, endpoint: str | None = None
+                    ) -> tuple[Any, str]:
     """The authorized HTTP session and the base URL of the instances client's REST
     transport, for Compute Engine HTTP batch requests (http_batch.py): the same
-    credentials, endpoint and connection pool as every other Compute call."""
+    credentials, endpoint (`compute_endpoint` when set) and connection pool as every other
+    Compute call."""
     transport = instances.transport
     session = getattr(transport, "_session", None)
-    host = str(getattr(transport, "_host", "https://compute.googleapis.com"))
+    host = endpoint or str(getattr(transport, "_host", "https://compute.googleapis.com"))
     if session is None:  # not the REST transport: a session of its own, same credentials
         from google.auth.transport.requests import AuthorizedSession
 

@@ -79,7 +79,8 @@ class GcpProvider:
             retry_settings=settings.retry,
         )
         if settings.http_batch:
-            session, self._batch.base_url = batch_transport(self.clients.instances)
+            session, self._batch.base_url = batch_transport(self.clients.instances,
+                                                            settings.compute_endpoint)
             self._batch.post = http_batch.requests_post(session)
 
     def close(self) -> None:
