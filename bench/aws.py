@@ -280,6 +280,10 @@ def aws_vs_c7n() -> list[dict[str, object]]:
             row, ours = _costguard(n, work)
             rows.append(row)
             if not have_c7n or n > c7n_max:
+                # say so: a table without the peer's rows must not read as a comparison
+                why = (f"not run: no Cloud Custodian at {C7N_VENV} (see {PEER}/run.sh)"
+                       if not have_c7n else f"not run above AWS_BENCH_C7N_MAX={c7n_max}")
+                rows.append({"instances": n, "tool": "cloud-custodian", "note": why})
                 continue
             peer_row, theirs = _c7n(n, work)
             rows.append(peer_row)

@@ -9,9 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import date, datetime, timedelta
 from enum import StrEnum
-from typing import Literal
+from typing import Literal, Protocol, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from costguard.clock import utc
 
 ProviderName = Literal["aws", "gcp", "sim"]
 INT32 = 2**31 - 1  # what the store's INTEGER columns hold (agents must get a 422, not a 503)
@@ -207,11 +209,56 @@ class GpuMinute(Frozen):
     host_mem_total_bytes: int | None = Field(default=None, ge=0, le=INT64)
 
 
+class Reading(Protocol):
+    """What the idle classifier reads of a GPU-minute: a `GpuMinute`, or the reading window's
+    compact copy of one (store/readings.py `WindowReading`), which keeps these fields only."""
+
+    @property
+    def gpu_index(self) -> int: ...
+    @property
+    def minute(self) -> datetime: ...
+    @property
+    def span_minutes(self) -> int: ...
+    @property
+    def util_mean(self) -> float | None: ...
+    @property
+    def util_p95(self) -> float | None: ...
+    @property
+    def util_max(self) -> float | None: ...
+    @property
+    def sm_mean(self) -> float | None: ...
+    @property
+    def sm_p95(self) -> float | None: ...
+    @property
+    def sm_max(self) -> float | None: ...
+    @property
+    def mem_used_bytes(self) -> int | None: ...
+    @property
+    def process_count(self) -> int | None: ...
+    @property
+    def top_process_pid(self) -> int | None: ...
+    @property
+    def top_process_bytes(self) -> int | None: ...
+
+
+R = TypeVar("R", bound=Reading)
+
+
+def aware(m: R) -> R:
+    """`m` with its minute as timezone-aware UTC (a naive minute is read as UTC). Only a
+    `GpuMinute` can be naive (built by hand, in tests): the window's readings never are."""
+    if m.minute.tzinfo is not None:
+        return m
+    if isinstance(m, GpuMinute):
+        return cast(R, m.model_copy(update={"minute": utc(m.minute)}))
+    raise TypeError(f"a {type(m).__name__} with a naive minute: {m.minute!r}")
+
+
 _MINUTE = timedelta(minutes=1)
 _STEPS = [k * _MINUTE for k in range(MAX_SPAN_MINUTES)]
 
 
-def covering(minutes: Iterable[GpuMinute], start: datetime, end: datetime) -> list[GpuMinute]:
+def covering(minutes: Iterable[R], start: datetime, end: datetime) -> list[R]:
     """The readings that cover any minute of [start, end): a one-minute reading by its
     start, a longer one when its span overlaps."""
     out = []
@@ -232,7 +279,7 @@ def per_minute(m: GpuMinute) -> list[GpuMinute]:
             for k in range(m.span_minutes)]
 
 
-def slots(m: GpuMinute, start: datetime, end: datetime) -> list[datetime]:
+def slots(m: Reading, start: datetime, end: datetime) -> list[datetime]:
     """The minutes of [start, end) that `m` stands for."""
     first = m.minute
     if m.span_minutes == 1:

@@ -8,7 +8,7 @@ attached disks, and only where `disk_price_of` knows them. Money is integer micr
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +26,7 @@ from costguard.model import (
     Instance,
     InstanceState,
     PriceQuote,
+    Reading,
     Verdict,
     covering,
 )
@@ -36,7 +37,7 @@ from costguard.store.upsert import driver_sql
 from costguard.telemetry.classify import SignalChoice, classify
 
 PriceLookup = Callable[[Instance], PriceQuote | None]
-MinutesLookup = Callable[[InstanceRef, datetime, datetime], list[GpuMinute]]
+MinutesLookup = Callable[[InstanceRef, datetime, datetime], Sequence[Reading]]
 MICROS = 1_000_000
 _INSTANCES: Table = InstanceRow.__table__  # type: ignore[attr-defined]
 _INTERVALS: Table = CostIntervalRow.__table__  # type: ignore[attr-defined]

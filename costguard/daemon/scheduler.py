@@ -48,6 +48,7 @@ from costguard.daemon.fence import fence_engine
 from costguard.daemon.http import HttpServer, ServiceState, build_app
 from costguard.daemon.leader import Leadership, leadership_for
 from costguard.daemon.logs import configure_logging
+from costguard.daemon.memory import release_freed_memory
 from costguard.daemon.metrics import DaemonMetrics
 from costguard.daemon.routes import extra_routes
 from costguard.daemon.settings import DaemonSettings
@@ -150,6 +151,7 @@ class Daemon:
         try:
             return self._run_cycle()
         finally:
+            release_freed_memory()  # else the cycle's peak stays resident (daemon/memory.py)
             self._work_lock.release()
 
     def _run_cycle(self) -> CycleSummary | None:

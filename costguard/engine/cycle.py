@@ -30,7 +30,7 @@ from costguard.model import Gap, GpuMinute, Instance, InstanceState, TelemetrySo
 from costguard.policy.conditions import IdleCondition
 from costguard.policy.evaluate import Finding, evaluate
 from costguard.policy.schema import PolicySet
-from costguard.providers.base import Provider
+from costguard.providers.base import Provider, Remembers
 from costguard.recommend import stored
 from costguard.recommend.digest import enqueue_digests
 from costguard.recommend.settings import RecommendSettings
@@ -38,6 +38,7 @@ from costguard.recommend.verdict import StoredVerdict, judged_with, settings_key
 from costguard.store import control
 from costguard.store.db import Database
 from costguard.store.inventory import current_instances
+from costguard.store.memory import StoreMemory
 from costguard.store.readings import ReadingWindow, instances_with_source, write_minutes
 from costguard.store.tables import CycleRow, InstanceRow
 
@@ -113,6 +114,7 @@ class Engine:
         self.window = ReadingWindow()
         self._inventory: list[Instance] | None = None
         self._spend_checked: datetime | None = None
+        self._memories_attached = False
         # the stored verdicts by settings key, read back when a cycle judged any (a verdict
         # cannot age past trust unjudged: it is due, and judged, after one refresh period)
         self._verdicts: dict[str, dict[stored.Ref, StoredVerdict]] = {}
@@ -167,6 +169,11 @@ class Engine:
                   summary.stage_seconds[name])
 
     def _collect(self, summary: CycleSummary, now: datetime) -> None:
+        if not self._memories_attached:  # once, at the first cycle: the store is ready then
+            for name, provider in self.providers.items():
+                if isinstance(provider, Remembers):
+                    provider.attach_memory(StoreMemory(self.db, name, self.clock))
+            self._memories_attached = True
         summary.instances, gaps = collect(self.db, self.providers, now)
         summary.gaps = [g.model_dump(mode="json") for g in gaps]
 
@@ -332,18 +339,20 @@ class Engine:
 
     def _evaluate(self, now: datetime) -> list[Finding]:
         instances = self._current_instances()
-        minutes = self.window.as_dict(now - self._longest_idle_window(), now)
+        start = now - self._longest_idle_window()
         findings: list[Finding] = []
         prices: dict[tuple[str, str], float] = {}
         keys = {n: settings_key(judged_with(self.settings.recommend, p.condition.underused))
                 for n, p in enumerate(self.policies.policies) if p.condition.underused}
         for inst in instances:
             ref = (inst.provider, inst.instance_id)
+            # one instance's readings at a time: the window keeps them packed
+            minutes = self.window.minutes(ref, start, now)
             for n, policy in enumerate(self.policies.policies):
                 if ref not in prices:
                     prices[ref] = self.price(inst)
                 v = self._verdicts.get(keys[n], {}).get(ref) if n in keys else None
-                f = evaluate(policy, inst, minutes.get(ref, []), now, prices[ref], v)
+                f = evaluate(policy, inst, minutes, now, prices[ref], v)
                 if f is not None:
                     findings.append(f)
         return findings

@@ -15,9 +15,9 @@ from functools import lru_cache
 from costguard.actions.schedule import in_office_hours, why_outside
 from costguard.model import (
     Classification,
-    GpuMinute,
     Instance,
     InstanceState,
+    Reading,
     Verdict,
     covering,
 )
@@ -86,7 +86,7 @@ def matches_filters(f: Filters, inst: Instance, now: datetime) -> bool:
 
 
 def check_condition(
-    cond: Condition, inst: Instance, minutes: Sequence[GpuMinute], now: datetime,
+    cond: Condition, inst: Instance, minutes: Sequence[Reading], now: datetime,
     usd_per_hour: float, efficiency: StoredVerdict | None = None,
 ) -> tuple[bool, list[str], Classification | None]:
     """Every condition given must hold; returns (holds, reasons, idle classification).
@@ -149,7 +149,7 @@ def underused_holds(cond: UnderusedCondition, v: StoredVerdict | None) -> tuple[
 
 
 def evaluate(
-    policy: Policy, inst: Instance, minutes: Sequence[GpuMinute], now: datetime,
+    policy: Policy, inst: Instance, minutes: Sequence[Reading], now: datetime,
     usd_per_hour: float, efficiency: StoredVerdict | None = None,
 ) -> Finding | None:
     """None when the policy does not select `inst`; else a Finding saying if it holds."""

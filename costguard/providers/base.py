@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from costguard.model import ActionResult, GpuMinute, Instance, Inventory, PriceQuote, ProviderName
 
@@ -114,4 +114,24 @@ class FetchesPrices(Protocol):
     ) -> FetchedPrices:
         """On-demand (and, where the API publishes them, spot) hourly list prices of these
         types in these regions. Raises ProviderError when the API cannot be read."""
+        ...
+
+
+class Memory(Protocol):
+    """A provider's notebook in the store: values that do not change from cycle to cycle
+    (an instance type's GPUs), kept so that a restarted daemon does not ask the cloud again.
+    Values are JSON; `get` answers None for a name never written."""
+
+    def get(self, name: str) -> Any | None: ...
+
+    def put(self, name: str, value: Any) -> None: ...
+
+
+@runtime_checkable
+class Remembers(Protocol):
+    """Optional: a provider that keeps what it learned in the store (`Memory`)."""
+
+    def attach_memory(self, memory: Memory) -> None:
+        """Called once, before the first cycle: read what earlier runs wrote, and write
+        what this one learns."""
         ...

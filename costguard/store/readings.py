@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import math
+from array import array
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from operator import attrgetter
-from typing import Any
+from operator import attrgetter, itemgetter
+from typing import Any, NamedTuple
 
 from sqlalchemy import Table, and_, delete, or_, select
 from sqlalchemy.engine import Dialect
 from sqlmodel import Session
 
-from costguard.model import MAX_SPAN_MINUTES, GpuMinute, covering
+from costguard.clock import utc
+from costguard.model import MAX_SPAN_MINUTES, GpuMinute
 from costguard.store.tables import GpuReadingRow
 from costguard.store.upsert import dialect_insert, driver_sql
 
@@ -81,17 +84,15 @@ _LONGEST = MAX_SPAN_MINUTES * _ONE_MINUTE
 _IN_CHUNK = 500  # instance ids per IN list: well under every SQLite's variable limit
 
 
-def read_minutes(
+def _read_rows(
     session: Session,
     refs: Iterable[InstanceRef],
     start: datetime,
     end: datetime,
     *,
     skip: tuple[str, datetime] | None = None,
-) -> dict[InstanceRef, list[GpuMinute]]:
-    """Readings that cover any minute of [start, end) for the given instances, grouped per
-    instance; `skip` (source, since) leaves out that source's readings from `since` on."""
-    out: dict[InstanceRef, list[GpuMinute]] = defaultdict(list)
+) -> Iterator[tuple[InstanceRef, dict[str, Any]]]:
+    """The stored rows (as column -> value) that `read_minutes` returns, unvalidated."""
     by_provider: dict[str, list[str]] = defaultdict(list)
     for provider, instance_id in set(refs):
         by_provider[provider].append(instance_id)
@@ -115,9 +116,24 @@ def read_minutes(
                 minute = values["minute"]
                 if minute < start and minute + values["span_minutes"] * _ONE_MINUTE <= start:
                     continue
-                # model_validate of a plain dict: 3x faster than model_construct, and far
-                # faster than of the row's mapping
-                out[(provider, values["instance_id"])].append(GpuMinute.model_validate(values))
+                yield (provider, values["instance_id"]), values
+
+
+def read_minutes(
+    session: Session,
+    refs: Iterable[InstanceRef],
+    start: datetime,
+    end: datetime,
+    *,
+    skip: tuple[str, datetime] | None = None,
+) -> dict[InstanceRef, list[GpuMinute]]:
+    """Readings that cover any minute of [start, end) for the given instances, grouped per
+    instance; `skip` (source, since) leaves out that source's readings from `since` on."""
+    out: dict[InstanceRef, list[GpuMinute]] = defaultdict(list)
+    for ref, values in _read_rows(session, refs, start, end, skip=skip):
+        # model_validate of a plain dict: 3x faster than model_construct, and far faster
+        # than of the row's mapping
+        out[ref].append(GpuMinute.model_validate(values))
     return out
 
 
@@ -138,22 +154,126 @@ def prune_minutes(session: Session, before: datetime) -> int:
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
+class WindowReading(NamedTuple):
+    """The window's copy of a stored GPU-minute: the fields the idle classifier reads
+    (`costguard.model.Reading`), built when asked for. A `GpuMinute` costs ~2 KB of memory
+    (a pydantic model's dict and fields-set); the window keeps ~100 bytes per reading."""
+
+    gpu_index: int
+    minute: datetime
+    span_minutes: int
+    util_mean: float | None
+    util_p95: float | None
+    util_max: float | None
+    sm_mean: float | None
+    sm_p95: float | None
+    sm_max: float | None
+    mem_used_bytes: int | None
+    process_count: int | None
+    top_process_pid: int | None
+    top_process_bytes: int | None
+
+
+_FLOATS = WindowReading._fields[3:9]
+_INTS = WindowReading._fields[9:]
+_PACKED = ("gpu_index", "minute", "span_minutes", *_FLOATS, *_INTS)
+_WIDTH = len(_PACKED)
+_NAN = float("nan")
+_make = WindowReading._make
+_SLACK = 15 * 60  # seconds a reading may stay past the window before its row is dropped
+
+
+def _packer(get: Callable[[Any], tuple[Any, ...]]) -> Callable[[Any], list[float]]:
+    """A reading (a GpuMinute or a stored row's column -> value) as one row of doubles:
+    the minute as epoch seconds, None as NaN. Integers (bytes, pids) stay exact below 2**53
+    (8 PB), far beyond any GPU's memory."""
+
+    def pack(source: Any) -> list[float]:
+        gpu, minute, span, *rest = get(source)
+        return [gpu, utc(minute).timestamp(), span,
+                *(_NAN if v is None else v for v in rest)]
+
+    return pack
+
+
+_pack_minute = _packer(attrgetter(*_PACKED))
+_pack_values = _packer(itemgetter(*_PACKED))
+
+
+class _Rows:
+    """One instance's readings as a flat array of doubles, `_WIDTH` per reading, in the order
+    they arrived; a later copy of the same (GPU, minute) replaces an earlier one."""
+
+    __slots__ = ("data", "oldest")
+
+    def __init__(self) -> None:
+        self.data = array("d")
+        self.oldest = math.inf  # the earliest reading's start, epoch seconds
+
+    def append(self, row: list[float]) -> None:
+        self.data.extend(row)
+        self.oldest = min(self.oldest, row[1])
+
+    def compact(self, start_s: float) -> None:
+        """Drop the readings that end before `start_s` and all but the last copy of each
+        (GPU, minute)."""
+        d = self.data
+        kept: dict[tuple[float, float], array[float]] = {}
+        for i in range(0, len(d), _WIDTH):
+            t, span = d[i + 1], d[i + 2]
+            if t >= start_s or t + span * 60 > start_s:
+                kept[(d[i], t)] = d[i:i + _WIDTH]
+        self.data = array("d")
+        for row in kept.values():
+            self.data.extend(row)
+        self.oldest = min((t for _, t in kept), default=math.inf)
+
+    def readings(self, start_s: float, end_s: float) -> list[WindowReading]:
+        """The readings that cover any minute of [start_s, end_s), as `covering` picks."""
+        d = self.data.tolist()
+        out: dict[tuple[float, float], WindowReading] = {}
+        when: dict[float, datetime] = {}
+        for i in range(0, len(d), _WIDTH):
+            t, span = d[i + 1], d[i + 2]
+            if span == 1:
+                if not start_s <= t < end_s:
+                    continue
+            elif not (t < end_s and t + span * 60 > start_s):
+                continue
+            minute = when.get(t)
+            if minute is None:
+                minute = when[t] = datetime.fromtimestamp(t, UTC)
+            out[(d[i], t)] = _make((
+                int(d[i]), minute, int(span),
+                *[None if v != v else v for v in d[i + 3:i + 9]],  # NaN is None
+                *[None if v != v else int(v) for v in d[i + 9:i + _WIDTH]]))
+        return list(out.values())
+
+
 class ReadingWindow:
     """A rolling in-memory view of recent readings, refreshed incrementally from the store.
 
     Each cycle needs the last hour or so of GPU-minutes twice (accrual and idle evaluation);
     re-reading the whole window every cycle dominated a cycle's cost. The store stays the
     source of truth: each refresh re-reads the newest `late` span, so agent minutes that
-    arrive a little late are still seen.
+    arrive a little late are still seen. Readings are kept packed (`_Rows`, ~100 bytes each;
+    as `GpuMinute`s an hour of 10,000 instances' GPUs took over a gigabyte) and handed out as
+    `WindowReading`s, one instance at a time.
     """
 
     def __init__(self, late: timedelta = timedelta(minutes=5)) -> None:
         self.late = late
         self._until: datetime | None = None
         self._start: datetime | None = None
-        self._by_ref: dict[InstanceRef, dict[tuple[int, datetime], GpuMinute]] = {}
+        self._by_ref: dict[InstanceRef, _Rows] = {}
         # instances `add` filled since the last refresh: the (source, since) they were fed
         self._fed: dict[InstanceRef, tuple[str, datetime]] = {}
+
+    def _rows(self, ref: InstanceRef) -> _Rows:
+        rows = self._by_ref.get(ref)
+        if rows is None:
+            rows = self._by_ref[ref] = _Rows()
+        return rows
 
     def add(self, minutes: Iterable[GpuMinute], *, since: datetime) -> None:
         """Write-through: readings this process just stored, fetched from their source for
@@ -161,7 +281,7 @@ class ReadingWindow:
         for m in minutes:
             ref = (m.provider, m.instance_id)
             self._fed[ref] = (str(m.source), since)
-            self._by_ref.setdefault(ref, {})[(m.gpu_index, m.minute)] = m
+            self._rows(ref).append(_pack_minute(m))
 
     def refresh(self, session: Session, refs: Iterable[InstanceRef], start: datetime,
                 end: datetime) -> None:
@@ -170,38 +290,41 @@ class ReadingWindow:
         the newest `late` span of the instances that were not fed."""
         wanted = set(refs)
         fed, self._fed = self._fed, {}
-        fresh: dict[InstanceRef, list[GpuMinute]] = {}
+        reads: list[Iterator[tuple[InstanceRef, dict[str, Any]]]] = []
         if self._until is None or self._start is None or start < self._start:
             # first use, or a longer window than cached: read it all but what was just fed
             self._by_ref = {ref: v for ref, v in self._by_ref.items() if ref in fed}
-            fresh = read_minutes(session, wanted - set(fed), start, end)
+            reads.append(_read_rows(session, wanted - set(fed), start, end))
             by_span: dict[tuple[str, datetime], list[InstanceRef]] = defaultdict(list)
             for ref, span in fed.items():
                 if ref in wanted:
                     by_span[span].append(ref)
             for span, members in by_span.items():
-                fresh.update(read_minutes(session, members, start, end, skip=span))
+                reads.append(_read_rows(session, members, start, end, skip=span))
         else:
-            fresh = read_minutes(session, wanted - set(fed), max(start, self._until - self.late),
-                                 end)
+            reads.append(_read_rows(session, wanted - set(fed),
+                                    max(start, self._until - self.late), end))
         for ref in list(self._by_ref):
             if ref not in wanted:
                 del self._by_ref[ref]
-        for ref, minutes in fresh.items():
-            slots = self._by_ref.setdefault(ref, {})
-            for m in minutes:
-                slots[(m.gpu_index, m.minute)] = m
-        for slots in self._by_ref.values():
-            for key in [k for k, m in slots.items()
-                        if k[1] < start and k[1] + m.span_minutes * _ONE_MINUTE <= start]:
-                del slots[key]
+        touched: set[InstanceRef] = set()
+        for read in reads:
+            for ref, values in read:
+                self._rows(ref).append(_pack_values(values))
+                touched.add(ref)
+        start_s = start.timestamp()
+        for ref, rows in self._by_ref.items():
+            # re-read rows repeat what was kept; old ones go a little after they leave
+            if ref in touched or rows.oldest < start_s - _SLACK:
+                rows.compact(start_s)
         self._start, self._until = start, end
 
-    def minutes(self, ref: InstanceRef, start: datetime, end: datetime) -> list[GpuMinute]:
-        slots = self._by_ref.get(ref)
-        if not slots:
+    def minutes(self, ref: InstanceRef, start: datetime, end: datetime) -> list[WindowReading]:
+        rows = self._by_ref.get(ref)
+        if rows is None:
             return []
-        return covering(slots.values(), start, end)
+        return rows.readings(start.timestamp(), end.timestamp())
 
-    def as_dict(self, start: datetime, end: datetime) -> dict[InstanceRef, list[GpuMinute]]:
-        return {ref: self.minutes(ref, start, end) for ref in self._by_ref}
+    def readings(self) -> int:
+        """Readings held (copies of a re-read minute counted until compacted)."""
+        return sum(len(rows.data) for rows in self._by_ref.values()) // _WIDTH

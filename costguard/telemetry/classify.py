@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 from typing import Literal, NamedTuple
 
 from costguard.clock import utc
-from costguard.model import Classification, GpuMinute, GpuSignal, Verdict, covering, slots
+from costguard.model import Classification, GpuSignal, Reading, Verdict, aware, covering, slots
 
 UNDERUSED_FACTOR = 2.0
 SignalChoice = Literal["auto", "sm_active", "util_gpu"]
@@ -64,22 +64,22 @@ def _peak_mean(top: float | None, p95: float | None, mean: float | None
     return peak, avg  # type: ignore[return-value]  # one of the three is set
 
 
-def sm_reading(m: GpuMinute) -> tuple[float, float] | None:
+def sm_reading(m: Reading) -> tuple[float, float] | None:
     return _peak_mean(m.sm_max, m.sm_p95, m.sm_mean)
 
 
-def util_reading(m: GpuMinute) -> tuple[float, float] | None:
+def util_reading(m: Reading) -> tuple[float, float] | None:
     return _peak_mean(m.util_max, m.util_p95, m.util_mean)
 
 
-def peaks(minutes: Sequence[GpuMinute]) -> tuple[list[float], list[float]]:
+def peaks(minutes: Sequence[Reading]) -> tuple[list[float], list[float]]:
     """Each minute's peak of `util_gpu` and of SM activity, where the minute carries it."""
     util = [v[0] for v in map(util_reading, minutes) if v is not None]
     sm = [v[0] for v in map(sm_reading, minutes) if v is not None]
     return util, sm
 
 
-def _readings(minutes: Sequence[GpuMinute], pick: Callable[[GpuMinute], tuple[float, float] | None],
+def _readings(minutes: Sequence[Reading], pick: Callable[[Reading], tuple[float, float] | None],
               start: datetime, end: datetime, gpu_count: int) -> list[_Reading]:
     """One reading per (GPU, minute) slot of [start, end): a reading spanning several
     minutes fills each of them.
@@ -112,7 +112,7 @@ def _coverage(readings: Sequence[_Reading], expected: int) -> float:
 
 
 def classify(
-    minutes: Sequence[GpuMinute],
+    minutes: Sequence[Reading],
     *,
     window_start: datetime,
     window_end: datetime,
@@ -129,9 +129,7 @@ def classify(
         raise ValueError(f"gpu_count must be >= 0, got {gpu_count}")
     if signal not in ("auto", "sm_active", "util_gpu"):
         raise ValueError(f"signal must be auto, sm_active or util_gpu, got {signal!r}")
-    inside = covering(
-        (m if m.minute.tzinfo is not None else m.model_copy(update={"minute": utc(m.minute)})
-         for m in minutes), start, end)
+    inside = covering(map(aware, minutes), start, end)
     expected = expected_slots(start, end, gpu_count)
 
     def no_data(evidence: str, used: GpuSignal | None, coverage: float) -> Classification:
@@ -210,7 +208,7 @@ def classify(
     )
 
 
-def _memory_evidence(minutes: Sequence[GpuMinute]) -> str:
+def _memory_evidence(minutes: Sequence[Reading]) -> str:
     """Who holds GPU memory: a process holding 20 GB while computing nothing is the case
     idle shutdown exists for, and naming it tells the owner what to look at."""
     used = [m.mem_used_bytes for m in minutes if m.mem_used_bytes is not None]
@@ -226,7 +224,7 @@ def _memory_evidence(minutes: Sequence[GpuMinute]) -> str:
     return f"{gb(max(used))} memory held" if used else ""
 
 
-def _util_caveat(minutes: Sequence[GpuMinute], used: GpuSignal, peak: float, below: float) -> str:
+def _util_caveat(minutes: Sequence[Reading], used: GpuSignal, peak: float, below: float) -> str:
     if used is GpuSignal.UTIL_GPU:
         return "no SM activity metric: fell back to util_gpu, which counts any kernel"
     utils = [m.util_mean for m in minutes if m.util_mean is not None]

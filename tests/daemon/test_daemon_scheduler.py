@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -271,3 +272,54 @@ def test_the_price_job_refreshes_the_fleet_s_prices_only_where_a_price_api_exist
         assert other.scheduler.get_job("prices") is None
     finally:
         assert other.shutdown() is True
+
+
+def test_every_cycle_hands_what_it_freed_back_ok_or_failed(
+        db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import costguard.daemon.scheduler as scheduler
+
+    released: list[bool] = []
+    monkeypatch.setattr(scheduler, "release_freed_memory", lambda: released.append(True) or True)
+    clock = ManualClock(START)
+    broken = BrokenMetrics(clock)
+    broken.add("i-1", lambda m: "busy")
+    engine = build_engine(db, broken, clock)
+    assert Daemon(engine, engine.settings, quiet_daemon()).cycle_job() is None
+    assert released == [True]
+    other = Database(f"sqlite:///{tmp_path / 'ok.db'}")
+    engine = build_engine(other, scripted_cloud(clock), clock)
+    assert Daemon(engine, engine.settings, quiet_daemon()).cycle_job() is not None
+    assert released == [True, True]
+
+
+class NotebookCloud(ScriptedCloud):
+    """Writes what it learned to the memory the engine attaches, and reads it back."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock)
+        self.memory: Any = None
+        self.found: Any = None
+
+    def attach_memory(self, memory: Any) -> None:
+        self.memory = memory
+        self.found = memory.get("notes")
+
+    def list_instances(self):  # type: ignore[no-untyped-def]
+        self.memory.put("notes", {"learned": 1})
+        return super().list_instances()
+
+
+def test_the_engine_gives_a_fenced_provider_its_notebook_across_restarts(db: Database) -> None:
+    from costguard.daemon.fence import fence_engine
+
+    clock = ManualClock(START)
+    first = NotebookCloud(clock)
+    engine = build_engine(db, first, clock)
+    fence_engine(engine, lambda: True)  # the daemon wraps its providers before any cycle
+    assert Daemon(engine, engine.settings, quiet_daemon()).cycle_job() is not None
+    assert first.found is None
+    again = NotebookCloud(clock)  # a restart: a new process, the same store
+    engine = build_engine(db, again, clock)
+    fence_engine(engine, lambda: True)
+    assert Daemon(engine, engine.settings, quiet_daemon()).cycle_job() is not None
+    assert again.found == {"learned": 1}

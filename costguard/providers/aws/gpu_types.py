@@ -1,7 +1,8 @@
 """GPU count, model and memory per EC2 instance type.
 
-DescribeInstanceTypes is the source; it is asked once per region per type (batched 100 types a
-call) and cached. Types it does not know (retired ones such as p3.2xlarge are missing from some
+DescribeInstanceTypes is the source; it is asked once per type (batched 100 types a call) and
+cached, in the store too where the daemon gives the provider one (a restart does not ask
+again). Types it does not know (retired ones such as p3.2xlarge are missing from some
 API data) fall back to the shipped table `data/gpu_types.json`.
 """
 
@@ -81,6 +82,30 @@ class GpuTypeCatalog:
         self._known: dict[str, GpuSpec] = {}
         self._fallback: dict[tuple[str, str], GpuSpec] = {}
         self.calls = 0  # DescribeInstanceTypes calls made (tests check the batching)
+
+    def known(self) -> dict[str, dict[str, Any]]:
+        """What DescribeInstanceTypes answered, as JSON (the shipped table's fallbacks are
+        not kept: another region, or a later run, may still describe the type)."""
+        with self._lock:
+            return {t: {"count": s.count, "model": s.model, "memory_mib": s.memory_mib}
+                    for t, s in sorted(self._known.items())}
+
+    def learn(self, known: dict[str, Any]) -> int:
+        """Take what an earlier run's `known` wrote; returns the types taken. A malformed
+        entry is skipped (it is asked for again), never trusted."""
+        taken: dict[str, GpuSpec] = {}
+        for name, row in known.items():
+            try:
+                memory = row["memory_mib"]
+                model = row["model"]
+                spec = GpuSpec(int(row["count"]), None if model is None else str(model),
+                               None if memory is None else int(memory))
+            except (KeyError, TypeError, ValueError):
+                continue
+            taken[str(name)] = spec
+        with self._lock:
+            self._known.update(taken)
+        return len(taken)
 
     def _cached(self, region: str, instance_type: str) -> GpuSpec | None:
         return self._known.get(instance_type) or self._fallback.get((region, instance_type))

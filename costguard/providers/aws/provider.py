@@ -41,8 +41,9 @@ from costguard.providers.aws.pricing import (
 from costguard.providers.aws.readings import CloudWatchReads, DimensionSets
 from costguard.providers.aws.sessions import AccountScope, ClientFactory
 from costguard.providers.aws.settings import AwsSettings
-from costguard.providers.base import FetchedPrices
+from costguard.providers.base import FetchedPrices, Memory
 
+GPU_TYPES_MEMORY = "gpu_types"  # the store's copy of GpuTypeCatalog.known()
 SPOT_PRICE_TTL = timedelta(hours=1)  # a spot type's prices are read at most once an hour
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,24 @@ class AwsProvider(CloudWatchReads):
         self._span = timedelta(minutes=settings.cloudwatch.max_span_minutes)
         self._listed: dict[tuple[str, str, str, str, bool],
                            tuple[datetime, DimensionSets, frozenset[str]]] = {}
+        self._memory: Memory | None = None
+        self._remembered: dict[str, Any] = {}
+
+    def attach_memory(self, memory: Memory) -> None:
+        """Instance types' GPUs described by earlier runs (`costguard.providers.base.Remembers`)."""
+        self._memory = memory
+        known = memory.get(GPU_TYPES_MEMORY)
+        if isinstance(known, dict):
+            self.gpu_types.learn(known)
+        self._remembered = self.gpu_types.known()
+
+    def _remember(self) -> None:
+        if self._memory is None:
+            return
+        known = self.gpu_types.known()
+        if known != self._remembered:
+            self._memory.put(GPU_TYPES_MEMORY, known)
+            self._remembered = known
 
     # -- inventory -------------------------------------------------------------------------
 
@@ -115,6 +134,7 @@ class AwsProvider(CloudWatchReads):
             for inst in instances:
                 if inst.lifecycle is Lifecycle.SPOT:
                     self._spot_types[(inst.account, inst.region)].add(inst.instance_type)
+        self._remember()
         return Inventory(instances=instances, gaps=gaps)
 
     def _regions_of(self, account: AccountScope) -> list[str] | Gap:

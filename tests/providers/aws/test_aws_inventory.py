@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -10,8 +13,12 @@ from aws_helpers import REGION, SPOT, ProviderFactory, Slept, run_instances, xml
 from botocore.awsrequest import AWSPreparedRequest
 from botocore.exceptions import EndpointConnectionError
 
+from costguard.clock import ManualClock
 from costguard.model import InstanceState, Lifecycle
 from costguard.providers.base import Provider
+from costguard.store import control
+from costguard.store.db import Database
+from costguard.store.memory import StoreMemory
 
 pytestmark = pytest.mark.usefixtures("moto")
 
@@ -302,3 +309,42 @@ def test_instance_types_described_in_one_region_serve_the_others() -> None:
     catalog.resolve(east, REGION, {"p3.2xlarge"})
     catalog.resolve(west, "us-west-2", {"p3.2xlarge"})
     assert catalog.calls == 3
+
+
+def test_a_restarted_provider_reads_instance_types_from_the_store_not_the_api(
+    make_provider: ProviderFactory, tmp_path: Path,
+) -> None:
+    ids = {t: run_instances(itype=t)[0]["InstanceId"]
+           for t in ("g5.xlarge", "p4d.24xlarge", "p3.2xlarge")}
+    db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
+    clock = ManualClock(datetime(2026, 11, 2, tzinfo=UTC))
+    first = make_provider()
+    first.attach_memory(StoreMemory(db, "aws", clock))
+    before = {i.instance_id: i for i in first.list_instances().instances}
+    assert first.gpu_types.calls == 2
+    with db.session() as s:  # what DescribeInstanceTypes said; the shipped fallback is not kept
+        assert sorted(json.loads(control.get(s, "memory:aws:gpu_types") or "{}")) == [
+            "g5.xlarge", "p4d.24xlarge"]
+
+    again = make_provider()  # a new process: nothing cached in memory
+    again.attach_memory(StoreMemory(db, "aws", clock))
+    after = {i.instance_id: i for i in again.list_instances().instances}
+    # p3.2xlarge, which the API could not describe, is asked for again; the others are not
+    assert again.gpu_types.calls == 1
+    for iid in ids.values():
+        assert (after[iid].gpu_count, after[iid].gpu_model, after[iid].gpu_memory_mib) == (
+            before[iid].gpu_count, before[iid].gpu_model, before[iid].gpu_memory_mib)
+
+
+def test_a_damaged_stored_type_is_asked_for_again_not_trusted(
+    make_provider: ProviderFactory, tmp_path: Path,
+) -> None:
+    iid = run_instances(itype="g5.xlarge")[0]["InstanceId"]
+    db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
+    clock = ManualClock(datetime(2026, 11, 2, tzinfo=UTC))
+    StoreMemory(db, "aws", clock).put("gpu_types", {"g5.xlarge": {"count": "many"}})
+    provider = make_provider()
+    provider.attach_memory(StoreMemory(db, "aws", clock))
+    got = {i.instance_id: i for i in provider.list_instances().instances}[iid]
+    assert provider.gpu_types.calls == 1
+    assert (got.gpu_count, got.gpu_model) == (1, "NVIDIA A10G")
