@@ -18,7 +18,7 @@ from typing import Any
 
 import boto3
 
-from costguard.clock import Clock, SystemClock
+from costguard.clock import Clock, SystemClock, utc
 from costguard.errors import ProviderError
 from costguard.model import (
     ActionOutcome,
@@ -44,6 +44,7 @@ from costguard.providers.aws.settings import AwsSettings
 from costguard.providers.base import FetchedPrices, Memory
 
 GPU_TYPES_MEMORY = "gpu_types"  # the store's copy of GpuTypeCatalog.known()
+SPOT_MEMORY = "spot_prices"  # the spot prices read within SPOT_PRICE_TTL
 SPOT_PRICE_TTL = timedelta(hours=1)  # a spot type's prices are read at most once an hour
 log = logging.getLogger(__name__)
 
@@ -82,23 +83,67 @@ class AwsProvider(CloudWatchReads):
         self._listed: dict[tuple[str, str, str, str, bool],
                            tuple[datetime, DimensionSets, frozenset[str]]] = {}
         self._memory: Memory | None = None
-        self._remembered: dict[str, Any] = {}
+        self._remembered: dict[str, dict[str, Any]] = {}
 
     def attach_memory(self, memory: Memory) -> None:
-        """Instance types' GPUs described by earlier runs (`costguard.providers.base.Remembers`)."""
+        """What earlier runs learned (`costguard.providers.base.Remembers`): instance types'
+        GPUs, and spot prices read less than SPOT_PRICE_TTL ago."""
         self._memory = memory
         known = memory.get(GPU_TYPES_MEMORY)
         if isinstance(known, dict):
             self.gpu_types.learn(known)
-        self._remembered = self.gpu_types.known()
+        spot = memory.get(SPOT_MEMORY)
+        if isinstance(spot, dict):
+            self._restore_spot(spot)
+        self._remembered = {GPU_TYPES_MEMORY: self.gpu_types.known(),
+                            SPOT_MEMORY: self._spot_notes()}
 
     def _remember(self) -> None:
+        """Write what changed since the last write. Called from list_instances, outside the
+        cycle's own database sessions (spot prices are read during accrual, inside one: a
+        write from there would wait on SQLite's single writer)."""
         if self._memory is None:
             return
-        known = self.gpu_types.known()
-        if known != self._remembered:
-            self._memory.put(GPU_TYPES_MEMORY, known)
-            self._remembered = known
+        for name, now in ((GPU_TYPES_MEMORY, self.gpu_types.known()),
+                          (SPOT_MEMORY, self._spot_notes())):
+            if now != self._remembered.get(name):
+                self._memory.put(name, now)
+                self._remembered[name] = now
+
+    def _spot_notes(self) -> dict[str, dict[str, Any]]:
+        """Spot prices still fresh, per "account/region" and type: when read, by zone."""
+        now = self.clock.now()
+        notes: dict[str, dict[str, Any]] = {}
+        with self._lock:
+            for (account, region), asked in self._spot_asked.items():
+                prices = self._spot.get((account, region), {})
+                for itype, at in asked.items():
+                    if now - at >= SPOT_PRICE_TTL:
+                        continue  # a failed read is stored as already old: not worth keeping
+                    notes.setdefault(f"{account}/{region}", {})[itype] = {
+                        "at": at.isoformat(),
+                        "usd": {az: usd for (t, az), usd in sorted(prices.items())
+                                if t == itype}}
+        return notes
+
+    def _restore_spot(self, notes: dict[str, Any]) -> None:
+        now = self.clock.now()
+        for scope, types in notes.items():
+            account, _, region = str(scope).partition("/")
+            if not isinstance(types, dict):
+                continue
+            for itype, note in types.items():
+                try:
+                    at = utc(datetime.fromisoformat(note["at"]))
+                    usd = {str(az): float(v) for az, v in note["usd"].items()}
+                except (KeyError, TypeError, ValueError, AttributeError):
+                    continue  # damaged: asked for again
+                if not timedelta(0) <= now - at < SPOT_PRICE_TTL:
+                    continue  # too old, or from a clock ahead of ours
+                with self._lock:
+                    self._spot_asked[(account, region)][str(itype)] = at
+                    self._spot.setdefault((account, region), {}).update(
+                        {(str(itype), az): v for az, v in usd.items()})
 
     # -- inventory -------------------------------------------------------------------------
 

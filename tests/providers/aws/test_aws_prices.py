@@ -274,3 +274,45 @@ def test_a_fractional_gpu_type_is_one_partial_gpu_not_none() -> None:
     assert (spec.count, spec.model, spec.memory_mib) == (1, "NVIDIA L4", 2861)
     assert shipped_gpu_table()["g6f.4xlarge"].count == 1
     assert spec_from_type_info({"InstanceType": "m5.large"}).count == 0
+
+
+@pytest.mark.usefixtures("moto")
+def test_a_restart_within_the_hour_reads_spot_prices_from_the_store(
+    make_provider: ProviderFactory, session: boto3.Session, clock: ManualClock, tmp_path: Path,
+) -> None:
+    from costguard.store.db import Database
+    from costguard.store.memory import StoreMemory
+
+    spot = run_instances(count=1, **SPOT)
+    zone = spot[0]["Placement"]["AvailabilityZone"]
+    asked: list[dict[str, Any]] = []
+    session.events.register("provide-client-params.ec2.DescribeSpotPriceHistory",
+                            lambda params, **_: asked.append(params))
+
+    def history_rows(parsed: dict[str, Any], **_: Any) -> None:
+        parsed["SpotPriceHistory"] = [{
+            "AvailabilityZone": zone, "InstanceType": "g5.xlarge",
+            "ProductDescription": "Linux/UNIX", "SpotPrice": "0.4200",
+            "Timestamp": clock.now() - timedelta(minutes=30)}]
+
+    session.events.register("after-call.ec2.DescribeSpotPriceHistory", history_rows)
+    db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
+    first = make_provider()
+    first.attach_memory(StoreMemory(db, "aws", clock))
+    g5 = first.list_instances().instances[0]
+    assert first.price(g5).usd_per_hour == 0.42  # type: ignore[union-attr]
+    first.list_instances()  # the next cycle's listing writes what the last one read
+    assert len(asked) == 1
+
+    clock.advance(timedelta(minutes=40))
+    again = make_provider()  # restarted 40 minutes after the read: not asked again
+    again.attach_memory(StoreMemory(db, "aws", clock))
+    g5 = again.list_instances().instances[0]
+    assert again.price(g5).usd_per_hour == 0.42  # type: ignore[union-attr]
+    assert len(asked) == 1
+
+    clock.advance(timedelta(minutes=25))  # an hour and five minutes since the read
+    late = make_provider()
+    late.attach_memory(StoreMemory(db, "aws", clock))
+    late.price(late.list_instances().instances[0])
+    assert len(asked) == 2
