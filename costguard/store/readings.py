@@ -202,11 +202,17 @@ class _Rows:
     """One instance's readings as a flat array of doubles, `_WIDTH` per reading, in the order
     they arrived; a later copy of the same (GPU, minute) replaces an earlier one."""
 
-    __slots__ = ("data", "oldest")
+    __slots__ = ("data", "kept", "oldest")
 
     def __init__(self) -> None:
         self.data = array("d")
         self.oldest = math.inf  # the earliest reading's start, epoch seconds
+        self.kept = 0  # len(data) after the last compact
+
+    def crowded(self) -> bool:
+        """Twice what the last compact kept: a cloud's settling span read again each cycle
+        (CloudWatch's last 10 minutes) repeats minutes that are already held."""
+        return len(self.data) > 2 * max(self.kept, 64 * _WIDTH)
 
     def append(self, row: list[float]) -> None:
         self.data.extend(row)
@@ -225,6 +231,7 @@ class _Rows:
         for row in kept.values():
             self.data.extend(row)
         self.oldest = min((t for _, t in kept), default=math.inf)
+        self.kept = len(self.data)
 
     def readings(self, start_s: float, end_s: float) -> list[WindowReading]:
         """The readings that cover any minute of [start_s, end_s), as `covering` picks."""
@@ -317,7 +324,7 @@ class ReadingWindow:
         start_s = start.timestamp()
         for ref, rows in self._by_ref.items():
             # re-read rows repeat what was kept; old ones go a little after they leave
-            if ref in touched or rows.oldest < start_s - _SLACK:
+            if ref in touched or rows.oldest < start_s - _SLACK or rows.crowded():
                 rows.compact(start_s)
         self._start, self._until = start, end
 

@@ -132,3 +132,20 @@ def test_the_window_holds_a_reading_in_about_a_hundred_bytes(db: Database) -> No
     tracemalloc.stop()
     assert window.readings() == len(minutes) == 12_000
     assert held / len(minutes) < 160, f"{held / len(minutes):.0f} bytes a reading"
+
+
+def test_minutes_fetched_again_each_cycle_do_not_pile_up(db: Database) -> None:
+    # CloudWatch's last 10 minutes are fetched again every 5-minute cycle (metrics settle):
+    # the window holds each minute once, whatever the overlap
+    window = ReadingWindow()
+    for cycle in range(24):  # two hours of cycles, an hour's window
+        now = NOW + timedelta(minutes=5 * cycle)
+        fetched = [GpuMinute(provider="aws", instance_id="i-a", gpu_index=gpu, source=CW,
+                             minute=now - timedelta(minutes=ago), util_mean=float(cycle))
+                   for gpu in range(8) for ago in range(15, 0, -1)]
+        window.add(fetched, since=now - timedelta(minutes=15))
+        with db.session() as s:
+            window.refresh(s, [("aws", "i-a")], now - timedelta(hours=1), now)
+        got = window.minutes(("aws", "i-a"), now - timedelta(hours=1), now)
+        assert len(got) == 8 * min(60, 15 + 5 * cycle)
+        assert window.readings() <= 2 * 8 * 75, (cycle, window.readings())
