@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import logging
 from collections.abc import Callable
 from functools import cache
-
-log = logging.getLogger(__name__)
 
 
 @cache

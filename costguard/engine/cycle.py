@@ -344,10 +344,12 @@ class Engine:
         prices: dict[tuple[str, str], float] = {}
         keys = {n: settings_key(judged_with(self.settings.recommend, p.condition.underused))
                 for n, p in enumerate(self.policies.policies) if p.condition.underused}
+        # only an idle condition reads GPU-minutes: without one, none are built
+        reads = any(p.condition.idle for p in self.policies.policies)
         for inst in instances:
             ref = (inst.provider, inst.instance_id)
             # one instance's readings at a time: the window keeps them packed
-            minutes = self.window.minutes(ref, start, now)
+            minutes = self.window.minutes(ref, start, now) if reads else []
             for n, policy in enumerate(self.policies.policies):
                 if ref not in prices:
                     prices[ref] = self.price(inst)

@@ -90,9 +90,9 @@ class GpuTypeCatalog:
             return {t: {"count": s.count, "model": s.model, "memory_mib": s.memory_mib}
                     for t, s in sorted(self._known.items())}
 
-    def learn(self, known: dict[str, Any]) -> int:
-        """Take what an earlier run's `known` wrote; returns the types taken. A malformed
-        entry is skipped (it is asked for again), never trusted."""
+    def learn(self, known: dict[str, Any]) -> None:
+        """Take what an earlier run's `known` wrote. A malformed entry is skipped (it is
+        asked for again), never trusted."""
         taken: dict[str, GpuSpec] = {}
         for name, row in known.items():
             try:
@@ -105,7 +105,6 @@ class GpuTypeCatalog:
             taken[str(name)] = spec
         with self._lock:
             self._known.update(taken)
-        return len(taken)
 
     def _cached(self, region: str, instance_type: str) -> GpuSpec | None:
         return self._known.get(instance_type) or self._fallback.get((region, instance_type))

@@ -348,3 +348,8 @@ def test_a_damaged_stored_type_is_asked_for_again_not_trusted(
     got = {i.instance_id: i for i in provider.list_instances().instances}[iid]
     assert provider.gpu_types.calls == 1
     assert (got.gpu_count, got.gpu_model) == (1, "NVIDIA A10G")
+    with db.session() as s:  # a row that is not JSON at all: forgotten, not a failing cycle
+        control.put(s, "memory:aws:gpu_types", "{truncated", clock.now())
+    again = make_provider()
+    again.attach_memory(StoreMemory(db, "aws", clock))
+    assert again.list_instances().instances and again.gpu_types.calls == 1
