@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlmodel import Session, col, select
 
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("costguard.act")
 
 Scope = tuple[str, str, str]  # (provider, account, region)
+G = TypeVar("G")
+R = TypeVar("R")
 _KEYS_PER_QUERY = 500  # bound parameters per IN (...) list
 
 
@@ -73,18 +76,46 @@ def completed_keys(s: Session, keys: Sequence[str]) -> set[str]:
     return found
 
 
+def scope_workers(provider: object) -> int:
+    """How many scopes' calls may be in flight at once: the provider's `scope_workers` (its
+    configured worker count), else one scope at a time."""
+    workers = getattr(provider, "scope_workers", 1)
+    return max(1, workers) if isinstance(workers, int) else 1
+
+
+def each_scope(workers: int, groups: Sequence[G], call: Callable[[G], R]) -> list[R]:
+    """`call` on every group, `workers` at a time, results in the groups' order. An
+    organisation has thousands of (account, region) scopes, each call waits on a cloud API
+    for ~100 ms, and one scope's calls do not depend on another's. `call` must not touch a
+    database session: the act stage writes before and after, never in between."""
+    if workers <= 1 or len(groups) <= 1:
+        return [call(g) for g in groups]
+    with ThreadPoolExecutor(min(workers, len(groups)), "costguard-act") as pool:
+        return list(pool.map(call, groups))
+
+
+def _workers(runner: ActionRunner, groups: Mapping[Any, object]) -> int:
+    """The most scopes in flight the groups' providers allow (a group's key starts with
+    its provider's name)."""
+    return max((scope_workers(runner.providers[str(key[0])]) for key in groups), default=1)
+
+
 def fresh_states(provider: object, instances: Sequence[Instance]
                  ) -> dict[str, Instance | ProviderError | None]:
-    """describe_many per scope; a scope that cannot be read maps its ids to the error."""
+    """describe_many per scope (scopes concurrently); a scope that cannot be read maps its
+    ids to the error."""
     assert isinstance(provider, Describes)
-    out: dict[str, Instance | ProviderError | None] = {}
-    for members in _by_scope(instances).values():
+
+    def read(members: list[Instance]) -> dict[str, Instance | ProviderError | None]:
         try:
             got = provider.describe_many(members)
         except ProviderError as exc:
-            out |= dict.fromkeys((i.instance_id for i in members), exc)
-            continue
-        out |= {i.instance_id: got.get(i.instance_id) for i in members}
+            return dict.fromkeys((i.instance_id for i in members), exc)
+        return {i.instance_id: got.get(i.instance_id) for i in members}
+
+    out: dict[str, Instance | ProviderError | None] = {}
+    for found in each_scope(scope_workers(provider), list(_by_scope(instances).values()), read):
+        out |= found
     return out
 
 
@@ -160,19 +191,21 @@ class BatchStop:
         for stop in stops:
             if stop.why_not is None:
                 groups[_scope(stop.target)].append(stop)
-        for (name, _, _), group in groups.items():
-            provider = self.r.providers[name]
+        def send(group: list[_Stop]) -> None:
+            provider = self.r.providers[group[0].target.provider]
             assert isinstance(provider, BatchActions)
             try:
                 results = provider.stop_many([x.target for x in group], dry_run=dry_run)
             except ProviderError as exc:
                 for stop in group:
                     stop.error = str(exc)
-                continue
+                return
             for stop in group:
                 stop.result = results.get(stop.target.instance_id)
                 if stop.result is None:
                     stop.error = "the provider returned no result for this instance"
+
+        each_scope(_workers(self.r, groups), list(groups.values()), send)
 
     def _resolve(self, policy: Policy, stops: list[_Stop], now: datetime,
                  stats: ActStats) -> None:
@@ -218,8 +251,9 @@ class BatchTags:
         for req in pending:
             groups[(*_scope(req.f.instance), tuple(sorted(req.tags.items())), req.remove,
                     req.dry)].append(req)
-        for group in groups.values():
-            for req, status, detail in self._send(group):
+        sent = each_scope(_workers(self.r, groups), list(groups.values()), self._send)
+        for outcomes in sent:
+            for req, status, detail in outcomes:
                 self.r.rows.record(key=req.key, cycle_id=cycle_id, policy=req.policy,
                                    inst=req.f.instance, action="tag", dry_run=req.dry,
                                    status=status, detail=detail,

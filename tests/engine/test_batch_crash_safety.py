@@ -5,6 +5,8 @@ is left alone."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
@@ -127,3 +129,56 @@ def test_a_batch_costs_one_call_per_stage_and_leaves_a_protected_one(
     with db.session() as s:
         tags = list(s.exec(select(ActionJournalRow).where(ActionJournalRow.action == "tag")))
     assert sorted(j.status for j in tags) == ["done"] * 5
+
+
+class ScopedBatchCloud(BatchCloud):
+    """BatchCloud whose instances live in several regions, whose batch calls take a while,
+    and which says how many scopes the act stage may call at once (`scope_workers`)."""
+
+    def __init__(self, clock: ManualClock, workers: int | None) -> None:
+        super().__init__(clock)
+        if workers is not None:
+            self.scope_workers = workers
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self.most_in_flight = 0
+        self.regions_called: list[str] = []
+
+    def _call(self, instances: Sequence[Instance]) -> None:
+        with self._lock:
+            self._in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self._in_flight)
+            self.regions_called.append(instances[0].region)
+        time.sleep(0.05)  # a cloud API's round trip
+        with self._lock:
+            self._in_flight -= 1
+
+    def describe_many(self, instances: Sequence[Instance]) -> dict[str, Instance | None]:
+        self._call(instances)
+        return super().describe_many(instances)
+
+    def stop_many(self, instances: Sequence[Instance], *, dry_run: bool
+                  ) -> dict[str, ActionResult]:
+        self._call(instances)
+        return super().stop_many(instances, dry_run=dry_run)
+
+
+@pytest.mark.parametrize("workers", [None, 4])
+def test_scopes_are_called_concurrently_up_to_the_providers_workers(
+    workers: int | None, clock: ManualClock, db: Database, db_url: str
+) -> None:
+    cloud = ScopedBatchCloud(clock, workers)
+    regions = ["us-east-1", "us-west-2", "eu-west-1", "ap-south-1", "sa-east-1", "eu-north-1"]
+    for n, region in enumerate(regions):
+        inst = cloud.add(f"i-idle{n}", always("no_process"))
+        cloud.instances[inst.instance_id] = inst.model_copy(update={"region": region})
+    text = IDLE_POLICY.format(mode="enforce", cap=10)
+    run_for(_engine(db, cloud, clock, db_url, text), clock, timedelta(hours=1))
+
+    assert all(i.state is InstanceState.STOPPED for i in cloud.instances.values())
+    assert cloud.calls["describe_many"] == cloud.calls["stop_many"] == len(regions)
+    assert sorted(cloud.regions_called) == sorted(regions * 2)  # one scope per call
+    if workers is None:  # a provider that says nothing: one scope at a time, as before
+        assert cloud.most_in_flight == 1
+    else:
+        assert 1 < cloud.most_in_flight <= workers

@@ -36,6 +36,7 @@ METRIC_OF = {"utilization_gpu": GPU_UTIL, "memory_used": GPU_MEM_USED,
 CPU_NAMESPACE = "AWS/EC2"
 CPU_METRIC = "CPUUtilization"
 MAX_QUERIES_PER_CALL = 500
+MAX_DATAPOINTS_PER_CALL = 100_800  # GetMetricData's limit on the points one call returns
 PERIOD_S = 60
 ALL_GPUS = -1  # gpu_index of a series that rolls up every GPU of its instance
 _MIB = 1024 * 1024
@@ -168,11 +169,14 @@ def get_metric_data(
     span: timedelta | None = None,
 ) -> tuple[dict[str, list[tuple[datetime, float]]], int]:
     """Run `queries` (each with a unique Id) in calls of 500, one time `span` at a time (see
-    `CloudWatchSettings.max_span_minutes`); returns values by Id and the number of
-    GetMetricData calls made."""
+    `CloudWatchSettings.max_span_minutes`; None: as long as a call's datapoint limit holds);
+    returns values by Id and the number of GetMetricData calls made."""
     out: dict[str, list[tuple[datetime, float]]] = {}
     calls = 0
     period_s = min((int(q["MetricStat"]["Period"]) for q in queries), default=PERIOD_S)
+    if span is None:
+        per_call = max(1, min(len(queries), MAX_QUERIES_PER_CALL))
+        span = timedelta(seconds=period_s * (MAX_DATAPOINTS_PER_CALL // per_call))
     with aws_call(scope):
         for span_start, span_end in spans(start, end, span, period_s):
             for first in range(0, len(queries), MAX_QUERIES_PER_CALL):

@@ -25,6 +25,7 @@ from costguard.model import (
     ActionResult,
     Gap,
     Instance,
+    InstanceState,
     Inventory,
     Lifecycle,
     PriceQuote,
@@ -79,11 +80,17 @@ class AwsProvider(CloudWatchReads):
         self._volumes: dict[str, list[dict[str, Any]]] = {}  # read by stop_many, for stopped_cost
         self.metric_gaps: list[Gap] = []  # scopes whose metrics could not be read, last call
         self.get_metric_data_calls = 0  # GetMetricData calls made, last gpu/cpu call
-        self._span = timedelta(minutes=settings.cloudwatch.max_span_minutes)
+        span = settings.cloudwatch.max_span_minutes
+        self._span = timedelta(minutes=span) if span else None  # None: the datapoint limit
         self._listed: dict[tuple[str, str, str, str, bool],
                            tuple[datetime, DimensionSets, frozenset[str]]] = {}
         self._memory: Memory | None = None
         self._remembered: dict[str, dict[str, Any]] = {}
+
+    @property
+    def scope_workers(self) -> int:
+        """How many (account, region) scopes the act stage may call at once."""
+        return self.settings.max_workers
 
     def attach_memory(self, memory: Memory) -> None:
         """What earlier runs learned (`costguard.providers.base.Remembers`): instance types'
@@ -208,7 +215,21 @@ class AwsProvider(CloudWatchReads):
             return Gap(provider="aws", scope=scope, error=str(exc))
         with self._lock:
             self._hosts.update(result.hosts)
+        self._prefetch_spot(account.account_id, region, result.instances, observed_at)
         return result.instances
+
+    def _prefetch_spot(self, account_id: str, region: str, instances: Sequence[Instance],
+                       now: datetime) -> None:
+        """Read the scope's spot prices here, in the inventory's worker, for the types of its
+        spot instances (their cost) and of its running ones (a finding's alert says what spot
+        would save): asked later, from accrual or the act stage, each scope's read would wait
+        its turn, one scope after another. One call per scope, at most once an hour."""
+        types = {i.instance_type for i in instances
+                 if i.state is InstanceState.RUNNING or i.lifecycle is Lifecycle.SPOT}
+        with self._lock:
+            types -= set(self._spot_asked[(account_id, region)])
+        if types:
+            self._fetch_spot(account_id, region, types, now)
 
     def _account(self, account_id: str) -> AccountScope:
         with self._lock:
@@ -400,25 +421,7 @@ class AwsProvider(CloudWatchReads):
             # One call for every spot type of the scope seen this cycle whose prices are not
             # known from the last hour, not one per instance.
             types.add(instance.instance_type)
-            try:
-                fetched = latest_spot_prices(
-                    self.clients.ec2(self._account(instance.account), instance.region),
-                    sorted(types),
-                    self.settings.spot_product_description,
-                    now,
-                    f"{instance.account}/{instance.region}/spot-prices",
-                )
-            except ProviderError as exc:
-                log.warning("spot prices not read: %s", exc)
-                fetched, failed = {}, True
-            else:
-                failed = False
-            with self._lock:
-                # not asked again this cycle either way; a failed read is already old, so the
-                # next cycle asks again (on-demand stands in as the upper bound meanwhile)
-                at = now - SPOT_PRICE_TTL if failed else now
-                self._spot_asked[key].update(dict.fromkeys(types, at))
-                self._spot.setdefault(key, {}).update(fetched)
+            self._fetch_spot(instance.account, instance.region, types, now)
         with self._lock:
             cached = dict(self._spot.get(key, {}))
         by_az = {az: usd for (t, az), usd in cached.items() if t == instance.instance_type}
@@ -427,6 +430,29 @@ class AwsProvider(CloudWatchReads):
         if instance.zone in by_az:
             return by_az[instance.zone]
         return max(by_az.values())  # zone unknown: the dearest zone, so cost is not understated
+
+    def _fetch_spot(self, account_id: str, region: str, types: set[str], now: datetime
+                    ) -> None:
+        key = (account_id, region)
+        try:
+            fetched = latest_spot_prices(
+                self.clients.ec2(self._account(account_id), region),
+                sorted(types),
+                self.settings.spot_product_description,
+                now,
+                f"{account_id}/{region}/spot-prices",
+            )
+        except ProviderError as exc:
+            log.warning("spot prices not read: %s", exc)
+            fetched, failed = {}, True
+        else:
+            failed = False
+        with self._lock:
+            # not asked again this cycle either way; a failed read is already old, so the
+            # next cycle asks again (on-demand stands in as the upper bound meanwhile)
+            at = now - SPOT_PRICE_TTL if failed else now
+            self._spot_asked[key].update(dict.fromkeys(types, at))
+            self._spot.setdefault(key, {}).update(fetched)
 
     def fetch_list_prices(
         self, regions: Sequence[str], instance_types: Sequence[str]

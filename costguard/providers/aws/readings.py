@@ -47,7 +47,7 @@ class CloudWatchReads:
     get_metric_data_calls: int  # GetMetricData calls made, last gpu/cpu call
     _lock: threading.Lock
     _hosts: dict[str, HostNames]
-    _span: timedelta
+    _span: timedelta | None  # None: as long as a call's datapoint limit holds
     # (listed at, dimension sets, the instance ids it was taken for)
     _listed: dict[tuple[str, str, str, str, bool],
                   tuple[datetime, DimensionSets, frozenset[str]]]

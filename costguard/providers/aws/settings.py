@@ -79,10 +79,12 @@ class CloudWatchSettings(_Strict):
     each instance has one series per measurement with the single dimension InstanceId:
     costguard then asks for those directly, without ListMetrics (per-GPU series, if any, are
     not read).
-    `max_span_minutes`: the longest time span one GetMetricData call asks for. A daemon cycle
-    asks for ~15 minutes anyway; a first cycle or one after an outage asks for hours, which
-    then go span by span: each response stays small (500 queries x 15 points at most) and a
-    throttled or timed-out call re-reads one span, not the whole history.
+    `max_span_minutes`: the longest time span one GetMetricData call asks for. Unset, a call
+    asks for as long a span as its 100,800-datapoint limit holds for the queries it carries
+    (500 queries of 5-minute points: 16 hours; of 1-minute points: 3 hours), so a first
+    cycle's hour of history is one call per 500 series, not four. Set it (e.g. 15) to keep
+    each response small: a throttled or timed-out call then re-reads one span, not the whole
+    history, at the price of one call per span.
     `host_cpu`: also ask, in the same GetMetricData calls, for `AWS/EC2` `CPUUtilization`
     of the instances that have GPU series: the host CPU the efficiency verdict weighs
     against the GPU (docs/recommend.md). EC2 publishes it every 5 minutes (every minute
@@ -92,7 +94,7 @@ class CloudWatchSettings(_Strict):
     gpu_namespace: str = "CWAgent"
     instance_dimension: bool | Literal["auto"] = "auto"
     period_seconds: int = Field(default=60, ge=60, le=300)
-    max_span_minutes: int = Field(default=15, ge=1, le=24 * 60)
+    max_span_minutes: int | None = Field(default=None, ge=1, le=24 * 60)
     measurements: list[Measurement] = Field(default_factory=_all_measurements, min_length=1)
     rollup_by_instance: bool = False
     host_cpu: bool = True

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
@@ -409,7 +409,7 @@ def test_single_gpu_rollup_is_asked_for_its_average_only(
     assert {r.util_max for r in rows if r.instance_id == big["InstanceId"]} == {30.0}
 
 
-def test_an_hour_of_history_is_read_in_quarter_hour_spans_with_the_same_result(
+def test_an_hour_of_history_is_read_in_quarter_hour_spans_when_asked_with_the_same_result(
     make_provider: ProviderFactory, clock: ManualClock, session: boto3.Session
 ) -> None:
     (raw,) = run_instances(itype="g5.xlarge")
@@ -419,8 +419,9 @@ def test_an_hour_of_history_is_read_in_quarter_hour_spans_with_the_same_result(
     settings = {"instance_dimension": True, "period_seconds": 300}
     start, end = _minute(clock, 60), _minute(clock, 0)
     seen = _calls(session, "GetMetricData")
-    spanned, instances = _inventory(make_provider, cloudwatch=settings)
-    whole, _ = _inventory(make_provider, cloudwatch={**settings, "max_span_minutes": 60})
+    spanned, instances = _inventory(make_provider, cloudwatch={**settings,
+                                                               "max_span_minutes": 15})
+    whole, _ = _inventory(make_provider, cloudwatch=settings)  # unset: the datapoint limit
 
     by_span = spanned.gpu_metrics(instances, start, end)
     at_once = whole.gpu_metrics(instances, start, end)
@@ -428,7 +429,8 @@ def test_an_hour_of_history_is_read_in_quarter_hour_spans_with_the_same_result(
 
     quarter = timedelta(minutes=15)
     assert calls[:4] == [(start + k * quarter, start + (k + 1) * quarter) for k in range(4)]
-    assert len(calls) == 5  # then the whole hour in one call
+    assert len(calls) == 5  # then, unset, the whole hour in one call
+    assert calls[4] == (start, end)
     assert [(r.minute, r.util_mean) for r in by_span] == [(r.minute, r.util_mean) for r in at_once]
     assert sum(r.span_minutes for r in by_span) == 60
 
@@ -521,3 +523,31 @@ def test_rollup_by_instance_needs_instance_ids_and_utilisation() -> None:
         CloudWatchSettings(rollup_by_instance=True, instance_dimension=False)
     with pytest.raises(ValidationError, match="utilization_gpu"):
         CloudWatchSettings(measurements=["memory_used"])
+
+
+def test_unset_max_span_asks_as_long_a_span_as_the_datapoint_limit_holds() -> None:
+    """500 queries of 1-minute points: 100,800 / 500 = 201 minutes a call; 100 queries of
+    5-minute points: 1,008 periods, so 6 hours is one call per 500 queries."""
+    from costguard.providers.aws.metrics import get_metric_data
+
+    asked: list[tuple[int, datetime, datetime]] = []
+
+    class Recorder:
+        def get_metric_data(self, **kw: Any) -> dict[str, Any]:
+            asked.append((len(kw["MetricDataQueries"]), kw["StartTime"], kw["EndTime"]))
+            return {"MetricDataResults": []}
+
+    def queries(n: int, period: int) -> list[dict[str, Any]]:
+        return [{"Id": f"q{k}", "MetricStat": {"Metric": {}, "Period": period,
+                                                "Stat": "Average"}} for k in range(n)]
+
+    t0 = datetime(2026, 11, 2, 6, 0, tzinfo=UTC)
+    _, calls = get_metric_data(Recorder(), queries(500, 60), t0,  # type: ignore[arg-type]
+                               t0 + timedelta(hours=6), "s")
+    assert calls == 2 and [end - start for _, start, end in asked] == [
+        timedelta(minutes=201), timedelta(minutes=159)]
+    asked.clear()
+    _, calls = get_metric_data(Recorder(), queries(600, 300), t0,  # type: ignore[arg-type]
+                               t0 + timedelta(hours=6), "s")
+    assert calls == 2 and [(n, end - start) for n, start, end in asked] == [
+        (500, timedelta(hours=6)), (100, timedelta(hours=6))]

@@ -316,3 +316,34 @@ def test_a_restart_within_the_hour_reads_spot_prices_from_the_store(
     late.attach_memory(StoreMemory(db, "aws", clock))
     late.price(late.list_instances().instances[0])
     assert len(asked) == 2
+
+
+@pytest.mark.usefixtures("moto")
+def test_the_inventory_reads_each_scopes_spot_prices_once_for_every_type_it_may_price(
+    make_provider: ProviderFactory, session: boto3.Session
+) -> None:
+    """Read in the inventory's per-scope workers (concurrently), not later one scope after
+    another: the spot instances' types (their cost) and the running on-demand ones (what an
+    alert says spot would save); a stopped on-demand instance's type is not asked for."""
+    run_instances(count=1, **SPOT)  # g5.xlarge, spot
+    run_instances(count=1, itype="p4d.24xlarge")  # on-demand, running
+    (stopped,) = run_instances(count=1, itype="m5.large")
+    boto3.client("ec2", region_name=REGION).stop_instances(InstanceIds=[stopped["InstanceId"]])
+    run_instances(region="eu-west-1", count=1, itype="g6.xlarge")
+    asked: list[tuple[str, list[str]]] = []
+    session.events.register(
+        "provide-client-params.ec2.DescribeSpotPriceHistory",
+        lambda params, model, context, **_: asked.append(
+            (context.get("client_region", ""), sorted(params["InstanceTypes"]))))
+    provider = make_provider(regions=[REGION, "eu-west-1"])
+    instances = provider.list_instances().instances
+    assert sorted(types for _, types in asked) == [["g5.xlarge", "p4d.24xlarge"],
+                                                    ["g6.xlarge"]]
+    for inst in instances:  # pricing them, spot or as spot, asks nothing more
+        if inst.instance_id != stopped["InstanceId"]:
+            provider.price(inst)
+            provider.price(inst.model_copy(update={"lifecycle": Lifecycle.SPOT}))
+    assert len(asked) == 2
+    odd = next(i for i in instances if i.instance_id == stopped["InstanceId"])
+    provider.price(odd.model_copy(update={"lifecycle": Lifecycle.SPOT}))  # still asked lazily
+    assert asked[2] == (REGION, ["m5.large"])

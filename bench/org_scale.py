@@ -1,0 +1,199 @@
+"""costguard over an organisation: 500 AWS accounts x 4 regions and 100,000 instances, with
+the latency a real API answers in (issue 22).
+
+Per size (10k / 30k / 100k instances; $ORG_SIZES), accounts grow with the fleet (one per 200
+instances: 50 / 150 / 500) and are sized like a real organisation's (bench/_org_fleet.py:
+a few accounts hold thousands, most a few dozen). Three processes:
+- the fake (bench/_org_aws.py): the EC2, CloudWatch, STS and Auto Scaling calls costguard
+  makes, served from the generated fleet (moto holds a few thousand instances per process
+  before each call slows down; tests/test_bench_org.py checks the fake against moto);
+- the proxy (bench/_latency_proxy.py) in front of it: $ORG_LATENCY_MS per call (default 100)
+  and a share $ORG_THROTTLE of calls refused with the API's throttling error (default 0.02);
+- costguard (bench/_org_cycle.py): a cold cycle on an empty store, then a steady cycle five
+  minutes later, $ORG_WORKERS threads (default 32) over the account x region scopes.
+
+Reported per cycle: wall, client CPU (all threads), peak RSS, API calls by operation against
+the floor (bench/_org_fleet.Fleet.floor: the fewest calls that cycle could make), throttling
+refusals absorbed, gaps, and correctness (the stopped and tagged sets equal the fleet's
+expectation; nothing else changed). Targets at 100k on 2 cores: wall < 120 s, client CPU
+< 60 s, RSS < 1 GB, calls <= 1.5x the floor, no throttling error surfacing as a gap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench import benchmark
+from bench._org_fleet import generate
+
+ROOT = Path(__file__).resolve().parent.parent
+REGIONS = ["us-east-1", "us-west-2", "eu-west-1", "ap-southeast-1"]
+NOW = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
+PER_ACCOUNT = 200
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+TARGETS = {"wall_s": 120.0, "client_cpu_s": 60.0, "peak_rss_mb": 1024.0, "calls_x_floor": 1.5}
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("AWS_") and k.lower() not in ("http_proxy", "https_proxy",
+                                                              "all_proxy")}
+    env.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
+               AWS_CONFIG_FILE="/dev/null", AWS_SHARED_CREDENTIALS_FILE="/dev/null",
+               AWS_EC2_METADATA_DISABLED="true", AWS_DEFAULT_REGION="us-east-1",
+               NO_PROXY="127.0.0.1,localhost", PYTHONPATH=str(ROOT))
+    return env
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+@contextmanager
+def _server(argv: list[str]) -> Iterator[int]:
+    """Start `argv` (a server that prints "ready"); yields its pid."""
+    proc = subprocess.Popen([sys.executable, "-m", *argv], env=_env(), cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        line = proc.stdout.readline() if proc.stdout else b""
+        if line.strip() != b"ready":
+            raise RuntimeError(f"{argv[0]} did not start")
+        yield proc.pid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=60) as answer:
+        return json.loads(answer.read())
+
+
+def _verify(fleet: Any, changes: dict[str, Any]) -> str:
+    stopped = set(changes["stopped"])
+    tagged = {i for i, tags in changes["tags"].items() if "costguard:untagged-since" in tags}
+    other = [i for i, tags in changes["tags"].items()
+             if {k: v for k, v in tags.items() if k != "costguard:untagged-since"}
+             != fleet.by_id[i].tag_map]
+    want_stop, want_tag = fleet.expected_stopped(), fleet.expected_tagged()
+    problems = []
+    if stopped != want_stop:
+        problems.append(f"stopped {len(stopped)} (expected {len(want_stop)}; missing "
+                        f"{len(want_stop - stopped)}, extra {len(stopped - want_stop)})")
+    if tagged != want_tag:
+        problems.append(f"tagged {len(tagged)} (expected {len(want_tag)})")
+    if other:
+        problems.append(f"{len(other)} instances had other tags changed")
+    return "ok" if not problems else "; ".join(problems)
+
+
+def _targets(row: dict[str, Any]) -> str:
+    misses = [name for name, limit in TARGETS.items() if float(row[name]) > limit]
+    if row["gaps"]:
+        misses.append("gaps")
+    if row["correct"] != "ok":
+        misses.append("correct")
+    return "all met" if not misses else "MISSED: " + ", ".join(misses)
+
+
+def _size(n: int, work: Path, latency_ms: float, throttle: float, workers: int
+          ) -> list[dict[str, Any]]:
+    accounts = max(1, n // PER_ACCOUNT)
+    spec = {"instances": n, "accounts": accounts, "regions": REGIONS, "now": NOW.isoformat(),
+            "workers": workers, "cycles": 2, "interval_s": 300}
+    fleet = generate(n, accounts, REGIONS, NOW)
+    floor = fleet.floor()
+    fake_port, proxy_port = _free_port(), _free_port()
+    out = work / f"org-{n}.json"
+    with _server(["bench._org_aws", str(fake_port), json.dumps(spec)]) as fake_pid, \
+            _server(["bench._latency_proxy", str(proxy_port), f"http://127.0.0.1:{fake_port}",
+                     str(latency_ms), str(throttle)]) as proxy_pid:
+        endpoint = f"http://127.0.0.1:{proxy_port}"
+        fake0, proxy0 = _cpu_s(fake_pid), _cpu_s(proxy_pid)
+        started = time.perf_counter()
+        proc = subprocess.run(
+            [sys.executable, "-m", "bench._org_cycle", endpoint, json.dumps(spec),
+             f"sqlite:///{work / f'org-{n}.db'}", str(out)],
+            env=_env(), cwd=ROOT, capture_output=True, text=True)
+        elapsed = time.perf_counter() - started
+        if proc.returncode != 0:
+            raise RuntimeError(f"org cycle at {n} failed:\n{proc.stderr[-3000:]}")
+        fake_cpu, proxy_cpu = _cpu_s(fake_pid) - fake0, _cpu_s(proxy_pid) - proxy0
+        proxy = _get(f"{endpoint}/_proxy")
+        changes = _get(f"http://127.0.0.1:{fake_port}/_state")
+    cycles = json.loads(out.read_text())["cycles"]
+    verdict = _verify(fleet, changes)
+    floor_total = sum(floor.values())
+    rows = []
+    for k, cycle in enumerate(cycles):
+        calls = Counter(cycle["api_calls"])
+        summary = cycle["summary"]
+        row: dict[str, Any] = {
+            "instances": n, "accounts": accounts, "scopes": accounts * len(REGIONS),
+            "cycle": "cold" if k == 0 else "steady",
+            "wall_s": cycle["wall_s"], "client_cpu_s": cycle["cpu_s"],
+            "peak_rss_mb": cycle["peak_rss_mb"], "api_calls": sum(calls.values()),
+            "floor": floor_total if k == 0 else "",
+            "calls_x_floor": sum(calls.values()) / floor_total if k == 0 else "",
+            "gaps": len(summary["gaps"]),
+            "correct": verdict if k == 0 else "",
+            "calls_by_operation": ", ".join(f"{op} {c}" for op, c in calls.most_common()),
+            "note": "",
+        }
+        stages = ", ".join(f"{s} {v:.1f}" for s, v in summary["stage_seconds"].items())
+        if k == 0:
+            row["note"] = (f"{_targets(row)}; floor: "
+                           + ", ".join(f"{op} {c}" for op, c in floor.most_common())
+                           + f"; stages {stages}")
+        else:
+            row["calls_x_floor"] = ""
+            row["note"] = (f"stages {stages}; over both cycles: {proxy['throttled']} calls "
+                           f"throttled and retried, fake CPU {fake_cpu:.1f} s, proxy CPU "
+                           f"{proxy_cpu:.1f} s, process {elapsed:.0f} s")
+        rows.append(row)
+    return rows
+
+
+@benchmark("org-scale",
+           description="Cold and steady costguard cycles over an organisation's EC2 fleet "
+                       "(accounts x 4 regions, 200 instances an account) behind a proxy that "
+                       "adds 100 ms a call and throttles 2 % of calls: wall, client CPU, RSS, "
+                       "API calls vs the floor, gaps, correctness. Targets at 100k on 2 "
+                       "cores: wall < 120 s, CPU < 60 s, RSS < 1 GB, calls <= 1.5x floor, "
+                       "no gaps.")
+def org_scale() -> list[dict[str, Any]]:
+    sizes = [int(s) for s in os.environ.get("ORG_SIZES", "10000,30000,100000").split(",")]
+    latency = float(os.environ.get("ORG_LATENCY_MS", "100"))
+    throttle = float(os.environ.get("ORG_THROTTLE", "0.02"))
+    workers = int(os.environ.get("ORG_WORKERS", "32"))
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="costguard-bench-org-") as tmp:
+        for n in sizes:
+            rows += _size(n, Path(tmp), latency, throttle, workers)
+    return rows
