@@ -191,7 +191,7 @@ class AwsProvider(CloudWatchReads):
 
     def _regions_of(self, account: AccountScope) -> list[str] | Gap:
         try:
-            self.clients.session_for(account)  # assume the role once, before its regions
+            self.clients.credentials_for(account)  # assume the role once, before its regions
             return self.clients.regions(account)
         except ProviderError as exc:
             self.clients.forget(account)
