@@ -22,7 +22,11 @@ from costguard.telemetry.classify import peaks
 
 RECENT = timedelta(minutes=15)
 
-Fetch = Callable[[list[Instance], datetime, datetime], tuple[list[GpuMinute], list[Gap]]]
+# (instances, start, end, keep) -> (readings, gaps): the readings are stored and fed to the
+# window as they arrive; they are also returned only when `keep` is true (a fleet's hour of
+# readings held at once was most of a cold cycle's memory)
+Fetch = Callable[[list[Instance], datetime, datetime, bool],
+                 tuple[list[GpuMinute], list[Gap]]]
 
 
 def recent_span(conditions: Sequence[IdleCondition]) -> timedelta:
@@ -52,9 +56,10 @@ def rules_out_idle(recent: Sequence[GpuMinute], cond: IdleCondition, span: timed
 
 def fetch_cold(fetch: Fetch, wanted: list[Instance], start: datetime, now: datetime,
                conditions: Sequence[IdleCondition]) -> tuple[list[GpuMinute], list[Gap]]:
-    """[start, now) for the instances that need it, [now - recent span, now) for the rest."""
+    """[start, now) for the instances that need it, [now - recent span, now) for the rest;
+    returns the recent span's readings (the older ones are stored, not returned)."""
     mid = max(start, now - recent_span(conditions))
-    readings, gaps = fetch(wanted, mid, now)
+    readings, gaps = fetch(wanted, mid, now, True)
     if mid <= start:
         return readings, gaps
     span = now - mid
@@ -66,6 +71,6 @@ def fetch_cold(fetch: Fetch, wanted: list[Instance], start: datetime, now: datet
                             for c in conditions)]
     if not undecided:
         return readings, gaps
-    older, more_gaps = fetch(undecided, start, mid)
+    older, more_gaps = fetch(undecided, start, mid, False)
     by_scope = {g.scope: g for g in [*gaps, *more_gaps]}  # one gap per scope, as one fetch
     return readings + older, list(by_scope.values())

@@ -41,6 +41,24 @@ def scope_keys(inst: Instance) -> tuple[str, str]:
     return (f"{inst.account}/{inst.region}", inst.account)
 
 
+def scope_chunks(instances: Sequence[Instance], size: int) -> list[list[Instance]]:
+    """`instances` in chunks of about `size`, a scope (`scope_keys`' first) never split: a
+    scope larger than `size` is a chunk of its own."""
+    by_scope: dict[str, list[Instance]] = defaultdict(list)
+    for inst in instances:
+        by_scope[scope_keys(inst)[0]].append(inst)
+    chunks: list[list[Instance]] = []
+    current: list[Instance] = []
+    for members in by_scope.values():
+        if current and len(current) + len(members) > size:
+            chunks.append(current)
+            current = []
+        current += members
+    if current:
+        chunks.append(current)
+    return chunks
+
+
 def load(s: Session, provider: str) -> Behind:
     raw = control.get(s, key(provider))
     if not raw:

@@ -45,6 +45,7 @@ from costguard.store.tables import CycleRow, InstanceRow
 log = logging.getLogger("costguard.engine")
 
 MAX_TELEMETRY_LOOKBACK = timedelta(hours=6)
+TELEMETRY_CHUNK = 5_000  # instances per provider metrics call (scopes kept whole)
 AGENT_FRESH = timedelta(minutes=10)
 
 
@@ -193,19 +194,17 @@ class Engine:
             wanted = [i for i in instances if i.provider == name and i.has_gpu
                       and i.state is InstanceState.RUNNING
                       and (i.provider, i.instance_id) not in agent]
-            readings: list[GpuMinute] = []
             gaps: list[Gap] = []
-            fed: list[tuple[datetime, list[GpuMinute]]] = []  # readings by the start read
             asked: list[tuple[Instance, datetime, bool]] = []  # instance, start, call raised
             if wanted and start < now:
-                fetch = self._fetcher(name, provider)
+                fetch = self._fetcher(name, provider, self._sink(summary))
                 on_time, late = behind.plan(wanted, start, lagging, floor)
                 try:
                     if since is None:  # a first cycle: the window's history where it matters
-                        readings, gaps = fetch_cold(fetch, on_time, start, now,
-                                                    self._idle_conditions())
+                        _, gaps = fetch_cold(fetch, on_time, start, now,
+                                             self._idle_conditions())
                     elif on_time:
-                        readings, gaps = fetch(on_time, start, now)
+                        _, gaps = fetch(on_time, start, now, False)
                 except ProviderError as exc:
                     # no readings is "no data", never "idle": record the gap, keep going, and
                     # leave the watermark so the next cycle asks for this span again
@@ -215,16 +214,12 @@ class Engine:
                     gaps += [Gap(provider=name, scope=scope + METRICS_SCOPE,
                                  error=f"not read this cycle: {exc}")
                              for scope in sorted(lagging) if scope != exc.scope]
-                    readings = []
                     wanted = []
                 else:
-                    fed.append((start, readings))
                     asked += [(i, start, False) for i in on_time]
                     for late_start, members in late:  # behind scopes, from where they were
-                        more, more_gaps, raised = self._catch_up(name, fetch, members,
-                                                                 late_start, now, lagging)
-                        fed.append((late_start, more))
-                        readings = readings + more
+                        more_gaps, raised = self._catch_up(name, fetch, members, late_start,
+                                                           now, lagging)
                         gaps += more_gaps
                         asked += [(i, late_start, raised) for i in members]
                     gaps = list({g.scope: g for g in gaps}.values())  # one gap per scope
@@ -239,30 +234,26 @@ class Engine:
             now_behind = behind.update(
                 lagging, asked, [g.scope.removesuffix(METRICS_SCOPE) for g in gaps],
                 [i for i in instances if i.provider == name], floor)
-            with self.db.session() as s:
-                summary.readings += write_minutes(s, readings)
+            with self.db.session() as s:  # the readings were stored as they arrived
                 control.put(s, key, until.isoformat(), now)
                 behind.save(s, name, now_behind, now)
-            for read_start, batch in fed:
-                self.window.add(batch, since=read_start)
 
     @staticmethod
     def _catch_up(name: str, fetch: Fetch, members: list[Instance], start: datetime,
-                  now: datetime, lagging: behind.Behind
-                  ) -> tuple[list[GpuMinute], list[Gap], bool]:
+                  now: datetime, lagging: behind.Behind) -> tuple[list[Gap], bool]:
         """[start, now) for `members`, the instances of scopes behind since `start`; and
         whether the call raised. A call that raises (a provider raises when no scope of a
         call reads) keeps those scopes behind and open as gaps; the rest of the cycle goes
         on."""
         try:
-            readings, gaps = fetch(members, start, now)
+            _, gaps = fetch(members, start, now, False)
         except ProviderError as exc:
             log.warning("telemetry gap (behind since %s): %s", start.isoformat(), exc)
             scopes = {exc.scope} | {k for i in members for k in behind.scope_keys(i)
                                     if k in lagging}
-            return [], [Gap(provider=name, scope=scope + METRICS_SCOPE, error=str(exc))
-                        for scope in sorted(scopes)], True
-        return readings, gaps, False
+            return [Gap(provider=name, scope=scope + METRICS_SCOPE, error=str(exc))
+                    for scope in sorted(scopes)], True
+        return gaps, False
 
     def _current_instances(self) -> list[Instance]:
         """The inventory as collect left it; nothing changes it before the act stage."""
@@ -271,15 +262,46 @@ class Engine:
                 self._inventory = current_instances(s)
         return self._inventory
 
+    def _sink(self, summary: CycleSummary) -> Callable[[list[GpuMinute], datetime], None]:
+        """Store a call's readings and feed them to the window, as they arrive."""
+        def sink(readings: list[GpuMinute], since: datetime) -> None:
+            if readings:
+                with self.db.session() as s:
+                    summary.readings += write_minutes(s, readings)
+                self.window.add(readings, since=since)
+        return sink
+
     @staticmethod
-    def _fetcher(name: str, provider: Provider) -> Fetch:
-        def fetch(wanted: list[Instance], start: datetime, end: datetime
+    def _fetcher(name: str, provider: Provider,
+                 sink: Callable[[list[GpuMinute], datetime], None]) -> Fetch:
+        """Ask the provider `TELEMETRY_CHUNK` instances at a time (a scope never split), and
+        hand each call's readings to `sink` before the next call: at organisation scale an
+        hour of readings for every GPU held at once was gigabytes. A chunk whose call raises
+        is a gap for its scopes while the others are read; when every chunk raises, the
+        first error is raised, as one call would."""
+        def fetch(wanted: list[Instance], start: datetime, end: datetime, keep: bool
                   ) -> tuple[list[GpuMinute], list[Gap]]:
-            readings = provider.gpu_metrics(wanted, start, end)
-            # scopes the provider could not read while the others answered
-            gaps = [Gap(provider=name, scope=g.scope + METRICS_SCOPE, error=g.error)
-                    for g in getattr(provider, "metric_gaps", [])]
-            return readings, gaps
+            kept: list[GpuMinute] = []
+            gaps: list[Gap] = []
+            failed: list[ProviderError] = []
+            chunks = behind.scope_chunks(wanted, TELEMETRY_CHUNK)
+            for chunk in chunks:
+                try:
+                    readings = provider.gpu_metrics(chunk, start, end)
+                except ProviderError as exc:
+                    failed.append(exc)
+                    gaps += [Gap(provider=name, scope=scope + METRICS_SCOPE, error=str(exc))
+                             for scope in sorted({behind.scope_keys(i)[0] for i in chunk})]
+                    continue
+                # scopes the provider could not read while the others answered
+                gaps += [Gap(provider=name, scope=g.scope + METRICS_SCOPE, error=g.error)
+                         for g in getattr(provider, "metric_gaps", [])]
+                sink(readings, start)
+                if keep:
+                    kept += readings
+            if failed and len(failed) == len(chunks):
+                raise failed[0]
+            return kept, gaps
         return fetch
 
     def _idle_conditions(self) -> list[IdleCondition]:

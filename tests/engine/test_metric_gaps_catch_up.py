@@ -243,3 +243,48 @@ def test_a_provider_down_as_a_whole_keeps_the_watermark_and_what_is_behind(
         rows = sorted(s.exec(select(GapRow)), key=lambda r: r.scope)
     assert [(r.scope, r.resolved_at) for r in rows] == [
         ("111111111111 metrics", back), ("222222222222 metrics", back)]
+
+
+def test_metrics_are_asked_a_chunk_of_scopes_at_a_time_and_a_failing_chunk_is_its_gap(
+    make_engine: EngineFactory, cloud: ScriptedCloud, clock: ManualClock, db: Database,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Chunks of whole scopes, each stored before the next is asked (an organisation's hour
+    of readings is not held at once); a chunk whose call raises is a gap for its scopes and
+    is read again from where it was, the others are stored."""
+    monkeypatch.setattr("costguard.engine.cycle.TELEMETRY_CHUNK", 2)
+    for n, region in enumerate(["us-east-1", "us-east-1", "eu-west-1", "ap-south-1"]):
+        cloud.add(f"i-{n}", always("busy"))
+        cloud.set(f"i-{n}", region=region, zone=f"{region}a")
+    metrics = PartialMetrics(cloud, aws_scope, raise_if_none_read=True)
+    stored_before_next: list[bool] = []
+    inner = metrics.gpu_metrics
+
+    def asked(instances: Sequence[Instance], start: datetime, end: datetime
+              ) -> list[GpuMinute]:
+        if metrics.calls:  # the previous chunk's readings are in the store already
+            last = metrics.calls[-1][0][0]
+            stored_before_next.append(bool(stored_minutes(db, last, start, end)))
+        return inner(instances, start, end)
+
+    cloud.gpu_metrics = asked  # type: ignore[method-assign]
+    engine = make_engine()
+    engine.run_cycle()
+    first = [ids for ids, _, _ in metrics.calls]
+    # us-east-1's two instances together, then eu-west-1 and ap-south-1 (2 a chunk)
+    assert first == [["i-0", "i-1"], ["i-2", "i-3"]]
+    assert all(stored_before_next)
+
+    clock.advance(STEP)
+    metrics.down = {"111111111111/eu-west-1", "111111111111/ap-south-1"}
+    summary = engine.run_cycle()
+    # the chunk of the two down scopes raised: its scopes are gaps, us-east-1 is stored
+    assert sorted(g["scope"] for g in summary.gaps) == [
+        "111111111111/ap-south-1 metrics", "111111111111/eu-west-1 metrics"]
+    assert stored_minutes(db, "i-0", clock.now() - STEP, clock.now())
+    assert not stored_minutes(db, "i-2", clock.now() - STEP, clock.now())
+    metrics.down = set()
+    clock.advance(STEP)
+    engine.run_cycle()  # back: read from where it was
+    assert stored_minutes(db, "i-2", clock.now() - 2 * STEP, clock.now()) == every_minute(
+        clock.now() - 2 * STEP, clock.now())
