@@ -25,7 +25,6 @@ from __future__ import annotations
 import compileall
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,40 +39,15 @@ from pathlib import Path
 from typing import Any
 
 from bench import benchmark
+from bench._procs import cpu_seconds as _cpu_s
+from bench._procs import free_port as _free_port
+from bench._procs import loopback_env as _env
 
 ROOT = Path(__file__).resolve().parent.parent
 PEER = Path(os.environ.get("C7N_PEER", "/work/shared/peers/c7n"))
 C7N_VENV = Path(os.environ.get("C7N_VENV", "/tmp/peer-c7n/venv"))
 COSTGUARD_TAG = "costguard:untagged-since"
 C7N_TAG = "costguard-untagged"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def _env(endpoint: str | None = None) -> dict[str, str]:
-    """Dummy credentials, no ambient AWS config; `endpoint` sends every client to moto."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("AWS_") and k.lower() not in ("http_proxy", "https_proxy",
-                                                              "all_proxy")}
-    env.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
-               AWS_SESSION_TOKEN="testing", AWS_CONFIG_FILE="/dev/null",
-               AWS_SHARED_CREDENTIALS_FILE="/dev/null", AWS_EC2_METADATA_DISABLED="true",
-               AWS_DEFAULT_REGION="us-east-1", NO_PROXY="127.0.0.1,localhost",
-               PYTHONPATH=str(ROOT))
-    if endpoint is not None:
-        env["AWS_ENDPOINT_URL"] = endpoint
-    return env
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
 
 
 @contextmanager

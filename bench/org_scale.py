@@ -37,29 +37,15 @@ from typing import Any
 
 from bench import benchmark
 from bench._org_fleet import generate
+from bench._procs import cpu_seconds as _cpu_s
+from bench._procs import free_port as _free_port
+from bench._procs import loopback_env as _env
 
 ROOT = Path(__file__).resolve().parent.parent
 REGIONS = ["us-east-1", "us-west-2", "eu-west-1", "ap-southeast-1"]
 NOW = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
 PER_ACCOUNT = 200
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 TARGETS = {"wall_s": 120.0, "client_cpu_s": 60.0, "peak_rss_mb": 1024.0, "calls_x_floor": 1.5}
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("AWS_") and k.lower() not in ("http_proxy", "https_proxy",
-                                                              "all_proxy")}
-    env.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
-               AWS_CONFIG_FILE="/dev/null", AWS_SHARED_CREDENTIALS_FILE="/dev/null",
-               AWS_EC2_METADATA_DISABLED="true", AWS_DEFAULT_REGION="us-east-1",
-               NO_PROXY="127.0.0.1,localhost", PYTHONPATH=str(ROOT))
-    return env
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 @contextmanager
@@ -79,15 +65,6 @@ def _server(argv: list[str]) -> Iterator[int]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _get(url: str) -> Any:
