@@ -118,6 +118,7 @@ class ClientFactory:
         self._shared: dict[tuple[str, str], Any] = {}  # (region, service) -> client
         self._clients: dict[tuple[str, str, str], AccountClient] = {}
         self._own_account: str | None = None
+        self._sts_client: Any = None
         self.config = Config(
             retries={"mode": "standard", "max_attempts": settings.max_attempts},
             connect_timeout=10,
@@ -139,7 +140,7 @@ class ClientFactory:
         """The account id of the ambient credentials (cached)."""
         with self._lock:
             if self._own_account is None:
-                sts = self._client(self._base, "sts", self._default_region())
+                sts = self._sts()
                 with aws_call("sts"):
                     self._own_account = str(sts.get_caller_identity()["Account"])
             return self._own_account
@@ -215,7 +216,7 @@ class ClientFactory:
                 del self._clients[key]
 
     def _assume_role_fetcher(self, account: AccountScope) -> Any:
-        sts = self._client(self._base, "sts", self._default_region())
+        sts = self._sts()
         role_arn = account.role_arn
         assert role_arn is not None
         kwargs: dict[str, Any] = {
@@ -237,6 +238,14 @@ class ClientFactory:
             }
 
         return refresh
+
+    def _sts(self) -> Any:
+        """The one STS client (the ambient credentials): it assumes every account's role.
+        One per account was 500 clients, ~8 s of CPU and ~350 MB, for 500 accounts."""
+        with self._lock:
+            if self._sts_client is None:
+                self._sts_client = self._client(self._base, "sts", self._default_region())
+            return self._sts_client
 
     def _client(self, session: boto3.Session, service: str, region: str) -> Any:
         kwargs: dict[str, Any] = {"region_name": region, "config": self.config}

@@ -23,7 +23,9 @@ def test_accounts_share_clients_and_read_their_own_instances(
 ) -> None:
     provider = make_provider(accounts=[{"id": a.account_id} for a in ACCOUNTS])
     created: list[str] = []
-    session.events.register("creating-client-class.ec2", lambda **kw: created.append("ec2"))
+    for service in ("ec2", "sts"):
+        session.events.register(f"creating-client-class.{service}",
+                                lambda service=service, **_: created.append(service))
     for account in ACCOUNTS:
         ec2 = provider.clients.ec2(account, REGION)
         ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1,
@@ -31,8 +33,8 @@ def test_accounts_share_clients_and_read_their_own_instances(
     inventory = provider.list_instances()
     assert sorted({i.account for i in inventory.instances}) == ["111111111111", "222222222222"]
     assert len(inventory.instances) == 2
-    # one EC2 client for both accounts
-    assert len(created) == 1
+    # one EC2 client for both accounts, and one STS client assumed both roles
+    assert sorted(created) == ["ec2", "sts"]
     assert provider.clients.ec2(ACCOUNTS[0], REGION)._client is \
         provider.clients.ec2(ACCOUNTS[1], REGION)._client  # type: ignore[attr-defined]
 
