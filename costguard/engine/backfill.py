@@ -71,6 +71,6 @@ def fetch_cold(fetch: Fetch, wanted: list[Instance], start: datetime, now: datet
                             for c in conditions)]
     if not undecided:
         return readings, gaps
-    older, more_gaps = fetch(undecided, start, mid, False)
+    _, more_gaps = fetch(undecided, start, mid, False)  # stored as read, not returned
     by_scope = {g.scope: g for g in [*gaps, *more_gaps]}  # one gap per scope, as one fetch
-    return readings + older, list(by_scope.values())
+    return readings, list(by_scope.values())

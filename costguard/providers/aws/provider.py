@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
@@ -18,14 +17,13 @@ from typing import Any
 
 import boto3
 
-from costguard.clock import Clock, SystemClock, utc
+from costguard.clock import Clock, SystemClock
 from costguard.errors import ProviderError
 from costguard.model import (
     ActionOutcome,
     ActionResult,
     Gap,
     Instance,
-    InstanceState,
     Inventory,
     Lifecycle,
     PriceQuote,
@@ -37,16 +35,15 @@ from costguard.providers.aws.inventory import HostNames, read_scope
 from costguard.providers.aws.pricing import (
     OnDemandTable,
     fetch_on_demand_prices,
-    latest_spot_prices,
 )
 from costguard.providers.aws.readings import CloudWatchReads, DimensionSets
 from costguard.providers.aws.sessions import AccountScope, ClientFactory
 from costguard.providers.aws.settings import AwsSettings
+from costguard.providers.aws.spot import SpotPrices
 from costguard.providers.base import FetchedPrices, Memory
 
 GPU_TYPES_MEMORY = "gpu_types"  # the store's copy of GpuTypeCatalog.known()
 SPOT_MEMORY = "spot_prices"  # the spot prices read within SPOT_PRICE_TTL
-SPOT_PRICE_TTL = timedelta(hours=1)  # a spot type's prices are read at most once an hour
 log = logging.getLogger(__name__)
 
 
@@ -73,10 +70,9 @@ class AwsProvider(CloudWatchReads):
         self._lock = threading.Lock()
         self._accounts: dict[str, AccountScope] = {}
         self._hosts: dict[str, HostNames] = {}
-        self._spot: dict[tuple[str, str], dict[tuple[str, str], float]] = {}
-        # when each spot type's prices were read, per (account, region): kept SPOT_PRICE_TTL
-        self._spot_asked: dict[tuple[str, str], dict[str, datetime]] = defaultdict(dict)
-        self._spot_types: dict[tuple[str, str], set[str]] = defaultdict(set)
+        self.spot = SpotPrices(settings.spot_product_description, self.clock,
+                               lambda account_id, region: self.clients.ec2(
+                                   self._account(account_id), region))
         self._volumes: dict[str, list[dict[str, Any]]] = {}  # read by stop_many, for stopped_cost
         self.metric_gaps: list[Gap] = []  # scopes whose metrics could not be read, last call
         self.get_metric_data_calls = 0  # GetMetricData calls made, last gpu/cpu call
@@ -101,9 +97,9 @@ class AwsProvider(CloudWatchReads):
             self.gpu_types.learn(known)
         spot = memory.get(SPOT_MEMORY)
         if isinstance(spot, dict):
-            self._restore_spot(spot)
+            self.spot.restore(spot)
         self._remembered = {GPU_TYPES_MEMORY: self.gpu_types.known(),
-                            SPOT_MEMORY: self._spot_notes()}
+                            SPOT_MEMORY: self.spot.notes()}
 
     def _remember(self) -> None:
         """Write what changed since the last write. Called from list_instances, outside the
@@ -112,53 +108,16 @@ class AwsProvider(CloudWatchReads):
         if self._memory is None:
             return
         for name, now in ((GPU_TYPES_MEMORY, self.gpu_types.known()),
-                          (SPOT_MEMORY, self._spot_notes())):
+                          (SPOT_MEMORY, self.spot.notes())):
             if now != self._remembered.get(name):
                 self._memory.put(name, now)
                 self._remembered[name] = now
-
-    def _spot_notes(self) -> dict[str, dict[str, Any]]:
-        """Spot prices still fresh, per "account/region" and type: when read, by zone."""
-        now = self.clock.now()
-        notes: dict[str, dict[str, Any]] = {}
-        with self._lock:
-            for (account, region), asked in self._spot_asked.items():
-                prices = self._spot.get((account, region), {})
-                for itype, at in asked.items():
-                    if now - at >= SPOT_PRICE_TTL:
-                        continue  # a failed read is stored as already old: not worth keeping
-                    notes.setdefault(f"{account}/{region}", {})[itype] = {
-                        "at": at.isoformat(),
-                        "usd": {az: usd for (t, az), usd in sorted(prices.items())
-                                if t == itype}}
-        return notes
-
-    def _restore_spot(self, notes: dict[str, Any]) -> None:
-        now = self.clock.now()
-        for scope, types in notes.items():
-            account, _, region = str(scope).partition("/")
-            if not isinstance(types, dict):
-                continue
-            for itype, note in types.items():
-                try:
-                    at = utc(datetime.fromisoformat(note["at"]))
-                    usd = {str(az): float(v) for az, v in note["usd"].items()}
-                except (KeyError, TypeError, ValueError, AttributeError):
-                    continue  # damaged: asked for again
-                if not timedelta(0) <= now - at < SPOT_PRICE_TTL:
-                    continue  # too old, or from a clock ahead of ours
-                with self._lock:
-                    self._spot_asked[(account, region)][str(itype)] = at
-                    self._spot.setdefault((account, region), {}).update(
-                        {(str(itype), az): v for az, v in usd.items()})
 
     # -- inventory -------------------------------------------------------------------------
 
     def list_instances(self) -> Inventory:
         observed_at = self.clock.now()
-        with self._lock:
-            self._spot_types.clear()
-            self._forget_old_spot_prices(observed_at)
+        self.spot.forget_old(observed_at)
         try:
             accounts = self.clients.accounts()
         except ProviderError as exc:
@@ -183,9 +142,6 @@ class AwsProvider(CloudWatchReads):
                     instances += got
         with self._lock:
             self._accounts.update({a.account_id: a for a in accounts})
-            for inst in instances:
-                if inst.lifecycle is Lifecycle.SPOT:
-                    self._spot_types[(inst.account, inst.region)].add(inst.instance_type)
         self._remember()
         return Inventory(instances=instances, gaps=gaps)
 
@@ -215,21 +171,8 @@ class AwsProvider(CloudWatchReads):
             return Gap(provider="aws", scope=scope, error=str(exc))
         with self._lock:
             self._hosts.update(result.hosts)
-        self._prefetch_spot(account.account_id, region, result.instances, observed_at)
+        self.spot.prefetch(account.account_id, region, result.instances, observed_at)
         return result.instances
-
-    def _prefetch_spot(self, account_id: str, region: str, instances: Sequence[Instance],
-                       now: datetime) -> None:
-        """Read the scope's spot prices here, in the inventory's worker, for the types of its
-        spot instances (their cost) and of its running ones (a finding's alert says what spot
-        would save): asked later, from accrual or the act stage, each scope's read would wait
-        its turn, one scope after another. One call per scope, at most once an hour."""
-        types = {i.instance_type for i in instances
-                 if i.state is InstanceState.RUNNING or i.lifecycle is Lifecycle.SPOT}
-        with self._lock:
-            types -= set(self._spot_asked[(account_id, region)])
-        if types:
-            self._fetch_spot(account_id, region, types, now)
 
     def _account(self, account_id: str) -> AccountScope:
         with self._lock:
@@ -385,7 +328,7 @@ class AwsProvider(CloudWatchReads):
     def price(self, instance: Instance) -> PriceQuote | None:
         on_demand = self.prices.lookup(instance.region, instance.instance_type)
         if instance.lifecycle is Lifecycle.SPOT:
-            spot = self._spot_price(instance)
+            spot = self.spot.lookup(instance)
             if spot is not None:
                 return PriceQuote(usd_per_hour=spot, source="aws spot price history",
                                   as_of=self.clock.now().date())
@@ -400,59 +343,6 @@ class AwsProvider(CloudWatchReads):
             return None
         return PriceQuote(usd_per_hour=on_demand.usd_per_hour, source=on_demand.source,
                           as_of=on_demand.as_of, fallback=on_demand.fallback)
-
-    def _forget_old_spot_prices(self, now: datetime) -> None:
-        """Spot prices move slowly (AWS changes them gradually, not per minute): what was
-        read less than SPOT_PRICE_TTL ago serves the cycles in between. Older ones go."""
-        for key, asked in self._spot_asked.items():
-            old = {t for t, at in asked.items() if now - at >= SPOT_PRICE_TTL}
-            for t in old:
-                del asked[t]
-            if old and key in self._spot:
-                self._spot[key] = {k: v for k, v in self._spot[key].items() if k[0] not in old}
-
-    def _spot_price(self, instance: Instance) -> float | None:
-        key = (instance.account, instance.region)
-        now = self.clock.now()
-        with self._lock:
-            asked = instance.instance_type in self._spot_asked[key]
-            types = self._spot_types.get(key, set()) - set(self._spot_asked[key])
-        if not asked:
-            # One call for every spot type of the scope seen this cycle whose prices are not
-            # known from the last hour, not one per instance.
-            types.add(instance.instance_type)
-            self._fetch_spot(instance.account, instance.region, types, now)
-        with self._lock:
-            cached = dict(self._spot.get(key, {}))
-        by_az = {az: usd for (t, az), usd in cached.items() if t == instance.instance_type}
-        if not by_az:
-            return None
-        if instance.zone in by_az:
-            return by_az[instance.zone]
-        return max(by_az.values())  # zone unknown: the dearest zone, so cost is not understated
-
-    def _fetch_spot(self, account_id: str, region: str, types: set[str], now: datetime
-                    ) -> None:
-        key = (account_id, region)
-        try:
-            fetched = latest_spot_prices(
-                self.clients.ec2(self._account(account_id), region),
-                sorted(types),
-                self.settings.spot_product_description,
-                now,
-                f"{account_id}/{region}/spot-prices",
-            )
-        except ProviderError as exc:
-            log.warning("spot prices not read: %s", exc)
-            fetched, failed = {}, True
-        else:
-            failed = False
-        with self._lock:
-            # not asked again this cycle either way; a failed read is already old, so the
-            # next cycle asks again (on-demand stands in as the upper bound meanwhile)
-            at = now - SPOT_PRICE_TTL if failed else now
-            self._spot_asked[key].update(dict.fromkeys(types, at))
-            self._spot.setdefault(key, {}).update(fetched)
 
     def fetch_list_prices(
         self, regions: Sequence[str], instance_types: Sequence[str]
