@@ -13,6 +13,11 @@ split in two:
 - **Not compared**: everything else, each kind as its own row at its BilledCost: other
   services by name, instances costguard does not watch, and the non-usage categories
   (Purchase, Tax, Credit, Adjustment).
+
+Bills are kept as sums per day (bill_store). A charge counts in a report's window in
+proportion to how much of its charge period the window covers: a day's sums that the
+window cuts (its first and last day, for `--since 7d`) count by the share of their hours
+inside it, as does a month's charge (a commitment purchase, a tax line).
 """
 
 from __future__ import annotations
@@ -22,14 +27,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, select
 from sqlmodel import Session
 
+from costguard.clock import utc
 from costguard.costs.attribution import UNATTRIBUTED
 from costguard.costs.bill_rates import instance_ref, inventory_of
 from costguard.costs.billing import BILLED_DIMENSIONS
 from costguard.errors import ConfigError
-from costguard.store.tables import BillingLineRow
+from costguard.store.tables import BillingCostRow
 
 UNWATCHED = "instances costguard does not watch"
 
@@ -62,22 +68,31 @@ def _column(dim: str) -> str:
 
 def compare_billed(session: Session, by: Sequence[str], since: datetime, until: datetime,
                    filters: Mapping[str, str] | None = None) -> BilledComparison:
-    """Split the bill lines whose charge starts in [since, until) into compared spend per key
-    of `by` and the not-compared rest."""
+    """Split what the bills charged in [since, until) (a charge the window cuts, by the
+    share of it inside) into compared spend per key of `by` and the not-compared rest."""
     filters = dict(filters or {})
     dims = list(dict.fromkeys([*by, *filters]))
-    b = BillingLineRow.__table__.c  # type: ignore[attr-defined]
+    b = BillingCostRow.__table__.c  # type: ignore[attr-defined]
     cols = [b[_column(d)] for d in dims]
     kind = [b.source, b.provider, b.service, b.resource_id,
             func.coalesce(b.charge_category, "Usage")]
-    stmt = select(*cols, *kind, func.sum(b.billed_micros), func.sum(b.effective_micros),
-                  func.count()).where(b.charge_start >= since, b.charge_start < until)
+    inside = (b.charge_start >= since) & (b.charge_start < until) & (b.charge_end <= until)
+    cut = (b.charge_start < until) & (b.charge_end > since) & ~inside
+    where: list[ColumnElement[bool]] = []
     for dim, value in filters.items():
         if dim == "instance":
             continue  # matched on the instance a ResourceId names, below
         column = b[_column(dim)]
-        stmt = stmt.where(func.coalesce(column, UNATTRIBUTED) == value)
-    groups = list(session.execute(stmt.group_by(*cols, *kind)))
+        where.append(func.coalesce(column, UNATTRIBUTED) == value)
+    groups = [tuple(r) for r in session.execute(
+        select(*cols, *kind, func.sum(b.billed_micros), func.sum(b.effective_micros),
+               func.sum(b.lines)).where(inside, *where).group_by(*cols, *kind))]
+    for cut_row in session.execute(select(
+            *cols, *kind, b.billed_micros, b.effective_micros, b.lines, b.charge_start,
+            b.charge_end).where(cut, *where)):
+        share = _share(utc(cut_row[-2]), utc(cut_row[-1]), since, until)
+        billed, effective = (round(int(v) * share) for v in cut_row[-5:-3])
+        groups.append((*cut_row[:-5], billed, effective, cut_row[-3]))
     watched = inventory_of(session, {(str(r[len(dims) + 1]), iid) for r in groups
                                      if (iid := instance_ref(r[len(dims) + 3])) is not None})
     out = BilledComparison()
@@ -105,6 +120,12 @@ def compare_billed(session: Session, by: Sequence[str], since: datetime, until: 
         (NotCompared(p, w, m, n) for (p, w), (m, n) in other.items()),
         key=lambda x: (-abs(x.billed_micros), x.provider, x.what))
     return out
+
+
+def _share(start: datetime, end: datetime, since: datetime, until: datetime) -> float:
+    """How much of [start, end) lies in [since, until)."""
+    inside = (min(end, until) - max(start, since)).total_seconds()
+    return max(0.0, inside) / (end - start).total_seconds()
 
 
 def _add(compared: dict[tuple[str, ...], int], by: Sequence[str], values: Mapping[str, object],

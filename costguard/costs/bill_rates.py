@@ -24,7 +24,7 @@ from costguard.clock import utc
 from costguard.costs.price_book import store_learned_rates
 from costguard.model import Instance
 from costguard.store.inventory import current_instances
-from costguard.store.tables import BillingLineRow, CostIntervalRow
+from costguard.store.tables import BillingCostRow, CostIntervalRow
 
 SOURCE = "learned from the bill (EffectiveCost / hours run)"
 _MIN_HOURS = 1.0
@@ -50,7 +50,7 @@ class LearnResult:
 
 def learn_rates(session: Session, now: datetime) -> LearnResult:
     """Learn each billed instance's effective hourly rate and keep it in the price book."""
-    b = BillingLineRow.__table__.c  # type: ignore[attr-defined]
+    b = BillingCostRow.__table__.c  # type: ignore[attr-defined]
     usage = (func.coalesce(b.charge_category, "Usage") == "Usage") & b.resource_id.isnot(None)
     billed: dict[tuple[str, str], list[tuple[datetime, datetime, int]]] = defaultdict(list)
     for provider, resource, start, end, micros in session.execute(select(

@@ -3,29 +3,25 @@
 Sources: cost export files (FOCUS 0.5 to 1.2, AWS CUR 2.0 and legacy CUR, the Google Cloud
 billing export; CSV, JSON Lines or Parquet; see focus_files and native_exports) and AWS
 Cost Explorer `GetCostAndUsage` grouped by a cost-allocation tag. Each line is read by
-bill_lines (attributed with the instances' attribution rules, in micro-dollars). Each line's
-key is a hash of its content and its occurrence in the file, so importing the same export
-twice adds nothing.
+bill_lines (attributed with the instances' attribution rules, in micro-dollars) and stored
+by bill_store (summed per day). Each line's key is a hash of its content and its occurrence
+in the file, so importing the same export twice adds nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+import logging
+from collections.abc import Iterator, Mapping
 from datetime import date, datetime
 from decimal import Decimal
-from functools import lru_cache
-from operator import itemgetter
 from pathlib import Path
 from typing import Any, Protocol
 
-from sqlalchemy import Table, insert, select
-from sqlalchemy.engine import Dialect
 from sqlmodel import Session
 
+from costguard.costs import focus_columns
 from costguard.costs.attribution import Attributor
 from costguard.costs.bill_errors import BillingImportError
 from costguard.costs.bill_lines import (
@@ -35,12 +31,15 @@ from costguard.costs.bill_lines import (
     micros,
     parse_time,
 )
+from costguard.costs.bill_store import ImportResult, has_legacy_keys, hash64, store_lines
 from costguard.costs.focus_files import BAD_ROW, REQUIRED, FocusFile, open_focus
 from costguard.errors import ConfigError
-from costguard.store.tables import BillingLineRow
-from costguard.store.upsert import BindProcessors, driver_sql
 
-__all__ = ["REQUIRED", "BillingImportError", "import_cost_explorer", "import_focus"]
+__all__ = ["REQUIRED", "BillingImportError", "ImportResult", "import_cost_explorer",
+           "import_focus"]
+
+
+log = logging.getLogger(__name__)
 
 
 class CostExplorerClient(Protocol):
@@ -48,46 +47,26 @@ class CostExplorerClient(Protocol):
 
     def get_cost_and_usage(self, **kwargs: Any) -> Mapping[str, Any]: ...
 
-_T: Table = BillingLineRow.__table__  # type: ignore[attr-defined]
 BILLED_DIMENSIONS = {"team": "team", "project": "project", "env": "env",
                      "cost-center": "cost_center", "account": "account",
                      "provider": "provider", "region": "region", "instance": "resource_id"}
 # the `source` a native export's lines are stored under (their keys are their own)
 _NATIVE_SOURCES = {"AWS CUR 2.0": "aws-cur", "AWS CUR (legacy)": "aws-cur",
                    "Google Cloud billing export": "gcp-export"}
-_BATCH = 5_000
-
-
-@dataclass
-class ImportResult:
-    read: int = 0
-    added: int = 0
-    duplicates: int = 0
-    billed_micros: int = 0
-    version: str = ""  # the FOCUS version; "" for a native export
-    format: str = ""  # what the file is: "FOCUS 1.2", "AWS CUR 2.0", ...
-    skipped: list[tuple[str, str]] = field(default_factory=list)  # (where, why), first 20
-    skipped_count: int = 0
-    by_category: Counter[str] = field(default_factory=Counter)  # billed micros
-    by_provider: Counter[str] = field(default_factory=Counter)
-    currencies: set[str] = field(default_factory=set)
-
-    def skip(self, where: str, why: str) -> None:
-        self.skipped_count += 1
-        if len(self.skipped) < 20:
-            self.skipped.append((where, why))
 
 
 def parse_focus(source: FocusFile, attributor: Attributor, result: ImportResult | None = None,
                 *, strict: bool = False, rates: Mapping[str, Decimal] | None = None,
-                ) -> Iterator[dict[str, Any]]:
-    """The billing lines (billing_lines columns) of an opened export (its columns already
-    checked). A line that cannot be read is skipped, with its place and reason in `result`
-    (`strict`: refused); a currency without a rate refuses the file."""
+                legacy: bool = False) -> Iterator[dict[str, Any]]:
+    """The billing lines (see bill_store.store_lines) of an opened export (its columns
+    already checked). A line that cannot be read is skipped, with its place and reason in
+    `result` (`strict`: refused); a currency without a rate refuses the file. `legacy`: the
+    source has lines imported before revision 0013, so each line carries its old key too."""
     result = result if result is not None else ImportResult()
     seen = _Occurrences()
     reader = LineReader(attributor, rates or {})
     source_name = "focus" if source.native is None else _NATIVE_SOURCES[source.native]
+    old_keys = _LegacyKeys() if legacy else None
     for n, raw in enumerate(source.rows):
         where = source.where(n)
         try:
@@ -103,11 +82,14 @@ def parse_focus(source: FocusFile, attributor: Attributor, result: ImportResult 
             result.skip(where, str(exc).removeprefix(f"{where}: ").removeprefix(f"{where} "))
             continue
         for row, line in zip(rows, lines, strict=True):
-            content = json.dumps({k: str(v) for k, v in sorted(row.items())}, sort_keys=True)
-            # the key earlier imports stored: re-importing an export they read adds nothing
-            occurrence = seen.count(hashlib.blake2b(content.encode(), digest_size=8).digest())
+            content = "\x1f".join(f"{k}\x1e{v}" for k, v in sorted(row.items())).encode()
+            digest = hashlib.blake2b(content, digest_size=8).digest()
+            occurrence = seen.count(digest)
             line["source"] = source_name
-            line["line_key"] = hashlib.sha256(f"{content}#{occurrence}".encode()).hexdigest()
+            line["line_key"] = (int.from_bytes(digest, "big", signed=True) if occurrence == 1
+                                else hash64(digest + b"#%d" % occurrence))
+            if old_keys is not None:
+                line["legacy_key"] = old_keys.key(row)
             yield line
 
 
@@ -131,81 +113,17 @@ class _Occurrences:
         return n + 1
 
 
-def store_lines(session: Session, lines: Iterable[dict[str, Any]], now: datetime,
-                result: ImportResult | None = None) -> ImportResult:
-    """Store `lines` (billing_lines columns) in batches (constant memory), skipping those
-    already stored."""
-    result = result if result is not None else ImportResult()
-    batch: list[dict[str, Any]] = []
-    for line in lines:
-        result.read += 1
-        batch.append(line)
-        if len(batch) >= _BATCH:
-            _store_batch(session, batch, now, result)
-            batch = []
-    _store_batch(session, batch, now, result)
-    return result
+class _LegacyKeys:
+    """The key revisions before 0013 gave a line: SHA-256 of its content as JSON and its
+    occurrence in the file, in hex."""
 
+    def __init__(self) -> None:
+        self.seen = _Occurrences()
 
-def _store_batch(session: Session, batch: list[dict[str, Any]], now: datetime,
-                 result: ImportResult) -> None:
-    by_source: dict[str, list[str]] = defaultdict(list)
-    for line in batch:
-        by_source[line["source"]].append(line["line_key"])
-    existing: set[tuple[str, str]] = set()
-    for source, key_list in by_source.items():
-        for i in range(0, len(key_list), 500):
-            chunk = key_list[i:i + 500]
-            existing |= {(source, k) for (k,) in session.execute(
-                select(_T.c.line_key).where(_T.c.source == source, _T.c.line_key.in_(chunk)))}
-    new: list[dict[str, Any]] = []
-    for line in batch:
-        key = (line["source"], line["line_key"])
-        if key in existing:
-            result.duplicates += 1
-            continue
-        existing.add(key)
-        line["imported_at"] = now
-        new.append(line)
-        billed = line["billed_micros"]
-        result.billed_micros += billed
-        result.by_category[line["charge_category"] or "(none)"] += billed
-        result.by_provider[line["provider"] or "(none)"] += billed
-        result.currencies.add(line["currency"])
-    if new:
-        _insert(session, new)
-    result.added += len(new)
-
-
-_INSERT_COLS = [c.name for c in _T.columns if c.name != "id"]
-_INSERT_ORDER = itemgetter(*_INSERT_COLS)
-
-
-@lru_cache(maxsize=4)
-def _insert_sql(dialect: Dialect) -> tuple[str, bool, BindProcessors]:
-    return driver_sql(insert(_T), _T, _INSERT_COLS, dialect)
-
-
-def _insert(session: Session, lines: list[dict[str, Any]]) -> None:
-    """One executemany through the driver (`store.upsert.driver_sql`): SQLAlchemy's per-row
-    parameter processing cost more than parsing the line. A column's bind processor runs
-    once per distinct value (a bill repeats its hours)."""
-    conn = session.connection()
-    sql, positional, procs = _insert_sql(conn.dialect)
-    converting: list[tuple[int, Callable[[Any], Any], dict[Any, Any]]] = [
-        (i, procs[n], {}) for i, n in enumerate(_INSERT_COLS) if n in procs]
-    params: list[Any] = []
-    for line in lines:
-        values = list(_INSERT_ORDER(line))
-        for i, process, done in converting:
-            raw = values[i]
-            if raw is not None:
-                if raw not in done:
-                    done[raw] = process(raw)
-                values[i] = done[raw]
-        params.append(tuple(values) if positional else dict(zip(_INSERT_COLS, values,
-                                                                strict=True)))
-    conn.exec_driver_sql(sql, params)
+    def key(self, row: dict[str, Any]) -> str:
+        content = json.dumps({k: str(v) for k, v in sorted(row.items())}, sort_keys=True)
+        occurrence = self.seen.count(hashlib.blake2b(content.encode(), digest_size=8).digest())
+        return hashlib.sha256(f"{content}#{occurrence}".encode()).hexdigest()
 
 
 def import_focus(session: Session, path: Path, attributor: Attributor, now: datetime, *,
@@ -214,10 +132,22 @@ def import_focus(session: Session, path: Path, attributor: Attributor, now: date
     """Import a FOCUS export (CSV, gzip CSV or Parquet; FOCUS 0.5 to 1.2) into the billing
     lines, streaming. One transaction: a refused file leaves nothing behind."""
     source = open_focus(path)
+    name = "focus" if source.native is None else _NATIVE_SOURCES[source.native]
+    legacy = has_legacy_keys(session, name)
+    if focus_columns.reads(source) and not legacy:
+        result = ImportResult(version=source.version, format=source.label)
+        try:
+            with session.begin_nested():  # undone if the file is left to the other reader
+                focus_columns.import_columns(session, source, LineReader(attributor, rates or {}),
+                                             result, _Occurrences(), now)
+            return result
+        except focus_columns.NotColumnar as why:
+            log.info("%s: read line by line (%s)", path.name, why)
+            source = open_focus(path)
     result = ImportResult(version=source.version if source.native is None else "",
                           format=source.label)
-    store_lines(session, parse_focus(source, attributor, result, strict=strict, rates=rates),
-                now, result)
+    lines = parse_focus(source, attributor, result, strict=strict, rates=rates, legacy=legacy)
+    store_lines(session, lines, now, result)
     return result
 
 
@@ -233,6 +163,7 @@ def import_cost_explorer(
     from costguard.providers.aws.boundary import aws_call
 
     lines: list[dict[str, Any]] = []
+    legacy = has_legacy_keys(session, "aws-ce")
     token: str | None = None
     with aws_call("ce/get_cost_and_usage"):
         while True:
@@ -245,7 +176,7 @@ def import_cost_explorer(
                 kwargs["NextPageToken"] = token
             page = ce.get_cost_and_usage(**kwargs)
             for period in page.get("ResultsByTime", []):
-                lines.extend(_ce_lines(period, metric, column, tag_key))
+                lines.extend(_ce_lines(period, metric, column, tag_key, legacy))
             token = page.get("NextPageToken")
             if not token:
                 break
@@ -253,7 +184,7 @@ def import_cost_explorer(
 
 
 def _ce_lines(period: Mapping[str, Any], metric: str, column: str,
-              tag_key: str) -> Iterator[dict[str, Any]]:
+              tag_key: str, legacy: bool) -> Iterator[dict[str, Any]]:
     span = period["TimePeriod"]
     start = parse_time(span["Start"], "Cost Explorer TimePeriod")
     end = parse_time(span["End"], "Cost Explorer TimePeriod")
@@ -274,6 +205,8 @@ def _ce_lines(period: Mapping[str, Any], metric: str, column: str,
             "currency": group["Metrics"][metric].get("Unit") or BASE_CURRENCY,
         }
         line[column] = value or None
-        line["line_key"] = hashlib.sha256(
-            f"{start.isoformat()}|{tag_key}|{value}|{metric}".encode()).hexdigest()
+        identity = f"{start.isoformat()}|{tag_key}|{value}|{metric}"
+        line["line_key"] = hash64(identity)
+        if legacy:
+            line["legacy_key"] = hashlib.sha256(identity.encode()).hexdigest()
         yield line

@@ -36,7 +36,7 @@ from costguard.report.render import to_table, usd_micros
 from costguard.report.run import spend_report
 from costguard.store import control
 from costguard.store.db import Database, load_all_tables, sqlite_file
-from costguard.store.tables import ActionJournalRow, BillingLineRow, CycleRow, InstanceRow
+from costguard.store.tables import ActionJournalRow, BillingCostRow, CycleRow, InstanceRow
 
 KIND_STYLE = {
     "idle-warning": ("[yellow]warn[/]", "yellow"),
@@ -80,7 +80,7 @@ def claim_demo_database(db: Database, now: datetime) -> None:
     with db.session() as s:
         mine = control.get(s, DEMO_MARK) is not None
         if not mine and any(s.exec(select(t).limit(1)).first() is not None
-                            for t in (InstanceRow, BillingLineRow, CycleRow)):
+                            for t in (InstanceRow, BillingCostRow, CycleRow)):
             raise StoreError(
                 f"{db.safe_url} holds data that no demo wrote: the demo writes simulated "
                 f"spend only into a database of its own (default ./{DEMO_DATABASE}); "

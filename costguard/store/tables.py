@@ -315,21 +315,26 @@ class CostDailyRow(SQLModel, table=True):
     cost_center: str | None = Field(default=None, max_length=128)
 
 
-class BillingLineRow(SQLModel, table=True):
-    """One imported bill line (FOCUS export or Cost Explorer group), for billed-vs-estimated."""
+class BillingCostRow(SQLModel, table=True):
+    """What the bills charged, summed per UTC day and per everything a report splits by
+    (source, provider, account, region, service, resource, attribution, charge category and
+    class, currency): one row where an hourly export has 24 lines. `charge_start` and
+    `charge_end` are the earliest start and latest end of the day's lines; `lines` counts
+    them. Which lines are in the sums is kept in `billing_line_keys`."""
 
     model_config = DEFERRED
 
-    __tablename__ = "billing_lines"
+    __tablename__ = "billing_costs"
     __table_args__ = (
-        UniqueConstraint("source", "line_key", name="uq_billing_line"),
-        Index("ix_billing_lines_start", "charge_start"),
+        UniqueConstraint("source", "group_key", name="uq_billing_cost"),
+        Index("ix_billing_costs_start", "charge_start"),
     )
 
     id: int | None = Field(default=None, primary_key=True)
     source: str = Field(max_length=32)  # focus | aws-cur | gcp-export | aws-ce
-    line_key: str = Field(max_length=64)  # content hash: re-importing a file adds nothing
-    imported_at: datetime = _ts()
+    # 64-bit hash of the day and every column below but the sums: the row a line adds to
+    group_key: int = Field(sa_column=Column(BigInteger, nullable=False))
+    imported_at: datetime = _ts()  # the latest import that added to the row
     charge_start: datetime = _ts()
     charge_end: datetime = _ts()
     provider: str | None = Field(default=None, max_length=32)
@@ -339,6 +344,7 @@ class BillingLineRow(SQLModel, table=True):
     resource_id: str | None = Field(default=None, max_length=512)
     billed_micros: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
     effective_micros: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    lines: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
     team: str | None = Field(default=None, max_length=128)
     project: str | None = Field(default=None, max_length=128)
     env: str | None = Field(default=None, max_length=64)
@@ -348,6 +354,32 @@ class BillingLineRow(SQLModel, table=True):
     charge_category: str | None = Field(default=None, max_length=32)
     charge_class: str | None = Field(default=None, max_length=32)
     currency: str | None = Field(default=None, max_length=8)
+
+
+class BillingLineKeyRow(SQLModel, table=True):
+    """One imported bill line's identity (a 64-bit hash of its content and its occurrence in
+    its file): re-importing a line that is already in the sums adds nothing."""
+
+    model_config = DEFERRED
+
+    __tablename__ = "billing_line_keys"
+    __table_args__ = {"sqlite_with_rowid": False}
+
+    source: str = Field(primary_key=True, max_length=32)
+    line_key: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+
+
+class BillingLegacyKeyRow(SQLModel, table=True):
+    """Lines imported before billing_costs (revision 0013) by their old key (SHA-256 of the
+    line's content as JSON): an export they came from adds nothing when imported again."""
+
+    model_config = DEFERRED
+
+    __tablename__ = "billing_legacy_keys"
+    __table_args__ = {"sqlite_with_rowid": False}
+
+    source: str = Field(primary_key=True, max_length=32)
+    line_key: str = Field(primary_key=True, max_length=64)
 
 
 class AnomalyRow(SQLModel, table=True):

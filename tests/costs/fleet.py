@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 from sqlmodel import Session
 
 from costguard.model import GpuMinute, Instance, InstanceState, Lifecycle, TelemetrySource
 from costguard.store.db import Database
-from costguard.store.tables import BillingLineRow, CostIntervalRow
+from costguard.store.tables import BillingCostRow, CostIntervalRow
 
 T0 = datetime(2026, 3, 8, 5, 0, tzinfo=UTC)  # midnight EST; DST starts two hours later
 
@@ -55,9 +57,20 @@ def add_interval(session: Session, iid: str, start: datetime, hours: float, usd_
     return row
 
 
-def billing_lines(db: Database) -> list[BillingLineRow]:
-    """Every stored billing line, cheapest first."""
+def parsed_lines(path: Path) -> list[dict[str, Any]]:
+    """The lines the importer reads from export `path` (what the day's sums are made of),
+    cheapest first."""
+    from costguard.costs.attribution import Attributor
+    from costguard.costs.billing import parse_focus
+    from costguard.costs.focus_files import open_focus
+
+    lines = parse_focus(open_focus(path), Attributor())
+    return sorted(lines, key=lambda line: (line["billed_micros"], line["effective_micros"]))
+
+
+def billing_lines(db: Database) -> list[BillingCostRow]:
+    """Every stored day's sums of bill lines, cheapest first."""
     from sqlmodel import col, select
 
     with db.session() as s:
-        return list(s.scalars(select(BillingLineRow).order_by(col(BillingLineRow.billed_micros))))
+        return list(s.scalars(select(BillingCostRow).order_by(col(BillingCostRow.billed_micros))))

@@ -132,3 +132,25 @@ def test_a_bill_that_names_no_watched_instance_says_so(db: Database, tmp_path: P
     text = console.export_text()
     assert "No line of the bill names an instance costguard watches" in text
     assert "No bills imported" not in text
+
+
+def test_a_window_that_cuts_a_day_counts_its_share_of_the_days_charges(
+        db: Database, tmp_path: Path) -> None:
+    """Bills are kept as day sums: the day's lines of vol-1 ($10 at T0, $20 ten hours
+    later) are one charge over [T0, T0+11h); a window over half of that counts half."""
+    later = line("20", "20", "vol-1", service="Amazon Elastic Block Store").replace(
+        f"{T0:%Y-%m-%dT%H:%M:%SZ},{T0 + timedelta(hours=1):%Y-%m-%dT%H:%M:%SZ}",
+        f"{T0 + timedelta(hours=10):%Y-%m-%dT%H:%M:%SZ},"
+        f"{T0 + timedelta(hours=11):%Y-%m-%dT%H:%M:%SZ}")
+    export = tmp_path / "bill.csv"
+    export.write_text(HEADER + line("10", "10", "vol-1", service="Amazon Elastic Block Store")
+                      + later)
+    with db.session() as s:
+        import_focus(s, export, Attributor(), T0 + timedelta(days=1))
+        whole = spend(s, ["team"], T0, T0 + timedelta(days=1), compare="billed")
+        half = spend(s, ["team"], T0, T0 + timedelta(hours=5, minutes=30), compare="billed")
+        before = spend(s, ["team"], T0 - timedelta(days=1), T0, compare="billed")
+    assert whole.bill_total_micros == 30_000_000
+    assert half.bill_total_micros == 15_000_000
+    assert half.billed_not_compared == (("aws", "Amazon Elastic Block Store", 15_000_000),)
+    assert before.bill_total_micros == 0

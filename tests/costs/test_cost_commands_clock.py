@@ -22,7 +22,7 @@ from costguard import cli_common
 from costguard.clock import ManualClock
 from costguard.costs.commands import anomaly_app, billing_app, budget_app
 from costguard.store.db import Database
-from costguard.store.tables import AnomalyRow, BillingLineRow
+from costguard.store.tables import AnomalyRow, BillingCostRow
 from tests.costs.fleet import add_interval
 from tests.costs.test_billing_import import HEADER, focus_line
 
@@ -77,7 +77,7 @@ def test_billing_import_stamps_lines_with_the_clock(db: Database, tmp_path: Path
                              env={"COSTGUARD_POLICY_PATHS": "[]"})  # none configured
     assert out.exit_code == 0, out.output
     with db.session() as s:
-        stamps = [r.imported_at.replace(tzinfo=UTC) for r in s.exec(select(BillingLineRow))]
+        stamps = [r.imported_at.replace(tzinfo=UTC) for r in s.exec(select(BillingCostRow))]
     assert stamps == [NOW]
 
 
@@ -107,7 +107,7 @@ def test_cost_explorer_import_asks_for_days_up_to_the_clock(db: Database, moto_c
     out = CliRunner().invoke(billing_app, ["import-ce", "--since", "7d"])
     assert out.exit_code == 0, out.output
     with db.session() as s:
-        stamps = [r.imported_at.replace(tzinfo=UTC) for r in s.exec(select(BillingLineRow))]
+        stamps = [r.imported_at.replace(tzinfo=UTC) for r in s.exec(select(BillingCostRow))]
     assert stamps == [NOW]
     asked = _ce_requests()
     assert asked == [{"Start": "2026-03-03", "End": "2026-03-10"}]

@@ -18,8 +18,8 @@ from costguard.costs.attribution import Attributor
 from costguard.costs.billing import BillingImportError, import_focus
 from costguard.report.queries import spend
 from costguard.store.db import Database
-from costguard.store.tables import BillingLineRow
-from tests.costs.fleet import billing_lines
+from costguard.store.tables import BillingCostRow
+from tests.costs.fleet import billing_lines, parsed_lines
 
 NOW = datetime(2026, 3, 20, tzinfo=UTC)
 DAY = datetime(2026, 3, 8, tzinfo=UTC)
@@ -66,16 +66,15 @@ def test_parquet_with_a_tags_map_imports_like_csv_and_only_once(
         again = import_focus(s, export, Attributor(), NOW)
     assert (first.read, first.added, first.billed_micros) == (4, 4, 247_260_000)
     assert (again.added, again.duplicates) == (0, 4)
-    got = [(r.billed_micros, r.effective_micros, r.team, r.env, r.provider, r.account,
-            r.region, r.resource_id, r.charge_start, r.charge_end) for r in billing_lines(db)]
+    got = [(r.billed_micros, r.effective_micros, r.lines, r.team, r.env, r.provider,
+            r.account, r.region, r.resource_id, r.charge_start, r.charge_end)
+           for r in billing_lines(db)]
     end = DAY + timedelta(days=1)
-    assert got == [
-        (7_250_000, 0, None, None, "aws", "111111111111", "us-east-1", "vol-1", DAY, end),
-        (40_000_000, 32_500_000, "vision", None, "aws", "111111111111", "us-east-1", "i-0abc",
-         DAY, end),
-        (100_005_000, 100_005_000, "research", "prod", "aws", "111111111111", "us-east-1",
+    assert got == [  # the day's sums: the two identical lines are one row of two lines
+        (7_250_000, 0, 1, None, None, "aws", "111111111111", "us-east-1", "vol-1", DAY, end),
+        (40_000_000, 32_500_000, 1, "vision", None, "aws", "111111111111", "us-east-1",
          "i-0abc", DAY, end),
-        (100_005_000, 100_005_000, "research", "prod", "aws", "111111111111", "us-east-1",
+        (200_010_000, 200_010_000, 2, "research", "prod", "aws", "111111111111", "us-east-1",
          "i-0abc", DAY, end),
     ]
     with db.session() as s:
@@ -98,9 +97,12 @@ def test_parquet_with_tags_as_json_text_and_naive_utc_times(
     with db.session() as s:
         result = import_focus(s, export, Attributor(), NOW)
     assert (result.added, result.billed_micros) == (2, 15_500_000)
-    got = [(r.billed_micros, r.team, r.charge_start) for r in billing_lines(db)]
+    got = [(line["billed_micros"], line["team"], line["charge_start"])
+           for line in parsed_lines(export)]
     # the default attributor reads the tag named like the dimension: "Team" is not "team"
     assert got == [(3_000_000, None, DAY), (12_500_000, None, DAY)]
+    assert [(r.billed_micros, r.lines, r.team, r.charge_start) for r in billing_lines(db)] == [
+        (15_500_000, 2, None, DAY)]
 
 
 def test_parquet_without_a_required_column_names_it_and_writes_nothing(
@@ -144,4 +146,4 @@ def test_a_csv_header_without_rows_is_still_checked(db: Database, tmp_path: Path
                                           match=r"missing column\(s\) ChargePeriodEnd"):
         import_focus(s, export, Attributor(), NOW)
     with db.session() as s:
-        assert s.scalar(select(func.count()).select_from(BillingLineRow)) == 0
+        assert s.scalar(select(func.count()).select_from(BillingCostRow)) == 0

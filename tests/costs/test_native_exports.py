@@ -30,7 +30,7 @@ from costguard.costs.billing import BillingImportError, import_focus
 from costguard.report.queries import spend
 from costguard.store.db import Database
 from costguard.store.inventory import record_inventory
-from tests.costs.fleet import billing_lines, instance
+from tests.costs.fleet import billing_lines, instance, parsed_lines
 
 NOW = datetime(2026, 5, 20, tzinfo=UTC)
 START = datetime(2026, 5, 1, tzinfo=UTC)
@@ -98,9 +98,12 @@ def test_cur2_parquet_bills_unblended_amortises_savings_plans_and_keeps_every_ca
                                         "Adjustment": 100_000}
     lines = billing_lines(db)
     assert {line.source for line in lines} == {"aws-cur"}
-    sp = sorted((line.billed_micros, line.effective_micros) for line in lines
-                if line.resource_id == ARN.format("i-sp"))
+    sp = [(line["billed_micros"], line["effective_micros"]) for line in parsed_lines(export)
+          if line["resource_id"] == ARN.format("i-sp")]
     assert sp == [(-21_957_642, 0), (21_957_642, 12_000_000)]
+    # stored as the day's sums: the negation cancels the covered usage's on-demand price
+    (sp_day,) = [line for line in lines if line.resource_id == ARN.format("i-sp")]
+    assert (sp_day.billed_micros, sp_day.effective_micros, sp_day.lines) == (0, 12_000_000, 2)
     fee = next(line for line in lines if line.charge_category == "Purchase")
     assert fee.effective_micros == 0  # every committed dollar was used by covered usage
     od = next(line for line in lines if line.resource_id == ARN.format("i-od"))
@@ -192,9 +195,20 @@ GCP_EXPECTED = [  # (category, billed, effective, team, env) cheapest first
 ]
 
 
-def gcp_lines(db: Database) -> list[tuple[Any, ...]]:
-    return [(line.charge_category, line.billed_micros, line.effective_micros, line.team,
-             line.env) for line in billing_lines(db)]
+def gcp_lines(path: Path) -> list[tuple[Any, ...]]:
+    return [(line["charge_category"], line["billed_micros"], line["effective_micros"],
+             line["team"], line["env"]) for line in parsed_lines(path)]
+
+
+def gcp_days(db: Database) -> list[tuple[Any, ...]]:
+    """The stored day's sums: the two credits of the same VM are one row."""
+    return [(line.charge_category, line.billed_micros, line.effective_micros, line.lines,
+             line.team, line.env) for line in billing_lines(db)]
+
+
+GCP_DAYS = [("Credit", -6_000_000, -6_000_000, 2, "vision", "prod"),
+            ("Tax", 800_000, 800_000, 1, "platform", "prod"),
+            ("Usage", 8_000_000, 8_000_000, 1, "vision", "prod")]
 
 
 def test_gcp_export_as_jsonl_folds_rate_credits_and_keeps_the_others_visible(
@@ -205,7 +219,8 @@ def test_gcp_export_as_jsonl_folds_rate_credits_and_keeps_the_others_visible(
     assert (result.format, result.added, result.skipped_count) == (
         "Google Cloud billing export", 4, 0)
     assert result.billed_micros == 2_800_000  # 10 - 2 - 5 - 1 + 0.8
-    assert gcp_lines(db) == GCP_EXPECTED
+    assert gcp_lines(export) == GCP_EXPECTED
+    assert gcp_days(db) == GCP_DAYS
     usage = next(line for line in billing_lines(db) if line.charge_category == "Usage")
     assert (usage.resource_id, usage.account, usage.region, usage.provider, usage.source) == (
         GCE, "ml-prod", "us-central1", "gcp", "gcp-export")
@@ -217,7 +232,8 @@ def test_gcp_export_as_parquet_with_nested_structs_reads_the_same(
     export = tmp_path / "gcp-000000000000.parquet"
     pq.write_table(pa.Table.from_pylist(GCP_ROWS), export)
     imported(db, export)
-    assert gcp_lines(db) == GCP_EXPECTED
+    assert gcp_lines(export) == GCP_EXPECTED
+    assert gcp_days(db) == GCP_DAYS
 
 
 def test_gcp_export_flattened_to_csv_reads_the_same(db: Database, tmp_path: Path) -> None:
@@ -236,7 +252,8 @@ def test_gcp_export_flattened_to_csv_reads_the_same(db: Database, tmp_path: Path
                          r["cost"], r["currency"], json.dumps(r["credits"]), r["cost_type"]])
     export.write_text(buf.getvalue())
     imported(db, export)
-    assert gcp_lines(db) == GCP_EXPECTED
+    assert gcp_lines(export) == GCP_EXPECTED
+    assert gcp_days(db) == GCP_DAYS
 
 
 def test_a_bad_jsonl_line_is_skipped_by_its_line_number_and_strict_refuses(

@@ -35,9 +35,7 @@ def test_head_revision_constant_is_alembics_head() -> None:
 def test_a_store_behind_head_is_still_migrated(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'old.db'}"
     db = Database(url)
-    with db.engine.begin() as conn:  # pretend the last migration never ran
-        conn.execute(text("UPDATE alembic_version SET version_num = '0011'"))
-        conn.execute(text("DROP TABLE efficiency_verdicts"))
+    command.downgrade(_alembic_config(db.engine), "0011")  # the last migrations never ran
     db.dispose()
     with pytest.raises(StoreError, match="not up to date"):
         Database(url, migrate=False)

@@ -1,0 +1,234 @@
+"""Storing imported bill lines: a line's key goes into `billing_line_keys` (a line whose key
+is there already adds nothing), and the new lines are summed per UTC day into
+`billing_costs`, one row per day and per everything a report splits by.
+
+A bill has a line per resource, hour and SKU, tens of millions a month: stored one row a
+line, SQLite itself wrote no more than ~80,000 a second. The keys are 8-byte integers in a
+table without row ids, and a day's lines of one resource are one row of sums.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from functools import lru_cache
+from operator import itemgetter
+from typing import Any
+
+from sqlalchemy import Table, bindparam, case, select, text
+from sqlalchemy.engine import Dialect
+from sqlmodel import Session
+
+from costguard.store.tables import BillingCostRow, BillingLegacyKeyRow
+from costguard.store.upsert import BindProcessors, dialect_insert, driver_sql
+
+_COSTS: Table = BillingCostRow.__table__  # type: ignore[attr-defined]
+_LEGACY: Table = BillingLegacyKeyRow.__table__  # type: ignore[attr-defined]
+# what a billing_costs row is per day, beside its source: a line adds to the row of its day
+# and these values
+GROUP_COLUMNS = ("provider", "account", "region", "service", "resource_id", "team", "project",
+                 "env", "cost_center", "charge_category", "charge_class", "currency")
+_SUMS = ("billed_micros", "effective_micros", "lines")
+_COST_COLUMNS = tuple(c.name for c in _COSTS.columns if c.name != "id")
+_COST_ORDER = itemgetter(*_COST_COLUMNS)
+_BATCH = 50_000
+_IN_CHUNK = 5_000  # keys per `IN (...)`: under SQLite's and PostgreSQL's parameter limits
+
+
+@dataclass
+class ImportResult:
+    read: int = 0
+    added: int = 0
+    duplicates: int = 0
+    billed_micros: int = 0
+    version: str = ""  # the FOCUS version; "" for a native export
+    format: str = ""  # what the file is: "FOCUS 1.2", "AWS CUR 2.0", ...
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (where, why), first 20
+    skipped_count: int = 0
+    by_category: Counter[str] = field(default_factory=Counter)  # billed micros
+    by_provider: Counter[str] = field(default_factory=Counter)
+    currencies: set[str] = field(default_factory=set)
+
+    def skip(self, where: str, why: str) -> None:
+        self.skipped_count += 1
+        if len(self.skipped) < 20:
+            self.skipped.append((where, why))
+
+
+def hash64(text: str | bytes) -> int:
+    """A signed 64-bit hash (BLAKE2b), as BIGINT columns hold it."""
+    data = text.encode() if isinstance(text, str) else text
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big", signed=True)
+
+
+def group_key(day: date, values: Sequence[str | None]) -> int:
+    """The billing_costs row of `day` and GROUP_COLUMNS' `values` (None is not "")."""
+    return hash64("\x1f".join([day.isoformat(), *("\x00" if v is None else v
+                                                   for v in values)]))
+
+
+def has_legacy_keys(session: Session, source: str) -> bool:
+    """Whether lines of `source` were imported before billing_costs (their old keys kept)."""
+    return session.execute(select(_LEGACY.c.line_key).where(
+        _LEGACY.c.source == source).limit(1)).first() is not None
+
+
+def store_lines(session: Session, lines: Iterable[dict[str, Any]], now: datetime,
+                result: ImportResult | None = None) -> ImportResult:
+    """Store `lines` (each with `source`, `line_key`, the charge period, GROUP_COLUMNS, the
+    amounts, and `legacy_key` where the source has old keys) in batches, in constant memory;
+    a line whose key is stored already is counted as a duplicate and adds nothing."""
+    result = result if result is not None else ImportResult()
+    batch: list[dict[str, Any]] = []
+    for line in lines:
+        result.read += 1
+        batch.append(line)
+        if len(batch) >= _BATCH:
+            _store_batch(session, batch, now, result)
+            batch = []
+    _store_batch(session, batch, now, result)
+    return result
+
+
+def _store_batch(session: Session, batch: list[dict[str, Any]], now: datetime,
+                 result: ImportResult) -> None:
+    by_source: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for line in batch:
+        by_source[line["source"]].append(line)
+    for source, lines in by_source.items():
+        seen = add_keys(session, source, [line["line_key"] for line in lines])
+        legacy = _stored(session, _LEGACY, source, [line["legacy_key"] for line in lines
+                                                    if "legacy_key" in line])
+        new: list[dict[str, Any]] = []
+        for line in lines:
+            key = line["line_key"]
+            if key in seen:
+                result.duplicates += 1
+                continue
+            seen.add(key)  # (a line known by its old key is now known by its new one too)
+            if legacy and line.get("legacy_key") in legacy:
+                result.duplicates += 1
+                continue
+            new.append(line)
+            billed = line["billed_micros"]
+            result.billed_micros += billed
+            result.by_category[line["charge_category"] or "(none)"] += billed
+            result.by_provider[line["provider"] or "(none)"] += billed
+            result.currencies.add(line["currency"])
+        _add_sums(session, source, new, now)
+        result.added += len(new)
+
+
+def _stored(session: Session, table: Table, source: str, keys: list[Any]) -> set[Any]:
+    """Which of `keys` `table` holds for `source`."""
+    found: set[Any] = set()
+    if not keys:
+        return found
+    stmt = select(table.c.line_key).where(
+        table.c.source == source, table.c.line_key.in_(bindparam("keys", expanding=True)))
+    for i in range(0, len(keys), _IN_CHUNK):
+        found.update(session.execute(stmt, {"keys": keys[i:i + _IN_CHUNK]}).scalars())
+    return found
+
+
+def _add_sums(session: Session, source: str, lines: list[dict[str, Any]],
+              now: datetime) -> None:
+    """Add `lines` to their days' rows (a row is made for a new day and group)."""
+    sums: dict[tuple[Any, ...], list[Any]] = {}
+    for line in lines:
+        start, end = line["charge_start"], line["charge_end"]
+        group = (start.date(), *(line[c] for c in GROUP_COLUMNS))
+        acc = sums.get(group)
+        if acc is None:
+            sums[group] = [start, end, line["billed_micros"], line["effective_micros"], 1]
+            continue
+        if start < acc[0]:
+            acc[0] = start
+        if end > acc[1]:
+            acc[1] = end
+        acc[2] += line["billed_micros"]
+        acc[3] += line["effective_micros"]
+        acc[4] += 1
+    add_day_sums(session, source, [(*group, *acc) for group, acc in sums.items()], now)
+
+
+def add_keys(session: Session, source: str, keys: list[int]) -> set[int]:
+    """Record `keys` as imported lines of `source`; those it had already. One statement,
+    the keys as one value (SQLite reads them with json_each, PostgreSQL as an array)."""
+    if not keys:
+        return set()
+    if session.get_bind().dialect.name == "sqlite":
+        sql = ("INSERT INTO billing_line_keys (source, line_key) SELECT :source, value "
+               "FROM json_each(:keys) WHERE true ON CONFLICT DO NOTHING RETURNING line_key")
+        values: Any = json.dumps(sorted(keys))  # in index order: each page touched once
+    else:
+        sql = ("INSERT INTO billing_line_keys (source, line_key) "
+               "SELECT :source, unnest(CAST(:keys AS BIGINT[])) ON CONFLICT DO NOTHING "
+               "RETURNING line_key")
+        values = keys
+    added = set(session.execute(text(sql), {"source": source, "keys": values}).scalars())
+    return set(keys) - added
+
+
+def add_day_sums(session: Session, source: str, sums: Iterable[Sequence[Any]],
+                 now: datetime) -> None:
+    """Add each of `sums` (day, GROUP_COLUMNS' values, earliest start, latest end, billed,
+    effective, lines) to its day's row of `source` (made where there is none)."""
+    width = len(GROUP_COLUMNS)
+    rows = []
+    for entry in sums:
+        day, values = entry[0], entry[1:1 + width]
+        start, end, billed, effective, count = entry[1 + width:]
+        row = dict(zip(GROUP_COLUMNS, values, strict=True))
+        row.update(source=source, group_key=group_key(day, values), imported_at=now,
+                   charge_start=start, charge_end=end, billed_micros=billed,
+                   effective_micros=effective, lines=count)
+        rows.append(_COST_ORDER(row))
+    _execute_many(session, _upsert_sql, _COST_COLUMNS, rows)
+
+
+@lru_cache(maxsize=4)
+def _upsert_sql(dialect: Dialect) -> tuple[str, bool, BindProcessors]:
+    """Insert a day's row, or add to the one there (the earliest start, the latest end)."""
+    stmt = dialect_insert(_COSTS, dialect.name)
+    new, old = stmt.excluded, _COSTS.c
+    stmt = stmt.on_conflict_do_update(index_elements=["source", "group_key"], set_={
+        "imported_at": new.imported_at,
+        "charge_start": case((new.charge_start < old.charge_start, new.charge_start),
+                             else_=old.charge_start),
+        "charge_end": case((new.charge_end > old.charge_end, new.charge_end),
+                           else_=old.charge_end),
+        **{c: old[c] + new[c] for c in _SUMS}})
+    return driver_sql(stmt, _COSTS, _COST_COLUMNS, dialect)
+
+
+def _execute_many(session: Session,
+                  sql_for: Callable[[Dialect], tuple[str, bool, BindProcessors]],
+                  columns: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
+    """One executemany through the driver (`store.upsert.driver_sql`): SQLAlchemy's per-row
+    parameter processing cost more than the insert. A column's bind processor runs once per
+    distinct value (a bill repeats its hours)."""
+    if not rows:
+        return
+    conn = session.connection()
+    sql, positional, procs = sql_for(conn.dialect)
+    converting: list[tuple[int, Callable[[Any], Any], dict[Any, Any]]] = [
+        (i, procs[n], {}) for i, n in enumerate(columns) if n in procs]
+    params: list[Any] = []
+    for row in rows:
+        values = list(row)
+        for i, process, done in converting:
+            raw = values[i]
+            if raw is not None:
+                if raw not in done:
+                    done[raw] = process(raw)
+                values[i] = done[raw]
+        params.append(tuple(values) if positional else dict(zip(columns, values,
+                                                                strict=True)))
+    conn.exec_driver_sql(sql, params)
+
+

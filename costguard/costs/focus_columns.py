@@ -1,0 +1,281 @@
+"""A FOCUS CSV export imported a column at a time (Apache Arrow's CSV reader and compute
+kernels), for speed: a bill has tens of millions of lines, and reading them one Python dict
+at a time managed ~20,000 a second.
+
+Every value a bill repeats (times, tag sets with their attribution, categories, providers)
+is parsed once per batch, by the same functions as the line-by-line reader (bill_lines);
+amounts become micro-dollars in Arrow decimals, rounded half away from zero as there;
+lines are keyed exactly as there (a file imported one way is known to the other), and
+summed per day with Arrow's group-by before they reach the store.
+
+This reader takes the well-formed case only. A file with anything it leaves to the
+line-by-line reader (a value that does not parse, a null amount, a row of the wrong width,
+a currency other than US dollars, text that is not UTF-8) raises `NotColumnar`; the caller
+undoes what it stored and reads the file line by line, which skips or refuses each bad
+line by its number, as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from sqlmodel import Session
+
+from costguard.costs.bill_errors import BillingImportError
+from costguard.costs.bill_lines import (
+    _NULLS,
+    _PROVIDER_COLUMNS,
+    BASE_CURRENCY,
+    LineReader,
+    category_of,
+    provider_of,
+)
+from costguard.costs.bill_store import (
+    GROUP_COLUMNS,
+    ImportResult,
+    add_day_sums,
+    add_keys,
+    hash64,
+)
+from costguard.costs.focus_files import RENAMED, FocusFile
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
+
+_BLOCK_BYTES = 32 << 20  # about 120,000 lines of a typical export per batch
+_HOLD_GROUPS = 200_000  # day sums held across batches before they are stored
+_ATTRIBUTION = ("team", "project", "env", "cost-center")
+
+
+class NotColumnar(Exception):
+    """The file has something only the line-by-line reader handles (the reason)."""
+
+
+def reads(source: FocusFile) -> bool:
+    """Whether this reader takes the file: a FOCUS export (not a native one) in CSV."""
+    return source.native is None and source.kind in ("csv", "csv.gz")
+
+
+def import_columns(session: Session, source: FocusFile, reader: LineReader,
+                   result: ImportResult, seen: Any, now: datetime) -> None:
+    """Import `source` into the store, or raise NotColumnar (what was stored is the
+    caller's to undo). `seen` counts identical lines (billing._Occurrences)."""
+    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
+
+    names = _final_names(source.columns)
+    pending: list[pa.Table] = []  # day sums not yet stored: a day spans batches
+    held = 0
+    try:
+        for batch in _batches(source):
+            sums = _import_batch(session, pa.Table.from_batches([batch]).rename_columns(names),
+                                 reader, result, seen)
+            pending.append(sums)
+            held += sums.num_rows
+            if held >= _HOLD_GROUPS:
+                _store_sums(session, pending, result, now)
+                pending, held = [], 0
+        _store_sums(session, pending, result, now)
+    except pa.ArrowException as exc:
+        raise NotColumnar(f"Arrow: {exc}") from None
+    except BillingImportError as exc:
+        raise NotColumnar(str(exc)) from None
+
+
+def _final_names(columns: Sequence[str]) -> list[str]:
+    """The columns under the names the line-by-line reader keys them by."""
+    if len(set(columns)) != len(columns):
+        raise NotColumnar("a column name appears twice")
+    present = set(columns)
+    return [RENAMED[c] if c in RENAMED and RENAMED[c] not in present else c for c in columns]
+
+
+def _batches(source: FocusFile) -> Iterator[pa.RecordBatch]:
+    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
+    from pyarrow import csv  # type: ignore[import-untyped,unused-ignore]
+
+    stream = pa.input_stream(str(source.path),
+                             compression="gzip" if source.kind == "csv.gz" else None)
+    names = [f"c{i}" for i in range(len(source.columns))]  # the header may repeat a name
+    with csv.open_csv(
+            stream,
+            read_options=csv.ReadOptions(column_names=names, skip_rows=1,
+                                         block_size=_BLOCK_BYTES),
+            parse_options=csv.ParseOptions(newlines_in_values=True),
+            convert_options=csv.ConvertOptions(
+                column_types=dict.fromkeys(names, pa.string()), strings_can_be_null=False,
+                quoted_strings_can_be_null=False)) as batches:
+        yield from batches
+
+
+def _import_batch(session: Session, table: pa.Table, reader: LineReader,
+                  result: ImportResult, seen: Any) -> pa.Table:
+    """Store the keys of the batch's new lines; their sums per day and group."""
+    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
+
+    n = table.num_rows
+    keys = _keys(table, seen)
+    lines = _lines(table, reader)
+    known = add_keys(session, "focus", keys)
+    if known:
+        lines = lines.filter(pa.array([k not in known for k in keys]))
+    result.read += n
+    result.added += lines.num_rows
+    result.duplicates += n - lines.num_rows
+    return _sums(lines, count="billed_micros_count")
+
+
+_GROUP = ["day", *GROUP_COLUMNS]
+_SUM_COLUMNS = [*_GROUP, "charge_start", "charge_end", "billed_micros", "effective_micros",
+                "lines"]
+
+
+def _sums(table: pa.Table, count: str) -> pa.Table:
+    """`table`'s rows summed per day and group, as _SUM_COLUMNS (`count`: how to count the
+    lines: the count of a column of lines, or the sum of a column of sums)."""
+    how = "count" if count.endswith("_count") else "sum"
+    summed = table.group_by(_GROUP, use_threads=False).aggregate([
+        ("charge_start", "min"), ("charge_end", "max"), ("billed_micros", "sum"),
+        ("effective_micros", "sum"), (count.removesuffix(f"_{how}"), how)])
+    return summed.rename_columns([*_GROUP, "charge_start", "charge_end", "billed_micros",
+                                  "effective_micros", "lines"]).select(_SUM_COLUMNS)
+
+
+def _store_sums(session: Session, pending: list[pa.Table], result: ImportResult,
+                now: datetime) -> None:
+    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
+
+    if not pending:
+        return
+    merged = pa.concat_tables(pending)
+    if len(pending) > 1:
+        merged = _sums(merged, count="lines_sum")
+    columns = [merged[c].to_pylist() for c in _SUM_COLUMNS]
+    add_day_sums(session, "focus", zip(*columns, strict=True), now)
+    at = {c: i for i, c in enumerate(_SUM_COLUMNS)}
+    for billed, category, provider, currency in zip(
+            columns[at["billed_micros"]], columns[at["charge_category"]],
+            columns[at["provider"]], columns[at["currency"]], strict=True):
+        result.billed_micros += billed
+        result.by_category[category or "(none)"] += billed
+        result.by_provider[provider or "(none)"] += billed
+        result.currencies.add(currency)
+
+
+def _keys(table: pa.Table, seen: Any) -> list[int]:
+    """Each line's key, as billing.parse_focus gives it: a hash of `name\\x1evalue` for
+    every column in name order, joined by \\x1f, and of its occurrence in the file."""
+    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
+    import pyarrow.compute as pc  # type: ignore[import-untyped,unused-ignore]
+
+    parts: list[Any] = []
+    for i, name in enumerate(sorted(table.column_names)):
+        parts += [pa.scalar(("\x1f" if i else "") + name + "\x1e"), table[name]]
+    content = pc.cast(pc.binary_join_element_wise(*parts, ""), pa.binary())
+    keys = []
+    blake2b, from_bytes, count = hashlib.blake2b, int.from_bytes, seen.count
+    for data in content.to_pylist():
+        digest = blake2b(data, digest_size=8).digest()
+        occurrence = count(digest)
+        keys.append(from_bytes(digest, "big", signed=True) if occurrence == 1
+                    else hash64(digest + b"#%d" % occurrence))
+    return keys
+
+
+def _lines(table: pa.Table, reader: LineReader) -> pa.Table:
+    """The lines as billing_costs' columns, one row a line, plus `day`."""
+    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
+    import pyarrow.compute as pc  # type: ignore[import-untyped,unused-ignore]
+
+    def text(name: str) -> pa.ChunkedArray | pa.Array:
+        if name not in table.column_names:
+            return pa.nulls(table.num_rows, pa.string())
+        return _opt(table[name])
+
+    account = pc.coalesce(text("SubAccountId"), text("BillingAccountId"))
+    currency = pc.utf8_upper(pc.coalesce(text("BillingCurrency"), pa.scalar(BASE_CURRENCY)))
+    if pc.any(pc.not_equal(currency, pa.scalar(BASE_CURRENCY))).as_py():
+        raise NotColumnar("a currency other than US dollars (converted line by line)")
+    provider = _mapped(pc.coalesce(*(text(c) for c in _PROVIDER_COLUMNS)), provider_of)
+    category = _mapped(table["ChargeCategory"] if "ChargeCategory" in table.column_names
+                       else pa.nulls(table.num_rows, pa.string()),
+                       lambda v: category_of(v, "ChargeCategory"), pa.string())
+    start = _mapped(table["ChargePeriodStart"], lambda v: reader.time(v, "ChargePeriodStart"),
+                    pa.timestamp("us", tz="UTC"))
+    end = _mapped(table["ChargePeriodEnd"], lambda v: reader.time(v, "ChargePeriodEnd"),
+                  pa.timestamp("us", tz="UTC"))
+    day = pc.cast(start, pa.date32())
+    billed = _micros(table["BilledCost"])
+    if billed.null_count:
+        raise NotColumnar("a BilledCost is empty")
+    effective = (pc.coalesce(_micros(table["EffectiveCost"]), billed)
+                 if "EffectiveCost" in table.column_names else billed)
+    dims = _attribution(table, account, reader)
+    columns = {"day": day, "provider": provider, "account": account,
+               "region": text("RegionId"), "service": text("ServiceName"),
+               "resource_id": text("ResourceId"), **dims, "charge_category": category,
+               "charge_class": text("ChargeClass"), "currency": currency,
+               "charge_start": start, "charge_end": end, "billed_micros": billed,
+               "effective_micros": effective}
+    return pa.table(columns)
+
+
+def _opt(values: Any) -> Any:
+    """Trimmed text, null where empty or a null written as text (bill_lines._opt)."""
+    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
+    import pyarrow.compute as pc  # type: ignore[import-untyped,unused-ignore]
+
+    trimmed = pc.utf8_trim_whitespace(values)
+    is_null = pc.is_in(pc.utf8_lower(trimmed), value_set=pa.array(sorted(_NULLS)))
+    return pc.if_else(is_null, pa.scalar(None, pa.string()), trimmed)
+
+
+def _mapped(values: Any, parse: Any, kind: Any = None) -> Any:
+    """`parse` of each distinct value (None stays None), spread over the rows."""
+    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
+    import pyarrow.compute as pc  # type: ignore[import-untyped,unused-ignore]
+
+    encoded = pc.dictionary_encode(values).combine_chunks() if isinstance(
+        values, pa.ChunkedArray) else pc.dictionary_encode(values)
+    parsed = [None if v is None else parse(v) for v in encoded.dictionary.to_pylist()]
+    return pc.take(pa.array(parsed, kind or pa.string()), encoded.indices)
+
+
+def _micros(values: Any) -> Any:
+    """Amounts as integer micro-dollars, half away from zero (bill_lines.micros); null for
+    an empty cell or a null written as text."""
+    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
+    import pyarrow.compute as pc  # type: ignore[import-untyped,unused-ignore]
+
+    exact = pc.cast(_opt(values), pa.decimal128(38, 18))
+    rounded = pc.cast(pc.round(exact, ndigits=6, round_mode="half_towards_infinity"),
+                      pa.decimal128(30, 6))
+    scaled = pc.multiply(rounded, pa.scalar(Decimal(1_000_000), pa.decimal128(7, 0)))
+    return pc.cast(scaled, pa.int64())
+
+
+def _attribution(table: pa.Table, account: Any, reader: LineReader) -> dict[str, Any]:
+    """team, project, env and cost_center of each line, from its tag set and account:
+    worked out once per distinct pair by the attribution rules."""
+    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
+    import pyarrow.compute as pc  # type: ignore[import-untyped,unused-ignore]
+
+    tags = (table["Tags"] if "Tags" in table.column_names
+            else pa.nulls(table.num_rows, pa.string()))
+    pairs = pc.binary_join_element_wise(pc.fill_null(tags, ""), pc.fill_null(account, "\x00"),
+                                        "\x1d")
+    encoded = pc.dictionary_encode(pairs)
+    if isinstance(encoded, pa.ChunkedArray):
+        encoded = encoded.combine_chunks()
+    found: dict[str, list[str | None]] = {d: [] for d in _ATTRIBUTION}
+    for pair in encoded.dictionary.to_pylist():
+        tag_text, account_id = pair.rsplit("\x1d", 1)
+        dims = reader.attribute(reader.tag_set(tag_text, "Tags"),
+                                None if account_id == "\x00" else account_id)
+        for d in _ATTRIBUTION:
+            found[d].append(dims.get(d))
+    return {d.replace("-", "_"): pc.take(pa.array(found[d], pa.string()), encoded.indices)
+            for d in _ATTRIBUTION}

@@ -1,0 +1,172 @@
+"""A FOCUS CSV is imported a column at a time (focus_columns) and stores exactly what the
+line-by-line reader stores: the same day sums, the same line keys (a file imported one way
+adds nothing imported the other), and a file it cannot take is left to the line-by-line
+reader with nothing of it kept twice."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from costguard.costs import focus_columns
+from costguard.costs.attribution import Attributor
+from costguard.costs.billing import ImportResult, import_focus
+from costguard.store.db import Database
+from tests.costs.fleet import billing_lines
+
+NOW = datetime(2026, 11, 3, tzinfo=UTC)
+HEADER = ("BillingAccountId,SubAccountId,ProviderName,ChargePeriodStart,ChargePeriodEnd,"
+          "ChargeCategory,ChargeClass,BilledCost,EffectiveCost,BillingCurrency,ServiceName,"
+          "ResourceId,RegionId,Tags\n")
+TAGS = [json.dumps({"team": "research", "env": "prod"}),
+        json.dumps([{"key": "team", "value": "vision"}]), "{}", "NULL", ""]
+PROVIDERS = ["AWS", "Amazon Web Services", " aws ", "Google Cloud", "Microsoft"]
+CATEGORIES = ["Usage", "usage", "Credit", "Tax", ""]
+AMOUNTS = ["12.3456785", "-0.0000005", "100", "0.00000049999", "7.", "1.5E-05", " 3.25 "]
+
+
+def _csv(cell: str) -> str:
+    return '"' + cell.replace('"', '""') + '"'
+
+
+def export_text(lines: int = 120) -> str:
+    """Lines over three days, in every shape the column reader takes."""
+    rows = []
+    for i in range(lines):
+        day, hour = 1 + i % 3, i % 24
+        start = f"2026-11-{day:02d}T{hour:02d}:00:00Z"
+        end = f"2026-11-{day:02d}T{hour:02d}:59:59Z"
+        effective = "NULL" if i % 11 == 0 else AMOUNTS[(i + 1) % len(AMOUNTS)]
+        rows.append(",".join([
+            "100000000001", "" if i % 7 == 0 else f"20000000000{i % 3}",
+            PROVIDERS[i % len(PROVIDERS)], start, end, CATEGORIES[i % len(CATEGORIES)],
+            "Correction" if i % 13 == 0 else "", AMOUNTS[i % len(AMOUNTS)], effective,
+            "USD" if i % 2 else "", "Amazon Elastic Compute Cloud",
+            f"i-{i % 5:04x}", "null" if i % 9 == 0 else "us-east-1",
+            _csv(TAGS[i % len(TAGS)])]))
+    rows += rows[:4]  # identical lines: each counts
+    return HEADER + "\n".join(rows) + "\n"
+
+
+def stored(db: Database) -> list[tuple[Any, ...]]:
+    return sorted((r.source, r.charge_start, r.charge_end, r.provider, r.account, r.region,
+                   r.service, r.resource_id, r.team, r.project, r.env, r.cost_center,
+                   r.charge_category, r.charge_class, r.currency, r.billed_micros,
+                   r.effective_micros, r.lines) for r in billing_lines(db))
+
+
+def summary(result: ImportResult) -> tuple[Any, ...]:
+    return (result.read, result.added, result.duplicates, result.billed_micros,
+            dict(result.by_category), dict(result.by_provider), result.currencies,
+            result.skipped_count, result.format)
+
+
+def imported(db: Database, path: Path, *, columns: bool,
+             monkeypatch: pytest.MonkeyPatch) -> ImportResult:
+    with monkeypatch.context() as m:
+        if not columns:
+            m.setattr(focus_columns, "reads", lambda source: False)
+        else:
+            m.setattr(focus_columns, "import_columns", _without_falling_back)
+        with db.session() as s:
+            return import_focus(s, path, Attributor(), NOW)
+
+
+class _MustNotFallBack(Exception):
+    """Raised where the column reader would give the file to the line-by-line one."""
+
+
+_import_columns = focus_columns.import_columns
+
+
+def _without_falling_back(*args: Any) -> None:
+    try:
+        _import_columns(*args)
+    except focus_columns.NotColumnar as why:
+        raise _MustNotFallBack(str(why)) from None
+
+
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_columns_store_what_lines_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        gzipped: bool) -> None:
+    export = tmp_path / ("focus.csv.gz" if gzipped else "focus.csv")
+    data = export_text().encode()
+    export.write_bytes(gzip.compress(data) if gzipped else data)
+    by_columns = Database(f"sqlite:///{tmp_path / 'columns.db'}")
+    by_lines = Database(f"sqlite:///{tmp_path / 'lines.db'}")
+    try:
+        with pytest.raises(_MustNotFallBack):  # the guard works: a bad file is noticed
+            bad = tmp_path / "bad.csv"
+            bad.write_text(HEADER + "1,2,AWS,2026-11-01T00:00:00Z,2026-11-01T01:00:00Z,"
+                           "Usage,,twelve,1,USD,EC2,i-1,us-east-1,{}\n")
+            imported(by_columns, bad, columns=True, monkeypatch=monkeypatch)
+        one = imported(by_columns, export, columns=True, monkeypatch=monkeypatch)
+        other = imported(by_lines, export, columns=False, monkeypatch=monkeypatch)
+        assert summary(one) == summary(other)
+        assert one.added == 124 and one.duplicates == 0
+        assert stored(by_columns) == stored(by_lines)
+        teams = {row[8] for row in stored(by_columns)}
+        assert teams == {"research", "vision", None}
+        # the same keys: a file imported one way adds nothing imported the other
+        assert imported(by_columns, export, columns=False,
+                        monkeypatch=monkeypatch).duplicates == 124
+        assert imported(by_lines, export, columns=True,
+                        monkeypatch=monkeypatch).duplicates == 124
+        assert stored(by_columns) == stored(by_lines)
+    finally:
+        by_columns.dispose()
+        by_lines.dispose()
+
+
+def test_focus_0_5_names_are_read_under_the_current_ones(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    export = tmp_path / "focus-0.5.csv"
+    export.write_text("ProviderName,ChargePeriodStart,ChargePeriodEnd,ChargeType,BilledCost,"
+                      "AmortizedCost,Region,ResourceId\n"
+                      "AWS,2026-11-01T00:00:00Z,2026-11-01T01:00:00Z,Usage,10,8,us-west-2,i-1\n")
+    db = Database(f"sqlite:///{tmp_path / 'c.db'}")
+    try:
+        result = imported(db, export, columns=True, monkeypatch=monkeypatch)
+        assert (result.added, result.format) == (1, "FOCUS 0.5")
+        (day,) = billing_lines(db)
+        assert (day.region, day.charge_category, day.effective_micros) == (
+            "us-west-2", "Usage", 8_000_000)
+    finally:
+        db.dispose()
+
+
+@pytest.mark.parametrize("bad_cell", ["twelve", "", "NULL"])
+def test_a_file_left_to_the_line_reader_keeps_nothing_twice(
+        db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad_cell: str) -> None:
+    """The bad line is in a later batch than the first: what the column reader stored of
+    the earlier batches is undone before the line reader reads the file again."""
+    monkeypatch.setattr(focus_columns, "_BLOCK_BYTES", 4096)
+    text = export_text(200)
+    lines = text.splitlines()
+    bad = lines[150].split(",")
+    bad[7] = bad_cell  # BilledCost
+    lines[150] = ",".join(bad)
+    export = tmp_path / "focus.csv"
+    export.write_text("\n".join(lines) + "\n")
+    with db.session() as s:
+        result = import_focus(s, export, Attributor(), NOW)
+    assert (result.read, result.added, result.skipped_count) == (203, 203, 1)
+    assert result.skipped[0][0] == "focus.csv:151"
+    assert sum(row.lines for row in billing_lines(db)) == 203
+
+
+def test_another_currency_is_converted_line_by_line(
+        db: Database, tmp_path: Path) -> None:
+    export = tmp_path / "eur.csv"
+    export.write_text(HEADER + "1,2,AWS,2026-11-01T00:00:00Z,2026-11-01T01:00:00Z,Usage,,"
+                      "10,10,EUR,EC2,i-1,eu-west-1,{}\n")
+    with db.session() as s:
+        result = import_focus(s, export, Attributor(), NOW, rates={"EUR": Decimal("1.08")})
+    assert (result.added, result.currencies) == (1, {"EUR"})
+    assert billing_lines(db)[0].billed_micros == 10_800_000
