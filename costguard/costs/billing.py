@@ -112,6 +112,25 @@ class _Occurrences:
         self.current[digest] = n + 1
         return n + 1
 
+    def count_all(self, digests: list[bytes]) -> list[int]:
+        """`count` of each of `digests` in turn, in bulk where they are all new (the usual
+        case: set operations instead of a lookup a line)."""
+        out: list[int] = []
+        i = 0
+        while i < len(digests):
+            if len(self.current) >= self.WINDOW:
+                self.previous, self.current = self.current, {}
+            chunk = digests[i:i + self.WINDOW - len(self.current)]
+            fresh = set(chunk)
+            if (len(fresh) == len(chunk) and fresh.isdisjoint(self.current)
+                    and fresh.isdisjoint(self.previous)):
+                self.current.update(dict.fromkeys(chunk, 1))
+                out += [1] * len(chunk)
+            else:
+                out += [self.count(d) for d in chunk]
+            i += len(chunk)
+        return out
+
 
 class _LegacyKeys:
     """The key revisions before 0013 gave a line: SHA-256 of its content as JSON and its

@@ -18,6 +18,8 @@ line by its number, as before.
 from __future__ import annotations
 
 import hashlib
+import queue
+import threading
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from decimal import Decimal
@@ -46,7 +48,8 @@ from costguard.costs.focus_files import RENAMED, FocusFile
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
 
-_BLOCK_BYTES = 32 << 20  # about 120,000 lines of a typical export per batch
+_BLOCK_BYTES = 1 << 20
+_BATCH_ROWS = 100_000
 _HOLD_GROUPS = 200_000  # day sums held across batches before they are stored
 _ATTRIBUTION = ("team", "project", "env", "cost-center")
 
@@ -71,8 +74,7 @@ def import_columns(session: Session, source: FocusFile, reader: LineReader,
     held = 0
     try:
         for batch in _batches(source):
-            sums = _import_batch(session, pa.Table.from_batches([batch]).rename_columns(names),
-                                 reader, result, seen)
+            sums = _import_batch(session, batch.rename_columns(names), reader, result, seen)
             pending.append(sums)
             held += sums.num_rows
             if held >= _HOLD_GROUPS:
@@ -93,32 +95,85 @@ def _final_names(columns: Sequence[str]) -> list[str]:
     return [RENAMED[c] if c in RENAMED and RENAMED[c] not in present else c for c in columns]
 
 
-def _batches(source: FocusFile) -> Iterator[pa.RecordBatch]:
+def _batches(source: FocusFile) -> Iterator[pa.Table]:
+    """The file's batches, the next one parsed on another thread (Arrow lets go of the GIL)
+    while this one is imported: one batch ahead, where Arrow's own threaded reader read
+    ahead by hundreds of megabytes."""
+    ahead: queue.Queue[Any] = queue.Queue(maxsize=1)
+    done = threading.Event()
+
+    def hand_over(item: Any) -> bool:
+        while not done.is_set():
+            try:
+                ahead.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def read() -> None:
+        try:
+            for batch in _parsed(source):
+                if not hand_over(batch):
+                    return
+            hand_over(_END)
+        except BaseException as exc:  # handed to the importing thread, which raises it
+            hand_over(exc)
+
+    reader = threading.Thread(target=read, name="focus-csv", daemon=True)
+    reader.start()
+    try:
+        while (item := ahead.get()) is not _END:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        done.set()
+        reader.join()
+
+
+_END = object()
+
+
+def _parsed(source: FocusFile) -> Iterator[pa.Table]:
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
     from pyarrow import csv  # type: ignore[import-untyped,unused-ignore]
 
-    stream = pa.input_stream(str(source.path),
-                             compression="gzip" if source.kind == "csv.gz" else None)
+    # Arrow reads up to 32 blocks ahead of the parser: small blocks, gathered into tables of
+    # _BATCH_ROWS lines (a 32 MB block had Arrow hold 600 MB). A Python file, as Arrow's
+    # own file stream read the whole file ahead, and a memory map's pages count as the
+    # process's memory.
     names = [f"c{i}" for i in range(len(source.columns))]  # the header may repeat a name
-    with csv.open_csv(
-            stream,
-            read_options=csv.ReadOptions(column_names=names, skip_rows=1,
+    with source.path.open("rb") as raw, csv.open_csv(
+            pa.CompressedInputStream(raw, "gzip") if source.kind == "csv.gz" else raw,
+            read_options=csv.ReadOptions(column_names=names, skip_rows=1, use_threads=False,
                                          block_size=_BLOCK_BYTES),
             parse_options=csv.ParseOptions(newlines_in_values=True),
             convert_options=csv.ConvertOptions(
                 column_types=dict.fromkeys(names, pa.string()), strings_can_be_null=False,
                 quoted_strings_can_be_null=False)) as batches:
-        yield from batches
+        held: list[pa.RecordBatch] = []
+        rows = 0
+        for batch in batches:
+            held.append(batch)
+            rows += batch.num_rows
+            if rows >= _BATCH_ROWS:
+                yield pa.Table.from_batches(held)
+                held, rows = [], 0
+        if held:
+            yield pa.Table.from_batches(held)
 
 
 def _import_batch(session: Session, table: pa.Table, reader: LineReader,
                   result: ImportResult, seen: Any) -> pa.Table:
     """Store the keys of the batch's new lines; their sums per day and group."""
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
+    import pyarrow.compute as pc  # type: ignore[import-untyped,unused-ignore]
 
     n = table.num_rows
-    keys = _keys(table, seen)
     lines = _lines(table, reader)
+    days = pc.cast(lines["day"], pa.int32()).to_pylist()
+    keys = list(zip(days, _keys(table, seen), strict=True))
     known = add_keys(session, "focus", keys)
     if known:
         lines = lines.filter(pa.array([k not in known for k in keys]))
@@ -175,14 +230,10 @@ def _keys(table: pa.Table, seen: Any) -> list[int]:
     for i, name in enumerate(sorted(table.column_names)):
         parts += [pa.scalar(("\x1f" if i else "") + name + "\x1e"), table[name]]
     content = pc.cast(pc.binary_join_element_wise(*parts, ""), pa.binary())
-    keys = []
-    blake2b, from_bytes, count = hashlib.blake2b, int.from_bytes, seen.count
-    for data in content.to_pylist():
-        digest = blake2b(data, digest_size=8).digest()
-        occurrence = count(digest)
-        keys.append(from_bytes(digest, "big", signed=True) if occurrence == 1
-                    else hash64(digest + b"#%d" % occurrence))
-    return keys
+    blake2b, from_bytes = hashlib.blake2b, int.from_bytes
+    digests = [blake2b(data, digest_size=8).digest() for data in content.to_pylist()]
+    return [from_bytes(d, "big", signed=True) if n == 1 else hash64(d + b"#%d" % n)
+            for d, n in zip(digests, seen.count_all(digests), strict=True)]
 
 
 def _lines(table: pa.Table, reader: LineReader) -> pa.Table:

@@ -378,8 +378,9 @@ STATEMENTS: tuple[str, ...] = (
     'CREATE INDEX ix_billing_costs_start ON billing_costs (charge_start)',
     ('CREATE TABLE billing_line_keys (\n'
      '\tsource VARCHAR(32) NOT NULL, \n'
+     '\tday INTEGER NOT NULL, \n'
      '\tline_key BIGINT NOT NULL, \n'
-     '\tPRIMARY KEY (source, line_key)\n'
+     '\tPRIMARY KEY (source, day, line_key)\n'
      ')\n'
      ' WITHOUT ROWID\n'
      '\n'),

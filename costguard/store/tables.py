@@ -357,8 +357,10 @@ class BillingCostRow(SQLModel, table=True):
 
 
 class BillingLineKeyRow(SQLModel, table=True):
-    """One imported bill line's identity (a 64-bit hash of its content and its occurrence in
-    its file): re-importing a line that is already in the sums adds nothing."""
+    """One imported bill line's identity: the day its charge starts (days since 1970-01-01,
+    UTC; a bill's lines arrive about in time order, so a batch's keys fall together in the
+    index) and a 64-bit hash of its content and its occurrence in its file. Re-importing a
+    line that is already in the sums adds nothing."""
 
     model_config = DEFERRED
 
@@ -366,6 +368,7 @@ class BillingLineKeyRow(SQLModel, table=True):
     __table_args__ = {"sqlite_with_rowid": False}
 
     source: str = Field(primary_key=True, max_length=32)
+    day: int = Field(sa_column=Column(Integer, primary_key=True, autoincrement=False))
     line_key: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
 
 

@@ -147,6 +147,7 @@ def test_a_file_left_to_the_line_reader_keeps_nothing_twice(
     """The bad line is in a later batch than the first: what the column reader stored of
     the earlier batches is undone before the line reader reads the file again."""
     monkeypatch.setattr(focus_columns, "_BLOCK_BYTES", 4096)
+    monkeypatch.setattr(focus_columns, "_BATCH_ROWS", 50)
     text = export_text(200)
     lines = text.splitlines()
     bad = lines[150].split(",")

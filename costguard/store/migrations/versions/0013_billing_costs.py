@@ -70,8 +70,9 @@ def upgrade() -> None:
     op.create_table(
         'billing_line_keys',
         sa.Column('source', sa.String(length=32), nullable=False),
+        sa.Column('day', sa.Integer(), autoincrement=False, nullable=False),
         sa.Column('line_key', sa.BigInteger(), autoincrement=False, nullable=False),
-        sa.PrimaryKeyConstraint('source', 'line_key'),
+        sa.PrimaryKeyConstraint('source', 'day', 'line_key'),
         sqlite_with_rowid=False,
     )
     legacy = op.create_table(
