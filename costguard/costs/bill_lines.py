@@ -70,7 +70,7 @@ def _fast_micros(text: str) -> int | None:
 
 def parse_time(text: object, where: str) -> datetime:
     if isinstance(text, datetime):
-        return text if text.tzinfo else text.replace(tzinfo=UTC)
+        return text.astimezone(UTC) if text.tzinfo else text.replace(tzinfo=UTC)
     if is_null(text):
         raise BillingImportError(f"{where} is empty")
     raw = str(text).strip().replace("Z", "+00:00").replace(" UTC", "+00:00")

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from sqlmodel import Session
 
 from costguard.costs import focus_columns
+from costguard.costs.arrow_text import CONTENT
 from costguard.costs.attribution import Attributor
 from costguard.costs.bill_errors import BillingImportError
 from costguard.costs.bill_lines import (
@@ -69,6 +70,7 @@ def parse_focus(source: FocusFile, attributor: Attributor, result: ImportResult 
     old_keys = _LegacyKeys() if legacy else None
     for n, raw in enumerate(source.rows):
         where = source.where(n)
+        text = raw.pop(CONTENT, None)  # a Parquet row's text, as the column reader keys it
         try:
             if BAD_ROW in raw:
                 raise BillingImportError(f"{where}: {raw[BAD_ROW]}")
@@ -82,7 +84,8 @@ def parse_focus(source: FocusFile, attributor: Attributor, result: ImportResult 
             result.skip(where, str(exc).removeprefix(f"{where}: ").removeprefix(f"{where} "))
             continue
         for row, line in zip(rows, lines, strict=True):
-            content = "\x1f".join(f"{k}\x1e{v}" for k, v in sorted(row.items())).encode()
+            content = text if text is not None and len(rows) == 1 else "\x1f".join(
+                f"{k}\x1e{v}" for k, v in sorted(row.items())).encode()
             digest = hashlib.blake2b(content, digest_size=8).digest()
             occurrence = seen.count(digest)
             line["source"] = source_name

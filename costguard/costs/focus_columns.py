@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlmodel import Session
 
+from costguard.costs.arrow_text import Unsupported, as_text, contents, pairs_of
 from costguard.costs.bill_errors import BillingImportError
 from costguard.costs.bill_lines import (
     _NULLS,
@@ -43,7 +44,7 @@ from costguard.costs.bill_store import (
     add_keys,
     hash64,
 )
-from costguard.costs.focus_files import RENAMED, FocusFile
+from costguard.costs.focus_files import FocusFile, final_names
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
@@ -59,8 +60,9 @@ class NotColumnar(Exception):
 
 
 def reads(source: FocusFile) -> bool:
-    """Whether this reader takes the file: a FOCUS export (not a native one) in CSV."""
-    return source.native is None and source.kind in ("csv", "csv.gz")
+    """Whether this reader takes the file: a FOCUS export (not a native one), CSV or
+    Parquet."""
+    return source.native is None and source.kind in ("csv", "csv.gz", "parquet")
 
 
 def import_columns(session: Session, source: FocusFile, reader: LineReader,
@@ -83,7 +85,7 @@ def import_columns(session: Session, source: FocusFile, reader: LineReader,
         _store_sums(session, pending, result, now)
     except pa.ArrowException as exc:
         raise NotColumnar(f"Arrow: {exc}") from None
-    except BillingImportError as exc:
+    except (BillingImportError, Unsupported) as exc:
         raise NotColumnar(str(exc)) from None
 
 
@@ -91,8 +93,7 @@ def _final_names(columns: Sequence[str]) -> list[str]:
     """The columns under the names the line-by-line reader keys them by."""
     if len(set(columns)) != len(columns):
         raise NotColumnar("a column name appears twice")
-    present = set(columns)
-    return [RENAMED[c] if c in RENAMED and RENAMED[c] not in present else c for c in columns]
+    return final_names(columns)
 
 
 def _batches(source: FocusFile) -> Iterator[pa.Table]:
@@ -138,6 +139,14 @@ _END = object()
 def _parsed(source: FocusFile) -> Iterator[pa.Table]:
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
     from pyarrow import csv  # type: ignore[import-untyped,unused-ignore]
+
+    if source.kind == "parquet":
+        import pyarrow.parquet as pq  # type: ignore[import-untyped,unused-ignore]
+
+        with pq.ParquetFile(source.path) as parquet:
+            for batch in parquet.iter_batches(batch_size=_BATCH_ROWS):
+                yield pa.Table.from_batches([batch])
+        return
 
     # Arrow reads up to 32 blocks ahead of the parser: small blocks, gathered into tables of
     # _BATCH_ROWS lines (a 32 MB block had Arrow hold 600 MB). A Python file, as Arrow's
@@ -221,17 +230,10 @@ def _store_sums(session: Session, pending: list[pa.Table], result: ImportResult,
 
 
 def _keys(table: pa.Table, seen: Any) -> list[int]:
-    """Each line's key, as billing.parse_focus gives it: a hash of `name\\x1evalue` for
-    every column in name order, joined by \\x1f, and of its occurrence in the file."""
-    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
-    import pyarrow.compute as pc  # type: ignore[import-untyped,unused-ignore]
-
-    parts: list[Any] = []
-    for i, name in enumerate(sorted(table.column_names)):
-        parts += [pa.scalar(("\x1f" if i else "") + name + "\x1e"), table[name]]
-    content = pc.cast(pc.binary_join_element_wise(*parts, ""), pa.binary())
+    """Each line's key, as billing.parse_focus gives it: a hash of its text
+    (arrow_text.contents) and of its occurrence in the file."""
     blake2b, from_bytes = hashlib.blake2b, int.from_bytes
-    digests = [blake2b(data, digest_size=8).digest() for data in content.to_pylist()]
+    digests = [blake2b(data, digest_size=8).digest() for data in contents(table)]
     return [from_bytes(d, "big", signed=True) if n == 1 else hash64(d + b"#%d" % n)
             for d, n in zip(digests, seen.count_all(digests), strict=True)]
 
@@ -244,20 +246,18 @@ def _lines(table: pa.Table, reader: LineReader) -> pa.Table:
     def text(name: str) -> pa.ChunkedArray | pa.Array:
         if name not in table.column_names:
             return pa.nulls(table.num_rows, pa.string())
-        return _opt(table[name])
+        return _opt(as_text(table[name]))
 
     account = pc.coalesce(text("SubAccountId"), text("BillingAccountId"))
     currency = pc.utf8_upper(pc.coalesce(text("BillingCurrency"), pa.scalar(BASE_CURRENCY)))
     if pc.any(pc.not_equal(currency, pa.scalar(BASE_CURRENCY))).as_py():
         raise NotColumnar("a currency other than US dollars (converted line by line)")
     provider = _mapped(pc.coalesce(*(text(c) for c in _PROVIDER_COLUMNS)), provider_of)
-    category = _mapped(table["ChargeCategory"] if "ChargeCategory" in table.column_names
+    category = _mapped(as_text(table["ChargeCategory"]) if "ChargeCategory" in table.column_names
                        else pa.nulls(table.num_rows, pa.string()),
                        lambda v: category_of(v, "ChargeCategory"), pa.string())
-    start = _mapped(table["ChargePeriodStart"], lambda v: reader.time(v, "ChargePeriodStart"),
-                    pa.timestamp("us", tz="UTC"))
-    end = _mapped(table["ChargePeriodEnd"], lambda v: reader.time(v, "ChargePeriodEnd"),
-                  pa.timestamp("us", tz="UTC"))
+    start = _time(table["ChargePeriodStart"], reader, "ChargePeriodStart")
+    end = _time(table["ChargePeriodEnd"], reader, "ChargePeriodEnd")
     day = pc.cast(start, pa.date32())
     billed = _micros(table["BilledCost"])
     if billed.null_count:
@@ -272,6 +272,19 @@ def _lines(table: pa.Table, reader: LineReader) -> pa.Table:
                "charge_start": start, "charge_end": end, "billed_micros": billed,
                "effective_micros": effective}
     return pa.table(columns)
+
+
+def _time(values: Any, reader: LineReader, name: str) -> Any:
+    """UTC times: a timestamp column as it is (no zone: UTC, as bill_lines.parse_time
+    reads it), any other parsed once per distinct value."""
+    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
+
+    utc = pa.timestamp("us", tz="UTC")
+    if pa.types.is_timestamp(values.type):
+        if values.null_count:
+            raise NotColumnar(f"a {name} is empty")
+        return values.cast(utc)
+    return _mapped(as_text(values), lambda v: reader.time(v, name), utc)
 
 
 def _opt(values: Any) -> Any:
@@ -301,7 +314,8 @@ def _micros(values: Any) -> Any:
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
     import pyarrow.compute as pc  # type: ignore[import-untyped,unused-ignore]
 
-    exact = pc.cast(_opt(values), pa.decimal128(38, 18))
+    exact = (values if pa.types.is_decimal(values.type)
+             else pc.cast(_opt(as_text(values)), pa.decimal128(38, 18)))
     rounded = pc.cast(pc.round(exact, ndigits=6, round_mode="half_towards_infinity"),
                       pa.decimal128(30, 6))
     scaled = pc.multiply(rounded, pa.scalar(Decimal(1_000_000), pa.decimal128(7, 0)))
@@ -316,16 +330,18 @@ def _attribution(table: pa.Table, account: Any, reader: LineReader) -> dict[str,
 
     tags = (table["Tags"] if "Tags" in table.column_names
             else pa.nulls(table.num_rows, pa.string()))
+    nested = pa.types.is_map(tags.type) or pa.types.is_list(tags.type)
+    tags = as_text(tags)
     pairs = pc.binary_join_element_wise(pc.fill_null(tags, ""), pc.fill_null(account, "\x00"),
-                                        "\x1d")
+                                        "\x1e")
     encoded = pc.dictionary_encode(pairs)
     if isinstance(encoded, pa.ChunkedArray):
         encoded = encoded.combine_chunks()
     found: dict[str, list[str | None]] = {d: [] for d in _ATTRIBUTION}
     for pair in encoded.dictionary.to_pylist():
-        tag_text, account_id = pair.rsplit("\x1d", 1)
-        dims = reader.attribute(reader.tag_set(tag_text, "Tags"),
-                                None if account_id == "\x00" else account_id)
+        tag_text, account_id = pair.rsplit("\x1e", 1)
+        tag_set = pairs_of(tag_text) if nested else reader.tag_set(tag_text, "Tags")
+        dims = reader.attribute(tag_set, None if account_id == "\x00" else account_id)
         for d in _ATTRIBUTION:
             found[d].append(dims.get(d))
     return {d.replace("-", "_"): pc.take(pa.array(found[d], pa.string()), encoded.indices)

@@ -17,7 +17,7 @@ import csv
 import gzip
 import io
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -220,9 +220,33 @@ def _open_parquet(path: Path) -> FocusFile:
     except (pa.ArrowException, OSError) as exc:
         raise BillingImportError(f"{path.name} is not a readable Parquet file: {exc}") from None
     columns = tuple(str(n) for n in reader.schema_arrow.names)
-    return FocusFile(path, "parquet", columns, _parquet_rows(reader))
+    found = FocusFile(path, "parquet", columns, iter(()))
+    found.rows = _parquet_rows(found, reader)
+    return found
 
 
-def _parquet_rows(reader: Any) -> Iterator[dict[str, Any]]:
+def _parquet_rows(source: FocusFile, reader: Any) -> Iterator[dict[str, Any]]:
+    """The rows; a FOCUS file's carry their key text (arrow_text.CONTENT), the text the
+    column reader keys them by, where their columns have one."""
+    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
+
+    from costguard.costs.arrow_text import CONTENT, Unsupported, contents
+
+    names = final_names(source.columns)
     for batch in reader.iter_batches(batch_size=_BATCH_ROWS):
-        yield from batch.to_pylist()
+        rows = batch.to_pylist()
+        if source.native is None:
+            try:
+                texts = contents(pa.Table.from_batches([batch]).rename_columns(names))
+            except (Unsupported, pa.ArrowException):
+                texts = []
+            for row, text in zip(rows, texts, strict=False):
+                row[CONTENT] = text
+        yield from rows
+
+
+def final_names(columns: Sequence[str]) -> list[str]:
+    """The columns under the names the readers key them by (RENAMED, where the file does
+    not also have the new name)."""
+    present = set(columns)
+    return [RENAMED[c] if c in RENAMED and RENAMED[c] not in present else c for c in columns]

@@ -55,10 +55,11 @@ def export_text(lines: int = 120) -> str:
 
 
 def stored(db: Database) -> list[tuple[Any, ...]]:
-    return sorted((r.source, r.charge_start, r.charge_end, r.provider, r.account, r.region,
-                   r.service, r.resource_id, r.team, r.project, r.env, r.cost_center,
-                   r.charge_category, r.charge_class, r.currency, r.billed_micros,
-                   r.effective_micros, r.lines) for r in billing_lines(db))
+    rows = [(r.source, r.charge_start, r.charge_end, r.provider, r.account, r.region,
+             r.service, r.resource_id, r.team, r.project, r.env, r.cost_center,
+             r.charge_category, r.charge_class, r.currency, r.billed_micros,
+             r.effective_micros, r.lines) for r in billing_lines(db)]
+    return sorted(rows, key=lambda row: [(v is None, str(v)) for v in row])
 
 
 def summary(result: ImportResult) -> tuple[Any, ...]:
@@ -93,12 +94,13 @@ def _without_falling_back(*args: Any) -> None:
 
 
 @pytest.mark.parametrize("gzipped", [False, True])
-def test_columns_store_what_lines_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                        gzipped: bool) -> None:
+def test_columns_store_what_lines_store(db: Database, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch, gzipped: bool) -> None:
+    """On each backend (the column reader's keys and sums), beside SQLite read by lines."""
     export = tmp_path / ("focus.csv.gz" if gzipped else "focus.csv")
     data = export_text().encode()
     export.write_bytes(gzip.compress(data) if gzipped else data)
-    by_columns = Database(f"sqlite:///{tmp_path / 'columns.db'}")
+    by_columns = db
     by_lines = Database(f"sqlite:///{tmp_path / 'lines.db'}")
     try:
         with pytest.raises(_MustNotFallBack):  # the guard works: a bad file is noticed
@@ -120,7 +122,6 @@ def test_columns_store_what_lines_store(tmp_path: Path, monkeypatch: pytest.Monk
                         monkeypatch=monkeypatch).duplicates == 124
         assert stored(by_columns) == stored(by_lines)
     finally:
-        by_columns.dispose()
         by_lines.dispose()
 
 
@@ -171,3 +172,66 @@ def test_another_currency_is_converted_line_by_line(
         result = import_focus(s, export, Attributor(), NOW, rates={"EUR": Decimal("1.08")})
     assert (result.added, result.currencies) == (1, {"EUR"})
     assert billing_lines(db)[0].billed_micros == 10_800_000
+
+
+def parquet_export(path: Path, tags_type: str) -> None:
+    """Typed columns as writers make them: decimal and float amounts (some null), times
+    with and without a zone, tags as a map, a list of {key, value} structs or JSON text."""
+    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
+    import pyarrow.parquet as pq  # type: ignore[import-untyped,unused-ignore]
+
+    n = 90
+    tags: list[Any] = []
+    for i in range(n):
+        pairs = [("team", ["research", "vision", "nlp"][i % 3]), ("env", "prod")][:1 + i % 2]
+        if i % 10 == 0:
+            tags.append(None)
+        elif tags_type == "map":
+            tags.append(pairs)
+        elif tags_type == "structs":
+            tags.append([{"key": k, "value": v} for k, v in pairs])
+        else:
+            tags.append(json.dumps(dict(pairs)))
+    tag_type = {"map": pa.map_(pa.string(), pa.string()),
+                "structs": pa.list_(pa.struct([("key", pa.string()), ("value", pa.string())])),
+                "json": pa.string()}[tags_type]
+    start = [datetime(2026, 11, 1 + i % 3, i % 24, tzinfo=UTC) for i in range(n)]
+    table = pa.table({
+        "BilledCost": pa.array([Decimal(AMOUNTS[i % 3].strip()) for i in range(n)],
+                               pa.decimal128(18, 10)),
+        "EffectiveCost": pa.array([None if i % 7 == 0 else (i % 13) / 8 for i in range(n)],
+                                  pa.float64()),
+        "ChargePeriodStart": pa.array(start, pa.timestamp("ms", tz="America/New_York")),
+        "ChargePeriodEnd": pa.array([s.replace(tzinfo=None) for s in start],
+                                    pa.timestamp("us")),
+        "ChargeCategory": pa.array([CATEGORIES[i % 4] for i in range(n)]).dictionary_encode(),
+        "ProviderName": pa.array([PROVIDERS[i % len(PROVIDERS)] for i in range(n)]),
+        "SubAccountId": pa.array([None if i % 5 == 0 else 200000000000 + i % 3
+                                  for i in range(n)], pa.int64()),
+        "ResourceId": pa.array([f"i-{i % 5:04x}" for i in range(n)]),
+        "Tags": pa.array(tags, tag_type),
+    })
+    pq.write_table(pa.concat_tables([table, table.slice(0, 3)]), path, row_group_size=40)
+
+
+@pytest.mark.parametrize("tags_type", ["map", "structs", "json"])
+def test_parquet_columns_store_what_lines_store(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tags_type: str) -> None:
+    export = tmp_path / "focus.parquet"
+    parquet_export(export, tags_type)
+    by_columns = Database(f"sqlite:///{tmp_path / 'columns.db'}")
+    by_lines = Database(f"sqlite:///{tmp_path / 'lines.db'}")
+    try:
+        one = imported(by_columns, export, columns=True, monkeypatch=monkeypatch)
+        other = imported(by_lines, export, columns=False, monkeypatch=monkeypatch)
+        assert summary(one) == summary(other)
+        assert (one.added, one.duplicates) == (93, 0)
+        assert stored(by_columns) == stored(by_lines)
+        assert {row[8] for row in stored(by_columns)} == {"research", "vision", "nlp", None}
+        assert imported(by_columns, export, columns=False,
+                        monkeypatch=monkeypatch).duplicates == 93
+        assert imported(by_lines, export, columns=True,
+                        monkeypatch=monkeypatch).duplicates == 93
+    finally:
+        by_columns.dispose()
+        by_lines.dispose()
