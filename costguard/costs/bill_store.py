@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from functools import lru_cache
-from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import Table, bindparam, case, select, text
@@ -34,7 +33,10 @@ GROUP_COLUMNS = ("provider", "account", "region", "service", "resource_id", "tea
                  "env", "cost_center", "charge_category", "charge_class", "currency")
 _SUMS = ("billed_micros", "effective_micros", "lines")
 _COST_COLUMNS = tuple(c.name for c in _COSTS.columns if c.name != "id")
-_COST_ORDER = itemgetter(*_COST_COLUMNS)
+_ROW_ORDER = ("source", "day", "group_key", "imported_at", "charge_start", "charge_end",
+              *GROUP_COLUMNS[:5], *_SUMS, *GROUP_COLUMNS[5:])  # as add_day_sums writes rows
+if _COST_COLUMNS != _ROW_ORDER:
+    raise RuntimeError(f"billing_costs' columns are {_COST_COLUMNS}, not {_ROW_ORDER}")
 _BATCH = 50_000
 _EPOCH_DAY = date(1970, 1, 1)
 _IN_CHUNK = 5_000  # keys per `IN (...)`: under SQLite's and PostgreSQL's parameter limits
@@ -204,11 +206,9 @@ def add_day_sums(session: Session, source: str, sums: Iterable[Sequence[Any]],
     for entry in sums:
         day, values = entry[0], entry[1:1 + width]
         start, end, billed, effective, count = entry[1 + width:]
-        row = dict(zip(GROUP_COLUMNS, values, strict=True))
-        row.update(source=source, group_key=group_key(day, values), imported_at=now,
-                   charge_start=start, charge_end=end, billed_micros=billed,
-                   effective_micros=effective, lines=count)
-        rows.append(_COST_ORDER(row))
+        # in _COST_COLUMNS' order (checked below)
+        rows.append((source, (day - _EPOCH_DAY).days, group_key(day, values), now, start, end,
+                     *values[:5], billed, effective, count, *values[5:]))
     _execute_many(session, _upsert_sql, _COST_COLUMNS, rows)
 
 
@@ -217,7 +217,7 @@ def _upsert_sql(dialect: Dialect) -> tuple[str, bool, BindProcessors]:
     """Insert a day's row, or add to the one there (the earliest start, the latest end)."""
     stmt = dialect_insert(_COSTS, dialect.name)
     new, old = stmt.excluded, _COSTS.c
-    stmt = stmt.on_conflict_do_update(index_elements=["source", "group_key"], set_={
+    stmt = stmt.on_conflict_do_update(index_elements=["source", "day", "group_key"], set_={
         "imported_at": new.imported_at,
         "charge_start": case((new.charge_start < old.charge_start, new.charge_start),
                              else_=old.charge_start),

@@ -353,6 +353,7 @@ STATEMENTS: tuple[str, ...] = (
     ('CREATE TABLE billing_costs (\n'
      '\tid INTEGER NOT NULL, \n'
      '\tsource VARCHAR(32) NOT NULL, \n'
+     '\tday INTEGER NOT NULL, \n'
      '\tgroup_key BIGINT NOT NULL, \n'
      '\timported_at DATETIME NOT NULL, \n'
      '\tcharge_start DATETIME NOT NULL, \n'
@@ -373,7 +374,7 @@ STATEMENTS: tuple[str, ...] = (
      '\tcharge_class VARCHAR(32), \n'
      '\tcurrency VARCHAR(8), \n'
      '\tPRIMARY KEY (id), \n'
-     '\tCONSTRAINT uq_billing_cost UNIQUE (source, group_key)\n'
+     '\tCONSTRAINT uq_billing_cost UNIQUE (source, day, group_key)\n'
      ')'),
     'CREATE INDEX ix_billing_costs_start ON billing_costs (charge_start)',
     ('CREATE TABLE billing_line_keys (\n'

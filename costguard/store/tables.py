@@ -326,12 +326,13 @@ class BillingCostRow(SQLModel, table=True):
 
     __tablename__ = "billing_costs"
     __table_args__ = (
-        UniqueConstraint("source", "group_key", name="uq_billing_cost"),
+        UniqueConstraint("source", "day", "group_key", name="uq_billing_cost"),
         Index("ix_billing_costs_start", "charge_start"),
     )
 
     id: int | None = Field(default=None, primary_key=True)
     source: str = Field(max_length=32)  # focus | aws-cur | gcp-export | aws-ce
+    day: int = Field(sa_column=Column(Integer, nullable=False))  # days since 1970-01-01, UTC
     # 64-bit hash of the day and every column below but the sums: the row a line adds to
     group_key: int = Field(sa_column=Column(BigInteger, nullable=False))
     imported_at: datetime = _ts()  # the latest import that added to the row

@@ -53,6 +53,7 @@ def upgrade() -> None:
         'billing_costs',
         sa.Column('id', sa.Integer(), nullable=False),
         sa.Column('source', sa.String(length=32), nullable=False),
+        sa.Column('day', sa.Integer(), nullable=False),
         sa.Column('group_key', sa.BigInteger(), nullable=False),
         sa.Column('imported_at', UTCDateTime(), nullable=False),
         sa.Column('charge_start', UTCDateTime(), nullable=False),
@@ -63,7 +64,7 @@ def upgrade() -> None:
         sa.Column('lines', sa.BigInteger(), nullable=False),
         *_copy(_ATTRIBUTION),
         sa.PrimaryKeyConstraint('id'),
-        sa.UniqueConstraint('source', 'group_key', name='uq_billing_cost'),
+        sa.UniqueConstraint('source', 'day', 'group_key', name='uq_billing_cost'),
     )
     with op.batch_alter_table('billing_costs', schema=None) as batch_op:
         batch_op.create_index('ix_billing_costs_start', ['charge_start'], unique=False)
@@ -90,7 +91,7 @@ def upgrade() -> None:
 
 def _move_lines(costs: sa.Table, legacy: sa.Table) -> None:
     """billing_lines' rows summed into their days; their keys kept as legacy keys."""
-    from costguard.costs.bill_store import group_key
+    from costguard.costs.bill_store import day_number, group_key
 
     conn = op.get_bind()
     lines = sa.table('billing_lines', sa.column('source'), sa.column('line_key'),
@@ -108,7 +109,8 @@ def _move_lines(costs: sa.Table, legacy: sa.Table) -> None:
         group = (row['source'], start.date(), *values)
         acc = sums.get(group)
         if acc is None:
-            sums[group] = {'source': row['source'], 'group_key': group_key(start.date(), values),
+            sums[group] = {'source': row['source'], 'day': day_number(start),
+                           'group_key': group_key(start.date(), values),
                            'imported_at': _utc(row['imported_at']), 'charge_start': start,
                            'charge_end': end, 'billed_micros': 0, 'effective_micros': 0,
                            'lines': 0, **dict(zip(_GROUP, values, strict=True))}
