@@ -1,16 +1,15 @@
-"""Storing imported bill lines: a line's key goes into `billing_line_keys` (a line whose key
-is there already adds nothing), and the new lines are summed per UTC day into
+"""Storing imported bill lines: a line's key is recorded (line_keys; a line whose key is
+known already adds nothing), and the new lines are summed per UTC day into
 `billing_costs`, one row per day and per everything a report splits by.
 
 A bill has a line per resource, hour and SKU, tens of millions a month: stored one row a
-line, SQLite itself wrote no more than ~80,000 a second. The keys are 8-byte integers in a
-table without row ids, and a day's lines of one resource are one row of sums.
+line, SQLite itself wrote no more than ~80,000 a second. The keys are 8-byte integers in
+blobs per day, and a day's lines of one resource are one row of sums.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -18,10 +17,11 @@ from datetime import date, datetime
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Table, bindparam, case, select, text
+from sqlalchemy import Table, bindparam, case, select
 from sqlalchemy.engine import Dialect
 from sqlmodel import Session
 
+from costguard.costs.line_keys import LineKeys
 from costguard.store.tables import BillingCostRow, BillingLegacyKeyRow
 from costguard.store.upsert import BindProcessors, dialect_insert, driver_sql
 
@@ -86,25 +86,29 @@ def store_lines(session: Session, lines: Iterable[dict[str, Any]], now: datetime
     amounts, and `legacy_key` where the source has old keys) in batches, in constant memory;
     a line whose key is stored already is counted as a duplicate and adds nothing."""
     result = result if result is not None else ImportResult()
+    keys: dict[str, LineKeys] = {}
     batch: list[dict[str, Any]] = []
     for line in lines:
         result.read += 1
         batch.append(line)
         if len(batch) >= _BATCH:
-            _store_batch(session, batch, now, result)
+            _store_batch(session, batch, now, result, keys)
             batch = []
-    _store_batch(session, batch, now, result)
+    _store_batch(session, batch, now, result, keys)
+    for held in keys.values():
+        held.finish()
     return result
 
 
 def _store_batch(session: Session, batch: list[dict[str, Any]], now: datetime,
-                 result: ImportResult) -> None:
+                 result: ImportResult, keys: dict[str, LineKeys]) -> None:
     by_source: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for line in batch:
         by_source[line["source"]].append(line)
     for source, lines in by_source.items():
-        seen = add_keys(session, source, [(day_number(line["charge_start"]), line["line_key"])
-                                          for line in lines])
+        held = keys.get(source) or keys.setdefault(source, LineKeys(session, source))
+        seen = held.add([(day_number(line["charge_start"]), line["line_key"])
+                         for line in lines])
         legacy = _stored(session, _LEGACY, source, [line["legacy_key"] for line in lines
                                                     if "legacy_key" in line])
         new: list[dict[str, Any]] = []
@@ -158,37 +162,6 @@ def _add_sums(session: Session, source: str, lines: list[dict[str, Any]],
         acc[3] += line["effective_micros"]
         acc[4] += 1
     add_day_sums(session, source, [(*group, *acc) for group, acc in sums.items()], now)
-
-
-def add_keys(session: Session, source: str, keys: list[tuple[int, int]]
-             ) -> set[tuple[int, int]]:
-    """Record `keys` ((day, line key) pairs, `day_number`) as imported lines of `source`;
-    those it had already. One statement a day, its keys as one value (SQLite reads them
-    with json_each, PostgreSQL as an array)."""
-    if not keys:
-        return set()
-    by_day: dict[int, list[int]] = defaultdict(list)
-    for day, key in keys:
-        by_day[day].append(key)
-    sqlite = session.get_bind().dialect.name == "sqlite"
-    rows = ("SELECT :source, :day, value FROM json_each(:keys) WHERE true" if sqlite
-            else "SELECT :source, :day, unnest(CAST(:keys AS BIGINT[]))")
-    sql = f"INSERT INTO billing_line_keys (source, day, line_key) {rows} ON CONFLICT DO NOTHING"
-    known: set[tuple[int, int]] = set()
-    for day, day_keys in sorted(by_day.items()):
-        day_keys.sort()  # in index order: each page touched once
-        params = {"source": source, "day": day,
-                  "keys": json.dumps(day_keys) if sqlite else day_keys}
-        # all new, the usual case, unless fewer were written: then undone, and written
-        # again saying which (RETURNING costs the first way a third of its time)
-        attempt = session.begin_nested()
-        if session.execute(text(sql), params).rowcount == len(day_keys):  # type: ignore[attr-defined]
-            attempt.commit()
-            continue
-        attempt.rollback()
-        added = set(session.execute(text(sql + " RETURNING line_key"), params).scalars())
-        known.update((day, k) for k in day_keys if k not in added)
-    return known
 
 
 def day_number(when: datetime | date) -> int:

@@ -41,10 +41,10 @@ from costguard.costs.bill_store import (
     GROUP_COLUMNS,
     ImportResult,
     add_day_sums,
-    add_keys,
     hash64,
 )
 from costguard.costs.focus_files import FocusFile, final_names
+from costguard.costs.line_keys import LineKeys
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
@@ -74,15 +74,17 @@ def import_columns(session: Session, source: FocusFile, reader: LineReader,
     names = _final_names(source.columns)
     pending: list[pa.Table] = []  # day sums not yet stored: a day spans batches
     held = 0
+    keys = LineKeys(session, "focus")
     try:
         for batch in _batches(source):
-            sums = _import_batch(session, batch.rename_columns(names), reader, result, seen)
+            sums = _import_batch(batch.rename_columns(names), reader, result, seen, keys)
             pending.append(sums)
             held += sums.num_rows
             if held >= _HOLD_GROUPS:
                 _store_sums(session, pending, result, now)
                 pending, held = [], 0
         _store_sums(session, pending, result, now)
+        keys.finish()
     except pa.ArrowException as exc:
         raise NotColumnar(f"Arrow: {exc}") from None
     except (BillingImportError, Unsupported) as exc:
@@ -173,9 +175,9 @@ def _parsed(source: FocusFile) -> Iterator[pa.Table]:
             yield pa.Table.from_batches(held)
 
 
-def _import_batch(session: Session, table: pa.Table, reader: LineReader,
-                  result: ImportResult, seen: Any) -> pa.Table:
-    """Store the keys of the batch's new lines; their sums per day and group."""
+def _import_batch(table: pa.Table, reader: LineReader, result: ImportResult, seen: Any,
+                  line_keys: LineKeys) -> pa.Table:
+    """Record the keys of the batch's new lines; their sums per day and group."""
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
     import pyarrow.compute as pc  # type: ignore[import-untyped,unused-ignore]
 
@@ -183,7 +185,7 @@ def _import_batch(session: Session, table: pa.Table, reader: LineReader,
     lines = _lines(table, reader)
     days = pc.cast(lines["day"], pa.int32()).to_pylist()
     keys = list(zip(days, _keys(table, seen), strict=True))
-    known = add_keys(session, "focus", keys)
+    known = line_keys.add(keys)
     if known:
         lines = lines.filter(pa.array([k not in known for k in keys]))
     result.read += n

@@ -380,11 +380,10 @@ STATEMENTS: tuple[str, ...] = (
     ('CREATE TABLE billing_line_keys (\n'
      '\tsource VARCHAR(32) NOT NULL, \n'
      '\tday INTEGER NOT NULL, \n'
-     '\tline_key BIGINT NOT NULL, \n'
-     '\tPRIMARY KEY (source, day, line_key)\n'
-     ')\n'
-     ' WITHOUT ROWID\n'
-     '\n'),
+     '\tchunk INTEGER NOT NULL, \n'
+     '\tline_keys BLOB NOT NULL, \n'
+     '\tPRIMARY KEY (source, day, chunk)\n'
+     ')'),
     ('CREATE TABLE billing_legacy_keys (\n'
      '\tsource VARCHAR(32) NOT NULL, \n'
      '\tline_key VARCHAR(64) NOT NULL, \n'

@@ -10,7 +10,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Column, Index, Integer, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    Index,
+    Integer,
+    LargeBinary,
+    UniqueConstraint,
+)
 from sqlmodel import Field, SQLModel
 
 from costguard.store.types import UTCDateTime
@@ -358,19 +366,19 @@ class BillingCostRow(SQLModel, table=True):
 
 
 class BillingLineKeyRow(SQLModel, table=True):
-    """One imported bill line's identity: the day its charge starts (days since 1970-01-01,
-    UTC; a bill's lines arrive about in time order, so a batch's keys fall together in the
-    index) and a 64-bit hash of its content and its occurrence in its file. Re-importing a
-    line that is already in the sums adds nothing."""
+    """The keys of imported bill lines (64-bit hashes of a line's content and its occurrence
+    in its file), per source and day of the charge (days since 1970-01-01, UTC), as blobs
+    of 8-byte little-endian integers: each import adds one chunk a day (costs.line_keys).
+    Re-importing a line whose key is here adds nothing."""
 
     model_config = DEFERRED
 
     __tablename__ = "billing_line_keys"
-    __table_args__ = {"sqlite_with_rowid": False}
 
     source: str = Field(primary_key=True, max_length=32)
     day: int = Field(sa_column=Column(Integer, primary_key=True, autoincrement=False))
-    line_key: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    chunk: int = Field(sa_column=Column(Integer, primary_key=True, autoincrement=False))
+    line_keys: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
 
 
 class BillingLegacyKeyRow(SQLModel, table=True):

@@ -1,5 +1,5 @@
 """Bills are kept as sums per day (billing_costs) and each imported line as an 8-byte key
-(billing_line_keys), where every line was a row of billing_lines: SQLite wrote at most
+(blobs of them per day, billing_line_keys), where every line was a row of billing_lines: SQLite wrote at most
 ~80,000 such rows a second. The lines already imported are summed into their days, and
 their old keys are kept (billing_legacy_keys), so an export imported before this revision
 adds nothing when imported again.
@@ -72,9 +72,9 @@ def upgrade() -> None:
         'billing_line_keys',
         sa.Column('source', sa.String(length=32), nullable=False),
         sa.Column('day', sa.Integer(), autoincrement=False, nullable=False),
-        sa.Column('line_key', sa.BigInteger(), autoincrement=False, nullable=False),
-        sa.PrimaryKeyConstraint('source', 'day', 'line_key'),
-        sqlite_with_rowid=False,
+        sa.Column('chunk', sa.Integer(), autoincrement=False, nullable=False),
+        sa.Column('line_keys', sa.LargeBinary(), nullable=False),
+        sa.PrimaryKeyConstraint('source', 'day', 'chunk'),
     )
     legacy = op.create_table(
         'billing_legacy_keys',

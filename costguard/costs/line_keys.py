@@ -1,0 +1,101 @@
+"""Which bill lines were imported: each line's 64-bit key, kept per source and day as
+blobs of keys (`billing_line_keys`), and read back a day at a time into a set while a file
+is imported.
+
+A line is a key in a set, not a row: stored one row a line, writing the keys cost more
+than everything else an import does. A bill's lines come about in time order, so an import
+holds the sets of a few days at once; a day it has not seen is read when its first line
+comes (nothing, for a day never imported), and the keys an import adds are written as one
+more blob of the day when the import ends or the day is let go.
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from collections import OrderedDict, defaultdict
+from collections.abc import Iterable
+
+from sqlalchemy import Table, func, insert, select
+from sqlmodel import Session
+
+from costguard.store.tables import BillingLineKeyRow
+
+_T: Table = BillingLineKeyRow.__table__  # type: ignore[attr-defined]
+HELD_DAYS = 3  # days whose keys an import holds at once (a file out of time order reloads)
+
+
+class LineKeys:
+    """The imported lines of one source, for one import (one transaction)."""
+
+    def __init__(self, session: Session, source: str) -> None:
+        self.session, self.source = session, source
+        self.days: OrderedDict[int, set[int]] = OrderedDict()
+        self.added: defaultdict[int, list[int]] = defaultdict(list)  # not yet written
+
+    def add(self, keys: Iterable[tuple[int, int]]) -> set[tuple[int, int]]:
+        """Record `keys` ((day, key) pairs); those imported already (by an earlier import
+        or earlier in this one)."""
+        by_day: defaultdict[int, list[int]] = defaultdict(list)
+        for day, key in keys:
+            by_day[day].append(key)
+        known: set[tuple[int, int]] = set()
+        for day, day_keys in by_day.items():
+            held = self._day(day)
+            fresh = set(day_keys)
+            if len(fresh) == len(day_keys) and held.isdisjoint(fresh):  # the usual case
+                held |= fresh
+                self.added[day] += day_keys
+                continue
+            for key in day_keys:
+                if key in held:
+                    known.add((day, key))
+                else:
+                    held.add(key)
+                    self.added[day].append(key)
+        return known
+
+    def finish(self) -> None:
+        """Write the keys added (at the end of the import)."""
+        for day in list(self.added):
+            self._write(day)
+
+    def _day(self, day: int) -> set[int]:
+        held = self.days.get(day)
+        if held is not None:
+            self.days.move_to_end(day)
+            return held
+        if len(self.days) >= HELD_DAYS:
+            oldest, _ = self.days.popitem(last=False)
+            self._write(oldest)
+        held = set()
+        for (blob,) in self.session.execute(select(_T.c.line_keys).where(
+                _T.c.source == self.source, _T.c.day == day)):
+            held.update(unpack(blob))
+        self.days[day] = held
+        return held
+
+    def _write(self, day: int) -> None:
+        keys = self.added.pop(day, None)
+        if not keys:
+            return
+        chunk = self.session.execute(select(func.coalesce(func.max(_T.c.chunk), -1)).where(
+            _T.c.source == self.source, _T.c.day == day)).scalar_one()
+        self.session.execute(insert(_T).values(source=self.source, day=day, chunk=chunk + 1,
+                                                line_keys=pack(keys)))
+
+
+def pack(keys: list[int]) -> bytes:
+    """Keys as 8-byte signed little-endian integers."""
+    packed = array("q", keys)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def unpack(blob: bytes) -> array[int]:
+    packed = array("q")
+    packed.frombytes(blob)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return packed

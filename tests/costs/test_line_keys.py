@@ -1,0 +1,46 @@
+"""The imported lines' keys, kept per day as blobs: a line imported once is known again,
+whether the day was held all along, let go and read back within the import, or written by
+an earlier import."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import func, select
+
+from costguard.costs import line_keys
+from costguard.costs.line_keys import LineKeys, pack, unpack
+from costguard.store.db import Database
+from costguard.store.tables import BillingLineKeyRow
+
+
+def test_keys_pack_as_signed_64_bit_integers() -> None:
+    keys = [0, 1, -1, 2**63 - 1, -(2**63), 123456789012345678]
+    assert list(unpack(pack(keys))) == keys
+    assert pack([1]) == b"\x01" + b"\x00" * 7  # little-endian, whatever the machine
+
+
+def test_a_day_let_go_and_read_back_still_knows_its_lines(
+        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(line_keys, "HELD_DAYS", 2)
+    days = [20_400 + d for d in range(6)]
+    lines = [(day, day * 1_000 + n) for n in range(50) for day in days]  # days interleaved
+    with db.session() as s:
+        keys = LineKeys(s, "focus")
+        assert keys.add(lines[:150]) == set()
+        # the first 150 again (their days let go and read back), with the rest new
+        assert keys.add(lines) == set(lines[:150])
+        assert keys.add([(days[0], -5), (days[0], -5)]) == {(days[0], -5)}  # twice in one go
+        keys.finish()
+    with db.session() as s:  # a later import: every line is known, nothing written twice
+        again = LineKeys(s, "focus")
+        assert again.add(lines) == set(lines)
+        assert again.add([(days[0], 7)]) == set()
+        again.finish()
+        other = LineKeys(s, "aws-cur")  # keys are per source
+        assert other.add(lines[:3]) == set()
+        written = s.scalar(select(func.count()).select_from(BillingLineKeyRow).where(
+            BillingLineKeyRow.source == "focus", BillingLineKeyRow.day == days[0]))
+        stored = [k for (blob,) in s.execute(select(BillingLineKeyRow.line_keys).where(
+            BillingLineKeyRow.source == "focus")) for k in unpack(blob)]
+    assert written is not None and written >= 2  # chunks: let go mid-import, then the later one
+    assert sorted(stored) == sorted([k for _, k in lines] + [-5, 7])
