@@ -17,17 +17,17 @@ line by its number, as before.
 
 from __future__ import annotations
 
-import hashlib
 import queue
 import threading
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlmodel import Session
 
-from costguard.costs.arrow_text import Unsupported, as_text, contents, pairs_of
+from costguard.costs.arrow_text import Unsupported, as_text, pairs_of
 from costguard.costs.bill_errors import BillingImportError
 from costguard.costs.bill_lines import (
     _NULLS,
@@ -44,6 +44,7 @@ from costguard.costs.bill_store import (
     hash64,
 )
 from costguard.costs.focus_files import FocusFile, final_names
+from costguard.costs.line_digests import Digests
 from costguard.costs.line_keys import LineKeys
 
 if TYPE_CHECKING:
@@ -76,13 +77,16 @@ def import_columns(session: Session, source: FocusFile, reader: LineReader,
     held = 0
     keys = LineKeys(session, "focus")
     try:
-        for batch in _batches(source):
-            sums = _import_batch(batch.rename_columns(names), reader, result, seen, keys)
-            pending.append(sums)
-            held += sums.num_rows
-            if held >= _HOLD_GROUPS:
-                _store_sums(session, pending, result, now)
-                pending, held = [], 0
+        with Digests(source.path, source.kind, len(source.columns), names,
+                     _sizes()) as digests:
+            for batch in _batches(source):
+                table = batch.rename_columns(names)
+                sums = _import_batch(table, digests.of(table), reader, result, seen, keys)
+                pending.append(sums)
+                held += sums.num_rows
+                if held >= _HOLD_GROUPS:
+                    _store_sums(session, pending, result, now)
+                    pending, held = [], 0
         _store_sums(session, pending, result, now)
         keys.finish()
     except pa.ArrowException as exc:
@@ -139,14 +143,27 @@ _END = object()
 
 
 def _parsed(source: FocusFile) -> Iterator[pa.Table]:
+    return _tables(source.path, source.kind, len(source.columns), _sizes())
+
+
+def _sizes() -> tuple[int, int]:
+    """How the file is cut: Arrow's block and the lines of a table."""
+    return _BLOCK_BYTES, _BATCH_ROWS
+
+
+def _tables(path: Path, kind: str, width: int, sizes: tuple[int, int]
+            ) -> Iterator[pa.Table]:
+    """The file's tables of about `sizes[1]` lines, columns named c0, c1, ... for CSV (the
+    same batches every time for the same sizes: line_digests' helper reads them too)."""
+    block_bytes, batch_rows = sizes
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
     from pyarrow import csv  # type: ignore[import-untyped,unused-ignore]
 
-    if source.kind == "parquet":
+    if kind == "parquet":
         import pyarrow.parquet as pq  # type: ignore[import-untyped,unused-ignore]
 
-        with pq.ParquetFile(source.path) as parquet:
-            for batch in parquet.iter_batches(batch_size=_BATCH_ROWS):
+        with pq.ParquetFile(path) as parquet:
+            for batch in parquet.iter_batches(batch_size=batch_rows):
                 yield pa.Table.from_batches([batch])
         return
 
@@ -154,11 +171,11 @@ def _parsed(source: FocusFile) -> Iterator[pa.Table]:
     # _BATCH_ROWS lines (a 32 MB block had Arrow hold 600 MB). A Python file, as Arrow's
     # own file stream read the whole file ahead, and a memory map's pages count as the
     # process's memory.
-    names = [f"c{i}" for i in range(len(source.columns))]  # the header may repeat a name
-    with source.path.open("rb") as raw, csv.open_csv(
-            pa.CompressedInputStream(raw, "gzip") if source.kind == "csv.gz" else raw,
+    names = [f"c{i}" for i in range(width)]  # the header may repeat a name
+    with path.open("rb") as raw, csv.open_csv(
+            pa.CompressedInputStream(raw, "gzip") if kind == "csv.gz" else raw,
             read_options=csv.ReadOptions(column_names=names, skip_rows=1, use_threads=False,
-                                         block_size=_BLOCK_BYTES),
+                                         block_size=block_bytes),
             parse_options=csv.ParseOptions(newlines_in_values=True),
             convert_options=csv.ConvertOptions(
                 column_types=dict.fromkeys(names, pa.string()), strings_can_be_null=False,
@@ -168,15 +185,15 @@ def _parsed(source: FocusFile) -> Iterator[pa.Table]:
         for batch in batches:
             held.append(batch)
             rows += batch.num_rows
-            if rows >= _BATCH_ROWS:
+            if rows >= batch_rows:
                 yield pa.Table.from_batches(held)
                 held, rows = [], 0
         if held:
             yield pa.Table.from_batches(held)
 
 
-def _import_batch(table: pa.Table, reader: LineReader, result: ImportResult, seen: Any,
-                  line_keys: LineKeys) -> pa.Table:
+def _import_batch(table: pa.Table, digests: list[bytes], reader: LineReader,
+                  result: ImportResult, seen: Any, line_keys: LineKeys) -> pa.Table:
     """Record the keys of the batch's new lines; their sums per day and group."""
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
     import pyarrow.compute as pc  # type: ignore[import-untyped,unused-ignore]
@@ -184,7 +201,7 @@ def _import_batch(table: pa.Table, reader: LineReader, result: ImportResult, see
     n = table.num_rows
     lines = _lines(table, reader)
     days = pc.cast(lines["day"], pa.int32()).to_pylist()
-    keys = list(zip(days, _keys(table, seen), strict=True))
+    keys = list(zip(days, _keys(digests, seen), strict=True))
     known = line_keys.add(keys)
     if known:
         lines = lines.filter(pa.array([k not in known for k in keys]))
@@ -231,11 +248,10 @@ def _store_sums(session: Session, pending: list[pa.Table], result: ImportResult,
         result.currencies.add(currency)
 
 
-def _keys(table: pa.Table, seen: Any) -> list[int]:
-    """Each line's key, as billing.parse_focus gives it: a hash of its text
-    (arrow_text.contents) and of its occurrence in the file."""
-    blake2b, from_bytes = hashlib.blake2b, int.from_bytes
-    digests = [blake2b(data, digest_size=8).digest() for data in contents(table)]
+def _keys(digests: list[bytes], seen: Any) -> list[int]:
+    """Each line's key, as billing.parse_focus gives it: its digest (line_digests), and
+    a hash of that and its occurrence where the same line came before in the file."""
+    from_bytes = int.from_bytes
     return [from_bytes(d, "big", signed=True) if n == 1 else hash64(d + b"#%d" % n)
             for d, n in zip(digests, seen.count_all(digests), strict=True)]
 

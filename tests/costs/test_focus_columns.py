@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from costguard.costs import focus_columns
+from costguard.costs import focus_columns, line_digests
 from costguard.costs.attribution import Attributor
 from costguard.costs.billing import ImportResult, import_focus
+from costguard.costs.focus_files import open_focus
 from costguard.store.db import Database
 from tests.costs.fleet import billing_lines
 
@@ -69,8 +70,11 @@ def summary(result: ImportResult) -> tuple[Any, ...]:
 
 
 def imported(db: Database, path: Path, *, columns: bool,
-             monkeypatch: pytest.MonkeyPatch) -> ImportResult:
+             monkeypatch: pytest.MonkeyPatch, helper: bool = False) -> ImportResult:
+    """Imported by the column reader (`helper`: its digests from the helper process) or
+    line by line."""
     with monkeypatch.context() as m:
+        m.setattr(line_digests, "HELPER_MIN_BYTES", 0 if helper else 1 << 62)
         if not columns:
             m.setattr(focus_columns, "reads", lambda source: False)
         else:
@@ -108,7 +112,8 @@ def test_columns_store_what_lines_store(db: Database, tmp_path: Path,
             bad.write_text(HEADER + "1,2,AWS,2026-11-01T00:00:00Z,2026-11-01T01:00:00Z,"
                            "Usage,,twelve,1,USD,EC2,i-1,us-east-1,{}\n")
             imported(by_columns, bad, columns=True, monkeypatch=monkeypatch)
-        one = imported(by_columns, export, columns=True, monkeypatch=monkeypatch)
+        one = imported(by_columns, export, columns=True, monkeypatch=monkeypatch,
+                       helper=gzipped)
         other = imported(by_lines, export, columns=False, monkeypatch=monkeypatch)
         assert summary(one) == summary(other)
         assert one.added == 124 and one.duplicates == 0
@@ -222,7 +227,8 @@ def test_parquet_columns_store_what_lines_store(
     by_columns = Database(f"sqlite:///{tmp_path / 'columns.db'}")
     by_lines = Database(f"sqlite:///{tmp_path / 'lines.db'}")
     try:
-        one = imported(by_columns, export, columns=True, monkeypatch=monkeypatch)
+        one = imported(by_columns, export, columns=True, monkeypatch=monkeypatch,
+                       helper=tags_type != "json")
         other = imported(by_lines, export, columns=False, monkeypatch=monkeypatch)
         assert summary(one) == summary(other)
         assert (one.added, one.duplicates) == (93, 0)
@@ -235,3 +241,26 @@ def test_parquet_columns_store_what_lines_store(
     finally:
         by_columns.dispose()
         by_lines.dispose()
+
+
+def test_digests_from_the_helper_process_are_the_importers_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The helper reads the file in the same batches and gives each line the digest the
+    importing process would; a helper out of step is let go, and the rest hashed here."""
+    export = tmp_path / "focus.csv"
+    export.write_text(export_text(300))
+    names = focus_columns._final_names(open_focus(export).columns)
+    sizes = (4096, 50)
+    tables = [t.rename_columns(names) for t in focus_columns._tables(export, "csv", 14, sizes)]
+    assert len(tables) > 2
+    own = [line_digests.digests_of(t) for t in tables]
+    with line_digests.Digests(export, "csv", 14, names, sizes) as digests:
+        assert digests.helper is None  # a file this small is hashed here
+        assert [digests.of(t) for t in tables] == own
+    monkeypatch.setattr(line_digests, "HELPER_MIN_BYTES", 0)
+    with line_digests.Digests(export, "csv", 14, names, sizes) as digests:
+        assert [digests.of(t) for t in tables] == own
+        assert digests.helper is not None  # every batch's digests came from it
+    with line_digests.Digests(export, "csv", 14, names[::-1], sizes) as digests:  # awry
+        assert [digests.of(t) for t in tables] == own
+        assert digests.helper is None  # let go at the first batch that did not check
