@@ -74,7 +74,7 @@ def imported(db: Database, path: Path, *, columns: bool,
     """Imported by the column reader (`helper`: its digests from the helper process) or
     line by line."""
     with monkeypatch.context() as m:
-        m.setattr(line_digests, "HELPER_MIN_BYTES", 0 if helper else 1 << 62)
+        m.setattr(line_digests, "HELPER_MIN_LINES", 0 if helper else 1 << 62)
         if not columns:
             m.setattr(focus_columns, "reads", lambda source: False)
         else:
@@ -257,7 +257,7 @@ def test_digests_from_the_helper_process_are_the_importers_own(
     with line_digests.Digests(export, "csv", 14, names, sizes) as digests:
         assert digests.helper is None  # a file this small is hashed here
         assert [digests.of(t) for t in tables] == own
-    monkeypatch.setattr(line_digests, "HELPER_MIN_BYTES", 0)
+    monkeypatch.setattr(line_digests, "HELPER_MIN_LINES", 0)
     with line_digests.Digests(export, "csv", 14, names, sizes) as digests:
         assert [digests.of(t) for t in tables] == own
         assert digests.helper is not None  # every batch's digests came from it
