@@ -55,6 +55,10 @@ class ImportResult:
     by_category: Counter[str] = field(default_factory=Counter)  # billed micros
     by_provider: Counter[str] = field(default_factory=Counter)
     currencies: set[str] = field(default_factory=set)
+    # "columns" (focus_columns) or "lines"; why a file the column reader takes was read
+    # line by line
+    read_by: str = "lines"
+    read_by_lines_because: str = ""
 
     def skip(self, where: str, why: str) -> None:
         self.skipped_count += 1

@@ -157,7 +157,7 @@ def import_focus(session: Session, path: Path, attributor: Attributor, now: date
     name = "focus" if source.native is None else _NATIVE_SOURCES[source.native]
     legacy = has_legacy_keys(session, name)
     if focus_columns.reads(source) and not legacy:
-        result = ImportResult(version=source.version, format=source.label)
+        result = ImportResult(version=source.version, format=source.label, read_by="columns")
         try:
             with session.begin_nested():  # undone if the file is left to the other reader
                 focus_columns.import_columns(session, source, LineReader(attributor, rates or {}),
@@ -165,9 +165,12 @@ def import_focus(session: Session, path: Path, attributor: Attributor, now: date
             return result
         except focus_columns.NotColumnar as why:
             log.info("%s: read line by line (%s)", path.name, why)
+            because = str(why)
             source = open_focus(path)
+    else:
+        because = ""
     result = ImportResult(version=source.version if source.native is None else "",
-                          format=source.label)
+                          format=source.label, read_by_lines_because=because)
     lines = parse_focus(source, attributor, result, strict=strict, rates=rates, legacy=legacy)
     store_lines(session, lines, now, result)
     return result

@@ -104,7 +104,8 @@ def billing_import(
             "billed_usd": result.billed_micros / 1e6,
             "by_category_usd": {k: v / 1e6 for k, v in sorted(result.by_category.items())},
             "by_provider_usd": {k: v / 1e6 for k, v in sorted(result.by_provider.items())},
-            "currencies": sorted(result.currencies),
+            "currencies": sorted(result.currencies), "read_by": result.read_by,
+            "read_by_lines_because": result.read_by_lines_because or None,
             "learned_rates": learned.learned,
             "billed_instances_not_watched": len(learned.not_watched)}, indent=2))
         return
@@ -129,6 +130,9 @@ def billing_import(
         console.print(f"  learned the effective hourly rate of {learned.learned} instance(s) "
                       "from their bill lines: their estimates use it from now on "
                       "(costguard prices show TYPE)", highlight=False)
+    if result.read_by_lines_because:
+        console.print(f"  read line by line (slower): {result.read_by_lines_because}",
+                      highlight=False, markup=False)
     for where, why in result.skipped:
         err.print(f"skipped {where}: {why}", highlight=False, markup=False)
     if result.skipped_count > len(result.skipped):

@@ -90,7 +90,7 @@ def import_columns(session: Session, source: FocusFile, reader: LineReader,
         _store_sums(session, pending, result, now)
         keys.finish()
     except pa.ArrowException as exc:
-        raise NotColumnar(f"Arrow: {exc}") from None
+        raise NotColumnar(f"a value the column reader cannot read: {exc}") from None
     except (BillingImportError, Unsupported) as exc:
         raise NotColumnar(str(exc)) from None
 
