@@ -257,6 +257,7 @@ def test_the_cli_summarises_skips_and_refuses_with_strict(db: Database, tmp_path
     assert "Credit -$3.00" in done.output
     assert "kept, not governed by costguard: azure" in done.output
     assert "skipped f.csv:4: BilledCost: 'ten' is not a number" in done.output
+    assert "read line by line (slower): a value the column reader cannot read" in done.output
     strict = runner.invoke(app, ["billing", "import", str(path), "--strict"])
     assert strict.exit_code == 2 and "f.csv:4" in strict.output
     bad = runner.invoke(app, ["billing", "import", str(path), "--rate", "EUR"])
@@ -265,3 +266,9 @@ def test_the_cli_summarises_skips_and_refuses_with_strict(db: Database, tmp_path
                                          "json"]).output)
     assert doc["duplicates"] == 3 and doc["skipped_lines"] == [
         {"where": "f.csv:4", "why": "BilledCost: 'ten' is not a number"}]
+    assert doc["read_by"] == "lines" and "'ten'" in doc["read_by_lines_because"]
+    clean = write_csv(tmp_path / "clean.csv", [row(), row(BilledCost="2")])
+    fast = json.loads(runner.invoke(app, ["billing", "import", str(clean), "--format",
+                                          "json"]).output)
+    assert (fast["read_by"], fast["read_by_lines_because"], fast["added"]) == (
+        "columns", None, 1)  # row() itself was imported above
