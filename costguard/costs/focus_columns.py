@@ -22,7 +22,6 @@ import threading
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from decimal import Decimal
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlmodel import Session
@@ -43,6 +42,7 @@ from costguard.costs.bill_store import (
     add_day_sums,
     hash64,
 )
+from costguard.costs.focus_batches import tables
 from costguard.costs.focus_files import FocusFile, final_names
 from costguard.costs.line_digests import Digests
 from costguard.costs.line_keys import LineKeys
@@ -143,53 +143,12 @@ _END = object()
 
 
 def _parsed(source: FocusFile) -> Iterator[pa.Table]:
-    return _tables(source.path, source.kind, len(source.columns), _sizes())
+    return tables(source.path, source.kind, len(source.columns), _sizes())
 
 
 def _sizes() -> tuple[int, int]:
     """How the file is cut: Arrow's block and the lines of a table."""
     return _BLOCK_BYTES, _BATCH_ROWS
-
-
-def _tables(path: Path, kind: str, width: int, sizes: tuple[int, int]
-            ) -> Iterator[pa.Table]:
-    """The file's tables of about `sizes[1]` lines, columns named c0, c1, ... for CSV (the
-    same batches every time for the same sizes: line_digests' helper reads them too)."""
-    block_bytes, batch_rows = sizes
-    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
-    from pyarrow import csv  # type: ignore[import-untyped,unused-ignore]
-
-    if kind == "parquet":
-        import pyarrow.parquet as pq  # type: ignore[import-untyped,unused-ignore]
-
-        with pq.ParquetFile(path) as parquet:
-            for batch in parquet.iter_batches(batch_size=batch_rows):
-                yield pa.Table.from_batches([batch])
-        return
-
-    # Arrow reads up to 32 blocks ahead of the parser: small blocks, gathered into tables of
-    # _BATCH_ROWS lines (a 32 MB block had Arrow hold 600 MB). A Python file, as Arrow's
-    # own file stream read the whole file ahead, and a memory map's pages count as the
-    # process's memory.
-    names = [f"c{i}" for i in range(width)]  # the header may repeat a name
-    with path.open("rb") as raw, csv.open_csv(
-            pa.CompressedInputStream(raw, "gzip") if kind == "csv.gz" else raw,
-            read_options=csv.ReadOptions(column_names=names, skip_rows=1, use_threads=False,
-                                         block_size=block_bytes),
-            parse_options=csv.ParseOptions(newlines_in_values=True),
-            convert_options=csv.ConvertOptions(
-                column_types=dict.fromkeys(names, pa.string()), strings_can_be_null=False,
-                quoted_strings_can_be_null=False)) as batches:
-        held: list[pa.RecordBatch] = []
-        rows = 0
-        for batch in batches:
-            held.append(batch)
-            rows += batch.num_rows
-            if rows >= batch_rows:
-                yield pa.Table.from_batches(held)
-                held, rows = [], 0
-        if held:
-            yield pa.Table.from_batches(held)
 
 
 def _import_batch(table: pa.Table, digests: list[bytes], reader: LineReader,

@@ -3,7 +3,7 @@ imports: hashing each line is Python work a thread cannot share (hashlib holds t
 inputs this short), and it was a third of what the column reader did. Files of fewer than
 HELPER_MIN_LINES lines (about) are hashed in the importing process.
 
-The helper process reads the same file in the same batches (focus_columns' reader is
+The helper process reads the same file in the same batches (focus_batches is
 deterministic for the same block and batch sizes, which it is given) and sends each
 batch's digests, 8 bytes a line, in order; each batch's first and last digest are checked
 here. If the helper fails or is out of step, the importing process hashes the rest itself:
@@ -103,11 +103,11 @@ def _read(stream: IO[bytes]) -> bytes:
 
 def main(spec: str) -> None:
     """The helper: each batch's digests, as a length and the digests, on stdout."""
-    from costguard.costs.focus_columns import _tables
+    from costguard.costs.focus_batches import tables
 
     args = json.loads(spec)
     out = sys.stdout.buffer
-    for table in _tables(Path(args["path"]), args["kind"], args["width"],
+    for table in tables(Path(args["path"]), args["kind"], args["width"],
                          tuple(args["sizes"])):
         blob = b"".join(digests_of(table.rename_columns(args["names"])))
         out.write(_LENGTH.pack(len(blob)) + blob)

@@ -17,6 +17,7 @@ import pytest
 from costguard.costs import focus_columns, line_digests
 from costguard.costs.attribution import Attributor
 from costguard.costs.billing import ImportResult, import_focus
+from costguard.costs.focus_batches import tables
 from costguard.costs.focus_files import open_focus
 from costguard.store.db import Database
 from tests.costs.fleet import billing_lines
@@ -251,16 +252,16 @@ def test_digests_from_the_helper_process_are_the_importers_own(
     export.write_text(export_text(300))
     names = focus_columns._final_names(open_focus(export).columns)
     sizes = (4096, 50)
-    tables = [t.rename_columns(names) for t in focus_columns._tables(export, "csv", 14, sizes)]
-    assert len(tables) > 2
-    own = [line_digests.digests_of(t) for t in tables]
+    batches = [t.rename_columns(names) for t in tables(export, "csv", 14, sizes)]
+    assert len(batches) > 2
+    own = [line_digests.digests_of(t) for t in batches]
     with line_digests.Digests(export, "csv", 14, names, sizes) as digests:
         assert digests.helper is None  # a file this small is hashed here
-        assert [digests.of(t) for t in tables] == own
+        assert [digests.of(t) for t in batches] == own
     monkeypatch.setattr(line_digests, "HELPER_MIN_LINES", 0)
     with line_digests.Digests(export, "csv", 14, names, sizes) as digests:
-        assert [digests.of(t) for t in tables] == own
+        assert [digests.of(t) for t in batches] == own
         assert digests.helper is not None  # every batch's digests came from it
     with line_digests.Digests(export, "csv", 14, names[::-1], sizes) as digests:  # awry
-        assert [digests.of(t) for t in tables] == own
+        assert [digests.of(t) for t in batches] == own
         assert digests.helper is None  # let go at the first batch that did not check
