@@ -1,8 +1,8 @@
 """Bills are kept as sums per day (billing_costs) and each imported line as an 8-byte key
-(blobs of them per day, billing_line_keys), where every line was a row of billing_lines: SQLite wrote at most
-~80,000 such rows a second. The lines already imported are summed into their days, and
-their old keys are kept (billing_legacy_keys), so an export imported before this revision
-adds nothing when imported again.
+(in blobs per source and day, billing_line_keys), where every line was a row of
+billing_lines: SQLite wrote at most ~80,000 such rows a second. The lines already imported
+are summed into their days, and their old keys are kept (billing_legacy_keys), so an
+export imported before this revision adds nothing when imported again.
 
 Revision ID: 0013
 Revises: 0012
