@@ -20,6 +20,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Iterator, Sequence
+from contextlib import closing
 from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -77,9 +78,10 @@ def import_columns(session: Session, source: FocusFile, reader: LineReader,
     held = 0
     keys = LineKeys(session, "focus")
     try:
+        # (closing: the batches' reader thread stops when this does, whatever it raises)
         with Digests(source.path, source.kind, len(source.columns), names,
-                     _sizes()) as digests:
-            for batch in _batches(source):
+                     _sizes()) as digests, closing(_batches(source)) as batches:
+            for batch in batches:
                 table = batch.rename_columns(names)
                 sums = _import_batch(table, digests.of(table), reader, result, seen, keys)
                 pending.append(sums)

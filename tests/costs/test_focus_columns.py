@@ -265,3 +265,18 @@ def test_digests_from_the_helper_process_are_the_importers_own(
     with line_digests.Digests(export, "csv", 14, names[::-1], sizes) as digests:  # awry
         assert [digests.of(t) for t in batches] == own
         assert digests.helper is None  # let go at the first batch that did not check
+
+
+def test_occurrences_counted_in_bulk_are_those_counted_a_line_at_a_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both readers must give identical lines the same occurrence, the window's turn
+    included: the column reader counts a batch at once, the line reader a line at a time."""
+    from costguard.costs.billing import _Occurrences
+
+    monkeypatch.setattr(_Occurrences, "WINDOW", 5)
+    lines = [b"%d" % n for n in [1, 2, 3, 4, 5, 6, 7, 1, 8, 9, 9, 2, 10, 11, 12, 13, 14, 15,
+                                  1, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 3]]
+    one, bulk = _Occurrences(), _Occurrences()
+    each = [one.count(d) for d in lines]
+    assert [n for i in range(0, len(lines), 7) for n in bulk.count_all(lines[i:i + 7])] == each
+    assert each[7] == 2 and each[10] == 2 and each[-1] == 1  # 3 left the window long ago
