@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from contextlib import closing
 from datetime import datetime
 from decimal import Decimal
@@ -104,7 +104,7 @@ def _final_names(columns: Sequence[str]) -> list[str]:
     return final_names(columns)
 
 
-def _batches(source: FocusFile) -> Iterator[pa.Table]:
+def _batches(source: FocusFile) -> Generator[pa.Table, None, None]:
     """The file's batches, the next one parsed on another thread (Arrow lets go of the GIL)
     while this one is imported: one batch ahead, where Arrow's own threaded reader read
     ahead by hundreds of megabytes."""
