@@ -27,7 +27,7 @@ _PROVIDERS = {"aws": "aws", "amazon web services": "aws", "amazon": "aws",
 # FOCUS ChargeCategory values, matched without regard to case
 CATEGORIES = ("Usage", "Purchase", "Tax", "Credit", "Adjustment")
 # text that means "no value" in real exports (the spec's null is an empty cell)
-_NULLS = frozenset({"", "null", "none", "nan", "n/a", "\\n"})
+NULLS = frozenset({"", "null", "none", "nan", "n/a", "\\n"})
 BASE_CURRENCY = "USD"  # estimates are in US dollars; bills in another currency need a rate
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
@@ -38,7 +38,7 @@ def is_null(value: object) -> bool:
         return True
     if isinstance(value, float):
         return value != value  # NaN
-    return isinstance(value, str) and value.strip().lower() in _NULLS
+    return isinstance(value, str) and value.strip().lower() in NULLS
 
 
 def micros(text: object, where: str) -> int:
@@ -152,7 +152,7 @@ class CurrencyError(BillingImportError):
     """A line in a currency with no rate: the whole file is refused (nothing is imported)."""
 
 
-_PROVIDER_COLUMNS = ("ServiceProviderName", "ProviderName", "PublisherName",
+PROVIDER_COLUMNS = ("ServiceProviderName", "ProviderName", "PublisherName",
                      "InvoiceIssuerName")
 _CACHE_MAX = 65_536  # distinct times, tag sets, attributions held while reading a file
 _V = TypeVar("_V")
@@ -198,7 +198,7 @@ class LineReader:
         `where` and what is wrong."""
         account = _opt(row.get("SubAccountId")) or _opt(row.get("BillingAccountId"))
         dims = self.attribute(self.tag_set(row.get("Tags"), where), account)
-        provider = provider_of(next((row.get(c) for c in _PROVIDER_COLUMNS
+        provider = provider_of(next((row.get(c) for c in PROVIDER_COLUMNS
                                      if not is_null(row.get(c))), None))
         currency = (_opt(row.get("BillingCurrency")) or BASE_CURRENCY).upper()
         rate = Decimal(1) if currency == BASE_CURRENCY else self.rates.get(currency)
@@ -255,4 +255,4 @@ def _opt(value: object) -> str | None:
             return None
         value = str(value)
     text = value.strip()
-    return None if not text or text.lower() in _NULLS else text
+    return None if not text or text.lower() in NULLS else text

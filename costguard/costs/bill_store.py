@@ -111,18 +111,14 @@ def _store_batch(session: Session, batch: list[dict[str, Any]], now: datetime,
         by_source[line["source"]].append(line)
     for source, lines in by_source.items():
         held = keys.get(source) or keys.setdefault(source, LineKeys(session, source))
-        seen = held.add([(day_number(line["charge_start"]), line["line_key"])
-                         for line in lines])
+        # (a line known by its old key is recorded by its new one too)
+        known = held.add([(day_number(line["charge_start"]), line["line_key"])
+                          for line in lines])
         legacy = _stored(session, _LEGACY, source, [line["legacy_key"] for line in lines
                                                     if "legacy_key" in line])
         new: list[dict[str, Any]] = []
-        for line in lines:
-            key = (day_number(line["charge_start"]), line["line_key"])
-            if key in seen:
-                result.duplicates += 1
-                continue
-            seen.add(key)  # (a line known by its old key is now known by its new one too)
-            if legacy and line.get("legacy_key") in legacy:
+        for line, already in zip(lines, known, strict=True):
+            if already or (legacy and line.get("legacy_key") in legacy):
                 result.duplicates += 1
                 continue
             new.append(line)
@@ -184,7 +180,7 @@ def add_day_sums(session: Session, source: str, sums: Iterable[Sequence[Any]],
         day, values = entry[0], entry[1:1 + width]
         start, end, billed, effective, count = entry[1 + width:]
         # in _COST_COLUMNS' order (checked below)
-        rows.append((source, (day - _EPOCH_DAY).days, group_key(day, values), now, start, end,
+        rows.append((source, day_number(day), group_key(day, values), now, start, end,
                      *values[:5], billed, effective, count, *values[5:]))
     _execute_many(session, _upsert_sql, _COST_COLUMNS, rows)
 

@@ -30,9 +30,9 @@ from sqlmodel import Session
 from costguard.costs.arrow_text import Unsupported, as_text, pairs_of
 from costguard.costs.bill_errors import BillingImportError
 from costguard.costs.bill_lines import (
-    _NULLS,
-    _PROVIDER_COLUMNS,
     BASE_CURRENCY,
+    NULLS,
+    PROVIDER_COLUMNS,
     LineReader,
     category_of,
     provider_of,
@@ -164,8 +164,8 @@ def _import_batch(table: pa.Table, digests: list[bytes], reader: LineReader,
     days = pc.cast(lines["day"], pa.int32()).to_pylist()
     keys = list(zip(days, _keys(digests, seen), strict=True))
     known = line_keys.add(keys)
-    if known:
-        lines = lines.filter(pa.array([k not in known for k in keys]))
+    if any(known):
+        lines = lines.filter(pa.array([not k for k in known]))
     result.read += n
     result.added += lines.num_rows
     result.duplicates += n - lines.num_rows
@@ -231,7 +231,7 @@ def _lines(table: pa.Table, reader: LineReader) -> pa.Table:
     currency = pc.utf8_upper(pc.coalesce(text("BillingCurrency"), pa.scalar(BASE_CURRENCY)))
     if pc.any(pc.not_equal(currency, pa.scalar(BASE_CURRENCY))).as_py():
         raise NotColumnar("a currency other than US dollars (converted line by line)")
-    provider = _mapped(pc.coalesce(*(text(c) for c in _PROVIDER_COLUMNS)), provider_of)
+    provider = _mapped(pc.coalesce(*(text(c) for c in PROVIDER_COLUMNS)), provider_of)
     category = _mapped(as_text(table["ChargeCategory"]) if "ChargeCategory" in table.column_names
                        else pa.nulls(table.num_rows, pa.string()),
                        lambda v: category_of(v, "ChargeCategory"), pa.string())
@@ -272,7 +272,7 @@ def _opt(values: Any) -> Any:
     import pyarrow.compute as pc  # type: ignore[import-untyped,unused-ignore]
 
     trimmed = pc.utf8_trim_whitespace(values)
-    is_null = pc.is_in(pc.utf8_lower(trimmed), value_set=pa.array(sorted(_NULLS)))
+    is_null = pc.is_in(pc.utf8_lower(trimmed), value_set=pa.array(sorted(NULLS)))
     return pc.if_else(is_null, pa.scalar(None, pa.string()), trimmed)
 
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import sys
 from array import array
 from collections import OrderedDict, defaultdict
-from collections.abc import Iterable
+from collections.abc import Sequence
 
-from sqlalchemy import Table, func, insert, select
+from sqlalchemy import Table, insert, select
 from sqlmodel import Session
 
 from costguard.store.tables import BillingLineKeyRow
@@ -31,25 +31,28 @@ class LineKeys:
     def __init__(self, session: Session, source: str) -> None:
         self.session, self.source = session, source
         self.days: OrderedDict[int, set[int]] = OrderedDict()
+        self.chunks: dict[int, int] = {}  # chunks stored per held day: the next one's number
         self.added: defaultdict[int, list[int]] = defaultdict(list)  # not yet written
 
-    def add(self, keys: Iterable[tuple[int, int]]) -> set[tuple[int, int]]:
-        """Record `keys` ((day, key) pairs); those imported already (by an earlier import
-        or earlier in this one)."""
+    def add(self, keys: Sequence[tuple[int, int]]) -> list[bool]:
+        """Record `keys` ((day, key) pairs); for each, whether it was imported already (by
+        an earlier import, or earlier in this one: a key given twice is known the second
+        time)."""
         by_day: defaultdict[int, list[int]] = defaultdict(list)
-        for day, key in keys:
-            by_day[day].append(key)
-        known: set[tuple[int, int]] = set()
-        for day, day_keys in by_day.items():
+        for i, (day, _) in enumerate(keys):
+            by_day[day].append(i)
+        known = [False] * len(keys)
+        for day, places in by_day.items():
             held = self._day(day)
+            day_keys = [keys[i][1] for i in places]
             fresh = set(day_keys)
             if len(fresh) == len(day_keys) and held.isdisjoint(fresh):  # the usual case
                 held |= fresh
                 self.added[day] += day_keys
                 continue
-            for key in day_keys:
+            for i, key in zip(places, day_keys, strict=True):
                 if key in held:
-                    known.add((day, key))
+                    known[i] = True
                 else:
                     held.add(key)
                     self.added[day].append(key)
@@ -68,20 +71,23 @@ class LineKeys:
         if len(self.days) >= HELD_DAYS:
             oldest, _ = self.days.popitem(last=False)
             self._write(oldest)
-        held = set()
-        for (blob,) in self.session.execute(select(_T.c.line_keys).where(
+        held, chunks = set(), 0
+        for chunk, blob in self.session.execute(select(_T.c.chunk, _T.c.line_keys).where(
                 _T.c.source == self.source, _T.c.day == day)):
             held.update(unpack(blob))
-        self.days[day] = held
+            chunks = max(chunks, chunk + 1)
+        self.days[day], self.chunks[day] = held, chunks
         return held
 
     def _write(self, day: int) -> None:
+        """Store the day's added keys as its next chunk (the day was read when its first
+        key came, so its chunk count is known)."""
         keys = self.added.pop(day, None)
         if not keys:
             return
-        chunk = self.session.execute(select(func.coalesce(func.max(_T.c.chunk), -1)).where(
-            _T.c.source == self.source, _T.c.day == day)).scalar_one()
-        self.session.execute(insert(_T).values(source=self.source, day=day, chunk=chunk + 1,
+        chunk = self.chunks[day]
+        self.chunks[day] = chunk + 1
+        self.session.execute(insert(_T).values(source=self.source, day=day, chunk=chunk,
                                                 line_keys=pack(keys)))
 
 

@@ -26,18 +26,18 @@ def test_a_day_let_go_and_read_back_still_knows_its_lines(
     lines = [(day, day * 1_000 + n) for n in range(50) for day in days]  # days interleaved
     with db.session() as s:
         keys = LineKeys(s, "focus")
-        assert keys.add(lines[:150]) == set()
+        assert keys.add(lines[:150]) == [False] * 150
         # the first 150 again (their days let go and read back), with the rest new
-        assert keys.add(lines) == set(lines[:150])
-        assert keys.add([(days[0], -5), (days[0], -5)]) == {(days[0], -5)}  # twice in one go
+        assert keys.add(lines) == [True] * 150 + [False] * (len(lines) - 150)
+        assert keys.add([(days[0], -5), (days[0], -5)]) == [False, True]  # twice in one go
         keys.finish()
     with db.session() as s:  # a later import: every line is known, nothing written twice
         again = LineKeys(s, "focus")
-        assert again.add(lines) == set(lines)
-        assert again.add([(days[0], 7)]) == set()
+        assert again.add(lines) == [True] * len(lines)
+        assert again.add([(days[0], 7)]) == [False]
         again.finish()
         other = LineKeys(s, "aws-cur")  # keys are per source
-        assert other.add(lines[:3]) == set()
+        assert other.add(lines[:3]) == [False] * 3
         written = s.scalar(select(func.count()).select_from(BillingLineKeyRow).where(
             BillingLineKeyRow.source == "focus", BillingLineKeyRow.day == days[0]))
         stored = [k for (blob,) in s.execute(select(BillingLineKeyRow.line_keys).where(

@@ -81,7 +81,8 @@ def test_lines_imported_before_0013_are_summed_into_their_day_and_not_imported_t
         db.dispose()
 
 
-def test_a_store_without_old_lines_reads_no_old_keys(db_url: str, tmp_path: Path) -> None:
+def test_a_store_without_old_lines_has_no_old_keys_and_imports_once(
+        db_url: str, tmp_path: Path) -> None:
     export = tmp_path / "focus.csv"
     export.write_text(EXPORT)
     db = Database(db_url)
