@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlmodel import Session
 
-from costguard.costs.arrow_text import Unsupported, as_text, pairs_of
+from costguard.costs.arrow_text import Unsupported, as_text, by_value, pairs_of
 from costguard.costs.bill_errors import BillingImportError
 from costguard.costs.bill_lines import (
     BASE_CURRENCY,
@@ -197,7 +197,7 @@ def _store_sums(session: Session, pending: list[pa.Table], result: ImportResult,
     merged = pa.concat_tables(pending)
     if len(pending) > 1:
         merged = _sums(merged, count="lines_sum")
-    columns = [merged[c].to_pylist() for c in _SUM_COLUMNS]
+    columns = [_pylist(merged[c]) for c in _SUM_COLUMNS]
     add_day_sums(session, "focus", zip(*columns, strict=True), now)
     at = {c: i for i, c in enumerate(_SUM_COLUMNS)}
     for billed, category, provider, currency in zip(
@@ -207,6 +207,22 @@ def _store_sums(session: Session, pending: list[pa.Table], result: ImportResult,
         result.by_category[category or "(none)"] += billed
         result.by_provider[provider or "(none)"] += billed
         result.currencies.add(currency)
+
+
+def _pylist(values: Any) -> list[Any]:
+    """`values` as Python values: one object per distinct text, day or time (the groups
+    repeat them; making each anew was most of a flush)."""
+    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
+    import pyarrow.compute as pc  # type: ignore[import-untyped,unused-ignore]
+
+    if pa.types.is_integer(values.type):
+        return list(values.to_pylist())
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    encoded = pc.dictionary_encode(values)
+    distinct = [*encoded.dictionary.to_pylist(), None]
+    at = pc.fill_null(encoded.indices, len(distinct) - 1).to_pylist()
+    return list(map(distinct.__getitem__, at))
 
 
 def _keys(digests: list[bytes], seen: Any) -> list[int]:
@@ -225,7 +241,7 @@ def _lines(table: pa.Table, reader: LineReader) -> pa.Table:
     def text(name: str) -> pa.ChunkedArray | pa.Array:
         if name not in table.column_names:
             return pa.nulls(table.num_rows, pa.string())
-        return _opt(as_text(table[name]))
+        return by_value(as_text(table[name]), _opt)
 
     account = pc.coalesce(text("SubAccountId"), text("BillingAccountId"))
     currency = pc.utf8_upper(pc.coalesce(text("BillingCurrency"), pa.scalar(BASE_CURRENCY)))
@@ -279,22 +295,24 @@ def _opt(values: Any) -> Any:
 def _mapped(values: Any, parse: Any, kind: Any = None) -> Any:
     """`parse` of each distinct value (None stays None), spread over the rows."""
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
-    import pyarrow.compute as pc  # type: ignore[import-untyped,unused-ignore]
 
-    encoded = pc.dictionary_encode(values).combine_chunks() if isinstance(
-        values, pa.ChunkedArray) else pc.dictionary_encode(values)
-    parsed = [None if v is None else parse(v) for v in encoded.dictionary.to_pylist()]
-    return pc.take(pa.array(parsed, kind or pa.string()), encoded.indices)
+    return by_value(values, lambda distinct: pa.array(
+        [parse(v) for v in distinct.to_pylist()], kind or pa.string()))
 
 
 def _micros(values: Any) -> Any:
     """Amounts as integer micro-dollars, half away from zero (bill_lines.micros); null for
-    an empty cell or a null written as text."""
+    an empty cell or a null written as text. Worked out once per distinct amount."""
+    return by_value(values, _distinct_micros)
+
+
+def _distinct_micros(values: Any) -> Any:
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
     import pyarrow.compute as pc  # type: ignore[import-untyped,unused-ignore]
 
+    # 40 places: a double's shortest text below a cent has up to 20 and more
     exact = (values if pa.types.is_decimal(values.type)
-             else pc.cast(_opt(as_text(values)), pa.decimal128(38, 18)))
+             else pc.cast(_opt(as_text(values)), pa.decimal256(76, 40)))
     rounded = pc.cast(pc.round(exact, ndigits=6, round_mode="half_towards_infinity"),
                       pa.decimal128(30, 6))
     scaled = pc.multiply(rounded, pa.scalar(Decimal(1_000_000), pa.decimal128(7, 0)))

@@ -181,8 +181,9 @@ def test_another_currency_is_converted_line_by_line(
 
 
 def parquet_export(path: Path, tags_type: str) -> None:
-    """Typed columns as writers make them: decimal and float amounts (some null), times
-    with and without a zone, tags as a map, a list of {key, value} structs or JSON text."""
+    """Typed columns as writers make them: decimal and float amounts (some null, some
+    with all a double's digits), times with and without a zone, tags as a map, a list of
+    {key, value} structs or JSON text."""
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
     import pyarrow.parquet as pq  # type: ignore[import-untyped,unused-ignore]
 
@@ -205,8 +206,9 @@ def parquet_export(path: Path, tags_type: str) -> None:
     table = pa.table({
         "BilledCost": pa.array([Decimal(AMOUNTS[i % 3].strip()) for i in range(n)],
                                pa.decimal128(18, 10)),
-        "EffectiveCost": pa.array([None if i % 7 == 0 else (i % 13) / 8 for i in range(n)],
-                                  pa.float64()),
+        # doubles as a computed cost is: 2.3000000000000003e-05 has 21 decimal places
+        "EffectiveCost": pa.array([None if i % 7 == 0 else (i % 13) / 8 if i % 2 else
+                                   (i % 13) * 0.023 / 1000 for i in range(n)], pa.float64()),
         "ChargePeriodStart": pa.array(start, pa.timestamp("ms", tz="America/New_York")),
         "ChargePeriodEnd": pa.array([s.replace(tzinfo=None) for s in start],
                                     pa.timestamp("us")),
