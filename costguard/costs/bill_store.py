@@ -21,7 +21,7 @@ from sqlalchemy import Table, bindparam, case, select
 from sqlalchemy.engine import Dialect
 from sqlmodel import Session
 
-from costguard.costs.line_keys import LineKeys
+from costguard.costs.line_keys import LineKeys, Replacing
 from costguard.store.tables import BillingCostRow, BillingLegacyKeyRow
 from costguard.store.upsert import BindProcessors, dialect_insert, driver_sql
 
@@ -65,6 +65,26 @@ class ImportResult:
         if len(self.skipped) < 20:
             self.skipped.append((where, why))
 
+    @classmethod
+    def total(cls, results: Sequence[ImportResult]) -> ImportResult:
+        """The files of one import together (one file: its own result's figures)."""
+        out = cls(read_by="columns" if all(r.read_by == "columns" for r in results)
+                  else "lines")
+        for r in results:
+            out.read, out.added = out.read + r.read, out.added + r.added
+            out.duplicates += r.duplicates
+            out.billed_micros += r.billed_micros
+            out.skipped += r.skipped[:20 - len(out.skipped)]
+            out.skipped_count += r.skipped_count
+            out.by_category.update(r.by_category)
+            out.by_provider.update(r.by_provider)
+            out.currencies |= r.currencies
+        out.format = ", ".join(dict.fromkeys(r.format for r in results))
+        out.version = ", ".join(dict.fromkeys(r.version for r in results if r.version))
+        out.read_by_lines_because = "; ".join(r.read_by_lines_because for r in results
+                                              if r.read_by_lines_because)
+        return out
+
 
 def hash64(text: str | bytes) -> int:
     """A signed 64-bit hash (BLAKE2b), as BIGINT columns hold it."""
@@ -85,10 +105,12 @@ def has_legacy_keys(session: Session, source: str) -> bool:
 
 
 def store_lines(session: Session, lines: Iterable[dict[str, Any]], now: datetime,
-                result: ImportResult | None = None) -> ImportResult:
+                result: ImportResult | None = None,
+                replacing: Replacing | None = None) -> ImportResult:
     """Store `lines` (each with `source`, `line_key`, the charge period, GROUP_COLUMNS, the
     amounts, and `legacy_key` where the source has old keys) in batches, in constant memory;
-    a line whose key is stored already is counted as a duplicate and adds nothing."""
+    a line whose key is stored already is counted as a duplicate and adds nothing
+    (`replacing`: the days the lines fall on are emptied of earlier imports first)."""
     result = result if result is not None else ImportResult()
     keys: dict[str, LineKeys] = {}
     batch: list[dict[str, Any]] = []
@@ -96,21 +118,23 @@ def store_lines(session: Session, lines: Iterable[dict[str, Any]], now: datetime
         result.read += 1
         batch.append(line)
         if len(batch) >= _BATCH:
-            _store_batch(session, batch, now, result, keys)
+            _store_batch(session, batch, now, result, keys, replacing)
             batch = []
-    _store_batch(session, batch, now, result, keys)
+    _store_batch(session, batch, now, result, keys, replacing)
     for held in keys.values():
         held.finish()
     return result
 
 
 def _store_batch(session: Session, batch: list[dict[str, Any]], now: datetime,
-                 result: ImportResult, keys: dict[str, LineKeys]) -> None:
+                 result: ImportResult, keys: dict[str, LineKeys],
+                 replacing: Replacing | None) -> None:
     by_source: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for line in batch:
         by_source[line["source"]].append(line)
     for source, lines in by_source.items():
-        held = keys.get(source) or keys.setdefault(source, LineKeys(session, source))
+        held = keys.get(source) or keys.setdefault(source,
+                                                   LineKeys(session, source, replacing))
         # (a line known by its old key is recorded by its new one too)
         known = held.add([(day_number(line["charge_start"]), line["line_key"])
                           for line in lines])

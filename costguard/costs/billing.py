@@ -34,6 +34,7 @@ from costguard.costs.bill_lines import (
 )
 from costguard.costs.bill_store import ImportResult, has_legacy_keys, hash64, store_lines
 from costguard.costs.focus_files import BAD_ROW, REQUIRED, FocusFile, open_focus
+from costguard.costs.line_keys import Replacing
 from costguard.errors import ConfigError
 
 __all__ = ["REQUIRED", "BillingImportError", "ImportResult", "import_cost_explorer",
@@ -150,29 +151,35 @@ class _LegacyKeys:
 
 def import_focus(session: Session, path: Path, attributor: Attributor, now: datetime, *,
                  strict: bool = False, rates: Mapping[str, Decimal] | None = None,
-                 ) -> ImportResult:
+                 replacing: Replacing | None = None) -> ImportResult:
     """Import a FOCUS export (CSV, gzip CSV or Parquet; FOCUS 0.5 to 1.2) into the billing
-    lines, streaming. One transaction: a refused file leaves nothing behind."""
+    lines, streaming. One transaction: a refused file leaves nothing behind. `replacing`:
+    the file is a new delivery of the days it covers (line_keys.Replacing), whose earlier
+    lines are removed."""
     source = open_focus(path)
     name = "focus" if source.native is None else _NATIVE_SOURCES[source.native]
-    legacy = has_legacy_keys(session, name)
+    # (old keys only tell an import what it would add twice: a replaced day has none left)
+    legacy = replacing is None and has_legacy_keys(session, name)
     if focus_columns.reads(source) and not legacy:
         result = ImportResult(version=source.version, format=source.label, read_by="columns")
+        before = replacing.copy() if replacing is not None else None
         try:
             with session.begin_nested():  # undone if the file is left to the other reader
                 focus_columns.import_columns(session, source, LineReader(attributor, rates or {}),
-                                             result, _Occurrences(), now)
+                                             result, _Occurrences(), now, replacing)
             return result
         except focus_columns.NotColumnar as why:
             log.info("%s: read line by line (%s)", path.name, why)
             because = str(why)
             source = open_focus(path)
+            if replacing is not None and before is not None:  # the emptying was undone too
+                replacing.restore(before)
     else:
         because = ""
     result = ImportResult(version=source.version if source.native is None else "",
                           format=source.label, read_by_lines_because=because)
     lines = parse_focus(source, attributor, result, strict=strict, rates=rates, legacy=legacy)
-    store_lines(session, lines, now, result)
+    store_lines(session, lines, now, result, replacing)
     return result
 
 

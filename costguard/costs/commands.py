@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from decimal import Decimal
 
     from costguard.config import Settings
+    from costguard.costs.bill_store import ImportResult
     from costguard.policy.schema import PolicySet
     from costguard.store.db import Database
 
@@ -54,9 +55,11 @@ def _db(config: Path | None, *, create: bool = True, settings: Settings | None =
 
 @billing_app.command("import")
 def billing_import(
-    file: Annotated[Path, typer.Argument(
+    files: Annotated[list[Path], typer.Argument(
+        metavar="FILE...",
         help="A FOCUS export (0.5 to 1.2), an AWS CUR (2.0 or legacy) or a Google Cloud "
-        "billing export: CSV, JSON Lines (plain or gzip) or Parquet.")],
+        "billing export: CSV, JSON Lines (plain or gzip) or Parquet. Several files (a "
+        "delivery's parts) are imported together, all or none.")],
     config: ConfigOpt = None,
     policies: PoliciesOpt = None,
     strict: Annotated[bool, typer.Option(
@@ -65,6 +68,11 @@ def billing_import(
     rate: Annotated[list[str] | None, typer.Option(
         "--rate", metavar="CUR=RATE", help="US dollars per unit of a billing currency, for "
         "lines not billed in USD (repeatable), e.g. --rate EUR=1.08.")] = None,
+    replace: Annotated[bool, typer.Option(
+        "--replace", help="The files are a new delivery of the days they cover (a "
+        "month-to-date export delivered again, lines restated): what earlier imports of "
+        "this kind of export stored for those days is replaced. Give all of a delivery's "
+        "parts in one command.")] = False,
     fmt: FormatOpt = "text",
 ) -> None:
     """Import a cost export (FOCUS, AWS CUR, Google Cloud billing export); attribution rules
@@ -73,63 +81,91 @@ def billing_import(
     Lines that cannot be read are skipped and listed with their line number and reason;
     credits, taxes and purchases are kept apart from usage; lines of providers costguard
     does not govern are kept under their provider. Importing the same export again adds
-    nothing. Each billed instance costguard watched over the billed period gets its
-    effective hourly rate learned from the bill (discounts included), used by its
-    estimates from then on.
+    nothing; an export delivered again with restated lines is imported with --replace.
+    Each billed instance costguard watched over the billed period gets its effective
+    hourly rate learned from the bill (discounts included), used by its estimates from
+    then on.
 
     Example: costguard billing import focus-2026-11.csv.gz --rate EUR=1.08
     """
     from costguard.costs.attribution import Attributor
     from costguard.costs.bill_rates import learn_rates
+    from costguard.costs.bill_store import ImportResult
     from costguard.costs.billing import import_focus
+    from costguard.costs.line_keys import Replacing
 
     rates = _rates(rate or [])
+    replacing = Replacing() if replace else None
     try:
         settings = _settings(config)
         attributor = Attributor(_policy_set(policies, settings).attribution)
         db = _db(config, settings=settings)
         now = cli_clock().now()
-        with db.session() as s:
-            result = import_focus(s, file, attributor, now, strict=strict, rates=rates)
+        with db.session() as s:  # one transaction: all the files, or none
+            results = [import_focus(s, file, attributor, now, strict=strict, rates=rates,
+                                    replacing=replacing) for file in files]
         with db.session() as s:
             learned = learn_rates(s, now)
     except CostguardError as exc:
         raise _fail(exc) from None
+    total = ImportResult.total(results)
+    replaced = None if replacing is None else {
+        "days": len(replacing.days), "lines_before": replacing.lines,
+        "billed_usd_before": replacing.billed_micros / 1e6}
     if fmt == "json":
         print(json.dumps({
-            "format": result.format, "focus_version": result.version or None,
-            "read": result.read, "added": result.added,
-            "duplicates": result.duplicates, "skipped": result.skipped_count,
-            "skipped_lines": [{"where": w, "why": why} for w, why in result.skipped],
-            "billed_usd": result.billed_micros / 1e6,
-            "by_category_usd": {k: v / 1e6 for k, v in sorted(result.by_category.items())},
-            "by_provider_usd": {k: v / 1e6 for k, v in sorted(result.by_provider.items())},
-            "currencies": sorted(result.currencies), "read_by": result.read_by,
-            "read_by_lines_because": result.read_by_lines_because or None,
+            **_import_json(total), "replaced": replaced,
+            "files": [{"file": str(f), **_import_json(r)}
+                      for f, r in zip(files, results, strict=True)],
             "learned_rates": learned.learned,
             "billed_instances_not_watched": len(learned.not_watched)}, indent=2))
         return
-    def usd(micros: int) -> str:
-        return f"{'-' if micros < 0 else ''}${abs(micros) / 1e6:,.2f}"
-
-    console.print(f"{result.format}: {result.added:,} line(s) imported, "
-                  f"{result.duplicates:,} already there, {result.skipped_count:,} skipped; "
-                  f"billed {usd(result.billed_micros)}", highlight=False)
-    for label, sums in (("by charge", result.by_category), ("by provider", result.by_provider)):
-        if sums:
-            console.print(f"  {label}: " + ", ".join(
-                f"{k} {usd(v)}" for k, v in sorted(sums.items(), key=lambda kv: -kv[1])),
-                highlight=False)
-    from costguard.model import PROVIDERS
-
-    ungoverned = sorted(set(result.by_provider) - {*PROVIDERS, "(none)"})
-    if ungoverned:
-        console.print(f"  kept, not governed by costguard: {', '.join(ungoverned)}",
+    for file, result in zip(files, results, strict=True):
+        _print_import(result, f"{file.name}: " if len(files) > 1 else "")
+    if replacing is not None:
+        console.print(f"  replaced {len(replacing.days):,} day(s) an earlier import held: "
+                      f"{replacing.lines:,} line(s), billed {_usd(replacing.billed_micros)}",
                       highlight=False)
     if learned.learned:
         console.print(f"  learned the effective hourly rate of {learned.learned} instance(s) "
                       "from their bill lines: their estimates use it from now on "
                       "(costguard prices show TYPE)", highlight=False)
+    console.print("Compare: costguard report --by team --compare billed")
+
+
+def _usd(micros: int) -> str:
+    return f"{'-' if micros < 0 else ''}${abs(micros) / 1e6:,.2f}"
+
+
+def _import_json(result: ImportResult) -> dict[str, object]:
+    return {
+        "format": result.format, "focus_version": result.version or None,
+        "read": result.read, "added": result.added,
+        "duplicates": result.duplicates, "skipped": result.skipped_count,
+        "skipped_lines": [{"where": w, "why": why} for w, why in result.skipped],
+        "billed_usd": result.billed_micros / 1e6,
+        "by_category_usd": {k: v / 1e6 for k, v in sorted(result.by_category.items())},
+        "by_provider_usd": {k: v / 1e6 for k, v in sorted(result.by_provider.items())},
+        "currencies": sorted(result.currencies), "read_by": result.read_by,
+        "read_by_lines_because": result.read_by_lines_because or None}
+
+
+def _print_import(result: ImportResult, name: str) -> None:
+    """One file's summary (`name`: the file's, where there are several)."""
+    from costguard.model import PROVIDERS
+
+    console.print(f"{name}{result.format}: {result.added:,} line(s) imported, "
+                  f"{result.duplicates:,} already there, {result.skipped_count:,} skipped; "
+                  f"billed {_usd(result.billed_micros)}", highlight=False, markup=False)
+    for label, sums in (("by charge", result.by_category), ("by provider", result.by_provider)):
+        if sums:
+            console.print(f"  {label}: " + ", ".join(
+                f"{k} {_usd(v)}" for k, v in sorted(sums.items(), key=lambda kv: -kv[1])),
+                highlight=False, markup=False)
+    ungoverned = sorted(set(result.by_provider) - {*PROVIDERS, "(none)"})
+    if ungoverned:
+        console.print(f"  kept, not governed by costguard: {', '.join(ungoverned)}",
+                      highlight=False, markup=False)
     if result.read_by_lines_because:
         console.print(f"  read line by line (slower): {result.read_by_lines_because}",
                       highlight=False, markup=False)
@@ -138,7 +174,6 @@ def billing_import(
     if result.skipped_count > len(result.skipped):
         err.print(f"... and {result.skipped_count - len(result.skipped):,} more skipped "
                   "(--format json lists the first 20; --strict refuses the file)")
-    console.print("Compare: costguard report --by team --compare billed")
 
 
 def _rates(texts: list[str]) -> dict[str, Decimal]:

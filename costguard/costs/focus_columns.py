@@ -46,7 +46,7 @@ from costguard.costs.bill_store import (
 from costguard.costs.focus_batches import tables
 from costguard.costs.focus_files import FocusFile, final_names
 from costguard.costs.line_digests import Digests
-from costguard.costs.line_keys import LineKeys
+from costguard.costs.line_keys import LineKeys, Replacing
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
@@ -68,15 +68,17 @@ def reads(source: FocusFile) -> bool:
 
 
 def import_columns(session: Session, source: FocusFile, reader: LineReader,
-                   result: ImportResult, seen: Any, now: datetime) -> None:
+                   result: ImportResult, seen: Any, now: datetime,
+                   replacing: Replacing | None = None) -> None:
     """Import `source` into the store, or raise NotColumnar (what was stored is the
-    caller's to undo). `seen` counts identical lines (billing._Occurrences)."""
+    caller's to undo). `seen` counts identical lines (billing._Occurrences); `replacing`:
+    the days the file covers are emptied of earlier imports first (line_keys)."""
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
 
     names = _final_names(source.columns)
     pending: list[pa.Table] = []  # day sums not yet stored: a day spans batches
     held = 0
-    keys = LineKeys(session, "focus")
+    keys = LineKeys(session, "focus", replacing)
     try:
         # (closing: the batches' reader thread stops when this does, whatever it raises)
         with Digests(source.path, source.kind, len(source.columns), names,

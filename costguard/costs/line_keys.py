@@ -7,6 +7,11 @@ than everything else an import does. A bill's lines come about in time order, so
 holds the sets of a few days at once; a day it has not seen is read when its first line
 comes (nothing, for a day never imported), and the keys an import adds are written as one
 more blob of the day when the import ends or the day is let go.
+
+An export delivered again with restated lines (AWS and Azure rewrite a month-to-date export
+every day; a Savings Plan or a correction changes lines already delivered) is imported with
+`Replacing`: the first time a day of the source comes, what earlier imports stored for it
+(its sums and its keys) is removed, so the day holds this delivery's lines only.
 """
 
 from __future__ import annotations
@@ -15,21 +20,59 @@ import sys
 from array import array
 from collections import OrderedDict, defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
-from sqlalchemy import Table, insert, select
+from sqlalchemy import Table, delete, func, insert, select
 from sqlmodel import Session
 
-from costguard.store.tables import BillingLineKeyRow
+from costguard.store.tables import BillingCostRow, BillingLineKeyRow
 
 _T: Table = BillingLineKeyRow.__table__  # type: ignore[attr-defined]
+_COSTS: Table = BillingCostRow.__table__  # type: ignore[attr-defined]
 HELD_DAYS = 3  # days whose keys an import holds at once (a file out of time order reloads)
 
 
-class LineKeys:
-    """The imported lines of one source, for one import (one transaction)."""
+@dataclass
+class Replacing:
+    """The days an import replaces (`billing import --replace`), shared by the files of one
+    delivery (a CUR's parts): a day is emptied the first time any of them has a line of it,
+    and the next part adds to what the first put there."""
 
-    def __init__(self, session: Session, source: str) -> None:
-        self.session, self.source = session, source
+    days: set[tuple[str, int]] = field(default_factory=set)  # (source, day) emptied
+    lines: int = 0  # what the emptied days held before
+    billed_micros: int = 0
+
+    def empty(self, session: Session, source: str, day: int) -> bool:
+        """Remove what earlier imports stored for `source`'s `day`, once; whether it did."""
+        if (source, day) in self.days:
+            return False
+        self.days.add((source, day))
+        where = (_COSTS.c.source == source, _COSTS.c.day == day)
+        lines, billed = session.execute(select(
+            func.coalesce(func.sum(_COSTS.c.lines), 0),
+            func.coalesce(func.sum(_COSTS.c.billed_micros), 0)).where(*where)).one()
+        self.lines += int(lines)
+        self.billed_micros += int(billed)
+        session.execute(delete(_COSTS).where(*where))
+        session.execute(delete(_T).where(_T.c.source == source, _T.c.day == day))
+        return True
+
+    def copy(self) -> Replacing:
+        return Replacing(set(self.days), self.lines, self.billed_micros)
+
+    def restore(self, earlier: Replacing) -> None:
+        """Back to `earlier` (a copy), as a rolled-back savepoint puts the days back."""
+        self.days, self.lines, self.billed_micros = (set(earlier.days), earlier.lines,
+                                                     earlier.billed_micros)
+
+
+class LineKeys:
+    """The imported lines of one source, for one import (one transaction); with
+    `replacing`, each day's earlier lines are removed when its first line comes."""
+
+    def __init__(self, session: Session, source: str,
+                 replacing: Replacing | None = None) -> None:
+        self.session, self.source, self.replacing = session, source, replacing
         self.days: OrderedDict[int, set[int]] = OrderedDict()
         self.chunks: dict[int, int] = {}  # chunks stored per held day: the next one's number
         self.added: defaultdict[int, list[int]] = defaultdict(list)  # not yet written
@@ -71,6 +114,8 @@ class LineKeys:
         if len(self.days) >= HELD_DAYS:
             oldest, _ = self.days.popitem(last=False)
             self._write(oldest)
+        if self.replacing is not None:
+            self.replacing.empty(self.session, self.source, day)
         held, chunks = set(), 0
         for chunk, blob in self.session.execute(select(_T.c.chunk, _T.c.line_keys).where(
                 _T.c.source == self.source, _T.c.day == day)):

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import func, select
 
 from costguard.costs import line_keys
-from costguard.costs.line_keys import LineKeys, pack, unpack
+from costguard.costs.line_keys import LineKeys, Replacing, pack, unpack
 from costguard.store.db import Database
 from costguard.store.tables import BillingLineKeyRow
 
@@ -44,3 +44,24 @@ def test_a_day_let_go_and_read_back_still_knows_its_lines(
             BillingLineKeyRow.source == "focus")) for k in unpack(blob)]
     assert written is not None and written >= 2  # chunks: let go mid-import, then the later one
     assert sorted(stored) == sorted([k for _, k in lines] + [-5, 7])
+
+
+def test_replacing_empties_a_day_once_and_of_its_own_source_only(
+        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(line_keys, "HELD_DAYS", 1)  # a day let go and read back mid-import
+    day, other_day = 20_400, 20_401
+    with db.session() as s:
+        for source in ("focus", "aws-cur"):
+            keys = LineKeys(s, source)
+            keys.add([(day, 1), (day, 2), (other_day, 3)])
+            keys.finish()
+    replacing = Replacing()
+    with db.session() as s:
+        keys = LineKeys(s, "focus", replacing)
+        assert keys.add([(day, 1), (day, 9)]) == [False, False]  # the day's keys are gone
+        assert keys.add([(other_day, 4)]) == [False]  # (`day` let go)
+        assert keys.add([(day, 9), (day, 2)]) == [True, False]  # read back, not emptied twice
+        keys.finish()
+        assert sorted(replacing.days) == [("focus", day), ("focus", other_day)]
+        untouched = LineKeys(s, "aws-cur")
+        assert untouched.add([(day, 1), (other_day, 3)]) == [True, True]
