@@ -36,6 +36,7 @@ from costguard.costs.bill_store import ImportResult, has_legacy_keys, hash64, st
 from costguard.costs.focus_files import BAD_ROW, REQUIRED, FocusFile, open_focus
 from costguard.costs.line_keys import Replacing
 from costguard.errors import ConfigError
+from costguard.store.db import begin_for_savepoints
 
 __all__ = ["REQUIRED", "BillingImportError", "ImportResult", "import_cost_explorer",
            "import_focus"]
@@ -164,6 +165,7 @@ def import_focus(session: Session, path: Path, attributor: Attributor, now: date
         result = ImportResult(version=source.version, format=source.label, read_by="columns")
         before = replacing.copy() if replacing is not None else None
         try:
+            begin_for_savepoints(session)
             with session.begin_nested():  # undone if the file is left to the other reader
                 focus_columns.import_columns(session, source, LineReader(attributor, rates or {}),
                                              result, _Occurrences(), now, replacing)

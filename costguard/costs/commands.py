@@ -56,7 +56,6 @@ def _db(config: Path | None, *, create: bool = True, settings: Settings | None =
 @billing_app.command("import")
 def billing_import(
     files: Annotated[list[Path], typer.Argument(
-        metavar="FILE...",
         help="A FOCUS export (0.5 to 1.2), an AWS CUR (2.0 or legacy) or a Google Cloud "
         "billing export: CSV, JSON Lines (plain or gzip) or Parquet. Several files (a "
         "delivery's parts) are imported together, all or none.")],

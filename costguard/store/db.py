@@ -98,6 +98,18 @@ def make_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True)
 
 
+def begin_for_savepoints(session: Session) -> None:
+    """Make sure the session's transaction has begun in the database before a SAVEPOINT:
+    pysqlite begins one only before a write, and a SAVEPOINT opened outside a transaction
+    starts its own, which its RELEASE commits (SQLAlchemy's pysqlite notes), so what came
+    after it could no longer be rolled back with the rest."""
+    conn = session.connection()
+    if conn.dialect.name == "sqlite":
+        raw = conn.connection.dbapi_connection
+        if raw is not None and not raw.in_transaction:
+            conn.exec_driver_sql("BEGIN")
+
+
 def _alembic_config(engine: Engine) -> AlembicConfig:
     from alembic.config import Config as AlembicConfig
 

@@ -174,3 +174,22 @@ def test_the_cli_imports_parts_together_and_says_what_it_replaced(
     plain = json.loads(runner.invoke(app, ["billing", "import", *map(str, parts), "--format",
                                            "json"]).output)
     assert (plain["added"], plain["duplicates"], plain["replaced"]) == (0, len(AGAIN), None)
+
+
+def test_a_delivery_with_a_part_that_fails_keeps_nothing_of_it(
+        db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """All the files or none: the first part, read by the column reader inside a savepoint,
+    is rolled back with the rest when a later part is refused (on SQLite, a savepoint opened
+    before the transaction began would have committed it on release)."""
+    from costguard.costs.billing import BillingImportError
+
+    load(db, write(tmp_path / "first.csv", FIRST), monkeypatch=monkeypatch)
+    before = stored(db)
+    part = write(tmp_path / "part-1.csv", AGAIN[:100])
+    with pytest.raises(BillingImportError, match=r"missing\.csv"):
+        load(db, part, tmp_path / "missing.csv", replacing=Replacing(),
+             monkeypatch=monkeypatch)
+    assert stored(db) == before
+    with pytest.raises(BillingImportError, match=r"missing\.csv"):
+        load(db, part, tmp_path / "missing.csv", monkeypatch=monkeypatch)
+    assert stored(db) == before
