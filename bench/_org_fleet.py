@@ -106,7 +106,7 @@ class Fleet:
         points fits one call's 100,800 datapoints), one Auto Scaling read where
         groups are, one spot price read (the cost of spot instances; what spot would save on the
         others); per scope that acts, one
-        re-check and one call per action kind (stop, then its status check; tag); the GPU
+        re-check and one call per action kind (stop, whose answer gives the states; tag); the GPU
         types once (100 a call)."""
         calls: Counter[str] = Counter()
         calls["STS.GetCallerIdentity"] += 1
@@ -127,8 +127,7 @@ class Fleet:
             if stops or tags:
                 calls["EC2.DescribeInstances"] += -(-(stops + tags) // 1000)
             if stops:
-                calls["EC2.StopInstances"] += -(-stops // 1000)
-                calls["EC2.DescribeInstanceStatus"] += -(-stops // 100)
+                calls["EC2.StopInstances"] += -(-stops // 1000)  # (its answer: the states)
             if tags:
                 calls["EC2.CreateTags"] += -(-tags // 1000)
         return calls

@@ -1,8 +1,9 @@
 """Re-check, stop and tag many EC2 instances of one (account, region) in few API calls.
 
 Every call takes up to `CHUNK` instance ids: one DescribeInstances per chunk to re-check, one
-StopInstances per chunk (then DescribeInstanceStatus, 100 ids a call, to verify the state
-after), one CreateTags and/or DeleteTags per chunk. A dry run sends the same calls with
+StopInstances per chunk (its answer gives each instance's state after; an instance it does
+not answer for is read with DescribeInstanceStatus, 100 ids a call), one CreateTags and/or
+DeleteTags per chunk. A dry run sends the same calls with
 DryRun=True, so one call proves the permission for the whole chunk.
 
 EC2 validates every id of a call before acting on any: an id that vanished meanwhile fails
@@ -185,35 +186,46 @@ def send_chunk(operation: str, ids: Sequence[str], send: Send, *, dry_run: bool,
 
 def stop_many(ec2: EC2Client, instances: Sequence[Instance], *, dry_run: bool, scope: str
               ) -> dict[str, ActionResult]:
-    """StopInstances per chunk, then one DescribeInstances per chunk to verify the state.
-    A controller's member is never in a StopInstances call (the last guard: the act stage
-    routes members to scale-in or a notice long before)."""
+    """StopInstances per chunk; each instance's state after is the one its answer gives
+    (`StoppingInstances[].CurrentState`), read with DescribeInstanceStatus where it gives
+    none. A controller's member is never in a StopInstances call (the last guard: the act
+    stage routes members to scale-in or a notice long before)."""
     out: dict[str, ActionResult] = {
         i.instance_id: ActionResult(outcome=ActionOutcome.SKIPPED,
                                     detail=f"managed by {i.owner}: not stopped as if alone")
         for i in instances if i.owner is not None}
     instances = [i for i in instances if i.owner is None]
 
+    answered: dict[str, InstanceState] = {}  # each id's state in StopInstances' answer
+
     def send(ids: list[str], dry: bool) -> Any:
-        return ec2.stop_instances(InstanceIds=ids, DryRun=dry)
+        response = ec2.stop_instances(InstanceIds=ids, DryRun=dry)
+        for item in response.get("StoppingInstances", []):
+            answered[item["InstanceId"]] = EC2_STATES.get(item["CurrentState"]["Name"],
+                                                          InstanceState.PENDING)
+        return response
 
     for chunk in chunks(instances):
         settled, through = send_chunk("stop", [i.instance_id for i in chunk], send,
                                       dry_run=dry_run, scope=scope)
         out |= settled
-        out |= _verify_stopped(ec2, through, scope)
+        out |= _verify_stopped(ec2, through, answered, scope)
     return out
 
 
-def _verify_stopped(ec2: EC2Client, ids: list[str], scope: str) -> dict[str, ActionResult]:
-    if not ids:
-        return {}
-    try:
-        after = describe_states(ec2, ids, scope)
-    except ProviderError:  # the stop went through; only its verification failed
-        return _all(ids, ActionOutcome.DONE, "stop requested (state after not read)")
+def _verify_stopped(ec2: EC2Client, ids: list[str], answered: Mapping[str, InstanceState],
+                    scope: str) -> dict[str, ActionResult]:
+    unread = [i for i in ids if i not in answered]
+    after = {i: answered[i] for i in ids if i in answered}
     out: dict[str, ActionResult] = {}
+    if unread:
+        try:
+            after |= describe_states(ec2, unread, scope)
+        except ProviderError:  # the stop went through; only its verification failed
+            out |= _all(unread, ActionOutcome.DONE, "stop requested (state after not read)")
     for iid in ids:
+        if iid in out:
+            continue
         state = after.get(iid, InstanceState.TERMINATED)
         if state in (InstanceState.RUNNING, InstanceState.PENDING):
             out[iid] = ActionResult(outcome=ActionOutcome.FAILED, state_after=state,

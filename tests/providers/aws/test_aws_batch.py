@@ -89,8 +89,8 @@ def test_describe_and_stop_many_chunk_per_region(
     assert {r.state_after for r in results.values()} <= {InstanceState.STOPPING,
                                                            InstanceState.STOPPED}
     assert _per_region(calls, "StopInstances") == {REGION: 2, OTHER: 1}
-    # the states after: DescribeInstanceStatus takes 100 explicit ids a call
-    assert _per_region(calls, "DescribeInstanceStatus") == {REGION: 11, OTHER: 1}
+    # the states after are StopInstances' answer: nothing more is read
+    assert _per_region(calls, "DescribeInstanceStatus") == {}
     assert _per_region(calls, "DescribeInstances") == {}
     live = _live(REGION, [i.instance_id for i in instances if i.region == REGION])
     assert {state for state, _ in live.values()} <= {"stopping", "stopped"}
@@ -236,3 +236,41 @@ def test_a_stop_ec2_accepted_but_did_not_happen_is_failed_by_the_state_read_afte
     assert len(others) == 2 and {r.outcome for r in others} == {ActionOutcome.DONE}
     assert {r.state_after for r in others} <= {InstanceState.STOPPING, InstanceState.STOPPED}
     assert calls[f"DescribeInstanceStatus {REGION}"] == 1
+
+
+def test_a_stop_ec2_answers_with_the_instance_still_running_is_failed_without_a_read(
+    make_provider: ProviderFactory, session: boto3.Session
+) -> None:
+    """The states after come from StopInstances' own answer: one it gives as running is a
+    failed stop, and nothing is read after."""
+    run_instances(REGION, count=3)
+    kept: set[str] = set()
+
+    def answer_one_running(params: dict[str, Any], **_: Any
+                           ) -> tuple[Any, dict[str, Any]] | None:
+        body = params["body"]
+        ids = [v for k, v in sorted(body.items()) if k.startswith("InstanceId.")]
+        if body.get("DryRun") == "true":
+            return None
+        kept.add(ids[0])
+        boto3.client("ec2", region_name=REGION).stop_instances(InstanceIds=ids[1:])
+        states = [{"InstanceId": i, "CurrentState": {"Code": 16 if i in kept else 64,
+                                                     "Name": "running" if i in kept
+                                                     else "stopping"},
+                   "PreviousState": {"Code": 16, "Name": "running"}} for i in ids]
+        return AWSResponse("https://ec2", 200, HTTPHeaders(), None), {
+            "StoppingInstances": states, "ResponseMetadata": {"HTTPStatusCode": 200}}
+
+    session.events.register_first("before-call.ec2.StopInstances", answer_one_running)  # type: ignore[arg-type]
+    calls = _count(session)
+    provider = make_provider(regions=[REGION])
+    instances = provider.list_instances().instances
+    calls.clear()
+
+    results = provider.stop_many(instances, dry_run=False)
+
+    (left,) = kept
+    assert (results[left].outcome, results[left].state_after) == (ActionOutcome.FAILED,
+                                                                 InstanceState.RUNNING)
+    assert {r.outcome for iid, r in results.items() if iid != left} == {ActionOutcome.DONE}
+    assert calls[f"DescribeInstanceStatus {REGION}"] == 0
