@@ -74,6 +74,17 @@ FIRST = delivery(range(2, 5))
 AGAIN = delivery(range(3, 6), restated={(3, 7, 1): "1.25"}, gone=(4, 9, 2))
 
 
+def replaced_alike(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    """What a store holds that had Nov 2 of the first delivery and all of the second."""
+    expected = Database(f"sqlite:///{tmp_path / 'expected.db'}")
+    try:
+        load(expected, write(tmp_path / "nov2.csv", delivery(range(2, 3))),
+             write(tmp_path / "again.csv", AGAIN), monkeypatch=monkeypatch)
+        return stored(expected)
+    finally:
+        expected.dispose()
+
+
 @pytest.mark.parametrize("by_columns", [True, False], ids=["columns", "lines"])
 def test_a_delivery_again_replaces_the_days_it_covers(
         db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -82,14 +93,7 @@ def test_a_delivery_again_replaces_the_days_it_covers(
     load(db, first, by_columns=by_columns, monkeypatch=monkeypatch)
     replacing = Replacing()
     load(db, again, replacing=replacing, by_columns=by_columns, monkeypatch=monkeypatch)
-    # what a store holds that had Nov 2 of the first delivery and all of the second
-    expected = Database(f"sqlite:///{tmp_path / 'expected.db'}")
-    try:
-        load(expected, write(tmp_path / "nov2.csv", delivery(range(2, 3))), again,
-             monkeypatch=monkeypatch)
-        assert stored(db) == stored(expected)
-    finally:
-        expected.dispose()
+    assert stored(db) == replaced_alike(tmp_path, monkeypatch)
     assert sorted(replacing.days) == [("focus", day_number(date(2026, 11, d)))
                                       for d in (3, 4, 5)]
     assert (replacing.lines, replacing.billed_micros) == (144, 144 * 3_500_000)
@@ -116,13 +120,7 @@ def test_a_deliverys_parts_fill_a_day_together_and_again_alike(
     load(db, *parts, replacing=again, monkeypatch=monkeypatch)
     assert stored(db) == once
     assert again.lines == len(AGAIN)  # the day sums it replaced held every line of it
-    whole = Database(f"sqlite:///{tmp_path / 'whole.db'}")
-    try:
-        load(whole, write(tmp_path / "nov2.csv", delivery(range(2, 3))),
-             write(tmp_path / "again.csv", AGAIN), monkeypatch=monkeypatch)
-        assert stored(db) == stored(whole)
-    finally:
-        whole.dispose()
+    assert stored(db) == replaced_alike(tmp_path, monkeypatch)
 
 
 def test_a_file_the_column_reader_hands_over_is_replaced_once(
@@ -137,13 +135,7 @@ def test_a_file_the_column_reader_hands_over_is_replaced_once(
     load(db, write(tmp_path / "bad.csv", bad), replacing=replacing, monkeypatch=monkeypatch)
     assert replacing.lines == 144  # counted once, by the reader that kept its work
     assert len(replacing.days) == 3
-    expected = Database(f"sqlite:///{tmp_path / 'expected.db'}")
-    try:
-        load(expected, write(tmp_path / "nov2.csv", delivery(range(2, 3))),
-             write(tmp_path / "again.csv", AGAIN), monkeypatch=monkeypatch)
-        assert stored(db) == stored(expected)
-    finally:
-        expected.dispose()
+    assert stored(db) == replaced_alike(tmp_path, monkeypatch)
 
 
 def test_the_cli_imports_parts_together_and_says_what_it_replaced(
