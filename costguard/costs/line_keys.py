@@ -42,10 +42,10 @@ class Replacing:
     lines: int = 0  # what the emptied days held before
     billed_micros: int = 0
 
-    def empty(self, session: Session, source: str, day: int) -> bool:
-        """Remove what earlier imports stored for `source`'s `day`, once; whether it did."""
+    def empty(self, session: Session, source: str, day: int) -> None:
+        """Remove what earlier imports stored for `source`'s `day` (once per import)."""
         if (source, day) in self.days:
-            return False
+            return
         self.days.add((source, day))
         where = (_COSTS.c.source == source, _COSTS.c.day == day)
         lines, billed = session.execute(select(
@@ -55,7 +55,6 @@ class Replacing:
         self.billed_micros += int(billed)
         session.execute(delete(_COSTS).where(*where))
         session.execute(delete(_T).where(_T.c.source == source, _T.c.day == day))
-        return True
 
     def copy(self) -> Replacing:
         return Replacing(set(self.days), self.lines, self.billed_micros)
