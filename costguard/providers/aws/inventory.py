@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from costguard.clock import utc
@@ -14,7 +14,7 @@ from costguard.model import Instance, InstanceState, Lifecycle
 from costguard.providers.aws.boundary import aws_call
 from costguard.providers.aws.gpu_types import GpuSpec, GpuTypeCatalog, shipped_gpu_table
 from costguard.providers.aws.instance_xml import lean_records
-from costguard.providers.aws.owners import owner_from_tags, with_group_sizes
+from costguard.providers.aws.owners import GroupSizes, owner_from_tags, with_group_sizes
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
@@ -77,9 +77,11 @@ def read_scope(
     catalog: GpuTypeCatalog,
     observed_at: datetime,
     autoscaling: Callable[[], Any] | None = None,
+    group_sizes: GroupSizes | None = None,
 ) -> ScopeResult:
     """One scope's instances. `autoscaling` hands out the scope's Auto Scaling client, asked
-    for only when some instance belongs to a group (to size the groups, one call per 50)."""
+    for only when some instance belongs to a group (to size the groups, one call per 50 not
+    in `group_sizes`)."""
     scope = f"{account}/{region}"
     raws: list[dict[str, Any]] = []
     pages = 0
@@ -94,7 +96,8 @@ def read_scope(
         for r in raws
     ]
     if autoscaling is not None and any(i.owner for i in instances):
-        instances = with_group_sizes(instances, autoscaling(), f"{account}/{region}")
+        instances = with_group_sizes(instances, autoscaling(), f"{account}/{region}",
+                                     group_sizes or GroupSizes(timedelta(0)), observed_at)
     hosts = {r["InstanceId"]: host_names(r) for r in raws}
     return ScopeResult(instances, hosts, pages)
 

@@ -32,6 +32,7 @@ from costguard.model import (
 from costguard.providers.aws import actions, batch
 from costguard.providers.aws.gpu_types import GpuTypeCatalog
 from costguard.providers.aws.inventory import HostNames, read_scope
+from costguard.providers.aws.owners import GroupSizes
 from costguard.providers.aws.pricing import (
     OnDemandTable,
     fetch_on_demand_prices,
@@ -73,6 +74,7 @@ class AwsProvider(CloudWatchReads):
         self.spot = SpotPrices(settings.spot_product_description, self.clock,
                                lambda account_id, region: self.clients.ec2(
                                    self._account(account_id), region))
+        self.group_sizes = GroupSizes(timedelta(minutes=settings.group_sizes_max_age_minutes))
         self._volumes: dict[str, list[dict[str, Any]]] = {}  # read by stop_many, for stopped_cost
         self.metric_gaps: list[Gap] = []  # scopes whose metrics could not be read, last call
         self.get_metric_data_calls = 0  # GetMetricData calls made, last gpu/cpu call
@@ -165,6 +167,7 @@ class AwsProvider(CloudWatchReads):
                 catalog=self.gpu_types,
                 observed_at=observed_at,
                 autoscaling=lambda: self.clients.autoscaling(account, region),
+                group_sizes=self.group_sizes,
             )
         except ProviderError as exc:
             log.warning("aws scope %s not read: %s", scope, exc)
@@ -249,6 +252,8 @@ class AwsProvider(CloudWatchReads):
         from costguard.providers.aws import groups
 
         scope = f"{instance.account}/{instance.region}"
+        if instance.owner is not None and not dry_run:
+            self.group_sizes.forget(scope, instance.owner.name)
         try:
             client = self.clients.autoscaling(self._account(instance.account), instance.region)
             return groups.scale_in(client, instance, dry_run=dry_run, scope=scope)
@@ -261,6 +266,8 @@ class AwsProvider(CloudWatchReads):
         from costguard.providers.aws import groups
 
         scope = f"{member.account}/{member.region}"
+        if member.owner is not None and not dry_run:
+            self.group_sizes.forget(scope, member.owner.name)
         try:
             client = self.clients.autoscaling(self._account(member.account), member.region)
             return groups.resize_group(client, member, min_size=min_size, desired=desired,

@@ -135,6 +135,9 @@ class AwsSettings(_Strict):
     endpoint_url: str | None = None
     session_name: str = "costguard"
     spot_product_description: str = "Linux/UNIX"
+    # how long the Auto Scaling groups' sizes and tags the inventory read are reused (0:
+    # read every cycle); acting on a group always reads it first
+    group_sizes_max_age_minutes: int = Field(default=15, ge=0, le=24 * 60)
 
     @field_validator("regions")
     @classmethod

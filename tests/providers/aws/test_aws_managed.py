@@ -250,3 +250,33 @@ def test_an_idle_group_of_four_is_scaled_in_to_its_minimum_over_cycles_and_not_r
     assert calls["StopInstances"] == 1 and calls[f"StopInstances:{pet}"] == 1
     assert not any(calls[f"StopInstances:{m}"] for m in members)
     assert calls["TerminateInstances"] == 0
+
+
+def test_group_sizes_are_reused_for_their_max_age_and_forgotten_when_costguard_resizes(
+        make_provider: ProviderFactory, clock: Any) -> None:
+    members = _group(desired=3, low=1)
+    provider = make_provider(group_sizes_max_age_minutes=15)
+    calls = _count_calls(provider)
+    assert _listed(provider)[members[0]].owner.desired == 3  # type: ignore[union-attr]
+    clock.advance(timedelta(minutes=5))
+    _listed(provider)
+    assert calls["DescribeAutoScalingGroups"] == 1  # the next cycle reuses the read
+    boto3.client("autoscaling", region_name=REGION).update_auto_scaling_group(
+        AutoScalingGroupName="gpu-asg", MaxSize=9)  # changed outside costguard
+    clock.advance(timedelta(minutes=11))
+    assert _listed(provider)[members[0]].owner.max_size == 9  # type: ignore[union-attr]
+    assert calls["DescribeAutoScalingGroups"] == 2  # older than 15 minutes: read again
+    done = provider.scale_in(_listed(provider)[members[0]], dry_run=False)
+    assert done.outcome is ActionOutcome.DONE  # (scale-in read the group itself first)
+    before = calls["DescribeAutoScalingGroups"]
+    assert _listed(provider)[members[1]].owner.desired == 2  # type: ignore[union-attr]
+    assert calls["DescribeAutoScalingGroups"] == before + 1  # resized by costguard: read
+
+
+def test_group_sizes_max_age_0_reads_every_cycle(make_provider: ProviderFactory) -> None:
+    _group()
+    provider = make_provider(group_sizes_max_age_minutes=0)
+    calls = _count_calls(provider)
+    _listed(provider)
+    _listed(provider)
+    assert calls["DescribeAutoScalingGroups"] == 2
