@@ -93,7 +93,8 @@ def hash64(text: str | bytes) -> int:
 
 
 def group_key(day: date, values: Sequence[str | None]) -> int:
-    """The billing_costs row of `day` and GROUP_COLUMNS' `values` (None is not "")."""
+    """The billing_costs row of `day` and GROUP_COLUMNS' `values` (None is not "");
+    focus_columns._group_keys works out the same for a table of them."""
     return hash64("\x1f".join([day.isoformat(), *("\x00" if v is None else v
                                                    for v in values)]))
 
@@ -136,8 +137,8 @@ def _store_batch(session: Session, batch: list[dict[str, Any]], now: datetime,
         held = keys.get(source) or keys.setdefault(source,
                                                    LineKeys(session, source, replacing))
         # (a line known by its old key is recorded by its new one too)
-        known = held.add([(day_number(line["charge_start"]), line["line_key"])
-                          for line in lines])
+        known = held.add([day_number(line["charge_start"]) for line in lines],
+                         [line["line_key"] for line in lines])
         legacy = _stored(session, _LEGACY, source, [line["legacy_key"] for line in lines
                                                     if "legacy_key" in line])
         new: list[dict[str, Any]] = []
@@ -195,16 +196,18 @@ def day_number(when: datetime | date) -> int:
 
 
 def add_day_sums(session: Session, source: str, sums: Iterable[Sequence[Any]],
-                 now: datetime) -> None:
+                 now: datetime, keys: Sequence[int] | None = None) -> None:
     """Add each of `sums` (day, GROUP_COLUMNS' values, earliest start, latest end, billed,
-    effective, lines) to its day's row of `source` (made where there is none)."""
+    effective, lines) to its day's row of `source` (made where there is none); `keys`:
+    each one's `group_key`, where the caller worked them out already."""
     width = len(GROUP_COLUMNS)
     rows = []
-    for entry in sums:
+    for i, entry in enumerate(sums):
         day, values = entry[0], entry[1:1 + width]
         start, end, billed, effective, count = entry[1 + width:]
+        key = group_key(day, values) if keys is None else keys[i]
         # in _COST_COLUMNS' order (checked below)
-        rows.append((source, day_number(day), group_key(day, values), now, start, end,
+        rows.append((source, day_number(day), key, now, start, end,
                      *values[:5], billed, effective, count, *values[5:]))
     _execute_many(session, _upsert_sql, _COST_COLUMNS, rows)
 

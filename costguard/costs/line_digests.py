@@ -50,15 +50,15 @@ class Digests:
                 [sys.executable, "-m", "costguard.costs.line_digests", spec],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
 
-    def of(self, table: Any) -> list[bytes]:
-        """The digests of `table`, the next batch."""
+    def of(self, table: Any) -> bytes:
+        """The digests of `table`, the next batch, one after the other (8 bytes a line)."""
         if self.helper is not None and self.helper.stdout is not None:
             blob = _read(self.helper.stdout)
             n = table.num_rows
             if len(blob) == n * _DIGEST and (n == 0 or _checked(table, blob)):
-                return [blob[i:i + _DIGEST] for i in range(0, len(blob), _DIGEST)]
+                return blob
             self.close()  # out of step, or stopped: the rest are worked out here
-        return digests_of(table)
+        return b"".join(digests_of(table))
 
     def close(self) -> None:
         if self.helper is not None:

@@ -76,17 +76,24 @@ class LineKeys:
         self.chunks: dict[int, int] = {}  # chunks stored per held day: the next one's number
         self.added: defaultdict[int, list[int]] = defaultdict(list)  # not yet written
 
-    def add(self, keys: Sequence[tuple[int, int]]) -> list[bool]:
-        """Record `keys` ((day, key) pairs); for each, whether it was imported already (by
-        an earlier import, or earlier in this one: a key given twice is known the second
-        time)."""
-        by_day: defaultdict[int, list[int]] = defaultdict(list)
-        for i, (day, _) in enumerate(keys):
-            by_day[day].append(i)
+    def add(self, days: Sequence[int], keys: Sequence[int]) -> list[bool]:
+        """Record each of `keys` under its day in `days`; for each, whether it was imported
+        already (by an earlier import, or earlier in this one: a key given twice is known
+        the second time)."""
+        if len(days) != len(keys):
+            raise ValueError(f"{len(days)} days for {len(keys)} keys")
+        by_day: dict[int, Sequence[int]]
+        if days and days.count(days[0]) == len(days):  # a batch of one day: no grouping
+            by_day = {days[0]: range(len(days))}
+        else:
+            grouped: defaultdict[int, list[int]] = defaultdict(list)
+            for i, day in enumerate(days):
+                grouped[day].append(i)
+            by_day = dict(grouped)
         known = [False] * len(keys)
         for day, places in by_day.items():
             held = self._day(day)
-            day_keys = [keys[i][1] for i in places]
+            day_keys = keys if len(places) == len(keys) else [keys[i] for i in places]
             fresh = set(day_keys)
             if len(fresh) == len(day_keys) and held.isdisjoint(fresh):  # the usual case
                 held |= fresh

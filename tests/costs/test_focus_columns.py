@@ -57,8 +57,8 @@ def export_text(lines: int = 120) -> str:
 
 
 def stored(db: Database) -> list[tuple[Any, ...]]:
-    rows = [(r.source, r.charge_start, r.charge_end, r.provider, r.account, r.region,
-             r.service, r.resource_id, r.team, r.project, r.env, r.cost_center,
+    rows = [(r.source, r.group_key, r.charge_start, r.charge_end, r.provider, r.account,
+             r.region, r.service, r.resource_id, r.team, r.project, r.env, r.cost_center,
              r.charge_category, r.charge_class, r.currency, r.billed_micros,
              r.effective_micros, r.lines) for r in billing_lines(db)]
     return sorted(rows, key=lambda row: [(v is None, str(v)) for v in row])
@@ -119,7 +119,7 @@ def test_columns_store_what_lines_store(db: Database, tmp_path: Path,
         assert summary(one) == summary(other)
         assert one.added == 124 and one.duplicates == 0
         assert stored(by_columns) == stored(by_lines)
-        teams = {row[8] for row in stored(by_columns)}
+        teams = {row[9] for row in stored(by_columns)}
         assert teams == {"research", "vision", None}
         # the same keys: a file imported one way adds nothing imported the other
         assert imported(by_columns, export, columns=False,
@@ -236,7 +236,7 @@ def test_parquet_columns_store_what_lines_store(
         assert summary(one) == summary(other)
         assert (one.added, one.duplicates) == (93, 0)
         assert stored(by_columns) == stored(by_lines)
-        assert {row[8] for row in stored(by_columns)} == {"research", "vision", "nlp", None}
+        assert {row[9] for row in stored(by_columns)} == {"research", "vision", "nlp", None}
         assert imported(by_columns, export, columns=False,
                         monkeypatch=monkeypatch).duplicates == 93
         assert imported(by_lines, export, columns=True,
@@ -256,7 +256,7 @@ def test_digests_from_the_helper_process_are_the_importers_own(
     sizes = (4096, 50)
     batches = [t.rename_columns(names) for t in tables(export, "csv", 14, sizes)]
     assert len(batches) > 2
-    own = [line_digests.digests_of(t) for t in batches]
+    own = [b"".join(line_digests.digests_of(t)) for t in batches]
     with line_digests.Digests(export, "csv", 14, names, sizes) as digests:
         assert digests.helper is None  # a file this small is hashed here
         assert [digests.of(t) for t in batches] == own

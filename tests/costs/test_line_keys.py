@@ -13,6 +13,11 @@ from costguard.store.db import Database
 from costguard.store.tables import BillingLineKeyRow
 
 
+def add(keys: LineKeys, pairs: list[tuple[int, int]]) -> list[bool]:
+    """`keys.add` of (day, key) pairs."""
+    return keys.add([day for day, _ in pairs], [key for _, key in pairs])
+
+
 def test_keys_pack_as_signed_64_bit_integers() -> None:
     keys = [0, 1, -1, 2**63 - 1, -(2**63), 123456789012345678]
     assert list(unpack(pack(keys))) == keys
@@ -26,18 +31,18 @@ def test_a_day_let_go_and_read_back_still_knows_its_lines(
     lines = [(day, day * 1_000 + n) for n in range(50) for day in days]  # days interleaved
     with db.session() as s:
         keys = LineKeys(s, "focus")
-        assert keys.add(lines[:150]) == [False] * 150
+        assert add(keys, lines[:150]) == [False] * 150
         # the first 150 again (their days let go and read back), with the rest new
-        assert keys.add(lines) == [True] * 150 + [False] * (len(lines) - 150)
-        assert keys.add([(days[0], -5), (days[0], -5)]) == [False, True]  # twice in one go
+        assert add(keys, lines) == [True] * 150 + [False] * (len(lines) - 150)
+        assert add(keys, [(days[0], -5), (days[0], -5)]) == [False, True]  # twice in one go
         keys.finish()
     with db.session() as s:  # a later import: every line is known, nothing written twice
         again = LineKeys(s, "focus")
-        assert again.add(lines) == [True] * len(lines)
-        assert again.add([(days[0], 7)]) == [False]
+        assert add(again, lines) == [True] * len(lines)
+        assert add(again, [(days[0], 7)]) == [False]
         again.finish()
         other = LineKeys(s, "aws-cur")  # keys are per source
-        assert other.add(lines[:3]) == [False] * 3
+        assert add(other, lines[:3]) == [False] * 3
         written = s.scalar(select(func.count()).select_from(BillingLineKeyRow).where(
             BillingLineKeyRow.source == "focus", BillingLineKeyRow.day == days[0]))
         stored = [k for (blob,) in s.execute(select(BillingLineKeyRow.line_keys).where(
@@ -53,15 +58,15 @@ def test_replacing_empties_a_day_once_and_of_its_own_source_only(
     with db.session() as s:
         for source in ("focus", "aws-cur"):
             keys = LineKeys(s, source)
-            keys.add([(day, 1), (day, 2), (other_day, 3)])
+            add(keys, [(day, 1), (day, 2), (other_day, 3)])
             keys.finish()
     replacing = Replacing()
     with db.session() as s:
         keys = LineKeys(s, "focus", replacing)
-        assert keys.add([(day, 1), (day, 9)]) == [False, False]  # the day's keys are gone
-        assert keys.add([(other_day, 4)]) == [False]  # (`day` let go)
-        assert keys.add([(day, 9), (day, 2)]) == [True, False]  # read back, not emptied twice
+        assert add(keys, [(day, 1), (day, 9)]) == [False, False]  # the day's keys are gone
+        assert add(keys, [(other_day, 4)]) == [False]  # (`day` let go)
+        assert add(keys, [(day, 9), (day, 2)]) == [True, False]  # read back, not emptied twice
         keys.finish()
         assert sorted(replacing.days) == [("focus", day), ("focus", other_day)]
         untouched = LineKeys(s, "aws-cur")
-        assert untouched.add([(day, 1), (other_day, 3)]) == [True, True]
+        assert add(untouched, [(day, 1), (other_day, 3)]) == [True, True]
