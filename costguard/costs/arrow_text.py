@@ -46,13 +46,21 @@ def by_value(values: Any, convert: Callable[[Any], Any]) -> Any:
     long) spread back over `values`' rows, nulls kept: a bill repeats most of its values
     (hours, accounts, services, amounts), so work per distinct value is a fraction of the
     same work per row."""
+    import pyarrow.compute as pc  # type: ignore[import-untyped,unused-ignore]
+
+    encoded = dictionary_of(values)
+    return pc.take(convert(encoded.dictionary), encoded.indices)
+
+
+def dictionary_of(values: Any) -> Any:
+    """`values` dictionary-encoded, as one array (its distinct values, and each row's
+    index into them; a null row has a null index)."""
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
     import pyarrow.compute as pc  # type: ignore[import-untyped,unused-ignore]
 
     if isinstance(values, pa.ChunkedArray):  # (Arrow unifies few kinds of dictionaries)
         values = values.combine_chunks()
-    encoded = pc.dictionary_encode(values)
-    return pc.take(convert(encoded.dictionary), encoded.indices)
+    return pc.dictionary_encode(values)
 
 
 def _pairs_text(values: Any) -> Any:

@@ -30,7 +30,13 @@ from typing import TYPE_CHECKING, Any
 
 from sqlmodel import Session
 
-from costguard.costs.arrow_text import Unsupported, as_text, by_value, pairs_of
+from costguard.costs.arrow_text import (
+    Unsupported,
+    as_text,
+    by_value,
+    dictionary_of,
+    pairs_of,
+)
 from costguard.costs.bill_errors import BillingImportError
 from costguard.costs.bill_lines import (
     BASE_CURRENCY,
@@ -235,9 +241,7 @@ def _pylist(values: Any) -> list[Any]:
 
     if pa.types.is_integer(values.type):
         return list(values.to_pylist())
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    encoded = pc.dictionary_encode(values)
+    encoded = dictionary_of(values)
     distinct = [*encoded.dictionary.to_pylist(), None]
     at = pc.fill_null(encoded.indices, len(distinct) - 1).to_pylist()
     return list(map(distinct.__getitem__, at))

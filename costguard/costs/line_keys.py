@@ -42,10 +42,11 @@ class Replacing:
     lines: int = 0  # what the emptied days held before
     billed_micros: int = 0
 
-    def empty(self, session: Session, source: str, day: int) -> None:
-        """Remove what earlier imports stored for `source`'s `day` (once per import)."""
+    def empty(self, session: Session, source: str, day: int) -> bool:
+        """Remove what earlier imports stored for `source`'s `day`, once per import;
+        whether it did (the day then has no keys to read back)."""
         if (source, day) in self.days:
-            return
+            return False
         self.days.add((source, day))
         where = (_COSTS.c.source == source, _COSTS.c.day == day)
         lines, billed = session.execute(select(
@@ -55,6 +56,7 @@ class Replacing:
         self.billed_micros += int(billed)
         session.execute(delete(_COSTS).where(*where))
         session.execute(delete(_T).where(_T.c.source == source, _T.c.day == day))
+        return True
 
     def copy(self) -> Replacing:
         return Replacing(set(self.days), self.lines, self.billed_micros)
@@ -120,13 +122,14 @@ class LineKeys:
         if len(self.days) >= HELD_DAYS:
             oldest, _ = self.days.popitem(last=False)
             self._write(oldest)
-        if self.replacing is not None:
-            self.replacing.empty(self.session, self.source, day)
-        held, chunks = set(), 0
-        for chunk, blob in self.session.execute(select(_T.c.chunk, _T.c.line_keys).where(
-                _T.c.source == self.source, _T.c.day == day)):
-            held.update(unpack(blob))
-            chunks = max(chunks, chunk + 1)
+        held: set[int] = set()
+        chunks = 0
+        # a day just emptied has no keys to read back
+        if self.replacing is None or not self.replacing.empty(self.session, self.source, day):
+            for chunk, blob in self.session.execute(select(_T.c.chunk, _T.c.line_keys).where(
+                    _T.c.source == self.source, _T.c.day == day)):
+                held.update(unpack(blob))
+                chunks = max(chunks, chunk + 1)
         self.days[day], self.chunks[day] = held, chunks
         return held
 
