@@ -115,10 +115,10 @@ class LineKeys:
             self._write(day)
 
     def _day(self, day: int) -> set[int]:
-        held = self.days.get(day)
-        if held is not None:
+        known = self.days.get(day)
+        if known is not None:
             self.days.move_to_end(day)
-            return held
+            return known
         if len(self.days) >= HELD_DAYS:
             oldest, _ = self.days.popitem(last=False)
             self._write(oldest)
