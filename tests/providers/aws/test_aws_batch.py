@@ -11,7 +11,7 @@ from aws_helpers import REGION, ProviderFactory, run_instances
 from botocore.awsrequest import AWSResponse
 from botocore.compat import HTTPHeaders
 
-from costguard.model import ActionOutcome, Instance, InstanceState
+from costguard.model import ActionOutcome, ActionResult, Instance, InstanceState
 from costguard.providers.aws import AwsProvider
 from costguard.providers.base import BatchActions, Describes
 
@@ -201,34 +201,48 @@ def test_describe_reports_a_changed_instance_as_it_is_now(make_provider: Provide
     assert (fresh.gpu_count, fresh.launch_time) == (inst.gpu_count, inst.launch_time)
 
 
-def test_a_stop_ec2_accepted_but_did_not_happen_is_failed_by_the_state_read_after(
-    make_provider: ProviderFactory, session: boto3.Session
-) -> None:
+def _stop_one_left_running(
+    make_provider: ProviderFactory, session: boto3.Session, *, answer_states: bool
+) -> tuple[str, dict[str, ActionResult], Counter[str]]:
+    """Three instances stopped, of which EC2 accepts the first but leaves it running; its
+    answer lists every id's state (`answer_states`: the first as running) or none. The id
+    left running, the results and the calls of the stop."""
     run_instances(REGION, count=3)
-    ignored: set[str] = set()
+    left: set[str] = set()
 
-    def accept_but_ignore_one(params: dict[str, Any], **_: Any
-                              ) -> tuple[Any, dict[str, Any]] | None:
+    def accept_but_leave_one(params: dict[str, Any], **_: Any
+                             ) -> tuple[Any, dict[str, Any]] | None:
         body = params["body"]  # the serialized query: InstanceId.1, InstanceId.2, ...
         ids = [v for k, v in sorted(body.items()) if k.startswith("InstanceId.")]
-        if not ignored:  # the first id: answered "stopping", left running
-            ignored.add(ids[0])
-        rest = [i for i in ids if i not in ignored]
+        if not left:  # the first id: left running
+            left.add(ids[0])
+        rest = [i for i in ids if i not in left]
         if body.get("DryRun") == "true" or not rest:
             return None
         boto3.client("ec2", region_name=REGION).stop_instances(InstanceIds=rest)
+        states = [{"InstanceId": i, "CurrentState": {"Code": 16 if i in left else 64,
+                                                     "Name": "running" if i in left
+                                                     else "stopping"},
+                   "PreviousState": {"Code": 16, "Name": "running"}} for i in ids]
         return AWSResponse("https://ec2", 200, HTTPHeaders(), None), {
-            "StoppingInstances": [], "ResponseMetadata": {"HTTPStatusCode": 200}}
+            "StoppingInstances": states if answer_states else [],
+            "ResponseMetadata": {"HTTPStatusCode": 200}}
 
-    session.events.register_first("before-call.ec2.StopInstances", accept_but_ignore_one)  # type: ignore[arg-type]
+    session.events.register_first("before-call.ec2.StopInstances", accept_but_leave_one)  # type: ignore[arg-type]
     calls = _count(session)
     provider = make_provider(regions=[REGION])
     instances = provider.list_instances().instances
     calls.clear()
-
     results = provider.stop_many(instances, dry_run=False)
+    (one,) = left
+    return one, results, calls
 
-    (left,) = ignored
+
+def test_a_stop_ec2_accepted_but_did_not_happen_is_failed_by_the_state_read_after(
+    make_provider: ProviderFactory, session: boto3.Session
+) -> None:
+    left, results, calls = _stop_one_left_running(make_provider, session, answer_states=False)
+
     assert results[left].outcome is ActionOutcome.FAILED
     assert results[left].state_after is InstanceState.RUNNING
     assert "still running" in results[left].detail
@@ -243,33 +257,8 @@ def test_a_stop_ec2_answers_with_the_instance_still_running_is_failed_without_a_
 ) -> None:
     """The states after come from StopInstances' own answer: one it gives as running is a
     failed stop, and nothing is read after."""
-    run_instances(REGION, count=3)
-    kept: set[str] = set()
+    left, results, calls = _stop_one_left_running(make_provider, session, answer_states=True)
 
-    def answer_one_running(params: dict[str, Any], **_: Any
-                           ) -> tuple[Any, dict[str, Any]] | None:
-        body = params["body"]
-        ids = [v for k, v in sorted(body.items()) if k.startswith("InstanceId.")]
-        if body.get("DryRun") == "true":
-            return None
-        kept.add(ids[0])
-        boto3.client("ec2", region_name=REGION).stop_instances(InstanceIds=ids[1:])
-        states = [{"InstanceId": i, "CurrentState": {"Code": 16 if i in kept else 64,
-                                                     "Name": "running" if i in kept
-                                                     else "stopping"},
-                   "PreviousState": {"Code": 16, "Name": "running"}} for i in ids]
-        return AWSResponse("https://ec2", 200, HTTPHeaders(), None), {
-            "StoppingInstances": states, "ResponseMetadata": {"HTTPStatusCode": 200}}
-
-    session.events.register_first("before-call.ec2.StopInstances", answer_one_running)  # type: ignore[arg-type]
-    calls = _count(session)
-    provider = make_provider(regions=[REGION])
-    instances = provider.list_instances().instances
-    calls.clear()
-
-    results = provider.stop_many(instances, dry_run=False)
-
-    (left,) = kept
     assert (results[left].outcome, results[left].state_after) == (ActionOutcome.FAILED,
                                                                  InstanceState.RUNNING)
     assert {r.outcome for iid, r in results.items() if iid != left} == {ActionOutcome.DONE}
