@@ -22,11 +22,15 @@ from costguard.telemetry.classify import peaks
 
 RECENT = timedelta(minutes=15)
 
-# (instances, start, end, keep) -> (readings, gaps): the readings are stored and fed to the
-# window as they arrive; they are also returned only when `keep` is true (a fleet's hour of
-# readings held at once was most of a cold cycle's memory)
-Fetch = Callable[[list[Instance], datetime, datetime, bool],
-                 tuple[list[GpuMinute], list[Gap]]]
+# (instances, start, end, observe) -> gaps: the readings are stored and fed to the window as
+# they arrive, and handed to `observe` (when given) one call's batch at a time; nothing keeps
+# them (a fleet's quarter hour of readings held at once was most of a cold cycle's memory)
+Observe = Callable[[list[GpuMinute]], None]
+Fetch = Callable[[list[Instance], datetime, datetime, Observe | None], list[Gap]]
+
+# an instance's highest `util_gpu` and highest SM activity over a span; None: no reading
+Peak = tuple[float | None, float | None]
+_NO_PEAK: Peak = (None, None)
 
 
 def recent_span(conditions: Sequence[IdleCondition]) -> timedelta:
@@ -34,19 +38,31 @@ def recent_span(conditions: Sequence[IdleCondition]) -> timedelta:
     return min([RECENT, *(c.for_ for c in conditions)])
 
 
-def rules_out_idle(recent: Sequence[GpuMinute], cond: IdleCondition, span: timedelta) -> bool:
-    """True when `recent` (the last `span` of the instance's minutes) shows the instance is
-    not idle under `cond` over its window, whatever the older minutes say.
+def _higher(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def peak_of(minutes: Sequence[GpuMinute], start: Peak = _NO_PEAK) -> Peak:
+    """`start` raised by `minutes`' peaks (`telemetry.classify.peaks`)."""
+    util, sm = peaks(minutes)
+    return (_higher(start[0], max(util, default=None)),
+            _higher(start[1], max(sm, default=None)))
+
+
+def rules_out_idle(recent: Peak, cond: IdleCondition, span: timedelta) -> bool:
+    """True when `recent` (the peaks of the last `span` of the instance's minutes,
+    `peak_of`) shows the instance is not idle under `cond` over its window, whatever the
+    older minutes say.
 
     IDLE needs every reading of the chosen signal below `below`, so one reading at or above
     it decides, provided that signal is the one chosen. `auto` chooses SM activity only when
     it covers `min_coverage` of the window; with no SM reading in the recent span it cannot
     when that span is more than `1 - min_coverage` of the window.
     """
-    util, sm = peaks(recent)
-    util_busy = any(p >= cond.below for p in util)
-    sm_busy = any(p >= cond.below for p in sm)
-    sm_cannot_cover = not sm and span / cond.for_ > 1 - cond.min_coverage
+    util, sm = recent
+    util_busy = util is not None and util >= cond.below
+    sm_busy = sm is not None and sm >= cond.below
+    sm_cannot_cover = sm is None and span / cond.for_ > 1 - cond.min_coverage
     if cond.signal == "util_gpu":
         return util_busy
     if cond.signal == "sm_active":
@@ -55,22 +71,28 @@ def rules_out_idle(recent: Sequence[GpuMinute], cond: IdleCondition, span: timed
 
 
 def fetch_cold(fetch: Fetch, wanted: list[Instance], start: datetime, now: datetime,
-               conditions: Sequence[IdleCondition]) -> tuple[list[GpuMinute], list[Gap]]:
-    """[start, now) for the instances that need it, [now - recent span, now) for the rest;
-    returns the recent span's readings (the older ones are stored, not returned)."""
+               conditions: Sequence[IdleCondition]) -> list[Gap]:
+    """[start, now) for the instances that need it, [now - recent span, now) for the rest.
+    The recent span's readings are folded into each instance's peaks as they arrive."""
     mid = max(start, now - recent_span(conditions))
-    readings, gaps = fetch(wanted, mid, now, True)
     if mid <= start:
-        return readings, gaps
+        return fetch(wanted, mid, now, None)
+    recent: dict[str, Peak] = {}
+
+    def observe(batch: list[GpuMinute]) -> None:
+        by_id: dict[str, list[GpuMinute]] = defaultdict(list)
+        for m in covering(batch, mid, now):
+            by_id[m.instance_id].append(m)
+        for instance_id, minutes in by_id.items():
+            recent[instance_id] = peak_of(minutes, recent.get(instance_id, _NO_PEAK))
+
+    gaps = fetch(wanted, mid, now, observe)
     span = now - mid
-    by_id: dict[str, list[GpuMinute]] = defaultdict(list)
-    for m in covering(readings, mid, now):
-        by_id[m.instance_id].append(m)
     undecided = [i for i in wanted
-                 if not all(rules_out_idle(by_id.get(i.instance_id, []), c, span)
+                 if not all(rules_out_idle(recent.get(i.instance_id, _NO_PEAK), c, span)
                             for c in conditions)]
     if not undecided:
-        return readings, gaps
-    _, more_gaps = fetch(undecided, start, mid, False)  # stored as read, not returned
+        return gaps
+    more_gaps = fetch(undecided, start, mid, None)
     by_scope = {g.scope: g for g in [*gaps, *more_gaps]}  # one gap per scope, as one fetch
-    return readings, list(by_scope.values())
+    return list(by_scope.values())

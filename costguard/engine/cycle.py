@@ -23,7 +23,7 @@ from costguard.costs.attribution import Attributor
 from costguard.costs.price_book import PriceBook
 from costguard.costs.pricing import PriceCatalog, PriceOverrides
 from costguard.engine import behind
-from costguard.engine.backfill import Fetch, fetch_cold
+from costguard.engine.backfill import Fetch, Observe, fetch_cold
 from costguard.engine.collect import METRICS_SCOPE, collect, record_gaps
 from costguard.errors import ProviderError
 from costguard.model import Gap, GpuMinute, Instance, InstanceState, TelemetrySource
@@ -201,10 +201,10 @@ class Engine:
                 on_time, late = behind.plan(wanted, start, lagging, floor)
                 try:
                     if since is None:  # a first cycle: the window's history where it matters
-                        _, gaps = fetch_cold(fetch, on_time, start, now,
-                                             self._idle_conditions())
+                        gaps = fetch_cold(fetch, on_time, start, now,
+                                          self._idle_conditions())
                     elif on_time:
-                        _, gaps = fetch(on_time, start, now, False)
+                        gaps = fetch(on_time, start, now, None)
                 except ProviderError as exc:
                     # no readings is "no data", never "idle": record the gap, keep going, and
                     # leave the watermark so the next cycle asks for this span again
@@ -246,7 +246,7 @@ class Engine:
         call reads) keeps those scopes behind and open as gaps; the rest of the cycle goes
         on."""
         try:
-            _, gaps = fetch(members, start, now, False)
+            gaps = fetch(members, start, now, None)
         except ProviderError as exc:
             log.warning("telemetry gap (behind since %s): %s", start.isoformat(), exc)
             scopes = {exc.scope} | {k for i in members for k in behind.scope_keys(i)
@@ -275,13 +275,12 @@ class Engine:
     def _fetcher(name: str, provider: Provider,
                  sink: Callable[[list[GpuMinute], datetime], None]) -> Fetch:
         """Ask the provider `TELEMETRY_CHUNK` instances at a time (a scope never split), and
-        hand each call's readings to `sink` before the next call: at organisation scale an
-        hour of readings for every GPU held at once was gigabytes. A chunk whose call raises
-        is a gap for its scopes while the others are read; when every chunk raises, the
-        first error is raised, as one call would."""
-        def fetch(wanted: list[Instance], start: datetime, end: datetime, keep: bool
-                  ) -> tuple[list[GpuMinute], list[Gap]]:
-            kept: list[GpuMinute] = []
+        hand each call's readings to `sink` (and `observe`) before the next call: at
+        organisation scale an hour of readings for every GPU held at once was gigabytes. A
+        chunk whose call raises is a gap for its scopes while the others are read; when
+        every chunk raises, the first error is raised, as one call would."""
+        def fetch(wanted: list[Instance], start: datetime, end: datetime,
+                  observe: Observe | None) -> list[Gap]:
             gaps: list[Gap] = []
             failed: list[ProviderError] = []
             chunks = behind.scope_chunks(wanted, TELEMETRY_CHUNK)
@@ -297,11 +296,11 @@ class Engine:
                 gaps += [Gap(provider=name, scope=g.scope + METRICS_SCOPE, error=g.error)
                          for g in getattr(provider, "metric_gaps", [])]
                 sink(readings, start)
-                if keep:
-                    kept += readings
+                if observe is not None:
+                    observe(readings)
             if failed and len(failed) == len(chunks):
                 raise failed[0]
-            return kept, gaps
+            return gaps
         return fetch
 
     def _idle_conditions(self) -> list[IdleCondition]:

@@ -8,7 +8,7 @@ import pytest
 from sqlmodel import select
 
 from costguard.clock import ManualClock
-from costguard.engine.backfill import rules_out_idle
+from costguard.engine.backfill import peak_of, rules_out_idle
 from costguard.model import GpuMinute, Instance, TelemetrySource
 from costguard.policy.conditions import IdleCondition
 from costguard.store.db import Database
@@ -97,4 +97,4 @@ def test_a_recent_minute_rules_idle_out_only_when_the_deciding_signal_says_busy(
     cond = IdleCondition.model_validate({"signal": signal, "below": 5, "for": f"{window}m",
                                          "min_coverage": 0.8})
     recent = [_minute(k, util, sm) for k, (util, sm) in enumerate(minutes)]
-    assert rules_out_idle(recent, cond, timedelta(minutes=span)) is expected
+    assert rules_out_idle(peak_of(recent), cond, timedelta(minutes=span)) is expected

@@ -34,6 +34,8 @@ from costguard.errors import ProviderError
 from costguard.providers.aws.boundary import aws_call
 from costguard.providers.aws.instance_xml import EVENT as INSTANCES_EVENT
 from costguard.providers.aws.instance_xml import read_describe_instances
+from costguard.providers.aws.metric_json import EVENT as METRIC_DATA_EVENT
+from costguard.providers.aws.metric_json import read_get_metric_data
 from costguard.providers.aws.settings import AwsAccount, AwsSettings
 from costguard.providers.aws.timestamps import fast_timestamp
 
@@ -248,7 +250,10 @@ class ClientFactory:
             return self._sts_client
 
     def _client(self, session: boto3.Session, service: str, region: str) -> Any:
-        kwargs: dict[str, Any] = {"region_name": region, "config": self.config}
+        # costguard builds every GetMetricData query itself: no validation walk of 500
+        config = (self.config.merge(Config(parameter_validation=False))
+                  if service == "cloudwatch" else self.config)
+        kwargs: dict[str, Any] = {"region_name": region, "config": config}
         if self._settings.endpoint_url:
             kwargs["endpoint_url"] = self._settings.endpoint_url
         with self._lock:  # botocore sessions are not thread-safe; clients are
@@ -256,6 +261,8 @@ class ClientFactory:
             client = session.client(service, **kwargs)  # type: ignore[call-overload]
         if service == "ec2":
             client.meta.events.register(INSTANCES_EVENT, read_describe_instances)
+        elif service == "cloudwatch":
+            client.meta.events.register(METRIC_DATA_EVENT, read_get_metric_data)
         return client
 
     def client(self, account: AccountScope, region: str, service: str) -> Any:

@@ -1,0 +1,57 @@
+"""GetMetricData, read for the fields costguard uses.
+
+A GetMetricData answer is up to 500 results of up to 100,800 datapoints; botocore walks
+every one through its generic shape parser (a call per timestamp and per value). At
+organisation scale that walk, with the request's parameter validation, was a third of the
+client's CPU per metrics call. costguard builds every query itself (`metrics.gpu_queries`,
+`cpu_queries`), so the CloudWatch clients skip parameter validation
+(`sessions.ClientFactory`), and their answers are read here.
+
+`read_get_metric_data` is registered on costguard's CloudWatch clients for botocore's
+`before-parse.cloudwatch.GetMetricData` event. On a 200 answer in the JSON protocol
+(`application/x-amz-json-1.0`, what botocore asks for) it reads each result's `Id`,
+`StatusCode`, `Timestamps` (epoch seconds, as UTC datetimes, as botocore gives them) and
+`Values`, and the `NextToken` and `Messages` of the page; botocore then parses an empty
+body for the response metadata. Errors, another protocol (CBOR, query XML) or a body that
+is not a JSON object are left to botocore. tests/providers/aws/test_metric_json.py checks
+the result equals botocore's own parse of the same answer.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+EVENT = "before-parse.cloudwatch.GetMetricData"
+_JSON = "application/x-amz-json-1.0"
+_KEPT = ("Id", "Label", "StatusCode", "Messages")
+
+
+def _result(raw: dict[str, Any]) -> dict[str, Any]:
+    out = {k: raw[k] for k in _KEPT if k in raw}
+    out["Timestamps"] = [datetime.fromtimestamp(t, UTC) for t in raw.get("Timestamps", [])]
+    out["Values"] = [float(v) for v in raw.get("Values", [])]
+    return out
+
+
+def read_get_metric_data(response_dict: dict[str, Any],
+                         customized_response_dict: dict[str, Any], **_: Any) -> None:
+    """botocore `before-parse` handler for GetMetricData (see the module's doc)."""
+    if response_dict.get("status_code") != 200:
+        return
+    headers = response_dict.get("headers") or {}
+    if headers.get("content-type", "").split(";")[0].strip() != _JSON:
+        return
+    try:
+        body = json.loads(response_dict["body"])
+        if not isinstance(body, dict):
+            return
+        results = [_result(r) for r in body.get("MetricDataResults", [])]
+    except (ValueError, TypeError, AttributeError, OverflowError, OSError):
+        return  # botocore's own parser reads (or reports) it
+    customized_response_dict["MetricDataResults"] = results
+    for key in ("NextToken", "Messages"):
+        if key in body:
+            customized_response_dict[key] = body[key]
+    response_dict["body"] = b"{}"

@@ -1,0 +1,116 @@
+"""costguard's GetMetricData reader gives what botocore's own parse of the same answer gives:
+on moto's answers (through a client), and on an answer shaped like CloudWatch's JSON
+protocol documentation; other protocols and errors are left to botocore."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import boto3
+import botocore.session
+import pytest
+from aws_helpers import REGION
+from botocore.config import Config
+from botocore.parsers import ResponseParserFactory
+
+from costguard.providers.aws.metric_json import EVENT, read_get_metric_data
+
+NOW = datetime.now(UTC).replace(second=0, microsecond=0)
+
+
+def _put(cw: Any, instances: int, minutes: int) -> None:
+    for n in range(instances):
+        cw.put_metric_data(Namespace="CWAgent", MetricData=[
+            {"MetricName": "nvidia_smi_utilization_gpu", "Value": float(n * 7 + k % 13) / 3,
+             "Unit": "Percent", "Timestamp": NOW - timedelta(minutes=k),
+             "Dimensions": [{"Name": "InstanceId", "Value": f"i-{n:017x}"}]}
+            for k in range(1, minutes + 1)])
+
+
+def _queries(instances: int) -> list[dict[str, Any]]:
+    return [{"Id": f"g{n}", "ReturnData": True, "MetricStat": {
+        "Metric": {"Namespace": "CWAgent", "MetricName": "nvidia_smi_utilization_gpu",
+                   "Dimensions": [{"Name": "InstanceId", "Value": f"i-{n:017x}"}]},
+        "Period": 60, "Stat": stat}} for n in range(instances) for stat in ("Average",)]
+
+
+def _pages(cw: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    pages = []
+    while True:
+        page = cw.get_metric_data(**kwargs)
+        page.pop("ResponseMetadata")
+        pages.append(page)
+        if not page.get("NextToken"):
+            return pages
+        kwargs["NextToken"] = page["NextToken"]
+
+
+@pytest.mark.usefixtures("moto")
+def test_the_reader_equals_botocores_parse_of_moto_answers_page_by_page() -> None:
+    plain: Any = boto3.client("cloudwatch", region_name=REGION)
+    lean: Any = boto3.client("cloudwatch", region_name=REGION,
+                             config=Config(parameter_validation=False))
+    lean.meta.events.register(EVENT, read_get_metric_data)
+    _put(plain, 6, 30)
+    kwargs = {"MetricDataQueries": _queries(6), "StartTime": NOW - timedelta(hours=1),
+              "EndTime": NOW, "ScanBy": "TimestampAscending"}
+    want, got = _pages(plain, **kwargs), _pages(lean, **kwargs)
+    assert got == want
+    points = [t for page in got for r in page["MetricDataResults"] for t in r["Timestamps"]]
+    assert len(points) == 180 and all(t.utcoffset() == timedelta(0) for t in points)
+
+
+def _service() -> Any:
+    return botocore.session.get_session().get_service_model("cloudwatch")
+
+
+# GetMetricData's answer in the JSON protocol as CloudWatch's API reference shows it (epoch
+# seconds, a partial result with its message, a token for the next page)
+DOCUMENTED = {
+    "MetricDataResults": [
+        {"Id": "g0", "Label": "nvidia_smi_utilization_gpu", "StatusCode": "Complete",
+         "Timestamps": [1764158400, 1764158460.0, 1764158520],
+         "Values": [12.5, 0, 100]},
+        {"Id": "c0", "Label": "CPUUtilization", "StatusCode": "PartialData",
+         "Messages": [{"Code": "MaxDatapointsExceeded", "Value": "More data is available"}],
+         "Timestamps": [], "Values": []},
+    ],
+    "NextToken": "eyJuZXh0IjoxfQ==",
+    "Messages": [{"Code": "Warning", "Value": "Some metrics are throttled"}],
+}
+
+
+def _response(body: bytes, status: int = 200,
+              ctype: str = "application/x-amz-json-1.0") -> dict[str, Any]:
+    return {"status_code": status, "body": body,
+            "headers": {"content-type": ctype, "x-amzn-requestid": "req-1"}}
+
+
+def test_the_reader_equals_botocores_parse_of_a_documented_answer() -> None:
+    body = json.dumps(DOCUMENTED).encode()
+    shape = _service().operation_model("GetMetricData").output_shape
+    want = ResponseParserFactory().create_parser("json").parse(_response(body), shape)
+    response, custom = _response(body), {}
+    read_get_metric_data(response_dict=response, customized_response_dict=custom)
+    got = ResponseParserFactory().create_parser("json").parse(response, shape)
+    got.update(custom)  # what botocore's endpoint does with the customized dict
+    assert got == want
+    assert got["MetricDataResults"][0]["Timestamps"][1] == datetime(2025, 11, 26, 12, 1,
+                                                                      tzinfo=UTC)
+
+
+@pytest.mark.parametrize("response", [
+    _response(b'{"__type": "InvalidParameterValueException", "message": "bad"}', 400),
+    _response(b"\xa1\x71MetricDataResults\x80", ctype="application/cbor"),
+    _response(b"<GetMetricDataResponse/>", ctype="text/xml"),
+    _response(b"[1, 2]"),
+    _response(b"{not json"),
+    _response(b'{"MetricDataResults": [{"Id": "g0", "Timestamps": ["x"], "Values": [1]}]}'),
+])
+def test_errors_other_protocols_and_unreadable_bodies_are_left_to_botocore(
+        response: dict[str, Any]) -> None:
+    body, custom = response["body"], {}
+    read_get_metric_data(response_dict=response, customized_response_dict=custom)
+    assert custom == {} and response["body"] == body
