@@ -4,6 +4,7 @@ parse of the same answer: on moto's answers, and on an answer shaped like real E
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -240,3 +241,21 @@ def test_errors_and_unreadable_bodies_are_left_to_botocore() -> None:
         with lean_records():
             read_describe_instances(response_dict=response, customized_response_dict=customized)
         assert response["body"] == body and customized == {}
+
+
+def test_entities_are_not_resolved_and_comments_are_not_elements(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("s3cr3t")
+    body = REAL_SHAPED.replace(
+        b'<?xml version="1.0" encoding="UTF-8"?>',
+        b'<?xml version="1.0" encoding="UTF-8"?>\n<!DOCTYPE r [<!ENTITY leak SYSTEM "'
+        + secret.as_uri().encode() + b'">]>').replace(
+        b"<value>vision</value>", b"<value>&leak;</value><!-- a comment -->")
+    response = {"body": body, "headers": {}, "status_code": 200}
+    customized: dict[str, Any] = {}
+    with lean_records():
+        read_describe_instances(response_dict=response, customized_response_dict=customized)
+    (record,) = records(customized).values()
+    assert "s3cr3t" not in repr(customized)
+    assert record["Tags"][0]["Key"] == "team"
+    assert record["InstanceType"] == "p5.48xlarge"
