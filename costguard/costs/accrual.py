@@ -68,9 +68,12 @@ def accrue(
     idle_below: float = 5.0,
     minutes_of: MinutesLookup | None = None,
     disk_price_of: PriceLookup | None = None,
+    instances: Mapping[InstanceRef, Instance] | None = None,
 ) -> AccrualStats:
     """Charge every instance from its watermark to `now`; `minutes_of` gives readings
-    (default: read them from the store); `disk_price_of` prices a stopped instance's disks.
+    (default: read them from the store); `disk_price_of` prices a stopped instance's disks;
+    `instances` (provider, id) -> the instance as the store holds it now (the engine's
+    inventory, read after collect), so a price is looked up without reading the row again.
 
     Rows are read and written with bulk Core statements (one SELECT, an executemany INSERT
     per `_CHUNK` rows and two set-based UPDATEs per cycle), in chunks so that neither the
@@ -94,9 +97,11 @@ def accrue(
         cast(_INSTANCES.c.tags, Text), _INSTANCES.c.launched_by, cast(_INSTANCES.c.owner, Text),
     ).where(_INSTANCES.c.accrued_until < now))
     write = _IntervalWriter(session, prebound=spans.binds)
-    quotes = {name: _Quotes(session, lookup, spans.bind_rate) for name, lookup in
+    known = instances or {}
+    quotes = {name: _Quotes(session, lookup, spans.bind_rate, known) for name, lookup in
               price_of.items()}
-    disks = _Quotes(session, disk_price_of, spans.bind_rate) if disk_price_of else None
+    disks = (_Quotes(session, disk_price_of, spans.bind_rate, known) if disk_price_of
+             else None)
     dims_of = _DimensionCache(attributor)
     no_price: _Price = (0.0, spans.bind_rate(0.0), "no price known")
     intervals: list[tuple[Any, ...]] = []
@@ -209,9 +214,10 @@ class _Quotes:
     `PRICE_KEY_FIELDS` and the instance ids its rules name; any other lookup may read
     anything of the instance, so it is asked once per instance."""
 
-    def __init__(self, session: Session, lookup: PriceLookup,
-                 bind_rate: Callable[[Any], Any]) -> None:
+    def __init__(self, session: Session, lookup: PriceLookup, bind_rate: Callable[[Any], Any],
+                 instances: Mapping[InstanceRef, Instance]) -> None:
         self.session, self.lookup, self.bind_rate = session, lookup, bind_rate
+        self.instances = instances
         owner = getattr(lookup, "__self__", None)
         self.named = owner.named_instance_ids if isinstance(owner, PriceCatalog) else None
         self.cache: dict[tuple[Any, ...], _Price | None] = {}
@@ -224,9 +230,12 @@ class _Quotes:
             return self.cache[key]
         except KeyError:
             pass
-        full = self.session.get(InstanceRow, (row[0], iid))
-        assert full is not None
-        quote = self.lookup(to_instance(full))
+        inst = self.instances.get((row[0], iid))
+        if inst is None:
+            full = self.session.get(InstanceRow, (row[0], iid))
+            assert full is not None
+            inst = to_instance(full)
+        quote = self.lookup(inst)
         price = None if quote is None else (
             quote.usd_per_hour, self.bind_rate(quote.usd_per_hour), quote.source[:128])
         if quote is not None:

@@ -329,7 +329,9 @@ class Engine:
             self.catalog.book = PriceBook.load(s)
             stats = accrue(s, now, self.catalog.price_of(), self.attributor,
                            idle_signal=acct.idle_signal, idle_below=acct.idle_below,
-                           minutes_of=self.window.minutes, disk_price_of=self.catalog.disk)
+                           minutes_of=self.window.minutes, disk_price_of=self.catalog.disk,
+                           instances={(i.provider, i.instance_id): i
+                                      for i in self._current_instances()})
         summary.accrued_usd = round(stats.cost_micros / 1e6, 2)
         summary.idle_usd = round(stats.idle_cost_micros / 1e6, 2)
 

@@ -344,3 +344,24 @@ def test_an_interval_column_that_needs_binding_is_refused_by_name_on_sqlite(
         db.dispose()
     assert str(refused.value) == (
         "cost_intervals columns ['start'] need binding before the driver sees them")
+
+
+def test_a_known_instance_is_priced_as_given_and_an_unknown_one_as_stored(
+        db: Database) -> None:
+    """The engine hands accrual its inventory: a price lookup gets that Instance (no read of
+    the row); an instance the mapping lacks (gone since, say) is read from the store."""
+    seen: dict[str, Instance] = {}
+
+    def lookup(inst: Instance) -> PriceQuote | None:
+        seen[inst.instance_id] = inst
+        return PriceQuote(usd_per_hour=1.0, source="list")
+
+    fleet = [instance("i-1", "m5.large"), instance("i-2", "m5.large")]
+    seed(db, fleet)
+    given = fleet[0].model_copy(update={"name": "as the engine holds it"})
+    with db.session() as s:
+        accrue(s, T0 + HOUR, {"sim": lookup}, Attributor(),
+               instances={("sim", "i-1"): given})
+    assert seen["i-1"] is given
+    assert seen["i-2"] == fleet[1]
+    assert {r.cost_micros for r in rows(db).values()} == {1_000_000}
