@@ -44,8 +44,13 @@ def write_minutes(session: Session, minutes: Sequence[GpuMinute]) -> int:
         row[_SOURCE_AT] = str(row[_SOURCE_AT])
         # a batch may repeat a key (agent replay): last one wins, as the upsert would
         rows[tuple(row[:_KEY_LEN])] = row
+    bound: dict[Any, Any] = {}  # readings share their minutes: each bound once
     for row in rows.values():
-        row[_MINUTE_AT] = to_db(row[_MINUTE_AT])
+        minute = row[_MINUTE_AT]
+        value = bound.get(minute)
+        if value is None:
+            value = bound[minute] = to_db(minute)
+        row[_MINUTE_AT] = value
     if names is None:  # positional paramstyle, in `_FIELDS` order
         conn.exec_driver_sql(sql, [tuple(r) for r in rows.values()])
     else:

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 from google.api_core import exceptions as gexc
 from google.api_core import retry as gretry
-from google.cloud import compute_v1
 
 from costguard.errors import ProviderError
 from costguard.model import ActionOutcome, ActionResult, Instance, InstanceState
+from costguard.providers.gcp import compute as compute_v1
 from costguard.providers.gcp.errors import from_retry_error, translate
 from costguard.providers.gcp.inventory import status_name, to_state
 from costguard.providers.gcp.owners import owner_from_labels

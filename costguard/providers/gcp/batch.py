@@ -28,11 +28,11 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from google.api_core import exceptions as gexc
-from google.cloud import compute_v1
 
 from costguard.errors import InstanceNotFound, ProviderError
 from costguard.model import ActionOutcome, ActionResult, Instance, InstanceState, PriceQuote
 from costguard.providers.gcp import actions, disks, http_batch, inventory, lookup
+from costguard.providers.gcp import compute as compute_v1
 from costguard.providers.gcp.errors import from_retry_error, translate
 from costguard.providers.gcp.settings import RetrySettings
 

@@ -17,12 +17,13 @@ from google.api_core import exceptions as gexc
 from google.api_core import retry as gretry
 from google.api_core.client_options import ClientOptions
 from google.auth import credentials as gcredentials
-from google.cloud import compute_v1, monitoring_v3
+from google.cloud import monitoring_v3
 from google.cloud.monitoring_v3.services.metric_service.transports import (
     MetricServiceGrpcTransport,
 )
 
 from costguard.errors import ConfigError
+from costguard.providers.gcp import compute as compute_v1
 from costguard.providers.gcp.settings import GcpSettings, RetrySettings
 
 # 429 and 503 are what Compute and Monitoring answer under load; 500/504 are transient too.

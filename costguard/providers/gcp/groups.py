@@ -22,7 +22,6 @@ from google.api_core import exceptions as gexc
 from google.api_core import retry as gretry
 from google.api_core.client_options import ClientOptions
 from google.auth import credentials as gcredentials
-from google.cloud import compute_v1
 
 from costguard.model import (
     ActionOutcome,
@@ -31,6 +30,7 @@ from costguard.model import (
     InstanceState,
     OwnerKind,
 )
+from costguard.providers.gcp import compute as compute_v1
 from costguard.providers.gcp.errors import explain, from_retry_error
 from costguard.providers.shrink import shrink_by_one
 

@@ -13,10 +13,10 @@ from typing import Any
 
 from google.api_core import exceptions as gexc
 from google.api_core import retry as gretry
-from google.cloud import compute_v1
 
 from costguard.clock import utc
 from costguard.model import Gap, Instance, InstanceState, Inventory, Lifecycle
+from costguard.providers.gcp import compute as compute_v1
 from costguard.providers.gcp import gpus
 from costguard.providers.gcp.errors import explain, from_retry_error
 from costguard.providers.gcp.owners import owner_from_labels

@@ -16,7 +16,8 @@ from typing import Any
 
 from google.api_core import exceptions as gexc
 from google.api_core import retry as gretry
-from google.cloud import compute_v1
+
+from costguard.providers.gcp import compute as compute_v1
 
 # GCE resource names (RFC 1035): safe inside a regex alternation without escaping.
 NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")

@@ -152,23 +152,27 @@ def merge(readings: dict[str, dict[_Key, float]]) -> list[GpuMinute]:
         if name != "cpu":  # host CPU joins GPU minutes; it makes none
             keys.update(values)
     cpu = readings.get("cpu", {})
+    util, sm_v2, sm_v1, mem_used = (readings[f] for f in ("util", "sm_v2", "sm_v1", "mem"))
     minutes = []
     stamps: dict[int, datetime] = {}  # each distinct minute converted once
+    source = TelemetrySource.CLOUD_MONITORING
     for key in sorted(keys):
         instance_id, gpu, epoch = key
         minute = stamps.get(epoch)
         if minute is None:
             minute = stamps[epoch] = datetime.fromtimestamp(epoch, UTC)
-        sm = readings["sm_v2"].get(key, readings["sm_v1"].get(key))
-        mem = readings["mem"].get(key)
+        sm = sm_v2.get(key)
+        if sm is None:
+            sm = sm_v1.get(key)
+        mem = mem_used.get(key)
         minutes.append(
             GpuMinute(
                 provider="gcp",
                 instance_id=instance_id,
                 gpu_index=gpu,
                 minute=minute,
-                source=TelemetrySource.CLOUD_MONITORING,
-                util_mean=_pct(readings["util"].get(key)),
+                source=source,
+                util_mean=_pct(util.get(key)),
                 sm_mean=_pct(sm),
                 mem_used_bytes=None if mem is None else max(int(mem), 0),
                 host_cpu_pct=_pct(cpu.get((instance_id, 0, epoch))),

@@ -8,8 +8,6 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 
-from google.cloud import compute_v1
-
 from costguard.clock import Clock, SystemClock
 from costguard.model import (
     ActionResult,
@@ -30,6 +28,7 @@ from costguard.providers.gcp import (
     pricing,
     projects,
 )
+from costguard.providers.gcp import compute as compute_v1
 from costguard.providers.gcp.clients import (
     GcpClients,
     batch_transport,

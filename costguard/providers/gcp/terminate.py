@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from google.api_core import exceptions as gexc
 from google.api_core.client_options import ClientOptions
 from google.auth import credentials as gcredentials
-from google.cloud import compute_v1
 
 from costguard.actions.safety import is_protected
 from costguard.errors import InstanceNotFound, ProviderError
 from costguard.model import ActionOutcome, ActionResult, Instance, InstanceState
+from costguard.providers.gcp import compute as compute_v1
 from costguard.providers.gcp.actions import ActionContext, managed_now, read, wait
 from costguard.providers.gcp.errors import from_retry_error, translate
 from costguard.providers.gcp.inventory import labels_as_tags, status_name, to_state
