@@ -27,16 +27,19 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Literal, NamedTuple
 
 from costguard.clock import utc
-from costguard.model import Classification, GpuSignal, Reading, Verdict, aware, covering, slots
+from costguard.model import Classification, GpuSignal, Reading, Verdict, aware, covering
 
 UNDERUSED_FACTOR = 2.0
 SignalChoice = Literal["auto", "sm_active", "util_gpu"]
 
 _MINUTE = timedelta(minutes=1)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
+_MINUTE_US = 60_000_000
 LABEL = {GpuSignal.SM_ACTIVE: "SM activity", GpuSignal.UTIL_GPU: "util_gpu"}
 
 
@@ -88,21 +91,29 @@ def _readings(minutes: Sequence[Reading], pick: Callable[[Reading], tuple[float,
     index beyond `gpu_count` fills no slot, and readings stamped at seconds within the same
     minute fill that one minute's slot (45 summaries sent within one real minute are one
     minute of data, not 45). `pick` reads the signal of one minute (`sm_reading`,
-    `util_reading`)."""
-    seen: dict[tuple[int, datetime], _Reading] = {}
+    `util_reading`).
+
+    A slot is keyed by its instant in microseconds since the epoch: the minutes `slots`
+    gives, without building and hashing a datetime per minute of a 5-minute reading (the
+    classifier runs for every GPU instance twice a cycle)."""
+    start_us, end_us = (start - _EPOCH) // _US, (end - _EPOCH) // _US
+    seen: dict[tuple[int, int], _Reading] = {}
     for m in minutes:
-        if m.gpu_index >= gpu_count:
+        gpu = m.gpu_index
+        if gpu >= gpu_count:
             continue
         value = pick(m)
         if value is None:
             continue
-        reading = _Reading(m.gpu_index, *value)
+        reading = _Reading(gpu, *value)
+        at = (m.minute - _EPOCH) // _US
         # a re-sent minute replaces the earlier copy: one slot counts once
-        if m.span_minutes == 1:
-            seen[(m.gpu_index, m.minute.replace(second=0, microsecond=0))] = reading
+        if m.span_minutes == 1:  # its wall minute: the stamp less its seconds
+            seen[(gpu, at - m.minute.second * 1_000_000 - m.minute.microsecond)] = reading
         else:
-            for minute in slots(m, start, end):
-                seen[(m.gpu_index, minute)] = reading
+            for t in range(at, at + m.span_minutes * _MINUTE_US, _MINUTE_US):
+                if start_us <= t < end_us:
+                    seen[(gpu, t)] = reading
     return list(seen.values())
 
 
