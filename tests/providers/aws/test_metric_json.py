@@ -33,7 +33,7 @@ def _queries(instances: int) -> list[dict[str, Any]]:
     return [{"Id": f"g{n}", "ReturnData": True, "MetricStat": {
         "Metric": {"Namespace": "CWAgent", "MetricName": "nvidia_smi_utilization_gpu",
                    "Dimensions": [{"Name": "InstanceId", "Value": f"i-{n:017x}"}]},
-        "Period": 60, "Stat": stat}} for n in range(instances) for stat in ("Average",)]
+        "Period": 60, "Stat": "Average"}} for n in range(instances)]
 
 
 def _pages(cw: Any, **kwargs: Any) -> list[dict[str, Any]]:
