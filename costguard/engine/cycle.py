@@ -30,7 +30,7 @@ from costguard.model import Gap, GpuMinute, Instance, InstanceState, TelemetrySo
 from costguard.policy.conditions import IdleCondition
 from costguard.policy.evaluate import Finding, evaluate
 from costguard.policy.schema import PolicySet
-from costguard.providers.base import Provider, Remembers
+from costguard.providers.base import LeavesOutRepeats, Provider, Remembers
 from costguard.recommend import stored
 from costguard.recommend.digest import enqueue_digests
 from costguard.recommend.settings import RecommendSettings
@@ -278,7 +278,9 @@ class Engine:
         hand each call's readings to `sink` (and `observe`) before the next call: at
         organisation scale an hour of readings for every GPU held at once was gigabytes. A
         chunk whose call raises is a gap for its scopes while the others are read; when
-        every chunk raises, the first error is raised, as one call would."""
+        every chunk raises, the first error is raised, as one call would. Once a call's
+        readings are stored, a provider that can leave out unchanged repeats is told so
+        (`LeavesOutRepeats`): the next cycle's settling span then brings only what changed."""
         def fetch(wanted: list[Instance], start: datetime, end: datetime,
                   observe: Observe | None) -> list[Gap]:
             gaps: list[Gap] = []
@@ -298,6 +300,8 @@ class Engine:
                 sink(readings, start)
                 if observe is not None:
                     observe(readings)
+                if isinstance(provider, LeavesOutRepeats):  # stored: unchanged copies may go
+                    provider.readings_stored()
             if failed and len(failed) == len(chunks):
                 raise failed[0]
             return gaps

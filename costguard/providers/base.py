@@ -117,6 +117,19 @@ class FetchesPrices(Protocol):
         ...
 
 
+@runtime_checkable
+class LeavesOutRepeats(Protocol):
+    """Optional: a provider whose metrics are asked again over the span they settle in
+    (`metrics_settle`) that can leave out, from a later `gpu_metrics` call, the readings an
+    earlier one returned and that come back unchanged: once the caller says it stored them.
+    A caller that never says so gets every reading each time."""
+
+    def readings_stored(self) -> None:
+        """The readings of the last `gpu_metrics` call are stored (the store and whatever
+        holds them in memory have them): a later call need not return them again."""
+        ...
+
+
 class Memory(Protocol):
     """A provider's notebook in the store: values that do not change from cycle to cycle
     (an instance type's GPUs), kept so that a restarted daemon does not ask the cloud again.

@@ -321,8 +321,28 @@ def to_gpu_minutes(
     (`span_minutes`); a roll-up series (`all_gpus`) gives each of its instance's GPUs
     (`gpu_counts`: instance id -> GPUs, default 1) the roll-up's values. `host_cpu`
     (`host_cpu_of`) adds the instance's CPUUtilization to each of its GPU minutes."""
+    rows = gpu_rows(series, values, gpu_counts=gpu_counts, period_s=period_s, first=first,
+                    last=last, host_cpu=host_cpu)
+    return [GpuMinute.model_validate(rows[key]) for key in sorted(rows)]
+
+
+GpuRowKey = tuple[str, int, datetime]  # instance id, GPU index, minute
+
+
+def gpu_rows(
+    series: Sequence[Series],
+    values: Mapping[str, list[tuple[datetime, float]]],
+    *,
+    gpu_counts: Mapping[str, int] | None = None,
+    period_s: int = PERIOD_S,
+    first: datetime | None = None,
+    last: datetime | None = None,
+    host_cpu: Mapping[str, Sequence[tuple[datetime, float]]] | None = None,
+) -> dict[GpuRowKey, dict[str, Any]]:
+    """`to_gpu_minutes`' readings as the field dicts a `GpuMinute` is validated from, by
+    (instance id, GPU index, minute)."""
     counts = gpu_counts or {}
-    rows: dict[tuple[str, int, datetime], dict[str, Any]] = {}
+    rows: dict[GpuRowKey, dict[str, Any]] = {}
     for n, s in enumerate(series):
         indexes = range(counts.get(s.instance_id, 1)) if s.all_gpus else (s.gpu_index,)
         peaks = dict(values.get(f"m{n}", []))
@@ -351,7 +371,7 @@ def to_gpu_minutes(
         points = (host_cpu or {}).get(instance_id)
         if points and (cpu := _cpu_at(points, minute)) is not None:
             row["host_cpu_pct"] = cpu
-    return [GpuMinute.model_validate(rows[key]) for key in sorted(rows)]
+    return rows
 
 
 def window(start: datetime, end: datetime) -> tuple[datetime, datetime]:

@@ -42,6 +42,7 @@ from costguard.providers.aws.sessions import AccountScope, ClientFactory
 from costguard.providers.aws.settings import AwsSettings
 from costguard.providers.aws.spot import SpotPrices
 from costguard.providers.base import FetchedPrices, Memory
+from costguard.providers.repeats import Repeats
 
 GPU_TYPES_MEMORY = "gpu_types"  # the store's copy of GpuTypeCatalog.known()
 SPOT_MEMORY = "spot_prices"  # the spot prices read within SPOT_PRICE_TTL
@@ -69,6 +70,7 @@ class AwsProvider(CloudWatchReads):
         self.gpu_types = GpuTypeCatalog()
         self.prices = OnDemandTable()
         self._lock = threading.Lock()
+        self._repeats = Repeats()
         self._accounts: dict[str, AccountScope] = {}
         self._hosts: dict[str, HostNames] = {}
         self.spot = SpotPrices(settings.spot_product_description, self.clock,

@@ -24,6 +24,7 @@ from costguard.providers.aws.instance_xml import lean_records
 from costguard.providers.aws.inventory import HostNames, host_names
 from costguard.providers.aws.sessions import AccountScope, ClientFactory
 from costguard.providers.aws.settings import AwsSettings
+from costguard.providers.repeats import Repeats
 
 if TYPE_CHECKING:
     from mypy_boto3_cloudwatch import CloudWatchClient
@@ -46,6 +47,7 @@ class CloudWatchReads:
     metric_gaps: list[Gap]  # scopes whose metrics could not be read, last call
     get_metric_data_calls: int  # GetMetricData calls made, last gpu/cpu call
     _lock: threading.Lock
+    _repeats: Repeats  # readings handed over and stored, to leave out unchanged repeats
     _hosts: dict[str, HostNames]
     _span: timedelta | None  # None: as long as a call's datapoint limit holds
     # (listed at, dimension sets, the instance ids it was taken for)
@@ -58,8 +60,11 @@ class CloudWatchReads:
     def gpu_metrics(
         self, instances: Sequence[Instance], start: datetime, end: datetime
     ) -> list[GpuMinute]:
+        """See `Provider.gpu_metrics`; after `readings_stored`, a later call leaves out the
+        readings that come back unchanged (`costguard.providers.repeats`)."""
         first, last = cw.window(start, end)
         recent = utc(self.clock.now()) - first < timedelta(hours=3)
+        self._repeats.begin(first)
         out: list[GpuMinute] = []
         gaps: list[Gap] = []
         calls = 0
@@ -117,10 +122,12 @@ class CloudWatchReads:
                    if self.settings.cloudwatch.host_cpu else [])
         queries += cw.cpu_queries(cpu_ids, period_s)
         values, calls = cw.get_metric_data(client, queries, first, last, scope, span=self._span)
-        rows = cw.to_gpu_minutes(
+        rows = cw.gpu_rows(
             series, values, gpu_counts=gpu_counts, period_s=period_s, first=first, last=last,
             host_cpu=cw.host_cpu_of(cpu_ids, values))
-        return rows, calls
+        # the settling span comes back each cycle: what was stored unchanged is left out
+        fresh = self._repeats.fresh(rows[k] for k in sorted(rows))
+        return [GpuMinute.model_validate(fields) for fields in fresh], calls
 
     def _dimensions(self, client: CloudWatchClient, key: tuple[str, str], namespace: str,
                     metric: str, scope: str, recent: bool, wanted: set[str]) -> DimensionSets:
@@ -186,6 +193,11 @@ class CloudWatchReads:
             out.update({i: dict(points) for i, points in cw.host_cpu_of(ids, values).items()})
         self.metric_gaps, self.get_metric_data_calls = gaps, calls
         return out
+
+    def readings_stored(self) -> None:
+        """`costguard.providers.base.LeavesOutRepeats`: the last `gpu_metrics` call's
+        readings are stored."""
+        self._repeats.stored()
 
     @staticmethod
     def _by_scope(instances: Sequence[Instance]) -> dict[tuple[str, str], list[Instance]]:

@@ -30,6 +30,7 @@ from costguard.clock import utc
 from costguard.errors import ProviderError
 from costguard.model import Gap, GpuMinute, Instance, TelemetrySource
 from costguard.providers.gcp.errors import from_retry_error, translate
+from costguard.providers.repeats import Repeats
 
 UTIL = "agent.googleapis.com/gpu/utilization"
 MEM_USED = "agent.googleapis.com/gpu/memory/bytes_used"
@@ -146,14 +147,18 @@ def _pct(value: float | None) -> float | None:
     return None if value is None else min(max(value, 0.0), 100.0)
 
 
-def merge(readings: dict[str, dict[_Key, float]]) -> list[GpuMinute]:
+def merge(readings: dict[str, dict[_Key, float]], start: datetime, end: datetime,
+          repeats: Repeats | None = None) -> list[GpuMinute]:
+    """The GPU-minutes in [start, end) of the projects' series; with `repeats`, those
+    handed over and stored before unchanged are left out (`costguard.providers.repeats`)."""
+    lo, hi = utc(start).timestamp(), utc(end).timestamp()
     keys: set[_Key] = set()
     for name, values in readings.items():
         if name != "cpu":  # host CPU joins GPU minutes; it makes none
-            keys.update(values)
+            keys.update(k for k in values if lo <= k[2] < hi)
     cpu = readings.get("cpu", {})
     util, sm_v2, sm_v1, mem_used = (readings[f] for f in ("util", "sm_v2", "sm_v1", "mem"))
-    minutes = []
+    rows: list[dict[str, Any]] = []
     stamps: dict[int, datetime] = {}  # each distinct minute converted once
     source = TelemetrySource.CLOUD_MONITORING
     for key in sorted(keys):
@@ -165,20 +170,13 @@ def merge(readings: dict[str, dict[_Key, float]]) -> list[GpuMinute]:
         if sm is None:
             sm = sm_v1.get(key)
         mem = mem_used.get(key)
-        minutes.append(
-            GpuMinute(
-                provider="gcp",
-                instance_id=instance_id,
-                gpu_index=gpu,
-                minute=minute,
-                source=source,
-                util_mean=_pct(util.get(key)),
-                sm_mean=_pct(sm),
-                mem_used_bytes=None if mem is None else max(int(mem), 0),
-                host_cpu_pct=_pct(cpu.get((instance_id, 0, epoch))),
-            )
-        )
-    return minutes
+        rows.append({
+            "provider": "gcp", "instance_id": instance_id, "gpu_index": gpu, "minute": minute,
+            "source": source, "util_mean": _pct(util.get(key)), "sm_mean": _pct(sm),
+            "mem_used_bytes": None if mem is None else max(int(mem), 0),
+            "host_cpu_pct": _pct(cpu.get((instance_id, 0, epoch)))})
+    fresh = rows if repeats is None else repeats.fresh(rows)
+    return [GpuMinute.model_validate(fields) for fields in fresh]
 
 
 def gpu_minutes(
@@ -189,9 +187,11 @@ def gpu_minutes(
     *,
     retry: gretry.Retry,
     max_workers: int,
+    repeats: Repeats | None = None,
 ) -> tuple[list[GpuMinute], list[Gap]]:
-    """Every GPU-minute Cloud Monitoring has for `instances` in [start, end), and the
-    projects that could not be read. If no project at all could be read, that raises."""
+    """Every GPU-minute Cloud Monitoring has for `instances` in [start, end) (less, with
+    `repeats`, those handed over and stored before unchanged), and the projects that could
+    not be read. If no project at all could be read, that raises."""
     by_project: dict[str, set[str]] = {}
     for inst in instances:
         if inst.provider == "gcp":
@@ -218,4 +218,4 @@ def gpu_minutes(
         raise failures[0]
     # Missing readings are "no data", never "idle": the other projects' data is still good.
     gaps = [Gap(provider="gcp", scope=f.scope, error=str(f)) for f in failures]
-    return [m for m in merge(merged) if utc(start) <= m.minute < utc(end)], gaps
+    return merge(merged, start, end, repeats), gaps

@@ -37,6 +37,7 @@ from costguard.providers.gcp.clients import (
 )
 from costguard.providers.gcp.groups import GroupClients
 from costguard.providers.gcp.settings import GcpSettings
+from costguard.providers.repeats import Repeats
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ class GcpProvider:
         self.clients = clients or build_clients(settings)
         self.retry = make_retry(settings.retry)
         self.metric_gaps: list[Gap] = []  # projects the last gpu_metrics call could not read
+        self._repeats = Repeats()  # readings handed over and stored: unchanged ones left out
         self._actions = actions.ActionContext(
             instances=self.clients.instances,
             operations=self.clients.zone_operations,
@@ -127,7 +129,10 @@ class GcpProvider:
         self, instances: Sequence[Instance], start: datetime, end: datetime
     ) -> list[GpuMinute]:
         """See `Provider.gpu_metrics`. Projects whose metrics could not be read are left out
-        and listed in `self.metric_gaps` (also logged); if none could be read, it raises."""
+        and listed in `self.metric_gaps` (also logged); if none could be read, it raises.
+        After `readings_stored`, a later call leaves out the readings that come back
+        unchanged (`costguard.providers.repeats`)."""
+        self._repeats.begin(start)
         minutes, gaps = metrics.gpu_minutes(
             self.clients.metrics,
             instances,
@@ -135,11 +140,17 @@ class GcpProvider:
             end,
             retry=self.retry,
             max_workers=self.settings.max_workers,
+            repeats=self._repeats,
         )
         self.metric_gaps = gaps
         for gap in gaps:
             log.warning("GPU metrics missing for %s: %s", gap.scope, gap.error)
         return minutes
+
+    def readings_stored(self) -> None:
+        """`costguard.providers.base.LeavesOutRepeats`: the last `gpu_metrics` call's
+        readings are stored."""
+        self._repeats.stored()
 
     def stop(self, instance: Instance, *, dry_run: bool) -> ActionResult:
         return actions.stop(self._actions, instance, dry_run=dry_run)

@@ -179,3 +179,24 @@ def test_host_cpu_of_compute_engine_joins_each_gpu_minute(
     assert got == [(T0 + timedelta(minutes=m), gpu, 91.25 if m < 2 else None)
                    for m in range(3) for gpu in range(2)]
     assert other.instance_id not in {m.instance_id for m in minutes}
+
+
+def test_readings_stored_before_come_back_only_when_they_changed(
+    fake: FakeGcp, make_provider: Callable[..., GcpProvider]
+) -> None:
+    inst = _instance("42")
+    fake.monitoring.add_gpu_series("ml-prod", UTIL, "42", _every_20s(5, 40.0))
+    provider = make_provider()
+    span = (T0, T0 + timedelta(minutes=5))
+    assert len(provider.gpu_metrics([inst], *span)) == 5
+    assert len(provider.gpu_metrics([inst], *span)) == 5  # never said stored: all again
+    provider.readings_stored()
+    assert provider.gpu_metrics([inst], *span) == []
+    # the fourth minute now reads otherwise (a later series for the same GPU); a sixth
+    # minute arrives
+    fake.monitoring.add_gpu_series("ml-prod", UTIL, "42", [
+        (T0 + timedelta(minutes=3, seconds=50), 100.0),
+        (T0 + timedelta(minutes=5, seconds=5), 9.0)])
+    minutes = provider.gpu_metrics([inst], T0, T0 + timedelta(minutes=6))
+    assert [(m.minute - T0, m.util_mean) for m in minutes] == [
+        (timedelta(minutes=3), 100.0), (timedelta(minutes=5), 9.0)]
