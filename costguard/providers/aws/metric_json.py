@@ -1,4 +1,4 @@
-"""GetMetricData, read for the fields costguard uses.
+"""GetMetricData, asked and read for the fields costguard uses.
 
 A GetMetricData answer is up to 500 results of up to 100,800 datapoints; botocore walks
 every one through its generic shape parser (a call per timestamp and per value). At
@@ -15,6 +15,14 @@ client's CPU per metrics call. costguard builds every query itself (`metrics.gpu
 body for the response metadata. Errors, another protocol (CBOR, query XML) or a body that
 is not a JSON object are left to botocore. tests/providers/aws/test_metric_json.py checks
 the result equals botocore's own parse of the same answer.
+
+The request's 500 queries took botocore's serializer as long again (a call per member of
+each query). In the JSON protocol a query is written as given, so `hold_queries`
+(`before-parameter-build`) takes them out of the parameters as JSON text, botocore writes
+the rest (times, token: its own way), and `write_queries` (`before-call`, before signing)
+puts them back at the head of the body: the same bytes botocore writes (the tests compare
+them for costguard's queries). Another protocol, or queries JSON cannot write, stay with
+botocore.
 """
 
 from __future__ import annotations
@@ -24,6 +32,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 EVENT = "before-parse.cloudwatch.GetMetricData"
+BUILD_EVENT = "before-parameter-build.cloudwatch.GetMetricData"
+CALL_EVENT = "before-call.cloudwatch.GetMetricData"
+_HELD = "costguard_metric_data_queries"  # the request context's key for the held queries
 _JSON = "application/x-amz-json-1.0"
 _KEPT = ("Id", "Label", "StatusCode", "Messages")
 
@@ -55,3 +66,30 @@ def read_get_metric_data(response_dict: dict[str, Any],
         if key in body:
             customized_response_dict[key] = body[key]
     response_dict["body"] = b"{}"
+
+
+def hold_queries(params: dict[str, Any], model: Any, context: dict[str, Any],
+                 **_: Any) -> None:
+    """botocore `before-parameter-build` handler for GetMetricData (see the module's doc)."""
+    queries = params.get("MetricDataQueries")
+    if model.service_model.resolved_protocol != "json" or not isinstance(queries, list):
+        return
+    try:
+        encoded = json.dumps(queries).encode()
+    except (TypeError, ValueError):
+        return  # not plain JSON data: botocore's serializer writes (or reports) it
+    if next(iter(params)) != "MetricDataQueries":
+        return  # written at the head of the body: only where botocore would write them
+    context[_HELD] = encoded
+    del params["MetricDataQueries"]
+
+
+def write_queries(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+    """botocore `before-call` handler for GetMetricData: the held queries back into the
+    request's body (`params` is the serialized request)."""
+    encoded = context.pop(_HELD, None)
+    if encoded is None:
+        return
+    rest = params["body"]
+    params["body"] = (b'{"MetricDataQueries": ' + encoded
+                      + (b"}" if rest == b"{}" else b", " + rest[1:]))

@@ -31,11 +31,10 @@ from botocore.credentials import Credentials, RefreshableCredentials
 from botocore.session import Session as BotocoreSession
 
 from costguard.errors import ProviderError
+from costguard.providers.aws import metric_json
 from costguard.providers.aws.boundary import aws_call
 from costguard.providers.aws.instance_xml import EVENT as INSTANCES_EVENT
 from costguard.providers.aws.instance_xml import read_describe_instances
-from costguard.providers.aws.metric_json import EVENT as METRIC_DATA_EVENT
-from costguard.providers.aws.metric_json import read_get_metric_data
 from costguard.providers.aws.settings import AwsAccount, AwsSettings
 from costguard.providers.aws.timestamps import fast_timestamp
 
@@ -262,7 +261,9 @@ class ClientFactory:
         if service == "ec2":
             client.meta.events.register(INSTANCES_EVENT, read_describe_instances)
         elif service == "cloudwatch":
-            client.meta.events.register(METRIC_DATA_EVENT, read_get_metric_data)
+            client.meta.events.register(metric_json.EVENT, metric_json.read_get_metric_data)
+            client.meta.events.register(metric_json.BUILD_EVENT, metric_json.hold_queries)
+            client.meta.events.register(metric_json.CALL_EVENT, metric_json.write_queries)
         return client
 
     def client(self, account: AccountScope, region: str, service: str) -> Any:

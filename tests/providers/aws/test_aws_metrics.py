@@ -42,8 +42,9 @@ def _put(datums: list[dict[str, Any]], namespace: str = "CWAgent", region: str =
 
 def _calls(session: boto3.Session, operation: str) -> list[dict[str, Any]]:
     seen: list[dict[str, Any]] = []
-    session.events.register(
-        f"provide-client-params.cloudwatch.{operation}", lambda params, **_: seen.append(params)
+    session.events.register(  # a copy: the queries leave the dict once recorded
+        f"provide-client-params.cloudwatch.{operation}",
+        lambda params, **_: seen.append(dict(params)),
     )
     return seen
 

@@ -1,6 +1,7 @@
 """costguard's GetMetricData reader gives what botocore's own parse of the same answer gives:
 on moto's answers (through a client), and on an answer shaped like CloudWatch's JSON
-protocol documentation; other protocols and errors are left to botocore."""
+protocol documentation; other protocols and errors are left to botocore. Its request
+writer sends the bytes botocore's serializer writes, for the queries costguard builds."""
 
 from __future__ import annotations
 
@@ -15,7 +16,15 @@ from aws_helpers import REGION
 from botocore.config import Config
 from botocore.parsers import ResponseParserFactory
 
-from costguard.providers.aws.metric_json import EVENT, read_get_metric_data
+from costguard.providers.aws import metrics as cw
+from costguard.providers.aws.metric_json import (
+    BUILD_EVENT,
+    CALL_EVENT,
+    EVENT,
+    hold_queries,
+    read_get_metric_data,
+    write_queries,
+)
 
 NOW = datetime.now(UTC).replace(second=0, microsecond=0)
 
@@ -53,6 +62,8 @@ def test_the_reader_equals_botocores_parse_of_moto_answers_page_by_page() -> Non
     lean: Any = boto3.client("cloudwatch", region_name=REGION,
                              config=Config(parameter_validation=False))
     lean.meta.events.register(EVENT, read_get_metric_data)
+    lean.meta.events.register(BUILD_EVENT, hold_queries)
+    lean.meta.events.register(CALL_EVENT, write_queries)
     _put(plain, 6, 30)
     kwargs = {"MetricDataQueries": _queries(6), "StartTime": NOW - timedelta(hours=1),
               "EndTime": NOW, "ScanBy": "TimestampAscending"}
@@ -114,3 +125,87 @@ def test_errors_other_protocols_and_unreadable_bodies_are_left_to_botocore(
     body, custom = response["body"], {}
     read_get_metric_data(response_dict=response, customized_response_dict=custom)
     assert custom == {} and response["body"] == body
+
+
+def _sent(client: Any, **kwargs: Any) -> bytes:
+    """The body `client` would send for GetMetricData(**kwargs) (stopped before sending)."""
+    sent: list[bytes] = []
+
+    def stop(request: Any, **_: Any) -> Any:
+        sent.append(request.body)
+        raise _Stop
+
+    event = "before-send.cloudwatch.GetMetricData"
+    client.meta.events.register(event, stop)
+    try:
+        with pytest.raises(_Stop):
+            client.get_metric_data(**kwargs)
+    finally:
+        client.meta.events.unregister(event, stop)
+    return sent[0]
+
+
+class _Stop(Exception):
+    pass
+
+
+def _clients() -> tuple[Any, Any]:
+    config = Config(parameter_validation=False)
+    plain: Any = boto3.client("cloudwatch", region_name=REGION, config=config)
+    lean: Any = boto3.client("cloudwatch", region_name=REGION, config=config)
+    lean.meta.events.register(BUILD_EVENT, hold_queries)
+    lean.meta.events.register(CALL_EVENT, write_queries)
+    return plain, lean
+
+
+def test_the_writer_sends_the_bytes_botocore_writes_for_costguards_queries() -> None:
+    plain, lean = _clients()
+    series = [cw.Series(f"i-{n:017x}", cw.ALL_GPUS if n % 2 else n % 3, cw.GPU_UTIL,
+                        (("InstanceId", f"i-{n:017x}"), ("index", str(n % 3))), True)
+              for n in range(40)]
+    queries = cw.gpu_queries(series, "CWAgent", 300, gpu_counts={s.instance_id: 8
+                                                                for s in series})
+    queries += cw.cpu_queries([s.instance_id for s in series], 300)
+    at = datetime(2026, 11, 27, 12, 0, 30, 250_000, tzinfo=UTC)
+    walked: list[list[str]] = []  # what botocore's serializer was given, by the lean client
+    inner = lean._serializer.serialize_to_request
+    lean._serializer.serialize_to_request = lambda p, m: walked.append(list(p)) or inner(p, m)
+    for extra in ({}, {"NextToken": "t-\u00e9\"2"}, {"ScanBy": "TimestampAscending",
+                                                      "MaxDatapoints": 100_800}):
+        kwargs = {"MetricDataQueries": queries, "StartTime": at - timedelta(hours=1),
+                  "EndTime": at, **extra}
+        assert _sent(lean, **kwargs) == _sent(plain, **kwargs)
+    assert walked and all("MetricDataQueries" not in keys for keys in walked)
+
+
+def test_queries_not_at_the_head_or_not_plain_json_are_left_to_botocore() -> None:
+    plain, lean = _clients()
+    times = {"StartTime": NOW - timedelta(hours=1), "EndTime": NOW}
+    later = {**times, "MetricDataQueries": _queries(2)}  # botocore writes them last
+    assert _sent(lean, **later) == _sent(plain, **later)
+    assert json.loads(_sent(lean, **later))["MetricDataQueries"] == _queries(2)
+    odd = {"MetricDataQueries": [{**_queries(1)[0], "Label": b"bytes"}], **times}
+    context: dict[str, Any] = {}
+    hold_queries(odd, _model("json"), context)
+    assert context == {} and "MetricDataQueries" in odd
+
+
+def test_another_protocol_keeps_botocores_serializer() -> None:
+    params: dict[str, Any] = {"MetricDataQueries": _queries(1), "StartTime": NOW}
+    for protocol in ("query", "smithy-rpc-v2-cbor"):
+        context: dict[str, Any] = {}
+        hold_queries(params, _model(protocol), context)
+        assert context == {} and params["MetricDataQueries"] == _queries(1)
+    request = {"body": b"{}"}
+    write_queries(request, {})  # nothing held: nothing written
+    assert request == {"body": b"{}"}
+
+
+def _model(protocol: str) -> Any:
+    class Service:
+        resolved_protocol = protocol
+
+    class Operation:
+        service_model = Service()
+
+    return Operation()
