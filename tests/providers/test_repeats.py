@@ -1,5 +1,5 @@
 """Readings handed over before and stored are left out when they come back unchanged; until
-the caller says it stored them, every reading comes back."""
+the caller says it stored them, every reading comes back; only the recent ones are kept."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 from costguard.providers.repeats import Repeats
 
 T = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
+HORIZON = timedelta(minutes=15)
 
 
 def _row(minute: int, util: float, gpu: int = 0, **more: Any) -> dict[str, Any]:
@@ -17,69 +18,78 @@ def _row(minute: int, util: float, gpu: int = 0, **more: Any) -> dict[str, Any]:
             "util_mean": util, **more}
 
 
-def _call(repeats: Repeats, first: int, rows: list[dict[str, Any]]) -> list[Any]:
-    repeats.begin(T + timedelta(minutes=first))
+def _call(repeats: Repeats, end: int, rows: list[dict[str, Any]]) -> list[Any]:
+    repeats.begin(T + timedelta(minutes=end))
     return repeats.fresh(rows)
 
 
 def test_nothing_is_left_out_until_the_caller_says_it_stored_the_readings() -> None:
-    repeats = Repeats()
+    repeats = Repeats(HORIZON)
     rows = [_row(0, 10.0), _row(5, 20.0)]
-    assert _call(repeats, 0, rows) == rows
-    assert _call(repeats, 0, rows) == rows  # not confirmed: all again
+    assert _call(repeats, 10, rows) == rows
+    assert _call(repeats, 10, rows) == rows  # not confirmed: all again
     repeats.stored()
-    assert _call(repeats, 0, rows) == []
+    assert _call(repeats, 10, rows) == []
     assert len(repeats) == 2
 
 
 def test_a_reading_changed_in_any_field_or_a_new_one_is_fresh() -> None:
-    repeats = Repeats()
-    _call(repeats, 0, [_row(0, 10.0), _row(5, 20.0), _row(5, 20.0, gpu=1)])
+    repeats = Repeats(HORIZON)
+    _call(repeats, 10, [_row(0, 10.0), _row(5, 20.0), _row(5, 20.0, gpu=1)])
     repeats.stored()
     later = [_row(0, 10.0), _row(5, 20.5), _row(5, 20.0, gpu=1, host_cpu_pct=3.0),
              _row(10, 30.0)]
-    assert _call(repeats, 0, later) == later[1:]
+    assert _call(repeats, 15, later) == later[1:]
 
 
 def test_the_same_values_under_other_field_names_are_not_a_repeat() -> None:
-    repeats = Repeats()
-    _call(repeats, 0, [{"minute": T, "util_mean": 5.0, "util_max": 7.0}])
+    repeats = Repeats(HORIZON)
+    _call(repeats, 1, [{"minute": T, "util_mean": 5.0, "util_max": 7.0}])
     repeats.stored()
     swapped = [{"minute": T, "util_max": 5.0, "util_mean": 7.0}]
-    assert _call(repeats, 0, swapped) == swapped
+    assert _call(repeats, 1, swapped) == swapped
 
 
 def test_a_call_never_confirmed_is_forgotten_at_the_next_call() -> None:
-    repeats = Repeats()
-    _call(repeats, 0, [_row(0, 10.0)])
+    repeats = Repeats(HORIZON)
+    _call(repeats, 10, [_row(0, 10.0)])
     repeats.stored()
-    _call(repeats, 0, [_row(0, 10.0), _row(5, 20.0)])  # its store failed: no `stored`
+    _call(repeats, 10, [_row(0, 10.0), _row(5, 20.0)])  # its store failed: no `stored`
     again = [_row(0, 10.0), _row(5, 20.0)]
-    assert _call(repeats, 0, again) == [_row(5, 20.0)]
+    assert _call(repeats, 10, again) == [_row(5, 20.0)]
     repeats.stored()  # confirming twice, or with nothing pending, changes nothing
     repeats.stored()
-    assert _call(repeats, 0, again) == []
+    assert _call(repeats, 10, again) == []
 
 
-def test_minutes_before_the_confirmed_calls_first_are_dropped() -> None:
-    repeats = Repeats()
-    _call(repeats, 0, [_row(0, 1.0), _row(5, 2.0), _row(10, 3.0)])
+def test_only_the_horizon_before_the_latest_end_is_kept() -> None:
+    repeats = Repeats(HORIZON)
+    rows = [_row(m, float(m)) for m in range(0, 30, 5)]  # 0 .. 25
+    _call(repeats, 30, rows)
     repeats.stored()
-    _call(repeats, 5, [_row(5, 2.0), _row(10, 3.0), _row(15, 4.0)])
+    assert len(repeats) == 3  # 15, 20, 25: older minutes are never asked again
+    # a call over older minutes (a scope catching up) gets them all again
+    assert _call(repeats, 30, rows) == rows[:3]
     repeats.stored()
-    assert len(repeats) == 3  # minute 0 went
-    # a later call over the older minute (a scope catching up) gets it again
-    assert _call(repeats, 0, [_row(0, 1.0), _row(5, 2.0)]) == [_row(0, 1.0)]
+    # an earlier end does not move the horizon back
+    assert _call(repeats, 20, rows) == rows[:3]
+    repeats.stored()
+    # a later end drops what fell out of it
+    _call(repeats, 40, [_row(30, 30.0)])
+    repeats.stored()
+    assert len(repeats) == 2  # 25 and 30
+    assert _call(repeats, 40, rows) == rows[:5]
 
 
 def test_threads_of_one_call_share_what_they_saw() -> None:
-    repeats = Repeats()
+    repeats = Repeats(HORIZON)
     scopes = [[_row(m, float(g), gpu=g) for m in range(0, 15, 5)] for g in range(8)]
-    repeats.begin(T)
+    repeats.begin(T + HORIZON)
     with ThreadPoolExecutor(4) as pool:
         fresh = list(pool.map(repeats.fresh, scopes))
     assert fresh == scopes
     repeats.stored()
-    repeats.begin(T)
+    assert len(repeats) == 24
+    repeats.begin(T + HORIZON)
     with ThreadPoolExecutor(4) as pool:
         assert list(pool.map(repeats.fresh, scopes)) == [[]] * 8

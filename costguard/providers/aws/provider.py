@@ -70,7 +70,9 @@ class AwsProvider(CloudWatchReads):
         self.gpu_types = GpuTypeCatalog()
         self.prices = OnDemandTable()
         self._lock = threading.Lock()
-        self._repeats = Repeats()
+        # a later call asks the settling span again; a point's minute may start a period earlier
+        self._repeats = Repeats(self.metrics_settle
+                                + timedelta(seconds=settings.cloudwatch.period_seconds))
         self._accounts: dict[str, AccountScope] = {}
         self._hosts: dict[str, HostNames] = {}
         self.spot = SpotPrices(settings.spot_product_description, self.clock,

@@ -64,7 +64,7 @@ class CloudWatchReads:
         readings that come back unchanged (`costguard.providers.repeats`)."""
         first, last = cw.window(start, end)
         recent = utc(self.clock.now()) - first < timedelta(hours=3)
-        self._repeats.begin(first)
+        self._repeats.begin(last)
         out: list[GpuMinute] = []
         gaps: list[Gap] = []
         calls = 0

@@ -62,7 +62,8 @@ class GcpProvider:
         self.clients = clients or build_clients(settings)
         self.retry = make_retry(settings.retry)
         self.metric_gaps: list[Gap] = []  # projects the last gpu_metrics call could not read
-        self._repeats = Repeats()  # readings handed over and stored: unchanged ones left out
+        # readings handed over and stored: unchanged ones are left out of the settling span
+        self._repeats = Repeats(self.metrics_settle + timedelta(minutes=1))
         self._actions = actions.ActionContext(
             instances=self.clients.instances,
             operations=self.clients.zone_operations,
@@ -132,7 +133,7 @@ class GcpProvider:
         and listed in `self.metric_gaps` (also logged); if none could be read, it raises.
         After `readings_stored`, a later call leaves out the readings that come back
         unchanged (`costguard.providers.repeats`)."""
-        self._repeats.begin(start)
+        self._repeats.begin(end)
         minutes, gaps = metrics.gpu_minutes(
             self.clients.metrics,
             instances,

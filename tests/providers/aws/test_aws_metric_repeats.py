@@ -55,15 +55,15 @@ def test_a_stored_call_is_not_returned_again_unless_it_changed(
     make_provider: ProviderFactory, clock: ManualClock
 ) -> None:
     (raw,) = run_instances(itype="g5.xlarge")
-    minutes = _minutes(clock, range(15, 0, -1))
+    minutes = _minutes(clock, range(10, 0, -1))  # the settling span
     _put(raw["InstanceId"], {m: 50.0 for m in minutes})
     provider = make_provider(cloudwatch={"instance_dimension": True})
     instances = provider.list_instances().instances
     start, end = minutes[0], minutes[-1] + timedelta(minutes=1)
 
-    assert len(provider.gpu_metrics(instances, start, end)) == 15
+    assert len(provider.gpu_metrics(instances, start, end)) == 10
     # never confirmed: a caller that does not say it stored them gets them all again
-    assert len(provider.gpu_metrics(instances, start, end)) == 15
+    assert len(provider.gpu_metrics(instances, start, end)) == 10
     provider.readings_stored()
     assert provider.gpu_metrics(instances, start, end) == []
     # a late point changes one minute's average; a new minute arrives
