@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from costguard.clock import utc
-from costguard.model import GpuMinute, TelemetrySource
+from costguard.model import TelemetrySource
 from costguard.providers.aws.boundary import aws_call
 from costguard.providers.aws.inventory import HostNames
 
@@ -307,25 +307,6 @@ def _cpu_at(points: Sequence[tuple[datetime, float]], minute: datetime) -> float
     return None
 
 
-def to_gpu_minutes(
-    series: Sequence[Series],
-    values: Mapping[str, list[tuple[datetime, float]]],
-    *,
-    gpu_counts: Mapping[str, int] | None = None,
-    period_s: int = PERIOD_S,
-    first: datetime | None = None,
-    last: datetime | None = None,
-    host_cpu: Mapping[str, Sequence[tuple[datetime, float]]] | None = None,
-) -> list[GpuMinute]:
-    """Readings from query results: one per GPU per datapoint, spanning the point's period
-    (`span_minutes`); a roll-up series (`all_gpus`) gives each of its instance's GPUs
-    (`gpu_counts`: instance id -> GPUs, default 1) the roll-up's values. `host_cpu`
-    (`host_cpu_of`) adds the instance's CPUUtilization to each of its GPU minutes."""
-    rows = gpu_rows(series, values, gpu_counts=gpu_counts, period_s=period_s, first=first,
-                    last=last, host_cpu=host_cpu)
-    return [GpuMinute.model_validate(rows[key]) for key in sorted(rows)]
-
-
 GpuRowKey = tuple[str, int, datetime]  # instance id, GPU index, minute
 
 
@@ -339,8 +320,11 @@ def gpu_rows(
     last: datetime | None = None,
     host_cpu: Mapping[str, Sequence[tuple[datetime, float]]] | None = None,
 ) -> dict[GpuRowKey, dict[str, Any]]:
-    """`to_gpu_minutes`' readings as the field dicts a `GpuMinute` is validated from, by
-    (instance id, GPU index, minute)."""
+    """Readings from query results, as the field dicts a `GpuMinute` is validated from, by
+    (instance id, GPU index, minute): one per GPU per datapoint, spanning the point's
+    period (`span_minutes`); a roll-up series (`all_gpus`) gives each of its instance's
+    GPUs (`gpu_counts`: instance id -> GPUs, default 1) the roll-up's values. `host_cpu`
+    (`host_cpu_of`) adds the instance's CPUUtilization to each of its GPU minutes."""
     counts = gpu_counts or {}
     rows: dict[GpuRowKey, dict[str, Any]] = {}
     for n, s in enumerate(series):
