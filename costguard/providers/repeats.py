@@ -13,12 +13,13 @@ them all again. A reading that changed in any field (a late point, a host CPU fi
 arrived) is fresh.
 
 Only the last `horizon` (the settling span and a period) can be asked again, so only
-readings that recent are remembered, and older ones pass without a look. What is kept is a
-64-bit signature per reading (Python's hash of its fields, names and values), 8 bytes in a
-sorted array per minute: ~4 MB for half a million readings. Two different readings with one
-signature would leave the later out; with the hash's randomised seed and the few hundred
-thousand readings of a settling span, the chance is below one in ten million million per
-cycle.
+readings that recent are remembered, and older ones pass without a look. What is kept, per
+instance, is a sorted array of 64-bit signatures (Python's hash of a reading's fields,
+names and values): 8 bytes a reading, ~10 MB for 60,000 GPU instances. A later call's
+readings of an instance replace what was kept of it; an instance no call asked about
+within the horizon is forgotten. Two different readings with one signature would leave
+the later out; with the hash's randomised seed and the few hundred thousand readings of a
+settling span, the chance is below one in ten million million per cycle.
 """
 
 from __future__ import annotations
@@ -39,31 +40,41 @@ def _has(signatures: array[int], signature: int) -> bool:
 
 
 class Repeats:
-    """The signatures of the recent readings stored, by minute."""
+    """The signatures of each instance's recent readings that were stored."""
 
     def __init__(self, horizon: timedelta) -> None:
         self.horizon = horizon
         self._lock = threading.Lock()
-        self._held: dict[datetime, array[int]] = {}  # sorted signatures, by minute
-        self._pending: dict[datetime, array[int]] = {}
+        # instance id -> (end of the call that confirmed it, sorted signatures)
+        self._held: dict[str, tuple[datetime, array[int]]] = {}
+        self._pending: dict[str, array[int]] = {}
         self._newest: datetime | None = None  # the latest end any call asked for
+        self._oldest: datetime | None = None  # the earliest end among `_held`'s
         self._keep_from: datetime | None = None  # the pending call's oldest minute kept
-        self._look_from: datetime | None = None  # ... and oldest minute looked at
+        self._look_from: datetime | None = None  # ... and oldest minute looked up
 
     def begin(self, end: datetime) -> None:
         """A call for minutes before `end` starts: what an earlier call returned and the
         caller never confirmed is forgotten."""
         with self._lock:
-            self._newest = end if self._newest is None else max(self._newest, end)
-            self._keep_from = self._newest - self.horizon  # what a later call may ask again
-            self._look_from = min([self._keep_from, *self._held])  # and what is held
+            before = self._newest
+            self._newest = newest = end if before is None else max(before, end)
+            self._keep_from = newest - self.horizon  # what a later call may ask again
+            if before is not None and newest > before and self._held:
+                # a new cycle: instances no call asked about within the horizon go
+                self._held = {i: kept for i, kept in self._held.items()
+                              if kept[0] > self._keep_from}
+                self._oldest = min((kept[0] for kept in self._held.values()), default=None)
+            # what is held goes back to its oldest confirming call's horizon
+            self._look_from = (self._keep_from if self._oldest is None
+                               else min(self._keep_from, self._oldest - self.horizon))
             self._pending = {}
 
     def fresh(self, readings: Iterable[Fields]) -> list[Fields]:
         """The readings not handed over before unchanged (all of them until `stored` was
         called). Safe from several threads of one call."""
         out: list[Fields] = []
-        seen: dict[datetime, array[int]] = {}
+        seen: dict[str, array[int]] = {}
         held = self._held  # replaced, never changed in place, while a call runs
         keep_from, look_from = self._keep_from, self._look_from
         for fields in readings:
@@ -72,37 +83,32 @@ class Repeats:
                 out.append(fields)  # not held, and older than any later call asks again
                 continue
             signature = hash(tuple(fields.items()))
+            instance_id = fields["instance_id"]
             if minute >= keep_from:
-                bucket = seen.get(minute)
-                if bucket is None:
-                    bucket = seen[minute] = array("q")
-                bucket.append(signature)
-            known = held.get(minute)
-            if known is None or not _has(known, signature):
+                mine = seen.get(instance_id)
+                if mine is None:
+                    mine = seen[instance_id] = array("q")
+                mine.append(signature)
+            kept = held.get(instance_id)
+            if kept is None or not _has(kept[1], signature):
                 out.append(fields)
         with self._lock:
-            for minute, signatures in seen.items():
-                self._pending.setdefault(minute, array("q")).extend(signatures)
+            for instance_id, signatures in seen.items():
+                self._pending.setdefault(instance_id, array("q")).extend(signatures)
         return out
 
     def stored(self) -> None:
         """The caller stored what the last call returned: its readings (those left out
-        included) count as handed over; those older than the horizon are dropped."""
+        included) count as handed over, in place of what was kept of their instances."""
         with self._lock:
-            keep_from = self._keep_from
-            if keep_from is None:
+            if self._newest is None or not self._pending:
                 return
-            held: dict[datetime, array[int]] = {}
-            for minute in self._held.keys() | self._pending.keys():
-                if minute < keep_from:
-                    continue
-                old, new = self._held.get(minute), self._pending.get(minute)
-                if new is None and old is not None:
-                    held[minute] = old
-                else:
-                    held[minute] = array("q", sorted({*(old or ()), *(new or ())}))
-            self._held, self._pending, self._keep_from = held, {}, None
-            self._look_from = None
+            held = dict(self._held)
+            for instance_id, signatures in self._pending.items():
+                held[instance_id] = (self._newest, array("q", sorted(signatures)))
+            self._held, self._pending = held, {}
+            if self._oldest is None:  # the others are older than the newest end
+                self._oldest = self._newest
 
     def __len__(self) -> int:
-        return sum(len(s) for s in self._held.values())
+        return sum(len(kept[1]) for kept in self._held.values())

@@ -44,9 +44,9 @@ def test_a_reading_changed_in_any_field_or_a_new_one_is_fresh() -> None:
 
 def test_the_same_values_under_other_field_names_are_not_a_repeat() -> None:
     repeats = Repeats(HORIZON)
-    _call(repeats, 1, [{"minute": T, "util_mean": 5.0, "util_max": 7.0}])
+    _call(repeats, 1, [{"instance_id": "i-1", "minute": T, "util_mean": 5.0, "util_max": 7.0}])
     repeats.stored()
-    swapped = [{"minute": T, "util_max": 5.0, "util_mean": 7.0}]
+    swapped = [{"instance_id": "i-1", "minute": T, "util_max": 5.0, "util_mean": 7.0}]
     assert _call(repeats, 1, swapped) == swapped
 
 
@@ -70,15 +70,42 @@ def test_only_the_horizon_before_the_latest_end_is_kept() -> None:
     assert len(repeats) == 3  # 15, 20, 25: older minutes are never asked again
     # a call over older minutes (a scope catching up) gets them all again
     assert _call(repeats, 30, rows) == rows[:3]
-    repeats.stored()
     # an earlier end does not move the horizon back
     assert _call(repeats, 20, rows) == rows[:3]
+
+
+def test_an_instances_later_readings_replace_what_was_kept_of_it() -> None:
+    repeats = Repeats(HORIZON)
+    other = _row(20, 1.0, instance_id="i-2")
+    _call(repeats, 30, [_row(15, 15.0), _row(20, 20.0), other])
     repeats.stored()
-    # a later end drops what fell out of it
-    _call(repeats, 40, [_row(30, 30.0)])
+    _call(repeats, 35, [_row(20, 20.0), _row(25, 25.0)])  # the next cycle: i-1 only
     repeats.stored()
-    assert len(repeats) == 2  # 25 and 30
-    assert _call(repeats, 40, rows) == rows[:5]
+    assert len(repeats) == 3  # i-1's 20 and 25, i-2's 20
+    assert _call(repeats, 35, [_row(15, 15.0), _row(20, 20.0), other]) == [_row(15, 15.0)]
+
+
+def test_an_instance_no_call_asked_about_within_the_horizon_is_forgotten() -> None:
+    repeats = Repeats(HORIZON)
+    gone = _row(20, 1.0, instance_id="i-gone")
+    _call(repeats, 30, [_row(20, 20.0), gone])
+    repeats.stored()
+    for end in (35, 40, 45):  # three cycles later, i-gone (stopped) was not asked about
+        _call(repeats, end, [_row(end - 5, float(end))])
+        repeats.stored()
+    assert len(repeats) == 1
+    assert _call(repeats, 50, [gone]) == [gone]
+
+
+def test_a_failed_call_does_not_narrow_what_the_next_looks_up() -> None:
+    repeats = Repeats(HORIZON)
+    rows = [_row(m, float(m)) for m in range(15, 30, 5)]  # 15 .. 25: all kept
+    _call(repeats, 30, rows)
+    repeats.stored()
+    _call(repeats, 35, rows + [_row(30, 30.0)])  # stored nothing
+    # asked again from where the stored call left off: what it kept is still known
+    assert _call(repeats, 40, rows + [_row(30, 30.0), _row(35, 35.0)]) == [
+        _row(30, 30.0), _row(35, 35.0)]
 
 
 def test_threads_of_one_call_share_what_they_saw() -> None:
