@@ -102,9 +102,9 @@ def test_a_failed_call_does_not_narrow_what_the_next_looks_up() -> None:
     rows = [_row(m, float(m)) for m in range(15, 30, 5)]  # 15 .. 25: all kept
     _call(repeats, 30, rows)
     repeats.stored()
-    _call(repeats, 35, rows + [_row(30, 30.0)])  # stored nothing
+    _call(repeats, 35, [*rows, _row(30, 30.0)])  # stored nothing
     # asked again from where the stored call left off: what it kept is still known
-    assert _call(repeats, 40, rows + [_row(30, 30.0), _row(35, 35.0)]) == [
+    assert _call(repeats, 40, [*rows, _row(30, 30.0), _row(35, 35.0)]) == [
         _row(30, 30.0), _row(35, 35.0)]
 
 
