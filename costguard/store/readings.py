@@ -96,8 +96,10 @@ def _read_rows(
     end: datetime,
     *,
     skip: tuple[str, datetime] | None = None,
+    spanning: bool = True,
 ) -> Iterator[tuple[InstanceRef, dict[str, Any]]]:
-    """The stored rows (as column -> value) that `read_minutes` returns, unvalidated."""
+    """The stored rows (as column -> value) that `read_minutes` returns, unvalidated; with
+    `spanning` False, only those that begin at or after `start`."""
     by_provider: dict[str, list[str]] = defaultdict(list)
     for provider, instance_id in set(refs):
         by_provider[provider].append(instance_id)
@@ -110,7 +112,8 @@ def _read_rows(
                 _TABLE.c.instance_id.in_(ids[first : first + _IN_CHUNK]),
                 # a reading of several minutes that began before `start` still covers it
                 or_(_TABLE.c.minute >= start,
-                    and_(_TABLE.c.span_minutes > 1, _TABLE.c.minute > start - _LONGEST)),
+                    and_(_TABLE.c.span_minutes > 1, _TABLE.c.minute > start - _LONGEST))
+                if spanning else _TABLE.c.minute >= start,
                 _TABLE.c.minute < end,
             )
             if skip is not None:
@@ -316,8 +319,13 @@ class ReadingWindow:
             for span, members in by_span.items():
                 reads.append(_read_rows(session, members, start, end, skip=span))
         else:
+            # what others stored since: the agent's minutes (one minute each; a cloud's
+            # readings of several minutes come through `add`, from this process's calls).
+            # Rows that began earlier and span into the late span were read when they were
+            # new: asking for them again re-read an hour of every stopped GPU's readings.
             reads.append(_read_rows(session, wanted - set(fed),
-                                    max(start, self._until - self.late), end))
+                                    max(start, self._until - self.late), end,
+                                    spanning=False))
         for ref in list(self._by_ref):
             if ref not in wanted:
                 del self._by_ref[ref]

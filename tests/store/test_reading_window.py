@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import tracemalloc
 from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
 
 from costguard.model import GpuMinute, TelemetrySource
 from costguard.store.db import Database
@@ -149,3 +152,34 @@ def test_minutes_fetched_again_each_cycle_do_not_pile_up(db: Database) -> None:
         got = window.minutes(("aws", "i-a"), now - timedelta(hours=1), now)
         assert len(got) == 8 * min(60, 15 + 5 * cycle)
         assert window.readings() <= 2 * 8 * 75, (cycle, window.readings())
+
+
+def test_a_later_refresh_does_not_read_again_the_longer_readings_it_holds(
+        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a GPU stopped after an hour of 5-minute CloudWatch points, fed as they were fetched
+    points = [GpuMinute(provider="aws", instance_id="i-s", source=CW, span_minutes=5,
+                        minute=NOW - timedelta(minutes=5 * k), util_mean=1.0)
+              for k in range(12, 0, -1)]
+    window = ReadingWindow(late=timedelta(minutes=5))
+    with db.session() as s:
+        write_minutes(s, points)
+        window.add(points, since=NOW - timedelta(hours=1))
+        window.refresh(s, [("aws", "i-s")], NOW - timedelta(hours=1), NOW)
+    later = NOW + timedelta(minutes=5)
+    agent = _m("i-s", -3, AGENT, 0.0)  # the agent, stored by another writer meanwhile
+    with db.session() as s:
+        write_minutes(s, [agent])
+        execute, read = s.execute, []
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            rows = list(execute(*args, **kwargs))
+            read.extend(row.minute for row in rows)
+            return iter(rows)
+
+        monkeypatch.setattr(s, "execute", counting)
+        window.refresh(s, [("aws", "i-s")], later - timedelta(hours=1), later)
+    # rows the store sent: the agent's minute and the point that began in the late span,
+    # none of the older points it covers
+    assert sorted(read) == [NOW - timedelta(minutes=5), agent.minute]
+    got = window.minutes(("aws", "i-s"), later - timedelta(hours=1), later)
+    assert len(got) == 12  # 11 points still in the window, and the agent's minute
