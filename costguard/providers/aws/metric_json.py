@@ -72,14 +72,13 @@ def hold_queries(params: dict[str, Any], model: Any, context: dict[str, Any],
                  **_: Any) -> None:
     """botocore `before-parameter-build` handler for GetMetricData (see the module's doc)."""
     queries = params.get("MetricDataQueries")
-    if model.service_model.resolved_protocol != "json" or not isinstance(queries, list):
-        return
+    if (model.service_model.resolved_protocol != "json" or not isinstance(queries, list)
+            or next(iter(params)) != "MetricDataQueries"):
+        return  # written at the head of the body: only where botocore would write them
     try:
         encoded = json.dumps(queries).encode()
     except (TypeError, ValueError):
         return  # not plain JSON data: botocore's serializer writes (or reports) it
-    if next(iter(params)) != "MetricDataQueries":
-        return  # written at the head of the body: only where botocore would write them
     context[_HELD] = encoded
     del params["MetricDataQueries"]
 
