@@ -35,7 +35,7 @@ from costguard.costs.attribution import UNATTRIBUTED
 from costguard.costs.bill_rates import instance_ref, inventory_of
 from costguard.costs.billing import BILLED_DIMENSIONS
 from costguard.errors import ConfigError
-from costguard.store.tables import BillingCostRow
+from costguard.store.bill_tables import BillingCostRow
 
 UNWATCHED = "instances costguard does not watch"
 

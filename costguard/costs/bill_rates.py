@@ -23,8 +23,9 @@ from sqlmodel import Session
 from costguard.clock import utc
 from costguard.costs.price_book import store_learned_rates
 from costguard.model import Instance
+from costguard.store.bill_tables import BillingCostRow
 from costguard.store.inventory import current_instances
-from costguard.store.tables import BillingCostRow, CostIntervalRow
+from costguard.store.tables import CostIntervalRow
 
 SOURCE = "learned from the bill (EffectiveCost / hours run)"
 _MIN_HOURS = 1.0

@@ -22,7 +22,7 @@ from sqlalchemy.engine import Dialect
 from sqlmodel import Session
 
 from costguard.costs.line_keys import LineKeys, Replacing
-from costguard.store.tables import BillingCostRow, BillingLegacyKeyRow
+from costguard.store.bill_tables import BillingCostRow, BillingLegacyKeyRow
 from costguard.store.upsert import BindProcessors, dialect_insert, driver_sql
 
 _COSTS: Table = BillingCostRow.__table__  # type: ignore[attr-defined]

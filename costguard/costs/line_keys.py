@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import Table, delete, func, insert, select
 from sqlmodel import Session
 
-from costguard.store.tables import BillingCostRow, BillingLineKeyRow
+from costguard.store.bill_tables import BillingCostRow, BillingLineKeyRow
 
 _T: Table = BillingLineKeyRow.__table__  # type: ignore[attr-defined]
 _COSTS: Table = BillingCostRow.__table__  # type: ignore[attr-defined]

@@ -16,7 +16,8 @@ from sqlalchemy.sql.expression import FromClause
 from sqlmodel import Session
 
 from costguard.store import control
-from costguard.store.tables import CostDailyRow, CostIntervalRow, CostRunRow, CostSummaryRow
+from costguard.store.rollup_tables import CostDailyRow, CostRunRow, CostSummaryRow
+from costguard.store.tables import CostIntervalRow
 
 ROLLED_UP_UNTIL = "costs.rolled_up_until"
 # how far the summary and run tables follow the daily rows; reports use them only when

@@ -35,8 +35,9 @@ from costguard.providers.base import Provider
 from costguard.report.render import to_table, usd_micros
 from costguard.report.run import spend_report
 from costguard.store import control
+from costguard.store.bill_tables import BillingCostRow
 from costguard.store.db import Database, load_all_tables, sqlite_file
-from costguard.store.tables import ActionJournalRow, BillingCostRow, CycleRow, InstanceRow
+from costguard.store.tables import ActionJournalRow, CycleRow, InstanceRow
 
 KIND_STYLE = {
     "idle-warning": ("[yellow]warn[/]", "yellow"),

@@ -16,7 +16,6 @@ from sqlalchemy import (
     Column,
     Index,
     Integer,
-    LargeBinary,
     UniqueConstraint,
 )
 from sqlmodel import Field, SQLModel
@@ -29,7 +28,7 @@ from costguard.store.types import UTCDateTime
 DEFERRED = SQLModel.model_config | {"defer_build": True}
 
 
-def _ts(*, nullable: bool = False, index: bool = False) -> Any:
+def ts_field(*, nullable: bool = False, index: bool = False) -> Any:
     return Field(default=None, sa_column=Column(UTCDateTime(), nullable=nullable, index=index))
 
 
@@ -44,8 +43,8 @@ class AccountRow(SQLModel, table=True):
 
     provider: str = Field(primary_key=True, max_length=16)
     account_id: str = Field(primary_key=True, max_length=128)
-    first_seen: datetime = _ts()
-    last_seen: datetime = _ts()
+    first_seen: datetime = ts_field()
+    last_seen: datetime = ts_field()
 
 
 class InstanceRow(SQLModel, table=True):
@@ -68,12 +67,12 @@ class InstanceRow(SQLModel, table=True):
     gpu_count: int = 0
     gpu_model: str | None = Field(default=None, max_length=64)
     gpu_memory_mib: int | None = None
-    launch_time: datetime = _ts()
+    launch_time: datetime = ts_field()
     tags: dict[str, str] = _json(dict)
-    first_seen: datetime = _ts()
-    last_seen: datetime = _ts()
-    state_changed_at: datetime = _ts()
-    accrued_until: datetime | None = _ts(nullable=True)
+    first_seen: datetime = ts_field()
+    last_seen: datetime = ts_field()
+    state_changed_at: datetime = ts_field()
+    accrued_until: datetime | None = ts_field(nullable=True)
     # the state that costs accrue in from `accrued_until` on: the state observed at the last
     # accrual (a change seen later is charged from the poll that sees it), or what we set
     accrue_state: str = Field(default="running", max_length=16)
@@ -143,8 +142,8 @@ class CostIntervalRow(SQLModel, table=True):
     instance_type: str = Field(max_length=64)
     lifecycle: str = Field(max_length=16)
     state: str = Field(max_length=16)
-    start: datetime = _ts()
-    end: datetime = _ts()
+    start: datetime = ts_field()
+    end: datetime = ts_field()
     usd_per_hour: float = 0.0
     price_source: str = Field(default="", max_length=128)
     cost_micros: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
@@ -165,8 +164,8 @@ class CycleRow(SQLModel, table=True):
     __tablename__ = "cycles"
 
     id: int | None = Field(default=None, primary_key=True)
-    started_at: datetime = _ts(index=True)
-    finished_at: datetime | None = _ts(nullable=True)
+    started_at: datetime = ts_field(index=True)
+    finished_at: datetime | None = ts_field(nullable=True)
     status: str = Field(default="running", max_length=16)  # running | ok | failed
     summary: dict[str, Any] = _json(dict)
     error: str | None = None
@@ -183,9 +182,9 @@ class GapRow(SQLModel, table=True):
     provider: str = Field(max_length=16)
     scope: str = Field(max_length=256)
     error: str
-    first_seen: datetime = _ts()
-    last_seen: datetime = _ts()
-    resolved_at: datetime | None = _ts(nullable=True)
+    first_seen: datetime = ts_field()
+    last_seen: datetime = ts_field()
+    resolved_at: datetime | None = ts_field(nullable=True)
 
 
 class FindingRow(SQLModel, table=True):
@@ -199,7 +198,7 @@ class FindingRow(SQLModel, table=True):
     policy: str = Field(max_length=128)
     provider: str = Field(max_length=16)
     instance_id: str = Field(max_length=128)
-    observed_at: datetime = _ts()
+    observed_at: datetime = ts_field()
     reason: str
     evidence: str
     usd_per_hour: float = 0.0
@@ -217,9 +216,9 @@ class PolicyStateRow(SQLModel, table=True):
     provider: str = Field(primary_key=True, max_length=16)
     instance_id: str = Field(primary_key=True, max_length=128)
     state: str = Field(max_length=16)
-    since: datetime = _ts()
-    deadline: datetime | None = _ts(nullable=True)
-    snooze_until: datetime | None = _ts(nullable=True)
+    since: datetime = ts_field()
+    deadline: datetime | None = ts_field(nullable=True)
+    snooze_until: datetime | None = ts_field(nullable=True)
     episode: int = 1  # bumps each time the condition starts holding anew
     evidence: str = ""
 
@@ -243,8 +242,8 @@ class ActionJournalRow(SQLModel, table=True):
     status: str = Field(max_length=16)  # intent | done | dry-run | skipped | failed | interrupted
     detail: str = ""
     usd_per_hour: float = 0.0
-    intent_at: datetime = _ts(index=True)
-    result_at: datetime | None = _ts(nullable=True)
+    intent_at: datetime = ts_field(index=True)
+    result_at: datetime | None = ts_field(nullable=True)
 
 
 class AlertRow(SQLModel, table=True):
@@ -258,7 +257,7 @@ class AlertRow(SQLModel, table=True):
     dedupe_key: str = Field(max_length=400, unique=True)
     kind: str = Field(max_length=32)  # idle-warning | action | cleared | cap | gap | budget ...
     severity: str = Field(default="info", max_length=16)
-    created_at: datetime = _ts(index=True)
+    created_at: datetime = ts_field(index=True)
     policy: str | None = Field(default=None, max_length=128)
     provider: str | None = Field(default=None, max_length=16)
     instance_id: str | None = Field(default=None, max_length=128)
@@ -270,8 +269,8 @@ class AlertRow(SQLModel, table=True):
     context: dict[str, Any] = _json(dict)
     status: str = Field(default="pending", max_length=16, index=True)  # pending | sent | failed
     attempts: int = 0
-    next_attempt_at: datetime | None = _ts(nullable=True)
-    sent_at: datetime | None = _ts(nullable=True)
+    next_attempt_at: datetime | None = ts_field(nullable=True)
+    sent_at: datetime | None = ts_field(nullable=True)
     last_error: str | None = None
 
 
@@ -284,114 +283,7 @@ class ControlRow(SQLModel, table=True):
 
     key: str = Field(primary_key=True, max_length=64)
     value: str
-    updated_at: datetime = _ts()
-
-
-class CostDailyRow(SQLModel, table=True):
-    """Raw cost intervals rolled up per instance, UTC day and attribution (long history).
-
-    An interval belongs to the day its `start` falls in, as in reports over raw intervals,
-    so a day-aligned report gives the same cents from either source.
-    """
-
-    model_config = DEFERRED
-
-    __tablename__ = "cost_daily"
-    __table_args__ = (
-        Index("ix_cost_daily_day", "day"),
-        Index("ix_cost_daily_instance_day", "provider", "instance_id", "day"),
-    )
-
-    id: int | None = Field(default=None, primary_key=True)
-    day: datetime = _ts()  # midnight UTC
-    provider: str = Field(max_length=16)
-    instance_id: str = Field(max_length=128)
-    account: str = Field(max_length=128)
-    region: str = Field(max_length=64)
-    instance_type: str = Field(max_length=64)
-    lifecycle: str = Field(max_length=16)
-    state: str = Field(default="running", max_length=16)
-    gpu_count: int = 0
-    instance_seconds: int = 0
-    cost_micros: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
-    idle_cost_micros: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
-    gpu_seconds: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
-    idle_gpu_seconds: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
-    team: str | None = Field(default=None, max_length=128)
-    project: str | None = Field(default=None, max_length=128)
-    env: str | None = Field(default=None, max_length=64)
-    cost_center: str | None = Field(default=None, max_length=128)
-
-
-class BillingCostRow(SQLModel, table=True):
-    """What the bills charged, summed per UTC day and per everything a report splits by
-    (source, provider, account, region, service, resource, attribution, charge category and
-    class, currency): one row where an hourly export has 24 lines. `charge_start` and
-    `charge_end` are the earliest start and latest end of the day's lines; `lines` counts
-    them. Which lines are in the sums is kept in `billing_line_keys`."""
-
-    model_config = DEFERRED
-
-    __tablename__ = "billing_costs"
-    __table_args__ = (
-        UniqueConstraint("source", "day", "group_key", name="uq_billing_cost"),
-        Index("ix_billing_costs_start", "charge_start"),
-    )
-
-    id: int | None = Field(default=None, primary_key=True)
-    source: str = Field(max_length=32)  # focus | aws-cur | gcp-export | aws-ce
-    day: int = Field(sa_column=Column(Integer, nullable=False))  # days since 1970-01-01, UTC
-    # 64-bit hash of the day and every column below but the sums: the row a line adds to
-    group_key: int = Field(sa_column=Column(BigInteger, nullable=False))
-    imported_at: datetime = _ts()  # the latest import that added to the row
-    charge_start: datetime = _ts()
-    charge_end: datetime = _ts()
-    provider: str | None = Field(default=None, max_length=32)
-    account: str | None = Field(default=None, max_length=128)
-    region: str | None = Field(default=None, max_length=64)
-    service: str | None = Field(default=None, max_length=128)
-    resource_id: str | None = Field(default=None, max_length=512)
-    billed_micros: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
-    effective_micros: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
-    lines: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
-    team: str | None = Field(default=None, max_length=128)
-    project: str | None = Field(default=None, max_length=128)
-    env: str | None = Field(default=None, max_length=64)
-    cost_center: str | None = Field(default=None, max_length=128)
-    # FOCUS ChargeCategory (Usage, Purchase, Tax, Credit, Adjustment) and ChargeClass
-    # (Correction); the currency the cloud billed in (amounts above are in USD)
-    charge_category: str | None = Field(default=None, max_length=32)
-    charge_class: str | None = Field(default=None, max_length=32)
-    currency: str | None = Field(default=None, max_length=8)
-
-
-class BillingLineKeyRow(SQLModel, table=True):
-    """The keys of imported bill lines (64-bit hashes of a line's content and its occurrence
-    in its file), per source and day of the charge (days since 1970-01-01, UTC), as blobs
-    of 8-byte little-endian integers: each import adds one chunk a day (costs.line_keys).
-    Re-importing a line whose key is here adds nothing."""
-
-    model_config = DEFERRED
-
-    __tablename__ = "billing_line_keys"
-
-    source: str = Field(primary_key=True, max_length=32)
-    day: int = Field(sa_column=Column(Integer, primary_key=True, autoincrement=False))
-    chunk: int = Field(sa_column=Column(Integer, primary_key=True, autoincrement=False))
-    line_keys: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
-
-
-class BillingLegacyKeyRow(SQLModel, table=True):
-    """Lines imported before billing_costs (revision 0013) by their old key (SHA-256 of the
-    line's content as JSON): an export they came from adds nothing when imported again."""
-
-    model_config = DEFERRED
-
-    __tablename__ = "billing_legacy_keys"
-    __table_args__ = {"sqlite_with_rowid": False}
-
-    source: str = Field(primary_key=True, max_length=32)
-    line_key: str = Field(primary_key=True, max_length=64)
+    updated_at: datetime = ts_field()
 
 
 class AnomalyRow(SQLModel, table=True):
@@ -409,80 +301,24 @@ class AnomalyRow(SQLModel, table=True):
     dimension: str = Field(max_length=64)
     value: str = Field(max_length=256)
     granularity: str = Field(max_length=8)  # day | hour
-    bucket_start: datetime = _ts(index=True)
+    bucket_start: datetime = ts_field(index=True)
     actual_micros: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
     baseline_micros: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
     impact_micros: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
     explanation: str = ""
     causes: list[dict[str, Any]] = _json(list)
     status: str = Field(default="open", max_length=16)  # open | acked | expected | quiet
-    detected_at: datetime = _ts()
-    feedback_at: datetime | None = _ts(nullable=True)
+    detected_at: datetime = ts_field()
+    feedback_at: datetime | None = ts_field(nullable=True)
     # a run of anomalous buckets: bucket_start is its first, last_bucket its latest; ended_at
     # is set when a later bucket of the value came back to normal (None: still going on).
     # actual, baseline and impact are sums over its buckets.
-    last_bucket: datetime | None = _ts(nullable=True)
-    ended_at: datetime | None = _ts(nullable=True)
+    last_bucket: datetime | None = ts_field(nullable=True)
+    ended_at: datetime | None = ts_field(nullable=True)
     buckets: int = Field(default=1, sa_column=Column(Integer, nullable=False,
                                                      server_default="1"))
     alerted_impact_micros: int = Field(default=0, sa_column=Column(
         BigInteger, nullable=False, server_default="0"))  # the impact its last alert said
-
-
-class ReportDimensions(SQLModel):
-    """The report dimensions other than the instance, as the summary tables below key them
-    (a mixin: no table of its own; migration 0004 creates these columns in both tables)."""
-
-    model_config = DEFERRED
-
-    provider: str = Field(max_length=16)
-    account: str = Field(max_length=128)
-    region: str = Field(max_length=64)
-    instance_type: str = Field(max_length=64)
-    lifecycle: str = Field(max_length=16)
-    team: str | None = Field(default=None, max_length=128)
-    project: str | None = Field(default=None, max_length=128)
-    env: str | None = Field(default=None, max_length=64)
-    cost_center: str | None = Field(default=None, max_length=128)
-
-
-class CostSummaryRow(ReportDimensions, table=True):
-    """Daily rollups summed per UTC day over every report dimension (no instance): what
-    grouped reports read. Filled by the rollup for the days it adds (see costs/rollup.py)."""
-
-    model_config = DEFERRED
-
-    __tablename__ = "cost_daily_summary"
-    __table_args__ = (Index("ix_cost_daily_summary_day", "day"),)
-
-    id: int | None = Field(default=None, primary_key=True)
-    day: datetime = _ts()  # midnight UTC
-    state: str = Field(default="running", max_length=16)
-    gpu_count: int = 0
-    instance_seconds: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
-    cost_micros: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
-    idle_cost_micros: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
-    gpu_seconds: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
-    idle_gpu_seconds: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
-
-
-class CostRunRow(ReportDimensions, table=True):
-    """A maximal run of consecutive days [first_day, last_day] on which an instance has daily
-    rows with these dimensions: exact distinct-instance counts over any day range without
-    reading the daily rows (an instance counts where one of its runs overlaps the range)."""
-
-    model_config = DEFERRED
-
-    __tablename__ = "cost_instance_runs"
-    __table_args__ = (
-        Index("ix_cost_instance_runs_instance", "provider", "instance_id", "last_day"),
-        Index("ix_cost_instance_runs_last_day", "last_day"),
-    )
-
-    id: int | None = Field(default=None, primary_key=True)
-    instance_id: str = Field(max_length=128)
-    first_day: datetime = _ts()
-    last_day: datetime = _ts()
 
 
 class PriceRow(SQLModel, table=True):
@@ -509,9 +345,9 @@ class PriceRow(SQLModel, table=True):
     instance_id: str = Field(default="", max_length=128)
     usd_per_hour: float = 0.0
     source: str = Field(max_length=96)  # e.g. "aws price list api", "billed (focus)"
-    as_of: datetime = _ts()
-    published_at: datetime | None = _ts(nullable=True)  # the source's own date, if it has one
-    fetched_at: datetime = _ts()
+    as_of: datetime = ts_field()
+    published_at: datetime | None = ts_field(nullable=True)  # the source's own date, if it has one
+    fetched_at: datetime = ts_field()
 
 
 class PriceSourceRow(SQLModel, table=True):
@@ -523,5 +359,5 @@ class PriceSourceRow(SQLModel, table=True):
     __tablename__ = "price_sources"
 
     source: str = Field(primary_key=True, max_length=128)  # = cost_intervals.price_source
-    as_of: datetime | None = _ts(nullable=True)
+    as_of: datetime | None = ts_field(nullable=True)
     fallback: bool = False

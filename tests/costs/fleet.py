@@ -9,8 +9,9 @@ from typing import Any
 from sqlmodel import Session
 
 from costguard.model import GpuMinute, Instance, InstanceState, Lifecycle, TelemetrySource
+from costguard.store.bill_tables import BillingCostRow
 from costguard.store.db import Database
-from costguard.store.tables import BillingCostRow, CostIntervalRow
+from costguard.store.tables import CostIntervalRow
 
 T0 = datetime(2026, 3, 8, 5, 0, tzinfo=UTC)  # midnight EST; DST starts two hours later
 

@@ -25,7 +25,8 @@ from costguard.report.queries import catalog_spot_price, spend
 from costguard.report.render import display_rows
 from costguard.store.db import Database
 from costguard.store.inventory import record_inventory
-from costguard.store.tables import CostDailyRow, CostIntervalRow
+from costguard.store.rollup_tables import CostDailyRow
+from costguard.store.tables import CostIntervalRow
 from tests.costs.fleet import T0, idle_minutes, instance
 
 NY = ZoneInfo("America/New_York")

@@ -21,8 +21,9 @@ from typer.testing import CliRunner
 from costguard import cli_common
 from costguard.clock import ManualClock
 from costguard.costs.commands import anomaly_app, billing_app, budget_app
+from costguard.store.bill_tables import BillingCostRow
 from costguard.store.db import Database
-from costguard.store.tables import AnomalyRow, BillingCostRow
+from costguard.store.tables import AnomalyRow
 from tests.costs.fleet import add_interval
 from tests.costs.test_billing_import import HEADER, focus_line
 

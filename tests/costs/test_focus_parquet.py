@@ -17,8 +17,8 @@ from sqlalchemy import func, select
 from costguard.costs.attribution import Attributor
 from costguard.costs.billing import BillingImportError, import_focus
 from costguard.report.queries import spend
+from costguard.store.bill_tables import BillingCostRow
 from costguard.store.db import Database
-from costguard.store.tables import BillingCostRow
 from tests.costs.fleet import billing_lines, parsed_lines
 
 NOW = datetime(2026, 3, 20, tzinfo=UTC)

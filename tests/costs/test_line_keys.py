@@ -9,8 +9,8 @@ from sqlalchemy import func, select
 
 from costguard.costs import line_keys
 from costguard.costs.line_keys import LineKeys, Replacing, pack, unpack
+from costguard.store.bill_tables import BillingLineKeyRow
 from costguard.store.db import Database
-from costguard.store.tables import BillingLineKeyRow
 
 
 def add(keys: LineKeys, pairs: list[tuple[int, int]]) -> list[bool]:

@@ -20,7 +20,8 @@ from costguard.report.figures import Report
 from costguard.report.queries import spend
 from costguard.store import control
 from costguard.store.db import Database
-from costguard.store.tables import ControlRow, CostRunRow, CostSummaryRow
+from costguard.store.rollup_tables import CostRunRow, CostSummaryRow
+from costguard.store.tables import ControlRow
 from tests.costs.fleet import add_interval
 
 D0 = datetime(2026, 3, 1, tzinfo=UTC)

@@ -14,9 +14,10 @@ from costguard.store.tables import AccountRow, ControlRow
 
 
 def test_importing_the_tables_builds_no_row_validator() -> None:
-    code = ("import costguard.store.tables as t, costguard.alerts.tables as a; "
+    code = ("import costguard.store.tables as t, costguard.store.bill_tables as b, "
+            "costguard.store.rollup_tables as r, costguard.alerts.tables as a; "
             "from sqlmodel import SQLModel; "
-            "rows = [c for m in (t, a) for c in vars(m).values() if isinstance(c, type) "
+            "rows = [c for m in (t, b, r, a) for c in vars(m).values() if isinstance(c, type) "
             "and issubclass(c, SQLModel) and c.__module__ == m.__name__]; "
             "print(len(rows), sum(c.__pydantic_complete__ for c in rows))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
