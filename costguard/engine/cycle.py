@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -25,7 +26,7 @@ from costguard.costs.pricing import PriceCatalog, PriceOverrides
 from costguard.engine import behind
 from costguard.engine.backfill import Fetch, Observe, fetch_cold
 from costguard.engine.collect import METRICS_SCOPE, collect, record_gaps
-from costguard.engine.heap import cycle_collection
+from costguard.engine.heap import cycle_collection, limit_malloc_arenas
 from costguard.errors import ProviderError
 from costguard.model import Gap, GpuMinute, Instance, InstanceState, TelemetrySource
 from costguard.policy.conditions import IdleCondition
@@ -46,8 +47,19 @@ from costguard.store.tables import CycleRow, InstanceRow
 log = logging.getLogger("costguard.engine")
 
 MAX_TELEMETRY_LOOKBACK = timedelta(hours=6)
-TELEMETRY_CHUNK = 5_000  # instances per provider metrics call (scopes kept whole)
+# instance-minutes per provider metrics call (scopes kept whole): 5,000 instances over a
+# steady cycle's quarter hour, 1,250 over a first cycle's hour; what one call brings back
+# grows with its span, and a chunk's answers are held at once (`_fetcher`)
+TELEMETRY_CHUNK = 75_000
+TELEMETRY_CHUNK_MIN = 500  # instances: a long catch-up still asks ten scopes at once
 AGENT_FRESH = timedelta(minutes=10)
+
+
+def chunk_size(start: datetime, end: datetime) -> int:
+    """Instances per provider metrics call over [start, end): `TELEMETRY_CHUNK`
+    instance-minutes, at least `TELEMETRY_CHUNK_MIN` instances."""
+    minutes = max(1, math.ceil((end - start) / timedelta(minutes=1)))
+    return max(TELEMETRY_CHUNK_MIN, TELEMETRY_CHUNK // minutes)
 
 
 @dataclass
@@ -127,6 +139,7 @@ class Engine:
 
     # -- the cycle --------------------------------------------------------------------
     def run_cycle(self) -> CycleSummary:
+        limit_malloc_arenas()  # once per process, before the cycle's threads (engine/heap.py)
         with cycle_collection():  # fewer walks of a cycle's live objects (engine/heap.py)
             return self._run_cycle()
 
@@ -279,7 +292,7 @@ class Engine:
     @staticmethod
     def _fetcher(name: str, provider: Provider,
                  sink: Callable[[list[GpuMinute], datetime], None]) -> Fetch:
-        """Ask the provider `TELEMETRY_CHUNK` instances at a time (a scope never split), and
+        """Ask the provider `chunk_size` instances at a time (a scope never split), and
         hand each call's readings to `sink` (and `observe`) before the next call: at
         organisation scale an hour of readings for every GPU held at once was gigabytes. A
         chunk whose call raises is a gap for its scopes while the others are read; when
@@ -290,7 +303,7 @@ class Engine:
                   observe: Observe | None) -> list[Gap]:
             gaps: list[Gap] = []
             failed: list[ProviderError] = []
-            chunks = behind.scope_chunks(wanted, TELEMETRY_CHUNK)
+            chunks = behind.scope_chunks(wanted, chunk_size(start, end))
             for chunk in chunks:
                 try:
                     readings = provider.gpu_metrics(chunk, start, end)

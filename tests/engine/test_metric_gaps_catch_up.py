@@ -12,7 +12,7 @@ from sqlmodel import select
 
 from costguard.clock import ManualClock
 from costguard.engine import behind
-from costguard.engine.cycle import MAX_TELEMETRY_LOOKBACK
+from costguard.engine.cycle import MAX_TELEMETRY_LOOKBACK, chunk_size
 from costguard.errors import ProviderError
 from costguard.model import Gap, GpuMinute, Instance
 from costguard.store import control
@@ -245,6 +245,18 @@ def test_a_provider_down_as_a_whole_keeps_the_watermark_and_what_is_behind(
         ("111111111111 metrics", back), ("222222222222 metrics", back)]
 
 
+def test_a_chunk_holds_fewer_instances_the_longer_its_span() -> None:
+    """What one call brings back grows with its span: a steady cycle's quarter hour asks
+    5,000 instances at a time, a first cycle's hour 1,250, a long catch-up no fewer than
+    500 (ten scopes of 50 still in flight at once)."""
+    assert chunk_size(T0, T0 + timedelta(minutes=15)) == 5_000
+    assert chunk_size(T0, T0 + timedelta(minutes=45)) == 1_666
+    assert chunk_size(T0, T0 + timedelta(hours=1)) == 1_250
+    assert chunk_size(T0, T0 + timedelta(minutes=14, seconds=1)) == 5_000  # whole minutes
+    assert chunk_size(T0, T0 + MAX_TELEMETRY_LOOKBACK) == 500
+    assert chunk_size(T0, T0 + timedelta(seconds=30)) == 75_000  # under a minute: one
+
+
 def test_metrics_are_asked_a_chunk_of_scopes_at_a_time_and_a_failing_chunk_is_its_gap(
     make_engine: EngineFactory, cloud: ScriptedCloud, clock: ManualClock, db: Database,
     monkeypatch: pytest.MonkeyPatch,
@@ -252,7 +264,8 @@ def test_metrics_are_asked_a_chunk_of_scopes_at_a_time_and_a_failing_chunk_is_it
     """Chunks of whole scopes, each stored before the next is asked (an organisation's hour
     of readings is not held at once); a chunk whose call raises is a gap for its scopes and
     is read again from where it was, the others are stored."""
-    monkeypatch.setattr("costguard.engine.cycle.TELEMETRY_CHUNK", 2)
+    monkeypatch.setattr("costguard.engine.cycle.TELEMETRY_CHUNK", 2)  # instance-minutes
+    monkeypatch.setattr("costguard.engine.cycle.TELEMETRY_CHUNK_MIN", 2)  # so: 2 instances
     for n, region in enumerate(["us-east-1", "us-east-1", "eu-west-1", "ap-south-1"]):
         cloud.add(f"i-{n}", always("busy"))
         cloud.set(f"i-{n}", region=region, zone=f"{region}a")
