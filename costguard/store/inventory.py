@@ -214,15 +214,25 @@ def current_instances(session: Session, *, include_gone: bool = False,
 
 
 def _instances(session: Session, stmt: Select[Any]) -> list[Instance]:
+    """Instances from `stmt`'s rows. Equal values the rows share (accounts, regions, types,
+    tag keys and values, the poll's time) are one object in every instance: the inventory
+    lives through the cycle, and each row's own copies were a third of its size."""
     validate = Instance.model_validate
+    seen: dict[Any, Any] = {}
+    one = seen.setdefault
     return [
         validate({
-            "provider": provider, "account": account, "region": region, "zone": zone,
-            "instance_id": instance_id, "name": name, "instance_type": instance_type,
+            "provider": one(provider, provider), "account": one(account, account),
+            "region": one(region, region), "zone": one(zone, zone),
+            "instance_id": instance_id, "name": name,
+            "instance_type": one(instance_type, instance_type),
             "state": InstanceState(state), "state_reason": state_reason,
-            "lifecycle": Lifecycle(lifecycle), "gpu_count": gpu_count, "gpu_model": gpu_model,
-            "gpu_memory_mib": gpu_memory_mib, "launch_time": launch_time, "tags": dict(tags),
-            "observed_at": last_seen, "launched_by": launched_by, "owner": owner,
+            "lifecycle": Lifecycle(lifecycle), "gpu_count": gpu_count,
+            "gpu_model": one(gpu_model, gpu_model), "gpu_memory_mib": gpu_memory_mib,
+            "launch_time": one(launch_time, launch_time),
+            "tags": {one(k, k): one(v, v) for k, v in tags.items()},
+            "observed_at": one(last_seen, last_seen),
+            "launched_by": one(launched_by, launched_by), "owner": owner,
         })
         for (provider, account, region, zone, instance_id, name, instance_type, state,
              state_reason, lifecycle, gpu_count, gpu_model, gpu_memory_mib, launch_time, tags,

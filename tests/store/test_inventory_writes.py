@@ -182,6 +182,25 @@ def test_current_instances_read_what_the_session_holds_in_the_orm_query_order(
     db.dispose()
 
 
+def test_values_the_rows_share_are_one_object_in_every_instance(db_url: str) -> None:
+    """The inventory lives through the cycle: equal accounts, regions, types, tag keys and
+    values and poll times are held once, whatever the driver returned per row."""
+    db = Database(db_url)
+    with db.session() as s:
+        record_inventory(s, "aws", [_inst("i-1"), _inst("i-2"), _inst("i-3", region="eu-west-1")],
+                         T0, complete=True)
+    with db.session() as s:
+        a, b, c = sorted(current_instances(s), key=lambda i: i.instance_id)
+    assert (a.account is b.account is c.account and a.region is b.region
+            and a.instance_type is b.instance_type and a.gpu_model is b.gpu_model
+            and a.observed_at is b.observed_at and a.launch_time is b.launch_time)
+    (ka, va), (kb, vb) = sorted(a.tags.items())[1], sorted(b.tags.items())[1]
+    assert ka == kb == "team" and ka is kb and va is vb
+    assert a.tags is not b.tags and a.tags["Name"] != b.tags["Name"]  # their own dicts
+    assert c.region == "eu-west-1" and a == _inst("i-1")
+    db.dispose()
+
+
 def test_an_instance_copied_with_plain_strings_is_stored_like_its_enums(db_url: str) -> None:
     db = Database(db_url)
     # model_copy(update=...) does not validate: a state may arrive as a plain str
