@@ -145,6 +145,7 @@ class ActionRunner:
                     self._start_episode(s, policy, f, st, now, stats, cycle_id)
                 if st.state == "warned" and st.deadline is not None and now >= st.deadline:
                     due.append((f, st))
+                self.rows.spill(s)  # bounded: a fleet's worth is not held to the end
             # pairs whose instance the policy no longer selects (stopped, retagged, gone)
             for pair, st in states.items():
                 if pair not in selected and st.state == "warned":

@@ -159,3 +159,47 @@ def test_intents_get_their_ids_in_order_and_new_states_their_final_values(db_url
                 "warned", NOW, NOW + timedelta(hours=1), None, 2, "e")
     finally:
         db.dispose()
+
+
+def test_a_spill_writes_what_is_held_in_the_blocks_transaction(
+    db_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Journal entries, findings and alerts are written once `SPILL_AT` are held, inside the
+    block (a crash before its end rolls them back); new states only at `write`, with the
+    values the block left them in."""
+    monkeypatch.setattr("costguard.actions.bulk.SPILL_AT", 3)
+    db = Database(db_url)
+    try:
+        with pytest.raises(RuntimeError), db.session() as s:
+            rows = Rows()
+            rows.record(**_entry("i-1", "done"))
+            rows.spill(s)
+            assert _journal(s) == []  # two held: under SPILL_AT
+            rows.record(**_entry("i-2", "done"))
+            rows.finding(cycle_id=7, policy="p", inst=_inst("i-2"), observed_at=NOW,
+                         reason="idle", evidence="e", usd_per_hour=1.0, team=None)
+            rows.states.append(NewState("p", "aws", "i-2", "seen", NOW))
+            rows.spill(s)
+            assert [r[1] for r in _journal(s)] == ["p|aws|i-1|notify|1", "p|aws|i-2|notify|1"]
+            assert len(list(s.exec(select(FindingRow)))) == 1
+            assert list(s.exec(select(PolicyStateRow))) == []  # the block may still move it
+            raise RuntimeError("the cycle dies before the block ends")
+        with db.session() as s:  # nothing of the dead block was kept
+            assert _journal(s) == [] and list(s.exec(select(FindingRow))) == []
+
+        with db.session() as s:
+            rows = Rows()
+            state = NewState("p", "aws", "i-3", "seen", NOW)
+            rows.states.append(state)
+            for iid in ("i-3", "i-4", "i-5"):
+                rows.record(**_entry(iid, "done"))
+            rows.spill(s)
+            state.state = "warned"  # moved after the spill
+            rows.record(**_entry("i-6", "done"))
+            rows.write(s)
+        with db.session() as s:
+            assert [r[5] for r in _journal(s)] == ["i-3", "i-4", "i-5", "i-6"]  # in order
+            stored = s.get(PolicyStateRow, ("p", "aws", "i-3"))
+            assert stored is not None and stored.state == "warned"
+    finally:
+        db.dispose()
