@@ -48,7 +48,6 @@ from costguard.daemon.fence import fence_engine
 from costguard.daemon.http import HttpServer, ServiceState, build_app
 from costguard.daemon.leader import Leadership, leadership_for
 from costguard.daemon.logs import configure_logging
-from costguard.daemon.memory import release_freed_memory
 from costguard.daemon.metrics import DaemonMetrics
 from costguard.daemon.routes import extra_routes
 from costguard.daemon.settings import DaemonSettings
@@ -148,10 +147,9 @@ class Daemon:
                         "(poll_interval %ss may be too short)",
                         self.settings.poll_interval.total_seconds())
             return None
-        try:
+        try:  # the engine hands what the cycle freed back to the system (engine/heap.py)
             return self._run_cycle()
         finally:
-            release_freed_memory()  # else the cycle's peak stays resident (daemon/memory.py)
             self._work_lock.release()
 
     def _run_cycle(self) -> CycleSummary | None:

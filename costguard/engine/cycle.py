@@ -26,7 +26,7 @@ from costguard.costs.pricing import PriceCatalog, PriceOverrides
 from costguard.engine import behind
 from costguard.engine.backfill import Fetch, Observe, fetch_cold
 from costguard.engine.collect import METRICS_SCOPE, collect, record_gaps
-from costguard.engine.heap import cycle_collection, limit_malloc_arenas
+from costguard.engine.heap import cycle_collection, limit_malloc_arenas, release_freed_memory
 from costguard.errors import ProviderError
 from costguard.model import Gap, GpuMinute, Instance, InstanceState, TelemetrySource
 from costguard.policy.conditions import IdleCondition
@@ -140,8 +140,11 @@ class Engine:
     # -- the cycle --------------------------------------------------------------------
     def run_cycle(self) -> CycleSummary:
         limit_malloc_arenas()  # once per process, before the cycle's threads (engine/heap.py)
-        with cycle_collection():  # fewer walks of a cycle's live objects (engine/heap.py)
-            return self._run_cycle()
+        try:
+            with cycle_collection():  # fewer walks of a cycle's live objects (engine/heap.py)
+                return self._run_cycle()
+        finally:
+            release_freed_memory()  # else the cycle's peak stays resident (engine/heap.py)
 
     def _run_cycle(self) -> CycleSummary:
         now = self.clock.now()

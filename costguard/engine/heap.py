@@ -16,7 +16,8 @@ of threads (the providers' workers), each parsing large answers; under the GIL o
 runs at a time, so the extra arenas bought no speed and held the freed memory of every
 thread apart: at 30,000 instances a third of the peak resident size. Before its first
 cycle the engine asks for `MALLOC_ARENAS` (an operator's own MALLOC_ARENA_MAX is left as
-it is); elsewhere than glibc nothing changes.
+it is), and after each cycle it hands the pages the cycle freed back to the operating
+system (`release_freed_memory`); elsewhere than glibc nothing changes.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cache
 from typing import Any
 
 CYCLE_GEN0 = 100_000
@@ -58,12 +60,27 @@ def cycle_collection(gen0: int = CYCLE_GEN0) -> Iterator[None]:
                 _saved = None
 
 
+@cache
+def _libc() -> Any:
+    """The process's C library where it is glibc (mallopt, malloc_trim), else None."""
+    try:
+        if os.confstr("CS_GNU_LIBC_VERSION") is None:
+            return None
+    except (ValueError, OSError, AttributeError):  # no such name here: not glibc
+        return None
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    libc.malloc_trim.argtypes = [ctypes.c_size_t]
+    libc.malloc_trim.restype = ctypes.c_int
+    libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    libc.mallopt.restype = ctypes.c_int
+    return libc
+
+
 def glibc() -> bool:
     """Whether this process's C library is glibc."""
-    try:
-        return os.confstr("CS_GNU_LIBC_VERSION") is not None
-    except (ValueError, OSError, AttributeError):  # no such name here: not glibc
-        return False
+    return _libc() is not None
 
 
 def limit_malloc_arenas(arenas: int = MALLOC_ARENAS, *, libc: Any = None) -> bool:
@@ -75,10 +92,20 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS, *, libc: Any = None) -> boo
         if _arenas_asked:
             return False
         _arenas_asked = True
-    if "MALLOC_ARENA_MAX" in os.environ or (libc is None and not glibc()):
+    libc = libc if libc is not None else _libc()
+    if "MALLOC_ARENA_MAX" in os.environ or libc is None:
         return False
-    if libc is None:
-        import ctypes
-
-        libc = ctypes.CDLL(None)
     return bool(libc.mallopt(_M_ARENA_MAX, arenas))
+
+
+def release_freed_memory() -> bool:
+    """Give the allocator's free pages back to the operating system; True where that is
+    possible (glibc). A cycle frees most of what it built, but glibc keeps freed pages in
+    its heap, so the process would stay at the cycle's peak for good (750 MB after a first
+    cycle at 10,000 instances, 170 MB once trimmed); `malloc_trim(0)` releases whole free
+    pages anywhere in the heap (glibc >= 2.8). Elsewhere (musl, macOS) this does nothing."""
+    libc = _libc()
+    if libc is None:
+        return False
+    libc.malloc_trim(0)
+    return True

@@ -276,10 +276,15 @@ def test_the_price_job_refreshes_the_fleet_s_prices_only_where_a_price_api_exist
 
 def test_every_cycle_hands_what_it_freed_back_ok_or_failed(
         db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import costguard.daemon.scheduler as scheduler
+    import costguard.engine.cycle as cycle
 
     released: list[bool] = []
-    monkeypatch.setattr(scheduler, "release_freed_memory", lambda: released.append(True) or True)
+
+    def release() -> bool:
+        released.append(True)
+        return True
+
+    monkeypatch.setattr(cycle, "release_freed_memory", release)
     clock = ManualClock(START)
     broken = BrokenMetrics(clock)
     broken.add("i-1", lambda m: "busy")

@@ -1,4 +1,4 @@
-"""What a cycle freed goes back to the operating system (daemon/memory.py)."""
+"""What a cycle freed goes back to the operating system (engine/heap.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # a child process: the suite's own heap would blur the figures
 _CHILD = """
 import json, sys
-from costguard.daemon.memory import release_freed_memory
+from costguard.engine.heap import release_freed_memory
 
 def rss():
     with open("/proc/self/status") as f:
