@@ -1,4 +1,5 @@
-"""The process's heap during a cycle: the cyclic garbage collector, and malloc's arenas.
+"""The process's heap during a cycle: the cyclic garbage collector, malloc's arenas, and the
+free pages a cycle leaves.
 
 CPython looks for reference cycles every 700 net allocations of container objects, and
 every 10th and 100th time through older objects too. A cycle at organisation scale
