@@ -329,3 +329,35 @@ def test_a_tag_action_overwrites_by_default(made, tmp_path, cloud, clock) -> Non
     e.run_cycle()
     tag_then_lose_the_team(e, cloud, clock)
     assert cloud.instances["i-1"].tags["costguard:untagged-since"] == "2026-11-02T10:00:00+00:00"
+
+
+def test_a_tag_only_policy_has_no_deadline_to_write(made, tmp_path, cloud, clock) -> None:  # type: ignore[no-untyped-def]
+    """{deadline} is the stop's: a policy that only tags (and notifies) writes it empty."""
+    cloud.add("i-1", IDLE, tags={"owner": "ana@example.com"})
+    text = UNTAGGED.format(overwrite="true").replace(
+        '"costguard:noticed-by": "{policy}"', '"costguard:stop-at": "{deadline}"')
+    e = engine(made, tmp_path, cloud, text)
+    e.run_cycle()
+    tags = cloud.instances["i-1"].tags
+    assert tags["costguard:untagged-since"] == "2026-11-02T08:00:00+00:00"
+    assert tags["costguard:stop-at"] == ""
+
+
+def test_a_snooze_set_while_warned_is_limited_from_when_it_was_seen(  # type: ignore[no-untyped-def]
+        made, tmp_path, cloud, clock) -> None:
+    """The owner snoozes ten minutes into the warning: max_snooze counts from then, not
+    from the warning."""
+    cloud.add("i-1", IDLE, tags={"owner": "ana@example.com"})
+    e = engine(made, tmp_path, cloud, idle_stop_policy(max_snooze="2h", grace="30m"))
+    e.run_cycle()
+    st = state_of(e.db, "idle", "i-1")
+    assert st is not None and st.state == "warned"
+    clock.advance(timedelta(minutes=10))
+    seen = clock.now()
+    cloud.set("i-1", tags=cloud.instances["i-1"].tags
+              | {"costguard:snooze-until": "2026-11-09T08:00:00Z"})
+    e.run_cycle()
+    st = state_of(e.db, "idle", "i-1")
+    assert st is not None and (st.state, st.snooze_until) == ("snoozed",
+                                                               seen + timedelta(hours=2))
+    assert cloud.acted_on == []
