@@ -11,7 +11,7 @@ with `costguard report`.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -80,14 +80,16 @@ def recommend(session: Session, now: datetime, price: PriceLookup,
 
 
 def spend_by_instance(session: Session, since: datetime, until: datetime,
-                      filters: Mapping[str, str] | None = None
+                      filters: Mapping[str, str] | None = None, *,
+                      instance_ids: Collection[str] | None = None,
                       ) -> tuple[dict[str, float], dict[str, str]]:
     """Per instance id: its estimated spend in [since, until), and the team that spend was
     mostly attributed to (re-attributed mid-window: the larger share), from the report's own
-    spend query."""
+    spend query. `instance_ids`: only those instances (None: all)."""
     from costguard.report.queries import spend  # the report's own figures
 
-    rows = spend(session, ["instance", "team"], since, until, filters).rows
+    rows = spend(session, ["instance", "team"], since, until, filters,
+                 instance_ids=instance_ids).rows
     spent: dict[str, float] = defaultdict(float)
     teams: dict[str, tuple[float, str]] = {}
     for row in rows:

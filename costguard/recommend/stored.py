@@ -56,7 +56,9 @@ def refresh(session: Session, instances: Sequence[Instance], now: datetime,
         col(EfficiencyRow.judged_at) < now - max(cfg.window, 2 * cfg.refresh)))
     if not todo:
         return 0
-    spent, teams = spend_by_instance(session, now - cfg.window, now)
+    # the due instances' spend only: a fleet's whole week was read here every cycle
+    spent, teams = spend_by_instance(session, now - cfg.window, now,
+                                     instance_ids=[i.instance_id for i in todo])
     judged = judge_instances(session, todo, now, price, cfg, spent, teams)
     for start in range(0, len(todo), 500):
         chunk = todo[start:start + 500]

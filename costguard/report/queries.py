@@ -9,7 +9,7 @@ the period is widened to whole UTC days (the rollup's grain).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -141,29 +141,40 @@ def _where(f: Subquery, filters: Mapping[str, str]) -> list[ColumnElement[bool]]
     return [_key(f, dim) == value for dim, value in filters.items()]
 
 
+def _among(f: Subquery, instance_ids: Collection[str] | None) -> list[ColumnElement[bool]]:
+    """`instance_ids` as a WHERE clause (one bound list; callers pass hundreds, not 100k)."""
+    if instance_ids is None:
+        return []
+    return [f.c[DIMENSIONS["instance"]].in_(sorted(set(instance_ids)))]
+
+
 def spend(
     session: Session, by: Sequence[str], since: datetime, until: datetime,
     filters: Mapping[str, str] | None = None, *, spot_price: SpotPrice | None = None,
-    compare: str | None = None,
+    compare: str | None = None, instance_ids: Collection[str] | None = None,
 ) -> Report:
     """Spend with starts in [since, until), grouped by `by`, largest first.
 
     `spot_price(provider, region, instance_type, gpu_count)` prices the spot alternative
     where no spot run of that type was observed in the period (used for savings).
+    `instance_ids`: only these instances' spend (as a filter on `instance` would, for many).
     """
     filters = dict(filters or {})
+    if instance_ids is not None and compare is not None:
+        raise ValueError("compare with a bill reads every instance: no instance_ids")
     if any(d in OWNER_DIMENSIONS for d in (*by, *filters)):
         if compare is not None:
             raise ValueError("--compare billed cannot group or filter by owner, owner-kind "
                              "or managed (bills do not name the owner)")
         return spend_with_owners(session, by, since, until, filters,
                                  lambda s, b, a, z, f: spend(s, b, a, z, f,
-                                                             spot_price=spot_price))
+                                                             spot_price=spot_price,
+                                                             instance_ids=instance_ids))
     # the per-day summary has no instance column: only reports that neither group nor
     # filter by instance can read it
-    by_instance = "instance" in by or "instance" in filters
+    by_instance = "instance" in by or "instance" in filters or instance_ids is not None
     f = facts(session, since, until, summary=not by_instance)
-    where = _where(f, filters)
+    where = _where(f, filters) + _among(f, instance_ids)
     keys = [_key(f, d).label(f"k{i}") for i, d in enumerate(by)]
     # Grouped finely enough to price spot savings per type; summed up to `by` in Python.
     detail = [f.c.provider, f.c.region, f.c.instance_type, f.c.gpu_count, f.c.lifecycle,
@@ -175,7 +186,7 @@ def spend(
         func.sum(f.c.instance_seconds),
     ).where(*where).group_by(*keys, *detail)
     p = f if by_instance else presence(session, since, until)
-    p_where = _where(p, filters)
+    p_where = _where(p, filters) + _among(p, instance_ids)
     p_keys = [_key(p, d).label(f"k{i}") for i, d in enumerate(by)]
     counts = dict(_instance_counts(session, p, p_keys, p_where))
     total_instances = session.execute(

@@ -75,3 +75,24 @@ def test_owner_filters_and_groupings(db: Database) -> None:
 def test_compare_billed_refuses_owner_dimensions(db: Database) -> None:
     with db.session() as s, pytest.raises(ValueError, match="bills do not name the owner"):
         spend(s, ["owner"], T0, T0 + timedelta(hours=4), compare="billed")
+
+
+def test_spend_of_some_instances_is_theirs_as_in_the_whole_report(db: Database) -> None:
+    """`instance_ids` (the stored-verdict refresh asks for the due instances' spend only)
+    gives the same figures as the whole report's rows for them, and no others."""
+    from costguard.recommend.run import spend_by_instance
+
+    since, until = T0, T0 + timedelta(hours=4)
+    with db.session() as s:
+        every, teams = spend_by_instance(s, since, until)
+        some, some_teams = spend_by_instance(s, since, until, instance_ids=["a-1", "pet"])
+        none, _ = spend_by_instance(s, since, until, instance_ids=[])
+        owners = spend(s, ["owner"], since, until, instance_ids=["a-0", "a-2"]).rows
+        with pytest.raises(ValueError, match="no instance_ids"):
+            spend(s, ["team"], since, until, instance_ids=["a-1"], compare="billed")
+    assert len(every) == 6 and every["a-1"] > 0 and every["pet"] > 0
+    assert some == {"a-1": every["a-1"], "pet": every["pet"]}
+    assert some_teams == {"a-1": teams["a-1"], "pet": teams["pet"]}
+    assert none == {}
+    assert [(r.key, r.instances) for r in owners] == [(("asg:infer",), 2)]
+    assert owners[0].cost_micros == round((every["a-0"] + every["a-2"]) * 1e6)
