@@ -187,6 +187,10 @@ _WIDTH = len(_PACKED)
 _NAN = float("nan")
 _make = tuple.__new__  # WindowReading._make without its length check
 _SLACK = 15 * 60  # seconds a reading may stay past the window before its row is dropped
+# a minute's datetime, shared by every instance's readings of that minute (building one per
+# reading was a third of handing them out); cleared when it grows past a day of minutes
+_WHEN: dict[float, datetime] = {}
+_WHEN_MAX = 24 * 60 * 4
 
 
 def _packer(get: Callable[[Any], tuple[Any, ...]]) -> Callable[[Any], list[float]]:
@@ -245,7 +249,9 @@ class _Rows:
         """The readings that cover any minute of [start_s, end_s), as `covering` picks."""
         d = self.data.tolist()
         out: dict[tuple[float, float], WindowReading] = {}
-        when: dict[float, datetime] = {}
+        when = _WHEN
+        if len(when) > _WHEN_MAX:
+            when.clear()
         for i in range(0, len(d), _WIDTH):
             t, span = d[i + 1], d[i + 2]
             if span == 1:
