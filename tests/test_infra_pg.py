@@ -28,6 +28,7 @@ from sqlalchemy import (
 )
 
 from tests.pg import SESSION_DATABASE, PostgresServer, process_alive, reap_orphans
+from tests.procs import sigint_as_default
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -142,6 +143,7 @@ def _inner_session(tmp_path: Path, **env: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs", "-q", str(tmp_path)],
         cwd=tmp_path, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=sigint_as_default,
     )
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 
 from tests.console.harness import REPO
+from tests.procs import sigint_as_default
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -25,7 +26,7 @@ def test_it_serves_a_demo_store_until_interrupted(store: str, tmp_path: Path) ->
     proc = subprocess.Popen(
         [sys.executable, "-m", "costguard.entry", "--database", store, "console", "--port", "0"],
         cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True)
+        text=True, preexec_fn=sigint_as_default)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
