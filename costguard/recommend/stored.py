@@ -28,6 +28,9 @@ from costguard.telemetry.efficiency import Efficiency
 
 Ref = tuple[str, str]  # (provider, instance_id)
 _NEVER = datetime(1970, 1, 1, tzinfo=UTC)  # "judged" at: never
+# the most due instances whose spend is read by id (one bound list; SQLite takes 32,766
+# parameters): a larger `judge_per_cycle` reads the whole fleet's, as it is
+_SPEND_BY_ID_MAX = 10_000
 
 
 def due(session: Session, instances: Sequence[Instance], now: datetime,
@@ -57,8 +60,8 @@ def refresh(session: Session, instances: Sequence[Instance], now: datetime,
     if not todo:
         return 0
     # the due instances' spend only: a fleet's whole week was read here every cycle
-    spent, teams = spend_by_instance(session, now - cfg.window, now,
-                                     instance_ids=[i.instance_id for i in todo])
+    ids = [i.instance_id for i in todo] if len(todo) <= _SPEND_BY_ID_MAX else None
+    spent, teams = spend_by_instance(session, now - cfg.window, now, instance_ids=ids)
     judged = judge_instances(session, todo, now, price, cfg, spent, teams)
     for start in range(0, len(todo), 500):
         chunk = todo[start:start + 500]

@@ -113,3 +113,27 @@ def test_underused_spend_and_savings_per_team_are_summed_in_sql(db: Database) ->
     with db.session() as s:
         got = stored.underused_by_team(s, CFG, NOW)
     assert got == {"research": (1254.47, 15294.70, 2), "vision": (272.26, 1150.48, 1)}
+
+
+def test_refresh_reads_the_spend_of_the_due_instances_only(db: Database, monkeypatch: Any
+                                                          ) -> None:
+    """A cycle judges at most `judge_per_cycle` instances: it asks the spend of those, not
+    of the whole fleet's week (the fleet-wide read grew with the fleet and its history);
+    past what one bound list holds, the whole fleet's, as before."""
+    asked: list[object] = []
+    real = stored.spend_by_instance
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        asked.append(kwargs.get("instance_ids"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(stored, "spend_by_instance", spy)
+    fleet = [inst("i-a"), inst("i-b"), inst("i-c")]
+    with db.session() as s:
+        stored.refresh(s, fleet, NOW, lambda i: None,
+                       CFG.model_copy(update={"judge_per_cycle": 2}))
+    monkeypatch.setattr(stored, "_SPEND_BY_ID_MAX", 1)
+    with db.session() as s:
+        stored.refresh(s, fleet, NOW, lambda i: None,
+                       CFG.model_copy(update={"judge_per_cycle": 2, "gpu_low": 30.0}))
+    assert asked == [["i-a", "i-b"], None]
