@@ -188,9 +188,10 @@ _NAN = float("nan")
 _make = tuple.__new__  # WindowReading._make without its length check
 _SLACK = 15 * 60  # seconds a reading may stay past the window before its row is dropped
 # a minute's datetime, shared by every instance's readings of that minute (building one per
-# reading was a third of handing them out); cleared when it grows past a day of minutes
+# reading was a third of handing them out); cleared when it holds more than four days of
+# minutes (a window is an hour or a few; what it keeps beyond that is never asked again)
 _WHEN: dict[float, datetime] = {}
-_WHEN_MAX = 24 * 60 * 4
+_WHEN_MAX = 4 * 24 * 60
 
 
 def _packer(get: Callable[[Any], tuple[Any, ...]]) -> Callable[[Any], list[float]]:
