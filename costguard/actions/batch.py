@@ -18,6 +18,8 @@ runner's one-instance-at-a-time path. The guarantees are the per-instance path's
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -31,7 +33,7 @@ from costguard.actions import journal
 from costguard.actions.bulk import Settled, State, journal_entry, write_intents
 from costguard.actions.safety import skip_reason
 from costguard.errors import ProviderError
-from costguard.model import ActionResult, Instance
+from costguard.model import ActionOutcome, ActionResult, Instance
 from costguard.policy.evaluate import Finding
 from costguard.policy.schema import Policy
 from costguard.providers.base import BatchActions, Describes
@@ -47,6 +49,7 @@ Scope = tuple[str, str, str]  # (provider, account, region)
 G = TypeVar("G")
 R = TypeVar("R")
 _KEYS_PER_QUERY = 500  # bound parameters per IN (...) list
+_OWN_TAGS = "costguard:"  # costguard's own tag keys (protect, snooze, untagged-since, ...)
 
 
 def batch_capable(provider: object) -> bool:
@@ -100,11 +103,17 @@ def _workers(runner: ActionRunner, groups: Mapping[Any, object]) -> int:
     return max((scope_workers(runner.providers[str(key[0])]) for key in groups), default=1)
 
 
-def fresh_states(provider: object, instances: Sequence[Instance]
+def fresh_states(provider: object, instances: Sequence[Instance],
+                 rechecks: Rechecks | None = None
                  ) -> dict[str, Instance | ProviderError | None]:
     """describe_many per scope (scopes concurrently); a scope that cannot be read maps its
-    ids to the error."""
+    ids to the error. With `rechecks`, what this act stage read less than its `max_age` ago
+    is taken from there (a scope whose ids are all there is not described) and what is read
+    is kept there."""
     assert isinstance(provider, Describes)
+    out: dict[str, Instance | ProviderError | None] = {}
+    if rechecks is not None:
+        out, instances = rechecks.recent(instances)
 
     def read(members: list[Instance]) -> dict[str, Instance | ProviderError | None]:
         try:
@@ -113,10 +122,91 @@ def fresh_states(provider: object, instances: Sequence[Instance]
             return dict.fromkeys((i.instance_id for i in members), exc)
         return {i.instance_id: got.get(i.instance_id) for i in members}
 
-    out: dict[str, Instance | ProviderError | None] = {}
     for found in each_scope(scope_workers(provider), list(_by_scope(instances).values()), read):
         out |= found
+        if rechecks is not None:
+            rechecks.keep(instances[0].provider, found)
     return out
+
+
+def stops_ahead(policies: Sequence[Policy], findings: Sequence[Finding]) -> list[Instance]:
+    """The instances a stop may re-check this act stage: those a stop policy's finding
+    holds for that no controller owns (a member is scaled in instead, not stopped)."""
+    stopping = {p.name for p in policies if p.stop_action is not None}
+    return [f.instance for f in findings
+            if f.holds and f.policy.name in stopping and f.instance.owner is None]
+
+
+class Rechecks:
+    """The re-checks of one act stage, kept `max_age` seconds (`safety.recheck_reuse_seconds`)
+    so that a scope's tag policy and stop policy share one DescribeInstances: the tag path
+    re-checks that its instances still exist, and reads with them the scope's instances a
+    stop policy may act on later in the stage (`stops_ahead`); the stop path takes those
+    states instead of asking again. A state is only kept as fresh as it was read; what
+    costguard writes itself is folded in (`tagged`): its own `costguard:` tags (protect and
+    snooze included, which the stop re-check weighs) patch the kept state, any other tag
+    written forgets it, so the stop path reads that instance anew (a written tag could name
+    a controller). Errors are never kept. Thread-safe: scopes are sent concurrently."""
+
+    def __init__(self, max_age: float, ahead: Sequence[Instance] = (),
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.max_age = max_age
+        self._now = monotonic
+        self._lock = threading.Lock()
+        self._kept: dict[tuple[str, str], tuple[float, Instance | None]] = {}
+        # what a stop later in the stage may re-check, by scope: read along with a tag
+        # re-check of the same scope (one call either way, up to describe_many's chunk)
+        self._ahead: dict[Scope, list[Instance]] = _by_scope(ahead) if max_age > 0 else {}
+
+    def with_ahead(self, instances: Sequence[Instance]) -> list[Instance]:
+        """`instances` and, of their scopes, the ones a stop may re-check later."""
+        ids = {i.instance_id for i in instances}
+        extra = [i for scope in {_scope(i) for i in instances}
+                 for i in self._ahead.get(scope, ()) if i.instance_id not in ids]
+        return [*instances, *extra]
+
+    def recent(self, instances: Sequence[Instance]
+               ) -> tuple[dict[str, Instance | ProviderError | None], list[Instance]]:
+        """The kept states of `instances` younger than `max_age`, and the instances that
+        must be read."""
+        found: dict[str, Instance | ProviderError | None] = {}
+        rest: list[Instance] = []
+        oldest = self._now() - self.max_age
+        with self._lock:
+            for inst in instances:
+                kept = self._kept.get((inst.provider, inst.instance_id))
+                if kept is not None and kept[0] > oldest:
+                    found[inst.instance_id] = kept[1]
+                else:
+                    rest.append(inst)
+        return found, rest
+
+    def keep(self, provider: str, states: Mapping[str, Instance | ProviderError | None]
+             ) -> None:
+        if self.max_age <= 0:
+            return
+        read_at = self._now()
+        with self._lock:
+            for instance_id, state in states.items():
+                if not isinstance(state, ProviderError):
+                    self._kept[(provider, instance_id)] = (read_at, state)
+
+    def tagged(self, instances: Sequence[Instance], tags: Mapping[str, str],
+               remove: Sequence[str]) -> None:
+        """`tags` were written to (and `remove` taken from) `instances`."""
+        own = all(k.startswith(_OWN_TAGS) for k in [*tags, *remove])
+        with self._lock:
+            for inst in instances:
+                ref = (inst.provider, inst.instance_id)
+                kept = self._kept.get(ref)
+                if kept is None or kept[1] is None:
+                    continue
+                if not own:
+                    del self._kept[ref]
+                    continue
+                state = kept[1]
+                new = {k: v for k, v in state.tags.items() if k not in remove} | dict(tags)
+                self._kept[ref] = (kept[0], state.model_copy(update={"tags": new}))
 
 
 @dataclass
@@ -177,7 +267,8 @@ class BatchStop:
         for stop in stops:
             by_provider[stop.f.instance.provider].append(stop)
         for name, group in by_provider.items():
-            fresh = fresh_states(self.r.providers[name], [x.f.instance for x in group])
+            fresh = fresh_states(self.r.providers[name], [x.f.instance for x in group],
+                                 self.r.rechecks)
             for stop in group:
                 got = fresh[stop.f.instance.instance_id]
                 if isinstance(got, ProviderError):
@@ -264,7 +355,9 @@ class BatchTags:
         first = group[0]
         provider = self.r.providers[first.f.instance.provider]
         assert isinstance(provider, BatchActions)
-        fresh = fresh_states(provider, [r.f.instance for r in group])
+        rechecks = self.r.rechecks
+        fresh = fresh_states(provider, rechecks.with_ahead([r.f.instance for r in group]),
+                             rechecks)
         out: list[tuple[_Tag, str, str]] = []
         alive: list[_Tag] = []
         for req in group:
@@ -282,6 +375,10 @@ class BatchTags:
                                              remove=first.remove, dry_run=first.dry)
         except ProviderError as exc:
             return out + [(req, "failed", str(exc)) for req in alive]
+        if not first.dry:
+            rechecks.tagged(
+                [r.f.instance for r in alive if (res := results.get(r.f.instance.instance_id))
+                 is not None and res.outcome is ActionOutcome.DONE], first.tags, first.remove)
         for req in alive:
             result = results.get(req.f.instance.instance_id)
             if result is None:

@@ -13,7 +13,10 @@ class SafetySettings(BaseModel):
     running cost. A policy whose due actions would cross either limit acts on none of them
     that cycle and raises a critical alert (the policies before it keep what they did).
     `recheck_before_acting` asks the provider for the instance's current state and tags
-    right before each stop or terminate, where the provider can (`describe`).
+    right before each stop or terminate, where the provider can (`describe`). Where it
+    re-checks many instances per call, a re-check read less than `recheck_reuse_seconds`
+    ago in the same act stage (a tag policy's, just before) serves a stop too, so each
+    scope is described once a cycle (0: every policy reads its own).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -21,3 +24,4 @@ class SafetySettings(BaseModel):
     max_actions_per_cycle: int = Field(default=50, ge=0)
     max_usd_per_hour_per_cycle: float | None = Field(default=2000.0, gt=0)
     recheck_before_acting: bool = True
+    recheck_reuse_seconds: float = Field(default=60.0, ge=0)

@@ -69,8 +69,10 @@ def _act(db: Database, runner: ActionRunner, policy: Policy, instances: list[Ins
     return Counter({op: n for op, n in calls.items() if op not in PER_STOP})
 
 
+@pytest.mark.parametrize(("reuse", "rechecks"), [(None, 1), (0, 2)])
 def test_act_stage_calls_do_not_grow_with_the_fleet(
-    make_provider: ProviderFactory, session: boto3.Session, tmp_path: Path
+    reuse: float | None, rechecks: int, make_provider: ProviderFactory,
+    session: boto3.Session, tmp_path: Path
 ) -> None:
     run_instances(REGION, count=24)
     calls = _counter(session)
@@ -78,17 +80,18 @@ def test_act_stage_calls_do_not_grow_with_the_fleet(
     instances = sorted(provider.list_instances().instances, key=lambda i: i.instance_id)
     policy = parse_policy_text(POLICY).policies[0]
     db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
-    runner = ActionRunner(db, {"aws": provider}, Attributor(),
-                          safety=SafetySettings(max_actions_per_cycle=1000,
-                                                max_usd_per_hour_per_cycle=None))
+    safety = SafetySettings(max_actions_per_cycle=1000, max_usd_per_hour_per_cycle=None)
+    if reuse is not None:
+        safety = safety.model_copy(update={"recheck_reuse_seconds": reuse})
+    runner = ActionRunner(db, {"aws": provider}, Attributor(), safety=safety)
 
     few = _act(db, runner, policy, instances[:3], calls)
     many = _act(db, runner, policy, instances[3:], calls)
 
-    # tag: re-check + CreateTags; stop: re-check + StopInstances (whose answer gives the
-    # states after), and the stopped instances' volumes for the action alerts' "still
-    # costs" line
-    assert few == many == Counter({"DescribeInstances": 2, "CreateTags": 1,
+    # one re-check (DescribeInstances) the tag and the stop share (two with reuse off),
+    # CreateTags, StopInstances (whose answer gives the states after), and the stopped
+    # instances' volumes for the action alerts' "still costs" line
+    assert few == many == Counter({"DescribeInstances": rechecks, "CreateTags": 1,
                                    "StopInstances": 1, "DescribeVolumes": 1})
     with db.session() as s:
         stops = list(s.exec(select(ActionJournalRow).where(ActionJournalRow.action == "stop")))

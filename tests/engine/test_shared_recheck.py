@@ -1,0 +1,149 @@
+"""One re-check per scope and act stage: a tag policy's re-check reads, with its own
+instances, those a stop policy may stop later in the stage, and the stop takes those states
+(`actions.batch.Rechecks`). What costguard writes in between is folded in, what it cannot
+vouch for is read again, and nothing older than `safety.recheck_reuse_seconds` is used."""
+
+from __future__ import annotations
+
+import pytest
+
+from costguard.actions.batch import Rechecks
+from costguard.actions.settings import SafetySettings
+from costguard.clock import ManualClock
+from costguard.config import Settings
+from costguard.engine import Engine
+from costguard.errors import ProviderError
+from costguard.model import Instance, InstanceState
+from costguard.policy.load import parse_policy_text
+from costguard.store.db import Database
+from tests.engine.test_batch_crash_safety import BatchCloud
+from tests.fakes.cloud import always
+
+TWO_POLICIES = """\
+policies:
+  - name: tag-them
+    mode: enforce
+    filters: {{state: running}}
+    condition: {{missing_tags: [{missing}]}}
+    actions:
+      - tag: {{set: {{{tag}}}}}
+  - name: idle-gpu-stop
+    mode: enforce
+    filters: {{gpu: true, state: running}}
+    condition:
+      idle: {{below: 5, for: 45m}}
+    actions:
+      - stop: {{grace: 0m}}
+    limits: {{max_actions_per_cycle: 10}}
+"""
+
+
+def _engine(db: Database, cloud: BatchCloud, clock: ManualClock, db_url: str, *,
+            tag: str = '"costguard:untagged-since": "{now}"', missing: str = "cost-center",
+            reuse: float | None = None) -> Engine:
+    safety = SafetySettings() if reuse is None else SafetySettings(recheck_reuse_seconds=reuse)
+    settings = Settings(database_url=db_url, policy_paths=[], safety=safety)
+    text = TWO_POLICIES.format(tag=tag, missing=missing)
+    return Engine(settings, db, {"sim": cloud}, parse_policy_text(text, "test.yml"), clock)
+
+
+@pytest.fixture
+def cloud(clock: ManualClock) -> BatchCloud:
+    cloud = BatchCloud(clock)
+    # three idle GPUs, two busy ones; none has a cost-center tag, so all five are tagged
+    for n in range(3):
+        cloud.add(f"i-idle{n}", always("no_process"))
+    for n in range(2):
+        cloud.add(f"i-busy{n}", always("busy"))
+    return cloud
+
+
+@pytest.mark.parametrize(("reuse", "describes"), [(None, 1), (0, 2)])
+def test_a_tag_and_a_stop_in_one_stage_share_one_recheck(
+    reuse: float | None, describes: int, cloud: BatchCloud, clock: ManualClock, db: Database,
+    db_url: str
+) -> None:
+    engine = _engine(db, cloud, clock, db_url, reuse=reuse)
+    # a first cycle reads the idle window's history: both policies act in it
+    engine.run_cycle()
+
+    assert cloud.calls["tags"] == 5 and cloud.calls["stop"] == 3
+    assert all(cloud.instances[f"i-idle{n}"].state is InstanceState.STOPPED for n in range(3))
+    # one re-check for both; with reuse off (0), each policy reads for itself
+    assert cloud.calls["describe_many"] == describes
+
+
+def _mark_all_but(cloud: BatchCloud, key: str, *left: str) -> None:
+    cloud.instances = {i: inst if i in left else
+                       inst.model_copy(update={"tags": {**inst.tags, key: "no"}})
+                       for i, inst in cloud.instances.items()}
+
+
+def test_a_protect_tag_costguard_writes_is_seen_by_the_stop_after_it(
+    cloud: BatchCloud, clock: ManualClock, db: Database, db_url: str
+) -> None:
+    # the tag policy protects two idle GPUs in the cycle the stop policy wants all three:
+    # the shared re-check must carry the tag costguard just wrote
+    _mark_all_but(cloud, "keep-running", "i-idle0", "i-idle1")
+    engine = _engine(db, cloud, clock, db_url, tag='"costguard:protect": "true"',
+                     missing="keep-running")
+    engine.run_cycle()
+
+    assert cloud.calls["tags"] == 2
+    assert cloud.instances["i-idle0"].state is InstanceState.RUNNING
+    assert cloud.instances["i-idle1"].state is InstanceState.RUNNING
+    assert cloud.instances["i-idle2"].state is InstanceState.STOPPED
+    assert cloud.calls["describe_many"] == 1  # the tag path's, shared
+
+
+def test_a_tag_not_costguards_own_makes_the_stop_read_the_instance_again(
+    cloud: BatchCloud, clock: ManualClock, db: Database, db_url: str
+) -> None:
+    _mark_all_but(cloud, "team2", "i-idle0")
+    engine = _engine(db, cloud, clock, db_url, tag='"team": "unknown"', missing="team2")
+    engine.run_cycle()
+
+    assert cloud.calls["tags"] == 1 and cloud.calls["stop"] == 3
+    # the tag path read i-idle0 and the other idle ones ahead; writing `team` (which could
+    # name a controller) forgot i-idle0's state, so the stop read it again
+    assert cloud.calls["describe_many"] == 2
+
+
+def test_kept_states_age_out_and_errors_are_never_kept(cloud: BatchCloud) -> None:
+    now = [100.0]
+    rechecks = Rechecks(60, monotonic=lambda: now[0])
+    a, b, c = (cloud.instances[i] for i in ("i-idle0", "i-idle1", "i-idle2"))
+    rechecks.keep("sim", {a.instance_id: a, b.instance_id: None,
+                          c.instance_id: ProviderError("sim", "111111111111/us-east-1", "throttled")})
+    found, rest = rechecks.recent([a, b, c])
+    assert found == {a.instance_id: a, b.instance_id: None}  # gone is an answer too
+    assert rest == [c]
+    now[0] += 59.9
+    assert rechecks.recent([a])[1] == []
+    now[0] += 0.2
+    assert rechecks.recent([a]) == ({}, [a])
+
+
+def test_kept_states_take_costguards_own_tags_and_forget_others(cloud: BatchCloud) -> None:
+    rechecks = Rechecks(60)
+    a, b = cloud.instances["i-idle0"], cloud.instances["i-idle1"]
+    a = a.model_copy(update={"tags": {**a.tags, "costguard:idle-since": "then"}})
+    rechecks.keep("sim", {a.instance_id: a, b.instance_id: b})
+    rechecks.tagged([a], {"costguard:protect": "true"}, remove=["costguard:idle-since"])
+    got = rechecks.recent([a])[0][a.instance_id]
+    assert isinstance(got, Instance) and got.tags["costguard:protect"] == "true"
+    assert "costguard:idle-since" not in got.tags and got.tags["team"] == a.tags["team"]
+    # a key that is not costguard's own, written or taken away, could name a controller
+    rechecks.tagged([b], {"costguard:x": "1", "karpenter.sh/nodepool": "p"}, remove=[])
+    assert rechecks.recent([b]) == ({}, [b])
+    rechecks.keep("sim", {b.instance_id: b})
+    rechecks.tagged([b], {}, remove=["aws:autoscaling:groupName"])
+    assert rechecks.recent([b]) == ({}, [b])
+
+
+def test_reuse_zero_keeps_nothing(cloud: BatchCloud) -> None:
+    rechecks = Rechecks(0, ahead=list(cloud.instances.values()))
+    a = cloud.instances["i-idle0"]
+    rechecks.keep("sim", {a.instance_id: a})
+    assert rechecks.recent([a]) == ({}, [a])
+    assert rechecks.with_ahead([a]) == [a]
