@@ -113,8 +113,8 @@ def test_kept_states_age_out_and_errors_are_never_kept(cloud: BatchCloud) -> Non
     now = [100.0]
     rechecks = Rechecks(60, monotonic=lambda: now[0])
     a, b, c = (cloud.instances[i] for i in ("i-idle0", "i-idle1", "i-idle2"))
-    rechecks.keep("sim", {a.instance_id: a, b.instance_id: None,
-                          c.instance_id: ProviderError("sim", "111111111111/us-east-1", "throttled")})
+    throttled = ProviderError("sim", "111111111111/us-east-1", "throttled")
+    rechecks.keep("sim", {a.instance_id: a, b.instance_id: None, c.instance_id: throttled})
     found, rest = rechecks.recent([a, b, c])
     assert found == {a.instance_id: a, b.instance_id: None}  # gone is an answer too
     assert rest == [c]
