@@ -3,7 +3,8 @@
 DescribeInstanceTypes is the source; it is asked once per type (batched 100 types a call) and
 cached, in the store too where the daemon gives the provider one (a restart does not ask
 again). Types it does not know (retired ones such as p3.2xlarge are missing from some
-API data) fall back to the shipped table `data/gpu_types.json`.
+API data) fall back to the shipped table `data/gpu_types.json`; that a region did not know
+a type is remembered too, for UNDESCRIBED_FOR, then asked again.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import date, timedelta
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -24,6 +27,7 @@ if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
 
 _BATCH = 100  # DescribeInstanceTypes accepts at most 100 InstanceTypes per call
+UNDESCRIBED_FOR = timedelta(days=7)  # a region that did not know a type is asked again after
 _MISSING = re.compile(r"\[([^\]]*)\]")
 
 
@@ -76,16 +80,50 @@ class GpuTypeCatalog:
     for that region only: another region may still know it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, today: Callable[[], date] = date.today) -> None:
         self._lock = threading.Lock()
         self._describing = threading.Lock()
+        self._today = today
         self._known: dict[str, GpuSpec] = {}
         self._fallback: dict[tuple[str, str], GpuSpec] = {}
+        self._undescribed: dict[tuple[str, str], date] = {}  # (region, type) -> when said
         self.calls = 0  # DescribeInstanceTypes calls made (tests check the batching)
+
+    def undescribed(self) -> dict[str, dict[str, str]]:
+        """The types each region's DescribeInstanceTypes did not know, and since when
+        (ISO dates), as JSON."""
+        out: dict[str, dict[str, str]] = {}
+        with self._lock:
+            for (region, itype), since in sorted(self._undescribed.items()):
+                out.setdefault(region, {})[itype] = since.isoformat()
+        return out
+
+    def learn_undescribed(self, doc: dict[str, Any]) -> None:
+        """Take what an earlier run's `undescribed` wrote: those types fall back to the
+        shipped table in their region without asking, until UNDESCRIBED_FOR has passed
+        since the region said so. A malformed entry is skipped (asked again)."""
+        oldest = self._today() - UNDESCRIBED_FOR
+        fallback = shipped_gpu_table()
+        taken: dict[tuple[str, str], date] = {}
+        for region, types in doc.items():
+            if not isinstance(types, dict):
+                continue
+            for itype, since in types.items():
+                try:
+                    when = date.fromisoformat(str(since))
+                except ValueError:
+                    continue
+                if when > oldest:
+                    taken[(str(region), str(itype))] = when
+        with self._lock:
+            self._undescribed.update(taken)
+            for key in taken:
+                self._fallback[key] = fallback.get(key[1]) or GpuSpec.none()
 
     def known(self) -> dict[str, dict[str, Any]]:
         """What DescribeInstanceTypes answered, as JSON (the shipped table's fallbacks are
-        not kept: another region, or a later run, may still describe the type)."""
+        not: another region may still describe the type; `undescribed` says which region
+        did not)."""
         with self._lock:
             return {t: {"count": s.count, "model": s.model, "memory_mib": s.memory_mib}
                     for t, s in sorted(self._known.items())}
@@ -119,9 +157,11 @@ class GpuTypeCatalog:
         fallback = shipped_gpu_table()
         with self._lock:
             self._known.update(found)
+            today = self._today()
             for t in wanted:
                 if t not in found:
                     self._fallback[(region, t)] = fallback.get(t) or GpuSpec.none()
+                    self._undescribed[(region, t)] = today
             out: dict[str, GpuSpec] = {}
             for t in types:
                 spec = self._cached(region, t)

@@ -45,6 +45,7 @@ from costguard.providers.base import FetchedPrices, Memory
 from costguard.providers.repeats import Repeats
 
 GPU_TYPES_MEMORY = "gpu_types"  # the store's copy of GpuTypeCatalog.known()
+UNDESCRIBED_MEMORY = "gpu_types_undescribed"  # GpuTypeCatalog.undescribed()
 SPOT_MEMORY = "spot_prices"  # the spot prices read within SPOT_PRICE_TTL
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class AwsProvider(CloudWatchReads):
         self.settings = settings
         self.clock: Clock = clock or SystemClock()
         self.clients = ClientFactory(settings, session)
-        self.gpu_types = GpuTypeCatalog()
+        self.gpu_types = GpuTypeCatalog(lambda: self.clock.now().date())
         self.prices = OnDemandTable()
         self._lock = threading.Lock()
         # a later call asks the settling span again; a point's minute may start a period earlier
@@ -101,11 +102,18 @@ class AwsProvider(CloudWatchReads):
         known = memory.get(GPU_TYPES_MEMORY)
         if isinstance(known, dict):
             self.gpu_types.learn(known)
+        undescribed = memory.get(UNDESCRIBED_MEMORY)
+        if isinstance(undescribed, dict):
+            self.gpu_types.learn_undescribed(undescribed)
         spot = memory.get(SPOT_MEMORY)
         if isinstance(spot, dict):
             self.spot.restore(spot)
-        self._remembered = {GPU_TYPES_MEMORY: self.gpu_types.known(),
-                            SPOT_MEMORY: self.spot.notes()}
+        self._remembered = self._to_remember()
+
+    def _to_remember(self) -> dict[str, dict[str, Any]]:
+        return {GPU_TYPES_MEMORY: self.gpu_types.known(),
+                UNDESCRIBED_MEMORY: self.gpu_types.undescribed(),
+                SPOT_MEMORY: self.spot.notes()}
 
     def _remember(self) -> None:
         """Write what changed since the last write. Called from list_instances, outside the
@@ -113,8 +121,7 @@ class AwsProvider(CloudWatchReads):
         write from there would wait on SQLite's single writer)."""
         if self._memory is None:
             return
-        for name, now in ((GPU_TYPES_MEMORY, self.gpu_types.known()),
-                          (SPOT_MEMORY, self.spot.notes())):
+        for name, now in self._to_remember().items():
             if now != self._remembered.get(name):
                 self._memory.put(name, now)
                 self._remembered[name] = now

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -312,12 +312,12 @@ def test_instance_types_described_in_one_region_serve_the_others() -> None:
 
 
 def test_a_restarted_provider_reads_instance_types_from_the_store_not_the_api(
-    make_provider: ProviderFactory, tmp_path: Path,
+    make_provider: ProviderFactory, tmp_path: Path, clock: ManualClock,
 ) -> None:
     ids = {t: run_instances(itype=t)[0]["InstanceId"]
            for t in ("g5.xlarge", "p4d.24xlarge", "p3.2xlarge")}
     db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
-    clock = ManualClock(datetime(2026, 11, 2, tzinfo=UTC))
+    said = clock.now().date().isoformat()
     first = make_provider()
     first.attach_memory(StoreMemory(db, "aws", clock))
     before = {i.instance_id: i for i in first.list_instances().instances}
@@ -329,11 +329,22 @@ def test_a_restarted_provider_reads_instance_types_from_the_store_not_the_api(
     again = make_provider()  # a new process: nothing cached in memory
     again.attach_memory(StoreMemory(db, "aws", clock))
     after = {i.instance_id: i for i in again.list_instances().instances}
-    # p3.2xlarge, which the API could not describe, is asked for again; the others are not
-    assert again.gpu_types.calls == 1
+    # nothing is asked: not the described types, nor p3.2xlarge, which this region said
+    # it does not know (the shipped table's entry serves)
+    assert again.gpu_types.calls == 0
     for iid in ids.values():
         assert (after[iid].gpu_count, after[iid].gpu_model, after[iid].gpu_memory_mib) == (
             before[iid].gpu_count, before[iid].gpu_model, before[iid].gpu_memory_mib)
+    # a week on, the region is asked about p3.2xlarge again (it may know it by then)
+    clock.advance(timedelta(days=7))
+    later = make_provider()
+    later.attach_memory(StoreMemory(db, "aws", clock))
+    later.list_instances()
+    assert later.gpu_types.calls == 1
+    with db.session() as s:
+        assert json.loads(control.get(s, "memory:aws:gpu_types_undescribed") or "{}") == {
+            REGION: {"p3.2xlarge": clock.now().date().isoformat()}}
+    assert said != clock.now().date().isoformat()
 
 
 def test_a_damaged_stored_type_is_asked_for_again_not_trusted(
@@ -353,3 +364,19 @@ def test_a_damaged_stored_type_is_asked_for_again_not_trusted(
     again = make_provider()
     again.attach_memory(StoreMemory(db, "aws", clock))
     assert again.list_instances().instances and again.gpu_types.calls == 1
+
+
+def test_remembered_undescribed_types_expire_and_bad_entries_are_skipped() -> None:
+    from costguard.providers.aws.gpu_types import GpuTypeCatalog
+
+    today = datetime(2026, 11, 20, tzinfo=UTC).date()
+    catalog = GpuTypeCatalog(lambda: today)
+    catalog.learn_undescribed({
+        REGION: {"p3.2xlarge": "2026-11-19", "p2.xlarge": "2026-11-13",  # a week: expired
+                 "g3.4xlarge": "yesterday"},
+        "us-west-2": ["p3.2xlarge"],
+    })
+    assert catalog.undescribed() == {REGION: {"p3.2xlarge": "2026-11-19"}}
+    east = boto3.client("ec2", region_name=REGION)
+    spec = catalog.resolve(east, REGION, {"p3.2xlarge"})["p3.2xlarge"]
+    assert catalog.calls == 0 and (spec.count, spec.model) == (1, "NVIDIA V100")
