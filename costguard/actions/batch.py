@@ -146,7 +146,9 @@ class Rechecks:
     costguard writes itself is folded in (`tagged`): its own `costguard:` tags (protect and
     snooze included, which the stop re-check weighs) patch the kept state, any other tag
     written forgets it, so the stop path reads that instance anew (a written tag could name
-    a controller). Errors are never kept. Thread-safe: scopes are sent concurrently."""
+    a controller). A stop sent forgets its instances (a second stop policy reads them anew
+    and finds them stopping), and starts, terminations, scale-ins and group resizes forget
+    everything. Errors are never kept. Thread-safe: scopes are sent concurrently."""
 
     def __init__(self, max_age: float, ahead: Sequence[Instance] = (),
                  monotonic: Callable[[], float] = time.monotonic) -> None:
@@ -157,6 +159,8 @@ class Rechecks:
         # what a stop later in the stage may re-check, by scope: read along with a tag
         # re-check of the same scope (one call either way, up to describe_many's chunk)
         self._ahead: dict[Scope, list[Instance]] = _by_scope(ahead) if max_age > 0 else {}
+        # only these are kept: no one after the tag path asks about the others
+        self._wanted = {(i.provider, i.instance_id) for i in ahead} if max_age > 0 else set()
 
     def with_ahead(self, instances: Sequence[Instance]) -> list[Instance]:
         """`instances` and, of their scopes, the ones a stop may re-check later."""
@@ -183,13 +187,26 @@ class Rechecks:
 
     def keep(self, provider: str, states: Mapping[str, Instance | ProviderError | None]
              ) -> None:
-        if self.max_age <= 0:
-            return
         read_at = self._now()
+        wanted = self._wanted
         with self._lock:
             for instance_id, state in states.items():
-                if not isinstance(state, ProviderError):
-                    self._kept[(provider, instance_id)] = (read_at, state)
+                ref = (provider, instance_id)
+                if ref in wanted and not isinstance(state, ProviderError):
+                    self._kept[ref] = (read_at, state)
+
+    def forget(self, instances: Sequence[Instance]) -> None:
+        with self._lock:
+            for inst in instances:
+                self._kept.pop((inst.provider, inst.instance_id), None)
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def clear(self) -> None:
+        """Forget every kept state (an action that changes instances or groups ran)."""
+        with self._lock:
+            self._kept.clear()
 
     def tagged(self, instances: Sequence[Instance], tags: Mapping[str, str],
                remove: Sequence[str]) -> None:
@@ -285,6 +302,8 @@ class BatchStop:
         def send(group: list[_Stop]) -> None:
             provider = self.r.providers[group[0].target.provider]
             assert isinstance(provider, BatchActions)
+            if not dry_run:  # stopped, or maybe: what the re-check read is old either way
+                self.r.rechecks.forget([x.target for x in group])
             try:
                 results = provider.stop_many([x.target for x in group], dry_run=dry_run)
             except ProviderError as exc:

@@ -56,6 +56,7 @@ class AfterStop:
         self.r = runner
 
     def run(self, policy: Policy, now: datetime, cycle_id: int | None, stats: ActStats) -> None:
+        self.r.rechecks.clear()  # starts and terminations change what a re-check read
         starts: list[_Due] = []
         terms: list[_Due] = []
         with self.r.db.session() as s:

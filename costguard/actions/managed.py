@@ -140,6 +140,7 @@ class ScaleIn:
 
     def run(self, policy: Policy, due: Sequence[tuple[Finding, State]], now: datetime,
             cycle_id: int | None, stats: ActStats) -> None:
+        self.r.rechecks.clear()  # members leave their groups: what a re-check read is old
         removed = [(f.instance, policy.name) for f, st in due
                    if self._one(policy, f, st, now, cycle_id, stats)]
         if removed:  # the next cycle checks that no group replaced them

@@ -77,6 +77,7 @@ class GroupParking:
         step, hours = policy.scale_to_zero_action, policy.condition.outside_hours
         if step is None or hours is None:
             return
+        self.r.rechecks.clear()  # groups resized: what a re-check read is old
         parked, refused = self._parked(policy, now)
         if not in_office_hours(hours, now):
             groups: dict[str, _Group] = {}

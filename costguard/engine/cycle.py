@@ -416,7 +416,12 @@ class Engine:
             log.warning("paused: no action taken this cycle (costguard resume to re-enable)")
             summary.actions = ActStats().as_dict()
             return
-        stats = self.runner.run(self.policies.policies, findings, now, cycle_id)
+        try:
+            stats = self.runner.run(self.policies.policies, findings, now, cycle_id)
+        finally:
+            # the re-checks' states serve this stage only; at 100,000 instances they are
+            # tens of MB, not to be held through the next cycle
+            self.runner.rechecks.clear()
         summary.actions = stats.as_dict()
 
     def _spend(self, summary: CycleSummary, now: datetime) -> None:

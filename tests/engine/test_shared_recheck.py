@@ -6,6 +6,7 @@ vouch for is read again, and nothing older than `safety.recheck_reuse_seconds` i
 from __future__ import annotations
 
 import pytest
+from sqlmodel import select
 
 from costguard.actions.batch import Rechecks
 from costguard.actions.settings import SafetySettings
@@ -16,6 +17,7 @@ from costguard.errors import ProviderError
 from costguard.model import Instance, InstanceState
 from costguard.policy.load import parse_policy_text
 from costguard.store.db import Database
+from costguard.store.tables import ActionJournalRow
 from tests.engine.test_batch_crash_safety import BatchCloud
 from tests.fakes.cloud import always
 
@@ -71,6 +73,7 @@ def test_a_tag_and_a_stop_in_one_stage_share_one_recheck(
     assert all(cloud.instances[f"i-idle{n}"].state is InstanceState.STOPPED for n in range(3))
     # one re-check for both; with reuse off (0), each policy reads for itself
     assert cloud.calls["describe_many"] == describes
+    assert len(engine.runner.rechecks) == 0  # nothing kept past the stage
 
 
 def _mark_all_but(cloud: BatchCloud, key: str, *left: str) -> None:
@@ -111,8 +114,8 @@ def test_a_tag_not_costguards_own_makes_the_stop_read_the_instance_again(
 
 def test_kept_states_age_out_and_errors_are_never_kept(cloud: BatchCloud) -> None:
     now = [100.0]
-    rechecks = Rechecks(60, monotonic=lambda: now[0])
     a, b, c = (cloud.instances[i] for i in ("i-idle0", "i-idle1", "i-idle2"))
+    rechecks = Rechecks(60, ahead=[a, b, c], monotonic=lambda: now[0])
     throttled = ProviderError("sim", "111111111111/us-east-1", "throttled")
     rechecks.keep("sim", {a.instance_id: a, b.instance_id: None, c.instance_id: throttled})
     found, rest = rechecks.recent([a, b, c])
@@ -125,8 +128,8 @@ def test_kept_states_age_out_and_errors_are_never_kept(cloud: BatchCloud) -> Non
 
 
 def test_kept_states_take_costguards_own_tags_and_forget_others(cloud: BatchCloud) -> None:
-    rechecks = Rechecks(60)
     a, b = cloud.instances["i-idle0"], cloud.instances["i-idle1"]
+    rechecks = Rechecks(60, ahead=[a, b])
     a = a.model_copy(update={"tags": {**a.tags, "costguard:idle-since": "then"}})
     rechecks.keep("sim", {a.instance_id: a, b.instance_id: b})
     rechecks.tagged([a], {"costguard:protect": "true"}, remove=["costguard:idle-since"])
@@ -139,6 +142,11 @@ def test_kept_states_take_costguards_own_tags_and_forget_others(cloud: BatchClou
     rechecks.keep("sim", {b.instance_id: b})
     rechecks.tagged([b], {}, remove=["aws:autoscaling:groupName"])
     assert rechecks.recent([b]) == ({}, [b])
+    rechecks.keep("sim", {a.instance_id: a, b.instance_id: b})
+    rechecks.forget([a])
+    assert rechecks.recent([a, b]) == ({b.instance_id: b}, [a])
+    rechecks.clear()
+    assert rechecks.recent([b]) == ({}, [b])
 
 
 def test_reuse_zero_keeps_nothing(cloud: BatchCloud) -> None:
@@ -147,3 +155,38 @@ def test_reuse_zero_keeps_nothing(cloud: BatchCloud) -> None:
     rechecks.keep("sim", {a.instance_id: a})
     assert rechecks.recent([a]) == ({}, [a])
     assert rechecks.with_ahead([a]) == [a]
+
+
+def test_only_what_a_stop_may_ask_about_is_kept(cloud: BatchCloud) -> None:
+    idle, busy = cloud.instances["i-idle0"], cloud.instances["i-busy0"]
+    rechecks = Rechecks(60, ahead=[idle])
+    rechecks.keep("sim", {idle.instance_id: idle, busy.instance_id: busy})
+    assert len(rechecks) == 1 and rechecks.recent([busy]) == ({}, [busy])
+
+
+def test_a_second_stop_policy_reads_what_the_first_stopped_and_leaves_it(
+    cloud: BatchCloud, clock: ManualClock, db: Database, db_url: str
+) -> None:
+    # a tag re-check reads the idle GPUs ahead, the first stop policy takes those states and
+    # stops them; the second must not act on them from the same (now old) states
+    text = TWO_POLICIES.format(tag='"costguard:untagged-since": "{now}"',
+                               missing="cost-center") + """\
+  - name: idle-gpu-stop-again
+    mode: enforce
+    filters: {gpu: true}
+    condition:
+      idle: {below: 5, for: 45m}
+    actions:
+      - stop: {grace: 0m}
+    limits: {max_actions_per_cycle: 10}
+"""
+    settings = Settings(database_url=db_url, policy_paths=[])
+    Engine(settings, db, {"sim": cloud}, parse_policy_text(text, "test.yml"), clock).run_cycle()
+
+    assert cloud.calls["stop"] == 3  # once each, by the first policy
+    assert cloud.calls["describe_many"] == 2  # the shared one, and the second policy's own
+    with db.session() as s:
+        again = list(s.exec(select(ActionJournalRow).where(
+            ActionJournalRow.policy == "idle-gpu-stop-again",
+            ActionJournalRow.action == "stop")))
+    assert again and all(j.status == "skipped" for j in again)
