@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
 
 import pytest
@@ -22,7 +22,7 @@ from costguard.policy.load import parse_policy_text
 from costguard.store.db import Database
 from costguard.store.tables import ActionJournalRow
 from tests.engine.conftest import IDLE_POLICY, run_for
-from tests.fakes.cloud import ScriptedCloud, always
+from tests.fakes.cloud import BatchCloud, ScriptedCloud, always
 
 TAGGING = """\
 policies:
@@ -36,25 +36,6 @@ policies:
       - stop: {grace: 15m}
     limits: {max_actions_per_cycle: 10}
 """
-
-
-class BatchCloud(ScriptedCloud):
-    """ScriptedCloud plus the batch capabilities; `calls` counts batch calls, not instances."""
-
-    def describe_many(self, instances: Sequence[Instance]) -> dict[str, Instance | None]:
-        self.calls["describe_many"] += 1
-        return {i.instance_id: self.instances.get(i.instance_id) for i in instances}
-
-    def stop_many(self, instances: Sequence[Instance], *, dry_run: bool
-                  ) -> dict[str, ActionResult]:
-        self.calls["stop_many"] += 1
-        return {i.instance_id: self.stop(i, dry_run=dry_run) for i in instances}
-
-    def set_tags_many(self, instances: Sequence[Instance], tags: Mapping[str, str], *,
-                      remove: Sequence[str] = (), dry_run: bool) -> dict[str, ActionResult]:
-        self.calls["tags_many"] += 1
-        return {i.instance_id: self.set_tags(i, tags, remove=remove, dry_run=dry_run)
-                for i in instances}
 
 
 class Crash(BaseException):

@@ -216,3 +216,22 @@ def full_cloud(clock: Clock) -> ScriptedCloud:
     return ScriptedCloud(clock, PRICE, spot_usd_per_hour=SPOT_PRICE,
                          stopped_usd_per_hour=STOPPED_PRICE, can_describe=True,
                          can_terminate=True)
+
+
+class BatchCloud(ScriptedCloud):
+    """ScriptedCloud plus the batch capabilities; `calls` counts batch calls, not instances."""
+
+    def describe_many(self, instances: Sequence[Instance]) -> dict[str, Instance | None]:
+        self.calls["describe_many"] += 1
+        return {i.instance_id: self.instances.get(i.instance_id) for i in instances}
+
+    def stop_many(self, instances: Sequence[Instance], *, dry_run: bool
+                  ) -> dict[str, ActionResult]:
+        self.calls["stop_many"] += 1
+        return {i.instance_id: self.stop(i, dry_run=dry_run) for i in instances}
+
+    def set_tags_many(self, instances: Sequence[Instance], tags: Mapping[str, str], *,
+                      remove: Sequence[str] = (), dry_run: bool) -> dict[str, ActionResult]:
+        self.calls["tags_many"] += 1
+        return {i.instance_id: self.set_tags(i, tags, remove=remove, dry_run=dry_run)
+                for i in instances}

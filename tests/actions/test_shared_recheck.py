@@ -18,8 +18,7 @@ from costguard.model import Instance, InstanceState
 from costguard.policy.load import parse_policy_text
 from costguard.store.db import Database
 from costguard.store.tables import ActionJournalRow
-from tests.engine.test_batch_crash_safety import BatchCloud
-from tests.fakes.cloud import always
+from tests.fakes.cloud import BatchCloud, always
 
 TWO_POLICIES = """\
 policies:
