@@ -375,8 +375,13 @@ class BatchTags:
         provider = self.r.providers[first.f.instance.provider]
         assert isinstance(provider, BatchActions)
         rechecks = self.r.rechecks
-        fresh = fresh_states(provider, rechecks.with_ahead([r.f.instance for r in group]),
-                             rechecks)
+        own = [r.f.instance for r in group]
+        wider = rechecks.with_ahead(own)
+        fresh = fresh_states(provider, wider, rechecks)
+        if len(wider) > len(own) and any(
+                isinstance(fresh[i.instance_id], ProviderError) for i in own):
+            # what was read along for a stop failed the read: the tags need their own only
+            fresh = fresh_states(provider, own)
         out: list[tuple[_Tag, str, str]] = []
         alive: list[_Tag] = []
         for req in group:

@@ -5,6 +5,8 @@ vouch for is read again, and nothing older than `safety.recheck_reuse_seconds` i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 from sqlmodel import select
 
@@ -189,3 +191,25 @@ def test_a_second_stop_policy_reads_what_the_first_stopped_and_leaves_it(
             ActionJournalRow.policy == "idle-gpu-stop-again",
             ActionJournalRow.action == "stop")))
     assert again and all(j.status == "skipped" for j in again)
+
+
+def test_a_stop_candidate_that_cannot_be_read_does_not_hold_up_the_tags(
+    clock: ManualClock, db: Database, db_url: str
+) -> None:
+    class Unreadable(BatchCloud):
+        def describe_many(self, instances: Sequence[Instance]) -> dict[str, Instance | None]:
+            if any(i.instance_id == "i-idle0" for i in instances):
+                self.calls["describe_many"] += 1
+                raise ProviderError("sim", "111111111111/us-east-1", "throttled")
+            return super().describe_many(instances)
+
+    cloud = Unreadable(clock)
+    cloud.add("i-idle0", always("no_process"))
+    cloud.add("i-untagged", always("busy"))
+    _mark_all_but(cloud, "cost-center", "i-untagged")
+    _engine(db, cloud, clock, db_url).run_cycle()
+
+    # the tag re-check read i-idle0 along and failed; the tag went ahead on its own read
+    assert cloud.calls["tags"] == 1
+    assert "costguard:untagged-since" in cloud.instances["i-untagged"].tags
+    assert cloud.calls["stop"] == 0  # the stop could not re-check i-idle0 either
