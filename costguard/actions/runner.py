@@ -65,7 +65,8 @@ class ActionRunner:
         self.budget = CycleBudget(None, None)
         self._changed_at: dict[Ref, datetime] = {}
         self._tags = BatchTags(self)  # tag requests of batch-capable providers
-        self.rechecks: Rechecks  # the act stage's re-checks (new per run)
+        # the act stage's re-checks, new per run; its parts (AfterStop) may run without one
+        self.rechecks = Rechecks(self.safety.recheck_reuse_seconds)
         # journal entries, findings and alerts of the policy's session (new per policy)
         self.rows: Rows
 

@@ -11,9 +11,11 @@ import pytest
 from sqlmodel import select
 
 from costguard.actions.batch import Rechecks
+from costguard.actions.runner import ActionRunner
 from costguard.actions.settings import SafetySettings
 from costguard.clock import ManualClock
 from costguard.config import Settings
+from costguard.costs.attribution import Attributor
 from costguard.engine import Engine
 from costguard.errors import ProviderError
 from costguard.model import Instance, InstanceState
@@ -213,3 +215,11 @@ def test_a_stop_candidate_that_cannot_be_read_does_not_hold_up_the_tags(
     assert cloud.calls["tags"] == 1
     assert "costguard:untagged-since" in cloud.instances["i-untagged"].tags
     assert cloud.calls["stop"] == 0  # the stop could not re-check i-idle0 either
+
+
+def test_a_runner_driven_without_run_has_its_rechecks(db: Database, cloud: BatchCloud) -> None:
+    # the terminate path drives AfterStop on a fresh runner (tests/providers/aws/
+    # test_aws_terminate.py); everything the parts touch must exist before any run
+    runner = ActionRunner(db, {"sim": cloud}, Attributor())
+    assert len(runner.rechecks) == 0 and runner.rechecks.max_age == 60
+    runner.rechecks.clear()
