@@ -18,7 +18,7 @@ from costguard.config import Settings
 from costguard.costs.attribution import Attributor
 from costguard.engine import Engine
 from costguard.errors import ProviderError
-from costguard.model import Instance, InstanceState
+from costguard.model import Instance, InstanceState, Owner, OwnerKind
 from costguard.policy.load import parse_policy_text
 from costguard.store.db import Database
 from costguard.store.tables import ActionJournalRow
@@ -223,3 +223,35 @@ def test_a_runner_driven_without_run_has_its_rechecks(db: Database, cloud: Batch
     runner = ActionRunner(db, {"sim": cloud}, Attributor())
     assert len(runner.rechecks) == 0 and runner.rechecks.max_age == 60
     runner.rechecks.clear()
+
+
+def test_a_scale_in_between_the_tags_and_the_stop_makes_the_stop_read_anew(
+    clock: ManualClock, db: Database, db_url: str
+) -> None:
+    # tags (reading the idle pet ahead), then a policy that scales in an idle member, then
+    # the stop: what the tag re-check read is from before the group changed, so it is not
+    # taken (starts, terminations and resizes forget it the same way)
+    cloud = BatchCloud(clock)
+    cloud.add("i-idle0", always("no_process"))
+    cloud.add_group("asg-a", desired=2, min_size=0)
+    for n in range(2):
+        cloud.add(f"i-m{n}", always("no_process"),
+                  owner=Owner(kind=OwnerKind.ASG, name="asg-a", via="test"))
+    text = TWO_POLICIES.format(tag='"costguard:untagged-since": "{now}"', missing="cost-center")
+    scale_in = """\
+  - name: idle-members
+    mode: enforce
+    filters: {gpu: true, state: running, managed: true}
+    condition:
+      idle: {below: 5, for: 45m}
+    actions:
+      - scale_in: {grace: 0m}
+    limits: {max_actions_per_cycle: 10}
+"""
+    head, stop = text.split("  - name: idle-gpu-stop\n")
+    text = head + scale_in + "  - name: idle-gpu-stop\n" + stop
+    settings = Settings(database_url=db_url, policy_paths=[])
+    Engine(settings, db, {"sim": cloud}, parse_policy_text(text, "test.yml"), clock).run_cycle()
+
+    assert cloud.calls["scale_in"] >= 1 and cloud.calls["stop"] == 1
+    assert cloud.calls["describe_many"] == 2  # the tags', and the stop's own after the resize
