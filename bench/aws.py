@@ -173,6 +173,10 @@ def _row(tool: str, n: int, run: ToolRun, verdict: str, extra: str = "") -> dict
     }
 
 
+def _stages(result: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v:.1f}" for k, v in result["summary"]["stage_seconds"].items())
+
+
 def _costguard(n: int, work: Path
                ) -> tuple[dict[str, object], ToolRun, dict[str, object], ToolRun]:
     # byte-compiled, as pip installs a package (and as Custodian's virtualenv is): with
@@ -199,16 +203,13 @@ def _costguard(n: int, work: Path
         again_verdict = _verify(url, doc, specs, COSTGUARD_TAG, tags_protected=False)
     again_result = json.loads(again_out.read_text())
     again_row = _row("costguard, restarted a cycle later", n, again, again_verdict,
-                     "same store, a new process, 5 minutes on; stages "
-                     + ", ".join(f"{k} {v:.1f}" for k, v in
-                                 again_result["summary"]["stage_seconds"].items()))
+                     f"same store, a new process, 5 minutes on; stages {_stages(again_result)}")
     result = json.loads(out.read_text())
     findings = result["summary"]["findings"]
     ondemand = sum(doc["counts"][r]["ondemand_gpu_running"] for r in doc["regions"])
     if findings.get("on-demand-gpu", 0) != ondemand:
         verdict += f"; on-demand notices {findings.get('on-demand-gpu', 0)} != {ondemand}"
-    note = (f"cycle {result['cycle_s']:.1f} s in-process; stages "
-            + ", ".join(f"{k} {v:.1f}" for k, v in result["summary"]["stage_seconds"].items()))
+    note = f"cycle {result['cycle_s']:.1f} s in-process; stages {_stages(result)}"
     return _row("costguard", n, run, verdict, note), run, again_row, again
 
 

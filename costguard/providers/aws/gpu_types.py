@@ -85,7 +85,6 @@ class GpuTypeCatalog:
         self._describing = threading.Lock()
         self._today = today
         self._known: dict[str, GpuSpec] = {}
-        self._fallback: dict[tuple[str, str], GpuSpec] = {}
         self._undescribed: dict[tuple[str, str], date] = {}  # (region, type) -> when said
         self.calls = 0  # DescribeInstanceTypes calls made (tests check the batching)
 
@@ -103,7 +102,6 @@ class GpuTypeCatalog:
         shipped table in their region without asking, until UNDESCRIBED_FOR has passed
         since the region said so. A malformed entry is skipped (asked again)."""
         oldest = self._today() - UNDESCRIBED_FOR
-        fallback = shipped_gpu_table()
         taken: dict[tuple[str, str], date] = {}
         for region, types in doc.items():
             if not isinstance(types, dict):
@@ -117,8 +115,6 @@ class GpuTypeCatalog:
                     taken[(str(region), str(itype))] = when
         with self._lock:
             self._undescribed.update(taken)
-            for key in taken:
-                self._fallback[key] = fallback.get(key[1]) or GpuSpec.none()
 
     def known(self) -> dict[str, dict[str, Any]]:
         """What DescribeInstanceTypes answered, as JSON (the shipped table's fallbacks are
@@ -145,7 +141,11 @@ class GpuTypeCatalog:
             self._known.update(taken)
 
     def _cached(self, region: str, instance_type: str) -> GpuSpec | None:
-        return self._known.get(instance_type) or self._fallback.get((region, instance_type))
+        known = self._known.get(instance_type)
+        if known is not None or (region, instance_type) not in self._undescribed:
+            return known
+        # the region did not describe it: the shipped table's entry (none: no GPU known)
+        return shipped_gpu_table().get(instance_type) or GpuSpec.none()
 
     def resolve(self, ec2: EC2Client, region: str, types: set[str]) -> dict[str, GpuSpec]:
         with self._describing:
@@ -154,13 +154,11 @@ class GpuTypeCatalog:
             found: dict[str, GpuSpec] = {}
             for start in range(0, len(wanted), _BATCH):
                 found.update(self._describe(ec2, region, wanted[start : start + _BATCH]))
-        fallback = shipped_gpu_table()
         with self._lock:
             self._known.update(found)
             today = self._today()
             for t in wanted:
                 if t not in found:
-                    self._fallback[(region, t)] = fallback.get(t) or GpuSpec.none()
                     self._undescribed[(region, t)] = today
             out: dict[str, GpuSpec] = {}
             for t in types:
