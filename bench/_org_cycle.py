@@ -2,9 +2,12 @@
 `python -m bench._org_cycle ENDPOINT SPEC_JSON DB_URL OUT.json`.
 
 The spec names the accounts (all assumed through CostguardRole), regions, `now`, the worker
-count and how many cycles to run: the first is cold (an empty store: an hour of metrics to
+count, the GCP projects and their fakes' endpoints when the organisation has some
+(spec["gcp"]: {"projects", "compute", "monitoring"}; bench/_org_gcp.py), and how many cycles
+to run: the first is cold (an empty store: an hour of metrics to
 read, every instance type to describe), each next one `interval_s` later is a steady cycle.
-Writes per cycle: wall, CPU of this process (all threads), peak RSS so far, API calls by
+Writes per cycle: wall (and its start and end, epoch seconds), CPU of this process (all
+threads), peak RSS so far, AWS API calls by
 operation (botocore's `_make_api_call`: retries are below it), and the summary.
 """
 
@@ -22,6 +25,8 @@ from typing import Any
 from bench._api_calls import install
 
 POLICIES = Path(__file__).resolve().parent / "policies" / "aws-c7n-equivalent.yml"
+# both clouds: those three for AWS, gcp-fleet.yml's three for GCP
+BOTH_CLOUDS = Path(__file__).resolve().parent / "policies" / "org-both-clouds.yml"
 
 
 def make_engine(endpoint: str | None, spec: dict[str, Any], db_url: str) -> tuple[Any, Any]:
@@ -50,13 +55,25 @@ def make_engine(endpoint: str | None, spec: dict[str, Any], db_url: str) -> tupl
                                       rollup_by_instance=True,
                                       measurements=["utilization_gpu"]),
     )
-    settings = Settings(database_url=db_url, policy_paths=[POLICIES],
+    providers: dict[str, Any] = {}
+    policies = POLICIES
+    if spec.get("gcp"):
+        from costguard.providers.gcp import GcpProvider
+        from costguard.providers.gcp.settings import GcpSettings
+
+        gcp = spec["gcp"]
+        providers["gcp"] = GcpProvider(GcpSettings(
+            projects=gcp["projects"], compute_endpoint=gcp["compute"],
+            monitoring_endpoint=gcp["monitoring"], anonymous=True,
+            max_workers=spec["workers"]), clock=clock)
+        policies = BOTH_CLOUDS
+    settings = Settings(database_url=db_url, policy_paths=[policies],
                         alerts=AlertsSettings(console=False),
                         safety=SafetySettings(max_actions_per_cycle=1_000_000,
                                               max_usd_per_hour_per_cycle=None))
-    provider = AwsProvider(aws, clock=clock, session=boto3.Session(region_name="us-east-1"))
-    engine = Engine(settings, Database(db_url), {"aws": provider},
-                    load_policy_set([POLICIES]), clock)
+    providers["aws"] = AwsProvider(aws, clock=clock,
+                                   session=boto3.Session(region_name="us-east-1"))
+    engine = Engine(settings, Database(db_url), providers, load_policy_set([policies]), clock)
     return engine, clock
 
 
@@ -70,10 +87,11 @@ def main(endpoint: str, spec_json: str, db_url: str, out: str) -> None:
             clock.advance(timedelta(seconds=spec["interval_s"]))
         before = Counter(counts)
         cpu0 = time.process_time()
-        started = time.perf_counter()
+        started, started_at = time.perf_counter(), time.time()
         summary = engine.run_cycle()
         cycles.append({
             "wall_s": time.perf_counter() - started,
+            "started_at": started_at, "ended_at": time.time(),
             "cpu_s": time.process_time() - cpu0,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "api_calls": dict(Counter(counts) - before),

@@ -74,11 +74,15 @@ def _points(rng: random.Random, profile: str, now: datetime, sm: bool
     return out
 
 
-def seed_fleet(fake: FakeGcp, n: int, now: datetime) -> Fleet:
+def seed_fleet(fake: FakeGcp, n: int, now: datetime, projects: list[str] | None = None
+               ) -> Fleet:
+    """`n` VMs dealt round the `projects` (default PROJECTS), each project's over ZONES."""
+    projects = projects or PROJECTS
     rng = random.Random(SEED)
     fleet = Fleet()
     for i in range(n):
-        project, zone = PROJECTS[i % len(PROJECTS)], ZONES[(i // 3) % len(ZONES)]
+        project = projects[i % len(projects)]
+        zone = ZONES[(i // len(projects)) % len(ZONES)]
         labels = {"team": rng.choice(["vision", "nlp", "recsys"])} if rng.random() < 0.8 else {}
         protect = rng.random() < 0.1
         if protect:

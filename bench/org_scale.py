@@ -1,21 +1,28 @@
-"""costguard over an organisation: 500 AWS accounts x 4 regions and 100,000 instances, with
-the latency a real API answers in (issue 22).
+"""costguard over an organisation: 100,000 instances in 500 AWS accounts x 4 regions and 300
+GCP projects, with the latency a real API answers in (issue 22).
 
-Per size (10k / 30k / 100k instances; $ORG_SIZES), accounts grow with the fleet (one per 200
-instances: 50 / 150 / 500) and are sized like a real organisation's (bench/_org_fleet.py:
-a few accounts hold thousands, most a few dozen). Three processes:
+Per size (10k / 30k / 100k instances; $ORG_SIZES), a share $ORG_GCP_SHARE of the instances
+(default 0.2; 0: AWS alone) are Compute Engine VMs in 3 projects per 1,000 instances
+(30 / 90 / 300), the rest EC2 instances in one account per 200 instances (50 / 150 / 500)
+sized like a real organisation's (bench/_org_fleet.py: a few accounts hold thousands, most
+a few dozen). One costguard governs both. Five processes:
 - the fake (bench/_org_aws.py): the EC2, CloudWatch, STS and Auto Scaling calls costguard
   makes, served from the generated fleet (moto holds a few thousand instances per process
   before each call slows down; tests/test_bench_org.py checks the fake against moto);
 - the proxy (bench/_latency_proxy.py) in front of it: $ORG_LATENCY_MS per call (default 100)
   and a share $ORG_THROTTLE of calls refused with the API's throttling error (default 0.02);
+- the GCP fakes (bench/_org_gcp.py: the project's Compute REST and Monitoring gRPC fakes,
+  seeded as bench/gcp.py seeds them), Monitoring answering at the same pace and refusing
+  the same share with RESOURCE_EXHAUSTED; Compute behind a second proxy;
 - costguard (bench/_org_cycle.py): a cold cycle on an empty store, then a steady cycle five
-  minutes later, $ORG_WORKERS threads (default 32) over the account x region scopes.
+  minutes later, $ORG_WORKERS threads (default 32) over the account x region scopes and
+  the projects.
 
-Reported per cycle: wall, client CPU (all threads), peak RSS, API calls by operation against
-the floor (bench/_org_fleet.Fleet.floor: the fewest calls that cycle could make), throttling
-refusals absorbed, gaps, and correctness (the stopped and tagged sets equal the fleet's
-expectation; nothing else changed). Targets at 100k on 2 cores: wall < 120 s, client CPU
+Reported per cycle: wall, client CPU (all threads), peak RSS, calls by operation against
+the floor (AWS API calls, bench/_org_fleet.Fleet.floor; GCP HTTP requests and RPCs, a batch
+counted once, bench/_org_gcp.floor: the fewest calls that cycle could make), throttling
+refusals absorbed, gaps, and correctness (the stopped and tagged or labelled sets equal the
+fleets' expectations; nothing else changed). Targets at 100k on 2 cores: wall < 120 s, client CPU
 < 60 s, RSS < 1 GB, calls <= 1.5x the floor, no throttling error surfacing as a gap.
 """
 
@@ -45,6 +52,7 @@ ROOT = Path(__file__).resolve().parent.parent
 REGIONS = ["us-east-1", "us-west-2", "eu-west-1", "ap-southeast-1"]
 NOW = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
 PER_ACCOUNT = 200
+PROJECTS_PER_1000 = 3
 TARGETS = {"wall_s": 120.0, "client_cpu_s": 60.0, "peak_rss_mb": 1024.0, "calls_x_floor": 1.5}
 
 
@@ -99,20 +107,87 @@ def _targets(row: dict[str, Any]) -> str:
     return "all met" if not misses else "MISSED: " + ", ".join(misses)
 
 
-def _size(n: int, work: Path, latency_ms: float, throttle: float, workers: int
-          ) -> list[dict[str, Any]]:
+@contextmanager
+def _gcp(vms: int, projects: int, latency_ms: float, throttle: float, work: Path
+         ) -> Iterator[tuple[dict[str, Any], Any, list[int]]]:
+    """The GCP fakes (bench/_org_gcp.py) with a latency proxy in front of Compute: yields
+    their info (endpoints, projects, floor), a function that verifies their state and
+    returns the info with the verdict and the calls they answered, and their pids."""
+    if not vms:
+        yield {}, lambda: {}, []
+        return
+    info_path = work / "gcp.json"
+    spec = {"vms": vms, "projects": projects, "now": NOW.isoformat(),
+            "latency_ms": latency_ms, "throttle": throttle}
+    proc = subprocess.Popen([sys.executable, "-m", "bench._org_gcp", json.dumps(spec),
+                             str(info_path)], env=_env(), cwd=ROOT, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        if proc.stdout.readline().strip() != b"ready":
+            raise RuntimeError("bench._org_gcp did not start")
+        info = json.loads(info_path.read_text())
+        port = _free_port()
+        with _server(["bench._latency_proxy", str(port), info["compute"], str(latency_ms),
+                      str(throttle)]) as proxy_pid:
+            info["compute"] = f"http://127.0.0.1:{port}"
+
+            def verify() -> dict[str, Any]:
+                assert proc.stdin is not None and proc.stdout is not None
+                proc.stdin.write(b"verify\n")
+                proc.stdin.flush()
+                if proc.stdout.readline().strip() != b"done":
+                    raise RuntimeError("bench._org_gcp did not verify")
+                done: dict[str, Any] = json.loads(info_path.read_text())
+                done["proxy"] = _get(f"{info['compute']}/_proxy")
+                return done
+
+            yield info, verify, [proc.pid, proxy_pid]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def gcp_calls(events: list[list[Any]], start: float, end: float) -> tuple[Counter[str], int]:
+    """The GCP calls the fakes answered in [start, end] by method (each call of a batch
+    counted), and the HTTP requests and RPCs they came in (a batch once)."""
+    calls: Counter[str] = Counter()
+    inner = 0
+    for when, key, count in events:
+        if start <= when <= end:
+            if key == "compute calls in batches":
+                inner += count
+            else:
+                calls[key if key.startswith("monitoring") else f"compute {key}"] += count
+    return calls, sum(calls.values()) - inner
+
+
+def _size(n: int, work: Path, latency_ms: float, throttle: float, workers: int,
+          gcp_share: float) -> list[dict[str, Any]]:
+    vms = round(n * gcp_share)
+    projects = max(1, n * PROJECTS_PER_1000 // 1000) if vms else 0
     accounts = max(1, n // PER_ACCOUNT)
-    spec = {"instances": n, "accounts": accounts, "regions": REGIONS, "now": NOW.isoformat(),
-            "workers": workers, "cycles": 2, "interval_s": 300}
-    fleet = generate(n, accounts, REGIONS, NOW)
+    spec: dict[str, Any] = {
+        "instances": n - vms, "accounts": accounts, "regions": REGIONS,
+        "now": NOW.isoformat(), "workers": workers, "cycles": 2, "interval_s": 300}
+    fleet = generate(n - vms, accounts, REGIONS, NOW)
     floor = fleet.floor()
     fake_port, proxy_port = _free_port(), _free_port()
     out = work / f"org-{n}.json"
     with _server(["bench._org_aws", str(fake_port), json.dumps(spec)]) as fake_pid, \
             _server(["bench._latency_proxy", str(proxy_port), f"http://127.0.0.1:{fake_port}",
-                     str(latency_ms), str(throttle)]) as proxy_pid:
+                     str(latency_ms), str(throttle)]) as proxy_pid, \
+            _gcp(vms, projects, latency_ms, throttle, work) as (gcp, gcp_verify, gcp_pids):
+        if gcp:
+            spec["gcp"] = {k: gcp[k] for k in ("projects", "compute", "monitoring")}
+            floor.update({f"GCP {k}": v for k, v in gcp["floor"].items()})
         endpoint = f"http://127.0.0.1:{proxy_port}"
-        fake0, proxy0 = _cpu_s(fake_pid), _cpu_s(proxy_pid)
+        pids = [fake_pid, *gcp_pids]
+        fake0, proxy0 = sum(_cpu_s(p) for p in pids), _cpu_s(proxy_pid)
         started = time.perf_counter()
         proc = subprocess.run(
             [sys.executable, "-m", "bench._org_cycle", endpoint, json.dumps(spec),
@@ -121,23 +196,35 @@ def _size(n: int, work: Path, latency_ms: float, throttle: float, workers: int
         elapsed = time.perf_counter() - started
         if proc.returncode != 0:
             raise RuntimeError(f"org cycle at {n} failed:\n{proc.stderr[-3000:]}")
-        fake_cpu, proxy_cpu = _cpu_s(fake_pid) - fake0, _cpu_s(proxy_pid) - proxy0
+        fake_cpu = sum(_cpu_s(p) for p in pids) - fake0
+        proxy_cpu = _cpu_s(proxy_pid) - proxy0
         proxy = _get(f"{endpoint}/_proxy")
         changes = _get(f"http://127.0.0.1:{fake_port}/_state")
+        gcp_done = gcp_verify()
     cycles = json.loads(out.read_text())["cycles"]
     verdict = _verify(fleet, changes)
+    if gcp_done and gcp_done["verdict"] != "ok":
+        verdict = "AWS " + verdict + "; GCP " + gcp_done["verdict"]
+    throttled = proxy["throttled"] + (gcp_done["proxy"]["throttled"]
+                                      + gcp_done["monitoring_throttled"] if gcp_done else 0)
     floor_total = sum(floor.values())
     rows = []
     for k, cycle in enumerate(cycles):
         calls = Counter(cycle["api_calls"])
+        requests = sum(calls.values())
+        if gcp_done:
+            on_gcp, gcp_requests = gcp_calls(gcp_done["events"], cycle["started_at"],
+                                             cycle["ended_at"])
+            calls.update({f"GCP {m}": c for m, c in on_gcp.items()})
+            requests += gcp_requests
         summary = cycle["summary"]
         row: dict[str, Any] = {
             "instances": n, "accounts": accounts, "scopes": accounts * len(REGIONS),
-            "cycle": "cold" if k == 0 else "steady",
+            "projects": projects, "cycle": "cold" if k == 0 else "steady",
             "wall_s": cycle["wall_s"], "client_cpu_s": cycle["cpu_s"],
-            "peak_rss_mb": cycle["peak_rss_mb"], "api_calls": sum(calls.values()),
+            "peak_rss_mb": cycle["peak_rss_mb"], "api_calls": requests,
             "floor": floor_total if k == 0 else "",
-            "calls_x_floor": sum(calls.values()) / floor_total if k == 0 else "",
+            "calls_x_floor": requests / floor_total if k == 0 else "",
             "gaps": len(summary["gaps"]),
             "correct": verdict if k == 0 else "",
             "calls_by_operation": ", ".join(f"{op} {c}" for op, c in calls.most_common()),
@@ -150,7 +237,7 @@ def _size(n: int, work: Path, latency_ms: float, throttle: float, workers: int
                            + f"; stages {stages}")
         else:
             row["calls_x_floor"] = ""
-            row["note"] = (f"stages {stages}; over both cycles: {proxy['throttled']} calls "
+            row["note"] = (f"stages {stages}; over both cycles: {throttled} calls "
                            f"throttled and retried, fake CPU {fake_cpu:.1f} s, proxy CPU "
                            f"{proxy_cpu:.1f} s, process {elapsed:.0f} s")
         rows.append(row)
@@ -158,10 +245,12 @@ def _size(n: int, work: Path, latency_ms: float, throttle: float, workers: int
 
 
 @benchmark("org-scale",
-           description="Cold and steady costguard cycles over an organisation's EC2 fleet "
-                       "(accounts x 4 regions, 200 instances an account) behind a proxy that "
-                       "adds 100 ms a call and throttles 2 % of calls: wall, client CPU, RSS, "
-                       "API calls vs the floor, gaps, correctness. Targets at 100k on 2 "
+           description="Cold and steady costguard cycles over an organisation: 80 % of the "
+                       "instances on EC2 (accounts x 4 regions, an account per 200 instances), "
+                       "20 % on Compute Engine (3 projects per 1,000 instances), behind fakes "
+                       "that answer each call after 100 ms and throttle 2 % of calls: wall, "
+                       "client CPU, RSS, calls vs the floor (AWS API calls, GCP HTTP requests "
+                       "and RPCs), gaps, correctness. Targets at 100k on 2 "
                        "cores: wall < 120 s, CPU < 60 s, RSS < 1 GB, calls <= 1.5x floor, "
                        "no gaps.")
 def org_scale() -> list[dict[str, Any]]:
@@ -169,8 +258,9 @@ def org_scale() -> list[dict[str, Any]]:
     latency = float(os.environ.get("ORG_LATENCY_MS", "100"))
     throttle = float(os.environ.get("ORG_THROTTLE", "0.02"))
     workers = int(os.environ.get("ORG_WORKERS", "32"))
+    gcp_share = float(os.environ.get("ORG_GCP_SHARE", "0.2"))
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="costguard-bench-org-") as tmp:
         for n in sizes:
-            rows += _size(n, Path(tmp), latency, throttle, workers)
+            rows += _size(n, Path(tmp), latency, throttle, workers, gcp_share)
     return rows

@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("costguard.act")
 
-Scope = tuple[str, str, str]  # (provider, account, region)
+Scope = tuple[str, str, str]  # (provider, account, region or "": see `_scope`)
 G = TypeVar("G")
 R = TypeVar("R")
 _KEYS_PER_QUERY = 500  # bound parameters per IN (...) list
@@ -57,14 +57,25 @@ def batch_capable(provider: object) -> bool:
     return isinstance(provider, Describes) and isinstance(provider, BatchActions)
 
 
-def _scope(inst: Instance) -> Scope:
-    return (inst.provider, inst.account, inst.region)
+def _scope(inst: Instance, wide: Container[str] = ()) -> Scope:
+    """The instance's scope: its account and region, or its account alone where its
+    provider is in `wide` (`spanning_regions`)."""
+    return (inst.provider, inst.account, "" if inst.provider in wide else inst.region)
 
 
-def _by_scope(instances: Sequence[Instance]) -> dict[Scope, list[Instance]]:
+def spanning_regions(providers: Mapping[str, object]) -> frozenset[str]:
+    """The providers whose calls span an account's regions (`calls_span_regions`: a GCP
+    project's filtered aggregatedList reads every zone, and a batch request holds calls to
+    any zone): scoped per region they would read and send once per region instead."""
+    return frozenset(name for name, p in providers.items()
+                     if getattr(p, "calls_span_regions", False))
+
+
+def _by_scope(instances: Sequence[Instance], wide: Container[str] = ()
+              ) -> dict[Scope, list[Instance]]:
     groups: dict[Scope, list[Instance]] = defaultdict(list)
     for inst in instances:
-        groups[_scope(inst)].append(inst)
+        groups[_scope(inst, wide)].append(inst)
     return groups
 
 
@@ -122,7 +133,10 @@ def fresh_states(provider: object, instances: Sequence[Instance],
             return dict.fromkeys((i.instance_id for i in members), exc)
         return {i.instance_id: got.get(i.instance_id) for i in members}
 
-    for found in each_scope(scope_workers(provider), list(_by_scope(instances).values()), read):
+    wide = ({i.provider for i in instances} if getattr(provider, "calls_span_regions", False)
+            else set[str]())
+    scopes = list(_by_scope(instances, wide).values())
+    for found in each_scope(scope_workers(provider), scopes, read):
         out |= found
         if rechecks is not None:
             rechecks.keep(instances[0].provider, found)
@@ -151,21 +165,24 @@ class Rechecks:
     everything. Errors are never kept. Thread-safe: scopes are sent concurrently."""
 
     def __init__(self, max_age: float, ahead: Sequence[Instance] = (),
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 wide: Container[str] = ()) -> None:
         self.max_age = max_age
+        self.wide = wide  # scoped per account (`spanning_regions`)
         self._now = monotonic
         self._lock = threading.Lock()
         self._kept: dict[tuple[str, str], tuple[float, Instance | None]] = {}
         # what a stop later in the stage may re-check, by scope: read along with a tag
         # re-check of the same scope (one call either way, up to describe_many's chunk)
-        self._ahead: dict[Scope, list[Instance]] = _by_scope(ahead) if max_age > 0 else {}
+        self._ahead: dict[Scope, list[Instance]] = (_by_scope(ahead, wide) if max_age > 0
+                                                     else {})
         # only these are kept: no one after the tag path asks about the others
         self._wanted = {(i.provider, i.instance_id) for i in ahead} if max_age > 0 else set()
 
     def with_ahead(self, instances: Sequence[Instance]) -> list[Instance]:
         """`instances` and, of their scopes, the ones a stop may re-check later."""
         ids = {i.instance_id for i in instances}
-        extra = [i for scope in {_scope(i) for i in instances}
+        extra = [i for scope in {_scope(i, self.wide) for i in instances}
                  for i in self._ahead.get(scope, ()) if i.instance_id not in ids]
         return [*instances, *extra]
 
@@ -298,7 +315,7 @@ class BatchStop:
         groups: dict[Scope, list[_Stop]] = defaultdict(list)
         for stop in stops:
             if stop.why_not is None:
-                groups[_scope(stop.target)].append(stop)
+                groups[_scope(stop.target, self.r.wide)].append(stop)
         def send(group: list[_Stop]) -> None:
             provider = self.r.providers[group[0].target.provider]
             assert isinstance(provider, BatchActions)
@@ -359,7 +376,8 @@ class BatchTags:
         pending, self.pending = self.pending, []
         groups: dict[tuple[object, ...], list[_Tag]] = defaultdict(list)
         for req in pending:
-            groups[(*_scope(req.f.instance), tuple(sorted(req.tags.items())), req.remove,
+            groups[(*_scope(req.f.instance, self.r.wide), tuple(sorted(req.tags.items())),
+                    req.remove,
                     req.dry)].append(req)
         sent = each_scope(_workers(self.r, groups), list(groups.values()), self._send)
         for outcomes in sent:

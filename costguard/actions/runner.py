@@ -16,7 +16,13 @@ from typing import Any
 from sqlmodel import Session, select
 
 from costguard.actions import controllers, journal, recovery
-from costguard.actions.batch import BatchStop, BatchTags, Rechecks, stops_ahead
+from costguard.actions.batch import (
+    BatchStop,
+    BatchTags,
+    Rechecks,
+    spanning_regions,
+    stops_ahead,
+)
 from costguard.actions.bulk import NewState, Rows, Settled, State
 from costguard.actions.lifecycle import AfterStop
 from costguard.actions.managed import ScaleIn, acting_step, refused_as_pet, report_member
@@ -65,8 +71,9 @@ class ActionRunner:
         self.budget = CycleBudget(None, None)
         self._changed_at: dict[Ref, datetime] = {}
         self._tags = BatchTags(self)  # tag requests of batch-capable providers
+        self.wide = spanning_regions(providers)  # scoped per account, not per region
         # the act stage's re-checks, new per run; its parts (AfterStop) may run without one
-        self.rechecks = Rechecks(self.safety.recheck_reuse_seconds)
+        self.rechecks = Rechecks(self.safety.recheck_reuse_seconds, wide=self.wide)
         # journal entries, findings and alerts of the policy's session (new per policy)
         self.rows: Rows
 
@@ -82,7 +89,7 @@ class ActionRunner:
         self.budget = CycleBudget(self.safety.max_actions_per_cycle,
                                   self.safety.max_usd_per_hour_per_cycle)
         self.rechecks = Rechecks(self.safety.recheck_reuse_seconds,  # this stage's own
-                                 stops_ahead(policies, findings))
+                                 stops_ahead(policies, findings), wide=self.wide)
         self.reconcile(now, stats)
         with self.db.session() as s:
             stats.interruptions = record_interruptions(s, now, cycle_id)

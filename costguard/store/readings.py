@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from sqlalchemy import Table, and_, delete, or_, select
@@ -97,13 +97,16 @@ def _read_rows(
     *,
     skip: tuple[str, datetime] | None = None,
     spanning: bool = True,
-) -> Iterator[tuple[InstanceRef, dict[str, Any]]]:
-    """The stored rows (as column -> value) that `read_minutes` returns, unvalidated; with
-    `spanning` False, only those that begin at or after `start`."""
+    fields: Sequence[str] = _FIELDS,
+) -> Iterator[tuple[InstanceRef, Sequence[Any]]]:
+    """The stored rows (their `fields`' values, in that order: `minute` and `span_minutes`
+    among them) that `read_minutes` returns, unvalidated; with `spanning` False, only those
+    that begin at or after `start`."""
     by_provider: dict[str, list[str]] = defaultdict(list)
     for provider, instance_id in set(refs):
         by_provider[provider].append(instance_id)
-    cols = [_TABLE.c[f] for f in _FIELDS]
+    cols = [_TABLE.c.instance_id, *(_TABLE.c[f] for f in fields)]
+    at_minute, at_span = fields.index("minute") + 1, fields.index("span_minutes") + 1
     for provider, ids in by_provider.items():
         ids.sort()
         for first in range(0, len(ids), _IN_CHUNK):
@@ -120,11 +123,10 @@ def _read_rows(
                 source, since = skip
                 stmt = stmt.where(or_(_TABLE.c.source != source, _TABLE.c.minute < since))
             for row in session.execute(stmt):
-                values = dict(zip(_FIELDS, row, strict=True))
-                minute = values["minute"]
-                if minute < start and minute + values["span_minutes"] * _ONE_MINUTE <= start:
+                minute = row[at_minute]
+                if minute < start and minute + row[at_span] * _ONE_MINUTE <= start:
                     continue
-                yield (provider, values["instance_id"]), values
+                yield (provider, row[0]), row[1:]
 
 
 def read_minutes(
@@ -141,7 +143,7 @@ def read_minutes(
     for ref, values in _read_rows(session, refs, start, end, skip=skip):
         # model_validate of a plain dict: 3x faster than model_construct, and far faster
         # than of the row's mapping
-        out[ref].append(GpuMinute.model_validate(values))
+        out[ref].append(GpuMinute.model_validate(dict(zip(_FIELDS, values, strict=True))))
     return out
 
 
@@ -208,7 +210,7 @@ def _packer(get: Callable[[Any], tuple[Any, ...]]) -> Callable[[Any], list[float
 
 
 _pack_minute = _packer(attrgetter(*_PACKED))
-_pack_values = _packer(itemgetter(*_PACKED))
+_pack_values = _packer(tuple)  # a row read with `fields=_PACKED`
 
 
 class _Rows:
@@ -314,17 +316,18 @@ class ReadingWindow:
         the newest `late` span of the instances that were not fed."""
         wanted = set(refs)
         fed, self._fed = self._fed, {}
-        reads: list[Iterator[tuple[InstanceRef, dict[str, Any]]]] = []
+        reads: list[Iterator[tuple[InstanceRef, Sequence[Any]]]] = []
         if self._until is None or self._start is None or start < self._start:
             # first use, or a longer window than cached: read it all but what was just fed
             self._by_ref = {ref: v for ref, v in self._by_ref.items() if ref in fed}
-            reads.append(_read_rows(session, wanted - set(fed), start, end))
+            reads.append(_read_rows(session, wanted - set(fed), start, end, fields=_PACKED))
             by_span: dict[tuple[str, datetime], list[InstanceRef]] = defaultdict(list)
             for ref, span in fed.items():
                 if ref in wanted:
                     by_span[span].append(ref)
             for span, members in by_span.items():
-                reads.append(_read_rows(session, members, start, end, skip=span))
+                reads.append(_read_rows(session, members, start, end, skip=span,
+                                        fields=_PACKED))
         else:
             # what others stored since: the agent's minutes (one minute each; a cloud's
             # readings of several minutes come through `add`, from this process's calls).
@@ -332,7 +335,7 @@ class ReadingWindow:
             # new: asking for them again re-read an hour of every stopped GPU's readings.
             reads.append(_read_rows(session, wanted - set(fed),
                                     max(start, self._until - self.late), end,
-                                    spanning=False))
+                                    spanning=False, fields=_PACKED))
         for ref in list(self._by_ref):
             if ref not in wanted:
                 del self._by_ref[ref]

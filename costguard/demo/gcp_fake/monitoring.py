@@ -6,14 +6,19 @@ client). The real `MetricServiceClient` talks to it over an insecure channel.
 Implemented: filters of the form `metric.type = "X" AND resource.type = "Y"` (any other
 clause is INVALID_ARGUMENT, so a query the fake cannot honour fails loudly), interval
 filtering, `ALIGN_MEAN` / `ALIGN_MAX` / `ALIGN_NONE` with an alignment period, paging by
-series, points newest first (as the real service returns them), and injected failures.
+series, points newest first (as the real service returns them), injected failures, and
+for benchmarks a real API's pace: `latency_s` before each answer and a seeded share
+`throttle` of calls refused with RESOURCE_EXHAUSTED (the quota error), as the latency
+proxy does for the REST fakes (bench/_latency_proxy.py).
 Not implemented: cross-series reducers, label filters, views other than FULL.
 """
 
 from __future__ import annotations
 
+import random
 import re
 import threading
+import time
 from collections import Counter
 from collections.abc import Sequence
 from concurrent import futures
@@ -54,7 +59,15 @@ class FakeMonitoring:
     # metric type -> queries (first pages only; `requests` holds every RPC, pages included)
     calls: Counter[str] = field(default_factory=Counter)
     page_series: int = 500  # series per page when the request does not say
+    latency_s: float = 0.0  # each call waits this long before it is answered
+    throttle: float = 0.0  # this share of calls is refused with RESOURCE_EXHAUSTED
+    throttled: int = 0  # calls refused so far by `throttle`
+    seed: int = 0  # which calls are refused (seeded: a run repeats)
+    workers: int = 8  # calls served at once
     _failures: list[_Failure] = field(default_factory=list)
+    _by_project: dict[str, list[FakeSeries]] = field(default_factory=dict)  # of `series`
+    _indexed: int = 0  # how many of `series` `_by_project` holds (series may be appended)
+    _rng: random.Random = field(default_factory=random.Random)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: Any = None
     _port: int = 0
@@ -103,7 +116,8 @@ class FakeMonitoring:
         return f"http://127.0.0.1:{self._port}"
 
     def start(self) -> FakeMonitoring:
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        self._rng.seed(self.seed)
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=self.workers))
         handler = grpc.method_handlers_generic_handler(
             _SERVICE,
             {
@@ -135,7 +149,13 @@ class FakeMonitoring:
     def _list_time_series(
         self, request: metric_service.ListTimeSeriesRequest, context: Any
     ) -> metric_service.ListTimeSeriesResponse:
+        if self.latency_s:
+            time.sleep(self.latency_s)
         with self._lock:
+            if self.throttle and self._rng.random() < self.throttle:  # refused: not counted
+                self.throttled += 1
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                              "Quota exceeded for quota metric 'Time series queries'")
             self.requests.append(request)
             project = request.name.removeprefix("projects/")
             for failure in self._failures:
@@ -149,11 +169,15 @@ class FakeMonitoring:
         start = _dt(request.interval.start_time)
         end = _dt(request.interval.end_time)
         with self._lock:
+            if self._indexed != len(self.series):
+                self._by_project = {}
+                for s in self.series:
+                    self._by_project.setdefault(s.project, []).append(s)
+                self._indexed = len(self.series)
             matching = [
                 s
-                for s in self.series
-                if s.project == project
-                and (metric_type is None or s.metric_type == metric_type)
+                for s in self._by_project.get(project, ())
+                if (metric_type is None or s.metric_type == metric_type)
                 and wanted.get("resource.type", "gce_instance") == "gce_instance"
             ]
         offset = int(request.page_token or 0)

@@ -150,7 +150,8 @@ def describe_many(ctx: BatchContext, instances: Sequence[Instance]
     """See `Describes.describe_many`. Raises the first ProviderError if any VM could not be
     read: without a fresh read the caller must not act on it."""
     now = ctx.now()
-    for iid in [i for i, (at, _) in ctx.reads.items() if now - at > READ_FRESH]:
+    # a copy first: projects are described concurrently (the act stage's scopes)
+    for iid in [i for i, (at, _) in list(ctx.reads.items()) if now - at > READ_FRESH]:
         ctx.reads.pop(iid, None)
     raw = read_many(ctx, instances)
     out: dict[str, Instance | None] = {}

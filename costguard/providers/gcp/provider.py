@@ -49,6 +49,14 @@ class GcpProvider:
     name: ProviderName = "gcp"
     # metrics arrive minutes late: each cycle asks for the last 10 minutes again
     metrics_settle = timedelta(minutes=10)
+    # the act stage's scope is the project: a filtered aggregatedList reads every zone and a
+    # batch request holds calls to any zone (costguard.actions.batch.spanning_regions)
+    calls_span_regions = True
+
+    @property
+    def scope_workers(self) -> int:
+        """How many projects the act stage may call at once."""
+        return self.settings.max_workers
 
     def __init__(
         self,

@@ -5,7 +5,7 @@ its name between inventory and the re-check is skipped and journaled, not stoppe
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -40,12 +40,9 @@ policies:
 IDLE = ["idle-a", "idle-b", "idle-c"]  # idle-c alone in its zone
 
 
-@pytest.fixture
-def engine(fake: FakeGcp, clock: ManualClock, tmp_path: Path
-           ) -> Iterator[tuple[Engine, Database]]:
+def _idle_vms(fake: FakeGcp, clock: ManualClock, zones: dict[str, str]) -> None:
     now = clock.now()
-    for name in IDLE:
-        zone = "us-central1-b" if name == "idle-c" else "us-central1-a"
+    for name, zone in zones.items():
         vm = fake.compute.add_instance(
             "ml-prod", zone, name, "a2-highgpu-1g", labels={"team": "nlp"},
             disks=[FakeDisk(name, size_gb=200, boot=True),
@@ -55,8 +52,10 @@ def engine(fake: FakeGcp, clock: ManualClock, tmp_path: Path
             fake.monitoring.add_gpu_series("ml-prod", metric, str(vm.id),
                                            [(t, v / 100 if metric == SM_V2 else v)
                                             for t, v in points], zone=zone)
-    fake.compute.add_instance("ml-prod", "us-central1-a", "cpu-1", "n2-standard-8")
-    fake.compute.add_instance("ml-prod", "us-central1-b", "cpu-2", "n2-standard-8")
+
+
+def _engine(fake: FakeGcp, clock: ManualClock, tmp_path: Path
+            ) -> Generator[tuple[Engine, Database], None, None]:
     (tmp_path / "p.yml").write_text(POLICY)
     url = f"sqlite:///{tmp_path / 'cg.db'}"
     settings = Settings(database_url=url, policy_paths=[tmp_path / "p.yml"],
@@ -67,6 +66,16 @@ def engine(fake: FakeGcp, clock: ManualClock, tmp_path: Path
                  clock), db
     provider.close()
     db.dispose()
+
+
+@pytest.fixture
+def engine(fake: FakeGcp, clock: ManualClock, tmp_path: Path
+           ) -> Iterator[tuple[Engine, Database]]:
+    _idle_vms(fake, clock, {n: "us-central1-b" if n == "idle-c" else "us-central1-a"
+                            for n in IDLE})
+    fake.compute.add_instance("ml-prod", "us-central1-a", "cpu-1", "n2-standard-8")
+    fake.compute.add_instance("ml-prod", "us-central1-b", "cpu-2", "n2-standard-8")
+    yield from _engine(fake, clock, tmp_path)
 
 
 def test_a_cycle_stops_prices_in_bulk_and_labels_without_per_vm_reads(
@@ -93,6 +102,32 @@ def test_a_cycle_stops_prices_in_bulk_and_labels_without_per_vm_reads(
     # inventory, then per phase one filtered listing: stop re-check, read-back, tag re-check
     assert calls["GET aggregated_list"] == 4
     assert calls["POST stop"] == 3 and calls["POST set_labels"] == 2
+
+
+def test_a_projects_regions_are_one_scope_read_and_sent_once(
+    fake: FakeGcp, clock: ManualClock, tmp_path: Path
+) -> None:
+    """A project's VMs in three regions: the act stage's scope is the project (a filtered
+    aggregatedList reads every zone, a batch holds calls to any zone), so each phase reads
+    or sends once for the project, not once per region."""
+    zones = {"idle-us": "us-central1-a", "idle-eu": "europe-west4-a",
+             "idle-asia": "asia-southeast1-b", "idle-us2": "us-east1-c"}
+    _idle_vms(fake, clock, zones)
+    for n, zone in enumerate(zones.values()):
+        fake.compute.add_instance("ml-prod", zone, f"cpu-{n}", "n2-standard-8")
+    built = _engine(fake, clock, tmp_path)
+    cycle, _ = next(built)
+    summary = cycle.run_cycle()
+    built.close()
+
+    assert summary.actions["stopped"] == {"idle-gpu-stop": 4}
+    assert summary.actions["tagged"] == {"missing-team-label": 4}
+    calls = fake.compute.calls
+    assert calls["GET get"] == 0
+    assert calls["GET disk_aggregated_list"] == 1  # was one per region
+    assert calls["GET aggregated_list"] == 4  # as in one region
+    assert calls["POST batch"] == len(fake.compute.batch_sizes) == 2  # the stops, the labels
+    assert fake.compute.batch_sizes == [4, 4]
 
 
 def test_a_vm_recreated_after_inventory_is_skipped_and_journaled(

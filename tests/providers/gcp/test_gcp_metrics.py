@@ -132,6 +132,29 @@ def test_unavailable_monitoring_is_retried(
     assert [m.util_mean for m in minutes] == [pytest.approx(5.0)]
 
 
+def test_throttled_monitoring_is_retried_and_leaves_no_gap() -> None:
+    """Monitoring refusing calls with RESOURCE_EXHAUSTED (its quota error; the org-scale
+    bench's pace): each is asked again, and every project's readings come back."""
+    with FakeGcp() as paced:
+        paced.monitoring.stop()
+        paced.monitoring.throttle = 0.5
+        paced.monitoring.latency_s = 0.01
+        paced.monitoring.start()
+        projects = [f"proj-{k}" for k in range(4)]
+        instances = [_instance(str(100 + k), p) for k, p in enumerate(projects)]
+        for inst in instances:
+            paced.monitoring.add_gpu_series(inst.account, UTIL, inst.instance_id,
+                                            _every_20s(2, 30.0))
+        provider = GcpProvider(paced.settings(projects=projects))
+        minutes = provider.gpu_metrics(instances, T0, T0 + timedelta(minutes=2))
+        provider.close()
+    assert paced.monitoring.throttled > 0
+    assert provider.metric_gaps == []
+    assert len(minutes) == 4 * 2
+    # a refused call is not answered, so not counted: each metric type once per project
+    assert len(paced.monitoring.requests) == 4 * 5
+
+
 def test_denied_monitoring_raises_a_provider_error_that_says_what_to_grant(
     fake: FakeGcp, make_provider: Callable[..., GcpProvider]
 ) -> None:
