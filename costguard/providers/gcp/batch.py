@@ -18,6 +18,7 @@ each stopped VM makes no call.
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -60,6 +61,8 @@ class BatchContext:
     reads: dict[str, tuple[datetime, compute_v1.Instance]] = field(default_factory=dict)
     # what each VM stop_many stopped still costs, read in bulk; popped by stopped_cost
     stopped_costs: dict[str, PriceQuote | None] = field(default_factory=dict)
+    # guards both: the act stage calls projects concurrently (its scopes), all on this context
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 def each(
@@ -150,23 +153,27 @@ def describe_many(ctx: BatchContext, instances: Sequence[Instance]
     """See `Describes.describe_many`. Raises the first ProviderError if any VM could not be
     read: without a fresh read the caller must not act on it."""
     now = ctx.now()
-    # a copy first: projects are described concurrently (the act stage's scopes)
-    for iid in [i for i, (at, _) in list(ctx.reads.items()) if now - at > READ_FRESH]:
-        ctx.reads.pop(iid, None)
+    with ctx.lock:
+        for iid in [i for i, (at, _) in ctx.reads.items() if now - at > READ_FRESH]:
+            del ctx.reads[iid]
     raw = read_many(ctx, instances)
     out: dict[str, Instance | None] = {}
+    fresh: dict[str, tuple[datetime, compute_v1.Instance]] = {}
     for inst in instances:
         vm = raw.get(inst.instance_id)
         if vm is not None:
-            ctx.reads[inst.instance_id] = (now, vm)
+            fresh[inst.instance_id] = (now, vm)
         out[inst.instance_id] = (inventory.to_instance(inst.account, vm, now)
                                  if vm is not None else None)
+    with ctx.lock:
+        ctx.reads.update(fresh)
     return out
 
 
 def _recent(ctx: BatchContext, inst: Instance, now: datetime) -> compute_v1.Instance | None:
     """The VM as describe_many read it, if that was less than READ_FRESH ago (used once)."""
-    got = ctx.reads.pop(inst.instance_id, None)
+    with ctx.lock:
+        got = ctx.reads.pop(inst.instance_id, None)
     return got[1] if got is not None and now - got[0] <= READ_FRESH else None
 
 
@@ -252,13 +259,16 @@ def stop_many(ctx: BatchContext, instances: Sequence[Instance], *, dry_run: bool
 def _price_stopped(ctx: BatchContext, stopped: Sequence[Instance]) -> None:
     """What the stopped VMs' disks still cost, from the read-back's VMs and one filtered
     disks listing per project; a VM left out is priced by stopped_cost on its own."""
-    for inst in stopped:
-        ctx.stopped_costs.pop(inst.instance_id, None)  # an earlier stop's quote is stale
-    vms = [(inst, got[1]) for inst in stopped
-           if (got := ctx.reads.get(inst.instance_id)) is not None]
+    with ctx.lock:
+        for inst in stopped:
+            ctx.stopped_costs.pop(inst.instance_id, None)  # an earlier stop's quote is stale
+        vms = [(inst, got[1]) for inst in stopped
+               if (got := ctx.reads.get(inst.instance_id)) is not None]
     if vms:
-        ctx.stopped_costs.update(disks.stopped_costs(
-            ctx.disks(), vms, page_size=ctx.page_size, retry=ctx.actions.retry))
+        costs = disks.stopped_costs(ctx.disks(), vms, page_size=ctx.page_size,
+                                    retry=ctx.actions.retry)
+        with ctx.lock:
+            ctx.stopped_costs.update(costs)
 
 
 def _verify_stopped(ctx: BatchContext, done: list[tuple[Instance, compute_v1.Operation]]

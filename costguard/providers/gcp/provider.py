@@ -131,7 +131,8 @@ class GcpProvider:
                 for result, members in zip(listed, sized, strict=True):
                     instances.extend(members)
                     gaps.extend(result.gaps)
-        self._batch.stopped_costs.clear()  # a new cycle: last cycle's are not wanted
+        with self._batch.lock:
+            self._batch.stopped_costs.clear()  # a new cycle: last cycle's are not wanted
         return Inventory(instances=instances, gaps=gaps)
 
     def gpu_metrics(
@@ -207,8 +208,9 @@ class GcpProvider:
         stopped by stop_many was priced there in bulk."""
         from costguard.providers.gcp import disks
 
-        if instance.instance_id in self._batch.stopped_costs:
-            return self._batch.stopped_costs.pop(instance.instance_id)
+        with self._batch.lock:
+            if instance.instance_id in self._batch.stopped_costs:
+                return self._batch.stopped_costs.pop(instance.instance_id)
         return disks.stopped_cost(self._actions, self._disk_client(), instance)
 
     def price(self, instance: Instance) -> PriceQuote | None:
