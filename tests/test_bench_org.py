@@ -9,6 +9,7 @@ import json
 import threading
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -344,3 +345,64 @@ def test_a_cycle_through_a_throttling_proxy_has_no_gaps(
     assert gaps == 0
     state = json.loads(urllib.request.urlopen(f"{url}/_state", timeout=10).read())
     assert set(state["stopped"]) == fleet.expected_stopped()
+
+
+def test_one_cycle_over_both_clouds_through_throttling_fakes_is_correct_and_counted(
+        fleet: Fleet, proxied: tuple[str, _latency_proxy.Gate], tmp_path: Path) -> None:
+    """The bench's GCP side: its fakes seeded as bench/gcp.py seeds them over several
+    projects, Compute behind the latency proxy and Monitoring refusing calls itself; one
+    engine governs both clouds (bench/policies/org-both-clouds.yml) with no gap, and both
+    fleets end as expected. The floor counts the GCP calls such a cycle cannot do without,
+    and the calls are split by cycle from their times."""
+    from bench._org_gcp import _Stamped, _StampedList, floor, project_ids
+    from bench.gcp import seed_fleet, verify
+    from bench.org_scale import gcp_calls
+    from costguard.demo.gcp_fake.server import FakeGcp
+
+    url, gate = proxied
+    gate.latency_s, gate.throttle = 0.002, 0.1
+    gcp = FakeGcp()
+    gcp.monitoring.throttle, gcp.monitoring.latency_s = 0.2, 0.002
+    calls = gcp.compute.calls = _Stamped()
+    gcp.compute.batch_sizes = _StampedList("compute calls in batches", calls.events)
+    with gcp:
+        projects = project_ids(4)
+        gcp_fleet = seed_fleet(gcp, 90, NOW, projects)
+        gcp_floor = floor(gcp, gcp_fleet)
+        gcp_server, gcp_gate = _latency_proxy.serve(gcp.compute.url, latency_ms=2,
+                                                    throttle=0.1)
+        thread = threading.Thread(target=gcp_server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            spec = {"accounts": len(fleet.accounts), "regions": REGIONS,
+                    "now": NOW.isoformat(), "workers": 4,
+                    "gcp": {"projects": projects, "monitoring": gcp.monitoring.endpoint,
+                            "compute": f"http://127.0.0.1:{gcp_server.server_address[1]}"}}
+            engine, _ = make_engine(url, spec, f"sqlite:///{tmp_path / 'cg.db'}")
+            started = time.time()
+            _, actions, gaps = _outcome(engine)
+            ended = time.time()
+        finally:
+            gcp_server.shutdown()
+            gcp_server.server_close()
+        assert verify(gcp, gcp_fleet) == "ok"
+    assert gaps == 0
+    assert gcp_gate.throttled > 0 and gcp.monitoring.throttled > 0 and gate.throttled > 0
+    assert actions["stopped"]["gcp-idle-gpu-stop"] == len(gcp_fleet.expected_stop) > 0
+    assert actions["tagged"]["gcp-missing-team-label"] == len(gcp_fleet.expected_label)
+    state = json.loads(urllib.request.urlopen(f"{url}/_state", timeout=10).read())
+    assert set(state["stopped"]) == fleet.expected_stopped()
+    # the floor: a listing page and five metric types per project, one batch per action
+    # kind (90 VMs, far below a page, a batch or a filter's length)
+    assert gcp_floor["monitoring ListTimeSeries"] == 4 * 5
+    acting = {vm.project for vm in gcp.compute._vms.values()
+              if str(vm.id) in gcp_fleet.expected_stop | gcp_fleet.expected_label}
+    assert gcp_floor["compute aggregatedList instances"] == 4 + len(acting)
+    assert gcp_floor["compute batch"] == 2
+    # each call of a batch counted, the batch once as a request; nothing outside the cycle
+    events = [list(e) for e in calls.events]
+    got, requests = gcp_calls(events, started, ended)
+    assert got["compute POST stop"] == len(gcp_fleet.expected_stop)
+    assert got["compute POST batch"] >= 2
+    assert requests == sum(got.values()) - sum(gcp.compute.batch_sizes)
+    assert gcp_calls(events, ended + 1, ended + 2) == (Counter(), 0)
