@@ -82,3 +82,23 @@ def test_the_daemon_loads_a_cloud_sdk_only_when_it_builds_that_provider() -> Non
     sdks = {m for m in loaded if m.split(".")[0] in ("boto3", "botocore", "grpc")
             or m.startswith("google.cloud")}
     assert sdks == set()
+
+
+SQLITE_DAEMON_PROBE = """
+import json, sys, tempfile
+from pathlib import Path
+from costguard.daemon.leader import leadership_for
+from costguard.daemon.scheduler import Daemon
+from costguard.store.db import Database
+url = f"sqlite:///{Path(tempfile.mkdtemp()) / 'cg.db'}"
+Database(url)
+leadership_for(url).try_acquire()
+print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+"""
+
+
+def test_a_daemon_on_sqlite_does_not_load_the_postgresql_driver() -> None:
+    """psycopg is ~9 MB resident: only the PostgreSQL leader election (pg_leader.py) and a
+    PostgreSQL store load it (#22: daemon RSS)."""
+    loaded = _imported(probe=SQLITE_DAEMON_PROBE)
+    assert {m for m in loaded if m.split(".")[0].startswith("psycopg")} == set()

@@ -10,7 +10,8 @@ import pytest
 
 from costguard.clock import ManualClock
 from costguard.daemon.fence import FencedProvider, NotLeader, fence_engine
-from costguard.daemon.leader import FileLeader, PostgresLeader, leadership_for
+from costguard.daemon.leader import FileLeader, leadership_for
+from costguard.daemon.pg_leader import PostgresLeader
 from costguard.model import InstanceState
 from costguard.store.db import Database
 from tests.daemon.daemon_helpers import START, build_engine, scripted_cloud
