@@ -44,6 +44,7 @@ from bench import benchmark
 from bench._procs import cpu_seconds as _cpu_s
 from bench._procs import free_port as _free_port
 from bench._procs import loopback_env as _env
+from bench._procs import stop as _stop
 
 ROOT = Path(__file__).resolve().parent.parent
 PEER = Path(os.environ.get("C7N_PEER", "/work/shared/peers/c7n"))
@@ -70,12 +71,7 @@ def _moto_server() -> Iterator[tuple[str, int]]:
             raise RuntimeError("moto_server did not come up")
         yield url, proc.pid
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
 
 
 @dataclass

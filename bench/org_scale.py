@@ -47,6 +47,7 @@ from bench._org_fleet import generate
 from bench._procs import cpu_seconds as _cpu_s
 from bench._procs import free_port as _free_port
 from bench._procs import loopback_env as _env
+from bench._procs import stop as _stop
 
 ROOT = Path(__file__).resolve().parent.parent
 REGIONS = ["us-east-1", "us-west-2", "eu-west-1", "ap-southeast-1"]
@@ -67,12 +68,7 @@ def _server(argv: list[str]) -> Iterator[int]:
             raise RuntimeError(f"{argv[0]} did not start")
         yield proc.pid
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
 
 
 def _get(url: str) -> Any:
@@ -144,12 +140,7 @@ def _gcp(vms: int, projects: int, latency_ms: float, throttle: float, work: Path
 
             yield info, verify, [proc.pid, proxy_pid]
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
 
 
 def gcp_calls(events: list[list[Any]], start: float, end: float) -> tuple[Counter[str], int]:
