@@ -18,7 +18,6 @@ on SQLite does not carry psycopg (~9 MB resident).
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import logging
 import os
 import threading
@@ -28,14 +27,6 @@ from typing import Protocol
 from sqlalchemy.engine import make_url
 
 log = logging.getLogger("costguard.leader")
-
-LOCK_NAME = "costguard-leader"
-
-
-def lock_key(name: str = LOCK_NAME) -> int:
-    """A stable signed 64-bit key for pg_advisory_lock (the same in every replica)."""
-    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
-
 
 class Leadership(Protocol):
     def try_acquire(self) -> bool:

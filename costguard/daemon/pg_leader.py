@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import threading
@@ -12,9 +13,14 @@ import threading
 import psycopg
 from sqlalchemy.engine import make_url
 
-from costguard.daemon.leader import lock_key
-
 log = logging.getLogger("costguard.leader")
+
+LOCK_NAME = "costguard-leader"
+
+
+def lock_key(name: str = LOCK_NAME) -> int:
+    """A stable signed 64-bit key for pg_advisory_lock (the same in every replica)."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
 
 
 class PostgresLeader:
