@@ -66,7 +66,8 @@ def _scope(inst: Instance, wide: Container[str] = ()) -> Scope:
 def spanning_regions(providers: Mapping[str, object]) -> frozenset[str]:
     """The providers whose calls span an account's regions (`calls_span_regions`: a GCP
     project's filtered aggregatedList reads every zone, and a batch request holds calls to
-    any zone): scoped per region they would read and send once per region instead."""
+    any zone). Scoped by region, such a provider would make per region the call that
+    covers them all."""
     return frozenset(name for name, p in providers.items()
                      if getattr(p, "calls_span_regions", False))
 
