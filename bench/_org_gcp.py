@@ -70,6 +70,7 @@ def floor(fake: FakeGcp, fleet: Fleet) -> Counter[str]:
     for vm in fake.compute._vms.values():  # the fake's own state
         vms.setdefault(vm.project, []).append(vm)
     series = Counter((s.project, s.metric_type) for s in fake.monitoring.series)
+    acted_on = fleet.expected_stop | fleet.expected_label
     calls: Counter[str] = Counter()
     for project, members in vms.items():
         calls["compute aggregatedList instances"] += -(-len(members) // PAGE)
@@ -77,8 +78,7 @@ def floor(fake: FakeGcp, fleet: Fleet) -> Counter[str]:
                          for (p, _), count in series.items() if p == project], default=1)
         calls["monitoring ListTimeSeries"] += len(QUERIES) * per_query
         ids = {str(vm.id) for vm in members}
-        acting = [vm.name for vm in members
-                  if str(vm.id) in fleet.expected_stop | fleet.expected_label]
+        acting = [vm.name for vm in members if str(vm.id) in acted_on]
         if acting:
             chars = sum(len(name) + 1 for name in acting)
             calls["compute aggregatedList instances"] += -(-chars // FILTER_CHARS)

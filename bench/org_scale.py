@@ -58,15 +58,16 @@ TARGETS = {"wall_s": 120.0, "client_cpu_s": 60.0, "peak_rss_mb": 1024.0, "calls_
 
 
 @contextmanager
-def _server(argv: list[str]) -> Iterator[int]:
-    """Start `argv` (a server that prints "ready"); yields its pid."""
+def _server(argv: list[str]) -> Iterator[subprocess.Popen[bytes]]:
+    """Start `argv` (a server that prints "ready"; its stdin and stdout are pipes)."""
     proc = subprocess.Popen([sys.executable, "-m", *argv], env=_env(), cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
     try:
         line = proc.stdout.readline() if proc.stdout else b""
         if line.strip() != b"ready":
             raise RuntimeError(f"{argv[0]} did not start")
-        yield proc.pid
+        yield proc
     finally:
         _stop(proc)
 
@@ -115,32 +116,24 @@ def _gcp(vms: int, projects: int, latency_ms: float, throttle: float, work: Path
     info_path = work / "gcp.json"
     spec = {"vms": vms, "projects": projects, "now": NOW.isoformat(),
             "latency_ms": latency_ms, "throttle": throttle}
-    proc = subprocess.Popen([sys.executable, "-m", "bench._org_gcp", json.dumps(spec),
-                             str(info_path)], env=_env(), cwd=ROOT, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    assert proc.stdin is not None and proc.stdout is not None
-    try:
-        if proc.stdout.readline().strip() != b"ready":
-            raise RuntimeError("bench._org_gcp did not start")
+    with _server(["bench._org_gcp", json.dumps(spec), str(info_path)]) as fakes:
         info = json.loads(info_path.read_text())
         port = _free_port()
         with _server(["bench._latency_proxy", str(port), info["compute"], str(latency_ms),
-                      str(throttle)]) as proxy_pid:
+                      str(throttle)]) as proxy:
             info["compute"] = f"http://127.0.0.1:{port}"
 
             def verify() -> dict[str, Any]:
-                assert proc.stdin is not None and proc.stdout is not None
-                proc.stdin.write(b"verify\n")
-                proc.stdin.flush()
-                if proc.stdout.readline().strip() != b"done":
+                assert fakes.stdin is not None and fakes.stdout is not None
+                fakes.stdin.write(b"verify\n")
+                fakes.stdin.flush()
+                if fakes.stdout.readline().strip() != b"done":
                     raise RuntimeError("bench._org_gcp did not verify")
                 done: dict[str, Any] = json.loads(info_path.read_text())
                 done["proxy"] = _get(f"{info['compute']}/_proxy")
                 return done
 
-            yield info, verify, [proc.pid, proxy_pid]
-    finally:
-        _stop(proc)
+            yield info, verify, [fakes.pid, proxy.pid]
 
 
 def gcp_calls(events: list[list[Any]], start: float, end: float) -> tuple[Counter[str], int]:
@@ -169,16 +162,16 @@ def _size(n: int, work: Path, latency_ms: float, throttle: float, workers: int,
     floor = fleet.floor()
     fake_port, proxy_port = _free_port(), _free_port()
     out = work / f"org-{n}.json"
-    with _server(["bench._org_aws", str(fake_port), json.dumps(spec)]) as fake_pid, \
+    with _server(["bench._org_aws", str(fake_port), json.dumps(spec)]) as fake, \
             _server(["bench._latency_proxy", str(proxy_port), f"http://127.0.0.1:{fake_port}",
-                     str(latency_ms), str(throttle)]) as proxy_pid, \
+                     str(latency_ms), str(throttle)]) as proxy_proc, \
             _gcp(vms, projects, latency_ms, throttle, work) as (gcp, gcp_verify, gcp_pids):
         if gcp:
             spec["gcp"] = {k: gcp[k] for k in ("projects", "compute", "monitoring")}
             floor.update({f"GCP {k}": v for k, v in gcp["floor"].items()})
         endpoint = f"http://127.0.0.1:{proxy_port}"
-        pids = [fake_pid, *gcp_pids]
-        fake0, proxy0 = sum(_cpu_s(p) for p in pids), _cpu_s(proxy_pid)
+        pids = [fake.pid, *gcp_pids]
+        fake0, proxy0 = sum(_cpu_s(p) for p in pids), _cpu_s(proxy_proc.pid)
         started = time.perf_counter()
         proc = subprocess.run(
             [sys.executable, "-m", "bench._org_cycle", endpoint, json.dumps(spec),
@@ -188,7 +181,7 @@ def _size(n: int, work: Path, latency_ms: float, throttle: float, workers: int,
         if proc.returncode != 0:
             raise RuntimeError(f"org cycle at {n} failed:\n{proc.stderr[-3000:]}")
         fake_cpu = sum(_cpu_s(p) for p in pids) - fake0
-        proxy_cpu = _cpu_s(proxy_pid) - proxy0
+        proxy_cpu = _cpu_s(proxy_proc.pid) - proxy0
         proxy = _get(f"{endpoint}/_proxy")
         changes = _get(f"http://127.0.0.1:{fake_port}/_state")
         gcp_done = gcp_verify()

@@ -134,8 +134,7 @@ def fresh_states(provider: object, instances: Sequence[Instance],
             return dict.fromkeys((i.instance_id for i in members), exc)
         return {i.instance_id: got.get(i.instance_id) for i in members}
 
-    wide = ({i.provider for i in instances} if getattr(provider, "calls_span_regions", False)
-            else set[str]())
+    wide = spanning_regions({i.provider: provider for i in instances[:1]})
     scopes = list(_by_scope(instances, wide).values())
     for found in each_scope(scope_workers(provider), scopes, read):
         out |= found

@@ -53,11 +53,6 @@ class GcpProvider:
     # batch request holds calls to any zone (costguard.actions.batch.spanning_regions)
     calls_span_regions = True
 
-    @property
-    def scope_workers(self) -> int:
-        """How many projects the act stage may call at once."""
-        return self.settings.max_workers
-
     def __init__(
         self,
         settings: GcpSettings,
@@ -92,6 +87,11 @@ class GcpProvider:
             session, self._batch.base_url = batch_transport(self.clients.instances,
                                                             settings.compute_endpoint)
             self._batch.post = http_batch.requests_post(session)
+
+    @property
+    def scope_workers(self) -> int:
+        """How many projects the act stage may call at once."""
+        return self.settings.max_workers
 
     def close(self) -> None:
         """Close the HTTP sessions and the gRPC channel (the daemon keeps one provider)."""
