@@ -8,10 +8,11 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from operator import attrgetter
+from itertools import compress
+from operator import attrgetter, is_not
 from typing import Any, NamedTuple
 
-from sqlalchemy import Table, and_, delete, or_, select
+from sqlalchemy import Table, and_, delete, null, or_, select
 from sqlalchemy.engine import Dialect
 from sqlmodel import Session
 
@@ -27,35 +28,45 @@ InstanceRef = tuple[str, str]  # (provider, instance_id)
 
 
 def write_minutes(session: Session, minutes: Sequence[GpuMinute]) -> int:
-    """Store readings; the same (provider, instance, gpu, minute) sent twice is kept once.
-    Returns the GPU-minutes they cover.
+    """Store readings; the same (provider, instance, gpu, minute) sent twice is kept once
+    (the later copy replaces the earlier one whole). Returns the GPU-minutes they cover.
 
     A cycle writes tens of thousands of readings at fleet scale, so they go to the driver's
     own executemany as plain tuples: SQLAlchemy's per-parameter processing cost more than
-    the insert itself. The statement is still SQLAlchemy's (compiled once per dialect), and
-    the one typed column (`minute`) goes through its column type's own bind processor."""
+    the insert itself. The statement is still SQLAlchemy's (compiled once per dialect and
+    shape), and the one typed column (`minute`) goes through its column type's own bind
+    processor. Readings are written grouped by which of their fields are set (a cloud's
+    reading has a handful of the 28 columns, an agent's most): binding only those halves
+    the database's work per row, and the columns left out are set NULL on a conflict."""
     if not minutes:
         return 0
     conn = session.connection()
-    sql, names, to_db = _upsert_sql(conn.dialect)
-    rows: dict[tuple[Any, ...], list[Any]] = {}
+    rows: dict[tuple[Any, ...], tuple[Any, ...]] = {}
     for m in minutes:
-        row = list(_ATTRS(m))
-        row[_SOURCE_AT] = str(row[_SOURCE_AT])
+        row = _ATTRS(m)
         # a batch may repeat a key (agent replay): last one wins, as the upsert would
-        rows[tuple(row[:_KEY_LEN])] = row
+        rows[row[:_KEY_LEN]] = row
     bound: dict[Any, Any] = {}  # readings share their minutes: each bound once
+    shapes: dict[tuple[bool, ...], list[tuple[Any, ...]]] = defaultdict(list)
+    to_db = _upsert_sql(conn.dialect, _ALL_SET)[2]
     for row in rows.values():
-        minute = row[_MINUTE_AT]
+        shape = tuple(map(is_not, row, _NONES))
+        values = list(compress(row, shape))
+        # the key and `source` (never None) come first: their places are the same in any shape
+        minute = values[_MINUTE_AT]
         value = bound.get(minute)
         if value is None:
             value = bound[minute] = to_db(minute)
-        row[_MINUTE_AT] = value
-    if names is None:  # positional paramstyle, in `_FIELDS` order
-        conn.exec_driver_sql(sql, [tuple(r) for r in rows.values()])
-    else:
-        conn.exec_driver_sql(sql, [dict(zip(names, r, strict=True)) for r in rows.values()])
-    return sum(r[_SPAN_AT] for r in rows.values())
+        values[_MINUTE_AT] = value
+        values[_SOURCE_AT] = str(values[_SOURCE_AT])
+        shapes[shape].append(tuple(values))
+    for shape, values in shapes.items():
+        sql, names, _ = _upsert_sql(conn.dialect, shape)
+        if names is None:  # positional paramstyle, in the shape's column order
+            conn.exec_driver_sql(sql, values)
+        else:
+            conn.exec_driver_sql(sql, [dict(zip(names, r, strict=True)) for r in values])
+    return sum(r[_SPAN_AT] for r in rows.values())  # span_minutes is never None
 
 
 # key columns first, so a row's key is a slice of its values
@@ -65,19 +76,28 @@ _ATTRS = attrgetter(*_FIELDS)
 _SOURCE_AT = _FIELDS.index("source")
 _MINUTE_AT = _FIELDS.index("minute")
 _SPAN_AT = _FIELDS.index("span_minutes")
+_NONES = (None,) * len(_FIELDS)
+assert _SOURCE_AT == _KEY_LEN and _MINUTE_AT < _KEY_LEN  # `write_minutes` places them
+_ALL_SET = (True,) * len(_FIELDS)
 
 
-@lru_cache(maxsize=4)
-def _upsert_sql(dialect: Dialect) -> tuple[str, list[str] | None, Callable[[Any], Any]]:
-    """The upsert as driver SQL, the parameter names it wants (None: positional, in
-    `_FIELDS` order), and the `minute` column's bind processor."""
+@lru_cache(maxsize=64)
+def _upsert_sql(dialect: Dialect, shape: tuple[bool, ...]
+                ) -> tuple[str, list[str] | None, Callable[[Any], Any]]:
+    """The upsert of the columns `shape` marks set (the key is always set) as driver SQL,
+    the parameter names it wants (None: positional, in the columns' order), and the
+    `minute` column's bind processor. On a conflict every other column is set NULL, as a
+    whole row's replacement would."""
+    columns = list(compress(_FIELDS, shape))
     stmt = dialect_insert(_TABLE, dialect.name)
-    stmt = stmt.on_conflict_do_update(
-        index_elements=list(_KEY), set_={c: stmt.excluded[c] for c in _FIELDS[_KEY_LEN:]})
-    sql, positional, procs = driver_sql(stmt, _TABLE, _FIELDS, dialect)
+    updates: dict[str, Any] = {c: stmt.excluded[c] for c in columns[_KEY_LEN:]}
+    updates.update({c: null() for c, on in zip(_FIELDS, shape, strict=True) if not on})
+    stmt = stmt.on_conflict_do_update(index_elements=list(_KEY), set_=updates)
+    sql, positional, procs = driver_sql(stmt, _TABLE, columns, dialect)
     # `minute` is the one column to bind: the others with a processor (SQLite's float
     # conversion) hold what a GpuMinute already validated as float (checked in the tests)
-    return sql, (None if positional else _FIELDS), procs.get("minute", _same)
+    minute = procs.get("minute", _same)
+    return (sql, None, minute) if positional else (sql, columns, minute)
 
 
 def _same(value: Any) -> Any:
@@ -194,17 +214,30 @@ _SLACK = 15 * 60  # seconds a reading may stay past the window before its row is
 # minutes (a window is an hour or a few; what it keeps beyond that is never asked again)
 _WHEN: dict[float, datetime] = {}
 _WHEN_MAX = 4 * 24 * 60
+_STAMPS: dict[datetime, float] = {}  # the other way: a minute's epoch seconds, as `_WHEN`
 
 
 def _packer(get: Callable[[Any], tuple[Any, ...]]) -> Callable[[Any], list[float]]:
     """A reading (a GpuMinute or a stored row's column -> value) as one row of doubles:
     the minute as epoch seconds, None as NaN. Integers (bytes, pids) stay exact below 2**53
     (8 PB), far beyond any GPU's memory."""
+    nan = _NAN
+    stamps = _STAMPS
 
     def pack(source: Any) -> list[float]:
-        gpu, minute, span, *rest = get(source)
-        return [gpu, utc(minute).timestamp(), span,
-                *(_NAN if v is None else v for v in rest)]
+        # unrolled, and each minute converted once: a cold cycle packs a fleet's hour of
+        # readings (4x faster than a loop over the values and a conversion per reading)
+        gpu, minute, span, a, b, c, e, f, g, h, k, m, n = get(source)
+        stamp = stamps.get(minute)
+        if stamp is None:
+            if len(stamps) > _WHEN_MAX:
+                stamps.clear()
+            stamp = stamps[minute] = utc(minute).timestamp()
+        return [gpu, stamp, span,
+                nan if a is None else a, nan if b is None else b, nan if c is None else c,
+                nan if e is None else e, nan if f is None else f, nan if g is None else g,
+                nan if h is None else h, nan if k is None else k, nan if m is None else m,
+                nan if n is None else n]
 
     return pack
 
@@ -231,7 +264,8 @@ class _Rows:
 
     def append(self, row: list[float]) -> None:
         self.data.extend(row)
-        self.oldest = min(self.oldest, row[1])
+        if row[1] < self.oldest:
+            self.oldest = row[1]
 
     def compact(self, start_s: float) -> None:
         """Drop the readings that end before `start_s` and all but the last copy of each
@@ -304,10 +338,17 @@ class ReadingWindow:
     def add(self, minutes: Iterable[GpuMinute], *, since: datetime) -> None:
         """Write-through: readings this process just stored, fetched from their source for
         [since, now), need no read back."""
+        fed, pack = self._fed, _pack_minute
+        last: tuple[str, str, str] | None = None
+        rows = _Rows()  # replaced at the first reading
         for m in minutes:
-            ref = (m.provider, m.instance_id)
-            self._fed[ref] = (str(m.source), since)
-            self._rows(ref).append(_pack_minute(m))
+            # a batch holds each instance's readings together: its rows are looked up once
+            key = (m.provider, m.instance_id, m.source)
+            if key != last:
+                last, ref = key, (m.provider, m.instance_id)
+                fed[ref] = (str(m.source), since)
+                rows = self._rows(ref)
+            rows.append(pack(m))
 
     def refresh(self, session: Session, refs: Iterable[InstanceRef], start: datetime,
                 end: datetime) -> None:

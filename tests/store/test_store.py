@@ -85,3 +85,26 @@ def test_readings_are_idempotent_per_gpu_minute(db_url: str) -> None:
     with db.session() as s:
         assert list(s.exec(select(InstanceRow))) == []
     db.dispose()
+
+
+def test_a_later_copy_with_fewer_fields_replaces_the_reading_whole(db_url: str) -> None:
+    """Readings are written grouped by which fields they set; a copy that sets fewer (a
+    cloud's reading after the agent's, of the same minute) leaves none of the first's."""
+    db = Database(db_url)
+    minute = NOW.replace(second=0)
+    agent = GpuMinute(provider="aws", instance_id="i-1", gpu_index=0, minute=minute,
+                      source=TelemetrySource.AGENT, util_mean=3.0, sm_mean=1.0,
+                      mem_used_bytes=21 * 2**30, process_count=2, host_cpus=96)
+    other = agent.model_copy(update={"instance_id": "i-2"})
+    cloud = GpuMinute(provider="aws", instance_id="i-1", gpu_index=0, minute=minute,
+                      source=TelemetrySource.CLOUDWATCH, span_minutes=5, util_mean=40.0)
+    with db.session() as s:
+        write_minutes(s, [agent, other])
+    with db.session() as s:
+        assert write_minutes(s, [cloud, other.model_copy(update={"util_mean": 7.0})]) == 6
+    with db.session() as s:
+        got = read_minutes(s, [("aws", "i-1"), ("aws", "i-2")], minute,
+                           minute + timedelta(minutes=5))
+    assert got[("aws", "i-1")] == [cloud]
+    assert got[("aws", "i-2")] == [other.model_copy(update={"util_mean": 7.0})]
+    db.dispose()
