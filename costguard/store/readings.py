@@ -187,7 +187,8 @@ def prune_minutes(session: Session, before: datetime) -> int:
 class WindowReading(NamedTuple):
     """The window's copy of a stored GPU-minute: the fields the idle classifier reads
     (`costguard.model.Reading`), built when asked for. A `GpuMinute` costs ~2 KB of memory
-    (a pydantic model's dict and fields-set); the window keeps ~100 bytes per reading."""
+    (a pydantic model's dict and fields-set); the window keeps 72 bytes per reading of a
+    cloud's metrics, 104 where the agent's memory and process figures come too."""
 
     gpu_index: int
     minute: datetime
@@ -246,50 +247,86 @@ _pack_minute = _packer(attrgetter(*_PACKED))
 _pack_values = _packer(tuple)  # a row read with `fields=_PACKED`
 
 
-class _Rows:
-    """One instance's readings as a flat array of doubles, `_WIDTH` per reading, in the order
-    they arrived; a later copy of the same (GPU, minute) replaces an earlier one."""
+_NARROW = _PACKED.index("mem_used_bytes")  # gpu, minute, span and the six percentages
 
-    __slots__ = ("data", "kept", "oldest")
+
+def _narrow(row: list[float]) -> bool:
+    """True when the packed reading has no memory or process figure (NaN: v != v), as a
+    cloud's readings have none: what only the agent measures."""
+    h, k, m, n = row[_NARROW:]
+    return h != h and k != k and m != m and n != n
+
+
+class _Rows:
+    """One instance's readings as a flat array of doubles, `width` per reading, in the order
+    they arrived; a later copy of the same (GPU, minute) replaces an earlier one.
+
+    Rows are narrow (`_NARROW` doubles: gpu, minute, span, the utilisation and SM figures)
+    until a reading carries memory or processes (an agent's): then every row is widened to
+    `_WIDTH`, the four integers NaN where the reading had none. An instance read from its
+    cloud's metrics alone (most of a large fleet) is held in 72 bytes a reading, not 104."""
+
+    __slots__ = ("data", "kept", "oldest", "width")
 
     def __init__(self) -> None:
         self.data = array("d")
         self.oldest = math.inf  # the earliest reading's start, epoch seconds
         self.kept = 0  # len(data) after the last compact
+        self.width = _NARROW
 
     def crowded(self) -> bool:
         """Twice what the last compact kept: a cloud's settling span read again each cycle
         (CloudWatch's last 10 minutes) repeats minutes that are already held."""
-        return len(self.data) > 2 * max(self.kept, 64 * _WIDTH)
+        return len(self.data) > 2 * max(self.kept, 64 * self.width)
 
     def append(self, row: list[float]) -> None:
-        self.data.extend(row)
+        """Add one packed reading (`_WIDTH` values)."""
+        if self.width == _WIDTH:
+            self.data.extend(row)
+        elif _narrow(row):
+            self.data.extend(row[:_NARROW])
+        else:
+            self._widen()
+            self.data.extend(row)
         if row[1] < self.oldest:
             self.oldest = row[1]
+
+    def _widen(self) -> None:
+        d, wide, none = self.data, array("d"), [_NAN] * (_WIDTH - _NARROW)
+        for i in range(0, len(d), _NARROW):
+            wide.extend(d[i:i + _NARROW])
+            wide.extend(none)
+        self.data, self.width = wide, _WIDTH
+        self.kept = self.kept // _NARROW * _WIDTH
 
     def compact(self, start_s: float) -> None:
         """Drop the readings that end before `start_s` and all but the last copy of each
         (GPU, minute)."""
-        d = self.data
+        d, w = self.data, self.width
         kept: dict[tuple[float, float], array[float]] = {}
-        for i in range(0, len(d), _WIDTH):
+        for i in range(0, len(d), w):
             t, span = d[i + 1], d[i + 2]
             if t >= start_s or t + span * 60 > start_s:
-                kept[(d[i], t)] = d[i:i + _WIDTH]
+                kept[(d[i], t)] = d[i:i + w]
         self.data = array("d")
         for row in kept.values():
             self.data.extend(row)
         self.oldest = min((t for _, t in kept), default=math.inf)
         self.kept = len(self.data)
 
+    def __len__(self) -> int:
+        """Readings held."""
+        return len(self.data) // self.width
+
     def readings(self, start_s: float, end_s: float) -> list[WindowReading]:
         """The readings that cover any minute of [start_s, end_s), as `covering` picks."""
-        d = self.data.tolist()
+        d, w = self.data.tolist(), self.width
         out: dict[tuple[float, float], WindowReading] = {}
         when = _WHEN
         if len(when) > _WHEN_MAX:
             when.clear()
-        for i in range(0, len(d), _WIDTH):
+        h = k = m = n = _NAN  # a narrow row's integers
+        for i in range(0, len(d), w):
             t, span = d[i + 1], d[i + 2]
             if span == 1:
                 if not start_s <= t < end_s:
@@ -300,7 +337,10 @@ class _Rows:
             if minute is None:
                 minute = when[t] = datetime.fromtimestamp(t, UTC)
             # unrolled, NaN (v != v) as None: twice as fast as comprehensions (~1 us a reading)
-            a, b, c, e, f, g, h, k, m, n = d[i + 3:i + _WIDTH]
+            if w == _WIDTH:
+                a, b, c, e, f, g, h, k, m, n = d[i + 3:i + _WIDTH]
+            else:
+                a, b, c, e, f, g = d[i + 3:i + _NARROW]
             out[(d[i], t)] = _make(WindowReading, (
                 int(d[i]), minute, int(span),
                 None if a != a else a, None if b != b else b, None if c != c else c,
@@ -316,7 +356,7 @@ class ReadingWindow:
     Each cycle needs the last hour or so of GPU-minutes twice (accrual and idle evaluation);
     re-reading the whole window every cycle dominated a cycle's cost. The store stays the
     source of truth: each refresh re-reads the newest `late` span, so agent minutes that
-    arrive a little late are still seen. Readings are kept packed (`_Rows`, ~100 bytes each;
+    arrive a little late are still seen. Readings are kept packed (`_Rows`, 72-104 bytes each;
     as `GpuMinute`s an hour of 10,000 instances' GPUs took over a gigabyte) and handed out as
     `WindowReading`s, one instance at a time.
     """
@@ -400,4 +440,4 @@ class ReadingWindow:
 
     def readings(self) -> int:
         """Readings held (copies of a re-read minute counted until compacted)."""
-        return sum(len(rows.data) for rows in self._by_ref.values()) // _WIDTH
+        return sum(len(rows) for rows in self._by_ref.values())

@@ -137,6 +137,40 @@ def test_the_window_holds_a_reading_in_about_a_hundred_bytes(db: Database) -> No
     assert held / len(minutes) < 160, f"{held / len(minutes):.0f} bytes a reading"
 
 
+def test_a_cloud_read_instance_is_held_narrow_until_an_agent_reading_widens_it(
+        db: Database) -> None:
+    # a cloud's readings carry no memory or process figures: held in 72 bytes, not 104;
+    # an agent's reading of the same instance widens its rows, nothing held changes
+    cloud = [_full(f"i-{n}", ago, gpu, source=CW, util_mean=1.5, util_max=2.0,
+                   sm_mean=0.25)
+             for n in range(50) for gpu in range(4) for ago in range(60, 0, -1)]
+    window = ReadingWindow()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    window.add(cloud, since=NOW - timedelta(hours=1))
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert window.readings() == len(cloud) == 12_000
+    assert held / len(cloud) < 100, f"{held / len(cloud):.0f} bytes a reading"
+
+    agent = _full("i-0", 30, 1, util_mean=40.0, mem_used_bytes=3 * 2**30, process_count=2,
+                  top_process_pid=77, top_process_bytes=2**30)
+    with db.session() as s:
+        write_minutes(s, [agent])
+    with db.session() as s:  # read back from the store (what another process wrote)
+        window.refresh(s, [(m.provider, m.instance_id) for m in cloud],
+                       NOW - timedelta(hours=1), NOW)
+    got = {(m.gpu_index, m.minute): _fields(m)
+           for m in window.minutes(("aws", "i-0"), NOW - timedelta(hours=1), NOW)}
+    want = {(m.gpu_index, m.minute): _fields(m) for m in cloud if m.instance_id == "i-0"}
+    want[(1, agent.minute)] = _fields(agent)  # the newer copy of that minute wins
+    assert got == want
+    assert window.readings() == len(cloud)
+    other = window.minutes(("aws", "i-1"), NOW - timedelta(hours=1), NOW)
+    assert sorted(map(_fields, other)) == sorted(
+        _fields(m) for m in cloud if m.instance_id == "i-1")
+
+
 def test_minutes_fetched_again_each_cycle_do_not_pile_up(db: Database) -> None:
     # CloudWatch's last 10 minutes are fetched again every 5-minute cycle (metrics settle):
     # the window holds each minute once, whatever the overlap
