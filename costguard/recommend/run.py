@@ -10,10 +10,11 @@ with `costguard report`.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlmodel import Session
 
@@ -25,6 +26,10 @@ from costguard.report.figures import Waste, WasteLine
 from costguard.store.inventory import current_instances
 from costguard.store.readings import read_minutes
 from costguard.telemetry.efficiency import Bottleneck, judge
+
+# GPU-minutes of readings read and judged at once: ~35 MB as `GpuMinute`s (~1.7 KB each)
+READINGS_PER_READ = 20_000
+_MINUTE = timedelta(minutes=1)
 
 
 @dataclass(frozen=True)
@@ -103,18 +108,43 @@ def spend_by_instance(session: Session, since: datetime, until: datetime,
 def judge_instances(session: Session, instances: Sequence[Instance], now: datetime,
                     price: PriceLookup, cfg: RecommendSettings, spent: Mapping[str, float],
                     teams: Mapping[str, str]) -> list[Recommendation]:
-    """The verdict and fit of each of `instances` over the window ending `now`."""
+    """The verdict and fit of each of `instances` over the window ending `now`.
+
+    Their readings are read a few instances at a time (`reads`) and dropped once judged:
+    a week of one GPU's minutes is 10,080 readings, ~17 MB as `GpuMinute`s, so a fleet's
+    week read at once (the report's waste section judges every GPU instance) would not
+    fit in memory."""
     since = now - cfg.window
-    readings = read_minutes(session, [(i.provider, i.instance_id) for i in instances],
-                            since, now)
     out = []
-    for inst in instances:
-        e = judge(readings.get((inst.provider, inst.instance_id), []), window_start=since,
-                  window_end=now, gpu_count=inst.gpu_count, settings=cfg)
-        out.append(Recommendation(cheaper_fit(inst, e, price, cfg),
-                                  teams.get(inst.instance_id, UNATTRIBUTED),
-                                  round(spent.get(inst.instance_id, 0.0), 2)))
+    for chunk in reads(instances, cfg.window):
+        readings = read_minutes(session, [(i.provider, i.instance_id) for i in chunk],
+                                since, now)
+        for inst in chunk:
+            e = judge(readings.pop((inst.provider, inst.instance_id), []),
+                      window_start=since, window_end=now, gpu_count=inst.gpu_count,
+                      settings=cfg)
+            out.append(Recommendation(cheaper_fit(inst, e, price, cfg),
+                                      teams.get(inst.instance_id, UNATTRIBUTED),
+                                      round(spent.get(inst.instance_id, 0.0), 2)))
     return out
+
+
+def reads(instances: Sequence[Instance], window: timedelta,
+          most: int = READINGS_PER_READ) -> Iterator[list[Instance]]:
+    """`instances` in order, in runs whose readings over `window` (at most one a GPU-minute)
+    stay within `most`; an instance that alone has more is a run of its own."""
+    per_gpu = max(1, math.ceil(window / _MINUTE))
+    run: list[Instance] = []
+    held = 0
+    for inst in instances:
+        need = max(1, inst.gpu_count) * per_gpu
+        if run and held + need > most:
+            yield run
+            run, held = [], 0
+        run.append(inst)
+        held += need
+    if run:
+        yield run
 
 
 def waste_of(recs: Recommendations, top: int = 5) -> Waste:
