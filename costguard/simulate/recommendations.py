@@ -25,7 +25,7 @@ from typing import Any
 from sqlmodel import Session
 
 from costguard.recommend.fit import Fit, PriceLookup
-from costguard.recommend.run import judge_instances, spend_by_instance
+from costguard.recommend.run import judge_instances, reads, spend_by_instance
 from costguard.recommend.settings import RecommendSettings
 from costguard.recommend.shapes import Shape
 from costguard.store.inventory import current_instances
@@ -109,17 +109,21 @@ def backtest_recommendations(session: Session, since: datetime, until: datetime,
     judged = judge_instances(session, instances, cut, price, cfg, spent, teams)
     fits = [r for r in judged if r.fit.to is not None and r.fit.monthly_usd > 0]
     after_spend, _ = spend_by_instance(session, cut, until)
-    refs = [(r.fit.instance.provider, r.fit.instance.instance_id) for r in fits]
-    readings = read_minutes(session, refs, cut, until)
+    by_ref = {(r.fit.instance.provider, r.fit.instance.instance_id): r for r in fits}
     outcomes = []
-    for r, ref in zip(fits, refs, strict=True):
-        inst = r.fit.instance
-        after = judge(readings.get(ref, []), window_start=cut, window_end=until,
-                      gpu_count=inst.gpu_count, settings=cfg)
-        assert r.fit.to is not None
-        outcomes.append(Outcome(r.fit, r.team, after,
-                                round(after_spend.get(inst.instance_id, 0.0), 2),
-                                would_break(r.fit.efficiency, after, r.fit.to)))
+    # what followed, read a few instances at a time as judging reads them (run.reads)
+    for run in reads([r.fit.instance for r in fits], until - cut):
+        readings = read_minutes(session, [(i.provider, i.instance_id) for i in run], cut,
+                                until)
+        for inst in run:
+            r = by_ref[(inst.provider, inst.instance_id)]
+            after = judge(readings.pop((inst.provider, inst.instance_id), []),
+                          window_start=cut, window_end=until, gpu_count=inst.gpu_count,
+                          settings=cfg)
+            assert r.fit.to is not None
+            outcomes.append(Outcome(r.fit, r.team, after,
+                                    round(after_spend.get(inst.instance_id, 0.0), 2),
+                                    would_break(r.fit.efficiency, after, r.fit.to)))
     outcomes.sort(key=lambda o: (-o.saved_usd, o.fit.instance.instance_id))
     return RecommendationBacktest(since, cut, until, len(judged), outcomes)
 
