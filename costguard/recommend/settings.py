@@ -14,6 +14,8 @@ cheaper fit's rules (the policy condition `underused:` takes the verdict's names
       architectures: same   # same | same-or-newer | any (GPU architecture of a fit)
       refresh: 1d           # the cycle judges each GPU instance again after this
       judge_per_cycle: 500  # ... at most this many per cycle, the oldest verdicts first
+      judge_gpu_minutes_per_cycle: 2000000  # ... and at most this many GPU-minutes of
+                            # the window in all (an 8-GPU host's week: 80,640)
       digest:               # the weekly "underused GPUs" message to each team
         enabled: true
         weekday: monday
@@ -61,4 +63,5 @@ class RecommendSettings(BaseModel):
     architectures: Architectures = "same"
     refresh: Duration = timedelta(days=1)
     judge_per_cycle: int = Field(default=500, ge=1)
+    judge_gpu_minutes_per_cycle: int = Field(default=2_000_000, ge=1)
     digest: WeeklyDigest = Field(default_factory=WeeklyDigest)

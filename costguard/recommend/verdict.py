@@ -16,7 +16,7 @@ from costguard.policy.conditions import UnderusedCondition
 from costguard.recommend.settings import RecommendSettings
 from costguard.telemetry.efficiency import Efficiency
 
-# the settings a verdict depends on; refresh, judge_per_cycle and the digest's do not
+# the settings a verdict depends on; refresh, the judge_* caps and the digest's do not
 JUDGED_BY = frozenset({"window", "below", "used_share", "gpu_low", "cpu_high", "iowait_high",
                        "min_coverage", "min_hours", "headroom", "architectures"})
 

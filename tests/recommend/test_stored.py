@@ -59,6 +59,23 @@ def test_due_is_missing_first_then_oldest_capped_per_cycle(db: Database) -> None
     assert [i.instance_id for i in every] == ["i-a", "i-b", "i-c"]  # i-d is an hour old
 
 
+def test_due_stops_at_the_gpu_minutes_a_cycle_may_judge(db: Database) -> None:
+    # 8-GPU hosts with a week behind them: 80,640 GPU-minutes each; one launched an hour
+    # ago can have 480 at most; the first due one is judged whatever its size
+    week = 8 * 7 * 24 * 60
+    young = inst("i-new").model_copy(update={"launch_time": NOW - timedelta(hours=1)})
+    fleet = [inst("i-a"), inst("i-b"), young, inst("i-c")]
+    cfg = CFG.model_copy(update={"judge_gpu_minutes_per_cycle": week + 480})
+    with db.session() as s:
+        assert [i.instance_id for i in stored.due(s, fleet, NOW, cfg)] == ["i-a"]
+        assert len(stored.due(s, fleet, NOW, CFG)) == 4  # the default: 2,000,000
+        s.add_all([row("i-a", NOW), row("i-b", NOW)])
+    with db.session() as s:
+        assert [i.instance_id for i in stored.due(s, fleet, NOW, cfg)] == ["i-c", "i-new"]
+        tiny = cfg.model_copy(update={"judge_gpu_minutes_per_cycle": 1})
+        assert [i.instance_id for i in stored.due(s, fleet, NOW, tiny)] == ["i-c"]
+
+
 def test_refresh_judges_stores_and_replaces_once_a_day(db: Database) -> None:
     fleet = [inst("i-a"), inst("i-b", gpus=4, itype="g5.12xlarge")]
     with db.session() as s:
