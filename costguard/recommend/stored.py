@@ -4,9 +4,9 @@ Judging reads every reading of a week; the `underused:` condition, the underused
 metric and the weekly digest want the answer every cycle. The cycle calls `refresh`: it
 judges the GPU instances whose verdict under a set of thresholds is missing or older than
 `recommend.refresh` (at most `judge_per_cycle` and `judge_gpu_minutes_per_cycle`, the
-oldest first, so a large fleet is spread over cycles) and replaces their rows. `load` reads back the verdicts young enough to
-trust (judged within two refresh periods): an instance with none is "not judged yet",
-never underused.
+oldest first, so a large fleet is spread over cycles) and replaces their rows. `load`
+reads back the verdicts young enough to trust (judged within two refresh periods): an
+instance with none is "not judged yet", never underused.
 """
 
 from __future__ import annotations
