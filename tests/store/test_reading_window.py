@@ -121,20 +121,26 @@ def test_a_minute_read_again_is_held_once_and_the_newest_copy_wins(db: Database)
     assert window.readings() == 55  # re-read copies are not kept alongside
 
 
+def _bytes_a_reading(window: ReadingWindow, minutes: list[GpuMinute]) -> float:
+    """What `window` holds more per reading once `minutes` are added."""
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    window.add(minutes, since=NOW - timedelta(hours=1))
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert window.readings() == len(minutes)
+    return held / len(minutes)
+
+
 def test_the_window_holds_a_reading_in_about_a_hundred_bytes(db: Database) -> None:
     # the daemon's memory at fleet scale is this window (an hour of every GPU's minutes):
     # as GpuMinute models it was ~2 KB a reading, 1.8 GB at 10,000 instances
     minutes = [_full(f"i-{n}", ago, gpu, util_mean=1.0, util_max=2.0, mem_used_bytes=10**9,
                      process_count=1)
                for n in range(50) for gpu in range(4) for ago in range(60, 0, -1)]
-    window = ReadingWindow()
-    tracemalloc.start()
-    before = tracemalloc.get_traced_memory()[0]
-    window.add(minutes, since=NOW - timedelta(hours=1))
-    held = tracemalloc.get_traced_memory()[0] - before
-    tracemalloc.stop()
-    assert window.readings() == len(minutes) == 12_000
-    assert held / len(minutes) < 160, f"{held / len(minutes):.0f} bytes a reading"
+    assert len(minutes) == 12_000
+    held = _bytes_a_reading(ReadingWindow(), minutes)
+    assert held < 160, f"{held:.0f} bytes a reading"
 
 
 def test_a_cloud_read_instance_is_held_narrow_until_an_agent_reading_widens_it(
@@ -145,13 +151,8 @@ def test_a_cloud_read_instance_is_held_narrow_until_an_agent_reading_widens_it(
                    sm_mean=0.25)
              for n in range(50) for gpu in range(4) for ago in range(60, 0, -1)]
     window = ReadingWindow()
-    tracemalloc.start()
-    before = tracemalloc.get_traced_memory()[0]
-    window.add(cloud, since=NOW - timedelta(hours=1))
-    held = tracemalloc.get_traced_memory()[0] - before
-    tracemalloc.stop()
-    assert window.readings() == len(cloud) == 12_000
-    assert held / len(cloud) < 100, f"{held / len(cloud):.0f} bytes a reading"
+    held = _bytes_a_reading(window, cloud)
+    assert held < 100, f"{held:.0f} bytes a reading"
 
     agent = _full("i-0", 30, 1, util_mean=40.0, mem_used_bytes=3 * 2**30, process_count=2,
                   top_process_pid=77, top_process_bytes=2**30)
