@@ -28,7 +28,7 @@ from sqlalchemy import (
 )
 
 from tests.pg import SESSION_DATABASE, PostgresServer, process_alive, reap_orphans
-from tests.procs import sigint_as_default
+from tests.procs import python_m_interruptible
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -141,9 +141,8 @@ def _inner_session(tmp_path: Path, **env: str) -> subprocess.Popen[str]:
     full_env.update(PYTHONPATH=str(REPO_ROOT), PG_INFO=str(tmp_path / "info.json"),
                     PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", **env)
     return subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs", "-q", str(tmp_path)],
+        python_m_interruptible("pytest", "-p", "no:cacheprovider", "-rs", "-q", str(tmp_path)),
         cwd=tmp_path, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        preexec_fn=sigint_as_default,
     )
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 
 from tests.console.harness import REPO
-from tests.procs import sigint_as_default
+from tests.procs import python_m_interruptible
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -24,9 +24,9 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def test_it_serves_a_demo_store_until_interrupted(store: str, tmp_path: Path) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "costguard.entry", "--database", store, "console", "--port", "0"],
+        python_m_interruptible("costguard.entry", "--database", store, "console", "--port", "0"),
         cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, preexec_fn=sigint_as_default)
+        text=True)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
