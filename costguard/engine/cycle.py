@@ -34,7 +34,7 @@ from costguard.policy.evaluate import Finding, evaluate
 from costguard.policy.schema import PolicySet
 from costguard.providers.base import LeavesOutRepeats, Provider, Remembers
 from costguard.recommend import stored
-from costguard.recommend.digest import enqueue_digests
+from costguard.recommend.digest import digest_slot, enqueue_digests
 from costguard.recommend.settings import RecommendSettings
 from costguard.recommend.verdict import StoredVerdict, judged_with, settings_key
 from costguard.store import control
@@ -129,9 +129,11 @@ class Engine:
         self._inventory: list[Instance] | None = None
         self._spend_checked: datetime | None = None
         self._memories_attached = False
-        # the stored verdicts by settings key, read back when a cycle judged any (a verdict
-        # cannot age past trust unjudged: it is due, and judged, after one refresh period)
+        # the stored verdicts an `underused:` condition reads, by settings key, read back
+        # when a cycle judged any (a verdict cannot age past trust unjudged: it is due, and
+        # judged, after one refresh period); none without such a condition
         self._verdicts: dict[str, dict[stored.Ref, StoredVerdict]] = {}
+        self._digested: datetime | None = None  # the last digest slot enqueued from here
         overrides_file = settings.costs.price_overrides
         self.catalog = PriceCatalog(
             {n: p.price for n, p in self.providers.items()},
@@ -368,18 +370,30 @@ class Engine:
                          for p in self.policies.policies if p.condition.underused]
 
     def _efficiency(self, summary: CycleSummary, now: datetime) -> None:
-        """Renew the efficiency verdicts that are due, read them all back, and enqueue the
-        week's underused-GPU digests when it is time."""
+        """Renew the efficiency verdicts that are due, keep those an `underused:` condition
+        reads, and enqueue the week's underused-GPU digests when it is time.
+
+        Only the conditions' verdicts are held between cycles: a verdict is ~3.6 KB in
+        memory, every GPU instance has one once judged (~350 MB at 100,000), and without
+        such a condition nothing reads them each cycle. The digest reads them once, at the
+        first cycle of its slot here (what it enqueues is deduplicated by team and week)."""
         judging = self._judging()
         instances = self._current_instances()
         keys = [settings_key(c) for c in judging]
+        held = dict(zip(keys[1:], judging[1:], strict=True))  # the conditions' thresholds
+        digest = judging[0].digest
+        slot = digest_slot(digest, now) if digest.enabled else None
         with self.db.session() as s:
             summary.judged = stored.refresh_all(s, instances, now, self.catalog.quote, judging)
-            if summary.judged or set(keys) != set(self._verdicts):
-                self._verdicts = {k: stored.load(s, c, now)
-                                  for k, c in zip(keys, judging, strict=True)}
-            summary.digests = enqueue_digests(s, self._verdicts[keys[0]], instances,
-                                              judging[0].digest, now)
+            if summary.judged or set(held) != set(self._verdicts):
+                self._verdicts = {k: stored.load(s, c, now) for k, c in held.items()}
+            if slot is not None and slot != self._digested:
+                verdicts = self._verdicts.get(keys[0])
+                if verdicts is None:
+                    verdicts = stored.load(s, judging[0], now)
+                summary.digests = enqueue_digests(s, verdicts, instances, digest, now)
+        if slot is not None:
+            self._digested = slot  # committed
 
     def price(self, inst: Instance) -> float:
         quote = self.catalog.quote(inst)
