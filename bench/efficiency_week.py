@@ -1,0 +1,113 @@
+"""Efficiency verdicts over a week of readings, as a store holds them after a week.
+
+efficiency-week: 1,000 single-GPU instances with a week of 5-minute CloudWatch points each
+(2.0 M readings, SQLite). Measured, each in a fresh process (its CPU and peak RSS its
+own): one cycle's judging (`stored.refresh`: the due instances up to
+`recommend.judge_per_cycle` and `judge_gpu_minutes_per_cycle`), and the judging of every
+GPU instance that `costguard recommend`, the report's waste section and the console's
+recommendations do. The other benches hold an hour of readings, so they never showed
+what a week costs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from bench import benchmark
+
+NOW = datetime(2026, 11, 23, 12, tzinfo=UTC)
+INSTANCES = 1_000
+POINTS = 7 * 24 * 12  # a week of 5-minute points
+
+_MEASURE = """
+import json, sys, time
+from datetime import datetime
+from costguard.recommend import stored
+from costguard.recommend.run import recommend
+from costguard.recommend.settings import RecommendSettings
+from costguard.store.db import Database
+from costguard.store.inventory import current_instances
+db = Database(sys.argv[1])
+now = datetime.fromisoformat(sys.argv[2])
+cfg = RecommendSettings()
+with db.session() as s:
+    instances = current_instances(s)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    if sys.argv[3] == "cycle":
+        judged = stored.refresh(s, instances, now, lambda i: None, cfg)
+    else:
+        judged = len(recommend(s, now, lambda i: None, cfg).items)
+    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+# VmHWM, this process's own peak: ru_maxrss would count the parent's, forked before exec
+hwm = next(int(line.split()[1]) for line in open("/proc/self/status")
+           if line.startswith("VmHWM:"))
+print(json.dumps({"judged": judged, "cpu_s": cpu, "wall_s": wall, "peak_rss_mb": hwm / 1024}))
+"""
+
+
+def _seed(url: str) -> int:
+    """The fleet and its week of readings; returns how many readings were written."""
+    from costguard.model import GpuMinute, Instance, InstanceState, Lifecycle, TelemetrySource
+    from costguard.store.db import Database
+    from costguard.store.inventory import record_inventory
+    from costguard.store.readings import write_minutes
+
+    db = Database(url)
+    fleet = [Instance(provider="aws", account="111122223333", region="us-east-1",
+                      instance_id=f"i-{n:05d}", instance_type="g5.xlarge",
+                      lifecycle=Lifecycle.ON_DEMAND, state=InstanceState.RUNNING,
+                      launch_time=NOW - timedelta(days=9), observed_at=NOW, gpu_count=1,
+                      gpu_model="A10G", tags={"team": f"team-{n % 8}"})
+             for n in range(INSTANCES)]
+    with db.session() as s:
+        record_inventory(s, "aws", fleet, NOW, complete=True)
+    start = NOW - timedelta(days=7)
+    written = 0
+    for first in range(0, INSTANCES, 50):
+        points = [GpuMinute(provider="aws", instance_id=inst.instance_id,
+                            source=TelemetrySource.CLOUDWATCH, span_minutes=5,
+                            minute=start + timedelta(minutes=5 * k),
+                            # a third busy, a third barely used, a third idle
+                            util_mean=(60.0, 8.0, 0.5)[n % 3] + (k % 7))
+                  for n, inst in enumerate(fleet[first:first + 50], start=first)
+                  for k in range(POINTS)]
+        with db.session() as s:
+            write_minutes(s, points)
+        written += len(points)
+    db.dispose()
+    return written
+
+
+@benchmark("efficiency-week",
+           description="Efficiency verdicts over a week of readings: 1,000 single-GPU "
+                       "instances, a week of 5-minute points each (2.0 M readings, SQLite); "
+                       "one cycle's judging, and judging every GPU instance (costguard "
+                       "recommend, the report's waste section), each in a fresh process.")
+def efficiency_week() -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        url = f"sqlite:///{Path(tmp) / 'week.db'}"
+        started = time.perf_counter()
+        readings = _seed(url)
+        seed_s = time.perf_counter() - started
+        for what in ("cycle", "recommend"):
+            done = subprocess.run([sys.executable, "-c", _MEASURE, url, NOW.isoformat(), what],
+                                  capture_output=True, text=True, check=True, timeout=900)
+            got = json.loads(done.stdout.strip().splitlines()[-1])
+            rows.append({
+                "judging": ("one cycle (judge_per_cycle, judge_gpu_minutes_per_cycle)"
+                            if what == "cycle" else "every GPU instance (recommend, report)"),
+                "instances_judged": got["judged"],
+                "readings_in_store": readings,
+                "cpu_s": round(got["cpu_s"], 2), "wall_s": round(got["wall_s"], 2),
+                "peak_rss_mb": round(got["peak_rss_mb"]),
+                "us_per_reading_judged": round(
+                    got["cpu_s"] / (got["judged"] * POINTS) * 1e6, 1) if got["judged"] else None,
+                "seed_s": round(seed_s, 1)})
+    return rows
