@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 
 from sqlmodel import Session
 
+from costguard.clock import utc
 from costguard.costs.attribution import UNATTRIBUTED
 from costguard.model import Instance
 from costguard.recommend.fit import Fit, PriceLookup, cheaper_fit
@@ -116,7 +117,7 @@ def judge_instances(session: Session, instances: Sequence[Instance], now: dateti
     fit in memory."""
     since = now - cfg.window
     out = []
-    for chunk in reads(instances, cfg.window):
+    for chunk in reads(instances, since, now):
         readings = read_minutes(session, [(i.provider, i.instance_id) for i in chunk],
                                 since, now)
         for inst in chunk:
@@ -129,15 +130,21 @@ def judge_instances(session: Session, instances: Sequence[Instance], now: dateti
     return out
 
 
-def reads(instances: Sequence[Instance], window: timedelta,
+def gpu_minutes(inst: Instance, start: datetime, end: datetime) -> int:
+    """The readings `inst` can have over [start, end) at one a GPU-minute: its GPUs (one
+    for an instance without) from `start` or its launch, whichever is later."""
+    begin = max(start, utc(inst.launch_time))
+    return max(1, inst.gpu_count) * max(1, math.ceil((end - begin) / _MINUTE))
+
+
+def reads(instances: Sequence[Instance], start: datetime, end: datetime,
           most: int = READINGS_PER_READ) -> Iterator[list[Instance]]:
-    """`instances` in order, in runs whose readings over `window` (at most one a GPU-minute)
-    stay within `most`; an instance that alone has more is a run of its own."""
-    per_gpu = max(1, math.ceil(window / _MINUTE))
+    """`instances` in order, in runs whose readings over [start, end) (`gpu_minutes`) stay
+    within `most`; an instance that alone has more is a run of its own."""
     run: list[Instance] = []
     held = 0
     for inst in instances:
-        need = max(1, inst.gpu_count) * per_gpu
+        need = gpu_minutes(inst, start, end)
         if run and held + need > most:
             yield run
             run, held = [], 0

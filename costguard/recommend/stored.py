@@ -11,9 +11,8 @@ instance with none is "not judged yet", never underused.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from sqlalchemy import case, delete, func, tuple_
 from sqlmodel import Session, col, select
@@ -21,7 +20,7 @@ from sqlmodel import Session, col, select
 from costguard.clock import utc
 from costguard.model import Instance
 from costguard.recommend.fit import PriceLookup
-from costguard.recommend.run import judge_instances, spend_by_instance
+from costguard.recommend.run import gpu_minutes, judge_instances, spend_by_instance
 from costguard.recommend.settings import RecommendSettings
 from costguard.recommend.tables import EfficiencyRow
 from costguard.recommend.verdict import StoredVerdict, settings_key
@@ -53,16 +52,12 @@ def due(session: Session, instances: Sequence[Instance], now: datetime,
     out: list[Instance] = []
     minutes = 0
     for _, _, inst in stale[:cfg.judge_per_cycle]:
-        need = inst.gpu_count * _minutes(max(now - cfg.window, utc(inst.launch_time)), now)
+        need = gpu_minutes(inst, now - cfg.window, now)
         if out and minutes + need > cfg.judge_gpu_minutes_per_cycle:
             break
         out.append(inst)
         minutes += need
     return out
-
-
-def _minutes(start: datetime, end: datetime) -> int:
-    return max(1, math.ceil((end - start) / timedelta(minutes=1)))
 
 
 def refresh(session: Session, instances: Sequence[Instance], now: datetime,

@@ -112,7 +112,7 @@ def backtest_recommendations(session: Session, since: datetime, until: datetime,
     by_ref = {(r.fit.instance.provider, r.fit.instance.instance_id): r for r in fits}
     outcomes = []
     # what followed, read a few instances at a time as judging reads them (run.reads)
-    for run in reads([r.fit.instance for r in fits], until - cut):
+    for run in reads([r.fit.instance for r in fits], cut, until):
         readings = read_minutes(session, [(i.provider, i.instance_id) for i in run], cut,
                                 until)
         for inst in run:

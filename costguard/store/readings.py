@@ -48,7 +48,7 @@ def write_minutes(session: Session, minutes: Sequence[GpuMinute]) -> int:
         rows[row[:_KEY_LEN]] = row
     bound: dict[Any, Any] = {}  # readings share their minutes: each bound once
     shapes: dict[tuple[bool, ...], list[tuple[Any, ...]]] = defaultdict(list)
-    to_db = _upsert_sql(conn.dialect, _ALL_SET)[2]
+    to_db = _minute_to_db(conn.dialect)
     for row in rows.values():
         shape = tuple(map(is_not, row, _NONES))
         values = list(compress(row, shape))
@@ -61,7 +61,7 @@ def write_minutes(session: Session, minutes: Sequence[GpuMinute]) -> int:
         values[_SOURCE_AT] = str(values[_SOURCE_AT])
         shapes[shape].append(tuple(values))
     for shape, values in shapes.items():
-        sql, names, _ = _upsert_sql(conn.dialect, shape)
+        sql, names = _upsert_sql(conn.dialect, shape)
         if names is None:  # positional paramstyle, in the shape's column order
             conn.exec_driver_sql(sql, values)
         else:
@@ -78,26 +78,29 @@ _MINUTE_AT = _FIELDS.index("minute")
 _SPAN_AT = _FIELDS.index("span_minutes")
 _NONES = (None,) * len(_FIELDS)
 assert _SOURCE_AT == _KEY_LEN and _MINUTE_AT < _KEY_LEN  # `write_minutes` places them
-_ALL_SET = (True,) * len(_FIELDS)
 
 
 @lru_cache(maxsize=64)
-def _upsert_sql(dialect: Dialect, shape: tuple[bool, ...]
-                ) -> tuple[str, list[str] | None, Callable[[Any], Any]]:
+def _upsert_sql(dialect: Dialect, shape: tuple[bool, ...]) -> tuple[str, list[str] | None]:
     """The upsert of the columns `shape` marks set (the key is always set) as driver SQL,
-    the parameter names it wants (None: positional, in the columns' order), and the
-    `minute` column's bind processor. On a conflict every other column is set NULL, as a
-    whole row's replacement would."""
+    and the parameter names it wants (None: positional, in the columns' order). On a
+    conflict every other column is set NULL, as a whole row's replacement would."""
     columns = list(compress(_FIELDS, shape))
     stmt = dialect_insert(_TABLE, dialect.name)
     updates: dict[str, Any] = {c: stmt.excluded[c] for c in columns[_KEY_LEN:]}
     updates.update({c: null() for c, on in zip(_FIELDS, shape, strict=True) if not on})
     stmt = stmt.on_conflict_do_update(index_elements=list(_KEY), set_=updates)
-    sql, positional, procs = driver_sql(stmt, _TABLE, columns, dialect)
-    # `minute` is the one column to bind: the others with a processor (SQLite's float
-    # conversion) hold what a GpuMinute already validated as float (checked in the tests)
-    minute = procs.get("minute", _same)
-    return (sql, None, minute) if positional else (sql, columns, minute)
+    sql, positional, _ = driver_sql(stmt, _TABLE, columns, dialect)
+    return sql, None if positional else columns
+
+
+@lru_cache(maxsize=4)
+def _minute_to_db(dialect: Dialect) -> Callable[[Any], Any]:
+    """The `minute` column's bind processor on `dialect`: the one column `write_minutes`
+    binds itself (the others with a processor, SQLite's float conversion, hold what a
+    GpuMinute already validated as float; checked in the tests)."""
+    process = _TABLE.c.minute.type.dialect_impl(dialect).bind_processor(dialect)
+    return process if process is not None else _same
 
 
 def _same(value: Any) -> Any:

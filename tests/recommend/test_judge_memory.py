@@ -28,12 +28,12 @@ def inst(iid: str, gpus: int = 1) -> Instance:
 def test_runs_stay_within_the_readings_of_one_read_and_a_large_instance_is_alone() -> None:
     week_of_one_gpu = 7 * 24 * 60
     fleet = [inst("i-a"), inst("i-b"), inst("i-big", gpus=4), inst("i-c")]
-    runs = list(reads(fleet, WEEK, most=2 * week_of_one_gpu))
+    runs = list(reads(fleet, NOW - WEEK, NOW, most=2 * week_of_one_gpu))
     assert [[i.instance_id for i in r] for r in runs] == [["i-a", "i-b"], ["i-big"], ["i-c"]]
     assert [i for r in runs for i in r] == fleet  # all of them, in order
     # a GPU-less instance still counts one series; a short window packs more per run
-    assert len(list(reads([inst(f"i-{n}", gpus=0) for n in range(10)], timedelta(hours=1),
-                          most=120))) == 5
+    assert len(list(reads([inst(f"i-{n}", gpus=0) for n in range(10)],
+                          NOW - timedelta(hours=1), NOW, most=120))) == 5
 
 
 def test_a_fleets_week_is_judged_a_few_instances_at_a_time(db: Database) -> None:
