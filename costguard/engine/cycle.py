@@ -27,16 +27,13 @@ from costguard.engine import behind
 from costguard.engine.backfill import Fetch, Observe, fetch_cold
 from costguard.engine.collect import METRICS_SCOPE, collect, record_gaps
 from costguard.engine.heap import cycle_collection, limit_malloc_arenas, release_freed_memory
+from costguard.engine.verdicts import Verdicts
 from costguard.errors import ProviderError
 from costguard.model import Gap, GpuMinute, Instance, InstanceState, TelemetrySource
 from costguard.policy.conditions import IdleCondition
 from costguard.policy.evaluate import Finding, evaluate
 from costguard.policy.schema import PolicySet
 from costguard.providers.base import LeavesOutRepeats, Provider, Remembers
-from costguard.recommend import stored
-from costguard.recommend.digest import digest_slot, enqueue_digests
-from costguard.recommend.settings import RecommendSettings
-from costguard.recommend.verdict import StoredVerdict, judged_with, settings_key
 from costguard.store import control
 from costguard.store.db import Database
 from costguard.store.inventory import current_instances
@@ -129,11 +126,7 @@ class Engine:
         self._inventory: list[Instance] | None = None
         self._spend_checked: datetime | None = None
         self._memories_attached = False
-        # the stored verdicts an `underused:` condition reads, by settings key, read back
-        # when a cycle judged any (a verdict cannot age past trust unjudged: it is due, and
-        # judged, after one refresh period); none without such a condition
-        self._verdicts: dict[str, dict[stored.Ref, StoredVerdict]] = {}
-        self._digested: datetime | None = None  # the last digest slot enqueued from here
+        self.verdicts = Verdicts()  # what an `underused:` condition reads (engine/verdicts.py)
         overrides_file = settings.costs.price_overrides
         self.catalog = PriceCatalog(
             {n: p.price for n, p in self.providers.items()},
@@ -362,38 +355,15 @@ class Engine:
         summary.accrued_usd = round(stats.cost_micros / 1e6, 2)
         summary.idle_usd = round(stats.idle_cost_micros / 1e6, 2)
 
-    def _judging(self) -> list[RecommendSettings]:
-        """The thresholds verdicts are kept under: `recommend:`'s (the metric and the
-        digest read those), and each `underused:` condition's own."""
-        base = self.settings.recommend
-        return [base] + [judged_with(base, p.condition.underused)
-                         for p in self.policies.policies if p.condition.underused]
-
     def _efficiency(self, summary: CycleSummary, now: datetime) -> None:
         """Renew the efficiency verdicts that are due, keep those an `underused:` condition
-        reads, and enqueue the week's underused-GPU digests when it is time.
-
-        Only the conditions' verdicts are held between cycles: a verdict is ~3.6 KB in
-        memory, every GPU instance has one once judged (~350 MB at 100,000), and without
-        such a condition nothing reads them each cycle. The digest reads them once, at the
-        first cycle of its slot here (what it enqueues is deduplicated by team and week)."""
-        judging = self._judging()
-        instances = self._current_instances()
-        keys = [settings_key(c) for c in judging]
-        held = dict(zip(keys[1:], judging[1:], strict=True))  # the conditions' thresholds
-        digest = judging[0].digest
-        slot = digest_slot(digest, now) if digest.enabled else None
+        reads, and enqueue the week's underused-GPU digests when it is time."""
+        base = self.settings.recommend
         with self.db.session() as s:
-            summary.judged = stored.refresh_all(s, instances, now, self.catalog.quote, judging)
-            if summary.judged or set(held) != set(self._verdicts):
-                self._verdicts = {k: stored.load(s, c, now) for k, c in held.items()}
-            if slot is not None and slot != self._digested:
-                verdicts = self._verdicts.get(keys[0])
-                if verdicts is None:
-                    verdicts = stored.load(s, judging[0], now)
-                summary.digests = enqueue_digests(s, verdicts, instances, digest, now)
-        if slot is not None:
-            self._digested = slot  # committed
+            summary.judged, summary.digests = self.verdicts.renew(
+                s, base, self.policies.policies, self._current_instances(), now,
+                self.catalog.quote)
+        self.verdicts.enqueued(base, now)
 
     def price(self, inst: Instance) -> float:
         quote = self.catalog.quote(inst)
@@ -404,8 +374,7 @@ class Engine:
         start = now - self._longest_idle_window()
         findings: list[Finding] = []
         prices: dict[tuple[str, str], float] = {}
-        keys = {n: settings_key(judged_with(self.settings.recommend, p.condition.underused))
-                for n, p in enumerate(self.policies.policies) if p.condition.underused}
+        verdicts = self.verdicts.by_policy(self.settings.recommend, self.policies.policies)
         # only an idle condition reads GPU-minutes: without one, none are built
         reads = any(p.condition.idle for p in self.policies.policies)
         for inst in instances:
@@ -415,7 +384,7 @@ class Engine:
             for n, policy in enumerate(self.policies.policies):
                 if ref not in prices:
                     prices[ref] = self.price(inst)
-                v = self._verdicts.get(keys[n], {}).get(ref) if n in keys else None
+                v = verdicts[n].get(ref) if n in verdicts else None
                 f = evaluate(policy, inst, minutes, now, prices[ref], v)
                 if f is not None:
                     findings.append(f)

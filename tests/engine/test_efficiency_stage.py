@@ -57,7 +57,7 @@ def test_without_an_underused_condition_no_verdict_is_held(
         monkeypatch: pytest.MonkeyPatch) -> None:
     engine, loads = _idle_only(make_engine, cloud, monkeypatch)
     summary = engine.run_cycle()  # Monday 08:00: no digest due
-    assert loads == [] and engine._verdicts == {}
+    assert loads == [] and engine.verdicts.held == {}
     assert summary.judged == 3  # judged and stored all the same
     with engine.db.session() as s:
         assert len(stored.load(s, engine.settings.recommend, clock.now())) == 3
@@ -68,7 +68,7 @@ def test_an_underused_condition_holds_its_verdicts(
     _fleet(cloud)
     engine = make_engine(IDLE_POLICY.format(mode="enforce", cap=10) + UNDERUSED)
     assert engine.run_cycle().judged == 3
-    (held,) = engine._verdicts.values()
+    (held,) = engine.verdicts.held.values()
     assert sorted(ref[1] for ref in held) == ["i-0", "i-1", "i-2"]
 
 
