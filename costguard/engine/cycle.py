@@ -26,7 +26,12 @@ from costguard.costs.pricing import PriceCatalog, PriceOverrides
 from costguard.engine import behind
 from costguard.engine.backfill import Fetch, Observe, fetch_cold
 from costguard.engine.collect import METRICS_SCOPE, collect, record_gaps
-from costguard.engine.heap import cycle_collection, limit_malloc_arenas, release_freed_memory
+from costguard.engine.heap import (
+    cycle_collection,
+    limit_malloc_arenas,
+    release_freed_memory,
+    skip_collection_at_exit,
+)
 from costguard.engine.verdicts import Verdicts
 from costguard.errors import ProviderError
 from costguard.model import Gap, GpuMinute, Instance, InstanceState, TelemetrySource
@@ -135,6 +140,7 @@ class Engine:
     # -- the cycle --------------------------------------------------------------------
     def run_cycle(self) -> CycleSummary:
         limit_malloc_arenas()  # once per process, before the cycle's threads (engine/heap.py)
+        skip_collection_at_exit()  # once per process (engine/heap.py)
         try:
             with cycle_collection():  # fewer walks of a cycle's live objects (engine/heap.py)
                 return self._run_cycle()

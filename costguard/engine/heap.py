@@ -19,10 +19,19 @@ thread apart: at 30,000 instances a third of the peak resident size. Before its 
 cycle the engine asks for `MALLOC_ARENAS` (an operator's own MALLOC_ARENA_MAX is left as
 it is), and after each cycle it hands the pages the cycle freed back to the operating
 system (`release_freed_memory`); elsewhere than glibc nothing changes.
+
+At exit CPython collects every generation again while it tears the modules down: after a
+cycle that walks the process's whole heap and frees, cycle by cycle, botocore's clients and
+service models, SQLAlchemy's compiled statements, the providers' caches (~0.3 s of a
+one-shot `costguard run --once` at 4,000 instances, a sixth of its CPU). The memory goes
+back to the operating system with the process either way: `skip_collection_at_exit`
+freezes the heap in an exit handler, so teardown frees what reference counting frees and
+leaves the rest to the operating system.
 """
 
 from __future__ import annotations
 
+import atexit
 import gc
 import os
 import threading
@@ -35,6 +44,7 @@ CYCLE_GEN0 = 100_000
 MALLOC_ARENAS = 2
 _M_ARENA_MAX = -8  # mallopt's parameter (glibc's malloc.h)
 _arenas_asked = False
+_exit_skipped = False
 
 _lock = threading.Lock()
 _running = 0
@@ -109,4 +119,20 @@ def release_freed_memory() -> bool:
     if libc is None:
         return False
     libc.malloc_trim(0)
+    return True
+
+
+def skip_collection_at_exit() -> bool:
+    """Once per process: freeze the collector's heap at exit (`gc.freeze` as an exit
+    handler), so the interpreter's teardown does not walk and free it cycle by cycle; True
+    when this call registered it. Exit handlers registered before it (the log's flush, the
+    store's) still run after it, and whatever reference counting frees is still freed;
+    objects left in reference cycles are not finalized at exit, which CPython does not
+    promise anyway."""
+    global _exit_skipped
+    with _lock:
+        if _exit_skipped:
+            return False
+        _exit_skipped = True
+    atexit.register(gc.freeze)
     return True

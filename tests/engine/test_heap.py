@@ -173,3 +173,45 @@ def test_the_engine_limits_arenas_before_each_cycle_starts(
     engine.run_cycle()
     engine.run_cycle()
     assert events == ["limit", "collect", "limit", "collect"]
+
+
+_EXIT_SCRIPT = """
+import atexit, gc, sys
+# registered first, so it runs last: after costguard's handler, as the log's flush would
+atexit.register(lambda: print("frozen at exit", gc.get_freeze_count() > 0, flush=True))
+garbage = []
+for _ in range(20_000):  # reference cycles, as botocore's clients leave
+    a = {}
+    a["self"] = a
+    garbage.append(a)
+del garbage, a
+from costguard.engine.heap import skip_collection_at_exit
+if sys.argv[1] == "skip":
+    print(skip_collection_at_exit(), skip_collection_at_exit())
+"""
+
+
+@pytest.mark.parametrize("mode", ["skip", "collect"])
+def test_the_heap_is_frozen_at_exit_once_asked(mode: str) -> None:
+    out = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT, mode], check=True,
+                         capture_output=True, text=True).stdout.splitlines()
+    if mode == "skip":
+        assert out == ["True False", "frozen at exit True"]  # registered once
+    else:
+        assert out == ["frozen at exit False"]
+
+
+def test_the_engine_asks_at_every_cycle(
+    make_engine: EngineFactory, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked: list[str] = []
+
+    def skip() -> bool:
+        asked.append("skip")
+        return True
+
+    monkeypatch.setattr("costguard.engine.cycle.skip_collection_at_exit", skip)
+    engine = make_engine()
+    engine.run_cycle()
+    engine.run_cycle()
+    assert asked == ["skip", "skip"]
