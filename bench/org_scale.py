@@ -214,7 +214,9 @@ def _size(n: int, work: Path, latency_ms: float, throttle: float, workers: int,
             "calls_by_operation": ", ".join(f"{op} {c}" for op, c in calls.most_common()),
             "note": "",
         }
-        stages = ", ".join(f"{s} {v:.1f}" for s, v in summary["stage_seconds"].items())
+        cpu = summary.get("stage_cpu_seconds", {})
+        stages = ", ".join(f"{s} {v:.1f} ({cpu.get(s, 0):.1f} CPU)"
+                           for s, v in summary["stage_seconds"].items())
         if k == 0:
             row["note"] = (f"{_targets(row)}; floor: "
                            + ", ".join(f"{op} {c}" for op, c in floor.most_common())

@@ -178,7 +178,9 @@ class Daemon:
                 # the values are fields (JSON keys, or key=value in text), not the message
                 log.info("cycle stage done", extra={
                     "cycle": summary.cycle_id, "stage": stage,
-                    "seconds": round(summary.stage_seconds[stage], 3), **counts})
+                    "seconds": round(summary.stage_seconds[stage], 3),
+                    "cpu_seconds": round(summary.stage_cpu_seconds.get(stage, 0.0), 3),
+                    **counts})
         now = self.clock.now()
         self.state.last_cycle_at, self.state.last_cycle_id = now, summary.cycle_id
         self.state.last_error = None

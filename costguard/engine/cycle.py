@@ -82,6 +82,9 @@ class CycleSummary:
     digests: int = 0  # weekly underused-GPU digests enqueued
     paused: bool = False
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    # the process's CPU (every thread's) during each stage: what a stage costs a core,
+    # where its wall time also waits on the clouds
+    stage_cpu_seconds: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         d = dict(vars(self))
@@ -185,9 +188,10 @@ class Engine:
         return summary
 
     def _stage(self, summary: CycleSummary, name: str, fn: Callable[[], object]) -> None:
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         fn()
         summary.stage_seconds[name] = round(time.perf_counter() - t0, 4)
+        summary.stage_cpu_seconds[name] = round(time.process_time() - cpu0, 4)
         log.debug("cycle %s stage %s took %.3fs", summary.cycle_id, name,
                   summary.stage_seconds[name])
 

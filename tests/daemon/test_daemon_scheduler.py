@@ -153,6 +153,9 @@ def test_each_stage_logs_one_line_with_counts_and_timing(db: Database) -> None:
     collect = stages[0]
     assert collect["instances"] == 5 and collect["gaps"] == 0 and collect["seconds"] >= 0
     assert stages[4]["findings"] == 3
+    # the process's CPU during each stage, beside its wall time
+    assert all(0 <= s["cpu_seconds"] for s in stages)
+    assert sum(s["cpu_seconds"] for s in stages) > 0
 
 
 def test_text_log_lines_name_each_field_once(db: Database) -> None:
@@ -161,7 +164,7 @@ def test_text_log_lines_name_each_field_once(db: Database) -> None:
     assert len(lines) == 7
     for line in lines:
         keys = re.findall(r" (\w+)=", line)
-        assert keys[:3] == ["cycle", "stage", "seconds"], line
+        assert keys[:4] == ["cycle", "stage", "seconds", "cpu_seconds"], line
         assert len(keys) == len(set(keys)), line
 
 
