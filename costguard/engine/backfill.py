@@ -12,13 +12,19 @@ and fewer readings to store; the decisions are the same (tests/engine/test_backf
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
+from costguard.engine import behind
+from costguard.engine.collect import METRICS_SCOPE
+from costguard.errors import ProviderError
 from costguard.model import Gap, GpuMinute, Instance, covering
 from costguard.policy.conditions import IdleCondition
 from costguard.telemetry.classify import peaks
+
+log = logging.getLogger("costguard.engine")
 
 RECENT = timedelta(minutes=15)
 
@@ -96,3 +102,19 @@ def fetch_cold(fetch: Fetch, wanted: list[Instance], start: datetime, now: datet
     more_gaps = fetch(undecided, start, mid, None)
     by_scope = {g.scope: g for g in [*gaps, *more_gaps]}  # one gap per scope, as one fetch
     return list(by_scope.values())
+
+
+def catch_up(name: str, fetch: Fetch, members: list[Instance], start: datetime,
+             now: datetime, lagging: behind.Behind) -> tuple[list[Gap], bool]:
+    """[start, now) for `members`, the instances of scopes behind since `start`; and
+    whether the call raised. A call that raises (a provider raises when no scope of a call
+    reads) keeps those scopes behind and open as gaps; the rest of the cycle goes on."""
+    try:
+        gaps = fetch(members, start, now, None)
+    except ProviderError as exc:
+        log.warning("telemetry gap (behind since %s): %s", start.isoformat(), exc)
+        scopes = {exc.scope} | {k for i in members for k in behind.scope_keys(i)
+                                if k in lagging}
+        return [Gap(provider=name, scope=scope + METRICS_SCOPE, error=str(exc))
+                for scope in sorted(scopes)], True
+    return gaps, False

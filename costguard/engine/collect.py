@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from typing import TypeVar
 
 from sqlmodel import Session, col, select
 
@@ -17,6 +19,19 @@ from costguard.store.inventory import record_inventory
 from costguard.store.tables import GapRow
 
 log = logging.getLogger("costguard.collect")
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def each_provider(items: Sequence[T], call: Callable[[T], R]) -> list[R]:
+    """`call` on every item (one per provider), each in a thread of its own, results in the
+    items' order: one cloud's answers are waited for while another's are read (each
+    provider already reads its own scopes concurrently). An exception is raised once every
+    call has ended."""
+    if len(items) <= 1:
+        return [call(i) for i in items]
+    with ThreadPoolExecutor(len(items), "costguard-provider") as pool:
+        return list(pool.map(call, items))
 
 
 def collect(db: Database, providers: Mapping[str, Provider], now: datetime
@@ -24,11 +39,16 @@ def collect(db: Database, providers: Mapping[str, Provider], now: datetime
     """List every provider; returns instances seen per provider and this cycle's gaps."""
     seen: dict[str, int] = {}
     gaps: list[Gap] = []
-    for name, provider in providers.items():
+
+    def listed(provider: Provider) -> Inventory:
         try:
-            inv = provider.list_instances()
+            return provider.list_instances()
         except ProviderError as exc:
-            inv = Inventory(gaps=[Gap(provider=provider.name, scope=exc.scope, error=str(exc))])
+            return Inventory(gaps=[Gap(provider=provider.name, scope=exc.scope, error=str(exc))])
+
+    # every provider listed at once, then stored one by one in their order
+    inventories = each_provider(list(providers.values()), listed)
+    for name, inv in zip(providers, inventories, strict=True):
         with db.session() as s:
             record_inventory(s, name, inv.instances, now, complete=not inv.gaps)
             record_gaps(s, name, inv.gaps, now)

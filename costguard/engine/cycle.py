@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -24,8 +25,8 @@ from costguard.costs.attribution import Attributor
 from costguard.costs.price_book import PriceBook
 from costguard.costs.pricing import PriceCatalog, PriceOverrides
 from costguard.engine import behind
-from costguard.engine.backfill import Fetch, Observe, fetch_cold
-from costguard.engine.collect import METRICS_SCOPE, collect, record_gaps
+from costguard.engine.backfill import Fetch, Observe, catch_up, fetch_cold
+from costguard.engine.collect import METRICS_SCOPE, collect, each_provider, record_gaps
 from costguard.engine.heap import (
     cycle_collection,
     limit_malloc_arenas,
@@ -135,6 +136,7 @@ class Engine:
         self._spend_checked: datetime | None = None
         self._memories_attached = False
         self.verdicts = Verdicts()  # what an `underused:` condition reads (engine/verdicts.py)
+        self._store = threading.Lock()  # the telemetry stage's writes, one provider at a time
         overrides_file = settings.costs.price_overrides
         self.catalog = PriceCatalog(
             {n: p.price for n, p in self.providers.items()},
@@ -210,76 +212,73 @@ class Engine:
         instances = self._current_instances()
         with self.db.session() as s:
             agent = instances_with_source(s, TelemetrySource.AGENT, now - AGENT_FRESH)
-        for name, provider in self.providers.items():
-            key = f"telemetry_until:{name}"
-            with self.db.session() as s:
-                since = control.get_time(s, key)
-                # scopes whose metrics failed while the rest answered (engine/behind.py)
-                lagging = behind.load(s, name) if since is not None else {}
-            start = max(since or now - lookback, floor)
-            wanted = [i for i in instances if i.provider == name and i.has_gpu
-                      and i.state is InstanceState.RUNNING
-                      and (i.provider, i.instance_id) not in agent]
-            gaps: list[Gap] = []
-            asked: list[tuple[Instance, datetime, bool]] = []  # instance, start, call raised
-            if wanted and start < now:
-                fetch = self._fetcher(name, provider, self._sink(summary))
-                on_time, late = behind.plan(wanted, start, lagging, floor)
-                try:
-                    if since is None:  # a first cycle: the window's history where it matters
-                        gaps = fetch_cold(fetch, on_time, start, now,
-                                          self._idle_conditions())
-                    elif on_time:
-                        gaps = fetch(on_time, start, now, None)
-                except ProviderError as exc:
-                    # no readings is "no data", never "idle": record the gap, keep going, and
-                    # leave the watermark so the next cycle asks for this span again
-                    log.warning("telemetry gap: %s", exc)
-                    gaps = [Gap(provider=name, scope=exc.scope + METRICS_SCOPE, error=str(exc))]
-                    # scopes still behind were not read either: their gaps stay open
-                    gaps += [Gap(provider=name, scope=scope + METRICS_SCOPE,
-                                 error=f"not read this cycle: {exc}")
-                             for scope in sorted(lagging) if scope != exc.scope]
-                    wanted = []
-                else:
-                    asked += [(i, start, False) for i in on_time]
-                    for late_start, members in late:  # behind scopes, from where they were
-                        more_gaps, raised = self._catch_up(name, fetch, members, late_start,
-                                                           now, lagging)
-                        gaps += more_gaps
-                        asked += [(i, late_start, raised) for i in members]
-                    gaps = list({g.scope: g for g in gaps}.values())  # one gap per scope
-            with self.db.session() as s:
-                record_gaps(s, name, gaps, now, metrics=True)
-            summary.gaps += [g.model_dump(mode="json") for g in gaps]
-            if not wanted and gaps:
-                continue
-            # a cloud's metrics arrive late: ask for the last `metrics_settle` again next time
-            settle: timedelta = getattr(provider, "metrics_settle", timedelta(0))
-            until = max(start, now - settle) if wanted else now
-            now_behind = behind.update(
-                lagging, asked, [g.scope.removesuffix(METRICS_SCOPE) for g in gaps],
-                [i for i in instances if i.provider == name], floor)
-            with self.db.session() as s:  # the readings were stored as they arrived
-                control.put(s, key, until.isoformat(), now)
-                behind.save(s, name, now_behind, now)
 
-    @staticmethod
-    def _catch_up(name: str, fetch: Fetch, members: list[Instance], start: datetime,
-                  now: datetime, lagging: behind.Behind) -> tuple[list[Gap], bool]:
-        """[start, now) for `members`, the instances of scopes behind since `start`; and
-        whether the call raised. A call that raises (a provider raises when no scope of a
-        call reads) keeps those scopes behind and open as gaps; the rest of the cycle goes
-        on."""
-        try:
-            gaps = fetch(members, start, now, None)
-        except ProviderError as exc:
-            log.warning("telemetry gap (behind since %s): %s", start.isoformat(), exc)
-            scopes = {exc.scope} | {k for i in members for k in behind.scope_keys(i)
-                                    if k in lagging}
-            return [Gap(provider=name, scope=scope + METRICS_SCOPE, error=str(exc))
-                    for scope in sorted(scopes)], True
-        return gaps, False
+        def read(named: tuple[str, Provider]) -> list[Gap]:
+            return self._provider_telemetry(summary, *named, now, lookback, floor, instances,
+                                            agent)
+
+        # every provider read at once (engine/collect.py), the store written one at a time
+        for gaps in each_provider(list(self.providers.items()), read):
+            summary.gaps += [g.model_dump(mode="json") for g in gaps]
+
+    def _provider_telemetry(
+        self, summary: CycleSummary, name: str, provider: Provider, now: datetime,
+        lookback: timedelta, floor: datetime, instances: list[Instance],
+        agent: set[tuple[str, str]],
+    ) -> list[Gap]:
+        """One provider's GPU metrics since its watermark; returns its metrics gaps. Runs
+        beside the other providers': every store write here holds `self._store`."""
+        key = f"telemetry_until:{name}"
+        with self._store, self.db.session() as s:
+            since = control.get_time(s, key)
+            # scopes whose metrics failed while the rest answered (engine/behind.py)
+            lagging = behind.load(s, name) if since is not None else {}
+        start = max(since or now - lookback, floor)
+        wanted = [i for i in instances if i.provider == name and i.has_gpu
+                  and i.state is InstanceState.RUNNING
+                  and (i.provider, i.instance_id) not in agent]
+        gaps: list[Gap] = []
+        asked: list[tuple[Instance, datetime, bool]] = []  # instance, start, call raised
+        if wanted and start < now:
+            fetch = self._fetcher(name, provider, self._sink(summary))
+            on_time, late = behind.plan(wanted, start, lagging, floor)
+            try:
+                if since is None:  # a first cycle: the window's history where it matters
+                    gaps = fetch_cold(fetch, on_time, start, now,
+                                      self._idle_conditions())
+                elif on_time:
+                    gaps = fetch(on_time, start, now, None)
+            except ProviderError as exc:
+                # no readings is "no data", never "idle": record the gap, keep going, and
+                # leave the watermark so the next cycle asks for this span again
+                log.warning("telemetry gap: %s", exc)
+                gaps = [Gap(provider=name, scope=exc.scope + METRICS_SCOPE, error=str(exc))]
+                # scopes still behind were not read either: their gaps stay open
+                gaps += [Gap(provider=name, scope=scope + METRICS_SCOPE,
+                             error=f"not read this cycle: {exc}")
+                         for scope in sorted(lagging) if scope != exc.scope]
+                wanted = []
+            else:
+                asked += [(i, start, False) for i in on_time]
+                for late_start, members in late:  # behind scopes, from where they were
+                    more_gaps, raised = catch_up(name, fetch, members, late_start, now, lagging)
+                    gaps += more_gaps
+                    asked += [(i, late_start, raised) for i in members]
+                gaps = list({g.scope: g for g in gaps}.values())  # one gap per scope
+        with self._store, self.db.session() as s:
+            record_gaps(s, name, gaps, now, metrics=True)
+        if not wanted and gaps:
+            return gaps
+        # a cloud's metrics arrive late: ask for the last `metrics_settle` again next time
+        settle: timedelta = getattr(provider, "metrics_settle", timedelta(0))
+        until = max(start, now - settle) if wanted else now
+        now_behind = behind.update(
+            lagging, asked, [g.scope.removesuffix(METRICS_SCOPE) for g in gaps],
+            [i for i in instances if i.provider == name], floor)
+        with self._store, self.db.session() as s:  # readings were stored as they arrived
+            control.put(s, key, until.isoformat(), now)
+            behind.save(s, name, now_behind, now)
+        return gaps
 
     def _current_instances(self) -> list[Instance]:
         """The inventory as collect left it; nothing changes it before the act stage."""
@@ -292,7 +291,7 @@ class Engine:
         """Store a call's readings and feed them to the window, as they arrive."""
         def sink(readings: list[GpuMinute], since: datetime) -> None:
             if readings:
-                with self.db.session() as s:
+                with self._store, self.db.session() as s:
                     summary.readings += write_minutes(s, readings)
                 self.window.add(readings, since=since)
         return sink
