@@ -52,17 +52,19 @@ log = logging.getLogger("costguard.engine")
 MAX_TELEMETRY_LOOKBACK = timedelta(hours=6)
 # instance-minutes per provider metrics call (scopes kept whole): 5,000 instances over a
 # steady cycle's quarter hour, 1,250 over a first cycle's hour; what one call brings back
-# grows with its span, and a chunk's answers are held at once (`_fetcher`)
+# grows with its span, and a chunk's answers are held at once (`_fetcher`), so providers
+# read at once share it
 TELEMETRY_CHUNK = 75_000
 TELEMETRY_CHUNK_MIN = 500  # instances: a long catch-up still asks ten scopes at once
 AGENT_FRESH = timedelta(minutes=10)
 
 
-def chunk_size(start: datetime, end: datetime) -> int:
-    """Instances per provider metrics call over [start, end): `TELEMETRY_CHUNK`
-    instance-minutes, at least `TELEMETRY_CHUNK_MIN` instances."""
+def chunk_size(start: datetime, end: datetime, readers: int = 1) -> int:
+    """Instances per provider metrics call over [start, end) when `readers` providers are
+    read at once: `TELEMETRY_CHUNK` instance-minutes shared between them, at least
+    `TELEMETRY_CHUNK_MIN` instances."""
     minutes = max(1, math.ceil((end - start) / timedelta(minutes=1)))
-    return max(TELEMETRY_CHUNK_MIN, TELEMETRY_CHUNK // minutes)
+    return max(TELEMETRY_CHUNK_MIN, TELEMETRY_CHUNK // (minutes * max(1, readers)))
 
 
 @dataclass
@@ -240,7 +242,7 @@ class Engine:
         gaps: list[Gap] = []
         asked: list[tuple[Instance, datetime, bool]] = []  # instance, start, call raised
         if wanted and start < now:
-            fetch = self._fetcher(name, provider, self._sink(summary))
+            fetch = self._fetcher(name, provider, self._sink(summary), len(self.providers))
             on_time, late = behind.plan(wanted, start, lagging, floor)
             try:
                 if since is None:  # a first cycle: the window's history where it matters
@@ -298,8 +300,9 @@ class Engine:
 
     @staticmethod
     def _fetcher(name: str, provider: Provider,
-                 sink: Callable[[list[GpuMinute], datetime], None]) -> Fetch:
-        """Ask the provider `chunk_size` instances at a time (a scope never split), and
+                 sink: Callable[[list[GpuMinute], datetime], None], readers: int) -> Fetch:
+        """Ask the provider `chunk_size` instances at a time (`readers`: the providers read
+        at once; a scope never split), and
         hand each call's readings to `sink` (and `observe`) before the next call: at
         organisation scale an hour of readings for every GPU held at once was gigabytes. A
         chunk whose call raises is a gap for its scopes while the others are read; when
@@ -310,7 +313,7 @@ class Engine:
                   observe: Observe | None) -> list[Gap]:
             gaps: list[Gap] = []
             failed: list[ProviderError] = []
-            chunks = behind.scope_chunks(wanted, chunk_size(start, end))
+            chunks = behind.scope_chunks(wanted, chunk_size(start, end, readers))
             for chunk in chunks:
                 try:
                     readings = provider.gpu_metrics(chunk, start, end)

@@ -255,6 +255,9 @@ def test_a_chunk_holds_fewer_instances_the_longer_its_span() -> None:
     assert chunk_size(T0, T0 + timedelta(minutes=14, seconds=1)) == 5_000  # whole minutes
     assert chunk_size(T0, T0 + MAX_TELEMETRY_LOOKBACK) == 500
     assert chunk_size(T0, T0 + timedelta(seconds=30)) == 75_000  # under a minute: one
+    # providers read at once share it
+    assert chunk_size(T0, T0 + timedelta(minutes=15), readers=2) == 2_500
+    assert chunk_size(T0, T0 + MAX_TELEMETRY_LOOKBACK, readers=2) == 500
 
 
 def test_metrics_are_asked_a_chunk_of_scopes_at_a_time_and_a_failing_chunk_is_its_gap(
