@@ -4,9 +4,10 @@ efficiency-week: 1,000 single-GPU instances with a week of 5-minute CloudWatch p
 (2.0 M readings, SQLite). Measured, each in a fresh process (its CPU and peak RSS its
 own): one cycle's judging (`stored.refresh`: the due instances up to
 `recommend.judge_per_cycle` and `judge_gpu_minutes_per_cycle`), and the judging of every
-GPU instance that `costguard recommend`, the report's waste section and the console's
-recommendations do. The other benches hold an hour of readings, so they never showed
-what a week costs.
+GPU instance (`costguard recommend --fresh`), and what `costguard recommend`, the report's
+waste section and the console cost once the daemon has judged and stored every verdict
+(they take those). The other benches hold an hour of readings, so they never showed what
+a week costs.
 """
 
 from __future__ import annotations
@@ -39,15 +40,25 @@ cfg = RecommendSettings()
 with db.session() as s:
     instances = current_instances(s)
     cpu0, wall0 = time.process_time(), time.perf_counter()
+    taken = 0
     if sys.argv[3] == "cycle":
         judged = stored.refresh(s, instances, now, lambda i: None, cfg)
-    else:
-        judged = len(recommend(s, now, lambda i: None, cfg).items)
+    elif sys.argv[3] == "fresh":  # recommend --fresh: every instance's readings judged
+        judged = len(recommend(s, now, lambda i: None, cfg, fresh=True).items)
+    else:  # once the daemon has judged them all: its stored verdicts taken
+        every = cfg.model_copy(update={"judge_per_cycle": 100_000,
+                                       "judge_gpu_minutes_per_cycle": 10**9})
+        stored.refresh(s, instances, now, lambda i: None, every)
+        s.commit()
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        recs = recommend(s, now, lambda i: None, cfg)
+        judged, taken = len(recs.items) - recs.reused, recs.reused
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
 # VmHWM, this process's own peak: ru_maxrss would count the parent's, forked before exec
 hwm = next(int(line.split()[1]) for line in open("/proc/self/status")
            if line.startswith("VmHWM:"))
-print(json.dumps({"judged": judged, "cpu_s": cpu, "wall_s": wall, "peak_rss_mb": hwm / 1024}))
+print(json.dumps({"judged": judged, "taken": taken, "cpu_s": cpu, "wall_s": wall,
+                  "peak_rss_mb": hwm / 1024}))
 """
 
 
@@ -87,8 +98,9 @@ def _seed(url: str) -> int:
 @benchmark("efficiency-week",
            description="Efficiency verdicts over a week of readings: 1,000 single-GPU "
                        "instances, a week of 5-minute points each (2.0 M readings, SQLite); "
-                       "one cycle's judging, and judging every GPU instance (costguard "
-                       "recommend, the report's waste section), each in a fresh process.")
+                       "one cycle's judging, judging every GPU instance (costguard recommend "
+                       "--fresh), and recommend taking the verdicts the daemon stored (the "
+                       "report's waste section, the console), each in a fresh process.")
 def efficiency_week() -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -96,14 +108,19 @@ def efficiency_week() -> list[dict[str, object]]:
         started = time.perf_counter()
         readings = _seed(url)
         seed_s = time.perf_counter() - started
-        for what in ("cycle", "recommend"):
+        labels = {
+            "cycle": "one cycle (judge_per_cycle, judge_gpu_minutes_per_cycle)",
+            "fresh": "every GPU instance (recommend --fresh)",
+            "stored": "every GPU instance, the daemon's verdicts stored (recommend, report)",
+        }
+        for what, label in labels.items():
             done = subprocess.run([sys.executable, "-c", _MEASURE, url, NOW.isoformat(), what],
                                   capture_output=True, text=True, check=True, timeout=900)
             got = json.loads(done.stdout.strip().splitlines()[-1])
             rows.append({
-                "judging": ("one cycle (judge_per_cycle, judge_gpu_minutes_per_cycle)"
-                            if what == "cycle" else "every GPU instance (recommend, report)"),
+                "judging": label,
                 "instances_judged": got["judged"],
+                "verdicts_taken_stored": got["taken"],
                 "readings_in_store": readings,
                 "cpu_s": round(got["cpu_s"], 2), "wall_s": round(got["wall_s"], 2),
                 "peak_rss_mb": round(got["peak_rss_mb"]),

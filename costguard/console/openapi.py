@@ -67,7 +67,8 @@ SCHEMAS: dict[str, Any] = {
     "Recommendations": _obj({
         "schema": INT, "since": WHEN, "until": WHEN, "settings": {"type": "object"},
         "summary": _obj({"gpu_instances": INT, "underused": INT, "underused_usd": NUM,
-                         "monthly_savings_usd": NUM, "insufficient_data": INT}),
+                         "monthly_savings_usd": NUM, "insufficient_data": INT,
+                         "stored_verdicts": INT, "oldest_stored_verdict": _opt(WHEN)}),
         "by_team": {"type": "object"},
         "items": {"type": "array", "items": {"type": "object"}}, "page": _ref("Page")}),
     "Anomaly": _obj({

@@ -32,6 +32,9 @@ def recommend_command(
     everything: Annotated[bool, typer.Option(
         "--all", help="Every GPU instance judged, not only the underused.")] = False,
     fmt: Annotated[Literal["table", "json", "csv"], typer.Option("--format")] = "table",
+    fresh: Annotated[bool, typer.Option(
+        "--fresh", help="Judge every instance's readings now, not the verdicts the daemon "
+        "stored within recommend.refresh (a day).")] = False,
 ) -> None:
     """GPUs that do a little: each underused instance's bottleneck with its evidence, the
     cheapest type that holds what it was measured to use, the dollars, and the risks.
@@ -62,7 +65,8 @@ def recommend_command(
         try:
             with db.session() as s:
                 catalog = catalog_for(settings, s)  # with the prices `prices refresh` stored
-                recs = recommend(s, cli_clock().now(), catalog.quote, cfg, wanted)
+                recs = recommend(s, cli_clock().now(), catalog.quote, cfg, wanted,
+                                 fresh=fresh)
         finally:
             db.dispose()
     except CostguardError as exc:

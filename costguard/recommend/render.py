@@ -76,7 +76,11 @@ def _summary(recs: Recommendations) -> dict[str, Any]:
             "underused_usd": round(sum(r.underused_usd for r in under), 2),
             "monthly_savings_usd": round(sum(max(0.0, r.fit.monthly_usd) for r in under), 2),
             "insufficient_data": sum(1 for r in recs.items if r.fit.efficiency.bottleneck
-                                     is Bottleneck.INSUFFICIENT_DATA)}
+                                     is Bottleneck.INSUFFICIENT_DATA),
+            # verdicts taken as the daemon stored them (judged within recommend.refresh)
+            "stored_verdicts": recs.reused,
+            "oldest_stored_verdict": (recs.oldest_reused.isoformat()
+                                      if recs.oldest_reused else None)}
 
 
 CSV_COLUMNS = ("provider", "instance_id", "name", "instance_type", "team", "bottleneck",
@@ -127,6 +131,9 @@ def headline(recs: Recommendations) -> str:
             f"{_usd(s['monthly_savings_usd'])}/month")
     if s["insufficient_data"]:
         text += f"; {s['insufficient_data']} not judged (too few readings)"
+    if recs.reused and recs.oldest_reused is not None:
+        text += (f"; {recs.reused} verdicts as the daemon judged them (the oldest at "
+                 f"{recs.oldest_reused:%Y-%m-%d %H:%M} UTC; --fresh judges them all now)")
     return text
 
 

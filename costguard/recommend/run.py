@@ -6,6 +6,13 @@ Instances: the stored inventory's GPU instances (not those gone). Readings: the 
 GPU-minutes over [now - window, now). Spend and team: the report's own spend query over
 the same window (the team each hour was attributed to then), so the dollars here add up
 with `costguard report`.
+
+Judging reads every reading of the window (~18 us a 5-minute point: a 10,000-instance
+fleet's week is minutes), and the daemon's cycle already judges each GPU instance once per
+`recommend.refresh` and stores the verdict (`recommend/stored.py`). So `recommend` takes
+an instance's stored verdict under the same thresholds when it was judged within
+`refresh` before `now` (what the `underused:` policies act on), fits it at today's prices,
+and judges afresh only the others; `fresh=True` judges every one.
 """
 
 from __future__ import annotations
@@ -16,17 +23,19 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlmodel import Session
+from sqlmodel import Session, col, select
 
 from costguard.clock import utc
 from costguard.costs.attribution import UNATTRIBUTED
 from costguard.model import Instance
 from costguard.recommend.fit import Fit, PriceLookup, cheaper_fit
 from costguard.recommend.settings import RecommendSettings
+from costguard.recommend.tables import EfficiencyRow
+from costguard.recommend.verdict import settings_key
 from costguard.report.figures import Waste, WasteLine
 from costguard.store.inventory import current_instances
 from costguard.store.readings import read_minutes
-from costguard.telemetry.efficiency import Bottleneck, judge
+from costguard.telemetry.efficiency import Bottleneck, Efficiency, judge
 
 # GPU-minutes of readings read and judged at once: ~35 MB as `GpuMinute`s (~1.7 KB each)
 READINGS_PER_READ = 20_000
@@ -50,6 +59,8 @@ class Recommendations:
     since: datetime
     until: datetime
     items: list[Recommendation]  # every GPU instance judged, largest saving first
+    reused: int = 0  # of them, verdicts the daemon stored (judged within `refresh`)
+    oldest_reused: datetime | None = None  # when the oldest of those was judged
 
     @property
     def underused(self) -> list[Recommendation]:
@@ -70,19 +81,41 @@ class Recommendations:
 
 def recommend(session: Session, now: datetime, price: PriceLookup,
               settings: RecommendSettings | None = None,
-              filters: Mapping[str, str] | None = None) -> Recommendations:
+              filters: Mapping[str, str] | None = None, *,
+              fresh: bool = False) -> Recommendations:
     """Every GPU instance's verdict and fit over the window ending `now`; `filters` (report
-    dimensions, e.g. team=research) narrow it as they narrow a report."""
+    dimensions, e.g. team=research) narrow it as they narrow a report. A verdict the daemon
+    stored within `refresh` before `now` is taken as judged (`fresh`: none is)."""
     cfg = settings or RecommendSettings()
     since = now - cfg.window
     spent, teams = spend_by_instance(session, since, now, filters)
     instances = [i for i in current_instances(session) if i.gpu_count > 0
                  and (not filters or i.instance_id in spent)]
-    out = judge_instances(session, instances, now, price, cfg, spent, teams)
+    known = {} if fresh else stored_verdicts(session, cfg, now)
+    out = judge_instances(session, instances, now, price, cfg, spent, teams, known)
     out.sort(key=lambda r: (-r.fit.monthly_usd, -r.underused_usd,
                             r.fit.efficiency.bottleneck is Bottleneck.INSUFFICIENT_DATA,
                             r.fit.instance.instance_id))
-    return Recommendations(since, now, out)
+    taken = [known[(i.provider, i.instance_id)][1] for i in instances
+             if (i.provider, i.instance_id) in known]
+    return Recommendations(since, now, out, len(taken), min(taken, default=None))
+
+
+Ref = tuple[str, str]  # (provider, instance_id)
+
+
+def stored_verdicts(session: Session, cfg: RecommendSettings, now: datetime
+                    ) -> dict[Ref, tuple[Efficiency, datetime]]:
+    """The verdicts stored under `cfg`'s thresholds judged in (now - refresh, now], and
+    when: one judged later than `now` (a report that ends in the past) or longer ago is not
+    the window asked about."""
+    rows = session.execute(
+        select(col(EfficiencyRow.provider), col(EfficiencyRow.instance_id),
+               col(EfficiencyRow.efficiency), col(EfficiencyRow.judged_at))
+        .where(col(EfficiencyRow.settings_key) == settings_key(cfg),
+               col(EfficiencyRow.judged_at) > now - cfg.refresh,
+               col(EfficiencyRow.judged_at) <= now)).all()
+    return {(p, i): (Efficiency.model_validate(e), utc(t)) for p, i, e, t in rows}
 
 
 def spend_by_instance(session: Session, since: datetime, until: datetime,
@@ -108,26 +141,34 @@ def spend_by_instance(session: Session, since: datetime, until: datetime,
 
 def judge_instances(session: Session, instances: Sequence[Instance], now: datetime,
                     price: PriceLookup, cfg: RecommendSettings, spent: Mapping[str, float],
-                    teams: Mapping[str, str]) -> list[Recommendation]:
-    """The verdict and fit of each of `instances` over the window ending `now`.
+                    teams: Mapping[str, str],
+                    known: Mapping[Ref, tuple[Efficiency, datetime]] | None = None,
+                    ) -> list[Recommendation]:
+    """The verdict and fit of each of `instances` over the window ending `now`; an
+    instance in `known` keeps that verdict (its readings are not read).
 
     Their readings are read a few instances at a time (`reads`) and dropped once judged:
     a week of one GPU's minutes is 10,080 readings, ~17 MB as `GpuMinute`s, so a fleet's
     week read at once (the report's waste section judges every GPU instance) would not
     fit in memory."""
     since = now - cfg.window
-    out = []
-    for chunk in reads(instances, since, now):
+    known = known or {}
+    verdicts: dict[Ref, Efficiency] = {
+        (i.provider, i.instance_id): known[(i.provider, i.instance_id)][0]
+        for i in instances if (i.provider, i.instance_id) in known}
+    todo = [i for i in instances if (i.provider, i.instance_id) not in verdicts]
+    for chunk in reads(todo, since, now):
         readings = read_minutes(session, [(i.provider, i.instance_id) for i in chunk],
                                 since, now)
         for inst in chunk:
-            e = judge(readings.pop((inst.provider, inst.instance_id), []),
-                      window_start=since, window_end=now, gpu_count=inst.gpu_count,
-                      settings=cfg)
-            out.append(Recommendation(cheaper_fit(inst, e, price, cfg),
-                                      teams.get(inst.instance_id, UNATTRIBUTED),
-                                      round(spent.get(inst.instance_id, 0.0), 2)))
-    return out
+            ref = (inst.provider, inst.instance_id)
+            verdicts[ref] = judge(readings.pop(ref, []), window_start=since,
+                                  window_end=now, gpu_count=inst.gpu_count, settings=cfg)
+    return [Recommendation(cheaper_fit(inst, verdicts[(inst.provider, inst.instance_id)],
+                                       price, cfg),
+                           teams.get(inst.instance_id, UNATTRIBUTED),
+                           round(spent.get(inst.instance_id, 0.0), 2))
+            for inst in instances]
 
 
 def gpu_minutes(inst: Instance, start: datetime, end: datetime) -> int:

@@ -243,3 +243,16 @@ def test_explain_shows_the_stored_verdict_and_checks_underused_on_it(demo_dir: P
     (tagged,) = [p for p in healthy["policies"] if p["policy"] == "underused-tagged"]
     assert not tagged["condition_holds"]
     assert tagged["reasons"] == ["underused, but data-loading, not latency-bound or healthy"]
+
+
+def test_the_daemons_stored_verdicts_are_taken_unless_fresh(demo_dir: Path) -> None:
+    """The demo's cycles judged and stored each GPU instance's verdict: `recommend` takes
+    them (and says so); `--fresh` judges every instance's readings again."""
+    taken = json.loads(cli("--format", "json"))["summary"]
+    fresh = json.loads(cli("--fresh", "--format", "json"))["summary"]
+    assert 0 < taken["stored_verdicts"] <= taken["gpu_instances"]
+    assert taken["oldest_stored_verdict"] is not None
+    assert fresh["stored_verdicts"] == 0 and fresh["oldest_stored_verdict"] is None
+    assert fresh["gpu_instances"] == taken["gpu_instances"]
+    assert "as the daemon judged them" in cli()
+    assert "as the daemon judged them" not in cli("--fresh")
