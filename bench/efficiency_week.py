@@ -125,6 +125,6 @@ def efficiency_week() -> list[dict[str, object]]:
                 "cpu_s": round(got["cpu_s"], 2), "wall_s": round(got["wall_s"], 2),
                 "peak_rss_mb": round(got["peak_rss_mb"]),
                 "us_per_reading_judged": round(
-                    got["cpu_s"] / (got["judged"] * POINTS) * 1e6, 1) if got["judged"] else None,
+                    got["cpu_s"] / (got["judged"] * POINTS) * 1e6, 1) if got["judged"] else "",
                 "seed_s": round(seed_s, 1)})
     return rows

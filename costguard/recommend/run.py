@@ -207,4 +207,4 @@ def waste_of(recs: Recommendations, top: int = 5) -> Waste:
     return Waste(recs.since, recs.until, len(recs.items), len(under),
                  round(sum(r.underused_usd for r in under), 2),
                  round(sum(max(0.0, r.fit.monthly_usd) for r in under), 2),
-                 recs.by_team(), lines)
+                 recs.by_team(), lines, recs.reused, recs.oldest_reused)

@@ -52,6 +52,8 @@ class Waste:
     monthly_savings_usd: float
     by_team: dict[str, dict[str, float]]
     top: tuple[WasteLine, ...]
+    stored: int = 0  # of `judged`, verdicts the daemon stored (recommend/run.py)
+    oldest_stored: datetime | None = None  # when the oldest of those was judged
 
 
 @dataclass(frozen=True)

@@ -162,7 +162,9 @@ def waste_json(report: Report) -> dict[str, Any]:
             "by_team": w.by_team,
             "top": [{"instance": t.instance, "team": t.team, "bottleneck": t.bottleneck,
                      "gpus_used": t.gpus_used, "fit": t.fit, "monthly_savings_usd": t.monthly_usd}
-                    for t in w.top]}
+                    for t in w.top],
+            "stored_verdicts": w.stored,
+            "oldest_stored_verdict": w.oldest_stored.isoformat() if w.oldest_stored else None}
 
 
 def not_compared_cents(report: Report) -> list[int]:
@@ -261,6 +263,9 @@ def waste_notes(report: Report, console: Console) -> None:
                   f"{usd_float(w.underused_usd)} spent on them; fits save "
                   f"{usd_float(w.monthly_savings_usd)}/month",
                   style="bold", highlight=False, markup=False)
+    if w.stored and w.oldest_stored is not None:
+        console.print(f"  ({w.stored} verdicts as the daemon judged them, the oldest at "
+                      f"{w.oldest_stored:%Y-%m-%d %H:%M} UTC)", highlight=False, markup=False)
     for team, row in w.by_team.items():
         saves = row["monthly_savings_usd"]
         console.print(f"  {team:<16} {usd_float(row['underused_usd']):>12} on "

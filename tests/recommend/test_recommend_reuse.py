@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from costguard.recommend.render import recommend_doc
-from costguard.recommend.run import recommend
+from costguard.recommend.run import recommend, waste_of
 from costguard.store.db import Database
 from costguard.store.inventory import record_inventory
 from costguard.telemetry.efficiency import Bottleneck
@@ -43,6 +43,9 @@ def test_stored_verdicts_are_taken_while_young_and_only_for_the_window(db: Datab
     with db.session() as s:
         recs = recommend(s, NOW, lambda i: None, CFG)
     assert recs.oldest_reused == NOW - timedelta(hours=2)
+    # the report's waste section says so too
+    waste = waste_of(recs)
+    assert (waste.judged, waste.stored, waste.oldest_stored) == (4, 1, NOW - timedelta(hours=2))
     # the stored verdict kept its evidence; the fit is made again at today's prices
     stored = next(r for r in recs.items if r.fit.instance.instance_id == "i-stored")
     assert stored.fit.efficiency.underused and stored.fit.efficiency.gpus_used == 1

@@ -124,7 +124,7 @@ def test_json_fields_are_exactly_the_documented_schema(settings: SimpleNamespace
                          *(["bill_total_usd", "billed_not_compared"] if compare else [])]
     assert list(doc["waste_beyond_idle"]) == [
         "since", "until", "gpu_instances", "underused", "underused_usd",
-        "monthly_savings_usd", "by_team", "top"]
+        "monthly_savings_usd", "by_team", "top", "stored_verdicts", "oldest_stored_verdict"]
     assert (doc["since"], doc["until"]) == (T0.isoformat(), END.isoformat())
     assert (doc["filters"], doc["compare"]) == ({"env": "unattributed"}, compare)
     extra = ["billed_usd", "gap_usd"] if compare else []
