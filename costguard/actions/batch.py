@@ -98,14 +98,17 @@ def scope_workers(provider: object) -> int:
     return max(1, workers) if isinstance(workers, int) else 1
 
 
-def each_scope(workers: int, groups: Sequence[G], call: Callable[[G], R]) -> list[R]:
-    """`call` on every group, `workers` at a time, results in the groups' order. An
-    organisation has thousands of (account, region) scopes, each call waits on a cloud API
-    for ~100 ms, and one scope's calls do not depend on another's. `call` must not touch a
-    database session: the act stage writes before and after, never in between."""
+def each_scope(workers: int, groups: Sequence[G], call: Callable[[G], R], *,
+               name: str = "costguard-act") -> list[R]:
+    """`call` on every group, `workers` at a time (threads named `name`), results in the
+    groups' order; an exception is raised once every call has ended. An organisation has
+    thousands of (account, region) scopes, each call waits on a cloud API for ~100 ms, and
+    one scope's calls do not depend on another's. In the act stage `call` must not touch a
+    database session: the stage writes before and after, never in between (the engine's
+    collect and telemetry stages run one call per provider here, their writes locked)."""
     if workers <= 1 or len(groups) <= 1:
         return [call(g) for g in groups]
-    with ThreadPoolExecutor(min(workers, len(groups)), "costguard-act") as pool:
+    with ThreadPoolExecutor(min(workers, len(groups)), name) as pool:
         return list(pool.map(call, groups))
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import TypeVar
 
 from sqlmodel import Session, col, select
 
+from costguard.actions.batch import each_scope
 from costguard.alerts.outbox import enqueue
 from costguard.errors import ProviderError
 from costguard.model import Gap, Inventory
@@ -26,12 +26,8 @@ R = TypeVar("R")
 def each_provider(items: Sequence[T], call: Callable[[T], R]) -> list[R]:
     """`call` on every item (one per provider), each in a thread of its own, results in the
     items' order: one cloud's answers are waited for while another's are read (each
-    provider already reads its own scopes concurrently). An exception is raised once every
-    call has ended."""
-    if len(items) <= 1:
-        return [call(i) for i in items]
-    with ThreadPoolExecutor(len(items), "costguard-provider") as pool:
-        return list(pool.map(call, items))
+    provider already reads its own scopes concurrently)."""
+    return each_scope(len(items), items, call, name="costguard-provider")
 
 
 def collect(db: Database, providers: Mapping[str, Provider], now: datetime

@@ -302,8 +302,8 @@ class Engine:
     def _fetcher(name: str, provider: Provider,
                  sink: Callable[[list[GpuMinute], datetime], None], readers: int) -> Fetch:
         """Ask the provider `chunk_size` instances at a time (`readers`: the providers read
-        at once; a scope never split), and
-        hand each call's readings to `sink` (and `observe`) before the next call: at
+        at once; a scope never split), and hand each call's readings to `sink` (and
+        `observe`) before the next call: at
         organisation scale an hour of readings for every GPU held at once was gigabytes. A
         chunk whose call raises is a gap for its scopes while the others are read; when
         every chunk raises, the first error is raised, as one call would. Once a call's

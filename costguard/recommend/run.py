@@ -23,14 +23,14 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
 from costguard.clock import utc
 from costguard.costs.attribution import UNATTRIBUTED
 from costguard.model import Instance
 from costguard.recommend.fit import Fit, PriceLookup, cheaper_fit
 from costguard.recommend.settings import RecommendSettings
-from costguard.recommend.tables import EfficiencyRow
+from costguard.recommend.tables import judged_rows
 from costguard.recommend.verdict import settings_key
 from costguard.report.figures import Waste, WasteLine
 from costguard.store.inventory import current_instances
@@ -109,13 +109,9 @@ def stored_verdicts(session: Session, cfg: RecommendSettings, now: datetime
     """The verdicts stored under `cfg`'s thresholds judged in (now - refresh, now], and
     when: one judged later than `now` (a report that ends in the past) or longer ago is not
     the window asked about."""
-    rows = session.execute(
-        select(col(EfficiencyRow.provider), col(EfficiencyRow.instance_id),
-               col(EfficiencyRow.efficiency), col(EfficiencyRow.judged_at))
-        .where(col(EfficiencyRow.settings_key) == settings_key(cfg),
-               col(EfficiencyRow.judged_at) > now - cfg.refresh,
-               col(EfficiencyRow.judged_at) <= now)).all()
-    return {(p, i): (Efficiency.model_validate(e), utc(t)) for p, i, e, t in rows}
+    rows = judged_rows(session, settings_key(cfg), now - cfg.refresh, now)
+    return {(r.provider, r.instance_id): (Efficiency.model_validate(r.efficiency),
+                                          utc(r.judged_at)) for r in rows}
 
 
 def spend_by_instance(session: Session, since: datetime, until: datetime,

@@ -22,7 +22,7 @@ from costguard.model import Instance
 from costguard.recommend.fit import PriceLookup
 from costguard.recommend.run import gpu_minutes, judge_instances, spend_by_instance
 from costguard.recommend.settings import RecommendSettings
-from costguard.recommend.tables import EfficiencyRow
+from costguard.recommend.tables import EfficiencyRow, judged_rows
 from costguard.recommend.verdict import StoredVerdict, settings_key
 from costguard.telemetry.efficiency import Efficiency
 
@@ -94,9 +94,7 @@ def refresh(session: Session, instances: Sequence[Instance], now: datetime,
 
 def load(session: Session, cfg: RecommendSettings, now: datetime) -> dict[Ref, StoredVerdict]:
     """The stored verdicts under `cfg`'s thresholds judged within two refresh periods."""
-    rows = session.exec(select(EfficiencyRow).where(
-        EfficiencyRow.settings_key == settings_key(cfg),
-        col(EfficiencyRow.judged_at) > _trusted_after(cfg, now))).all()
+    rows = judged_rows(session, settings_key(cfg), _trusted_after(cfg, now))
     return {(r.provider, r.instance_id): _verdict(r) for r in rows}
 
 

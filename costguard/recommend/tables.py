@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import JSON, Column
-from sqlmodel import Field, SQLModel
+from sqlmodel import Field, Session, SQLModel, col, select
 
 from costguard.store.tables import DEFERRED
 from costguard.store.types import UTCDateTime
@@ -34,3 +35,14 @@ class EfficiencyRow(SQLModel, table=True):
     risks: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     efficiency: dict[str, Any] = Field(default_factory=dict,
                                        sa_column=Column(JSON, nullable=False))
+
+
+def judged_rows(session: Session, key: str, after: datetime, until: datetime | None = None
+                ) -> Sequence[EfficiencyRow]:
+    """The verdicts stored under the thresholds `key` judged after `after` (and at or
+    before `until`, when given)."""
+    query = select(EfficiencyRow).where(EfficiencyRow.settings_key == key,
+                                        col(EfficiencyRow.judged_at) > after)
+    if until is not None:
+        query = query.where(col(EfficiencyRow.judged_at) <= until)
+    return session.exec(query).all()
