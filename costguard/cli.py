@@ -6,7 +6,7 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.console import Console
@@ -23,6 +23,9 @@ from costguard.daemon.commands import db_backup, status
 from costguard.errors import CostguardError, PolicyError, SourceError
 from costguard.recommend.commands import recommend_command
 from costguard.telemetry.cli import agent_app
+
+if TYPE_CHECKING:
+    from costguard.setup_check import SetupCheck
 
 app = typer.Typer(
     name="costguard",
@@ -107,51 +110,79 @@ def init(
         raise _fail(exc) from None
     for path in written:
         console.print(f"wrote {path}", highlight=False)
-    console.print("Next: costguard validate policies && costguard demo")
+    here = "" if directory.resolve() == Path.cwd().resolve() else f"cd {directory} && "
+    console.print(f"Next: {here}costguard validate && costguard demo", highlight=False)
 
 
 @app.command()
 def validate(
-    paths: Annotated[list[Path], typer.Argument(help="Policy files or directories.")],
+    paths: Annotated[list[Path] | None, typer.Argument(
+        help="Policy files or directories. None: costguard.yaml (or --config) and the COSTGUARD_* "
+             "variables, the policies it names, its routing and price override files.",
+        show_default=False)] = None,
+    config: ConfigOpt = None,
     fmt: Annotated[Literal["text", "json"], typer.Option(
         "--format", help="text, or JSON: {ok, problems, warnings, policies, ...}.")] = "text",
 ) -> None:
-    """Check policy files; print every problem as FILE:LINE:COL: message.
+    """Check policy files, or the whole configuration; print every problem as
+    FILE:LINE:COL: message.
+
+    Example: costguard validate   (all that `costguard run` will read)
 
     Example: costguard validate policies/ --format json
 
-    Exit status 0 when all files are valid, 2 otherwise.
+    Exit status 0 when all is valid, 2 otherwise.
     """
     from costguard.policy.load import load_with_warnings
+    from costguard.setup_check import SetupCheck, check_setup
 
+    if paths:
+        check = SetupCheck()
+        try:
+            check.policies, check.warnings = load_with_warnings(paths)
+        except PolicyError as exc:
+            check.problems = exc.errors
+    else:
+        check = check_setup(config)
+    _print_check(check, fmt, whole=not paths)
+    if not check.ok:
+        raise typer.Exit(2)
+
+
+def _print_check(check: SetupCheck, fmt: Literal["text", "json"], *, whole: bool) -> None:
     def located(e: SourceError) -> dict[str, object]:
         return {"file": e.file, "line": e.line, "column": e.column, "message": e.message}
 
-    try:
-        policy_set, warnings = load_with_warnings(paths)
-    except PolicyError as exc:
-        if fmt == "json":
-            print(json.dumps({"ok": False, "problems": [located(e) for e in exc.errors],
-                              "warnings": []}, indent=2))
-            raise typer.Exit(2) from None
-        for e in exc.errors:
-            err.print(str(e), highlight=False, markup=False, soft_wrap=True)
-        err.print(f"{len(exc.errors)} problem(s) found", style="red")
-        raise typer.Exit(2) from None
+    policy_set = check.policies
     if fmt == "json":
-        print(json.dumps({
-            "ok": True, "problems": [], "warnings": [located(w) for w in warnings],
-            "policies": [{"name": p.name, "mode": p.mode} for p in policy_set.policies],
-            "budgets": len(policy_set.budgets), "anomaly_rules": len(policy_set.anomalies)},
-            indent=2))
+        doc: dict[str, object] = {
+            "ok": check.ok,
+            "problems": [located(e) for e in check.problems] + [
+                {"file": None, "line": None, "column": None, "message": m}
+                for m in check.others],
+            "warnings": [located(w) for w in check.warnings]}
+        if check.ok and policy_set is not None:
+            doc |= {"policies": [{"name": p.name, "mode": p.mode} for p in policy_set.policies],
+                    "budgets": len(policy_set.budgets),
+                    "anomaly_rules": len(policy_set.anomalies)}
+        if whole:
+            doc["files"] = check.files
+        print(json.dumps(doc, indent=2))
         return
-    for w in warnings:
-        err.print(str(w), highlight=False, markup=False, soft_wrap=True)
+    for line in [*map(str, check.problems), *check.others, *map(str, check.warnings)]:
+        err.print(line, highlight=False, markup=False, soft_wrap=True)
+    if not check.ok:
+        n = len(check.problems) + len(check.others)
+        err.print(f"{n} problem(s) found", style="red")
+        return
+    assert policy_set is not None
     n = len(policy_set.policies)
     enforced = sum(1 for p in policy_set.policies if p.is_enforced)
-    console.print(f"ok: {n} policies ({enforced} enforced, {n - enforced} dry-run), "
+    console.print(("configuration ok; " if whole else "ok: ")
+                  + f"{n} policies ({enforced} enforced, {n - enforced} dry-run), "
                   f"{len(policy_set.budgets)} budgets, {len(policy_set.anomalies)} anomaly rules"
-                  + (f", {len(warnings)} warning(s)" if warnings else ""))
+                  + (f", {len(check.warnings)} warning(s)" if check.warnings else "")
+                  + "".join(f"; {f}" for f in check.files), highlight=False)
 
 
 @app.command()

@@ -12,8 +12,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic_core import ErrorDetails
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -26,11 +26,12 @@ from costguard.console.settings import ConsoleSettings
 from costguard.costs.settings import CostSettings
 from costguard.daemon.settings import DaemonSettings
 from costguard.demo.sim_settings import SimSettings
-from costguard.errors import ConfigError
+from costguard.errors import ConfigError, SourceError
 from costguard.policy.base import Duration
 from costguard.providers.aws.settings import AwsSettings
 from costguard.providers.gcp.settings import GcpSettings
 from costguard.recommend.settings import RecommendSettings
+from costguard.yamlpos import PositionMap, YamlLoadError, load_yaml_with_positions, located_errors
 
 DEFAULT_CONFIG_FILE = Path("costguard.yaml")
 
@@ -141,19 +142,54 @@ def _valid_keys(loc: tuple[int | str, ...]) -> list[str]:
     return sorted(getattr(model, "model_fields", {}))
 
 
-def _format(exc: ValidationError, source: str) -> str:
-    lines = [f"invalid configuration ({source}):"]
+def _environment() -> dict[tuple[str, ...], str]:
+    """The settings that COSTGUARD_* variables set (they win over the file): each one's key
+    path, lower-cased as pydantic-settings reads it, -> the variable's name."""
+    prefix = "COSTGUARD_"
+    return {tuple(name[len(prefix):].lower().split("__")): name for name in os.environ
+            if name.upper().startswith(prefix) and len(name) > len(prefix)}
+
+
+def _set_by(loc: tuple[int | str, ...], environment: dict[tuple[str, ...], str]) -> str | None:
+    """The variable that set the value at `loc` (or a section holding it), if one did."""
+    for path, name in environment.items():
+        if tuple(str(p).lower() for p in loc[:len(path)]) == path:
+            return name
+    return None
+
+
+def _unlocated(err: ErrorDetails, variable: str | None) -> str:
+    """A problem with a value that came from the environment (or with no file to point at):
+    the key, the message and the variable to change."""
+    loc = tuple(err["loc"])
+    key = _describe_loc(loc)
+    if err["type"] == "extra_forbidden":
+        valid = _valid_keys(loc[:-1])
+        hint = f" (valid keys here: {', '.join(valid)})" if valid else ""
+        where = f"remove or rename {variable}" if variable else "remove or rename it"
+        return f"  {key}: unknown key{hint}; {where}"
+    msg = err["msg"].removeprefix("Value error, ")
+    where = f"from {variable}" if variable else f"set it in costguard.yaml or {_env_name(loc)}"
+    return f"  {key}: {msg} ({where})"
+
+
+def _invalid(exc: ValidationError, source: str, positions: PositionMap | None) -> ConfigError:
+    """Every problem on its own line: FILE:LINE:COL for a value the file gave (the key
+    paths, the valid keys and the closest one, as policy files say them), the variable's
+    name for one the environment gave."""
+    environment = _environment()
+    others: list[str] = []
+    in_file: list[ErrorDetails] = []
     for err in exc.errors():
-        loc = tuple(err["loc"])
-        key = _describe_loc(loc)
-        if err["type"] == "extra_forbidden":
-            valid = _valid_keys(loc[:-1])
-            hint = f" (valid keys here: {', '.join(valid)})" if valid else ""
-            lines.append(f"  {key}: unknown key{hint}; remove or rename it")
+        variable = _set_by(tuple(err["loc"]), environment)
+        if positions is None or variable is not None:
+            others.append(_unlocated(err, variable))
         else:
-            msg = err["msg"].removeprefix("Value error, ")
-            lines.append(f"  {key}: {msg} (set it in costguard.yaml or {_env_name(loc)})")
-    return "\n".join(lines)
+            in_file.append(err)
+    located = ([] if positions is None
+               else located_errors(in_file, positions, source, Settings))
+    lines = [f"invalid configuration ({source}):", *others, *(f"  {e}" for e in located)]
+    return ConfigError("\n".join(lines), located, [line.strip() for line in others])
 
 
 MAX_CONFIG_BYTES = 2**20
@@ -174,26 +210,33 @@ def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
     explicit = path is not None
     path = path or Path(os.environ.get("COSTGUARD_CONFIG", DEFAULT_CONFIG_FILE))
     data: dict[str, Any] = {}
+    positions: PositionMap | None = None
     if path.exists():
         size = path.stat().st_size
         if size > MAX_CONFIG_BYTES:  # refused before it is read or parsed
             raise ConfigError(f"{path}: {size:,} bytes, over the {MAX_CONFIG_BYTES:,}-byte limit "
                               "for a config file; is this the right file?")
         try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-            raise ConfigError(f"{where}: not valid YAML: {exc}") from exc
+            # positions for the errors; duplicate keys refused (safe_load kept the last)
+            loaded, positions = load_yaml_with_positions(path.read_text(encoding="utf-8"),
+                                                         str(path))
+        except YamlLoadError as exc:
+            raise ConfigError(str(exc.error), [exc.error]) from None
         except UnicodeDecodeError as exc:
             raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})"
                               ) from exc
         if loaded is not None and not isinstance(loaded, dict):
             kind = type(loaded).__name__
-            raise ConfigError(f"{path}:1:1: expected a mapping of settings, got {kind}")
+            _, at = positions.nearest(())
+            problem = SourceError(str(path), at.line, at.column,
+                                  f"expected a mapping of settings, got {kind}")
+            raise ConfigError(str(problem), [problem])
         odd = [k for k in (loaded or {}) if not isinstance(k, str)]
         if odd:
-            raise ConfigError(f"{path}: setting names must be text, got {odd[0]!r}")
+            at = positions.key_or_value((odd[0],))
+            problem = SourceError(str(path), at.line, at.column,
+                                  f"setting names must be text, got {odd[0]!r}")
+            raise ConfigError(str(problem), [problem])
         data = _beside(loaded or {}, path.parent)
     elif explicit:
         raise ConfigError(f"config file {path} does not exist; create it or drop --config")
@@ -201,7 +244,8 @@ def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
     try:
         return Settings(**data)
     except ValidationError as exc:
-        raise ConfigError(_format(exc, str(path) if path.exists() else "environment")) from exc
+        raise _invalid(exc, str(path) if positions is not None else "environment",
+                       positions) from None
 
 
 def daemon_settings(settings: Settings) -> DaemonSettings:

@@ -11,7 +11,15 @@ class CostguardError(Exception):
 
 
 class ConfigError(CostguardError, ValueError):
-    """The configuration (costguard.yaml or COSTGUARD_* variables) is wrong."""
+    """The configuration (costguard.yaml or COSTGUARD_* variables) is wrong. `located` holds
+    the problems found in a file, at FILE:LINE:COL; `others` the rest (a variable's value),
+    one line each; both empty where the message is the one problem."""
+
+    def __init__(self, message: str, located: Sequence[SourceError] = (),
+                 others: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.located = list(located)
+        self.others = list(others)
 
 
 @dataclass(frozen=True)

@@ -32,28 +32,78 @@ def test_environment_overrides_the_file(tmp_path: Path, monkeypatch: pytest.Monk
     assert s.providers.sim.instances == 5
 
 
-def test_unknown_key_names_the_key_and_the_valid_ones(tmp_path: Path) -> None:
+def test_unknown_key_points_at_it_and_names_the_closest_valid_one(tmp_path: Path) -> None:
     cfg = tmp_path / "costguard.yaml"
-    cfg.write_text("pol_interval: 5m\n")
+    cfg.write_text("paused: false\npol_interval: 5m\n")
     with pytest.raises(ConfigError) as exc:
         load_settings(cfg)
-    text = str(exc.value)
-    assert "pol_interval: unknown key" in text and "poll_interval" in text
+    assert f"{cfg}:2:1: unknown key 'pol_interval'" in str(exc.value)
+    assert "did you mean 'poll_interval'?" in str(exc.value)
 
 
-def test_bad_value_names_the_key_the_env_variable_and_the_fix(tmp_path: Path) -> None:
+def test_nested_problems_each_point_at_their_line_and_column(tmp_path: Path) -> None:
+    cfg = tmp_path / "costguard.yaml"
+    cfg.write_text("providers:\n  aws:\n    regions: [us-east-1]\n    acounts: []\n"
+                   "    max_workers: 500\nhttp:\n  port: eighty\n")
+    with pytest.raises(ConfigError) as exc:
+        load_settings(cfg)
+    lines = str(exc.value).splitlines()
+    assert lines[0] == f"invalid configuration ({cfg}):"
+    assert lines[1].startswith(f"  {cfg}:4:5: providers.aws: unknown key 'acounts'")
+    assert lines[1].endswith("did you mean 'accounts'?")
+    assert lines[2].startswith(f"  {cfg}:5:18: providers.aws.max_workers: ")
+    assert "less than or equal to 64 (got 500)" in lines[2]
+    assert lines[3].startswith(f"  {cfg}:7:9: http.port: ")
+    assert "(got 'eighty')" in lines[3]
+    assert len(lines) == 4
+
+
+def test_bad_value_names_the_line_and_the_fix(tmp_path: Path) -> None:
     cfg = tmp_path / "costguard.yaml"
     cfg.write_text("poll_interval: soon\n")
     with pytest.raises(ConfigError) as exc:
         load_settings(cfg)
-    assert "poll_interval" in str(exc.value)
-    assert "45m" in str(exc.value) and "COSTGUARD_POLL_INTERVAL" in str(exc.value)
+    assert f"{cfg}:1:16: poll_interval: invalid duration 'soon'" in str(exc.value)
+    assert "45m" in str(exc.value)
+
+
+def test_a_value_from_the_environment_names_its_variable_not_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = tmp_path / "costguard.yaml"
+    cfg.write_text("http:\n  port: 8080\n")  # valid: the variable's value wins, and fails
+    monkeypatch.setenv("COSTGUARD_HTTP__PORT", "99999")
+    with pytest.raises(ConfigError) as exc:
+        load_settings(cfg)
+    lines = str(exc.value).splitlines()
+    assert lines[1].startswith("  http.port: Input should be less than or equal to 65535")
+    assert lines[1].endswith("(from COSTGUARD_HTTP__PORT)")
+    assert str(cfg) not in lines[1]
+
+
+def test_with_no_file_a_bad_variable_is_named(monkeypatch: pytest.MonkeyPatch,
+                                              tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COSTGUARD_POLL_INTERVAL", "soon")
+    with pytest.raises(ConfigError) as exc:
+        load_settings()
+    assert str(exc.value).startswith("invalid configuration (environment):\n")
+    assert "poll_interval: invalid duration 'soon'" in str(exc.value)
+    assert "(from COSTGUARD_POLL_INTERVAL)" in str(exc.value)
+
+
+def test_a_duplicate_key_is_refused_where_it_repeats(tmp_path: Path) -> None:
+    # yaml.safe_load kept the last silently: which poll interval runs was a guess
+    cfg = tmp_path / "costguard.yaml"
+    cfg.write_text("poll_interval: 5m\npaused: false\npoll_interval: 1m\n")
+    with pytest.raises(ConfigError, match=r"costguard.yaml:3:1: duplicate key 'poll_interval'"):
+        load_settings(cfg)
 
 
 def test_broken_yaml_points_at_the_line(tmp_path: Path) -> None:
     cfg = tmp_path / "costguard.yaml"
     cfg.write_text("providers:\n  sim: [\n")
-    with pytest.raises(ConfigError, match=r"costguard.yaml:\d+:\d+"):
+    with pytest.raises(ConfigError, match=r"costguard.yaml:3:1: invalid YAML"):
         load_settings(cfg)
 
 

@@ -16,11 +16,15 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from costguard.errors import ConfigError
 from costguard.model import Instance, Lifecycle, PriceQuote
+from costguard.yamlpos import (
+    YamlLoadError,
+    load_yaml_with_positions,
+    validation_errors_to_source_errors,
+)
 
 if TYPE_CHECKING:
     from costguard.costs.price_book import PriceBook
@@ -97,19 +101,23 @@ class PriceOverrides(BaseModel):
     @classmethod
     def load(cls, path: Path) -> PriceOverrides:
         try:
-            doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            doc, positions = load_yaml_with_positions(path.read_text(encoding="utf-8"),
+                                                      str(path))
         except OSError as exc:
             raise ConfigError(f"cannot read the price override file {path}: {exc.strerror}. "
                               "Fix costs.price_overrides in costguard.yaml.") from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+                              ) from None
+        except YamlLoadError as exc:
+            raise ConfigError(str(exc.error), [exc.error]) from None
         try:
-            return cls.model_validate(doc)
+            return cls.model_validate(doc or {})
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-            raise ConfigError(f"{path}: {problems}. Keys allowed: discounts, prices, disks "
-                              "(see docs/report.md, 'Price overrides').") from None
+            problems = validation_errors_to_source_errors(exc, positions, str(path), cls)
+            raise ConfigError("\n".join(
+                [f"invalid price overrides ({path}; see docs/report.md, 'Price overrides'):",
+                 *(f"  {e}" for e in problems)]), problems) from None
 
 
 R = TypeVar("R", bound=_Rule)

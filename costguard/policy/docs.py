@@ -30,7 +30,8 @@ costguard reads policy files (`*.yml`, `*.yaml`) from the paths given to it. A d
 contributes its policy files in name order. Files are merged: policies, budgets and
 anomaly rules add up (names must be unique across all files) and at most one file may
 define `attribution`. `costguard validate PATH...` reports every problem in every file at
-once as `FILE:LINE:COL: message`.
+once as `FILE:LINE:COL: message`; `costguard validate` alone checks the policies
+costguard.yaml names, with the configuration itself.
 
 Safe by default: a policy runs in `dry-run` mode unless it says `mode: enforce`, missing
 telemetry never counts as idle, and `stop` warns first and re-checks before acting.

@@ -23,6 +23,7 @@ from costguard.yamlpos.loader import (
 from costguard.yamlpos.validation import (
     field_keys,
     format_path,
+    located_errors,
     model_at,
     validation_errors_to_source_errors,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "field_keys",
     "format_path",
     "load_yaml_with_positions",
+    "located_errors",
     "model_at",
     "validation_errors_to_source_errors",
 ]

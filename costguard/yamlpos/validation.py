@@ -22,7 +22,17 @@ def validation_errors_to_source_errors(
     root_model: type[BaseModel],
 ) -> list[SourceError]:
     """One `SourceError` per pydantic error, located with `positions`, sorted by position."""
-    errors = exc.errors()
+    return located_errors(exc.errors(), positions, filename, root_model)
+
+
+def located_errors(
+    errors: Sequence[ErrorDetails],
+    positions: PositionMap,
+    filename: str,
+    root_model: type[BaseModel],
+) -> list[SourceError]:
+    """`validation_errors_to_source_errors` for some of a `ValidationError`'s errors (those
+    whose values came from the file, where others came from elsewhere)."""
     failed = {tuple(e["loc"][:i]) for e in errors for i in range(len(e["loc"]))}
     out = [
         _to_source_error(err, positions, filename, root_model)
@@ -78,7 +88,9 @@ def _to_source_error(
     if kind == "extra_forbidden" and path:
         parent, key = path[:-1], path[-1]
         pos = positions.key_or_value(path)
-        msg = f"{format_path(parent, positions)}: unknown key {key!r}"
+        msg = f"unknown key {key!r}"
+        if parent:  # at the top level, the position says enough
+            msg = f"{format_path(parent, positions)}: {msg}"
         model = model_at(root_model, parent)
         if model is not None:
             valid = field_keys(model)

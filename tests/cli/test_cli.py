@@ -105,7 +105,8 @@ def test_bad_config_is_exit_2_with_the_fix(workdir: Path) -> None:
     (workdir / "costguard.yaml").write_text("databse_url: x\n")
     result = runner.invoke(app, ["run", "--once"])
     assert result.exit_code == 2
-    assert "databse_url: unknown key" in result.output
+    assert "costguard.yaml:1:1: unknown key 'databse_url'" in result.output
+    assert "did you mean 'database_url'?" in result.output
     assert "Traceback" not in result.output
 
 
@@ -126,5 +127,5 @@ def test_every_command_reports_a_bad_config_the_same_way(workdir: Path, argv: li
     result = runner.invoke(app, argv)
     assert result.exit_code == 2, result.output
     assert result.output.startswith("error: invalid configuration (costguard.yaml):\n")
-    assert "  [red]databse_url: unknown key" in result.output
+    assert "  costguard.yaml:1:1: unknown key '[red]databse_url'" in result.output
     assert "Traceback" not in result.output

@@ -1,0 +1,69 @@
+"""`costguard validate` with no paths: everything the daemon will read, checked before it
+runs. costguard.yaml (or --config, or $COSTGUARD_CONFIG) and the COSTGUARD_* variables, the
+policies `policy_paths` names, and the files the settings name (`alerts.routing_file`,
+`costs.price_overrides`): every problem at FILE:LINE:COL, or with the variable that set it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from costguard.alerts.routing import RoutingError, load_routing
+from costguard.config import Settings, load_settings
+from costguard.costs.pricing import PriceOverrides
+from costguard.errors import ConfigError, PolicyError, SourceError
+from costguard.policy.load import load_with_warnings
+from costguard.policy.schema import PolicySet
+
+
+@dataclass
+class SetupCheck:
+    """What was read and what was wrong with it."""
+
+    settings: Settings | None = None
+    policies: PolicySet | None = None
+    files: list[str] = field(default_factory=list)  # the other files read, by setting
+    problems: list[SourceError] = field(default_factory=list)
+    others: list[str] = field(default_factory=list)  # problems with no place in a file
+    warnings: list[SourceError] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and not self.others
+
+
+def check_setup(config: Path | None) -> SetupCheck:
+    """Read the configuration as `costguard run` does, then each file it names; carry on
+    past a broken file so one run reports every problem (the policies and the other files
+    need the settings, so a broken costguard.yaml stops there)."""
+    check = SetupCheck()
+    try:
+        settings = check.settings = load_settings(config)
+    except ConfigError as exc:
+        _config_problems(check, exc)
+        return check
+    try:
+        check.policies, check.warnings = load_with_warnings(settings.policy_paths)
+    except PolicyError as exc:
+        check.problems += exc.errors
+    if settings.alerts.routing_file is not None:
+        check.files.append(f"alerts.routing_file {settings.alerts.routing_file}")
+        try:
+            load_routing(settings.alerts.routing_file)
+        except RoutingError as exc:
+            check.problems += exc.errors
+    if settings.costs.price_overrides is not None:
+        check.files.append(f"costs.price_overrides {settings.costs.price_overrides}")
+        try:
+            PriceOverrides.load(settings.costs.price_overrides)
+        except ConfigError as exc:
+            _config_problems(check, exc)
+    check.problems.sort(key=lambda e: (e.file, e.line, e.column))
+    return check
+
+
+def _config_problems(check: SetupCheck, exc: ConfigError) -> None:
+    check.problems += exc.located
+    check.others += exc.others
+    if not exc.located and not exc.others:  # the message is the one problem
+        check.others.append(str(exc))
