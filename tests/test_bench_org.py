@@ -362,7 +362,7 @@ def test_one_cycle_over_both_clouds_through_throttling_fakes_is_correct_and_coun
     url, gate = proxied
     gate.latency_s, gate.throttle = 0.002, 0.1
     gcp = FakeGcp()
-    gcp.monitoring.throttle, gcp.monitoring.latency_s = 0.2, 0.002
+    gcp.monitoring.throttle, gcp.monitoring.latency_s = 0.3, 0.002
     calls = gcp.compute.calls = _Stamped()
     gcp.compute.batch_sizes = _StampedList("compute calls in batches", calls.events)
     with gcp:

@@ -16,6 +16,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from costguard.engine import behind
 from costguard.engine.collect import METRICS_SCOPE
@@ -28,11 +29,19 @@ log = logging.getLogger("costguard.engine")
 
 RECENT = timedelta(minutes=15)
 
-# (instances, start, end, observe) -> gaps: the readings are stored and fed to the window as
-# they arrive, and handed to `observe` (when given) one call's batch at a time; nothing keeps
-# them (a fleet's quarter hour of readings held at once was most of a cold cycle's memory)
+# what a call's readings go through before they are stored (`trim`) and after (`observe`)
 Observe = Callable[[list[GpuMinute]], None]
-Fetch = Callable[[list[Instance], datetime, datetime, Observe | None], list[Gap]]
+Trim = Callable[[list[GpuMinute]], list[GpuMinute]]
+
+
+class Fetch(Protocol):
+    """(instances, start, end, observe) -> gaps: the readings are stored and fed to the
+    window as they arrive, one call's batch at a time, handed to `observe` (when given), and
+    kept nowhere else (a fleet's quarter hour of readings held at once was most of a cold
+    cycle's memory). With `trim`, only what it returns of a batch is stored and fed."""
+
+    def __call__(self, wanted: list[Instance], start: datetime, end: datetime,
+                 observe: Observe | None, trim: Trim | None = None) -> list[Gap]: ...
 
 # an instance's highest `util_gpu` and highest SM activity over a span; None: no reading
 Peak = tuple[float | None, float | None]
@@ -77,12 +86,26 @@ def rules_out_idle(recent: Peak, cond: IdleCondition, span: timedelta) -> bool:
 
 
 def fetch_cold(fetch: Fetch, wanted: list[Instance], start: datetime, now: datetime,
-               conditions: Sequence[IdleCondition]) -> list[Gap]:
+               conditions: Sequence[IdleCondition], *, whole_scopes: bool = False,
+               settle: timedelta = timedelta(0)) -> list[Gap]:
     """[start, now) for the instances that need it, [now - recent span, now) for the rest.
-    The recent span's readings are folded into each instance's peaks as they arrive."""
+    The recent span's readings are folded into each instance's peaks as they arrive.
+
+    `whole_scopes`: the provider's metrics call reads every series of its scopes whatever
+    the instances and span asked (`costguard.providers.base.ReadsWholeScopes`): asking for
+    the older minutes in a second call would read the scopes again. It is asked once for
+    [start, now), and the older minutes of the instances the recent ones decide are dropped
+    before they are stored: the same readings kept, half the calls. Minutes inside the
+    provider's `settle` span are kept whatever they are: the next cycle asks for that span
+    again, and a provider that leaves out repeats (`LeavesOutRepeats`) takes all that it
+    handed over as stored."""
     mid = max(start, now - recent_span(conditions))
     if mid <= start:
         return fetch(wanted, mid, now, None)
+    if whole_scopes:
+        keep_from = min(mid, now - settle)
+        return fetch(wanted, start, now, None, lambda batch: _older_where_undecided(
+            batch, mid, now, conditions, keep_from))
     recent: dict[str, Peak] = {}
 
     def observe(batch: list[GpuMinute]) -> None:
@@ -102,6 +125,25 @@ def fetch_cold(fetch: Fetch, wanted: list[Instance], start: datetime, now: datet
     more_gaps = fetch(undecided, start, mid, None)
     by_scope = {g.scope: g for g in [*gaps, *more_gaps]}  # one gap per scope, as one fetch
     return list(by_scope.values())
+
+
+def _older_where_undecided(batch: list[GpuMinute], mid: datetime, now: datetime,
+                           conditions: Sequence[IdleCondition], keep_from: datetime
+                           ) -> list[GpuMinute]:
+    """`batch` (one call's readings: every minute of its instances) less the minutes before
+    `keep_from` (at most `mid`) of the instances whose minutes in [mid, now) rule idle out
+    under every condition, as `fetch_cold`'s second call would not have asked for them."""
+    recent: dict[str, list[GpuMinute]] = defaultdict(list)
+    for m in covering(batch, mid, now):
+        recent[m.instance_id].append(m)
+    span = now - mid
+    decided = {instance_id for instance_id, minutes in recent.items()
+               if all(rules_out_idle(peak_of(minutes), c, span) for c in conditions)}
+    if not decided:
+        return batch
+    kept = {id(m) for m in covering((m for m in batch if m.instance_id in decided),
+                                    keep_from, now)}
+    return [m for m in batch if m.instance_id not in decided or id(m) in kept]
 
 
 def catch_up(name: str, fetch: Fetch, members: list[Instance], start: datetime,

@@ -130,6 +130,23 @@ class LeavesOutRepeats(Protocol):
         ...
 
 
+@runtime_checkable
+class ReadsWholeScopes(Protocol):
+    """Optional: a provider whose `gpu_metrics` call reads every series of the scopes its
+    instances are in, whatever instances and span are asked (Cloud Monitoring's
+    ListTimeSeries filters by metric type, per project): asking a scope twice costs twice,
+    asking for fewer instances or minutes costs the same. A first cycle then asks once for
+    the idle window (`engine.backfill.fetch_cold`), and every call returns all the minutes
+    of the instances it was asked for."""
+
+    reads_whole_scopes: bool
+
+
+def reads_whole_scopes(provider: object) -> bool:
+    """Whether `provider` says its metrics calls read whole scopes (`ReadsWholeScopes`)."""
+    return isinstance(provider, ReadsWholeScopes) and provider.reads_whole_scopes
+
+
 class Memory(Protocol):
     """A provider's notebook in the store: values that do not change from cycle to cycle
     (an instance type's GPUs), kept so that a restarted daemon does not ask the cloud again.

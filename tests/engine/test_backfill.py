@@ -12,6 +12,7 @@ from costguard.engine.backfill import peak_of, rules_out_idle
 from costguard.model import GpuMinute, Instance, TelemetrySource
 from costguard.policy.conditions import IdleCondition
 from costguard.store.db import Database
+from costguard.store.readings import read_minutes
 from costguard.store.tables import PolicyStateRow
 from tests.engine.conftest import EngineFactory
 from tests.fakes.cloud import T0, ScriptedCloud, always, until
@@ -56,6 +57,44 @@ def test_first_cycle_reads_history_only_for_gpus_that_could_be_idle(
                         if st.state == "warned")
     # idle 30 of 45 minutes is not idle; tiny kernels leave the SMs idle: idle by SM activity
     assert warned == ["i-idle", "i-tiny"]
+
+
+@pytest.mark.parametrize("settle", [timedelta(0), timedelta(minutes=20)])
+def test_a_provider_reading_whole_scopes_is_asked_once_and_keeps_the_same_minutes(
+    make_engine: EngineFactory, cloud: ScriptedCloud, clock: ManualClock, db: Database,
+    settle: timedelta,
+) -> None:
+    # Cloud Monitoring reads a project's every series whatever is asked: a second call for
+    # the older minutes would read the project again. One call; the older minutes of the
+    # GPUs their last quarter hour decides are not stored, as if never asked for; those
+    # inside the settling span (asked again next cycle) are kept.
+    now = clock.now()
+    cloud.reads_whole_scopes = True  # type: ignore[attr-defined]
+    cloud.metrics_settle = settle  # type: ignore[attr-defined]
+    cloud.add("i-idle", always("no_process"))
+    cloud.add("i-busy", always("busy"))
+    cloud.add("i-woke", until(now - timedelta(minutes=10), "no_process", "busy"))
+    cloud.add("i-dozed", until(now - timedelta(minutes=30), "busy", "no_process"))
+    cloud.add("i-tiny", always("tiny_kernels"))
+    calls = _record(cloud)
+
+    make_engine().run_cycle()
+
+    assert calls == [(["i-busy", "i-dozed", "i-idle", "i-tiny", "i-woke"],
+                      now - timedelta(hours=1), now)]
+    refs = [("sim", i) for i in ("i-busy", "i-dozed", "i-idle", "i-tiny", "i-woke")]
+    with db.session() as s:
+        stored = read_minutes(s, refs, now - timedelta(hours=2), now)
+    first = {ref[1]: min(m.minute for m in minutes) for ref, minutes in stored.items()}
+    kept_from = min(now - timedelta(minutes=15), now - settle)
+    assert first == {"i-busy": kept_from, "i-woke": kept_from,
+                     "i-dozed": now - timedelta(hours=1), "i-idle": now - timedelta(hours=1),
+                     "i-tiny": now - timedelta(hours=1)}
+    assert len(stored[("sim", "i-idle")]) == 60
+    with db.session() as s:
+        warned = sorted(st.instance_id for st in s.exec(select(PolicyStateRow))
+                        if st.state == "warned")
+    assert warned == ["i-idle", "i-tiny"]  # as when asked twice
 
 
 def test_later_cycles_read_every_gpu_from_the_watermark(

@@ -49,6 +49,8 @@ class GcpProvider:
     name: ProviderName = "gcp"
     # metrics arrive minutes late: each cycle asks for the last 10 minutes again
     metrics_settle = timedelta(minutes=10)
+    # ListTimeSeries reads a project's series of a metric type, whichever VMs are asked
+    reads_whole_scopes = True
     # the act stage's scope is the project: a filtered aggregatedList reads every zone and a
     # batch request holds calls to any zone (costguard.actions.batch.spanning_regions)
     calls_span_regions = True

@@ -1,0 +1,73 @@
+"""A first cycle over the real GCP provider (local fakes): Cloud Monitoring reads a project's
+series whatever VMs are asked, so the idle window is asked once per project and metric type,
+not a quarter hour and then the rest; the busy GPUs' older minutes are still not stored."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from sqlmodel import select
+
+from costguard.alerts.settings import AlertsSettings
+from costguard.clock import ManualClock
+from costguard.config import Settings
+from costguard.demo.gcp_fake.server import FakeGcp
+from costguard.engine import Engine
+from costguard.policy.load import load_policy_set
+from costguard.providers.gcp import GcpProvider
+from costguard.providers.gcp.metrics import QUERIES, UTIL
+from costguard.store.db import Database
+from costguard.store.readings import read_minutes
+from costguard.store.tables import PolicyStateRow
+
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+POLICY = """\
+policies:
+  - name: idle-gpu
+    filters: {gpu: true, state: running}
+    condition: {idle: {below: 5, for: 1h}}
+    actions: [{notify: {to: [owner]}}, {stop: {grace: 15m}}]
+"""
+
+
+def test_the_first_cycle_asks_each_project_once_and_stores_what_two_reads_would(
+        tmp_path: Path) -> None:
+    clock = ManualClock(NOW)
+    with FakeGcp() as fake:
+        ids = {}
+        for project, name, util in (("ml-prod", "busy", 80.0), ("ml-prod", "idle", 0.0),
+                                    ("ml-research", "quiet", 1.0)):
+            vm = fake.compute.add_instance(project, "us-central1-a", name, "a2-highgpu-1g",
+                                           labels={"team": "nlp"})
+            ids[name] = str(vm.id)
+            points = [(NOW + timedelta(minutes=m, seconds=30), util) for m in range(-90, 0)]
+            fake.monitoring.add_gpu_series(project, UTIL, ids[name], points)
+        (tmp_path / "p.yml").write_text(POLICY)
+        url = f"sqlite:///{tmp_path / 'cg.db'}"
+        settings = Settings(database_url=url, policy_paths=[tmp_path / "p.yml"],
+                            alerts=AlertsSettings(console=False))
+        db = Database(url)
+        provider = GcpProvider(fake.settings(projects=["ml-prod", "ml-research"]), clock=clock)
+        engine = Engine(settings, db, {"gcp": provider}, load_policy_set([tmp_path / "p.yml"]),
+                        clock)
+        try:
+            engine.run_cycle()
+            spans = sorted({(r.name, r.interval.start_time.timestamp_pb().seconds,
+                             r.interval.end_time.timestamp_pb().seconds)
+                            for r in fake.monitoring.requests})
+            with db.session() as s:
+                stored = read_minutes(s, [("gcp", i) for i in ids.values()],
+                                      NOW - timedelta(hours=2), NOW)
+                warned = sorted(st.instance_id for st in s.exec(select(PolicyStateRow))
+                                if st.state == "warned")
+        finally:
+            db.dispose()
+    hour = (int((NOW - timedelta(hours=1)).timestamp()), int(NOW.timestamp()))
+    assert spans == [("projects/ml-prod", *hour), ("projects/ml-research", *hour)]
+    assert sum(fake.monitoring.calls.values()) == 2 * len(QUERIES)  # once per metric type
+    first = {name: min(m.minute for m in stored[("gcp", i)]) for name, i in ids.items()}
+    # the busy GPU's last quarter hour decides it: its older minutes are not kept
+    assert first == {"busy": NOW - timedelta(minutes=15), "idle": NOW - timedelta(hours=1),
+                     "quiet": NOW - timedelta(hours=1)}
+    assert warned == sorted([ids["idle"], ids["quiet"]])
