@@ -29,19 +29,22 @@ log = logging.getLogger("costguard.engine")
 
 RECENT = timedelta(minutes=15)
 
-# what a call's readings go through before they are stored (`trim`) and after (`observe`)
+# a call's readings, handed to `observe` once they are stored
 Observe = Callable[[list[GpuMinute]], None]
-Trim = Callable[[list[GpuMinute]], list[GpuMinute]]
+# (mid, decided): for a provider that reads whole scopes, the instances whose minutes from
+# `mid` on make the older ones unneeded (`costguard.providers.base.ReadsWholeScopes`)
+Split = tuple[datetime, Callable[[list[GpuMinute]], set[str]]]
 
 
 class Fetch(Protocol):
     """(instances, start, end, observe) -> gaps: the readings are stored and fed to the
     window as they arrive, one call's batch at a time, handed to `observe` (when given), and
     kept nowhere else (a fleet's quarter hour of readings held at once was most of a cold
-    cycle's memory). With `trim`, only what it returns of a batch is stored and fed."""
+    cycle's memory). With `split`, the provider reads [start, end) once and leaves out the
+    older minutes the split's `decided` does not need."""
 
     def __call__(self, wanted: list[Instance], start: datetime, end: datetime,
-                 observe: Observe | None, trim: Trim | None = None) -> list[Gap]: ...
+                 observe: Observe | None, split: Split | None = None) -> list[Gap]: ...
 
 # an instance's highest `util_gpu` and highest SM activity over a span; None: no reading
 Peak = tuple[float | None, float | None]
@@ -86,26 +89,22 @@ def rules_out_idle(recent: Peak, cond: IdleCondition, span: timedelta) -> bool:
 
 
 def fetch_cold(fetch: Fetch, wanted: list[Instance], start: datetime, now: datetime,
-               conditions: Sequence[IdleCondition], *, whole_scopes: bool = False,
-               settle: timedelta = timedelta(0)) -> list[Gap]:
+               conditions: Sequence[IdleCondition], *, whole_scopes: bool = False
+               ) -> list[Gap]:
     """[start, now) for the instances that need it, [now - recent span, now) for the rest.
     The recent span's readings are folded into each instance's peaks as they arrive.
 
     `whole_scopes`: the provider's metrics call reads every series of its scopes whatever
-    the instances and span asked (`costguard.providers.base.ReadsWholeScopes`): asking for
-    the older minutes in a second call would read the scopes again. It is asked once for
-    [start, now), and the older minutes of the instances the recent ones decide are dropped
-    before they are stored: the same readings kept, half the calls. Minutes inside the
-    provider's `settle` span are kept whatever they are: the next cycle asks for that span
-    again, and a provider that leaves out repeats (`LeavesOutRepeats`) takes all that it
-    handed over as stored."""
+    the instances and span asked (`costguard.providers.base.ReadsWholeScopes`): a second
+    call for the older minutes would read the scopes again. It is asked once for [start,
+    now), and leaves out the older minutes of the instances their recent ones decide: the
+    same readings, half the calls."""
     mid = max(start, now - recent_span(conditions))
     if mid <= start:
         return fetch(wanted, mid, now, None)
     if whole_scopes:
-        keep_from = min(mid, now - settle)
-        return fetch(wanted, start, now, None, lambda batch: _older_where_undecided(
-            batch, mid, now, conditions, keep_from))
+        return fetch(wanted, start, now, None,
+                     (mid, lambda recent: decided(recent, mid, now, conditions)))
     recent: dict[str, Peak] = {}
 
     def observe(batch: list[GpuMinute]) -> None:
@@ -127,23 +126,16 @@ def fetch_cold(fetch: Fetch, wanted: list[Instance], start: datetime, now: datet
     return list(by_scope.values())
 
 
-def _older_where_undecided(batch: list[GpuMinute], mid: datetime, now: datetime,
-                           conditions: Sequence[IdleCondition], keep_from: datetime
-                           ) -> list[GpuMinute]:
-    """`batch` (one call's readings: every minute of its instances) less the minutes before
-    `keep_from` (at most `mid`) of the instances whose minutes in [mid, now) rule idle out
-    under every condition, as `fetch_cold`'s second call would not have asked for them."""
-    recent: dict[str, list[GpuMinute]] = defaultdict(list)
-    for m in covering(batch, mid, now):
-        recent[m.instance_id].append(m)
+def decided(recent: list[GpuMinute], mid: datetime, now: datetime,
+            conditions: Sequence[IdleCondition]) -> set[str]:
+    """The instances whose minutes in [mid, now) among `recent` rule idle out under every
+    condition: `fetch_cold`'s second call does not ask for their older minutes."""
+    by_id: dict[str, list[GpuMinute]] = defaultdict(list)
+    for m in covering(recent, mid, now):
+        by_id[m.instance_id].append(m)
     span = now - mid
-    decided = {instance_id for instance_id, minutes in recent.items()
-               if all(rules_out_idle(peak_of(minutes), c, span) for c in conditions)}
-    if not decided:
-        return batch
-    kept = {id(m) for m in covering((m for m in batch if m.instance_id in decided),
-                                    keep_from, now)}
-    return [m for m in batch if m.instance_id not in decided or id(m) in kept]
+    return {instance_id for instance_id, minutes in by_id.items()
+            if all(rules_out_idle(peak_of(minutes), c, span) for c in conditions)}
 
 
 def catch_up(name: str, fetch: Fetch, members: list[Instance], start: datetime,

@@ -25,7 +25,7 @@ from costguard.costs.attribution import Attributor
 from costguard.costs.price_book import PriceBook
 from costguard.costs.pricing import PriceCatalog, PriceOverrides
 from costguard.engine import behind
-from costguard.engine.backfill import Fetch, Observe, Trim, catch_up, fetch_cold
+from costguard.engine.backfill import Fetch, Observe, Split, catch_up, fetch_cold
 from costguard.engine.collect import METRICS_SCOPE, collect, each_provider, record_gaps
 from costguard.engine.heap import (
     cycle_collection,
@@ -39,12 +39,7 @@ from costguard.model import Gap, GpuMinute, Instance, InstanceState, TelemetrySo
 from costguard.policy.conditions import IdleCondition
 from costguard.policy.evaluate import Finding, evaluate
 from costguard.policy.schema import PolicySet
-from costguard.providers.base import (
-    LeavesOutRepeats,
-    Provider,
-    Remembers,
-    reads_whole_scopes,
-)
+from costguard.providers.base import LeavesOutRepeats, Provider, ReadsWholeScopes, Remembers
 from costguard.store import control
 from costguard.store.db import Database
 from costguard.store.inventory import current_instances
@@ -252,9 +247,7 @@ class Engine:
             try:
                 if since is None:  # a first cycle: the window's history where it matters
                     gaps = fetch_cold(fetch, on_time, start, now, self._idle_conditions(),
-                                      whole_scopes=reads_whole_scopes(provider),
-                                      settle=getattr(provider, "metrics_settle",
-                                                     timedelta(0)))
+                                      whole_scopes=isinstance(provider, ReadsWholeScopes))
                 elif on_time:
                     gaps = fetch(on_time, start, now, None)
             except ProviderError as exc:
@@ -317,13 +310,17 @@ class Engine:
         readings are stored, a provider that can leave out unchanged repeats is told so
         (`LeavesOutRepeats`): the next cycle's settling span then brings only what changed."""
         def fetch(wanted: list[Instance], start: datetime, end: datetime,
-                  observe: Observe | None, trim: Trim | None = None) -> list[Gap]:
+                  observe: Observe | None, split: Split | None = None) -> list[Gap]:
             gaps: list[Gap] = []
             failed: list[ProviderError] = []
             chunks = behind.scope_chunks(wanted, chunk_size(start, end, readers))
             for chunk in chunks:
                 try:
-                    readings = provider.gpu_metrics(chunk, start, end)
+                    if split is None:
+                        readings = provider.gpu_metrics(chunk, start, end)
+                    else:
+                        assert isinstance(provider, ReadsWholeScopes)
+                        readings = provider.gpu_metrics_split(chunk, start, end, *split)
                 except ProviderError as exc:
                     failed.append(exc)
                     gaps += [Gap(provider=name, scope=scope + METRICS_SCOPE, error=str(exc))
@@ -332,7 +329,7 @@ class Engine:
                 # scopes the provider could not read while the others answered
                 gaps += [Gap(provider=name, scope=g.scope + METRICS_SCOPE, error=g.error)
                          for g in getattr(provider, "metric_gaps", [])]
-                sink(readings if trim is None else trim(readings), start)
+                sink(readings, start)
                 if observe is not None:
                     observe(readings)
                 if isinstance(provider, LeavesOutRepeats):  # stored: unchanged copies may go

@@ -7,7 +7,7 @@ nothing above a provider ever sees a botocore or google-api-core exception. A sc
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
@@ -135,16 +135,18 @@ class ReadsWholeScopes(Protocol):
     """Optional: a provider whose `gpu_metrics` call reads every series of the scopes its
     instances are in, whatever instances and span are asked (Cloud Monitoring's
     ListTimeSeries filters by metric type, per project): asking a scope twice costs twice,
-    asking for fewer instances or minutes costs the same. A first cycle then asks once for
-    the idle window (`engine.backfill.fetch_cold`), and every call returns all the minutes
-    of the instances it was asked for."""
+    asking for fewer instances or minutes costs the same. A first cycle then reads the idle
+    window once (`engine.backfill.fetch_cold`) rather than its last quarter hour and then
+    the rest."""
 
-    reads_whole_scopes: bool
-
-
-def reads_whole_scopes(provider: object) -> bool:
-    """Whether `provider` says its metrics calls read whole scopes (`ReadsWholeScopes`)."""
-    return isinstance(provider, ReadsWholeScopes) and provider.reads_whole_scopes
+    def gpu_metrics_split(
+        self, instances: Sequence[Instance], start: datetime, end: datetime, mid: datetime,
+        decided: Callable[[list[GpuMinute]], Collection[str]],
+    ) -> list[GpuMinute]:
+        """`gpu_metrics` over [start, end) in one read, less the minutes before `mid` of
+        the instances `decided` names when handed the minutes from `mid` on. Minutes the
+        provider reads again next cycle (`metrics_settle`) are kept whatever it says."""
+        ...
 
 
 class Memory(Protocol):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import pytest
@@ -69,8 +70,18 @@ def test_a_provider_reading_whole_scopes_is_asked_once_and_keeps_the_same_minute
     # GPUs their last quarter hour decides are not stored, as if never asked for; those
     # inside the settling span (asked again next cycle) are kept.
     now = clock.now()
-    cloud.reads_whole_scopes = True  # type: ignore[attr-defined]
-    cloud.metrics_settle = settle  # type: ignore[attr-defined]
+
+    def gpu_metrics_split(instances: list[Instance], start: datetime, end: datetime,
+                          mid: datetime, decided: Callable[[list[GpuMinute]], set[str]]
+                          ) -> list[GpuMinute]:
+        # a provider reading whole scopes, as GcpProvider does: one read; the older minutes
+        # of what `decided` names left out, those it reads again next cycle kept
+        minutes = cloud.gpu_metrics(instances, start, end)
+        keep_from = min(mid, end - settle)
+        skip = decided([m for m in minutes if m.minute >= keep_from])
+        return [m for m in minutes if m.minute >= keep_from or m.instance_id not in skip]
+
+    cloud.gpu_metrics_split = gpu_metrics_split  # type: ignore[attr-defined]
     cloud.add("i-idle", always("no_process"))
     cloud.add("i-busy", always("busy"))
     cloud.add("i-woke", until(now - timedelta(minutes=10), "no_process", "busy"))

@@ -15,7 +15,7 @@ Aligned points carry the END of their 60 s window; `GpuMinute.minute` is its sta
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -59,6 +59,8 @@ QUERIES: tuple[MetricQuery, ...] = (
 )
 
 _Key = tuple[str, int, int]  # (instance id, gpu index, minute start as epoch seconds)
+# (keep_from, decided): `ReadsWholeScopes.gpu_metrics_split`'s, the settling span kept
+Split = tuple[datetime, Callable[[list[GpuMinute]], Collection[str]]]
 
 
 def metric_filter(metric_type: str) -> str:
@@ -148,14 +150,26 @@ def _pct(value: float | None) -> float | None:
 
 
 def merge(readings: dict[str, dict[_Key, float]], start: datetime, end: datetime,
-          repeats: Repeats | None = None) -> list[GpuMinute]:
+          repeats: Repeats | None = None, split: Split | None = None) -> list[GpuMinute]:
     """The GPU-minutes in [start, end) of the projects' series; with `repeats`, those
-    handed over and stored before unchanged are left out (`costguard.providers.repeats`)."""
+    handed over and stored before unchanged are left out (`costguard.providers.repeats`).
+    With `split` (keep_from, decided): the minutes from `keep_from` on, and the older ones
+    of the instances that `decided`, handed those, does not name (never built)."""
+    if split is None:
+        return _minutes(readings, start, end, repeats)
+    keep_from, decided = split
+    recent = _minutes(readings, keep_from, end, repeats)
+    return _minutes(readings, start, keep_from, repeats, skip=decided(recent)) + recent
+
+
+def _minutes(readings: dict[str, dict[_Key, float]], start: datetime, end: datetime,
+             repeats: Repeats | None, skip: Collection[str] = ()) -> list[GpuMinute]:
+    """`merge` of [start, end), less the instances in `skip`."""
     lo, hi = utc(start).timestamp(), utc(end).timestamp()
     keys: set[_Key] = set()
     for name, values in readings.items():
         if name != "cpu":  # host CPU joins GPU minutes; it makes none
-            keys.update(k for k in values if lo <= k[2] < hi)
+            keys.update(k for k in values if lo <= k[2] < hi and k[0] not in skip)
     cpu = readings.get("cpu", {})
     util, sm_v2, sm_v1, mem_used = (readings[f] for f in ("util", "sm_v2", "sm_v1", "mem"))
     rows: list[dict[str, Any]] = []
@@ -188,10 +202,12 @@ def gpu_minutes(
     retry: gretry.Retry,
     max_workers: int,
     repeats: Repeats | None = None,
+    split: Split | None = None,
 ) -> tuple[list[GpuMinute], list[Gap]]:
     """Every GPU-minute Cloud Monitoring has for `instances` in [start, end) (less, with
-    `repeats`, those handed over and stored before unchanged), and the projects that could
-    not be read. If no project at all could be read, that raises."""
+    `repeats`, those handed over and stored before unchanged; with `split`, as `merge`
+    says), and the projects that could not be read. If no project at all could be read,
+    that raises."""
     by_project: dict[str, set[str]] = {}
     for inst in instances:
         if inst.provider == "gcp":
@@ -218,4 +234,4 @@ def gpu_minutes(
         raise failures[0]
     # Missing readings are "no data", never "idle": the other projects' data is still good.
     gaps = [Gap(provider="gcp", scope=f.scope, error=str(f)) for f in failures]
-    return merge(merged, start, end, repeats), gaps
+    return merge(merged, start, end, repeats, split), gaps

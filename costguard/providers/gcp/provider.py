@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 
@@ -49,8 +49,6 @@ class GcpProvider:
     name: ProviderName = "gcp"
     # metrics arrive minutes late: each cycle asks for the last 10 minutes again
     metrics_settle = timedelta(minutes=10)
-    # ListTimeSeries reads a project's series of a metric type, whichever VMs are asked
-    reads_whole_scopes = True
     # the act stage's scope is the project: a filtered aggregatedList reads every zone and a
     # batch request holds calls to any zone (costguard.actions.batch.spanning_regions)
     calls_span_regions = True
@@ -144,6 +142,19 @@ class GcpProvider:
         and listed in `self.metric_gaps` (also logged); if none could be read, it raises.
         After `readings_stored`, a later call leaves out the readings that come back
         unchanged (`costguard.providers.repeats`)."""
+        return self._gpu_metrics(instances, start, end, None)
+
+    def gpu_metrics_split(
+        self, instances: Sequence[Instance], start: datetime, end: datetime, mid: datetime,
+        decided: Callable[[list[GpuMinute]], Collection[str]],
+    ) -> list[GpuMinute]:
+        """`costguard.providers.base.ReadsWholeScopes`: ListTimeSeries reads a project's
+        every series of a metric type, whichever VMs and minutes are asked."""
+        keep_from = min(mid, end - self.metrics_settle)  # asked again next cycle: kept
+        return self._gpu_metrics(instances, start, end, (keep_from, decided))
+
+    def _gpu_metrics(self, instances: Sequence[Instance], start: datetime, end: datetime,
+                     split: metrics.Split | None) -> list[GpuMinute]:
         self._repeats.begin(end)
         minutes, gaps = metrics.gpu_minutes(
             self.clients.metrics,
@@ -153,6 +164,7 @@ class GcpProvider:
             retry=self.retry,
             max_workers=self.settings.max_workers,
             repeats=self._repeats,
+            split=split,
         )
         self.metric_gaps = gaps
         for gap in gaps:

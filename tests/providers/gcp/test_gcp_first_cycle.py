@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from sqlmodel import select
 
 from costguard.alerts.settings import AlertsSettings
@@ -25,14 +26,19 @@ NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 POLICY = """\
 policies:
   - name: idle-gpu
-    filters: {gpu: true, state: running}
-    condition: {idle: {below: 5, for: 1h}}
-    actions: [{notify: {to: [owner]}}, {stop: {grace: 15m}}]
+    filters: {{gpu: true, state: running}}
+    condition: {{idle: {{below: 5, for: {window}}}}}
+    actions: [{{notify: {{to: [owner]}}}}, {{stop: {{grace: 15m}}}}]
 """
 
 
+# (the idle window, from when the busy GPU's minutes are kept): its last quarter hour (the
+# recent span) decides; with a 5-minute window the last 5 decide, and the provider's 10
+# minutes of settling (read again next cycle) are kept
+@pytest.mark.parametrize(("window", "busy_from"), [("1h", timedelta(minutes=15)),
+                                                   ("5m", timedelta(minutes=10))])
 def test_the_first_cycle_asks_each_project_once_and_stores_what_two_reads_would(
-        tmp_path: Path) -> None:
+        tmp_path: Path, window: str, busy_from: timedelta) -> None:
     clock = ManualClock(NOW)
     with FakeGcp() as fake:
         ids = {}
@@ -43,7 +49,7 @@ def test_the_first_cycle_asks_each_project_once_and_stores_what_two_reads_would(
             ids[name] = str(vm.id)
             points = [(NOW + timedelta(minutes=m, seconds=30), util) for m in range(-90, 0)]
             fake.monitoring.add_gpu_series(project, UTIL, ids[name], points)
-        (tmp_path / "p.yml").write_text(POLICY)
+        (tmp_path / "p.yml").write_text(POLICY.format(window=window))
         url = f"sqlite:///{tmp_path / 'cg.db'}"
         settings = Settings(database_url=url, policy_paths=[tmp_path / "p.yml"],
                             alerts=AlertsSettings(console=False))
@@ -68,6 +74,6 @@ def test_the_first_cycle_asks_each_project_once_and_stores_what_two_reads_would(
     assert sum(fake.monitoring.calls.values()) == 2 * len(QUERIES)  # once per metric type
     first = {name: min(m.minute for m in stored[("gcp", i)]) for name, i in ids.items()}
     # the busy GPU's last quarter hour decides it: its older minutes are not kept
-    assert first == {"busy": NOW - timedelta(minutes=15), "idle": NOW - timedelta(hours=1),
+    assert first == {"busy": NOW - busy_from, "idle": NOW - timedelta(hours=1),
                      "quiet": NOW - timedelta(hours=1)}
     assert warned == sorted([ids["idle"], ids["quiet"]])
