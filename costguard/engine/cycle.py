@@ -56,6 +56,7 @@ MAX_TELEMETRY_LOOKBACK = timedelta(hours=6)
 # read at once share it
 TELEMETRY_CHUNK = 75_000
 TELEMETRY_CHUNK_MIN = 500  # instances: a long catch-up still asks ten scopes at once
+TELEMETRY_SLICE_MIN = timedelta(minutes=15)  # a larger scope's span is cut no finer
 AGENT_FRESH = timedelta(minutes=10)
 
 
@@ -65,6 +66,21 @@ def chunk_size(start: datetime, end: datetime, readers: int = 1) -> int:
     `TELEMETRY_CHUNK_MIN` instances."""
     minutes = max(1, math.ceil((end - start) / timedelta(minutes=1)))
     return max(TELEMETRY_CHUNK_MIN, TELEMETRY_CHUNK // (minutes * max(1, readers)))
+
+
+def time_slices(start: datetime, end: datetime, instances: int, readers: int = 1
+                ) -> list[tuple[datetime, datetime]]:
+    """[start, end) cut so that one call over `instances` brings back at most
+    `TELEMETRY_CHUNK` instance-minutes (shared by `readers`), in slices of no less than
+    `TELEMETRY_SLICE_MIN`. A chunk keeps its scopes whole, so a scope larger than
+    `chunk_size` is a call of its own: read over the hours of a downtime in one call, a
+    10,000-instance scope's answer held at once took 5 GB."""
+    budget = TELEMETRY_CHUNK // max(1, readers)
+    step = max(TELEMETRY_SLICE_MIN, timedelta(minutes=budget // max(1, instances)))
+    if end - start <= step:
+        return [(start, end)]
+    cuts = [start + k * step for k in range(math.ceil((end - start) / step))]
+    return list(zip(cuts, [*cuts[1:], end], strict=True))
 
 
 @dataclass
@@ -315,25 +331,30 @@ class Engine:
             failed: list[ProviderError] = []
             chunks = behind.scope_chunks(wanted, chunk_size(start, end, readers))
             for chunk in chunks:
+                # a scope larger than a chunk is asked a slice of the span at a time (the
+                # single read of a provider that reads whole scopes excepted)
+                slices = ([(start, end)] if split is not None
+                          else time_slices(start, end, len(chunk), readers))
                 try:
-                    if split is None:
-                        readings = provider.gpu_metrics(chunk, start, end)
-                    else:
-                        assert isinstance(provider, ReadsWholeScopes)
-                        readings = provider.gpu_metrics_split(chunk, start, end, *split)
-                except ProviderError as exc:
+                    for lo, hi in slices:
+                        if split is None:
+                            readings = provider.gpu_metrics(chunk, lo, hi)
+                        else:
+                            assert isinstance(provider, ReadsWholeScopes)
+                            readings = provider.gpu_metrics_split(chunk, lo, hi, *split)
+                        # scopes the provider could not read while the others answered
+                        gaps += [Gap(provider=name, scope=g.scope + METRICS_SCOPE,
+                                     error=g.error)
+                                 for g in getattr(provider, "metric_gaps", [])]
+                        sink(readings, start)
+                        if observe is not None:
+                            observe(readings)
+                        if isinstance(provider, LeavesOutRepeats):  # stored: repeats may go
+                            provider.readings_stored()
+                except ProviderError as exc:  # the chunk's later slices are not asked
                     failed.append(exc)
                     gaps += [Gap(provider=name, scope=scope + METRICS_SCOPE, error=str(exc))
                              for scope in sorted({behind.scope_keys(i)[0] for i in chunk})]
-                    continue
-                # scopes the provider could not read while the others answered
-                gaps += [Gap(provider=name, scope=g.scope + METRICS_SCOPE, error=g.error)
-                         for g in getattr(provider, "metric_gaps", [])]
-                sink(readings, start)
-                if observe is not None:
-                    observe(readings)
-                if isinstance(provider, LeavesOutRepeats):  # stored: unchanged copies may go
-                    provider.readings_stored()
             if failed and len(failed) == len(chunks):
                 raise failed[0]
             return gaps

@@ -12,7 +12,7 @@ from sqlmodel import select
 
 from costguard.clock import ManualClock
 from costguard.engine import behind
-from costguard.engine.cycle import MAX_TELEMETRY_LOOKBACK, chunk_size
+from costguard.engine.cycle import MAX_TELEMETRY_LOOKBACK, chunk_size, time_slices
 from costguard.errors import ProviderError
 from costguard.model import Gap, GpuMinute, Instance
 from costguard.store import control
@@ -304,3 +304,46 @@ def test_metrics_are_asked_a_chunk_of_scopes_at_a_time_and_a_failing_chunk_is_it
     engine.run_cycle()  # back: read from where it was
     assert stored_minutes(db, "i-2", clock.now() - 2 * STEP, clock.now()) == every_minute(
         clock.now() - 2 * STEP, clock.now())
+
+
+def test_a_long_span_is_cut_into_slices_only_for_a_scope_larger_than_a_chunk() -> None:
+    hour = timedelta(hours=1)
+    assert time_slices(T0, T0 + hour, 1_000) == [(T0, T0 + hour)]  # 1,000 x 60 <= 75,000
+    # after a downtime: 500 instances x 150 minutes a call
+    m = timedelta(minutes=1)
+    assert time_slices(T0, T0 + MAX_TELEMETRY_LOOKBACK, 500) == [
+        (T0, T0 + 150 * m), (T0 + 150 * m, T0 + 300 * m), (T0 + 300 * m, T0 + 360 * m)]
+    # a huge scope: never finer than a quarter hour, contiguous to the end
+    cut = time_slices(T0, T0 + MAX_TELEMETRY_LOOKBACK, 100_000)
+    assert len(cut) == 24 and cut[0][0] == T0 and cut[-1][1] == T0 + MAX_TELEMETRY_LOOKBACK
+    assert all(a[1] == b[0] for a, b in pairwise(cut))
+    # providers read at once share the instance-minutes
+    assert time_slices(T0, T0 + hour, 1_000, readers=2) == [(T0, T0 + 37 * m),
+                                                            (T0 + 37 * m, T0 + hour)]
+
+
+def test_a_scope_larger_than_a_chunk_is_read_a_slice_at_a_time_after_a_downtime(
+    make_engine: EngineFactory, cloud: ScriptedCloud, clock: ManualClock, db: Database,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A chunk keeps its scope whole, so one scope was one call over the whole downtime:
+    its answer held at once (5 GB for a simulated 10,000-instance scope over 6 hours).
+    Each call now brings at most the chunk's instance-minutes; every minute is stored."""
+    monkeypatch.setattr("costguard.engine.cycle.TELEMETRY_CHUNK", 60)  # instance-minutes
+    monkeypatch.setattr("costguard.engine.cycle.TELEMETRY_CHUNK_MIN", 2)
+    for n in range(4):  # one scope of 4: larger than a chunk of 2
+        cloud.add(f"i-{n}", always("busy"))
+    metrics = PartialMetrics(cloud, aws_scope)
+    engine = make_engine()
+    engine.run_cycle()
+    down_since = clock.now()
+    clock.advance(timedelta(hours=1))  # the daemon was down
+    metrics.calls.clear()
+    engine.run_cycle()
+    spans = [(start, end) for _, start, end in metrics.calls]
+    assert [ids for ids, _, _ in metrics.calls] == [["i-0", "i-1", "i-2", "i-3"]] * 4
+    assert spans == time_slices(down_since, clock.now(), 4)  # 15 minutes each
+    assert all(end - start == timedelta(minutes=15) for start, end in spans)
+    for n in range(4):
+        assert stored_minutes(db, f"i-{n}", down_since, clock.now()) == every_minute(
+            down_since, clock.now())
