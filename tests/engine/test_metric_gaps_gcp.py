@@ -10,17 +10,12 @@ from pathlib import Path
 import grpc  # type: ignore[import-untyped]
 from sqlmodel import select
 
-from costguard.alerts.settings import AlertsSettings
 from costguard.clock import ManualClock
-from costguard.config import Settings
 from costguard.demo.gcp_fake.server import FakeGcp
-from costguard.engine import Engine
-from costguard.policy.load import load_policy_set
-from costguard.providers.gcp import GcpProvider
 from costguard.providers.gcp.metrics import UTIL
-from costguard.store.db import Database
 from costguard.store.readings import read_minutes
 from costguard.store.tables import GapRow
+from tests.fakes.gcp_engine import gcp_engine
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 POLICY = """\
@@ -44,14 +39,8 @@ def test_a_project_whose_metrics_failed_is_caught_up_when_it_reads_again(tmp_pat
             ids[name] = str(vm.id)
             points = [(NOW + timedelta(minutes=m, seconds=30), 80.0) for m in range(-90, 60)]
             fake.monitoring.add_gpu_series(project, UTIL, ids[name], points)
-        (tmp_path / "p.yml").write_text(POLICY)
-        url = f"sqlite:///{tmp_path / 'cg.db'}"
-        settings = Settings(database_url=url, policy_paths=[tmp_path / "p.yml"],
-                            alerts=AlertsSettings(console=False))
-        db = Database(url)
-        provider = GcpProvider(fake.settings(projects=["ml-prod", "ml-research"]), clock=clock)
-        engine = Engine(settings, db, {"gcp": provider}, load_policy_set([tmp_path / "p.yml"]),
-                        clock)
+        engine, db, provider = gcp_engine(fake, tmp_path, POLICY, clock,
+                                          ["ml-prod", "ml-research"])
         try:
             engine.run_cycle()
             fake.monitoring.fail_next(grpc.StatusCode.PERMISSION_DENIED, times=10**6,

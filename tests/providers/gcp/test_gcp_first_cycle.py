@@ -10,17 +10,12 @@ from pathlib import Path
 import pytest
 from sqlmodel import select
 
-from costguard.alerts.settings import AlertsSettings
 from costguard.clock import ManualClock
-from costguard.config import Settings
 from costguard.demo.gcp_fake.server import FakeGcp
-from costguard.engine import Engine
-from costguard.policy.load import load_policy_set
-from costguard.providers.gcp import GcpProvider
 from costguard.providers.gcp.metrics import QUERIES, UTIL
-from costguard.store.db import Database
 from costguard.store.readings import read_minutes
 from costguard.store.tables import PolicyStateRow
+from tests.fakes.gcp_engine import gcp_engine
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 POLICY = """\
@@ -49,14 +44,8 @@ def test_the_first_cycle_asks_each_project_once_and_stores_what_two_reads_would(
             ids[name] = str(vm.id)
             points = [(NOW + timedelta(minutes=m, seconds=30), util) for m in range(-90, 0)]
             fake.monitoring.add_gpu_series(project, UTIL, ids[name], points)
-        (tmp_path / "p.yml").write_text(POLICY.format(window=window))
-        url = f"sqlite:///{tmp_path / 'cg.db'}"
-        settings = Settings(database_url=url, policy_paths=[tmp_path / "p.yml"],
-                            alerts=AlertsSettings(console=False))
-        db = Database(url)
-        provider = GcpProvider(fake.settings(projects=["ml-prod", "ml-research"]), clock=clock)
-        engine = Engine(settings, db, {"gcp": provider}, load_policy_set([tmp_path / "p.yml"]),
-                        clock)
+        engine, db, provider = gcp_engine(fake, tmp_path, POLICY.format(window=window), clock,
+                                          ["ml-prod", "ml-research"])
         try:
             engine.run_cycle()
             spans = sorted({(r.name, r.interval.start_time.timestamp_pb().seconds,
@@ -68,6 +57,7 @@ def test_the_first_cycle_asks_each_project_once_and_stores_what_two_reads_would(
                 warned = sorted(st.instance_id for st in s.exec(select(PolicyStateRow))
                                 if st.state == "warned")
         finally:
+            provider.close()
             db.dispose()
     hour = (int((NOW - timedelta(hours=1)).timestamp()), int(NOW.timestamp()))
     assert spans == [("projects/ml-prod", *hour), ("projects/ml-research", *hour)]
