@@ -39,9 +39,16 @@ class AwsAccount(_Strict):
     @field_validator("id", mode="before")
     @classmethod
     def _id_is_twelve_digits(cls, value: object) -> object:
-        # YAML turns an unquoted 012345678901 into an int and drops the leading zero.
-        if isinstance(value, int):
-            value = f"{value:012d}"
+        # An unquoted id is a number: twelve digits are the id; fewer cannot be told apart
+        # from another account's (YAML reads 012345670123 as the octal 1402433619, so its
+        # leading zeros were not merely dropped), and governing a wrong account is no guess
+        # to make.
+        if isinstance(value, int) and not isinstance(value, bool):
+            if 10**11 <= value < 10**12:
+                return str(value)
+            raise ValueError(
+                f"AWS account id {value} is a number, not 12 digits (YAML reads an unquoted "
+                "id that starts with 0 as octal); quote it: id: '012345678901'")
         if not isinstance(value, str) or not _ACCOUNT_ID.match(value):
             raise ValueError(
                 f"AWS account id {value!r} must be 12 digits; quote it in YAML ('012345678901')"

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
+from costguard.config import load_settings
+from costguard.errors import ConfigError
 from costguard.providers.aws import AwsAccount, AwsSettings
 
 
@@ -16,8 +20,24 @@ def test_defaults_read_every_region_of_the_ambient_account() -> None:
     assert s.cloudwatch.instance_dimension == "auto"
 
 
-def test_yaml_integer_account_id_keeps_its_leading_zero() -> None:
-    assert AwsAccount(id=12345678901).id == "012345678901"
+def test_an_unquoted_twelve_digit_account_id_is_read_as_text() -> None:
+    assert AwsAccount(id=123456789012).id == "123456789012"
+
+
+@pytest.mark.parametrize("number", [12345678901, 1402433619, 12])
+def test_a_shorter_number_is_refused_not_padded_into_another_account(number: int) -> None:
+    # YAML reads `id: 012345670123` as the octal 1402433619: padding it with zeros governed
+    # account 001402433619; an 11-digit number may be that or a lost leading zero
+    with pytest.raises(ValidationError, match="quote it: id: '012345678901'"):
+        AwsAccount(id=number)
+
+
+def test_the_octal_reading_is_caught_from_the_file(tmp_path: Path) -> None:
+    cfg = tmp_path / "costguard.yaml"
+    cfg.write_text("providers:\n  aws:\n    accounts:\n      - {id: 012345670123}\n")
+    with pytest.raises(ConfigError, match=r"costguard.yaml:4:14: providers.aws.accounts\[0\]"
+                                          r".id: AWS account id 1402433619 is a number"):
+        load_settings(cfg)
 
 
 @pytest.mark.parametrize(
