@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections import Counter
@@ -25,8 +24,9 @@ from costguard.costs.attribution import Attributor
 from costguard.costs.price_book import PriceBook
 from costguard.costs.pricing import PriceCatalog, PriceOverrides
 from costguard.engine import behind
-from costguard.engine.backfill import Fetch, Observe, Split, catch_up, fetch_cold
+from costguard.engine.backfill import catch_up, fetch_cold
 from costguard.engine.collect import METRICS_SCOPE, collect, each_provider, record_gaps
+from costguard.engine.fetch import fetcher
 from costguard.engine.heap import (
     cycle_collection,
     limit_malloc_arenas,
@@ -39,7 +39,7 @@ from costguard.model import Gap, GpuMinute, Instance, InstanceState, TelemetrySo
 from costguard.policy.conditions import IdleCondition
 from costguard.policy.evaluate import Finding, evaluate
 from costguard.policy.schema import PolicySet
-from costguard.providers.base import LeavesOutRepeats, Provider, ReadsWholeScopes, Remembers
+from costguard.providers.base import Provider, ReadsWholeScopes, Remembers
 from costguard.store import control
 from costguard.store.db import Database
 from costguard.store.inventory import current_instances
@@ -50,37 +50,7 @@ from costguard.store.tables import CycleRow, InstanceRow
 log = logging.getLogger("costguard.engine")
 
 MAX_TELEMETRY_LOOKBACK = timedelta(hours=6)
-# instance-minutes per provider metrics call (scopes kept whole): 5,000 instances over a
-# steady cycle's quarter hour, 1,250 over a first cycle's hour; what one call brings back
-# grows with its span, and a chunk's answers are held at once (`_fetcher`), so providers
-# read at once share it
-TELEMETRY_CHUNK = 75_000
-TELEMETRY_CHUNK_MIN = 500  # instances: a long catch-up still asks ten scopes at once
-TELEMETRY_SLICE_MIN = timedelta(minutes=15)  # a larger scope's span is cut no finer
 AGENT_FRESH = timedelta(minutes=10)
-
-
-def chunk_size(start: datetime, end: datetime, readers: int = 1) -> int:
-    """Instances per provider metrics call over [start, end) when `readers` providers are
-    read at once: `TELEMETRY_CHUNK` instance-minutes shared between them, at least
-    `TELEMETRY_CHUNK_MIN` instances."""
-    minutes = max(1, math.ceil((end - start) / timedelta(minutes=1)))
-    return max(TELEMETRY_CHUNK_MIN, TELEMETRY_CHUNK // (minutes * max(1, readers)))
-
-
-def time_slices(start: datetime, end: datetime, instances: int, readers: int = 1
-                ) -> list[tuple[datetime, datetime]]:
-    """[start, end) cut so that one call over `instances` brings back at most
-    `TELEMETRY_CHUNK` instance-minutes (shared by `readers`), in slices of no less than
-    `TELEMETRY_SLICE_MIN`. A chunk keeps its scopes whole, so a scope larger than
-    `chunk_size` is a call of its own: read over the hours of a downtime in one call, a
-    10,000-instance scope's answer held at once took 5 GB."""
-    budget = TELEMETRY_CHUNK // max(1, readers)
-    step = max(TELEMETRY_SLICE_MIN, timedelta(minutes=budget // max(1, instances)))
-    if end - start <= step:
-        return [(start, end)]
-    cuts = [start + k * step for k in range(math.ceil((end - start) / step))]
-    return list(zip(cuts, [*cuts[1:], end], strict=True))
 
 
 @dataclass
@@ -258,7 +228,7 @@ class Engine:
         gaps: list[Gap] = []
         asked: list[tuple[Instance, datetime, bool]] = []  # instance, start, call raised
         if wanted and start < now:
-            fetch = self._fetcher(name, provider, self._sink(summary), len(self.providers))
+            fetch = fetcher(name, provider, self._sink(summary), len(self.providers))
             on_time, late = behind.plan(wanted, start, lagging, floor)
             try:
                 if since is None:  # a first cycle: the window's history where it matters
@@ -313,52 +283,6 @@ class Engine:
                     summary.readings += write_minutes(s, readings)
                 self.window.add(readings, since=since)
         return sink
-
-    @staticmethod
-    def _fetcher(name: str, provider: Provider,
-                 sink: Callable[[list[GpuMinute], datetime], None], readers: int) -> Fetch:
-        """Ask the provider `chunk_size` instances at a time (`readers`: the providers read
-        at once; a scope never split), and hand each call's readings to `sink` (and
-        `observe`) before the next call: at
-        organisation scale an hour of readings for every GPU held at once was gigabytes. A
-        chunk whose call raises is a gap for its scopes while the others are read; when
-        every chunk raises, the first error is raised, as one call would. Once a call's
-        readings are stored, a provider that can leave out unchanged repeats is told so
-        (`LeavesOutRepeats`): the next cycle's settling span then brings only what changed."""
-        def fetch(wanted: list[Instance], start: datetime, end: datetime,
-                  observe: Observe | None, split: Split | None = None) -> list[Gap]:
-            gaps: list[Gap] = []
-            failed: list[ProviderError] = []
-            chunks = behind.scope_chunks(wanted, chunk_size(start, end, readers))
-            for chunk in chunks:
-                # a scope larger than a chunk is asked a slice of the span at a time (the
-                # single read of a provider that reads whole scopes excepted)
-                slices = ([(start, end)] if split is not None
-                          else time_slices(start, end, len(chunk), readers))
-                try:
-                    for lo, hi in slices:
-                        if split is None:
-                            readings = provider.gpu_metrics(chunk, lo, hi)
-                        else:
-                            assert isinstance(provider, ReadsWholeScopes)
-                            readings = provider.gpu_metrics_split(chunk, lo, hi, *split)
-                        # scopes the provider could not read while the others answered
-                        gaps += [Gap(provider=name, scope=g.scope + METRICS_SCOPE,
-                                     error=g.error)
-                                 for g in getattr(provider, "metric_gaps", [])]
-                        sink(readings, start)
-                        if observe is not None:
-                            observe(readings)
-                        if isinstance(provider, LeavesOutRepeats):  # stored: repeats may go
-                            provider.readings_stored()
-                except ProviderError as exc:  # the chunk's later slices are not asked
-                    failed.append(exc)
-                    gaps += [Gap(provider=name, scope=scope + METRICS_SCOPE, error=str(exc))
-                             for scope in sorted({behind.scope_keys(i)[0] for i in chunk})]
-            if failed and len(failed) == len(chunks):
-                raise failed[0]
-            return gaps
-        return fetch
 
     def _idle_conditions(self) -> list[IdleCondition]:
         return [p.condition.idle for p in self.policies.policies if p.condition.idle]

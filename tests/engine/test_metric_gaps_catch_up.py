@@ -12,7 +12,8 @@ from sqlmodel import select
 
 from costguard.clock import ManualClock
 from costguard.engine import behind
-from costguard.engine.cycle import MAX_TELEMETRY_LOOKBACK, chunk_size, time_slices
+from costguard.engine.cycle import MAX_TELEMETRY_LOOKBACK
+from costguard.engine.fetch import chunk_size, time_slices
 from costguard.errors import ProviderError
 from costguard.model import Gap, GpuMinute, Instance
 from costguard.store import control
@@ -267,8 +268,8 @@ def test_metrics_are_asked_a_chunk_of_scopes_at_a_time_and_a_failing_chunk_is_it
     """Chunks of whole scopes, each stored before the next is asked (an organisation's hour
     of readings is not held at once); a chunk whose call raises is a gap for its scopes and
     is read again from where it was, the others are stored."""
-    monkeypatch.setattr("costguard.engine.cycle.TELEMETRY_CHUNK", 2)  # instance-minutes
-    monkeypatch.setattr("costguard.engine.cycle.TELEMETRY_CHUNK_MIN", 2)  # so: 2 instances
+    monkeypatch.setattr("costguard.engine.fetch.TELEMETRY_CHUNK", 2)  # instance-minutes
+    monkeypatch.setattr("costguard.engine.fetch.TELEMETRY_CHUNK_MIN", 2)  # so: 2 instances
     for n, region in enumerate(["us-east-1", "us-east-1", "eu-west-1", "ap-south-1"]):
         cloud.add(f"i-{n}", always("busy"))
         cloud.set(f"i-{n}", region=region, zone=f"{region}a")
@@ -329,8 +330,8 @@ def test_a_scope_larger_than_a_chunk_is_read_a_slice_at_a_time_after_a_downtime(
     """A chunk keeps its scope whole, so one scope was one call over the whole downtime:
     its answer held at once (5 GB for a simulated 10,000-instance scope over 6 hours).
     Each call now brings at most the chunk's instance-minutes; every minute is stored."""
-    monkeypatch.setattr("costguard.engine.cycle.TELEMETRY_CHUNK", 60)  # instance-minutes
-    monkeypatch.setattr("costguard.engine.cycle.TELEMETRY_CHUNK_MIN", 2)
+    monkeypatch.setattr("costguard.engine.fetch.TELEMETRY_CHUNK", 60)  # instance-minutes
+    monkeypatch.setattr("costguard.engine.fetch.TELEMETRY_CHUNK_MIN", 2)
     for n in range(4):  # one scope of 4: larger than a chunk of 2
         cloud.add(f"i-{n}", always("busy"))
     metrics = PartialMetrics(cloud, aws_scope)

@@ -60,8 +60,8 @@ def test_providers_are_listed_and_read_at_the_same_time(
 ) -> None:
     # a 5-minute cycle's chunk: 2 instances for a provider read alone, 1 for each of two
     # read at once (what a chunk holds is shared, as memory is)
-    monkeypatch.setattr("costguard.engine.cycle.TELEMETRY_CHUNK", 10)  # instance-minutes
-    monkeypatch.setattr("costguard.engine.cycle.TELEMETRY_CHUNK_MIN", 1)
+    monkeypatch.setattr("costguard.engine.fetch.TELEMETRY_CHUNK", 10)  # instance-minutes
+    monkeypatch.setattr("costguard.engine.fetch.TELEMETRY_CHUNK_MIN", 1)
     clock = ManualClock(T0)
     meet = threading.Barrier(2)
     clouds = {name: _Cloud(clock, name, meet) for name in ("aws", "gcp")}
