@@ -6,7 +6,7 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
 import typer
 from rich.console import Console
@@ -23,9 +23,6 @@ from costguard.daemon.commands import db_backup, status
 from costguard.errors import CostguardError, PolicyError, SourceError
 from costguard.recommend.commands import recommend_command
 from costguard.telemetry.cli import agent_app
-
-if TYPE_CHECKING:
-    from costguard.setup_check import SetupCheck
 
 app = typer.Typer(
     name="costguard",
@@ -133,56 +130,20 @@ def validate(
 
     Exit status 0 when all is valid, 2 otherwise.
     """
-    from costguard.policy.load import load_with_warnings
-    from costguard.setup_check import SetupCheck, check_setup
+    from costguard.setup_check import check_policies, check_setup
 
-    if paths:
-        check = SetupCheck()
-        try:
-            check.policies, check.warnings = load_with_warnings(paths)
-        except PolicyError as exc:
-            check.problems = exc.errors
+    check = check_policies(paths) if paths else check_setup(config)
+    if fmt == "json":
+        print(json.dumps(check.as_json(whole=not paths), indent=2))
     else:
-        check = check_setup(config)
-    _print_check(check, fmt, whole=not paths)
+        for line in check.lines():
+            err.print(line, highlight=False, markup=False, soft_wrap=True)
+        if check.ok:
+            console.print(check.summary(whole=not paths), highlight=False)
+        else:
+            err.print(f"{len(check.problems) + len(check.others)} problem(s) found", style="red")
     if not check.ok:
         raise typer.Exit(2)
-
-
-def _print_check(check: SetupCheck, fmt: Literal["text", "json"], *, whole: bool) -> None:
-    def located(e: SourceError) -> dict[str, object]:
-        return {"file": e.file, "line": e.line, "column": e.column, "message": e.message}
-
-    policy_set = check.policies
-    if fmt == "json":
-        doc: dict[str, object] = {
-            "ok": check.ok,
-            "problems": [located(e) for e in check.problems] + [
-                {"file": None, "line": None, "column": None, "message": m}
-                for m in check.others],
-            "warnings": [located(w) for w in check.warnings]}
-        if check.ok and policy_set is not None:
-            doc |= {"policies": [{"name": p.name, "mode": p.mode} for p in policy_set.policies],
-                    "budgets": len(policy_set.budgets),
-                    "anomaly_rules": len(policy_set.anomalies)}
-        if whole:
-            doc["files"] = check.files
-        print(json.dumps(doc, indent=2))
-        return
-    for line in [*map(str, check.problems), *check.others, *map(str, check.warnings)]:
-        err.print(line, highlight=False, markup=False, soft_wrap=True)
-    if not check.ok:
-        n = len(check.problems) + len(check.others)
-        err.print(f"{n} problem(s) found", style="red")
-        return
-    assert policy_set is not None
-    n = len(policy_set.policies)
-    enforced = sum(1 for p in policy_set.policies if p.is_enforced)
-    console.print(("configuration ok; " if whole else "ok: ")
-                  + f"{n} policies ({enforced} enforced, {n - enforced} dry-run), "
-                  f"{len(policy_set.budgets)} budgets, {len(policy_set.anomalies)} anomaly rules"
-                  + (f", {len(check.warnings)} warning(s)" if check.warnings else "")
-                  + "".join(f"; {f}" for f in check.files), highlight=False)
 
 
 @app.command()

@@ -1,10 +1,11 @@
-"""`costguard validate` with no paths: everything the daemon will read, checked before it
+"""`costguard validate`; with no paths, everything the daemon will read, checked before it
 runs. costguard.yaml (or --config, or $COSTGUARD_CONFIG) and the COSTGUARD_* variables, the
 policies `policy_paths` names, and the files the settings name (`alerts.routing_file`,
 `costs.price_overrides`): every problem at FILE:LINE:COL, or with the variable that set it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +31,53 @@ class SetupCheck:
     @property
     def ok(self) -> bool:
         return not self.problems and not self.others
+
+    def lines(self) -> list[str]:
+        """Every problem, then every warning, one line each (FILE:LINE:COL where placed)."""
+        return [*map(str, self.problems), *self.others, *map(str, self.warnings)]
+
+    def summary(self, *, whole: bool) -> str:
+        """The line that says all is well (`whole`: the configuration was read too)."""
+        assert self.policies is not None
+        policies = self.policies.policies
+        enforced = sum(1 for p in policies if p.is_enforced)
+        return (("configuration ok; " if whole else "ok: ")
+                + f"{len(policies)} policies ({enforced} enforced, "
+                f"{len(policies) - enforced} dry-run), {len(self.policies.budgets)} budgets, "
+                f"{len(self.policies.anomalies)} anomaly rules"
+                + (f", {len(self.warnings)} warning(s)" if self.warnings else "")
+                + "".join(f"; {f}" for f in self.files))
+
+    def as_json(self, *, whole: bool) -> dict[str, object]:
+        """{ok, problems, warnings} (a problem with no place has null file, line, column),
+        the policies, budgets and anomaly rules when ok, and `files` when `whole`."""
+        def located(e: SourceError) -> dict[str, object]:
+            return {"file": e.file, "line": e.line, "column": e.column, "message": e.message}
+
+        doc: dict[str, object] = {
+            "ok": self.ok,
+            "problems": [located(e) for e in self.problems] + [
+                {"file": None, "line": None, "column": None, "message": m}
+                for m in self.others],
+            "warnings": [located(w) for w in self.warnings]}
+        if self.ok and self.policies is not None:
+            doc |= {"policies": [{"name": p.name, "mode": p.mode}
+                                 for p in self.policies.policies],
+                    "budgets": len(self.policies.budgets),
+                    "anomaly_rules": len(self.policies.anomalies)}
+        if whole:
+            doc["files"] = self.files
+        return doc
+
+
+def check_policies(paths: Sequence[Path]) -> SetupCheck:
+    """The policy files or directories at `paths` alone (`costguard validate PATHS`)."""
+    check = SetupCheck()
+    try:
+        check.policies, check.warnings = load_with_warnings(paths)
+    except PolicyError as exc:
+        check.problems = exc.errors
+    return check
 
 
 def check_setup(config: Path | None) -> SetupCheck:
