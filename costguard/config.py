@@ -31,7 +31,14 @@ from costguard.policy.base import Duration
 from costguard.providers.aws.settings import AwsSettings
 from costguard.providers.gcp.settings import GcpSettings
 from costguard.recommend.settings import RecommendSettings
-from costguard.yamlpos import PositionMap, YamlLoadError, load_yaml_with_positions, located_errors
+from costguard.yamlpos import (
+    PositionMap,
+    YamlLoadError,
+    field_keys,
+    load_yaml_with_positions,
+    located_errors,
+    model_at,
+)
 
 DEFAULT_CONFIG_FILE = Path("costguard.yaml")
 
@@ -127,21 +134,6 @@ def _env_name(loc: tuple[int | str, ...]) -> str:
     return "COSTGUARD_" + "__".join(str(p).upper() for p in loc if not isinstance(p, int))
 
 
-def _valid_keys(loc: tuple[int | str, ...]) -> list[str]:
-    model: Any = Settings
-    for part in loc:
-        field = getattr(model, "model_fields", {}).get(part)
-        if field is None:
-            return []
-        ann = field.annotation
-        candidates = [ann, *getattr(ann, "__args__", ())]
-        model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)),
-                     None)
-        if model is None:
-            return []
-    return sorted(getattr(model, "model_fields", {}))
-
-
 def _environment() -> dict[tuple[str, ...], str]:
     """The settings that COSTGUARD_* variables set (they win over the file): each one's key
     path, lower-cased as pydantic-settings reads it, -> the variable's name."""
@@ -164,7 +156,8 @@ def _unlocated(err: ErrorDetails, variable: str | None) -> str:
     loc = tuple(err["loc"])
     key = _describe_loc(loc)
     if err["type"] == "extra_forbidden":
-        valid = _valid_keys(loc[:-1])
+        model = model_at(Settings, loc[:-1])
+        valid = field_keys(model) if model is not None else []
         hint = f" (valid keys here: {', '.join(valid)})" if valid else ""
         where = f"remove or rename {variable}" if variable else "remove or rename it"
         return f"  {key}: unknown key{hint}; {where}"
