@@ -23,6 +23,7 @@ from costguard.engine.collect import METRICS_SCOPE
 from costguard.errors import ProviderError
 from costguard.model import Gap, GpuMinute, Instance, covering
 from costguard.policy.conditions import IdleCondition
+from costguard.providers.base import Decided
 from costguard.telemetry.classify import peaks
 
 log = logging.getLogger("costguard.engine")
@@ -33,7 +34,7 @@ RECENT = timedelta(minutes=15)
 Observe = Callable[[list[GpuMinute]], None]
 # (mid, decided): for a provider that reads whole scopes, the instances whose minutes from
 # `mid` on make the older ones unneeded (`costguard.providers.base.ReadsWholeScopes`)
-Split = tuple[datetime, Callable[[list[GpuMinute]], set[str]]]
+Split = tuple[datetime, Decided]
 
 
 class Fetch(Protocol):

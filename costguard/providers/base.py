@@ -130,6 +130,10 @@ class LeavesOutRepeats(Protocol):
         ...
 
 
+# given the minutes from a split read's `mid` on, the instances whose older ones are not wanted
+Decided = Callable[[list[GpuMinute]], Collection[str]]
+
+
 @runtime_checkable
 class ReadsWholeScopes(Protocol):
     """Optional: a provider whose `gpu_metrics` call reads every series of the scopes its
@@ -141,7 +145,7 @@ class ReadsWholeScopes(Protocol):
 
     def gpu_metrics_split(
         self, instances: Sequence[Instance], start: datetime, end: datetime, mid: datetime,
-        decided: Callable[[list[GpuMinute]], Collection[str]],
+        decided: Decided,
     ) -> list[GpuMinute]:
         """`gpu_metrics` over [start, end) in one read, less the minutes before `mid` of
         the instances `decided` names when handed the minutes from `mid` on. Minutes the

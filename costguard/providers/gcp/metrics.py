@@ -15,7 +15,7 @@ Aligned points carry the END of their 60 s window; `GpuMinute.minute` is its sta
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -29,6 +29,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from costguard.clock import utc
 from costguard.errors import ProviderError
 from costguard.model import Gap, GpuMinute, Instance, TelemetrySource
+from costguard.providers.base import Decided
 from costguard.providers.gcp.errors import from_retry_error, translate
 from costguard.providers.repeats import Repeats
 
@@ -60,7 +61,7 @@ QUERIES: tuple[MetricQuery, ...] = (
 
 _Key = tuple[str, int, int]  # (instance id, gpu index, minute start as epoch seconds)
 # (keep_from, decided): `ReadsWholeScopes.gpu_metrics_split`'s, the settling span kept
-Split = tuple[datetime, Callable[[list[GpuMinute]], Collection[str]]]
+Split = tuple[datetime, Decided]
 
 
 def metric_filter(metric_type: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 
@@ -18,7 +18,7 @@ from costguard.model import (
     PriceQuote,
     ProviderName,
 )
-from costguard.providers.base import FetchedPrices
+from costguard.providers.base import Decided, FetchedPrices
 from costguard.providers.gcp import (
     actions,
     batch,
@@ -146,7 +146,7 @@ class GcpProvider:
 
     def gpu_metrics_split(
         self, instances: Sequence[Instance], start: datetime, end: datetime, mid: datetime,
-        decided: Callable[[list[GpuMinute]], Collection[str]],
+        decided: Decided,
     ) -> list[GpuMinute]:
         """`costguard.providers.base.ReadsWholeScopes`: ListTimeSeries reads a project's
         every series of a metric type, whichever VMs and minutes are asked."""
