@@ -11,9 +11,9 @@ import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-from sqlalchemy import Table, Text, cast, func, insert, select, type_coerce, update
+from sqlalchemy import Table, Text, cast, insert, select, type_coerce, update
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import NullType
 from sqlmodel import Session
@@ -22,22 +22,34 @@ from costguard.costs.attribution import Attributor
 from costguard.costs.price_book import record_sources
 from costguard.costs.pricing import PRICE_KEY_FIELDS, PriceCatalog
 from costguard.model import (
-    GpuMinute,
     Instance,
     InstanceState,
     PriceQuote,
     Reading,
     Verdict,
-    covering,
 )
 from costguard.store.inventory import to_instance
-from costguard.store.readings import InstanceRef, read_minutes
+from costguard.store.readings import InstanceRef
 from costguard.store.tables import CostIntervalRow, InstanceRow
 from costguard.store.upsert import driver_sql
+from costguard.store.window import SpanReader
 from costguard.telemetry.classify import SignalChoice, classify
 
 PriceLookup = Callable[[Instance], PriceQuote | None]
 MinutesLookup = Callable[[InstanceRef, datetime, datetime], Sequence[Reading]]
+
+
+@runtime_checkable
+class ExpectsSpans(Protocol):
+    """A `MinutesLookup` told, before each chunk of instances, which it will be asked for
+    and in what order (`store.window.SpanReader` reads the store a batch at a time)."""
+
+    def expect(self, spans: Sequence[tuple[InstanceRef, datetime]]) -> None: ...
+
+    def __call__(self, ref: InstanceRef, start: datetime, end: datetime
+                 ) -> Sequence[Reading]: ...
+
+
 MICROS = 1_000_000
 _INSTANCES: Table = InstanceRow.__table__  # type: ignore[attr-defined]
 _INTERVALS: Table = CostIntervalRow.__table__  # type: ignore[attr-defined]
@@ -45,6 +57,9 @@ _INTERVALS: Table = CostIntervalRow.__table__  # type: ignore[attr-defined]
 _KEY = len(PRICE_KEY_FIELDS)
 _COLUMNS = (*PRICE_KEY_FIELDS, "instance_id", "name", "accrue_state", "gone")
 _TIMES = ("state_changed_at", "accrued_until")
+# places in a row as accrual reads it
+_GPUS, _STATE, _GONE = (_COLUMNS.index(c) for c in ("gpu_count", "accrue_state", "gone"))
+_CHANGED, _UNTIL = len(_COLUMNS), len(_COLUMNS) + 1
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _PREBOUND = ("start", "end", "usd_per_hour")  # bound once per distinct value (SQLite)
 _CHUNK = 2_000  # rows read, and intervals written, at a time
@@ -91,7 +106,8 @@ def accrue(
     raw_times = [type_coerce(_INSTANCES.c[c], NullType()) for c in _TIMES]
     spans = _Spans(dialect, now)
     if minutes_of is None:
-        minutes_of = _stored_minutes(session, now)
+        minutes_of = SpanReader(session, now)
+    expect = minutes_of.expect if isinstance(minutes_of, ExpectsSpans) else None
     result = session.execute(select(
         *(_INSTANCES.c[c] for c in _COLUMNS), *raw_times,
         cast(_INSTANCES.c.tags, Text), _INSTANCES.c.launched_by, cast(_INSTANCES.c.owner, Text),
@@ -105,7 +121,7 @@ def accrue(
     dims_of = _DimensionCache(attributor)
     no_price: _Price = (0.0, spans.bind_rate(0.0), "no price known")
     intervals: list[tuple[Any, ...]] = []
-    for row in _rows(result):
+    for row in _rows(result, spans, expect):
         if len(intervals) >= _CHUNK:
             write(intervals)
             stats.intervals += len(intervals)
@@ -244,23 +260,22 @@ class _Quotes:
         return price
 
 
-def _rows(result: Any) -> Iterator[Any]:
+def _rows(result: Any, spans: _Spans,
+          expect: Callable[[list[tuple[InstanceRef, datetime]]], None] | None
+          ) -> Iterator[Any]:
+    """The rows due, `_CHUNK` at a time; before each chunk, `expect` is told the running GPU
+    instances whose readings it will be asked for, in order, with their spans' starts."""
     for chunk in result.partitions(_CHUNK):
+        if expect is not None:
+            due = []
+            for row in chunk:
+                if row[_GPUS] and row[_STATE] == "running":
+                    span = (spans.gone(row[_UNTIL], row[_CHANGED]) if row[_GONE]
+                            else spans.live(row[_UNTIL]))
+                    if span is not None:
+                        due.append(((row[0], row[_KEY]), span[0]))
+            expect(due)
         yield from chunk
-
-
-def _stored_minutes(session: Session, now: datetime) -> MinutesLookup:
-    """Readings from the store for every due running GPU instance, read at once."""
-    t = _INSTANCES.c
-    due = t.accrued_until < now
-    earliest = session.execute(select(func.min(t.accrued_until)).where(due)).scalar() or now
-    refs: list[InstanceRef] = [(p, i) for p, i in session.execute(select(
-        t.provider, t.instance_id).where(due, t.gpu_count > 0, t.accrue_state == "running"))]
-    stored = read_minutes(session, refs, earliest, now)
-
-    def minutes_of(ref: InstanceRef, start: datetime, end: datetime) -> list[GpuMinute]:
-        return covering(stored.get(ref, []), start, end)
-    return minutes_of
 
 
 class _IntervalWriter:

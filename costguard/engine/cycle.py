@@ -44,8 +44,9 @@ from costguard.store import control
 from costguard.store.db import Database
 from costguard.store.inventory import current_instances
 from costguard.store.memory import StoreMemory
-from costguard.store.readings import ReadingWindow, instances_with_source, write_minutes
+from costguard.store.readings import instances_with_source, write_minutes
 from costguard.store.tables import CycleRow, InstanceRow
+from costguard.store.window import ReadingWindow, SpanReader
 
 log = logging.getLogger("costguard.engine")
 
@@ -197,6 +198,8 @@ class Engine:
     def _telemetry(self, summary: CycleSummary, now: datetime) -> None:
         lookback = max([self._longest_idle_window(), timedelta(hours=1)])
         floor = now - MAX_TELEMETRY_LOOKBACK
+        # what is read for the span before the window (a downtime's) is stored, not held
+        self.window.expect(now - self._longest_idle_window())
         instances = self._current_instances()
         with self.db.session() as s:
             agent = instances_with_source(s, TelemetrySource.AGENT, now - AGENT_FRESH)
@@ -292,16 +295,14 @@ class Engine:
         return max(windows, default=timedelta(hours=1))
 
     def _refresh_window(self, now: datetime) -> None:
-        """Load the readings accrual and evaluation need, once, incrementally."""
+        """Load the readings evaluation (and accrual, since the last cycle) need, once,
+        incrementally; an older span accrual charges (a downtime's) is read from the store
+        a batch at a time (`_accrue`)."""
         with self.db.session() as s:
-            rows = s.exec(select(InstanceRow.provider, InstanceRow.instance_id,
-                                 InstanceRow.accrued_until).where(InstanceRow.gpu_count > 0)
-                          ).all()
-            start = now - self._longest_idle_window()
-            for _, _, accrued in rows:
-                if accrued is not None and accrued < start:
-                    start = max(accrued, now - MAX_TELEMETRY_LOOKBACK)
-            self.window.refresh(s, [(p, i) for p, i, _ in rows], start, now)
+            rows = s.exec(select(InstanceRow.provider, InstanceRow.instance_id)
+                          .where(InstanceRow.gpu_count > 0)).all()
+            self.window.refresh(s, [(p, i) for p, i in rows],
+                                now - self._longest_idle_window(), now)
 
     def _accrue(self, summary: CycleSummary, now: datetime) -> None:
         acct = self.settings.accounting
@@ -310,7 +311,8 @@ class Engine:
             self.catalog.book = PriceBook.load(s)
             stats = accrue(s, now, self.catalog.price_of(), self.attributor,
                            idle_signal=acct.idle_signal, idle_below=acct.idle_below,
-                           minutes_of=self.window.minutes, disk_price_of=self.catalog.disk,
+                           minutes_of=SpanReader(s, now, self.window),
+                           disk_price_of=self.catalog.disk,
                            instances={(i.provider, i.instance_id): i
                                       for i in self._current_instances()})
         summary.accrued_usd = round(stats.cost_micros / 1e6, 2)

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import math
-from array import array
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from functools import lru_cache
 from itertools import compress
 from operator import attrgetter, is_not
-from typing import Any, NamedTuple
+from typing import Any, cast
 
-from sqlalchemy import Table, and_, delete, null, or_, select
+from sqlalchemy import Table, and_, delete, null, or_, select, type_coerce
 from sqlalchemy.engine import Dialect
+from sqlalchemy.types import NullType
 from sqlmodel import Session
 
-from costguard.clock import utc
 from costguard.model import MAX_SPAN_MINUTES, GpuMinute
 from costguard.store.tables import GpuReadingRow
 from costguard.store.upsert import dialect_insert, driver_sql
@@ -103,6 +101,16 @@ def _minute_to_db(dialect: Dialect) -> Callable[[Any], Any]:
     return process if process is not None else _same
 
 
+@lru_cache(maxsize=4)
+def _minute_from_db(dialect: Dialect) -> Callable[[Any], datetime]:
+    """The `minute` column's result processor on `dialect` (the driver's value to an aware
+    UTC datetime), for `read_rows`, which reads the column raw and converts each distinct
+    value once."""
+    process = _TABLE.c.minute.type.dialect_impl(dialect).result_processor(dialect, None)
+    assert process is not None  # UTCDateTime always post-processes
+    return cast(Callable[[Any], datetime], process)
+
+
 def _same(value: Any) -> Any:
     return value
 
@@ -110,9 +118,10 @@ def _same(value: Any) -> Any:
 _ONE_MINUTE = timedelta(minutes=1)
 _LONGEST = MAX_SPAN_MINUTES * _ONE_MINUTE
 _IN_CHUNK = 500  # instance ids per IN list: well under every SQLite's variable limit
+_FETCH = 5_000  # rows fetched from the driver at a time (one at a time cost ~2 us a row)
 
 
-def _read_rows(
+def read_rows(
     session: Session,
     refs: Iterable[InstanceRef],
     start: datetime,
@@ -128,8 +137,13 @@ def _read_rows(
     by_provider: dict[str, list[str]] = defaultdict(list)
     for provider, instance_id in set(refs):
         by_provider[provider].append(instance_id)
-    cols = [_TABLE.c.instance_id, *(_TABLE.c[f] for f in fields)]
+    # `minute` as the driver returns it, converted once per distinct value: a read of hours
+    # of a fleet's readings repeats a few hundred minutes millions of times
+    cols = [_TABLE.c.instance_id, *(type_coerce(_TABLE.c[f], NullType()) if f == "minute"
+                                    else _TABLE.c[f] for f in fields)]
     at_minute, at_span = fields.index("minute") + 1, fields.index("span_minutes") + 1
+    from_db = _minute_from_db(session.get_bind().dialect)
+    minutes: dict[Any, datetime] = {}
     for provider, ids in by_provider.items():
         ids.sort()
         for first in range(0, len(ids), _IN_CHUNK):
@@ -145,11 +159,17 @@ def _read_rows(
             if skip is not None:
                 source, since = skip
                 stmt = stmt.where(or_(_TABLE.c.source != source, _TABLE.c.minute < since))
-            for row in session.execute(stmt):
-                minute = row[at_minute]
-                if minute < start and minute + row[at_span] * _ONE_MINUTE <= start:
-                    continue
-                yield (provider, row[0]), row[1:]
+            for rows in session.execute(stmt).partitions(_FETCH):
+                for row in rows:
+                    raw = row[at_minute]
+                    minute = minutes.get(raw)
+                    if minute is None:
+                        minute = minutes[raw] = from_db(raw)
+                    if minute < start and minute + row[at_span] * _ONE_MINUTE <= start:
+                        continue
+                    values = list(row)
+                    values[at_minute] = minute
+                    yield (provider, row[0]), values[1:]
 
 
 def read_minutes(
@@ -163,7 +183,7 @@ def read_minutes(
     """Readings that cover any minute of [start, end) for the given instances, grouped per
     instance; `skip` (source, since) leaves out that source's readings from `since` on."""
     out: dict[InstanceRef, list[GpuMinute]] = defaultdict(list)
-    for ref, values in _read_rows(session, refs, start, end, skip=skip):
+    for ref, values in read_rows(session, refs, start, end, skip=skip):
         # model_validate of a plain dict: 3x faster than model_construct, and far faster
         # than of the row's mapping
         out[ref].append(GpuMinute.model_validate(dict(zip(_FIELDS, values, strict=True))))
@@ -185,262 +205,3 @@ def instances_with_source(
 def prune_minutes(session: Session, before: datetime) -> int:
     result = session.execute(delete(_TABLE).where(_TABLE.c.minute < before))
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
-
-
-class WindowReading(NamedTuple):
-    """The window's copy of a stored GPU-minute: the fields the idle classifier reads
-    (`costguard.model.Reading`), built when asked for. A `GpuMinute` costs ~2 KB of memory
-    (a pydantic model's dict and fields-set); the window keeps 72 bytes per reading of a
-    cloud's metrics, 104 where the agent's memory and process figures come too."""
-
-    gpu_index: int
-    minute: datetime
-    span_minutes: int
-    util_mean: float | None
-    util_p95: float | None
-    util_max: float | None
-    sm_mean: float | None
-    sm_p95: float | None
-    sm_max: float | None
-    mem_used_bytes: int | None
-    process_count: int | None
-    top_process_pid: int | None
-    top_process_bytes: int | None
-
-
-_PACKED = WindowReading._fields  # gpu, minute, span, six floats, four integers
-_WIDTH = len(_PACKED)
-_NAN = float("nan")
-_make = tuple.__new__  # WindowReading._make without its length check
-_SLACK = 15 * 60  # seconds a reading may stay past the window before its row is dropped
-# a minute's datetime, shared by every instance's readings of that minute (building one per
-# reading was a third of handing them out); cleared when it holds more than four days of
-# minutes (a window is an hour or a few; what it keeps beyond that is never asked again)
-_WHEN: dict[float, datetime] = {}
-_WHEN_MAX = 4 * 24 * 60
-_STAMPS: dict[datetime, float] = {}  # the other way: a minute's epoch seconds, as `_WHEN`
-
-
-def _packer(get: Callable[[Any], tuple[Any, ...]]) -> Callable[[Any], list[float]]:
-    """A reading (a GpuMinute or a stored row's column -> value) as one row of doubles:
-    the minute as epoch seconds, None as NaN. Integers (bytes, pids) stay exact below 2**53
-    (8 PB), far beyond any GPU's memory."""
-    nan = _NAN
-    stamps = _STAMPS
-
-    def pack(source: Any) -> list[float]:
-        # unrolled, and each minute converted once: a cold cycle packs a fleet's hour of
-        # readings (4x faster than a loop over the values and a conversion per reading)
-        gpu, minute, span, a, b, c, e, f, g, h, k, m, n = get(source)
-        stamp = stamps.get(minute)
-        if stamp is None:
-            if len(stamps) > _WHEN_MAX:
-                stamps.clear()
-            stamp = stamps[minute] = utc(minute).timestamp()
-        return [gpu, stamp, span,
-                nan if a is None else a, nan if b is None else b, nan if c is None else c,
-                nan if e is None else e, nan if f is None else f, nan if g is None else g,
-                nan if h is None else h, nan if k is None else k, nan if m is None else m,
-                nan if n is None else n]
-
-    return pack
-
-
-_pack_minute = _packer(attrgetter(*_PACKED))
-_pack_values = _packer(tuple)  # a row read with `fields=_PACKED`
-
-
-_NARROW = _PACKED.index("mem_used_bytes")  # gpu, minute, span and the six percentages
-
-
-def _narrow(row: list[float]) -> bool:
-    """True when the packed reading has no memory or process figure (NaN: v != v), as a
-    cloud's readings have none: what only the agent measures."""
-    h, k, m, n = row[_NARROW:]
-    return h != h and k != k and m != m and n != n
-
-
-class _Rows:
-    """One instance's readings as a flat array of doubles, `width` per reading, in the order
-    they arrived; a later copy of the same (GPU, minute) replaces an earlier one.
-
-    Rows are narrow (`_NARROW` doubles: gpu, minute, span, the utilisation and SM figures)
-    until a reading carries memory or processes (an agent's): then every row is widened to
-    `_WIDTH`, the four integers NaN where the reading had none. An instance read from its
-    cloud's metrics alone (most of a large fleet) is held in 72 bytes a reading, not 104."""
-
-    __slots__ = ("data", "kept", "oldest", "width")
-
-    def __init__(self) -> None:
-        self.data = array("d")
-        self.oldest = math.inf  # the earliest reading's start, epoch seconds
-        self.kept = 0  # len(data) after the last compact
-        self.width = _NARROW
-
-    def crowded(self) -> bool:
-        """Twice what the last compact kept: a cloud's settling span read again each cycle
-        (CloudWatch's last 10 minutes) repeats minutes that are already held."""
-        return len(self.data) > 2 * max(self.kept, 64 * self.width)
-
-    def append(self, row: list[float]) -> None:
-        """Add one packed reading (`_WIDTH` values)."""
-        if self.width == _WIDTH:
-            self.data.extend(row)
-        elif _narrow(row):
-            self.data.extend(row[:_NARROW])
-        else:
-            self._widen()
-            self.data.extend(row)
-        if row[1] < self.oldest:
-            self.oldest = row[1]
-
-    def _widen(self) -> None:
-        d, wide, none = self.data, array("d"), [_NAN] * (_WIDTH - _NARROW)
-        for i in range(0, len(d), _NARROW):
-            wide.extend(d[i:i + _NARROW])
-            wide.extend(none)
-        self.data, self.width = wide, _WIDTH
-        self.kept = self.kept // _NARROW * _WIDTH
-
-    def compact(self, start_s: float) -> None:
-        """Drop the readings that end before `start_s` and all but the last copy of each
-        (GPU, minute)."""
-        d, w = self.data, self.width
-        kept: dict[tuple[float, float], array[float]] = {}
-        for i in range(0, len(d), w):
-            t, span = d[i + 1], d[i + 2]
-            if t >= start_s or t + span * 60 > start_s:
-                kept[(d[i], t)] = d[i:i + w]
-        self.data = array("d")
-        for row in kept.values():
-            self.data.extend(row)
-        self.oldest = min((t for _, t in kept), default=math.inf)
-        self.kept = len(self.data)
-
-    def __len__(self) -> int:
-        """Readings held."""
-        return len(self.data) // self.width
-
-    def readings(self, start_s: float, end_s: float) -> list[WindowReading]:
-        """The readings that cover any minute of [start_s, end_s), as `covering` picks."""
-        d, w = self.data.tolist(), self.width
-        out: dict[tuple[float, float], WindowReading] = {}
-        when = _WHEN
-        if len(when) > _WHEN_MAX:
-            when.clear()
-        h = k = m = n = _NAN  # a narrow row's integers
-        for i in range(0, len(d), w):
-            t, span = d[i + 1], d[i + 2]
-            if span == 1:
-                if not start_s <= t < end_s:
-                    continue
-            elif not (t < end_s and t + span * 60 > start_s):
-                continue
-            minute = when.get(t)
-            if minute is None:
-                minute = when[t] = datetime.fromtimestamp(t, UTC)
-            # unrolled, NaN (v != v) as None: twice as fast as comprehensions (~1 us a reading)
-            if w == _WIDTH:
-                a, b, c, e, f, g, h, k, m, n = d[i + 3:i + _WIDTH]
-            else:
-                a, b, c, e, f, g = d[i + 3:i + _NARROW]
-            out[(d[i], t)] = _make(WindowReading, (
-                int(d[i]), minute, int(span),
-                None if a != a else a, None if b != b else b, None if c != c else c,
-                None if e != e else e, None if f != f else f, None if g != g else g,
-                None if h != h else int(h), None if k != k else int(k),
-                None if m != m else int(m), None if n != n else int(n)))
-        return list(out.values())
-
-
-class ReadingWindow:
-    """A rolling in-memory view of recent readings, refreshed incrementally from the store.
-
-    Each cycle needs the last hour or so of GPU-minutes twice (accrual and idle evaluation);
-    re-reading the whole window every cycle dominated a cycle's cost. The store stays the
-    source of truth: each refresh re-reads the newest `late` span, so agent minutes that
-    arrive a little late are still seen. Readings are kept packed (`_Rows`, 72-104 bytes each;
-    as `GpuMinute`s an hour of 10,000 instances' GPUs took over a gigabyte) and handed out as
-    `WindowReading`s, one instance at a time.
-    """
-
-    def __init__(self, late: timedelta = timedelta(minutes=5)) -> None:
-        self.late = late
-        self._until: datetime | None = None
-        self._start: datetime | None = None
-        self._by_ref: dict[InstanceRef, _Rows] = {}
-        # instances `add` filled since the last refresh: the (source, since) they were fed
-        self._fed: dict[InstanceRef, tuple[str, datetime]] = {}
-
-    def _rows(self, ref: InstanceRef) -> _Rows:
-        rows = self._by_ref.get(ref)
-        if rows is None:
-            rows = self._by_ref[ref] = _Rows()
-        return rows
-
-    def add(self, minutes: Iterable[GpuMinute], *, since: datetime) -> None:
-        """Write-through: readings this process just stored, fetched from their source for
-        [since, now), need no read back."""
-        fed, pack = self._fed, _pack_minute
-        last: tuple[str, str, str] | None = None
-        rows = _Rows()  # replaced at the first reading
-        for m in minutes:
-            # a batch holds each instance's readings together: its rows are looked up once
-            key = (m.provider, m.instance_id, m.source)
-            if key != last:
-                last, ref = key, (m.provider, m.instance_id)
-                fed[ref] = (str(m.source), since)
-                rows = self._rows(ref)
-            rows.append(pack(m))
-
-    def refresh(self, session: Session, refs: Iterable[InstanceRef], start: datetime,
-                end: datetime) -> None:
-        """Bring the window to [start, end), reading from the store only what `add` did not
-        bring: on first use, a fed instance's other sources and older minutes; after that,
-        the newest `late` span of the instances that were not fed."""
-        wanted = set(refs)
-        fed, self._fed = self._fed, {}
-        reads: list[Iterator[tuple[InstanceRef, Sequence[Any]]]] = []
-        if self._until is None or self._start is None or start < self._start:
-            # first use, or a longer window than cached: read it all but what was just fed
-            self._by_ref = {ref: v for ref, v in self._by_ref.items() if ref in fed}
-            reads.append(_read_rows(session, wanted - set(fed), start, end, fields=_PACKED))
-            by_span: dict[tuple[str, datetime], list[InstanceRef]] = defaultdict(list)
-            for ref, span in fed.items():
-                if ref in wanted:
-                    by_span[span].append(ref)
-            for span, members in by_span.items():
-                reads.append(_read_rows(session, members, start, end, skip=span,
-                                        fields=_PACKED))
-        else:
-            # what others stored since: the agent's minutes (one minute each; a cloud's
-            # readings of several minutes come through `add`, from this process's calls).
-            # Rows that began earlier and span into the late span were read when they were
-            # new: asking for them again re-read an hour of every stopped GPU's readings.
-            reads.append(_read_rows(session, wanted - set(fed),
-                                    max(start, self._until - self.late), end,
-                                    spanning=False, fields=_PACKED))
-        for ref in list(self._by_ref):
-            if ref not in wanted:
-                del self._by_ref[ref]
-        touched: set[InstanceRef] = set()
-        for read in reads:
-            for ref, values in read:
-                self._rows(ref).append(_pack_values(values))
-                touched.add(ref)
-        start_s = start.timestamp()
-        for ref, rows in self._by_ref.items():
-            # re-read rows repeat what was kept; old ones go a little after they leave
-            if ref in touched or rows.oldest < start_s - _SLACK or rows.crowded():
-                rows.compact(start_s)
-        self._start, self._until = start, end
-
-    def minutes(self, ref: InstanceRef, start: datetime, end: datetime) -> list[WindowReading]:
-        rows = self._by_ref.get(ref)
-        if rows is None:
-            return []
-        return rows.readings(start.timestamp(), end.timestamp())
-
-    def readings(self) -> int:
-        """Readings held (copies of a re-read minute counted until compacted)."""
-        return sum(len(rows) for rows in self._by_ref.values())

@@ -11,8 +11,9 @@ from sqlmodel import select
 
 from costguard.model import GpuMinute, TelemetrySource, Verdict, covering, per_minute, slots
 from costguard.store.db import Database
-from costguard.store.readings import ReadingWindow, read_minutes, write_minutes
+from costguard.store.readings import read_minutes, write_minutes
 from costguard.store.tables import GpuReadingRow
+from costguard.store.window import ReadingWindow
 from costguard.telemetry.classify import classify
 
 NOW = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)

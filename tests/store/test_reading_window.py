@@ -10,10 +10,17 @@ import pytest
 
 from costguard.model import GpuMinute, TelemetrySource
 from costguard.store.db import Database
-from costguard.store.readings import ReadingWindow, WindowReading, write_minutes
+from costguard.store.readings import write_minutes
+from costguard.store.window import ReadingWindow, WindowReading
 
 NOW = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
 CW, AGENT = TelemetrySource.CLOUDWATCH, TelemetrySource.AGENT
+
+
+def _utc(raw: Any) -> datetime:
+    """A stored `minute` as the driver returns it, as an aware datetime."""
+    value = raw if isinstance(raw, datetime) else datetime.fromisoformat(raw)
+    return value.replace(tzinfo=UTC)
 
 
 def _m(iid: str, ago: int, source: TelemetrySource, util: float, gpu: int = 0) -> GpuMinute:
@@ -207,9 +214,10 @@ def test_a_later_refresh_does_not_read_again_the_longer_readings_it_holds(
         execute, read = s.execute, []
 
         def counting(*args: Any, **kwargs: Any) -> Any:
-            rows = list(execute(*args, **kwargs))
-            read.extend(row.minute for row in rows)
-            return iter(rows)
+            rows = execute(*args, **kwargs).freeze()
+            # the minute as the driver sent it (the store reads it raw): text on SQLite
+            read.extend(_utc(row.minute) for row in rows.data)
+            return rows()
 
         monkeypatch.setattr(s, "execute", counting)
         window.refresh(s, [("aws", "i-s")], later - timedelta(hours=1), later)
@@ -218,3 +226,82 @@ def test_a_later_refresh_does_not_read_again_the_longer_readings_it_holds(
     assert sorted(read) == [NOW - timedelta(minutes=5), agent.minute]
     got = window.minutes(("aws", "i-s"), later - timedelta(hours=1), later)
     assert len(got) == 12  # 11 points still in the window, and the agent's minute
+
+
+def test_readings_that_end_before_the_expected_span_are_stored_but_not_held() -> None:
+    """After a downtime a cycle reads hours of metrics: the window holds only its span."""
+    hours = [_m("i-a", ago, CW, 3.0) for ago in range(180, 0, -1)]
+    window = ReadingWindow()
+    window.expect(NOW - timedelta(hours=1))
+    window.add(hours, since=NOW - timedelta(hours=3))
+    assert window.readings() == 60
+    # a 5-minute point that began before the span but reaches into it is kept
+    window.add([GpuMinute(provider="aws", instance_id="i-b", source=CW, span_minutes=5,
+                          minute=NOW - timedelta(minutes=62), util_mean=1.0),
+                GpuMinute(provider="aws", instance_id="i-b", source=CW, span_minutes=5,
+                          minute=NOW - timedelta(minutes=65), util_mean=1.0)],
+               since=NOW - timedelta(hours=3))
+    assert [m.minute for m in window.minutes(("aws", "i-b"), NOW - timedelta(hours=3), NOW)
+            ] == [NOW - timedelta(minutes=62)]
+
+
+def _counting_selects(db: Database) -> list[str]:
+    from sqlalchemy import event
+
+    statements: list[str] = []
+
+    def before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT"):
+            statements.append(statement)
+
+    event.listen(db.engine, "before_cursor_execute", before)
+    return statements
+
+
+def test_a_span_older_than_the_window_is_read_from_the_store_a_batch_at_a_time(
+        db: Database) -> None:
+    from costguard.model import covering
+    from costguard.store.readings import read_minutes
+    from costguard.store.window import SpanReader
+
+    # five instances with three hours stored; the window holds the last hour
+    stored = [_m(f"i-{n}", ago, CW, float(n), gpu) for n in range(5)
+              for ago in range(180, 0, -1) for gpu in (0, 1)]
+    with db.session() as s:
+        write_minutes(s, stored)
+    window = ReadingWindow()
+    with db.session() as s:
+        window.refresh(s, [("aws", f"i-{n}") for n in range(5)], NOW - timedelta(hours=1), NOW)
+        expected = read_minutes(s, [("aws", f"i-{n}") for n in range(5)],
+                                NOW - timedelta(hours=3), NOW)
+    selects = _counting_selects(db)
+    old, recent = NOW - timedelta(hours=3), NOW - timedelta(minutes=30)
+    order = [("aws", f"i-{n}") for n in (3, 1, 4, 0, 2)]  # the order accrual asks in
+    with db.session() as s:
+        reader = SpanReader(s, NOW, window, batch=2)
+        # i-4 is charged since half an hour ago (inside the window), the rest since 3 h
+        reader.expect([(ref, recent if ref[1] == "i-4" else old) for ref in order])
+        for ref in order:
+            start = recent if ref[1] == "i-4" else old
+            got = reader(ref, start, NOW)
+            want = covering(expected[ref], start, NOW)
+            assert sorted((r.gpu_index, r.minute, r.util_mean) for r in got) == sorted(
+                (m.gpu_index, m.minute, m.util_mean) for m in want)
+            assert len(reader._held) <= 2  # never more than a batch's instances held
+    # i-4 from the window; the other four from the store, two instances per read
+    assert len(selects) == 2
+
+
+def test_without_a_window_every_span_is_read_from_the_store(db: Database) -> None:
+    from costguard.store.window import SpanReader
+
+    with db.session() as s:
+        write_minutes(s, [_m("i-a", ago, CW, 9.0) for ago in range(30, 0, -1)])
+    with db.session() as s:
+        reader = SpanReader(s, NOW)
+        reader.expect([(("aws", "i-a"), NOW - timedelta(minutes=10))])
+        got = reader(("aws", "i-a"), NOW - timedelta(minutes=10), NOW)
+        # an instance accrual did not announce is read on its own
+        alone = reader(("aws", "i-z"), NOW - timedelta(minutes=10), NOW)
+    assert [r.minute for r in got] == [NOW - timedelta(minutes=k) for k in range(10, 0, -1)]
+    assert alone == []
