@@ -140,7 +140,8 @@ def daemon_idle() -> list[dict[str, object]]:
 # a reading stays past it) fills in the first 75; the last cycles show the steady figure
 RSS_CYCLES = 18
 # then the daemon is down this long: its next cycle reads the downtime's metrics (up to
-# MAX_TELEMETRY_LOOKBACK) and holds them for accrual, the highest its memory goes
+# MAX_TELEMETRY_LOOKBACK), stores them and prices the downtime from the store: the
+# highest its memory goes
 DOWNTIME_HOURS = 6
 FLAT_OVER = 4  # cycles at the end over which the growth is measured
 
