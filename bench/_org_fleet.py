@@ -39,7 +39,8 @@ GPU_TYPES = [t for t, g in TYPES.items() if g is not None]
 CPU_TYPES = [t for t, g in TYPES.items() if g is None]
 PROFILES = (("busy", 55), ("idle", 25), ("went-idle", 12), ("no-agent", 8))
 HISTORY = timedelta(hours=3)  # GPU datapoints exist this far back from `now`
-LATER = timedelta(hours=1)  # ... and this far after it, for the cycles that follow the first
+LATER = timedelta(hours=7)  # ... and this far after it: the cycles that follow the first, and
+# org-catch-up's cycle 6 hours on
 PERIOD_S = 300  # the agent publishes every 5 minutes, aggregated by InstanceId
 
 

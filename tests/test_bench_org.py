@@ -347,6 +347,36 @@ def test_a_cycle_through_a_throttling_proxy_has_no_gaps(
     assert set(state["stopped"]) == fleet.expected_stopped()
 
 
+def test_a_daemon_back_after_six_hours_catches_up_and_stops_what_went_idle(
+        fleet: Fleet, proxied: tuple[str, _latency_proxy.Gate], tmp_path: Path) -> None:
+    """org-catch-up's scenario (bench/org_catch_up.py): a cold cycle, then a new engine on
+    the same store 6 hours later reads the downtime's points (the fake serves them that far
+    on), with no gap, and stops the GPUs that went idle meanwhile, and nothing else."""
+    from bench.org_catch_up import DOWN, expected_after
+
+    url, gate = proxied
+    gate.latency_s = 0.002
+    went_idle = expected_after(fleet) - fleet.expected_stopped()
+    assert went_idle  # the fleet has some: the catch-up has something to find
+    db = f"sqlite:///{tmp_path / 'cg.db'}"
+    spec = {"accounts": len(fleet.accounts), "regions": REGIONS, "now": NOW.isoformat(),
+            "workers": 4}
+    _outcome(make_engine(url, spec, db)[0])
+    state = json.loads(urllib.request.urlopen(f"{url}/_state", timeout=10).read())
+    assert set(state["stopped"]) == fleet.expected_stopped()  # went idle too recently
+    engine, _ = make_engine(url, {**spec, "now": (NOW + DOWN).isoformat()}, db)
+    summary = engine.run_cycle()
+    engine.db.dispose()
+    assert summary.gaps == []
+    assert summary.actions["stopped"]["idle-gpu-stop"] == len(went_idle)
+    # the downtime's 5-minute points were stored (`readings` counts the minutes they
+    # cover); the window holds the idle policy's last hour of them: a sixth
+    assert summary.readings > len(went_idle) * (DOWN // timedelta(minutes=1))
+    assert engine.window.readings() * 6 == summary.readings // 5
+    state = json.loads(urllib.request.urlopen(f"{url}/_state", timeout=10).read())
+    assert set(state["stopped"]) == expected_after(fleet)
+
+
 def test_one_cycle_over_both_clouds_through_throttling_fakes_is_correct_and_counted(
         fleet: Fleet, proxied: tuple[str, _latency_proxy.Gate], tmp_path: Path) -> None:
     """The bench's GCP side: its fakes seeded as bench/gcp.py seeds them over several
