@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 from sqlmodel import Session
 
 from costguard.clock import utc
-from costguard.model import GpuMinute
+from costguard.model import MAX_SPAN_MINUTES, GpuMinute
 from costguard.store.readings import InstanceRef, read_rows
 
 
@@ -44,6 +44,7 @@ _PACKED = WindowReading._fields  # gpu, minute, span, six floats, four integers
 _WIDTH = len(_PACKED)
 _NAN = float("nan")
 _make = tuple.__new__  # WindowReading._make without its length check
+_LONGEST = timedelta(minutes=MAX_SPAN_MINUTES)  # the longest span a reading covers
 _SLACK = 15 * 60  # seconds a reading may stay past the window before its row is dropped
 # a minute's datetime, shared by every instance's readings of that minute (building one per
 # reading was a third of handing them out); cleared when it holds more than four days of
@@ -204,6 +205,7 @@ class ReadingWindow:
         # instances `add` filled since the last refresh: the (source, since) they were fed
         self._fed: dict[InstanceRef, tuple[str, datetime]] = {}
         self._floor = -math.inf  # epoch seconds: `add` keeps readings that end after it
+        self._early: datetime | None = None  # ... and skips those that begin by this
 
     def _rows(self, ref: InstanceRef) -> _Rows:
         rows = self._by_ref.get(ref)
@@ -215,6 +217,9 @@ class ReadingWindow:
         """Write-through: readings this process just stored, fetched from their source for
         [since, now), need no read back."""
         fed, pack, floor = self._fed, _pack_minute, self._floor
+        # a reading that begins this early ends before the floor whatever its span: not
+        # even packed (after a downtime, most of what a cycle reads)
+        early = self._early
         last: tuple[str, str, str] | None = None
         rows = _Rows()  # replaced at the first reading
         for m in minutes:
@@ -224,6 +229,8 @@ class ReadingWindow:
                 last, ref = key, (m.provider, m.instance_id)
                 fed[ref] = (str(m.source), since)
                 rows = self._rows(ref)
+            if early is not None and m.minute <= early:
+                continue
             row = pack(m)
             if row[1] + row[2] * 60 > floor:  # ends inside the next refresh's span
                 rows.append(row)
@@ -234,6 +241,7 @@ class ReadingWindow:
         holding them all took gigabytes at 10,000 instances (accrual reads a span older than
         the window from the store, `SpanReader`)."""
         self._floor = start.timestamp()
+        self._early = start - _LONGEST
 
     @property
     def start(self) -> datetime | None:
