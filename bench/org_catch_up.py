@@ -32,7 +32,7 @@ from bench import benchmark
 from bench._org_fleet import PROTECT_TAG, Fleet, generate
 from bench._procs import free_port as _free_port
 from bench._procs import loopback_env as _env
-from bench.org_scale import NOW, PER_ACCOUNT, REGIONS, ROOT, _get, _server
+from bench.org_scale import NOW, PER_ACCOUNT, REGIONS, ROOT, _get, _server, api_pace
 
 DOWN = timedelta(hours=6)
 TARGET_RSS_MB = 1024.0  # the memory limit the Helm chart, manifest and systemd unit set
@@ -106,8 +106,5 @@ def _size(n: int, work: Path, latency_ms: float, throttle: float, workers: int
                        "deploy files' limit is 1 GiB), calls, gaps, correctness.")
 def org_catch_up() -> list[dict[str, Any]]:
     sizes = [int(s) for s in os.environ.get("ORG_CATCH_UP_SIZES", "30000,100000").split(",")]
-    latency = float(os.environ.get("ORG_LATENCY_MS", "100"))
-    throttle = float(os.environ.get("ORG_THROTTLE", "0.02"))
-    workers = int(os.environ.get("ORG_WORKERS", "64"))
     with tempfile.TemporaryDirectory(prefix="costguard-bench-catch-up-") as tmp:
-        return [_size(n, Path(tmp), latency, throttle, workers) for n in sizes]
+        return [_size(n, Path(tmp), *api_pace()) for n in sizes]

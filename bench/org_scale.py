@@ -243,12 +243,17 @@ def _size(n: int, work: Path, latency_ms: float, throttle: float, workers: int,
                        "no gaps.")
 def org_scale() -> list[dict[str, Any]]:
     sizes = [int(s) for s in os.environ.get("ORG_SIZES", "10000,30000,100000").split(",")]
-    latency = float(os.environ.get("ORG_LATENCY_MS", "100"))
-    throttle = float(os.environ.get("ORG_THROTTLE", "0.02"))
-    workers = int(os.environ.get("ORG_WORKERS", "64"))
     gcp_share = float(os.environ.get("ORG_GCP_SHARE", "0.2"))
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="costguard-bench-org-") as tmp:
         for n in sizes:
-            rows += _size(n, Path(tmp), latency, throttle, workers, gcp_share)
+            rows += _size(n, Path(tmp), *api_pace(), gcp_share)
     return rows
+
+
+def api_pace() -> tuple[float, float, int]:
+    """The clouds' pace and costguard's threads: $ORG_LATENCY_MS per call (default 100), a
+    share $ORG_THROTTLE of calls throttled (0.02), $ORG_WORKERS workers (64)."""
+    return (float(os.environ.get("ORG_LATENCY_MS", "100")),
+            float(os.environ.get("ORG_THROTTLE", "0.02")),
+            int(os.environ.get("ORG_WORKERS", "64")))
