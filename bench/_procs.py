@@ -48,3 +48,8 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def env_sizes(variable: str, default: str) -> list[int]:
+    """Fleet sizes from `$variable` (comma-separated), else `default`."""
+    return [int(s) for s in os.environ.get(variable, default).split(",")]

@@ -42,6 +42,7 @@ from typing import Any
 
 from bench import benchmark
 from bench._procs import cpu_seconds as _cpu_s
+from bench._procs import env_sizes
 from bench._procs import free_port as _free_port
 from bench._procs import loopback_env as _env
 from bench._procs import stop as _stop
@@ -269,7 +270,7 @@ def _org_targets(ours: ToolRun, again: ToolRun, theirs: ToolRun) -> str:
                        "correctness; and costguard restarted a cycle later on the same store "
                        "(what each cycle of the running daemon costs).")
 def aws_vs_c7n() -> list[dict[str, object]]:
-    sizes = [int(s) for s in os.environ.get("AWS_BENCH_SIZES", "1000,4000").split(",")]
+    sizes = env_sizes("AWS_BENCH_SIZES", "1000,4000")
     have_c7n = (C7N_VENV / "bin" / "custodian").exists() and (PEER / "policies.yml").exists()
     c7n_max = int(os.environ.get("AWS_BENCH_C7N_MAX", "4000"))
     rows: list[dict[str, object]] = []

@@ -32,6 +32,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bench import benchmark
+from bench._procs import env_sizes
 from costguard.demo.gcp_fake.server import FakeGcp
 from costguard.providers.gcp.metrics import SM_V2, UTIL
 
@@ -194,7 +195,7 @@ def run_cycle(n: int, work: Path, http_batch: bool = True) -> dict[str, object]:
                        "the quota counts it) and HTTP requests, correctness. Targets: client "
                        "CPU <= 8 s, act stage <= 5 s.")
 def gcp_fleet_cycle() -> list[dict[str, object]]:
-    sizes = [int(s) for s in os.environ.get("GCP_BENCH_SIZES", "3000").split(",")]
+    sizes = env_sizes("GCP_BENCH_SIZES", "3000")
     with tempfile.TemporaryDirectory(prefix="costguard-bench-gcp-") as tmp:
         # both ways on the same machine in one run: the batches' effect, whatever its load
         return [run_cycle(n, Path(tmp), batched) for n in sizes for batched in (False, True)]

@@ -18,9 +18,6 @@ cycle, and those that went idle 20 minutes before it), and nothing else; no gaps
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -30,9 +27,17 @@ from typing import Any
 
 from bench import benchmark
 from bench._org_fleet import PROTECT_TAG, Fleet, generate
+from bench._procs import env_sizes
 from bench._procs import free_port as _free_port
-from bench._procs import loopback_env as _env
-from bench.org_scale import NOW, PER_ACCOUNT, REGIONS, ROOT, _get, _server, api_pace
+from bench.org_scale import (
+    NOW,
+    PER_ACCOUNT,
+    REGIONS,
+    _get,
+    _server,
+    api_pace,
+    run_cycles,
+)
 
 DOWN = timedelta(hours=6)
 TARGET_RSS_MB = 1024.0  # the memory limit the Helm chart, manifest and systemd unit set
@@ -44,16 +49,6 @@ def expected_after(fleet: Fleet) -> set[str]:
     return {i.instance_id for i in fleet.instances
             if i.state == "running" and i.profile in ("idle", "went-idle") and i.group is None
             and PROTECT_TAG not in i.tag_map}
-
-
-def _cycle(endpoint: str, spec: dict[str, Any], db: str, out: Path) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench._org_cycle", endpoint, json.dumps(spec), db, str(out)],
-        env=_env(), cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"org cycle failed:\n{proc.stderr[-3000:]}")
-    cycle: dict[str, Any] = json.loads(out.read_text())["cycles"][-1]
-    return cycle
 
 
 def _size(n: int, work: Path, latency_ms: float, throttle: float, workers: int
@@ -70,9 +65,9 @@ def _size(n: int, work: Path, latency_ms: float, throttle: float, workers: int
             _server(["bench._latency_proxy", str(proxy_port), f"http://127.0.0.1:{fake_port}",
                      str(latency_ms), str(throttle)]):
         endpoint = f"http://127.0.0.1:{proxy_port}"
-        _cycle(endpoint, spec, db, out)  # cold, on an empty store
+        run_cycles(endpoint, spec, db, out)  # cold, on an empty store
         started = time.perf_counter()
-        cycle = _cycle(endpoint, {**spec, "now": (NOW + DOWN).isoformat()}, db, out)
+        cycle = run_cycles(endpoint, {**spec, "now": (NOW + DOWN).isoformat()}, db, out)[-1]
         process_s = time.perf_counter() - started
         changes = _get(f"http://127.0.0.1:{fake_port}/_state")
     stopped, want = set(changes["stopped"]), expected_after(fleet)
@@ -105,6 +100,6 @@ def _size(n: int, work: Path, latency_ms: float, throttle: float, workers: int
                        "stops what went idle meanwhile. Wall, client CPU, peak RSS (the "
                        "deploy files' limit is 1 GiB), calls, gaps, correctness.")
 def org_catch_up() -> list[dict[str, Any]]:
-    sizes = [int(s) for s in os.environ.get("ORG_CATCH_UP_SIZES", "30000,100000").split(",")]
+    sizes = env_sizes("ORG_CATCH_UP_SIZES", "30000,100000")
     with tempfile.TemporaryDirectory(prefix="costguard-bench-catch-up-") as tmp:
         return [_size(n, Path(tmp), *api_pace()) for n in sizes]

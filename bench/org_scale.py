@@ -46,6 +46,7 @@ from typing import Any
 from bench import benchmark
 from bench._org_fleet import generate
 from bench._procs import cpu_seconds as _cpu_s
+from bench._procs import env_sizes
 from bench._procs import free_port as _free_port
 from bench._procs import loopback_env as _env
 from bench._procs import stop as _stop
@@ -71,6 +72,19 @@ def _server(argv: list[str]) -> Iterator[subprocess.Popen[bytes]]:
         yield proc
     finally:
         _stop(proc)
+
+
+def run_cycles(endpoint: str, spec: dict[str, Any], db_url: str, out: Path
+               ) -> list[dict[str, Any]]:
+    """costguard's cycles over `spec` against `endpoint`, as their own process
+    (bench/_org_cycle.py), each cycle's figures as it wrote them to `out`."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench._org_cycle", endpoint, json.dumps(spec), db_url,
+         str(out)], env=_env(), cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"org cycle at {spec['instances']} failed:\n{proc.stderr[-3000:]}")
+    cycles: list[dict[str, Any]] = json.loads(out.read_text())["cycles"]
+    return cycles
 
 
 def _get(url: str) -> Any:
@@ -174,19 +188,13 @@ def _size(n: int, work: Path, latency_ms: float, throttle: float, workers: int,
         pids = [fake.pid, *gcp_pids]
         fake0, proxy0 = sum(_cpu_s(p) for p in pids), _cpu_s(proxy_proc.pid)
         started = time.perf_counter()
-        proc = subprocess.run(
-            [sys.executable, "-m", "bench._org_cycle", endpoint, json.dumps(spec),
-             f"sqlite:///{work / f'org-{n}.db'}", str(out)],
-            env=_env(), cwd=ROOT, capture_output=True, text=True)
+        cycles = run_cycles(endpoint, spec, f"sqlite:///{work / f'org-{n}.db'}", out)
         elapsed = time.perf_counter() - started
-        if proc.returncode != 0:
-            raise RuntimeError(f"org cycle at {n} failed:\n{proc.stderr[-3000:]}")
         fake_cpu = sum(_cpu_s(p) for p in pids) - fake0
         proxy_cpu = _cpu_s(proxy_proc.pid) - proxy0
         proxy = _get(f"{endpoint}/_proxy")
         changes = _get(f"http://127.0.0.1:{fake_port}/_state")
         gcp_done = gcp_verify()
-    cycles = json.loads(out.read_text())["cycles"]
     verdict = _verify(fleet, changes)
     if gcp_done and gcp_done["verdict"] != "ok":
         verdict = "AWS " + verdict + "; GCP " + gcp_done["verdict"]
@@ -242,7 +250,7 @@ def _size(n: int, work: Path, latency_ms: float, throttle: float, workers: int,
                        "cores: wall < 120 s, CPU < 60 s, RSS < 1 GB, calls <= 1.5x floor, "
                        "no gaps.")
 def org_scale() -> list[dict[str, Any]]:
-    sizes = [int(s) for s in os.environ.get("ORG_SIZES", "10000,30000,100000").split(",")]
+    sizes = env_sizes("ORG_SIZES", "10000,30000,100000")
     gcp_share = float(os.environ.get("ORG_GCP_SHARE", "0.2"))
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="costguard-bench-org-") as tmp:

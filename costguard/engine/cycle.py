@@ -199,7 +199,7 @@ class Engine:
         lookback = max([self._longest_idle_window(), timedelta(hours=1)])
         floor = now - MAX_TELEMETRY_LOOKBACK
         # what is read for the span before the window (a downtime's) is stored, not held
-        self.window.expect(now - self._longest_idle_window())
+        self.window.expect(self._window_start(now))
         instances = self._current_instances()
         with self.db.session() as s:
             agent = instances_with_source(s, TelemetrySource.AGENT, now - AGENT_FRESH)
@@ -294,6 +294,10 @@ class Engine:
         windows = [p.condition.idle.for_ for p in self.policies.policies if p.condition.idle]
         return max(windows, default=timedelta(hours=1))
 
+    def _window_start(self, now: datetime) -> datetime:
+        """Where the reading window's span begins: what the idle policies look back on."""
+        return now - self._longest_idle_window()
+
     def _refresh_window(self, now: datetime) -> None:
         """Load the readings evaluation (and accrual, since the last cycle) need, once,
         incrementally; an older span accrual charges (a downtime's) is read from the store
@@ -301,8 +305,7 @@ class Engine:
         with self.db.session() as s:
             rows = s.exec(select(InstanceRow.provider, InstanceRow.instance_id)
                           .where(InstanceRow.gpu_count > 0)).all()
-            self.window.refresh(s, [(p, i) for p, i in rows],
-                                now - self._longest_idle_window(), now)
+            self.window.refresh(s, [(p, i) for p, i in rows], self._window_start(now), now)
 
     def _accrue(self, summary: CycleSummary, now: datetime) -> None:
         acct = self.settings.accounting
@@ -334,7 +337,7 @@ class Engine:
 
     def _evaluate(self, now: datetime) -> list[Finding]:
         instances = self._current_instances()
-        start = now - self._longest_idle_window()
+        start = self._window_start(now)
         findings: list[Finding] = []
         prices: dict[tuple[str, str], float] = {}
         verdicts = self.verdicts.by_policy(self.settings.recommend, self.policies.policies)

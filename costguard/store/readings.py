@@ -167,9 +167,9 @@ def read_rows(
                         minute = minutes[raw] = from_db(raw)
                     if minute < start and minute + row[at_span] * _ONE_MINUTE <= start:
                         continue
-                    values = list(row)
-                    values[at_minute] = minute
-                    yield (provider, row[0]), values[1:]
+                    values = list(row[1:])
+                    values[at_minute - 1] = minute
+                    yield (provider, row[0]), values
 
 
 def read_minutes(

@@ -204,8 +204,7 @@ class ReadingWindow:
         self._by_ref: dict[InstanceRef, _Rows] = {}
         # instances `add` filled since the last refresh: the (source, since) they were fed
         self._fed: dict[InstanceRef, tuple[str, datetime]] = {}
-        self._floor = -math.inf  # epoch seconds: `add` keeps readings that end after it
-        self._early: datetime | None = None  # ... and skips those that begin by this
+        self._expected: datetime | None = None  # `add` keeps readings that end after it
 
     def _rows(self, ref: InstanceRef) -> _Rows:
         rows = self._by_ref.get(ref)
@@ -216,10 +215,12 @@ class ReadingWindow:
     def add(self, minutes: Iterable[GpuMinute], *, since: datetime) -> None:
         """Write-through: readings this process just stored, fetched from their source for
         [since, now), need no read back."""
-        fed, pack, floor = self._fed, _pack_minute, self._floor
+        fed, pack = self._fed, _pack_minute
+        expected = self._expected
+        floor = -math.inf if expected is None else expected.timestamp()
         # a reading that begins this early ends before the floor whatever its span: not
         # even packed (after a downtime, most of what a cycle reads)
-        early = self._early
+        early = None if expected is None else expected - _LONGEST
         last: tuple[str, str, str] | None = None
         rows = _Rows()  # replaced at the first reading
         for m in minutes:
@@ -240,8 +241,7 @@ class ReadingWindow:
         are stored but not held. After a downtime a cycle reads hours of metrics; the window
         holding them all took gigabytes at 10,000 instances (accrual reads a span older than
         the window from the store, `SpanReader`)."""
-        self._floor = start.timestamp()
-        self._early = start - _LONGEST
+        self._expected = start
 
     @property
     def start(self) -> datetime | None:
@@ -323,14 +323,15 @@ class SpanReader:
     def expect(self, spans: Sequence[tuple[InstanceRef, datetime]]) -> None:
         """The instances accrual asks for next, in that order, each with its span's start;
         what was held for the previous ones is let go."""
-        self._order = [ref for ref, start in spans if not self._in_window(start)]
+        self._starts = {ref: start for ref, start in spans if not self._in_window(start)}
+        self._order = list(self._starts)
         self._at = {ref: i for i, ref in enumerate(self._order)}
-        self._starts = dict(spans)
         self._held = {}
 
     def __call__(self, ref: InstanceRef, start: datetime, end: datetime
                  ) -> list[WindowReading]:
-        if self.window is not None and self._in_window(start):
+        if self._in_window(start):
+            assert self.window is not None
             return self.window.minutes(ref, start, end)
         rows = self._held.get(ref)
         if rows is None:
