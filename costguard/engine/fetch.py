@@ -1,11 +1,14 @@
 """A provider's GPU metrics asked a chunk at a time: whole scopes per call, a large scope's
-span in slices, each call's readings stored before the next (engine/cycle.py's telemetry
-stage; `engine.backfill` decides which spans)."""
+span in slices, each call's readings stored as it comes back, a few calls in flight at once
+(engine/cycle.py's telemetry stage; `engine.backfill` decides which spans)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 from costguard.engine import behind
@@ -13,33 +16,48 @@ from costguard.engine.backfill import Fetch, Observe, Split
 from costguard.engine.collect import METRICS_SCOPE
 from costguard.errors import ProviderError
 from costguard.model import Gap, GpuMinute, Instance
-from costguard.providers.base import LeavesOutRepeats, Provider, ReadsWholeScopes
+from costguard.providers.base import LeavesOutRepeats, Provider, Readings, ReadsWholeScopes
 
-# instance-minutes per provider metrics call (scopes kept whole): 5,000 instances over a
-# steady cycle's quarter hour, 1,250 over a first cycle's hour; what one call brings back
-# grows with its span, and a chunk's answers are held at once (`fetcher`), so providers
-# read at once share it
+# instance-minutes a provider's metrics calls in flight ask for at once: 5,000 instances
+# over a steady cycle's quarter hour, 1,250 over a first cycle's hour; what a call brings
+# back grows with its span and is held until it is stored (`fetcher`), so providers read
+# at once share it
 TELEMETRY_CHUNK = 75_000
-TELEMETRY_CHUNK_MIN = 500  # instances: a long catch-up still asks ten scopes at once
+# calls in flight at once, each a share of `TELEMETRY_CHUNK`, for a provider whose calls may
+# overlap (`costguard.providers.base.Readings`). One at a time, each call waited for its
+# slowest scope (a throttled call's backoff: 0.5 s on average) and its answer was stored
+# before the next call was asked: at 100,000 instances that was a third of the first
+# cycle's telemetry stage.
+IN_FLIGHT = 3
+TELEMETRY_CHUNK_MIN = 200  # instances a call: a long catch-up still asks a few scopes at once
 TELEMETRY_SLICE_MIN = timedelta(minutes=15)  # a larger scope's span is cut no finer
 
 
-def chunk_size(start: datetime, end: datetime, readers: int = 1) -> int:
+def _minutes(start: datetime, end: datetime) -> int:
+    return max(1, math.ceil((end - start) / timedelta(minutes=1)))
+
+
+def _per_call(readers: int, in_flight: int) -> int:
+    """Instance-minutes one call may ask for: `TELEMETRY_CHUNK` shared by the `readers`
+    providers read at once and the `in_flight` calls of each."""
+    return TELEMETRY_CHUNK // (max(1, readers) * max(1, in_flight))
+
+
+def chunk_size(start: datetime, end: datetime, readers: int = 1, in_flight: int = 1) -> int:
     """Instances per provider metrics call over [start, end) when `readers` providers are
-    read at once: `TELEMETRY_CHUNK` instance-minutes shared between them, at least
-    `TELEMETRY_CHUNK_MIN` instances."""
-    minutes = max(1, math.ceil((end - start) / timedelta(minutes=1)))
-    return max(TELEMETRY_CHUNK_MIN, TELEMETRY_CHUNK // (minutes * max(1, readers)))
+    read at once, `in_flight` calls each: their share of `TELEMETRY_CHUNK`
+    instance-minutes, at least `TELEMETRY_CHUNK_MIN` instances."""
+    return max(TELEMETRY_CHUNK_MIN, _per_call(readers, in_flight) // _minutes(start, end))
 
 
-def time_slices(start: datetime, end: datetime, instances: int, readers: int = 1
-                ) -> list[tuple[datetime, datetime]]:
-    """[start, end) cut so that one call over `instances` brings back at most
-    `TELEMETRY_CHUNK` instance-minutes (shared by `readers`), in slices of no less than
+def time_slices(start: datetime, end: datetime, instances: int, readers: int = 1,
+                in_flight: int = 1) -> list[tuple[datetime, datetime]]:
+    """[start, end) cut so that one call over `instances` brings back at most its share of
+    `TELEMETRY_CHUNK` instance-minutes (`chunk_size`), in slices of no less than
     `TELEMETRY_SLICE_MIN`. A chunk keeps its scopes whole, so a scope larger than
     `chunk_size` is a call of its own: read over the hours of a downtime in one call, a
     10,000-instance scope's answer held at once took 5 GB."""
-    budget = TELEMETRY_CHUNK // max(1, readers)
+    budget = _per_call(readers, in_flight)
     step = max(TELEMETRY_SLICE_MIN, timedelta(minutes=budget // max(1, instances)))
     if end - start <= step:
         return [(start, end)]
@@ -47,44 +65,77 @@ def time_slices(start: datetime, end: datetime, instances: int, readers: int = 1
     return list(zip(cuts, [*cuts[1:], end], strict=True))
 
 
+class _InFlight:
+    """The instance-minutes of the calls in flight, at most `cap`: a call that would pass it
+    waits, and one larger than `cap` alone (a huge scope's slice) runs by itself."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self._used = 0
+        self._changed = threading.Condition()
+
+    @contextmanager
+    def hold(self, weight: int) -> Iterator[None]:
+        with self._changed:
+            self._changed.wait_for(lambda: self._used == 0 or self._used + weight <= self.cap)
+            self._used += weight
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._used -= weight
+                self._changed.notify_all()
+
+
 def fetcher(name: str, provider: Provider, sink: Callable[[list[GpuMinute], datetime], None],
             readers: int) -> Fetch:
     """Ask the provider `chunk_size` instances at a time (`readers`: the providers read at
-    once; a scope never split), and hand each call's readings to `sink` (and `observe`)
-    before the next call: at organisation scale an hour of readings for every GPU held at
-    once was gigabytes. A chunk whose call raises is a gap for its scopes while the others
+    once; a scope never split), `IN_FLIGHT` calls at once where its calls may overlap, and
+    hand each call's readings to `sink` (and `observe`) as it comes back, one call at a
+    time, before the call counts as done: at organisation scale an hour of readings for
+    every GPU held at once was gigabytes, so what the calls in flight ask for is bounded
+    (`TELEMETRY_CHUNK`). A chunk whose call raises is a gap for its scopes while the others
     are read; when every chunk raises, the first error is raised, as one call would. Once a
     call's readings are stored, a provider that can leave out unchanged repeats is told so
     (`LeavesOutRepeats`): the next cycle's settling span then brings only what changed."""
+    overlap = getattr(provider, "overlapping_metrics", False) is True
+    in_flight = IN_FLIGHT if overlap else 1
+    budget = _InFlight(_per_call(readers, 1))
+    handover = threading.Lock()  # stored, observed and confirmed one call at a time
 
     def ask(chunk: list[Instance], start: datetime, end: datetime, sink_since: datetime,
             observe: Observe | None, split: Split | None) -> list[Gap]:
         """One call; its readings stored; the scopes it could not read while the others
         answered."""
-        if split is None:
-            readings = provider.gpu_metrics(chunk, start, end)
-        else:
-            assert isinstance(provider, ReadsWholeScopes)
-            readings = provider.gpu_metrics_split(chunk, start, end, *split)
-        gaps = [Gap(provider=name, scope=g.scope + METRICS_SCOPE, error=g.error)
-                for g in getattr(provider, "metric_gaps", [])]
-        sink(readings, sink_since)
-        if observe is not None:
-            observe(readings)
-        if isinstance(provider, LeavesOutRepeats):  # stored: unchanged copies may go
-            provider.readings_stored()
+        with budget.hold(len(chunk) * _minutes(start, end)):
+            if split is None:
+                readings = provider.gpu_metrics(chunk, start, end)
+            else:
+                assert isinstance(provider, ReadsWholeScopes)
+                readings = provider.gpu_metrics_split(chunk, start, end, *split)
+            missing = (readings.gaps if isinstance(readings, Readings)
+                       else getattr(provider, "metric_gaps", []))
+            gaps = [Gap(provider=name, scope=g.scope + METRICS_SCOPE, error=g.error)
+                    for g in missing]
+            with handover:
+                sink(readings, sink_since)
+                if observe is not None:
+                    observe(readings)
+                if isinstance(provider, LeavesOutRepeats):  # stored: unchanged copies may go
+                    provider.readings_stored(readings)
         return gaps
 
     def fetch(wanted: list[Instance], start: datetime, end: datetime,
               observe: Observe | None, split: Split | None = None) -> list[Gap]:
-        gaps: list[Gap] = []
         failed: list[ProviderError] = []
-        chunks = behind.scope_chunks(wanted, chunk_size(start, end, readers))
-        for chunk in chunks:
+        chunks = behind.scope_chunks(wanted, chunk_size(start, end, readers, in_flight))
+
+        def read(chunk: list[Instance]) -> list[Gap]:
             # a scope larger than a chunk is asked a slice of the span at a time (the single
             # read of a provider that reads whole scopes excepted)
             slices = ([(start, end)] if split is not None
-                      else time_slices(start, end, len(chunk), readers))
+                      else time_slices(start, end, len(chunk), readers, in_flight))
+            gaps: list[Gap] = []
             try:
                 for lo, hi in slices:
                     gaps += ask(chunk, lo, hi, start, observe, split)
@@ -92,8 +143,17 @@ def fetcher(name: str, provider: Provider, sink: Callable[[list[GpuMinute], date
                 failed.append(exc)
                 gaps += [Gap(provider=name, scope=scope + METRICS_SCOPE, error=str(exc))
                          for scope in sorted({behind.scope_keys(i)[0] for i in chunk})]
+            return gaps
+
+        if in_flight == 1 or len(chunks) == 1:
+            per_chunk = [read(chunk) for chunk in chunks]
+        else:
+            # an error (the store's) cancels the chunks not yet asked (`Executor.map`)
+            with ThreadPoolExecutor(min(in_flight, len(chunks)), f"costguard-{name}-fetch"
+                                    ) as pool:
+                per_chunk = list(pool.map(read, chunks))
         if failed and len(failed) == len(chunks):
             raise failed[0]
-        return gaps
+        return [gap for gaps in per_chunk for gap in gaps]
 
     return fetch

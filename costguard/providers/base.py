@@ -7,12 +7,23 @@ nothing above a provider ever sees a botocore or google-api-core exception. A sc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from costguard.model import ActionResult, GpuMinute, Instance, Inventory, PriceQuote, ProviderName
+from costguard.model import (
+    ActionResult,
+    Gap,
+    GpuMinute,
+    Instance,
+    Inventory,
+    PriceQuote,
+    ProviderName,
+)
+
+if TYPE_CHECKING:
+    from costguard.providers.repeats import Receipt
 
 
 @runtime_checkable
@@ -117,6 +128,26 @@ class FetchesPrices(Protocol):
         ...
 
 
+class Readings(list[GpuMinute]):
+    """What one `gpu_metrics` call returned, as a provider whose calls may overlap returns
+    it (`overlapping_metrics`): the readings, the scopes that call could not read (what
+    `metric_gaps` says of the last call to end), and, for a provider that leaves out
+    repeats, the call's receipt (`LeavesOutRepeats`)."""
+
+    __slots__ = ("gaps", "receipt")
+
+    def __init__(self, items: Iterable[GpuMinute], gaps: Sequence[Gap],
+                 receipt: Receipt | None = None) -> None:
+        super().__init__(items)
+        self.gaps = list(gaps)
+        self.receipt = receipt
+
+
+def receipt_of(readings: Sequence[GpuMinute]) -> Receipt | None:
+    """The receipt `readings` carry (None: not what such a call returned)."""
+    return readings.receipt if isinstance(readings, Readings) else None
+
+
 @runtime_checkable
 class LeavesOutRepeats(Protocol):
     """Optional: a provider whose metrics are asked again over the span they settle in
@@ -124,9 +155,10 @@ class LeavesOutRepeats(Protocol):
     earlier one returned and that come back unchanged: once the caller says it stored them.
     A caller that never says so gets every reading each time."""
 
-    def readings_stored(self) -> None:
-        """The readings of the last `gpu_metrics` call are stored (the store and whatever
-        holds them in memory have them): a later call need not return them again."""
+    def readings_stored(self, readings: Sequence[GpuMinute]) -> None:
+        """`readings`, what a `gpu_metrics` call returned (the very list), are stored (the
+        store and whatever holds them in memory have them): a later call need not return
+        them again. Calls may overlap and be confirmed in any order."""
         ...
 
 

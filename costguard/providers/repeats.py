@@ -5,12 +5,16 @@ stored and windowed again when it comes back unchanged.
 A steady AWS cycle asks CloudWatch for the last 15 minutes: 5 new and 10 read again in case
 a point arrived late. Most come back exactly as before, and building, storing and windowing
 them again was most of a cycle's telemetry work at organisation scale. A provider keeps one
-`Repeats`; each metrics call runs its readings (as field dicts, before any model is built)
-through `fresh`, and the caller, once it has stored what the call returned, says so with
-`stored`. Until it does, nothing counts as handed over: a call whose readings were never
-stored (the store failed, the caller was not the engine) leaves the next call to return
-them all again. A reading that changed in any field (a late point, a host CPU figure that
-arrived) is fresh.
+`Repeats`; each metrics call begins with `begin`, which gives it a `Receipt`, runs its
+readings (as field dicts, before any model is built) through the receipt's `fresh`, and
+returns them with the receipt (`costguard.providers.base.Readings`). The caller, once it
+has stored what the call returned, hands them back (the provider's `readings_stored`, then
+`stored`). Until it does, nothing of that call counts as handed over: a call whose
+readings were never stored (the store failed, the caller was not the engine) leaves the
+next call to return them all again. Calls may overlap (the engine asks for the next chunk
+of a fleet while it stores the last one): each receipt holds only its own call's readings.
+A reading that changed in any field (a late point, a host CPU figure that arrived) is
+fresh.
 
 Only the last `horizon` (the settling span and a period) can be asked again, so only
 readings that recent are remembered, and older ones pass without a look. What is kept, per
@@ -39,47 +43,30 @@ def _has(signatures: array[int], signature: int) -> bool:
     return i < len(signatures) and signatures[i] == signature
 
 
-class Repeats:
-    """The signatures of each instance's recent readings that were stored."""
+class Receipt:
+    """One metrics call: what it may leave out (what was kept when it began, and from which
+    minute on) and the signatures of the recent readings it saw, by instance."""
 
-    def __init__(self, horizon: timedelta) -> None:
-        self.horizon = horizon
-        self._lock = threading.Lock()
-        # instance id -> (end of the call that confirmed it, sorted signatures)
-        self._held: dict[str, tuple[datetime, array[int]]] = {}
-        self._pending: dict[str, array[int]] = {}
-        self._newest: datetime | None = None  # the latest end any call asked for
-        self._oldest: datetime | None = None  # the earliest end among `_held`'s
-        self._keep_from: datetime | None = None  # the pending call's oldest minute kept
-        self._look_from: datetime | None = None  # ... and oldest minute looked up
+    __slots__ = ("held", "keep_from", "lock", "look_from", "seen")
 
-    def begin(self, end: datetime) -> None:
-        """A call for minutes before `end` starts: what an earlier call returned and the
-        caller never confirmed is forgotten."""
-        with self._lock:
-            before = self._newest
-            self._newest = newest = end if before is None else max(before, end)
-            self._keep_from = newest - self.horizon  # what a later call may ask again
-            if before is not None and newest > before and self._held:
-                # a new cycle: instances no call asked about within the horizon go
-                self._held = {i: kept for i, kept in self._held.items()
-                              if kept[0] > self._keep_from}
-                self._oldest = min((kept[0] for kept in self._held.values()), default=None)
-            # what is held goes back to its oldest confirming call's horizon
-            self._look_from = (self._keep_from if self._oldest is None
-                               else min(self._keep_from, self._oldest - self.horizon))
-            self._pending = {}
+    def __init__(self, held: dict[str, tuple[datetime, array[int]]], keep_from: datetime,
+                 look_from: datetime) -> None:
+        self.held = held  # replaced in `Repeats`, never changed in place
+        self.keep_from = keep_from  # the oldest minute a later call may ask again
+        self.look_from = look_from  # the oldest minute looked up in `held`
+        self.seen: dict[str, array[int]] = {}
+        self.lock = threading.Lock()  # the threads of one call
 
     def fresh(self, readings: Iterable[Fields]) -> list[Fields]:
-        """The readings not handed over before unchanged (all of them until `stored` was
-        called). Safe from several threads of one call."""
+        """The readings not handed over before unchanged (all of them until a call's
+        `Repeats.stored`). Safe from several threads of this call, and beside other
+        calls."""
         out: list[Fields] = []
         seen: dict[str, array[int]] = {}
-        held = self._held  # replaced, never changed in place, while a call runs
-        keep_from, look_from = self._keep_from, self._look_from
+        held, keep_from, look_from = self.held, self.keep_from, self.look_from
         for fields in readings:
             minute = fields["minute"]
-            if keep_from is None or look_from is None or minute < look_from:
+            if minute < look_from:
                 out.append(fields)  # not held, and older than any later call asks again
                 continue
             signature = hash(tuple(fields.items()))
@@ -92,21 +79,54 @@ class Repeats:
             kept = held.get(instance_id)
             if kept is None or not _has(kept[1], signature):
                 out.append(fields)
-        with self._lock:
+        with self.lock:
             for instance_id, signatures in seen.items():
-                self._pending.setdefault(instance_id, array("q")).extend(signatures)
+                self.seen.setdefault(instance_id, array("q")).extend(signatures)
         return out
 
-    def stored(self) -> None:
-        """The caller stored what the last call returned: its readings (those left out
-        included) count as handed over, in place of what was kept of their instances."""
+
+class Repeats:
+    """The signatures of each instance's recent readings that were stored."""
+
+    def __init__(self, horizon: timedelta) -> None:
+        self.horizon = horizon
+        self._lock = threading.Lock()
+        # instance id -> (the latest end asked for when a call confirmed it, sorted signatures)
+        self._held: dict[str, tuple[datetime, array[int]]] = {}
+        self._newest: datetime | None = None  # the latest end any call asked for
+        self._oldest: datetime | None = None  # the earliest end among `_held`'s
+
+    def begin(self, end: datetime) -> Receipt:
+        """A call for minutes before `end` starts: its receipt (`Receipt.fresh`)."""
         with self._lock:
-            if self._newest is None or not self._pending:
+            before = self._newest
+            self._newest = newest = end if before is None else max(before, end)
+            keep_from = newest - self.horizon  # what a later call may ask again
+            if before is not None and newest > before and self._held:
+                # a new cycle: instances no call asked about within the horizon go
+                self._held = {i: kept for i, kept in self._held.items()
+                              if kept[0] > keep_from}
+                self._oldest = min((kept[0] for kept in self._held.values()), default=None)
+            # what is held goes back to its oldest confirming call's horizon
+            look_from = (keep_from if self._oldest is None
+                         else min(keep_from, self._oldest - self.horizon))
+            return Receipt(self._held, keep_from, look_from)
+
+    def stored(self, receipt: Receipt | None) -> None:
+        """The caller stored what the receipt's call returned: its readings (those left out
+        included) count as handed over, in place of what was kept of their instances.
+        Confirming a receipt twice, or None, changes nothing."""
+        if receipt is None:
+            return
+        with receipt.lock:
+            seen, receipt.seen = receipt.seen, {}
+        with self._lock:
+            if self._newest is None or not seen:
                 return
             held = dict(self._held)
-            for instance_id, signatures in self._pending.items():
+            for instance_id, signatures in seen.items():
                 held[instance_id] = (self._newest, array("q", sorted(signatures)))
-            self._held, self._pending = held, {}
+            self._held = held
             if self._oldest is None:  # the others are older than the newest end
                 self._oldest = self._newest
 

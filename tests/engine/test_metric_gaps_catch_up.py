@@ -249,16 +249,17 @@ def test_a_provider_down_as_a_whole_keeps_the_watermark_and_what_is_behind(
 def test_a_chunk_holds_fewer_instances_the_longer_its_span() -> None:
     """What one call brings back grows with its span: a steady cycle's quarter hour asks
     5,000 instances at a time, a first cycle's hour 1,250, a long catch-up no fewer than
-    500 (ten scopes of 50 still in flight at once)."""
+    200 (a few scopes still in flight at once)."""
     assert chunk_size(T0, T0 + timedelta(minutes=15)) == 5_000
     assert chunk_size(T0, T0 + timedelta(minutes=45)) == 1_666
     assert chunk_size(T0, T0 + timedelta(hours=1)) == 1_250
     assert chunk_size(T0, T0 + timedelta(minutes=14, seconds=1)) == 5_000  # whole minutes
-    assert chunk_size(T0, T0 + MAX_TELEMETRY_LOOKBACK) == 500
+    assert chunk_size(T0, T0 + MAX_TELEMETRY_LOOKBACK) == 208
     assert chunk_size(T0, T0 + timedelta(seconds=30)) == 75_000  # under a minute: one
-    # providers read at once share it
+    # providers read at once share it, and so do the calls in flight of each
     assert chunk_size(T0, T0 + timedelta(minutes=15), readers=2) == 2_500
-    assert chunk_size(T0, T0 + MAX_TELEMETRY_LOOKBACK, readers=2) == 500
+    assert chunk_size(T0, T0 + timedelta(minutes=15), readers=2, in_flight=3) == 833
+    assert chunk_size(T0, T0 + MAX_TELEMETRY_LOOKBACK, readers=2) == 200
 
 
 def test_metrics_are_asked_a_chunk_of_scopes_at_a_time_and_a_failing_chunk_is_its_gap(
@@ -318,9 +319,11 @@ def test_a_long_span_is_cut_into_slices_only_for_a_scope_larger_than_a_chunk() -
     cut = time_slices(T0, T0 + MAX_TELEMETRY_LOOKBACK, 100_000)
     assert len(cut) == 24 and cut[0][0] == T0 and cut[-1][1] == T0 + MAX_TELEMETRY_LOOKBACK
     assert all(a[1] == b[0] for a, b in pairwise(cut))
-    # providers read at once share the instance-minutes
+    # providers read at once share the instance-minutes, and so do the calls in flight
     assert time_slices(T0, T0 + hour, 1_000, readers=2) == [(T0, T0 + 37 * m),
                                                             (T0 + 37 * m, T0 + hour)]
+    assert time_slices(T0, T0 + MAX_TELEMETRY_LOOKBACK, 200, in_flight=3) == [
+        (T0, T0 + 125 * m), (T0 + 125 * m, T0 + 250 * m), (T0 + 250 * m, T0 + 360 * m)]
 
 
 def test_a_scope_larger_than_a_chunk_is_read_a_slice_at_a_time_after_a_downtime(

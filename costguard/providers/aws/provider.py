@@ -55,6 +55,7 @@ class AwsProvider(CloudWatchReads):
     """The `costguard.providers.base.Provider` for AWS EC2."""
 
     name: ProviderName = "aws"
+    overlapping_metrics = True  # `gpu_metrics` calls may overlap (`base.Readings`)
     # metrics arrive minutes late: each cycle asks for the last 10 minutes again
     metrics_settle = timedelta(minutes=10)
 

@@ -24,7 +24,8 @@ from costguard.providers.aws.instance_xml import lean_records
 from costguard.providers.aws.inventory import HostNames, host_names
 from costguard.providers.aws.sessions import AccountScope, ClientFactory
 from costguard.providers.aws.settings import AwsSettings
-from costguard.providers.repeats import Repeats
+from costguard.providers.base import Readings, receipt_of
+from costguard.providers.repeats import Receipt, Repeats
 
 if TYPE_CHECKING:
     from mypy_boto3_cloudwatch import CloudWatchClient
@@ -64,14 +65,14 @@ class CloudWatchReads:
         readings that come back unchanged (`costguard.providers.repeats`)."""
         first, last = cw.window(start, end)
         recent = utc(self.clock.now()) - first < timedelta(hours=3)
-        self._repeats.begin(last)
+        receipt = self._repeats.begin(last)
         out: list[GpuMinute] = []
         gaps: list[Gap] = []
         calls = 0
         groups = self._by_scope(instances)
         with ThreadPoolExecutor(self.settings.max_workers, "costguard-cw") as pool:
             futures = {
-                key: pool.submit(self._gpu_scope, key, members, first, last, recent)
+                key: pool.submit(self._gpu_scope, key, members, first, last, recent, receipt)
                 for key, members in groups.items()
             }
             for (account_id, region), future in futures.items():
@@ -83,7 +84,7 @@ class CloudWatchReads:
                 out += rows
                 calls += n
         self.metric_gaps, self.get_metric_data_calls = gaps, calls
-        return out
+        return Readings(out, gaps, receipt)
 
     def _gpu_scope(
         self,
@@ -92,6 +93,7 @@ class CloudWatchReads:
         first: datetime,
         last: datetime,
         recent: bool,
+        receipt: Receipt,
     ) -> tuple[list[GpuMinute], int]:
         account_id, region = key
         scope = f"{account_id}/{region}/cloudwatch"
@@ -126,7 +128,7 @@ class CloudWatchReads:
             series, values, gpu_counts=gpu_counts, period_s=period_s, first=first, last=last,
             host_cpu=cw.host_cpu_of(cpu_ids, values))
         # the settling span comes back each cycle: what was stored unchanged is left out
-        fresh = self._repeats.fresh(rows[k] for k in sorted(rows))
+        fresh = receipt.fresh(rows[k] for k in sorted(rows))
         return [GpuMinute.model_validate(fields) for fields in fresh], calls
 
     def _dimensions(self, client: CloudWatchClient, key: tuple[str, str], namespace: str,
@@ -194,10 +196,10 @@ class CloudWatchReads:
         self.metric_gaps, self.get_metric_data_calls = gaps, calls
         return out
 
-    def readings_stored(self) -> None:
-        """`costguard.providers.base.LeavesOutRepeats`: the last `gpu_metrics` call's
-        readings are stored."""
-        self._repeats.stored()
+    def readings_stored(self, readings: Sequence[GpuMinute]) -> None:
+        """`costguard.providers.base.LeavesOutRepeats`: what a `gpu_metrics` call returned
+        is stored."""
+        self._repeats.stored(receipt_of(readings))
 
     @staticmethod
     def _by_scope(instances: Sequence[Instance]) -> dict[tuple[str, str], list[Instance]]:

@@ -31,7 +31,7 @@ from costguard.errors import ProviderError
 from costguard.model import Gap, GpuMinute, Instance, TelemetrySource
 from costguard.providers.base import Decided
 from costguard.providers.gcp.errors import from_retry_error, translate
-from costguard.providers.repeats import Repeats
+from costguard.providers.repeats import Receipt
 
 UTIL = "agent.googleapis.com/gpu/utilization"
 MEM_USED = "agent.googleapis.com/gpu/memory/bytes_used"
@@ -151,20 +151,21 @@ def _pct(value: float | None) -> float | None:
 
 
 def merge(readings: dict[str, dict[_Key, float]], start: datetime, end: datetime,
-          repeats: Repeats | None = None, split: Split | None = None) -> list[GpuMinute]:
-    """The GPU-minutes in [start, end) of the projects' series; with `repeats`, those
-    handed over and stored before unchanged are left out (`costguard.providers.repeats`).
+          receipt: Receipt | None = None, split: Split | None = None) -> list[GpuMinute]:
+    """The GPU-minutes in [start, end) of the projects' series; with a call's `receipt`,
+    those handed over and stored before unchanged are left out
+    (`costguard.providers.repeats`).
     With `split` (keep_from, decided): the minutes from `keep_from` on, and the older ones
     of the instances that `decided`, handed those, does not name (never built)."""
     if split is None:
-        return _minutes(readings, start, end, repeats)
+        return _minutes(readings, start, end, receipt)
     keep_from, decided = split
-    recent = _minutes(readings, keep_from, end, repeats)
-    return _minutes(readings, start, keep_from, repeats, skip=decided(recent)) + recent
+    recent = _minutes(readings, keep_from, end, receipt)
+    return _minutes(readings, start, keep_from, receipt, skip=decided(recent)) + recent
 
 
 def _minutes(readings: dict[str, dict[_Key, float]], start: datetime, end: datetime,
-             repeats: Repeats | None, skip: Collection[str] = ()) -> list[GpuMinute]:
+             receipt: Receipt | None, skip: Collection[str] = ()) -> list[GpuMinute]:
     """`merge` of [start, end), less the instances in `skip`."""
     lo, hi = utc(start).timestamp(), utc(end).timestamp()
     keys: set[_Key] = set()
@@ -190,7 +191,7 @@ def _minutes(readings: dict[str, dict[_Key, float]], start: datetime, end: datet
             "source": source, "util_mean": _pct(util.get(key)), "sm_mean": _pct(sm),
             "mem_used_bytes": None if mem is None else max(int(mem), 0),
             "host_cpu_pct": _pct(cpu.get((instance_id, 0, epoch)))})
-    fresh = rows if repeats is None else repeats.fresh(rows)
+    fresh = rows if receipt is None else receipt.fresh(rows)
     return [GpuMinute.model_validate(fields) for fields in fresh]
 
 
@@ -202,13 +203,13 @@ def gpu_minutes(
     *,
     retry: gretry.Retry,
     max_workers: int,
-    repeats: Repeats | None = None,
+    receipt: Receipt | None = None,
     split: Split | None = None,
 ) -> tuple[list[GpuMinute], list[Gap]]:
-    """Every GPU-minute Cloud Monitoring has for `instances` in [start, end) (less, with
-    `repeats`, those handed over and stored before unchanged; with `split`, as `merge`
-    says), and the projects that could not be read. If no project at all could be read,
-    that raises."""
+    """Every GPU-minute Cloud Monitoring has for `instances` in [start, end) (less, with a
+    call's `receipt`, those handed over and stored before unchanged; with `split`, as
+    `merge` says), and the projects that could not be read. If no project at all could be
+    read, that raises."""
     by_project: dict[str, set[str]] = {}
     for inst in instances:
         if inst.provider == "gcp":
@@ -235,4 +236,4 @@ def gpu_minutes(
         raise failures[0]
     # Missing readings are "no data", never "idle": the other projects' data is still good.
     gaps = [Gap(provider="gcp", scope=f.scope, error=str(f)) for f in failures]
-    return merge(merged, start, end, repeats, split), gaps
+    return merge(merged, start, end, receipt, split), gaps

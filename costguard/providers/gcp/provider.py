@@ -18,7 +18,7 @@ from costguard.model import (
     PriceQuote,
     ProviderName,
 )
-from costguard.providers.base import Decided, FetchedPrices
+from costguard.providers.base import Decided, FetchedPrices, Readings, receipt_of
 from costguard.providers.gcp import (
     actions,
     batch,
@@ -47,6 +47,7 @@ class GcpProvider:
     that cannot be read is a `Gap` and the others go on."""
 
     name: ProviderName = "gcp"
+    overlapping_metrics = True  # `gpu_metrics` calls may overlap (`base.Readings`)
     # metrics arrive minutes late: each cycle asks for the last 10 minutes again
     metrics_settle = timedelta(minutes=10)
     # the act stage's scope is the project: a filtered aggregatedList reads every zone and a
@@ -155,7 +156,7 @@ class GcpProvider:
 
     def _gpu_metrics(self, instances: Sequence[Instance], start: datetime, end: datetime,
                      split: metrics.Split | None) -> list[GpuMinute]:
-        self._repeats.begin(end)
+        receipt = self._repeats.begin(end)
         minutes, gaps = metrics.gpu_minutes(
             self.clients.metrics,
             instances,
@@ -163,18 +164,18 @@ class GcpProvider:
             end,
             retry=self.retry,
             max_workers=self.settings.max_workers,
-            repeats=self._repeats,
+            receipt=receipt,
             split=split,
         )
         self.metric_gaps = gaps
         for gap in gaps:
             log.warning("GPU metrics missing for %s: %s", gap.scope, gap.error)
-        return minutes
+        return Readings(minutes, gaps, receipt)
 
-    def readings_stored(self) -> None:
-        """`costguard.providers.base.LeavesOutRepeats`: the last `gpu_metrics` call's
-        readings are stored."""
-        self._repeats.stored()
+    def readings_stored(self, readings: Sequence[GpuMinute]) -> None:
+        """`costguard.providers.base.LeavesOutRepeats`: what a `gpu_metrics` call returned
+        is stored."""
+        self._repeats.stored(receipt_of(readings))
 
     def stop(self, instance: Instance, *, dry_run: bool) -> ActionResult:
         return actions.stop(self._actions, instance, dry_run=dry_run)

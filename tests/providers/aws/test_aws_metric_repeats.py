@@ -63,8 +63,9 @@ def test_a_stored_call_is_not_returned_again_unless_it_changed(
 
     assert len(provider.gpu_metrics(instances, start, end)) == 10
     # never confirmed: a caller that does not say it stored them gets them all again
-    assert len(provider.gpu_metrics(instances, start, end)) == 10
-    provider.readings_stored()
+    stored = provider.gpu_metrics(instances, start, end)
+    assert len(stored) == 10
+    provider.readings_stored(stored)
     assert provider.gpu_metrics(instances, start, end) == []
     # a late point changes one minute's average; a new minute arrives
     _put(raw["InstanceId"], {minutes[-3]: 70.0, end: 40.0})

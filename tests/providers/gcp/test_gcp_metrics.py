@@ -212,8 +212,9 @@ def test_readings_stored_before_come_back_only_when_they_changed(
     provider = make_provider()
     span = (T0, T0 + timedelta(minutes=5))
     assert len(provider.gpu_metrics([inst], *span)) == 5
-    assert len(provider.gpu_metrics([inst], *span)) == 5  # never said stored: all again
-    provider.readings_stored()
+    stored = provider.gpu_metrics([inst], *span)
+    assert len(stored) == 5  # never said stored: all again
+    provider.readings_stored(stored)
     assert provider.gpu_metrics([inst], *span) == []
     # the fourth minute now reads otherwise (a later series for the same GPU); a sixth
     # minute arrives
