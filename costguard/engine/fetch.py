@@ -50,14 +50,16 @@ def chunk_size(start: datetime, end: datetime, readers: int = 1, in_flight: int 
     return max(TELEMETRY_CHUNK_MIN, _per_call(readers, in_flight) // _minutes(start, end))
 
 
-def time_slices(start: datetime, end: datetime, instances: int, readers: int = 1,
-                in_flight: int = 1) -> list[tuple[datetime, datetime]]:
-    """[start, end) cut so that one call over `instances` brings back at most its share of
-    `TELEMETRY_CHUNK` instance-minutes (`chunk_size`), in slices of no less than
+def time_slices(start: datetime, end: datetime, instances: int, readers: int = 1
+                ) -> list[tuple[datetime, datetime]]:
+    """[start, end) cut so that one call over `instances` brings back at most
+    `TELEMETRY_CHUNK` instance-minutes (shared by `readers`), in slices of no less than
     `TELEMETRY_SLICE_MIN`. A chunk keeps its scopes whole, so a scope larger than
     `chunk_size` is a call of its own: read over the hours of a downtime in one call, a
-    10,000-instance scope's answer held at once took 5 GB."""
-    budget = _per_call(readers, in_flight)
+    10,000-instance scope's answer held at once took 5 GB. Such a call may ask for more
+    than a call's share of the budget (not cut finer: a scope's every slice is a call),
+    and waits until what is in flight beside it leaves room (`fetcher`)."""
+    budget = _per_call(readers, 1)
     step = max(TELEMETRY_SLICE_MIN, timedelta(minutes=budget // max(1, instances)))
     if end - start <= step:
         return [(start, end)]
@@ -134,7 +136,7 @@ def fetcher(name: str, provider: Provider, sink: Callable[[list[GpuMinute], date
             # a scope larger than a chunk is asked a slice of the span at a time (the single
             # read of a provider that reads whole scopes excepted)
             slices = ([(start, end)] if split is not None
-                      else time_slices(start, end, len(chunk), readers, in_flight))
+                      else time_slices(start, end, len(chunk), readers))
             gaps: list[Gap] = []
             try:
                 for lo, hi in slices:

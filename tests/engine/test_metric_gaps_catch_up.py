@@ -319,11 +319,9 @@ def test_a_long_span_is_cut_into_slices_only_for_a_scope_larger_than_a_chunk() -
     cut = time_slices(T0, T0 + MAX_TELEMETRY_LOOKBACK, 100_000)
     assert len(cut) == 24 and cut[0][0] == T0 and cut[-1][1] == T0 + MAX_TELEMETRY_LOOKBACK
     assert all(a[1] == b[0] for a, b in pairwise(cut))
-    # providers read at once share the instance-minutes, and so do the calls in flight
+    # providers read at once share the instance-minutes
     assert time_slices(T0, T0 + hour, 1_000, readers=2) == [(T0, T0 + 37 * m),
                                                             (T0 + 37 * m, T0 + hour)]
-    assert time_slices(T0, T0 + MAX_TELEMETRY_LOOKBACK, 200, in_flight=3) == [
-        (T0, T0 + 125 * m), (T0 + 125 * m, T0 + 250 * m), (T0 + 250 * m, T0 + 360 * m)]
 
 
 def test_a_scope_larger_than_a_chunk_is_read_a_slice_at_a_time_after_a_downtime(
