@@ -27,7 +27,8 @@ TELEMETRY_CHUNK = 75_000
 # overlap (`costguard.providers.base.Readings`). One at a time, each call waited for its
 # slowest scope (a throttled call's backoff: 0.5 s on average) and its answer was stored
 # before the next call was asked: at 100,000 instances that was a third of the first
-# cycle's telemetry stage.
+# cycle's telemetry stage. A chunk of scopes larger than a share asks for more; as many as
+# the budget holds are in flight, up to twice this many.
 IN_FLIGHT = 3
 TELEMETRY_CHUNK_MIN = 200  # instances a call: a long catch-up still asks a few scopes at once
 TELEMETRY_SLICE_MIN = timedelta(minutes=15)  # a larger scope's span is cut no finer
@@ -92,7 +93,9 @@ class _InFlight:
 def fetcher(name: str, provider: Provider, sink: Callable[[list[GpuMinute], datetime], None],
             readers: int) -> Fetch:
     """Ask the provider `chunk_size` instances at a time (`readers`: the providers read at
-    once; a scope never split), `IN_FLIGHT` calls at once where its calls may overlap, and
+    once; a scope never split), each call about a share of the budget, as many calls at once
+    as the budget holds (`IN_FLIGHT` full shares; up to twice as many smaller calls) where
+    its calls may overlap, and
     hand each call's readings to `sink` (and `observe`) as it comes back, one call at a
     time, before the call counts as done: at organisation scale an hour of readings for
     every GPU held at once was gigabytes, so what the calls in flight ask for is bounded
@@ -151,7 +154,7 @@ def fetcher(name: str, provider: Provider, sink: Callable[[list[GpuMinute], date
             per_chunk = [read(chunk) for chunk in chunks]
         else:
             # an error (the store's) cancels the chunks not yet asked (`Executor.map`)
-            with ThreadPoolExecutor(min(in_flight, len(chunks)), f"costguard-{name}-fetch"
+            with ThreadPoolExecutor(min(2 * in_flight, len(chunks)), f"costguard-{name}-fetch"
                                     ) as pool:
                 per_chunk = list(pool.map(read, chunks))
         if failed and len(failed) == len(chunks):

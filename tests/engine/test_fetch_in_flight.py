@@ -119,6 +119,20 @@ def test_calls_overlap_up_to_the_limit_and_are_handed_over_one_at_a_time(
     assert all(isinstance(r, Readings) for r in provider.stored)
 
 
+def test_as_many_smaller_calls_as_the_budget_holds_are_in_flight(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Scopes that do not pack into a call's share are calls of their own, each asking for
+    less than a share: four of them fit the budget, and all four are asked at once (one
+    call per share would leave the fourth waiting for a slot it does not need)."""
+    _small_chunks(monkeypatch, 4)
+    fleet = _fleet(scopes=4, per_scope=3)  # 3 + 3 > 4: a call each, 4 x 45 <= 180
+    provider, sink = Overlapping(), Sink()
+    fetcher("aws", provider, sink, readers=1)(fleet, START, END, None)
+    assert provider.peak == 4
+    assert provider.peak_weight == 4 * 3 * 15 <= fetch_module.TELEMETRY_CHUNK
+
+
 def test_a_provider_whose_calls_may_not_overlap_is_asked_one_call_at_a_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
