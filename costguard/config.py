@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic_core import ErrorDetails
@@ -188,14 +188,50 @@ def _invalid(exc: ValidationError, source: str, positions: PositionMap | None) -
 MAX_CONFIG_BYTES = 2**20
 
 
-def _beside(data: dict[str, Any], folder: Path) -> dict[str, Any]:
-    """Relative `policy_paths` in a config file name files next to it (as `costguard init`
-    writes them), wherever costguard runs from; an environment variable's stay as given."""
-    paths = data.get("policy_paths")
-    if isinstance(paths, list) and all(isinstance(p, str) for p in paths):
-        data = {**data, "policy_paths": [p if Path(p).is_absolute() or folder == Path(".")
-                                         else str(folder / p) for p in paths]}
-    return data
+def _file_settings(model: type[BaseModel]) -> dict[str, Any]:
+    """The settings of `model` that name files, as a tree: a field's name -> True (a path,
+    or a list of them) or the tree of its section."""
+    tree: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        kinds = [field.annotation, *get_args(field.annotation)]
+        kinds += [k for kind in list(kinds) for k in get_args(kind)]  # list[Path] | None
+        if Path in kinds:
+            tree[name] = True
+            continue
+        sections = [k for k in kinds if isinstance(k, type) and issubclass(k, BaseModel)]
+        if sections and (sub := _file_settings(sections[0])):
+            tree[name] = sub
+    return tree
+
+
+def _beside(data: dict[str, Any], folder: Path, tree: dict[str, Any] | None = None
+            ) -> dict[str, Any]:
+    """Relative paths in a config file (`policy_paths`, `alerts.routing_file`,
+    `costs.price_overrides`, the secret files...) name files next to it (as `costguard
+    init` writes them), wherever costguard runs from; an environment variable's stay as
+    given."""
+    if folder == Path("."):
+        return data
+
+    def beside(value: Any) -> Any:
+        return (str(folder / value) if isinstance(value, str) and value
+                and not Path(value).is_absolute() else value)
+
+    out = dict(data)
+    for name, kind in (_FILE_SETTINGS if tree is None else tree).items():
+        if name not in out:
+            continue
+        value = out[name]
+        if kind is True and isinstance(value, list):
+            out[name] = [beside(v) for v in value]
+        elif kind is True:
+            out[name] = beside(value)
+        elif isinstance(value, dict):
+            out[name] = _beside(value, folder, kind)
+    return out
+
+
+_FILE_SETTINGS = _file_settings(Settings)
 
 
 def load_settings(path: Path | None = None, **overrides: Any) -> Settings:

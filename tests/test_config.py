@@ -110,3 +110,41 @@ def test_broken_yaml_points_at_the_line(tmp_path: Path) -> None:
 def test_missing_explicit_config_file_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_settings(tmp_path / "nope.yaml")
+
+
+def test_relative_files_a_config_names_are_beside_it_wherever_costguard_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon started from / (systemd) or a container's working directory reads the
+    files its costguard.yaml names next to that file, as `policy_paths` always did."""
+    folder = tmp_path / "etc" / "costguard"
+    folder.mkdir(parents=True)
+    (folder / "costguard.yaml").write_text(
+        "policy_paths: [policies, /opt/more]\n"
+        "alerts:\n"
+        "  routing_file: alerts/routes.yaml\n"
+        "  slack: {webhook_url_file: secrets/slack-url}\n"
+        "  email: {host: mail, from_addr: cg@example.com, ca_file: /etc/ssl/ca.pem}\n"
+        "costs: {price_overrides: prices.yml}\n"
+        "daemon: {leader_lock_file: run/costguard.leader}\n"
+        "http: {identity: {aws_certs_dir: certs/aws}}\n")
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setenv("COSTGUARD_COSTS__PRICE_OVERRIDES", "from-env.yml")
+    settings = load_settings(folder / "costguard.yaml")
+    assert settings.policy_paths == [folder / "policies", Path("/opt/more")]
+    assert settings.alerts.routing_file == folder / "alerts" / "routes.yaml"
+    assert settings.alerts.slack.webhook_url_file == folder / "secrets" / "slack-url"
+    assert settings.alerts.email is not None
+    assert settings.alerts.email.ca_file == Path("/etc/ssl/ca.pem")  # absolute: as given
+    assert settings.daemon.leader_lock_file == folder / "run" / "costguard.leader"
+    assert settings.http.identity.aws_certs_dir == folder / "certs" / "aws"
+    # a variable's value is the operator's, relative to where costguard runs
+    assert settings.costs.price_overrides == Path("from-env.yml")
+    monkeypatch.delenv("COSTGUARD_COSTS__PRICE_OVERRIDES")
+    assert load_settings(folder / "costguard.yaml").costs.price_overrides == folder / "prices.yml"
+    # run from the config's own folder: nothing changes
+    monkeypatch.chdir(folder)
+    assert load_settings(Path("costguard.yaml")).alerts.routing_file == Path(
+        "alerts/routes.yaml")
