@@ -30,7 +30,9 @@ TELEMETRY_CHUNK = 75_000
 # cycle's telemetry stage. A chunk of scopes larger than a share asks for more; as many as
 # the budget holds are in flight, up to twice this many.
 IN_FLIGHT = 3
-TELEMETRY_CHUNK_MIN = 200  # instances a call: a long catch-up still asks a few scopes at once
+# instances in flight: a long catch-up still asks ten scopes of 50 at once (a call of several
+# in flight, its share)
+TELEMETRY_CHUNK_MIN = 500
 TELEMETRY_SLICE_MIN = timedelta(minutes=15)  # a larger scope's span is cut no finer
 
 
@@ -47,8 +49,9 @@ def _per_call(readers: int, in_flight: int) -> int:
 def chunk_size(start: datetime, end: datetime, readers: int = 1, in_flight: int = 1) -> int:
     """Instances per provider metrics call over [start, end) when `readers` providers are
     read at once, `in_flight` calls each: their share of `TELEMETRY_CHUNK`
-    instance-minutes, at least `TELEMETRY_CHUNK_MIN` instances."""
-    return max(TELEMETRY_CHUNK_MIN, _per_call(readers, in_flight) // _minutes(start, end))
+    instance-minutes, at least their share of `TELEMETRY_CHUNK_MIN` instances."""
+    return max(TELEMETRY_CHUNK_MIN // max(1, in_flight),
+               _per_call(readers, in_flight) // _minutes(start, end))
 
 
 def time_slices(start: datetime, end: datetime, instances: int, readers: int = 1

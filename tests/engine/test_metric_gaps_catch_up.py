@@ -249,17 +249,19 @@ def test_a_provider_down_as_a_whole_keeps_the_watermark_and_what_is_behind(
 def test_a_chunk_holds_fewer_instances_the_longer_its_span() -> None:
     """What one call brings back grows with its span: a steady cycle's quarter hour asks
     5,000 instances at a time, a first cycle's hour 1,250, a long catch-up no fewer than
-    200 (a few scopes still in flight at once)."""
+    500 (ten scopes of 50 still in flight at once; a third of that a call where three
+    calls are in flight)."""
     assert chunk_size(T0, T0 + timedelta(minutes=15)) == 5_000
     assert chunk_size(T0, T0 + timedelta(minutes=45)) == 1_666
     assert chunk_size(T0, T0 + timedelta(hours=1)) == 1_250
     assert chunk_size(T0, T0 + timedelta(minutes=14, seconds=1)) == 5_000  # whole minutes
-    assert chunk_size(T0, T0 + MAX_TELEMETRY_LOOKBACK) == 208
+    assert chunk_size(T0, T0 + MAX_TELEMETRY_LOOKBACK) == 500
+    assert chunk_size(T0, T0 + MAX_TELEMETRY_LOOKBACK, in_flight=3) == 166
     assert chunk_size(T0, T0 + timedelta(seconds=30)) == 75_000  # under a minute: one
     # providers read at once share it, and so do the calls in flight of each
     assert chunk_size(T0, T0 + timedelta(minutes=15), readers=2) == 2_500
     assert chunk_size(T0, T0 + timedelta(minutes=15), readers=2, in_flight=3) == 833
-    assert chunk_size(T0, T0 + MAX_TELEMETRY_LOOKBACK, readers=2) == 200
+    assert chunk_size(T0, T0 + MAX_TELEMETRY_LOOKBACK, readers=2) == 500
 
 
 def test_metrics_are_asked_a_chunk_of_scopes_at_a_time_and_a_failing_chunk_is_its_gap(
