@@ -82,6 +82,7 @@ class AwsProvider(CloudWatchReads):
                                    self._account(account_id), region))
         self.group_sizes = GroupSizes(timedelta(minutes=settings.group_sizes_max_age_minutes))
         self._volumes: dict[str, list[dict[str, Any]]] = {}  # read by stop_many, for stopped_cost
+        self._volume_reads: ThreadPoolExecutor | None = None  # beside StopInstances; see _side
         self.metric_gaps: list[Gap] = []  # scopes whose metrics could not be read, last call
         self.get_metric_data_calls = 0  # GetMetricData calls made, last gpu/cpu call
         span = settings.cloudwatch.max_span_minutes
@@ -307,16 +308,29 @@ class AwsProvider(CloudWatchReads):
         self, instances: Sequence[Instance], *, dry_run: bool
     ) -> dict[str, ActionResult]:
         def stop(ec2: Any, members: Sequence[Instance], scope: str) -> dict[str, ActionResult]:
-            results = batch.stop_many(ec2, members, dry_run=dry_run, scope=scope)
-            stopped = [i for i, r in results.items() if r.outcome is ActionOutcome.DONE]
             # the action alerts price the stopped instances' disks: one DescribeVolumes per
-            # 200 ids here instead of one per instance there
-            volumes = batch.volumes_by_instance(ec2, stopped, scope) if stopped else {}
+            # 200 ids, read while StopInstances is in flight (a stop leaves its volumes
+            # attached), instead of one per instance there
+            plain = [i.instance_id for i in members if i.owner is None]
+            reading = (self._side().submit(batch.volumes_by_instance, ec2, plain, scope)
+                       if plain and not dry_run else None)
+            results = batch.stop_many(ec2, members, dry_run=dry_run, scope=scope)
+            volumes = reading.result() if reading is not None else {}
+            stopped = {i for i, r in results.items() if r.outcome is ActionOutcome.DONE}
             with self._lock:
-                self._volumes.update(volumes)
+                self._volumes.update((i, v) for i, v in volumes.items() if i in stopped)
             return results
 
         return self._per_scope(instances, stop)
+
+    def _side(self) -> ThreadPoolExecutor:
+        """The threads that read volumes beside StopInstances: one per scope stopped at once
+        (the act stage's scope workers), started when first needed and kept."""
+        with self._lock:
+            if self._volume_reads is None:
+                self._volume_reads = ThreadPoolExecutor(self.settings.max_workers,
+                                                        "costguard-aws-volumes")
+            return self._volume_reads
 
     def set_tags_many(
         self,

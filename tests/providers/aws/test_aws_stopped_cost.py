@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime
 from typing import Any
 
@@ -11,6 +12,7 @@ from aws_helpers import REGION, ProviderFactory, run_instances
 
 from costguard.actions.runner import ActionRunner
 from costguard.costs.attribution import Attributor
+from costguard.model import ActionOutcome
 from costguard.policy.load import parse_policy_text
 from costguard.providers.aws.disks import ebs_table, volume_usd_per_month
 from costguard.store.db import Database
@@ -59,3 +61,40 @@ def test_stopped_cost_is_none_when_no_volume_is_attached(make_provider: Provider
     ghost = inst.model_copy(update={"instance_id": "i-0000000000000dead"})
     assert provider.stopped_cost(inst) is not None
     assert provider.stopped_cost(ghost) is None  # nothing attached to that id
+
+
+def test_volumes_are_read_while_stop_instances_is_in_flight(
+    make_provider: ProviderFactory, session: boto3.Session
+) -> None:
+    """stop_many reads the volumes beside StopInstances, not after it: StopInstances is
+    held until DescribeVolumes has been asked (held for good if it were asked after)."""
+    run_instances(count=2)
+    asked = threading.Event()
+    order: list[str] = []
+    lost: list[str] = []
+
+    def volumes_asked(**_: Any) -> None:
+        order.append("DescribeVolumes")
+        asked.set()
+
+    def hold_stop(params: dict[str, Any], **_: Any) -> None:
+        order.append("StopInstances" if asked.wait(10) else "StopInstances alone")
+        params["InstanceIds"] = [i for i in params["InstanceIds"] if i not in lost]
+
+    # registered before the provider makes its clients (they copy the session's handlers)
+    session.events.register("provide-client-params.ec2.DescribeVolumes", volumes_asked)
+    session.events.register("provide-client-params.ec2.StopInstances", hold_stop)
+    provider = make_provider()
+    stopped, kept_running = sorted(provider.list_instances().instances,
+                                   key=lambda i: i.instance_id)
+    lost.append(kept_running.instance_id)  # its stop never reaches EC2
+
+    results = provider.stop_many([stopped, kept_running], dry_run=False)
+
+    assert order == ["DescribeVolumes", "StopInstances"]
+    assert results[stopped.instance_id].outcome is ActionOutcome.DONE
+    assert results[kept_running.instance_id].outcome is ActionOutcome.FAILED
+    # the stopped instance is priced from the volumes read beside its stop; the one still
+    # running keeps nothing from it
+    assert provider._volumes.keys() == {stopped.instance_id}
+    assert provider.stopped_cost(stopped) is not None
