@@ -7,6 +7,7 @@ unresolved intents against what inventory now shows before anything else happens
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -24,6 +25,7 @@ from costguard.actions.batch import (
     stops_ahead,
 )
 from costguard.actions.bulk import NewState, Rows, Settled, State
+from costguard.actions.lanes import Store, lanes, side_by_side
 from costguard.actions.lifecycle import AfterStop
 from costguard.actions.managed import ScaleIn, acting_step, refused_as_pet, report_member
 from costguard.actions.messages import label, notice, recipients, render, warning
@@ -63,7 +65,7 @@ class ActionRunner:
         self, db: Database, providers: Mapping[str, Provider], attributor: Attributor,
         fault: FaultHook | None = None, *, safety: SafetySettings | None = None,
     ) -> None:
-        self.db = db
+        self.db: Store = db
         self.providers = providers
         self.attributor = attributor
         self.fault = fault or (lambda point: None)
@@ -99,12 +101,28 @@ class ActionRunner:
         by_policy: dict[str, list[Finding]] = defaultdict(list)
         for f in findings:
             by_policy[f.policy.name].append(f)
-        after_stop = AfterStop(self)
-        for policy in policies:
-            self._run_policy(policy, by_policy.get(policy.name, []), now, cycle_id, stats)
+
+        def run_one(runner: ActionRunner, policy: Policy, counts: ActStats) -> None:
+            runner._run_policy(policy, by_policy.get(policy.name, []), now, cycle_id, counts)
             if policy.start_action is not None or policy.terminate_action is not None:
-                after_stop.run(policy, now, cycle_id, stats)
+                AfterStop(runner).run(policy, now, cycle_id, counts)
+
+        groups = lanes(policies, list(self.providers))
+        if len(groups) > 1:  # clouds side by side (actions/lanes.py)
+            side_by_side(self, policies, groups, run_one, stats)
+        else:
+            for policy in policies:
+                run_one(self, policy, stats)
         return stats
+
+    def lane(self, store: Store) -> ActionRunner:
+        """A copy of this runner for one of the act stage's lanes (actions/lanes.py): its own
+        journal rows, tag requests and turn at the budget, the store through `store`; the
+        providers, safety settings and re-checks shared."""
+        own = copy.copy(self)
+        own.db = store
+        own._tags = BatchTags(own)
+        return own
 
     def _run_policy(self, policy: Policy, findings: list[Finding], now: datetime,
                     cycle_id: int | None, stats: ActStats) -> None:

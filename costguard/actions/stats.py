@@ -24,5 +24,14 @@ class ActStats:
     interruptions: int = 0
     replaced: int = 0  # groups that replaced members costguard scaled in
 
+    def add(self, other: ActStats) -> None:
+        """Count `other`'s as well (the act stage's lanes each count their own)."""
+        for name, value in vars(other).items():
+            mine = getattr(self, name)
+            if isinstance(mine, Counter):
+                mine.update(value)
+            else:
+                setattr(self, name, mine + value)
+
     def as_dict(self) -> dict[str, object]:
         return {k: dict(v) if isinstance(v, Counter) else v for k, v in vars(self).items()}

@@ -58,7 +58,9 @@ class ScriptedCloud:
     def __init__(self, clock: Clock, usd_per_hour: float = 3.6, *,
                  spot_usd_per_hour: float | None = None,
                  stopped_usd_per_hour: float | None = None,
-                 can_describe: bool = False, can_terminate: bool = False) -> None:
+                 can_describe: bool = False, can_terminate: bool = False,
+                 provider: ProviderName = "sim") -> None:
+        self.name = provider  # the provider its instances name
         self.clock = clock
         self.usd_per_hour = usd_per_hour
         self.spot_usd_per_hour = spot_usd_per_hour  # None: spot costs the on-demand price
@@ -79,7 +81,7 @@ class ScriptedCloud:
         """A running instance; `tags` replace the default owner and team tags. An `owner`
         of a scalable kind joins that group (`add_group`), which `scale_in` shrinks."""
         inst = Instance(
-            provider="sim", account="111111111111", region="us-east-1", zone="us-east-1a",
+            provider=self.name, account="111111111111", region="us-east-1", zone="us-east-1a",
             instance_id=iid, name=iid, instance_type=itype, state=InstanceState.RUNNING,
             lifecycle=lifecycle, gpu_count=gpus, gpu_model="A10G" if gpus else None,
             launch_time=launched or T0 - timedelta(days=1),
@@ -143,7 +145,8 @@ class ScriptedCloud:
                 if phase is None or live.state is not InstanceState.RUNNING:
                     continue
                 for gpu in range(live.gpu_count):
-                    out.append(sim_minute(phase, "sim", inst.instance_id, gpu, minute, self.rng))
+                    out.append(sim_minute(phase, self.name, inst.instance_id, gpu, minute,
+                                          self.rng))
             minute += timedelta(minutes=1)
         return out
 
