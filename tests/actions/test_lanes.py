@@ -215,12 +215,20 @@ def test_an_error_in_one_lane_stops_the_other_at_its_next_policy_and_is_raised(
 
     monkeypatch.setattr(Turnstile, "stop", stopping)
 
-    def broken() -> None:
+    gcp_acting = threading.Event()
+
+    def broken() -> None:  # once gcp's first policy is acting
+        gcp_acting.wait(WAIT)
         raise RuntimeError("the aws lane broke")
+
+    def acting() -> None:  # until the aws lane has failed
+        gcp_acting.set()
+        if not stopped.wait(WAIT):
+            pytest.fail("the aws lane did not stop the stage")
 
     clouds["aws"].before_stop = broken
     # gcp's first policy is acting when the aws lane fails: it finishes; its next one never runs
-    clouds["gcp"].before_stop = lambda: None if stopped.wait(WAIT) else pytest.fail("no stop")
+    clouds["gcp"].before_stop = acting
     fleet = _fleet(db, clouds, per_cloud=2)
     # gcp's second policy only tags: it never waits on the budget, yet never runs
     tag_only = _policy("gcp-second", "gcp", tag=True).replace("      - stop: {grace: 0m}\n", "")
