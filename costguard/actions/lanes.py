@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from sqlmodel import Session
 
-from costguard.actions.safety import CapVerdict, CycleBudget
+from costguard.actions.safety import Budget, CapVerdict
 from costguard.actions.stats import ActStats
 from costguard.policy.schema import Policy
 
@@ -132,20 +132,17 @@ class Turnstile:
             self._cond.notify_all()
 
 
-class InTurn(CycleBudget):
+class InTurn:
     """The cycle's budget as policy `index` takes it: after every policy before it has
     passed; with `once`, its take is its last (the policy passes with it)."""
 
-    def __init__(self, budget: CycleBudget, turnstile: Turnstile, index: int, *,
+    def __init__(self, budget: Budget, turnstile: Turnstile, index: int, *,
                  once: bool) -> None:
-        super().__init__(budget.actions_left, budget.usd_per_hour_left)
         self._budget, self._turnstile, self._index, self._once = budget, turnstile, index, once
 
     def take(self, usd_per_hour: Sequence[float]) -> CapVerdict:
         self._turnstile.wait_for(self._index)
         verdict = self._budget.take(usd_per_hour)
-        self.actions_left, self.usd_per_hour_left = (self._budget.actions_left,
-                                                     self._budget.usd_per_hour_left)
         if self._once:
             self._turnstile.passed(self._index)
         return verdict
@@ -183,27 +180,24 @@ def side_by_side(runner: ActionRunner, policies: Sequence[Policy], groups: list[
         own, counts = runner.lane(store), ActStats()
         try:
             for i in indexes:
-                if not one(own, i, counts):
-                    break
+                one(own, i, counts)
         finally:
             with merged:
                 stats.add(counts)
 
-    def one(own: ActionRunner, i: int, counts: ActStats) -> bool:
-        """Policy `i` in its lane; False when the lane stops there."""
+    def one(own: ActionRunner, i: int, counts: ActStats) -> None:
+        """Policy `i` in its lane; nothing once a lane has failed (its own or another)."""
         try:
             turnstile.check()
             own.budget = InTurn(runner.budget, turnstile, i, once=takes_once(policies[i]))
             run_one(own, policies[i], counts)
         except Stopped:
-            return False
+            pass
         except BaseException as exc:
             failed.append((i, exc))
             turnstile.stop()
-            return False
         finally:
             turnstile.passed(i)
-        return True
 
     with ThreadPoolExecutor(len(groups), "costguard-act") as pool:
         list(pool.map(lane, groups))

@@ -31,6 +31,7 @@ from costguard.actions.managed import ScaleIn, acting_step, refused_as_pet, repo
 from costguard.actions.messages import label, notice, recipients, render, warning
 from costguard.actions.parking import GroupParking, parks
 from costguard.actions.safety import (
+    Budget,
     CapVerdict,
     CycleBudget,
     batch_verdict,
@@ -70,7 +71,7 @@ class ActionRunner:
         self.attributor = attributor
         self.fault = fault or (lambda point: None)
         self.safety = safety or SafetySettings()
-        self.budget = CycleBudget(None, None)
+        self.budget: Budget = CycleBudget(None, None)
         self._changed_at: dict[Ref, datetime] = {}
         self._tags = BatchTags(self)  # tag requests of batch-capable providers
         self.wide = spanning_regions(providers)  # scoped per account, not per region

@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from costguard.clock import utc
 from costguard.errors import ProviderError
@@ -95,6 +95,12 @@ def check_caps(
     return CapVerdict(True)
 
 
+class Budget(Protocol):
+    """What is left of the per-cycle caps, taken a policy's batch at a time."""
+
+    def take(self, usd_per_hour: Sequence[float]) -> CapVerdict: ...
+
+
 @dataclass
 class CycleBudget:
     """What is left of the fleet-wide per-cycle caps (SafetySettings) as policies act."""
@@ -120,7 +126,7 @@ class CycleBudget:
 
 
 def batch_verdict(usd_per_hour: Sequence[float], limits: Limits,
-                  budget: CycleBudget) -> CapVerdict:
+                  budget: Budget) -> CapVerdict:
     """The one rule for a policy's due batch in a cycle (live runner and backtest alike):
     within the policy's own `limits`, then taken whole from what is left of the fleet-wide
     budget; refused whole by either (and then takes nothing from the budget)."""

@@ -14,7 +14,7 @@ from typing import cast
 import pytest
 from sqlmodel import Session, select
 
-from costguard.actions.lanes import Stopped, Turnstile, lanes
+from costguard.actions.lanes import Stopped, Turnstile, lanes, may_take, takes_once
 from costguard.actions.runner import ActionRunner
 from costguard.actions.settings import SafetySettings
 from costguard.actions.stats import ActStats
@@ -40,6 +40,10 @@ def _policy(name: str, provider: str | None, *, tag: bool = False) -> str:
             "    actions:\n"
             + ('      - tag: {set: {"costguard:idle-since": "{now}"}}\n' if tag else "")
             + "      - stop: {grace: 0m}\n")
+
+
+NOTICE_ONLY = ("  - name: aws-notice\n    providers: [aws]\n    mode: enforce\n"
+               "    condition: {idle: {for: 1h}}\n    actions:\n      - notify: {to: [owner]}\n")
 
 
 def _policies(*blocks: str) -> list[Policy]:
@@ -152,12 +156,19 @@ def test_policies_of_two_clouds_act_at_once_and_write_the_store_one_at_a_time(
 
         cloud.before_stop = both
     fleet = _fleet(db, clouds, per_cloud=3)
-    policies = _policies(_policy("aws-idle", "aws", tag=True), _policy("gcp-idle", "gcp"))
+    # the aws lane's notice-only policy, before gcp's in order, never holds gcp's stops back
+    policies = _policies(_policy("aws-idle", "aws", tag=True), NOTICE_ONLY,
+                         _policy("gcp-idle", "gcp"))
     sessions = Sessions(db)
+    runner = _runner(sessions, clouds)
+    lane_threads: set[str] = set()
+    runner.fault = lambda point: lane_threads.add(threading.current_thread().name)
 
-    stats = _runner(sessions, clouds).run(policies, _findings(policies, fleet), T0, None)
+    stats = runner.run(policies, _findings(policies, fleet), T0, None)
 
     assert met == [True, True]  # both stops were in flight at the same time
+    assert len(lane_threads) == 2 and all(t.startswith("costguard-act") for t in lane_threads)
+    assert stats.notified == {"aws-notice": 3}
     assert sessions.most == 1  # while the store saw one transaction at a time
     assert stats.stopped == {"aws-idle": 3, "gcp-idle": 3}  # each lane's counts, added
     assert stats.tagged == {"aws-idle": 3} and stats.warned == {"aws-idle": 3, "gcp-idle": 3}
@@ -230,9 +241,10 @@ def test_an_error_in_one_lane_stops_the_other_at_its_next_policy_and_is_raised(
     # gcp's first policy is acting when the aws lane fails: it finishes; its next one never runs
     clouds["gcp"].before_stop = acting
     fleet = _fleet(db, clouds, per_cloud=2)
-    # gcp's second policy only tags: it never waits on the budget, yet never runs
+    # gcp's second policy only tags: it never waits on the budget, yet never runs; it comes
+    # before the failed one in order, and is no error of its own
     tag_only = _policy("gcp-second", "gcp", tag=True).replace("      - stop: {grace: 0m}\n", "")
-    policies = _policies(_policy("aws-idle", "aws"), _policy("gcp-first", "gcp"), tag_only)
+    policies = _policies(_policy("gcp-first", "gcp"), tag_only, _policy("aws-idle", "aws"))
 
     with pytest.raises(RuntimeError, match="the aws lane broke"):
         _runner(db, clouds).run(policies, _findings(policies, fleet), T0, None)
@@ -254,6 +266,88 @@ def test_a_stopped_turnstile_lets_no_one_take() -> None:
         turnstile.wait_for(1)
     with pytest.raises(Stopped):
         turnstile.check()
+
+
+def test_when_two_lanes_fail_the_error_of_the_earliest_policy_is_raised(
+    db: Database, clock: ManualClock
+) -> None:
+    clouds = {"aws": Held(clock, "aws"), "gcp": Held(clock, "gcp")}
+    gcp_failed = threading.Event()
+
+    def aws_fails() -> None:  # after gcp's, though its policy comes first
+        gcp_failed.wait(WAIT)
+        raise RuntimeError("aws failed second")
+
+    def gcp_fails() -> None:
+        gcp_failed.set()
+        raise RuntimeError("gcp failed first")
+
+    clouds["aws"].before_stop, clouds["gcp"].before_stop = aws_fails, gcp_fails
+    fleet = _fleet(db, clouds, per_cloud=1)
+    policies = _policies(_policy("aws-idle", "aws"), _policy("gcp-idle", "gcp"))
+
+    with pytest.raises(RuntimeError, match="aws failed second"):
+        _runner(db, clouds).run(policies, _findings(policies, fleet), T0, None)
+
+
+def test_a_policy_with_nothing_due_lets_the_policies_after_it_take(
+    db: Database, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clouds = {"aws": Held(clock, "aws"), "gcp": Held(clock, "gcp")}
+    fleet = _fleet(db, clouds, per_cloud=1)
+    policies = _policies(_policy("aws-idle", "aws"), _policy("gcp-idle", "gcp"))
+    findings = [f for f in _findings(policies, fleet) if f.instance.provider == "gcp"]
+    made: list[Turnstile] = []
+    init = Turnstile.__init__
+
+    def kept(self: Turnstile) -> None:
+        init(self)
+        made.append(self)
+
+    monkeypatch.setattr(Turnstile, "__init__", kept)
+    done: list[ActStats] = []
+    run = threading.Thread(target=lambda: done.append(
+        _runner(db, clouds).run(policies, findings, T0, None)))
+    run.start()
+    run.join(WAIT)
+    for turnstile in made:  # a stage left waiting is let go, so the test ends either way
+        turnstile.stop()
+    run.join(WAIT)
+
+    assert done and done[0].stopped == {"gcp-idle": 1}
+
+
+def test_which_policies_take_from_the_budget_and_how_often() -> None:
+    def policy(actions: str) -> Policy:
+        return _policies("  - name: p\n    condition: {outside_hours: {hours: \"08:00-19:00\"}}"
+                         "\n    actions:\n" + actions)[0]
+
+    notify = "      - notify: {to: [owner]}\n"
+    tag = '      - tag: {set: {"costguard:seen": "{now}"}}\n'
+    stop = "      - stop: {grace: 0m}\n"
+    cases = {
+        notify: (False, True), tag: (False, True), notify + tag: (False, True),
+        stop: (True, True), tag + stop: (True, True),
+        stop + "      - start: {at_office_hours: true}\n": (True, False),
+        stop + "      - terminate: {after_stopped: 7d}\n": (True, False),
+        "      - scale_in: {grace: 0m}\n": (True, True),
+        "      - scale_to_zero: {restore_at_office_hours: true}\n": (True, False),
+    }
+    for actions, expected in cases.items():
+        p = policy(actions)
+        assert (may_take(p), takes_once(p)) == expected, actions
+
+
+def test_a_turnstile_lets_a_policy_take_only_after_those_before_it_passed() -> None:
+    turnstile = Turnstile()
+    took = threading.Event()
+    waiting = threading.Thread(target=lambda: (turnstile.wait_for(2), took.set()))
+    waiting.start()
+    turnstile.passed(1)  # out of order: policy 0 has not passed yet
+    assert not took.wait(0.2)
+    turnstile.passed(0)
+    assert took.wait(WAIT)
+    waiting.join(WAIT)
 
 
 def test_lane_counts_add_up() -> None:
