@@ -8,7 +8,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench._machine import describe_machine
+from bench._machine import describe_machine, pace_ms
 from bench._registry import REGISTRY, Registry, discover, run
 from bench._report import render_document
 
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None, registry: Registry | None = None) -> int
     outcomes = []
     for bench in selected:
         print(f"running {bench.name} ...", flush=True)
-        outcome = run(bench)
+        outcome = run(bench, pace_ms)
         status = "FAILED" if outcome.error else "ok"
         print(f"  {status} in {outcome.seconds:.2f} s", flush=True)
         if outcome.error:

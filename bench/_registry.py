@@ -28,6 +28,7 @@ class Outcome:
     rows: list[dict[str, object]]
     seconds: float
     error: str | None = None
+    pace_ms: tuple[float, float] | None = None  # the machine's pace before and after (ms)
 
 
 @dataclass
@@ -72,10 +73,14 @@ def discover(package: str = "bench") -> None:
             importlib.import_module(f"{package}.{module.name}")
 
 
-def run(bench: Benchmark) -> Outcome:
+def run(bench: Benchmark, pace: Callable[[], float] | None = None) -> Outcome:
+    """Run `bench`; with `pace`, the machine's pace is measured before and after it."""
+    before = pace() if pace is not None else None
     started = time.perf_counter()
     try:
         rows = [dict(row) for row in bench.func()]
     except Exception:
         return Outcome(bench, [], time.perf_counter() - started, traceback.format_exc())
-    return Outcome(bench, rows, time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    paced = (before, pace()) if pace is not None and before is not None else None
+    return Outcome(bench, rows, seconds, pace_ms=paced)

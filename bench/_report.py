@@ -49,7 +49,12 @@ def render_section(outcome: Outcome, command: str, date: str) -> str:
     parts = [f"<!-- bench:{bench.name} -->", f"## {bench.name}", ""]
     if bench.description:
         parts += [bench.description, ""]
-    parts += [f"Ran `{command}` on {date}; the benchmark took {outcome.seconds:.2f} s.", ""]
+    ran = f"Ran `{command}` on {date}; the benchmark took {outcome.seconds:.2f} s."
+    if outcome.pace_ms is not None:
+        before, after = outcome.pace_ms
+        ran += (f" The machine's pace (bench/_machine.py's reference work, lower is faster): "
+                f"{before:.0f} ms before, {after:.0f} ms after.")
+    parts += [ran, ""]
     if outcome.error is not None:
         parts += ["**FAILED:**", "", "```", outcome.error.rstrip(), "```", ""]
     else:

@@ -55,6 +55,10 @@ def test_report_records_command_date_machine_and_a_table_per_benchmark(tmp_path:
     assert "| 1,000 | 1,234 |  |" in alpha  # missing cells stay empty, numbers readable
     assert "| 10 |  | a\\|b |" in alpha  # a pipe in a value does not break the table
     assert "Beta's description comes from its docstring." in _section(document, "beta")
+    # each run says how fast the machine ran Python around it, so runs can be compared
+    pace = re.search(r"The machine's pace \(bench/_machine.py's reference work, lower is "
+                     r"faster\): (\d+) ms before, (\d+) ms after\.", alpha)
+    assert pace and int(pace[1]) > 0 and int(pace[2]) > 0
 
 
 def test_only_reruns_the_named_benchmark_and_keeps_the_other_sections(tmp_path: Path) -> None:
@@ -121,3 +125,10 @@ def test_python_m_bench_discovers_and_runs_the_model_benchmark(tmp_path: Path) -
     section = _section(out.read_text(), "model-construction")
     rates = re.findall(r"\| Instance\S* \| 20,000 \| [\d.]+ \| ([\d,]+) \|", section)
     assert len(rates) == 2 and all(int(r.replace(",", "")) > 0 for r in rates), section
+
+
+def test_the_machines_pace_is_a_fixed_work_timed() -> None:
+    from bench._machine import _reference_work, pace_ms
+
+    assert _reference_work() == _reference_work() == 80_000  # the same work every time
+    assert 0 < pace_ms(repeat=1) < 60_000
