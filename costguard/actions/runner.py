@@ -248,8 +248,9 @@ class ActionRunner:
         deadline = (business_deadline(stop.calendar, now, stop.grace) if stop and stop.calendar
                     else now + (stop.grace if stop else timedelta(0)))
         notify = policy.notify_action
-        saving = spot_saving(self.providers, f.instance)
         if notify is not None:
+            # priced only for a notice: a price not read yet is an API call (spot.py)
+            saving = spot_saving(self.providers, f.instance)
             text = render(notify.message, f, deadline if stop else None, saving)
             subject, body = warning(f, deadline, text) if stop else notice(f, text)
             key = journal.journal_key(policy.name, f.instance, "notify", st.episode)

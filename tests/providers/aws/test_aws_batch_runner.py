@@ -137,3 +137,34 @@ def test_an_instance_changed_meanwhile_is_skipped_and_the_rest_stopped(
         InstanceIds=[resized.instance_id, relaunched.instance_id])
     assert {r["Instances"][0]["State"]["Name"] for r in live["Reservations"]} == {"running"}
     db.dispose()
+
+
+@pytest.mark.parametrize(("action", "spot_reads"), [
+    ('      - tag: {set: {"costguard:untagged-since": "{now}"}}\n', 0),
+    ("      - notify: {to: [owner]}\n", 1),
+], ids=["tag", "notify"])
+def test_only_a_notice_prices_spot_for_a_stopped_instance(
+    action: str, spot_reads: int, make_provider: ProviderFactory, session: boto3.Session,
+    tmp_path: Path
+) -> None:
+    """Spot prices are read with the inventory for running instances' types; a stopped
+    instance's type is read when a notice prices what spot would save, one call in the
+    policy's session. A policy that only tags never asks."""
+    (raw,) = run_instances(REGION)
+    boto3.client("ec2", region_name=REGION).stop_instances(InstanceIds=[raw["InstanceId"]])
+    calls = _counter(session)
+    provider = make_provider()
+    (inst,) = provider.list_instances().instances
+    policy = parse_policy_text(
+        "policies:\n  - name: untagged\n    mode: enforce\n    filters: {state: stopped}\n"
+        "    condition: {missing_tags: [team]}\n    actions:\n" + action).policies[0]
+    db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
+    with db.session() as s:
+        record_inventory(s, "aws", [inst], inst.observed_at, complete=False)
+    calls.clear()
+
+    ActionRunner(db, {"aws": provider}, Attributor()).run(
+        [policy], _findings(policy, [inst]), inst.observed_at, None)
+
+    assert calls["DescribeSpotPriceHistory"] == spot_reads
+    db.dispose()
