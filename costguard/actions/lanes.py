@@ -49,27 +49,19 @@ class Store(Protocol):
     def session(self) -> AbstractContextManager[Session]: ...
 
 
-def lanes(policies: Sequence[Policy], providers: Sequence[str]) -> list[list[int]]:
+def lanes(policies: Sequence[Policy]) -> list[list[int]]:
     """The policies' indexes grouped into lanes: two policies share a lane when they may act
-    on a common provider (directly or through a third). Each lane keeps file order; lanes
-    are ordered by their first policy."""
-    parent = list(range(len(policies)))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    first_of: dict[str, int] = {}  # provider -> the first policy that may act on it
+    on a common provider (directly or through a third; `providers` defaults to every one).
+    Each lane keeps file order; lanes are ordered by their first policy."""
+    groups: list[tuple[set[str], list[int]]] = []  # (providers, policies) of each lane
     for i, policy in enumerate(policies):
-        for name in policy.providers or providers:
-            j = first_of.setdefault(name, i)
-            parent[root(i)] = root(j)
-    grouped: dict[int, list[int]] = {}
-    for i in range(len(policies)):
-        grouped.setdefault(root(i), []).append(i)
-    return sorted(grouped.values())
+        names, members = set[str](policy.providers), [i]
+        for group in [g for g in groups if g[0] & names]:  # joined through this policy
+            groups.remove(group)
+            names |= group[0]
+            members = group[1] + members
+        groups.append((names, sorted(members)))
+    return sorted(members for _, members in groups)
 
 
 class Stopped(Exception):
@@ -203,3 +195,4 @@ def side_by_side(runner: ActionRunner, policies: Sequence[Policy], groups: list[
         list(pool.map(lane, groups))
     if failed:
         raise min(failed, key=lambda f: f[0])[1]
+

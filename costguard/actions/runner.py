@@ -108,7 +108,7 @@ class ActionRunner:
             if policy.start_action is not None or policy.terminate_action is not None:
                 AfterStop(runner).run(policy, now, cycle_id, counts)
 
-        groups = lanes(policies, list(self.providers))
+        groups = lanes(policies)
         if len(groups) > 1:  # clouds side by side (actions/lanes.py)
             side_by_side(self, policies, groups, run_one, stats)
         else:

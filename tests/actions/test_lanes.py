@@ -131,13 +131,11 @@ def _stops(db: Database) -> dict[str, str]:
 def test_lanes_group_the_policies_that_may_act_on_a_common_provider() -> None:
     aws, gcp, both, every = (_policies(_policy("a", "aws")), _policies(_policy("g", "gcp")),
                              _policies(_policy("b", "aws, gcp")), _policies(_policy("e", None)))
-    clouds = ["aws", "gcp"]
-    assert lanes(aws + gcp + aws, clouds) == [[0, 2], [1]]
-    assert lanes(gcp + aws + gcp + aws, clouds) == [[0, 2], [1, 3]]
-    assert lanes(aws + gcp + both, clouds) == [[0, 1, 2]]  # one policy joins both clouds
-    assert lanes(aws + every + gcp, clouds) == [[0, 1, 2]]  # no `providers`: every one
-    assert lanes(aws + gcp, ["aws"]) == [[0], [1]]
-    assert lanes([], clouds) == []
+    assert lanes(aws + gcp + aws) == [[0, 2], [1]]
+    assert lanes(gcp + aws + gcp + aws) == [[0, 2], [1, 3]]
+    assert lanes(aws + gcp + both) == [[0, 1, 2]]  # one policy joins both clouds
+    assert lanes(aws + every + gcp) == [[0, 1, 2]]  # no `providers`: every one
+    assert lanes([]) == []
 
 
 def test_policies_of_two_clouds_act_at_once_and_write_the_store_one_at_a_time(
