@@ -195,7 +195,7 @@ class ActionRunner:
         if st is None:
             st = NewState(policy=policy.name, provider=f.instance.provider,
                           instance_id=f.instance.instance_id, state="seen", since=now,
-                          episode=1, evidence=f.evidence)
+                          episode=1)
             self.rows.states.append(st)
         elif st.state in ("cleared", "terminated") or restarted:
             # a snooze set ahead of time (`costguard snooze`) outlives the reset

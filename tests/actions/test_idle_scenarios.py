@@ -11,6 +11,8 @@ from tests.fakes.cloud import BUSY, DARK, OWNER_TAGS, T0, ScriptedCloud, full_cl
 from tests.fakes.scenario import alerts, idle_stop_policy, journal, make_engine, run_for, state_of
 
 IDLE = idle_stop_policy(max_snooze="8h", message="spot would save ${spot_savings_usd_per_hour}/h")
+# the owner's own words, with the stop's deadline in them
+AT_DEADLINE = idle_stop_policy(message="we stop it at {deadline}; ask #gpu-help")
 
 
 @pytest.fixture
@@ -39,6 +41,19 @@ def test_idle_instance_is_warned_then_stopped_at_its_deadline(db_url: str,
     assert cloud.calls["describe"] >= 1  # re-checked right before the call
     note = alerts(engine.db, "action")[0].body
     assert "still costs $0.0200/h" in note
+
+
+def test_a_warning_message_names_the_stop_s_deadline(db_url: str,
+                                                     cloud: ScriptedCloud) -> None:
+    """{deadline} in a policy's message is the stop's deadline (a notice without a stop
+    says none), as the warning's own Deadline line gives it."""
+    cloud.add("i-idle")
+    engine = make_engine(db_url, AT_DEADLINE, cloud)
+    engine.run_cycle()
+    body = alerts(engine.db, "idle-warning")[0].body
+    deadline = (T0 + timedelta(minutes=15)).isoformat()
+    assert f"we stop it at {deadline}; ask #gpu-help" in body.splitlines()
+    assert f"Deadline: {deadline}" in body.splitlines()
 
 
 def test_warned_instance_that_gets_busy_is_cleared_and_not_stopped(db_url: str,

@@ -9,10 +9,12 @@ from collections import Counter
 from datetime import timedelta
 
 import pytest
+from sqlmodel import select
 
 from costguard.clock import ManualClock
 from costguard.engine import Engine
 from costguard.model import InstanceState, Owner, OwnerKind
+from costguard.store.tables import FindingRow
 from tests.fakes.cloud import BUSY, IDLE, T0, ScriptedCloud, until
 from tests.fakes.scenario import alerts, idle_stop_policy, journal, make_engine, state_of
 
@@ -122,6 +124,9 @@ def test_every_step_up_to_the_terminate_warning_is_journaled_with_its_cycle(  # 
                      ("stop", T0 + timedelta(minutes=15), cycles[T0 + timedelta(minutes=15)]),
                      ("notify", T0 + timedelta(minutes=15), cycles[T0 + timedelta(minutes=15)])]
     assert None not in cycles.values()
+    with e.db.session() as s:
+        found = [(r.observed_at, r.cycle_id) for r in s.exec(select(FindingRow))]
+    assert found == [(T0, cycles[T0])]  # the finding is the cycle's that made it
 
 
 def test_protected_instances_are_skipped_each_and_the_others_still_warned(  # type: ignore[no-untyped-def]
