@@ -27,6 +27,7 @@ What a sequential run promised still holds:
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from sqlmodel import Session
 
+from costguard.actions.batch import BatchTags
 from costguard.actions.safety import Budget, CapVerdict
 from costguard.actions.stats import ActStats
 from costguard.policy.schema import Policy
@@ -153,13 +155,23 @@ class OneAtATime:
             yield s
 
 
+def lane_copy(runner: ActionRunner, store: Store) -> ActionRunner:
+    """A copy of `runner` for one lane: its own journal rows, tag requests and turn at the
+    budget, the store through `store`; the providers, safety settings and re-checks (already
+    thread-safe) shared."""
+    own = copy.copy(runner)
+    own.db = store
+    own._tags = BatchTags(own)
+    return own
+
+
 RunOne = Callable[["ActionRunner", Policy, ActStats], None]
 
 
 def side_by_side(runner: ActionRunner, policies: Sequence[Policy], groups: list[list[int]],
                  run_one: RunOne, stats: ActStats) -> None:
     """Run each lane of `groups` in a thread of its own, with a copy of `runner` per lane
-    (`ActionRunner.lane`); their counts are added to `stats`."""
+    (`lane_copy`); their counts are added to `stats`."""
     turnstile = Turnstile()
     for i, policy in enumerate(policies):
         if not may_take(policy):
@@ -169,7 +181,7 @@ def side_by_side(runner: ActionRunner, policies: Sequence[Policy], groups: list[
     merged = threading.Lock()
 
     def lane(indexes: list[int]) -> None:
-        own, counts = runner.lane(store), ActStats()
+        own, counts = lane_copy(runner, store), ActStats()
         try:
             for i in indexes:
                 one(own, i, counts)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from costguard.actions import controllers, journal
 from costguard.actions.bulk import Settled, State
-from costguard.actions.messages import label, recipients
+from costguard.actions.messages import action_alert, label, recipients
 from costguard.actions.safety import owner_advice, pet_refusal, recheck
 from costguard.errors import ProviderError
 from costguard.model import (
@@ -202,9 +202,9 @@ class ScaleIn:
         if result.outcome is ActionOutcome.DONE:
             out.state(st, state="acted", since=now)
             out.set_state(inst, InstanceState.TERMINATED, now)
-            out.rows.alert(**self.r._action_alert_fields(
-                policy.name, inst, st.episode, f"removed from {owner} (scale-in)", f.reason,
-                now, extra=result.detail))
+            out.rows.alert(**action_alert(
+                self.r.attributor, policy.name, inst, st.episode,
+                f"removed from {owner} (scale-in)", f.reason, now, extra=result.detail))
             stats.scaled_in[policy.name] += 1
         elif result.outcome is ActionOutcome.DRY_RUN:
             out.state(st, state="acted", since=now)

@@ -7,12 +7,10 @@ unresolved intents against what inventory now shows before anything else happens
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlmodel import Session, select
 
@@ -28,7 +26,15 @@ from costguard.actions.bulk import NewState, Rows, Settled, State
 from costguard.actions.lanes import Store, lanes, side_by_side
 from costguard.actions.lifecycle import AfterStop
 from costguard.actions.managed import ScaleIn, acting_step, refused_as_pet, report_member
-from costguard.actions.messages import label, notice, recipients, render, warning
+from costguard.actions.messages import (
+    action_alert,
+    after_stop_note,
+    label,
+    notice,
+    recipients,
+    render,
+    warning,
+)
 from costguard.actions.parking import GroupParking, parks
 from costguard.actions.safety import (
     Budget,
@@ -50,7 +56,7 @@ from costguard.costs.attribution import Attributor
 from costguard.errors import ProviderError
 from costguard.model import ActionOutcome, ActionResult, Instance, InstanceState
 from costguard.policy.evaluate import Finding
-from costguard.policy.schema import Policy, format_duration
+from costguard.policy.schema import Policy
 from costguard.providers.base import Provider
 from costguard.store.db import Database
 from costguard.store.tables import InstanceRow, PolicyStateRow
@@ -115,15 +121,6 @@ class ActionRunner:
             for policy in policies:
                 run_one(self, policy, stats)
         return stats
-
-    def lane(self, store: Store) -> ActionRunner:
-        """A copy of this runner for one of the act stage's lanes (actions/lanes.py): its own
-        journal rows, tag requests and turn at the budget, the store through `store`; the
-        providers, safety settings and re-checks shared."""
-        own = copy.copy(self)
-        own.db = store
-        own._tags = BatchTags(own)
-        return own
 
     def _run_policy(self, policy: Policy, findings: list[Finding], now: datetime,
                     cycle_id: int | None, stats: ActStats) -> None:
@@ -398,9 +395,9 @@ class ActionRunner:
             out.state(st, state="acted", since=now)
         if status == "done":
             out.set_state(f.instance, InstanceState.STOPPED, now)
-            out.rows.alert(**self._action_alert_fields(
-                policy.name, f.instance, st.episode, "stopped", f.reason, now,
-                extra=self.after_stop_note(policy, f.instance)))
+            out.rows.alert(**action_alert(
+                self.attributor, policy.name, f.instance, st.episode, "stopped", f.reason, now,
+                extra=after_stop_note(self.providers, policy, f.instance)))
             stats.stopped[policy.name] += 1
         elif status == "dry-run":
             stats.dry_run[policy.name] += 1
@@ -410,44 +407,10 @@ class ActionRunner:
                 out.state(st, state="cleared", since=now, deadline=None)
         log.info("stop %s (%s): %s %s", label(f.instance), policy.name, status, detail)
 
-    def after_stop_note(self, policy: Policy, inst: Instance) -> str:
-        """What a stopped instance still costs, and what happens to it next."""
-        provider = self.providers.get(inst.provider)
-        stopped_cost = getattr(provider, "stopped_cost", None)
-        quote = stopped_cost(inst) if stopped_cost is not None else None
-        lines = [f"While stopped it still costs ${quote.usd_per_hour:,.4f}/h ({quote.source})."
-                 if quote is not None else
-                 f"Its attached disks are still billed while it is stopped (their cost could "
-                 f"not be read from {inst.provider})."]
-        term = policy.terminate_action
-        if term is not None:
-            lines.append(f"If it stays stopped for {format_duration(term.after_stopped)} it "
-                         f"will be terminated" + (" after a snapshot" if term.snapshot else "")
-                         + "; start it, snooze it or tag it costguard:protect to keep it.")
-        if policy.start_action is not None:
-            lines.append("costguard starts it again when office hours begin.")
-        return "\n".join(lines)
-
     def _action_alert(self, s: Session, policy: str, inst: Instance, episode: int,
                       verb: str, reason: str, now: datetime, extra: str = "") -> None:
-        enqueue(s, **self._action_alert_fields(policy, inst, episode, verb, reason, now,
-                                               extra))
-
-    def _action_alert_fields(self, policy: str, inst: Instance, episode: int, verb: str,
-                             reason: str, now: datetime, extra: str = "") -> dict[str, Any]:
-        """The arguments of `enqueue` for the alert that an action was taken."""
-        team = self.attributor.dimensions(inst).get("team")
-        return dict(
-            dedupe_key=f"action|{policy}|{inst.provider}|{inst.instance_id}|{episode}",
-            kind="action", severity="warning", now=now, policy=policy,
-            provider=inst.provider, instance_id=inst.instance_id, team=team,
-            owner=inst.tags.get("owner"),
-            recipients=recipients(("owner", "team"), inst, team),
-            subject=f"{label(inst)} was {verb} by costguard ({policy})",
-            body=f"Why: {reason}\nStart it again when you need it; costguard will not "
-                 f"stop it again unless it sits idle for the policy's window."
-                 + (f"\n{extra}" if extra else ""),
-            context={"reason": reason, "instance_type": inst.instance_type})
+        enqueue(s, **action_alert(self.attributor, policy, inst, episode, verb, reason, now,
+                                  extra))
 
     def _clear(self, policy: Policy, f: Finding, st: State, now: datetime,
                stats: ActStats) -> None:

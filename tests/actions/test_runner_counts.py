@@ -139,6 +139,13 @@ def test_protected_instances_are_skipped_each_and_the_others_still_warned(  # ty
     assert (got["skipped"], got["warned"]) == (Counter(idle=2), Counter(idle=1))
 
 
+def test_instances_snoozed_in_one_cycle_are_skipped_each(made, tmp_path, cloud, clock) -> None:  # type: ignore[no-untyped-def]
+    for iid in ("i-1", "i-2"):
+        cloud.add(iid, IDLE, tags={"costguard:snooze-until": "2026-11-02T09:00:00Z"})
+    got = counted(made, tmp_path, cloud, clock, idle_stop_policy(), 5)
+    assert (got["skipped"], got.get("warned", Counter())) == (Counter(idle=2), Counter())
+
+
 @pytest.mark.parametrize("mode", ["enforce", "dry-run"])
 def test_a_notify_only_policy_counts_each_notice_and_is_done_with_the_episode(  # type: ignore[no-untyped-def]
         made, tmp_path, cloud, clock, mode) -> None:

@@ -165,6 +165,32 @@ def test_a_snooze_within_the_limit_is_kept_as_asked(  # type: ignore[no-untyped-
     assert journal(e.db)[0].detail == "snoozed until 2026-11-02T09:00:00+00:00"
 
 
+def test_a_snooze_spent_in_one_episode_does_not_spend_the_next_one_s(  # type: ignore[no-untyped-def]
+        made, tmp_path, cloud, clock) -> None:
+    """A tag snooze runs out and the warning follows; the instance gets busy (cleared), then
+    idle again: the owner's new snooze tag is honoured, the old one's end forgotten."""
+    busy = (T0 + timedelta(minutes=35), T0 + timedelta(hours=2))
+    cloud.add("i-1", lambda minute: "busy" if busy[0] <= minute < busy[1] else "no_process",
+              tags={"owner": "ana@example.com",
+                    "costguard:snooze-until": "2026-11-02T08:30:00Z"})
+    e = engine(made, tmp_path, cloud, idle_stop_policy(grace="4h", max_snooze="8h"))
+    seen = []
+    for _ in range(0, 3 * 60, 5):
+        if clock.now() == T0 + timedelta(hours=2, minutes=30):
+            cloud.set("i-1", tags={"owner": "ana@example.com",
+                                   "costguard:snooze-until": "2026-11-02T14:00:00Z"})
+        e.run_cycle()
+        st = state_of(e.db, "idle", "i-1")
+        assert st is not None
+        if not seen or seen[-1] != (st.state, st.episode):
+            seen.append((st.state, st.episode))
+        clock.advance(timedelta(minutes=5))
+    assert seen == [("snoozed", 1), ("warned", 2), ("cleared", 2), ("snoozed", 3)]
+    assert [r.detail for r in journal(e.db) if r.action == "snooze"] == [
+        "snoozed until 2026-11-02T08:30:00+00:00", "snoozed until 2026-11-02T14:00:00+00:00"]
+    assert cloud.acted_on == []
+
+
 def test_busy_again_while_warned_clears_and_tells_the_owner(  # type: ignore[no-untyped-def]
         made, tmp_path, cloud, clock) -> None:
     cloud.add("i-1", until(T0 + timedelta(minutes=2), "no_process", "busy"))
@@ -172,8 +198,9 @@ def test_busy_again_while_warned_clears_and_tells_the_owner(  # type: ignore[no-
     run_for(e, clock, timedelta(minutes=15))
     (cleared,) = alerts(e.db, "cleared")
     assert cleared.dedupe_key == "cleared|idle|sim|i-1|1"
-    assert (cleared.policy, cleared.team, cleared.owner, cleared.recipients) == (
-        "idle", "research", "ana@example.com", ["email:ana@example.com"])
+    assert (cleared.policy, cleared.provider, cleared.instance_id, cleared.team, cleared.owner,
+            cleared.recipients) == (
+        "idle", "sim", "i-1", "research", "ana@example.com", ["email:ana@example.com"])
     assert cleared.subject == "i-1 (i-1) is busy again: shutdown cancelled (idle)"
     assert cleared.body.startswith("Now: not idle (")
     st = state_of(e.db, "idle", "i-1")

@@ -10,6 +10,7 @@ import boto3
 import pytest
 from aws_helpers import REGION, ProviderFactory, run_instances
 
+from costguard.actions.messages import after_stop_note
 from costguard.actions.runner import ActionRunner
 from costguard.costs.attribution import Attributor
 from costguard.model import ActionOutcome
@@ -41,7 +42,8 @@ def test_stopped_cost_prices_every_attached_volume(
                           Attributor())
     policy = parse_policy_text("policies:\n  - name: p\n    condition: {idle: {for: 1h}}\n"
                                "    actions:\n      - stop: {grace: 15m}\n").policies[0]
-    assert "While stopped it still costs $0.0326/h" in runner.after_stop_note(policy, inst)
+    note = after_stop_note(runner.providers, policy, inst)
+    assert "While stopped it still costs $0.0326/h" in note
 
 
 def test_volume_prices_follow_the_table() -> None:
