@@ -303,9 +303,15 @@ class BatchStop:
         by_provider: dict[str, list[_Stop]] = defaultdict(list)
         for stop in stops:
             by_provider[stop.f.instance.provider].append(stop)
-        for name, group in by_provider.items():
-            fresh = fresh_states(self.r.providers[name], [x.f.instance for x in group],
-                                 self.r.rechecks)
+        groups = list(by_provider.values())
+
+        def read(group: list[_Stop]) -> dict[str, Instance | ProviderError | None]:
+            provider = self.r.providers[group[0].f.instance.provider]
+            return fresh_states(provider, [x.f.instance for x in group], self.r.rechecks)
+
+        # a policy over several clouds re-checks them at once (each its scopes at once)
+        for group, fresh in zip(groups, each_scope(len(groups), groups, read,
+                                                   name="costguard-recheck"), strict=True):
             for stop in group:
                 got = fresh[stop.f.instance.instance_id]
                 if isinstance(got, ProviderError):

@@ -57,10 +57,12 @@ class Held(BatchCloud):
     def __init__(self, clock: ManualClock, provider: ProviderName) -> None:
         super().__init__(clock, can_describe=True, provider=provider)
         self.before_stop = lambda: None
+        self.before_recheck = lambda: None
         self.slow_recheck = 0.0
         self.threads: set[str] = set()
 
     def describe_many(self, instances: Sequence[Instance]) -> dict[str, Instance | None]:
+        self.before_recheck()
         time.sleep(self.slow_recheck)
         return super().describe_many(instances)
 
@@ -184,6 +186,30 @@ def test_one_lane_runs_in_the_callers_thread(db: Database, clock: ManualClock) -
 
     assert stats.stopped == {"aws-idle": 2, "any-idle": 2}  # gcp's two; aws's were stopped
     assert clouds["aws"].threads == clouds["gcp"].threads == {threading.current_thread().name}
+
+
+def test_a_policy_over_both_clouds_re_checks_them_at_once(db: Database,
+                                                           clock: ManualClock) -> None:
+    clouds = {"aws": Held(clock, "aws"), "gcp": Held(clock, "gcp")}
+    in_flight = {name: threading.Event() for name in clouds}
+    met: list[bool] = []
+    for name, cloud in clouds.items():
+        other = "gcp" if name == "aws" else "aws"
+
+        def both(mine: threading.Event = in_flight[name],
+                 theirs: threading.Event = in_flight[other]) -> None:
+            mine.set()  # each cloud's re-check waits until the other's is in flight too
+            met.append(theirs.wait(WAIT))
+
+        cloud.before_recheck = both
+    fleet = _fleet(db, clouds, per_cloud=2)
+    policies = _policies(_policy("any-idle", None))
+
+    stats = _runner(db, clouds).run(policies, _findings(policies, fleet), T0, None)
+
+    assert met == [True, True]
+    assert stats.stopped == {"any-idle": 4}
+    assert set(_stops(db).values()) == {"done"} and len(_stops(db)) == 4
 
 
 def test_the_budget_goes_in_policy_order_whichever_cloud_answers_first(
