@@ -127,7 +127,8 @@ def test_relative_files_a_config_names_are_beside_it_wherever_costguard_runs(
         "  email: {host: mail, from_addr: cg@example.com, ca_file: /etc/ssl/ca.pem}\n"
         "costs: {price_overrides: prices.yml}\n"
         "daemon: {leader_lock_file: run/costguard.leader}\n"
-        "http: {identity: {aws_certs_dir: certs/aws}}\n")
+        "http: {identity: {aws_certs_dir: certs/aws}}\n"
+        "database_url: sqlite:///state/costguard.db\n")
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
@@ -140,6 +141,8 @@ def test_relative_files_a_config_names_are_beside_it_wherever_costguard_runs(
     assert settings.alerts.email.ca_file == Path("/etc/ssl/ca.pem")  # absolute: as given
     assert settings.daemon.leader_lock_file == folder / "run" / "costguard.leader"
     assert settings.http.identity.aws_certs_dir == folder / "certs" / "aws"
+    # the database is state: in the working directory (systemd's StateDirectory), as given
+    assert settings.database_url == "sqlite:///state/costguard.db"
     # a variable's value is the operator's, relative to where costguard runs
     assert settings.costs.price_overrides == Path("from-env.yml")
     monkeypatch.delenv("COSTGUARD_COSTS__PRICE_OVERRIDES")
