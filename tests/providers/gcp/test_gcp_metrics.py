@@ -81,7 +81,9 @@ def test_sm_activity_is_preferred_and_util_and_memory_fill_their_fields(
         integer=True,
         extra_labels={"memory_state": "free"},
     )
-    minutes = make_provider().gpu_metrics([inst], T0, T0 + timedelta(minutes=3))
+    # in the order the series came, not sorted (the classifier and the store need none)
+    minutes = sorted(make_provider().gpu_metrics([inst], T0, T0 + timedelta(minutes=3)),
+                     key=lambda m: m.minute)
     assert [m.minute for m in minutes] == [T0 + timedelta(minutes=i) for i in range(3)]
     assert all(type(m.minute) is datetime for m in minutes)  # not proto-plus's subclass
     for m in minutes:
@@ -101,6 +103,19 @@ def test_older_dcgm_sm_metric_is_used_when_v2_is_absent(
     assert all(m.util_mean is None for m in minutes)
 
 
+def test_percentages_outside_0_to_100_are_kept_inside_and_bytes_are_not_capped(
+    fake: FakeGcp, make_provider: Callable[..., GcpProvider]
+) -> None:
+    """An agent's rounding or a counter reset can put a ratio past 1 or below 0: the
+    reading is kept at the bound, never refused (memory in bytes has no upper bound)."""
+    fake.monitoring.add_gpu_series("ml-prod", UTIL, "8", _every_20s(1, 104.0))
+    fake.monitoring.add_gpu_series("ml-prod", SM_V2, "8", _every_20s(1, -0.02))
+    fake.monitoring.add_gpu_series("ml-prod", MEM_USED, "8", _every_20s(1, 2**40),
+                                   integer=True, extra_labels={"memory_state": "used"})
+    (m,) = make_provider().gpu_metrics([_instance("8")], T0, T0 + timedelta(minutes=1))
+    assert (m.util_mean, m.sm_mean, m.mem_used_bytes) == (100.0, 0.0, 2**40)
+
+
 def test_instances_without_metrics_get_no_rows_and_others_are_ignored(
     fake: FakeGcp, make_provider: Callable[..., GcpProvider]
 ) -> None:
@@ -118,7 +133,9 @@ def test_one_minute_means_are_aligned_on_the_server(
         (T0 + timedelta(seconds=70), 90.0),
     ]
     fake.monitoring.add_gpu_series("ml-prod", UTIL, "9", points, gpu_number=1)
-    minutes = make_provider().gpu_metrics([_instance("9")], T0, T0 + timedelta(minutes=2))
+    minutes = sorted(make_provider().gpu_metrics([_instance("9")], T0,
+                                                 T0 + timedelta(minutes=2)),
+                     key=lambda m: m.minute)
     assert [(m.minute, m.gpu_index) for m in minutes] == [(T0, 1), (T0 + timedelta(minutes=1), 1)]
     assert [m.util_mean for m in minutes] == pytest.approx([20.0, 90.0])
 
