@@ -73,6 +73,23 @@ class Held(BatchCloud):
         return super().stop_many(instances, dry_run=dry_run)
 
 
+def _meet(clouds: dict[str, Held], hook: str) -> list[bool]:
+    """Make each cloud's `hook` (before_stop, before_recheck) wait until the other cloud's is
+    running too; the list that comes back says, per call, whether the other one came."""
+    in_flight = {name: threading.Event() for name in clouds}
+    met: list[bool] = []
+    for name, cloud in clouds.items():
+        other = "gcp" if name == "aws" else "aws"
+
+        def both(mine: threading.Event = in_flight[name],
+                 theirs: threading.Event = in_flight[other]) -> None:
+            mine.set()
+            met.append(theirs.wait(WAIT))
+
+        setattr(cloud, hook, both)
+    return met
+
+
 class Sessions:
     """The store, counting its sessions open at once."""
 
@@ -144,17 +161,7 @@ def test_policies_of_two_clouds_act_at_once_and_write_the_store_one_at_a_time(
     db: Database, clock: ManualClock
 ) -> None:
     clouds = {"aws": Held(clock, "aws"), "gcp": Held(clock, "gcp")}
-    in_flight = {name: threading.Event() for name in clouds}
-    met: list[bool] = []
-    for name, cloud in clouds.items():
-        other = "gcp" if name == "aws" else "aws"
-
-        def both(mine: threading.Event = in_flight[name],
-                 theirs: threading.Event = in_flight[other]) -> None:
-            mine.set()  # each cloud's stop waits until the other's is in flight too
-            met.append(theirs.wait(WAIT))
-
-        cloud.before_stop = both
+    met = _meet(clouds, "before_stop")
     fleet = _fleet(db, clouds, per_cloud=3)
     # the aws lane's notice-only policy, before gcp's in order, never holds gcp's stops back
     policies = _policies(_policy("aws-idle", "aws", tag=True), NOTICE_ONLY,
@@ -191,17 +198,7 @@ def test_one_lane_runs_in_the_callers_thread(db: Database, clock: ManualClock) -
 def test_a_policy_over_both_clouds_re_checks_them_at_once(db: Database,
                                                            clock: ManualClock) -> None:
     clouds = {"aws": Held(clock, "aws"), "gcp": Held(clock, "gcp")}
-    in_flight = {name: threading.Event() for name in clouds}
-    met: list[bool] = []
-    for name, cloud in clouds.items():
-        other = "gcp" if name == "aws" else "aws"
-
-        def both(mine: threading.Event = in_flight[name],
-                 theirs: threading.Event = in_flight[other]) -> None:
-            mine.set()  # each cloud's re-check waits until the other's is in flight too
-            met.append(theirs.wait(WAIT))
-
-        cloud.before_recheck = both
+    met = _meet(clouds, "before_recheck")
     fleet = _fleet(db, clouds, per_cloud=2)
     policies = _policies(_policy("any-idle", None))
 
