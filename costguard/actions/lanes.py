@@ -161,7 +161,7 @@ def lane_copy(runner: ActionRunner, store: Store) -> ActionRunner:
     thread-safe) shared."""
     own = copy.copy(runner)
     own.db = store
-    own._tags = BatchTags(own)
+    own.tag_batch = BatchTags(own)
     return own
 
 
@@ -207,4 +207,3 @@ def side_by_side(runner: ActionRunner, policies: Sequence[Policy], groups: list[
         list(pool.map(lane, groups))
     if failed:
         raise min(failed, key=lambda f: f[0])[1]
-

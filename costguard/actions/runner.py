@@ -79,7 +79,7 @@ class ActionRunner:
         self.safety = safety or SafetySettings()
         self.budget: Budget = CycleBudget(None, None)
         self._changed_at: dict[Ref, datetime] = {}
-        self._tags = BatchTags(self)  # tag requests of batch-capable providers
+        self.tag_batch = BatchTags(self)  # tag requests of batch-capable providers
         self.wide = spanning_regions(providers)  # scoped per account, not per region
         # the act stage's re-checks, new per run; its parts (AfterStop) may run without one
         self.rechecks = Rechecks(self.safety.recheck_reuse_seconds, wide=self.wide)
@@ -178,7 +178,7 @@ class ActionRunner:
                 if pair not in selected and st.state == "warned":
                     st.state, st.since, st.deadline = "cleared", now, None
                     stats.cleared[policy.name] += 1
-            self._tags.flush(now, cycle_id, stats)  # batched tags, inside the session
+            self.tag_batch.flush(now, cycle_id, stats)  # batched tags, inside the session
             self.rows.write(s)
         if due:
             self._act_on_due(policy, due, now, cycle_id, stats)
@@ -289,8 +289,8 @@ class ActionRunner:
             return
         dry = not policy.is_enforced
         key = journal.journal_key(policy.name, f.instance, "tag", st.episode)
-        if self._tags.wants(self.providers[f.instance.provider]):
-            self._tags.add(policy.name, f, key, tags, tuple(action.remove), dry)
+        if self.tag_batch.wants(self.providers[f.instance.provider]):
+            self.tag_batch.add(policy.name, f, key, tags, tuple(action.remove), dry)
             return
         try:
             result = self.providers[f.instance.provider].set_tags(
