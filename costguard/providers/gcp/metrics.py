@@ -48,13 +48,14 @@ class MetricQuery:
     aligner: Any  # monitoring_v3.Aggregation.Aligner
     field: str  # which GpuMinute field it fills
     scale: float  # multiply raw value by this
+    percent: bool = True  # kept within 0-100 (memory is bytes)
 
 
 QUERIES: tuple[MetricQuery, ...] = (
     MetricQuery(SM_V2, _Aligner.ALIGN_MEAN, "sm_v2", 100.0),
     MetricQuery(SM_V1, _Aligner.ALIGN_MEAN, "sm_v1", 100.0),
     MetricQuery(UTIL, _Aligner.ALIGN_MEAN, "util", 1.0),
-    MetricQuery(MEM_USED, _Aligner.ALIGN_MAX, "mem", 1.0),
+    MetricQuery(MEM_USED, _Aligner.ALIGN_MAX, "mem", 1.0, percent=False),
     # per instance, not per GPU (no gpu_number label: read as GPU 0); never a GPU minute alone
     MetricQuery(HOST_CPU, _Aligner.ALIGN_MEAN, "cpu", 100.0),
 )
@@ -117,7 +118,7 @@ def _read_series(out: dict[_Key, float], series: Any, query: MetricQuery,
     if query.field == "mem" and labels.get("memory_state", "used") != "used":
         return
     gpu = int(labels.get("gpu_number", "0") or 0)
-    scale, percent = query.scale, query.field != "mem"
+    scale, percent = query.scale, query.percent
     for point in raw.points:
         value = _value(point)
         if value is not None:
