@@ -3,11 +3,16 @@ only for the GPUs that could still be idle.
 
 With no watermark (a new deployment, a wiped store), the engine needs the whole idle window
 (an hour, say) to decide this cycle, not a window's wait. Most of a fleet is busy, and one
-busy minute inside the window already rules `idle` out: so the last quarter hour is read
-for every instance, and the rest of the window only for those whose recent minutes do not
-prove them busy. Accrual starts when an instance is first seen, so nothing else needs the
-older minutes of a busy GPU. On AWS this is fewer GetMetricData queries (each is billed)
-and fewer readings to store; the decisions are the same (tests/engine/test_backfill.py).
+busy minute inside the window already rules `idle` out: so the older minutes of a GPU whose
+last quarter hour proves it busy are neither built nor stored. Accrual starts when an
+instance is first seen, so nothing else needs them. The decisions are the same either way
+(tests/engine/test_backfill.py).
+
+A provider that reads the window once (`costguard.providers.base.ReadsWindowOnce`: Cloud
+Monitoring reads whole projects, CloudWatch bills each metric every time a call requests it)
+is asked for the whole window in one read and leaves out what the recent span decides. Any
+other is asked for the last quarter hour of every GPU, then for the rest of the window of
+the GPUs that quarter hour did not decide.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from costguard.engine.collect import METRICS_SCOPE
 from costguard.errors import ProviderError
 from costguard.model import Gap, GpuMinute, Instance, covering
 from costguard.policy.conditions import IdleCondition
-from costguard.providers.base import Decided
+from costguard.providers.base import Split
 from costguard.telemetry.classify import peaks
 
 log = logging.getLogger("costguard.engine")
@@ -32,9 +37,6 @@ RECENT = timedelta(minutes=15)
 
 # a call's readings, handed to `observe` once they are stored
 Observe = Callable[[list[GpuMinute]], None]
-# (mid, decided): for a provider that reads whole scopes, the instances whose minutes from
-# `mid` on make the older ones unneeded (`costguard.providers.base.ReadsWholeScopes`)
-Split = tuple[datetime, Decided]
 
 
 class Fetch(Protocol):
@@ -90,20 +92,19 @@ def rules_out_idle(recent: Peak, cond: IdleCondition, span: timedelta) -> bool:
 
 
 def fetch_cold(fetch: Fetch, wanted: list[Instance], start: datetime, now: datetime,
-               conditions: Sequence[IdleCondition], *, whole_scopes: bool = False
+               conditions: Sequence[IdleCondition], *, read_once: bool = False
                ) -> list[Gap]:
     """[start, now) for the instances that need it, [now - recent span, now) for the rest.
     The recent span's readings are folded into each instance's peaks as they arrive.
 
-    `whole_scopes`: the provider's metrics call reads every series of its scopes whatever
-    the instances and span asked (`costguard.providers.base.ReadsWholeScopes`): a second
-    call for the older minutes would read the scopes again. It is asked once for [start,
-    now), and leaves out the older minutes of the instances their recent ones decide: the
-    same readings, half the calls."""
+    `read_once`: asking the provider for the older minutes in a second read would cost
+    more than asking once (`costguard.providers.base.ReadsWindowOnce`). It is asked once
+    for [start, now), and leaves out the older minutes of the instances their recent ones
+    decide: the same readings, half the calls."""
     mid = max(start, now - recent_span(conditions))
     if mid <= start:
         return fetch(wanted, mid, now, None)
-    if whole_scopes:
+    if read_once:
         return fetch(wanted, start, now, None,
                      (mid, lambda recent: decided(recent, mid, now, conditions)))
     recent: dict[str, Peak] = {}

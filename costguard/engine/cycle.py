@@ -39,7 +39,7 @@ from costguard.model import Gap, GpuMinute, Instance, InstanceState, TelemetrySo
 from costguard.policy.conditions import IdleCondition
 from costguard.policy.evaluate import Finding, evaluate
 from costguard.policy.schema import PolicySet
-from costguard.providers.base import Provider, ReadsWholeScopes, Remembers
+from costguard.providers.base import Provider, ReadsWindowOnce, Remembers
 from costguard.store import control
 from costguard.store.db import Database
 from costguard.store.inventory import current_instances
@@ -236,7 +236,7 @@ class Engine:
             try:
                 if since is None:  # a first cycle: the window's history where it matters
                     gaps = fetch_cold(fetch, on_time, start, now, self._idle_conditions(),
-                                      whole_scopes=isinstance(provider, ReadsWholeScopes))
+                                      read_once=isinstance(provider, ReadsWindowOnce))
                 elif on_time:
                     gaps = fetch(on_time, start, now, None)
             except ProviderError as exc:

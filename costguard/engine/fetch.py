@@ -12,11 +12,17 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 from costguard.engine import behind
-from costguard.engine.backfill import Fetch, Observe, Split
+from costguard.engine.backfill import Fetch, Observe
 from costguard.engine.collect import METRICS_SCOPE
 from costguard.errors import ProviderError
 from costguard.model import Gap, GpuMinute, Instance
-from costguard.providers.base import LeavesOutRepeats, Provider, Readings, ReadsWholeScopes
+from costguard.providers.base import (
+    LeavesOutRepeats,
+    Provider,
+    Readings,
+    ReadsWindowOnce,
+    Split,
+)
 
 # instance-minutes a provider's metrics calls in flight ask for at once: 5,000 instances
 # over a steady cycle's quarter hour, 1,250 over a first cycle's hour; what a call brings
@@ -119,7 +125,7 @@ def fetcher(name: str, provider: Provider, sink: Callable[[list[GpuMinute], date
             if split is None:
                 readings = provider.gpu_metrics(chunk, start, end)
             else:
-                assert isinstance(provider, ReadsWholeScopes)
+                assert isinstance(provider, ReadsWindowOnce)
                 readings = provider.gpu_metrics_split(chunk, start, end, *split)
             missing = (readings.gaps if isinstance(readings, Readings)
                        else getattr(provider, "metric_gaps", []))

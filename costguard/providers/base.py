@@ -164,16 +164,19 @@ class LeavesOutRepeats(Protocol):
 
 # given the minutes from a split read's `mid` on, the instances whose older ones are not wanted
 Decided = Callable[[list[GpuMinute]], Collection[str]]
+# (mid, decided): the minute a split read's recent span begins at, and its `Decided`
+Split = tuple[datetime, Decided]
 
 
 @runtime_checkable
-class ReadsWholeScopes(Protocol):
-    """Optional: a provider whose `gpu_metrics` call reads every series of the scopes its
-    instances are in, whatever instances and span are asked (Cloud Monitoring's
-    ListTimeSeries filters by metric type, per project): asking a scope twice costs twice,
-    asking for fewer instances or minutes costs the same. A first cycle then reads the idle
-    window once (`engine.backfill.fetch_cold`) rather than its last quarter hour and then
-    the rest."""
+class ReadsWindowOnce(Protocol):
+    """Optional: a provider for which asking for a span in two reads costs more than in one.
+    Cloud Monitoring's ListTimeSeries reads every series of a project's metric type whatever
+    instances and minutes are asked; CloudWatch bills every metric a GetMetricData call
+    requests, each time it is requested, and a second read is a second round of calls per
+    scope. A first cycle then reads the idle window once (`engine.backfill.fetch_cold`)
+    rather than its last quarter hour and then the rest for the instances it did not
+    decide."""
 
     def gpu_metrics_split(
         self, instances: Sequence[Instance], start: datetime, end: datetime, mid: datetime,

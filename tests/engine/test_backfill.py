@@ -61,21 +61,22 @@ def test_first_cycle_reads_history_only_for_gpus_that_could_be_idle(
 
 
 @pytest.mark.parametrize("settle", [timedelta(0), timedelta(minutes=20)])
-def test_a_provider_reading_whole_scopes_is_asked_once_and_keeps_the_same_minutes(
+def test_a_provider_reading_the_window_once_is_asked_once_and_keeps_the_same_minutes(
     make_engine: EngineFactory, cloud: ScriptedCloud, clock: ManualClock, db: Database,
     settle: timedelta,
 ) -> None:
-    # Cloud Monitoring reads a project's every series whatever is asked: a second call for
-    # the older minutes would read the project again. One call; the older minutes of the
-    # GPUs their last quarter hour decides are not stored, as if never asked for; those
-    # inside the settling span (asked again next cycle) are kept.
+    # Cloud Monitoring reads a project's every series whatever is asked, CloudWatch bills
+    # each metric every time it is asked: a second call for the older minutes costs again.
+    # One call; the older minutes of the GPUs their last quarter hour decides are not
+    # stored, as if never asked for; those inside the settling span (asked again next
+    # cycle) are kept.
     now = clock.now()
 
     def gpu_metrics_split(instances: list[Instance], start: datetime, end: datetime,
                           mid: datetime, decided: Callable[[list[GpuMinute]], set[str]]
                           ) -> list[GpuMinute]:
-        # a provider reading whole scopes, as GcpProvider does: one read; the older minutes
-        # of what `decided` names left out, those it reads again next cycle kept
+        # a provider reading the window once, as GcpProvider and AwsProvider do: the older
+        # minutes of what `decided` names left out, those it reads again next cycle kept
         minutes = cloud.gpu_metrics(instances, start, end)
         keep_from = min(mid, end - settle)
         skip = decided([m for m in minutes if m.minute >= keep_from])

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -24,7 +24,7 @@ from costguard.providers.aws.instance_xml import lean_records
 from costguard.providers.aws.inventory import HostNames, host_names
 from costguard.providers.aws.sessions import AccountScope, ClientFactory
 from costguard.providers.aws.settings import AwsSettings
-from costguard.providers.base import Readings, receipt_of
+from costguard.providers.base import Decided, Readings, Split, receipt_of
 from costguard.providers.repeats import Receipt, Repeats
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 # ListMetrics results are reused for up to an hour while no instance appears that the
 # listing was not taken for
 LISTED_FRESH = timedelta(hours=1)
+_MINUTE = timedelta(minutes=1)
 DimensionSets = set[tuple[tuple[str, str], ...]]
 CpuSeries = dict[str, dict[datetime, float]]
 
@@ -47,6 +48,7 @@ class CloudWatchReads:
     clients: ClientFactory
     metric_gaps: list[Gap]  # scopes whose metrics could not be read, last call
     get_metric_data_calls: int  # GetMetricData calls made, last gpu/cpu call
+    metrics_settle: timedelta  # the span each cycle asks again (the provider's)
     _lock: threading.Lock
     _repeats: Repeats  # readings handed over and stored, to leave out unchanged repeats
     _hosts: dict[str, HostNames]
@@ -63,6 +65,25 @@ class CloudWatchReads:
     ) -> list[GpuMinute]:
         """See `Provider.gpu_metrics`; after `readings_stored`, a later call leaves out the
         readings that come back unchanged (`costguard.providers.repeats`)."""
+        return self._gpu_metrics(instances, start, end, None)
+
+    def gpu_metrics_split(
+        self, instances: Sequence[Instance], start: datetime, end: datetime, mid: datetime,
+        decided: Decided,
+    ) -> list[GpuMinute]:
+        """`costguard.providers.base.ReadsWindowOnce`: CloudWatch bills every metric a call
+        requests, each time, and a second read is a second round of calls per scope. A
+        first cycle's window is read once; the minutes before `mid` of the instances
+        `decided` names are then neither built nor returned (those in the settling span,
+        asked again next cycle, are kept). One read of an hour of 5-minute points also
+        stays within a call's datapoint limit where two reads took a call each; a window
+        too long for one call's limit is read in spans, each requesting the metrics again,
+        which a first cycle pays once."""
+        keep_from = min(mid, end - self.metrics_settle)
+        return self._gpu_metrics(instances, start, end, (keep_from, decided))
+
+    def _gpu_metrics(self, instances: Sequence[Instance], start: datetime, end: datetime,
+                     split: Split | None) -> list[GpuMinute]:
         first, last = cw.window(start, end)
         recent = utc(self.clock.now()) - first < timedelta(hours=3)
         receipt = self._repeats.begin(last)
@@ -72,7 +93,8 @@ class CloudWatchReads:
         groups = self._by_scope(instances)
         with ThreadPoolExecutor(self.settings.max_workers, "costguard-cw") as pool:
             futures = {
-                key: pool.submit(self._gpu_scope, key, members, first, last, recent, receipt)
+                key: pool.submit(self._gpu_scope, key, members, first, last, recent, receipt,
+                                 split)
                 for key, members in groups.items()
             }
             for (account_id, region), future in futures.items():
@@ -94,6 +116,7 @@ class CloudWatchReads:
         last: datetime,
         recent: bool,
         receipt: Receipt,
+        split: Split | None,
     ) -> tuple[list[GpuMinute], int]:
         account_id, region = key
         scope = f"{account_id}/{region}/cloudwatch"
@@ -127,9 +150,7 @@ class CloudWatchReads:
         rows = cw.gpu_rows(
             series, values, gpu_counts=gpu_counts, period_s=period_s, first=first, last=last,
             host_cpu=cw.host_cpu_of(cpu_ids, values))
-        # the settling span comes back each cycle: what was stored unchanged is left out
-        fresh = receipt.fresh(rows[k] for k in sorted(rows))
-        return [GpuMinute.model_validate(fields) for fields in fresh], calls
+        return built([rows[k] for k in sorted(rows)], receipt, split), calls
 
     def _dimensions(self, client: CloudWatchClient, key: tuple[str, str], namespace: str,
                     metric: str, scope: str, recent: bool, wanted: set[str]) -> DimensionSets:
@@ -208,3 +229,25 @@ class CloudWatchReads:
             if inst.provider == "aws":
                 groups[(inst.account, inst.region)].append(inst)
         return dict(groups)
+
+
+def built(rows: list[dict[str, Any]], receipt: Receipt, split: Split | None
+          ) -> list[GpuMinute]:
+    """The readings of `rows` (`metrics.gpu_rows`' field dicts) as models, less those the
+    settling span brought back unchanged (`receipt`: stored before). With `split`
+    (keep_from, decided): the readings that cover any minute from `keep_from` on, and the
+    older ones of the instances that `decided`, handed those, does not name (never built).
+    A 5-minute point that begins before `keep_from` and ends after it counts as recent, as
+    `covering` counts it."""
+    if split is None:
+        return [GpuMinute.model_validate(fields) for fields in receipt.fresh(rows)]
+    keep_from, decided = split
+    newer: list[dict[str, Any]] = []
+    older: list[dict[str, Any]] = []
+    for fields in rows:
+        ends = fields["minute"] + fields["span_minutes"] * _MINUTE
+        (newer if ends > keep_from else older).append(fields)
+    recent = [GpuMinute.model_validate(fields) for fields in receipt.fresh(newer)]
+    skip = decided(recent)
+    kept = receipt.fresh(f for f in older if f["instance_id"] not in skip)
+    return [GpuMinute.model_validate(fields) for fields in kept] + recent

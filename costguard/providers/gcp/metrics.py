@@ -29,7 +29,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from costguard.clock import utc
 from costguard.errors import ProviderError
 from costguard.model import Gap, GpuMinute, Instance, TelemetrySource
-from costguard.providers.base import Decided
+from costguard.providers.base import Split
 from costguard.providers.gcp.errors import from_retry_error, translate
 from costguard.providers.repeats import Receipt
 
@@ -61,8 +61,6 @@ QUERIES: tuple[MetricQuery, ...] = (
 )
 
 _Key = tuple[str, int, int]  # (instance id, gpu index, minute start as epoch seconds)
-# (keep_from, decided): `ReadsWholeScopes.gpu_metrics_split`'s, the settling span kept
-Split = tuple[datetime, Decided]
 
 
 def metric_filter(metric_type: str) -> str:

@@ -18,7 +18,7 @@ from costguard.model import (
     PriceQuote,
     ProviderName,
 )
-from costguard.providers.base import Decided, FetchedPrices, Readings, receipt_of
+from costguard.providers.base import Decided, FetchedPrices, Readings, Split, receipt_of
 from costguard.providers.gcp import (
     actions,
     batch,
@@ -149,13 +149,13 @@ class GcpProvider:
         self, instances: Sequence[Instance], start: datetime, end: datetime, mid: datetime,
         decided: Decided,
     ) -> list[GpuMinute]:
-        """`costguard.providers.base.ReadsWholeScopes`: ListTimeSeries reads a project's
+        """`costguard.providers.base.ReadsWindowOnce`: ListTimeSeries reads a project's
         every series of a metric type, whichever VMs and minutes are asked."""
         keep_from = min(mid, end - self.metrics_settle)  # asked again next cycle: kept
         return self._gpu_metrics(instances, start, end, (keep_from, decided))
 
     def _gpu_metrics(self, instances: Sequence[Instance], start: datetime, end: datetime,
-                     split: metrics.Split | None) -> list[GpuMinute]:
+                     split: Split | None) -> list[GpuMinute]:
         receipt = self._repeats.begin(end)
         minutes, gaps = metrics.gpu_minutes(
             self.clients.metrics,

@@ -13,6 +13,7 @@ from botocore.exceptions import EndpointConnectionError
 from costguard.clock import ManualClock
 from costguard.model import Instance, TelemetrySource, slots
 from costguard.providers.aws.metrics import GPU_MEM_TOTAL, GPU_MEM_USED, GPU_UTIL
+from costguard.providers.base import ReadsWindowOnce
 
 pytestmark = pytest.mark.usefixtures("moto")
 
@@ -552,3 +553,75 @@ def test_unset_max_span_asks_as_long_a_span_as_the_datapoint_limit_holds() -> No
                                t0 + timedelta(hours=6), "s")
     assert calls == 2 and [(n, end - start) for n, start, end in asked] == [
         (500, timedelta(hours=6)), (100, timedelta(hours=6))]
+
+
+def _profiled(clock: ManualClock, every: int, profiles: dict[str, Any], over: int = 60
+              ) -> None:
+    """An agent's points every `every` minutes over the last `over`, each instance's value
+    at `ago` minutes given by its profile."""
+    _put([{"MetricName": GPU_UTIL, "Timestamp": _minute(clock, ago), "Value": value(ago),
+           "Dimensions": [{"Name": "InstanceId", "Value": iid}]}
+          for iid, value in profiles.items() for ago in range(every, over + 1, every)])
+
+
+def _busy_ids(recent: list[Any]) -> set[str]:
+    return {r.instance_id for r in recent if (r.util_max or 0.0) >= 5.0}
+
+
+def test_a_first_cycles_window_is_read_once_keeping_what_two_reads_kept(
+    make_provider: ProviderFactory, clock: ManualClock, session: boto3.Session
+) -> None:
+    # CloudWatch bills each metric every time a call requests it: the first cycle's hour is
+    # asked once (one call, each metric once) where the quarter hour and then the rest of
+    # the undecided took two; the older points of what the quarter hour decides (busy now)
+    # are not built, as the second read never asked for them
+    busy, idle, woke, dozed = (r["InstanceId"] for r in run_instances(count=4))
+    _profiled(clock, 5, {busy: lambda ago: 60.0, idle: lambda ago: 1.0,
+                         woke: lambda ago: 50.0 if ago <= 10 else 1.0,
+                         dozed: lambda ago: 50.0 if ago > 30 else 1.0})
+    settings = {"instance_dimension": True, "period_seconds": 300,
+                "rollup_by_instance": True, "measurements": ["utilization_gpu"]}
+    once, instances = _inventory(make_provider, cloudwatch=settings)
+    twice, _ = _inventory(make_provider, cloudwatch=settings)
+    assert isinstance(once, ReadsWindowOnce)
+    end = _minute(clock, 0)
+    start, mid = end - timedelta(hours=1), end - timedelta(minutes=15)
+    handed: list[Any] = []
+    fetched = _calls(session, "GetMetricData")
+
+    rows = once.gpu_metrics_split(instances, start, end, mid,
+                                  lambda recent: handed.extend(recent) or _busy_ids(recent))
+
+    assert len(fetched) == 1 and once.get_metric_data_calls == 1
+    assert handed and min(r.minute for r in handed) == mid  # the quarter hour, decided on
+    recent = twice.gpu_metrics(instances, mid, end)
+    undecided = [i for i in instances if i.instance_id not in _busy_ids(recent)]
+    older = twice.gpu_metrics(undecided, start, mid)
+    assert len(fetched) == 3  # two reads: two calls, the undecided's metrics asked twice
+    assert ({(r.instance_id, r.minute, r.span_minutes, r.util_mean) for r in rows}
+            == {(r.instance_id, r.minute, r.span_minutes, r.util_mean)
+                for r in recent + older})
+    first = {iid: min(r.minute for r in rows if r.instance_id == iid)
+             for iid in (busy, idle, woke, dozed)}
+    assert first == {busy: mid, woke: mid, idle: start, dozed: start}
+
+
+def test_a_point_that_begins_before_the_quarter_hour_and_ends_inside_it_is_kept(
+    make_provider: ProviderFactory, clock: ManualClock
+) -> None:
+    # a window of 62 minutes: its 5-minute periods begin 2 minutes off the quarter hour, so
+    # one spans its first minutes; kept (and decided on) with the recent ones, no minute of
+    # the quarter hour goes uncovered
+    busy = run_instances()[0]["InstanceId"]
+    _profiled(clock, 1, {busy: lambda ago: 60.0}, over=62)
+    provider, instances = _inventory(make_provider, cloudwatch={
+        "instance_dimension": True, "period_seconds": 300, "rollup_by_instance": True,
+        "measurements": ["utilization_gpu"]})
+    end = _minute(clock, 0)
+    start, mid = end - timedelta(minutes=62), end - timedelta(minutes=15)
+
+    rows = provider.gpu_metrics_split(instances, start, end, mid, _busy_ids)
+
+    covered = {t for r in rows for t in slots(r, start, end)}
+    assert min(covered) == end - timedelta(minutes=17)  # the period that spans `mid`
+    assert all(mid + timedelta(minutes=k) in covered for k in range(15))
