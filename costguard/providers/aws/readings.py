@@ -75,10 +75,10 @@ class CloudWatchReads:
         requests, each time, and a second read is a second round of calls per scope. A
         first cycle's window is read once; the minutes before `mid` of the instances
         `decided` names are then neither built nor returned (those in the settling span,
-        asked again next cycle, are kept). One read of an hour of 5-minute points also
-        stays within a call's datapoint limit where two reads took a call each; a window
-        too long for one call's limit is read in spans, each requesting the metrics again,
-        which a first cycle pays once."""
+        asked again next cycle, are kept). An hour of 5-minute points fits one call's
+        datapoint limit: one call per 500 series, where two reads made two. A window too
+        long for one call is read in spans, each asking the metrics again: a first cycle
+        pays that once."""
         keep_from = min(mid, end - self.metrics_settle)
         return self._gpu_metrics(instances, start, end, (keep_from, decided))
 
@@ -150,7 +150,7 @@ class CloudWatchReads:
         rows = cw.gpu_rows(
             series, values, gpu_counts=gpu_counts, period_s=period_s, first=first, last=last,
             host_cpu=cw.host_cpu_of(cpu_ids, values))
-        return built([rows[k] for k in sorted(rows)], receipt, split), calls
+        return _built([rows[k] for k in sorted(rows)], receipt, split), calls
 
     def _dimensions(self, client: CloudWatchClient, key: tuple[str, str], namespace: str,
                     metric: str, scope: str, recent: bool, wanted: set[str]) -> DimensionSets:
@@ -231,8 +231,8 @@ class CloudWatchReads:
         return dict(groups)
 
 
-def built(rows: list[dict[str, Any]], receipt: Receipt, split: Split | None
-          ) -> list[GpuMinute]:
+def _built(rows: list[dict[str, Any]], receipt: Receipt, split: Split | None
+           ) -> list[GpuMinute]:
     """The readings of `rows` (`metrics.gpu_rows`' field dicts) as models, less those the
     settling span brought back unchanged (`receipt`: stored before). With `split`
     (keep_from, decided): the readings that cover any minute from `keep_from` on, and the
