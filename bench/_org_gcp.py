@@ -4,10 +4,11 @@
 Seeds the project's GCP fakes (costguard.demo.gcp_fake: Compute REST, Monitoring gRPC) with
 spec["vms"] VMs dealt round spec["projects"] projects (bench/gcp.seed_fleet: its shapes,
 labels, protection and utilization profiles, 75 minutes of per-minute GPU metrics ending at
-spec["now"]). Monitoring answers each call after spec["latency_ms"] and refuses a seeded
-share spec["throttle"] with RESOURCE_EXHAUSTED; Compute is served plain, for the latency
-proxy to stand in front of. Writes INFO.json {"compute", "monitoring", "projects", "floor",
-"stop", "label"} and prints "ready"; then, for each line "verify" on stdin, writes
+spec["now"], and spec["after_minutes"] past it for the cycles after the first). Monitoring
+answers each call after spec["latency_ms"] and refuses a seeded share spec["throttle"] with
+RESOURCE_EXHAUSTED; Compute is served plain, for the latency proxy to stand in front of.
+Writes INFO.json {"compute", "monitoring", "projects", "floor", "stop", "label"} and prints
+"ready"; then, for each line "verify" on stdin, writes
 INFO.json's "verdict" (as bench/gcp.verify judges), the calls the fakes answered, each with
 the time it came (epoch seconds: the bench splits them by cycle), and the calls refused, and
 prints "done".
@@ -102,7 +103,8 @@ def main(spec_json: str, info_path: str) -> None:
     fake.compute.batch_sizes = _StampedList("compute calls in batches", events)
     fake.monitoring.requests = _StampedList("monitoring ListTimeSeries", events)
     with fake:
-        fleet = seed_fleet(fake, spec["vms"], datetime.fromisoformat(spec["now"]), projects)
+        fleet = seed_fleet(fake, spec["vms"], datetime.fromisoformat(spec["now"]), projects,
+                           spec.get("after_minutes", 0))
         out: dict[str, Any] = {
             "compute": fake.compute.url, "monitoring": fake.monitoring.endpoint,
             "projects": projects, "floor": floor(fake, fleet),

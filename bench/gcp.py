@@ -59,27 +59,34 @@ class Fleet:
     counts: Counter[str] = field(default_factory=Counter)
 
 
-def _points(rng: random.Random, profile: str, now: datetime, sm: bool
-            ) -> list[tuple[datetime, float]]:
+def _points(rng: random.Random, profile: str, now: datetime, sm: bool, after: int = 0,
+            later: random.Random | None = None) -> list[tuple[datetime, float]]:
+    """The `MINUTES` before `now`, drawn from `rng`; then `after` minutes past `now` (the
+    profile goes on: a GPU that went idle stays idle), drawn from `later`, so that the
+    fleet `rng` deals is the same whatever `after` is."""
     out = []
-    for m in range(MINUTES):
+    for m in range(MINUTES + after):
+        draw = rng if m < MINUTES or later is None else later
         t = now - timedelta(minutes=MINUTES - m) + timedelta(seconds=30)
         busy = profile == "busy" or (profile == "went-idle" and m < MINUTES - 20)
         if profile == "tiny-kernels":
-            value = rng.uniform(0.005, 0.02) if sm else 100.0
+            value = draw.uniform(0.005, 0.02) if sm else 100.0
         elif busy:
-            value = rng.uniform(0.3, 0.85) if sm else rng.uniform(35, 97)
+            value = draw.uniform(0.3, 0.85) if sm else draw.uniform(35, 97)
         else:
-            value = rng.uniform(0.0, 0.02) if sm else rng.uniform(0, 2)
+            value = draw.uniform(0.0, 0.02) if sm else draw.uniform(0, 2)
         out.append((t, round(value, 4)))
     return out
 
 
-def seed_fleet(fake: FakeGcp, n: int, now: datetime, projects: list[str] | None = None
-               ) -> Fleet:
-    """`n` VMs dealt round the `projects` (default PROJECTS), each project's over ZONES."""
+def seed_fleet(fake: FakeGcp, n: int, now: datetime, projects: list[str] | None = None,
+               after: int = 0) -> Fleet:
+    """`n` VMs dealt round the `projects` (default PROJECTS), each project's over ZONES;
+    their GPUs' metrics from `MINUTES` before `now` to `after` minutes past it (the cycles
+    a bench runs after the first read them)."""
     projects = projects or PROJECTS
     rng = random.Random(SEED)
+    later = random.Random(SEED + 1)  # the minutes past `now`: the fleet stays the same
     fleet = Fleet()
     for i in range(n):
         project = projects[i % len(projects)]
@@ -101,7 +108,8 @@ def seed_fleet(fake: FakeGcp, n: int, now: datetime, projects: list[str] | None 
             if profile != "no-agent":
                 for metric, sm in ((UTIL, False), (SM_V2, True)):
                     fake.monitoring.add_gpu_series(project, metric, str(vm.id),
-                                                   _points(rng, profile, now, sm), zone=zone,
+                                                   _points(rng, profile, now, sm, after,
+                                                           later), zone=zone,
                                                    model=model)
             fleet.counts[f"gpu {profile}"] += 1
             if profile in ("idle", "tiny-kernels") and not protect and status == "RUNNING":

@@ -12,8 +12,10 @@ a few dozen). One costguard governs both. Five processes:
 - the proxy (bench/_latency_proxy.py) in front of it: $ORG_LATENCY_MS per call (default 100)
   and a share $ORG_THROTTLE of calls refused with the API's throttling error (default 0.02);
 - the GCP fakes (bench/_org_gcp.py: the project's Compute REST and Monitoring gRPC fakes,
-  seeded as bench/gcp.py seeds them), Monitoring answering at the same pace and refusing
-  the same share with RESOURCE_EXHAUSTED; Compute behind a second proxy;
+  seeded as bench/gcp.py seeds them, the GPUs' metrics reaching on to the steady cycle,
+  which reads its new minutes as the cold one read the hour), Monitoring answering at the
+  same pace and refusing the same share with RESOURCE_EXHAUSTED; Compute behind a second
+  proxy;
 - costguard (bench/_org_cycle.py): a cold cycle on an empty store, then a steady cycle five
   minutes later, $ORG_WORKERS threads (default 64, the most `max_workers` allows: with
   32 the first cycle at 100,000 took 177 s, with 64 141 s, at the same CPU and memory)
@@ -120,17 +122,18 @@ def _targets(row: dict[str, Any]) -> str:
 
 
 @contextmanager
-def _gcp(vms: int, projects: int, latency_ms: float, throttle: float, work: Path
-         ) -> Iterator[tuple[dict[str, Any], Any, list[int]]]:
-    """The GCP fakes (bench/_org_gcp.py) with a latency proxy in front of Compute: yields
-    their info (endpoints, projects, floor), a function that verifies their state and
-    returns the info with the verdict and the calls they answered, and their pids."""
+def _gcp(vms: int, projects: int, latency_ms: float, throttle: float, work: Path,
+         after_minutes: int = 0) -> Iterator[tuple[dict[str, Any], Any, list[int]]]:
+    """The GCP fakes (bench/_org_gcp.py) with a latency proxy in front of Compute, their
+    metrics reaching `after_minutes` past NOW (the later cycles read them): yields their
+    info (endpoints, projects, floor), a function that verifies their state and returns the
+    info with the verdict and the calls they answered, and their pids."""
     if not vms:
         yield {}, lambda: {}, []
         return
     info_path = work / "gcp.json"
     spec = {"vms": vms, "projects": projects, "now": NOW.isoformat(),
-            "latency_ms": latency_ms, "throttle": throttle}
+            "latency_ms": latency_ms, "throttle": throttle, "after_minutes": after_minutes}
     with _server(["bench._org_gcp", json.dumps(spec), str(info_path)]) as fakes:
         info = json.loads(info_path.read_text())
         port = _free_port()
@@ -180,7 +183,9 @@ def _size(n: int, work: Path, latency_ms: float, throttle: float, workers: int,
     with _server(["bench._org_aws", str(fake_port), json.dumps(spec)]) as fake, \
             _server(["bench._latency_proxy", str(proxy_port), f"http://127.0.0.1:{fake_port}",
                      str(latency_ms), str(throttle)]) as proxy_proc, \
-            _gcp(vms, projects, latency_ms, throttle, work) as (gcp, gcp_verify, gcp_pids):
+            _gcp(vms, projects, latency_ms, throttle, work,
+                 (spec["cycles"] - 1) * spec["interval_s"] // 60) as (gcp, gcp_verify,
+                                                                      gcp_pids):
         if gcp:
             spec["gcp"] = {k: gcp[k] for k in ("projects", "compute", "monitoring")}
             floor.update({f"GCP {k}": v for k, v in gcp["floor"].items()})

@@ -436,3 +436,31 @@ def test_one_cycle_over_both_clouds_through_throttling_fakes_is_correct_and_coun
     assert got["compute POST batch"] >= 2
     assert requests == sum(got.values()) - sum(gcp.compute.batch_sizes)
     assert gcp_calls(events, ended + 1, ended + 2) == (Counter(), 0)
+
+
+def test_the_gcp_fleet_is_the_same_whatever_minutes_it_reaches_past_now() -> None:
+    """bench/gcp.seed_fleet's `after` (the org-scale steady cycle's five minutes): the same
+    VMs, labels, profiles and first 75 minutes; then each series goes on past NOW with its
+    profile (a GPU that went idle stays idle), where without it the later cycle read nothing
+    new on GCP."""
+    from bench.gcp import MINUTES, seed_fleet
+    from costguard.demo.gcp_fake.server import FakeGcp
+    from costguard.providers.gcp.metrics import UTIL
+
+    plain, longer = FakeGcp(), FakeGcp()
+    fleet = seed_fleet(plain, 60, NOW)
+    reaching = seed_fleet(longer, 60, NOW, after=5)
+
+    assert (fleet.expected_stop, fleet.expected_label, fleet.labels) == (
+        reaching.expected_stop, reaching.expected_label, reaching.labels)
+    assert len(plain.monitoring.series) == len(longer.monitoring.series) > 0
+    for short, long in zip(plain.monitoring.series, longer.monitoring.series, strict=True):
+        assert (short.project, short.metric_type, short.metric_labels) == (
+            long.project, long.metric_type, long.metric_labels)
+        assert long.points[:MINUTES] == short.points
+        past = long.points[MINUTES:]
+        assert [t for t, _ in past] == [short.points[-1][0] + timedelta(minutes=k)
+                                        for k in range(1, 6)]
+        assert min(t for t, _ in past) > NOW
+        if short.metric_type == UTIL:  # idle (or went idle) stays idle, busy stays busy
+            assert (max(v for _, v in short.points[-20:]) < 2) == (max(v for _, v in past) < 2)
