@@ -53,6 +53,8 @@ LABEL = "costguard_untagged-since"
 @dataclass
 class Fleet:
     expected_stop: set[str] = field(default_factory=set)
+    # running, unprotected GPUs idle for the last 20 minutes: stopped by a cycle an hour on
+    went_idle: set[str] = field(default_factory=set)
     expected_label: set[str] = field(default_factory=set)
     prestopped: set[str] = field(default_factory=set)
     labels: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -114,6 +116,8 @@ def seed_fleet(fake: FakeGcp, n: int, now: datetime, projects: list[str] | None 
             fleet.counts[f"gpu {profile}"] += 1
             if profile in ("idle", "tiny-kernels") and not protect and status == "RUNNING":
                 fleet.expected_stop.add(str(vm.id))
+            if profile == "went-idle" and not protect and status == "RUNNING":
+                fleet.went_idle.add(str(vm.id))
         else:
             vm = fake.compute.add_instance(project, zone, f"cpu-{i:05d}", "n2-standard-8",
                                            labels=labels, status=status, spot=spot,
@@ -126,16 +130,18 @@ def seed_fleet(fake: FakeGcp, n: int, now: datetime, projects: list[str] | None 
     return fleet
 
 
-def verify(fake: FakeGcp, fleet: Fleet) -> str:
+def verify(fake: FakeGcp, fleet: Fleet, *, an_hour_on: bool = False) -> str:
+    """"ok", or what differs from what the cycles should have done; `an_hour_on`: a cycle
+    ran an hour or more after the seeded `now`, so the GPUs that went idle are stopped too."""
     vms = {str(vm.id): vm for vm in fake.compute._vms.values()}  # the fake's own state
     stopped = {i for i, vm in vms.items() if vm.status in ("STOPPING", "TERMINATED")}
     stopped -= fleet.prestopped
     labelled = {i for i, vm in vms.items() if LABEL in vm.labels}
     problems = []
-    if stopped != fleet.expected_stop:
-        problems.append(f"stopped {len(stopped)} (expected {len(fleet.expected_stop)}; missing "
-                        f"{len(fleet.expected_stop - stopped)}, extra "
-                        f"{len(stopped - fleet.expected_stop)})")
+    want = fleet.expected_stop | (fleet.went_idle if an_hour_on else set())
+    if stopped != want:
+        problems.append(f"stopped {len(stopped)} (expected {len(want)}; missing "
+                        f"{len(want - stopped)}, extra {len(stopped - want)})")
     if labelled != fleet.expected_label:
         problems.append(f"labelled {len(labelled)} (expected {len(fleet.expected_label)})")
     changed = [i for i, vm in vms.items()

@@ -464,3 +464,27 @@ def test_the_gcp_fleet_is_the_same_whatever_minutes_it_reaches_past_now() -> Non
         assert min(t for t, _ in past) > NOW
         if short.metric_type == UTIL:  # idle (or went idle) stays idle, busy stays busy
             assert (max(v for _, v in short.points[-20:]) < 2) == (max(v for _, v in past) < 2)
+
+
+def test_an_hour_on_the_gcp_gpus_that_went_idle_are_expected_stopped_too() -> None:
+    """org-catch-up's GCP verdict (bench/gcp.verify `an_hour_on`): a cycle six hours on
+    must also have stopped the GPUs that had gone idle 20 minutes before the cold cycle."""
+    from bench.gcp import LABEL, seed_fleet, verify
+    from costguard.demo.gcp_fake.server import FakeGcp
+
+    fake = FakeGcp()
+    fleet = seed_fleet(fake, 200, NOW)
+    assert fleet.went_idle and fleet.expected_stop and not fleet.went_idle & fleet.expected_stop
+    vms = {str(vm.id): vm for vm in fake.compute._vms.values()}
+    for vm_id in fleet.expected_stop:  # what the cold cycle stops, and labels
+        vms[vm_id].status = "TERMINATED"
+    for vm_id in fleet.expected_label:
+        vms[vm_id].labels[LABEL] = NOW.isoformat()
+    assert verify(fake, fleet) == "ok"
+    assert verify(fake, fleet, an_hour_on=True).startswith(
+        f"stopped {len(fleet.expected_stop)} (expected "
+        f"{len(fleet.expected_stop | fleet.went_idle)}; missing {len(fleet.went_idle)}, extra 0)")
+    for vm_id in fleet.went_idle:  # and what the catch-up stops
+        vms[vm_id].status = "TERMINATED"
+    assert verify(fake, fleet, an_hour_on=True) == "ok"
+    assert verify(fake, fleet).startswith("stopped")  # the cold cycle alone stops fewer
