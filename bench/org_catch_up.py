@@ -24,7 +24,6 @@ import json
 import os
 import tempfile
 import time
-from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,7 @@ from bench.org_scale import (
     _get,
     _server,
     api_pace,
-    gcp_calls,
+    cycle_calls,
     run_cycles,
 )
 
@@ -95,13 +94,7 @@ def _size(n: int, work: Path, latency_ms: float, throttle: float, workers: int,
     cpu = summary.get("stage_cpu_seconds", {})
     stages = ", ".join(f"{s} {v:.1f} ({cpu.get(s, 0):.1f} CPU)"
                        for s, v in summary["stage_seconds"].items())
-    calls = Counter(cycle["api_calls"])
-    requests = sum(calls.values())
-    if gcp_done:
-        on_gcp, gcp_requests = gcp_calls(gcp_done["events"], cycle["started_at"],
-                                         cycle["ended_at"])
-        calls.update({f"GCP {m}": c for m, c in on_gcp.items()})
-        requests += gcp_requests
+    calls, requests = cycle_calls(cycle, gcp_done)
     rss = cycle["peak_rss_mb"]
     return {
         "instances": n, "accounts": accounts, "projects": projects,

@@ -154,6 +154,19 @@ def _gcp(vms: int, projects: int, latency_ms: float, throttle: float, work: Path
             yield info, verify, [fakes.pid, proxy.pid]
 
 
+def cycle_calls(cycle: dict[str, Any], gcp_done: dict[str, Any]) -> tuple[Counter[str], int]:
+    """One cycle's calls by operation, the GCP fakes' (`gcp_done`, when there are any) among
+    them, and the requests they came in (AWS calls, GCP HTTP requests and RPCs)."""
+    calls = Counter(cycle["api_calls"])
+    requests = sum(calls.values())
+    if gcp_done:
+        on_gcp, gcp_requests = gcp_calls(gcp_done["events"], cycle["started_at"],
+                                         cycle["ended_at"])
+        calls.update({f"GCP {m}": c for m, c in on_gcp.items()})
+        requests += gcp_requests
+    return calls, requests
+
+
 def gcp_calls(events: list[list[Any]], start: float, end: float) -> tuple[Counter[str], int]:
     """The GCP calls the fakes answered in [start, end] by method (each call of a batch
     counted), and the HTTP requests and RPCs they came in (a batch once)."""
@@ -208,13 +221,7 @@ def _size(n: int, work: Path, latency_ms: float, throttle: float, workers: int,
     floor_total = sum(floor.values())
     rows = []
     for k, cycle in enumerate(cycles):
-        calls = Counter(cycle["api_calls"])
-        requests = sum(calls.values())
-        if gcp_done:
-            on_gcp, gcp_requests = gcp_calls(gcp_done["events"], cycle["started_at"],
-                                             cycle["ended_at"])
-            calls.update({f"GCP {m}": c for m, c in on_gcp.items()})
-            requests += gcp_requests
+        calls, requests = cycle_calls(cycle, gcp_done)
         summary = cycle["summary"]
         row: dict[str, Any] = {
             "instances": n, "accounts": accounts, "scopes": accounts * len(REGIONS),
