@@ -259,7 +259,7 @@ def cpu_queries(instance_ids: Sequence[str], period_s: int = PERIOD_S
     ]
 
 
-_ONE_MINUTE = timedelta(minutes=1)
+ONE_MINUTE = timedelta(minutes=1)
 
 
 def minute_of(ts: datetime) -> datetime:
@@ -279,8 +279,8 @@ def _span_of(ts: datetime, period_s: int, first: datetime | None, last: datetime
     start = minute_of(ts)
     span = max(1, period_s // 60)
     if last is not None:
-        span = min(span, int((last - start) / _ONE_MINUTE))
-    if span < 1 or (first is not None and start + span * _ONE_MINUTE <= first):
+        span = min(span, int((last - start) / ONE_MINUTE))
+    if span < 1 or (first is not None and start + span * ONE_MINUTE <= first):
         return None
     return start, span
 

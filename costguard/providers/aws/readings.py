@@ -35,7 +35,6 @@ log = logging.getLogger(__name__)
 # ListMetrics results are reused for up to an hour while no instance appears that the
 # listing was not taken for
 LISTED_FRESH = timedelta(hours=1)
-_MINUTE = timedelta(minutes=1)
 DimensionSets = set[tuple[tuple[str, str], ...]]
 CpuSeries = dict[str, dict[datetime, float]]
 
@@ -245,7 +244,7 @@ def _built(rows: list[dict[str, Any]], receipt: Receipt, split: Split | None
     newer: list[dict[str, Any]] = []
     older: list[dict[str, Any]] = []
     for fields in rows:
-        ends = fields["minute"] + fields["span_minutes"] * _MINUTE
+        ends = fields["minute"] + fields["span_minutes"] * cw.ONE_MINUTE
         (newer if ends > keep_from else older).append(fields)
     recent = [GpuMinute.model_validate(fields) for fields in receipt.fresh(newer)]
     skip = decided(recent)
