@@ -151,18 +151,21 @@ def verify(fake: FakeGcp, fleet: Fleet, *, an_hour_on: bool = False) -> str:
     return "ok" if not problems else "; ".join(problems)
 
 
-def run_cycle(n: int, work: Path, http_batch: bool = True) -> dict[str, object]:
+def run_cycle(n: int, work: Path, http_batch: bool = True, partial: bool = True
+              ) -> dict[str, object]:
     now = datetime.now(UTC).replace(second=0, microsecond=0)
     with FakeGcp() as fake:
         fleet = seed_fleet(fake, n, now)
         fake.compute.calls.clear()
-        name = f"gcp-{n}-{'batched' if http_batch else 'per-vm'}"  # a store of its own
+        # a store of its own
+        name = f"gcp-{n}-{'batched' if http_batch else 'per-vm'}-{'partial' if partial else 'whole'}"
         out = work / f"{name}.json"
         argv = [sys.executable, "-m", "bench.gcp_cycle", fake.compute.url,
                 fake.monitoring.endpoint, now.isoformat(), f"sqlite:///{work / f'{name}.db'}",
                 str(out), *PROJECTS]
         env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_PROXY": "127.0.0.1,localhost",
-               "COSTGUARD_BENCH_GCP_HTTP_BATCH": "1" if http_batch else "0"}
+               "COSTGUARD_BENCH_GCP_HTTP_BATCH": "1" if http_batch else "0",
+               "COSTGUARD_BENCH_GCP_PARTIAL": "1" if partial else "0"}
         fake_cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         started = time.perf_counter()
         proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
@@ -186,6 +189,7 @@ def run_cycle(n: int, work: Path, http_batch: bool = True) -> dict[str, object]:
     stages = ", ".join(f"{k} {v:.2f}" for k, v in summary["stage_seconds"].items())
     return {
         "instances": n, "compute_calls": "http batches" if http_batch else "one per VM",
+        "vms_listed": "partial" if partial else "whole",
         "zones": len(ZONES), "projects": len(PROJECTS),
         "wall_s": wall, "cycle_s": result["cycle_s"],
         "client_cpu_s": usage.ru_utime + usage.ru_stime,
@@ -211,5 +215,7 @@ def run_cycle(n: int, work: Path, http_batch: bool = True) -> dict[str, object]:
 def gcp_fleet_cycle() -> list[dict[str, object]]:
     sizes = env_sizes("GCP_BENCH_SIZES", "3000")
     with tempfile.TemporaryDirectory(prefix="costguard-bench-gcp-") as tmp:
-        # both ways on the same machine in one run: the batches' effect, whatever its load
-        return [run_cycle(n, Path(tmp), batched) for n in sizes for batched in (False, True)]
+        # each way on the same machine in one run: the batches' effect and the partial
+        # listing's, whatever its load
+        return [run_cycle(n, Path(tmp), batched, partial) for n in sizes
+                for batched, partial in ((False, True), (True, False), (True, True))]

@@ -1,7 +1,8 @@
 """One costguard cycle against the local GCP fakes, as its own process (so its CPU and peak
 memory are its own): `python -m bench.gcp_cycle COMPUTE_URL MONITORING NOW_ISO DB_URL OUT.json
 PROJECT...`. Writes {"cycle_s", "summary"} to OUT.json. Used by bench/gcp.py.
-`COSTGUARD_BENCH_GCP_HTTP_BATCH=0` turns the Compute HTTP batches off (one call per VM).
+`COSTGUARD_BENCH_GCP_HTTP_BATCH=0` turns the Compute HTTP batches off (one call per VM);
+`COSTGUARD_BENCH_GCP_PARTIAL=0` lists whole VMs (no partial responses).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ def main(compute: str, monitoring: str, now_iso: str, db_url: str, out: str,
     clock = ManualClock(datetime.fromisoformat(now_iso))
     gcp = GcpSettings(projects=projects, compute_endpoint=compute,
                       monitoring_endpoint=monitoring, anonymous=True,
-                      http_batch=os.environ.get("COSTGUARD_BENCH_GCP_HTTP_BATCH", "1") != "0")
+                      http_batch=os.environ.get("COSTGUARD_BENCH_GCP_HTTP_BATCH", "1") != "0",
+                      partial_responses=os.environ.get("COSTGUARD_BENCH_GCP_PARTIAL", "1") != "0")
     settings = Settings(database_url=db_url, policy_paths=[POLICIES],
                         alerts=AlertsSettings(console=False),
                         safety=SafetySettings(max_actions_per_cycle=100_000,

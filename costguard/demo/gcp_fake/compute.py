@@ -6,11 +6,11 @@ Served over HTTP on 127.0.0.1 so the real `google-cloud-compute` client drives i
 Implemented: instances aggregatedList (maxResults/pageToken paging across zones, the
 regex form of `filter`: fake_filter.py), get, stop, start, setLabels (labelFingerprint
 checked, 412 on mismatch, requestId honoured), delete, disks createSnapshot, get and
-aggregatedList (fake_disks.py), zone operations get/wait (done after `operation_delay_s`),
-Resource Manager v3 projects.list / folders.list, and injected failures: 429/503 on demand,
-403 for a forbidden project or a disabled API. Not implemented: insert, AIP-160 filters,
-regional operations, every other Compute method (501). Managed instance groups and
-autoscalers: fake_groups.py.
+aggregatedList (fake_disks.py), partial responses (`fields`: fields.py), zone operations
+get/wait (done after `operation_delay_s`), Resource Manager v3 projects.list /
+folders.list, and injected failures: 429/503 on demand, 403 for a forbidden project or a
+disabled API. Not implemented: insert, AIP-160 filters, regional operations, every other
+Compute method (501). Managed instance groups and autoscalers: fake_groups.py.
 """
 
 from __future__ import annotations
@@ -68,6 +68,10 @@ class FakeCompute(DiskOps, GroupOps):
         self.folder_projects: dict[str, list[str]] = {}  # parent -> project ids
         self.calls: Counter[str] = Counter()  # "GET aggregated_list" etc.
         self.batch_sizes: list[int] = []  # the calls of each batch request, in order
+        # the `fields` selections requests named (partial responses: fields.py), in order;
+        # True: answer each with a 400, as an API or proxy that does not take them
+        self.field_masks: list[str] = []
+        self.reject_field_masks = False
         # operation kind ("stop", "start", "setLabels") -> the (code, message) errors its
         # operations end with, as GCE reports a stop it could not carry out (nothing changes)
         self.failing_operations: dict[str, tuple[tuple[str, str], ...]] = {}
@@ -153,7 +157,8 @@ class FakeCompute(DiskOps, GroupOps):
         return f"http://{host!s}:{port}"
 
     def start(self) -> FakeCompute:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(self.handle, self._on_batch))
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(self.handle, self._on_batch,
+                                                                    self._on_fields))
         server.daemon_threads = True
         self._server = server
         self._thread = threading.Thread(
@@ -175,6 +180,11 @@ class FakeCompute(DiskOps, GroupOps):
         self.stop()
 
     # ---- request handling ------------------------------------------------------------
+    def _on_fields(self, mask: str) -> bool:
+        with self._lock:
+            self.field_masks.append(mask)
+            return not self.reject_field_masks
+
     def _on_batch(self, calls: int) -> None:
         with self._lock:
             self.calls["POST batch"] += 1

@@ -42,6 +42,16 @@ class FakeDisk:
         }
         if not self.scratch:
             body["source"] = f"{_BASE}/projects/{project}/zones/{zone}/disks/{self.name}"
+            body["interface"] = "SCSI"
+        else:
+            body["interface"] = "NVME"
+        if self.boot:  # an image's disk: its licence and the guest OS features it declares
+            body["architecture"] = "X86_64"
+            body["licenses"] = [
+                f"{_BASE}/projects/debian-cloud/global/licenses/debian-12-bookworm"]
+            body["guestOsFeatures"] = [{"type": t} for t in (
+                "UEFI_COMPATIBLE", "VIRTIO_SCSI_MULTIQUEUE", "GVNIC", "SEV_CAPABLE",
+                "SEV_SNP_CAPABLE", "SEV_LIVE_MIGRATABLE_V2", "IDPF")]
         return body
 
 

@@ -14,6 +14,8 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from costguard.demo.gcp_fake import fields as partial
+
 Handle = Callable[[str, str, dict[str, str], Any], tuple[int, Any]]
 
 _STATUS_NAMES = {
@@ -103,10 +105,18 @@ def _batch_answer(answers: list[tuple[str, int, Any]], boundary: str) -> bytes:
     return ("".join(out) + f"--{boundary}--\r\n").encode()
 
 
-def handler_for(handle: Handle, on_batch: Callable[[int], None] | None = None
+# the `fields` system parameter, as a query parameter or a header (fields.py)
+_FIELDS_PARAMS = ("fields", "$fields")
+FIELDS_HEADER = "X-Goog-FieldMask"
+
+
+def handler_for(handle: Handle, on_batch: Callable[[int], None] | None = None,
+                on_fields: Callable[[str], bool] | None = None
                 ) -> type[BaseHTTPRequestHandler]:
     """The request handler; `on_batch(calls)` is told of each batch request, whose calls
-    each go through `handle` as if sent alone."""
+    each go through `handle` as if sent alone. A request that names the fields it wants
+    gets a partial response (fields.py); `on_fields(value)` is told of each and answers
+    whether the fake takes it (False: a 400, as an API that rejects the selection)."""
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         # headers and body go out as two writes: without TCP_NODELAY, Nagle holds the body
@@ -122,8 +132,26 @@ def handler_for(handle: Handle, on_batch: Callable[[int], None] | None = None
                 self._batch(raw)
                 return
             query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+            mask = self.headers.get(FIELDS_HEADER)
+            for name in _FIELDS_PARAMS:
+                mask = query.pop(name, mask)
             body = json.loads(raw) if raw else {}
+            selection = None
+            if mask is not None:
+                try:
+                    selection = partial.parse(mask)
+                    taken = on_fields is None or on_fields(mask)
+                except ValueError as exc:
+                    taken, why = False, str(exc)
+                else:
+                    why = f"Invalid field selection {mask}"
+                if not taken:
+                    self._send(400, "application/json; charset=UTF-8",
+                               json.dumps(error(400, why, reason="invalidParameter")).encode())
+                    return
             status, payload = handle(method, parts.path, query, body)
+            if status == 200:
+                payload = partial.apply(payload, selection)
             self._send(status, "application/json; charset=UTF-8", json.dumps(payload).encode())
 
         def _batch(self, raw: bytes) -> None:

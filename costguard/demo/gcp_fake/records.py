@@ -59,10 +59,38 @@ class FakeVm:
         }
         body["disks"] = [d.attached_json(self.project, self.zone, i)
                          for i, d in enumerate(self.disks)]
+        # what a real VM's listing carries besides (the Instance resource's fields, as
+        # `instances.get` returns them): costguard reads none of it, but parses it unless it
+        # asks for a partial response
+        region = self.zone.rsplit("-", 1)[0]
+        net = f"{_BASE}/projects/{self.project}"
+        body["networkInterfaces"] = [{
+            "kind": "compute#networkInterface", "name": "nic0",
+            "network": f"{net}/global/networks/default",
+            "subnetwork": f"{net}/regions/{region}/subnetworks/default",
+            "networkIP": f"10.{self.id % 250}.{self.id // 250 % 250}.{self.id % 7 + 2}",
+            "fingerprint": "tGm1Oa9ALNI=", "stackType": "IPV4_ONLY",
+            "accessConfigs": [{"kind": "compute#accessConfig", "type": "ONE_TO_ONE_NAT",
+                               "name": "External NAT", "networkTier": "PREMIUM"}]}]
+        body["metadata"] = {"kind": "compute#metadata", "fingerprint": "fake"}
         if self.metadata:
-            body["metadata"] = {"kind": "compute#metadata", "fingerprint": "fake",
-                                "items": [{"key": k, "value": v}
-                                          for k, v in self.metadata.items()]}
+            body["metadata"]["items"] = [{"key": k, "value": v}
+                                         for k, v in self.metadata.items()]
+        body["scheduling"]["onHostMaintenance"] = "TERMINATE" if self.accelerators else "MIGRATE"
+        body.update({
+            "tags": {"fingerprint": "42WmSpB8rSM="}, "cpuPlatform": "Intel Cascade Lake",
+            "fingerprint": "nDSkMe6qkGM=", "canIpForward": False, "deletionProtection": False,
+            "startRestricted": False, "description": "",
+            "shieldedInstanceConfig": {"enableSecureBoot": False, "enableVtpm": True,
+                                       "enableIntegrityMonitoring": True},
+            "shieldedInstanceIntegrityPolicy": {"updateAutoLearnPolicy": True},
+            "confidentialInstanceConfig": {"enableConfidentialCompute": False},
+            "reservationAffinity": {"consumeReservationType": "ANY_RESERVATION"},
+            "displayDevice": {"enableDisplay": False},
+            "keyRevocationActionType": "NONE", "satisfiesPzi": True,
+        })
+        if self.status == "RUNNING":
+            body["lastStartTimestamp"] = self.created.isoformat(timespec="milliseconds")
         if self.service_account:
             body["serviceAccounts"] = [{"email": self.service_account,
                                         "scopes": ["https://www.googleapis.com/auth/cloud-platform"]}]

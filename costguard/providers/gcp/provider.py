@@ -65,6 +65,7 @@ class GcpProvider:
         self.clock = clock or SystemClock()
         self.clients = clients or build_clients(settings)
         self.retry = make_retry(settings.retry)
+        self._partial = inventory.PartialListing(settings.partial_responses)
         self.metric_gaps: list[Gap] = []  # projects the last gpu_metrics call could not read
         # readings handed over and stored: unchanged ones are left out of the settling span
         self._repeats = Repeats(self.metrics_settle + timedelta(minutes=1))
@@ -122,6 +123,7 @@ class GcpProvider:
                         page_size=self.settings.page_size,
                         retry=self.retry,
                         observed_at=observed_at,
+                        partial=self._partial,
                     ),
                     names,
                 )

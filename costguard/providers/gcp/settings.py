@@ -58,6 +58,10 @@ class GcpSettings(BaseModel):
     # stops, relabels and operation polls of many VMs go in Compute Engine HTTP batch
     # requests (up to 1,000 calls each); false: one call per VM, `batch_workers` at a time
     http_batch: bool = True
+    # the instance listing asks for the fields costguard reads alone (a partial response);
+    # false: whole VMs. On by default; an API or proxy that answers the selection with a
+    # 400 turns it off for the process by itself (docs/gcp.md)
+    partial_responses: bool = True
     page_size: int = Field(default=500, ge=1, le=500)
     operation_timeout_s: float = Field(default=300.0, gt=0, le=3600)
     retry: RetrySettings = Field(default_factory=RetrySettings)
