@@ -14,6 +14,7 @@ operation (botocore's `_make_api_call`: retries are below it), and the summary.
 from __future__ import annotations
 
 import json
+import os
 import resource
 import sys
 import time
@@ -65,7 +66,10 @@ def make_engine(endpoint: str | None, spec: dict[str, Any], db_url: str) -> tupl
         providers["gcp"] = GcpProvider(GcpSettings(
             projects=gcp["projects"], compute_endpoint=gcp["compute"],
             monitoring_endpoint=gcp["monitoring"], anonymous=True,
-            max_workers=spec["workers"]), clock=clock)
+            max_workers=spec["workers"],
+            # 0: list whole VMs (to measure the partial listing; bench/gcp_cycle.py)
+            partial_responses=os.environ.get("COSTGUARD_BENCH_GCP_PARTIAL", "1") != "0"),
+            clock=clock)
         policies = BOTH_CLOUDS
     settings = Settings(database_url=db_url, policy_paths=[policies],
                         alerts=AlertsSettings(console=False),
