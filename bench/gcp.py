@@ -157,8 +157,8 @@ def run_cycle(n: int, work: Path, http_batch: bool = True, partial: bool = True
     with FakeGcp() as fake:
         fleet = seed_fleet(fake, n, now)
         fake.compute.calls.clear()
-        # a store of its own
-        name = f"gcp-{n}-{'batched' if http_batch else 'per-vm'}-{'partial' if partial else 'whole'}"
+        way = f"{'batched' if http_batch else 'per-vm'}-{'partial' if partial else 'whole'}"
+        name = f"gcp-{n}-{way}"  # a store of its own
         out = work / f"{name}.json"
         argv = [sys.executable, "-m", "bench.gcp_cycle", fake.compute.url,
                 fake.monitoring.endpoint, now.isoformat(), f"sqlite:///{work / f'{name}.db'}",

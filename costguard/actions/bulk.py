@@ -26,6 +26,7 @@ from sqlmodel import Session
 from costguard.alerts.outbox import enqueue_many
 from costguard.model import Instance, InstanceState
 from costguard.store.tables import ActionJournalRow, FindingRow, InstanceRow, PolicyStateRow
+from costguard.store.upsert import insert_many
 
 _JOURNAL = ActionJournalRow.__table__  # type: ignore[attr-defined]
 _FINDINGS = FindingRow.__table__  # type: ignore[attr-defined]
@@ -105,18 +106,18 @@ class Rows:
     def write(self, s: Session) -> None:
         states, self.states = self.states, []
         if states:
-            s.execute(insert(_STATES), [st.row() for st in states])
+            insert_many(s, _STATES, [st.row() for st in states])
         self._write_held(s)
 
     def _write_held(self, s: Session) -> None:
         journal, findings, alerts = self.journal, self.findings, self.alerts
         self.journal, self.findings, self.alerts = [], [], []
         if findings:
-            s.execute(insert(_FINDINGS), findings)
+            insert_many(s, _FINDINGS, findings)
         if alerts:
             enqueue_many(s, alerts)
         if journal:
-            s.execute(insert(_JOURNAL), journal)
+            insert_many(s, _JOURNAL, journal)
 
 
 def write_intents(s: Session, entries: Sequence[dict[str, Any]]) -> list[int]:

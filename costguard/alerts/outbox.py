@@ -10,10 +10,10 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert
 from sqlmodel import Session, col, select
 
 from costguard.store.tables import AlertRow
+from costguard.store.upsert import insert_many
 
 _ADDED = "costguard.outbox.added"  # session.info: (transaction, dedupe keys enqueued in it)
 _KEYS_PER_QUERY = 500  # bound parameters per IN (...) list
@@ -41,9 +41,10 @@ def enqueue(
 
 def enqueue_many(session: Session, alerts: Sequence[dict[str, Any]]) -> list[bool]:
     """`enqueue` for many alerts (each a dict of its keyword arguments), in order: one
-    SELECT per 500 dedupe keys and one INSERT for those added. Returns, per alert, whether
-    it was added. The rows are inserted at once, after the session's pending rows (the
-    INSERT autoflushes), so alerts added earlier with `enqueue` keep coming first."""
+    SELECT per 500 dedupe keys and one INSERT for those added (`insert_many`: the driver's
+    own executemany on SQLite). Returns, per alert, whether it was added. The rows are
+    inserted at once, after the session's pending rows (flushed first), so alerts added
+    earlier with `enqueue` keep coming first."""
     if not alerts:
         return []
     claims = _claim(session, [a["dedupe_key"] for a in alerts])
@@ -54,7 +55,7 @@ def enqueue_many(session: Session, alerts: Sequence[dict[str, Any]]) -> list[boo
         if fresh:
             rows.append(_row(a))
     if rows:
-        session.execute(insert(AlertRow.__table__), rows)  # type: ignore[attr-defined]
+        insert_many(session, AlertRow.__table__, rows)  # type: ignore[attr-defined]
     return out
 
 

@@ -3,10 +3,12 @@ driver's own executemany."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import Table
+from sqlalchemy import Table, insert
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ClauseElement
@@ -75,3 +77,93 @@ def upsert(
     else:
         stmt = stmt.on_conflict_do_nothing(index_elements=list(key))
     session.execute(stmt, list(rows))
+
+
+def insert_many(session: Session, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
+    """INSERT `rows` into `table`, in order, in the session's transaction (after what it has
+    pending, as `session.execute` would flush it first).
+
+    On SQLite as the driver's own executemany of plain tuples (`driver_sql`): SQLAlchemy's
+    processing of every parameter of every row cost more than the insert (the act stage's
+    journal, findings and alerts at fleet scale). Each value still goes through its column
+    type's bind processor, once per distinct value in a run of rows (a block's rows share
+    their timestamps). Elsewhere through SQLAlchemy, whose insertmanyvalues batches an
+    executemany for PostgreSQL already. Consecutive rows that name the same columns go in
+    one statement; a column a row leaves out takes its scalar default."""
+    if not rows:
+        return
+    if session.autoflush:
+        session.flush()
+    conn = session.connection()
+    if conn.dialect.name != "sqlite":
+        start = 0
+        for end in range(1, len(rows) + 1):
+            if end == len(rows) or rows[end].keys() != rows[start].keys():
+                session.execute(insert(table), [dict(r) for r in rows[start:end]])
+                start = end
+        return
+    start = 0
+    for end in range(1, len(rows) + 1):
+        if end == len(rows) or rows[end].keys() != rows[start].keys():
+            _insert_run(conn, table, rows[start:end])
+            start = end
+
+
+def _insert_run(conn: Any, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Rows that name the same columns, as one executemany through the driver."""
+    given = tuple(rows[0])
+    sql, columns, procs, defaults = _insert_sql(table, given, conn.dialect)
+    at = {name: i for i, name in enumerate(columns)}
+    bound = [(at[name], _last_value(process)) for name, process in procs.items()
+             if name in at]
+    params: list[Any] = []
+    for row in rows:
+        values = [row[name] if name in row else defaults[name] for name in columns]
+        for i, process in bound:
+            values[i] = process(values[i])
+        params.append(tuple(values))
+    conn.exec_driver_sql(sql, params)
+
+
+_IMMUTABLE = frozenset({datetime, str, int, float, bool, type(None)})
+
+
+def _last_value(process: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """`process`, remembering its last value when that is a scalar: a run of rows binds its
+    shared timestamp (the same object, or an equal one) once. A list or a dict (a JSON
+    column's) is bound every time: comparing it with the last one costs what binding does."""
+    last: list[Any] = [object(), None]
+
+    def bind(value: Any) -> Any:
+        if type(value) not in _IMMUTABLE:
+            return process(value)
+        if value is not last[0] and value != last[0]:
+            last[0], last[1] = value, process(value)
+        return last[1]
+
+    return bind
+
+
+@lru_cache(maxsize=64)
+def _insert_sql(table: Table, given: tuple[str, ...], dialect: Dialect
+                ) -> tuple[str, list[str], BindProcessors, dict[str, Any]]:
+    """The driver SQL inserting `given` and the columns with a scalar default the rows leave
+    out; its columns in parameter order (the table's), their bind processors, and those
+    defaults."""
+    defaults: dict[str, Any] = {}
+    for c in table.columns:
+        if c.name in given or c.default is None:
+            continue
+        if not c.default.is_scalar:
+            raise TypeError(f"{table.name}.{c.name}: a default insert_many cannot compute; "
+                            "give the column a value in every row")
+        defaults[c.name] = c.default.arg  # type: ignore[attr-defined]
+    columns = [c.name for c in table.columns if c.name in given or c.name in defaults]
+    if len(columns) != len(given) + len(defaults):
+        unknown = sorted(set(given) - set(columns))
+        raise KeyError(f"{table.name} has no column {', '.join(unknown)}")
+    sql, positional, procs = driver_sql(insert(table), table, columns, dialect)
+    if not positional:
+        raise RuntimeError(f"{dialect.name}: insert_many's driver path takes positional "
+                           "parameters (SQLite's)")
+    return sql, columns, procs, defaults
