@@ -14,7 +14,7 @@ from datetime import datetime
 from sqlmodel import Session, col, select
 
 from costguard.errors import ProviderError
-from costguard.model import Instance, Lifecycle
+from costguard.model import Instance, InstanceState, Lifecycle
 from costguard.providers.base import Provider
 from costguard.store.inventory import to_instance
 from costguard.store.tables import ActionJournalRow, InstanceRow
@@ -26,8 +26,11 @@ INTERRUPTION_POLICY = "(spot-market)"
 
 
 def spot_saving(providers: Mapping[str, Provider], inst: Instance) -> float | None:
-    """USD/h saved by running `inst` as spot at current spot prices; None if unknown."""
-    if inst.lifecycle is not Lifecycle.ON_DEMAND:
+    """USD/h saved by running `inst` as spot at current spot prices; None if unknown, and
+    for an instance that is not running (it costs no compute to save on). The inventory
+    reads the spot prices of the types that run (spot.py); a stopped instance's type would
+    be a call of its own, made inside the act stage's transaction."""
+    if inst.lifecycle is not Lifecycle.ON_DEMAND or inst.state is not InstanceState.RUNNING:
         return None
     provider = providers.get(inst.provider)
     if provider is None:

@@ -347,3 +347,29 @@ def test_the_inventory_reads_each_scopes_spot_prices_once_for_every_type_it_may_
     odd = next(i for i in instances if i.instance_id == stopped["InstanceId"])
     provider.price(odd.model_copy(update={"lifecycle": Lifecycle.SPOT}))  # still asked lazily
     assert asked[2] == (REGION, ["m5.large"])
+
+
+@pytest.mark.usefixtures("moto")
+def test_a_notice_prices_spot_savings_of_running_instances_only_from_what_was_read(
+    make_provider: ProviderFactory, session: boto3.Session
+) -> None:
+    """What a notice says spot would save comes from the prices the inventory read; a
+    stopped instance saves nothing on spot, and its type is not asked for inside the act
+    stage's transaction."""
+    from costguard.actions.spot import spot_saving
+
+    run_instances(count=1, itype="p4d.24xlarge")
+    (stopped,) = run_instances(count=1, itype="m5.large")
+    boto3.client("ec2", region_name=REGION).stop_instances(InstanceIds=[stopped["InstanceId"]])
+    asked: list[list[str]] = []
+    session.events.register(
+        "provide-client-params.ec2.DescribeSpotPriceHistory",
+        lambda params, **_: asked.append(sorted(params["InstanceTypes"])))
+    provider = make_provider()
+    by_id = {i.instance_id: i for i in provider.list_instances().instances}
+    assert asked == [["p4d.24xlarge"]]
+    running = next(i for iid, i in by_id.items() if iid != stopped["InstanceId"])
+    saving = spot_saving({"aws": provider}, running)
+    assert saving is not None and saving > 0
+    assert spot_saving({"aws": provider}, by_id[stopped["InstanceId"]]) is None
+    assert asked == [["p4d.24xlarge"]]
