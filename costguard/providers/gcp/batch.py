@@ -63,6 +63,8 @@ class BatchContext:
     stopped_costs: dict[str, PriceQuote | None] = field(default_factory=dict)
     # guards both: the act stage calls projects concurrently (its scopes), all on this context
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # the re-check listing's partial-response selection (None: whole VMs; inventory.py)
+    fields: Callable[[], str | None] = lambda: None
 
 
 def each(
@@ -122,7 +124,8 @@ def _list_named(ctx: BatchContext, project: str, wanted: list[Instance]
     if len(named) < 2:
         return {}, wanted  # one get is as cheap as one list
     listed = lookup.instances(ctx.actions.instances, project, (i.name or "" for i in named),
-                              page_size=ctx.page_size, retry=ctx.actions.retry)
+                              page_size=ctx.page_size, retry=ctx.actions.retry,
+                              fields=ctx.fields())
     if listed is None:
         return {}, wanted  # an unreadable zone must not make its VMs look gone: gets
     by_id = {str(vm.id): vm for _, vm in listed}

@@ -21,6 +21,7 @@ from costguard.model import Gap, Instance, InstanceState, Inventory, Lifecycle
 from costguard.providers.gcp import compute as compute_v1
 from costguard.providers.gcp import gpus
 from costguard.providers.gcp.errors import explain, from_retry_error
+from costguard.providers.gcp.lookup import FIELD_MASK_HEADER
 from costguard.providers.gcp.owners import owner_from_labels
 
 log = logging.getLogger(__name__)
@@ -38,9 +39,13 @@ INSTANCE_FIELDS = (
     "guestAccelerators(acceleratorType,acceleratorCount),"
     "serviceAccounts/email,metadata/items"
 )
-LIST_FIELDS = (f"items/*/instances({INSTANCE_FIELDS}),items/*/warning,unreachables,"
-               "nextPageToken")
-FIELD_MASK_HEADER = "x-goog-fieldmask"
+_PAGE_FIELDS = "items/*/warning,unreachables,nextPageToken"
+LIST_FIELDS = f"items/*/instances({INSTANCE_FIELDS}),{_PAGE_FIELDS}"
+# The re-check before acting (lookup.instances, batch.py) reads besides what the stop, the
+# relabel and the stopped-cost note need: the label fingerprint and the disks.
+# test_gcp_partial_listing.py checks the acting paths read the same through it.
+RECHECK_FIELDS = (f"items/*/instances({INSTANCE_FIELDS},labelFingerprint,"
+                  f"disks(source,deviceName,autoDelete,type)),{_PAGE_FIELDS}")
 
 
 class PartialListing:
@@ -55,6 +60,10 @@ class PartialListing:
     @property
     def fields(self) -> str | None:
         return LIST_FIELDS if self._enabled else None
+
+    def recheck_fields(self) -> str | None:
+        """The re-check's selection (None: whole VMs, once the API rejected one)."""
+        return RECHECK_FIELDS if self._enabled else None
 
     def rejected(self, project: str, exc: gexc.BadRequest) -> None:
         with self._lock:

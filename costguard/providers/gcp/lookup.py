@@ -23,6 +23,8 @@ from costguard.providers.gcp import compute as compute_v1
 NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 # Characters of names per filter: keeps each GET well under URL length limits.
 FILTER_CHARS = 4000
+# the `fields` system parameter as a header: a partial response (inventory.py)
+FIELD_MASK_HEADER = "x-goog-fieldmask"
 
 
 def filterable(name: str | None) -> bool:
@@ -79,17 +81,19 @@ def _listed(pages: Callable[[], Iterable[Any]], key: str) -> list[tuple[str, Any
 
 
 def instances(client: compute_v1.InstancesClient, project: str, names: Iterable[str], *,
-              page_size: int, retry: gretry.Retry
+              page_size: int, retry: gretry.Retry, fields: str | None = None
               ) -> list[tuple[str, compute_v1.Instance]] | None:
     """(zone, VM) of every VM of `project` named in `names`, in any zone; one filtered
-    aggregatedList per `name_filters` chunk (and page). None: some could not be read."""
+    aggregatedList per `name_filters` chunk (and page), as a partial response of `fields`
+    when given (the X-Goog-FieldMask header). None: some could not be read."""
     out: list[tuple[str, compute_v1.Instance]] = []
+    metadata = [(FIELD_MASK_HEADER, fields)] if fields else []
     for expr in name_filters(names):
         request = compute_v1.AggregatedListInstancesRequest(
             project=project, max_results=page_size, filter=expr)
 
         def pages(r: Any = request) -> Iterable[Any]:
-            return client.aggregated_list(request=r, retry=retry).pages
+            return client.aggregated_list(request=r, retry=retry, metadata=metadata).pages
 
         got = _listed(pages, "instances")
         if got is None:

@@ -84,6 +84,7 @@ class GcpProvider:
             now=self.clock.now,
             disks=self._disk_client,
             retry_settings=settings.retry,
+            fields=self._partial.recheck_fields,
         )
         if settings.http_batch:
             session, self._batch.base_url = batch_transport(self.clients.instances,

@@ -11,9 +11,9 @@ import pytest
 
 from costguard.demo.gcp_fake import fields
 from costguard.demo.gcp_fake.server import FakeGcp
-from costguard.model import Instance, OwnerKind
+from costguard.model import ActionOutcome, Instance, InstanceState, OwnerKind
 from costguard.providers.gcp import GcpProvider
-from costguard.providers.gcp.inventory import INSTANCE_FIELDS, LIST_FIELDS
+from costguard.providers.gcp.inventory import INSTANCE_FIELDS, LIST_FIELDS, RECHECK_FIELDS
 
 MIG = ("projects/123/zones/us-central1-a/instanceGroupManagers/trainers")
 
@@ -116,6 +116,40 @@ def test_a_bad_request_the_whole_listing_gets_too_is_a_gap_and_keeps_the_selecti
     masks = len(fake.compute.field_masks)
     assert len(provider.list_instances().instances) == 4
     assert fake.compute.field_masks[masks:] == [LIST_FIELDS]  # the selection was not to blame
+
+
+@pytest.mark.parametrize("partial", [True, False], ids=["partial", "whole"])
+def test_acting_decides_the_same_through_the_recheck_selection(
+    fake: FakeGcp, make_provider: Callable[..., GcpProvider], partial: bool
+) -> None:
+    """The re-check before acting reads what the runner, the stop, the relabel and the
+    stopped-cost note need: a MIG's member reads back as the group's (metadata: the runner
+    never acts on it as if alone), labels go with the fingerprint just read (no 412), the
+    stopped VMs' disks are priced; both ways alike."""
+    _fleet(fake)
+    provider = make_provider(partial_responses=partial)
+    vms = _by_name(provider.list_instances().instances)
+    targets = [vms["a100"], vms["t4"], vms["trainers-x1"]]
+    fake.compute.field_masks.clear()
+    fake.compute.calls.clear()
+    fresh = provider.describe_many(targets)
+    assert fresh == {i.instance_id: i for i in targets}  # the owner read back included
+    member = fresh[vms["trainers-x1"].instance_id]
+    assert member is not None and member.owner is not None
+    assert member.owner.kind == OwnerKind.MIG
+    labelled = provider.set_tags_many(targets[:2], {"team": "vision"}, dry_run=False)
+    assert {r.outcome for r in labelled.values()} == {ActionOutcome.DONE}
+    # each relabelled once, with the fingerprint read: no 412, no VM read again
+    assert fake.compute.calls["POST set_labels"] == 2 and fake.compute.calls["GET get"] == 0
+    assert fake.compute.instance("ml-prod", "us-central1-b", "t4").labels["team"] == "vision"
+    stopped = provider.stop_many(targets[:2], dry_run=False)
+    for inst in targets[:2]:
+        assert stopped[inst.instance_id].state_after == InstanceState.STOPPED
+        quote = provider.stopped_cost(inst)  # the boot disk, priced from the read-back
+        assert quote is not None and quote.usd_per_hour > 0
+    rechecks = [m for m in fake.compute.field_masks if m == RECHECK_FIELDS]
+    assert (len(rechecks) > 0) is partial
+    assert fake.compute.field_masks == rechecks
 
 
 @pytest.mark.parametrize(("value", "payload", "expected"), [
