@@ -144,7 +144,8 @@ class FakeCompute(DiskOps, GroupOps):
             self._forbidden[project] = "SERVICE_DISABLED" if api_disabled else "forbidden"
 
     def inject(self, status: int, *, times: int = 1, path_contains: str = "") -> None:
-        """The next `times` requests whose path contains `path_contains` answer `status`."""
+        """The next `times` requests whose path contains `path_contains` answer `status`
+        (`http.RESET`: the connection is reset, no answer)."""
         with self._lock:
             self._injected.append(_Injected(status, times, path_contains))
 

@@ -5,6 +5,8 @@ also answers batch requests (`POST /batch/compute/v1`, multipart/mixed) as Compu
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import uuid
 from collections.abc import Callable
 from email.parser import BytesParser
@@ -17,6 +19,9 @@ from urllib.parse import parse_qs, urlsplit
 from costguard.demo.gcp_fake import fields as partial
 
 Handle = Callable[[str, str, dict[str, str], Any], tuple[int, Any]]
+# what `handle` answers for a connection reset: the socket is closed with a TCP RST and no
+# answer, as a load balancer dropping a connection does (`FakeCompute.inject(RESET)`)
+RESET = 0
 
 _STATUS_NAMES = {
     400: "INVALID_ARGUMENT",
@@ -150,6 +155,11 @@ def handler_for(handle: Handle, on_batch: Callable[[int], None] | None = None,
                                json.dumps(error(400, why, reason="invalidParameter")).encode())
                     return
             status, payload = handle(method, parts.path, query, body)
+            if status == RESET:
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                           struct.pack("ii", 1, 0))
+                self.close_connection = True
+                return
             if status == 200:
                 payload = partial.apply(payload, selection)
             self._send(status, "application/json; charset=UTF-8", json.dumps(payload).encode())

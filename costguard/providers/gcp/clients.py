@@ -13,6 +13,7 @@ from typing import Any
 
 import grpc  # type: ignore[import-untyped]
 import requests.adapters
+import requests.exceptions
 from google.api_core import exceptions as gexc
 from google.api_core import retry as gretry
 from google.api_core.client_options import ClientOptions
@@ -34,6 +35,10 @@ RETRYABLE = (
     gexc.InternalServerError,
     gexc.GatewayTimeout,
     gexc.DeadlineExceeded,
+    # a connection reset or refused under the REST transport: the client library raises
+    # requests' own error, which escaped the act stage as a crash. Mutations carry a
+    # requestId, so the one sent again is applied once
+    requests.exceptions.ConnectionError,
 )
 
 

@@ -135,3 +135,27 @@ def test_set_labels_dry_run_says_what_would_change(fake: FakeGcp, gcp: GcpProvid
     assert "+owner=bo" in result.detail
     assert fake.compute.instance("ml-prod", "us-central1-a", "idle-a100").labels == {}
     assert fake.compute.calls["POST set_labels"] == 0
+
+
+@pytest.mark.parametrize("action", ["stop", "setLabels"])
+def test_a_connection_reset_mid_call_is_retried_not_a_crash(
+    fake: FakeGcp, gcp: GcpProvider, action: str
+) -> None:
+    """A connection dropped under a call (the REST transport raises requests' own error) is
+    retried like a 503: the mutation carries a requestId, so it is applied once. It used to
+    escape the provider and end the cycle."""
+    from costguard.demo.gcp_fake.http import RESET
+
+    inst = _listed(gcp, "idle-a100")
+    fake.compute.inject(RESET, times=1, path_contains=f"/idle-a100/{action}")
+    if action == "stop":
+        result = gcp.stop(inst, dry_run=False)
+        assert fake.compute.instance("ml-prod", "us-central1-a", "idle-a100").status == (
+            "TERMINATED")
+    else:
+        result = gcp.set_tags(inst, {"team": "nlp"}, dry_run=False)
+        assert fake.compute.instance("ml-prod", "us-central1-a", "idle-a100").labels == {
+            "team": "nlp"}
+    assert result.outcome == ActionOutcome.DONE
+    assert fake.compute.calls["POST injected-0"] == 1
+    assert len(fake.compute.request_ids) == 1
