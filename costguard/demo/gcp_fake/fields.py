@@ -88,11 +88,16 @@ def _selection(tokens: list[str], at: int, into: Selection) -> int:
     if inner is None or node.get(last, {}) is None:
         node[last] = None
     else:
-        merged = node.get(last) or {}
-        assert merged is not None
-        merged.update(inner)
-        node[last] = merged
+        node[last] = _merged(node.get(last) or {}, inner)
     return at
+
+
+def _merged(into: Selection, more: Selection) -> Selection:
+    """Both selections: `a(b/c),a(b/d)` keeps c and d."""
+    for name, inner in more.items():
+        have = into.get(name, {})
+        into[name] = None if inner is None or have is None else _merged(have, inner)
+    return into
 
 
 def apply(payload: Any, tree: Selection | None) -> Any:
