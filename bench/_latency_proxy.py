@@ -32,6 +32,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+from costguard.demo.gcp_fake.http import LoopbackServer
+
 _SERVICE = re.compile(r"Credential=[^/]+/\d{8}/[^/]+/([^/]+)/aws4_request")
 # hop-by-hop headers are the proxy's own (RFC 9110 7.6.1)
 _HOP = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te",
@@ -155,9 +157,7 @@ def make_handler(backend: str, gate: Gate) -> type[BaseHTTPRequestHandler]:
 def serve(backend: str, latency_ms: float, throttle: float, port: int = 0
           ) -> tuple[ThreadingHTTPServer, Gate]:
     gate = Gate(latency_ms, throttle)
-    server = ThreadingHTTPServer(("127.0.0.1", port), make_handler(backend, gate))
-    server.daemon_threads = True
-    server.request_queue_size = 256
+    server = LoopbackServer(("127.0.0.1", port), make_handler(backend, gate))
     return server, gate
 
 

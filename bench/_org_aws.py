@@ -44,6 +44,7 @@ from bench._org_fleet import (
     host_cpu,
     spot_price,
 )
+from costguard.demo.gcp_fake.http import LoopbackServer
 
 EC2_NS = "http://ec2.amazonaws.com/doc/2016-11-15/"
 STS_NS = "https://sts.amazonaws.com/doc/2011-06-15/"
@@ -526,9 +527,7 @@ def make_handler(org: OrgAws) -> type[BaseHTTPRequestHandler]:
 
 
 def serve(org: OrgAws, port: int = 0) -> ThreadingHTTPServer:
-    server = ThreadingHTTPServer(("127.0.0.1", port), make_handler(org))
-    server.daemon_threads = True
-    server.request_queue_size = 256
+    server = LoopbackServer(("127.0.0.1", port), make_handler(org))
     return server
 
 

@@ -29,7 +29,7 @@ from typing import Any
 from costguard.demo.gcp_fake.disks import DiskOps, FakeDisk
 from costguard.demo.gcp_fake.filter import aggregated
 from costguard.demo.gcp_fake.groups import GROUP_ROUTES, GroupOps
-from costguard.demo.gcp_fake.http import error, forbidden, handler_for
+from costguard.demo.gcp_fake.http import LoopbackServer, error, forbidden, handler_for
 from costguard.demo.gcp_fake.records import FakeOperation, FakeVm
 
 __all__ = ["FakeCompute", "FakeDisk", "FakeOperation", "FakeVm"]
@@ -158,8 +158,8 @@ class FakeCompute(DiskOps, GroupOps):
         return f"http://{host!s}:{port}"
 
     def start(self) -> FakeCompute:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(self.handle, self._on_batch,
-                                                                    self._on_fields))
+        server = LoopbackServer(("127.0.0.1", 0), handler_for(self.handle, self._on_batch,
+                                                              self._on_fields))
         server.daemon_threads = True
         self._server = server
         self._thread = threading.Thread(

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from email.parser import BytesParser
 from email.policy import HTTP
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -108,6 +108,17 @@ def _batch_answer(answers: list[tuple[str, int, Any]], boundary: str) -> bytes:
                    "Content-Type: application/json; charset=UTF-8\r\n"
                    f"Content-Length: {len(data.encode())}\r\n\r\n{data}\r\n")
     return ("".join(out) + f"--{boundary}--\r\n").encode()
+
+
+class LoopbackServer(ThreadingHTTPServer):
+    """A threaded HTTP server for the fakes: a thread per connection, and a listen backlog
+    that many workers connecting at once fit in. The backlog is a class attribute because
+    the server calls listen() as it is built: setting it on the instance afterwards (as the
+    benchmarks' servers did) left the default of 5, and the kernel dropped the connections
+    beyond it (each waited out a SYN retry: a second or more)."""
+
+    daemon_threads = True
+    request_queue_size = 256
 
 
 # the `fields` system parameter, as a query parameter or a header (fields.py)
