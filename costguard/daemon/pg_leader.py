@@ -119,8 +119,14 @@ class PostgresLeader:
         self._leading = False
 
     def release(self) -> None:
+        """Let the lock go now: unlocked on the session, then the session closed. Closing
+        alone releases it too, but only once the server has ended the session, a moment
+        later: a standby that tried at once still found it held."""
         with self._lock:
-            self._drop()  # closing the session releases its advisory locks
+            if self._leading and self._conn is not None:
+                with contextlib.suppress(psycopg.Error):
+                    self._conn.execute("SELECT pg_advisory_unlock(%s)", (self.key,))
+            self._drop()
 
     def describe(self) -> str:
         return f"PostgreSQL advisory lock {self.key} on {self._safe}"
