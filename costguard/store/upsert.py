@@ -3,7 +3,7 @@ driver's own executemany."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, cast
@@ -95,17 +95,19 @@ def insert_many(session: Session, table: Table, rows: Sequence[Mapping[str, Any]
     if session.autoflush:
         session.flush()
     conn = session.connection()
-    if conn.dialect.name != "sqlite":
-        start = 0
-        for end in range(1, len(rows) + 1):
-            if end == len(rows) or rows[end].keys() != rows[start].keys():
-                session.execute(insert(table), [dict(r) for r in rows[start:end]])
-                start = end
-        return
+    for run in _runs(rows):
+        if conn.dialect.name == "sqlite":
+            _insert_run(conn, table, run)
+        else:
+            session.execute(insert(table), [dict(r) for r in run])
+
+
+def _runs(rows: Sequence[Mapping[str, Any]]) -> Iterator[Sequence[Mapping[str, Any]]]:
+    """Consecutive rows that name the same columns, in order."""
     start = 0
     for end in range(1, len(rows) + 1):
         if end == len(rows) or rows[end].keys() != rows[start].keys():
-            _insert_run(conn, table, rows[start:end])
+            yield rows[start:end]
             start = end
 
 
