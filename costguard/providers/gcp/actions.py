@@ -20,7 +20,7 @@ from google.api_core import retry as gretry
 from costguard.errors import ProviderError
 from costguard.model import ActionOutcome, ActionResult, Instance, InstanceState
 from costguard.providers.gcp import compute as compute_v1
-from costguard.providers.gcp.errors import from_retry_error, translate
+from costguard.providers.gcp.errors import for_vm, from_retry_error, translate, vm_scope
 from costguard.providers.gcp.inventory import status_name, to_state
 from costguard.providers.gcp.owners import owner_from_labels
 
@@ -59,21 +59,13 @@ def _where(instance: Instance) -> tuple[str, str, str]:
     return instance.account, instance.zone, instance.name
 
 
-where = _where  # public name for batch.py (the underscore one stays for other importers)
-
-
-def _scope(instance: Instance) -> str:
-    return f"{instance.account}/{instance.zone}/{instance.name}"
+where = _where  # public name for batch.py and reads.py (other importers use the underscore one)
 
 
 def read(ctx: ActionContext, instance: Instance) -> compute_v1.Instance:
     project, zone, name = _where(instance)
-    try:
-        return ctx.instances.get(project=project, zone=zone, instance=name, retry=ctx.retry)
-    except gexc.GoogleAPICallError as exc:
-        raise translate(exc, _scope(instance)) from exc
-    except gexc.RetryError as exc:
-        raise from_retry_error(exc, _scope(instance)) from exc
+    return for_vm(instance, lambda: ctx.instances.get(
+        project=project, zone=zone, instance=name, retry=ctx.retry))
 
 
 def _changed(instance: Instance, vm: compute_v1.Instance) -> str | None:
@@ -98,7 +90,7 @@ def wait(ctx: ActionContext, instance: Instance, op: compute_v1.Operation) -> co
         if time.monotonic() > deadline:
             raise ProviderError(
                 "gcp",
-                _scope(instance),
+                vm_scope(instance),
                 f"operation {op.name} not done after {ctx.operation_timeout_s:.0f} s",
                 retryable=True,
             )
@@ -143,12 +135,7 @@ def change_power(
             f"{status_name(vm)}) in {instance.zone} of project {instance.account}",
             state_after=state,
         )
-    try:
-        op = wait(ctx, instance, call(str(uuid.uuid4())))
-    except gexc.GoogleAPICallError as exc:
-        raise translate(exc, _scope(instance)) from exc
-    except gexc.RetryError as exc:
-        raise from_retry_error(exc, _scope(instance)) from exc
+    op = for_vm(instance, lambda: wait(ctx, instance, call(str(uuid.uuid4()))))
     after = to_state(status_name(read(ctx, instance)))
     error = _op_error(op)
     if error:
@@ -247,7 +234,7 @@ def set_labels(
 ) -> ActionResult:
     """Merge `tags` into the labels and drop `remove`; a 412 (someone else relabelled
     meanwhile) re-reads the labels and tries again. `fresh`: the VM as just read by the
-    caller (batch.describe_many), used instead of reading it again for the first try."""
+    caller (reads.describe_many), used instead of reading it again for the first try."""
     project, zone, name = _where(instance)
     for attempt in range(SET_LABELS_ATTEMPTS):
         vm = fresh if attempt == 0 and fresh is not None else read(ctx, instance)
@@ -271,9 +258,9 @@ def set_labels(
         except gexc.PreconditionFailed:
             continue  # fingerprint moved: read the new labels and merge again
         except gexc.GoogleAPICallError as exc:
-            raise translate(exc, _scope(instance)) from exc
+            raise translate(exc, vm_scope(instance)) from exc
         except gexc.RetryError as exc:
-            raise from_retry_error(exc, _scope(instance)) from exc
+            raise from_retry_error(exc, vm_scope(instance)) from exc
         return labels_set(instance, op, current, wanted, state)
     return ActionResult(
         outcome=ActionOutcome.FAILED,

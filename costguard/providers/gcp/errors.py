@@ -5,9 +5,17 @@ The messages say what to do: enable the API, grant the role, check the project i
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
 from google.api_core import exceptions as gexc
 
 from costguard.errors import InstanceNotFound, ProviderError, ProviderThrottled
+
+if TYPE_CHECKING:
+    from costguard.model import Instance
+
+T = TypeVar("T")
 
 ROLE_FILE = "deploy/iam/gcp/costguard-role.yaml"
 
@@ -71,3 +79,19 @@ def from_retry_error(
         last = translate(cause, scope, api)
         return type(last)("gcp", scope, f"gave up after retries: {explain(cause, scope, api)}")
     return ProviderError("gcp", scope, f"gave up after retries: {cause or exc}", retryable=True)
+
+
+def vm_scope(instance: Instance) -> str:
+    """How an error names the VM it is about: project/zone/name."""
+    return f"{instance.account}/{instance.zone}/{instance.name}"
+
+
+def for_vm(instance: Instance, fn: Callable[[], T]) -> T:
+    """`fn()`, one Compute call about `instance`, with the client library's errors
+    translated at this boundary."""
+    try:
+        return fn()
+    except gexc.GoogleAPICallError as exc:
+        raise translate(exc, vm_scope(instance)) from exc
+    except gexc.RetryError as exc:
+        raise from_retry_error(exc, vm_scope(instance)) from exc

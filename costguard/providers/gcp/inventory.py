@@ -41,7 +41,7 @@ INSTANCE_FIELDS = (
 )
 _PAGE_FIELDS = "items/*/warning,unreachables,nextPageToken"
 LIST_FIELDS = f"items/*/instances({INSTANCE_FIELDS}),{_PAGE_FIELDS}"
-# The re-check before acting (lookup.instances, batch.py) reads besides what the stop, the
+# The re-check before acting (lookup.instances, reads.py) reads besides what the stop, the
 # relabel and the stopped-cost note need: the label fingerprint and the disks.
 # test_gcp_partial_listing.py checks the acting paths read the same through it.
 RECHECK_FIELDS = (f"items/*/instances({INSTANCE_FIELDS},labelFingerprint,"

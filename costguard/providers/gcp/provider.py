@@ -25,8 +25,10 @@ from costguard.providers.gcp import (
     http_batch,
     inventory,
     metrics,
+    pool,
     pricing,
     projects,
+    reads,
 )
 from costguard.providers.gcp import compute as compute_v1
 from costguard.providers.gcp.clients import (
@@ -77,7 +79,7 @@ class GcpProvider:
         )
         self.groups = GroupClients(self.clients.credentials, settings.compute_endpoint,
                                    self.retry)
-        self._batch = batch.BatchContext(
+        self._batch = pool.BatchContext(
             actions=self._actions,
             workers=settings.batch_workers,
             page_size=settings.page_size,
@@ -252,7 +254,7 @@ class GcpProvider:
 
     # -- optional capabilities (costguard.providers.base.Describes / BatchActions) ------------
     def describe_many(self, instances: Sequence[Instance]) -> dict[str, Instance | None]:
-        return batch.describe_many(self._batch, instances)
+        return reads.describe_many(self._batch, instances)
 
     def stop_many(
         self, instances: Sequence[Instance], *, dry_run: bool

@@ -28,7 +28,7 @@ from costguard.errors import InstanceNotFound, ProviderError
 from costguard.model import ActionOutcome, ActionResult, Instance, InstanceState
 from costguard.providers.gcp import compute as compute_v1
 from costguard.providers.gcp.actions import ActionContext, managed_now, read, wait
-from costguard.providers.gcp.errors import from_retry_error, translate
+from costguard.providers.gcp.errors import from_retry_error, translate, vm_scope
 from costguard.providers.gcp.inventory import labels_as_tags, status_name, to_state
 
 SNAPSHOT_OF_LABEL = "costguard_snapshot-of"
@@ -67,10 +67,6 @@ def snapshot_name(instance_id: str, disk: str) -> str:
     """`cg-<disk>-<vm id>`: at most 63 characters of [a-z0-9-], starting with a letter."""
     stem = _NOT_NAME.sub("-", disk.lower())[: 63 - len(instance_id) - 4].strip("-")
     return f"cg-{stem}-{instance_id}" if stem else f"cg-{instance_id}"
-
-
-def _scope(instance: Instance) -> str:
-    return f"{instance.account}/{instance.zone}/{instance.name}"
 
 
 def _why_not(instance: Instance, vm: compute_v1.Instance) -> str | None:
@@ -156,9 +152,9 @@ def terminate(ctx: ActionContext, disks: compute_v1.DisksClient, instance: Insta
         return ActionResult(outcome=ActionOutcome.FAILED, detail=f"{failed}; not deleted",
                             state_after=InstanceState.STOPPED)
     except gexc.GoogleAPICallError as exc:
-        raise translate(exc, _scope(instance)) from exc
+        raise translate(exc, vm_scope(instance)) from exc
     except gexc.RetryError as exc:
-        raise from_retry_error(exc, _scope(instance)) from exc
+        raise from_retry_error(exc, vm_scope(instance)) from exc
     error = _op_error(op)
     if error:
         return ActionResult(outcome=ActionOutcome.FAILED, detail=f"delete failed: {error}",
