@@ -8,8 +8,9 @@ client's CPU per metrics call. costguard builds every query itself (`metrics.gpu
 (`sessions.ClientFactory`), and their answers are read here.
 
 `read_get_metric_data` is registered on costguard's CloudWatch clients for botocore's
-`before-parse.cloudwatch.GetMetricData` event. On a 200 answer in the JSON protocol
-(`application/x-amz-json-1.0`, what botocore asks for) it reads each result's `Id`,
+`before-parse.cloudwatch.GetMetricData` event. On a 200 answer to a client speaking the JSON
+protocol (what botocore asks for; botocore chooses its parser by the client's protocol, not
+by the answer's content type, and so does this) it reads each result's `Id`,
 `StatusCode`, `Timestamps` (epoch seconds, as UTC datetimes, as botocore gives them) and
 `Values`, and the `NextToken` and `Messages` of the page; botocore then parses an empty
 body for the response metadata. Errors, another protocol (CBOR, query XML) or a body that
@@ -35,7 +36,6 @@ EVENT = "before-parse.cloudwatch.GetMetricData"
 BUILD_EVENT = "before-parameter-build.cloudwatch.GetMetricData"
 CALL_EVENT = "before-call.cloudwatch.GetMetricData"
 _HELD = "costguard_metric_data_queries"  # the request context's key for the held queries
-_JSON = "application/x-amz-json-1.0"
 _KEPT = ("Id", "Label", "StatusCode", "Messages")
 
 
@@ -47,12 +47,10 @@ def _result(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_get_metric_data(response_dict: dict[str, Any],
-                         customized_response_dict: dict[str, Any], **_: Any) -> None:
+                         customized_response_dict: dict[str, Any], operation_model: Any,
+                         **_: Any) -> None:
     """botocore `before-parse` handler for GetMetricData (see the module's doc)."""
-    if response_dict.get("status_code") != 200:
-        return
-    headers = response_dict.get("headers") or {}
-    if headers.get("content-type", "").split(";")[0].strip() != _JSON:
+    if response_dict.get("status_code") != 200 or _protocol(operation_model) != "json":
         return
     try:
         body = json.loads(response_dict["body"])
@@ -68,11 +66,18 @@ def read_get_metric_data(response_dict: dict[str, Any],
     response_dict["body"] = b"{}"
 
 
+def _protocol(operation_model: Any) -> str | None:
+    """The protocol botocore parses the answer in: the client's, whatever the answer's
+    content type says (moto's is `text`; CloudWatch's `application/x-amz-json-1.0`)."""
+    service = getattr(operation_model, "service_model", None)
+    return getattr(service, "resolved_protocol", None)
+
+
 def hold_queries(params: dict[str, Any], model: Any, context: dict[str, Any],
                  **_: Any) -> None:
     """botocore `before-parameter-build` handler for GetMetricData (see the module's doc)."""
     queries = params.get("MetricDataQueries")
-    if (model.service_model.resolved_protocol != "json" or not isinstance(queries, list)
+    if (_protocol(model) != "json" or not isinstance(queries, list)
             or next(iter(params)) != "MetricDataQueries"):
         return  # written at the head of the body: only where botocore would write them
     try:

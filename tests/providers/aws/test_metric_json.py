@@ -61,7 +61,13 @@ def test_the_reader_equals_botocores_parse_of_moto_answers_page_by_page() -> Non
     plain: Any = boto3.client("cloudwatch", region_name=REGION)
     lean: Any = boto3.client("cloudwatch", region_name=REGION,
                              config=Config(parameter_validation=False))
-    lean.meta.events.register(EVENT, read_get_metric_data)
+    read: list[int] = []
+
+    def reader(customized_response_dict: dict[str, Any], **kwargs: Any) -> None:
+        read_get_metric_data(customized_response_dict=customized_response_dict, **kwargs)
+        read.append(len(customized_response_dict.get("MetricDataResults", [])))
+
+    lean.meta.events.register(EVENT, reader)
     lean.meta.events.register(BUILD_EVENT, hold_queries)
     lean.meta.events.register(CALL_EVENT, write_queries)
     _put(plain, 6, 30)
@@ -69,6 +75,8 @@ def test_the_reader_equals_botocores_parse_of_moto_answers_page_by_page() -> Non
               "EndTime": NOW, "ScanBy": "TimestampAscending"}
     want, got = _pages(plain, **kwargs), _pages(lean, **kwargs)
     assert got == want
+    # the reader read every page itself, though moto's content type is not CloudWatch's
+    assert len(read) == len(got) and all(n == 6 for n in read)
     points = [t for page in got for r in page["MetricDataResults"] for t in r["Timestamps"]]
     assert len(points) == 180 and all(t.utcoffset() == timedelta(0) for t in points)
 
@@ -104,7 +112,8 @@ def test_the_reader_equals_botocores_parse_of_a_documented_answer() -> None:
     shape = _service().operation_model("GetMetricData").output_shape
     want = ResponseParserFactory().create_parser("json").parse(_response(body), shape)
     response, custom = _response(body), {}
-    read_get_metric_data(response_dict=response, customized_response_dict=custom)
+    read_get_metric_data(response_dict=response, customized_response_dict=custom,
+                         operation_model=_model("json"))
     got = ResponseParserFactory().create_parser("json").parse(response, shape)
     got.update(custom)  # what botocore's endpoint does with the customized dict
     assert got == want
@@ -123,8 +132,29 @@ def test_the_reader_equals_botocores_parse_of_a_documented_answer() -> None:
 def test_errors_other_protocols_and_unreadable_bodies_are_left_to_botocore(
         response: dict[str, Any]) -> None:
     body, custom = response["body"], {}
-    read_get_metric_data(response_dict=response, customized_response_dict=custom)
+    read_get_metric_data(response_dict=response, customized_response_dict=custom,
+                         operation_model=_model("json"))
     assert custom == {} and response["body"] == body
+
+
+@pytest.mark.parametrize("protocol", ["smithy-rpc-v2-cbor", "query", None])
+def test_a_client_speaking_another_protocol_is_left_to_botocore(protocol: str | None) -> None:
+    """botocore picks its parser by the client's protocol: a JSON body is read here only
+    when that is JSON, whatever the answer's content type."""
+    response, custom = _response(json.dumps(DOCUMENTED).encode()), {}
+    read_get_metric_data(response_dict=response, customized_response_dict=custom,
+                         operation_model=_model(protocol) if protocol else None)
+    assert custom == {}
+
+
+def test_the_content_type_does_not_decide() -> None:
+    """moto answers `text`, a proxy may answer `application/json`: a JSON-protocol client's
+    answer is read either way, as botocore's JSON parser would read it."""
+    for ctype in ("text", "application/json", ""):
+        response, custom = _response(json.dumps(DOCUMENTED).encode(), ctype=ctype), {}
+        read_get_metric_data(response_dict=response, customized_response_dict=custom,
+                             operation_model=_model("json"))
+        assert len(custom["MetricDataResults"]) == 2 and response["body"] == b"{}"
 
 
 def _sent(client: Any, **kwargs: Any) -> bytes:
