@@ -201,7 +201,8 @@ def _answers(ctx: BatchContext, calls: Sequence[VmCall], method: str = "POST"
     assert ctx.post is not None
     return http_batch.send(ctx.post, ctx.base_url,
                            [http_batch.Call(method, path, body) for _, path, body in calls],
-                           ctx.retry_settings, f"{calls[0][0].account}/batch", sleep=ctx.sleep)
+                           ctx.retry_settings, f"{calls[0][0].account}/batch", sleep=ctx.sleep,
+                           one=ctx.joiner.send if ctx.joiner is not None else None)
 
 
 def _batched(ctx: BatchContext, calls: Sequence[VmCall], method: str = "POST"

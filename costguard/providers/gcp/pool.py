@@ -18,6 +18,7 @@ from costguard.errors import InstanceNotFound, ProviderError
 from costguard.model import ActionOutcome, ActionResult, InstanceState, PriceQuote
 from costguard.providers.gcp import actions, http_batch
 from costguard.providers.gcp import compute as compute_v1
+from costguard.providers.gcp.batch_joiner import Joiner
 from costguard.providers.gcp.settings import RetrySettings
 
 T = TypeVar("T")
@@ -38,6 +39,8 @@ class BatchContext:
     # back-off; None: one call per VM in the pool
     post: http_batch.Post | None = None
     base_url: str = ""
+    # sends each batch with the other projects' calls of the moment (batch_joiner.py)
+    joiner: Joiner | None = None
     retry_settings: RetrySettings = field(default_factory=RetrySettings)
     sleep: Callable[[float], None] = time.sleep
     # raw VMs read by describe_many: instance id -> (when, VM)

@@ -31,6 +31,7 @@ from costguard.providers.gcp import (
     reads,
 )
 from costguard.providers.gcp import compute as compute_v1
+from costguard.providers.gcp.batch_joiner import Joiner
 from costguard.providers.gcp.clients import (
     GcpClients,
     batch_transport,
@@ -92,6 +93,8 @@ class GcpProvider:
             session, self._batch.base_url = batch_transport(self.clients.instances,
                                                             settings.compute_endpoint)
             self._batch.post = http_batch.requests_post(session)
+            self._batch.joiner = Joiner(self._batch.post, self._batch.base_url,
+                                        settings.http_batch_join_ms / 1000)
 
     @property
     def scope_workers(self) -> int:

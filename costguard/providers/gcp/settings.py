@@ -58,6 +58,9 @@ class GcpSettings(BaseModel):
     # stops, relabels and operation polls of many VMs go in Compute Engine HTTP batch
     # requests (up to 1,000 calls each); false: one call per VM, `batch_workers` at a time
     http_batch: bool = True
+    # how long a batch waits for the calls of other projects acted on at the same moment to
+    # join it (one request for many projects, docs/gcp.md); 0: each project's alone
+    http_batch_join_ms: int = Field(default=50, ge=0, le=1000)
     # the instance listing asks for the fields costguard reads alone (a partial response);
     # false: whole VMs. On by default; an API or proxy that answers the selection with a
     # 400 turns it off for the process by itself (docs/gcp.md)

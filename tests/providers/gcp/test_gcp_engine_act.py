@@ -40,28 +40,29 @@ policies:
 IDLE = ["idle-a", "idle-b", "idle-c"]  # idle-c alone in its zone
 
 
-def _idle_vms(fake: FakeGcp, clock: ManualClock, zones: dict[str, str]) -> None:
+def _idle_vms(fake: FakeGcp, clock: ManualClock, zones: dict[str, str],
+              project: str = "ml-prod") -> None:
     now = clock.now()
     for name, zone in zones.items():
         vm = fake.compute.add_instance(
-            "ml-prod", zone, name, "a2-highgpu-1g", labels={"team": "nlp"},
+            project, zone, name, "a2-highgpu-1g", labels={"team": "nlp"},
             disks=[FakeDisk(name, size_gb=200, boot=True),
                    FakeDisk(f"{name}-data", size_gb=1000, disk_type="pd-ssd")])
         points = [(now - timedelta(minutes=75 - m, seconds=-30), 0.5) for m in range(75)]
         for metric in (UTIL, SM_V2):
-            fake.monitoring.add_gpu_series("ml-prod", metric, str(vm.id),
+            fake.monitoring.add_gpu_series(project, metric, str(vm.id),
                                            [(t, v / 100 if metric == SM_V2 else v)
                                             for t, v in points], zone=zone)
 
 
-def _engine(fake: FakeGcp, clock: ManualClock, tmp_path: Path
-            ) -> Generator[tuple[Engine, Database], None, None]:
+def _engine(fake: FakeGcp, clock: ManualClock, tmp_path: Path, projects: tuple[str, ...] = (
+            "ml-prod",), **gcp: object) -> Generator[tuple[Engine, Database], None, None]:
     (tmp_path / "p.yml").write_text(POLICY)
     url = f"sqlite:///{tmp_path / 'cg.db'}"
     settings = Settings(database_url=url, policy_paths=[tmp_path / "p.yml"],
                         alerts=AlertsSettings(console=False))
     db = Database(url)
-    provider = GcpProvider(fake.settings(projects=["ml-prod"]), clock=clock)
+    provider = GcpProvider(fake.settings(projects=list(projects), **gcp), clock=clock)
     yield Engine(settings, db, {"gcp": provider}, load_policy_set([tmp_path / "p.yml"]),
                  clock), db
     provider.close()
@@ -128,6 +129,38 @@ def test_a_projects_regions_are_one_scope_read_and_sent_once(
     assert calls["GET aggregated_list"] == 4  # as in one region
     assert calls["POST batch"] == len(fake.compute.batch_sizes) == 2  # the stops, the labels
     assert fake.compute.batch_sizes == [4, 4]
+
+
+@pytest.mark.parametrize("join_ms", [0, 1000])
+def test_projects_acted_on_together_share_their_batch_requests(
+    fake: FakeGcp, clock: ManualClock, tmp_path: Path, join_ms: int
+) -> None:
+    """Four projects, acted on concurrently: their stops go in one HTTP batch request and
+    their relabels in another, each VM's call answered to its own project; without the
+    join (0 ms) each project sends its own two."""
+    projects = ("ml-team-a", "ml-team-b", "ml-team-c", "ml-team-d")
+    for p in projects:
+        _idle_vms(fake, clock, {f"{p}-idle-1": "us-central1-a",
+                                f"{p}-idle-2": "europe-west4-a"}, project=p)
+        fake.compute.add_instance(p, "us-central1-a", f"{p}-cpu", "n2-standard-8")
+    built = _engine(fake, clock, tmp_path, projects, max_workers=4,
+                    http_batch_join_ms=join_ms)
+    cycle, _ = next(built)
+    summary = cycle.run_cycle()
+    built.close()
+
+    assert summary.actions["stopped"] == {"idle-gpu-stop": 8}
+    assert summary.actions["tagged"] == {"missing-team-label": 4}
+    for p in projects:
+        for n, zone in ((1, "us-central1-a"), (2, "europe-west4-a")):
+            assert fake.compute.instance(p, zone, f"{p}-idle-{n}").status == "TERMINATED"
+        assert "costguard_untagged-since" in fake.compute.instance(
+            p, "us-central1-a", f"{p}-cpu").labels
+    assert fake.compute.calls["POST stop"] == 8 and fake.compute.calls["POST set_labels"] == 4
+    if join_ms:  # the four projects' threads reach each phase well within a second
+        assert fake.compute.batch_sizes == [8, 4]
+    else:
+        assert sorted(fake.compute.batch_sizes) == [1] * 4 + [2] * 4
 
 
 def test_a_vm_recreated_after_inventory_is_skipped_and_journaled(
