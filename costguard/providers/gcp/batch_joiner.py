@@ -67,12 +67,13 @@ class Joiner:
             self._send_when_ready(joint)
         else:
             joint.done.wait()
-        if joint.error is not None:
-            if joint.error.scope == scope:
-                raise joint.error
-            raise ProviderError("gcp", scope, f"joint batch request of {joint.scope}: "
-                                f"{joint.error}", retryable=joint.error.retryable
-                                ) from joint.error
+        error = joint.error
+        if error is not None:
+            if error.scope == scope:
+                raise error
+            said = str(error).removeprefix(f"{error.provider} {error.scope}: ")
+            raise ProviderError("gcp", scope, f"{said} (a batch request shared with "
+                                f"{joint.scope})", retryable=error.retryable) from error
         return joint.answers[first:first + len(calls)]
 
     def _close(self, joint: _Joint) -> None:

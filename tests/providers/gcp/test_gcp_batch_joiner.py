@@ -98,6 +98,7 @@ def test_a_failed_request_fails_every_sender_under_its_own_scope() -> None:
         exc = got[project]
         assert isinstance(exc, ProviderError) and exc.scope == f"{project}/batch"
         assert "HTTP 403" in str(exc) and not exc.retryable
+        assert str(exc).count("gcp ") == 1  # said once, under the sender's own scope
     post, _ = _echo(fail=ConnectionResetError("reset by peer"))
     got = _together(Joiner(post, "http://x", wait_s=0.5), {"p-a": 1, "p-b": 2})
     assert all(isinstance(got[p], ProviderError) and got[p].retryable for p in ("p-a", "p-b"))
