@@ -15,41 +15,32 @@ The account of a call is the one its access key was issued for: AssumeRole hands
 holds nothing). The region and service come from the signature's credential scope. Nothing
 is verified: this is a bench, not a security boundary.
 
-`python -m bench._org_aws PORT SPEC_JSON` serves until killed; it prints "ready" once
-listening. GET /_state answers what changed ({"stopped": [...], "tags": {id: {k: v}}}) and
-GET /_calls the calls served, by operation.
+The HTTP server, its routing and error documents are in bench/_org_aws_http.py
+(`python -m bench._org_aws_http PORT SPEC_JSON`).
 """
 
 from __future__ import annotations
 
-import json
 import re
-import sys
 import threading
 import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs
 from xml.sax.saxutils import escape
 
 from bench._org_fleet import (
-    AMBIENT_ACCOUNT,
     TYPES,
     Fleet,
     FleetInstance,
-    generate,
     gpu_utilization,
     host_cpu,
     spot_price,
 )
-from costguard.demo.gcp_fake.http import LoopbackServer
 
 EC2_NS = "http://ec2.amazonaws.com/doc/2016-11-15/"
 STS_NS = "https://sts.amazonaws.com/doc/2011-06-15/"
 ASG_NS = "http://autoscaling.amazonaws.com/doc/2011-01-01/"
-_SCOPE = re.compile(r"Credential=([^/]+)/\d{8}/([^/]+)/([^/]+)/aws4_request")
 _STATE_CODE = {"pending": 0, "running": 16, "stopping": 64, "stopped": 80}
 MAX_DATAPOINTS = 100_800  # GetMetricData's limit per call
 LAUNCHED = "2026-10-01T08:00:00.000Z"
@@ -435,110 +426,3 @@ class OrgAws:
             return {"stopped": sorted(i for i, s in self.state.items()
                                       if s == "stopped" and self.fleet.by_id[i].state != s),
                     "tags": {i: t for i, t in sorted(self.tags.items())}}
-
-
-def _scope(headers: Any) -> tuple[str, str, str]:
-    """(account, region, service) of a signed request."""
-    m = _SCOPE.search(headers.get("Authorization", ""))
-    if m is None:
-        raise ApiError(403, "MissingAuthenticationToken", "Request is missing Authentication")
-    key, region, service = m.groups()
-    account = key[4:16] if key.startswith("ASIA") and len(key) == 20 else AMBIENT_ACCOUNT
-    return account, region, service
-
-
-def make_handler(org: OrgAws) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def _send(self, status: int, body: str, ctype: str,
-                  extra: dict[str, str] | None = None) -> None:
-            data = body.encode()
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("x-amzn-RequestId", str(uuid.uuid4()))
-            for k, v in (extra or {}).items():
-                self.send_header(k, v)
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self) -> None:
-            if self.path == "/_state":
-                self._send(200, json.dumps(org.changes()), "application/json")
-            elif self.path == "/_calls":
-                with org.lock:
-                    self._send(200, json.dumps(dict(org.calls)), "application/json")
-            else:
-                self._send(404, "", "text/plain")
-
-        def do_POST(self) -> None:
-            raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            target = self.headers.get("X-Amz-Target")
-            service = "?"
-            try:
-                account, region, service = _scope(self.headers)
-                if target:
-                    self._json(target, raw, account)
-                    return
-                params = {k: v[0] for k, v in parse_qs(raw.decode(),
-                                                       keep_blank_values=True).items()}
-                action = params.get("Action", "")
-                with org.lock:
-                    org.calls[f"{service}.{action}"] += 1
-                if service == "ec2":
-                    self._send(200, org.ec2(action, params, account, region), "text/xml")
-                else:
-                    self._send(200, org.query(service, action, params, account, region),
-                               "text/xml")
-            except ApiError as exc:
-                self._error(service, target, exc)
-
-        def _json(self, target: str, raw: bytes, account: str) -> None:
-            operation = target.rpartition(".")[2]
-            with org.lock:
-                org.calls[f"monitoring.{operation}"] += 1
-            if operation != "GetMetricData":
-                raise ApiError(400, "InvalidAction", f"{operation} is not served here")
-            answer = org.get_metric_data(json.loads(raw), account)
-            self._send(200, json.dumps(answer), "application/x-amz-json-1.0")
-
-        def _error(self, service: str, target: str | None, exc: ApiError) -> None:
-            if target:  # JSON 1.0 with awsQueryCompatible: the query code in a header
-                self._send(exc.status, json.dumps({"__type": exc.code, "message": exc.message}),
-                           "application/x-amz-json-1.0",
-                           {"x-amzn-query-error": f"{exc.code};Sender"})
-            elif service == "ec2":
-                self._send(exc.status,
-                           f'<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error>'
-                           f"<Code>{exc.code}</Code><Message>{escape(exc.message)}</Message>"
-                           f"</Error></Errors><RequestID>{uuid.uuid4()}</RequestID></Response>",
-                           "text/xml")
-            else:
-                self._send(exc.status,
-                           f"<ErrorResponse><Error><Type>Sender</Type><Code>{exc.code}</Code>"
-                           f"<Message>{escape(exc.message)}</Message></Error><RequestId>"
-                           f"{uuid.uuid4()}</RequestId></ErrorResponse>", "text/xml")
-
-    return Handler
-
-
-def serve(org: OrgAws, port: int = 0) -> ThreadingHTTPServer:
-    server = LoopbackServer(("127.0.0.1", port), make_handler(org))
-    return server
-
-
-def main(port: int, spec_json: str) -> None:
-    spec = json.loads(spec_json)
-    fleet = generate(spec["instances"], spec["accounts"], spec["regions"],
-                     datetime.fromisoformat(spec["now"]), spec.get("seed", 22))
-    server = serve(OrgAws(fleet), port)
-    print("ready", flush=True)
-    server.serve_forever()
-
-
-if __name__ == "__main__":
-    main(int(sys.argv[1]), sys.argv[2])

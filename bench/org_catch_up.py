@@ -70,7 +70,7 @@ def _size(n: int, work: Path, latency_ms: float, throttle: float, workers: int,
     db = f"sqlite:///{work / f'catch-up-{n}.db'}"
     out = work / f"catch-up-{n}.json"
     down_minutes = int(DOWN / timedelta(minutes=1))
-    with _server(["bench._org_aws", str(fake_port), json.dumps(spec)]), \
+    with _server(["bench._org_aws_http", str(fake_port), json.dumps(spec)]), \
             _server(["bench._latency_proxy", str(proxy_port), f"http://127.0.0.1:{fake_port}",
                      str(latency_ms), str(throttle)]), \
             _gcp(vms, projects, latency_ms, throttle, work, down_minutes) as (gcp, gcp_verify,

@@ -6,9 +6,10 @@ Per size (10k / 30k / 100k instances; $ORG_SIZES), a share $ORG_GCP_SHARE of the
 (30 / 90 / 300), the rest EC2 instances in one account per 200 instances (50 / 150 / 500)
 sized like a real organisation's (bench/_org_fleet.py: a few accounts hold thousands, most
 a few dozen). One costguard governs both. Five processes:
-- the fake (bench/_org_aws.py): the EC2, CloudWatch, STS and Auto Scaling calls costguard
-  makes, served from the generated fleet (moto holds a few thousand instances per process
-  before each call slows down; tests/test_bench_org.py checks the fake against moto);
+- the fake (bench/_org_aws.py, served by bench/_org_aws_http.py): the EC2, CloudWatch,
+  STS and Auto Scaling calls costguard makes, served from the generated fleet (moto holds
+  a few thousand instances per process before each call slows down;
+  tests/test_bench_org.py checks the fake against moto);
 - the proxy (bench/_latency_proxy.py) in front of it: $ORG_LATENCY_MS per call (default 100)
   and a share $ORG_THROTTLE of calls refused with the API's throttling error (default 0.02);
 - the GCP fakes (bench/_org_gcp.py: the project's Compute REST and Monitoring gRPC fakes,
@@ -193,7 +194,7 @@ def _size(n: int, work: Path, latency_ms: float, throttle: float, workers: int,
     floor = fleet.floor()
     fake_port, proxy_port = _free_port(), _free_port()
     out = work / f"org-{n}.json"
-    with _server(["bench._org_aws", str(fake_port), json.dumps(spec)]) as fake, \
+    with _server(["bench._org_aws_http", str(fake_port), json.dumps(spec)]) as fake, \
             _server(["bench._latency_proxy", str(proxy_port), f"http://127.0.0.1:{fake_port}",
                      str(latency_ms), str(throttle)]) as proxy_proc, \
             _gcp(vms, projects, latency_ms, throttle, work,

@@ -20,7 +20,8 @@ import pytest
 from moto import mock_aws
 
 from bench import _latency_proxy
-from bench._org_aws import OrgAws, serve
+from bench._org_aws import OrgAws
+from bench._org_aws_http import serve
 from bench._org_cycle import make_engine
 from bench._org_fleet import (
     HISTORY,
