@@ -160,7 +160,6 @@ class FakeCompute(DiskOps, GroupOps):
     def start(self) -> FakeCompute:
         server = LoopbackServer(("127.0.0.1", 0), handler_for(self.handle, self._on_batch,
                                                               self._on_fields))
-        server.daemon_threads = True
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True

@@ -70,7 +70,7 @@ def stop_many(ctx: BatchContext, instances: Sequence[Instance], *, dry_run: bool
               request_id: Callable[[], str]) -> dict[str, ActionResult]:
     """See `BatchActions.stop_many`: issue all stops, wait on all operations, read back."""
     results, todo = _before(instances, "stop", dry_run=dry_run)
-    if ctx.post is not None:
+    if ctx.batches is not None:
         calls: list[VmCall] = [(inst, _vm_path(inst, "stop", requestId=request_id()), None)
                                for inst in todo]
         try:
@@ -85,7 +85,7 @@ def stop_many(ctx: BatchContext, instances: Sequence[Instance], *, dry_run: bool
             results[inst.instance_id] = failed(op)
         else:
             pending.append((inst, op))
-    finished = (_wait_batched(ctx, pending) if ctx.post is not None
+    finished = (_wait_batched(ctx, pending) if ctx.batches is not None
                 else each(pending, lambda item: _wait(ctx, item), ctx.workers))
     done: list[tuple[Instance, compute_v1.Operation]] = []
     for (inst, _), op in zip(pending, finished, strict=True):
@@ -152,7 +152,7 @@ def set_labels_many(ctx: BatchContext, instances: Sequence[Instance], tags: Mapp
     are read (get) first; a 412 re-reads and retries. VMs run concurrently."""
     now = ctx.now()
     first = {inst.instance_id: recent(ctx, inst, now) for inst in instances}
-    if ctx.post is not None:
+    if ctx.batches is not None:
         return _set_labels_batched(ctx, instances, first, tags, remove=remove, dry_run=dry_run)
     results = each(
         instances,
@@ -198,11 +198,10 @@ def _answers(ctx: BatchContext, calls: Sequence[VmCall], method: str = "POST"
              ) -> list[http_batch.Answer]:
     if not calls:
         return []
-    assert ctx.post is not None
-    return http_batch.send(ctx.post, ctx.base_url,
+    assert ctx.batches is not None
+    return http_batch.send(ctx.batches.send,
                            [http_batch.Call(method, path, body) for _, path, body in calls],
-                           ctx.retry_settings, f"{calls[0][0].account}/batch", sleep=ctx.sleep,
-                           one=ctx.joiner.send if ctx.joiner is not None else None)
+                           ctx.retry_settings, f"{calls[0][0].account}/batch", sleep=ctx.sleep)
 
 
 def _batched(ctx: BatchContext, calls: Sequence[VmCall], method: str = "POST"

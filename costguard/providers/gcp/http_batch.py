@@ -153,14 +153,13 @@ def requests_post(session: Any, timeout_s: float = 120.0) -> Post:
 Send = Callable[[Sequence[Call], str], list[Answer]]  # one batch request's answers
 
 
-def send(post: Post, base_url: str, calls: Sequence[Call], retry: RetrySettings,
-         scope: str, sleep: Callable[[float], None] = time.sleep, *,
-         one: Send | None = None) -> list[Answer]:
+def send(one: Send, calls: Sequence[Call], retry: RetrySettings, scope: str,
+         sleep: Callable[[float], None] = time.sleep) -> list[Answer]:
     """Every call's answer, in order: batches of at most MAX_CALLS; a batch answered 429 or
     5xx whole, and each inner call answered so, is sent again with backoff until the retry
     deadline (its last answer stands then). Raises ProviderError when a batch cannot be
-    sent at all. `one` sends each batch (batch_joiner.Joiner.send: with other projects'
-    calls); by default `one_batch`, alone."""
+    sent at all. `one` sends each batch: batch_joiner.Joiner.send (with other projects'
+    calls), or `one_batch` bound to a Post and a base URL (alone)."""
     answers: list[Answer | None] = [None] * len(calls)
     todo = list(range(len(calls)))
     delay, deadline = retry.initial_s, time.monotonic() + retry.deadline_s
@@ -169,7 +168,7 @@ def send(post: Post, base_url: str, calls: Sequence[Call], retry: RetrySettings,
         for start in range(0, len(todo), MAX_CALLS):
             chunk = todo[start:start + MAX_CALLS]
             part = [calls[i] for i in chunk]
-            got = one(part, scope) if one is not None else one_batch(post, base_url, part, scope)
+            got = one(part, scope)
             for i, answer in zip(chunk, got, strict=True):
                 answers[i] = answer
                 if answer.status in RETRYABLE_STATUS:

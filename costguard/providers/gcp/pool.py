@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from costguard.errors import InstanceNotFound, ProviderError
 from costguard.model import ActionOutcome, ActionResult, InstanceState, PriceQuote
-from costguard.providers.gcp import actions, http_batch
+from costguard.providers.gcp import actions
 from costguard.providers.gcp import compute as compute_v1
 from costguard.providers.gcp.batch_joiner import Joiner
 from costguard.providers.gcp.settings import RetrySettings
@@ -35,12 +35,9 @@ class BatchContext:
     page_size: int
     now: Callable[[], datetime]
     disks: Callable[[], compute_v1.DisksClient]  # the provider's, made on first use
-    # Compute Engine HTTP batches (http_batch.py): how to POST one, where, with what
-    # back-off; None: one call per VM in the pool
-    post: http_batch.Post | None = None
-    base_url: str = ""
-    # sends each batch with the other projects' calls of the moment (batch_joiner.py)
-    joiner: Joiner | None = None
+    # Compute Engine HTTP batches (http_batch.py), each sent with the other projects'
+    # calls of the moment (batch_joiner.py); None: one call per VM in the pool
+    batches: Joiner | None = None
     retry_settings: RetrySettings = field(default_factory=RetrySettings)
     sleep: Callable[[float], None] = time.sleep
     # raw VMs read by describe_many: instance id -> (when, VM)

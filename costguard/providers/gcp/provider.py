@@ -90,11 +90,10 @@ class GcpProvider:
             fields=self._partial.recheck_fields,
         )
         if settings.http_batch:
-            session, self._batch.base_url = batch_transport(self.clients.instances,
-                                                            settings.compute_endpoint)
-            self._batch.post = http_batch.requests_post(session)
-            self._batch.joiner = Joiner(self._batch.post, self._batch.base_url,
-                                        settings.http_batch_join_ms / 1000)
+            session, base_url = batch_transport(self.clients.instances,
+                                                settings.compute_endpoint)
+            self._batch.batches = Joiner(http_batch.requests_post(session), base_url,
+                                         settings.http_batch_join_ms / 1000)
 
     @property
     def scope_workers(self) -> int:

@@ -137,8 +137,7 @@ def test_send_retries_throttled_calls_through_the_joiner() -> None:
 
     joiner = Joiner(post, "http://x", wait_s=0.01)
     fast = RetrySettings(initial_s=0.01, maximum_s=0.02, multiplier=2, deadline_s=2)
-    got = http_batch.send(post, "http://x", _calls("p", 2), fast, "p/batch",
-                          sleep=lambda s: None, one=joiner.send)
+    got = http_batch.send(joiner.send, _calls("p", 2), fast, "p/batch", sleep=lambda s: None)
     assert [a.body["name"] for a in got] == ["op-0", "op-1"] and joiner.requests == 2
 
 

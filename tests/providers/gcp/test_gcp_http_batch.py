@@ -6,6 +6,7 @@ cannot be read is an error, never a silent success; at most 1,000 calls a batch.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import pytest
 import requests
@@ -81,7 +82,8 @@ def test_a_refused_batch_and_throttled_calls_are_sent_again() -> None:
                   (200, "multipart/mixed; boundary=b", throttled),
                   (200, "multipart/mixed; boundary=b", ok)])
     calls = [http_batch.Call("GET", "/compute/v1/a"), http_batch.Call("GET", "/compute/v1/b")]
-    answers = http_batch.send(post, "http://x", calls, FAST, "p/batch", sleep=no_sleep)
+    answers = http_batch.send(partial(http_batch.one_batch, post, "http://x"), calls, FAST,
+                              "p/batch", sleep=no_sleep)
     assert [(a.status, a.body.get("name")) for a in answers] == [(200, "op"), (200, "op-1")]
     assert len(post.sent) == 3  # type: ignore[attr-defined]
     assert b"/compute/v1/b" not in post.sent[2]  # type: ignore[attr-defined]
@@ -90,11 +92,13 @@ def test_a_refused_batch_and_throttled_calls_are_sent_again() -> None:
 def test_a_batch_refused_for_good_or_unreadable_is_an_error() -> None:
     calls = [http_batch.Call("GET", "/compute/v1/a")]
     with pytest.raises(ProviderError, match="HTTP 403"):
-        http_batch.send(_post([(403, "application/json", b'{"error": {}}')]), "http://x",
+        http_batch.send(partial(http_batch.one_batch,
+                                _post([(403, "application/json", b'{"error": {}}')]), "http://x"),
                         calls, FAST, "p/batch", sleep=no_sleep)
     with pytest.raises(ProviderError, match="unreadable") as info:
-        http_batch.send(_post([(200, "multipart/mixed; boundary=q", b"--q--\r\n")]),
-                        "http://x", calls, FAST, "p/batch", sleep=no_sleep)
+        http_batch.send(partial(http_batch.one_batch,
+                                _post([(200, "multipart/mixed; boundary=q", b"--q--\r\n")]),
+                                "http://x"), calls, FAST, "p/batch", sleep=no_sleep)
     assert info.value.retryable
 
 
@@ -102,7 +106,8 @@ def test_more_than_a_thousand_calls_go_in_several_batches(fake: FakeGcp) -> None
     post = http_batch.requests_post(requests.Session())
     calls = [http_batch.Call("GET", f"/compute/v1/projects/p/zones/{ZONE}/instances/vm-{i}")
              for i in range(1001)]
-    answers = http_batch.send(post, fake.compute.url, calls, FAST, "p/batch", sleep=no_sleep)
+    answers = http_batch.send(partial(http_batch.one_batch, post, fake.compute.url), calls,
+                              FAST, "p/batch", sleep=no_sleep)
     assert len(answers) == 1001 and {a.status for a in answers} == {404}
     assert fake.compute.batch_sizes == [1000, 1]
     assert fake.compute.calls["GET get"] == 1001
