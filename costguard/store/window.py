@@ -22,8 +22,8 @@ from costguard.store.readings import InstanceRef, read_rows
 class WindowReading(NamedTuple):
     """The window's copy of a stored GPU-minute: the fields the idle classifier reads
     (`costguard.model.Reading`), built when asked for. A `GpuMinute` costs ~2 KB of memory
-    (a pydantic model's dict and fields-set); the window keeps 72 bytes per reading of a
-    cloud's metrics, 104 where the agent's memory and process figures come too."""
+    (a pydantic model's dict and fields-set); the window keeps 48 bytes per reading of a
+    cloud's metrics, 104 where the agent's percentiles, memory and process figures come too."""
 
     gpu_index: int
     minute: datetime
@@ -40,7 +40,13 @@ class WindowReading(NamedTuple):
     top_process_bytes: int | None
 
 
-_PACKED = WindowReading._fields  # gpu, minute, span, six floats, four integers
+# a packed reading: gpu, minute, span, the three percentages a cloud's metrics give (CloudWatch
+# util mean and max, Cloud Monitoring util and SM mean), then what only the agent measures:
+# the other three percentages and four integers
+_PACKED = ("gpu_index", "minute", "span_minutes", "util_mean", "util_max", "sm_mean",
+           "util_p95", "sm_p95", "sm_max",
+           "mem_used_bytes", "process_count", "top_process_pid", "top_process_bytes")
+assert sorted(_PACKED) == sorted(WindowReading._fields)
 _WIDTH = len(_PACKED)
 _NAN = float("nan")
 _make = tuple.__new__  # WindowReading._make without its length check
@@ -83,24 +89,25 @@ _pack_minute = _packer(attrgetter(*_PACKED))
 _pack_values = _packer(tuple)  # a row read with `fields=_PACKED`
 
 
-_NARROW = _PACKED.index("mem_used_bytes")  # gpu, minute, span and the six percentages
+_NARROW = _PACKED.index("util_p95")  # gpu, minute, span and a cloud's three percentages
 
 
 def _narrow(row: list[float]) -> bool:
-    """True when the packed reading has no memory or process figure (NaN: v != v), as a
-    cloud's readings have none: what only the agent measures."""
-    h, k, m, n = row[_NARROW:]
-    return h != h and k != k and m != m and n != n
+    """True when the packed reading has none of what only the agent measures (NaN: v != v):
+    as a cloud's readings have none."""
+    e, f, g, h, k, m, n = row[_NARROW:]
+    return (e != e and f != f and g != g and h != h and k != k and m != m and n != n)
 
 
 class _Rows:
     """One instance's readings as a flat array of doubles, `width` per reading, in the order
     they arrived; a later copy of the same (GPU, minute) replaces an earlier one.
 
-    Rows are narrow (`_NARROW` doubles: gpu, minute, span, the utilisation and SM figures)
-    until a reading carries memory or processes (an agent's): then every row is widened to
-    `_WIDTH`, the four integers NaN where the reading had none. An instance read from its
-    cloud's metrics alone (most of a large fleet) is held in 72 bytes a reading, not 104."""
+    Rows are narrow (`_NARROW` doubles: gpu, minute, span and the three percentages a cloud
+    gives) until a reading carries more (an agent's percentiles, memory or processes): then
+    every row is widened to `_WIDTH`, the others NaN where the reading had none. An instance
+    read from its cloud's metrics alone (most of a large fleet) is held in 48 bytes a
+    reading, not 104."""
 
     __slots__ = ("data", "kept", "oldest", "width")
 
@@ -161,7 +168,7 @@ class _Rows:
         when = _WHEN
         if len(when) > _WHEN_MAX:
             when.clear()
-        h = k = m = n = _NAN  # a narrow row's integers
+        e = f = g = h = k = m = n = _NAN  # what a narrow row does not hold
         for i in range(0, len(d), w):
             t, span = d[i + 1], d[i + 2]
             if span == 1:
@@ -176,11 +183,12 @@ class _Rows:
             if w == _WIDTH:
                 a, b, c, e, f, g, h, k, m, n = d[i + 3:i + _WIDTH]
             else:
-                a, b, c, e, f, g = d[i + 3:i + _NARROW]
+                a, b, c = d[i + 3:i + _NARROW]
+            # packed util mean, max, SM mean, util p95, SM p95, max: WindowReading's order
             out[(d[i], t)] = _make(WindowReading, (
                 int(d[i]), minute, int(span),
-                None if a != a else a, None if b != b else b, None if c != c else c,
-                None if e != e else e, None if f != f else f, None if g != g else g,
+                None if a != a else a, None if e != e else e, None if b != b else b,
+                None if c != c else c, None if f != f else f, None if g != g else g,
                 None if h != h else int(h), None if k != k else int(k),
                 None if m != m else int(m), None if n != n else int(n)))
         return list(out.values())
@@ -192,7 +200,7 @@ class ReadingWindow:
     Each cycle needs the last hour or so of GPU-minutes twice (accrual and idle evaluation);
     re-reading the whole window every cycle dominated a cycle's cost. The store stays the
     source of truth: each refresh re-reads the newest `late` span, so agent minutes that
-    arrive a little late are still seen. Readings are kept packed (`_Rows`, 72-104 bytes each;
+    arrive a little late are still seen. Readings are kept packed (`_Rows`, 48-104 bytes each;
     as `GpuMinute`s an hour of 10,000 instances' GPUs took over a gigabyte) and handed out as
     `WindowReading`s, one instance at a time.
     """

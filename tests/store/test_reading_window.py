@@ -152,14 +152,15 @@ def test_the_window_holds_a_reading_in_about_a_hundred_bytes(db: Database) -> No
 
 def test_a_cloud_read_instance_is_held_narrow_until_an_agent_reading_widens_it(
         db: Database) -> None:
-    # a cloud's readings carry no memory or process figures: held in 72 bytes, not 104;
-    # an agent's reading of the same instance widens its rows, nothing held changes
+    # a cloud's readings carry three percentages, no percentile, memory or process figure:
+    # held in 48 bytes, not 104; an agent's reading of the same instance widens its rows,
+    # nothing held changes
     cloud = [_full(f"i-{n}", ago, gpu, source=CW, util_mean=1.5, util_max=2.0,
                    sm_mean=0.25)
              for n in range(50) for gpu in range(4) for ago in range(60, 0, -1)]
     window = ReadingWindow()
     held = _bytes_a_reading(window, cloud)
-    assert held < 100, f"{held:.0f} bytes a reading"
+    assert held < 60, f"{held:.0f} bytes a reading"
 
     agent = _full("i-0", 30, 1, util_mean=40.0, mem_used_bytes=3 * 2**30, process_count=2,
                   top_process_pid=77, top_process_bytes=2**30)
@@ -177,6 +178,19 @@ def test_a_cloud_read_instance_is_held_narrow_until_an_agent_reading_widens_it(
     other = window.minutes(("aws", "i-1"), NOW - timedelta(hours=1), NOW)
     assert sorted(map(_fields, other)) == sorted(
         _fields(m) for m in cloud if m.instance_id == "i-1")
+
+
+@pytest.mark.parametrize("agent_only", ["util_p95", "sm_p95", "sm_max", "process_count"])
+def test_a_figure_a_narrow_row_has_no_place_for_widens_it(agent_only: str) -> None:
+    # each figure only the agent measures, alone, is kept (a narrow row would drop it) and
+    # lands in its own field, the others None
+    window = ReadingWindow()
+    cloud = _full("i-a", 10, 0, source=CW, util_mean=1.5, util_max=2.0, sm_mean=0.5)
+    agent = _full("i-a", 5, 0, util_mean=None, **{agent_only: 7})
+    window.add([cloud, agent], since=NOW - timedelta(hours=1))
+    got = window.minutes(("aws", "i-a"), NOW - timedelta(hours=1), NOW)
+    assert [_fields(m) for m in got] == [_fields(cloud), _fields(agent)]
+    assert getattr(got[1], agent_only) == 7 and got[1].util_mean is None
 
 
 def test_minutes_fetched_again_each_cycle_do_not_pile_up(db: Database) -> None:
