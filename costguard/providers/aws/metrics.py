@@ -267,7 +267,16 @@ def minute_of(ts: datetime) -> datetime:
 
 
 def _pct(value: float) -> float:
-    return min(100.0, max(0.0, value))
+    """Within 0-100; NaN stays NaN (`max(0.0, nan)` is 0.0: a reading of nothing would have
+    read as an idle GPU), for validation to refuse (`cloud_readings`)."""
+    return value if value != value else min(100.0, max(0.0, value))
+
+
+def _bytes(mib: float) -> int | float:
+    """MiB as whole bytes, at least 0; a value no integer holds (NaN, infinite) as it
+    came, for validation to refuse (`int()` of it raised)."""
+    value = mib * _MIB
+    return max(0, int(value)) if math.isfinite(value) else value
 
 
 def _span_of(ts: datetime, period_s: int, first: datetime | None, last: datetime | None
@@ -293,7 +302,8 @@ def host_cpu_of(instance_ids: Sequence[str], values: Mapping[str, list[tuple[dat
     """`cpu_queries(instance_ids)` results: per instance, (minute, percent) in time order."""
     out: dict[str, list[tuple[datetime, float]]] = {}
     for n, instance_id in enumerate(instance_ids):
-        points = sorted((minute_of(ts), _pct(v)) for ts, v in values.get(f"c{n}", []))
+        points = sorted((minute_of(ts), _pct(v)) for ts, v in values.get(f"c{n}", [])
+                        if v == v)  # a NaN is no figure (it would refuse the GPU minutes)
         if points:
             out[instance_id] = points
     return out
@@ -339,9 +349,9 @@ def gpu_rows(
             if s.metric == GPU_UTIL:
                 fields = {"util_mean": _pct(value), "util_max": _pct(peaks.get(ts, value))}
             elif s.metric == GPU_MEM_USED:
-                fields = {"mem_used_bytes": max(0, int(value * _MIB))}
+                fields = {"mem_used_bytes": _bytes(value)}
             else:
-                fields = {"mem_total_bytes": max(0, int(value * _MIB))}
+                fields = {"mem_total_bytes": _bytes(value)}
             for index in indexes:
                 row = rows.get((s.instance_id, index, minute))
                 if row is None:

@@ -25,6 +25,7 @@ from costguard.providers.aws.inventory import HostNames, host_names
 from costguard.providers.aws.sessions import AccountScope, ClientFactory
 from costguard.providers.aws.settings import AwsSettings
 from costguard.providers.base import Decided, Readings, Split, receipt_of
+from costguard.providers.cloud_readings import validated
 from costguard.providers.repeats import Receipt, Repeats
 
 if TYPE_CHECKING:
@@ -149,7 +150,7 @@ class CloudWatchReads:
         rows = cw.gpu_rows(
             series, values, gpu_counts=gpu_counts, period_s=period_s, first=first, last=last,
             host_cpu=cw.host_cpu_of(cpu_ids, values))
-        return _built([rows[k] for k in sorted(rows)], receipt, split), calls
+        return _built([rows[k] for k in sorted(rows)], receipt, split, scope), calls
 
     def _dimensions(self, client: CloudWatchClient, key: tuple[str, str], namespace: str,
                     metric: str, scope: str, recent: bool, wanted: set[str]) -> DimensionSets:
@@ -230,23 +231,24 @@ class CloudWatchReads:
         return dict(groups)
 
 
-def _built(rows: list[dict[str, Any]], receipt: Receipt, split: Split | None
+def _built(rows: list[dict[str, Any]], receipt: Receipt, split: Split | None, scope: str
            ) -> list[GpuMinute]:
     """The readings of `rows` (`metrics.gpu_rows`' field dicts) as models, less those the
-    settling span brought back unchanged (`receipt`: stored before). With `split`
+    settling span brought back unchanged (`receipt`: stored before) and those that are not
+    valid readings (`cloud_readings.validated`: dropped and logged). With `split`
     (keep_from, decided): the readings that cover any minute from `keep_from` on, and the
     older ones of the instances that `decided`, handed those, does not name (never built).
     A 5-minute point that begins before `keep_from` and ends after it counts as recent, as
     `covering` counts it."""
     if split is None:
-        return [GpuMinute.model_validate(fields) for fields in receipt.fresh(rows)]
+        return validated(receipt.fresh(rows), scope)
     keep_from, decided = split
     newer: list[dict[str, Any]] = []
     older: list[dict[str, Any]] = []
     for fields in rows:
         ends = fields["minute"] + fields["span_minutes"] * cw.ONE_MINUTE
         (newer if ends > keep_from else older).append(fields)
-    recent = [GpuMinute.model_validate(fields) for fields in receipt.fresh(newer)]
+    recent = validated(receipt.fresh(newer), scope)
     skip = decided(recent)
     kept = receipt.fresh(f for f in older if f["instance_id"] not in skip)
-    return [GpuMinute.model_validate(fields) for fields in kept] + recent
+    return validated(kept, scope) + recent

@@ -15,6 +15,7 @@ Aligned points carry the END of their 60 s window; `GpuMinute.minute` is its sta
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from costguard.clock import utc
 from costguard.errors import ProviderError
 from costguard.model import Gap, GpuMinute, Instance, TelemetrySource
 from costguard.providers.base import Split
+from costguard.providers.cloud_readings import validated
 from costguard.providers.gcp.errors import from_retry_error, translate
 from costguard.providers.repeats import Receipt
 
@@ -115,7 +117,10 @@ def _read_series(out: dict[_Key, float], series: Any, query: MetricQuery,
     labels = raw.metric.labels
     if query.field == "mem" and labels.get("memory_state", "used") != "used":
         return
-    gpu = int(labels.get("gpu_number", "0") or 0)
+    try:
+        gpu = int(labels.get("gpu_number", "0") or 0)
+    except ValueError:
+        return  # not a GPU's number: no GPU's series (a label anyone may write)
     scale, percent = query.scale, query.percent
     for point in raw.points:
         value = _value(point)
@@ -191,10 +196,16 @@ def _minutes(readings: dict[str, dict[_Key, float]], start: datetime, end: datet
         rows.append({
             "provider": "gcp", "instance_id": instance_id, "gpu_index": gpu, "minute": minute,
             "source": source, "util_mean": util.get(key), "sm_mean": sm,
-            "mem_used_bytes": None if mem is None else max(int(mem), 0),
+            "mem_used_bytes": None if mem is None else _bytes(mem),
             "host_cpu_pct": cpu.get((instance_id, 0, epoch))})
     fresh = rows if receipt is None else receipt.fresh(rows)
-    return [GpuMinute.model_validate(fields) for fields in fresh]
+    return validated(fresh, "gcp cloud monitoring")
+
+
+def _bytes(value: float) -> int | float:
+    """Whole bytes, at least 0; NaN or infinite as it came, for validation to refuse (a
+    reading dropped, `cloud_readings`), where `int()` of it raised."""
+    return max(int(value), 0) if math.isfinite(value) else value
 
 
 def gpu_minutes(

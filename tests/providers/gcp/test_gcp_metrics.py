@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -114,6 +116,44 @@ def test_percentages_outside_0_to_100_are_kept_inside_and_bytes_are_not_capped(
                                    integer=True, extra_labels={"memory_state": "used"})
     (m,) = make_provider().gpu_metrics([_instance("8")], T0, T0 + timedelta(minutes=1))
     assert (m.util_mean, m.sm_mean, m.mem_used_bytes) == (100.0, 0.0, 2**40)
+
+
+@pytest.mark.parametrize(("metric", "value", "labels", "field"), [
+    (MEM_USED, 1e30, {"memory_state": "used"}, "mem_used_bytes"),  # past 2**63 bytes
+    (MEM_USED, math.inf, {"memory_state": "used"}, "mem_used_bytes"),
+    (UTIL, math.nan, {}, "util_mean"),  # not 0 %: that would read as idle
+    (UTIL, 5.0, {"gpu_number": str(2**40)}, "gpu_index"),
+])
+def test_a_point_no_reading_can_hold_is_dropped_and_the_others_are_kept(
+    fake: FakeGcp, make_provider: Callable[..., GcpProvider], caplog: pytest.LogCaptureFixture,
+    metric: str, value: float, labels: dict[str, str], field: str
+) -> None:
+    """Anyone who may write the project's time series can write any value or label: one
+    point no GpuMinute holds had failed the whole call (and every cycle after)."""
+    fake.monitoring.add_gpu_series("ml-prod", UTIL, "1", _every_20s(2, 40.0))
+    fake.monitoring.add_gpu_series("ml-prod", UTIL, "2", _every_20s(2, 30.0))
+    fake.monitoring.add_gpu_series("ml-prod", metric, "2", _every_20s(1, value),
+                                   extra_labels=labels)
+    with caplog.at_level(logging.WARNING, logger="costguard.providers.cloud_readings"):
+        minutes = make_provider().gpu_metrics([_instance("1"), _instance("2")], T0,
+                                              T0 + timedelta(minutes=2))
+    got = sorted((m.instance_id, m.gpu_index, m.minute, m.util_mean) for m in minutes)
+    # the rogue point's GPU-minute has no data; a point of a GPU of its own is that GPU's
+    kept_t0 = [("2", 0, T0, 30.0)] if "gpu_number" in labels else []
+    assert got == [("1", 0, T0, 40.0), ("1", 0, T0 + timedelta(minutes=1), 40.0),
+                   *kept_t0, ("2", 0, T0 + timedelta(minutes=1), 30.0)]
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "1 GPU reading dropped" in line and field in line and "at 2026-11-23 10:00Z" in line
+
+
+def test_a_series_whose_gpu_number_is_not_a_number_is_no_gpus(
+    fake: FakeGcp, make_provider: Callable[..., GcpProvider]
+) -> None:
+    fake.monitoring.add_gpu_series("ml-prod", UTIL, "1", _every_20s(1, 40.0),
+                                   extra_labels={"gpu_number": "zero"})
+    fake.monitoring.add_gpu_series("ml-prod", UTIL, "1", _every_20s(1, 20.0), gpu_number=1)
+    (m,) = make_provider().gpu_metrics([_instance("1")], T0, T0 + timedelta(minutes=1))
+    assert (m.gpu_index, m.util_mean) == (1, 20.0)
 
 
 def test_instances_without_metrics_get_no_rows_and_others_are_ignored(

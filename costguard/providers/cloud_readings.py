@@ -1,0 +1,58 @@
+"""A cloud's GPU metrics as readings, each validated on its own: `validated`.
+
+A cloud's GPU metrics are written by the hosts: the CloudWatch agent's PutMetricData, the Ops
+Agent's time series. Anyone who may write a metric in the account or project can write any
+value, dimension or label there: a GPU index past 2**31, a memory figure past 2**63 bytes,
+a value that is not a number. Validated as one list, one such point failed the whole call,
+and with it every cycle of the daemon (no actions, no alerts, nothing accrued, in every
+account), for as long as the point stayed in the metrics' lookback.
+
+Each reading is validated on its own. One that fails is dropped: that GPU-minute has no data,
+which is never idle. The drop is logged once per call, with how many, and the first few
+instances, GPU, minute and field, so a forged or broken series can be found.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from costguard.model import GpuMinute
+
+log = logging.getLogger(__name__)
+
+NAMED = 3  # rejected readings named in the log line; the rest are counted
+
+
+def validated(rows: Iterable[Mapping[str, Any]], scope: str) -> list[GpuMinute]:
+    """`rows` (GpuMinute field dicts read from `scope`'s metrics) as readings, less those
+    that are not valid readings, which are logged."""
+    out: list[GpuMinute] = []
+    rejected: list[str] = []
+    build = GpuMinute.model_validate
+    for fields in rows:
+        try:
+            out.append(build(fields))
+        except ValidationError as exc:
+            rejected.append(_why(fields, exc))
+    if rejected:
+        more = len(rejected) - NAMED
+        log.warning("%s: %d GPU reading%s dropped, not valid readings (no data, never idle): "
+                    "%s%s", scope, len(rejected), "" if len(rejected) == 1 else "s",
+                    "; ".join(rejected[:NAMED]), f"; and {more} more" if more > 0 else "")
+    return out
+
+
+def _why(fields: Mapping[str, Any], exc: ValidationError) -> str:
+    """Which reading, and its first invalid field: `i-0abc GPU 0 at 12:03Z: mem_used_bytes
+    1e+30: Input should be ...`."""
+    first = exc.errors(include_url=False)[0]
+    where = ".".join(str(part) for part in first["loc"])
+    minute = fields.get("minute")
+    at = minute.strftime("%Y-%m-%d %H:%MZ") if isinstance(minute, datetime) else minute
+    return (f"{fields.get('instance_id')} GPU {fields.get('gpu_index')} at {at}: "
+            f"{where} {first.get('input')!r}: {first['msg']}")

@@ -1,0 +1,141 @@
+"""A CloudWatch point no GPU reading can hold, which anyone allowed PutMetricData in the
+account can write (a GPU index past 2**31, memory past 2**63 bytes): it is dropped and
+logged, the call's other readings are kept, and the daemon's cycle goes on. Validated as one
+list, one such point had failed the call, and with it every cycle."""
+
+from __future__ import annotations
+
+import logging
+import math
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from aws_helpers import REGION, ProviderFactory, run_instances
+
+from costguard.alerts.settings import AlertsSettings
+from costguard.clock import ManualClock
+from costguard.config import Settings
+from costguard.engine import Engine
+from costguard.policy.load import parse_policy_text
+from costguard.providers.aws.metrics import (
+    GPU_MEM_USED,
+    GPU_UTIL,
+    Series,
+    gpu_rows,
+    host_cpu_of,
+)
+from costguard.providers.cloud_readings import validated
+from costguard.store.db import Database
+from costguard.store.readings import read_minutes
+
+pytestmark = pytest.mark.usefixtures("moto")
+
+# metric, GPU index dimension, value: what no GpuMinute holds, and the field it breaks
+ROGUE = {
+    "memory past 2**63 bytes": (GPU_MEM_USED, "0", 1e30, "mem_used_bytes"),
+    "GPU index past 2**31": (GPU_UTIL, str(2**40), 1.0, "gpu_index"),
+    "negative GPU index": (GPU_UTIL, "-7", 1.0, "gpu_index"),
+}
+
+
+def _put(instance_id: str, metric: str, index: str, when: datetime, value: float) -> None:
+    cw: Any = boto3.client("cloudwatch", region_name=REGION)
+    cw.put_metric_data(Namespace="CWAgent", MetricData=[{
+        "MetricName": metric, "Timestamp": when, "Value": value,
+        "Dimensions": [{"Name": "InstanceId", "Value": instance_id},
+                       {"Name": "index", "Value": index}]}])
+
+
+def _now(clock: ManualClock) -> datetime:
+    return clock.now().replace(second=0, microsecond=0)
+
+
+@pytest.mark.parametrize("case", sorted(ROGUE))
+def test_a_point_no_reading_can_hold_is_dropped_and_the_others_are_kept(
+    make_provider: ProviderFactory, clock: ManualClock, caplog: pytest.LogCaptureFixture,
+    case: str
+) -> None:
+    good, rogue = run_instances(count=2, itype="g5.xlarge")
+    when = _now(clock) - timedelta(minutes=2)
+    _put(good["InstanceId"], GPU_UTIL, "0", when, 3.0)
+    metric, index, value, field = ROGUE[case]
+    _put(rogue["InstanceId"], metric, index, when, value)
+    provider = make_provider(cloudwatch={"instance_dimension": True})
+    instances = provider.list_instances().instances
+
+    with caplog.at_level(logging.WARNING, logger="costguard.providers.cloud_readings"):
+        rows = provider.gpu_metrics(instances, when, when + timedelta(minutes=1))
+
+    assert [(r.instance_id, r.gpu_index, r.util_mean) for r in rows] == [
+        (good["InstanceId"], 0, 3.0)]
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "1 GPU reading dropped" in line and "never idle" in line
+    assert rogue["InstanceId"] in line and field in line
+    assert good["InstanceId"] not in line
+
+
+POLICY = """\
+policies:
+  - name: idle-gpu
+    filters: {gpu: true, state: running}
+    condition:
+      idle: {below: 5, for: 30m}
+    actions: [{notify: {to: owner}}]
+"""
+
+
+def test_the_cycle_goes_on_and_stores_the_others_readings(
+    make_provider: ProviderFactory, clock: ManualClock, tmp_path: Path
+) -> None:
+    good, rogue = run_instances(count=2, itype="g5.xlarge")
+    now = _now(clock)
+    for ago in range(30, 0, -1):
+        _put(good["InstanceId"], GPU_UTIL, "0", now - timedelta(minutes=ago), 50.0)
+        _put(rogue["InstanceId"], GPU_UTIL, "0", now - timedelta(minutes=ago), 1.0)
+    # one forged point: memory no GPU has, in the rogue's busiest minute
+    _put(rogue["InstanceId"], GPU_MEM_USED, "0", now - timedelta(minutes=3), 1e30)
+    provider = make_provider(cloudwatch={"instance_dimension": True})
+    db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
+    engine = Engine(Settings(database_url=db.url, policy_paths=[],
+                             alerts=AlertsSettings(console=False)),
+                    db, {"aws": provider}, parse_policy_text(POLICY, "p.yml"), clock)
+
+    summary = engine.run_cycle()
+
+    with db.session() as s:
+        stored = read_minutes(s, [("aws", good["InstanceId"]), ("aws", rogue["InstanceId"])],
+                              now - timedelta(minutes=30), now)
+    # the busy one's recent quarter hour decides it (a cold cycle's split, no older minute)
+    assert len(stored[("aws", good["InstanceId"])]) == 15
+    # the idle-looking one's half hour is kept but the forged minute: no data there
+    rogue_minutes = {r.minute for r in stored[("aws", rogue["InstanceId"])]}
+    assert rogue_minutes == {now - timedelta(minutes=ago) for ago in range(30, 0, -1)
+                             if ago != 3}
+    assert summary.readings == 15 + 29
+    db.dispose()
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf])
+def test_a_value_that_is_not_a_number_is_no_data_not_an_idle_gpu(value: float) -> None:
+    # CloudWatch stores no NaN or infinity, but its JSON answer is read with json.loads,
+    # which takes both; clamped as a percentage, NaN had read as 0 %: an idle GPU
+    when = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
+    series = [Series("i-a", 0, GPU_UTIL, (), True), Series("i-b", 0, GPU_UTIL, (), True),
+              Series("i-b", 0, GPU_MEM_USED, (), True)]
+    rows = gpu_rows(series, {"g0": [(when, value)], "g1": [(when, 9.0)], "g2": [(when, value)]},
+                    period_s=60)
+    kept = validated(rows.values(), "test")
+    assert [(r.instance_id, r.util_mean) for r in kept] == (
+        [("i-a", 100.0)] if value == math.inf else [])  # infinity clamps; NaN is refused
+
+
+def test_a_host_cpu_that_is_not_a_number_leaves_the_gpu_minute_without_one() -> None:
+    when = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
+    cpu = host_cpu_of(["i-a"], {"c0": [(when, math.nan)]})
+    rows = gpu_rows([Series("i-a", 0, GPU_UTIL, (), True)], {"g0": [(when, 40.0)]},
+                    period_s=60, host_cpu=cpu)
+    (kept,) = validated(rows.values(), "test")
+    assert (kept.util_mean, kept.host_cpu_pct) == (40.0, None)
