@@ -1,0 +1,60 @@
+"""`cloud_readings.validated`: each of a cloud's readings validated on its own, the invalid
+ones dropped and named in one warning."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from costguard.providers.cloud_readings import validated
+
+T0 = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
+
+
+def _row(instance_id: str, minute: int, **fields: Any) -> dict[str, Any]:
+    return {"provider": "aws", "instance_id": instance_id, "gpu_index": 0,
+            "minute": T0 + timedelta(minutes=minute), "source": "cloudwatch",
+            "util_mean": 10.0, **fields}
+
+
+def test_valid_readings_come_back_in_order_and_nothing_is_logged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    rows = [_row("i-a", 0), _row("i-b", 1, span_minutes=5, util_max=30.0)]
+    with caplog.at_level(logging.DEBUG):
+        got = validated(iter(rows), "acct/us-east-1")
+    assert [(m.instance_id, m.span_minutes, m.util_max) for m in got] == [
+        ("i-a", 1, None), ("i-b", 5, 30.0)]
+    assert caplog.records == []
+
+
+def test_invalid_readings_are_dropped_and_the_first_three_named_in_one_warning(
+        caplog: pytest.LogCaptureFixture) -> None:
+    rows = [_row("i-ok", 0)]
+    rows += [_row(f"i-bad{n}", n, gpu_index=2**40) for n in range(5)]
+    rows += [_row("i-ok", 9)]
+    with caplog.at_level(logging.WARNING, logger="costguard.providers.cloud_readings"):
+        got = validated(rows, "acct/us-east-1/cloudwatch")
+    assert [(m.instance_id, m.minute) for m in got] == [
+        ("i-ok", T0), ("i-ok", T0 + timedelta(minutes=9))]
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING
+    line = record.getMessage()
+    assert line.startswith("acct/us-east-1/cloudwatch: 5 GPU readings dropped, not valid "
+                           "readings (no data, never idle): ")
+    assert ("i-bad0 GPU 1099511627776 at 2026-11-02 12:00Z: gpu_index 1099511627776: Input "
+            "should be less than or equal to 2147483647") in line
+    assert "i-bad2" in line and "i-bad3" not in line and "i-bad4" not in line
+    assert line.endswith("; and 2 more")
+
+
+def test_one_invalid_reading_is_named_without_a_count_of_more(
+        caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="costguard.providers.cloud_readings"):
+        assert validated([_row("i-x", 0, util_mean=float("nan"))], "gcp") == []
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith("gcp: 1 GPU reading dropped, ")
+    assert "i-x GPU 0 at 2026-11-02 12:00Z: util_mean nan" in line
+    assert "more" not in line
