@@ -50,7 +50,7 @@ def validated(rows: Iterable[Mapping[str, Any]], scope: str) -> list[GpuMinute]:
 def _why(fields: Mapping[str, Any], exc: ValidationError) -> str:
     """Which reading, and its first invalid field: `i-0abc GPU 0 at 12:03Z: mem_used_bytes
     1e+30: Input should be ...`."""
-    first = exc.errors(include_url=False)[0]
+    first = exc.errors()[0]
     where = ".".join(str(part) for part in first["loc"])
     minute = fields.get("minute")
     at = minute.strftime("%Y-%m-%d %H:%MZ") if isinstance(minute, datetime) else minute

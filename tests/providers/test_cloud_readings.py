@@ -30,10 +30,12 @@ def test_valid_readings_come_back_in_order_and_nothing_is_logged(
     assert caplog.records == []
 
 
+@pytest.mark.parametrize(("bad", "more"), [(1, ""), (3, ""), (4, "; and 1 more"),
+                                          (5, "; and 2 more")])
 def test_invalid_readings_are_dropped_and_the_first_three_named_in_one_warning(
-        caplog: pytest.LogCaptureFixture) -> None:
+        caplog: pytest.LogCaptureFixture, bad: int, more: str) -> None:
     rows = [_row("i-ok", 0)]
-    rows += [_row(f"i-bad{n}", n, gpu_index=2**40) for n in range(5)]
+    rows += [_row(f"i-bad{n}", n, gpu_index=2**40) for n in range(bad)]
     rows += [_row("i-ok", 9)]
     with caplog.at_level(logging.WARNING, logger="costguard.providers.cloud_readings"):
         got = validated(rows, "acct/us-east-1/cloudwatch")
@@ -41,20 +43,17 @@ def test_invalid_readings_are_dropped_and_the_first_three_named_in_one_warning(
         ("i-ok", T0), ("i-ok", T0 + timedelta(minutes=9))]
     (record,) = caplog.records
     assert record.levelno == logging.WARNING
-    line = record.getMessage()
-    assert line.startswith("acct/us-east-1/cloudwatch: 5 GPU readings dropped, not valid "
-                           "readings (no data, never idle): ")
-    assert ("i-bad0 GPU 1099511627776 at 2026-11-02 12:00Z: gpu_index 1099511627776: Input "
-            "should be less than or equal to 2147483647") in line
-    assert "i-bad2" in line and "i-bad3" not in line and "i-bad4" not in line
-    assert line.endswith("; and 2 more")
+    why = [f"i-bad{n} GPU 1099511627776 at 2026-11-02 12:0{n}Z: gpu_index 1099511627776: "
+           "Input should be less than or equal to 2147483647" for n in range(min(bad, 3))]
+    plural = "reading" if bad == 1 else "readings"
+    assert record.getMessage() == (
+        f"acct/us-east-1/cloudwatch: {bad} GPU {plural} dropped, not valid readings (no data, "
+        f"never idle): {'; '.join(why)}{more}")
 
 
-def test_one_invalid_reading_is_named_without_a_count_of_more(
+def test_a_reading_whose_minute_is_no_time_is_named_as_it_came(
         caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="costguard.providers.cloud_readings"):
-        assert validated([_row("i-x", 0, util_mean=float("nan"))], "gcp") == []
+        assert validated([{**_row("i-x", 0), "minute": "soon"}], "gcp") == []
     (line,) = [r.getMessage() for r in caplog.records]
-    assert line.startswith("gcp: 1 GPU reading dropped, ")
-    assert "i-x GPU 0 at 2026-11-02 12:00Z: util_mean nan" in line
-    assert "more" not in line
+    assert "i-x GPU 0 at soon: minute 'soon': Input should be a valid datetime" in line
