@@ -13,6 +13,15 @@ from costguard.providers.aws import AwsProvider
 
 REGION = "us-east-1"
 AMI = "ami-12c6146b"  # moto's EXAMPLE_AMI_ID
+# a policy that only notifies: an engine's cycle over moto without acting
+IDLE_NOTIFY_POLICY = """\
+policies:
+  - name: idle-gpu
+    filters: {gpu: true, state: running}
+    condition:
+      idle: {below: 5, for: 30m}
+    actions: [{notify: {to: owner}}]
+"""
 
 ProviderFactory = Callable[..., AwsProvider]
 

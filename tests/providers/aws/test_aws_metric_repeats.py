@@ -10,7 +10,7 @@ from typing import Any
 
 import boto3
 import pytest
-from aws_helpers import REGION, ProviderFactory, run_instances
+from aws_helpers import IDLE_NOTIFY_POLICY, REGION, ProviderFactory, run_instances
 
 from costguard.alerts.settings import AlertsSettings
 from costguard.clock import ManualClock
@@ -23,15 +23,6 @@ from costguard.store.db import Database
 from costguard.store.readings import read_minutes
 
 pytestmark = pytest.mark.usefixtures("moto")
-
-POLICY = """\
-policies:
-  - name: idle-gpu
-    filters: {gpu: true, state: running}
-    condition:
-      idle: {below: 5, for: 30m}
-    actions: [{notify: {to: owner}}]
-"""
 
 
 def _put(instance_id: str, points: dict[datetime, float]) -> None:
@@ -84,7 +75,7 @@ def test_a_cycle_whose_store_failed_leaves_nothing_out_of_the_next(
     db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
     engine = Engine(Settings(database_url=db.url, policy_paths=[],
                              alerts=AlertsSettings(console=False)),
-                    db, {"aws": provider}, parse_policy_text(POLICY, "p.yml"), clock)
+                    db, {"aws": provider}, parse_policy_text(IDLE_NOTIFY_POLICY, "p.yml"), clock)
     t0 = clock.now().replace(second=0, microsecond=0)
     engine.run_cycle()  # cold: the recent quarter hour (busy: no older minute needed)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import boto3
 import pytest
-from aws_helpers import REGION, ProviderFactory, run_instances
+from aws_helpers import IDLE_NOTIFY_POLICY, REGION, ProviderFactory, run_instances
 
 from costguard.alerts.settings import AlertsSettings
 from costguard.clock import ManualClock
@@ -77,15 +77,6 @@ def test_a_point_no_reading_can_hold_is_dropped_and_the_others_are_kept(
     assert good["InstanceId"] not in line
 
 
-POLICY = """\
-policies:
-  - name: idle-gpu
-    filters: {gpu: true, state: running}
-    condition:
-      idle: {below: 5, for: 30m}
-    actions: [{notify: {to: owner}}]
-"""
-
 
 def test_the_cycle_goes_on_and_stores_the_others_readings(
     make_provider: ProviderFactory, clock: ManualClock, tmp_path: Path
@@ -101,7 +92,7 @@ def test_the_cycle_goes_on_and_stores_the_others_readings(
     db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
     engine = Engine(Settings(database_url=db.url, policy_paths=[],
                              alerts=AlertsSettings(console=False)),
-                    db, {"aws": provider}, parse_policy_text(POLICY, "p.yml"), clock)
+                    db, {"aws": provider}, parse_policy_text(IDLE_NOTIFY_POLICY, "p.yml"), clock)
 
     summary = engine.run_cycle()
 
