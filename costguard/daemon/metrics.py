@@ -84,6 +84,10 @@ class DaemonMetrics:
             "underused GPU instances would save per month, per team.", ["team"], registry=r)
         self.gaps = Gauge("costguard_open_gaps", "Scopes that cannot be read now (1 each).",
                           ["provider", "scope"], registry=r)
+        self.readings_dropped = Counter(
+            "costguard_cloud_readings_dropped", "Points a cloud's GPU metrics held that no "
+            "reading can hold (dropped: no data, never idle), by provider.", ["provider"],
+            registry=r)
         self.agent_batches = Counter("costguard_agent_batches",
                                      "Agent telemetry batches stored.", registry=r)
         self.agent_minutes = Counter("costguard_agent_minutes",
@@ -105,6 +109,8 @@ class DaemonMetrics:
             self.stage_seconds.labels(stage).observe(secs)
         for gap in summary.gaps:
             self.errors.labels("collect", f"{gap.get('provider')}/{gap.get('scope')}").inc()
+        for provider, n in summary.readings_dropped.items():
+            self.readings_dropped.labels(provider).inc(n)
         self.findings.clear()
         for policy, n in summary.findings.items():
             self.findings.labels(policy).set(n)

@@ -39,7 +39,7 @@ from costguard.model import Gap, GpuMinute, Instance, InstanceState, TelemetrySo
 from costguard.policy.conditions import IdleCondition
 from costguard.policy.evaluate import Finding, evaluate
 from costguard.policy.schema import PolicySet
-from costguard.providers.base import Provider, ReadsWindowOnce, Remembers
+from costguard.providers.base import Provider, Readings, ReadsWindowOnce, Remembers
 from costguard.store import control
 from costguard.store.db import Database
 from costguard.store.inventory import current_instances
@@ -61,6 +61,9 @@ class CycleSummary:
     instances: dict[str, int] = field(default_factory=dict)
     gaps: list[dict[str, str]] = field(default_factory=list)
     readings: int = 0
+    # per provider: points its metrics calls read that no reading can hold, dropped (no
+    # data; costguard/providers/cloud_readings.py)
+    readings_dropped: dict[str, int] = field(default_factory=dict)
     accrued_usd: float = 0.0
     idle_usd: float = 0.0
     findings: dict[str, int] = field(default_factory=dict)
@@ -97,6 +100,9 @@ class CycleSummary:
         done += [f"{verb} {n}" for verb, n in self.actions.items()
                  if isinstance(n, int) and n]
         out.append("actions: " + ("; ".join(done) or "none"))
+        if self.readings_dropped:
+            out.append(f"readings dropped, not valid (no data, never idle; the log names "
+                       f"them): {_counts(self.readings_dropped)}")
         out += [f"gap: {g['provider']} {g['scope']}: {g['error']}" for g in self.gaps]
         return out
 
@@ -231,7 +237,7 @@ class Engine:
         gaps: list[Gap] = []
         asked: list[tuple[Instance, datetime, bool]] = []  # instance, start, call raised
         if wanted and start < now:
-            fetch = fetcher(name, provider, self._sink(summary), len(self.providers))
+            fetch = fetcher(name, provider, self._sink(summary, name), len(self.providers))
             on_time, late = behind.plan(wanted, start, lagging, floor)
             try:
                 if since is None:  # a first cycle: the window's history where it matters
@@ -278,9 +284,14 @@ class Engine:
                 self._inventory = current_instances(s)
         return self._inventory
 
-    def _sink(self, summary: CycleSummary) -> Callable[[list[GpuMinute], datetime], None]:
-        """Store a call's readings and feed them to the window, as they arrive."""
+    def _sink(self, summary: CycleSummary, name: str
+              ) -> Callable[[list[GpuMinute], datetime], None]:
+        """Store a call's readings and feed them to the window, as they arrive; count what
+        provider `name`'s call dropped (one call at a time: `fetcher`'s handover)."""
         def sink(readings: list[GpuMinute], since: datetime) -> None:
+            if isinstance(readings, Readings) and readings.dropped:
+                summary.readings_dropped[name] = (summary.readings_dropped.get(name, 0)
+                                                  + readings.dropped)
             if readings:
                 with self._store, self.db.session() as s:
                     summary.readings += write_minutes(s, readings)

@@ -131,16 +131,18 @@ class FetchesPrices(Protocol):
 class Readings(list[GpuMinute]):
     """What one `gpu_metrics` call returned, as a provider whose calls may overlap returns
     it (`overlapping_metrics`): the readings, the scopes that call could not read (what
-    `metric_gaps` says of the last call to end), and, for a provider that leaves out
-    repeats, the call's receipt (`LeavesOutRepeats`)."""
+    `metric_gaps` says of the last call to end), for a provider that leaves out repeats,
+    the call's receipt (`LeavesOutRepeats`), and how many points the call read that no
+    reading can hold (`cloud_readings.validated`: dropped, no data)."""
 
-    __slots__ = ("gaps", "receipt")
+    __slots__ = ("dropped", "gaps", "receipt")
 
     def __init__(self, items: Iterable[GpuMinute], gaps: Sequence[Gap],
-                 receipt: Receipt | None = None) -> None:
+                 receipt: Receipt | None = None, dropped: int = 0) -> None:
         super().__init__(items)
         self.gaps = list(gaps)
         self.receipt = receipt
+        self.dropped = dropped
 
 
 def receipt_of(readings: Sequence[GpuMinute]) -> Receipt | None:

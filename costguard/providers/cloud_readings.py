@@ -9,12 +9,17 @@ account), for as long as the point stayed in the metrics' lookback.
 
 Each reading is validated on its own. One that fails is dropped: that GPU-minute has no data,
 which is never idle. The drop is logged once per call, with how many, and the first few
-instances, GPU, minute and field, so a forged or broken series can be found.
+instances, GPU, minute and field, so a forged or broken series can be found; a call counts
+its drops (`Dropped`, `providers.base.Readings.dropped`), and the cycle reports them
+(`readings_dropped` in its summary, `costguard_cloud_readings_dropped` on /metrics): an
+agent that writes a field no reading can hold (every memory figure, say) leaves its GPUs
+without data, which nothing but that count shows.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -28,9 +33,24 @@ log = logging.getLogger(__name__)
 NAMED = 3  # rejected readings named in the log line; the rest are counted
 
 
-def validated(rows: Iterable[Mapping[str, Any]], scope: str) -> list[GpuMinute]:
+class Dropped:
+    """The readings one metrics call dropped, counted across its threads."""
+
+    __slots__ = ("_lock", "count")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self.count += n
+
+
+def validated(rows: Iterable[Mapping[str, Any]], scope: str, dropped: Dropped | None = None
+              ) -> list[GpuMinute]:
     """`rows` (GpuMinute field dicts read from `scope`'s metrics) as readings, less those
-    that are not valid readings, which are logged."""
+    that are not valid readings, which are logged (and counted in `dropped`)."""
     out: list[GpuMinute] = []
     rejected: list[str] = []
     build = GpuMinute.model_validate
@@ -40,6 +60,8 @@ def validated(rows: Iterable[Mapping[str, Any]], scope: str) -> list[GpuMinute]:
         except ValidationError as exc:
             rejected.append(_why(fields, exc))
     if rejected:
+        if dropped is not None:
+            dropped.add(len(rejected))
         more = len(rejected) - NAMED
         log.warning("%s: %d GPU reading%s dropped, not valid readings (no data, never idle): "
                     "%s%s", scope, len(rejected), "" if len(rejected) == 1 else "s",

@@ -7,6 +7,7 @@ from datetime import timedelta
 from costguard.alerts.outbox import enqueue
 from costguard.alerts.tables import AlertDeliveryRow
 from costguard.daemon.metrics import DELIVERY_STATUSES, DaemonMetrics
+from costguard.engine.cycle import CycleSummary
 from costguard.store.db import Database
 from tests.daemon.daemon_helpers import START
 
@@ -32,3 +33,13 @@ def test_failed_and_unconfirmed_deliveries_of_routed_alerts_are_exported(db: Dat
     assert deliveries["failed"] == 2 and deliveries["unconfirmed"] == 1
     assert deliveries["pending"] == 1 and deliveries["sent"] == 1 and deliveries["held"] == 0
     assert _gauge(metrics, "costguard_alerts")["pending"] == 2
+
+
+def test_readings_a_cycle_dropped_add_up_per_provider() -> None:
+    metrics = DaemonMetrics()
+    for dropped in ({"aws": 2}, {}, {"aws": 1, "gcp": 4}):
+        metrics.observe_cycle(CycleSummary(cycle_id=1, started_at=START,
+                                           readings_dropped=dropped), 1.0)
+    text = metrics.render().decode()
+    assert 'costguard_cloud_readings_dropped_total{provider="aws"} 3.0' in text
+    assert 'costguard_cloud_readings_dropped_total{provider="gcp"} 4.0' in text

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from costguard.providers.cloud_readings import validated
+from costguard.providers.cloud_readings import Dropped, validated
 
 T0 = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
 
@@ -23,8 +23,10 @@ def _row(instance_id: str, minute: int, **fields: Any) -> dict[str, Any]:
 def test_valid_readings_come_back_in_order_and_nothing_is_logged(
         caplog: pytest.LogCaptureFixture) -> None:
     rows = [_row("i-a", 0), _row("i-b", 1, span_minutes=5, util_max=30.0)]
+    dropped = Dropped()
     with caplog.at_level(logging.DEBUG):
-        got = validated(iter(rows), "acct/us-east-1")
+        got = validated(iter(rows), "acct/us-east-1", dropped)
+    assert dropped.count == 0
     assert [(m.instance_id, m.span_minutes, m.util_max) for m in got] == [
         ("i-a", 1, None), ("i-b", 5, 30.0)]
     assert caplog.records == []
@@ -37,8 +39,11 @@ def test_invalid_readings_are_dropped_and_the_first_three_named_in_one_warning(
     rows = [_row("i-ok", 0)]
     rows += [_row(f"i-bad{n}", n, gpu_index=2**40) for n in range(bad)]
     rows += [_row("i-ok", 9)]
+    dropped = Dropped()
+    dropped.add(2)  # an earlier scope's of the same call
     with caplog.at_level(logging.WARNING, logger="costguard.providers.cloud_readings"):
-        got = validated(rows, "acct/us-east-1/cloudwatch")
+        got = validated(rows, "acct/us-east-1/cloudwatch", dropped)
+    assert dropped.count == 2 + bad
     assert [(m.instance_id, m.minute) for m in got] == [
         ("i-ok", T0), ("i-ok", T0 + timedelta(minutes=9))]
     (record,) = caplog.records

@@ -25,7 +25,7 @@ from costguard.providers.aws.inventory import HostNames, host_names
 from costguard.providers.aws.sessions import AccountScope, ClientFactory
 from costguard.providers.aws.settings import AwsSettings
 from costguard.providers.base import Decided, Readings, Split, receipt_of
-from costguard.providers.cloud_readings import validated
+from costguard.providers.cloud_readings import Dropped, validated
 from costguard.providers.repeats import Receipt, Repeats
 
 if TYPE_CHECKING:
@@ -87,6 +87,7 @@ class CloudWatchReads:
         first, last = cw.window(start, end)
         recent = utc(self.clock.now()) - first < timedelta(hours=3)
         receipt = self._repeats.begin(last)
+        dropped = Dropped()
         out: list[GpuMinute] = []
         gaps: list[Gap] = []
         calls = 0
@@ -94,7 +95,7 @@ class CloudWatchReads:
         with ThreadPoolExecutor(self.settings.max_workers, "costguard-cw") as pool:
             futures = {
                 key: pool.submit(self._gpu_scope, key, members, first, last, recent, receipt,
-                                 split)
+                                 split, dropped)
                 for key, members in groups.items()
             }
             for (account_id, region), future in futures.items():
@@ -106,7 +107,7 @@ class CloudWatchReads:
                 out += rows
                 calls += n
         self.metric_gaps, self.get_metric_data_calls = gaps, calls
-        return Readings(out, gaps, receipt)
+        return Readings(out, gaps, receipt, dropped.count)
 
     def _gpu_scope(
         self,
@@ -117,6 +118,7 @@ class CloudWatchReads:
         recent: bool,
         receipt: Receipt,
         split: Split | None,
+        dropped: Dropped,
     ) -> tuple[list[GpuMinute], int]:
         account_id, region = key
         scope = f"{account_id}/{region}/cloudwatch"
@@ -150,7 +152,7 @@ class CloudWatchReads:
         rows = cw.gpu_rows(
             series, values, gpu_counts=gpu_counts, period_s=period_s, first=first, last=last,
             host_cpu=cw.host_cpu_of(cpu_ids, values))
-        return _built([rows[k] for k in sorted(rows)], receipt, split, scope), calls
+        return _built([rows[k] for k in sorted(rows)], receipt, split, scope, dropped), calls
 
     def _dimensions(self, client: CloudWatchClient, key: tuple[str, str], namespace: str,
                     metric: str, scope: str, recent: bool, wanted: set[str]) -> DimensionSets:
@@ -231,24 +233,24 @@ class CloudWatchReads:
         return dict(groups)
 
 
-def _built(rows: list[dict[str, Any]], receipt: Receipt, split: Split | None, scope: str
-           ) -> list[GpuMinute]:
+def _built(rows: list[dict[str, Any]], receipt: Receipt, split: Split | None, scope: str,
+           dropped: Dropped) -> list[GpuMinute]:
     """The readings of `rows` (`metrics.gpu_rows`' field dicts) as models, less those the
     settling span brought back unchanged (`receipt`: stored before) and those that are not
-    valid readings (`cloud_readings.validated`: dropped and logged). With `split`
+    valid readings (`cloud_readings.validated`: dropped, logged, counted). With `split`
     (keep_from, decided): the readings that cover any minute from `keep_from` on, and the
     older ones of the instances that `decided`, handed those, does not name (never built).
     A 5-minute point that begins before `keep_from` and ends after it counts as recent, as
     `covering` counts it."""
     if split is None:
-        return validated(receipt.fresh(rows), scope)
+        return validated(receipt.fresh(rows), scope, dropped)
     keep_from, decided = split
     newer: list[dict[str, Any]] = []
     older: list[dict[str, Any]] = []
     for fields in rows:
         ends = fields["minute"] + fields["span_minutes"] * cw.ONE_MINUTE
         (newer if ends > keep_from else older).append(fields)
-    recent = validated(receipt.fresh(newer), scope)
+    recent = validated(receipt.fresh(newer), scope, dropped)
     skip = decided(recent)
     kept = receipt.fresh(f for f in older if f["instance_id"] not in skip)
-    return validated(kept, scope) + recent
+    return validated(kept, scope, dropped) + recent

@@ -31,7 +31,7 @@ from costguard.clock import utc
 from costguard.errors import ProviderError
 from costguard.model import Gap, GpuMinute, Instance, TelemetrySource
 from costguard.providers.base import Split
-from costguard.providers.cloud_readings import validated
+from costguard.providers.cloud_readings import Dropped, validated
 from costguard.providers.gcp.errors import from_retry_error, translate
 from costguard.providers.repeats import Receipt
 
@@ -154,21 +154,23 @@ def fetch_project(
 
 
 def merge(readings: dict[str, dict[_Key, float]], start: datetime, end: datetime,
-          receipt: Receipt | None = None, split: Split | None = None) -> list[GpuMinute]:
+          receipt: Receipt | None = None, split: Split | None = None,
+          dropped: Dropped | None = None) -> list[GpuMinute]:
     """The GPU-minutes in [start, end) of the projects' series; with a call's `receipt`,
     those handed over and stored before unchanged are left out
     (`costguard.providers.repeats`).
     With `split` (keep_from, decided): the minutes from `keep_from` on, and the older ones
     of the instances that `decided`, handed those, does not name (never built)."""
     if split is None:
-        return _minutes(readings, start, end, receipt)
+        return _minutes(readings, start, end, receipt, dropped)
     keep_from, decided = split
-    recent = _minutes(readings, keep_from, end, receipt)
-    return _minutes(readings, start, keep_from, receipt, skip=decided(recent)) + recent
+    recent = _minutes(readings, keep_from, end, receipt, dropped)
+    return _minutes(readings, start, keep_from, receipt, dropped, skip=decided(recent)) + recent
 
 
 def _minutes(readings: dict[str, dict[_Key, float]], start: datetime, end: datetime,
-             receipt: Receipt | None, skip: Collection[str] = ()) -> list[GpuMinute]:
+             receipt: Receipt | None, dropped: Dropped | None, skip: Collection[str] = ()
+             ) -> list[GpuMinute]:
     """`merge` of [start, end), less the instances in `skip`."""
     lo, hi = utc(start).timestamp(), utc(end).timestamp()
     # in the order the series came (each GPU's minutes together, the same every run), not
@@ -199,7 +201,7 @@ def _minutes(readings: dict[str, dict[_Key, float]], start: datetime, end: datet
             "mem_used_bytes": None if mem is None else _bytes(mem),
             "host_cpu_pct": cpu.get((instance_id, 0, epoch))})
     fresh = rows if receipt is None else receipt.fresh(rows)
-    return validated(fresh, "gcp cloud monitoring")
+    return validated(fresh, "gcp cloud monitoring", dropped)
 
 
 def _bytes(value: float) -> int | float:
@@ -218,6 +220,7 @@ def gpu_minutes(
     max_workers: int,
     receipt: Receipt | None = None,
     split: Split | None = None,
+    dropped: Dropped | None = None,
 ) -> tuple[list[GpuMinute], list[Gap]]:
     """Every GPU-minute Cloud Monitoring has for `instances` in [start, end) (less, with a
     call's `receipt`, those handed over and stored before unchanged; with `split`, as
@@ -249,4 +252,4 @@ def gpu_minutes(
         raise failures[0]
     # Missing readings are "no data", never "idle": the other projects' data is still good.
     gaps = [Gap(provider="gcp", scope=f.scope, error=str(f)) for f in failures]
-    return merge(merged, start, end, receipt, split), gaps
+    return merge(merged, start, end, receipt, split, dropped), gaps

@@ -19,6 +19,7 @@ from costguard.model import (
     ProviderName,
 )
 from costguard.providers.base import Decided, FetchedPrices, Readings, Split, receipt_of
+from costguard.providers.cloud_readings import Dropped
 from costguard.providers.gcp import (
     actions,
     batch,
@@ -164,6 +165,7 @@ class GcpProvider:
     def _gpu_metrics(self, instances: Sequence[Instance], start: datetime, end: datetime,
                      split: Split | None) -> list[GpuMinute]:
         receipt = self._repeats.begin(end)
+        dropped = Dropped()
         minutes, gaps = metrics.gpu_minutes(
             self.clients.metrics,
             instances,
@@ -173,11 +175,12 @@ class GcpProvider:
             max_workers=self.settings.max_workers,
             receipt=receipt,
             split=split,
+            dropped=dropped,
         )
         self.metric_gaps = gaps
         for gap in gaps:
             log.warning("GPU metrics missing for %s: %s", gap.scope, gap.error)
-        return Readings(minutes, gaps, receipt)
+        return Readings(minutes, gaps, receipt, dropped.count)
 
     def readings_stored(self, readings: Sequence[GpuMinute]) -> None:
         """`costguard.providers.base.LeavesOutRepeats`: what a `gpu_metrics` call returned

@@ -27,6 +27,7 @@ from costguard.providers.aws.metrics import (
     gpu_rows,
     host_cpu_of,
 )
+from costguard.providers.base import Readings
 from costguard.providers.cloud_readings import validated
 from costguard.store.db import Database
 from costguard.store.readings import read_minutes
@@ -71,6 +72,7 @@ def test_a_point_no_reading_can_hold_is_dropped_and_the_others_are_kept(
 
     assert [(r.instance_id, r.gpu_index, r.util_mean) for r in rows] == [
         (good["InstanceId"], 0, 3.0)]
+    assert isinstance(rows, Readings) and rows.dropped == 1
     (line,) = [r.getMessage() for r in caplog.records]
     assert "1 GPU reading dropped" in line and "never idle" in line
     assert rogue["InstanceId"] in line and field in line
@@ -106,6 +108,9 @@ def test_the_cycle_goes_on_and_stores_the_others_readings(
     assert rogue_minutes == {now - timedelta(minutes=ago) for ago in range(30, 0, -1)
                              if ago != 3}
     assert summary.readings == 15 + 29
+    assert summary.readings_dropped == {"aws": 1}
+    assert ("readings dropped, not valid (no data, never idle; the log names them): aws 1"
+            in summary.lines())
     db.dispose()
 
 

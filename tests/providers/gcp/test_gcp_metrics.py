@@ -13,6 +13,7 @@ import pytest
 from costguard.demo.gcp_fake.server import FakeGcp
 from costguard.errors import ProviderError
 from costguard.model import Instance, InstanceState, TelemetrySource
+from costguard.providers.base import Readings
 from costguard.providers.gcp import GcpProvider
 from costguard.providers.gcp.metrics import MEM_USED, SM_V1, SM_V2, UTIL
 
@@ -144,6 +145,7 @@ def test_a_point_no_reading_can_hold_is_dropped_and_the_others_are_kept(
                    *kept_t0, ("2", 0, T0 + timedelta(minutes=1), 30.0)]
     (line,) = [r.getMessage() for r in caplog.records]
     assert "1 GPU reading dropped" in line and field in line and "at 2026-11-23 10:00Z" in line
+    assert isinstance(minutes, Readings) and minutes.dropped == 1
 
 
 def test_a_series_whose_gpu_number_is_not_a_number_is_no_gpus(
