@@ -91,6 +91,11 @@ def status(
                           f"{cycle['started_at']}" + (f" error: {cycle['error']}"
                                                       if cycle["error"] else ""),
                           highlight=False)
+            if cycle["readings_dropped"]:
+                dropped = ", ".join(f"{p} {n}" for p, n in cycle["readings_dropped"].items())
+                console.print(f"[yellow]cloud GPU readings dropped[/] by the last cycle, not "
+                              f"valid readings (no data, never idle; the log names them): "
+                              f"{dropped}", highlight=False)
         else:
             console.print("last cycle: none yet (start the daemon: costguard run)")
         console.print(f"agents: {info['agent_auth']}", highlight=False)

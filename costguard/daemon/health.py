@@ -67,9 +67,13 @@ def gather_status(db: Database, now: datetime, poll_seconds: float) -> dict[str,
     cycle: dict[str, Any] | None = None
     if last is not None:
         row = last
+        summary: Any = row.summary or {}
+        dropped = summary.get("readings_dropped") if isinstance(summary, dict) else None
         cycle = {"id": row.id, "status": row.status, "started_at": utc(row.started_at).isoformat(),
                  "finished_at": utc(row.finished_at).isoformat() if row.finished_at else None,
-                 "error": row.error}
+                 "error": row.error,
+                 # per provider: cloud metric points no reading can hold, dropped (no data)
+                 "readings_dropped": dropped if isinstance(dropped, dict) else {}}
     age = (now - utc(last_ok)).total_seconds() if last_ok is not None else None
     cycling = age is not None and age < 3 * poll_seconds
     return {"healthy": cycling and not degraded, "cycling": cycling,

@@ -8,12 +8,14 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from sqlmodel import select
 from typer.testing import CliRunner
 
 from costguard.clock import ManualClock, SystemClock
 from costguard.daemon.commands import commands_app
 from costguard.daemon.health import gather_status
 from costguard.store.db import Database
+from costguard.store.tables import CycleRow
 from tests.daemon.daemon_helpers import START, build_engine, scripted_cloud
 
 runner = CliRunner()
@@ -40,6 +42,25 @@ def test_status_is_healthy_after_a_recent_cycle(env: Path) -> None:
     info = json.loads(result.output)
     assert info["healthy"] and info["last_cycle"]["status"] == "ok"
     assert info["paused"] is False and info["unresolved_action_intents"] == 0
+
+
+def test_status_names_the_cloud_readings_the_last_cycle_dropped(env: Path) -> None:
+    _cycle(env / "cg.db", SystemClock())
+    plain = runner.invoke(commands_app(), ["status"])
+    assert "dropped" not in plain.output
+    db = Database(f"sqlite:///{env / 'cg.db'}")
+    with db.session() as s:
+        (row,) = s.exec(select(CycleRow)).all()
+        row.summary = {**row.summary, "readings_dropped": {"aws": 3}}
+        s.add(row)
+        s.commit()
+    db.dispose()
+    result = runner.invoke(commands_app(), ["status"])
+    assert result.exit_code == 0, result.output
+    assert ("cloud GPU readings dropped by the last cycle, not valid readings (no data, never "
+            "idle; the log names them): aws 3") in " ".join(result.output.split())
+    info = json.loads(runner.invoke(commands_app(), ["status", "--format", "json"]).output)
+    assert info["last_cycle"]["readings_dropped"] == {"aws": 3}
 
 
 def test_status_exits_1_and_says_so_when_no_cycle_ran_lately(env: Path) -> None:
