@@ -11,7 +11,7 @@ Each reading is validated on its own. One that fails is dropped: that GPU-minute
 which is never idle. The drop is logged once per call, with how many, and the first few
 instances, GPU, minute and field, so a forged or broken series can be found; a call counts
 its drops (`Dropped`, `providers.base.Readings.dropped`), and the cycle reports them
-(`readings_dropped` in its summary, `costguard_cloud_readings_dropped` on /metrics): an
+(`readings_dropped` in its summary, `costguard_cloud_readings_dropped_total` on /metrics): an
 agent that writes a field no reading can hold (every memory figure, say) leaves its GPUs
 without data, which nothing but that count shows.
 """
