@@ -33,14 +33,19 @@ def unreadable(s: Session, now: datetime, poll: timedelta,
             for g in rows]
 
 
+def _summary(row: CycleRow) -> dict[str, Any]:
+    """A cycle's stored summary (CycleSummary.as_dict), or {} where it holds none."""
+    summary: Any = row.summary
+    return summary if isinstance(summary, dict) else {}
+
+
 def last_governed(s: Session) -> int | None:
     """How many instances the last finished cycle governed (None: no cycle yet)."""
     row = s.exec(select(CycleRow).where(col(CycleRow.status) == "ok")
                  .order_by(col(CycleRow.id).desc()).limit(1)).first()
     if row is None:
         return None
-    summary: Any = row.summary or {}
-    value = summary.get("instances") if isinstance(summary, dict) else None
+    value = _summary(row).get("instances")
     if isinstance(value, dict):  # per provider
         return sum(int(n) for n in value.values())
     return int(value) if isinstance(value, int) else None
@@ -67,8 +72,7 @@ def gather_status(db: Database, now: datetime, poll_seconds: float) -> dict[str,
     cycle: dict[str, Any] | None = None
     if last is not None:
         row = last
-        summary: Any = row.summary or {}
-        dropped = summary.get("readings_dropped") if isinstance(summary, dict) else None
+        dropped = _summary(row).get("readings_dropped")
         cycle = {"id": row.id, "status": row.status, "started_at": utc(row.started_at).isoformat(),
                  "finished_at": utc(row.finished_at).isoformat() if row.finished_at else None,
                  "error": row.error,

@@ -19,6 +19,7 @@ without data, which nothing but that count shows.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -67,6 +68,12 @@ def validated(rows: Iterable[Mapping[str, Any]], scope: str, dropped: Dropped | 
                     "%s%s", scope, len(rejected), "" if len(rejected) == 1 else "s",
                     "; ".join(rejected[:NAMED]), f"; and {more} more" if more > 0 else "")
     return out
+
+
+def whole_bytes(value: float) -> int | float:
+    """A byte count read from a metric as whole bytes, at least 0; a value no integer holds
+    (NaN, infinite) as it came, for `validated` to refuse (`int()` of it raised)."""
+    return max(0, int(value)) if math.isfinite(value) else value
 
 
 def _why(fields: Mapping[str, Any], exc: ValidationError) -> str:

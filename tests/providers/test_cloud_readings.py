@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from costguard.providers.cloud_readings import Dropped, validated
+from costguard.providers.cloud_readings import Dropped, validated, whole_bytes
 
 T0 = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
 
@@ -62,3 +62,11 @@ def test_a_reading_whose_minute_is_no_time_is_named_as_it_came(
         assert validated([{**_row("i-x", 0), "minute": "soon"}], "gcp") == []
     (line,) = [r.getMessage() for r in caplog.records]
     assert "i-x GPU 0 at soon: minute 'soon': Input should be a valid datetime" in line
+
+
+def test_a_byte_count_is_whole_and_never_negative_and_nan_stays_for_validation() -> None:
+    assert [(v, type(v)) for v in map(whole_bytes, (1073741824.7, 0.0, -5.0))] == [
+        (1073741824, int), (0, int), (0, int)]
+    assert whole_bytes(float("inf")) == float("inf")
+    nan = whole_bytes(float("nan"))
+    assert nan != nan  # as it came: validation refuses it, int() of it raised

@@ -20,6 +20,7 @@ from costguard.clock import utc
 from costguard.model import TelemetrySource
 from costguard.providers.aws.boundary import aws_call
 from costguard.providers.aws.inventory import HostNames
+from costguard.providers.cloud_readings import whole_bytes
 
 if TYPE_CHECKING:
     from mypy_boto3_cloudwatch import CloudWatchClient
@@ -272,12 +273,6 @@ def _pct(value: float) -> float:
     return value if value != value else min(100.0, max(0.0, value))
 
 
-def _bytes(mib: float) -> int | float:
-    """MiB as whole bytes, at least 0; a value no integer holds (NaN, infinite) as it
-    came, for validation to refuse (`int()` of it raised)."""
-    value = mib * _MIB
-    return max(0, int(value)) if math.isfinite(value) else value
-
 
 def _span_of(ts: datetime, period_s: int, first: datetime | None, last: datetime | None
              ) -> tuple[datetime, int] | None:
@@ -349,9 +344,9 @@ def gpu_rows(
             if s.metric == GPU_UTIL:
                 fields = {"util_mean": _pct(value), "util_max": _pct(peaks.get(ts, value))}
             elif s.metric == GPU_MEM_USED:
-                fields = {"mem_used_bytes": _bytes(value)}
+                fields = {"mem_used_bytes": whole_bytes(value * _MIB)}
             else:
-                fields = {"mem_total_bytes": _bytes(value)}
+                fields = {"mem_total_bytes": whole_bytes(value * _MIB)}
             for index in indexes:
                 row = rows.get((s.instance_id, index, minute))
                 if row is None:

@@ -15,7 +15,6 @@ Aligned points carry the END of their 60 s window; `GpuMinute.minute` is its sta
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from costguard.clock import utc
 from costguard.errors import ProviderError
 from costguard.model import Gap, GpuMinute, Instance, TelemetrySource
 from costguard.providers.base import Split
-from costguard.providers.cloud_readings import Dropped, validated
+from costguard.providers.cloud_readings import Dropped, validated, whole_bytes
 from costguard.providers.gcp.errors import from_retry_error, translate
 from costguard.providers.repeats import Receipt
 
@@ -198,16 +197,11 @@ def _minutes(readings: dict[str, dict[_Key, float]], start: datetime, end: datet
         rows.append({
             "provider": "gcp", "instance_id": instance_id, "gpu_index": gpu, "minute": minute,
             "source": source, "util_mean": util.get(key), "sm_mean": sm,
-            "mem_used_bytes": None if mem is None else _bytes(mem),
+            "mem_used_bytes": None if mem is None else whole_bytes(mem),
             "host_cpu_pct": cpu.get((instance_id, 0, epoch))})
     fresh = rows if receipt is None else receipt.fresh(rows)
     return validated(fresh, "gcp cloud monitoring", dropped)
 
-
-def _bytes(value: float) -> int | float:
-    """Whole bytes, at least 0; NaN or infinite as it came, for validation to refuse (a
-    reading dropped, `cloud_readings`), where `int()` of it raised."""
-    return max(int(value), 0) if math.isfinite(value) else value
 
 
 def gpu_minutes(
