@@ -41,6 +41,9 @@ PROFILES = (("busy", 55), ("idle", 25), ("went-idle", 12), ("no-agent", 8))
 HISTORY = timedelta(hours=3)  # GPU datapoints exist this far back from `now`
 LATER = timedelta(hours=7)  # ... and this far after it: the cycles that follow the first, and
 # org-catch-up's cycle 6 hours on
+# GetMetricData queries for a running GPU instance: its utilisation's Average and its Maximum
+# (which decides idleness: points added to the series cannot lower it), and its host CPU
+QUERIES_PER_GPU_INSTANCE = 3
 PERIOD_S = 300  # the agent publishes every 5 minutes, aggregated by InstanceId
 
 
@@ -103,8 +106,8 @@ class Fleet:
     def floor(self) -> Counter[str]:
         """The fewest calls one cold cycle can make, by operation: one AssumeRole per
         account (and one GetCallerIdentity), per scope one DescribeInstances per 1,000, one
-        GetMetricData per 500 queries (`_queries`; an hour and a settling span of 5-minute
-        points fits one call's 100,800 datapoints), one Auto Scaling read where
+        GetMetricData per 500 queries (`QUERIES_PER_GPU_INSTANCE`; an hour and a settling
+        span of 5-minute points fits one call's 100,800 datapoints), one Auto Scaling read where
         groups are, one spot price read (the cost of spot instances; what spot would save on the
         others); per scope that acts, one
         re-check and one call per action kind (stop, whose answer gives the states; tag); the GPU
@@ -116,7 +119,8 @@ class Fleet:
         stopped, tagged = self.expected_stopped(), self.expected_tagged()
         for members in self.by_scope.values():
             calls["EC2.DescribeInstances"] += -(-len(members) // 1000)
-            queries = sum(_queries(i) for i in members if i.gpu and i.state == "running")
+            queries = QUERIES_PER_GPU_INSTANCE * sum(
+                1 for i in members if i.gpu and i.state == "running")
             if queries:
                 calls["CloudWatch.GetMetricData"] += -(-queries // 500)
             if any(i.group for i in members):
@@ -132,13 +136,6 @@ class Fleet:
             if tags:
                 calls["EC2.CreateTags"] += -(-tags // 1000)
         return calls
-
-
-def _queries(inst: FleetInstance) -> int:
-    """GetMetricData queries for a running GPU instance: its utilization's Average, its
-    Maximum too when it has more than one GPU (one busy GPU among idle ones), host CPU."""
-    gpu = TYPES[inst.itype]
-    return 3 if gpu is not None and gpu[2] > 1 else 2
 
 
 def account_ids(n: int) -> list[str]:

@@ -22,7 +22,7 @@ from costguard.store.readings import InstanceRef, read_rows
 class WindowReading(NamedTuple):
     """The window's copy of a stored GPU-minute: the fields the idle classifier reads
     (`costguard.model.Reading`), built when asked for. A `GpuMinute` costs ~2 KB of memory
-    (a pydantic model's dict and fields-set); the window keeps 48 bytes per reading of a
+    (a pydantic model's dict and fields-set); the window keeps 56 bytes per reading of a
     cloud's metrics, 104 where the agent's percentiles, memory and process figures come too."""
 
     gpu_index: int
@@ -43,8 +43,8 @@ class WindowReading(NamedTuple):
 # a packed reading: gpu, minute, span, the three percentages a cloud's metrics give (CloudWatch
 # util mean and max, Cloud Monitoring util and SM mean), then what only the agent measures:
 # the other three percentages and four integers
-_PACKED = ("gpu_index", "minute", "span_minutes", "util_mean", "util_max", "sm_mean",
-           "util_p95", "sm_p95", "sm_max",
+_PACKED = ("gpu_index", "minute", "span_minutes", "util_mean", "util_max", "sm_mean", "sm_max",
+           "util_p95", "sm_p95",
            "mem_used_bytes", "process_count", "top_process_pid", "top_process_bytes")
 assert sorted(_PACKED) == sorted(WindowReading._fields)
 _WIDTH = len(_PACKED)
@@ -89,25 +89,25 @@ _pack_minute = _packer(attrgetter(*_PACKED))
 _pack_values = _packer(tuple)  # a row read with `fields=_PACKED`
 
 
-_NARROW = _PACKED.index("util_p95")  # gpu, minute, span and a cloud's three percentages
+_NARROW = _PACKED.index("util_p95")  # gpu, minute, span and a cloud's four percentages
 
 
 def _narrow(row: list[float]) -> bool:
     """True when the packed reading has none of what only the agent measures (NaN: v != v):
     as a cloud's readings have none."""
-    e, f, g, h, k, m, n = row[_NARROW:]
-    return (e != e and f != f and g != g and h != h and k != k and m != m and n != n)
+    e, f, h, k, m, n = row[_NARROW:]
+    return (e != e and f != f and h != h and k != k and m != m and n != n)
 
 
 class _Rows:
     """One instance's readings as a flat array of doubles, `width` per reading, in the order
     they arrived; a later copy of the same (GPU, minute) replaces an earlier one.
 
-    Rows are narrow (`_NARROW` doubles: gpu, minute, span and the three percentages a cloud
-    gives) until a reading carries more (an agent's percentiles, memory or processes): then
-    every row is widened to `_WIDTH`, the others NaN where the reading had none. An instance
-    read from its cloud's metrics alone (most of a large fleet) is held in 48 bytes a
-    reading, not 104."""
+    Rows are narrow (`_NARROW` doubles: gpu, minute, span and the four percentages a cloud
+    gives: utilisation's and SM activity's mean and maximum) until a reading carries more (an
+    agent's percentiles, memory or processes): then every row is widened to `_WIDTH`, the
+    others NaN where the reading had none. An instance read from its cloud's metrics alone
+    (most of a large fleet) is held in 56 bytes a reading, not 104."""
 
     __slots__ = ("data", "kept", "oldest", "width")
 
@@ -181,10 +181,10 @@ class _Rows:
                 minute = when[t] = datetime.fromtimestamp(t, UTC)
             # unrolled, NaN (v != v) as None: twice as fast as comprehensions (~1 us a reading)
             if w == _WIDTH:
-                a, b, c, e, f, g, h, k, m, n = d[i + 3:i + _WIDTH]
+                a, b, c, g, e, f, h, k, m, n = d[i + 3:i + _WIDTH]
             else:
-                a, b, c = d[i + 3:i + _NARROW]
-            # packed util mean, max, SM mean, util p95, SM p95, max: WindowReading's order
+                a, b, c, g = d[i + 3:i + _NARROW]
+            # packed util mean, max, SM mean, SM max, util p95, SM p95: WindowReading's order
             out[(d[i], t)] = _make(WindowReading, (
                 int(d[i]), minute, int(span),
                 None if a != a else a, None if e != e else e, None if b != b else b,

@@ -152,15 +152,15 @@ def test_the_window_holds_a_reading_in_about_a_hundred_bytes(db: Database) -> No
 
 def test_a_cloud_read_instance_is_held_narrow_until_an_agent_reading_widens_it(
         db: Database) -> None:
-    # a cloud's readings carry three percentages, no percentile, memory or process figure:
-    # held in 48 bytes, not 104; an agent's reading of the same instance widens its rows,
-    # nothing held changes
+    # a cloud's readings carry four percentages (utilisation's and SM activity's mean and
+    # maximum), no percentile, memory or process figure: held in 56 bytes, not 104; an
+    # agent's reading of the same instance widens its rows, nothing held changes
     cloud = [_full(f"i-{n}", ago, gpu, source=CW, util_mean=1.5, util_max=2.0,
-                   sm_mean=0.25)
+                   sm_mean=0.25, sm_max=0.75)
              for n in range(50) for gpu in range(4) for ago in range(60, 0, -1)]
     window = ReadingWindow()
     held = _bytes_a_reading(window, cloud)
-    assert held < 60, f"{held:.0f} bytes a reading"
+    assert held < 68, f"{held:.0f} bytes a reading"
 
     agent = _full("i-0", 30, 1, util_mean=40.0, mem_used_bytes=3 * 2**30, process_count=2,
                   top_process_pid=77, top_process_bytes=2**30)
@@ -180,12 +180,15 @@ def test_a_cloud_read_instance_is_held_narrow_until_an_agent_reading_widens_it(
         _fields(m) for m in cloud if m.instance_id == "i-1")
 
 
-@pytest.mark.parametrize("agent_only", ["util_p95", "sm_p95", "sm_max", "process_count"])
+@pytest.mark.parametrize("agent_only", ["util_p95", "sm_p95", "mem_used_bytes",
+                                        "process_count", "top_process_pid",
+                                        "top_process_bytes"])
 def test_a_figure_a_narrow_row_has_no_place_for_widens_it(agent_only: str) -> None:
     # each figure only the agent measures, alone, is kept (a narrow row would drop it) and
     # lands in its own field, the others None
     window = ReadingWindow()
-    cloud = _full("i-a", 10, 0, source=CW, util_mean=1.5, util_max=2.0, sm_mean=0.5)
+    cloud = _full("i-a", 10, 0, source=CW, util_mean=1.5, util_max=2.0, sm_mean=0.5,
+                  sm_max=0.75)
     agent = _full("i-a", 5, 0, util_mean=None, **{agent_only: 7})
     window.add([cloud, agent], since=NOW - timedelta(hours=1))
     got = window.minutes(("aws", "i-a"), NOW - timedelta(hours=1), NOW)

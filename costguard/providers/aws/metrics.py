@@ -207,18 +207,16 @@ def get_metric_data(
     return out, calls
 
 
-def gpu_queries(
-    series: Sequence[Series],
-    namespace: str,
-    period_s: int = PERIOD_S,
-    *,
-    gpu_counts: Mapping[str, int] | None = None,
-) -> list[dict[str, Any]]:
-    """Query `g{n}` per series; a roll-up of utilisation over more than one GPU also gets
-    `m{n}` (its Maximum), so one busy GPU among idle ones is not averaged away. A roll-up of a
-    single-GPU instance (`gpu_counts` says so) is that GPU's own series and, like a per-GPU
-    series, needs its Average only."""
-    counts = gpu_counts or {}
+def gpu_queries(series: Sequence[Series], namespace: str, period_s: int = PERIOD_S
+                ) -> list[dict[str, Any]]:
+    """Query `g{n}` per series; every utilisation series also gets `m{n}`, its Maximum,
+    which decides idleness (`util_max`).
+
+    A roll-up over several GPUs needs it so that one busy GPU among idle ones is not
+    averaged away. A per-GPU series (or a one-GPU roll-up) needs it because anyone allowed
+    `cloudwatch:PutMetricData` in the account can add points to it: a thousand zeros
+    (or one StatisticValues set with a SampleCount of a million) pull a busy GPU's Average
+    under any idle threshold, but added points can only raise its Maximum."""
     out: list[dict[str, Any]] = []
     for n, s in enumerate(series):
         metric = {
@@ -227,7 +225,7 @@ def gpu_queries(
             "Dimensions": [{"Name": k, "Value": v} for k, v in s.dimensions],
         }
         stats = [(f"g{n}", s.stat)]
-        if s.all_gpus and s.metric == GPU_UTIL and counts.get(s.instance_id) != 1:
+        if s.metric == GPU_UTIL:
             stats.append((f"m{n}", "Maximum"))
         out += [
             {

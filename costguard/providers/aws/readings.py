@@ -143,7 +143,7 @@ class CloudWatchReads:
         # Buckets of `period_s` start at `first`: each one that holds a datapoint covers its
         # whole period, wherever inside it the agent's sample fell.
         gpu_counts = {i.instance_id: max(1, i.gpu_count) for i in members}
-        queries = cw.gpu_queries(series, namespace, period_s, gpu_counts=gpu_counts)
+        queries = cw.gpu_queries(series, namespace, period_s)
         # the host CPU of the same instances, in the same calls (no call per instance)
         cpu_ids = (sorted({s.instance_id for s in series})
                    if self.settings.cloudwatch.host_cpu else [])

@@ -3,8 +3,10 @@ metric type (never one per instance), aligned to 60 s on the server.
 
 Sources, most honest first:
 - DCGM SM activity from the Ops Agent's dcgm receiver (v2 `gpu.dcgm.sm.utilization`,
-  v1 `dcgm.gpu.profiling.sm_utilization`), a 0-1 ratio -> `sm_mean` in percent;
-- NVML `agent.googleapis.com/gpu/utilization` (percent of time a kernel ran) -> `util_mean`;
+  v1 `dcgm.gpu.profiling.sm_utilization`), a 0-1 ratio -> `sm_mean` and `sm_max` in
+  percent;
+- NVML `agent.googleapis.com/gpu/utilization` (percent of time a kernel ran) -> `util_mean`
+  and `util_max` (each signal's minute read as its mean and its maximum: `QUERIES`);
 - `agent.googleapis.com/gpu/memory/bytes_used` (state "used") -> `mem_used_bytes`;
 - and the host: Compute Engine's own `compute.googleapis.com/instance/cpu/utilization`
   (a ratio of the allocated vCPUs, sampled every minute, no agent needed) ->
@@ -52,10 +54,19 @@ class MetricQuery:
     percent: bool = True  # kept within 0-100 (memory is bytes)
 
 
+# Each signal that can decide idleness is read twice: its mean (the mean in reports and the
+# underused verdict) and its maximum, which decides idleness. Anyone allowed
+# monitoring.timeSeries.create in the project can add points to a VM's series (each newer than
+# its latest): zeros written between the agent's once-a-minute points pull the minute's mean
+# down (eleven of them, to a twelfth: a GPU busy at 50 % reads idle), but they can only raise
+# its maximum.
 QUERIES: tuple[MetricQuery, ...] = (
     MetricQuery(SM_V2, _Aligner.ALIGN_MEAN, "sm_v2", 100.0),
+    MetricQuery(SM_V2, _Aligner.ALIGN_MAX, "sm_v2_max", 100.0),
     MetricQuery(SM_V1, _Aligner.ALIGN_MEAN, "sm_v1", 100.0),
+    MetricQuery(SM_V1, _Aligner.ALIGN_MAX, "sm_v1_max", 100.0),
     MetricQuery(UTIL, _Aligner.ALIGN_MEAN, "util", 1.0),
+    MetricQuery(UTIL, _Aligner.ALIGN_MAX, "util_max", 1.0),
     MetricQuery(MEM_USED, _Aligner.ALIGN_MAX, "mem", 1.0, percent=False),
     # per instance, not per GPU (no gpu_number label: read as GPU 0); never a GPU minute alone
     MetricQuery(HOST_CPU, _Aligner.ALIGN_MEAN, "cpu", 100.0),
@@ -181,7 +192,9 @@ def _minutes(readings: dict[str, dict[_Key, float]], start: datetime, end: datet
             keys.update(dict.fromkeys(
                 k for k in values if lo <= k[2] < hi and k[0] not in skip))
     cpu = readings.get("cpu", {})
-    util, sm_v2, sm_v1, mem_used = (readings[f] for f in ("util", "sm_v2", "sm_v1", "mem"))
+    util, util_max, mem_used = readings["util"], readings["util_max"], readings["mem"]
+    sm_v2, sm_v2_max = readings["sm_v2"], readings["sm_v2_max"]
+    sm_v1, sm_v1_max = readings["sm_v1"], readings["sm_v1_max"]
     rows: list[dict[str, Any]] = []
     stamps: dict[int, datetime] = {}  # each distinct minute converted once
     source = TelemetrySource.CLOUD_MONITORING
@@ -190,13 +203,14 @@ def _minutes(readings: dict[str, dict[_Key, float]], start: datetime, end: datet
         minute = stamps.get(epoch)
         if minute is None:
             minute = stamps[epoch] = datetime.fromtimestamp(epoch, UTC)
-        sm = sm_v2.get(key)
-        if sm is None:
-            sm = sm_v1.get(key)
+        sm, sm_top = sm_v2.get(key), sm_v2_max.get(key)  # the v2 receiver's, else v1's
+        if sm is None and sm_top is None:
+            sm, sm_top = sm_v1.get(key), sm_v1_max.get(key)
         mem = mem_used.get(key)
         rows.append({
             "provider": "gcp", "instance_id": instance_id, "gpu_index": gpu, "minute": minute,
-            "source": source, "util_mean": util.get(key), "sm_mean": sm,
+            "source": source, "util_mean": util.get(key), "util_max": util_max.get(key),
+            "sm_mean": sm, "sm_max": sm_top,
             "mem_used_bytes": None if mem is None else whole_bytes(mem),
             "host_cpu_pct": cpu.get((instance_id, 0, epoch))})
     fresh = rows if receipt is None else receipt.fresh(rows)

@@ -55,10 +55,10 @@ def _inventory(make_provider: ProviderFactory, **settings: Any) -> tuple[Any, li
     return provider, provider.list_instances().instances
 
 
-def test_1200_series_in_both_layouts_take_three_get_metric_data_calls(
+def test_640_series_in_both_layouts_take_three_get_metric_data_calls(
     make_provider: ProviderFactory, session: boto3.Session, clock: ManualClock
 ) -> None:
-    raws = run_instances(count=150, itype="p4d.24xlarge")  # 150 x 8 GPUs = 1,200 series
+    raws = run_instances(count=80, itype="p4d.24xlarge")  # 80 x 8 GPUs = 640 series
     when = _minute(clock, 1)
     datums = [
         {
@@ -76,17 +76,18 @@ def test_1200_series_in_both_layouts_take_three_get_metric_data_calls(
 
     rows = provider.gpu_metrics(instances, when, when + timedelta(minutes=1))
 
-    # 1,200 GPU series and the 150 instances' CPUUtilization, in the same three calls
-    assert [len(c["MetricDataQueries"]) for c in fetched] == [500, 500, 350]
+    # 640 GPU series (each its Average and its Maximum) and the 80 instances'
+    # CPUUtilization, in the same three calls
+    assert [len(c["MetricDataQueries"]) for c in fetched] == [500, 500, 360]
     assert provider.get_metric_data_calls == 3
-    # One discovery per GPU metric name for the region; 1,200 series page at 500 a page.
+    # One discovery per GPU metric name for the region; 640 series page at 500 a page.
     assert [c["MetricName"] for c in listed if "NextToken" not in c] == [
         GPU_UTIL,
         GPU_MEM_USED,
         GPU_MEM_TOTAL,
     ]
-    assert len(listed) == 5
-    assert len(rows) == 1_200
+    assert len(listed) == 4
+    assert len(rows) == 640
     got = {(r.instance_id, r.gpu_index): r.util_mean for r in rows}
     assert got == {
         (raw["InstanceId"], gpu): float((n + gpu) % 100)
@@ -386,11 +387,11 @@ def test_instance_rollup_series_stands_for_every_gpu_with_the_busiest_gpus_peak(
     assert theirs == [(5, 3.0)]
 
 
-def test_single_gpu_rollup_is_asked_for_its_average_only(
+def test_a_single_gpu_rollup_is_asked_for_its_maximum_too(
     make_provider: ProviderFactory, clock: ManualClock, session: boto3.Session
 ) -> None:
-    # a one-GPU instance's roll-up is that GPU's own series: its Maximum adds nothing (and
-    # costs a query); the 8-GPU roll-up still gets one, to see the busiest GPU
+    # a one-GPU instance's roll-up is that GPU's own series, and like every utilisation
+    # series its Maximum decides: points anyone may add can pull the Average down
     small = run_instances(count=1, itype="g5.xlarge")[0]
     big = run_instances(count=1, itype="p4d.24xlarge")[0]
     when = _minute(clock, 3)
@@ -404,10 +405,10 @@ def test_single_gpu_rollup_is_asked_for_its_average_only(
 
     stats = sorted(q["MetricStat"]["Stat"] for call in seen for q in call["MetricDataQueries"]
                    if q["Id"][0] != "c")  # c: the host CPU queries
-    assert stats == ["Average", "Average", "Maximum"]
+    assert stats == ["Average", "Average", "Maximum", "Maximum"]
     one = [(r.gpu_index, r.util_mean, r.util_max) for r in rows
            if r.instance_id == small["InstanceId"]]
-    assert one == [(0, 4.0, 4.0)]
+    assert one == [(0, 4.0, 6.0)]
     assert {r.util_max for r in rows if r.instance_id == big["InstanceId"]} == {30.0}
 
 
@@ -506,10 +507,10 @@ def test_rollup_by_instance_reads_the_instance_series_without_listing_them(
     assert listed == []
     queried = sorted((q["MetricStat"]["Metric"]["MetricName"], q["MetricStat"]["Stat"])
                      for q in fetched[0]["MetricDataQueries"])
-    # one series per GPU instance (the one without an agent too), Maximum for the p4d only,
-    # and each one's host CPU
+    # one series per GPU instance (the one without an agent too), its Average and its
+    # Maximum, and each one's host CPU
     assert queried == [("CPUUtilization", "Average")] * 3 + [(GPU_UTIL, "Average")] * 3 + [
-        (GPU_UTIL, "Maximum")]
+        (GPU_UTIL, "Maximum")] * 3
     listed_rows = by_listing.gpu_metrics(instances, when, when + timedelta(minutes=1))
     assert len(listed) == 1  # one ListMetrics: utilization only, as measured
     assert [r.model_dump() for r in rows] == [r.model_dump() for r in listed_rows]

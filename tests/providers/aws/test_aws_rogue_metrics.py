@@ -14,6 +14,7 @@ from typing import Any
 import boto3
 import pytest
 from aws_helpers import IDLE_NOTIFY_POLICY, REGION, ProviderFactory, run_instances
+from sqlmodel import select
 
 from costguard.alerts.settings import AlertsSettings
 from costguard.clock import ManualClock
@@ -31,6 +32,7 @@ from costguard.providers.base import Readings
 from costguard.providers.cloud_readings import validated
 from costguard.store.db import Database
 from costguard.store.readings import read_minutes
+from costguard.store.tables import FindingRow
 
 pytestmark = pytest.mark.usefixtures("moto")
 
@@ -111,6 +113,52 @@ def test_the_cycle_goes_on_and_stores_the_others_readings(
     assert summary.readings_dropped == {"aws": 1}
     assert ("readings dropped, not valid (no data, never idle; the log names them): aws 1"
             in summary.lines())
+    db.dispose()
+
+
+def _dilute(instance_id: str, gpu: int, when: datetime, samples: int) -> None:
+    """What any host allowed PutMetricData can add to another GPU's series: one
+    StatisticValues set of `samples` zeros in the minute."""
+    cw: Any = boto3.client("cloudwatch", region_name=REGION)
+    cw.put_metric_data(Namespace="CWAgent", MetricData=[{
+        "MetricName": GPU_UTIL, "Timestamp": when,
+        "StatisticValues": {"SampleCount": samples, "Sum": 0.0, "Minimum": 0.0,
+                            "Maximum": 0.0},
+        "Dimensions": [{"Name": "InstanceId", "Value": instance_id},
+                       {"Name": "index", "Value": str(gpu)}]}])
+
+
+@pytest.mark.parametrize("itype", ["g5.xlarge", "g5.12xlarge"])
+def test_zeros_added_to_a_busy_gpus_series_do_not_make_it_idle(
+    make_provider: ProviderFactory, clock: ManualClock, tmp_path: Path, itype: str
+) -> None:
+    # A busy GPU's per-GPU series, and a thousand zeros a minute added to it by another host:
+    # its Average reads 0.04 %, under any idle threshold. Its Maximum, which added points can
+    # only raise, still reads 40 %, and the Maximum decides. The idle one is still found.
+    busy, idle = run_instances(count=2, itype=itype)
+    gpus = 4 if itype == "g5.12xlarge" else 1
+    now = _now(clock)
+    for ago in range(30, 0, -1):
+        when = now - timedelta(minutes=ago)
+        for gpu in range(gpus):
+            _put(busy["InstanceId"], GPU_UTIL, str(gpu), when, 40.0)
+            _put(idle["InstanceId"], GPU_UTIL, str(gpu), when, 1.0)
+            _dilute(busy["InstanceId"], gpu, when, 1000)
+    provider = make_provider(cloudwatch={"instance_dimension": True})
+    db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
+    engine = Engine(Settings(database_url=db.url, policy_paths=[],
+                             alerts=AlertsSettings(console=False)),
+                    db, {"aws": provider}, parse_policy_text(IDLE_NOTIFY_POLICY, "p.yml"), clock)
+
+    engine.run_cycle()
+
+    with db.session() as s:
+        found = {r.instance_id for r in s.exec(select(FindingRow))}
+        stored = read_minutes(s, [("aws", busy["InstanceId"])], now - timedelta(minutes=30), now)
+    assert found == {idle["InstanceId"]}
+    diluted = stored[("aws", busy["InstanceId"])]
+    assert diluted and [(r.util_mean, r.util_max) for r in diluted] == [
+        (pytest.approx(40.0 / 1001), 40.0)] * len(diluted)
     db.dispose()
 
 

@@ -193,8 +193,7 @@ def test_the_writer_sends_the_bytes_botocore_writes_for_costguards_queries() -> 
     series = [cw.Series(f"i-{n:017x}", cw.ALL_GPUS if n % 2 else n % 3, cw.GPU_UTIL,
                         (("InstanceId", f"i-{n:017x}"), ("index", str(n % 3))), True)
               for n in range(40)]
-    queries = cw.gpu_queries(series, "CWAgent", 300, gpu_counts={s.instance_id: 8
-                                                                for s in series})
+    queries = cw.gpu_queries(series, "CWAgent", 300)
     queries += cw.cpu_queries([s.instance_id for s in series], 300)
     at = datetime(2026, 11, 27, 12, 0, 30, 250_000, tzinfo=UTC)
     walked: list[list[str]] = []  # what botocore's serializer was given, by the lean client

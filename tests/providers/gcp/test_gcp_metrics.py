@@ -54,8 +54,10 @@ def test_one_call_per_project_per_metric_type_not_per_instance(
     provider = make_provider(projects=["ml-prod", "ml-research"])
     minutes = provider.gpu_metrics(instances, T0, T0 + timedelta(minutes=5))
     assert len(minutes) == 60 * 2 * 5
-    assert len(fake.monitoring.requests) == 2 * 5  # 2 projects x 5 metric types (host CPU too)
-    assert set(fake.monitoring.calls.values()) == {2}  # each metric type once per project
+    # 2 projects x 8 reads: 5 metric types (host CPU too), the 3 that can decide idleness
+    # twice (their mean, and their maximum, which decides)
+    assert len(fake.monitoring.requests) == 2 * 8
+    assert sorted(fake.monitoring.calls.values()) == [2, 2, 4, 4, 4]
     for request in fake.monitoring.requests:
         assert 'resource.type = "gce_instance"' in request.filter
         assert request.aggregation.alignment_period == timedelta(seconds=60)
@@ -210,8 +212,8 @@ def test_throttled_monitoring_is_retried_and_leaves_no_gap() -> None:
     assert paced.monitoring.throttled > 0
     assert provider.metric_gaps == []
     assert len(minutes) == 4 * 2
-    # a refused call is not answered, so not counted: each metric type once per project
-    assert len(paced.monitoring.requests) == 4 * 5
+    # a refused call is not answered, so not counted: each read once per project
+    assert len(paced.monitoring.requests) == 4 * 8
 
 
 def test_denied_monitoring_raises_a_provider_error_that_says_what_to_grant(

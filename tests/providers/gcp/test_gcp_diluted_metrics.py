@@ -1,0 +1,87 @@
+"""Zeros written into a busy GPU's Cloud Monitoring series by someone else cannot make it idle.
+
+Anyone allowed monitoring.timeSeries.create in a project can add points to any VM's series,
+each newer than the series' latest. Written between the Ops Agent's once-a-minute points,
+they pull the minute's ALIGN_MEAN down: eleven zeros take a GPU busy at 50 % to 4.2 %, under
+an idle threshold of 5 %. Points added can only raise a minute's ALIGN_MAX, and the maximum
+decides idleness (each signal is read for both: `metrics.QUERIES`)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlmodel import select
+
+from costguard.alerts.settings import AlertsSettings
+from costguard.clock import ManualClock
+from costguard.config import Settings
+from costguard.demo.gcp_fake.server import FakeGcp
+from costguard.engine import Engine
+from costguard.policy.load import parse_policy_text
+from costguard.providers.gcp import GcpProvider
+from costguard.providers.gcp.metrics import SM_V2, UTIL
+from costguard.store.db import Database
+from costguard.store.readings import read_minutes
+from costguard.store.tables import FindingRow
+
+IDLE = """\
+policies:
+  - name: idle-gpu
+    filters: {gpu: true, state: running}
+    condition:
+      idle: {below: 5, for: 30m}
+    actions: [{notify: {to: owner}}]
+"""
+
+
+def _diluted(end: datetime, busy: float) -> list[tuple[datetime, float]]:
+    """Half an hour of the agent's points, one a minute at `busy`, each followed by eleven
+    zeros 5 s apart (what another writer may add)."""
+    out: list[tuple[datetime, float]] = []
+    for ago in range(30, 0, -1):
+        minute = end - timedelta(minutes=ago)
+        out.append((minute + timedelta(seconds=1), busy))
+        out += [(minute + timedelta(seconds=1 + 5 * k), 0.0) for k in range(1, 12)]
+    return out
+
+
+def _steady(end: datetime, value: float) -> list[tuple[datetime, float]]:
+    return [(end - timedelta(minutes=ago) + timedelta(seconds=1), value)
+            for ago in range(30, 0, -1)]
+
+
+@pytest.mark.parametrize(("metric", "scale"), [(UTIL, 1.0), (SM_V2, 0.01)])
+def test_zeros_added_to_a_busy_gpus_series_do_not_make_it_idle(
+    fake: FakeGcp, clock: ManualClock, tmp_path: Path, metric: str, scale: float
+) -> None:
+    for name in ("busy", "idle"):
+        fake.compute.add_instance("ml-prod", "us-central1-a", name, "a2-highgpu-1g",
+                                  accelerators=[("nvidia-tesla-a100", 1)])
+    ids = {vm.name: str(vm.id) for vm in fake.compute._vms.values()}
+    now = clock.now().replace(second=0, microsecond=0)
+    fake.monitoring.add_gpu_series("ml-prod", metric, ids["busy"],
+                                   [(t, v * scale) for t, v in _diluted(now, 50.0)])
+    fake.monitoring.add_gpu_series("ml-prod", metric, ids["idle"],
+                                   [(t, v * scale) for t, v in _steady(now, 1.0)])
+    db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
+    provider = GcpProvider(fake.settings(projects=["ml-prod"]), clock=clock)
+    engine = Engine(Settings(database_url=db.url, policy_paths=[],
+                             alerts=AlertsSettings(console=False)),
+                    db, {"gcp": provider}, parse_policy_text(IDLE, "p.yml"), clock)
+    try:
+        engine.run_cycle()
+        with db.session() as s:
+            found = {r.instance_id for r in s.exec(select(FindingRow))}
+            stored = read_minutes(s, [("gcp", ids["busy"])], now - timedelta(minutes=30), now)
+    finally:
+        provider.close()
+        db.dispose()
+
+    assert found == {ids["idle"]}
+    minutes = stored[("gcp", ids["busy"])]
+    assert minutes
+    mean, peak = ("util_mean", "util_max") if metric == UTIL else ("sm_mean", "sm_max")
+    assert {(round(getattr(m, mean), 2), round(getattr(m, peak), 2)) for m in minutes} == {
+        (round(50.0 / 12, 2), 50.0)}
