@@ -78,7 +78,8 @@ class AgentIdentitySettings(Section):
     # optional: a shared-token push is accepted; required: only proven instances may push
     # for cloud instances (the shared token stays for the simulated cloud)
     mode: Literal["optional", "required"] = "optional"
-    aws_certs_dir: Path | None = None  # AWS's RSA certificates: <region>.pem, default.pem
+    # AWS's RSA certificates, <region>.pem and default.pem; None: those costguard ships
+    aws_certs_dir: Path | None = None
     google_certs_file: Path | None = None  # Google's keys as JSON (air-gapped installs)
     google_certs_url: str = "https://www.googleapis.com/oauth2/v1/certs"
     audience: str = "costguard"  # the audience GCE identity tokens are requested for

@@ -3,8 +3,9 @@ with the cloud's signed identity, and gets a short-lived credential for that ins
 
 - **AWS:** the instance identity document and its base64 RSA-SHA256 signature (IMDS
   `/latest/dynamic/instance-identity/document` and `/signature`), verified against AWS's
-  public RSA certificate for the document's region (PEM files in `aws_certs_dir`, named
-  `<region>.pem`, `default.pem` for every other region). A document whose `pendingTime` is
+  public RSA certificate for the document's region (PEM files named `<region>.pem`, and
+  `default.pem` for every other region: those shipped in `data/aws_identity_certs`, as AWS
+  publishes them, or those of `aws_certs_dir` instead). A document whose `pendingTime` is
   not the launch time inventory knows for the instance is from an earlier incarnation and is
   refused (the document never changes while an instance lives, so this is what bounds a
   replay of a copied one).
@@ -31,6 +32,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -104,16 +106,26 @@ class Credentials:
         return provider, iid
 
 
-class AwsDocuments:
-    """Verifies EC2 instance identity documents with AWS's RSA certificates."""
+SHIPPED_AWS_CERTS = "data/aws_identity_certs"  # in this package; data/README.md says whence
 
-    def __init__(self, certs_dir: Path | None) -> None:
+
+class AwsDocuments:
+    """Verifies EC2 instance identity documents with AWS's RSA certificates: those shipped
+    with costguard (every region AWS lists), or, with `certs_dir`, that folder's instead."""
+
+    def __init__(self, certs_dir: Path | None = None) -> None:
+        from cryptography import x509
+
         self.certs: dict[str, Any] = {}
         if certs_dir is not None:
-            from cryptography import x509
-
-            for pem in sorted(Path(certs_dir).glob("*.pem")):
-                self.certs[pem.stem] = x509.load_pem_x509_certificate(pem.read_bytes())
+            pems = [(p.stem, p.read_bytes()) for p in sorted(Path(certs_dir).glob("*.pem"))]
+        else:
+            shipped = resources.files("costguard.daemon").joinpath(SHIPPED_AWS_CERTS)
+            pems = [(p.name.removesuffix(".pem"), p.read_bytes())
+                    for p in sorted(shipped.iterdir(), key=lambda p: p.name)
+                    if p.name.endswith(".pem")]
+        for region, pem in pems:
+            self.certs[region] = x509.load_pem_x509_certificate(pem)
 
     def verify(self, document: str, signature: str, now: datetime) -> Proven:
         from cryptography.exceptions import InvalidSignature
@@ -131,8 +143,12 @@ class AwsDocuments:
                                ) from None
         cert = self.certs.get(region) or self.certs.get("default")
         if cert is None:
-            raise ProofRefused(f"no AWS certificate for region {region} (add {region}.pem or "
-                               "default.pem to http.identity.aws_certs_dir)")
+            raise ProofRefused(
+                f"no AWS certificate for region {region}: put AWS's RSA certificate for it "
+                f"(AWS's page 'AWS public certificates for instance identity document "
+                f"signatures') in a folder as {region}.pem, with the other regions' (costguard's "
+                "own are in costguard/daemon/data/aws_identity_certs), and name the folder in "
+                "http.identity.aws_certs_dir")
         try:
             cert.public_key().verify(raw, document.encode(), padding.PKCS1v15(),
                                      hashes.SHA256())
