@@ -100,7 +100,21 @@ def overview(s: Session, settings: Settings, win: Window, now: datetime) -> dict
     doc = spend_doc(s, settings, win, ["team"])
     unattributed = sum(r["cost_usd"] for r in doc["rows"] if r["team"] == UNATTRIBUTED)
     return {"doc": doc, "unattributed_usd": round(unattributed, 2),
-            "underused": underused(s, settings, now), "chart": spend_chart(s, "team", win, {})}
+            "underused": underused(s, settings, now), "chart": spend_chart(s, "team", win, {}),
+            "service": service(s, settings, now)}
+
+
+def service(s: Session, settings: Settings, now: datetime) -> dict[str, Any]:
+    """Is the service behind these figures cycling, and what did its last cycle leave out:
+    `costguard status` (costguard/daemon/health.py), with the poll interval in minutes."""
+    from costguard.daemon.health import DEGRADED_AFTER_CYCLES, status_of
+
+    poll = settings.poll_interval.total_seconds()
+    info = status_of(s, now, poll)
+    age = info["seconds_since_last_good_cycle"]
+    return {**info, "poll_minutes": round(poll / 60, 1),
+            "minutes_since_last_good_cycle": None if age is None else int(age // 60),
+            "degraded_after": DEGRADED_AFTER_CYCLES}
 
 
 def team(s: Session, settings: Settings, win: Window, name: str) -> dict[str, Any]:

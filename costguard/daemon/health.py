@@ -54,21 +54,26 @@ def last_governed(s: Session) -> int | None:
 def gather_status(db: Database, now: datetime, poll_seconds: float) -> dict[str, Any]:
     """What an operator asks first: is it running, is it acting, is anything stuck?"""
     with db.session() as s:
-        last = s.exec(select(CycleRow).order_by(col(CycleRow.id).desc()).limit(1)).first()
-        last_ok = s.execute(sa_select(func.max(col(CycleRow.finished_at)))
-                            .where(col(CycleRow.status) == "ok")).scalar()
-        failed = s.execute(sa_select(func.count()).select_from(CycleRow)
-                           .where(col(CycleRow.status) == "failed")).scalar()
-        alerts = {str(k): int(v) for k, v in s.execute(
-            sa_select(col(AlertRow.status), func.count()).group_by(col(AlertRow.status))).all()}
-        open_intents = s.execute(sa_select(func.count()).select_from(ActionJournalRow)
-                                 .where(col(ActionJournalRow.status) == "intent")).scalar()
-        gaps = [f"{g.provider} {g.scope}" for g in s.exec(
-            select(GapRow).where(col(GapRow.resolved_at).is_(None)))]
-        paused = control.is_paused(s)
-        unconfirmed = count_unconfirmed(s)
-        degraded = unreadable(s, now, timedelta(seconds=poll_seconds))
-        governed = last_governed(s)
+        return status_of(s, now, poll_seconds)
+
+
+def status_of(s: Session, now: datetime, poll_seconds: float) -> dict[str, Any]:
+    """`gather_status` in an open session (the console reads it beside its figures)."""
+    last = s.exec(select(CycleRow).order_by(col(CycleRow.id).desc()).limit(1)).first()
+    last_ok = s.execute(sa_select(func.max(col(CycleRow.finished_at)))
+                        .where(col(CycleRow.status) == "ok")).scalar()
+    failed = s.execute(sa_select(func.count()).select_from(CycleRow)
+                       .where(col(CycleRow.status) == "failed")).scalar()
+    alerts = {str(k): int(v) for k, v in s.execute(
+        sa_select(col(AlertRow.status), func.count()).group_by(col(AlertRow.status))).all()}
+    open_intents = s.execute(sa_select(func.count()).select_from(ActionJournalRow)
+                             .where(col(ActionJournalRow.status) == "intent")).scalar()
+    gaps = [f"{g.provider} {g.scope}" for g in s.exec(
+        select(GapRow).where(col(GapRow.resolved_at).is_(None)))]
+    paused = control.is_paused(s)
+    unconfirmed = count_unconfirmed(s)
+    degraded = unreadable(s, now, timedelta(seconds=poll_seconds))
+    governed = last_governed(s)
     cycle: dict[str, Any] | None = None
     if last is not None:
         row = last

@@ -135,6 +135,8 @@ def test_a_finops_lead_logs_in_reads_every_page_and_snoozes(
         assert usd(browser, "#card-idle") == report["total"]["idle_cost_usd"]
         assert usd(browser, "#total-cost") == report["total"]["cost_usd"]
         assert browser.find_elements(By.CSS_SELECTOR, "svg"), "the spend chart"
+        service = browser.find_element(By.CSS_SELECTOR, "#service")
+        assert service.is_displayed() and service.text.startswith("Governing "), service.text
         shot(browser, "overview")
 
         # a team: follow its link from the overview

@@ -276,3 +276,55 @@ def test_the_session_cookie_is_secure_when_the_console_is_reached_over_https(
         cookie = r.headers["set-cookie"].lower()
         assert "costguard_session=" in cookie and "samesite=lax" in cookie
         assert ("secure" in cookie) is secure, cookie
+
+
+def _service(page: str) -> str:
+    """The overview's service strip: from its first element to the cards."""
+    return page[page.index('id="service"') - 40:page.index('<div class="cards">')]
+
+
+def test_the_overview_says_what_costguard_status_says(site: str, store: str) -> None:
+    status = runner.invoke(app, ["--database", store, "status", "--format", "json"])
+    info = json.loads(status.output)
+    page = httpx.get(f"{site}/console/", headers=READER).text
+    strip = _service(page)
+    assert info["healthy"] and 'data-healthy="true"' in strip
+    assert f'data-governed="{info["governed_instances"]}"' in strip
+    assert f"Governing {info['governed_instances']:,} instances" in strip
+    assert f"last cycle #{info['last_cycle']['id']} ok" in strip
+    for quiet in ("service-paused", "service-degraded", "service-dropped"):
+        assert quiet not in page
+
+
+def test_the_overview_says_when_no_cycle_has_finished_for_a_while(store: str) -> None:
+    later = ManualClock(NOW + timedelta(hours=2))
+    with serve(console_settings(store, PROXY), clock=later) as site:
+        page = httpx.get(f"{site}/console/", headers=READER).text
+    strip = _service(page)
+    assert 'class="error"' in strip and 'data-healthy="false"' in strip
+    assert "No cycle has finished for 120 minutes" in strip and "every 5.0" in strip
+
+
+def test_the_overview_names_a_pause_unreadable_scopes_and_dropped_readings(
+        store: str) -> None:
+    from costguard.store import control
+    from costguard.store.tables import CycleRow, GapRow
+
+    db = Database(store, create=False)
+    with db.session() as s:
+        control.put(s, control.PAUSED, "true", NOW)
+        s.add(GapRow(provider="aws", scope="111122223333/us-east-1 metrics", error="denied",
+                     first_seen=NOW - timedelta(hours=1), last_seen=NOW))
+        s.add(CycleRow(started_at=NOW, finished_at=NOW, status="ok",
+                       summary={"instances": {"sim": 61}, "readings_dropped": {"aws": 3}}))
+        s.commit()
+    db.dispose()
+    with serve(console_settings(store, PROXY)) as site:
+        page = httpx.get(f"{site}/console/", headers=READER).text
+    strip = _service(page)
+    assert 'data-healthy="false"' in strip  # cycling, but degraded
+    assert "Acting is paused" in strip
+    degraded = strip[strip.index('id="service-degraded"'):]
+    assert "111122223333/us-east-1 metrics (since 2026-03-10 11:00 UTC)" in degraded
+    dropped = strip[strip.index('id="service-dropped"'):]
+    assert "aws 3." in dropped and "never idle" in dropped
