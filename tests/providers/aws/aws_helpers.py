@@ -10,18 +10,10 @@ from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 from botocore.compat import HTTPHeaders
 
 from costguard.providers.aws import AwsProvider
+from tests.providers.policies import IDLE_NOTIFY_POLICY as IDLE_NOTIFY_POLICY
 
 REGION = "us-east-1"
 AMI = "ami-12c6146b"  # moto's EXAMPLE_AMI_ID
-# a policy that only notifies: an engine's cycle over moto without acting
-IDLE_NOTIFY_POLICY = """\
-policies:
-  - name: idle-gpu
-    filters: {gpu: true, state: running}
-    condition:
-      idle: {below: 5, for: 30m}
-    actions: [{notify: {to: owner}}]
-"""
 
 ProviderFactory = Callable[..., AwsProvider]
 

@@ -25,15 +25,7 @@ from costguard.providers.gcp.metrics import SM_V2, UTIL
 from costguard.store.db import Database
 from costguard.store.readings import read_minutes
 from costguard.store.tables import FindingRow
-
-IDLE = """\
-policies:
-  - name: idle-gpu
-    filters: {gpu: true, state: running}
-    condition:
-      idle: {below: 5, for: 30m}
-    actions: [{notify: {to: owner}}]
-"""
+from tests.providers.policies import IDLE_NOTIFY_POLICY
 
 
 def _diluted(end: datetime, busy: float) -> list[tuple[datetime, float]]:
@@ -69,7 +61,7 @@ def test_zeros_added_to_a_busy_gpus_series_do_not_make_it_idle(
     provider = GcpProvider(fake.settings(projects=["ml-prod"]), clock=clock)
     engine = Engine(Settings(database_url=db.url, policy_paths=[],
                              alerts=AlertsSettings(console=False)),
-                    db, {"gcp": provider}, parse_policy_text(IDLE, "p.yml"), clock)
+                    db, {"gcp": provider}, parse_policy_text(IDLE_NOTIFY_POLICY, "p.yml"), clock)
     try:
         engine.run_cycle()
         with db.session() as s:
