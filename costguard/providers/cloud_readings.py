@@ -70,6 +70,18 @@ def validated(rows: Iterable[Mapping[str, Any]], scope: str, dropped: Dropped | 
     return out
 
 
+def busiest(row: dict[str, Any], fields: Mapping[str, Any]) -> None:
+    """Merge another series' `fields` of the same GPU and minute into `row`: the larger of
+    each figure (a NaN, from either, stays NaN, for `validated` to refuse). Series that claim
+    the same GPU are all read, and points or series anyone adds can then only make it look
+    busier, never idle."""
+    for key, value in fields.items():
+        held = row.get(key)
+        if (held is None or value != value
+                or (value is not None and held == held and value > held)):
+            row[key] = value
+
+
 def whole_bytes(value: float) -> int | float:
     """A byte count read from a metric as whole bytes, at least 0; a value no integer holds
     (NaN, infinite) as it came, for `validated` to refuse (`int()` of it raised)."""

@@ -4,12 +4,13 @@ ones dropped and named in one warning."""
 from __future__ import annotations
 
 import logging
+import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from costguard.providers.cloud_readings import Dropped, validated, whole_bytes
+from costguard.providers.cloud_readings import Dropped, busiest, validated, whole_bytes
 
 T0 = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
 
@@ -70,3 +71,29 @@ def test_a_byte_count_is_whole_and_never_negative_and_nan_stays_for_validation()
     assert whole_bytes(float("inf")) == float("inf")
     nan = whole_bytes(float("nan"))
     assert nan != nan  # as it came: validation refuses it, int() of it raised
+
+
+@pytest.mark.parametrize(("held", "added", "kept"), [
+    (None, 7.0, 7.0),  # nothing held yet: the other series' figure
+    (7.0, 3.0, 7.0),  # the busier stays
+    (3.0, 7.0, 7.0),  # the busier replaces
+    (7.0, 7.0, 7.0),
+    (7.0, None, 7.0),  # the other series has no such figure: what is held stays
+    (7.0, math.nan, math.nan),  # a NaN from either side is kept, for validation to refuse
+    (math.nan, 7.0, math.nan),
+])
+def test_busiest_keeps_the_larger_figure_of_two_series_and_any_nan(
+        held: float | None, added: float | None, kept: float) -> None:
+    row: dict[str, Any] = {"instance_id": "i-a"} if held is None else {"util_max": held}
+    busiest(row, {"util_max": added})
+    if math.isnan(kept):
+        assert math.isnan(row["util_max"])
+    else:
+        assert row["util_max"] == kept
+
+
+def test_busiest_merges_each_field_on_its_own() -> None:
+    row: dict[str, Any] = {"util_mean": 30.0, "util_max": 60.0, "mem_used_bytes": 5}
+    busiest(row, {"util_mean": 50.0, "util_max": 55.0, "mem_total_bytes": 9})
+    assert row == {"util_mean": 50.0, "util_max": 60.0, "mem_used_bytes": 5,
+                   "mem_total_bytes": 9}

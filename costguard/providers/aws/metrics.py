@@ -20,7 +20,7 @@ from costguard.clock import utc
 from costguard.model import TelemetrySource
 from costguard.providers.aws.boundary import aws_call
 from costguard.providers.aws.inventory import HostNames
-from costguard.providers.cloud_readings import whole_bytes
+from costguard.providers.cloud_readings import busiest, whole_bytes
 
 if TYPE_CHECKING:
     from mypy_boto3_cloudwatch import CloudWatchClient
@@ -105,10 +105,15 @@ def attribute_series(
     hosts: Mapping[str, HostNames],
     layout: Layout,
 ) -> list[Series]:
-    """Map each discovered series to (instance, GPU index); with `auto`, InstanceId series win
-    over host series for the same GPU."""
+    """Map each discovered series to (instance, GPU index): every series that claims a GPU
+    is read, and where several claim the same one (an InstanceId series and a host series,
+    a roll-up and per-GPU series, two that differ in another dimension) the busiest reading
+    of each minute wins (`gpu_rows`). Anyone allowed PutMetricData can add a series that
+    claims a GPU; picking one of them would let an added one stand in for the agent's
+    (zeros in place of a busy GPU), while read together added points can only make a GPU
+    look busier. `layout` True reads InstanceId series only, False host series only."""
     by_host = host_index({i: h for i, h in hosts.items() if i in wanted})
-    chosen: dict[tuple[str, int, str], Series] = {}
+    chosen: set[Series] = set()
     for metric, dim_sets in dimension_sets.items():
         for dims in dim_sets:
             d = dict(dims)
@@ -128,13 +133,8 @@ def attribute_series(
                 index = int(d["index"]) if "index" in d else ALL_GPUS
             except ValueError:
                 continue
-            key = (instance_id, index, metric)
-            current = chosen.get(key)
-            if current is None or (by_id and not current.by_instance_id):
-                chosen[key] = Series(instance_id, index, metric, dims, by_id)
-    per_gpu = {(i, m) for i, index, m in chosen if index != ALL_GPUS}
-    kept = [s for s in chosen.values() if not (s.all_gpus and (s.instance_id, s.metric) in per_gpu)]
-    return sorted(kept, key=lambda s: (s.instance_id, s.gpu_index, s.metric))
+            chosen.add(Series(instance_id, index, metric, dims, by_id))
+    return sorted(chosen, key=lambda s: (s.instance_id, s.gpu_index, s.metric, s.dimensions))
 
 
 def spans(start: datetime, end: datetime, span: timedelta | None, period_s: int
@@ -353,7 +353,7 @@ def gpu_rows(
                         "minute": minute, "source": TelemetrySource.CLOUDWATCH,
                         "span_minutes": span, **fields}
                 else:
-                    row.update(fields)
+                    busiest(row, fields)
     for (instance_id, _, minute), row in rows.items():
         points = (host_cpu or {}).get(instance_id)
         if points and (cpu := _cpu_at(points, minute)) is not None:

@@ -138,7 +138,13 @@ def _read_series(out: dict[_Key, float], series: Any, query: MetricQuery,
             value *= scale
             if percent:  # kept within 0-100 here, once a point (NaN passes, as it came)
                 value = 0.0 if value < 0.0 else 100.0 if value > 100.0 else value
-            out[(instance_id, gpu, _minute(point.interval.end_time.seconds))] = value
+            key = (instance_id, gpu, _minute(point.interval.end_time.seconds))
+            # another series of the same GPU (labels differ: anyone may write one): the
+            # busiest wins, so an added series can never stand in for the agent's as idle;
+            # a NaN from either stays, for validation to refuse
+            held = out.get(key)
+            if held is None or value != value or (held == held and value > held):
+                out[key] = value
 
 
 def fetch_project(

@@ -130,9 +130,12 @@ def test_memory_is_converted_from_mib_and_rows_merge_per_gpu_minute(
     ]
 
 
-def test_auto_layout_prefers_the_instance_id_series_over_the_host_series(
-    make_provider: ProviderFactory, clock: ManualClock
+@pytest.mark.parametrize(("by_id", "by_host"), [(77.0, 11.0), (11.0, 77.0)])
+def test_auto_layout_reads_both_series_of_a_gpu_and_the_busier_wins(
+    make_provider: ProviderFactory, clock: ManualClock, by_id: float, by_host: float
 ) -> None:
+    # anyone allowed PutMetricData can add a series that claims a GPU: read together,
+    # whichever is the agent's, an added one can only make the GPU look busier
     (raw,) = run_instances()
     when = _minute(clock, 1)
     _put(
@@ -141,13 +144,13 @@ def test_auto_layout_prefers_the_instance_id_series_over_the_host_series(
                 "MetricName": GPU_UTIL,
                 "Dimensions": _dims(raw, 0, with_id=True),
                 "Timestamp": when,
-                "Value": 77.0,
+                "Value": by_id,
             },
             {
                 "MetricName": GPU_UTIL,
                 "Dimensions": _dims(raw, 0, with_id=False),
                 "Timestamp": when,
-                "Value": 11.0,
+                "Value": by_host,
             },
         ]
     )
@@ -155,7 +158,8 @@ def test_auto_layout_prefers_the_instance_id_series_over_the_host_series(
 
     rows = provider.gpu_metrics(instances, when, when + timedelta(minutes=1))
 
-    assert [(r.instance_id, r.util_mean) for r in rows] == [(raw["InstanceId"], 77.0)]
+    assert [(r.instance_id, r.util_mean, r.util_max) for r in rows] == [
+        (raw["InstanceId"], 77.0, 77.0)]
 
 
 @pytest.mark.parametrize(("layout", "expected"), [(True, [77.0]), (False, [11.0])])
@@ -370,7 +374,8 @@ def test_instance_rollup_series_stands_for_every_gpu_with_the_busiest_gpus_peak(
     _put([{"MetricName": GPU_UTIL, "Timestamp": when, "Value": v,
            "Dimensions": [{"Name": "InstanceId", "Value": rolled["InstanceId"]}]}
           for v in [1.0] * 7 + [40.0]])
-    # an instance with both a roll-up and per-GPU series: the per-GPU ones are used
+    # an instance with both a roll-up and a per-GPU series: both are read, and the busier
+    # reading of each GPU's minute wins (the roll-up's 90 % is some GPU's)
     _put([{"MetricName": GPU_UTIL, "Timestamp": when, "Value": 90.0,
            "Dimensions": [{"Name": "InstanceId", "Value": split["InstanceId"]}]},
           {"MetricName": GPU_UTIL, "Timestamp": when, "Value": 3.0,
@@ -384,7 +389,7 @@ def test_instance_rollup_series_stands_for_every_gpu_with_the_busiest_gpus_peak(
     assert {r.util_max for r in mine} == {40.0}  # the busiest GPU: not idle
     assert [r.util_mean for r in mine] == [pytest.approx(47.0 / 8)] * 8
     theirs = [(r.gpu_index, r.util_max) for r in rows if r.instance_id == split["InstanceId"]]
-    assert theirs == [(5, 3.0)]
+    assert theirs == [(gpu, 90.0) for gpu in range(8)]
 
 
 def test_a_single_gpu_rollup_is_asked_for_its_maximum_too(

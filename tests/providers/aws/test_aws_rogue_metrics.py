@@ -1,7 +1,8 @@
 """A CloudWatch point no GPU reading can hold, which anyone allowed PutMetricData in the
 account can write (a GPU index past 2**31, memory past 2**63 bytes): it is dropped and
 logged, the call's other readings are kept, and the daemon's cycle goes on. Validated as one
-list, one such point had failed the call, and with it every cycle."""
+list, one such point had failed the call, and with it every cycle. What another host adds
+to a busy GPU's series (zeros, or a whole series beside the agent's) cannot make it idle."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from costguard.providers.aws.metrics import (
     GPU_MEM_USED,
     GPU_UTIL,
     Series,
+    attribute_series,
     gpu_rows,
     host_cpu_of,
 )
@@ -160,6 +162,83 @@ def test_zeros_added_to_a_busy_gpus_series_do_not_make_it_idle(
     assert diluted and [(r.util_mean, r.util_max) for r in diluted] == [
         (pytest.approx(40.0 / 1001), 40.0)] * len(diluted)
     db.dispose()
+
+
+# what the agent writes, and a series another host adds claiming the same GPU with zeros
+CLAIMS = {
+    "an InstanceId series beside the agent's host series": (
+        lambda raw: [("host", raw["PrivateDnsName"]), ("index", "0"), ("name", "NVIDIA A10G")],
+        lambda raw: [("InstanceId", raw["InstanceId"]), ("index", "0")]),
+    "a per-GPU series beside the agent's roll-up": (
+        lambda raw: [("InstanceId", raw["InstanceId"])],
+        lambda raw: [("InstanceId", raw["InstanceId"]), ("index", "0")]),
+    "a series that differs from the agent's in one dimension": (
+        lambda raw: [("InstanceId", raw["InstanceId"]), ("index", "0"), ("name", "NVIDIA A10G")],
+        lambda raw: [("InstanceId", raw["InstanceId"]), ("index", "0"), ("name", "A10G")]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CLAIMS))
+def test_a_series_added_for_a_busy_gpu_does_not_stand_in_for_the_agents(
+    make_provider: ProviderFactory, clock: ManualClock, tmp_path: Path, case: str
+) -> None:
+    # Picked one series a GPU, an added series could replace the agent's: zeros for a busy
+    # GPU, warned, then stopped. Every series that claims the GPU is read, and the busier
+    # reading of each minute wins.
+    busy, idle = run_instances(count=2, itype="g5.xlarge")
+    agent, added = CLAIMS[case]
+    cw: Any = boto3.client("cloudwatch", region_name=REGION)
+    now = _now(clock)
+    for ago in range(30, 0, -1):
+        when = now - timedelta(minutes=ago)
+        cw.put_metric_data(Namespace="CWAgent", MetricData=[
+            {"MetricName": GPU_UTIL, "Timestamp": when, "Value": value,
+             "Dimensions": [{"Name": k, "Value": v} for k, v in dims]}
+            for dims, value in ((agent(busy), 40.0), (added(busy), 0.0), (agent(idle), 1.0))])
+    provider = make_provider()  # the default layout, "auto": both kinds of series
+    db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
+    engine = Engine(Settings(database_url=db.url, policy_paths=[],
+                             alerts=AlertsSettings(console=False)),
+                    db, {"aws": provider}, parse_policy_text(IDLE_NOTIFY_POLICY, "p.yml"), clock)
+
+    engine.run_cycle()
+
+    with db.session() as s:
+        found = {r.instance_id for r in s.exec(select(FindingRow))}
+        stored = read_minutes(s, [("aws", busy["InstanceId"])], now - timedelta(minutes=30), now)
+    assert found == {idle["InstanceId"]}
+    assert {(r.util_mean, r.util_max) for r in stored[("aws", busy["InstanceId"])]} == {
+        (40.0, 40.0)}
+    db.dispose()
+
+
+@pytest.mark.parametrize("order", [1, -1])
+def test_every_series_that_claims_a_gpu_is_read_whatever_order_they_are_listed_in(
+        order: int) -> None:
+    # ListMetrics lists in no order anyone promises: both series are read either way
+    agent = (("InstanceId", "i-a"), ("index", "0"), ("name", "NVIDIA A10G"))
+    added = (("InstanceId", "i-a"), ("index", "0"), ("name", "A10G"))
+    rollup = (("InstanceId", "i-a"),)
+    listed = [agent, added, rollup][::order]
+    got = attribute_series({GPU_UTIL: listed}, {"i-a"}, {}, "auto")
+    assert sorted(s.dimensions for s in got) == sorted(listed)
+    assert {(s.instance_id, s.gpu_index) for s in got} == {("i-a", 0), ("i-a", -1)}
+
+
+def test_the_busier_reading_of_a_minute_wins_and_a_nan_is_kept_for_validation() -> None:
+    when = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
+    series = [Series("i-a", 0, GPU_UTIL, (("n", "1"),), True),
+              Series("i-a", 0, GPU_UTIL, (("n", "2"),), True),
+              Series("i-b", 0, GPU_UTIL, (("n", "1"),), True),
+              Series("i-b", 0, GPU_UTIL, (("n", "2"),), True)]
+    values = {"g0": [(when, 30.0)], "m0": [(when, 60.0)], "g1": [(when, 50.0)],
+              "m1": [(when, 55.0)], "g2": [(when, 1.0)], "g3": [(when, math.nan)]}
+    rows = gpu_rows(series, values, period_s=60)
+    a, b = rows[("i-a", 0, when)], rows[("i-b", 0, when)]
+    assert (a["util_mean"], a["util_max"]) == (50.0, 60.0)
+    assert math.isnan(b["util_mean"])
+    assert validated(rows.values(), "test") and [
+        r.instance_id for r in validated(rows.values(), "test")] == ["i-a"]
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf])

@@ -1,4 +1,5 @@
-"""Zeros written into a busy GPU's Cloud Monitoring series by someone else cannot make it idle.
+"""Zeros written into a busy GPU's Cloud Monitoring series by someone else, or a series of
+zeros written beside it, cannot make it idle.
 
 Anyone allowed monitoring.timeSeries.create in a project can add points to any VM's series,
 each newer than the series' latest. Written between the Ops Agent's once-a-minute points,
@@ -77,3 +78,40 @@ def test_zeros_added_to_a_busy_gpus_series_do_not_make_it_idle(
     mean, peak = ("util_mean", "util_max") if metric == UTIL else ("sm_mean", "sm_max")
     assert {(round(getattr(m, mean), 2), round(getattr(m, peak), 2)) for m in minutes} == {
         (round(50.0 / 12, 2), 50.0)}
+
+
+@pytest.mark.parametrize("added_first", [True, False])
+def test_a_series_added_for_a_busy_gpu_does_not_stand_in_for_the_agents(
+    fake: FakeGcp, clock: ManualClock, tmp_path: Path, added_first: bool
+) -> None:
+    # A series with the same VM and gpu_number but other labels (another uuid): read as one
+    # GPU, the last one listed had replaced the other's minutes. The busier reading wins.
+    for name in ("busy", "idle"):
+        fake.compute.add_instance("ml-prod", "us-central1-a", name, "a2-highgpu-1g",
+                                  accelerators=[("nvidia-tesla-a100", 1)])
+    ids = {vm.name: str(vm.id) for vm in fake.compute._vms.values()}
+    now = clock.now().replace(second=0, microsecond=0)
+    agents = [lambda: fake.monitoring.add_gpu_series("ml-prod", UTIL, ids["busy"],
+                                                     _steady(now, 40.0)),
+              lambda: fake.monitoring.add_gpu_series(
+                  "ml-prod", UTIL, ids["busy"], _steady(now, 0.0),
+                  extra_labels={"uuid": "GPU-forged", "model": "x"})]
+    for add in agents[::-1] if added_first else agents:
+        add()
+    fake.monitoring.add_gpu_series("ml-prod", UTIL, ids["idle"], _steady(now, 1.0))
+    db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
+    provider = GcpProvider(fake.settings(projects=["ml-prod"]), clock=clock)
+    engine = Engine(Settings(database_url=db.url, policy_paths=[],
+                             alerts=AlertsSettings(console=False)),
+                    db, {"gcp": provider}, parse_policy_text(IDLE_NOTIFY_POLICY, "p.yml"), clock)
+    try:
+        engine.run_cycle()
+        with db.session() as s:
+            found = {r.instance_id for r in s.exec(select(FindingRow))}
+            stored = read_minutes(s, [("gcp", ids["busy"])], now - timedelta(minutes=30), now)
+    finally:
+        provider.close()
+        db.dispose()
+
+    assert found == {ids["idle"]}
+    assert {(m.util_mean, m.util_max) for m in stored[("gcp", ids["busy"])]} == {(40.0, 40.0)}
