@@ -112,7 +112,8 @@ def service(s: Session, settings: Settings, now: datetime) -> dict[str, Any]:
     poll = settings.poll_interval.total_seconds()
     info = status_of(s, now, poll)
     age = info["seconds_since_last_good_cycle"]
-    return {**info, "poll_minutes": round(poll / 60, 1),
+    minutes = poll / 60
+    return {**info, "poll_minutes": int(minutes) if minutes.is_integer() else round(minutes, 1),
             "minutes_since_last_good_cycle": None if age is None else int(age // 60),
             "degraded_after": DEGRADED_AFTER_CYCLES}
 
