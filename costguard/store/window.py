@@ -40,9 +40,9 @@ class WindowReading(NamedTuple):
     top_process_bytes: int | None
 
 
-# a packed reading: gpu, minute, span, the three percentages a cloud's metrics give (CloudWatch
-# util mean and max, Cloud Monitoring util and SM mean), then what only the agent measures:
-# the other three percentages and four integers
+# a packed reading: gpu, minute, span, the four percentages a cloud's metrics give (the mean and
+# maximum of utilisation, CloudWatch's and Cloud Monitoring's, and of SM activity, Cloud
+# Monitoring's), then what only the agent measures: two percentiles and four integers
 _PACKED = ("gpu_index", "minute", "span_minutes", "util_mean", "util_max", "sm_mean", "sm_max",
            "util_p95", "sm_p95",
            "mem_used_bytes", "process_count", "top_process_pid", "top_process_bytes")

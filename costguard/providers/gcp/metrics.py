@@ -132,6 +132,7 @@ def _read_series(out: dict[_Key, float], series: Any, query: MetricQuery,
     except ValueError:
         return  # not a GPU's number: no GPU's series (a label anyone may write)
     scale, percent = query.scale, query.percent
+    held_or_set = out.setdefault  # one lookup a point: most keys are new
     for point in raw.points:
         value = _value(point)
         if value is not None:
@@ -142,8 +143,8 @@ def _read_series(out: dict[_Key, float], series: Any, query: MetricQuery,
             # another series of the same GPU (labels differ: anyone may write one): the
             # busiest wins, so an added series can never stand in for the agent's as idle;
             # a NaN from either stays, for validation to refuse
-            held = out.get(key)
-            if held is None or value != value or (held == held and value > held):
+            held = held_or_set(key, value)
+            if held is not value and (value != value or (held == held and value > held)):
                 out[key] = value
 
 
