@@ -15,7 +15,6 @@ from typing import Any
 import boto3
 import pytest
 from aws_helpers import IDLE_NOTIFY_POLICY, REGION, ProviderFactory, run_instances
-from sqlmodel import select
 
 from costguard.alerts.settings import AlertsSettings
 from costguard.clock import ManualClock
@@ -34,7 +33,7 @@ from costguard.providers.base import Readings
 from costguard.providers.cloud_readings import validated
 from costguard.store.db import Database
 from costguard.store.readings import read_minutes
-from costguard.store.tables import FindingRow
+from tests.providers.policies import idle_cycle
 
 pytestmark = pytest.mark.usefixtures("moto")
 
@@ -146,22 +145,12 @@ def test_zeros_added_to_a_busy_gpus_series_do_not_make_it_idle(
             _put(busy["InstanceId"], GPU_UTIL, str(gpu), when, 40.0)
             _put(idle["InstanceId"], GPU_UTIL, str(gpu), when, 1.0)
             _dilute(busy["InstanceId"], gpu, when, 1000)
-    provider = make_provider(cloudwatch={"instance_dimension": True})
-    db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
-    engine = Engine(Settings(database_url=db.url, policy_paths=[],
-                             alerts=AlertsSettings(console=False)),
-                    db, {"aws": provider}, parse_policy_text(IDLE_NOTIFY_POLICY, "p.yml"), clock)
+    found, diluted = idle_cycle("aws", make_provider(cloudwatch={"instance_dimension": True}),
+                                clock, tmp_path, busy["InstanceId"])
 
-    engine.run_cycle()
-
-    with db.session() as s:
-        found = {r.instance_id for r in s.exec(select(FindingRow))}
-        stored = read_minutes(s, [("aws", busy["InstanceId"])], now - timedelta(minutes=30), now)
     assert found == {idle["InstanceId"]}
-    diluted = stored[("aws", busy["InstanceId"])]
     assert diluted and [(r.util_mean, r.util_max) for r in diluted] == [
         (pytest.approx(40.0 / 1001), 40.0)] * len(diluted)
-    db.dispose()
 
 
 # what the agent writes, and a series another host adds claiming the same GPU with zeros
@@ -195,21 +184,11 @@ def test_a_series_added_for_a_busy_gpu_does_not_stand_in_for_the_agents(
             {"MetricName": GPU_UTIL, "Timestamp": when, "Value": value,
              "Dimensions": [{"Name": k, "Value": v} for k, v in dims]}
             for dims, value in ((agent(busy), 40.0), (added(busy), 0.0), (agent(idle), 1.0))])
-    provider = make_provider()  # the default layout, "auto": both kinds of series
-    db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
-    engine = Engine(Settings(database_url=db.url, policy_paths=[],
-                             alerts=AlertsSettings(console=False)),
-                    db, {"aws": provider}, parse_policy_text(IDLE_NOTIFY_POLICY, "p.yml"), clock)
+    # the default layout, "auto": both kinds of series
+    found, stored = idle_cycle("aws", make_provider(), clock, tmp_path, busy["InstanceId"])
 
-    engine.run_cycle()
-
-    with db.session() as s:
-        found = {r.instance_id for r in s.exec(select(FindingRow))}
-        stored = read_minutes(s, [("aws", busy["InstanceId"])], now - timedelta(minutes=30), now)
     assert found == {idle["InstanceId"]}
-    assert {(r.util_mean, r.util_max) for r in stored[("aws", busy["InstanceId"])]} == {
-        (40.0, 40.0)}
-    db.dispose()
+    assert {(r.util_mean, r.util_max) for r in stored} == {(40.0, 40.0)}
 
 
 @pytest.mark.parametrize("order", [1, -1])

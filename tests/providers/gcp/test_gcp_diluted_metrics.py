@@ -13,20 +13,13 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlmodel import select
 
-from costguard.alerts.settings import AlertsSettings
 from costguard.clock import ManualClock
-from costguard.config import Settings
 from costguard.demo.gcp_fake.server import FakeGcp
-from costguard.engine import Engine
-from costguard.policy.load import parse_policy_text
+from costguard.model import GpuMinute
 from costguard.providers.gcp import GcpProvider
 from costguard.providers.gcp.metrics import SM_V2, UTIL
-from costguard.store.db import Database
-from costguard.store.readings import read_minutes
-from costguard.store.tables import FindingRow
-from tests.providers.policies import IDLE_NOTIFY_POLICY
+from tests.providers.policies import idle_cycle
 
 
 def _diluted(end: datetime, busy: float) -> list[tuple[datetime, float]]:
@@ -45,35 +38,37 @@ def _steady(end: datetime, value: float) -> list[tuple[datetime, float]]:
             for ago in range(30, 0, -1)]
 
 
+def _two_vms(fake: FakeGcp) -> dict[str, str]:
+    """A busy and an idle one-GPU VM: name -> instance id."""
+    for name in ("busy", "idle"):
+        fake.compute.add_instance("ml-prod", "us-central1-a", name, "a2-highgpu-1g",
+                                  accelerators=[("nvidia-tesla-a100", 1)])
+    return {vm.name: str(vm.id) for vm in fake.compute._vms.values()}
+
+
+def _cycle(fake: FakeGcp, clock: ManualClock, tmp_path: Path, busy: str
+           ) -> tuple[set[str], list[GpuMinute]]:
+    provider = GcpProvider(fake.settings(projects=["ml-prod"]), clock=clock)
+    try:
+        return idle_cycle("gcp", provider, clock, tmp_path, busy)
+    finally:
+        provider.close()
+
+
 @pytest.mark.parametrize(("metric", "scale"), [(UTIL, 1.0), (SM_V2, 0.01)])
 def test_zeros_added_to_a_busy_gpus_series_do_not_make_it_idle(
     fake: FakeGcp, clock: ManualClock, tmp_path: Path, metric: str, scale: float
 ) -> None:
-    for name in ("busy", "idle"):
-        fake.compute.add_instance("ml-prod", "us-central1-a", name, "a2-highgpu-1g",
-                                  accelerators=[("nvidia-tesla-a100", 1)])
-    ids = {vm.name: str(vm.id) for vm in fake.compute._vms.values()}
+    ids = _two_vms(fake)
     now = clock.now().replace(second=0, microsecond=0)
     fake.monitoring.add_gpu_series("ml-prod", metric, ids["busy"],
                                    [(t, v * scale) for t, v in _diluted(now, 50.0)])
     fake.monitoring.add_gpu_series("ml-prod", metric, ids["idle"],
                                    [(t, v * scale) for t, v in _steady(now, 1.0)])
-    db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
-    provider = GcpProvider(fake.settings(projects=["ml-prod"]), clock=clock)
-    engine = Engine(Settings(database_url=db.url, policy_paths=[],
-                             alerts=AlertsSettings(console=False)),
-                    db, {"gcp": provider}, parse_policy_text(IDLE_NOTIFY_POLICY, "p.yml"), clock)
-    try:
-        engine.run_cycle()
-        with db.session() as s:
-            found = {r.instance_id for r in s.exec(select(FindingRow))}
-            stored = read_minutes(s, [("gcp", ids["busy"])], now - timedelta(minutes=30), now)
-    finally:
-        provider.close()
-        db.dispose()
+    found, stored = _cycle(fake, clock, tmp_path, ids["busy"])
 
     assert found == {ids["idle"]}
-    minutes = stored[("gcp", ids["busy"])]
+    minutes = stored
     assert minutes
     mean, peak = ("util_mean", "util_max") if metric == UTIL else ("sm_mean", "sm_max")
     assert {(round(getattr(m, mean), 2), round(getattr(m, peak), 2)) for m in minutes} == {
@@ -86,10 +81,7 @@ def test_a_series_added_for_a_busy_gpu_does_not_stand_in_for_the_agents(
 ) -> None:
     # A series with the same VM and gpu_number but other labels (another uuid): read as one
     # GPU, the last one listed had replaced the other's minutes. The busier reading wins.
-    for name in ("busy", "idle"):
-        fake.compute.add_instance("ml-prod", "us-central1-a", name, "a2-highgpu-1g",
-                                  accelerators=[("nvidia-tesla-a100", 1)])
-    ids = {vm.name: str(vm.id) for vm in fake.compute._vms.values()}
+    ids = _two_vms(fake)
     now = clock.now().replace(second=0, microsecond=0)
     agents = [lambda: fake.monitoring.add_gpu_series("ml-prod", UTIL, ids["busy"],
                                                      _steady(now, 40.0)),
@@ -99,19 +91,7 @@ def test_a_series_added_for_a_busy_gpu_does_not_stand_in_for_the_agents(
     for add in agents[::-1] if added_first else agents:
         add()
     fake.monitoring.add_gpu_series("ml-prod", UTIL, ids["idle"], _steady(now, 1.0))
-    db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
-    provider = GcpProvider(fake.settings(projects=["ml-prod"]), clock=clock)
-    engine = Engine(Settings(database_url=db.url, policy_paths=[],
-                             alerts=AlertsSettings(console=False)),
-                    db, {"gcp": provider}, parse_policy_text(IDLE_NOTIFY_POLICY, "p.yml"), clock)
-    try:
-        engine.run_cycle()
-        with db.session() as s:
-            found = {r.instance_id for r in s.exec(select(FindingRow))}
-            stored = read_minutes(s, [("gcp", ids["busy"])], now - timedelta(minutes=30), now)
-    finally:
-        provider.close()
-        db.dispose()
+    found, stored = _cycle(fake, clock, tmp_path, ids["busy"])
 
     assert found == {ids["idle"]}
-    assert {(m.util_mean, m.util_max) for m in stored[("gcp", ids["busy"])]} == {(40.0, 40.0)}
+    assert {(m.util_mean, m.util_max) for m in stored} == {(40.0, 40.0)}
