@@ -79,7 +79,9 @@ def status(
         print(json.dumps(info, indent=2))
     else:
         cycle = info["last_cycle"]
-        state = ("[green]healthy[/]" if info["healthy"] else "[red]not cycling[/]"
+        state = ("[green]healthy[/]" if info["healthy"] else
+                 "not cycling: a demo's store (costguard demo wrote it; no daemon cycles it)"
+                 if not info["cycling"] and info["demo"] else "[red]not cycling[/]"
                  if not info["cycling"] else
                  f"[yellow]degraded[/]: {len(info['degraded'])} scope(s) unreadable for over "
                  f"{DEGRADED_AFTER_CYCLES} cycles; governing {info['governed_instances']} "

@@ -86,6 +86,8 @@ def status_of(s: Session, now: datetime, poll_seconds: float) -> dict[str, Any]:
     age = (now - utc(last_ok)).total_seconds() if last_ok is not None else None
     cycling = age is not None and age < 3 * poll_seconds
     return {"healthy": cycling and not degraded, "cycling": cycling,
+            # written by `costguard demo`: its cycles are the demo's, no daemon follows them
+            "demo": control.get(s, control.DEMO_MARK) is not None,
             "degraded": degraded, "governed_instances": governed,
             "paused": paused, "last_cycle": cycle,
             "seconds_since_last_good_cycle": round(age, 1) if age is not None else None,

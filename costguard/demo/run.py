@@ -65,7 +65,7 @@ def enforced(policies: PolicySet) -> PolicySet:
 
 
 DEMO_DATABASE = "costguard-demo.db"
-DEMO_MARK = "demo"  # control key: this database was written by `costguard demo`
+DEMO_MARK = control.DEMO_MARK  # control key: this database was written by `costguard demo`
 DEMO_POLICIES = "demo:policies"  # control key: the policy paths it ran (enforced), as JSON
 # the hour of the simulated fleet's week every demo starts at (Monday 06:00 of its week)
 DEMO_WEEK_HOUR = 6

@@ -10,6 +10,7 @@ from costguard.clock import utc
 from costguard.store.tables import ControlRow
 
 PAUSED = "paused"
+DEMO_MARK = "demo"  # this database was written by `costguard demo` (costguard/demo/run.py)
 
 
 def get(session: Session, key: str) -> str | None:

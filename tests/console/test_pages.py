@@ -296,7 +296,21 @@ def test_the_overview_says_what_costguard_status_says(site: str, store: str) -> 
         assert quiet not in page
 
 
+def _not_a_demo(store: str) -> None:
+    """The demo's store as a daemon's would be: without the demo's mark."""
+    from costguard.store.tables import ControlRow
+
+    db = Database(store, create=False)
+    with db.session() as s:
+        mark = s.get(ControlRow, "demo")
+        assert mark is not None
+        s.delete(mark)
+        s.commit()
+    db.dispose()
+
+
 def test_the_overview_says_when_no_cycle_has_finished_for_a_while(store: str) -> None:
+    _not_a_demo(store)
     later = ManualClock(NOW + timedelta(hours=2))
     with serve(console_settings(store, PROXY), clock=later) as site:
         page = httpx.get(f"{site}/console/", headers=READER).text
@@ -329,3 +343,17 @@ def test_the_overview_names_a_pause_unreadable_scopes_and_dropped_readings(
     assert "111122223333/us-east-1 metrics (since 2026-03-10 11:00 UTC)" in degraded
     dropped = strip[strip.index('id="service-dropped"'):]
     assert "aws 3." in dropped and "never idle" in dropped
+
+
+def test_a_demo_s_store_is_said_to_be_one_when_its_cycles_are_over(store: str) -> None:
+    # `costguard demo` then `costguard console`: no daemon cycles a demo's store, and the
+    # console says so plainly, not as an outage
+    later = ManualClock(NOW + timedelta(hours=2))
+    with serve(console_settings(store, PROXY), clock=later) as site:
+        page = httpx.get(f"{site}/console/", headers=READER).text
+    strip = _service(page)
+    assert 'class="error"' not in strip and 'data-demo="true"' in strip
+    assert "A demo's store (<code>costguard demo</code> wrote it)" in strip
+    assert "no daemon cycles it" in strip
+    status = runner.invoke(app, ["--database", store, "status"], env={"COLUMNS": "200"})
+    assert "not cycling: a demo's store" in status.output
