@@ -180,6 +180,25 @@ def trust_policy(hub_account_id: str, external_id_required: bool = True) -> dict
     return {"Version": "2012-10-17", "Statement": [statement]}
 
 
+def gpu_host_policy(namespace: str = "CWAgent") -> dict[str, Any]:
+    """What a GPU host's role needs to publish its GPU metrics for costguard (the CloudWatch
+    agent's nvidia_gpu plugin, or `costguard-agent --publish-to cloudwatch`): PutMetricData
+    into the agent's namespace only, with the `cloudwatch:namespace` condition key.
+
+    Every role allowed to write that namespace can write any instance's GPU series there
+    (CloudWatch does not tie a point to the instance that wrote it), so grant it to the GPU
+    hosts' role and no other; it does not replace what the CloudWatch agent's logs need."""
+    return {"Version": "2012-10-17", "Statement": [{
+        "Sid": "CostguardGpuMetrics",
+        "Effect": "Allow",
+        "Action": "cloudwatch:PutMetricData",
+        "Resource": "*",  # PutMetricData has no resource-level permissions
+        "Condition": {"StringEquals": {"cloudwatch:namespace": namespace}},
+    }]}
+
+
+GPU_HOST_FILE = "costguard-gpu-host.json"  # deploy/iam/aws/: gpu_host_policy()
+
 # Files under deploy/iam/aws/ and the arguments that produce them.
 DEPLOY_FILES: dict[str, dict[str, Any]] = {
     "costguard-readonly.json": {"enforcing": False, "tagging": False},
@@ -201,9 +220,11 @@ def write_deploy_files(directory: str) -> list[str]:
     target = Path(directory)
     target.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, flags in DEPLOY_FILES.items():
+    documents = {name: required_iam_policy(**flags) for name, flags in DEPLOY_FILES.items()}
+    documents[GPU_HOST_FILE] = gpu_host_policy()
+    for name, document in documents.items():
         path = target / name
-        path.write_text(json.dumps(required_iam_policy(**flags), indent=2) + "\n")
+        path.write_text(json.dumps(document, indent=2) + "\n")
         written.append(str(path))
     return written
 

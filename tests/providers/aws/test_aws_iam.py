@@ -110,3 +110,25 @@ def test_parking_may_resize_groups_and_write_only_its_hint_tag() -> None:
     (tag,) = [s for s in policy["Statement"] if s.get("Sid") == "CostguardParkedSizesTag"]
     assert tag["Condition"] == {
         "ForAllValues:StringEquals": {"aws:TagKeys": ["costguard:parked-sizes"]}}
+
+
+def test_a_gpu_host_may_publish_metrics_into_the_agents_namespace_only() -> None:
+    from costguard.providers.aws.iam import GPU_HOST_FILE, gpu_host_policy
+    from costguard.providers.aws.settings import CloudWatchSettings
+
+    namespace = CloudWatchSettings().gpu_namespace  # where costguard reads the GPU metrics
+    policy = gpu_host_policy(namespace)
+    assert json.loads((DEPLOY_DIR / GPU_HOST_FILE).read_text()) == gpu_host_policy(), (
+        f"deploy/iam/aws/{GPU_HOST_FILE} is stale: regenerate it with "
+        "`python -m costguard.providers.aws.iam deploy/iam/aws`")
+    assert policy == gpu_host_policy()  # the file is for the default namespace
+    assert _actions(policy) == {"cloudwatch:PutMetricData"}
+
+    def publishes(into: str | None) -> bool:
+        context = {} if into is None else {"cloudwatch:namespace": into}
+        return allows(policy, "cloudwatch:PutMetricData", context, key_prefix="")
+
+    assert publishes(namespace)
+    assert not publishes("AppMetrics") and not publishes(None)
+    assert not allows(policy, "cloudwatch:PutMetricAlarm", {"cloudwatch:namespace": namespace},
+                      key_prefix="")
