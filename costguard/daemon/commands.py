@@ -79,13 +79,16 @@ def status(
         print(json.dumps(info, indent=2))
     else:
         cycle = info["last_cycle"]
-        state = ("[green]healthy[/]" if info["healthy"] else
-                 "not cycling: a demo's store (costguard demo wrote it; no daemon cycles it)"
-                 if not info["cycling"] and info["demo"] else "[red]not cycling[/]"
-                 if not info["cycling"] else
-                 f"[yellow]degraded[/]: {len(info['degraded'])} scope(s) unreadable for over "
-                 f"{DEGRADED_AFTER_CYCLES} cycles; governing {info['governed_instances']} "
-                 "instances")
+        if info["healthy"]:
+            state = "[green]healthy[/]"
+        elif info["cycling"]:
+            state = (f"[yellow]degraded[/]: {len(info['degraded'])} scope(s) unreadable for "
+                     f"over {DEGRADED_AFTER_CYCLES} cycles; governing "
+                     f"{info['governed_instances']} instances")
+        elif info["demo"]:
+            state = "not cycling: a demo's store (costguard demo wrote it; no daemon cycles it)"
+        else:
+            state = "[red]not cycling[/]"
         console.print(f"costguard: {state}" + ("  [yellow]PAUSED[/] (costguard resume)"
                                                if info["paused"] else ""))
         if cycle:

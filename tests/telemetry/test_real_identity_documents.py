@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
@@ -80,8 +80,6 @@ def test_a_folder_of_certificates_replaces_the_shipped_ones(tmp_path: Path) -> N
             .public_key(key.public_key()).serial_number(1)
             .not_valid_before(now - timedelta(days=1)).not_valid_after(now + timedelta(days=1))
             .sign(key, hashes.SHA256()))
-    from cryptography.hazmat.primitives import serialization
-
     (tmp_path / "us-east-1.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     document, signature, doc = _recorded(NAMES[0])
     with pytest.raises(ProofRefused, match="does not verify"):

@@ -53,7 +53,6 @@ class Series:
     gpu_index: int
     metric: str
     dimensions: tuple[tuple[str, str], ...]
-    by_instance_id: bool
 
     @property
     def all_gpus(self) -> bool:
@@ -121,19 +120,17 @@ def attribute_series(
                 if layout is False:
                     continue
                 instance_id: str | None = d["InstanceId"] if d["InstanceId"] in wanted else None
-                by_id = True
             else:
                 if layout is True or "host" not in d:
                     continue
                 instance_id = by_host.get(d["host"].lower())
-                by_id = False
             if instance_id is None:
                 continue
             try:
                 index = int(d["index"]) if "index" in d else ALL_GPUS
             except ValueError:
                 continue
-            chosen.add(Series(instance_id, index, metric, dims, by_id))
+            chosen.add(Series(instance_id, index, metric, dims))
     return sorted(chosen, key=lambda s: (s.instance_id, s.gpu_index, s.metric, s.dimensions))
 
 
@@ -156,7 +153,7 @@ def spans(start: datetime, end: datetime, span: timedelta | None, period_s: int
 def rollup_series(instance_ids: Iterable[str], metrics: Sequence[str]) -> list[Series]:
     """Each instance's roll-up series (`aggregation_dimensions: [["InstanceId"]]`): its only
     dimension is InstanceId, so it is known without ListMetrics."""
-    return [Series(iid, ALL_GPUS, metric, (("InstanceId", iid),), True)
+    return [Series(iid, ALL_GPUS, metric, (("InstanceId", iid),))
             for iid in sorted(instance_ids) for metric in metrics]
 
 

@@ -206,18 +206,17 @@ def test_every_series_that_claims_a_gpu_is_read_whatever_order_they_are_listed_i
 
 def test_the_busier_reading_of_a_minute_wins_and_a_nan_is_kept_for_validation() -> None:
     when = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
-    series = [Series("i-a", 0, GPU_UTIL, (("n", "1"),), True),
-              Series("i-a", 0, GPU_UTIL, (("n", "2"),), True),
-              Series("i-b", 0, GPU_UTIL, (("n", "1"),), True),
-              Series("i-b", 0, GPU_UTIL, (("n", "2"),), True)]
+    series = [Series("i-a", 0, GPU_UTIL, (("n", "1"),)),
+              Series("i-a", 0, GPU_UTIL, (("n", "2"),)),
+              Series("i-b", 0, GPU_UTIL, (("n", "1"),)),
+              Series("i-b", 0, GPU_UTIL, (("n", "2"),))]
     values = {"g0": [(when, 30.0)], "m0": [(when, 60.0)], "g1": [(when, 50.0)],
               "m1": [(when, 55.0)], "g2": [(when, 1.0)], "g3": [(when, math.nan)]}
     rows = gpu_rows(series, values, period_s=60)
     a, b = rows[("i-a", 0, when)], rows[("i-b", 0, when)]
     assert (a["util_mean"], a["util_max"]) == (50.0, 60.0)
     assert math.isnan(b["util_mean"])
-    assert validated(rows.values(), "test") and [
-        r.instance_id for r in validated(rows.values(), "test")] == ["i-a"]
+    assert [r.instance_id for r in validated(rows.values(), "test")] == ["i-a"]
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf])
@@ -225,8 +224,8 @@ def test_a_value_that_is_not_a_number_is_no_data_not_an_idle_gpu(value: float) -
     # CloudWatch stores no NaN or infinity, but its JSON answer is read with json.loads,
     # which takes both; clamped as a percentage, NaN had read as 0 %: an idle GPU
     when = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
-    series = [Series("i-a", 0, GPU_UTIL, (), True), Series("i-b", 0, GPU_UTIL, (), True),
-              Series("i-b", 0, GPU_MEM_USED, (), True)]
+    series = [Series("i-a", 0, GPU_UTIL, ()), Series("i-b", 0, GPU_UTIL, ()),
+              Series("i-b", 0, GPU_MEM_USED, ())]
     rows = gpu_rows(series, {"g0": [(when, value)], "g1": [(when, 9.0)], "g2": [(when, value)]},
                     period_s=60)
     kept = validated(rows.values(), "test")
@@ -237,7 +236,7 @@ def test_a_value_that_is_not_a_number_is_no_data_not_an_idle_gpu(value: float) -
 def test_a_host_cpu_that_is_not_a_number_leaves_the_gpu_minute_without_one() -> None:
     when = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
     cpu = host_cpu_of(["i-a"], {"c0": [(when, math.nan)]})
-    rows = gpu_rows([Series("i-a", 0, GPU_UTIL, (), True)], {"g0": [(when, 40.0)]},
+    rows = gpu_rows([Series("i-a", 0, GPU_UTIL, ())], {"g0": [(when, 40.0)]},
                     period_s=60, host_cpu=cpu)
     (kept,) = validated(rows.values(), "test")
     assert (kept.util_mean, kept.host_cpu_pct) == (40.0, None)

@@ -191,7 +191,7 @@ def _clients() -> tuple[Any, Any]:
 def test_the_writer_sends_the_bytes_botocore_writes_for_costguards_queries() -> None:
     plain, lean = _clients()
     series = [cw.Series(f"i-{n:017x}", cw.ALL_GPUS if n % 2 else n % 3, cw.GPU_UTIL,
-                        (("InstanceId", f"i-{n:017x}"), ("index", str(n % 3))), True)
+                        (("InstanceId", f"i-{n:017x}"), ("index", str(n % 3))))
               for n in range(40)]
     queries = cw.gpu_queries(series, "CWAgent", 300)
     queries += cw.cpu_queries([s.instance_id for s in series], 300)
