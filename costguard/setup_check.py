@@ -1,7 +1,8 @@
 """`costguard validate`; with no paths, everything the daemon will read, checked before it
 runs. costguard.yaml (or --config, or $COSTGUARD_CONFIG) and the COSTGUARD_* variables, the
 policies `policy_paths` names, and the files the settings name (`alerts.routing_file`,
-`costs.price_overrides`): every problem at FILE:LINE:COL, or with the variable that set it."""
+`costs.price_overrides`, `http.identity`'s certificates): every problem at FILE:LINE:COL,
+or with the variable that set it."""
 
 from __future__ import annotations
 
@@ -106,8 +107,31 @@ def check_setup(config: Path | None) -> SetupCheck:
             PriceOverrides.load(settings.costs.price_overrides)
         except ConfigError as exc:
             _config_problems(check, exc)
+    _check_identity_files(check, settings)
     check.problems.sort(key=lambda e: (e.file, e.line, e.column))
     return check
+
+
+def _check_identity_files(check: SetupCheck, settings: Settings) -> None:
+    """The certificates `http.identity` names, read as the daemon will at start."""
+    identity = settings.http.identity
+    if identity.aws_certs_dir is not None:
+        from costguard.daemon.identity import AwsDocuments
+
+        check.files.append(f"http.identity.aws_certs_dir {identity.aws_certs_dir}")
+        try:
+            AwsDocuments(identity.aws_certs_dir)
+        except ConfigError as exc:
+            _config_problems(check, exc)
+    if identity.google_certs_file is not None:
+        from costguard.daemon.identity import GoogleTokens
+
+        check.files.append(f"http.identity.google_certs_file {identity.google_certs_file}")
+        try:
+            GoogleTokens(identity.audience, identity.google_certs_file,
+                         identity.google_certs_url)
+        except ConfigError as exc:
+            _config_problems(check, exc)
 
 
 def _config_problems(check: SetupCheck, exc: ConfigError) -> None:

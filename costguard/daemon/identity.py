@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from costguard.clock import utc
-from costguard.errors import CostguardError
+from costguard.errors import ConfigError, CostguardError
 
 CREDENTIAL_TTL = timedelta(hours=1)
 CLOCK_SKEW = timedelta(minutes=5)
@@ -109,6 +109,34 @@ class Credentials:
 SHIPPED_AWS_CERTS = "data/aws_identity_certs"  # in this package; data/README.md says whence
 
 
+class IdentitySettingError(ConfigError):
+    """A file or folder `http.identity` names cannot serve: the daemon does not start
+    (every proof would be refused, and nothing would say why until an agent tried)."""
+
+
+def _named_pems(folder: Path) -> list[tuple[str, str, bytes]]:
+    """(region, file, PEM bytes) of each `<region>.pem` in `folder` (aws_certs_dir)."""
+    if not folder.is_dir():
+        raise IdentitySettingError(
+            f"http.identity.aws_certs_dir: {folder} is not a folder: name a folder of "
+            "<region>.pem certificates, or leave it unset for the ones costguard ships")
+    found = sorted(folder.glob("*.pem"))
+    if not found:
+        raise IdentitySettingError(
+            f"http.identity.aws_certs_dir: {folder} holds no <region>.pem: every AWS "
+            "agent's proof would be refused; put AWS's certificates there (us-east-1.pem, "
+            "...), or leave the setting unset for the ones costguard ships")
+    out = []
+    for path in found:
+        try:
+            out.append((path.stem, str(path), path.read_bytes()))
+        except OSError as exc:
+            raise IdentitySettingError(
+                f"http.identity.aws_certs_dir: {path} cannot be read: {exc.strerror}"
+            ) from None
+    return out
+
+
 class AwsDocuments:
     """Verifies EC2 instance identity documents with AWS's RSA certificates: those shipped
     with costguard (every region AWS lists), or, with `certs_dir`, that folder's instead."""
@@ -118,14 +146,21 @@ class AwsDocuments:
 
         self.certs: dict[str, Any] = {}
         if certs_dir is not None:
-            pems = [(p.stem, p.read_bytes()) for p in sorted(Path(certs_dir).glob("*.pem"))]
+            pems = _named_pems(Path(certs_dir))
         else:
             shipped = resources.files("costguard.daemon").joinpath(SHIPPED_AWS_CERTS)
-            pems = [(p.name.removesuffix(".pem"), p.read_bytes())
+            pems = [(p.name.removesuffix(".pem"), p.name, p.read_bytes())
                     for p in sorted(shipped.iterdir(), key=lambda p: p.name)
                     if p.name.endswith(".pem")]
-        for region, pem in pems:
-            self.certs[region] = x509.load_pem_x509_certificate(pem)
+        for region, name, pem in pems:
+            try:
+                self.certs[region] = x509.load_pem_x509_certificate(pem)
+            except ValueError:
+                raise IdentitySettingError(
+                    f"http.identity.aws_certs_dir: {name} is not a PEM certificate: put "
+                    "AWS's RSA certificate for its region there, as AWS's page 'AWS public "
+                    "certificates for instance identity document signatures' gives it"
+                ) from None
 
     def verify(self, document: str, signature: str, now: datetime) -> Proven:
         from cryptography.exceptions import InvalidSignature
@@ -160,6 +195,20 @@ class AwsDocuments:
         return Proven("aws", iid, region, launched)
 
 
+def _keys_file(path: Path) -> Mapping[str, str]:
+    """Google's keys from `path` (google_certs_file); KeysUnavailable says why not."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise KeysUnavailable(f"{path} cannot be read: {exc.strerror}") from None
+    except ValueError as exc:
+        raise KeysUnavailable(f"{path} is not JSON: {exc}") from None
+    if (not isinstance(doc, dict) or not doc
+            or not all(isinstance(v, str) for v in doc.values())):
+        raise KeysUnavailable(f"{path} holds no key id -> certificate object")
+    return {str(k): v for k, v in doc.items()}
+
+
 class GoogleTokens:
     """Verifies GCE instance identity tokens against Google's keys."""
 
@@ -171,11 +220,17 @@ class GoogleTokens:
         self._fetch = fetch or _fetch_json
         self._cached: tuple[float, Mapping[str, str]] | None = None
         self._lock = threading.Lock()
+        if certs_file is not None:
+            try:
+                _keys_file(certs_file)
+            except KeysUnavailable as exc:
+                raise IdentitySettingError(f"http.identity.google_certs_file: {exc}: name a "
+                                           "JSON file of key id -> certificate, as "
+                                           f"{GOOGLE_CERTS_URL} serves it") from None
 
     def keys(self) -> Mapping[str, str]:
         if self.certs_file is not None:
-            found: Mapping[str, str] = json.loads(self.certs_file.read_text(encoding="utf-8"))
-            return found
+            return _keys_file(self.certs_file)  # read each time: a replaced file is taken
         with self._lock:
             if self._cached is not None and time.monotonic() - self._cached[0] < 3600:
                 return self._cached[1]

@@ -203,3 +203,26 @@ def test_with_paths_only_the_policies_are_checked(workdir: Path) -> None:
     result = runner.invoke(app, ["validate", "policies"])
     assert result.exit_code == 0, result.output
     assert result.output.startswith("ok: 4 policies")
+
+
+def test_identity_certificates_that_cannot_serve_are_problems(workdir: Path) -> None:
+    (workdir / "costguard.yaml").write_text(
+        "policy_paths: [policies]\nhttp:\n  identity:\n    aws_certs_dir: aws-certs\n"
+        "    google_certs_file: google-keys.json\n")
+    (workdir / "google-keys.json").write_text("[]")
+    result = runner.invoke(app, ["validate", "--format", "json"])
+    assert result.exit_code == 2, result.output
+    problems = [p["message"] for p in json.loads(result.stdout)["problems"]]
+    assert len(problems) == 2, problems
+    assert problems[0].startswith("http.identity.aws_certs_dir: ")
+    assert "aws-certs is not a folder" in problems[0]
+    assert problems[1].startswith("http.identity.google_certs_file: ")
+    assert "no key id -> certificate" in problems[1]
+    (workdir / "aws-certs").mkdir()
+    (workdir / "aws-certs" / "default.pem").write_bytes(
+        (Path(__file__).parents[2] / "costguard" / "daemon" / "data" / "aws_identity_certs"
+         / "us-east-1.pem").read_bytes())
+    (workdir / "google-keys.json").write_text('{"k1": "-----BEGIN CERTIFICATE-----"}')
+    fixed = runner.invoke(app, ["validate"])
+    assert fixed.exit_code == 0, fixed.output
+    assert "http.identity.aws_certs_dir" in fixed.output

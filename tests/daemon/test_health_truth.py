@@ -115,3 +115,21 @@ def test_a_port_in_use_is_one_line_not_a_traceback(tmp_path: Path,
     assert result.exit_code == 2
     assert f"could not listen on 127.0.0.1:{port}" in result.output
     assert "Traceback" not in result.output
+
+
+def test_identity_certificates_that_cannot_serve_stop_the_start_in_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # before, a folder that was not there was read as an empty one: the daemon ran, and
+    # every AWS agent's proof was refused with nothing said at start
+    from costguard.starter import write_starter
+
+    write_starter(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COSTGUARD_AGENT_TOKEN", "t0ken-abc")
+    monkeypatch.setenv("COSTGUARD_DATABASE_URL", f"sqlite:///{tmp_path / 'cg.db'}")
+    monkeypatch.setenv("COSTGUARD_HTTP__IDENTITY__AWS_CERTS_DIR", str(tmp_path / "certs"))
+    result = CliRunner().invoke(app, ["run"])
+    assert result.exit_code == 2, result.output
+    assert "http.identity.aws_certs_dir: " in result.output
+    assert "certs is not a folder" in result.output
+    assert "Traceback" not in result.output

@@ -270,3 +270,46 @@ def test_googles_keys_are_fetched_once_an_hour_and_an_outage_is_a_503(
         answer = httpx.post(f"{url}/v1/identity", headers={"Authorization": f"Bearer {TOKEN}"},
                             json={"provider": "gcp", "token": _gce_token()})
     assert answer.status_code == 503 and "could not be fetched" in answer.json()["error"]
+
+
+# -- certificates http.identity names that cannot serve: the daemon does not start --------
+def test_an_aws_certs_dir_that_cannot_serve_is_refused_naming_the_setting(
+        tmp_path: Path) -> None:
+    from costguard.daemon.identity import IdentitySettingError
+
+    with pytest.raises(IdentitySettingError, match=r"aws_certs_dir: .*nowhere is not a folder"):
+        AwsDocuments(tmp_path / "nowhere")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "us-east-1.crt").write_bytes(AWS_CERT)  # not named <region>.pem
+    with pytest.raises(IdentitySettingError, match=r"holds no <region>\.pem"):
+        AwsDocuments(empty)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "default.pem").write_bytes(AWS_CERT)
+    (broken / "eu-west-1.pem").write_text("-----BEGIN CERTIFICATE-----\nnot one\n")
+    with pytest.raises(IdentitySettingError, match=r"eu-west-1\.pem is not a PEM certificate"):
+        AwsDocuments(broken)
+
+
+def test_a_google_certs_file_that_cannot_serve_is_refused_and_one_gone_later_is_503(
+        authority: IdentityAuthority, tmp_path: Path) -> None:
+    from costguard.daemon.identity import IdentitySettingError
+
+    for text, words in [(None, "cannot be read"), ("{", "is not JSON"),
+                        ("[]", "holds no key id -> certificate"), ("{}", "holds no key id"),
+                        ('{"k1": 7}', "holds no key id")]:
+        keys = tmp_path / "keys.json"
+        keys.unlink(missing_ok=True)
+        if text is not None:
+            keys.write_text(text)
+        with pytest.raises(IdentitySettingError,
+                           match=f"google_certs_file: .*keys.json {words}"):
+            GoogleTokens("costguard", keys, "http://unused")
+    # a file read well at start and removed later: no data for now (503), not a crash (500)
+    assert isinstance(authority.gcp, GoogleTokens) and authority.gcp.certs_file is not None
+    authority.gcp.certs_file.unlink()
+    with serve(telemetry_app(token=TOKEN, sink=MemorySink(), identity=authority)) as url:
+        answer = httpx.post(f"{url}/v1/identity", headers={"Authorization": f"Bearer {TOKEN}"},
+                            json={"provider": "gcp", "token": _gce_token()})
+    assert answer.status_code == 503 and "cannot be read" in answer.json()["error"]
