@@ -233,8 +233,9 @@ class GpuMinute(Frozen):
 
 
 class Reading(Protocol):
-    """What the idle classifier reads of a GPU-minute: a `GpuMinute`, or the reading window's
-    compact copy of one (store/readings.py `WindowReading`), which keeps these fields only."""
+    """What the idle classifier reads of a GPU-minute, and who measured it: a `GpuMinute`,
+    or the reading window's compact copy of one (store/window.py `WindowReading`), which
+    keeps these fields only."""
 
     @property
     def gpu_index(self) -> int: ...
@@ -262,6 +263,8 @@ class Reading(Protocol):
     def top_process_pid(self) -> int | None: ...
     @property
     def top_process_bytes(self) -> int | None: ...
+    @property
+    def source(self) -> TelemetrySource: ...
 
 
 R = TypeVar("R", bound=Reading)

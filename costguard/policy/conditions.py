@@ -64,6 +64,13 @@ policies:
     missing_data: Literal["not-idle"] = Field(
         default="not-idle", description="What a gap in telemetry means; always `not-idle`."
     )
+    evidence: Literal["any", "agent"] = Field(
+        default="any",
+        description="Whose readings can show the instance idle: `any` (costguard's agent's, "
+        "or the cloud's GPU metrics where no agent runs) or `agent` (only the agent's: the "
+        "cloud's metrics, which any host allowed to write metrics can write for any "
+        "instance, are then never idle evidence; pair with `http.identity.mode: required`).",
+    )
 
     @field_validator("missing_data", mode="before")
     @classmethod

@@ -18,6 +18,7 @@ from costguard.model import (
     Instance,
     InstanceState,
     Reading,
+    TelemetrySource,
     Verdict,
     covering,
 )
@@ -98,11 +99,19 @@ def check_condition(
         idle = cond.idle
         start = now - idle.for_
         window = covering(minutes, start, now)
+        unheard = 0  # readings the agent did not measure, where only the agent's count
+        if idle.evidence == "agent":
+            agents = [m for m in window if m.source is TelemetrySource.AGENT]
+            unheard, window = len(window) - len(agents), agents
         verdict = classify(window, window_start=start, window_end=now,
                            gpu_count=max(inst.gpu_count, 1), signal=idle.signal,
                            below=idle.below, min_coverage=idle.min_coverage)
         if verdict.verdict is not Verdict.IDLE:
-            return False, [f"not idle ({verdict.verdict}): {verdict.evidence}"], verdict
+            why = f"not idle ({verdict.verdict}): {verdict.evidence}"
+            if unheard:
+                why += (f"; {unheard} cloud reading{'s' if unheard > 1 else ''} not counted "
+                        "(idle evidence: the agent's only)")
+            return False, [why], verdict
         reasons.append(f"idle: {verdict.evidence}")
     if cond.underused is not None:
         holds, why = underused_holds(cond.underused, efficiency)

@@ -15,15 +15,16 @@ from typing import Any, NamedTuple
 from sqlmodel import Session
 
 from costguard.clock import utc
-from costguard.model import MAX_SPAN_MINUTES, GpuMinute
+from costguard.model import MAX_SPAN_MINUTES, GpuMinute, TelemetrySource
 from costguard.store.readings import InstanceRef, read_rows
 
 
 class WindowReading(NamedTuple):
     """The window's copy of a stored GPU-minute: the fields the idle classifier reads
-    (`costguard.model.Reading`), built when asked for. A `GpuMinute` costs ~2 KB of memory
-    (a pydantic model's dict and fields-set); the window keeps 56 bytes per reading of a
-    cloud's metrics, 104 where the agent's percentiles, memory and process figures come too."""
+    (`costguard.model.Reading`) and who measured it, built when asked for. A `GpuMinute`
+    costs ~2 KB of memory (a pydantic model's dict and fields-set); the window keeps 64
+    bytes per reading of a cloud's metrics, 112 where the agent's percentiles, memory and
+    process figures come too."""
 
     gpu_index: int
     minute: datetime
@@ -38,14 +39,20 @@ class WindowReading(NamedTuple):
     process_count: int | None
     top_process_pid: int | None
     top_process_bytes: int | None
+    source: TelemetrySource
 
 
-# a packed reading: gpu, minute, span, the four percentages a cloud's metrics give (the mean and
-# maximum of utilisation, CloudWatch's and Cloud Monitoring's, and of SM activity, Cloud
-# Monitoring's), then what only the agent measures: two percentiles and four integers
-_PACKED = ("gpu_index", "minute", "span_minutes", "util_mean", "util_max", "sm_mean", "sm_max",
+# a packed reading: gpu, minute, span, source (its index in `_SOURCES`), the four percentages a
+# cloud's metrics give (the mean and maximum of utilisation, CloudWatch's and Cloud
+# Monitoring's, and of SM activity, Cloud Monitoring's), then what only the agent measures:
+# two percentiles and four integers
+_PACKED = ("gpu_index", "minute", "span_minutes", "source",
+           "util_mean", "util_max", "sm_mean", "sm_max",
            "util_p95", "sm_p95",
            "mem_used_bytes", "process_count", "top_process_pid", "top_process_bytes")
+_SOURCES = tuple(TelemetrySource)
+# a source's code, by member or by the text the store returns (a StrEnum equals its value)
+_SOURCE_CODE: dict[str, float] = {str(src): float(n) for n, src in enumerate(_SOURCES)}
 assert sorted(_PACKED) == sorted(WindowReading._fields)
 _WIDTH = len(_PACKED)
 _NAN = float("nan")
@@ -66,17 +73,18 @@ def _packer(get: Callable[[Any], tuple[Any, ...]]) -> Callable[[Any], list[float
     (8 PB), far beyond any GPU's memory."""
     nan = _NAN
     stamps = _STAMPS
+    code = _SOURCE_CODE
 
-    def pack(source: Any) -> list[float]:
+    def pack(reading: Any) -> list[float]:
         # unrolled, and each minute converted once: a cold cycle packs a fleet's hour of
         # readings (4x faster than a loop over the values and a conversion per reading)
-        gpu, minute, span, a, b, c, e, f, g, h, k, m, n = get(source)
+        gpu, minute, span, src, a, b, c, e, f, g, h, k, m, n = get(reading)
         stamp = stamps.get(minute)
         if stamp is None:
             if len(stamps) > _WHEN_MAX:
                 stamps.clear()
             stamp = stamps[minute] = utc(minute).timestamp()
-        return [gpu, stamp, span,
+        return [gpu, stamp, span, code[src],
                 nan if a is None else a, nan if b is None else b, nan if c is None else c,
                 nan if e is None else e, nan if f is None else f, nan if g is None else g,
                 nan if h is None else h, nan if k is None else k, nan if m is None else m,
@@ -89,7 +97,7 @@ _pack_minute = _packer(attrgetter(*_PACKED))
 _pack_values = _packer(tuple)  # a row read with `fields=_PACKED`
 
 
-_NARROW = _PACKED.index("util_p95")  # gpu, minute, span and a cloud's four percentages
+_NARROW = _PACKED.index("util_p95")  # gpu, minute, span, source, a cloud's four percentages
 
 
 def _narrow(row: list[float]) -> bool:
@@ -103,11 +111,11 @@ class _Rows:
     """One instance's readings as a flat array of doubles, `width` per reading, in the order
     they arrived; a later copy of the same (GPU, minute) replaces an earlier one.
 
-    Rows are narrow (`_NARROW` doubles: gpu, minute, span and the four percentages a cloud
-    gives: utilisation's and SM activity's mean and maximum) until a reading carries more (an
-    agent's percentiles, memory or processes): then every row is widened to `_WIDTH`, the
-    others NaN where the reading had none. An instance read from its cloud's metrics alone
-    (most of a large fleet) is held in 56 bytes a reading, not 104."""
+    Rows are narrow (`_NARROW` doubles: gpu, minute, span, source and the four percentages
+    a cloud gives: utilisation's and SM activity's mean and maximum) until a reading carries
+    more (an agent's percentiles, memory or processes): then every row is widened to
+    `_WIDTH`, the others NaN where the reading had none. An instance read from its cloud's
+    metrics alone (most of a large fleet) is held in 64 bytes a reading, not 112."""
 
     __slots__ = ("data", "kept", "oldest", "width")
 
@@ -169,6 +177,7 @@ class _Rows:
         if len(when) > _WHEN_MAX:
             when.clear()
         e = f = g = h = k = m = n = _NAN  # what a narrow row does not hold
+        sources = _SOURCES
         for i in range(0, len(d), w):
             t, span = d[i + 1], d[i + 2]
             if span == 1:
@@ -181,16 +190,16 @@ class _Rows:
                 minute = when[t] = datetime.fromtimestamp(t, UTC)
             # unrolled, NaN (v != v) as None: twice as fast as comprehensions (~1 us a reading)
             if w == _WIDTH:
-                a, b, c, g, e, f, h, k, m, n = d[i + 3:i + _WIDTH]
+                s, a, b, c, g, e, f, h, k, m, n = d[i + 3:i + _WIDTH]
             else:
-                a, b, c, g = d[i + 3:i + _NARROW]
+                s, a, b, c, g = d[i + 3:i + _NARROW]
             # packed util mean, max, SM mean, SM max, util p95, SM p95: WindowReading's order
             out[(d[i], t)] = _make(WindowReading, (
                 int(d[i]), minute, int(span),
                 None if a != a else a, None if e != e else e, None if b != b else b,
                 None if c != c else c, None if f != f else f, None if g != g else g,
                 None if h != h else int(h), None if k != k else int(k),
-                None if m != m else int(m), None if n != n else int(n)))
+                None if m != m else int(m), None if n != n else int(n), sources[int(s)]))
         return list(out.values())
 
 
@@ -200,7 +209,7 @@ class ReadingWindow:
     Each cycle needs the last hour or so of GPU-minutes twice (accrual and idle evaluation);
     re-reading the whole window every cycle dominated a cycle's cost. The store stays the
     source of truth: each refresh re-reads the newest `late` span, so agent minutes that
-    arrive a little late are still seen. Readings are kept packed (`_Rows`, 48-104 bytes each;
+    arrive a little late are still seen. Readings are kept packed (`_Rows`, 64-112 bytes each;
     as `GpuMinute`s an hour of 10,000 instances' GPUs took over a gigabyte) and handed out as
     `WindowReading`s, one instance at a time.
     """

@@ -151,6 +151,26 @@ def test_idle_only_looks_at_its_own_window() -> None:
     assert check_condition(cond, box(gpu_count=1), old_busy + idle_minutes(0.0), NOW, 1.0)[0]
 
 
+@pytest.mark.parametrize("source", [s for s in TelemetrySource if s is not TelemetrySource.AGENT])
+def test_agent_evidence_counts_the_agents_minutes_only(source: TelemetrySource) -> None:
+    strict = Condition.model_validate({"idle": {"for": "45m", "evidence": "agent"}})
+    cloud = [m.model_copy(update={"source": source}) for m in idle_minutes(0.0)]
+    assert check_condition(Condition.model_validate({"idle": {"for": "45m"}}),
+                           box(gpu_count=1), cloud, NOW, 1.0)[0]
+    held, reasons, verdict = check_condition(strict, box(gpu_count=1), cloud, NOW, 1.0)
+    assert not held and verdict is not None and verdict.verdict is Verdict.NO_DATA
+    assert reasons[0].startswith("not idle (no-data): ")
+    assert reasons[0].endswith("; 45 cloud readings not counted (idle evidence: the agent's "
+                               "only)")
+    # the agent's minutes are evidence; a cloud's minutes do not fill the agent's gaps
+    agent = idle_minutes(0.0)
+    assert check_condition(strict, box(gpu_count=1), agent, NOW, 1.0)[0]
+    half = agent[:22] + cloud[22:]
+    assert not check_condition(strict, box(gpu_count=1), half, NOW, 1.0)[0]
+    assert check_condition(Condition.model_validate({"idle": {"for": "45m"}}),
+                           box(gpu_count=1), half, NOW, 1.0)[0]
+
+
 def test_a_gpu_less_instance_is_judged_as_one_gpu() -> None:
     cond = Condition.model_validate({"idle": {"for": "45m"}})
     assert check_condition(cond, box(gpu_count=0), idle_minutes(0.0), NOW, 1.0)[0]

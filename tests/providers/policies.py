@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from costguard.model import GpuMinute
 from costguard.policy.load import parse_policy_text
 from costguard.providers.base import Provider
 from costguard.store.db import Database
-from costguard.store.readings import read_minutes
+from costguard.store.readings import read_minutes, write_minutes
 from costguard.store.tables import FindingRow
 
 # a policy that only notifies: an engine's cycle over a fake cloud without acting
@@ -29,16 +30,27 @@ policies:
 """
 
 
-def idle_cycle(name: str, provider: Provider, clock: ManualClock, tmp_path: Path, busy: str
+# the same, counting only what costguard's agent measured as idle evidence
+AGENT_EVIDENCE_POLICY = IDLE_NOTIFY_POLICY.replace(
+    "idle: {below: 5, for: 30m}", "idle: {below: 5, for: 30m, evidence: agent}")
+assert AGENT_EVIDENCE_POLICY != IDLE_NOTIFY_POLICY
+
+
+def idle_cycle(name: str, provider: Provider, clock: ManualClock, tmp_path: Path, busy: str,
+               *, policy: str = IDLE_NOTIFY_POLICY, agent: Sequence[GpuMinute] = ()
                ) -> tuple[set[str], list[GpuMinute]]:
-    """One engine cycle of `provider` (as `name`) under IDLE_NOTIFY_POLICY: the instances it
-    found idle, and the half hour of `busy`'s readings it stored."""
+    """One engine cycle of `provider` (as `name`) under `policy` (IDLE_NOTIFY_POLICY), with
+    `agent`'s readings stored first (what agents pushed): the instances it found idle, and
+    the half hour of `busy`'s readings it stored."""
     now = clock.now().replace(second=0, microsecond=0)
     db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
     engine = Engine(Settings(database_url=db.url, policy_paths=[],
                              alerts=AlertsSettings(console=False)),
-                    db, {name: provider}, parse_policy_text(IDLE_NOTIFY_POLICY, "p.yml"), clock)
+                    db, {name: provider}, parse_policy_text(policy, "p.yml"), clock)
     try:
+        if agent:
+            with db.session() as s:
+                write_minutes(s, agent)
         engine.run_cycle()
         with db.session() as s:
             found = {r.instance_id for r in s.exec(select(FindingRow))}
