@@ -202,6 +202,10 @@ class GpuMinute(Frozen):
     in use (MemTotal - MemAvailable, the minute's maximum).
     """
 
+    # a figure that is not a number (NaN, infinite) is no reading, refused like any other
+    # figure out of range (`providers.cloud_readings.validated`, the agent's 422)
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
     provider: ProviderName
     instance_id: str
     gpu_index: int = Field(default=0, ge=0, le=INT32)

@@ -44,6 +44,13 @@ def _clamp_pct(value: float) -> float:
     return min(100.0, max(0.0, value))
 
 
+def _pcts(values: Iterable[float | None]) -> list[float]:
+    """Percentages as read, clamped to 0-100. A value that is not a number is no reading:
+    GPM's figures are doubles NVML computes, and a NaN clamped (`max(0.0, nan)` is 0.0) read
+    as 0 % SM activity, which made a busy GPU idle."""
+    return [min(100.0, max(0.0, v)) for v in values if v is not None and math.isfinite(v)]
+
+
 def summarize(
     samples: Sequence[NvmlSample],
     *,
@@ -59,7 +66,7 @@ def summarize(
     if not samples:
         raise ValueError("cannot summarize an empty window")
     util = [float(s.util_gpu) for s in samples if s.util_gpu is not None]
-    sm = [_clamp_pct(v) for s in samples if (v := s.sm_active) is not None]
+    sm = _pcts(s.sm_active for s in samples)
     mem = [s.mem_used for s in samples if s.mem_used is not None]
     total = [s.mem_total for s in samples if s.mem_total is not None]
     power = [s.power_mw / 1000 for s in samples if s.power_mw is not None]
@@ -98,8 +105,7 @@ def summarize(
 
 
 def _gpm_mean(samples: Sequence[NvmlSample], name: str) -> float | None:
-    values = [_clamp_pct(v) for s in samples if s.gpm is not None
-              and (v := s.gpm.get(name)) is not None]
+    values = _pcts(s.gpm.get(name) for s in samples if s.gpm is not None)
     return sum(values) / len(values) if values else None
 
 

@@ -4,6 +4,8 @@ reading) is missing data, never evidence of idleness."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from datetime import UTC, datetime, timedelta
 from itertools import count
 
@@ -77,3 +79,31 @@ def test_without_gpm_but_with_utilization_the_fallback_is_named() -> None:
     assert result.verdict is Verdict.IDLE
     assert result.signal is GpuSignal.UTIL_GPU
     assert "fell back to util_gpu" in result.evidence
+
+
+@pytest.mark.parametrize("figure", [math.nan, math.inf, -math.inf])
+def test_a_gpm_figure_that_is_not_a_number_is_no_reading_not_zero(figure: float) -> None:
+    # GPM's figures are doubles NVML computes; a NaN was clamped to 0 % SM activity, and a
+    # GPU busy at 90 % read idle on the SM signal
+    busy = FakeGpu(util=90, sm_util=figure, processes=[(7, 10**10)])
+    (minute,) = minutes_from([busy], 60)
+    assert (minute.sm_mean, minute.sm_p95, minute.sm_max) == (None, None, None)
+    assert minute.util_mean == 90
+    got = verdict([minute], 1, 1)
+    assert got.verdict is Verdict.ACTIVE and got.signal is GpuSignal.UTIL_GPU, got.evidence
+
+
+def test_the_real_h100_recording_with_nan_sm_activity_is_never_idle_while_busy() -> None:
+    from costguard.telemetry.summary import summarize
+    from costguard.telemetry.trace import packaged_trace
+
+    busy = [s for s in packaged_trace().samples if s.phase == "busy_matmul"][:60]
+    assert len(busy) == 60 and all(s.sm_active is not None for s in busy)
+    forged = [dataclasses.replace(s, gpm={**(s.gpm or {}), "sm_util": math.nan})
+              for s in busy]
+    minute = summarize(forged, provider="aws", instance_id="i-h100", gpu_index=0,
+                       minute=START)
+    assert minute.sm_max is None and minute.util_max is not None and minute.util_max > 90
+    got = classify([minute], window_start=START, window_end=START + timedelta(minutes=1),
+                   gpu_count=1)
+    assert got.verdict is Verdict.ACTIVE, got.evidence
