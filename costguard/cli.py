@@ -164,7 +164,9 @@ def run(
     settings = _settings(config)
     clock = cli_clock()
     warnings: list[SourceError] = []
-    policies = load_policies_or_exit(settings.policy_paths, warnings=warnings)
+    policies = load_policies_or_exit(
+        settings.policy_paths, warnings=warnings,
+        identity_required=settings.http.identity.mode == "required")
     try:
         db = Database(settings.database_url)
         providers = build_providers(settings, clock)

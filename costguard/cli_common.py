@@ -75,18 +75,20 @@ def load_settings_or_exit(config: Path | None) -> Settings:
 
 def load_policies_or_exit(
     paths: list[Path], *, configured: bool = True, warnings: list[SourceError] | None = None,
+    identity_required: bool = True,
 ) -> PolicySet:
     """The policies at `paths`; every problem as FILE:LINE:COL on stderr and exit 2.
 
     `configured`: the paths came from the configuration (`policy_paths`), so a missing one
     is followed by where that is set and how to get example policies. Warnings about
-    policies that load are appended to `warnings` when a list is given.
+    policies that load are appended to `warnings` when a list is given
+    (`identity_required`: `http.identity.mode` is `required`).
     """
     from costguard.errors import PolicyError
     from costguard.policy.load import load_with_warnings
 
     try:
-        policies, found = load_with_warnings(paths)
+        policies, found = load_with_warnings(paths, identity_required=identity_required)
     except PolicyError as exc:
         for e in exc.errors:
             err.print(str(e), highlight=False, markup=False, soft_wrap=True)

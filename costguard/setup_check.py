@@ -92,7 +92,8 @@ def check_setup(config: Path | None) -> SetupCheck:
         _config_problems(check, exc)
         return check
     try:
-        check.policies, check.warnings = load_with_warnings(settings.policy_paths)
+        check.policies, check.warnings = load_with_warnings(
+            settings.policy_paths, identity_required=settings.http.identity.mode == "required")
     except PolicyError as exc:
         check.problems += exc.errors
     if settings.alerts.routing_file is not None:

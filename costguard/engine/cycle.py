@@ -136,7 +136,6 @@ class Engine:
         self.catalog = PriceCatalog(
             {n: p.price for n, p in self.providers.items()},
             PriceOverrides.load(overrides_file) if overrides_file else None)
-        _warn_unbound_agent_evidence(settings, policies)
 
     # -- the cycle --------------------------------------------------------------------
     def run_cycle(self) -> CycleSummary:
@@ -408,16 +407,3 @@ class Engine:
         summary.alerts_sent = dispatch(self.db, self.settings.alerts, now,
                                        printer=self.alert_printer).sent
 
-
-def _warn_unbound_agent_evidence(settings: Settings, policies: PolicySet) -> None:
-    """`idle: {evidence: agent}` trusts what agents push; with the shared agent token still
-    accepted for every instance, whoever holds it can push for any instance."""
-    strict = [p.name for p in policies.policies
-              if p.condition.idle is not None and p.condition.idle.evidence == "agent"]
-    if strict and settings.http.identity.mode != "required":
-        log.warning("polic%s %s count%s only the agent's readings as idle evidence, but "
-                    "http.identity.mode is %s: whoever holds the agent token can push "
-                    "readings for any instance; set http.identity.mode: required so that "
-                    "only an instance's own agent can (docs/agent.md)",
-                    "ies" if len(strict) > 1 else "y", ", ".join(strict),
-                    "" if len(strict) > 1 else "s", settings.http.identity.mode)

@@ -64,10 +64,12 @@ def validate_paths(paths: Sequence[Path]) -> list[SourceError]:
     return _load(paths)[1]
 
 
-def load_with_warnings(paths: Sequence[Path]) -> tuple[PolicySet, list[SourceError]]:
+def load_with_warnings(paths: Sequence[Path], *, identity_required: bool = True
+                       ) -> tuple[PolicySet, list[SourceError]]:
     """`load_policy_set`, and the warnings about policies that load but may surprise their
-    author (`policy.warnings`), each at FILE:LINE:COL. Raises PolicyError as it does."""
-    policy_set, errors, warnings = _load_all(paths)
+    author (`policy.warnings`; `identity_required`: `http.identity.mode` is `required`, or
+    no settings were read), each at FILE:LINE:COL. Raises PolicyError as it does."""
+    policy_set, errors, warnings = _load_all(paths, identity_required)
     if errors or policy_set is None:
         raise PolicyError(errors)
     return policy_set, warnings
@@ -89,7 +91,7 @@ def _load(paths: Sequence[Path]) -> tuple[PolicySet | None, list[SourceError]]:
     return policy_set, errors
 
 
-def _load_all(paths: Sequence[Path]
+def _load_all(paths: Sequence[Path], identity_required: bool = True
               ) -> tuple[PolicySet | None, list[SourceError], list[SourceError]]:
     errors: list[SourceError] = []
     docs = []
@@ -102,7 +104,8 @@ def _load_all(paths: Sequence[Path]
                 docs.append(doc)
     policy_set = _merge(docs, errors, [str(p) for p in (*paths, *files)])
     warnings = [w for d in docs if d.model is not None
-                for w in policy_warnings(d.filename, d.model.policies, d.positions)]
+                for w in policy_warnings(d.filename, d.model.policies, d.positions,
+                                         identity_required=identity_required)]
     return (None if errors else policy_set), errors, warnings
 
 

@@ -31,17 +31,37 @@ def managed_stop_warning(policy: Policy) -> str | None:
             f"never {verb}s those, it only reports them. Fix: {MANAGED_FIX}")
 
 
-def policy_warnings(filename: str, policies: Iterable[Policy], positions: PositionMap
-                    ) -> list[SourceError]:
-    """Every warning for one file's policies, at the step it is about."""
+def unbound_evidence_warning(policy: Policy) -> str | None:
+    """The warning for a policy that counts only the agent's readings as idle evidence
+    while the shared agent token is still accepted for every instance."""
+    idle = policy.condition.idle
+    if idle is None or idle.evidence != "agent":
+        return None
+    return (f"policy {policy.name!r} counts only the agent's readings as idle evidence, but "
+            "http.identity.mode is optional: whoever holds the agent token can push readings "
+            "for any instance. Fix: set http.identity.mode: required, so that only an "
+            "instance's own agent can (docs/agent.md)")
+
+
+def policy_warnings(filename: str, policies: Iterable[Policy], positions: PositionMap, *,
+                    identity_required: bool = True) -> list[SourceError]:
+    """Every warning for one file's policies, at the step it is about. `identity_required`:
+    `http.identity.mode` is `required` (or unknown: no settings were read)."""
     out: list[SourceError] = []
     for i, policy in enumerate(policies):
         message = managed_stop_warning(policy)
-        if message is None:
-            continue
-        step = next(j for j, a in enumerate(policy.actions)
-                    if a.kind.value in ("stop", "terminate"))
-        path: tuple[Hashable, ...] = ("policies", i, "actions", step)
-        pos = positions.nearest(path)[1]
-        out.append(SourceError(filename, pos.line, pos.column, f"warning: {message}"))
+        if message is not None:
+            step = next(j for j, a in enumerate(policy.actions)
+                        if a.kind.value in ("stop", "terminate"))
+            out.append(_at(filename, positions, ("policies", i, "actions", step), message))
+        message = None if identity_required else unbound_evidence_warning(policy)
+        if message is not None:
+            out.append(_at(filename, positions,
+                           ("policies", i, "condition", "idle", "evidence"), message))
     return out
+
+
+def _at(filename: str, positions: PositionMap, path: tuple[Hashable, ...], message: str
+        ) -> SourceError:
+    pos = positions.nearest(path)[1]
+    return SourceError(filename, pos.line, pos.column, f"warning: {message}")

@@ -5,8 +5,7 @@ agent measured still does. Through the engine, over moto."""
 
 from __future__ import annotations
 
-import logging
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -57,24 +56,3 @@ def test_only_the_agents_readings_make_an_instance_idle_when_the_policy_says_so(
     # idle evidence
     assert len(stored) == 30 and {r.source for r in stored} == {TelemetrySource.CLOUDWATCH}
 
-
-@pytest.mark.parametrize(("mode", "warned"), [("optional", True), ("required", False)])
-def test_agent_evidence_without_bound_agents_is_warned_at_start(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture, mode: str, warned: bool) -> None:
-    from costguard.config import Settings
-    from costguard.engine import Engine
-    from costguard.policy.load import parse_policy_text
-    from costguard.store.db import Database
-
-    settings = Settings(database_url=f"sqlite:///{tmp_path / 'cg.db'}", policy_paths=[],
-                        http={"identity": {"mode": mode}})
-    with caplog.at_level(logging.WARNING, logger="costguard.engine"):
-        Engine(settings, Database(settings.database_url), {},
-               parse_policy_text(AGENT_EVIDENCE_POLICY), ManualClock(datetime.now(UTC)))
-    lines = [r.getMessage() for r in caplog.records]
-    assert bool(lines) is warned
-    if warned:
-        assert lines == ["policy idle-gpu counts only the agent's readings as idle evidence, "
-                         "but http.identity.mode is optional: whoever holds the agent token "
-                         "can push readings for any instance; set http.identity.mode: "
-                         "required so that only an instance's own agent can (docs/agent.md)"]
