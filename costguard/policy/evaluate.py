@@ -99,19 +99,19 @@ def check_condition(
         idle = cond.idle
         start = now - idle.for_
         window = covering(minutes, start, now)
-        unheard = 0  # readings the agent did not measure, where only the agent's count
+        unheard = ""  # what was not counted, where only the agent's readings count
         if idle.evidence == "agent":
             agents = [m for m in window if m.source is TelemetrySource.AGENT]
-            unheard, window = len(window) - len(agents), agents
+            if len(agents) < len(window):
+                n = len(window) - len(agents)
+                unheard = (f"; {n} cloud reading{'s' if n > 1 else ''} not counted (idle "
+                           "evidence: the agent's only)")
+            window = agents
         verdict = classify(window, window_start=start, window_end=now,
                            gpu_count=max(inst.gpu_count, 1), signal=idle.signal,
                            below=idle.below, min_coverage=idle.min_coverage)
         if verdict.verdict is not Verdict.IDLE:
-            why = f"not idle ({verdict.verdict}): {verdict.evidence}"
-            if unheard:
-                why += (f"; {unheard} cloud reading{'s' if unheard > 1 else ''} not counted "
-                        "(idle evidence: the agent's only)")
-            return False, [why], verdict
+            return False, [f"not idle ({verdict.verdict}): {verdict.evidence}{unheard}"], verdict
         reasons.append(f"idle: {verdict.evidence}")
     if cond.underused is not None:
         holds, why = underused_holds(cond.underused, efficiency)

@@ -166,9 +166,22 @@ def test_agent_evidence_counts_the_agents_minutes_only(source: TelemetrySource) 
     agent = idle_minutes(0.0)
     assert check_condition(strict, box(gpu_count=1), agent, NOW, 1.0)[0]
     half = agent[:22] + cloud[22:]
-    assert not check_condition(strict, box(gpu_count=1), half, NOW, 1.0)[0]
+    held, reasons, _ = check_condition(strict, box(gpu_count=1), half, NOW, 1.0)
+    assert not held and reasons[0].endswith("; 23 cloud readings not counted (idle evidence: "
+                                            "the agent's only)")
     assert check_condition(Condition.model_validate({"idle": {"for": "45m"}}),
                            box(gpu_count=1), half, NOW, 1.0)[0]
+    # one reading is one, not "readings"; two are two
+    for n, words in ((1, "; 1 cloud reading not counted ("), (2, "; 2 cloud readings not ")):
+        held, reasons, _ = check_condition(strict, box(gpu_count=1), agent[:20] + cloud[-n:],
+                                           NOW, 1.0)
+        assert not held and words in reasons[0], reasons
+    # nothing added where nothing was left out: the agent's own minutes, or any evidence
+    for cond, minutes in ((strict, idle_minutes(50.0)),
+                          (Condition.model_validate({"idle": {"for": "45m"}}), cloud[:10])):
+        held, reasons, verdict = check_condition(cond, box(gpu_count=1), minutes, NOW, 1.0)
+        assert not held and verdict is not None
+        assert reasons == [f"not idle ({verdict.verdict}): {verdict.evidence}"]
 
 
 def test_a_gpu_less_instance_is_judged_as_one_gpu() -> None:

@@ -71,6 +71,17 @@ def test_underused_never_stops_and_says_where(step: str) -> None:
         f"training); remove `{kind}`")
 
 
+def test_every_step_that_acts_is_named_in_the_refusal() -> None:
+    steps = "      - stop: {grace: 15m}\n      - scale_in: {grace: 15m}\n"
+    with pytest.raises(PolicyError) as caught:
+        parse_policy_text(POLICY.format(extra=steps), "p.yml")
+    (error,) = caught.value.errors
+    assert error.message.endswith(
+        "condition.underused works with notify and tag only, not scale_in, stop: costguard "
+        "never stops a GPU for doing too little (it may be serving or training); remove "
+        "`scale_in`, `stop`")
+
+
 def test_tag_is_allowed_and_bad_thresholds_are_located() -> None:
     assert cond("      - tag: {set: {k: v}}\n").min_monthly_savings_usd == 500
     bad = POLICY.format(extra="").replace("window: 3d", "window: 6h").replace(
