@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 import types
 import typing
 from collections.abc import Hashable, Mapping, Sequence
@@ -149,7 +150,13 @@ def _message(err: ErrorDetails) -> str:
         n = ctx["max_length"]
         return f"takes at most {n} item{'s' if n != 1 else ''}, got {ctx.get('actual_length')}"
     if kind in _NEEDS_GOT and _is_plain(value):
-        return f"{msg} (got {value!r})"
+        msg = f"{msg} (got {value!r})"
+        if kind == "literal_error" and isinstance(value, str):
+            # pydantic names the allowed values in `expected` as "'any' or 'agent'"
+            allowed = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
+            close = difflib.get_close_matches(value, allowed, n=1)
+            if close:
+                msg += f"; did you mean {close[0]!r}?"
     return msg
 
 

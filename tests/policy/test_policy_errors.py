@@ -44,7 +44,8 @@ def test_broken_file_reports_every_error_at_its_exact_position(tmp_path: Path) -
     assert located == [(3, 11), (6, 24), (7, 18), (9, 33), (9, 49), (12, 9)]
     assert all(e.file == str(path) for e in errors)
     mode, state, account, unknown, duration, action = (e.message for e in errors)
-    assert mode == "policies[0].mode: Input should be 'dry-run' or 'enforce' (got 'enforced')"
+    assert mode == ("policies[0].mode: Input should be 'dry-run' or 'enforce' (got 'enforced'); "
+                    "did you mean 'enforce'?")
     assert "'sleeping'" in state and "'running'" in state and "'terminated'" in state
     assert "quote it" in account and "'123456789012'" in account
     assert "unknown key 'bellow'" in unknown and "did you mean 'below'?" in unknown
