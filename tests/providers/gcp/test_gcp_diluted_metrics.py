@@ -5,7 +5,9 @@ Anyone allowed monitoring.timeSeries.create in a project can add points to any V
 each newer than the series' latest. Written between the Ops Agent's once-a-minute points,
 they pull the minute's ALIGN_MEAN down: eleven zeros take a GPU busy at 50 % to 4.2 %, under
 an idle threshold of 5 %. Points added can only raise a minute's ALIGN_MAX, and the maximum
-decides idleness (each signal is read for both: `metrics.QUERIES`)."""
+decides idleness (each signal is read for both: `metrics.QUERIES`). A series written whole
+for a VM that runs no agent is idle evidence only where the policy counts the cloud's
+readings (`idle: {evidence: agent}` counts the agent's alone)."""
 
 from __future__ import annotations
 
@@ -16,10 +18,10 @@ import pytest
 
 from costguard.clock import ManualClock
 from costguard.demo.gcp_fake.server import FakeGcp
-from costguard.model import GpuMinute
+from costguard.model import GpuMinute, TelemetrySource
 from costguard.providers.gcp import GcpProvider
 from costguard.providers.gcp.metrics import SM_V2, UTIL
-from tests.providers.policies import idle_cycle
+from tests.providers.policies import AGENT_EVIDENCE_POLICY, IDLE_NOTIFY_POLICY, idle_cycle
 
 
 def _diluted(end: datetime, busy: float) -> list[tuple[datetime, float]]:
@@ -95,3 +97,33 @@ def test_a_series_added_for_a_busy_gpu_does_not_stand_in_for_the_agents(
 
     assert found == {ids["idle"]}
     assert {(m.util_mean, m.util_max) for m in stored} == {(40.0, 40.0)}
+
+
+@pytest.mark.parametrize(("policy", "idle"), [
+    (IDLE_NOTIFY_POLICY, {"busy", "idle"}),  # the whole forged series lands
+    (AGENT_EVIDENCE_POLICY, {"idle"}),
+])
+def test_a_series_written_whole_makes_a_vm_idle_only_where_cloud_evidence_counts(
+    fake: FakeGcp, clock: ManualClock, tmp_path: Path, policy: str, idle: set[str]
+) -> None:
+    # "busy" runs no agent: someone writes an idle-looking utilisation series for it, which
+    # no aligner tells apart. "idle" has the agent's idle minutes. With `evidence: agent`,
+    # only the agent's minutes count: the forged series is stored, and never idle evidence.
+    ids = _two_vms(fake)
+    now = clock.now().replace(second=0, microsecond=0)
+    fake.monitoring.add_gpu_series("ml-prod", UTIL, ids["busy"], _steady(now, 1.0))
+    pushed = [GpuMinute(provider="gcp", instance_id=ids["idle"], gpu_index=0,
+                        minute=now - timedelta(minutes=ago), source=TelemetrySource.AGENT,
+                        samples=60, util_mean=0.5, util_p95=1.0, util_max=1.0)
+              for ago in range(30, 0, -1)]
+    provider = GcpProvider(fake.settings(projects=["ml-prod"]), clock=clock)
+    try:
+        found, stored = idle_cycle("gcp", provider, clock, tmp_path, ids["busy"],
+                                   policy=policy, agent=pushed)
+    finally:
+        provider.close()
+
+    names = {v: k for k, v in ids.items()}
+    assert {names[i] for i in found} == idle
+    assert len(stored) == 30 and {m.source for m in stored} == {
+        TelemetrySource.CLOUD_MONITORING}
