@@ -299,7 +299,8 @@ def explain(
         try:
             with db.session() as s:
                 # a demo's database: judged by the policies the demo ran, as it ran them
-                policies = demo_policies(s) or load_policies_or_exit(settings.policy_paths)
+                ran = demo_policies(s)
+                policies = ran or load_policies_or_exit(settings.policy_paths)
                 answer = explain_instance(s, instance, policies, catalog_for(settings), now,
                                           at=when, recommend=settings.recommend)
         finally:
@@ -309,7 +310,11 @@ def explain(
     if fmt == "json":
         print(json.dumps(answer.as_json(), indent=2))
         return
-    for line in answer.lines():  # not wrapped: a long evidence line stays one line
+    lines = answer.lines()
+    if ran is not None:  # say why its dry-run policies read `enforce`
+        lines.insert(2, "Policies: the demo's, as it ran them: every one enforced, on the "
+                        "simulated cloud only (in their files they stay as written).")
+    for line in lines:  # not wrapped: a long evidence line stays one line
         console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 

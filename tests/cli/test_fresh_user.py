@@ -89,6 +89,11 @@ def test_the_quick_start_works_from_a_scratch_directory(
     instance = by_instance["rows"][0]["instance"]
     explained = _run([*db, "explain", instance], home, env).stdout
     assert instance in explained and "idle-gpu-shutdown" in explained
+    # the example policies are dry-run in their files, and the demo ran them enforced:
+    # explain says so before it shows them as `enforce`
+    assert "Policies: the demo's, as it ran them: every one enforced" in explained
+    assert "idle-gpu-shutdown (enforce)" in explained
+    assert "mode: dry-run" in (home / "policies" / "idle-gpu.yml").read_text()
     table = _run([*db, "report", "--by", "team"], home, env).stdout
     assert max(len(line) for line in table.splitlines()) <= 80
 
