@@ -69,6 +69,9 @@ class AccountingSettings(Section):
 
     idle_signal: Literal["auto", "sm_active", "util_gpu"] = "auto"
     idle_below: float = Field(default=5.0, ge=0, le=100)
+    # whose readings make accrued time idle (the reports' waste), as `idle: {evidence}`
+    # in a policy: `agent` counts only what costguard's agent measured
+    idle_evidence: Literal["any", "agent"] = "any"
     raw_retention: Duration = timedelta(days=35)
 
 

@@ -325,7 +325,8 @@ class Engine:
             self.catalog.book = PriceBook.load(s)
             stats = accrue(s, now, self.catalog.price_of(), self.attributor,
                            idle_signal=acct.idle_signal, idle_below=acct.idle_below,
-                           minutes_of=SpanReader(s, now, self.window),
+                           minutes_of=SpanReader(s, now, self.window,
+                                                 agent_only=acct.idle_evidence == "agent"),
                            disk_price_of=self.catalog.disk,
                            instances={(i.provider, i.instance_id): i
                                       for i in self._current_instances()})

@@ -319,15 +319,17 @@ class ReadingWindow:
 
 
 class SpanReader:
-    """Accrual's readings (`costs.accrual.MinutesLookup`): a span inside `window` from the
-    window; a span that begins before it (the interval since a downtime, or any span when
-    there is no window) from the store, `batch` instances at a time, in the order accrual
-    said it would ask for them (`expect`). Only one batch's readings are held: the store's
-    hours for a whole fleet at once were the largest thing a catch-up cycle held."""
+    """Accrual's readings (`costs.accrual.MinutesLookup`; with `agent_only`, the agent's
+    alone: `accounting.idle_evidence: agent`): a span inside `window` from the window; a
+    span that begins before it (the interval since a downtime, or any span when there is no
+    window) from the store, `batch` instances at a time, in the order accrual said it would
+    ask for them (`expect`). Only one batch's readings are held: the store's hours for a
+    whole fleet at once were the largest thing a catch-up cycle held."""
 
     def __init__(self, session: Session, now: datetime, window: ReadingWindow | None = None,
-                 *, batch: int = 250) -> None:
+                 *, batch: int = 250, agent_only: bool = False) -> None:
         self.session, self.now, self.window, self.batch = session, now, window, batch
+        self.agent_only = agent_only  # hand out the agent's readings alone
         self._order: list[InstanceRef] = []
         self._at: dict[InstanceRef, int] = {}
         self._starts: dict[InstanceRef, datetime] = {}
@@ -349,11 +351,15 @@ class SpanReader:
                  ) -> list[WindowReading]:
         if self._in_window(start):
             assert self.window is not None
-            return self.window.minutes(ref, start, end)
-        rows = self._held.get(ref)
-        if rows is None:
-            rows = self._load(ref, start)
-        return rows.readings(start.timestamp(), end.timestamp())
+            got = self.window.minutes(ref, start, end)
+        else:
+            rows = self._held.get(ref)
+            if rows is None:
+                rows = self._load(ref, start)
+            got = rows.readings(start.timestamp(), end.timestamp())
+        if self.agent_only:
+            return [r for r in got if r.source is TelemetrySource.AGENT]
+        return got
 
     def _load(self, ref: InstanceRef, start: datetime) -> _Rows:
         """Read `ref`'s batch (it and the instances expected after it) from the store."""

@@ -5,10 +5,14 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from sqlmodel import select
 
 from costguard.clock import ManualClock
+from costguard.config import Settings
+from costguard.engine import Engine
 from costguard.model import ActionResult, Instance, InstanceState
+from costguard.policy.load import parse_policy_text
 from costguard.store.db import Database
 from costguard.store.tables import ActionJournalRow, AlertRow, CostIntervalRow, PolicyStateRow
 from tests.engine.conftest import EngineFactory, run_for
@@ -169,6 +173,25 @@ def test_accrual_charges_running_time_exactly_and_idle_dollars(
             for iid in ("i-idle", "i-busy")}
     assert idle == {"i-idle": 1_800_000, "i-busy": 0}
     assert {r.team for r in rows} == {"research"}
+
+
+@pytest.mark.parametrize(("evidence", "idle_micros"), [("any", 1_800_000), ("agent", 0)])
+def test_accounting_idle_evidence_agent_counts_no_other_readings_as_waste(
+    cloud: ScriptedCloud, clock: ManualClock, db: Database, db_url: str, evidence: str,
+    idle_micros: int
+) -> None:
+    # the scripted cloud's readings are the cloud's, not the agent's: with
+    # `accounting.idle_evidence: agent` its idle half hour is charged, and not called waste
+    cloud.add("i-idle", always("no_process"))
+    settings = Settings(database_url=db_url, policy_paths=[],
+                        accounting={"idle_evidence": evidence})
+    engine = Engine(settings, db, {"sim": cloud}, parse_policy_text("policies: []"), clock)
+    run_for(engine, clock, timedelta(minutes=35))
+    with db.session() as s:
+        rows = list(s.exec(select(CostIntervalRow)))
+    assert sum(r.cost_micros for r in rows) == 1_800_000
+    assert sum(r.idle_cost_micros for r in rows) == idle_micros
+    assert {r.verdict for r in rows} == ({"idle"} if evidence == "any" else {"no-data"})
 
 
 def test_stopped_instance_stops_accruing(

@@ -322,3 +322,23 @@ def test_without_a_window_every_span_is_read_from_the_store(db: Database) -> Non
         alone = reader(("aws", "i-z"), NOW - timedelta(minutes=10), NOW)
     assert [r.minute for r in got] == [NOW - timedelta(minutes=k) for k in range(10, 0, -1)]
     assert alone == []
+
+
+def test_agent_only_hands_out_the_agents_readings_from_the_window_and_the_store(
+        db: Database) -> None:
+    # accounting.idle_evidence: agent; the agent measured the even minutes, CloudWatch the odd
+    from costguard.store.window import SpanReader
+
+    stored = [_m("i-a", ago, AGENT if ago % 2 == 0 else CW, 1.0) for ago in range(120, 0, -1)]
+    with db.session() as s:
+        write_minutes(s, stored)
+    window = ReadingWindow()
+    with db.session() as s:
+        window.refresh(s, [("aws", "i-a")], NOW - timedelta(hours=1), NOW)
+        for start in (NOW - timedelta(minutes=30), NOW - timedelta(hours=2)):
+            # inside the window, then from the store
+            every = SpanReader(s, NOW, window)(("aws", "i-a"), start, NOW)
+            agents = SpanReader(s, NOW, window, agent_only=True)(("aws", "i-a"), start, NOW)
+            assert {r.source for r in every} == {CW, AGENT}
+            assert sorted(r.minute for r in agents) == sorted(
+                m.minute for m in stored if m.source is AGENT and m.minute >= start)
