@@ -151,7 +151,7 @@ def _message(err: ErrorDetails) -> str:
         return f"takes at most {n} item{'s' if n != 1 else ''}, got {ctx.get('actual_length')}"
     if kind in _NEEDS_GOT and _is_plain(value):
         msg = f"{msg} (got {value!r})"
-        if kind == "literal_error" and isinstance(value, str):
+        if kind in ("literal_error", "enum") and isinstance(value, str):
             # pydantic names the allowed values in `expected` as "'any' or 'agent'"
             allowed = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
             close = difflib.get_close_matches(value, allowed, n=1)

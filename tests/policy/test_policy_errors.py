@@ -98,6 +98,19 @@ def test_idle_window_shorter_than_five_minutes_is_refused_with_the_reason() -> N
     assert "must be at least 5m (got 2m)" in error.message
 
 
+def test_a_value_outside_a_fixed_set_names_the_closest_allowed_one() -> None:
+    state, lifecycle, evidence = _errors(
+        "policies:\n  - name: a\n    filters: {state: [runing], lifecycle: spott}\n"
+        "    condition: {idle: {evidence: agnet}}\n    actions: [notify]\n")
+    assert state.message.endswith("(got 'runing'); did you mean 'running'?")
+    assert lifecycle.message == ("policies[0].filters.lifecycle: Input should be 'on-demand' "
+                                 "or 'spot' (got 'spott'); did you mean 'spot'?")
+    assert evidence.message.endswith("(got 'agnet'); did you mean 'agent'?")
+    (far,) = _errors("policies:\n  - name: a\n    condition: {idle: {evidence: cloud}}\n"
+                     "    actions: [notify]\n")
+    assert far.message.endswith("Input should be 'any' or 'agent' (got 'cloud')")
+
+
 def test_missing_data_other_than_not_idle_is_refused_and_explained() -> None:
     (error,) = _errors(
         "policies:\n  - name: a\n    condition:\n      idle:\n"
