@@ -302,7 +302,8 @@ def explain(
                 ran = demo_policies(s)
                 policies = ran or load_policies_or_exit(settings.policy_paths)
                 answer = explain_instance(s, instance, policies, catalog_for(settings), now,
-                                          at=when, recommend=settings.recommend)
+                                          at=when, recommend=settings.recommend,
+                                          demo=ran is not None)
         finally:
             db.dispose()
     except CostguardError as exc:
@@ -310,11 +311,7 @@ def explain(
     if fmt == "json":
         print(json.dumps(answer.as_json(), indent=2))
         return
-    lines = answer.lines()
-    if ran is not None:  # say why its dry-run policies read `enforce`
-        lines.insert(2, "Policies: the demo's, as it ran them: every one enforced, on the "
-                        "simulated cloud only (in their files they stay as written).")
-    for line in lines:  # not wrapped: a long evidence line stays one line
+    for line in answer.lines():  # not wrapped: a long evidence line stays one line
         console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 

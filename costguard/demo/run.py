@@ -65,7 +65,6 @@ def enforced(policies: PolicySet) -> PolicySet:
 
 
 DEMO_DATABASE = "costguard-demo.db"
-DEMO_MARK = control.DEMO_MARK  # control key: this database was written by `costguard demo`
 DEMO_POLICIES = "demo:policies"  # control key: the policy paths it ran (enforced), as JSON
 # the hour of the simulated fleet's week every demo starts at (Monday 06:00 of its week)
 DEMO_WEEK_HOUR = 6
@@ -79,7 +78,7 @@ def claim_demo_database(db: Database, now: datetime) -> None:
     same place and a seed gives the same story.
     """
     with db.session() as s:
-        mine = control.get(s, DEMO_MARK) is not None
+        mine = control.get(s, control.DEMO_MARK) is not None
         if not mine and any(s.exec(select(t).limit(1)).first() is not None
                             for t in (InstanceRow, BillingCostRow, CycleRow)):
             raise StoreError(
@@ -90,13 +89,13 @@ def claim_demo_database(db: Database, now: datetime) -> None:
     with db.session() as s:
         for table in reversed(SQLModel.metadata.sorted_tables):
             s.execute(delete(table))
-        control.put(s, DEMO_MARK, "costguard demo", now)
+        control.put(s, control.DEMO_MARK, "costguard demo", now)
 
 
 def demo_policies(s: Session) -> PolicySet | None:
     """The policies a demo database was written with, enforced as the demo ran them (None:
     not a demo's database, or its policy files are gone)."""
-    raw = control.get(s, DEMO_POLICIES) if control.get(s, DEMO_MARK) else None
+    raw = control.get(s, DEMO_POLICIES) if control.get(s, control.DEMO_MARK) else None
     if raw is None:
         return None
     paths = [Path(p) for p in json.loads(raw)]

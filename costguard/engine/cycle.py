@@ -407,4 +407,3 @@ class Engine:
     def _alert(self, summary: CycleSummary, now: datetime) -> None:
         summary.alerts_sent = dispatch(self.db, self.settings.alerts, now,
                                        printer=self.alert_printer).sent
-

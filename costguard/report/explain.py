@@ -77,6 +77,7 @@ class Explanation:
     policies: list[PolicyAnswer]
     journal: list[dict[str, Any]]
     efficiency: StoredVerdict | None = None  # the stored verdict under `recommend:`
+    demo: bool = False  # judged by a demo's policies, enforced as the demo ran them
 
     def as_json(self) -> dict[str, Any]:
         inst = self.instance
@@ -91,7 +92,7 @@ class Explanation:
             "usd_per_hour": self.usd_per_hour, "price_source": self.price_source,
             "protected": self.protected,
             "snoozed_until": self.snoozed_until.isoformat() if self.snoozed_until else None,
-            "paused": self.paused, "telemetry": self.telemetry,
+            "paused": self.paused, "demo_policies": self.demo, "telemetry": self.telemetry,
             "efficiency": None if self.efficiency is None else {
                 "judged_at": self.efficiency.judged_at.isoformat(),
                 "bottleneck": str(self.efficiency.efficiency.bottleneck),
@@ -108,6 +109,9 @@ class Explanation:
                    f"{inst.instance_type}, {inst.state}, {inst.lifecycle}, "
                    f"${self.usd_per_hour:,.2f}/h ({self.price_source})")
         out.append(f"As of {self.at:%Y-%m-%d %H:%M} UTC ({self.at_what}).")
+        if self.demo:  # say why the example policies, dry-run in their files, read `enforce`
+            out.append("Policies: the demo's, as it ran them: every one enforced, on the "
+                       "simulated cloud only (in their files they stay as written).")
         out.append("Owner: " + (f"{inst.owner} ({inst.owner.via})" if inst.owner
                                 else "none: nothing else starts or replaces it"))
         guards = [("protected by costguard:protect: never acted on" if self.protected
@@ -166,10 +170,11 @@ def find_instance(s: Session, ref: str) -> Instance:
 
 def explain(s: Session, ref: str, policies: PolicySet, catalog: PriceCatalog,
             now: datetime, *, at: datetime | None = None,
-            recommend: RecommendSettings | None = None) -> Explanation:
+            recommend: RecommendSettings | None = None, demo: bool = False) -> Explanation:
     """Explain `ref` (an id or a name) against `policies` as of `at` (default: the start of
     the last cycle, else `now`). An `underused:` condition is checked on the verdict stored
-    under its thresholds (`recommend` and its own), as the cycle checks it."""
+    under its thresholds (`recommend` and its own), as the cycle checks it. `demo`: the
+    policies are a demo's, enforced as it ran them."""
     inst = find_instance(s, ref)
     asked = at is not None
     at_what = "the time asked for"
@@ -207,7 +212,7 @@ def explain(s: Session, ref: str, policies: PolicySet, catalog: PriceCatalog,
         instance=inst, at=at, at_what=at_what, usd_per_hour=usd, price_source=source,
         protected=is_protected(inst), snoozed_until=snoozed if snoozed and snoozed > at else None,
         paused=paused, telemetry=_telemetry(inst, minutes, at, lookback),
-        policies=answers, efficiency=stored.load_one(s, base, ref_key, at),
+        policies=answers, efficiency=stored.load_one(s, base, ref_key, at), demo=demo,
         journal=[{"at": utc(j.intent_at).isoformat(), "policy": j.policy, "action": j.action,
                   "status": j.status, "dry_run": j.dry_run, "detail": j.detail,
                   "usd_per_hour": j.usd_per_hour} for j in journal])

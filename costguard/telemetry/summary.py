@@ -48,7 +48,7 @@ def _pcts(values: Iterable[float | None]) -> list[float]:
     """Percentages as read, clamped to 0-100. A value that is not a number is no reading:
     GPM's figures are doubles NVML computes, and a NaN clamped (`max(0.0, nan)` is 0.0) read
     as 0 % SM activity, which made a busy GPU idle."""
-    return [min(100.0, max(0.0, v)) for v in values if v is not None and math.isfinite(v)]
+    return [_clamp_pct(v) for v in values if v is not None and math.isfinite(v)]
 
 
 def summarize(
