@@ -92,7 +92,7 @@ class Explanation:
             "usd_per_hour": self.usd_per_hour, "price_source": self.price_source,
             "protected": self.protected,
             "snoozed_until": self.snoozed_until.isoformat() if self.snoozed_until else None,
-            "paused": self.paused, "demo_policies": self.demo, "telemetry": self.telemetry,
+            "paused": self.paused, "telemetry": self.telemetry,
             "efficiency": None if self.efficiency is None else {
                 "judged_at": self.efficiency.judged_at.isoformat(),
                 "bottleneck": str(self.efficiency.efficiency.bottleneck),

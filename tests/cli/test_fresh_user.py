@@ -93,8 +93,6 @@ def test_the_quick_start_works_from_a_scratch_directory(
     # explain says so before it shows them as `enforce`
     assert "Policies: the demo's, as it ran them: every one enforced" in explained
     assert "idle-gpu-shutdown (enforce)" in explained
-    as_json = json.loads(_run([*db, "explain", instance, "--format", "json"], home, env).stdout)
-    assert as_json["demo_policies"] is True
     assert "mode: dry-run" in (home / "policies" / "idle-gpu.yml").read_text()
     table = _run([*db, "report", "--by", "team"], home, env).stdout
     assert max(len(line) for line in table.splitlines()) <= 80
