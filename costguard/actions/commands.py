@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import getpass
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -49,16 +49,12 @@ def _duration(text: str, option: str) -> timedelta:
 
 
 def _since(text: str, now: datetime) -> datetime:
+    from costguard.report.run import ReportArgumentError, parse_when
+
     try:
-        return now - duration_arg(text)
-    except ValueError:
-        pass
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        raise typer.BadParameter(f"{text!r} is neither a duration (24h, 7d) nor a date "
-                                 "(2026-11-01)", param_hint="--since") from None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
+        return parse_when(text, now, "--since")
+    except ReportArgumentError as exc:
+        raise _fail(exc) from None
 
 
 def snooze_command(

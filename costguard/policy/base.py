@@ -54,6 +54,7 @@ _DURATION = re.compile(
 )
 _UNIT_SECONDS = {"w": 604_800, "d": 86_400, "h": 3_600, "m": 60, "s": 1}
 DURATION_HINT = "use a number and a unit: 90s, 45m, 2h, 7d"
+LONGEST_DURATION = timedelta(days=36_500)
 
 
 def parse_duration(value: Any) -> timedelta:
@@ -72,12 +73,12 @@ def parse_duration(value: Any) -> timedelta:
     if not text or match is None:
         raise PydanticCustomError("duration", f"invalid duration {value!r} ({DURATION_HINT})")
     seconds = sum(int(n) * _UNIT_SECONDS[u] for u, n in match.groupdict().items() if n)
-    try:
-        return timedelta(seconds=seconds)
-    except OverflowError:
+    if seconds > LONGEST_DURATION.days * 86_400:
+        # now +- any duration stays a date, whatever adds it to or takes it from a time
         raise PydanticCustomError(
-            "duration", f"invalid duration {value!r}: longer than any date can hold"
-        ) from None
+            "duration", f"invalid duration {value!r}: longer than 100 years (36500d), the "
+            "longest costguard takes")
+    return timedelta(seconds=seconds)
 
 
 def duration_arg(text: str) -> timedelta:

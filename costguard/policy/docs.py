@@ -39,7 +39,8 @@ telemetry never counts as idle, and `stop` warns first and re-checks before acti
 ## Value types
 
 - **duration**: a number and a unit, largest unit first: `90s`, `45m`, `2h`, `1h30m`,
-  `7d`, `1w`. A bare number is an error, because it has no unit.
+  `7d`, `1w`. A bare number is an error, because it has no unit; so is a duration over
+  100 years (`36500d`).
 - **name**: lowercase letters, digits and dashes, starting with a letter or digit:
   `idle-gpu-shutdown`.
 - **recipient**: `owner` or `team` (from the instance's attribution), `slack:#channel`,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,21 +26,41 @@ class ReportArgumentError(CostguardError, ValueError):
     """A report option costguard cannot use; the message says what would work."""
 
 
+# The dates a person may give. A duration is at most 100 years (policy/base.py), so a
+# window or a lookback taken from any of them is still a date.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
+
+
 def parse_when(text: str | datetime, now: datetime, option: str) -> datetime:
     """A duration back from `now` (30d, 12h) or a date/time (2026-11-01), as aware UTC."""
     if isinstance(text, datetime):
         return text if text.tzinfo else text.replace(tzinfo=UTC)
     try:
-        return now - duration_arg(text)
-    except ValueError:
-        pass
+        back = duration_arg(text)
+    except ValueError as exc:
+        if _looks_like_duration(text):  # 3650000d: say why, not "neither"
+            raise ReportArgumentError(f"{option}: {exc}") from None
+    else:
+        return now - back
     try:
         when = datetime.fromisoformat(text)
+        when = when.astimezone(UTC) if when.tzinfo else when.replace(tzinfo=UTC)
     except ValueError:
         raise ReportArgumentError(
             f"{option} {text!r} is neither a duration (30d, 24h) nor a date (2026-11-01)"
         ) from None
-    return when.astimezone(UTC) if when.tzinfo else when.replace(tzinfo=UTC)
+    except OverflowError:  # 0001-01-01T00:00+05:00 is in the year 0 in UTC
+        when = EARLIEST - timedelta(days=1)
+    if not EARLIEST <= when < LATEST:
+        raise ReportArgumentError(
+            f"{option} {text!r} is outside the dates costguard reads "
+            f"({EARLIEST:%Y-%m-%d} to {LATEST - timedelta(days=1):%Y-%m-%d})")
+    return when
+
+
+def _looks_like_duration(text: str) -> bool:
+    return bool(text.strip()) and text.strip()[-1:] in "wdhms" and text.strip()[0].isdigit()
 
 
 def parse_filters(filters: Sequence[str] | Mapping[str, str] | None) -> dict[str, str]:

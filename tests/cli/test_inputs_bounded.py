@@ -89,3 +89,34 @@ def test_an_unreachable_database_is_one_line_naming_where_to_fix_it(tmp_path: Pa
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("error: cannot open or migrate the database at postgresql")
     assert "hunter2" not in result.stderr and "COSTGUARD_DATABASE_URL" in lines[0]
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    # each was an OverflowError's traceback: a time before the year 1 or after 9999
+    (["report", "--since", "3650000d"], "--since: invalid duration '3650000d': longer than "
+                                        "100 years (36500d)"),
+    (["audit", "--since", "3650000d"], "longer than 100 years"),
+    (["audit", "--since", "0001-01-01T00:00+05:00"], "--since '0001-01-01T00:00+05:00' is "
+                                                     "outside the dates costguard reads"),
+    (["simulate", "--since", "3650000d", "--recommendations"], "longer than 100 years"),
+    (["anomaly", "list", "--since", "3650000d"], "longer than 100 years"),
+    (["explain", "i-0abc", "--at", "3650000d"], "--at: invalid duration"),
+    (["explain", "i-0abc", "--at", "0001-01-01"], "outside the dates"),
+    (["recommend", "--window", "3650000d"], "longer than 100 years"),
+    (["snooze", "i-0abc", "--for", "3650000d", "--reason", "x", "--no-tag"],
+     "longer than 100 years"),
+])
+def test_a_time_out_of_range_is_one_line_not_a_traceback(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str], says: str) -> None:
+    from typer.testing import CliRunner
+
+    from costguard.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    for var in ("COSTGUARD_DATABASE_URL", "COSTGUARD_CONFIG"):
+        monkeypatch.delenv(var, raising=False)
+    result = CliRunner().invoke(app, argv)
+    out = " ".join(result.output.split())  # typer's box wraps the snooze message
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert says in out, out

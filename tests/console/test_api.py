@@ -154,6 +154,12 @@ def test_an_instance_is_explain_s_answer(api: str, store: str) -> None:
     ("/api/v1/spend", {"window": "fortnight"}, "window"),
     ("/api/v1/spend", {"since": "2026-03-09", "until": "2026-03-01"}, "must be before"),
     ("/api/v1/spend", {"window": "999d"}, "at most 400 days"),
+    # were 500s: a date out of range, before or after the arithmetic
+    ("/api/v1/spend", {"window": "3650000d"}, "longer than 100 years"),
+    ("/api/v1/spend", {"until": "3650000d"}, "longer than 100 years"),
+    ("/api/v1/spend", {"since": "0001-01-01T00:00+05:00"}, "outside the dates"),
+    ("/api/v1/spend", {"since": "2026-03-01", "until": "9999-12-31"}, "outside the dates"),
+    ("/api/v1/anomalies", {"since": "0001-01-01"}, "outside the dates"),
     ("/api/v1/spend", {"limit": "0"}, "limit must be between 1 and 1000"),
     ("/api/v1/spend", {"limit": "ten"}, "whole number"),
     ("/api/v1/spend", {"offset": "-1"}, "offset must be between"),

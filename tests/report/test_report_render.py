@@ -95,6 +95,11 @@ def test_html_report_is_one_self_contained_file_with_charts(settings: SimpleName
     ({"by": ["colour"]}, "unknown --by 'colour'"),
     ({"filters": ["team"]}, "use DIMENSION=VALUE"),
     ({"since": "last tuesday"}, "neither a duration"),
+    ({"since": "3650000d"}, "longer than 100 years"),
+    ({"since": "1e400d"}, "invalid duration '1e400d'"),
+    ({"since": "1969-12-31"}, r"outside the dates costguard reads \(1970-01-01 to 8999-12-31\)"),
+    ({"since": "0001-01-01T00:00+05:00"}, "outside the dates"),
+    ({"until": "9000-01-01"}, "outside the dates"),
     ({"fmt": "pdf"}, "unknown --format"),
     ({"since": "2026-03-10", "until": "2026-03-09"}, "must be before"),
 ])
