@@ -178,7 +178,7 @@ def simulate_command(
         return
     if not policy_file:
         raise _fail("give --policy FILE (a policy to replay) or --recommendations")
-    every = duration_arg(step) if step else None
+    every = _duration(step, "--step") if step else None
     policies = load_policies_or_exit(policy_file, configured=False)
     try:
         chosen = policies_named(policies.policies, name)
@@ -186,9 +186,13 @@ def simulate_command(
     except (KeyError, CostguardError) as exc:
         raise _fail(exc.args[0] if isinstance(exc, KeyError) else exc) from None
     with db.session() as s:  # together: they share the fleet-wide `safety` caps, as live
-        reports = (backtest_policies(s, chosen, start, now, step=every, safety=settings.safety)
-                   if every else backtest_policies(s, chosen, start, now,
-                                                   safety=settings.safety))
+        try:
+            reports = (backtest_policies(s, chosen, start, now, step=every,
+                                         safety=settings.safety)
+                       if every is not None else backtest_policies(s, chosen, start, now,
+                                                                   safety=settings.safety))
+        except ValueError as exc:
+            raise _fail(f"--step: {exc}") from None
     if fmt == "json":
         print(json.dumps([r.as_json() for r in reports], indent=2))
         return

@@ -20,9 +20,8 @@ start and terminate steps are not replayed, so they take nothing from the fleet-
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -31,13 +30,17 @@ from sqlmodel import Session, col, select
 from costguard.actions.safety import CycleBudget, batch_verdict, is_protected
 from costguard.actions.schedule import business_deadline
 from costguard.actions.settings import SafetySettings
-from costguard.model import GpuMinute, Instance, InstanceState, per_minute
+from costguard.model import Instance, InstanceState
+from costguard.policy.base import format_duration
 from costguard.policy.evaluate import evaluate, matches
 from costguard.policy.schema import Policy
 from costguard.simulate.snoozes import journal_windows, snoozed_at, windows_for
 from costguard.store.inventory import to_instance
-from costguard.store.readings import read_minutes
+from costguard.store.readings import InstanceRef
 from costguard.store.tables import CostIntervalRow, InstanceRow
+from costguard.store.window import SlidingReadings, WindowReading
+
+MIN_STEP = _MINUTE = timedelta(minutes=1)
 
 
 @dataclass(frozen=True)
@@ -134,18 +137,24 @@ class _Interval:
 
 
 class _History:
-    """One instance's recorded intervals and readings, with the lookups the replay needs."""
+    """One instance's recorded intervals and readings, with the lookups the replay needs.
+    Its readings are read through the replay's `SlidingReadings` (none without a GPU)."""
 
-    def __init__(self, intervals: list[_Interval], minutes: list[GpuMinute]) -> None:
+    def __init__(self, intervals: list[_Interval], ref: InstanceRef,
+                 readings: SlidingReadings | None) -> None:
         self.intervals = sorted(intervals, key=lambda i: i.start)
-        self.minutes = sorted(minutes, key=lambda m: m.minute)
-        self._keys = [m.minute for m in self.minutes]
+        self.ref, self.readings = ref, readings
+
+    def window(self, start: datetime, end: datetime) -> list[WindowReading]:
+        """The readings covering [start, end), which the replay holds (`hold`)."""
+        return [] if self.readings is None else self.readings.minutes(self.ref, start, end)
+
+    def ahead(self, start: datetime, end: datetime) -> Iterator[WindowReading]:
+        """The readings covering [start, end), read from the store in minute order."""
+        return iter(()) if self.readings is None else self.readings.scan(self.ref, start, end)
 
     def at(self, t: datetime) -> _Interval | None:
         return next((i for i in self.intervals if i.start <= t < i.end), None)
-
-    def window(self, start: datetime, end: datetime) -> list[GpuMinute]:
-        return self.minutes[bisect_left(self._keys, start):bisect_left(self._keys, end)]
 
     def running_cost(self, start: datetime, end: datetime) -> float:
         total = 0.0
@@ -189,19 +198,25 @@ def backtest_policies(session: Session, policies: Sequence[Policy], since: datet
     files' order) and share one fleet-wide budget: what the first stops is no longer
     there for the next.
     """
+    if step < MIN_STEP:  # 0s never ends; under a minute only repeats the minute's readings
+        raise ValueError(f"a replay step of at least {format_duration(MIN_STEP)}, please "
+                         f"(got {format_duration(step)}): readings are a minute each")
     safety = safety or SafetySettings()
     lookback = max((_lookback(p) for p in policies), default=timedelta(0))
     journal = journal_windows(session, since - lookback, until)
-    histories = [(inst, h) for inst, h in _histories(session, since - lookback,
-                                                       until + busy_within)
-                 if not is_protected(inst)]
+    found, readings = _histories(session, since - lookback, until + busy_within)
+    histories = [(inst, h) for inst, h in found if not is_protected(inst)]
     replays = [_Replay(p, BacktestReport(p.name, since, until, step), [
         _Track(inst, h, windows_for(inst, journal.get((inst.provider, inst.instance_id), []),
                                     p.limits.max_snooze),
                fresh_from=since - timedelta(days=365), next_at=since)
         for inst, h in histories]) for p in policies]
     t = since
+    first = min((h.intervals[0].start for _, h in histories if h.intervals), default=until)
+    if first > since:  # no cycle before the first recorded interval can act: skip them,
+        t = since + (first - since) // step * step  # on the same grid (--since 36500d)
     while t < until:
+        readings.hold(t - lookback, t)  # what each policy's condition looks back on
         budget = CycleBudget(safety.max_actions_per_cycle, safety.max_usd_per_hour_per_cycle)
         for rp in replays:
             due = [tr for tr in rp.tracks
@@ -219,7 +234,7 @@ def _lookback(policy: Policy) -> timedelta:
 
 
 def _histories(session: Session, start: datetime, end: datetime
-               ) -> list[tuple[Instance, _History]]:
+               ) -> tuple[list[tuple[Instance, _History]], SlidingReadings]:
     out = []
     instances = {(r.provider, r.instance_id): to_instance(r) for r in session.exec(
         select(InstanceRow))}
@@ -228,17 +243,14 @@ def _histories(session: Session, start: datetime, end: datetime
             col(CostIntervalRow.end) > start, col(CostIntervalRow.start) < end)):
         spans[(c.provider, c.instance_id)].append(
             _Interval(c.start, c.end, c.state, c.usd_per_hour, c.team))
+    refs = [ref for ref in sorted(spans) if ref in instances and instances[ref].has_gpu]
+    readings = SlidingReadings(session, refs)
     for ref, intervals in sorted(spans.items()):
         inst = instances.get(ref)
         if inst is None:
             continue
-        minutes: list[GpuMinute] = []
-        if inst.has_gpu:
-            found = read_minutes(session, [ref], start, end)
-            # one reading per minute: the replay steps and bisects minute by minute
-            minutes = [one for m in found.get(ref, []) for one in per_minute(m)]
-        out.append((inst, _History(intervals, minutes)))
-    return out
+        out.append((inst, _History(intervals, ref, readings if inst.has_gpu else None)))
+    return out, readings
 
 
 @dataclass
@@ -339,14 +351,18 @@ def _busy_again(policy: Policy, inst: Instance, h: _History, after: datetime,
     idle = policy.condition.idle
     if idle is None:
         return None
-    for m in h.window(after, end):
+    # the first whole minute at or after `after` (a cycle's time need not be one)
+    first = after.replace(second=0, microsecond=0)
+    if first < after:
+        first += _MINUTE
+    for m in h.ahead(first, end):
         peak = _peak(m, idle.signal)
         if peak is not None and peak >= idle.below:
-            return m.minute
+            return max(m.minute, first)  # a reading of several minutes may begin before
     return None
 
 
-def _peak(m: GpuMinute, signal: str) -> float | None:
+def _peak(m: WindowReading, signal: str) -> float | None:
     sm = next((v for v in (m.sm_max, m.sm_p95, m.sm_mean) if v is not None), None)
     util = next((v for v in (m.util_max, m.util_p95, m.util_mean) if v is not None), None)
     if signal == "sm_active":

@@ -342,3 +342,45 @@ def test_agent_only_hands_out_the_agents_readings_from_the_window_and_the_store(
             assert {r.source for r in every} == {CW, AGENT}
             assert sorted(r.minute for r in agents) == sorted(
                 m.minute for m in stored if m.source is AGENT and m.minute >= start)
+
+
+def test_sliding_readings_hand_out_what_the_store_holds_while_holding_a_slice(
+        db: Database) -> None:
+    # a backtest's readings: two days of two instances (one in 5-minute readings, one in
+    # minutes with a second GPU), stepped through as a replay does: every slice asked for
+    # is what the store holds for it, and only a slice is held
+    from costguard.store.readings import read_minutes
+    from costguard.store.window import SlidingReadings
+
+    start = NOW - timedelta(days=2)
+    minutes = [_full("i-5", ago, 0, span_minutes=5, util_max=float(ago % 97))
+               for ago in range(2 * 24 * 60, 0, -5)]
+    minutes += [_full("i-1", ago, gpu, util_max=float((ago + gpu) % 89), process_count=gpu)
+                for ago in range(2 * 24 * 60, 0, -1) for gpu in (0, 1)]
+    with db.session() as s:
+        write_minutes(s, minutes)
+    refs = [("aws", "i-5"), ("aws", "i-1")]
+    with db.session() as s:
+        held = SlidingReadings(s, refs)
+        most = 0
+        t = start + timedelta(minutes=47)
+        while t < NOW:
+            held.hold(t - timedelta(minutes=45), t)
+            most = max(most, held.readings())
+            for ref in refs:
+                for lo in (t - timedelta(minutes=45), t - timedelta(minutes=3)):
+                    got = sorted(_fields(r) for r in held.minutes(ref, lo, t))
+                    want = sorted(_fields(r) for r in read_minutes(s, [ref], lo, t)[ref])
+                    assert got == want, (ref, lo, t)
+            t += timedelta(minutes=53)
+        # 45 minutes back and an hour ahead, of three GPUs' minutes, give or take a chunk
+        assert most <= 3 * (45 + 60 + 60)
+        # reading ahead: two days, in minute order, a 5-minute reading that began before
+        # the start included
+        ahead = list(held.scan(("aws", "i-5"), start + timedelta(minutes=3), NOW))
+        assert [r.minute for r in ahead] == sorted(r.minute for r in ahead)
+        stored = read_minutes(s, [("aws", "i-5")], start + timedelta(minutes=3), NOW)
+        assert _fields(ahead[0]) == _fields(min(stored[("aws", "i-5")],
+                                                key=lambda m: m.minute))
+        assert ahead[0].minute == start
+        assert len(ahead) == 2 * 24 * 12
