@@ -167,7 +167,8 @@ def simulate_command(
     --policy policies/idle-gpu.yml --since 7d. With --recommendations: what the cheaper
     fits of `costguard recommend` would have saved, and whether they would have held.
     """
-    from costguard.simulate.backtest import backtest_policies, policies_named
+    from costguard.policy.base import format_duration
+    from costguard.simulate.backtest import MIN_STEP, backtest_policies, policies_named
     from costguard.store.db import Database
 
     settings = _settings(config)
@@ -179,6 +180,9 @@ def simulate_command(
     if not policy_file:
         raise _fail("give --policy FILE (a policy to replay) or --recommendations")
     every = _duration(step, "--step") if step else None
+    if every is not None and every < MIN_STEP:  # 0s never ends; 1s repeats each minute
+        raise _fail(f"--step {step!r}: at least {format_duration(MIN_STEP)}, please "
+                    "(readings are a minute each)")
     policies = load_policies_or_exit(policy_file, configured=False)
     try:
         chosen = policies_named(policies.policies, name)
@@ -186,13 +190,10 @@ def simulate_command(
     except (KeyError, CostguardError) as exc:
         raise _fail(exc.args[0] if isinstance(exc, KeyError) else exc) from None
     with db.session() as s:  # together: they share the fleet-wide `safety` caps, as live
-        try:
-            reports = (backtest_policies(s, chosen, start, now, step=every,
-                                         safety=settings.safety)
-                       if every is not None else backtest_policies(s, chosen, start, now,
-                                                                   safety=settings.safety))
-        except ValueError as exc:
-            raise _fail(f"--step: {exc}") from None
+        reports = (backtest_policies(s, chosen, start, now, step=every,
+                                     safety=settings.safety)
+                   if every is not None else backtest_policies(s, chosen, start, now,
+                                                               safety=settings.safety))
     if fmt == "json":
         print(json.dumps([r.as_json() for r in reports], indent=2))
         return

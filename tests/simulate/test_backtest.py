@@ -5,6 +5,8 @@ from __future__ import annotations
 import tracemalloc
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from costguard.policy.load import parse_policy_text
 from costguard.simulate.backtest import backtest
 from costguard.store.db import Database
@@ -196,4 +198,15 @@ def test_a_replay_from_a_century_back_starts_where_history_does(db_url: str) -> 
     assert far.saved_usd == near.saved_usd == 6.0
     (stop,) = off.stops
     assert stop.at == T10 + timedelta(hours=1, minutes=3)
+    db.dispose()
+
+
+def test_a_replay_step_under_a_minute_is_refused() -> None:
+    db = Database("sqlite://")
+    policy = parse_policy_text(POLICY).policies[0]
+    with db.session() as s:
+        for step in (timedelta(0), timedelta(seconds=59)):
+            with pytest.raises(ValueError, match="a replay step of at least 1m"):
+                backtest(s, policy, T10, T14, step=step)
+        backtest(s, policy, T10, T14, step=timedelta(minutes=1))
     db.dispose()
