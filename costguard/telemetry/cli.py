@@ -27,6 +27,14 @@ def _fail(message: object) -> typer.Exit:
     return fail(message)
 
 
+def _percent(value: float, option: str) -> float:
+    """A threshold in percent: NaN, infinity or a figure past 100 would make every GPU idle
+    (or none), and the agent's self-stop acts on it."""
+    if not 0 <= value <= 100:  # NaN fails it too
+        raise _fail(f"{option} {value}: a percentage from 0 to 100, e.g. 5")
+    return value
+
+
 @agent_app.callback()
 def agent(
     ctx: typer.Context,
@@ -77,7 +85,8 @@ def agent(
             instance_id=instance_id, interval_s=parse_duration(interval).total_seconds(),
             record_path=record,
             self_stop_after=parse_duration(self_stop_after) if self_stop_after else None,
-            self_stop_grace=parse_duration(self_stop_grace), idle_below=idle_below,
+            self_stop_grace=parse_duration(self_stop_grace),
+            idle_below=_percent(idle_below, "--idle-below"),
             signal=signal, publish_to=publish_to, cloudwatch_namespace=cloudwatch_namespace,
             cloudwatch_region=cloudwatch_region, host_metrics=host_metrics,
         )
@@ -121,10 +130,14 @@ def replay_cmd(
 
     Example: costguard agent replay h100_phases.jsonl --window 30s --format json
     """
+    import sys
+
     from costguard.telemetry.commands import parse_duration, replay
 
+    _percent(below, "--below")
     try:
-        for line in replay(file, parse_duration(window), fmt, signal, below):
+        for line in replay(file, parse_duration(window), fmt, signal, below,
+                           note=lambda text: print(text, file=sys.stderr)):
             print(line)
     except CostguardError as exc:
         raise _fail(exc) from None

@@ -58,23 +58,33 @@ def replay(
     fmt: ReplayFormat = "json",
     signal: SignalChoice = "auto",
     below: float = 5.0,
+    note: Callable[[str], None] | None = None,
 ) -> Iterator[str]:
-    """Classify a recorded trace window by window; one line per window.
+    """Classify a recorded trace window by window; one line per window (`note` is told
+    of a last line the recording cut short, which is left out).
 
     Windows tile from the first sample's whole second. JSON lines carry
     {"start", "end" (Unix s), "verdict", "signal", "value", "evidence", "coverage",
     "phase" (the most common phase label, when the trace has them), "gpus", "samples"}.
     """
     trace = read_trace(path)
+    if trace.torn_line is not None and note is not None:
+        note(f"note: {path}:{trace.torn_line}: the last line is cut short (the recording "
+             "stopped while writing it); replayed without it")
     if not trace.samples:
         raise ConfigError(f"{path}: the trace has no samples")
     if window <= timedelta(0):
         raise ConfigError("--window must be positive, e.g. 30s")
     origin = float(int(min(s.t for s in trace.samples)))
+    # the GPUs the trace holds, whatever their indices on the host (a trace of GPU 3 alone
+    # is one GPU, not four of which three said nothing)
+    indices = {gpu: n for n, gpu in enumerate(sorted({s.gpu for s in trace.samples}))}
+    samples = [s if s.gpu == indices[s.gpu] else replace(s, gpu=indices[s.gpu])
+               for s in trace.samples]
     minutes = summarize_windows(
-        trace.samples, provider="sim", instance_id=Path(path).stem, window=window, origin=origin
+        samples, provider="sim", instance_id=Path(path).stem, window=window, origin=origin
     )
-    gpu_count = len({s.gpu for s in trace.samples})
+    gpu_count = len(indices)
     phases: dict[float, Counter[str]] = {}
     for s in trace.samples:
         phases.setdefault(window_start(s.t, window, origin), Counter())[s.phase or ""] += 1

@@ -97,6 +97,8 @@ class NvmlSample:
 class Trace:
     header: Mapping[str, Any]
     samples: list[NvmlSample]
+    # the number of a last line cut short (a recording stopped mid-write), left out
+    torn_line: int | None = None
 
 
 def _error_text(value: object) -> str | None:
@@ -203,16 +205,32 @@ def sample_to_json(s: NvmlSample) -> dict[str, Any]:
     return out
 
 
+class _Torn(Exception):
+    """The last line is not JSON and has no newline: a recording stopped mid-write."""
+
+    def __init__(self, line: int) -> None:
+        super().__init__(line)
+        self.line = line
+
+
 def iter_trace(
     lines: Iterable[str], path: str = "<trace>"
 ) -> Iterator[NvmlSample | dict[str, Any]]:
-    """Decode a trace line by line: the header dict first (if present), then samples."""
+    """Decode a trace line by line: the header dict first (if present), then samples. A
+    last line cut short (not JSON, no newline: the recorder was stopped while it wrote)
+    ends the trace with `_Torn`; a bad line anywhere else is a TraceError."""
+    torn: tuple[int, str] | None = None
     for number, line in enumerate(lines, start=1):
+        if torn is not None:  # a line after it: it was not the last, so not torn
+            raise TraceError(path, torn[0], f"not JSON ({torn[1]})")
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
+            if not line.endswith("\n"):
+                torn = (number, exc.msg)
+                continue
             raise TraceError(path, number, f"not JSON ({exc.msg})") from None
         if not isinstance(obj, dict):
             raise TraceError(path, number, "each line must be a JSON object")
@@ -225,16 +243,21 @@ def iter_trace(
             yield sample_from_json(obj)
         except (KeyError, ValueError, TypeError, AttributeError) as exc:
             raise TraceError(path, number, f"bad sample: {exc}") from None
+    if torn is not None:
+        raise _Torn(torn[0])
 
 
 def parse_trace(lines: Iterable[str], path: str = "<trace>") -> Trace:
     header: dict[str, Any] = {}
     samples: list[NvmlSample] = []
-    for item in iter_trace(lines, path):
-        if isinstance(item, NvmlSample):
-            samples.append(item)
-        else:
-            header = item
+    try:
+        for item in iter_trace(lines, path):
+            if isinstance(item, NvmlSample):
+                samples.append(item)
+            else:
+                header = item
+    except _Torn as torn:
+        return Trace(header=header, samples=samples, torn_line=torn.line)
     return Trace(header=header, samples=samples)
 
 

@@ -17,6 +17,8 @@ from costguard.errors import ConfigError
 from costguard.policy.load import MAX_POLICY_BYTES, validate_paths
 from costguard.store.db import check_url
 
+TRACE = str(Path(__file__).resolve().parents[2] / "costguard/telemetry/data/h100_phases.jsonl")
+
 
 def _big(path: Path, size: int) -> Path:
     line = "# " + "x" * 98 + "\n"
@@ -109,6 +111,11 @@ def test_an_unreachable_database_is_one_line_naming_where_to_fix_it(tmp_path: Pa
     # 0s was taken as the default step; 1s ran 600,000 cycles a week
     (["simulate", "--policy", "policies", "--step", "0s"], "--step '0s': at least 1m"),
     (["simulate", "--policy", "policies", "--step", "59s"], "--step '59s': at least 1m"),
+    # an idle threshold of infinity made a busy GPU idle, and the agent's self-stop acts
+    (["agent", "--idle-below", "1e400", "--url", "http://127.0.0.1:9"],
+     "--idle-below inf: a percentage from 0 to 100"),
+    (["agent", "replay", TRACE, "--below", "nan"], "--below nan: a percentage from 0 to 100"),
+    (["agent", "replay", TRACE, "--below", "101"], "--below 101.0: a percentage"),
 ])
 def test_a_time_out_of_range_is_one_line_not_a_traceback(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str], says: str) -> None:

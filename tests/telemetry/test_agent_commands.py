@@ -194,3 +194,41 @@ def test_the_agent_alone_loads_neither_boto3_nor_the_daemon_settings():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.strip() == "[]"
+
+
+def test_a_recording_cut_short_mid_line_replays_without_its_last_line(tmp_path: Path):
+    # the recorder stopped (Ctrl-C, the host's end) while it wrote its last sample: that
+    # line is left out and said so; the recording was refused whole before
+    whole = Path(TRACE).read_bytes()
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(whole[:-40])
+    notes: list[str] = []
+    rows = [json.loads(line) for line in replay(cut, note=notes.append)]
+    assert notes == [f"note: {cut}:473: the last line is cut short (the recording stopped "
+                     "while writing it); replayed without it"]
+    assert read_trace(cut).torn_line == 473 and len(read_trace(cut).samples) == 471
+    assert [r["verdict"] for r in rows] == [r["verdict"] for r in windows(TRACE)]
+    # a line that is not JSON, and a newline after it, is a broken file wherever it is
+    ends_bad = tmp_path / "ends-bad.jsonl"
+    ends_bad.write_bytes(whole[:-40] + b"\n")
+    mid_bad = tmp_path / "mid-bad.jsonl"
+    mid_bad.write_bytes(whole[:-40] + b"\n" + whole.splitlines(keepends=True)[-1])
+    for bad in (ends_bad, mid_bad):
+        with pytest.raises(TraceError, match=rf"{bad.name}:473: not JSON \("):
+            list(replay(bad))
+    assert read_trace(TRACE).torn_line is None
+
+
+def test_a_trace_of_some_of_a_host_s_gpus_is_replayed_as_those_gpus(tmp_path: Path):
+    # a recording of GPU 3 alone (or of 2 and 5) is one GPU (two), not four GPUs of which
+    # three said nothing: that read no-data throughout
+    trace = packaged_trace()
+    want = [(r["verdict"], r["value"]) for r in windows(TRACE)]
+    for gpus in ((3,), (2, 5)):
+        path = tmp_path / f"gpus-{len(gpus)}.jsonl"
+        with path.open("w") as fh:
+            write_trace(fh, replace(trace, samples=[replace(s, gpu=g) for s in trace.samples
+                                                    for g in gpus]))
+        rows = windows(str(path))
+        assert [(r["verdict"], r["value"]) for r in rows] == want
+        assert {r["gpus"] for r in rows} == {len(gpus)}
