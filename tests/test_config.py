@@ -151,3 +151,18 @@ def test_relative_files_a_config_names_are_beside_it_wherever_costguard_runs(
     monkeypatch.chdir(folder)
     assert load_settings(Path("costguard.yaml")).alerts.routing_file == Path(
         "alerts/routes.yaml")
+
+
+@pytest.mark.parametrize(("yaml_text", "where", "says"), [
+    # infinity launched simulated instances without end
+    ("providers:\n  sim:\n    launches_per_day: .inf\n", ":3:23", "less than or equal to 20000"),
+    # a state read a day before is no re-check before a stop
+    ("safety:\n  recheck_reuse_seconds: 86400\n", ":2:26", "less than or equal to 300"),
+])
+def test_a_figure_past_what_the_setting_can_mean_is_refused_where_it_is(
+        tmp_path: Path, yaml_text: str, where: str, says: str) -> None:
+    path = tmp_path / "costguard.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    assert f"costguard.yaml{where}" in str(caught.value) and says in str(caught.value)

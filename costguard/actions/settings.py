@@ -24,4 +24,5 @@ class SafetySettings(BaseModel):
     max_actions_per_cycle: int = Field(default=50, ge=0)
     max_usd_per_hour_per_cycle: float | None = Field(default=2000.0, gt=0)
     recheck_before_acting: bool = True
-    recheck_reuse_seconds: float = Field(default=60.0, ge=0)
+    # at most 5 minutes: a state read longer ago than that is not a re-check before acting
+    recheck_reuse_seconds: float = Field(default=60.0, ge=0, le=300)

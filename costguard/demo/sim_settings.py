@@ -14,7 +14,9 @@ class SimSettings(BaseModel):
     instances: int = Field(default=48, ge=1, le=20000)
     accounts: list[str] = Field(default_factory=lambda: ["111111111111", "222222222222"])
     regions: list[str] = Field(default_factory=lambda: ["us-east-1", "us-west-2", "eu-west-1"])
-    launches_per_day: float = Field(default=4.0, ge=0)  # new instances appearing over time
+    # new instances appearing over time; at most the largest seeded fleet a day (infinity
+    # launched without end)
+    launches_per_day: float = Field(default=4.0, ge=0, le=20000)
     # an Auto Scaling group and a GKE-like node pool beside the seeded fleet (`costguard demo`
     # turns them on): members a controller owns, never stopped as if they were alone
     managed_groups: bool = False

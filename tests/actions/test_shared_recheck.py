@@ -255,3 +255,13 @@ def test_a_scale_in_between_the_tags_and_the_stop_makes_the_stop_read_anew(
 
     assert cloud.calls["scale_in"] >= 1 and cloud.calls["stop"] == 1
     assert cloud.calls["describe_many"] == 2  # the tags', and the stop's own after the resize
+
+
+def test_a_reuse_past_five_minutes_is_refused_by_the_setting() -> None:
+    # a state read longer ago than that is no re-check before acting (1e9 was accepted)
+    from pydantic import ValidationError
+
+    assert SafetySettings(recheck_reuse_seconds=300).recheck_reuse_seconds == 300
+    for bad in (300.5, 1e9, float("inf")):
+        with pytest.raises(ValidationError, match="less than or equal to 300"):
+            SafetySettings(recheck_reuse_seconds=bad)
