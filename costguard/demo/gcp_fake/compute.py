@@ -22,7 +22,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from http.server import ThreadingHTTPServer
 from typing import Any
 
@@ -67,6 +67,8 @@ class FakeCompute(DiskOps, GroupOps):
         self.folders: dict[str, list[str]] = {}  # parent -> child folders ("folders/N")
         self.folder_projects: dict[str, list[str]] = {}  # parent -> project ids
         self.calls: Counter[str] = Counter()  # "GET aggregated_list" etc.
+        # what instances.start stamps as the VM's lastStartTimestamp (tests set their clock)
+        self.now: Callable[[], datetime] = lambda: datetime.now(UTC)
         self.batch_sizes: list[int] = []  # the calls of each batch request, in order
         # the `fields` selections requests named (partial responses: fields.py), in order;
         # True: answer each with a 400, as an API or proxy that does not take them
@@ -97,6 +99,7 @@ class FakeCompute(DiskOps, GroupOps):
         spot: bool = False,
         preemptible: bool = False,
         created: datetime | None = None,
+        last_start: datetime | None = None,
         disks: list[FakeDisk] | None = None,
         service_account: str | None = None,
         metadata: dict[str, str] | None = None,
@@ -121,6 +124,7 @@ class FakeCompute(DiskOps, GroupOps):
             )
             if created is not None:
                 vm.created = created
+            vm.last_start = last_start
             self._vms[(project, zone, name)] = vm
             return vm
 
@@ -261,6 +265,7 @@ class FakeCompute(DiskOps, GroupOps):
     ) -> tuple[int, Any]:
         def apply(vm: FakeVm) -> None:
             vm.status = "RUNNING"
+            vm.last_start = self.now()
 
         return self._mutate(project, zone, name, "start", query, apply, interim="STAGING")
 

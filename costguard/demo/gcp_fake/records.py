@@ -26,6 +26,9 @@ class FakeVm:
     provisioning_model: str = "STANDARD"
     preemptible: bool = False
     created: datetime = field(default_factory=lambda: datetime(2026, 1, 1, tzinfo=UTC))
+    # when it last started (`lastStartTimestamp`, kept while it is stopped); None: at
+    # `created` if it runs, never if it was created stopped
+    last_start: datetime | None = None
     label_version: int = 0
     disks: list[FakeDisk] = field(default_factory=list)
     service_account: str | None = None
@@ -89,8 +92,9 @@ class FakeVm:
             "displayDevice": {"enableDisplay": False},
             "keyRevocationActionType": "NONE", "satisfiesPzi": True,
         })
-        if self.status == "RUNNING":
-            body["lastStartTimestamp"] = self.created.isoformat(timespec="milliseconds")
+        started = self.last_start or (self.created if self.status == "RUNNING" else None)
+        if started is not None:
+            body["lastStartTimestamp"] = started.isoformat(timespec="milliseconds")
         if self.service_account:
             body["serviceAccounts"] = [{"email": self.service_account,
                                         "scopes": ["https://www.googleapis.com/auth/cloud-platform"]}]

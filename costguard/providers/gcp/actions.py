@@ -13,15 +13,17 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 
 from google.api_core import exceptions as gexc
 from google.api_core import retry as gretry
 
+from costguard.clock import utc
 from costguard.errors import ProviderError
 from costguard.model import ActionOutcome, ActionResult, Instance, InstanceState
 from costguard.providers.gcp import compute as compute_v1
 from costguard.providers.gcp.errors import for_vm, from_retry_error, translate, vm_scope
-from costguard.providers.gcp.inventory import status_name, to_state
+from costguard.providers.gcp.inventory import parse_timestamp, status_name, to_state
 from costguard.providers.gcp.owners import owner_from_labels
 
 _LABEL_INVALID = re.compile(r"[^a-z0-9_-]")
@@ -68,10 +70,20 @@ def read(ctx: ActionContext, instance: Instance) -> compute_v1.Instance:
         project=project, zone=zone, instance=name, retry=ctx.retry))
 
 
-def _changed(instance: Instance, vm: compute_v1.Instance) -> str | None:
-    """Why the VM is no longer the one we decided about, if it is not."""
+def changed(instance: Instance, vm: compute_v1.Instance, *, restarts: bool = True
+             ) -> str | None:
+    """Why the VM is no longer the one we decided about, if it is not: recreated under its
+    name, or (`restarts`: for a stop, start or delete) started again since it was last seen,
+    as EC2's LaunchTime tells (its owner came back to it)."""
     if str(vm.id) != instance.instance_id:
         return f"{instance.name} was recreated (id {vm.id}, expected {instance.instance_id})"
+    if restarts:
+        seen = utc(instance.launch_time)
+        started = parse_timestamp(vm.last_start_timestamp,
+                                  parse_timestamp(vm.creation_timestamp, seen))
+        if abs(started - seen) > timedelta(seconds=1):
+            return (f"changed meanwhile: started again at {started.isoformat()} "
+                    f"(was {seen.isoformat()})")
     return None
 
 
@@ -119,7 +131,7 @@ def change_power(
     """Shared flow of stop/start: `call(request_id)` issues the unary request."""
     vm = read(ctx, instance)
     state = to_state(status_name(vm))
-    why = _changed(instance, vm) or managed_now(vm)
+    why = changed(instance, vm) or managed_now(vm)
     if why:
         return ActionResult(outcome=ActionOutcome.SKIPPED, detail=why, state_after=state)
     if state not in allowed_from:
@@ -188,7 +200,7 @@ def plan_labels(instance: Instance, vm: compute_v1.Instance, tags: Mapping[str, 
     _, _, name = _where(instance)
     add = {label_key(k): label_value(v) for k, v in tags.items()}
     drop = {label_key(k) for k in remove}
-    why = _changed(instance, vm)
+    why = changed(instance, vm, restarts=False)  # a label is right whenever it started
     if why:
         return ActionResult(outcome=ActionOutcome.SKIPPED, detail=why)
     current = dict(vm.labels)

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 # tests/providers/gcp/test_gcp_partial_listing.py checks that a VM read through this
 # selection maps to the same Instance as the whole VM.
 INSTANCE_FIELDS = (
-    "id,name,zone,machineType,status,creationTimestamp,labels,"
+    "id,name,zone,machineType,status,creationTimestamp,lastStartTimestamp,labels,"
     "scheduling(provisioningModel,preemptible),"
     "guestAccelerators(acceleratorType,acceleratorCount),"
     "serviceAccounts/email,metadata/items"
@@ -154,7 +154,10 @@ def to_instance(project: str, vm: compute_v1.Instance, observed_at: datetime) ->
         gpu_count=gpu.count if gpu else 0,
         gpu_model=(gpu.spec.model if gpu.spec else gpu.accelerator) if gpu else None,
         gpu_memory_mib=gpu.spec.memory_mib if gpu and gpu.spec else None,
-        launch_time=parse_timestamp(raw.creation_timestamp, observed_at),
+        # when it last started, as EC2's LaunchTime is (a VM created a month ago and
+        # started an hour ago has run an hour); a VM never started: when it was created
+        launch_time=parse_timestamp(raw.last_start_timestamp,
+                                    parse_timestamp(raw.creation_timestamp, observed_at)),
         tags=labels_as_tags(labels),
         observed_at=observed_at,
         # the service account the VM runs as: who launched it, as far as the listing says

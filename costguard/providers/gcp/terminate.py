@@ -27,7 +27,7 @@ from costguard.actions.safety import is_protected
 from costguard.errors import InstanceNotFound, ProviderError
 from costguard.model import ActionOutcome, ActionResult, Instance, InstanceState
 from costguard.providers.gcp import compute as compute_v1
-from costguard.providers.gcp.actions import ActionContext, managed_now, read, wait
+from costguard.providers.gcp.actions import ActionContext, changed, managed_now, read, wait
 from costguard.providers.gcp.errors import from_retry_error, translate, vm_scope
 from costguard.providers.gcp.inventory import labels_as_tags, status_name, to_state
 
@@ -70,8 +70,9 @@ def snapshot_name(instance_id: str, disk: str) -> str:
 
 
 def _why_not(instance: Instance, vm: compute_v1.Instance) -> str | None:
-    if str(vm.id) != instance.instance_id:
-        return f"{instance.name} was recreated (id {vm.id}, expected {instance.instance_id})"
+    why = changed(instance, vm)
+    if why is not None:
+        return why
     if to_state(status_name(vm)) is not InstanceState.STOPPED:
         return f"{instance.name} is {status_name(vm)} now, not stopped"
     managed = managed_now(vm)

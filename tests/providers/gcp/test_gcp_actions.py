@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 import pytest
 
@@ -61,6 +62,28 @@ def test_stop_is_skipped_when_the_instance_changed_since_inventory(
     assert result.outcome == ActionOutcome.SKIPPED
     assert "TERMINATED" in result.detail
     assert fake.compute.calls["POST stop"] == 0
+
+
+def test_stop_is_skipped_when_the_vm_was_started_again_since_inventory(
+    fake: FakeGcp, gcp: GcpProvider
+) -> None:
+    # stopped and started again between the listing and the stop (its owner came back):
+    # not the idle run costguard decided about; a label still goes on
+    inst = _listed(gcp, "idle-a100")
+    c = fake.compute
+    c.now = lambda: datetime(2026, 11, 29, 6, 30, tzinfo=UTC)
+    assert gcp.stop(inst, dry_run=False).outcome == ActionOutcome.DONE
+    assert gcp.start(_listed(gcp, "idle-a100"), dry_run=False).outcome == ActionOutcome.DONE
+    result = gcp.stop(inst, dry_run=False)
+    assert result.outcome == ActionOutcome.SKIPPED
+    assert result.detail == ("changed meanwhile: started again at 2026-11-29T06:30:00+00:00 "
+                             f"(was {inst.launch_time.isoformat()})")
+    assert c.instance("ml-prod", "us-central1-a", "idle-a100").status == "RUNNING"
+    assert c.calls["POST stop"] == 1
+    assert gcp.set_tags(inst, {"team": "nlp"}, dry_run=False).outcome == ActionOutcome.DONE
+    # the instance as listed now is the one to act on
+    again = gcp.stop(_listed(gcp, "idle-a100"), dry_run=False)
+    assert again.outcome == ActionOutcome.DONE
 
 
 def test_stop_is_skipped_when_the_name_now_belongs_to_a_new_instance(

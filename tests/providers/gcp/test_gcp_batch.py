@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -72,6 +72,25 @@ def test_describe_many_lists_the_named_vms_and_marks_gone_and_recreated_ones_non
     assert fresh[vms["vm-3"].instance_id] is None
     # one aggregatedList filtered by the four names (two pages of two), no per-VM get
     assert fake.compute.calls == {"GET aggregated_list": 2}
+
+
+def test_a_vm_started_again_is_described_as_relaunched_and_the_recheck_refuses_it(
+    fake: FakeGcp, fleet: tuple[GcpProvider, dict[str, Instance]]
+) -> None:
+    # the batched re-check reads lastStartTimestamp (its fields carry it): a VM stopped and
+    # started since the listing is not the run costguard decided about
+    from costguard.actions.safety import skip_reason
+
+    provider, vms = fleet
+    again = datetime(2026, 11, 29, 6, 30, tzinfo=UTC)
+    fake.compute.instance("ml-prod", ZONES[1], "vm-1").last_start = again
+    fresh = provider.describe_many([vms["vm-0"], vms["vm-1"]])
+    vm0, vm1 = fresh[vms["vm-0"].instance_id], fresh[vms["vm-1"].instance_id]
+    assert vm0 is not None and vm1 is not None and vm1.launch_time == again
+    assert skip_reason(vms["vm-0"], vm0, again) is None
+    assert skip_reason(vms["vm-1"], vm1, again) == (
+        f"changed meanwhile: relaunched at {again.isoformat()} "
+        f"(was {vms['vm-1'].launch_time.isoformat()})")
 
 
 def test_describe_many_of_one_vm_is_one_get_and_a_404_is_gone(

@@ -57,6 +57,25 @@ def test_instance_fields_are_mapped_from_the_api(
     assert inst.gpu_count == 0 and not inst.has_gpu
 
 
+def test_launch_time_is_the_last_start_as_on_ec2(
+    fake: FakeGcp, make_provider: Callable[..., GcpProvider]
+) -> None:
+    # lastStartTimestamp, as EC2's LaunchTime: a VM created in March and started an hour
+    # ago has run an hour (`running_longer_than`, `explain`'s age, the re-check before a
+    # stop); stopped, it keeps its last start; never started, its creation
+    created = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
+    started = datetime(2026, 11, 29, 6, 0, 1, 250000, tzinfo=UTC)
+    c = fake.compute
+    c.add_instance("ml-prod", "us-east1-b", "restarted", created=created, last_start=started)
+    c.add_instance("ml-prod", "us-east1-b", "stopped", created=created, last_start=started,
+                   status="TERMINATED")
+    c.add_instance("ml-prod", "us-east1-b", "never", created=created, status="TERMINATED")
+    c.add_instance("ml-prod", "us-east1-b", "running", created=created)
+    got = {i.name: i.launch_time for i in make_provider().list_instances().instances}
+    assert got == {"restarted": started, "stopped": started, "never": created,
+                   "running": created}
+
+
 def test_statuses_map_to_costguard_states(
     fake: FakeGcp, make_provider: Callable[..., GcpProvider]
 ) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 import pytest
 
@@ -29,7 +30,7 @@ def _fleet(fake: FakeGcp) -> None:
     c.add_instance("ml-prod", "us-central1-b", "t4", "n1-standard-8",
                    accelerators=[("nvidia-tesla-t4", 2)], spot=True)
     c.add_instance("ml-prod", "us-east1-c", "old", "n1-standard-4", preemptible=True,
-                   status="TERMINATED")
+                   status="TERMINATED", last_start=datetime(2026, 5, 6, 7, 8, 9, tzinfo=UTC))
     c.add_instance("ml-prod", "us-central1-a", "trainers-x1", "g2-standard-8",
                    metadata={"created-by": MIG, "startup-script": "#!/bin/sh\necho hi\n"})
     c.add_instance("ml-research", "europe-west4-a", "gke-node", "n1-standard-16",
@@ -60,6 +61,7 @@ def test_partial_listing_maps_every_vm_as_the_whole_vm_does(
     assert got["t4"].gpu_count == 2 and got["t4"].lifecycle == "spot"
     assert got["a100"].gpu_count == 1 and got["a100"].tags["costguard:protect"] == "true"
     assert got["a100"].launched_by == "trainer@ml-prod.iam.gserviceaccount.com"
+    assert got["old"].launch_time == datetime(2026, 5, 6, 7, 8, 9, tzinfo=UTC)  # last start
 
 
 def test_partial_listing_pages_through_every_zone(
@@ -82,7 +84,8 @@ def test_partial_listing_drops_what_costguard_does_not_read(fake: FakeGcp) -> No
     kept = fields.apply(whole, fields.parse(INSTANCE_FIELDS))
     assert "networkInterfaces" in whole and "disks" in whole
     assert set(kept) == {"id", "name", "zone", "machineType", "status", "creationTimestamp",
-                         "labels", "scheduling", "metadata", "guestAccelerators"}
+                         "lastStartTimestamp", "labels", "scheduling", "metadata",
+                         "guestAccelerators"}
     assert kept["metadata"] == {"items": [{"key": "created-by", "value": MIG}]}
     assert len(str(kept)) < len(str(whole)) / 2
 
