@@ -23,6 +23,7 @@ def gcp_engine(fake: FakeGcp, folder: Path, policy: str, clock: ManualClock,
     settings = Settings(database_url=url, policy_paths=[folder / "p.yml"],
                         alerts=AlertsSettings(console=False))
     db = Database(url)
+    fake.compute.now = clock.now  # a VM the engine starts started at the engine's time
     provider = GcpProvider(fake.settings(projects=projects), clock=clock)
     engine = Engine(settings, db, {"gcp": provider}, load_policy_set([folder / "p.yml"]), clock)
     return engine, db, provider
