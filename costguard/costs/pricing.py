@@ -200,6 +200,13 @@ class PriceCatalog:
             base = stored.quote() if stored is not None else base
         if base is None:
             return None
+        if inst.lifecycle is Lifecycle.CAPACITY_BLOCK:
+            # a block's price is set when it is bought (DescribeCapacityBlockOfferings) and
+            # paid upfront; no price list has it: the on-demand one stands in, as a fallback
+            # (the report says so, and an imported bill replaces it)
+            base = base.model_copy(update={
+                "source": f"{base.source}; a Capacity Block's own price is not listed: "
+                          "on-demand as an estimate", "fallback": True})
         return self._discounted(inst, base)
 
     def _discounted(self, inst: Instance, base: PriceQuote) -> PriceQuote:

@@ -213,7 +213,7 @@ def spend(
             if lifecycle == "spot":
                 spot_seen[ptype][0] += cost
                 spot_seen[ptype][1] += isec
-            else:
+            elif lifecycle == "on-demand":  # a Capacity Block is paid for: no spot saving
                 od_hours[key].append((ptype, cost, isec))
     rows: list[ReportRow] = []
     for key, acc in sums.items():

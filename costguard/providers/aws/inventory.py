@@ -118,8 +118,13 @@ def _gpu_specs(
 def lifecycle_of(raw: dict[str, Any]) -> Lifecycle:
     # Decided here, never with the `instance-lifecycle` filter (moto ignores it, and a filter
     # would need a second call for the on-demand half).
-    if raw.get("InstanceLifecycle") == "spot" or raw.get("SpotInstanceRequestId"):
+    kind = raw.get("InstanceLifecycle")
+    if kind == "spot" or raw.get("SpotInstanceRequestId"):
         return Lifecycle.SPOT
+    if kind == "capacity-block":
+        return Lifecycle.CAPACITY_BLOCK
+    # "scheduled" (Scheduled Instances, retired) and "interruptible-capacity-reservation"
+    # are priced as on-demand
     return Lifecycle.ON_DEMAND
 
 

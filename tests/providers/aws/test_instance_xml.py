@@ -232,6 +232,31 @@ def test_an_answer_shaped_like_real_ec2s_reads_the_same() -> None:
     assert read["ResponseMetadata"] == full["ResponseMetadata"]
 
 
+def test_a_capacity_block_s_instance_has_its_own_lifecycle() -> None:
+    # InstanceLifecycle "capacity-block" (EC2's InstanceLifecycleType: spot, scheduled,
+    # capacity-block, interruptible-capacity-reservation): GPU capacity paid upfront
+    from costguard.model import Lifecycle
+    from costguard.providers.aws.inventory import lifecycle_of
+
+    body = REAL_SHAPED.replace(
+        b"<instanceLifecycle>spot</instanceLifecycle>\n"
+        b"          <spotInstanceRequestId>sir-08b93456</spotInstanceRequestId>",
+        b"<instanceLifecycle>capacity-block</instanceLifecycle>\n"
+        b"          <capacityReservationId>cr-0123456789abcdef0</capacityReservationId>\n"
+        b"          <capacityBlockId>cb-0123456789abcdef0</capacityBlockId>")
+    assert body != REAL_SHAPED
+    full = _botocore_parse(body, with_reader=False)
+    read = _botocore_parse(body, with_reader=True)
+    (record,) = records(read).values()
+    assert record == project(records(full)["i-1234567890abcdef0"])
+    assert record["InstanceLifecycle"] == "capacity-block"
+    assert lifecycle_of(record) is Lifecycle.CAPACITY_BLOCK
+    for kind, want in (("spot", Lifecycle.SPOT), ("scheduled", Lifecycle.ON_DEMAND),
+                       ("interruptible-capacity-reservation", Lifecycle.ON_DEMAND)):
+        assert lifecycle_of({"InstanceLifecycle": kind}) is want
+    assert lifecycle_of({}) is Lifecycle.ON_DEMAND
+
+
 def test_errors_and_unreadable_bodies_are_left_to_botocore() -> None:
     error = (b"<Response><Errors><Error><Code>UnauthorizedOperation</Code>"
              b"<Message>no</Message></Error></Errors><RequestID>x</RequestID></Response>")
