@@ -61,7 +61,7 @@ def matches_filters(f: Filters, inst: Instance, now: datetime) -> bool:
         return False
     if f.family is not None and inst.family not in f.family:
         return False
-    if f.lifecycle is not None and inst.lifecycle != f.lifecycle:
+    if f.lifecycle is not None and inst.lifecycle not in f.lifecycle:
         return False
     if f.accounts is not None and inst.account not in f.accounts:
         return False

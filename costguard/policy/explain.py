@@ -61,8 +61,8 @@ def filter_checks(policy: Policy, inst: Instance, now: datetime) -> list[Check]:
     if f.family is not None:
         check("filters.family", inst.family in f.family, _listed(f.family), inst.family)
     if f.lifecycle is not None:
-        check("filters.lifecycle", inst.lifecycle == f.lifecycle, str(f.lifecycle),
-              str(inst.lifecycle))
+        check("filters.lifecycle", inst.lifecycle in f.lifecycle,
+              _listed([str(x) for x in f.lifecycle]), str(inst.lifecycle))
     if f.accounts is not None:
         check("filters.accounts", inst.account in f.accounts, _listed(f.accounts), inst.account)
     if f.regions is not None:

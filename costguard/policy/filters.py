@@ -142,7 +142,8 @@ policies:
     family: OneOrMany[Text] | None = Field(
         default=None, description="Instance families, e.g. `p4d`, `g5`, `a2`."
     )
-    lifecycle: Lifecycle | None = Field(default=None, description="Pricing model.")
+    lifecycle: OneOrMany[Lifecycle] | None = Field(
+        default=None, description="Pricing models: `on-demand`, `spot`, `capacity-block`.")
     accounts: OneOrMany[Text] | None = Field(
         default=None, description="AWS account ids / GCP project ids (quote them)."
     )

@@ -76,6 +76,11 @@ def _to_source_error(
 ) -> SourceError:
     loc: list[Hashable] = []
     for seg in err["loc"]:
+        # a list index under a single value (`state: runing` read as a one-item list) is
+        # not in the document: the value is named, not its item 0
+        if (isinstance(seg, int) and not isinstance(seg, bool) and tuple(loc) in
+                positions.values and (*loc, seg) not in positions.values):
+            continue
         # a segment naming something in the document is real, whatever it looks like
         if (*loc, seg) in positions.values or not _is_union_tag(seg):
             loc.append(seg)

@@ -103,8 +103,11 @@ def test_a_value_outside_a_fixed_set_names_the_closest_allowed_one() -> None:
         "policies:\n  - name: a\n    filters: {state: [runing], lifecycle: spott}\n"
         "    condition: {idle: {evidence: agnet}}\n    actions: [notify]\n")
     assert state.message.endswith("(got 'runing'); did you mean 'running'?")
-    assert lifecycle.message == ("policies[0].filters.lifecycle: Input should be 'on-demand' "
-                                 "or 'spot' (got 'spott'); did you mean 'spot'?")
+    # a single value of a list field is named as itself, not as item 0 of a list
+    assert lifecycle.message == ("policies[0].filters.lifecycle: Input should be 'on-demand', "
+                                 "'spot' or 'capacity-block' (got 'spott'); did you mean "
+                                 "'spot'?")
+    assert state.message.startswith("policies[0].filters.state[0]: ")  # written as a list
     assert evidence.message.endswith("(got 'agnet'); did you mean 'agent'?")
     (far,) = _errors("policies:\n  - name: a\n    condition: {idle: {evidence: cloud}}\n"
                      "    actions: [notify]\n")

@@ -49,6 +49,24 @@ def test_idle_gpu_policy_is_dry_run_warns_owner_then_stops_after_15_minutes() ->
     assert policy.limits.max_usd_per_hour == 500
 
 
+def test_idle_gpu_policy_leaves_capacity_blocks_alone() -> None:
+    # an EC2 Capacity Block is paid upfront: stopping its idle instance saves nothing
+    from datetime import UTC, datetime
+
+    from costguard.model import Instance
+    from costguard.policy.evaluate import matches
+
+    policy = load_policy_set([POLICIES / "idle-gpu.yml"]).policy("idle-gpu-shutdown")
+    assert policy.filters.lifecycle == (Lifecycle.ON_DEMAND, Lifecycle.SPOT)
+    now = datetime(2026, 11, 29, tzinfo=UTC)
+    box = Instance(provider="aws", account="1", region="us-east-1", instance_id="i-1",
+                   instance_type="p5.48xlarge", state="running", gpu_count=8,
+                   launch_time=now, observed_at=now)
+    for lifecycle, selected in ((Lifecycle.ON_DEMAND, True), (Lifecycle.SPOT, True),
+                                (Lifecycle.CAPACITY_BLOCK, False)):
+        assert matches(policy, box.model_copy(update={"lifecycle": lifecycle}), now) is selected
+
+
 def test_commented_enforce_example_in_idle_gpu_is_valid_once_uncommented() -> None:
     text = (POLICIES / "idle-gpu.yml").read_text(encoding="utf-8")
     lines = text.splitlines()
@@ -65,7 +83,7 @@ def test_commented_enforce_example_in_idle_gpu_is_valid_once_uncommented() -> No
 
 def test_spot_policy_notifies_long_running_on_demand_gpus_with_savings() -> None:
     policy = load_policy_set([POLICIES / "spot.yml"]).policy("on-demand-gpu-spot-candidate")
-    assert policy.filters.lifecycle is Lifecycle.ON_DEMAND
+    assert policy.filters.lifecycle == (Lifecycle.ON_DEMAND,)
     assert policy.filters.state == (InstanceState.RUNNING,)
     assert policy.condition.running_longer_than == timedelta(hours=6)
     assert policy.stop_action is None
