@@ -384,7 +384,6 @@ class SlidingReadings:
         self.session, self.chunk = session, chunk
         self._refs = list(dict.fromkeys(refs))
         self._rows: dict[InstanceRef, _Rows] = {}
-        self._start: datetime | None = None
         self._until: datetime | None = None
 
     def hold(self, start: datetime, end: datetime) -> None:
@@ -392,11 +391,12 @@ class SlidingReadings:
         only (an earlier one gets what is still held)."""
         if self._until is not None and end <= self._until:
             return
-        first = self._until is None
-        lo = start if self._until is None else self._until
+        # the next chunk: only the readings that begin in it (one that began earlier is
+        # held), unless `start` leaps past what is held (a step of hours): then from there
+        afresh = self._until is None or start > self._until
+        lo = start if afresh or self._until is None else self._until
         hi = max(end, lo + self.chunk)
-        # later chunks: only the readings that begin in them (one that began earlier is held)
-        for ref, values in read_rows(self.session, self._refs, lo, hi, spanning=first,
+        for ref, values in read_rows(self.session, self._refs, lo, hi, spanning=afresh,
                                      fields=_PACKED):
             rows = self._rows.get(ref)
             if rows is None:
@@ -405,7 +405,7 @@ class SlidingReadings:
         start_s = start.timestamp()
         for rows in self._rows.values():
             rows.compact(start_s)
-        self._start, self._until = start, hi
+        self._until = hi
 
     def minutes(self, ref: InstanceRef, start: datetime, end: datetime) -> list[WindowReading]:
         """The readings covering any minute of [start, end), within what `hold` holds."""

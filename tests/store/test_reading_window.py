@@ -344,8 +344,9 @@ def test_agent_only_hands_out_the_agents_readings_from_the_window_and_the_store(
                 m.minute for m in stored if m.source is AGENT and m.minute >= start)
 
 
+@pytest.mark.parametrize("step", [53, 6 * 60 + 7], ids=["53m", "6h7m"])
 def test_sliding_readings_hand_out_what_the_store_holds_while_holding_a_slice(
-        db: Database) -> None:
+        db: Database, step: int) -> None:
     # a backtest's readings: two days of two instances (one in 5-minute readings, one in
     # minutes with a second GPU), stepped through as a replay does: every slice asked for
     # is what the store holds for it, and only a slice is held
@@ -372,7 +373,7 @@ def test_sliding_readings_hand_out_what_the_store_holds_while_holding_a_slice(
                     got = sorted(_fields(r) for r in held.minutes(ref, lo, t))
                     want = sorted(_fields(r) for r in read_minutes(s, [ref], lo, t)[ref])
                     assert got == want, (ref, lo, t)
-            t += timedelta(minutes=53)
+            t += timedelta(minutes=step)
         # 45 minutes back and an hour ahead, of three GPUs' minutes, give or take a chunk
         assert most <= 3 * (45 + 60 + 60)
         # reading ahead: two days, in minute order, a 5-minute reading that began before
