@@ -32,8 +32,9 @@ class InstanceState(StrEnum):
 class Lifecycle(StrEnum):
     ON_DEMAND = "on-demand"
     SPOT = "spot"
-    # an EC2 Capacity Block for ML (`InstanceLifecycle: capacity-block`): GPU capacity
-    # bought ahead for days or weeks, paid upfront; no spot candidate
+    # an EC2 Capacity Block for ML (`InstanceLifecycle: capacity-block`) or a VM in a GCE
+    # calendar-mode reservation (`RESERVATION_BOUND`): GPU capacity bought ahead for days or
+    # weeks, paid for whether it runs or not; no spot candidate
     CAPACITY_BLOCK = "capacity-block"
 
 

@@ -138,7 +138,13 @@ def to_instance(project: str, vm: compute_v1.Instance, observed_at: datetime) ->
     ]
     gpu = gpus.detect(machine_type, attached)
     status = str(raw.status)
-    spot = (raw.scheduling.provisioning_model == "SPOT" or bool(raw.scheduling.preemptible))
+    model = raw.scheduling.provisioning_model
+    spot = model == "SPOT" or bool(raw.scheduling.preemptible)
+    # RESERVATION_BOUND: a VM in a calendar-mode reservation (A3+ GPUs, TPUs, for up to 90
+    # days), billed for the reservation's time whether it runs or not, as a Capacity Block;
+    # FLEX_START (Dynamic Workload Scheduler) and STANDARD are priced as on-demand
+    lifecycle = (Lifecycle.SPOT if spot else Lifecycle.CAPACITY_BLOCK
+                 if model == "RESERVATION_BOUND" else Lifecycle.ON_DEMAND)
     labels = dict(raw.labels)
     return Instance(
         provider="gcp",
@@ -150,7 +156,7 @@ def to_instance(project: str, vm: compute_v1.Instance, observed_at: datetime) ->
         instance_type=machine_type,
         state=to_state(status),
         state_reason=status if status not in ("RUNNING", "TERMINATED") else None,
-        lifecycle=Lifecycle.SPOT if spot else Lifecycle.ON_DEMAND,
+        lifecycle=lifecycle,
         gpu_count=gpu.count if gpu else 0,
         gpu_model=(gpu.spec.model if gpu.spec else gpu.accelerator) if gpu else None,
         gpu_memory_mib=gpu.spec.memory_mib if gpu and gpu.spec else None,

@@ -76,6 +76,20 @@ def test_launch_time_is_the_last_start_as_on_ec2(
                    "running": created}
 
 
+def test_a_reservation_bound_vm_is_a_capacity_block(
+    fake: FakeGcp, make_provider: Callable[..., GcpProvider]
+) -> None:
+    # provisioningModel RESERVATION_BOUND: a calendar-mode reservation's VM, paid for the
+    # reservation's time whether it runs or not; FLEX_START is priced as on-demand
+    c = fake.compute
+    for name, model in (("bound", "RESERVATION_BOUND"), ("flex", "FLEX_START"),
+                        ("standard", "STANDARD"), ("spot", "SPOT")):
+        c.add_instance("ml-prod", "us-east1-b", name, "a3-highgpu-8g").provisioning_model = model
+    got = {i.name: i.lifecycle for i in make_provider().list_instances().instances}
+    assert got == {"bound": Lifecycle.CAPACITY_BLOCK, "flex": Lifecycle.ON_DEMAND,
+                   "standard": Lifecycle.ON_DEMAND, "spot": Lifecycle.SPOT}
+
+
 def test_statuses_map_to_costguard_states(
     fake: FakeGcp, make_provider: Callable[..., GcpProvider]
 ) -> None:
