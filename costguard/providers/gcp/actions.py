@@ -70,21 +70,32 @@ def read(ctx: ActionContext, instance: Instance) -> compute_v1.Instance:
         project=project, zone=zone, instance=name, retry=ctx.retry))
 
 
-def changed(instance: Instance, vm: compute_v1.Instance, *, restarts: bool = True
-             ) -> str | None:
-    """Why the VM is no longer the one we decided about, if it is not: recreated under its
-    name, or (`restarts`: for a stop, start or delete) started again since it was last seen,
-    as EC2's LaunchTime tells (its owner came back to it)."""
+_SAME_START = timedelta(seconds=1)
+
+
+def recreated(instance: Instance, vm: compute_v1.Instance) -> str | None:
+    """Why the VM is not the one we decided about, if its name now belongs to another."""
     if str(vm.id) != instance.instance_id:
         return f"{instance.name} was recreated (id {vm.id}, expected {instance.instance_id})"
-    if restarts:
-        seen = utc(instance.launch_time)
-        started = parse_timestamp(vm.last_start_timestamp,
-                                  parse_timestamp(vm.creation_timestamp, seen))
-        if abs(started - seen) > timedelta(seconds=1):
-            return (f"changed meanwhile: started again at {started.isoformat()} "
-                    f"(was {seen.isoformat()})")
     return None
+
+
+def restarted(instance: Instance, vm: compute_v1.Instance) -> str | None:
+    """Why a stop, start or delete must not go ahead: the VM started again since it was last
+    seen (its owner came back to it), as EC2's LaunchTime tells. One never started has not."""
+    if not vm.last_start_timestamp:
+        return None
+    seen = utc(instance.launch_time)
+    started = parse_timestamp(vm.last_start_timestamp, seen)
+    # within a second is the same start (the store keeps what the API wrote, give or take)
+    if abs(started - seen) > _SAME_START:
+        return f"changed meanwhile: started again at {started.isoformat()} (was {seen.isoformat()})"
+    return None
+
+
+def changed(instance: Instance, vm: compute_v1.Instance) -> str | None:
+    """Why a stop, start or delete must not touch the VM: recreated, or started again."""
+    return recreated(instance, vm) or restarted(instance, vm)
 
 
 def managed_now(vm: compute_v1.Instance) -> str | None:
@@ -200,7 +211,7 @@ def plan_labels(instance: Instance, vm: compute_v1.Instance, tags: Mapping[str, 
     _, _, name = _where(instance)
     add = {label_key(k): label_value(v) for k, v in tags.items()}
     drop = {label_key(k) for k in remove}
-    why = changed(instance, vm, restarts=False)  # a label is right whenever it started
+    why = recreated(instance, vm)  # a label is right whenever it started
     if why:
         return ActionResult(outcome=ActionOutcome.SKIPPED, detail=why)
     current = dict(vm.labels)

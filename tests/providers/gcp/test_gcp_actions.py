@@ -86,6 +86,36 @@ def test_stop_is_skipped_when_the_vm_was_started_again_since_inventory(
     assert again.outcome == ActionOutcome.DONE
 
 
+@pytest.mark.parametrize(("last_start", "why"), [
+    ("", None),  # never started: not started again
+    ("not a time", None),  # unreadable: as the listing read it, no start to tell apart
+    ("2026-11-29T06:00:00.000+00:00", None),
+    ("2026-11-29T06:00:01.000+00:00", None),  # within a second: the same start
+    ("2026-11-29T05:59:59.000+00:00", None),
+    ("2026-11-29T01:00:01.500-05:00", "changed meanwhile: started again at "
+                                      "2026-11-29T06:00:01.500000+00:00 "
+                                      "(was 2026-11-29T06:00:00+00:00)"),
+    ("2026-11-29T05:59:58.500+00:00", "changed meanwhile: started again at "
+                                      "2026-11-29T05:59:58.500000+00:00 "
+                                      "(was 2026-11-29T06:00:00+00:00)"),
+])
+def test_a_vm_started_again_is_told_from_the_same_start(last_start: str, why: str | None
+                                                        ) -> None:
+    from costguard.providers.gcp import compute as compute_v1
+    from costguard.providers.gcp.actions import changed, recreated
+
+    seen = datetime(2026, 11, 29, 6, 0, tzinfo=UTC)
+    inst = Instance(provider="gcp", account="p", region="us-central1", zone="us-central1-a",
+                    instance_id="42", name="vm", instance_type="a2-highgpu-1g",
+                    state=InstanceState.RUNNING, launch_time=seen, observed_at=seen)
+    vm = compute_v1.Instance(id=42, name="vm", last_start_timestamp=last_start,
+                             creation_timestamp="2026-01-01T00:00:00.000+00:00")
+    assert changed(inst, vm) == why
+    assert recreated(inst, vm) is None  # a label goes on whenever it started
+    other = compute_v1.Instance(id=43, name="vm", last_start_timestamp=last_start)
+    assert changed(inst, other) == recreated(inst, other) == "vm was recreated (id 43, expected 42)"
+
+
 def test_stop_is_skipped_when_the_name_now_belongs_to_a_new_instance(
     fake: FakeGcp, gcp: GcpProvider
 ) -> None:
