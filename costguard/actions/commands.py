@@ -179,8 +179,8 @@ def simulate_command(
         return
     if not policy_file:
         raise _fail("give --policy FILE (a policy to replay) or --recommendations")
-    every = _duration(step, "--step") if step else None
-    if every is not None and every < MIN_STEP:  # 0s never ends; 1s repeats each minute
+    every = _duration(step, "--step")
+    if every < MIN_STEP:  # 0s never ends; 1s repeats each minute
         raise _fail(f"--step {step!r}: at least {format_duration(MIN_STEP)}, please "
                     "(readings are a minute each)")
     policies = load_policies_or_exit(policy_file, configured=False)
@@ -190,10 +190,7 @@ def simulate_command(
     except (KeyError, CostguardError) as exc:
         raise _fail(exc.args[0] if isinstance(exc, KeyError) else exc) from None
     with db.session() as s:  # together: they share the fleet-wide `safety` caps, as live
-        reports = (backtest_policies(s, chosen, start, now, step=every,
-                                     safety=settings.safety)
-                   if every is not None else backtest_policies(s, chosen, start, now,
-                                                               safety=settings.safety))
+        reports = backtest_policies(s, chosen, start, now, step=every, safety=settings.safety)
     if fmt == "json":
         print(json.dumps([r.as_json() for r in reports], indent=2))
         return

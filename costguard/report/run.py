@@ -44,15 +44,16 @@ def parse_when(text: str | datetime, now: datetime, option: str) -> datetime:
     else:
         return now - back
     try:
-        when = datetime.fromisoformat(text)
-        when = when.astimezone(UTC) if when.tzinfo else when.replace(tzinfo=UTC)
+        given = datetime.fromisoformat(text)
     except ValueError:
         raise ReportArgumentError(
             f"{option} {text!r} is neither a duration (30d, 24h) nor a date (2026-11-01)"
         ) from None
+    try:
+        when = given.astimezone(UTC) if given.tzinfo else given.replace(tzinfo=UTC)
     except OverflowError:  # 0001-01-01T00:00+05:00 is in the year 0 in UTC
-        when = EARLIEST - timedelta(days=1)
-    if not EARLIEST <= when < LATEST:
+        when = None
+    if when is None or not EARLIEST <= when < LATEST:
         raise ReportArgumentError(
             f"{option} {text!r} is outside the dates costguard reads "
             f"({EARLIEST:%Y-%m-%d} to {LATEST - timedelta(days=1):%Y-%m-%d})")
