@@ -76,7 +76,8 @@ def test_samples_go_only_to_the_named_recipient() -> None:
     ("routes:\n  - match: {min_severity: urgent}\n",
      "routes.yaml:2:27: routes[0].match.min_severity:"),
     ("owners:\n  ana: {email: not-an-address}\n",
-     "routes.yaml:2:16: owners.ana.email[0]: invalid email address 'not-an-address'"),
+     # one address, not a list: named as itself, not as item 0
+     "routes.yaml:2:16: owners.ana.email: invalid email address 'not-an-address'"),
     ("fallback: [\n", "routes.yaml:2:1: invalid YAML"),
 ])
 def test_invalid_routing_files_report_file_line_column(text: str, expected: str) -> None:
