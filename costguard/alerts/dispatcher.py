@@ -149,6 +149,10 @@ class Dispatcher:
                 external = self.channels.deliver(row, self._marker(row))
             except DeliveryError as exc:
                 error = exc
+            except Exception as exc:  # a message that cannot be built: this one, not the rest
+                log.exception("alert delivery %s to %s:%s could not be made", row.id,
+                              row.channel, row.target)
+                error = DeliveryError(f"could not be made: {type(exc).__name__}: {exc}")
             self.fault("after-send")
             self._record(row, now, external, error, stats)
 

@@ -7,6 +7,7 @@ address always carries the same id, whatever happens to the process in between.
 from __future__ import annotations
 
 import hashlib
+import re
 import smtplib
 import ssl
 from collections.abc import Callable, Sequence
@@ -21,6 +22,9 @@ from costguard.alerts.settings import EmailSettings, redact
 
 if TYPE_CHECKING:
     from jinja2 import Environment
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
 
 
 @cache
@@ -58,7 +62,9 @@ def render_digest(title: str, views: Sequence[AlertView]) -> tuple[str, str]:
 def build_email(*, subject: str, text: str, html: str, to: str, from_addr: str,
                 dedupe_key: str, date_header: str | None = None) -> EmailMessage:
     msg = EmailMessage()
-    msg["Subject"] = subject
+    # one line: a subject names an instance, and an EC2 Name tag may hold a line break, which
+    # a header must not (the email library refuses it; a raw one would start a new header)
+    msg["Subject"] = " ".join(_CONTROL.sub(" ", subject).split())
     msg["From"] = from_addr
     msg["To"] = to
     msg["Message-ID"] = message_id(dedupe_key, from_addr)

@@ -181,3 +181,58 @@ def test_with_resend_interrupted_off_an_interrupted_email_is_unconfirmed_not_rep
     assert row.status == "unconfirmed"
     assert row.external_id == box.received[0]["Message-ID"]
     assert "costguard alerts retry 1" in (row.last_error or "")
+
+
+def _enqueue_named(db: Database, name: str) -> None:
+    from costguard.alerts.outbox import enqueue
+
+    with db.session() as s:
+        enqueue(s, dedupe_key=f"idle-gpu|aws|i-0nl|notify|{len(name)}", kind="idle-warning",
+                severity="warning", now=T0, recipients=["email:ana@example.com"],
+                policy="idle-gpu", provider="aws", instance_id="i-0nl", team="research",
+                owner=None, subject=f"{name} (i-0nl) will be stopped at 14:15 UTC",
+                body="Why: idle", context={})
+
+
+def test_a_line_break_in_an_instance_s_name_stays_out_of_the_headers(
+        db: Database, cert: tuple[Path, Path]) -> None:
+    # an EC2 Name tag may hold any character: a line break in the subject stopped the whole
+    # dispatch (the email library refuses it), so no email went out, this one or any after
+    _enqueue_named(db, "trainer\r\nBcc: eve@example.com\u2028x")
+    idle_warning(db, recipients=("email:ana@example.com",))
+    box = Mailbox()
+    with smtp_server(box, cert, free_port()) as port:
+        stats = Dispatcher(db, smtp(port, cert[0])).run(T0)
+    assert stats.sent == 2
+    assert [env[1] for env in box.envelopes] == [["ana@example.com"], ["ana@example.com"]]
+    first = box.received[0]
+    # one line (SMTP folds a long header over several, each continued by a space)
+    assert " ".join(str(first["Subject"]).split()) == (
+        "[costguard] trainer Bcc: eve@example.com x (i-0nl) will be stopped at 14:15 UTC")
+    assert first["Bcc"] is None
+    assert all(d.status == "sent" for d in deliveries(db))
+
+
+def test_a_message_that_cannot_be_made_fails_alone(
+        db: Database, cert: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    # whatever goes wrong building one message (a bug), the others still go out, and the
+    # one is retried like any failed delivery, with the error kept
+    import costguard.alerts.email as email
+
+    real = email.build_email
+
+    def fragile(**kw: object) -> object:
+        if "(i-0nl)" in str(kw["subject"]):
+            raise RuntimeError("template broke")
+        return real(**kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(email, "build_email", fragile)
+    _enqueue_named(db, "trainer")
+    idle_warning(db, recipients=("email:ana@example.com",))
+    box = Mailbox()
+    with smtp_server(box, cert, free_port()) as port:
+        stats = Dispatcher(db, smtp(port, cert[0])).run(T0)
+    assert stats.sent == 1 and len(box.received) == 1
+    broken = [d for d in deliveries(db) if d.status != "sent"]
+    assert len(broken) == 1 and broken[0].status == "pending"  # tried again later
+    assert broken[0].last_error == "could not be made: RuntimeError: template broke"
