@@ -19,6 +19,7 @@ from rich.table import Table
 from costguard.recommend.fit import Fit
 from costguard.recommend.run import Recommendation, Recommendations
 from costguard.recommend.settings import RecommendSettings
+from costguard.report.cells import text_cell
 from costguard.telemetry.efficiency import Bottleneck
 
 SCHEMA = 1
@@ -96,7 +97,8 @@ def to_csv(recs: Recommendations, everything: bool) -> str:
     for r in _shown(recs, everything):
         f, e, i = r.fit, r.fit.efficiency, r.fit.instance
         writer.writerow([
-            i.provider, i.instance_id, i.name or "", i.instance_type, r.team, str(e.bottleneck),
+            i.provider, i.instance_id, text_cell(i.name or ""), i.instance_type,
+            text_cell(r.team), str(e.bottleneck),
             str(e.underused).lower(), e.gpus_paid, _blank(e.gpus_used), _blank(e.gpu_mean),
             "" if e.vram_peak_bytes is None else f"{e.vram_peak_bytes / 1e9:.2f}",
             _blank(e.host_cpu_p95), f"{r.spend_usd:.2f}", f.to.instance_type if f.to else "",
@@ -109,7 +111,7 @@ def to_team_csv(recs: Recommendations) -> str:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(("team", "underused_instances", "underused_usd", "monthly_savings_usd"))
     for team, row in recs.by_team().items():
-        writer.writerow((team, int(row["instances"]), f"{row['underused_usd']:.2f}",
+        writer.writerow((text_cell(team), int(row["instances"]), f"{row['underused_usd']:.2f}",
                          f"{row['monthly_savings_usd']:.2f}"))
     return buf.getvalue()
 

