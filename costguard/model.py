@@ -386,6 +386,13 @@ class Inventory(Frozen):
     gaps: list[Gap] = Field(default_factory=list)
 
 
+# The most an hour of one instance can cost, as costguard takes a price: the dearest GPU
+# machines list near $100/h. A figure past it is a typo or a broken bill line, and a cost
+# interval's micro-dollars must fit a 64-bit integer (an override of 1e15 $/h stopped
+# accrual at its first interval, every cycle).
+MAX_USD_PER_HOUR = 100_000.0
+
+
 class PriceQuote(Frozen):
     """An hourly price and where it came from (so reports can say how a number was made)."""
 

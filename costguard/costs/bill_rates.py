@@ -13,6 +13,7 @@ whole billed period and saw it run at least an hour; otherwise it keeps its list
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,11 +23,12 @@ from sqlmodel import Session
 
 from costguard.clock import utc
 from costguard.costs.price_book import store_learned_rates
-from costguard.model import Instance
+from costguard.model import MAX_USD_PER_HOUR, Instance
 from costguard.store.bill_tables import BillingCostRow
 from costguard.store.inventory import current_instances
 from costguard.store.tables import CostIntervalRow
 
+log = logging.getLogger(__name__)
 SOURCE = "learned from the bill (EffectiveCost / hours run)"
 _MIN_HOURS = 1.0
 _CHUNK = 500  # instance ids per IN (...) list
@@ -71,7 +73,13 @@ def learn_rates(session: Session, now: datetime) -> LearnResult:
         if inst is None or hours is None or hours < _MIN_HOURS:
             result.not_watched.append(f"{provider}:{iid}")
             continue
-        rates.append((inst, sum(m for _, _, m in lines) / 1e6 / hours, end))
+        rate = sum(m for _, _, m in lines) / 1e6 / hours
+        if not 0 <= rate <= MAX_USD_PER_HOUR:  # a broken line, not a price: not learned
+            log.warning("not learned from the bill: %s:%s at %.2f USD/h (EffectiveCost "
+                        "%s to %s over %.1f h run)", provider, iid, rate,
+                        f"{start:%Y-%m-%d %H:%M}", f"{end:%Y-%m-%d %H:%M}", hours)
+            continue
+        rates.append((inst, rate, end))
     result.learned = store_learned_rates(session, rates, SOURCE, now)
     return result
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from costguard.errors import ConfigError
-from costguard.model import Instance, Lifecycle, PriceQuote
+from costguard.model import MAX_USD_PER_HOUR, Instance, Lifecycle, PriceQuote
 from costguard.yamlpos import (
     YamlLoadError,
     load_yaml_with_positions,
@@ -78,14 +78,14 @@ class Discount(_Rule):
 class CustomPrice(_Rule):
     """A fixed hourly price (private pricing, reserved capacity) that replaces the list one."""
 
-    usd_per_hour: float = Field(ge=0)
+    usd_per_hour: float = Field(ge=0, le=MAX_USD_PER_HOUR)
     note: str = "custom price"
 
 
 class DiskPrice(_Rule):
     """What a stopped instance still costs per hour (its attached disks)."""
 
-    usd_per_hour: float = Field(ge=0)
+    usd_per_hour: float = Field(ge=0, le=MAX_USD_PER_HOUR)
     note: str = "attached disks"
 
 

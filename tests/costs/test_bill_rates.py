@@ -85,3 +85,28 @@ def test_an_instance_watched_for_part_of_the_billed_period_keeps_its_list_price(
         import_focus(s, export, Attributor(), datetime(2026, 3, 20, tzinfo=UTC))
         learned = learn_rates(s, datetime(2026, 3, 20, tzinfo=UTC))
     assert (learned.learned, learned.not_watched) == (0, ["aws:i-new"])
+
+
+def test_a_rate_no_instance_could_cost_is_not_learned(
+        db: Database, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # broken usage lines ($5e9 for an hour) taught a rate whose cost intervals did not fit
+    # a 64-bit integer: accrual failed at every cycle after. It is left out, and logged
+    box = instance("i-odd", "p4d.24xlarge", gpus=8).model_copy(update={"provider": "aws"})
+    with db.session() as s:
+        record_inventory(s, "aws", [box], T0, complete=True)
+    with db.session() as s:
+        accrue(s, T0 + timedelta(hours=4), PriceCatalog().price_of(), Attributor())
+    export = tmp_path / "focus.csv"
+    export.write_text(HEADER + "".join(line(h, 5e9, 5e9, ARN.format("i-odd"))
+                                       for h in range(3)))
+    with db.session() as s, caplog.at_level("WARNING", logger="costguard.costs.bill_rates"):
+        import_focus(s, export, Attributor(), T0 + timedelta(hours=5))
+        learned = learn_rates(s, T0 + timedelta(hours=5))
+    assert learned.learned == 0
+    assert ("not learned from the bill: aws:i-odd at 5000000000.00 USD/h (EffectiveCost "
+            "2026-03-08 05:00 to 2026-03-08 08:00 over 3.0 h run)") in caplog.text
+    with db.session() as s:
+        catalog = PriceCatalog(book=PriceBook.load(s))
+        quote = catalog.quote(box)
+        assert quote is not None and not quote.source.startswith("learned")
+        accrue(s, T0 + timedelta(hours=6), catalog.price_of(), Attributor())  # goes on

@@ -68,3 +68,22 @@ def test_broken_yaml_and_duplicate_keys_are_located(tmp_path: Path) -> None:
 def test_a_missing_file_says_which_setting_names_it(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"Fix costs\.price_overrides in costguard\.yaml"):
         PriceOverrides.load(tmp_path / "nope.yml")
+
+
+@pytest.mark.parametrize("usd", [".inf", "1e15", "100001"])
+def test_a_price_no_hour_could_cost_is_refused_where_it_is(tmp_path: Path, usd: str) -> None:
+    # an override of 1e15 $/h made cost intervals too large to store: accrual failed at its
+    # first interval, every cycle
+    path = tmp_path / "prices.yml"
+    path.write_text("prices:\n  - {provider: aws, instance_type: p5.48xlarge, "
+                    f"usd_per_hour: {usd}}}\ndisks:\n  - {{provider: aws, usd_per_hour: {usd}}}\n")
+    with pytest.raises(ConfigError) as exc:
+        PriceOverrides.load(path)
+    text = str(exc.value)
+    assert f"{path}:2:63: prices[0].usd_per_hour: Input should be less than or equal to " \
+           "100000" in text
+    assert f"{path}:4:35: disks[0].usd_per_hour: Input should be less than or equal to " \
+           "100000" in text
+    path.write_text("prices:\n  - {provider: aws, instance_type: p5.48xlarge, "
+                    "usd_per_hour: 100000}\n")
+    assert PriceOverrides.load(path).prices[0].usd_per_hour == 100_000
