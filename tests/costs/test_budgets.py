@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from sqlmodel import select
 
 from costguard.costs.budgets import check_budgets
+from costguard.errors import PolicyError
+from costguard.policy.load import parse_policy_text
 from costguard.policy.schema import Attribution, Budget, PolicySet
 from costguard.store.db import Database
 from costguard.store.tables import AlertRow
@@ -62,3 +65,21 @@ def test_a_new_month_starts_from_zero(db: Database) -> None:
     with db.session() as s:
         status = check_budgets(s, policies(), MONTH + timedelta(hours=6))[0]
     assert status.actual_micros == 0 and status.alerts == ()
+
+
+def test_a_budget_past_a_trillion_is_refused_where_it_is_written() -> None:
+    # kept as micro-dollars, a 64-bit integer: `monthly_usd: .inf` failed every cycle's
+    # budget check with an OverflowError
+    text = "budgets:\n  - {name: b, dimension: account, value: '1', monthly_usd: %s}\n"
+    for bad in (".inf", "1000000000001"):
+        with pytest.raises(PolicyError) as caught:
+            parse_policy_text(text % bad, "b.yml")
+        assert ("b.yml:2:60: budgets[0].monthly_usd: Input should be less than or equal to "
+                "1000000000000") in str(caught.value)
+    assert parse_policy_text(text % "1000000000000", "b.yml").budgets[0].monthly_usd == 1e12
+    huge = PolicySet(budgets=(Budget(name="b", dimension="account", value="1",
+                                     monthly_usd=1e12),))
+    db = Database("sqlite://")
+    with db.session() as s:
+        (status,) = check_budgets(s, huge, MONTH + timedelta(days=3))
+    assert status.budget_micros == 10**18
