@@ -41,17 +41,27 @@ def is_null(value: object) -> bool:
     return isinstance(value, str) and value.strip().lower() in NULLS
 
 
+# A line's amount is kept as micro-dollars in a 64-bit integer: up to a trillion dollars
+# either way. Past it is a broken line (`1e30` failed the whole import), skipped and named.
+MAX_LINE_MICROS = 10**18
+
+
 def micros(text: object, where: str) -> int:
     """An amount in micro-dollars, rounded half away from zero (as Decimal's ROUND_HALF_UP).
     Plain decimal text (the common case) is read with integer arithmetic, exactly."""
+    out: int | None = None
     if isinstance(text, str):
-        fast = _fast_micros(text)
-        if fast is not None:
-            return fast
-    if is_null(text):
-        raise BillingImportError(f"{where} is empty")
-    value = decimal_of(text, where)
-    return int((value * 1_000_000).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+        out = _fast_micros(text)
+    if out is None:
+        if is_null(text):
+            raise BillingImportError(f"{where} is empty")
+        value = decimal_of(text, where)
+        if abs(value) > MAX_LINE_MICROS // 1_000_000:
+            raise BillingImportError(f"{where}: {text!r} is more than a trillion dollars")
+        out = int((value * 1_000_000).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+    if abs(out) > MAX_LINE_MICROS:
+        raise BillingImportError(f"{where}: {text!r} is more than a trillion dollars")
+    return out
 
 
 def _fast_micros(text: str) -> int | None:

@@ -40,6 +40,7 @@ from costguard.costs.arrow_text import (
 from costguard.costs.bill_errors import BillingImportError
 from costguard.costs.bill_lines import (
     BASE_CURRENCY,
+    MAX_LINE_MICROS,
     NULLS,
     PROVIDER_COLUMNS,
     LineReader,
@@ -345,7 +346,11 @@ def _distinct_micros(values: Any) -> Any:
     rounded = pc.cast(pc.round(exact, ndigits=6, round_mode="half_towards_infinity"),
                       pa.decimal128(30, 6))
     scaled = pc.multiply(rounded, pa.scalar(Decimal(1_000_000), pa.decimal128(7, 0)))
-    return pc.cast(scaled, pa.int64())
+    out = pc.cast(scaled, pa.int64())
+    top = pc.max(pc.abs_checked(out)).as_py()
+    if top is not None and top > MAX_LINE_MICROS:  # the line reader skips and names them
+        raise BillingImportError("an amount of more than a trillion dollars")
+    return out
 
 
 def _attribution(table: pa.Table, account: Any, reader: LineReader) -> dict[str, Any]:

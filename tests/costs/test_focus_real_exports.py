@@ -80,6 +80,27 @@ def test_a_null_amount_is_a_skipped_line_not_zero(db: Database, tmp_path: Path) 
     assert result.added == 1 and result.skipped == [("f.csv:3", "BilledCost is empty")]
 
 
+@pytest.mark.parametrize("amount", ["1e30", "1000000000000000000000", "9000000000000.5",
+                                    "-1000000000000.01"])
+def test_an_amount_past_a_trillion_dollars_is_a_skipped_line(db: Database, tmp_path: Path,
+                                                             amount: str) -> None:
+    # kept as micro-dollars in a 64-bit integer: `1e30` failed the whole import with a
+    # decimal.InvalidOperation, a 22-digit one with the store's integer overflow, and
+    # 9e12 (which fits) went in as nine trillion dollars through the column reader
+    path = write_csv(tmp_path / "f.csv", [row(), row(BilledCost=amount),
+                                          row(ChargePeriodStart="2026-05-01T01:00:00Z",
+                                              ChargePeriodEnd="2026-05-01T02:00:00Z")])
+    result = load(db, path)
+    assert result.added == 2
+    assert result.skipped == [("f.csv:3", f"BilledCost: {amount!r} is more than a trillion "
+                                          "dollars")]
+    assert sum(line.billed_micros for line in billing_lines(db)) == 20_000_000
+    # a trillion is still an amount
+    edge = write_csv(tmp_path / "edge.csv", [row(BilledCost="1000000000000",
+                                                 ResourceId="i-edge")])
+    assert load(db, edge).added == 1
+
+
 # -- every Tags shape ----------------------------------------------------------------------
 @pytest.mark.parametrize("tags", [
     '{"team": "research", "env": "prod"}',  # FOCUS: a JSON object
