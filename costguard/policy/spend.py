@@ -139,8 +139,8 @@ budgets:
     dimension: Text = Field(description="An attribution or built-in dimension.")
     value: Text = Field(description="The dimension value the budget covers.")
     # at most a trillion: kept as micro-dollars, a 64-bit integer (.inf stopped each cycle)
-    monthly_usd: float = Field(gt=0, le=1e12,
-                               description="Budget per calendar month (UTC), in USD, at most a trillion.")
+    monthly_usd: float = Field(
+        gt=0, le=1e12, description="Budget per calendar month (UTC), in USD, at most a trillion.")
     alert_at_percent: Annotated[
         tuple[Annotated[float, Field(gt=0, le=1000)], ...], AfterValidator(_sorted_percentages)
     ] = Field(default=(80.0, 100.0), min_length=1, description="Alert thresholds.")
