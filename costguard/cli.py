@@ -166,7 +166,7 @@ def run(
     warnings: list[SourceError] = []
     policies = load_policies_or_exit(
         settings.policy_paths, warnings=warnings,
-        identity_required=settings.http.identity.mode == "required")
+        identity_required=settings.http.identity.required)
     try:
         db = Database(settings.database_url)
         providers = build_providers(settings, clock)

@@ -87,6 +87,11 @@ class AgentIdentitySettings(Section):
     google_certs_url: str = "https://www.googleapis.com/oauth2/v1/certs"
     audience: str = "costguard"  # the audience GCE identity tokens are requested for
 
+    @property
+    def required(self) -> bool:
+        """Only proven instances may push for cloud instances."""
+        return self.mode == "required"
+
 
 class HttpSettings(Section):
     host: str = "127.0.0.1"

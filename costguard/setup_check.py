@@ -93,7 +93,7 @@ def check_setup(config: Path | None) -> SetupCheck:
         return check
     try:
         check.policies, check.warnings = load_with_warnings(
-            settings.policy_paths, identity_required=settings.http.identity.mode == "required")
+            settings.policy_paths, identity_required=settings.http.identity.required)
     except PolicyError as exc:
         check.problems += exc.errors
     if settings.alerts.routing_file is not None:

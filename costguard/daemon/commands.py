@@ -69,10 +69,9 @@ def status(
         info = gather_status(db, cli_clock().now(), settings.poll_interval.total_seconds())
     finally:
         db.dispose()
-    mode = settings.http.identity.mode
     info["agent_auth"] = (
         "instance identity required; the shared token only for the simulated cloud"
-        if mode == "required" else
+        if settings.http.identity.required else
         "instance identity accepted; the shared token also accepted for every instance "
         "(set http.identity.mode: required to refuse it for cloud instances)")
     if fmt == "json":

@@ -88,4 +88,4 @@ def identity_authority(settings: Settings, token: str, db: Database) -> Identity
     return IdentityAuthority(
         credentials=Credentials(token), aws=AwsDocuments(cfg.aws_certs_dir),
         gcp=GoogleTokens(cfg.audience, cfg.google_certs_file, cfg.google_certs_url),
-        required=cfg.mode == "required", launch_time_of=launch_time_of)
+        required=cfg.required, launch_time_of=launch_time_of)
