@@ -49,17 +49,16 @@ MAX_LINE_MICROS = 10**18
 def micros(text: object, where: str) -> int:
     """An amount in micro-dollars, rounded half away from zero (as Decimal's ROUND_HALF_UP).
     Plain decimal text (the common case) is read with integer arithmetic, exactly."""
-    out: int | None = None
-    if isinstance(text, str):
-        out = _fast_micros(text)
+    out = _fast_micros(text) if isinstance(text, str) else None
     if out is None:
         if is_null(text):
             raise BillingImportError(f"{where} is empty")
         value = decimal_of(text, where)
-        if abs(value) > MAX_LINE_MICROS // 1_000_000:
-            raise BillingImportError(f"{where}: {text!r} is more than a trillion dollars")
-        out = int((value * 1_000_000).quantize(Decimal(1), rounding=ROUND_HALF_UP))
-    if abs(out) > MAX_LINE_MICROS:
+        # past the bound, quantize (28 digits) raises, and abs() raises Overflow for
+        # 1e999999999 (copy_abs does not round): out of range whatever it is
+        if value.copy_abs() <= MAX_LINE_MICROS // 1_000_000:
+            out = int((value * 1_000_000).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+    if out is None or abs(out) > MAX_LINE_MICROS:
         raise BillingImportError(f"{where}: {text!r} is more than a trillion dollars")
     return out
 
@@ -71,6 +70,8 @@ def _fast_micros(text: str) -> int | None:
     if not (whole or frac) or not (whole.isascii() and frac.isascii()):
         return None
     if not ((not whole or whole.isdigit()) and (not frac or frac.isdigit())):
+        return None
+    if len(whole) > 19:  # past any amount kept (and int() refuses 4,300 digits): Decimal's
         return None
     value = int(whole or "0") * 1_000_000 + int((frac[:6] or "0").ljust(6, "0"))
     if len(frac) > 6 and frac[6] >= "5":

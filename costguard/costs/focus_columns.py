@@ -336,13 +336,24 @@ def _micros(values: Any) -> Any:
     return by_value(values, _distinct_micros)
 
 
+_LONGEST_AMOUNT = 64  # characters: a trillion dollars to 40 places, a sign and a point
+
+
 def _distinct_micros(values: Any) -> Any:
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
     import pyarrow.compute as pc  # type: ignore[import-untyped,unused-ignore]
 
     # 40 places: a double's shortest text below a cent has up to 20 and more
-    exact = (values if pa.types.is_decimal(values.type)
-             else pc.cast(_opt(as_text(values)), pa.decimal256(76, 40)))
+    if pa.types.is_decimal(values.type):
+        exact = values
+    else:
+        text = _opt(as_text(values))
+        # Arrow reads 5,000 nines as -1: text that long is the line reader's to refuse
+        longest = pc.max(pc.utf8_length(text)).as_py()
+        if longest is not None and longest > _LONGEST_AMOUNT:
+            raise BillingImportError(f"an amount written in more than {_LONGEST_AMOUNT} "
+                                     "characters")
+        exact = pc.cast(text, pa.decimal256(76, 40))
     rounded = pc.cast(pc.round(exact, ndigits=6, round_mode="half_towards_infinity"),
                       pa.decimal128(30, 6))
     scaled = pc.multiply(rounded, pa.scalar(Decimal(1_000_000), pa.decimal128(7, 0)))

@@ -293,3 +293,15 @@ def test_the_cli_summarises_skips_and_refuses_with_strict(db: Database, tmp_path
                                           "json"]).output)
     assert (fast["read_by"], fast["read_by_lines_because"], fast["added"]) == (
         "columns", None, 1)  # row() itself was imported above
+
+
+@pytest.mark.parametrize("amount", ["9" * 5000, "1e999999999", "-1e999999999"])
+def test_an_amount_no_reader_could_hold_is_a_skipped_line_too(db: Database, tmp_path: Path,
+                                                              amount: str) -> None:
+    # 5,000 digits: the column reader read them as -1 (Arrow's cast), the line reader's
+    # int() refuses past 4,300 (a ValueError); 1e999999999: abs() raised decimal.Overflow.
+    # Each failed the whole import, or imported a wrong figure
+    path = write_csv(tmp_path / "f.csv", [row(), row(BilledCost=amount)])
+    result = load(db, path)
+    assert result.added == 1 and result.skipped_count == 1
+    assert result.skipped[0][1].endswith("is more than a trillion dollars")
