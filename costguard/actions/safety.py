@@ -144,7 +144,7 @@ def snooze_limit(requested: datetime, started: datetime, max_snooze: timedelta |
 
 
 # a launch time read back from the store may differ from the cloud's by sub-second rounding
-_SAME_LAUNCH = timedelta(seconds=1)
+SAME_LAUNCH = timedelta(seconds=1)
 
 
 def recheck(provider: object, inst: Instance, now: datetime,
@@ -186,7 +186,7 @@ def skip_reason(last_seen: Instance, fresh: Instance | None, now: datetime,
     if fresh.instance_type != last_seen.instance_type:
         return (f"changed meanwhile: type is now {fresh.instance_type} "
                 f"(was {last_seen.instance_type})")
-    if abs(utc(fresh.launch_time) - utc(last_seen.launch_time)) > _SAME_LAUNCH:
+    if abs(utc(fresh.launch_time) - utc(last_seen.launch_time)) > SAME_LAUNCH:
         return (f"changed meanwhile: relaunched at {utc(fresh.launch_time).isoformat()} "
                 f"(was {utc(last_seen.launch_time).isoformat()})")
     if fresh.state is not want:

@@ -13,11 +13,11 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 
 from google.api_core import exceptions as gexc
 from google.api_core import retry as gretry
 
+from costguard.actions.safety import SAME_LAUNCH
 from costguard.clock import utc
 from costguard.errors import ProviderError
 from costguard.model import ActionOutcome, ActionResult, Instance, InstanceState
@@ -70,9 +70,6 @@ def read(ctx: ActionContext, instance: Instance) -> compute_v1.Instance:
         project=project, zone=zone, instance=name, retry=ctx.retry))
 
 
-_SAME_START = timedelta(seconds=1)
-
-
 def recreated(instance: Instance, vm: compute_v1.Instance) -> str | None:
     """Why the VM is not the one we decided about, if its name now belongs to another."""
     if str(vm.id) != instance.instance_id:
@@ -87,8 +84,7 @@ def restarted(instance: Instance, vm: compute_v1.Instance) -> str | None:
         return None
     seen = utc(instance.launch_time)
     started = parse_timestamp(vm.last_start_timestamp, seen)
-    # within a second is the same start (the store keeps what the API wrote, give or take)
-    if abs(started - seen) > _SAME_START:
+    if abs(started - seen) > SAME_LAUNCH:  # the re-check's rule (actions.safety.skip_reason)
         return f"changed meanwhile: started again at {started.isoformat()} (was {seen.isoformat()})"
     return None
 
