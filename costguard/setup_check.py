@@ -125,7 +125,7 @@ def _check_identity_files(check: SetupCheck, settings: Settings) -> None:
         except ConfigError as exc:
             _config_problems(check, exc)
     if identity.google_certs_file is not None:
-        from costguard.daemon.identity import GoogleTokens
+        from costguard.daemon.google_tokens import GoogleTokens
 
         check.files.append(f"http.identity.google_certs_file {identity.google_certs_file}")
         try:

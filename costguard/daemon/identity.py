@@ -10,10 +10,8 @@ with the cloud's signed identity, and gets a short-lived credential for that ins
   refused (the document never changes while an instance lives, so this is what bounds a
   replay of a copied one).
 - **GCP:** the instance identity token (metadata server, `format=full`, audience =
-  `audience`), a JWT signed by Google: RS256 verified against Google's keys (a JSON file of
-  kid -> certificate, as https://www.googleapis.com/oauth2/v1/certs serves them; fetched
-  and cached for an hour unless `google_certs_file` names a file, for air-gapped installs),
-  audience, expiry and issue time checked with 5 minutes of clock skew.
+  `audience`), a JWT signed by Google, verified against Google's keys with its issuer,
+  audience, expiry and issue time (5 minutes of clock skew): `google_tokens.GoogleTokens`.
 
 The credential is `cgi1.<payload>.<mac>`: the provider, instance id and expiry, MACed with a
 key derived from the agent token, so every replica of the daemon checks it without a store.
@@ -27,21 +25,21 @@ import base64
 import hashlib
 import hmac
 import json
-import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from costguard.clock import utc
 from costguard.errors import ConfigError, CostguardError
 
+if TYPE_CHECKING:
+    from costguard.daemon.google_tokens import GoogleTokens
+
 CREDENTIAL_TTL = timedelta(hours=1)
 CLOCK_SKEW = timedelta(minutes=5)
-GOOGLE_CERTS_URL = "https://www.googleapis.com/oauth2/v1/certs"
 _PREFIX = "cgi1"
 
 
@@ -193,82 +191,6 @@ class AwsDocuments:
         if launched > now + CLOCK_SKEW:
             raise ProofRefused(f"pendingTime {launched.isoformat()} is in the future")
         return Proven("aws", iid, region, launched)
-
-
-def _keys_file(path: Path) -> Mapping[str, str]:
-    """Google's keys from `path` (google_certs_file); KeysUnavailable says why not."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise KeysUnavailable(f"{path} cannot be read: {exc.strerror}") from None
-    except ValueError as exc:
-        raise KeysUnavailable(f"{path} is not JSON: {exc}") from None
-    if (not isinstance(doc, dict) or not doc
-            or not all(isinstance(v, str) for v in doc.values())):
-        raise KeysUnavailable(f"{path} holds no key id -> certificate object")
-    return {str(k): v for k, v in doc.items()}
-
-
-class GoogleTokens:
-    """Verifies GCE instance identity tokens against Google's keys."""
-
-    def __init__(self, audience: str, certs_file: Path | None, certs_url: str,
-                 fetch: Callable[[str], Mapping[str, str]] | None = None) -> None:
-        self.audience = audience
-        self.certs_file = certs_file
-        self.certs_url = certs_url
-        self._fetch = fetch or _fetch_json
-        self._cached: tuple[float, Mapping[str, str]] | None = None
-        self._lock = threading.Lock()
-        if certs_file is not None:
-            try:
-                _keys_file(certs_file)
-            except KeysUnavailable as exc:
-                raise IdentitySettingError(f"http.identity.google_certs_file: {exc}: name a "
-                                           "JSON file of key id -> certificate, as "
-                                           f"{GOOGLE_CERTS_URL} serves it") from None
-
-    def keys(self) -> Mapping[str, str]:
-        if self.certs_file is not None:
-            return _keys_file(self.certs_file)  # read each time: a replaced file is taken
-        with self._lock:
-            if self._cached is not None and time.monotonic() - self._cached[0] < 3600:
-                return self._cached[1]
-            try:
-                keys = self._fetch(self.certs_url)
-            except Exception as exc:
-                raise KeysUnavailable(f"Google's keys could not be fetched from "
-                                      f"{self.certs_url}: {type(exc).__name__}") from None
-            self._cached = (time.monotonic(), keys)
-            return keys
-
-    def verify(self, token: str, now: datetime) -> Proven:
-        from google.auth import exceptions as gexc
-        from google.auth import jwt
-
-        keys = self.keys()
-        try:
-            claims = jwt.decode(  # type: ignore[no-untyped-call]
-                token, certs=dict(keys), audience=self.audience,
-                clock_skew_in_seconds=int(CLOCK_SKEW.total_seconds()))
-        except (ValueError, gexc.GoogleAuthError) as exc:
-            raise ProofRefused(f"the identity token does not verify: {exc}") from None
-        engine = (claims.get("google") or {}).get("compute_engine") or {}
-        iid = engine.get("instance_id")
-        if not iid:
-            raise ProofRefused("the token carries no instance id: ask the metadata server "
-                               "for it with format=full")
-        zone = str(engine.get("zone") or "")
-        return Proven("gcp", str(iid), zone.rsplit("-", 1)[0] if zone else None)
-
-
-def _fetch_json(url: str) -> Mapping[str, str]:
-    import httpx
-
-    answer = httpx.get(url, timeout=10)
-    answer.raise_for_status()
-    found: Mapping[str, str] = answer.json()
-    return found
 
 
 @dataclass

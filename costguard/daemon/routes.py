@@ -70,12 +70,8 @@ def slack_interactivity_routes(settings: Settings, cfg: DaemonSettings, db: Data
 def identity_authority(settings: Settings, token: str, db: Database) -> IdentityAuthority:
     """The verifiers and credentials of `http.identity`, with the store's launch times (a
     document from an earlier launch of an instance is refused)."""
-    from costguard.daemon.identity import (
-        AwsDocuments,
-        Credentials,
-        GoogleTokens,
-        IdentityAuthority,
-    )
+    from costguard.daemon.google_tokens import GoogleTokens
+    from costguard.daemon.identity import AwsDocuments, Credentials, IdentityAuthority
     from costguard.store.tables import InstanceRow
 
     cfg = settings.http.identity

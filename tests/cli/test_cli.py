@@ -217,12 +217,14 @@ def test_identity_certificates_that_cannot_serve_are_problems(workdir: Path) -> 
     assert problems[0].startswith("http.identity.aws_certs_dir: ")
     assert "aws-certs is not a folder" in problems[0]
     assert problems[1].startswith("http.identity.google_certs_file: ")
-    assert "no key id -> certificate" in problems[1]
+    assert "holds no Google keys" in problems[1]
     (workdir / "aws-certs").mkdir()
     (workdir / "aws-certs" / "default.pem").write_bytes(
         (Path(__file__).parents[2] / "costguard" / "daemon" / "data" / "aws_identity_certs"
          / "us-east-1.pem").read_bytes())
-    (workdir / "google-keys.json").write_text('{"k1": "-----BEGIN CERTIFICATE-----"}')
+    (workdir / "google-keys.json").write_bytes(  # a snapshot of Google's keys (a JWK set)
+        (Path(__file__).parents[1] / "fixtures" / "identity" / "gcp"
+         / "google-v3-certs-2021-03.json").read_bytes())
     fixed = runner.invoke(app, ["validate"])
     assert fixed.exit_code == 0, fixed.output
     assert "http.identity.aws_certs_dir" in fixed.output

@@ -6,8 +6,9 @@ any other. Keys and certificates are generated here; nothing is trusted blindly.
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import json
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,13 +21,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
 
-from costguard.daemon.identity import (
-    AwsDocuments,
-    Credentials,
-    GoogleTokens,
-    IdentityAuthority,
-    ProofRefused,
-)
+from costguard.daemon.google_tokens import GoogleTokens
+from costguard.daemon.identity import AwsDocuments, Credentials, IdentityAuthority, ProofRefused
 from costguard.model import GpuMinute, TelemetrySource
 from costguard.telemetry.ingest import MemorySink, telemetry_app
 from tests.fakes.loopback import serve
@@ -65,19 +61,22 @@ def _sign(document: str, key: rsa.RSAPrivateKey = AWS_KEY) -> str:
 
 
 def _gce_token(iid: str = "4242", aud: str = "costguard", exp_in: int = 3600,
-               with_instance: bool = True) -> str:
+               with_instance: bool = True, **changed: Any) -> str:
+    """A token as Google signs them (with GOOGLE_KEY, key id k1), issued at NOW; `changed`
+    claims replace Google's (None: left out)."""
     from google.auth import crypt, jwt
 
     signer = crypt.RSASigner.from_string(GOOGLE_KEY.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption()), key_id="k1")
-    now = int(time.time())
+    now = int(NOW.timestamp())
     claims: dict[str, Any] = {"iss": "https://accounts.google.com", "aud": aud,
                               "iat": now, "exp": now + exp_in, "sub": "1234"}
     if with_instance:
         claims["google"] = {"compute_engine": {"instance_id": iid, "project_id": "ml-prod",
                                                "zone": "us-central1-a"}}
-    return jwt.encode(signer, claims).decode()
+    claims.update(changed)
+    return jwt.encode(signer, {k: v for k, v in claims.items() if v is not None}).decode()
 
 
 @pytest.fixture
@@ -130,10 +129,29 @@ def test_a_region_without_a_certificate_is_refused(tmp_path: Path) -> None:
 def test_a_google_identity_token_proves_its_instance(authority: IdentityAuthority) -> None:
     proven = authority.prove({"provider": "gcp", "token": _gce_token()}, NOW)
     assert (proven.provider, proven.instance_id) == ("gcp", "4242")
-    for token, words in [(_gce_token(aud="someone-else"), "does not verify"),
-                         (_gce_token(exp_in=-3600), "does not verify"),
+    for token, words in [(_gce_token(aud="someone-else"), "does not verify: .*aud"),
+                         (_gce_token(exp_in=-3600), "does not verify: .*expired"),
+                         (_gce_token(iss="https://evil.example"), "does not verify: .*iss"),
+                         (_gce_token(exp=None), "does not verify: .*exp"),
+                         (_gce_token(iat=None), "does not verify: .*iat"),
+                         (_gce_token(google="a string"), "no instance id"),
                          (_gce_token(with_instance=False), "no instance id")]:
         with pytest.raises(ProofRefused, match=words):
+            authority.prove({"provider": "gcp", "token": token}, NOW)
+
+
+def test_a_token_that_names_another_algorithm_is_refused(authority: IdentityAuthority) -> None:
+    # HS256 "signed" with Google's public certificate as the secret (the classic confusion),
+    # or no signature at all: only RS256 by Google's key proves anything
+    def b64(raw: bytes) -> str:
+        return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+    body = _gce_token().split(".")[1]
+    hs256, none = b64(b'{"alg":"HS256","kid":"k1"}'), b64(b'{"alg":"none","kid":"k1"}')
+    mac = hmac.new(GOOGLE_CERT, f"{hs256}.{body}".encode(), hashlib.sha256).digest()
+    forged, unsigned = f"{hs256}.{body}.{b64(mac)}", f"{none}.{body}."
+    for token in (forged, unsigned):
+        with pytest.raises(ProofRefused, match="does not verify"):
             authority.prove({"provider": "gcp", "token": token}, NOW)
 
 
@@ -297,14 +315,18 @@ def test_a_google_certs_file_that_cannot_serve_is_refused_and_one_gone_later_is_
     from costguard.daemon.identity import IdentitySettingError
 
     for text, words in [(None, "cannot be read"), ("{", "is not JSON"),
-                        ("[]", "holds no key id -> certificate"), ("{}", "holds no key id"),
-                        ('{"k1": 7}', "holds no key id")]:
+                        ("[]", "holds no Google keys"), ("{}", "holds no Google keys"),
+                        ('{"k1": 7}', "holds no Google keys"),
+                        ('{"keys": []}', "holds no Google keys"),
+                        ('{"k1": "not a certificate"}', "key k1 is not a PEM certificate"),
+                        ('{"keys": [{"kty": "RSA", "kid": "k1", "n": "!", "e": "AQAB"}]}',
+                         "holds a JWK that is no RSA key")]:
         keys = tmp_path / "keys.json"
         keys.unlink(missing_ok=True)
         if text is not None:
             keys.write_text(text)
         with pytest.raises(IdentitySettingError,
-                           match=f"google_certs_file: .*keys.json {words}"):
+                           match=f"google_certs_file: .*keys.json:? {words}"):
             GoogleTokens("costguard", keys, "http://unused")
     # a file read well at start and removed later: no data for now (503), not a crash (500)
     assert isinstance(authority.gcp, GoogleTokens) and authority.gcp.certs_file is not None
