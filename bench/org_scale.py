@@ -242,12 +242,13 @@ def _size(n: int, work: Path, latency_ms: float, throttle: float, workers: int,
         if k == 0:
             row["note"] = (f"{_targets(row)}; floor: "
                            + ", ".join(f"{op} {c}" for op, c in floor.most_common())
-                           + f"; stages {stages}")
+                           + f"; readings {summary['readings']:,}; stages {stages}")
         else:
             row["calls_x_floor"] = ""
-            row["note"] = (f"stages {stages}; over both cycles: {throttled} calls "
-                           f"throttled and retried, fake CPU {fake_cpu:.1f} s, proxy CPU "
-                           f"{proxy_cpu:.1f} s, process {elapsed:.0f} s")
+            row["note"] = (f"readings {summary['readings']:,}; stages {stages}; over both "
+                           f"cycles: {throttled} calls throttled and retried, fake CPU "
+                           f"{fake_cpu:.1f} s, proxy CPU {proxy_cpu:.1f} s, process "
+                           f"{elapsed:.0f} s")
         rows.append(row)
     return rows
 
