@@ -79,7 +79,7 @@ def _from_certificate(kid: str, pem: str, where: str) -> RSAKey:
         raise KeysUnavailable(f"{where}: key {kid} is not an RSA key")
     return RSAKey.import_key(public.public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo),
-        {"kid": kid, "use": "sig", "alg": "RS256"})
+        {"kid": kid})
 
 
 def _keys_file(path: Path) -> KeySet:
@@ -162,8 +162,7 @@ class GoogleTokens:
             raise ProofRefused(f"the identity token does not verify: {exc}") from None
         google = decoded.claims.get("google")
         engine = google.get("compute_engine") if isinstance(google, dict) else None
-        iid = engine.get("instance_id") if isinstance(engine, dict) else None
-        if not iid or not isinstance(engine, dict):
+        if not isinstance(engine, dict) or not (iid := engine.get("instance_id")):
             raise ProofRefused("the token carries no instance id: ask the metadata server "
                                "for it with format=full")
         zone = str(engine.get("zone") or "")

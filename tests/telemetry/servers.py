@@ -11,11 +11,16 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+GCE_IDENTITY = "instance/service-accounts/default/identity"
+
 
 def metadata_app(
-    *, ec2: dict[str, str] | None = None, gce: dict[str, str] | None = None
+    *, ec2: dict[str, str] | None = None, gce: dict[str, str] | None = None,
+    gce_tokens: dict[tuple[str, str], str] | None = None,
 ) -> tuple[Starlette, list[str]]:
-    """EC2 IMDSv2 and/or GCE metadata emulation; returns the app and a request log."""
+    """EC2 IMDSv2 and/or GCE metadata emulation; returns the app and a request log. GCE's
+    identity tokens are served by (audience, format) from `gce_tokens`: as the real server
+    does, a request without an audience is a 400 (format defaults to `standard`)."""
     seen: list[str] = []
     token = "imds-session-token"
 
@@ -38,6 +43,16 @@ def metadata_app(
         seen.append(f"{request.method} {request.url.path}")
         if gce is None or request.headers.get("metadata-flavor") != "Google":
             return Response(status_code=403 if gce else 404)
+        if request.path_params["item"] == GCE_IDENTITY:
+            audience = request.query_params.get("audience")
+            if not audience:
+                return PlainTextResponse("non-empty audience parameter required",
+                                         status_code=400)
+            fmt = request.query_params.get("format", "standard")
+            seen.append(f"identity for {audience} ({fmt})")
+            token = (gce_tokens or {}).get((audience, fmt))
+            return (PlainTextResponse(token, headers={"Metadata-Flavor": "Google"})
+                    if token else Response(status_code=404))
         value = gce.get(request.path_params["item"])
         if value is None:
             return Response(status_code=404)

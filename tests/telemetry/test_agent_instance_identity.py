@@ -60,7 +60,7 @@ def _sign(document: str, key: rsa.RSAPrivateKey = AWS_KEY) -> str:
     return base64.b64encode(raw).decode()
 
 
-def _gce_token(iid: str = "4242", aud: str = "costguard", exp_in: int = 3600,
+def _gce_token(iid: str = "4242", aud: str | None = "costguard", exp_in: int = 3600,
                with_instance: bool = True, **changed: Any) -> str:
     """A token as Google signs them (with GOOGLE_KEY, key id k1), issued at NOW; `changed`
     claims replace Google's (None: left out)."""
@@ -128,10 +128,15 @@ def test_a_region_without_a_certificate_is_refused(tmp_path: Path) -> None:
 
 def test_a_google_identity_token_proves_its_instance(authority: IdentityAuthority) -> None:
     proven = authority.prove({"provider": "gcp", "token": _gce_token()}, NOW)
-    assert (proven.provider, proven.instance_id) == ("gcp", "4242")
+    assert (proven.provider, proven.instance_id, proven.region) == ("gcp", "4242", "us-central1")
+    zoneless = _gce_token(google={"compute_engine": {"instance_id": "4243"}})
+    proven = authority.prove({"provider": "gcp", "token": zoneless}, NOW)
+    assert (proven.instance_id, proven.region) == ("4243", None)
     for token, words in [(_gce_token(aud="someone-else"), "does not verify: .*aud"),
                          (_gce_token(exp_in=-3600), "does not verify: .*expired"),
                          (_gce_token(iss="https://evil.example"), "does not verify: .*iss"),
+                         (_gce_token(iss=None), "does not verify: .*iss"),
+                         (_gce_token(aud=None), "does not verify: .*aud"),
                          (_gce_token(exp=None), "does not verify: .*exp"),
                          (_gce_token(iat=None), "does not verify: .*iat"),
                          (_gce_token(google="a string"), "no instance id"),
@@ -287,7 +292,14 @@ def test_googles_keys_are_fetched_once_an_hour_and_an_outage_is_a_503(
     with serve(telemetry_app(token=TOKEN, sink=MemorySink(), identity=authority)) as url:
         answer = httpx.post(f"{url}/v1/identity", headers={"Authorization": f"Bearer {TOKEN}"},
                             json={"provider": "gcp", "token": _gce_token()})
-    assert answer.status_code == 503 and "could not be fetched" in answer.json()["error"]
+    assert answer.status_code == 503
+    assert answer.json()["error"] == ("Google's keys could not be fetched from "
+                                      "https://keys.example/certs: OSError")
+    # an answer with no key in it (a proxy's error page as JSON, say) is no key set: 503
+    authority.gcp = GoogleTokens("costguard", None, "https://keys.example/certs",
+                                 fetch=lambda url: {"error": {"code": 403}})
+    with pytest.raises(KeysUnavailable, match=r"^https://keys.example/certs holds no Google"):
+        authority.prove({"provider": "gcp", "token": _gce_token()}, NOW)
 
 
 # -- certificates http.identity names that cannot serve: the daemon does not start --------
@@ -312,9 +324,19 @@ def test_an_aws_certs_dir_that_cannot_serve_is_refused_naming_the_setting(
 
 def test_a_google_certs_file_that_cannot_serve_is_refused_and_one_gone_later_is_503(
         authority: IdentityAuthority, tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     from costguard.daemon.identity import IdentitySettingError
 
+    ec_key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ec")])
+    ec_cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+               .public_key(ec_key.public_key()).serial_number(1)
+               .not_valid_before(NOW - timedelta(days=1))
+               .not_valid_after(NOW + timedelta(days=9)).sign(ec_key, hashes.SHA256()))
+    ec_pem = ec_cert.public_bytes(serialization.Encoding.PEM).decode()
     for text, words in [(None, "cannot be read"), ("{", "is not JSON"),
+                        (json.dumps({"k9": ec_pem}), "key k9 is not an RSA key"),
                         ("[]", "holds no Google keys"), ("{}", "holds no Google keys"),
                         ('{"k1": 7}', "holds no Google keys"),
                         ('{"keys": []}', "holds no Google keys"),

@@ -79,6 +79,25 @@ def test_the_keys_fetched_in_either_shape_google_serves_verify_it() -> None:
     assert len(fetched) == 1  # cached
 
 
+def test_the_keys_fetched_over_http_verify_it() -> None:
+    # Google's v3 URL as a loopback server serves it: the daemon's own fetch, no stand-in
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    asked: list[str] = []
+
+    async def certs(request: Request) -> Response:
+        asked.append(request.url.path)
+        return Response(KEYS.read_bytes(), media_type="application/json")
+
+    with serve(Starlette(routes=[Route("/oauth2/v3/certs", certs)])) as url:
+        tokens = GoogleTokens(AUDIENCE, None, f"{url}/oauth2/v3/certs")
+        assert tokens.verify(TOKEN_TEXT, ISSUED).instance_id == IID
+    assert asked == ["/oauth2/v3/certs"]
+
+
 def test_one_changed_byte_of_a_real_token_does_not_verify() -> None:
     head, body, signature = TOKEN_TEXT.split(".")
     victim = dict(CLAIMS, google={"compute_engine": dict(
@@ -151,18 +170,24 @@ def test_the_token_is_checked_against_the_daemons_clock_not_the_machines() -> No
 
 
 @pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[tuple[httpx.Client, MemorySink]]:
+def daemon_app(tmp_path: Path) -> Iterator[tuple[Any, MemorySink]]:
+    """The daemon's telemetry and identity routes, given Google's keys of the token's day
+    and the agent's audience, its clock a few minutes after the token was issued."""
     db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
     sink = MemorySink()
     settings = Settings(database_url=db.url, http={"identity": {
         "google_certs_file": str(KEYS), "audience": AUDIENCE}})
     authority = identity_authority(settings, AGENT_TOKEN, db)
-    clock = lambda: ISSUED + timedelta(minutes=2)  # noqa: E731
-    with serve(telemetry_app(token=AGENT_TOKEN, sink=sink, identity=authority,
-                             clock=clock)) as url, \
-            httpx.Client(base_url=url, timeout=10) as client:
-        yield client, sink
+    yield telemetry_app(token=AGENT_TOKEN, sink=sink, identity=authority,
+                        clock=lambda: ISSUED + timedelta(minutes=3)), sink
     db.dispose()
+
+
+@pytest.fixture
+def daemon(daemon_app: tuple[Any, MemorySink]) -> Iterator[tuple[httpx.Client, MemorySink]]:
+    app, sink = daemon_app
+    with serve(app) as url, httpx.Client(base_url=url, timeout=10) as client:
+        yield client, sink
 
 
 def _minute(iid: str) -> dict[str, object]:
@@ -188,6 +213,40 @@ def test_a_daemon_given_googles_keys_binds_a_real_vm(
     forged = client.post("/v1/identity", headers=shared,
                          json={"provider": "gcp", "token": TOKEN_TEXT[:-3] + "AAA"})
     assert forged.status_code == 403 and "does not verify" in forged.json()["error"]
+
+
+def test_an_agent_on_the_vm_proves_it_and_pushes_for_it_alone(
+        tmp_path: Path, daemon_app: tuple[Any, MemorySink]) -> None:
+    # the agent asks the metadata server for a full token for the daemon's audience, sends
+    # it to the daemon, and pushes with the credential it gets back
+    from costguard.clock import ManualClock
+    from costguard.telemetry.agent import AgentSettings
+    from costguard.telemetry.commands import run_agent
+    from costguard.telemetry.nvml import NvmlSampler
+    from tests.telemetry.fake_nvml import FakeGpu, FakeNvml
+    from tests.telemetry.servers import metadata_app
+
+    app, sink = daemon_app
+    engine = CLAIMS["google"]["compute_engine"]
+    meta, seen = metadata_app(
+        gce={"instance/id": IID, "instance/name": engine["instance_name"],
+             "instance/zone": f"projects/{engine['project_number']}/zones/{engine['zone']}",
+             "project/project-id": engine["project_id"]},
+        gce_tokens={(AUDIENCE, "full"): TOKEN_TEXT})
+    clock = ManualClock(ISSUED)
+    sampler = NvmlSampler(FakeNvml([FakeGpu(util=0, sm_util=0.0)]),
+                          clock=lambda: clock.now().timestamp())
+    sampler.open()
+    with serve(meta) as meta_url, serve(app) as url:
+        settings = AgentSettings(url=url, token=AGENT_TOKEN, gce_metadata_url=meta_url,
+                                 ec2_metadata_url="http://127.0.0.1:9",
+                                 identity_audience=AUDIENCE,
+                                 buffer_path=tmp_path / "buffer.sqlite3")
+        agent = run_agent(settings, sampler=sampler, clock=clock,
+                          sleep=lambda s: clock.advance(timedelta(seconds=s)), max_ticks=130)
+    assert f"identity for {AUDIENCE} (full)" in seen
+    assert agent.pusher.auth == "instance credential"  # type: ignore[attr-defined]
+    assert sink.rows and {k[1] for k in sink.rows} == {IID}
 
 
 def test_a_keys_file_with_no_usable_key_is_no_key_set(tmp_path: Path) -> None:
