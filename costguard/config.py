@@ -10,9 +10,17 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    model_validator,
+)
 from pydantic_core import ErrorDetails
 from pydantic_settings import (
     BaseSettings,
@@ -27,7 +35,7 @@ from costguard.costs.settings import CostSettings
 from costguard.daemon.settings import DaemonSettings
 from costguard.demo.sim_settings import SimSettings
 from costguard.errors import ConfigError, SourceError
-from costguard.policy.base import Duration
+from costguard.policy.base import Duration, at_least
 from costguard.providers.aws.settings import AwsSettings
 from costguard.providers.gcp.settings import GcpSettings
 from costguard.recommend.settings import RecommendSettings
@@ -41,6 +49,7 @@ from costguard.yamlpos import (
 )
 
 DEFAULT_CONFIG_FILE = Path("costguard.yaml")
+MIN_POLL_INTERVAL = timedelta(seconds=1)
 
 
 class Section(BaseModel):
@@ -110,7 +119,10 @@ class Settings(BaseSettings):
 
     database_url: str = "sqlite:///costguard.db"
     policy_paths: list[Path] = Field(default_factory=lambda: [Path("policies")])
-    poll_interval: Duration = timedelta(minutes=5)
+    # a cycle every this long (0s ran them back to back, each calling every cloud API)
+    poll_interval: Annotated[Duration, AfterValidator(at_least(
+        MIN_POLL_INTERVAL, "each cycle calls every cloud API it reads, and cloud metrics "
+        "come a minute at a time (5m is the default)"))] = timedelta(minutes=5)
     paused: bool = False
     providers: ProvidersSettings = Field(default_factory=ProvidersSettings)
     accounting: AccountingSettings = Field(default_factory=AccountingSettings)

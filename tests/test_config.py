@@ -67,6 +67,18 @@ def test_bad_value_names_the_line_and_the_fix(tmp_path: Path) -> None:
     assert "45m" in str(exc.value)
 
 
+def test_a_poll_interval_under_a_second_is_refused_where_it_is_written(tmp_path: Path) -> None:
+    # 0s ran cycles back to back, each calling every cloud API it reads
+    cfg = tmp_path / "costguard.yaml"
+    for value in ("0s", "0m"):
+        cfg.write_text(f"poll_interval: {value}\n")
+        with pytest.raises(ConfigError) as exc:
+            load_settings(cfg)
+        assert f"{cfg}:1:16: poll_interval: must be at least 1s (got 0s)" in str(exc.value)
+    cfg.write_text("poll_interval: 1s\n")
+    assert load_settings(cfg).poll_interval.total_seconds() == 1
+
+
 def test_a_value_from_the_environment_names_its_variable_not_the_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

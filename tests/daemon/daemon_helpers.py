@@ -64,7 +64,8 @@ def scripted_cloud(clock: Clock, idle: int = 3, busy: int = 2) -> ScriptedCloud:
 def build_engine(db: Database, provider: Provider, clock: Clock, *, policy: str | None = None,
                  poll: timedelta = timedelta(minutes=1), fault: FaultHook | None = None,
                  **settings: Any) -> Engine:
-    cfg = Settings(database_url=db.url, policy_paths=[], poll_interval=poll, **settings)
+    cfg = Settings(database_url=db.url, policy_paths=[], **settings)
+    cfg.poll_interval = poll  # may be under the configurable second: real cycles, quickly
     return Engine(cfg, db, {"sim": provider}, parse_policy_text(policy or idle_policy(),
                                                                 "test.yml"), clock, fault=fault)
 
