@@ -43,6 +43,7 @@ GOOGLE_CERTS_URL = "https://www.googleapis.com/oauth2/v1/certs"
 GOOGLE_ISSUERS = ["https://accounts.google.com", "accounts.google.com"]
 CACHE_SECONDS = 3600  # fetched keys are kept this long
 REFETCH_SECONDS = 60  # an unknown key id fetches them again, at most this often
+KEYS_TIMEOUT_S = 10.0  # a fetch of Google's keys gives up after this (the proof is a 503)
 _SHAPES = ('{kid: certificate} (as https://www.googleapis.com/oauth2/v1/certs serves it) or '
            '{"keys": [JWK, ...]} (as https://www.googleapis.com/oauth2/v3/certs serves it)')
 
@@ -96,7 +97,7 @@ def _keys_file(path: Path) -> KeySet:
 def _fetch_json(url: str) -> Any:
     import httpx
 
-    answer = httpx.get(url, timeout=10)
+    answer = httpx.get(url, timeout=KEYS_TIMEOUT_S)
     answer.raise_for_status()
     return answer.json()
 

@@ -140,7 +140,9 @@ def test_a_google_identity_token_proves_its_instance(authority: IdentityAuthorit
                          (_gce_token(exp=None), "does not verify: .*exp"),
                          (_gce_token(iat=None), "does not verify: .*iat"),
                          (_gce_token(google="a string"), "no instance id"),
-                         (_gce_token(with_instance=False), "no instance id")]:
+                         (_gce_token(with_instance=False),
+                          "^the token carries no instance id: ask the metadata server for it "
+                          "with format=full$")]:
         with pytest.raises(ProofRefused, match=words):
             authority.prove({"provider": "gcp", "token": token}, NOW)
 

@@ -98,6 +98,25 @@ def test_the_keys_fetched_over_http_verify_it() -> None:
     assert asked == ["/oauth2/v3/certs"]
 
 
+def test_a_key_server_that_does_not_answer_is_no_key_set_within_the_timeout(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # a hung fetch would hold the agent's proof (and a worker thread) for as long as it hangs
+    import socket
+    import time
+
+    import costguard.daemon.google_tokens as google_tokens
+
+    monkeypatch.setattr(google_tokens, "KEYS_TIMEOUT_S", 0.3)
+    with socket.socket() as silent:  # accepts the connection, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/oauth2/v3/certs"
+        started = time.monotonic()
+        with pytest.raises(KeysUnavailable, match=r"could not be fetched from .*ReadTimeout"):
+            GoogleTokens(AUDIENCE, None, url).verify(TOKEN_TEXT, ISSUED)
+    assert time.monotonic() - started < 5
+
+
 def test_one_changed_byte_of_a_real_token_does_not_verify() -> None:
     head, body, signature = TOKEN_TEXT.split(".")
     victim = dict(CLAIMS, google={"compute_engine": dict(
@@ -127,7 +146,8 @@ def test_a_key_set_without_its_key_refuses_it(tmp_path: Path) -> None:
     signer = json.loads(base64.urlsafe_b64decode(TOKEN_TEXT.split(".")[0] + "=="))["kid"]
     others = tmp_path / "others.json"
     others.write_text(json.dumps({"keys": [k for k in jwks["keys"] if k["kid"] != signer]}))
-    with pytest.raises(ProofRefused, match="not signed by any of Google's keys"):
+    with pytest.raises(ProofRefused, match=r"^the identity token is not signed by any of "
+                                           r"Google's keys \(its key id is not among them\)$"):
         _tokens(others).verify(TOKEN_TEXT, ISSUED)
     # its modulus under the signer's key id: the signature does not hold
     swapped = tmp_path / "swapped.json"
