@@ -44,6 +44,9 @@ GOOGLE_ISSUERS = ["https://accounts.google.com", "accounts.google.com"]
 CACHE_SECONDS = 3600  # fetched keys are kept this long
 REFETCH_SECONDS = 60  # an unknown key id fetches them again, at most this often
 KEYS_TIMEOUT_S = 10.0  # a fetch of Google's keys gives up after this (the proof is a 503)
+# what decoding a token anyone may send can raise: joserfc's own errors, and Python's for a
+# header it does not check the type of ({"crit": null} raised TypeError, a 500 before)
+_MALFORMED = (JoseError, ValueError, TypeError, KeyError, IndexError, AttributeError)
 _SHAPES = ('{kid: certificate} (as https://www.googleapis.com/oauth2/v1/certs serves it) or '
            '{"keys": [JWK, ...]} (as https://www.googleapis.com/oauth2/v3/certs serves it)')
 
@@ -159,8 +162,9 @@ class GoogleTokens:
         except InvalidKeyIdError:
             raise ProofRefused("the identity token is not signed by any of Google's keys "
                                "(its key id is not among them)") from None
-        except (JoseError, ValueError) as exc:
-            raise ProofRefused(f"the identity token does not verify: {exc}") from None
+        except _MALFORMED as exc:  # joserfc's text: "bad_signature: " alone
+            raise ProofRefused(f"the identity token does not verify: "
+                               f"{str(exc).rstrip(': ') or type(exc).__name__}") from None
         google = decoded.claims.get("google")
         engine = google.get("compute_engine") if isinstance(google, dict) else None
         if not isinstance(engine, dict) or not (iid := engine.get("instance_id")):

@@ -127,8 +127,21 @@ def test_one_changed_byte_of_a_real_token_does_not_verify() -> None:
     for forged in (f"{head}.{forged_body}.{signature}", f"{head}.{body}.{flipped}",
                    f"{head}.{body}.{signature[:-4]}"):
         assert forged != TOKEN_TEXT
-        with pytest.raises(ProofRefused, match="does not verify"):
+        with pytest.raises(ProofRefused, match=r"^the identity token does not verify: "
+                                               r"bad_signature$"):
             _tokens().verify(forged, ISSUED)
+
+
+def test_a_header_the_library_does_not_type_check_is_refused_not_a_crash() -> None:
+    # {"crit": null} made joserfc raise TypeError: the route answered 500 (found by
+    # tests/reliability/test_reliability_identity_fuzz.py)
+    head, body, signature = TOKEN_TEXT.split(".")
+    header = json.loads(base64.urlsafe_b64decode(head + "=="))
+    for extra in ({"crit": None}, {"crit": [1]}):
+        forged = base64.urlsafe_b64encode(json.dumps(dict(header, **extra)).encode())
+        token = f"{forged.rstrip(b'=').decode()}.{body}.{signature}"
+        with pytest.raises(ProofRefused, match="does not verify"):
+            _tokens().verify(token, ISSUED)
 
 
 def test_a_real_token_outside_its_hour_or_for_another_audience_is_refused() -> None:
