@@ -92,16 +92,35 @@ def login(driver: Any, base: str, path: str, user: str) -> None:
     assert user in who, who
 
 
+def _replaced(page: Any) -> Any:
+    """`ec.staleness_of(page)`, and also true when Chrome answers that the old page's node
+    "does not belong to the document": mid-navigation chromedriver can say so instead of
+    "stale element" (an inspector error Selenium raises as a plain WebDriverException)."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    def gone(_driver: Any) -> bool:
+        try:
+            page.is_enabled()
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as exc:
+            if "does not belong to the document" in str(exc):
+                return True
+            raise
+        return False
+
+    return gone
+
+
 def follow(driver: Any, element: Any) -> None:
     """Click `element` and wait until the next page has replaced this one: a click returns
     before the navigation it starts, and the old page may hold the same ids."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
     page = driver.find_element(By.TAG_NAME, "html")
     element.click()
-    WebDriverWait(driver, 20).until(ec.staleness_of(page))
+    WebDriverWait(driver, 20).until(_replaced(page))
     WebDriverWait(driver, 20).until(
         lambda d: d.execute_script("return document.readyState") == "complete")
 
