@@ -168,8 +168,7 @@ class AwsDocuments:
         try:
             doc = json.loads(document)
             iid, region = str(doc["instanceId"]), str(doc["region"])
-            launched = utc(datetime.fromisoformat(str(doc["pendingTime"]).replace("Z",
-                                                                                 "+00:00")))
+            launched = utc(datetime.fromisoformat(str(doc["pendingTime"])))  # "Z" read
             raw = base64.b64decode("".join(signature.split()), validate=True)
         except (ValueError, KeyError, TypeError) as exc:
             raise ProofRefused(f"not an instance identity document and signature: {exc}"

@@ -172,6 +172,82 @@ def test_credentials_are_bound_expire_and_cannot_be_forged() -> None:
         {"p": "aws", "i": "i-victim", "exp": 9e9}).encode()).decode().rstrip("=")
     assert creds.check(f"{head}.{forged}.{mac}", NOW) is None
     assert Credentials("another-daemon-token").check(token, NOW) is None
+    assert creds.check(token, expires) is None  # expired at its expiry, not a second later
+    for malformed in ("cgi1", "cgi1.only", f"{token}.more", f"cgi2.{_payload}.{mac}", ""):
+        assert creds.check(malformed, NOW) is None, malformed
+
+
+def test_a_credential_is_told_from_the_shared_token_by_its_prefix() -> None:
+    token, _ = Credentials(TOKEN).issue("gcp", "4242", NOW)
+    assert Credentials.looks_like(token)
+    for other in (TOKEN, "cgi1", "cgi1-abc", "xcgi1.abc"):
+        assert not Credentials.looks_like(other), other
+
+
+def test_a_credential_is_the_same_bytes_in_every_release() -> None:
+    # replicas of a rolling upgrade check each other's credentials: the key derivation and
+    # the encoding are a wire format (an HMAC-SHA256 of the payload, keyed by HMAC-SHA256
+    # of a fixed label under the agent token; base64url without padding)
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    token, _ = Credentials("t0ken").issue("aws", "i-1", at)
+    key = hmac.new(b"t0ken", b"costguard-instance-credential-v1", hashlib.sha256).digest()
+    payload = base64.urlsafe_b64encode(
+        b'{"p": "aws", "i": "i-1", "exp": 1767229200}').rstrip(b"=").decode()
+    mac = base64.urlsafe_b64encode(
+        hmac.new(key, payload.encode(), hashlib.sha256).digest()).rstrip(b"=").decode()
+    assert token == f"cgi1.{payload}.{mac}"
+    assert "=" not in token
+
+
+def test_a_document_launched_in_the_future_or_a_signature_with_junk_is_refused(
+        authority: IdentityAuthority) -> None:
+    # pendingTime past the daemon's clock and its skew: no instance was launched then
+    ahead = _document(launched=NOW + timedelta(minutes=5, seconds=1))
+    with pytest.raises(ProofRefused, match="is in the future"):
+        authority.prove({"provider": "aws", "document": ahead, "signature": _sign(ahead)}, NOW)
+    edge = _document(iid="i-0edge", launched=NOW + timedelta(minutes=5))
+    assert authority.prove({"provider": "aws", "document": edge, "signature": _sign(edge)},
+                           NOW).instance_id == "i-0edge"
+    # characters outside base64 are refused, not skipped over (line breaks are AWS's own)
+    doc = _document()
+    signature = _sign(doc)
+    with pytest.raises(ProofRefused, match="not an instance identity document"):
+        authority.prove({"provider": "aws", "document": doc,
+                         "signature": signature[:20] + "!" + signature[20:]}, NOW)
+    wrapped = "\n".join(signature[i:i + 64] for i in range(0, len(signature), 64))
+    assert authority.prove({"provider": "aws", "document": doc, "signature": wrapped},
+                           NOW).instance_id == "i-0feedface"
+
+
+def test_a_document_of_a_launch_a_second_off_is_the_same_launch_two_are_not(
+        authority: IdentityAuthority) -> None:
+    # inventory's LaunchTime and the document's pendingTime are both whole seconds
+    for off, same in ((timedelta(seconds=1), True), (timedelta(seconds=2), False)):
+        doc = _document(launched=LAUNCHED + off)
+        body = {"provider": "aws", "document": doc, "signature": _sign(doc)}
+        if same:
+            assert authority.prove(body, NOW).instance_id == "i-0feedface"
+        else:
+            with pytest.raises(ProofRefused, match="earlier launch"):
+                authority.prove(body, NOW)
+
+
+def test_a_proof_whose_parts_are_not_text_is_refused_saying_what_to_send(
+        authority: IdentityAuthority) -> None:
+    doc = _document()
+    for body, text in [
+        ({"provider": "aws", "document": doc, "signature": 7},
+         "aws: send the identity document and its signature as strings"),
+        ({"provider": "aws", "document": {"instanceId": "i-1"}, "signature": _sign(doc)},
+         "aws: send the identity document and its signature as strings"),
+        ({"provider": "gcp", "token": ["a", "b"]},
+         "gcp: send the instance identity token as a string"),
+        ({"provider": "azure"}, "provider must be aws or gcp (the simulated cloud and hosts "
+                                "outside a cloud use the shared token)"),
+    ]:
+        with pytest.raises(ProofRefused) as refused:
+            authority.prove(body, NOW)
+        assert str(refused.value) == text
 
 
 def _minute(iid: str, provider: str = "aws") -> dict[str, Any]:
@@ -194,6 +270,8 @@ def _credential(client: httpx.Client) -> str:
                          json={"provider": "aws", "document": doc, "signature": _sign(doc)})
     assert answer.status_code == 200, answer.text
     assert answer.json()["instance_id"] == "i-0feedface"
+    expires = datetime.fromisoformat(answer.json()["expires_at"])
+    assert timedelta(minutes=59) < expires - datetime.now(UTC) <= timedelta(hours=1)
     return str(answer.json()["credential"])
 
 
@@ -221,6 +299,16 @@ def test_the_identity_route_refuses_without_the_agent_token_or_a_valid_proof(
     assert refused.status_code == 403 and "does not verify" in refused.json()["error"]
     assert client.post("/v1/identity", headers={"Authorization": f"Bearer {TOKEN}"},
                        content=b"[" * 50).status_code == 400
+    # a proof is at most 64 KiB: a body a byte longer is not read (an EC2 document and its
+    # signature are ~2 KB, a GCE token ~1 KB)
+    padded = json.dumps(dict(proof, pad="x" * (64 * 1024))).encode()[:64 * 1024 + 1]
+    assert client.post("/v1/identity", headers={"Authorization": f"Bearer {TOKEN}"},
+                       content=padded).status_code == 413
+    fits = json.dumps(dict(proof, pad="")).encode()
+    fits = fits[:-1] + b" " * (64 * 1024 - len(fits)) + b"}"
+    assert len(fits) == 64 * 1024
+    assert client.post("/v1/identity", headers={"Authorization": f"Bearer {TOKEN}"},
+                       content=fits).status_code == 403  # read, and refused on its merits
     junk = client.post("/v1/telemetry", headers={"Authorization": "Bearer cgi1.x.y"},
                        json=[_minute("i-0feedface")])
     assert junk.status_code == 401 and "prove the instance again" in junk.json()["error"]
