@@ -26,7 +26,7 @@ from tests.telemetry.test_real_gce_identity_token import AUDIENCE, ISSUED, KEYS,
 
 AGENT_TOKEN = "identity-fuzz-token"
 RECORDED_AWS = Path(__file__).parents[1] / "fixtures" / "identity" / "aws"
-NAME = "identity: fuzzed proofs answered 4xx without a credential, no traceback"
+NAME = "identity: fuzzed proofs answered 4xx saying why, no credential, no traceback"
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +46,18 @@ def _post(client: TestClient, body: bytes) -> None:
     answer = client.post("/v1/identity", content=body, headers={
         "Authorization": f"Bearer {AGENT_TOKEN}", "Content-Type": "application/json"})
     ok = (400 <= answer.status_code < 500 and "Traceback" not in answer.text
-          and "credential" not in answer.text)
+          and "credential" not in answer.text and _says_why(answer.text))
     figures.count(NAME, ok)
     assert ok, (answer.status_code, answer.text[:300])
+
+
+def _says_why(text: str) -> bool:
+    """A refusal is a JSON object whose `error` says why, for the agent's log."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(body, dict) and isinstance(body.get("error"), str) and bool(body["error"])
 
 
 def _b64(raw: bytes) -> str:
