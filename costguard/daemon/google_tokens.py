@@ -12,7 +12,7 @@
   (Google's), the audience (`http.identity.audience`), the expiry and the issue time against
   the daemon's clock with 5 minutes of skew, and an instance id in the claims.
 
-tests/telemetry/test_real_identity_documents.py verifies a token a real GCE VM was issued
+tests/telemetry/test_real_gce_identity_token.py verifies a token a real GCE VM was issued
 against Google's keys of its day (tests/fixtures/identity/gcp/).
 """
 
@@ -39,7 +39,6 @@ from costguard.daemon.identity import (
     Proven,
 )
 
-GOOGLE_CERTS_URL = "https://www.googleapis.com/oauth2/v1/certs"
 GOOGLE_ISSUERS = ["https://accounts.google.com", "accounts.google.com"]
 CACHE_SECONDS = 3600  # fetched keys are kept this long
 REFETCH_SECONDS = 60  # an unknown key id fetches them again, at most this often
