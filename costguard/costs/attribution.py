@@ -1,12 +1,17 @@
 """Who pays: attribution dimensions (team, project, env, cost-center) from tags/labels.
 
 Rules come from the policy files' `attribution:` block: per dimension a list of tag keys
-tried in order (aliases) with a case rule, then derivation rules for instances where no key
-matched (name prefix, account). Without any block, each dimension reads the tag of its name.
+tried in order (aliases; then in any case; then flattened, as a CUR for Athena names tag
+columns) with a case rule, then derivation rules for instances where no key matched (name
+prefix, account). Without any block, each dimension reads the tag of its name (or of its
+flattened name: `cost_center` for `cost-center`).
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from costguard.model import Instance
@@ -36,7 +41,11 @@ class Attributor:
         tags = ({**inst.owner.tags, **{k: v for k, v in inst.tags.items() if v}}
                 if inst.owner is not None and inst.owner.tags else inst.tags)
         if self.rules is None or not self.rules.dimensions:
-            return {d: tags.get(d) or None for d in DEFAULT_DIMENSIONS}
+            # the tag of the dimension's name; as a bill's flattened columns name it
+            # (cost_center for cost-center), not in another case ("Team" is not "team")
+            bare = _Flat(tags, flat_only=True)
+            return {d: tags.get(d) or bare.match((d,)) for d in DEFAULT_DIMENSIONS}
+        flat = _Flat(tags)
         out: dict[str, str | None] = {}
         lowered = {k.lower(): v for k, v in tags.items()}
         for dim, rule in self.rules.dimensions.items():
@@ -44,12 +53,51 @@ class Attributor:
             if value is None:  # keys match case-insensitively as a second chance
                 value = next((lowered[k.lower()] for k in rule.keys if lowered.get(k.lower())),
                              None)
+            if value is None:
+                value = flat.match(rule.keys)
             out[dim] = _case(value, rule.case) if value else None
         for derive in self.rules.derive:
             if out.get(derive.dimension):
                 continue
             out[derive.dimension] = _derive(inst, derive.from_, derive.map)
         return out
+
+
+class _Flat:
+    """The last chance of a dimension's keys: matched in their flattened form (`flat_key`),
+    as a CUR delivered for Athena names its tag columns. A bill that says
+    `resource_tags_user_cost_center` cannot say whether the tag was `cost-center`,
+    `CostCenter` or `cost_center`; any of those keys finds it. The tags are flattened once,
+    when a dimension first needs it. `flat_only`: only tags whose keys are flat already
+    (lower snake case, as such a bill writes them) take part."""
+
+    __slots__ = ("_flat", "_only", "_tags")
+
+    def __init__(self, tags: dict[str, str], *, flat_only: bool = False) -> None:
+        self._tags = tags
+        self._only = flat_only
+        self._flat: dict[str, str] | None = None
+
+    def match(self, keys: Sequence[str]) -> str | None:
+        if not self._tags:
+            return None
+        flat = self._flat
+        if flat is None:
+            flat = self._flat = {}
+            for key, value in self._tags.items():
+                f = flat_key(key)
+                if value and (f == key or not self._only):
+                    flat.setdefault(f, value)
+        return next((flat[f] for f in map(flat_key, keys) if f in flat), None)
+
+
+@lru_cache(maxsize=4096)
+def flat_key(key: str) -> str:
+    """A tag key as a CUR for Athena flattens it: words of a camelCase key split, any run
+    of characters other than letters and digits one underscore, lower case (`CostCenter`,
+    `cost-center` -> cost_center; `aws:createdBy` -> aws_created_by)."""
+    split = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", key)
+    return re.sub(r"[^0-9a-zA-Z]+", "_", split).strip("_").lower()
 
 
 def _case(value: str, rule: str) -> str:

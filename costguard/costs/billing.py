@@ -55,6 +55,7 @@ BILLED_DIMENSIONS = {"team": "team", "project": "project", "env": "env",
                      "provider": "provider", "region": "region", "instance": "resource_id"}
 # the `source` a native export's lines are stored under (their keys are their own)
 _NATIVE_SOURCES = {"AWS CUR 2.0": "aws-cur", "AWS CUR (legacy)": "aws-cur",
+                   "AWS CUR (legacy, Athena)": "aws-cur",
                    "Google Cloud billing export": "gcp-export"}
 
 

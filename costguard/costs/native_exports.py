@@ -5,12 +5,13 @@ Each native row becomes one or more rows keyed by the FOCUS column names the imp
 (`billing._line`), so every check, attribution rule and summary applies to them alike.
 
 AWS Cost and Usage Report (CUR 2.0 from Data Exports: snake-case columns, `resource_tags`
-and `product` as maps; legacy CUR: `lineItem/UnblendedCost`, `resourceTags/user:team`, read
-under the CUR 2.0 names). BilledCost is `line_item_unblended_cost` (its sum is the invoice);
-EffectiveCost follows AWS's amortised-cost rule (Well-Architected CUR query library):
-Savings-Plan-covered usage at `savings_plan_savings_plan_effective_cost`, RI usage at
-`reservation_effective_cost`, the Savings Plan negation and upfront fee at 0, a recurring
-commitment fee at its unused part. ChargeCategory from `line_item_line_item_type`.
+and `product` as maps, tags also in the `tags` map; legacy CUR: `lineItem/UnblendedCost`,
+`resourceTags/user:team`, read under the CUR 2.0 names, or delivered for Athena with
+`resource_tags_user_team` columns: `_cur_tags`). BilledCost is `line_item_unblended_cost`
+(its sum is the invoice); EffectiveCost follows AWS's amortised-cost rule (Well-Architected
+CUR query library): Savings-Plan-covered usage at `savings_plan_savings_plan_effective_cost`,
+RI usage at `reservation_effective_cost`, the Savings Plan negation and upfront fee at 0, a
+recurring commitment fee at its unused part. ChargeCategory from `line_item_line_item_type`.
 
 Google Cloud billing export (standard or detailed usage cost, exported from BigQuery as
 JSONL or Parquet with its nested fields, or as CSV from a query that flattened them to
@@ -51,6 +52,10 @@ _GCP_CATEGORY = {"regular": "Usage", "tax": "Tax", "adjustment": "Adjustment",
 # credits.type values that lower the usage's own rate, with no fee billed elsewhere
 _GCP_RATE_CREDITS = frozenset({"SUSTAINED_USAGE_DISCOUNT", "DISCOUNT", "SUBSCRIPTION_BENEFIT"})
 _ZERO = Decimal(0)
+# a legacy CUR's tag columns as its Athena (Parquet) delivery names them, lower snake case:
+# `resourceTags/user:CostCenter` -> resource_tags_user_cost_center, `aws:createdBy` ->
+# resource_tags_aws_created_by
+_FLAT_TAGS = "resource_tags_"
 
 
 def detect(columns: Sequence[str]) -> tuple[str, Converter] | None:
@@ -60,6 +65,8 @@ def detect(columns: Sequence[str]) -> tuple[str, Converter] | None:
     if names and all(c in names.values() for c in CUR_REQUIRED):
         return "AWS CUR (legacy)", lambda row: _cur({names.get(k, k): v for k, v in row.items()})
     if all(c in have for c in CUR_REQUIRED):
+        if any(c.startswith(_FLAT_TAGS) for c in columns):
+            return "AWS CUR (legacy, Athena)", _cur
         return "AWS CUR 2.0", _cur
     if all(c in have for c in GCP_REQUIRED):
         return "Google Cloud billing export", _gcp
@@ -72,6 +79,8 @@ def legacy_cur_name(column: str) -> str:
     group, _, name = column.partition("/")
     if group == "resourceTags":
         return f"resource_tags/{name}"
+    if group == "costCategory":
+        return f"cost_category/{name}"
     return f"{_snake(group)}_{_snake(name)}"
 
 
@@ -116,6 +125,38 @@ def _tag_key(key: str) -> str:
     return key
 
 
+def _cur_tags(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A CUR line's tags from every place a CUR writes them: the resource's own (CUR 2.0's
+    `resource_tags` map, the `resourceTags/` keys of its `tags` map, legacy CUR's
+    `resourceTags/user:team` columns, and the `resource_tags_user_team` columns of a legacy
+    CUR delivered for Athena as Parquet), over its account's (`accountTag/`), over its cost
+    categories (`costCategory/`, the `cost_category` map, legacy `costCategory/` columns).
+    `userAttribute/` keys describe an IAM Identity Center user, not the resource: left out."""
+    resource: dict[str, Any] = {}
+    account: dict[str, Any] = {}
+    category: dict[str, Any] = dict(_map(row.get("cost_category")))
+    for key, value in _map(row.get("tags")).items():
+        source, _, name = key.partition("/")
+        if source == "resourceTags":
+            resource[_tag_key(name)] = value
+        elif source == "accountTag":
+            account[name] = value
+        elif source == "costCategory":
+            category[name] = value
+    resource.update({_tag_key(k): v for k, v in _map(row.get("resource_tags")).items()})
+    for column, value in row.items():
+        if value in (None, ""):
+            continue
+        if column.startswith("resource_tags/"):
+            resource[_tag_key(column.split("/", 1)[1])] = value
+        elif column.startswith(_FLAT_TAGS):
+            resource[_tag_key(column[len(_FLAT_TAGS):])] = value
+        elif column.startswith("cost_category/"):
+            category[column.split("/", 1)[1]] = value
+    return {k: v for k, v in {**category, **account, **resource}.items()
+            if v not in (None, "")}
+
+
 def _cur_effective(row: Mapping[str, Any], kind: str, unblended: Decimal) -> Decimal:
     def num(column: str) -> Decimal:
         return _dec(row.get(column), column)
@@ -142,10 +183,7 @@ def _cur(row: dict[str, Any]) -> list[dict[str, Any]]:
     raw = row.get("line_item_unblended_cost")
     unblended = _dec(raw, "line_item_unblended_cost")
     product = _map(row.get("product"))
-    tags = {_tag_key(k): v for k, v in _map(row.get("resource_tags")).items()}
-    for column, value in row.items():
-        if column.startswith("resource_tags/") and value not in (None, ""):
-            tags[_tag_key(column.split("/", 1)[1])] = value
+    tags = _cur_tags(row)
     region = (row.get("product_region_code") or row.get("product_region")
               or product.get("region_code")
               or product.get("region") or _region_of_zone(row.get("line_item_availability_zone")))

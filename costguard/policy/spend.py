@@ -15,8 +15,11 @@ BUILTIN_DIMENSIONS = ("provider", "account", "region", "instance_type", "family"
 
 class DimensionRule(Element):
     """How to read one attribution dimension from tags: the first key in `keys` that the
-    instance carries wins. `case` normalises the value (`lower`, `upper` or `keep`), so
-    `Research` and `research` count as one team."""
+    instance carries wins. Where none is carried as written, the keys are tried in any case
+    (`team` finds `Team`), then flattened as a CUR for Athena names tag columns (`CostCenter`
+    and `cost-center` find `cost_center`, from `resource_tags_user_cost_center`). `case`
+    normalises the value (`lower`, `upper` or `keep`), so `Research` and `research` count as
+    one team."""
 
     yaml_key: ClassVar[str] = "attribution.dimensions.<name>"
     example: ClassVar[str] = """\

@@ -26,7 +26,9 @@ import pytest
 from typer.testing import CliRunner
 
 from costguard.costs.attribution import Attributor
-from costguard.costs.billing import BillingImportError, import_focus
+from costguard.costs.billing import BillingImportError, import_focus, parse_focus
+from costguard.costs.focus_files import open_focus
+from costguard.policy.spend import Attribution
 from costguard.report.queries import spend
 from costguard.store.db import Database
 from costguard.store.inventory import record_inventory
@@ -71,7 +73,7 @@ CUR_ROWS = [
 
 def cur_table(rows: list[dict[str, Any]]) -> pa.Table:
     mapped = pa.map_(pa.string(), pa.string())
-    fields = [(name, mapped if name in ("product", "resource_tags") else
+    fields = [(name, mapped if name in ("product", "resource_tags", "tags", "cost_category") else
                pa.timestamp("ms", tz="UTC") if isinstance(value, datetime) else
                pa.float64() if isinstance(value, float) else pa.string())
               for name, value in rows[0].items()]
@@ -151,6 +153,75 @@ def test_legacy_cur_csv_reads_under_cur2_names_with_its_tag_columns(
     (line,) = billing_lines(db)
     assert (line.billed_micros, line.effective_micros, line.team, line.env, line.region) == (
         21_957_642, 12_000_000, "vision", "prod", "us-east-1")
+
+
+def test_legacy_cur_for_athena_reads_its_flattened_tag_columns(
+        db: Database, tmp_path: Path) -> None:
+    """A legacy CUR delivered for Athena: Parquet, every column lower snake case, each
+    activated tag its own column (`resourceTags/user:CostCenter` ->
+    resource_tags_user_cost_center, `aws:createdBy` -> resource_tags_aws_created_by; the
+    column names of AWS's own CUR query library and of every Athena CUR table)."""
+    columns = {
+        "identity_line_item_id": pa.string(), "bill_payer_account_id": pa.string(),
+        "line_item_usage_account_id": pa.string(), "line_item_line_item_type": pa.string(),
+        "line_item_usage_start_date": pa.timestamp("ms"),
+        "line_item_usage_end_date": pa.timestamp("ms"),
+        "line_item_resource_id": pa.string(), "line_item_unblended_cost": pa.float64(),
+        "line_item_currency_code": pa.string(), "product_product_name": pa.string(),
+        "product_region": pa.string(), "resource_tags_user_team": pa.string(),
+        "resource_tags_user_cost_center": pa.string(), "resource_tags_user_env": pa.string(),
+        "resource_tags_aws_created_by": pa.string()}
+    naive = START.replace(tzinfo=None)
+    base = {"identity_line_item_id": "x", "bill_payer_account_id": "100000000001",
+            "line_item_usage_account_id": "200000000011", "line_item_line_item_type": "Usage",
+            "line_item_usage_start_date": naive, "line_item_usage_end_date": naive + (END - START),
+            "line_item_currency_code": "USD", "product_product_name": "Amazon EC2",
+            "product_region": "us-east-1", "resource_tags_user_team": None,
+            "resource_tags_user_cost_center": None, "resource_tags_user_env": None,
+            "resource_tags_aws_created_by": None}
+    rows = [{**base, "line_item_resource_id": "i-tagged", "line_item_unblended_cost": 4.0,
+             "resource_tags_user_team": "vision", "resource_tags_user_cost_center": "CC-7",
+             "resource_tags_user_env": "prod",
+             "resource_tags_aws_created_by": "AssumedRole:AROAEXAMPLE:ci"},
+            {**base, "line_item_resource_id": "i-bare", "line_item_unblended_cost": 1.0}]
+    export = tmp_path / "WorkshopCUR-00001.snappy.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=pa.schema(list(columns.items()))), export)
+    result = imported(db, export)
+    assert (result.format, result.added, result.billed_micros) == (
+        "AWS CUR (legacy, Athena)", 2, 5_000_000)
+    bare, tagged = billing_lines(db)
+    # the default dimensions read the flattened keys: cost_center is cost-center's column
+    assert (tagged.team, tagged.env, tagged.cost_center, tagged.region, tagged.service) == (
+        "vision", "prod", "CC-7", "us-east-1", "Amazon EC2")
+    assert (bare.team, bare.cost_center) == (None, None)
+    # keys an attribution block names in any spelling find the flattened column
+    rules = Attribution.model_validate({"dimensions": {
+        "team": {"keys": ["aws:createdBy"]}, "cost-center": {"keys": ["CostCenter"]}}})
+    (line,) = [line for line in parse_focus(open_focus(export), Attributor(rules))
+               if line["resource_id"] == "i-tagged"]
+    assert (line["team"], line["cost_center"]) == ("AssumedRole:AROAEXAMPLE:ci", "CC-7")
+
+
+def test_cur2_tags_column_takes_the_resource_over_its_account_over_cost_categories(
+        db: Database, tmp_path: Path) -> None:
+    """CUR 2.0's `tags` map (Data Exports' Tags column: every tag, its key prefixed by where
+    it comes from): a resource's own tag over its account's over a cost category's; an IAM
+    Identity Center user's attribute is not the resource's."""
+    tagged = {"resourceTags/user:team": "vision", "accountTag/team": "platform",
+              "accountTag/env": "prod", "costCategory/project": "llm",
+              "costCategory/env": "staging", "userAttribute/cost-center": "CC-USER"}
+    rows = [cur("Usage", 2.0, ARN.format("i-tags"), resource_tags=[],
+                tags=list(tagged.items()), cost_category=[]),
+            cur("Usage", 1.0, ARN.format("i-acct"), resource_tags=[],
+                tags=[("accountTag/team", "platform")],
+                cost_category=[("team", "finops-default")])]
+    export = tmp_path / "cur2-tags.parquet"
+    pq.write_table(cur_table(rows), export)
+    result = imported(db, export)
+    assert (result.format, result.added) == ("AWS CUR 2.0", 2)
+    acct, own = billing_lines(db)
+    assert (own.team, own.env, own.project, own.cost_center) == ("vision", "prod", "llm", None)
+    assert acct.team == "platform"
 
 
 def gcp(cost: float, **extra: Any) -> dict[str, Any]:
