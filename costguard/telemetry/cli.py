@@ -18,6 +18,13 @@ agent_app = typer.Typer(
 )
 
 
+# the agent's options, by concern (each panel sizes its columns to its own options)
+_BUFFER = "While the daemon is down"
+_IDLE = "Idle, and standalone self-stop"
+_CLOUDWATCH = "With --publish-to cloudwatch"
+_HOST = "Host metrics"
+
+
 def _fail(message: object) -> typer.Exit:
     """The shared `error: MESSAGE` report, imported only on failure: costguard.cli_common
     loads the settings (every provider, boto3), ~30 MB the agent-only entry point must not
@@ -42,28 +49,42 @@ def agent(
     token_file: Annotated[Path | None, typer.Option(
         help="File holding the bearer token (else $COSTGUARD_AGENT_TOKEN; never a flag, "
         "so it stays out of `ps`).")] = None,
-    buffer: Annotated[Path, typer.Option(help="On-disk buffer while the daemon is down.")] = Path(
+    buffer: Annotated[Path, typer.Option(
+        rich_help_panel=_BUFFER, help="On-disk buffer while the daemon is down.")] = Path(
         "/var/lib/costguard-agent/buffer.sqlite3"),
-    buffer_max_records: Annotated[int, typer.Option()] = 100_000,
-    buffer_max_mb: Annotated[int, typer.Option()] = 64,
+    buffer_max_records: Annotated[int, typer.Option(
+        rich_help_panel=_BUFFER,
+        help="Summaries kept; past it the oldest are dropped, and counted.")] = 100_000,
+    buffer_max_mb: Annotated[int, typer.Option(
+        rich_help_panel=_BUFFER, help="The buffer's size limit, as the record limit.")] = 64,
     provider: Annotated[str | None, typer.Option(help="aws|gcp (skips metadata lookup).")] = None,
     instance_id: Annotated[str | None, typer.Option(help="Override the instance id.")] = None,
     interval: Annotated[str, typer.Option(help="Sampling period.")] = "1s",
     record: Annotated[Path | None, typer.Option(help="Also write raw samples here.")] = None,
     self_stop_after: Annotated[str | None, typer.Option(
+        rich_help_panel=_IDLE,
         help="Standalone mode: stop this VM after its GPUs sat idle this long (e.g. 30m).")
     ] = None,
-    self_stop_grace: Annotated[str, typer.Option(help="Warning before a self-stop.")] = "5m",
-    idle_below: Annotated[float, typer.Option(help="Idle threshold, percent.")] = 5.0,
-    signal: Annotated[Literal["auto", "sm_active", "util_gpu"], typer.Option()] = "auto",
+    self_stop_grace: Annotated[str, typer.Option(
+        rich_help_panel=_IDLE, help="Warning before a self-stop.")] = "5m",
+    idle_below: Annotated[float, typer.Option(
+        rich_help_panel=_IDLE, help="Idle threshold, percent.")] = 5.0,
+    signal: Annotated[Literal["auto", "sm_active", "util_gpu"], typer.Option(
+        rich_help_panel=_IDLE, metavar="<signal>",
+        help="What idle is read from: sm_active (GPM SM activity), util_gpu (NVML "
+        "utilization) or auto (SM activity where the GPU has GPM).")] = "auto",
     publish_to: Annotated[Literal["daemon", "cloudwatch"], typer.Option(
+        metavar="<target>",
         help="daemon: POST to --url. cloudwatch: PutMetricData in the CloudWatch agent's "
         "layout, which the daemon's AWS provider reads (EC2 only; needs "
         "cloudwatch:PutMetricData).")] = "daemon",
-    cloudwatch_namespace: Annotated[str, typer.Option()] = "CWAgent",
+    cloudwatch_namespace: Annotated[str, typer.Option(
+        rich_help_panel=_CLOUDWATCH, help="The namespace summaries are written to.")
+    ] = "CWAgent",
     cloudwatch_region: Annotated[str | None, typer.Option(
-        help="Else the instance's region from metadata.")] = None,
+        rich_help_panel=_CLOUDWATCH, help="Else the instance's region from metadata.")] = None,
     host_metrics: Annotated[bool, typer.Option(
+        rich_help_panel=_HOST,
         help="Add the host's CPU (per core, iowait) and memory from /proc to every "
         "summary: what `costguard recommend` needs to tell a starved data loader from a "
         "small batch.")] = True,

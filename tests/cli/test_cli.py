@@ -6,8 +6,10 @@ import json
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from costguard.cli import app
@@ -62,6 +64,30 @@ def test_help_lists_the_first_hour_first_and_wraps_sentences_not_source_lines() 
     status = wide.invoke(app, ["status", "--help"]).output
     assert re.search(r"Example: costguard status --format json\s*\n\s*\n\s*Exit status",
                      status)
+
+
+def _command_paths(group: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every command under `group` (a click group, as Typer builds it), groups included."""
+    paths = [prefix]
+    for name, command in group.commands.items():
+        if getattr(command, "commands", None) is not None:
+            paths += _command_paths(command, (*prefix, name))
+        else:
+            paths.append((*prefix, name))
+    return paths
+
+
+def test_every_help_fits_an_80_column_terminal_without_cutting_a_word() -> None:
+    """rich cuts what does not fit its column with an ellipsis: an option's name, a default
+    path, a permission. Nothing a person needs to read may be cut at 80 columns."""
+    narrow = CliRunner(env={"COLUMNS": "80"})
+    paths = _command_paths(typer.main.get_command(app))
+    assert ("agent",) in paths and ("billing", "import") in paths
+    for path in paths:
+        result = narrow.invoke(app, [*path, "--help"])
+        assert result.exit_code == 0, path
+        cut = [line for line in result.output.splitlines() if "\u2026" in line]
+        assert not cut, (path, cut)
 
 
 def test_run_once_prints_a_machine_readable_cycle_summary(workdir: Path) -> None:
