@@ -52,6 +52,8 @@ _GCP_CATEGORY = {"regular": "Usage", "tax": "Tax", "adjustment": "Adjustment",
 # credits.type values that lower the usage's own rate, with no fee billed elsewhere
 _GCP_RATE_CREDITS = frozenset({"SUSTAINED_USAGE_DISCOUNT", "DISCOUNT", "SUBSCRIPTION_BENEFIT"})
 _ZERO = Decimal(0)
+# a sustained use discount's credit name where the export has no credits.type
+_SUD_NAMES = ("sustained usage discount", "sustained use discount")
 # a legacy CUR's tag columns as its Athena (Parquet) delivery names them, lower snake case:
 # `resourceTags/user:CostCenter` -> resource_tags_user_cost_center, `aws:createdBy` ->
 # resource_tags_aws_created_by
@@ -205,6 +207,16 @@ def _cur(row: dict[str, Any]) -> list[dict[str, Any]]:
     }]
 
 
+def _gcp_credit_type(credit: Mapping[str, Any]) -> str:
+    """A credit's `type`; an export older than that field (credits were a name and an
+    amount) says what a sustained use discount is by its name alone."""
+    kind = str(credit.get("type") or "").strip().upper()
+    if kind:
+        return kind
+    name = " ".join(str(credit.get("name") or "").lower().split())
+    return "SUSTAINED_USAGE_DISCOUNT" if name.startswith(_SUD_NAMES) else ""
+
+
 def _region_of_zone(zone: object) -> str | None:
     text = str(zone or "").strip()
     return text[:-1] if text and text[-1].isalpha() and text[-2:-1].isdigit() else None
@@ -246,7 +258,7 @@ def _gcp(row: dict[str, Any]) -> list[dict[str, Any]]:
     folded, credits = cost, []
     for credit in _list(_field(row, "credits"), "credits"):
         amount = _dec(credit.get("amount"), "credits.amount")
-        if str(credit.get("type") or "").upper() in _GCP_RATE_CREDITS:
+        if _gcp_credit_type(credit) in _GCP_RATE_CREDITS:
             folded += amount
         elif amount:
             credits.append((amount, str(credit.get("type") or credit.get("name") or "")))

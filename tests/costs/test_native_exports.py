@@ -298,6 +298,24 @@ def test_gcp_export_as_jsonl_folds_rate_credits_and_keeps_the_others_visible(
     assert imported(db, export).added == 0
 
 
+def test_an_export_from_before_credit_types_knows_a_sustained_use_discount_by_its_name(
+        tmp_path: Path) -> None:
+    """Before `credits.type` (and `id`, `full_name`) the schema's credits were a name and an
+    amount: the sustained use discount still lowers the VM's rate; any other credit stays a
+    credit of its own, as an unknown type does."""
+    old = [{"name": "Sustained Usage Discount", "amount": -2.0},
+           {"name": "Committed Usage Discount: CPU", "amount": -5.0},
+           {"name": "FreeTrial:204-1234", "amount": -1.0}]
+    export = tmp_path / "gcp_billing_export_2019.json"
+    export.write_text(json.dumps(gcp(10.0, credits=old)) + "\n"
+                      + json.dumps(gcp(1.0, credits=[{"name": " sustained  use discount ",
+                                                      "amount": -0.25}])) + "\n")
+    assert gcp_lines(export) == [("Credit", -5_000_000, -5_000_000, "vision", "prod"),
+                                 ("Credit", -1_000_000, -1_000_000, "vision", "prod"),
+                                 ("Usage", 750_000, 750_000, "vision", "prod"),
+                                 ("Usage", 8_000_000, 8_000_000, "vision", "prod")]
+
+
 def test_gcp_export_as_parquet_with_nested_structs_reads_the_same(
         db: Database, tmp_path: Path) -> None:
     export = tmp_path / "gcp-000000000000.parquet"
