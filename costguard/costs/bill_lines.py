@@ -117,9 +117,38 @@ def _pairs(items: list[Any], where: str) -> dict[str, str]:
     return out
 
 
+# AWS's tag schemes, each a prefix of its keys in CUR 2.0's Tags column and in AWS's FOCUS
+# exports (FOCUS leaves one user-defined scheme unprefixed and prefixes the others): a
+# resource's own tags, its account's, its cost categories, most specific first
+TAG_SCHEMES = ("resourceTags/", "accountTag/", "costCategory/")
+
+
+def fold_schemes(tags: Mapping[str, Any]) -> dict[str, Any]:
+    """`tags` with each tag of an AWS scheme also under its bare key (`accountTag/team` ->
+    team; `resourceTags/user:team` -> team) where neither a bare tag nor a more specific
+    scheme has that key, so a line inherits its account's team as FOCUS's tag finalization
+    describes. The prefixed keys stay; other prefixes (`userAttribute/`, a user's own
+    `a/b` keys) are left as they are."""
+    out = dict(tags)
+    if not any("/" in key for key in tags):
+        return out
+    for prefix in TAG_SCHEMES:
+        for key, value in tags.items():
+            if key.startswith(prefix) and not is_null(value) and value != "":
+                bare = key[len(prefix):]
+                out.setdefault(bare.removeprefix("user:") if prefix == TAG_SCHEMES[0]
+                               else bare, value)
+    return out
+
+
 def parse_tags(value: object, where: str) -> dict[str, str]:
     """Every shape Tags comes in: a JSON object (text or map), a map column, or a list of
-    {key, value} structs or pairs (as text or as the column's own values); null is none."""
+    {key, value} structs or pairs (as text or as the column's own values); null is none.
+    AWS's prefixed schemes are folded in (`fold_schemes`)."""
+    return fold_schemes(_parse_tags(value, where))
+
+
+def _parse_tags(value: object, where: str) -> dict[str, str]:
     if is_null(value):
         return {}
     if isinstance(value, Mapping):
@@ -208,7 +237,11 @@ class LineReader:
         """One charge line as the billing_lines columns, or BillingImportError naming
         `where` and what is wrong."""
         account = _opt(row.get("SubAccountId")) or _opt(row.get("BillingAccountId"))
-        dims = self.attribute(self.tag_set(row.get("Tags"), where), account)
+        tags = self.tag_set(row.get("Tags"), where)
+        categories = row.get("x_CostCategories")  # AWS's FOCUS 1.0: below every tag
+        if not is_null(categories):
+            tags = {**self.tag_set(categories, f"{where} x_CostCategories"), **tags}
+        dims = self.attribute(tags, account)
         provider = provider_of(next((row.get(c) for c in PROVIDER_COLUMNS
                                      if not is_null(row.get(c))), None))
         currency = (_opt(row.get("BillingCurrency")) or BASE_CURRENCY).upper()

@@ -45,6 +45,7 @@ from costguard.costs.bill_lines import (
     PROVIDER_COLUMNS,
     LineReader,
     category_of,
+    fold_schemes,
     provider_of,
 )
 from costguard.costs.bill_store import (
@@ -370,20 +371,32 @@ def _attribution(table: pa.Table, account: Any, reader: LineReader) -> dict[str,
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
     import pyarrow.compute as pc  # type: ignore[import-untyped,unused-ignore]
 
-    tags = (table["Tags"] if "Tags" in table.column_names
-            else pa.nulls(table.num_rows, pa.string()))
-    nested = pa.types.is_map(tags.type) or pa.types.is_list(tags.type)
-    tags = as_text(tags)
-    pairs = pc.binary_join_element_wise(pc.fill_null(tags, ""), pc.fill_null(account, "\x00"),
+    def text_of(name: str) -> tuple[Any, bool]:
+        """A tag column as text (empty where null), and whether it was a nested one."""
+        column = (table[name] if name in table.column_names
+                  else pa.nulls(table.num_rows, pa.string()))
+        nested = pa.types.is_map(column.type) or pa.types.is_list(column.type)
+        return pc.fill_null(as_text(column), ""), nested
+
+    def tag_set(text: str, nested: bool, name: str) -> dict[str, str]:
+        return fold_schemes(pairs_of(text)) if nested else reader.tag_set(text, name)
+
+    tags, nested = text_of("Tags")
+    # AWS's FOCUS 1.0 keeps cost categories in a column of their own, below every tag
+    categories, nested_categories = text_of("x_CostCategories")
+    pairs = pc.binary_join_element_wise(tags, categories, pc.fill_null(account, "\x00"),
                                         "\x1e")
     encoded = pc.dictionary_encode(pairs)
     if isinstance(encoded, pa.ChunkedArray):
         encoded = encoded.combine_chunks()
     found: dict[str, list[str | None]] = {d: [] for d in _ATTRIBUTION}
     for pair in encoded.dictionary.to_pylist():
-        tag_text, account_id = pair.rsplit("\x1e", 1)
-        tag_set = pairs_of(tag_text) if nested else reader.tag_set(tag_text, "Tags")
-        dims = reader.attribute(tag_set, None if account_id == "\x00" else account_id)
+        tag_text, category_text, account_id = pair.rsplit("\x1e", 2)
+        found_tags = tag_set(tag_text, nested, "Tags")
+        if category_text:
+            found_tags = {**tag_set(category_text, nested_categories, "x_CostCategories"),
+                          **found_tags}
+        dims = reader.attribute(found_tags, None if account_id == "\x00" else account_id)
         for d in _ATTRIBUTION:
             found[d].append(dims.get(d))
     return {d.replace("-", "_"): pc.take(pa.array(found[d], pa.string()), encoded.indices)

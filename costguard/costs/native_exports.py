@@ -32,6 +32,7 @@ from decimal import Decimal
 from typing import Any
 
 from costguard.costs.bill_errors import BillingImportError, decimal_of
+from costguard.costs.bill_lines import fold_schemes
 
 Converter = Callable[[dict[str, Any]], list[dict[str, Any]]]
 
@@ -129,23 +130,15 @@ def _tag_key(key: str) -> str:
 
 def _cur_tags(row: Mapping[str, Any]) -> dict[str, Any]:
     """A CUR line's tags from every place a CUR writes them: the resource's own (CUR 2.0's
-    `resource_tags` map, the `resourceTags/` keys of its `tags` map, legacy CUR's
-    `resourceTags/user:team` columns, and the `resource_tags_user_team` columns of a legacy
-    CUR delivered for Athena as Parquet), over its account's (`accountTag/`), over its cost
-    categories (`costCategory/`, the `cost_category` map, legacy `costCategory/` columns).
-    `userAttribute/` keys describe an IAM Identity Center user, not the resource: left out."""
-    resource: dict[str, Any] = {}
-    account: dict[str, Any] = {}
-    category: dict[str, Any] = dict(_map(row.get("cost_category")))
-    for key, value in _map(row.get("tags")).items():
-        source, _, name = key.partition("/")
-        if source == "resourceTags":
-            resource[_tag_key(name)] = value
-        elif source == "accountTag":
-            account[name] = value
-        elif source == "costCategory":
-            category[name] = value
-    resource.update({_tag_key(k): v for k, v in _map(row.get("resource_tags")).items()})
+    `resource_tags` map, legacy CUR's `resourceTags/user:team` columns, and the
+    `resource_tags_user_team` columns of a legacy CUR delivered for Athena as Parquet), over
+    the schemes of CUR 2.0's `tags` map (`bill_lines.fold_schemes`: the resource's, its
+    account's, its cost categories'), over the `cost_category` map and legacy
+    `costCategory/` columns. `userAttribute/` keys describe an IAM Identity Center user,
+    not the resource: they fill no bare key."""
+    schemes = {f"costCategory/{k}": v for k, v in _map(row.get("cost_category")).items()}
+    schemes.update(_map(row.get("tags")))
+    resource = {_tag_key(k): v for k, v in _map(row.get("resource_tags")).items()}
     for column, value in row.items():
         if value in (None, ""):
             continue
@@ -154,8 +147,8 @@ def _cur_tags(row: Mapping[str, Any]) -> dict[str, Any]:
         elif column.startswith(_FLAT_TAGS):
             resource[_tag_key(column[len(_FLAT_TAGS):])] = value
         elif column.startswith("cost_category/"):
-            category[column.split("/", 1)[1]] = value
-    return {k: v for k, v in {**category, **account, **resource}.items()
+            schemes.setdefault(f"costCategory/{column.split('/', 1)[1]}", value)
+    return {k: v for k, v in {**fold_schemes(schemes), **resource}.items()
             if v not in (None, "")}
 
 

@@ -125,6 +125,34 @@ def test_tag_values_keep_their_meaning() -> None:
         parse_tags("[1, 2]", "f.csv:2")
 
 
+@pytest.mark.parametrize("bad_line", [False, True])  # True: read line by line, not columnar
+def test_aws_tag_schemes_fill_a_key_the_resource_does_not_have(
+        db: Database, tmp_path: Path, bad_line: bool) -> None:
+    """AWS's FOCUS exports keep the resource's own tags bare and prefix its other schemes
+    (the FOCUS spec's Tags: one user-defined scheme unprefixed, the others prefixed), as CUR
+    2.0's Tags column does: `accountTag/team` is the account's team, which a line inherits
+    where the resource has none (the spec's tag finalization: resources over accounts);
+    FOCUS 1.0 with AWS columns keeps cost categories in `x_CostCategories`, below every
+    tag."""
+    tags = json.dumps({"env": "dev", "accountTag/team": "platform", "accountTag/env": "prod",
+                       "costCategory/project": "llm", "userAttribute/cost-center": "CC-9",
+                       "aws:createdBy": "AssumedRole:AROA:ci"})
+    own = json.dumps({"team": "vision", "accountTag/team": "platform"})
+    columns = [*V12, "x_CostCategories"]
+    path = write_csv(tmp_path / "focus-aws.csv", [
+        row(Tags=tags, ResourceId="i-acct", x_CostCategories=""),
+        row(Tags=own, ResourceId="i-own", BilledCost="20", EffectiveCost="20",
+            x_CostCategories=json.dumps({"team": "finops", "cost-center": "CC-1"})),
+        *([row(BilledCost="ten", x_CostCategories="")] if bad_line else [])], columns)
+    assert load(db, path).skipped_count == bad_line
+    acct, mine = billing_lines(db)
+    assert (acct.team, acct.env, acct.project, acct.cost_center) == (
+        "platform", "dev", "llm", None)
+    assert (mine.team, mine.cost_center) == ("vision", "CC-1")
+    assert parse_tags('{"resourceTags/user:team": "a", "accountTag/team": "b"}', "x")[
+        "team"] == "a"
+
+
 @pytest.mark.parametrize("kind", ["map", "structs", "json"])
 def test_parquet_tags_as_a_map_a_list_of_structs_or_text(db: Database, tmp_path: Path,
                                                           kind: str) -> None:
