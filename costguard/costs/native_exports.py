@@ -66,11 +66,14 @@ def detect(columns: Sequence[str]) -> tuple[str, Converter] | None:
     have = set(columns)
     names = {c: legacy_cur_name(c) for c in columns if "/" in c}
     if names and all(c in names.values() for c in CUR_REQUIRED):
-        return "AWS CUR (legacy)", lambda row: _cur({names.get(k, k): v for k, v in row.items()})
+        legacy = _tag_columns([names.get(c, c) for c in columns])
+        return "AWS CUR (legacy)", lambda row: _cur(
+            {names.get(k, k): v for k, v in row.items()}, legacy)
     if all(c in have for c in CUR_REQUIRED):
-        if any(c.startswith(_FLAT_TAGS) for c in columns):
-            return "AWS CUR (legacy, Athena)", _cur
-        return "AWS CUR 2.0", _cur
+        tagged = _tag_columns(columns)
+        athena = any(c.startswith(_FLAT_TAGS) for c in columns)
+        return ("AWS CUR (legacy, Athena)" if athena else "AWS CUR 2.0",
+                lambda row: _cur(row, tagged))
     if all(c in have for c in GCP_REQUIRED):
         return "Google Cloud billing export", _gcp
     return None
@@ -128,7 +131,27 @@ def _tag_key(key: str) -> str:
     return key
 
 
-def _cur_tags(row: Mapping[str, Any]) -> dict[str, Any]:
+# a CUR's columns that hold one tag each: (column, whose tag it is, the tag's key)
+_TagColumns = list[tuple[str, str, str]]
+
+
+def _tag_columns(columns: Sequence[str]) -> _TagColumns:
+    """The columns of a CUR that hold one tag each, found once per file (a CUR has a
+    hundred columns and more, and millions of lines): legacy CUR's `resource_tags/KEY`
+    and `cost_category/NAME` (as `legacy_cur_name` renames them) and the Athena
+    delivery's `resource_tags_KEY`."""
+    found: _TagColumns = []
+    for column in columns:
+        if column.startswith("resource_tags/"):
+            found.append((column, "resource", _tag_key(column.split("/", 1)[1])))
+        elif column.startswith(_FLAT_TAGS):
+            found.append((column, "resource", _tag_key(column[len(_FLAT_TAGS):])))
+        elif column.startswith("cost_category/"):
+            found.append((column, "scheme", f"costCategory/{column.split('/', 1)[1]}"))
+    return found
+
+
+def _cur_tags(row: Mapping[str, Any], tag_columns: _TagColumns) -> dict[str, Any]:
     """A CUR line's tags from every place a CUR writes them: the resource's own (CUR 2.0's
     `resource_tags` map, legacy CUR's `resourceTags/user:team` columns, and the
     `resource_tags_user_team` columns of a legacy CUR delivered for Athena as Parquet), over
@@ -139,15 +162,14 @@ def _cur_tags(row: Mapping[str, Any]) -> dict[str, Any]:
     schemes = {f"costCategory/{k}": v for k, v in _map(row.get("cost_category")).items()}
     schemes.update(_map(row.get("tags")))
     resource = {_tag_key(k): v for k, v in _map(row.get("resource_tags")).items()}
-    for column, value in row.items():
+    for column, whose, key in tag_columns:
+        value = row.get(column)
         if value in (None, ""):
             continue
-        if column.startswith("resource_tags/"):
-            resource[_tag_key(column.split("/", 1)[1])] = value
-        elif column.startswith(_FLAT_TAGS):
-            resource[_tag_key(column[len(_FLAT_TAGS):])] = value
-        elif column.startswith("cost_category/"):
-            schemes.setdefault(f"costCategory/{column.split('/', 1)[1]}", value)
+        if whose == "resource":
+            resource[key] = value
+        else:
+            schemes.setdefault(key, value)
     return {k: v for k, v in {**fold_schemes(schemes), **resource}.items()
             if v not in (None, "")}
 
@@ -173,12 +195,12 @@ def _cur_effective(row: Mapping[str, Any], kind: str, unblended: Decimal) -> Dec
     return unblended
 
 
-def _cur(row: dict[str, Any]) -> list[dict[str, Any]]:
+def _cur(row: dict[str, Any], tag_columns: _TagColumns) -> list[dict[str, Any]]:
     kind = str(row.get("line_item_line_item_type") or "Usage").strip()
     raw = row.get("line_item_unblended_cost")
     unblended = _dec(raw, "line_item_unblended_cost")
     product = _map(row.get("product"))
-    tags = _cur_tags(row)
+    tags = _cur_tags(row, tag_columns)
     region = (row.get("product_region_code") or row.get("product_region")
               or product.get("region_code")
               or product.get("region") or _region_of_zone(row.get("line_item_availability_zone")))

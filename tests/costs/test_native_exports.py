@@ -135,24 +135,25 @@ def test_legacy_cur_csv_reads_under_cur2_names_with_its_tag_columns(
               "lineItem/UsageStartDate", "lineItem/UsageEndDate", "lineItem/ResourceId",
               "lineItem/UnblendedCost", "lineItem/CurrencyCode", "product/ProductName",
               "product/regionCode", "savingsPlan/SavingsPlanEffectiveCost",
-              "resourceTags/user:team", "resourceTags/user:env"]
+              "resourceTags/user:team", "resourceTags/user:env", "costCategory/project"]
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(header)
     writer.writerow(["a1", "200000000011", "SavingsPlanCoveredUsage", "2026-05-01T00:00:00Z",
                      "2026-05-01T01:00:00Z", "i-sp", "21.957642", "USD",
-                     "Amazon Elastic Compute Cloud", "us-east-1", "12.0", "vision", "prod"])
+                     "Amazon Elastic Compute Cloud", "us-east-1", "12.0", "vision", "prod",
+                     "llm"])
     writer.writerow(["a2", "200000000011", "Usage", "2026-05-01T00:00:00Z",
                      "2026-05-01T01:00:00Z", "i-x", "ten", "USD", "Amazon EC2", "us-east-1",
-                     "", "", ""])
+                     "", "", "", ""])
     export.write_bytes(gzip.compress(buf.getvalue().encode()))
     result = imported(db, export)
     assert (result.format, result.added, result.skipped_count) == ("AWS CUR (legacy)", 1, 1)
     assert result.skipped == [("legacy-cur-00001.csv.gz:3",
                                "line_item_unblended_cost: 'ten' is not a number")]
     (line,) = billing_lines(db)
-    assert (line.billed_micros, line.effective_micros, line.team, line.env, line.region) == (
-        21_957_642, 12_000_000, "vision", "prod", "us-east-1")
+    assert (line.billed_micros, line.effective_micros, line.team, line.env, line.region,
+            line.project) == (21_957_642, 12_000_000, "vision", "prod", "us-east-1", "llm")
 
 
 def test_legacy_cur_for_athena_reads_its_flattened_tag_columns(
