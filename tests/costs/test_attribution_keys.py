@@ -49,6 +49,22 @@ def test_keys_as_written_win_then_another_case_then_the_flattened_form() -> None
     assert attributor.dimensions(inst(cost_center=""))["cost-center"] is None
 
 
+def test_each_chance_finds_what_the_others_cannot() -> None:
+    rules = parse_policy_text("""\
+attribution:
+  dimensions:
+    team: {keys: [costcenter]}
+    cost-center: {keys: [cost_center]}
+""").attribution
+    attributor = Attributor(rules)
+    # in another case only: flattened, CostCenter is cost_center, not costcenter
+    assert attributor.dimensions(inst(CostCenter="cc-1"))["team"] == "cc-1"
+    # flattened only: `Cost-Center` in any case is not cost_center, and its key is not flat
+    assert attributor.dimensions(inst(**{"Cost-Center": "cc-2"}))["cost-center"] == "cc-2"
+    # without rules a key that is not flat itself takes no part in the flattened match
+    assert Attributor().dimensions(inst(**{"Cost-Center": "cc-2"}))["cost-center"] is None
+
+
 def test_without_rules_a_dimension_reads_its_flattened_name_but_not_another_case() -> None:
     dims = Attributor().dimensions(inst(cost_center="cc-7", Team="vision", ENV="prod"))
     assert dims == {"team": None, "project": None, "env": None, "cost-center": "cc-7"}
