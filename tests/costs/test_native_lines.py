@@ -150,6 +150,29 @@ def test_legacy_cur_columns_are_read_under_cur2_names() -> None:
         {"Team": "vision", "Business Unit": "ml", "costCategory/Business Unit": "ml"})
 
 
+def test_cur_tag_keys_keep_their_slashes_and_an_empty_column_hides_no_other() -> None:
+    """EKS tags its nodes `kubernetes.io/cluster/NAME`; a key holds slashes after its
+    scheme's. An empty tag column (most lines lack most tags) is skipped, not the end."""
+    legacy = {"lineItem/UnblendedCost": "2", "lineItem/UsageStartDate": "2026-05-01T00:00Z",
+              "lineItem/UsageEndDate": "2026-05-01T01:00Z",
+              "resourceTags/user:team": "", "resourceTags/aws:eks:cluster-name": "train",
+              "resourceTags/kubernetes.io/cluster/train": "owned",
+              "costCategory/a/b": "x"}
+    (line,) = convert(legacy)
+    assert line["Tags"] == {"aws:eks:cluster-name": "train",
+                            "kubernetes.io/cluster/train": "owned", "a/b": "x",
+                            "costCategory/a/b": "x"}
+    athena = cur_row(resource_tags_user_team=None, resource_tags_user_env="prod")
+    (line,) = convert(athena)
+    assert line["Tags"] == {"env": "prod"}
+
+
+def test_cur2_cost_categories_are_tags_below_every_other() -> None:
+    (line,) = convert(cur_row(cost_category=json.dumps({"team": "finops", "env": "x"}),
+                              resource_tags=json.dumps({"user_env": "prod"})))
+    assert (line["Tags"]["team"], line["Tags"]["env"]) == ("finops", "prod")
+
+
 def test_detect_tells_the_three_apart_and_names_none_of_them() -> None:
     assert detect([*CUR2])[0] == "AWS CUR 2.0"  # type: ignore[index]
     assert detect([*CUR2, "resource_tags_user_team"])[0] == (  # type: ignore[index]
@@ -179,8 +202,8 @@ def gcp_row(**kw: Any) -> dict[str, Any]:
 def test_a_google_line_fills_every_focus_column_it_has() -> None:
     (line, credit) = convert(gcp_row(credits=[
         {"name": "Committed use discount: CPU", "amount": -5.0, "type": "COMMITTED_USAGE_DISCOUNT"},
-        {"name": "Sustained usage discount", "amount": -2.0,
-         "type": "sustained_usage_discount"}]))  # types in any case
+        # a type in any case; the type decides, not the name
+        {"name": "Spend-based discount", "amount": -2.0, "type": "sustained_usage_discount"}]))
     base = {"ChargePeriodStart": "2026-05-01 00:00:00 UTC",
             "ChargePeriodEnd": "2026-05-01 01:00:00 UTC",
             "ResourceId": "//compute.googleapis.com/x/4711", "ServiceName": "Compute Engine",
