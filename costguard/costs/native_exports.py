@@ -131,8 +131,9 @@ def _tag_key(key: str) -> str:
     return key
 
 
-# a CUR's columns that hold one tag each: (column, whose tag it is, the tag's key)
-_TagColumns = list[tuple[str, str, str]]
+# a CUR's columns that hold one tag each: (column, the tag's key: bare for the resource's
+# own, `costCategory/NAME` for a cost category)
+_TagColumns = list[tuple[str, str]]
 
 
 def _tag_columns(columns: Sequence[str]) -> _TagColumns:
@@ -143,35 +144,31 @@ def _tag_columns(columns: Sequence[str]) -> _TagColumns:
     found: _TagColumns = []
     for column in columns:
         if column.startswith("resource_tags/"):
-            found.append((column, "resource", _tag_key(column.split("/", 1)[1])))
+            found.append((column, _tag_key(column.split("/", 1)[1])))
         elif column.startswith(_FLAT_TAGS):
-            found.append((column, "resource", _tag_key(column[len(_FLAT_TAGS):])))
+            found.append((column, _tag_key(column[len(_FLAT_TAGS):])))
         elif column.startswith("cost_category/"):
-            found.append((column, "scheme", f"costCategory/{column.split('/', 1)[1]}"))
+            found.append((column, f"costCategory/{column.split('/', 1)[1]}"))
     return found
 
 
 def _cur_tags(row: Mapping[str, Any], tag_columns: _TagColumns) -> dict[str, Any]:
-    """A CUR line's tags from every place a CUR writes them: the resource's own (CUR 2.0's
-    `resource_tags` map, legacy CUR's `resourceTags/user:team` columns, and the
-    `resource_tags_user_team` columns of a legacy CUR delivered for Athena as Parquet), over
-    the schemes of CUR 2.0's `tags` map (`bill_lines.fold_schemes`: the resource's, its
-    account's, its cost categories'), over the `cost_category` map and legacy
-    `costCategory/` columns. `userAttribute/` keys describe an IAM Identity Center user,
-    not the resource: they fill no bare key."""
-    schemes = {f"costCategory/{k}": v for k, v in _map(row.get("cost_category")).items()}
-    schemes.update(_map(row.get("tags")))
-    resource = {_tag_key(k): v for k, v in _map(row.get("resource_tags")).items()}
-    for column, whose, key in tag_columns:
+    """A CUR line's tags from every place a CUR writes them: the resource's own, bare
+    (CUR 2.0's `resource_tags` map, legacy CUR's `resourceTags/user:team` columns, and the
+    `resource_tags_user_team` columns of a legacy CUR delivered for Athena as Parquet),
+    over the prefixed schemes (`bill_lines.fold_schemes`) of CUR 2.0's `tags` map: the
+    resource's, its account's (`accountTag/`), its cost categories' (`costCategory/`, also
+    the `cost_category` map and legacy `costCategory/` columns). `userAttribute/` keys
+    describe an IAM Identity Center user, not the resource: they fill no bare key. An
+    empty tag is no tag: it hides no other source's."""
+    tags = {f"costCategory/{k}": v for k, v in _map(row.get("cost_category")).items()}
+    tags.update(_map(row.get("tags")))
+    tags.update({_tag_key(k): v for k, v in _map(row.get("resource_tags")).items()})
+    for column, key in tag_columns:
         value = row.get(column)
-        if value in (None, ""):
-            continue
-        if whose == "resource":
-            resource[key] = value
-        else:
-            schemes.setdefault(key, value)
-    return {k: v for k, v in {**fold_schemes(schemes), **resource}.items()
-            if v not in (None, "")}
+        if value not in (None, ""):
+            tags[key] = value
+    return fold_schemes({k: v for k, v in tags.items() if v not in (None, "")})
 
 
 def _cur_effective(row: Mapping[str, Any], kind: str, unblended: Decimal) -> Decimal:

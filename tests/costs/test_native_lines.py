@@ -167,6 +167,13 @@ def test_cur_tag_keys_keep_their_slashes_and_an_empty_column_hides_no_other() ->
     assert line["Tags"] == {"env": "prod"}
 
 
+def test_an_empty_cur_tag_hides_no_other_source() -> None:
+    (line,) = convert(cur_row(resource_tags=json.dumps({"user_team": "", "user_env": "dev"}),
+                              tags=json.dumps({"accountTag/team": "platform",
+                                               "accountTag/env": "prod"})))
+    assert (line["Tags"]["team"], line["Tags"]["env"]) == ("platform", "dev")
+
+
 def test_cur2_cost_categories_are_tags_below_every_other() -> None:
     (line,) = convert(cur_row(cost_category=json.dumps({"team": "finops", "env": "x"}),
                               resource_tags=json.dumps({"user_env": "prod"})))
