@@ -263,3 +263,7 @@ def test_a_google_credit_that_is_not_a_number_is_refused_by_its_field() -> None:
         convert(gcp_row(cost="ten"))
     with pytest.raises(BillingImportError, match="credits is not JSON"):
         convert(gcp_row(credits="[{"))
+    with pytest.raises(BillingImportError, match="credits must be a list of records"):
+        convert(gcp_row(credits="[1, 2]"))
+    # an empty cell (a flattening query's CSV) is no credit, not a bad line
+    assert len(convert(gcp_row(credits=""))) == 1
