@@ -93,10 +93,12 @@ class _Flat:
 
 @lru_cache(maxsize=4096)
 def flat_key(key: str) -> str:
-    """A tag key as a CUR for Athena flattens it: words of a camelCase key split, any run
-    of characters other than letters and digits one underscore, lower case (`CostCenter`,
-    `cost-center` -> cost_center; `aws:createdBy` -> aws_created_by)."""
-    split = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", key)
+    """A name as AWS flattens it into a CUR column name (CUR 2.0's names, a legacy CUR
+    delivered for Athena, its tag columns): an underscore before each capital that follows
+    a letter or digit, any run of other characters one underscore, lower case
+    (`CostCenter`, `cost-center` -> cost_center; `aws:createdBy` -> aws_created_by;
+    `ReservationARN` -> reservation_a_r_n, as CUR 2.0's reservation_reservation_a_r_n)."""
+    split = re.sub(r"(?<=[A-Za-z0-9])(?=[A-Z])", "_", key)
     return re.sub(r"[^0-9a-zA-Z]+", "_", split).strip("_").lower()
 
 

@@ -26,11 +26,11 @@ the resource's, over its tags, over its project's.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
+from costguard.costs.attribution import flat_key
 from costguard.costs.bill_errors import BillingImportError, decimal_of
 from costguard.costs.bill_lines import fold_schemes
 
@@ -80,18 +80,16 @@ def detect(columns: Sequence[str]) -> tuple[str, Converter] | None:
 
 
 def legacy_cur_name(column: str) -> str:
-    """A legacy CUR column under its CUR 2.0 name (`lineItem/UnblendedCost` ->
-    line_item_unblended_cost); resource tags keep their key (`resource_tags/user:team`)."""
+    """A legacy CUR column under its CUR 2.0 name, as AWS converts it (`lineItem/
+    UnblendedCost` -> line_item_unblended_cost, `reservation/ReservationARN` ->
+    reservation_reservation_a_r_n); resource tags and cost categories keep their key
+    (`resource_tags/user:team`)."""
     group, _, name = column.partition("/")
     if group == "resourceTags":
         return f"resource_tags/{name}"
     if group == "costCategory":
         return f"cost_category/{name}"
-    return f"{_snake(group)}_{_snake(name)}"
-
-
-def _snake(text: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", text).lower()
+    return f"{flat_key(group)}_{flat_key(name)}"
 
 
 def _dec(value: object, where: str) -> Decimal:

@@ -135,6 +135,9 @@ def test_a_cur_line_without_a_cost_is_left_for_the_importer_to_refuse() -> None:
 
 def test_legacy_cur_columns_are_read_under_cur2_names() -> None:
     assert legacy_cur_name("lineItem/UnblendedCost") == "line_item_unblended_cost"
+    # AWS's own name (CUR 2.0, and a legacy CUR for Athena): every capital split
+    assert legacy_cur_name("reservation/ReservationARN") == "reservation_reservation_a_r_n"
+    assert legacy_cur_name("savingsPlan/SavingsPlanARN") == "savings_plan_savings_plan_a_r_n"
     assert legacy_cur_name("reservation/EffectiveCost") == "reservation_effective_cost"
     assert legacy_cur_name("resourceTags/user:Team") == "resource_tags/user:Team"
     assert legacy_cur_name("costCategory/Business Unit") == "cost_category/Business Unit"
@@ -178,6 +181,16 @@ def test_cur2_cost_categories_are_tags_below_every_other() -> None:
     (line,) = convert(cur_row(cost_category=json.dumps({"team": "finops", "env": "x"}),
                               resource_tags=json.dumps({"user_env": "prod"})))
     assert (line["Tags"]["team"], line["Tags"]["env"]) == ("finops", "prod")
+
+
+def test_a_legacy_cur_amortises_an_ri_upfront_fee_as_cur2_does() -> None:
+    """Read under a name CUR 2.0 does not have (reservation_reservation_arn), the RI's ARN
+    was missed and its upfront fee counted in full beside the usage it is amortised into."""
+    fee = {"lineItem/UnblendedCost": "1000", "lineItem/UsageStartDate": "2026-05-01T00:00Z",
+           "lineItem/UsageEndDate": "2026-05-01T01:00Z", "lineItem/LineItemType": "Fee",
+           "reservation/ReservationARN": "arn:aws:ec2:us-east-1:1:reserved-instances/x"}
+    (line,) = convert(fee)
+    assert (line["BilledCost"], line["EffectiveCost"]) == ("1000", Decimal(0))
 
 
 def test_detect_tells_the_three_apart_and_names_none_of_them() -> None:
