@@ -123,6 +123,15 @@ def _pairs(items: list[Any], where: str) -> dict[str, str]:
 TAG_SCHEMES = ("resourceTags/", "accountTag/", "costCategory/")
 
 
+def user_tag_key(key: str) -> str:
+    """An AWS user-defined cost allocation tag's key without its mark: `user:team`,
+    `user_team` -> team."""
+    for prefix in ("user:", "user_"):
+        if key.startswith(prefix):
+            return key[len(prefix):]
+    return key
+
+
 def fold_schemes(tags: Mapping[str, Any]) -> dict[str, Any]:
     """`tags` with each tag of an AWS scheme also under its bare key (`accountTag/team` ->
     team; `resourceTags/user:team` -> team) where neither a bare tag nor a more specific
@@ -136,8 +145,8 @@ def fold_schemes(tags: Mapping[str, Any]) -> dict[str, Any]:
         for key, value in tags.items():
             if key.startswith(prefix) and not is_null(value) and value != "":
                 bare = key[len(prefix):]
-                out.setdefault(bare.removeprefix("user:") if prefix == TAG_SCHEMES[0]
-                               else bare, value)
+                out.setdefault(user_tag_key(bare) if prefix == TAG_SCHEMES[0] else bare,
+                               value)
     return out
 
 

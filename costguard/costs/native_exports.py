@@ -32,7 +32,7 @@ from typing import Any
 
 from costguard.costs.attribution import flat_key
 from costguard.costs.bill_errors import BillingImportError, decimal_of
-from costguard.costs.bill_lines import fold_schemes
+from costguard.costs.bill_lines import fold_schemes, user_tag_key
 
 Converter = Callable[[dict[str, Any]], list[dict[str, Any]]]
 
@@ -121,14 +121,6 @@ def _map(value: object) -> dict[str, Any]:
     return {}
 
 
-def _tag_key(key: str) -> str:
-    """`user:team`, `user_team` -> team (user-defined cost allocation tags)."""
-    for prefix in ("user:", "user_"):
-        if key.startswith(prefix):
-            return key[len(prefix):]
-    return key
-
-
 # a CUR's columns that hold one tag each: (column, the tag's key: bare for the resource's
 # own, `costCategory/NAME` for a cost category)
 _TagColumns = list[tuple[str, str]]
@@ -142,9 +134,9 @@ def _tag_columns(columns: Sequence[str]) -> _TagColumns:
     found: _TagColumns = []
     for column in columns:
         if column.startswith("resource_tags/"):
-            found.append((column, _tag_key(column.split("/", 1)[1])))
+            found.append((column, user_tag_key(column.split("/", 1)[1])))
         elif column.startswith(_FLAT_TAGS):
-            found.append((column, _tag_key(column[len(_FLAT_TAGS):])))
+            found.append((column, user_tag_key(column[len(_FLAT_TAGS):])))
         elif column.startswith("cost_category/"):
             found.append((column, f"costCategory/{column.split('/', 1)[1]}"))
     return found
@@ -161,7 +153,7 @@ def _cur_tags(row: Mapping[str, Any], tag_columns: _TagColumns) -> dict[str, Any
     empty tag is no tag: it hides no other source's."""
     tags = {f"costCategory/{k}": v for k, v in _map(row.get("cost_category")).items()}
     tags.update(_map(row.get("tags")))
-    tags.update({_tag_key(k): v for k, v in _map(row.get("resource_tags")).items()})
+    tags.update({user_tag_key(k): v for k, v in _map(row.get("resource_tags")).items()})
     for column, key in tag_columns:
         value = row.get(column)
         if value not in (None, ""):
