@@ -82,9 +82,12 @@ def parse_focus(source: FocusFile, attributor: Attributor, result: ImportResult 
         except CurrencyError:
             raise
         except BillingImportError as exc:
+            # a native export's converter does not know the line: its reason is named here
+            reason = str(exc).removeprefix(f"{where}: ").removeprefix(f"{where} ")
             if strict:
-                raise BillingImportError(f"{exc} (--strict: nothing imported)") from None
-            result.skip(where, str(exc).removeprefix(f"{where}: ").removeprefix(f"{where} "))
+                raise BillingImportError(
+                    f"{where}: {reason} (--strict: nothing imported)") from None
+            result.skip(where, reason)
             continue
         for row, line in zip(rows, lines, strict=True):
             content = text if text is not None and len(rows) == 1 else "\x1f".join(

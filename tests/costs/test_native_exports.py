@@ -151,6 +151,10 @@ def test_legacy_cur_csv_reads_under_cur2_names_with_its_tag_columns(
     assert (result.format, result.added, result.skipped_count) == ("AWS CUR (legacy)", 1, 1)
     assert result.skipped == [("legacy-cur-00001.csv.gz:3",
                                "line_item_unblended_cost: 'ten' is not a number")]
+    with pytest.raises(BillingImportError, match=(  # --strict names the line too
+            r"^legacy-cur-00001\.csv\.gz:3: line_item_unblended_cost: 'ten' is not a number "
+            r"\(--strict")):
+        imported(db, export, strict=True)
     (line,) = billing_lines(db)
     assert (line.billed_micros, line.effective_micros, line.team, line.env, line.region,
             line.project) == (21_957_642, 12_000_000, "vision", "prod", "us-east-1", "llm")
