@@ -20,6 +20,7 @@ from costguard.console.commands import console_command
 from costguard.costs.commands import anomaly_app, billing_app, budget_app
 from costguard.costs.price_commands import prices_app
 from costguard.daemon.commands import db_backup, status
+from costguard.daemon.identity_commands import identity_app
 from costguard.errors import CostguardError, PolicyError, SourceError
 from costguard.recommend.commands import recommend_command
 from costguard.telemetry.cli import agent_app
@@ -41,6 +42,7 @@ app.add_typer(billing_app, name="billing")
 app.add_typer(prices_app, name="prices")
 app.add_typer(anomaly_app, name="anomaly")
 app.add_typer(budget_app, name="budget")
+app.add_typer(identity_app, name="identity")
 app.command("snooze")(snooze_command)
 app.command("audit")(audit_command)
 app.command("simulate")(simulate_command)

@@ -84,14 +84,23 @@ class AccountingSettings(Section):
     raw_retention: Duration = timedelta(days=35)
 
 
+AwsFormName = Literal["rsa2048", "signature", "pkcs7"]
+
+
 class AgentIdentitySettings(Section):
     """How agents prove which instance they run on (docs/agent.md, "Instance identity")."""
 
-    # optional: a shared-token push is accepted; required: only proven instances may push
-    # for cloud instances (the shared token stays for the simulated cloud)
-    mode: Literal["optional", "required"] = "optional"
-    # AWS's RSA certificates, <region>.pem and default.pem; None: those costguard ships
+    # required (the default): a cloud instance's readings come only from an agent that proved
+    # it runs there; optional: the shared token is accepted for any instance (the simulated
+    # cloud and hosts outside a cloud use the shared token in either mode)
+    mode: Literal["optional", "required"] = "required"
+    # a folder of AWS certificates adding to or replacing, region by region, those shipped
+    # (<region>.pem for the signature form; rsa/, rsa2048/, dsa/ folders for each kind)
     aws_certs_dir: Path | None = None
+    # the EC2 forms accepted: rsa2048 (RSA-2048/SHA-256, what the agent sends), signature
+    # (RSA-1024/SHA-256, what agents before it sent); pkcs7 (DSA-1024/SHA-1) only if named
+    aws_forms: list[AwsFormName] = Field(
+        default_factory=lambda: list[AwsFormName](["rsa2048", "signature"]), min_length=1)
     google_certs_file: Path | None = None  # Google's keys as JSON (air-gapped installs)
     google_certs_url: str = "https://www.googleapis.com/oauth2/v1/certs"
     audience: str = "costguard"  # the audience GCE identity tokens are requested for

@@ -117,7 +117,7 @@ def _check_identity_files(check: SetupCheck, settings: Settings) -> None:
     """The certificates `http.identity` names, read as the daemon will at start."""
     identity = settings.http.identity
     if identity.aws_certs_dir is not None:
-        from costguard.daemon.identity import AwsDocuments
+        from costguard.daemon.aws_identity import AwsDocuments
 
         check.files.append(f"http.identity.aws_certs_dir {identity.aws_certs_dir}")
         try:

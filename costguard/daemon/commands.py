@@ -69,11 +69,15 @@ def status(
         info = gather_status(db, cli_clock().now(), settings.poll_interval.total_seconds())
     finally:
         db.dispose()
-    info["agent_auth"] = (
-        "instance identity required; the shared token only for the simulated cloud"
-        if settings.http.identity.required else
-        "instance identity accepted; the shared token also accepted for every instance "
-        "(set http.identity.mode: required to refuse it for cloud instances)")
+    ident = settings.http.identity
+    info["agent_auth"] = {
+        "mode": ident.mode, "aws_forms": list(ident.aws_forms),
+        "summary": ("instance identity required: cloud instances' readings come only from "
+                    "agents that proved their instance; the shared token only for the "
+                    "simulated cloud" if ident.required else
+                    "instance identity optional: the shared token is accepted for every "
+                    "instance, so whoever holds it can report any instance idle (set "
+                    "http.identity.mode: required)")}
     if fmt == "json":
         print(json.dumps(info, indent=2))
     else:
@@ -102,7 +106,11 @@ def status(
                               f"{dropped}", highlight=False)
         else:
             console.print("last cycle: none yet (start the daemon: costguard run)")
-        console.print(f"agents: {info['agent_auth']}", highlight=False)
+        proven = info["proven_agents"]
+        counted = ", ".join(f"{p} {n}" for p, n in sorted(proven.items())) or "none"
+        mode = ("" if ident.required else "[yellow]") + info["agent_auth"]["summary"]
+        console.print(f"agents: {mode}{'' if ident.required else '[/]'}", highlight=False)
+        console.print(f"agents proven in the last 2 h: {counted}", highlight=False)
         alerts = ", ".join(f"{n} {state}" for state, n in sorted(info["alerts"].items()))
         console.print(f"alerts: {alerts or 'none'}; failed cycles: "
                       f"{info['failed_cycles']}; unresolved intents: "

@@ -22,7 +22,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from joserfc.errors import InvalidKeyIdError, JoseError
 from joserfc.jwk import KeySet, RSAKey
 
 from costguard.clock import utc
-from costguard.daemon.identity import (
+from costguard.daemon.proofs import (
     CLOCK_SKEW,
     IdentitySettingError,
     KeysUnavailable,
@@ -69,7 +69,7 @@ def google_keys(doc: Any, where: str) -> KeySet:
     return KeySet(list[Any](keys))
 
 
-def _from_certificate(kid: str, pem: str, where: str) -> RSAKey:
+def _from_certificate(kid: str | None, pem: str, where: str) -> RSAKey:
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import rsa
@@ -77,23 +77,48 @@ def _from_certificate(kid: str, pem: str, where: str) -> RSAKey:
     try:
         public = x509.load_pem_x509_certificate(pem.encode()).public_key()
     except ValueError:
-        raise KeysUnavailable(f"{where}: key {kid} is not a PEM certificate") from None
+        raise KeysUnavailable(f"{where}: {_named(kid)} is not a PEM certificate") from None
     if not isinstance(public, rsa.RSAPublicKey):
-        raise KeysUnavailable(f"{where}: key {kid} is not an RSA key")
+        raise KeysUnavailable(f"{where}: {_named(kid)} is not an RSA key")
     return RSAKey.import_key(public.public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo),
-        {"kid": kid})
+        {"kid": kid} if kid else None)
 
 
-def _keys_file(path: Path) -> KeySet:
-    """Google's keys from `path` (google_certs_file); KeysUnavailable says why not."""
+def _named(kid: str | None) -> str:
+    return f"key {kid}" if kid else "the certificate"
+
+
+def _keys_file(path: Path) -> KeySet | RSAKey:
+    """Google's keys from `path` (google_certs_file, or `costguard identity verify --keys`):
+    either JSON shape Google serves, or one PEM certificate (the key a token is checked
+    against whatever key id it names); KeysUnavailable says why not."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise KeysUnavailable(f"{path} cannot be read: {exc.strerror}") from None
-    except ValueError as exc:
+    except UnicodeDecodeError:
+        raise KeysUnavailable(f"{path} is not text: expected {_SHAPES} or a PEM "
+                              "certificate") from None
+    if text.lstrip().startswith("-----BEGIN CERTIFICATE-----"):
+        return _from_certificate(None, text, str(path))
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as exc:
         raise KeysUnavailable(f"{path} is not JSON: {exc}") from None
     return google_keys(doc, str(path))
+
+
+def decoded_claims(token: str) -> dict[str, Any]:
+    """A token's claims, unverified (to explain a refusal); {} when they cannot be read."""
+    import base64
+
+    try:
+        part = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
+    except (IndexError, ValueError, RecursionError):
+        return {}
+    return claims if isinstance(claims, dict) else {}
 
 
 def _fetch_json(url: str) -> Any:
@@ -122,7 +147,7 @@ class GoogleTokens:
                 raise IdentitySettingError(
                     f"http.identity.google_certs_file: {exc}") from None
 
-    def keys(self, older_than: float = CACHE_SECONDS) -> KeySet:
+    def keys(self, older_than: float = CACHE_SECONDS) -> KeySet | RSAKey:
         """Google's keys: read from the file each time (a replaced file is taken), or the
         cached fetch when it is younger than `older_than` seconds."""
         if self.certs_file is not None:
@@ -149,6 +174,21 @@ class GoogleTokens:
             return jwt.decode(token, self.keys(older_than=REFETCH_SECONDS),
                               algorithms=["RS256"])
 
+    def _why(self, exc: Exception, claims: dict[str, Any]) -> str:
+        """What a refused claim means, in the operator's terms (the claims are unverified:
+        said only of a token whose signature held)."""
+        from joserfc.errors import BadSignatureError, ExpiredTokenError, InvalidClaimError
+
+        if isinstance(exc, BadSignatureError):
+            return " (bad signature)"
+        if isinstance(exc, ExpiredTokenError) and isinstance(claims.get("exp"), int):
+            return (f" (expired "
+                    f"{datetime.fromtimestamp(claims['exp'], UTC).isoformat()})")
+        if isinstance(exc, InvalidClaimError) and exc.claim == "aud":
+            return (f" (wrong audience: the token is for {claims.get('aud')!r}, this daemon "
+                    f"expects {self.audience!r}, http.identity.audience)")
+        return ""
+
     def verify(self, token: str, now: datetime) -> Proven:
         try:
             decoded = self._decode(token)
@@ -163,11 +203,19 @@ class GoogleTokens:
                                "(its key id is not among them)") from None
         except _MALFORMED as exc:  # joserfc's text: "bad_signature: " alone
             raise ProofRefused(f"the identity token does not verify: "
-                               f"{str(exc).rstrip(': ') or type(exc).__name__}") from None
+                               f"{str(exc).rstrip(': ') or type(exc).__name__}"
+                               f"{self._why(exc, decoded_claims(token))}") from None
         google = decoded.claims.get("google")
         engine = google.get("compute_engine") if isinstance(google, dict) else None
         if not isinstance(engine, dict) or not (iid := engine.get("instance_id")):
             raise ProofRefused("the token carries no instance id: ask the metadata server "
                                "for it with format=full")
         zone = str(engine.get("zone") or "")
-        return Proven("gcp", str(iid), zone.rsplit("-", 1)[0] if zone else None)
+        project = engine.get("project_id")
+        issued = decoded.claims.get("iat")
+        return Proven("gcp", str(iid), zone.rsplit("-", 1)[0] if zone else None,
+                      form="gce-token", verified_by=f"key {decoded.header.get('kid')}",
+                      account=project if isinstance(project, str) else None,
+                      zone=zone or None,
+                      signed_at=(datetime.fromtimestamp(issued, UTC)
+                                 if isinstance(issued, int) else None))

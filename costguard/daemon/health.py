@@ -14,11 +14,12 @@ from sqlmodel import Session, col, select
 from costguard.alerts.queue import count_unconfirmed
 from costguard.clock import utc
 from costguard.store import control
-from costguard.store.tables import ActionJournalRow, AlertRow, CycleRow, GapRow
+from costguard.store.tables import ActionJournalRow, AgentProofRow, AlertRow, CycleRow, GapRow
 
 if TYPE_CHECKING:
     from costguard.store.db import Database
 
+PROVEN_RECENTLY = timedelta(hours=2)  # two credential lifetimes: an agent re-proves hourly
 DEGRADED_AFTER_CYCLES = 3  # a scope unreadable for longer than this many poll intervals
 
 
@@ -74,6 +75,10 @@ def status_of(s: Session, now: datetime, poll_seconds: float) -> dict[str, Any]:
     unconfirmed = count_unconfirmed(s)
     degraded = unreadable(s, now, timedelta(seconds=poll_seconds))
     governed = last_governed(s)
+    proven = {str(k): int(v) for k, v in s.execute(
+        sa_select(col(AgentProofRow.provider), func.count())
+        .where(col(AgentProofRow.proven_at) >= now - PROVEN_RECENTLY)
+        .group_by(col(AgentProofRow.provider))).all()}
     cycle: dict[str, Any] | None = None
     if last is not None:
         row = last
@@ -93,4 +98,6 @@ def status_of(s: Session, now: datetime, poll_seconds: float) -> dict[str, Any]:
             "seconds_since_last_good_cycle": round(age, 1) if age is not None else None,
             "failed_cycles": int(failed or 0), "alerts": alerts,
             "unresolved_action_intents": int(open_intents or 0), "open_gaps": gaps,
-            "unconfirmed_alert_deliveries": unconfirmed}
+            "unconfirmed_alert_deliveries": unconfirmed,
+            # agents that proved their instance within two credential lifetimes, by provider
+            "proven_agents": proven}

@@ -25,6 +25,7 @@ from costguard.store.db import Database
 
 if TYPE_CHECKING:
     from costguard.daemon.identity import IdentityAuthority
+    from costguard.daemon.proofs import Proven
 
 log = logging.getLogger("costguard.http")
 
@@ -70,11 +71,19 @@ def slack_interactivity_routes(settings: Settings, cfg: DaemonSettings, db: Data
 def identity_authority(settings: Settings, token: str, db: Database) -> IdentityAuthority:
     """The verifiers and credentials of `http.identity`, with the store's launch times (a
     document from an earlier launch of an instance is refused)."""
+    from costguard.daemon.aws_identity import AwsDocuments
     from costguard.daemon.google_tokens import GoogleTokens
-    from costguard.daemon.identity import AwsDocuments, Credentials, IdentityAuthority
-    from costguard.store.tables import InstanceRow
+    from costguard.daemon.identity import Credentials, IdentityAuthority
+    from costguard.store.tables import AgentProofRow, InstanceRow
 
     cfg = settings.http.identity
+
+    def record(proven: Proven, at: datetime) -> None:
+        with db.session() as s:
+            s.merge(AgentProofRow(provider=proven.provider, instance_id=proven.instance_id,
+                                  form=proven.form, verified_by=proven.verified_by[:200],
+                                  proven_at=at))
+            s.commit()
 
     def launch_time_of(provider: str, instance_id: str) -> datetime | None:
         with db.session() as s:
@@ -82,6 +91,6 @@ def identity_authority(settings: Settings, token: str, db: Database) -> Identity
             return row.launch_time if row is not None else None
 
     return IdentityAuthority(
-        credentials=Credentials(token), aws=AwsDocuments(cfg.aws_certs_dir),
+        credentials=Credentials(token), aws=AwsDocuments(cfg.aws_certs_dir, cfg.aws_forms),
         gcp=GoogleTokens(cfg.audience, cfg.google_certs_file, cfg.google_certs_url),
-        required=cfg.required, launch_time_of=launch_time_of)
+        required=cfg.required, launch_time_of=launch_time_of, record=record)

@@ -286,6 +286,21 @@ class ControlRow(SQLModel, table=True):
     updated_at: datetime = ts_field()
 
 
+class AgentProofRow(SQLModel, table=True):
+    """The last time an agent proved which instance it runs on (POST /v1/identity), for
+    `costguard status`'s count of proven agents."""
+
+    model_config = DEFERRED
+
+    __tablename__ = "agent_proofs"
+
+    provider: str = Field(primary_key=True, max_length=16)
+    instance_id: str = Field(primary_key=True, max_length=128)
+    form: str = Field(max_length=16)  # signature | rsa2048 | pkcs7 | gce-token
+    verified_by: str = Field(max_length=200)
+    proven_at: datetime = ts_field(index=True)
+
+
 class AnomalyRow(SQLModel, table=True):
     """A spend anomaly found by a rule, with its explanation and the operator's feedback."""
 

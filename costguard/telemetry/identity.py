@@ -111,8 +111,9 @@ def fetch_proof(client: httpx.Client, identity: Identity, *, ec2_url: str = EC2_
                 gce_url: str = GCE_METADATA_URL, audience: str = "costguard"
                 ) -> dict[str, str] | None:
     """The cloud's signed statement of which instance this is, for `POST /v1/identity`:
-    EC2's identity document and its RSA signature, or GCE's identity token (a Google-signed
-    JWT for `audience`, with the instance id). None off the cloud or when it cannot be had."""
+    EC2's identity document with its rsa2048 and signature bodies, or GCE's identity token
+    (a Google-signed JWT for `audience`, with the instance id). None off the cloud or when
+    it cannot be had."""
     try:
         if identity.provider == "aws":
             token = client.put(f"{ec2_url}/latest/api/token", headers={
@@ -122,11 +123,16 @@ def fetch_proof(client: httpx.Client, identity: Identity, *, ec2_url: str = EC2_
             headers = {"X-aws-ec2-metadata-token": token.text}
             base = f"{ec2_url}/latest/dynamic/instance-identity"
             document = client.get(f"{base}/document", headers=headers)
-            signature = client.get(f"{base}/signature", headers=headers)
-            if document.status_code != 200 or signature.status_code != 200:
+            if document.status_code != 200:
                 return None
-            return {"provider": "aws", "document": document.text,
-                    "signature": signature.text}
+            proof = {"provider": "aws", "document": document.text}
+            # rsa2048 (RSA-2048/SHA-256) is what the daemon prefers; signature
+            # (RSA-1024/SHA-256) is what daemons before it read. pkcs7 (DSA/SHA-1) is not sent.
+            for form in ("rsa2048", "signature"):
+                body = client.get(f"{base}/{form}", headers=headers)
+                if body.status_code == 200 and body.text.strip():
+                    proof[form] = body.text
+            return proof if len(proof) > 2 else None
         if identity.provider == "gcp":
             answer = client.get(
                 f"{gce_url}/computeMetadata/v1/instance/service-accounts/default/identity",

@@ -22,7 +22,8 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
 
 from costguard.daemon.google_tokens import GoogleTokens
-from costguard.daemon.identity import AwsDocuments, Credentials, IdentityAuthority, ProofRefused
+from costguard.daemon.aws_identity import AwsDocuments
+from costguard.daemon.identity import Credentials, IdentityAuthority, ProofRefused
 from costguard.model import GpuMinute, TelemetrySource
 from costguard.telemetry.ingest import MemorySink, telemetry_app
 from tests.fakes.loopback import serve
@@ -104,8 +105,10 @@ def test_a_signed_document_proves_its_instance_and_nothing_else(
         ({"provider": "aws", "document": tampered, "signature": _sign(doc)}, "does not verify"),
         ({"provider": "aws", "document": doc, "signature": _sign(doc, OTHER_KEY)},
          "does not verify"),
-        ({"provider": "aws", "document": doc, "signature": "not base64!"}, "not an instance"),
-        ({"provider": "aws", "document": "{}", "signature": _sign("{}")}, "not an instance"),
+        ({"provider": "aws", "document": doc, "signature": "not base64!"},
+         "the signature body is not base64"),
+        ({"provider": "aws", "document": "{}", "signature": _sign("{}")},
+         "the identity document has no instanceId"),
         ({"provider": "aws", "document": _document(launched=LAUNCHED - timedelta(days=30)),
           "signature": _sign(_document(launched=LAUNCHED - timedelta(days=30)))},
          "earlier launch"),
@@ -119,9 +122,12 @@ def test_a_region_without_a_certificate_is_refused(tmp_path: Path) -> None:
     certs = tmp_path / "only-us"
     certs.mkdir()
     (certs / "us-east-1.pem").write_bytes(AWS_CERT)
-    doc = _document(region="eu-west-1")
-    with pytest.raises(ProofRefused, match="no AWS certificate for region eu-west-1"):
+    # a region costguard ships no certificate for (an isolated partition's), nor the folder
+    doc = _document(region="us-isob-east-1")
+    with pytest.raises(ProofRefused, match="no AWS rsa certificate for region us-isob-east-1: "
+                       r"copy it .* as rsa/us-isob-east-1.pem .* http.identity.aws_certs_dir"):
         AwsDocuments(certs).verify(doc, _sign(doc), NOW)
+    # a region the folder names replaces the shipped certificate (the generated key verifies)
     doc = _document(region="us-east-1")
     assert AwsDocuments(certs).verify(doc, _sign(doc), NOW).instance_id == "i-0feedface"
 
@@ -211,7 +217,7 @@ def test_a_document_launched_in_the_future_or_a_signature_with_junk_is_refused(
     # characters outside base64 are refused, not skipped over (line breaks are AWS's own)
     doc = _document()
     signature = _sign(doc)
-    with pytest.raises(ProofRefused, match="not an instance identity document"):
+    with pytest.raises(ProofRefused, match="the signature body is not base64"):
         authority.prove({"provider": "aws", "document": doc,
                          "signature": signature[:20] + "!" + signature[20:]}, NOW)
     wrapped = "\n".join(signature[i:i + 64] for i in range(0, len(signature), 64))
@@ -237,9 +243,14 @@ def test_a_proof_whose_parts_are_not_text_is_refused_saying_what_to_send(
     doc = _document()
     for body, text in [
         ({"provider": "aws", "document": doc, "signature": 7},
-         "aws: send the identity document and its signature as strings"),
+         "aws: send the identity document and its signed bodies (rsa2048, signature or "
+         "pkcs7, as IMDS serves them) as strings"),
         ({"provider": "aws", "document": {"instanceId": "i-1"}, "signature": _sign(doc)},
-         "aws: send the identity document and its signature as strings"),
+         "aws: send the identity document and its signed bodies (rsa2048, signature or "
+         "pkcs7, as IMDS serves them) as strings"),
+        ({"provider": "aws", "document": doc},
+         "aws: this daemon accepts the rsa2048, signature forms (http.identity.aws_forms); "
+         "the agent sent none"),
         ({"provider": "gcp", "token": ["a", "b"]},
          "gcp: send the instance identity token as a string"),
         ({"provider": "azure"}, "provider must be aws or gcp (the simulated cloud and hosts "

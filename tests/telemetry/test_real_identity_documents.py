@@ -18,7 +18,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
 from costguard.config import Settings
-from costguard.daemon.identity import SHIPPED_AWS_CERTS, AwsDocuments, ProofRefused
+from costguard.daemon.aws_identity import SHIPPED_AWS_CERTS, AwsDocuments
+from costguard.daemon.identity import ProofRefused
 from costguard.daemon.routes import identity_authority
 from costguard.model import GpuMinute, Instance, InstanceState, TelemetrySource
 from costguard.store.db import Database
