@@ -47,7 +47,20 @@ class SetupCheck:
                 f"{len(policies) - enforced} dry-run), {len(self.policies.budgets)} budgets, "
                 f"{len(self.policies.anomalies)} anomaly rules"
                 + (f", {len(self.warnings)} warning(s)" if self.warnings else "")
-                + "".join(f"; {f}" for f in self.files))
+                + "".join(f"; {f}" for f in self.files)
+                + (f"; {self.agents()}" if whole and self.settings is not None else ""))
+
+    def agents(self) -> str:
+        """Which instance-identity mode is in force, and what `optional` allows."""
+        assert self.settings is not None
+        ident = self.settings.http.identity
+        if ident.required:
+            return (f"agents must prove their instance (http.identity.mode: required; EC2 "
+                    f"forms {', '.join(ident.aws_forms)})")
+        return ("agents need not prove their instance (http.identity.mode: optional): "
+                "whoever holds the agent token can report any cloud instance idle; "
+                "set it to required once every agent proves itself (costguard status counts "
+                "them)")
 
     def as_json(self, *, whole: bool) -> dict[str, object]:
         """{ok, problems, warnings} (a problem with no place has null file, line, column),
@@ -68,6 +81,11 @@ class SetupCheck:
                     "anomaly_rules": len(self.policies.anomalies)}
         if whole:
             doc["files"] = self.files
+            if self.settings is not None:
+                ident = self.settings.http.identity
+                doc["agent_identity"] = {"mode": ident.mode,
+                                         "aws_forms": list(ident.aws_forms),
+                                         "summary": self.agents()}
         return doc
 
 

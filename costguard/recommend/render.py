@@ -8,9 +8,8 @@ the reason).
 
 from __future__ import annotations
 
-import csv
-import io
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
@@ -19,7 +18,7 @@ from rich.table import Table
 from costguard.recommend.fit import Fit
 from costguard.recommend.run import Recommendation, Recommendations
 from costguard.recommend.settings import RecommendSettings
-from costguard.report.cells import text_cell
+from costguard.report.cells import csv_text, text_cell
 from costguard.telemetry.efficiency import Bottleneck
 
 SCHEMA = 1
@@ -91,29 +90,26 @@ CSV_COLUMNS = ("provider", "instance_id", "name", "instance_type", "team", "bott
 
 
 def to_csv(recs: Recommendations, everything: bool) -> str:
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
+    out: list[Sequence[object]] = [CSV_COLUMNS]
     for r in _shown(recs, everything):
         f, e, i = r.fit, r.fit.efficiency, r.fit.instance
-        writer.writerow([
+        out.append([
             i.provider, i.instance_id, text_cell(i.name or ""), i.instance_type,
             text_cell(r.team), str(e.bottleneck),
             str(e.underused).lower(), e.gpus_paid, _blank(e.gpus_used), _blank(e.gpu_mean),
             "" if e.vram_peak_bytes is None else f"{e.vram_peak_bytes / 1e9:.2f}",
             _blank(e.host_cpu_p95), f"{r.spend_usd:.2f}", f.to.instance_type if f.to else "",
             _blank(f.usd_per_hour), _blank(f.to_usd_per_hour), f"{f.monthly_usd:.2f}", f.reason])
-    return buf.getvalue()
+    return csv_text(out)
 
 
 def to_team_csv(recs: Recommendations) -> str:
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(("team", "underused_instances", "underused_usd", "monthly_savings_usd"))
+    out: list[Sequence[object]] = [
+        ("team", "underused_instances", "underused_usd", "monthly_savings_usd")]
     for team, row in recs.by_team().items():
-        writer.writerow((text_cell(team), int(row["instances"]), f"{row['underused_usd']:.2f}",
+        out.append((text_cell(team), int(row["instances"]), f"{row['underused_usd']:.2f}",
                          f"{row['monthly_savings_usd']:.2f}"))
-    return buf.getvalue()
+    return csv_text(out)
 
 
 def _blank(value: object) -> str:

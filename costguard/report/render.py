@@ -7,8 +7,6 @@ rounded half-up. GPU-hours are apportioned the same way at 0.1 h.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from costguard.costs.attribution import UNATTRIBUTED
-from costguard.report.cells import text_cell
+from costguard.report.cells import csv_text, text_cell
 from costguard.report.figures import Report, ReportRow
 from costguard.report.fit import FitColumn, fit_table
 
@@ -191,10 +189,9 @@ def _cells(r: DisplayRow, billed: bool) -> list[str]:
 
 def to_csv(report: Report) -> str:
     rows, total = display_rows(report)
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
+    out: list[list[str]] = []
     billed = report.compare == "billed"
-    writer.writerow([*report.by, "cost_usd", "idle_cost_usd", "idle_share", "gpu_hours",
+    out.append([*report.by, "cost_usd", "idle_cost_usd", "idle_share", "gpu_hours",
                      "spot_share", "spot_savings_possible_usd", "instances",
                      *(["billed_usd", "gap_usd"] if billed else [])])
 
@@ -207,11 +204,11 @@ def to_csv(report: Report) -> str:
         return out
 
     for r in rows:
-        writer.writerow([*(text_cell(k) for k in r.key), *values(r)])
+        out.append([*(text_cell(k) for k in r.key), *values(r)])
     # grouped by nothing, the total is the only row and has no key column to name it in
     label = ["total", *[""] * (len(report.by) - 1)] if report.by else []
-    writer.writerow([*label, *values(total)])
-    return buf.getvalue()
+    out.append([*label, *values(total)])
+    return csv_text(out)
 
 
 # Left out first to last when a terminal is too narrow for every column; cost never is.

@@ -21,8 +21,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
 
-from costguard.daemon.google_tokens import GoogleTokens
 from costguard.daemon.aws_identity import AwsDocuments
+from costguard.daemon.google_tokens import GoogleTokens
 from costguard.daemon.identity import Credentials, IdentityAuthority, ProofRefused
 from costguard.model import GpuMinute, TelemetrySource
 from costguard.telemetry.ingest import MemorySink, telemetry_app
@@ -458,3 +458,50 @@ def test_a_google_certs_file_that_cannot_serve_is_refused_and_one_gone_later_is_
         answer = httpx.post(f"{url}/v1/identity", headers={"Authorization": f"Bearer {TOKEN}"},
                             json={"provider": "gcp", "token": _gce_token()})
     assert answer.status_code == 503 and "cannot be read" in answer.json()["error"]
+
+
+def _cms(document: str, key: rsa.RSAPrivateKey, cert: x509.Certificate) -> str:
+    """A CMS SignedData embedding `document`, signed attributes and no certificate, as IMDS
+    writes its /pkcs7 body in China's regions (RSA-2048), made by cryptography."""
+    from cryptography.hazmat.primitives.serialization import pkcs7
+
+    der = (pkcs7.PKCS7SignatureBuilder().set_data(document.encode())
+           .add_signer(cert, key, hashes.SHA256())
+           .sign(serialization.Encoding.DER, [pkcs7.PKCS7Options.Binary,
+                                              pkcs7.PKCS7Options.NoCerts,
+                                              pkcs7.PKCS7Options.NoCapabilities]))
+    return base64.b64encode(der).decode()
+
+
+def test_china_s_pkcs7_form_is_rsa_and_verifies_where_pkcs7_is_accepted(
+        tmp_path: Path) -> None:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ec2.amazonaws.com.cn")])
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(0x5EED)
+            .not_valid_before(NOW - timedelta(days=1)).not_valid_after(NOW + timedelta(days=1))
+            .sign(key, hashes.SHA256()))
+    (tmp_path / "dsa").mkdir()
+    (tmp_path / "dsa" / "cn-north-1.pem").write_bytes(cert.public_bytes(
+        serialization.Encoding.PEM))
+    doc = _document(region="cn-north-1")
+    body = _cms(doc, key, cert)
+    accepting = AwsDocuments(tmp_path, ("rsa2048", "signature", "pkcs7"))
+    proven = accepting.verify(None, body, NOW, "pkcs7")
+    assert (proven.instance_id, proven.form, proven.region) == (
+        "i-0feedface", "pkcs7", "cn-north-1")
+    assert proven.verified_by == str(tmp_path / "dsa" / "cn-north-1.pem")
+    # the same body through the default forms: refused, naming what this daemon accepts
+    with pytest.raises(ProofRefused, match="does not accept the pkcs7 form"):
+        AwsDocuments(tmp_path).verify(None, body, NOW, "pkcs7")
+    # another key with the same name and serial: the signature does not hold
+    other = _cms(doc, OTHER_KEY, cert)
+    with pytest.raises(ProofRefused, match=r"\(bad signature\)"):
+        accepting.verify(None, other, NOW, "pkcs7")
+    # a signer another serial names is not the region's certificate
+    stranger = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+                .public_key(key.public_key()).serial_number(0xBAD)
+                .not_valid_before(NOW - timedelta(days=1))
+                .not_valid_after(NOW + timedelta(days=1)).sign(key, hashes.SHA256()))
+    with pytest.raises(ProofRefused, match="signer \\(serial BAD\\) is not AWS's dsa"):
+        accepting.verify(None, _cms(doc, key, stranger), NOW, "pkcs7")

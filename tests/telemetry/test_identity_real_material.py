@@ -326,7 +326,8 @@ def test_the_agent_s_whole_proof_is_judged_by_its_strongest_form(
     assert client.post("/v1/identity", headers={"Authorization": f"Bearer {TOKEN}"},
                        json=proof).status_code == 200
     with db.session() as s:
-        assert s.get(AgentProofRow, ("aws", doc["instanceId"])).form == "rsa2048"  # type: ignore[union-attr]
+        row = s.get(AgentProofRow, ("aws", doc["instanceId"]))
+        assert row is not None and row.form == "rsa2048"
     # a broken rsa2048 is refused even beside a good signature: no falling back to weaker
     proof["rsa2048"] = _flip_b64(proof["rsa2048"])
     refused = client.post("/v1/identity", headers={"Authorization": f"Bearer {TOKEN}"},
@@ -386,7 +387,8 @@ def test_the_offline_check_verifies_every_real_token(name: str, tmp_path: Path,
     assert (answer["verified"], answer["provider"], answer["instance_id"], answer["zone"],
             answer["project"], answer["form"]) == (
         True, "gcp", engine["instance_id"], engine["zone"], engine["project_id"], "gce-token")
-    assert answer["verified_by"] == f"key {json.loads(base64.urlsafe_b64decode(token.read_text().split('.')[0] + '=='))['kid']}"
+    header = json.loads(base64.urlsafe_b64decode(token.read_text().split(".")[0] + "=="))
+    assert answer["verified_by"] == f"key {header['kid']}"
     code, out = _cli(str(token), "--keys", str(key_file), "--audience", "costguard",
                      "--at", at)
     assert code == 1 and "wrong audience" in out

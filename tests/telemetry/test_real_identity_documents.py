@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
 from costguard.config import Settings
-from costguard.daemon.aws_identity import SHIPPED_AWS_CERTS, AwsDocuments
+from costguard.daemon.aws_identity import AwsDocuments
 from costguard.daemon.identity import ProofRefused
 from costguard.daemon.routes import identity_authority
 from costguard.model import GpuMinute, Instance, InstanceState, TelemetrySource
@@ -87,17 +87,20 @@ def test_a_folder_of_certificates_replaces_the_shipped_ones(tmp_path: Path) -> N
         AwsDocuments(tmp_path).verify(document, signature, _launched(doc) + timedelta(days=1))
 
 
-def test_every_shipped_certificate_is_an_rsa_certificate_named_for_a_region() -> None:
-    from importlib import resources
+def test_every_shipped_certificate_is_one_named_for_a_region() -> None:
+    from cryptography.hazmat.primitives.asymmetric import dsa
 
-    folder = resources.files("costguard.daemon").joinpath(SHIPPED_AWS_CERTS)
-    names = sorted(p.name for p in folder.iterdir() if p.name.endswith(".pem"))
-    certs = AwsDocuments().certs
-    assert len(certs) == len(names) >= 30
-    for region, cert in certs.items():
-        assert region.count("-") >= 2 and region.split("-")[-1].isdigit(), region
-        assert isinstance(cert.public_key(), rsa.RSAPublicKey), region
-    assert {"us-east-1", "eu-west-1", "ap-southeast-2", "us-gov-west-1"} <= set(certs)
+    certs = AwsDocuments().certificates
+    for kind, regions in certs.by_kind.items():
+        assert len(regions) >= 30, kind
+        for region, found in regions.items():
+            assert region.count("-") >= 2 and region.split("-")[-1].isdigit(), region
+            for c in found:
+                allowed = (rsa.RSAPublicKey, dsa.DSAPublicKey) if kind == "dsa" else (
+                    rsa.RSAPublicKey,)
+                assert isinstance(c.cert.public_key(), allowed), (kind, region)
+    assert {"us-east-1", "eu-west-1", "ap-southeast-2", "us-gov-west-1"} <= set(
+        certs.by_kind["rsa"])
 
 
 def _instance(doc: dict[str, str], launched: datetime) -> Instance:
