@@ -11,7 +11,6 @@ message is updated through the click's `response_url` to say who did what (`slac
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
@@ -35,7 +34,7 @@ from costguard.alerts.slack import ACTION_PREFIX
 from costguard.alerts.slack_update import outcome_line, post_update, updated_message
 from costguard.alerts.snooze import NothingToSnooze, request_stop, snooze_instance
 from costguard.clock import Clock
-from costguard.daemon.bodies import BodyTooLarge, read_limited
+from costguard.daemon.bodies import BodyTooLarge, parse_json, read_limited
 from costguard.store.db import Database
 
 log = logging.getLogger("costguard.alerts.slack")
@@ -101,7 +100,7 @@ def parse_actions(payload: dict[str, Any]) -> list[SlackAction]:
         if not str(action.get("action_id", "")).startswith(ACTION_PREFIX):
             continue
         raw = action.get("value") or "{}"
-        value = json.loads(raw) if isinstance(raw, str) else None
+        value = parse_json(raw) if isinstance(raw, str) else None
         if not isinstance(value, dict):
             raise ValueError(f"malformed costguard action value {raw!r}")
         kind = value.get("a")
@@ -187,7 +186,7 @@ def slack_routes(signing_secret: str | SecretStr, on_action: OnAction, *,
             return refused("replayed request: this signed click was already applied", request)
         try:
             raw = parse_qs(body.decode("utf-8")).get("payload", [""])[0]
-            payload = json.loads(raw)
+            payload = parse_json(raw)
             clicks = parse_actions(payload)
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             return JSONResponse({"error": f"bad payload: {exc}"}, status_code=400)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -181,10 +180,12 @@ def body_bytes(text: str, what: str) -> bytes:
 
 def read_document(raw: bytes) -> dict[str, Any]:
     """The identity document's fields; ProofRefused when it is not one."""
+    from costguard.daemon.bodies import BodyRefused, parse_json
+
     try:
-        doc = json.loads(raw)
-    except (ValueError, RecursionError):
-        raise ProofRefused("the identity document is not JSON") from None
+        doc = parse_json(raw)
+    except BodyRefused as exc:
+        raise ProofRefused(f"the identity document is refused: {exc}") from None
     if not isinstance(doc, dict):
         raise ProofRefused("the identity document is not a JSON object")
     for field in ("instanceId", "region", "pendingTime"):

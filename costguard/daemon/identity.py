@@ -151,7 +151,7 @@ def identity_routes(authority: IdentityAuthority, *, token: str,
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    from costguard.daemon.bodies import BodyTooLarge, read_limited
+    from costguard.daemon.bodies import BodyRefused, BodyTooLarge, parse_json, read_limited
 
     expected = f"Bearer {token}".encode()
 
@@ -160,11 +160,13 @@ def identity_routes(authority: IdentityAuthority, *, token: str,
         if not hmac.compare_digest(given, expected):
             return JSONResponse({"error": "missing or wrong agent token"}, status_code=401)
         try:
-            body = json.loads(await read_limited(request, 64 * 1024))
+            body = parse_json(await read_limited(request, 64 * 1024))
         except BodyTooLarge:
             return JSONResponse({"error": "proof over 64 KiB"}, status_code=413)
-        except (ValueError, RecursionError, ClientDisconnect):
-            return JSONResponse({"error": "body is not JSON"}, status_code=400)
+        except BodyRefused as exc:
+            return JSONResponse({"error": f"body refused: {exc}"}, status_code=400)
+        except ClientDisconnect:
+            return JSONResponse({"error": "client disconnected"}, status_code=400)
         if not isinstance(body, dict):
             return JSONResponse({"error": "expected a JSON object"}, status_code=400)
         now = clock()

@@ -11,7 +11,7 @@ Request (documented in docs/agent.md):
 Responses, all JSON:
     200 {"received": n, "written": k, "duplicates": n - k}
     401 bad or missing token          413 body over the limit (1 MiB by default)
-    400 body is not JSON, or nested    422 a summary is invalid ({"error", "index", "detail"}):
+    400 body refused (not JSON, nested    422 a summary is invalid ({"error", "index", "detail"}):
         deeper than 8 levels               a minute not whole, in the future or over 7 days
                                            old; an empty instance id; a gpu_index the
                                            instance does not have
@@ -26,9 +26,7 @@ after a crash between a push and its acknowledgement). Nothing here answers 500.
 from __future__ import annotations
 
 import hmac
-import json
 import logging
-import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -41,7 +39,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from costguard.daemon.bodies import BodyTooLarge, read_limited
+from costguard.daemon.bodies import BodyRefused, BodyTooLarge, parse_json, read_limited
 from costguard.errors import ConfigError
 from costguard.model import GpuMinute
 
@@ -54,7 +52,6 @@ MAX_BODY_BYTES = 2**20
 MAX_JSON_DEPTH = 8  # a batch is {"minutes": [{...}]}: depth 3
 MAX_CLOCK_SKEW = timedelta(minutes=5)  # a host's clock may run this far ahead of the daemon's
 MAX_AGE = timedelta(days=7)  # older than any agent's buffer holds: refused
-_STRUCTURE = re.compile(rb'[\[\]{}"\\]')
 INGEST_PATH = "/v1/telemetry"
 CREDENTIAL_PREFIX = "cgi1."  # an instance credential (costguard.daemon.identity)
 MAX_INSTANCE_ID = 128  # the store's gpu_readings.instance_id column (VARCHAR(128))
@@ -114,31 +111,6 @@ def check_gpus(minutes: Sequence[GpuMinute], gpus: Mapping[tuple[str, str], int]
         if count is not None and m.gpu_index >= count:
             raise _BadItem(index, "gpu_index", f"{m.gpu_index} does not exist: "
                                                f"{m.instance_id} has {count} GPUs")
-
-
-def json_depth(body: bytes) -> int:
-    """The deepest nesting of arrays and objects in a JSON text (strings skipped), found
-    before the parser recurses into it."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for match in _STRUCTURE.finditer(body):
-        char = match.group()
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == b"\\":
-                escaped = True
-            elif char == b'"':
-                in_string = False
-            continue
-        if char == b'"':
-            in_string = True
-        elif char in (b"[", b"{"):
-            depth += 1
-            deepest = max(deepest, depth)
-        elif char in (b"]", b"}"):
-            depth -= 1
-    return deepest
 
 
 def first_of_each_key(minutes: Sequence[GpuMinute]) -> list[GpuMinute]:
@@ -212,13 +184,11 @@ def telemetry_routes(
             return _error(413, f"body over {max_body_bytes} bytes; send smaller batches")
         except ClientDisconnect:
             return _error(400, "client disconnected before the body was read")
-        if json_depth(body) > MAX_JSON_DEPTH:
-            return _error(400, f"body nests deeper than {MAX_JSON_DEPTH} levels; a batch is "
-                               '{"minutes": [{...}, ...]}')
         try:
-            payload = json.loads(body)
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-            return _error(400, f"body is not JSON: {exc}")
+            payload = parse_json(body, max_depth=MAX_JSON_DEPTH)
+        except BodyRefused as exc:
+            return _error(400, f"body refused: {exc}; a batch is "
+                               '{"minutes": [{...}, ...]}')
         try:
             minutes = parse_batch(payload, clock())
             if gpu_counts is not None and minutes:

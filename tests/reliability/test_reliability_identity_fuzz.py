@@ -124,3 +124,35 @@ def test_raw_bytes_and_oversized_bodies_are_4xx(client: TestClient) -> None:
     for body in (b"", b"\xff\xfe", b"{" * 5000, b'{"provider": "gcp", "token": "' +
                  b"a" * 70_000 + b'"}', b"[" * 100_000 + b"]" * 100_000):
         _post(client, body)
+
+
+def _doc(**fields: Any) -> str:
+    base = {"instanceId": "i-0abc", "region": "us-east-1", "accountId": "1",
+            "pendingTime": "2026-01-01T00:00:00Z"}
+    return json.dumps({**base, **fields})
+
+
+@pytest.mark.parametrize("body", [
+    # a pendingTime at the edge of the calendar with an offset: OverflowError (a 500) before
+    {"provider": "aws", "document": _doc(pendingTime="0001-01-01T00:00:00+05:00"),
+     "signature": "QUJD"},
+    {"provider": "aws", "document": _doc(pendingTime="9999-12-31T23:00:00-05:00"),
+     "signature": "QUJD"},
+    # a document of 30,000 "[": RecursionError before
+    {"provider": "aws", "document": "[" * 30_000, "signature": "QUJD"},
+    {"provider": "aws", "document": "[" * 30_000, "rsa2048": "QUJD"},
+    {"provider": "aws", "rsa2048": base64.b64encode(b"\x30\x80" * 4000).decode()},
+    {"provider": "aws", "pkcs7": "MA==", "document": _doc()},
+    {"provider": "aws", "document": _doc(instanceId="i-\u0000"), "signature": "QUJD"},
+])
+def test_edge_of_the_calendar_and_deep_documents_are_4xx(client: TestClient,
+                                                          body: dict[str, Any]) -> None:
+    _post(client, json.dumps(body).encode())
+
+
+def test_a_whole_body_with_a_long_number_or_nul_is_a_400(client: TestClient) -> None:
+    for raw in (b'{"provider": "aws", "n": ' + b"9" * 5000 + b"}",
+                b'{"provider": "aws\\u0000"}', b"[" * 30_000):
+        answer = client.post("/v1/identity", content=raw, headers={
+            "Authorization": f"Bearer {AGENT_TOKEN}"})
+        assert answer.status_code == 400 and "body refused" in answer.json()["error"]

@@ -153,3 +153,33 @@ def test_integers_too_large_for_the_store_are_a_client_error(
                          headers={"Authorization": f"Bearer {TOKEN}"})
     _check(answer, before, db)
     assert answer.status_code == 422  # the agent's fault, said so: not a 503 to retry forever
+
+
+def _raw_item(field: str, json_text: str) -> bytes:
+    """A one-summary batch whose `field` holds `json_text` exactly as written."""
+    item = json.dumps(_valid(10**7 + 5))
+    return f'[{item[:-1]}, "{field}": {json_text}}}]'.encode()
+
+
+@pytest.mark.parametrize(("body", "reason"), [
+    # a 5,000-digit integer anywhere: int() refused it past the handlers (a 500 before)
+    (_raw_item("samples", "9" * 5000), "a number of 5000 characters"),
+    (_raw_item("extra", "[" + "1" * 5000 + "]"), "a number of 5000 characters"),
+    (_raw_item("util_mean", "1e99999"), "out of range"),
+    (_raw_item("util_mean", "NaN"), "NaN is not a JSON number"),
+    # NUL in a string: PostgreSQL refuses it in text (a 503 an agent retried for ever)
+    (_raw_item("instance_id", '"i-\\u0000x"'), "NUL character"),
+    (_raw_item("minute", '"0001-01-01T00:00:00+05:00"'), ""),
+    (_raw_item("minute", '"9999-12-31T23:00:00-05:00"'), ""),
+    (b"[" * 30_000, "nests deeper"),
+])
+def test_hostile_bodies_are_refused_with_a_reason(served: tuple[httpx.Client, Database],
+                                                  body: bytes, reason: str) -> None:
+    client, db = served
+    before = _count(db)
+    answer = client.post("/v1/telemetry", content=body,
+                         headers={"Authorization": f"Bearer {TOKEN}"})
+    _check(answer, before, db)
+    assert answer.status_code in (400, 422), answer.text
+    assert reason in answer.json()["error"]
+    figures.count("ingest: hostile bodies refused 4xx with a reason", True)
