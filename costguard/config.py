@@ -116,6 +116,10 @@ class HttpSettings(Section):
     port: int = Field(default=8787, ge=1, le=65535)
     ingest_token: SecretStr | None = None
     identity: AgentIdentitySettings = Field(default_factory=AgentIdentitySettings)
+    # Host header values (names, without the port) accepted besides loopback's while the
+    # console is served without login: a request naming any other host is refused (421), as
+    # a page on another site reaching 127.0.0.1 through DNS rebinding names its own
+    allowed_hosts: list[str] = Field(default_factory=list)
 
 
 class Settings(BaseSettings):

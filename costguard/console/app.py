@@ -31,6 +31,16 @@ log = logging.getLogger("costguard.console")
 SESSION_COOKIE = "costguard_session"
 
 
+def host_check(settings: Settings, host: str) -> list[str] | None:
+    """The Host names every route accepts besides loopback's, when the console is served
+    without login (auth none, on loopback): `http.allowed_hosts`. None: no check (a console
+    with a login, or none served, leaves nothing for another site to read)."""
+    cfg = settings.console
+    if cfg.enabled and cfg.auth == "none" and is_loopback(host):
+        return list(settings.http.allowed_hosts)
+    return None
+
+
 def console_routes(settings: Settings, db: Database, clock: Clock,
                    policies: Callable[[], PolicySet], host: str) -> list[BaseRoute]:
     """The console's routes, or none: when it is off, or when it would serve pages without a
@@ -103,7 +113,8 @@ def console_server(settings: Settings, db: Database, clock: Clock,
     host = settings.http.host
     routes = console_routes(settings, db, clock, policies, host)
     state = ServiceState(poll_interval=settings.poll_interval)
-    app = build_app(db, state, metrics or DaemonMetrics(), clock, extra_routes=routes)
+    app = build_app(db, state, metrics or DaemonMetrics(), clock, extra_routes=routes,
+                    allowed_hosts=host_check(settings, host))
     server = HttpServer(app, bind or host, settings.http.port if port is None else port)
     server.start()
     return server

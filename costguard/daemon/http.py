@@ -144,6 +144,40 @@ class GuardMiddleware:
         self.metrics.http.labels(route, str(status)).inc()
 
 
+class HostCheckMiddleware:
+    """Refuses (421) a request whose Host header names neither a loopback host nor one of
+    `allowed`: served without login on 127.0.0.1, the daemon is otherwise readable by any web
+    page a local user opens, through DNS rebinding (a name of the attacker's that resolves
+    to 127.0.0.1). Django's ALLOWED_HOSTS and Jupyter's local_hostnames do the same."""
+
+    def __init__(self, app: ASGIApp, allowed: Sequence[str]) -> None:
+        self.app = app
+        self.allowed = {h.lower().rstrip(".") for h in allowed}
+
+    def accepts(self, header: str) -> bool:
+        from urllib.parse import urlsplit
+
+        from costguard.console.auth import is_loopback
+
+        try:
+            name = (urlsplit(f"//{header}").hostname or "").rstrip(".")
+        except ValueError:
+            return False
+        return bool(name) and (is_loopback(name) or name in self.allowed)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope.get("headers") or ())
+            host = headers.get(b"host")
+            if host is not None and not self.accepts(host.decode("latin-1")):
+                await JSONResponse({"error": "this costguard serves loopback names only (the "
+                                    "console has no login): open it as 127.0.0.1 or "
+                                    "localhost, or add the name to http.allowed_hosts"},
+                                   421)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 _KNOWN = ("/healthz", "/readyz", "/metrics", "/v1/telemetry")
 
 
@@ -159,8 +193,10 @@ def _route_label(path: str) -> str:
 
 def build_app(
     db: Database, state: ServiceState, metrics: DaemonMetrics, clock: Clock, *,
-    extra_routes: Sequence[BaseRoute] = (),
+    extra_routes: Sequence[BaseRoute] = (), allowed_hosts: Sequence[str] | None = None,
 ) -> Starlette:
+    """The daemon's app. `allowed_hosts` (see `host_check`): with it, every route refuses a
+    Host header naming anything but loopback and those names."""
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok", "leader": state.leader})
 
@@ -191,6 +227,8 @@ def build_app(
         *extra_routes,
     ]
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: bad_method})
+    if allowed_hosts is not None:
+        app.add_middleware(HostCheckMiddleware, allowed=allowed_hosts)
     app.add_middleware(GuardMiddleware, metrics=metrics)
     return app
 

@@ -243,14 +243,15 @@ class Daemon:
     def start(self) -> None:
         self.state.started_at = self.clock.now()
         if self.cfg.http_enabled:
-            from costguard.console.app import console_routes
+            from costguard.console.app import console_routes, host_check
 
             routes = extra_routes(self.settings, self.cfg, self.engine.db, self.metrics,
                                   self.clock)
             routes += console_routes(self.settings, self.engine.db, self.clock,
                                      lambda: self.engine.policies, self.settings.http.host)
             app = build_app(self.engine.db, self.state, self.metrics, self.clock,
-                            extra_routes=routes)
+                            extra_routes=routes,
+                            allowed_hosts=host_check(self.settings, self.settings.http.host))
             self.http = HttpServer(app, self.settings.http.host, self._http_port)
             self.http.start()
             log.info("http: listening on %s:%s", self.settings.http.host, self.http.port)
