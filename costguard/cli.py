@@ -178,7 +178,14 @@ def run(
         logging.getLogger("costguard.policy").warning("%s", w)
     engine = Engine(settings, db, providers, policies, clock)
     if once:
-        summary = engine.run_cycle()
+        try:
+            summary = engine.run_cycle()
+        except KeyboardInterrupt:
+            err.print("interrupted: the cycle stopped and is marked interrupted (costguard "
+                      "status counts it); every action taken is journaled, and the next "
+                      "cycle starts from the fleet as it is", highlight=False)
+            db.dispose()
+            raise typer.Exit(130) from None
         if fmt == "json":
             print(json.dumps(summary.as_dict(), indent=2, default=str))
         else:

@@ -113,7 +113,8 @@ def status(
         console.print(f"agents proven in the last 2 h: {counted}", highlight=False)
         alerts = ", ".join(f"{n} {state}" for state, n in sorted(info["alerts"].items()))
         console.print(f"alerts: {alerts or 'none'}; failed cycles: "
-                      f"{info['failed_cycles']}; unresolved intents: "
+                      f"{info['failed_cycles']}, interrupted {info['interrupted_cycles']}, "
+                      f"abandoned {info['abandoned_cycles']}; unresolved intents: "
                       f"{info['unresolved_action_intents']}", highlight=False)
         if info["unconfirmed_alert_deliveries"]:
             console.print(f"[yellow]unconfirmed alert deliveries:[/] "

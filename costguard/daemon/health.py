@@ -63,8 +63,9 @@ def status_of(s: Session, now: datetime, poll_seconds: float) -> dict[str, Any]:
     last = s.exec(select(CycleRow).order_by(col(CycleRow.id).desc()).limit(1)).first()
     last_ok = s.execute(sa_select(func.max(col(CycleRow.finished_at)))
                         .where(col(CycleRow.status) == "ok")).scalar()
-    failed = s.execute(sa_select(func.count()).select_from(CycleRow)
-                       .where(col(CycleRow.status) == "failed")).scalar()
+    ended = {str(k): int(v) for k, v in s.execute(
+        sa_select(col(CycleRow.status), func.count()).group_by(col(CycleRow.status))).all()}
+    failed = ended.get("failed", 0)
     alerts = {str(k): int(v) for k, v in s.execute(
         sa_select(col(AlertRow.status), func.count()).group_by(col(AlertRow.status))).all()}
     open_intents = s.execute(sa_select(func.count()).select_from(ActionJournalRow)
@@ -97,6 +98,10 @@ def status_of(s: Session, now: datetime, poll_seconds: float) -> dict[str, Any]:
             "paused": paused, "last_cycle": cycle,
             "seconds_since_last_good_cycle": round(age, 1) if age is not None else None,
             "failed_cycles": int(failed or 0), "alerts": alerts,
+            # Ctrl-C'd, and found left running by a process that died (engine/cycle_rows.py)
+            "interrupted_cycles": ended.get("interrupted", 0),
+            "abandoned_cycles": ended.get("abandoned", 0),
+            "running_cycles": ended.get("running", 0),
             "unresolved_action_intents": int(open_intents or 0), "open_gaps": gaps,
             "unconfirmed_alert_deliveries": unconfirmed,
             # agents that proved their instance within two credential lifetimes, by provider

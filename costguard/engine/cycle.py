@@ -23,7 +23,7 @@ from costguard.costs.accrual import accrue
 from costguard.costs.attribution import Attributor
 from costguard.costs.price_book import PriceBook
 from costguard.costs.pricing import PriceCatalog, PriceOverrides
-from costguard.engine import behind
+from costguard.engine import behind, cycle_rows
 from costguard.engine.backfill import catch_up, fetch_cold
 from costguard.engine.collect import METRICS_SCOPE, collect, each_provider, record_gaps
 from costguard.engine.fetch import fetcher
@@ -52,6 +52,8 @@ log = logging.getLogger("costguard.engine")
 
 MAX_TELEMETRY_LOOKBACK = timedelta(hours=6)
 AGENT_FRESH = timedelta(minutes=10)
+STAGE_ORDER = ("collect", "telemetry", "window", "accrue", "efficiency", "evaluate", "act",
+               "spend", "alert")
 
 
 @dataclass
@@ -74,6 +76,7 @@ class CycleSummary:
     judged: int = 0  # GPU instances whose efficiency verdict was renewed
     digests: int = 0  # weekly underused-GPU digests enqueued
     paused: bool = False
+    abandoned_cycles: int = 0  # earlier cycles found left running by a dead process, closed
     stage_seconds: dict[str, float] = field(default_factory=dict)
     # the process's CPU (every thread's) during each stage: what a stage costs a core,
     # where its wall time also waits on the clouds
@@ -103,6 +106,9 @@ class CycleSummary:
         if self.readings_dropped:
             out.append(f"readings dropped, not valid (no data, never idle; the log names "
                        f"them): {_counts(self.readings_dropped)}")
+        if self.abandoned_cycles:
+            out.append(f"closed {self.abandoned_cycles} earlier cycle(s) left running by a "
+                       "process that ended (abandoned; costguard status counts them)")
         out += [f"gap: {g['provider']} {g['scope']}: {g['error']}" for g in self.gaps]
         return out
 
@@ -150,11 +156,13 @@ class Engine:
     def _run_cycle(self) -> CycleSummary:
         now = self.clock.now()
         with self.db.session() as s:
-            row = CycleRow(started_at=now)
+            row = CycleRow(started_at=now, summary={"runner": cycle_rows.runner()})
             s.add(row)
             s.flush()
             cycle_id = row.id or 0
+            abandoned = cycle_rows.close_abandoned(s, cycle_id, now, self._stale_after())
         summary = CycleSummary(cycle_id=cycle_id, started_at=now)
+        summary.abandoned_cycles = abandoned
         self._inventory = None  # read once, after collect, for telemetry and evaluation
         try:
             self._stage(summary, "collect", lambda: self._collect(summary, now))
@@ -169,20 +177,32 @@ class Engine:
             self._stage(summary, "spend", lambda: self._spend(summary, now))
             self._stage(summary, "alert", lambda: self._alert(summary, now))
         except BaseException as exc:
-            with self.db.session() as s:
-                crow = s.get(CycleRow, cycle_id)
-                if crow is not None:
-                    crow.status, crow.error = "failed", f"{type(exc).__name__}: {exc}"
-                    crow.finished_at = self.clock.now()
-                    s.add(crow)
+            self._end_badly(cycle_id, summary, exc)
             raise
         with self.db.session() as s:
-            crow = s.get(CycleRow, cycle_id)
-            assert crow is not None
-            crow.status, crow.finished_at = "ok", self.clock.now()
-            crow.summary = summary.as_dict()
-            s.add(crow)
+            cycle_rows.end(s, cycle_id, "ok", self.clock.now(), summary=summary.as_dict())
         return summary
+
+    def _stale_after(self) -> timedelta:
+        """How long another host's `running` cycle may be live (engine/cycle_rows.py)."""
+        return max(timedelta(hours=1), 3 * self.settings.poll_interval)
+
+    def _end_badly(self, cycle_id: int, summary: CycleSummary, exc: BaseException) -> None:
+        """`interrupted` (Ctrl-C) or `failed`; when even that cannot be written (the store
+        is down, or locked by the interrupted write), the next cycle closes it as abandoned."""
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        stage = next((s for s in STAGE_ORDER if s not in summary.stage_seconds), "alert")
+        status, error = (("interrupted", f"interrupted (Ctrl-C) in the {stage} stage")
+                         if interrupted else ("failed", f"{type(exc).__name__}: {exc}"))
+        if interrupted:
+            # the interrupted session's connection may still hold SQLite's write lock
+            self.db.engine.dispose()
+        try:
+            with self.db.session() as s:
+                cycle_rows.end(s, cycle_id, status, self.clock.now(), error=error)
+        except Exception as write_error:
+            log.warning("cycle %s could not be marked %s (%s): the next cycle closes it as "
+                        "abandoned", cycle_id, status, type(write_error).__name__)
 
     def _stage(self, summary: CycleSummary, name: str, fn: Callable[[], object]) -> None:
         t0, cpu0 = time.perf_counter(), time.process_time()

@@ -247,7 +247,7 @@ def test_identity_certificates_that_cannot_serve_are_problems(workdir: Path) -> 
     (workdir / "aws-certs").mkdir()
     (workdir / "aws-certs" / "default.pem").write_bytes(
         (Path(__file__).parents[2] / "costguard" / "daemon" / "data" / "aws_identity_certs"
-         / "us-east-1.pem").read_bytes())
+         / "rsa" / "us-east-1.pem").read_bytes())
     (workdir / "google-keys.json").write_bytes(  # a snapshot of Google's keys (a JWK set)
         (Path(__file__).parents[1] / "fixtures" / "identity" / "gcp"
          / "google-v3-certs-2021-03.json").read_bytes())

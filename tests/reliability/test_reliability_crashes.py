@@ -20,8 +20,9 @@ from pathlib import Path
 from sqlmodel import select
 
 from costguard.store.db import Database
-from costguard.store.tables import ActionJournalRow, PolicyStateRow
+from costguard.store.tables import ActionJournalRow, CycleRow, PolicyStateRow
 from tests.daemon.daemon_helpers import stop_journal
+from tests.reliability import figures
 from tests.reliability.replicas import ForkServer, start_replica, write_config
 from tests.reliability.shared_cloud import SharedState
 
@@ -70,7 +71,12 @@ def test_sigkill_at_random_points_never_doubles_or_loses_a_stop(tmp_path: Path) 
         now = datetime.fromisoformat(cloud["clock"])
         overdue = [st.instance_id for st in s.exec(select(PolicyStateRow).where(
             PolicyStateRow.state == "warned")) if st.deadline and st.deadline < now]
-    assert not overdue, f"due stops never carried out: {overdue}"
+        assert not overdue, f"due stops never carried out: {overdue}"
+        # a killed process's cycle is closed by the next one: none stays "running"
+        statuses = [c.status for c in s.exec(select(CycleRow))]
+    running, abandoned = statuses.count("running"), statuses.count("abandoned")
+    figures.count("crashes: cycles left running after the kills", running == 0)
+    assert running == 0 and abandoned > 0, (running, abandoned)
     # every real stop in the cloud has exactly one done journal key (one per idle episode)
     done_per_instance: dict[str, int] = {}
     for key in journal:
