@@ -40,10 +40,40 @@ _registered: set[str] = set()
 _lock = threading.Lock()
 
 
+def significant_parts(secret: str) -> list[str]:
+    """The parts of a secret that give it away alone, masked wherever they appear: a server
+    that echoes a webhook's path in its 404 body, or a library that logs the path without the
+    host, quotes them and not the whole URL. For a URL: its password, each path segment and
+    query value that looks like a key or token (8 characters or more with a digit, or 20 or
+    more: never an ordinary word such as `services`); for a token, itself."""
+    from urllib.parse import parse_qsl, unquote, urlsplit
+
+    parts = [secret]
+    if "://" not in secret:
+        return parts
+    try:
+        url = urlsplit(secret)
+        pieces = [unquote(p) for p in url.path.split("/")]
+        pieces += [v for _, v in parse_qsl(url.query)] + [url.password or ""]
+    except ValueError:
+        return parts
+    for piece in pieces:
+        if len(piece) >= 20 or (len(piece) >= 8 and any(c.isdigit() for c in piece)):
+            parts.append(piece)
+            if url.path:  # the path alone, as a library's log line quotes it
+                parts.append(url.path)
+    return parts
+
+
+def _expanded(secrets: Iterable[str]) -> set[str]:
+    return {p for s in secrets if s for p in significant_parts(s) if len(p) >= _MIN_LEN}
+
+
 def register(secrets: Iterable[str]) -> None:
-    """Mask these values in every line from now on (process-wide)."""
+    """Mask these values, and their significant parts, in every line from now on
+    (process-wide)."""
     with _lock:
-        _registered.update(s for s in secrets if s and len(s) >= _MIN_LEN)
+        _registered.update(_expanded(secrets))
 
 
 def registered() -> list[str]:
@@ -54,8 +84,7 @@ def registered() -> list[str]:
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
     """`text` with every known secret, and anything shaped like one, replaced by `***`."""
     # longest first, so a secret containing another is masked whole
-    for secret in sorted({*registered(), *(s for s in secrets if len(s) >= _MIN_LEN)},
-                         key=len, reverse=True):
+    for secret in sorted({*registered(), *_expanded(secrets)}, key=len, reverse=True):
         text = text.replace(secret, MASK)
     for pattern, replacement in _PATTERNS:
         text = pattern.sub(replacement, text)

@@ -119,3 +119,46 @@ def test_secret_shapes_are_masked_even_when_nobody_registered_them(text: str,
 def test_ordinary_text_is_left_alone() -> None:
     text = "stopped i-0abc (idle-gpu): sm_active 0% over 45 min; password policy ok"
     assert redact(text) == text
+
+
+SELF_HOSTED_KEY = "Zq3X9kLm2PwT7vR1"  # a webhook of a self-hosted receiver: no Slack shape
+
+
+def test_a_webhook_that_echoes_its_path_in_a_404_leaks_nothing(printed: io.StringIO) -> None:
+    # the receiver answers 404 with a body quoting the path it was asked for: the whole URL
+    # never appears, only its path, which only the content-based net catches
+    async def app(scope, receive, send):  # type: ignore[no-untyped-def]
+        body = f"no hook at {scope['path']} (try /hooks/<team>/<key>)".encode()
+        await send({"type": "http.response.start", "status": 404, "headers": []})
+        await send({"type": "http.response.body", "body": body})
+
+    from costguard.alerts.errors import DeliveryError
+    from costguard.alerts.settings import AlertsSettings
+    from costguard.config import Settings
+
+    with serve(app, free_port()) as base:
+        url = f"{base}/hooks/team-ml/{SELF_HOSTED_KEY}/notify"
+        settings = SlackSettings(webhook_url=SecretStr(url), timeout_s=2)
+        register_settings(Settings(alerts={"slack": settings.model_dump()}))
+        sender = SlackSender(settings)
+        with pytest.raises(DeliveryError) as failed:
+            sender._send_webhook({"text": "t", "blocks": []})
+    logging.getLogger("costguard.alerts.dispatch").warning("delivery failed: %s", failed.value)
+    logging.getLogger("costguard.alerts.dispatch").debug("raw: %s", str(failed.value))
+    text = printed.getvalue()
+    assert "no hook at" in text  # the receiver's words are kept, its secret is not
+    assert SELF_HOSTED_KEY not in text
+    # what the outbox stores in alert_deliveries.last_error, and `alerts list` shows
+    secrets = AlertsSettings(slack=settings).secrets()
+    stored = redact(str(failed.value), secrets)
+    assert SELF_HOSTED_KEY not in stored and "no hook at" in stored
+
+
+def test_significant_parts_are_keys_not_words() -> None:
+    from costguard.redact import significant_parts
+
+    parts = significant_parts("https://relay.example/services/webhooks/T01ABCDEF9/"
+                              "B02GHIJKL8/aaaabbbbccccddddeeee1?sig=0123456789ab")
+    assert {"T01ABCDEF9", "B02GHIJKL8", "aaaabbbbccccddddeeee1", "0123456789ab"} <= set(parts)
+    assert "services" not in parts and "webhooks" not in parts
+    assert significant_parts("plain-token-value") == ["plain-token-value"]
