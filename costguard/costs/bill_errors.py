@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal, InvalidOperation
 
 from costguard.errors import CostguardError
@@ -11,8 +12,15 @@ class BillingImportError(CostguardError, ValueError):
     """A billing file costguard cannot read; the message names the line and the fix."""
 
 
+# a plain decimal, as every export writes amounts: ASCII digits, an optional sign, point and
+# exponent (Decimal() alone also read `1_000` as 1000 and Arabic-Indic digits as theirs)
+_PLAIN = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
 def decimal_of(value: object, where: str) -> Decimal:
     """A finite number from a cell (text, int, float or Decimal), or BillingImportError."""
+    if isinstance(value, str) and not _PLAIN.fullmatch(value.strip()):
+        raise BillingImportError(f"{where}: {value[:40]!r} is not a number")
     try:
         out = Decimal(str(value).strip())
     except InvalidOperation:

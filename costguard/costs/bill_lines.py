@@ -5,14 +5,14 @@ per file (`LineReader`)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, TypeVar
 
 from costguard.costs.attribution import Attributor
 from costguard.costs.bill_errors import BillingImportError, decimal_of
+from costguard.limited_json import JsonRefused, parse_json
 from costguard.model import Instance, InstanceState
 
 # provider names as exports spell them -> costguard's; a provider costguard does not govern
@@ -30,6 +30,11 @@ CATEGORIES = ("Usage", "Purchase", "Tax", "Credit", "Adjustment")
 NULLS = frozenset({"", "null", "none", "nan", "n/a", "\\n"})
 BASE_CURRENCY = "USD"  # estimates are in US dollars; bills in another currency need a rate
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+# a charge period lies within these, and spans at most a year (a month's bill, or a term's
+# fee): a period that ends before it starts, or spans 1,000 years, is a broken line
+EARLIEST_CHARGE = datetime(2000, 1, 1, tzinfo=UTC)
+LATEST_CHARGE = datetime(2200, 1, 1, tzinfo=UTC)
+MAX_CHARGE_PERIOD = timedelta(days=366)
 
 
 def is_null(value: object) -> bool:
@@ -87,11 +92,25 @@ def parse_time(text: object, where: str) -> datetime:
     raw = str(text).strip().replace("Z", "+00:00").replace(" UTC", "+00:00")
     try:
         when = datetime.fromisoformat(raw)
-    except ValueError:
+        when = when.astimezone(UTC) if when.tzinfo else when.replace(tzinfo=UTC)
+    except (ValueError, OverflowError):  # year 1 or 9999 with an offset overflows
         raise BillingImportError(
-            f"{where}: {text!r} is not an ISO 8601 time (FOCUS uses 2026-11-01T00:00:00Z)"
-        ) from None
-    return when.astimezone(UTC) if when.tzinfo else when.replace(tzinfo=UTC)
+            f"{where}: {str(text)[:40]!r} is not an ISO 8601 time (FOCUS uses "
+            "2026-11-01T00:00:00Z)") from None
+    if not EARLIEST_CHARGE <= when < LATEST_CHARGE:
+        raise BillingImportError(f"{where}: {when:%Y-%m-%d} is no time a cloud bills for "
+                                 f"({EARLIEST_CHARGE.year} to {LATEST_CHARGE.year - 1})")
+    return when
+
+
+def check_period(start: datetime, end: datetime, where: str) -> None:
+    """A charge period ends after it starts and spans at most MAX_CHARGE_PERIOD."""
+    if end < start:
+        raise BillingImportError(f"{where}: the charge period ends ({end:%Y-%m-%d %H:%M}) "
+                                 f"before it starts ({start:%Y-%m-%d %H:%M})")
+    if end - start > MAX_CHARGE_PERIOD:
+        raise BillingImportError(f"{where}: the charge period spans {(end - start).days} "
+                                 "days; a bill's line spans a year at most")
 
 
 def _tag_value(value: object) -> str:
@@ -121,6 +140,7 @@ def _pairs(items: list[Any], where: str) -> dict[str, str]:
 # exports (FOCUS leaves one user-defined scheme unprefixed and prefixes the others): a
 # resource's own tags, its account's, its cost categories, most specific first
 TAG_SCHEMES = ("resourceTags/", "accountTag/", "costCategory/")
+TAGS_DEPTH = 8  # a Tags cell is an object of values, or a list of pairs (depth 2)
 
 
 def user_tag_key(key: str) -> str:
@@ -165,10 +185,10 @@ def _parse_tags(value: object, where: str) -> dict[str, str]:
     if isinstance(value, (list, tuple)):
         return _pairs(list(value), where)
     try:
-        doc = json.loads(str(value))
-    except json.JSONDecodeError:
+        doc = parse_json(str(value), max_depth=TAGS_DEPTH)
+    except JsonRefused as exc:
         raise BillingImportError(
-            f"{where}: Tags is not JSON: {str(value)[:60]!r}") from None
+            f"{where}: Tags is not JSON a bill holds ({exc}): {str(value)[:60]!r}") from None
     if doc is None:
         return {}
     if isinstance(doc, dict):
@@ -262,10 +282,11 @@ class LineReader:
         billed = micros(row.get("BilledCost"), f"{where} BilledCost")
         effective = row.get("EffectiveCost")  # 0 is a price (credits, prepaid), not a blank
         spent = billed if is_null(effective) else micros(effective, f"{where} EffectiveCost")
+        start = self.time(row.get("ChargePeriodStart"), f"{where} ChargePeriodStart")
+        end = self.time(row.get("ChargePeriodEnd"), f"{where} ChargePeriodEnd")
+        check_period(start, end, where)
         return {
-            "charge_start": self.time(row.get("ChargePeriodStart"),
-                                      f"{where} ChargePeriodStart"),
-            "charge_end": self.time(row.get("ChargePeriodEnd"), f"{where} ChargePeriodEnd"),
+            "charge_start": start, "charge_end": end,
             "provider": provider, "account": account,
             "region": _opt(row.get("RegionId")),  # FOCUS 0.5's Region arrives as RegionId
             "service": _opt(row.get("ServiceName")), "resource_id": _opt(row.get("ResourceId")),

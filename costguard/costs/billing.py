@@ -79,27 +79,42 @@ def parse_focus(source: FocusFile, attributor: Attributor, result: ImportResult 
                 raise BillingImportError(f"{where}: {raw[BAD_ROW]}")
             rows = source.expand(raw) if source.expand is not None else [raw]
             lines = [reader.line(row, where) for row in rows]
+            contents = [text if text is not None and len(rows) == 1 else "\x1f".join(
+                f"{k}\x1e{v}" for k, v in sorted(row.items(), key=_by_name)).encode()
+                for row in rows]
+            old = [old_keys.key(row) for row in rows] if old_keys is not None else None
         except CurrencyError:
             raise
-        except BillingImportError as exc:
-            # a native export's converter does not know the line: its reason is named here
-            reason = str(exc).removeprefix(f"{where}: ").removeprefix(f"{where} ")
+        except _LINE_ERRORS as exc:
+            # whatever makes one line unreadable skips that line, named, and no other:
+            # BillingImportError says why in words; anything else by its kind
+            reason = (str(exc) if isinstance(exc, BillingImportError) else
+                      f"unreadable ({type(exc).__name__}: {str(exc)[:80]})")
+            reason = reason.removeprefix(f"{where}: ").removeprefix(f"{where} ")
             if strict:
                 raise BillingImportError(
                     f"{where}: {reason} (--strict: nothing imported)") from None
             result.skip(where, reason)
             continue
-        for row, line in zip(rows, lines, strict=True):
-            content = text if text is not None and len(rows) == 1 else "\x1f".join(
-                f"{k}\x1e{v}" for k, v in sorted(row.items())).encode()
-            digest = hashlib.blake2b(content, digest_size=8).digest()
+        for i, line in enumerate(lines):
+            digest = hashlib.blake2b(contents[i], digest_size=8).digest()
             occurrence = seen.count(digest)
             line["source"] = source_name
             line["line_key"] = (int.from_bytes(digest, "big", signed=True) if occurrence == 1
                                 else hash64(digest + b"#%d" % occurrence))
-            if old_keys is not None:
-                line["legacy_key"] = old_keys.key(row)
+            if old is not None:
+                line["legacy_key"] = old[i]
             yield line
+
+
+# what reading one line can raise besides BillingImportError, from a cell no converter
+# foresaw (a row's stray cells, a date at the calendar's edge, nesting, 5,000 digits)
+_LINE_ERRORS = (BillingImportError, ValueError, TypeError, KeyError, IndexError,
+                OverflowError, ArithmeticError, RecursionError, UnicodeError)
+
+
+def _by_name(item: tuple[Any, Any]) -> str:
+    return str(item[0])
 
 
 class _Occurrences:

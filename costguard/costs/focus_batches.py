@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from costguard.costs.bounded_input import check_parquet, open_bounded
+
 
 def tables(path: Path, kind: str, width: int, sizes: tuple[int, int]) -> Iterator[Any]:
     """The file's tables of about `sizes[1]` lines, columns named c0, c1, ... for CSV (the
@@ -22,6 +24,7 @@ def tables(path: Path, kind: str, width: int, sizes: tuple[int, int]) -> Iterato
         import pyarrow.parquet as pq  # type: ignore[import-untyped,unused-ignore]
 
         with pq.ParquetFile(path) as parquet:
+            check_parquet(path, parquet.metadata)
             for batch in parquet.iter_batches(batch_size=batch_rows):
                 yield pa.Table.from_batches([batch])
         return
@@ -31,8 +34,8 @@ def tables(path: Path, kind: str, width: int, sizes: tuple[int, int]) -> Iterato
     # own file stream read the whole file ahead, and a memory map's pages count as the
     # process's memory.
     names = [f"c{i}" for i in range(width)]  # the header may repeat a name
-    with path.open("rb") as raw, csv.open_csv(
-            pa.CompressedInputStream(raw, "gzip") if kind == "csv.gz" else raw,
+    with open_bounded(path, kind == "csv.gz") as raw, csv.open_csv(
+            raw,
             read_options=csv.ReadOptions(column_names=names, skip_rows=1, use_threads=False,
                                          block_size=block_bytes),
             parse_options=csv.ParseOptions(newlines_in_values=True),

@@ -24,7 +24,7 @@ import threading
 from array import array
 from collections.abc import Generator, Iterator, Sequence
 from contextlib import closing
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,7 @@ from costguard.costs.arrow_text import (
 from costguard.costs.bill_errors import BillingImportError
 from costguard.costs.bill_lines import (
     BASE_CURRENCY,
+    MAX_CHARGE_PERIOD,
     MAX_LINE_MICROS,
     NULLS,
     PROVIDER_COLUMNS,
@@ -284,6 +285,12 @@ def _lines(table: pa.Table, reader: LineReader) -> pa.Table:
                        lambda v: category_of(v, "ChargeCategory"), pa.string())
     start = _time(table["ChargePeriodStart"], reader, "ChargePeriodStart")
     end = _time(table["ChargePeriodEnd"], reader, "ChargePeriodEnd")
+    span = pc.subtract(end, start)
+    if (pc.any(pc.less(span, pa.scalar(timedelta(0)))).as_py()
+            or pc.any(pc.greater(span, pa.scalar(MAX_CHARGE_PERIOD))).as_py()):
+        # the line reader skips those lines and names each (bill_lines.check_period)
+        raise BillingImportError("a charge period that ends before it starts or spans more "
+                                 "than a year")
     day = pc.cast(start, pa.date32())
     billed = _micros(table["BilledCost"])
     if billed.null_count:

@@ -16,14 +16,15 @@ from __future__ import annotations
 import csv
 import gzip
 import io
-import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from costguard.costs.bill_errors import BillingImportError
+from costguard.costs.bounded_input import MAX_LINE_BYTES, check_parquet, open_bounded
 from costguard.costs.native_exports import detect
+from costguard.limited_json import JsonRefused, parse_json
 
 REQUIRED = ("BilledCost", "ChargePeriodStart", "ChargePeriodEnd")
 _PARQUET_MAGIC = b"PAR1"
@@ -32,8 +33,9 @@ _GZIP_MAGIC = b"\x1f\x8b"
 RENAMED = {"AmortizedCost": "EffectiveCost", "ChargeType": "ChargeCategory",
            "Region": "RegionId", "UsageQuantity": "ConsumedQuantity",
            "UsageUnit": "ConsumedUnit"}
-csv.field_size_limit(16 * 1024 * 1024)  # a Tags or SkuPriceDetails cell can be long
+csv.field_size_limit(MAX_LINE_BYTES)  # a Tags or SkuPriceDetails cell can be long
 __all__ = ["BAD_ROW", "REQUIRED", "BillingImportError", "FocusFile", "open_focus"]
+JSONL_DEPTH = 16  # a Google export's line nests records in lists in records: depth 4
 _BATCH_ROWS = 10_000
 BAD_ROW = "__not_a_row__"  # a row a reader could not parse: its value says why
 
@@ -130,9 +132,9 @@ def _renamed(rows: Iterator[dict[str, Any]], renames: dict[str, str]
 
 
 def _text(path: Path, gzipped: bool) -> io.TextIOBase:
-    """The file as text; closing it closes the file (the caller's `with`)."""
-    raw = gzip.open(path, "rb") if gzipped else path.open("rb")  # noqa: SIM115
-    return io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+    """The file as text, read within bounded_input's limits; closing it closes the file
+    (the caller's `with`)."""
+    return io.TextIOWrapper(open_bounded(path, gzipped), encoding="utf-8-sig", newline="")
 
 
 def _first_char(path: Path, gzipped: bool) -> str:
@@ -152,8 +154,8 @@ def _open_jsonl(path: Path, gzipped: bool) -> FocusFile:
         for line in fh:
             if line.strip():
                 try:
-                    first = json.loads(line)
-                except json.JSONDecodeError as exc:
+                    first = parse_json(line, max_depth=JSONL_DEPTH)
+                except JsonRefused as exc:
                     raise BillingImportError(
                         f"{path.name}:1: not JSON Lines: {exc}") from None
                 break
@@ -173,9 +175,10 @@ def _jsonl_rows(source: FocusFile, gzipped: bool) -> Iterator[dict[str, Any]]:
                 continue
             source.record_line = n
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                row = None
+                row = parse_json(line, max_depth=JSONL_DEPTH)
+            except JsonRefused as exc:
+                row = {BAD_ROW: "not a JSON object" if str(exc).startswith("not JSON")
+                       else f"not a JSON line a bill holds: {exc}"}
             if not isinstance(row, dict):  # a bad line: the parser names it and goes on
                 row = {BAD_ROW: "not a JSON object"}
             yield row
@@ -204,6 +207,9 @@ def _csv_rows(source: FocusFile, gzipped: bool) -> Iterator[dict[str, Any]]:
         source.record_line = reader.line_num + 1
         try:
             for row in reader:
+                if None in row:  # cells past the header's (csv.DictReader's restkey)
+                    row = {BAD_ROW: f"{len(row[None])} more cells than the header's "
+                                    f"{len(reader.fieldnames)}"}
                 yield row
                 source.record_line = reader.line_num + 1  # the next record starts here
         except csv.Error as exc:
@@ -219,6 +225,7 @@ def _open_parquet(path: Path) -> FocusFile:
         reader = pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as exc:
         raise BillingImportError(f"{path.name} is not a readable Parquet file: {exc}") from None
+    check_parquet(path, reader.metadata)
     columns = tuple(str(n) for n in reader.schema_arrow.names)
     found = FocusFile(path, "parquet", columns, iter(()))
     found.rows = _parquet_rows(found, reader)

@@ -25,7 +25,6 @@ the resource's, over its tags, over its project's.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
@@ -33,6 +32,7 @@ from typing import Any
 from costguard.costs.attribution import flat_key
 from costguard.costs.bill_errors import BillingImportError, decimal_of
 from costguard.costs.bill_lines import fold_schemes, user_tag_key
+from costguard.limited_json import JsonRefused, parse_json
 
 Converter = Callable[[dict[str, Any]], list[dict[str, Any]]]
 
@@ -106,8 +106,8 @@ def _map(value: object) -> dict[str, Any]:
         return dict(value)
     if isinstance(value, str):
         try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
+            value = parse_json(value, max_depth=8)
+        except JsonRefused:
             return {}
         return _map(value) if not isinstance(value, str) else {}
     if isinstance(value, (list, tuple)):
@@ -231,8 +231,8 @@ def _field(row: Mapping[str, Any], *path: str) -> Any:
     if len(path) > 1:
         if isinstance(value, str) and value.startswith("{"):
             try:
-                value = json.loads(value)
-            except json.JSONDecodeError:
+                value = parse_json(value, max_depth=8)
+            except JsonRefused:
                 value = None
         if isinstance(value, Mapping):
             return value.get(path[1])
@@ -247,8 +247,8 @@ def _list(value: object, where: str) -> list[Mapping[str, Any]]:
     if isinstance(value, str):
         text = value
         try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
+            value = parse_json(text, max_depth=8)
+        except JsonRefused:
             raise BillingImportError(f"{where} is not JSON: {text[:60]!r}") from None
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, Mapping) for v in value):
         raise BillingImportError(f"{where} must be a list of records")

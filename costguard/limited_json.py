@@ -1,0 +1,96 @@
+"""JSON from outside, parsed under one rule: nesting bounded before the parser recurses,
+numbers of at most 40 characters (a 5,000-digit integer raised ValueError past the
+handlers), no NaN or Infinity, and no NUL in any string (PostgreSQL refuses it in text).
+What it refuses is `JsonRefused` with the reason. The daemon's routes (daemon/bodies.py)
+and the billing importer's JSON cells and lines (costs/bill_lines.py, focus_files.py) use it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+MAX_DEPTH = 32
+MAX_NUMBER_CHARS = 40
+_STRUCTURE = re.compile(rb'[\[\]{}"\\]')
+
+
+class JsonRefused(ValueError):
+    """A JSON text outside what costguard takes (a 400 for a route; a skipped line in a bill)."""
+
+
+def json_depth(body: bytes) -> int:
+    """The deepest nesting of arrays and objects in a JSON text (strings skipped), found
+    before the parser recurses into it."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for match in _STRUCTURE.finditer(body):
+        char = match.group()
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == b"\\":
+                escaped = True
+            elif char == b'"':
+                in_string = False
+            continue
+        if char == b'"':
+            in_string = True
+        elif char in (b"[", b"{"):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in (b"]", b"}"):
+            depth -= 1
+    return deepest
+
+
+def _number(text: str) -> str:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise JsonRefused(f"a number of {len(text)} characters (at most {MAX_NUMBER_CHARS})")
+    return text
+
+
+def _int(text: str) -> int:
+    return int(_number(text))
+
+
+def _float(text: str) -> float:
+    value = float(_number(text))
+    if not math.isfinite(value):
+        raise JsonRefused(f"the number {text[:20]} is out of range")
+    return value
+
+
+def _constant(text: str) -> float:
+    raise JsonRefused(f"{text} is not a JSON number")
+
+
+def _no_nul(value: Any) -> None:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                raise JsonRefused("a string holds a NUL character (\\u0000)")
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def parse_json(text: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
+    """`text` parsed under the rules above; JsonRefused says which one it broke."""
+    raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    if json_depth(raw) > max_depth:
+        raise JsonRefused(f"JSON nests deeper than {max_depth} levels")
+    try:
+        value = json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
+    except JsonRefused:
+        raise
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError too
+        raise JsonRefused(f"not JSON: {exc}") from None
+    _no_nul(value)
+    return value
