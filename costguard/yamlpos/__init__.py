@@ -12,8 +12,8 @@ costguard.yaml and alert routes all go through here.
 """
 
 from costguard.yamlpos.loader import (
+    MAX_ALIAS_VALUES,
     MAX_DEPTH,
-    MAX_VALUES,
     Position,
     PositionMap,
     YamlLoadError,
@@ -29,8 +29,8 @@ from costguard.yamlpos.validation import (
 )
 
 __all__ = [
+    "MAX_ALIAS_VALUES",
     "MAX_DEPTH",
-    "MAX_VALUES",
     "Position",
     "PositionMap",
     "YamlLoadError",

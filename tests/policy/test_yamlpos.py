@@ -88,7 +88,29 @@ def test_exponential_aliases_are_refused_instead_of_expanded() -> None:
         lines.append(f"a{i}: &a{i} [{', '.join([prev] * 10)}]")
     with pytest.raises(YamlLoadError) as caught:
         load_yaml_with_positions("\n".join(lines) + "\n", "bomb.yml")
-    assert "document too large" in caught.value.error.message
+    assert "aliases expand to more than 50000 values" in caught.value.error.message
+
+
+def test_a_large_file_without_aliases_is_no_alias_bomb() -> None:
+    # 3,000 ordinary policies (150,000 values, 560 KB) were refused as "more than 50000
+    # values (check for aliases...)": only what aliases repeat is bounded now
+    policy = ("  - name: p{i}\n    mode: dry-run\n    filters: {{gpu: true, state: running}}\n"
+              "    condition:\n      idle: {{below: 5, for: 45m}}\n"
+              "    actions:\n      - notify: {{to: owner}}\n      - stop: {{grace: 15m}}\n")
+    text = "policies:\n" + "".join(policy.format(i=i) for i in range(3000))
+    value, positions = load_yaml_with_positions(text, "many.yml")
+    assert len(value["policies"]) == 3000
+    assert positions.value(("policies", 2999, "name")) is not None
+    assert positions.value(("policies", 2999, "name")).line == 2 + 2999 * 8  # type: ignore[union-attr]
+
+
+def test_the_fast_parser_s_errors_are_the_python_parser_s() -> None:
+    for text, where in [("a: [1, 2\n", None), ("a: 1\na: 2\n", (2, 1)),
+                        ("a:\n\t- x\n", None), ("x: \x07\n", (1, 4))]:
+        with pytest.raises(YamlLoadError) as caught:
+            load_yaml_with_positions(text, "f.yml")
+        if where is not None:
+            assert (caught.value.error.line, caught.value.error.column) == where, text
 
 
 def test_deep_nesting_is_refused() -> None:
