@@ -27,7 +27,9 @@ poll_interval: 5m
 # http:
 #   host: 127.0.0.1           # 0.0.0.0 to accept agents from other hosts
 #   port: 8787
-#   identity: {mode: optional}  # required: agents must prove their instance (docs/agent.md)
+#   identity: {mode: required}  # the default: agents prove their instance (docs/agent.md);
+#                               # optional also takes the shared token for any instance
+#   allowed_hosts: []           # Host names besides loopback's, for a console without login
 
 # alerts:
 #   slack: {webhook_url_file: /run/secrets/slack-webhook}
