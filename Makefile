@@ -8,6 +8,8 @@
 #   make bench      run the benchmarks and rewrite BENCHMARKS.md
 #   make mutation   mutation-test the safety core and rewrite MUTATION.md (slow: ~1 h on 2 cores)
 #   make mutation-sample  15 seeded mutants per gated safety-core module, as CI runs them
+#   make dist       build the wheel and the sdist into dist/ (distribution costguard-gpu)
+#   make image      build the daemon and agent images with the tags the Helm chart expects
 #   make clean      remove .venv, caches and build output
 
 PYTHON ?= python3
@@ -19,7 +21,7 @@ PYTEST_ARGS ?=
 # Each worker has its own throwaway PostgreSQL server, temp dirs and ports.
 PYTEST_WORKERS ?= 2
 
-.PHONY: venv test test-fast lint demo bench clean postgres chromium mutation mutation-sample
+.PHONY: venv test test-fast lint demo bench clean postgres chromium mutation mutation-sample dist image
 
 venv: $(STAMP)
 
@@ -67,6 +69,22 @@ mutation: $(STAMP)
 
 mutation-sample: $(STAMP)
 	$(BIN)/python scripts/mutation.py --sample 15 --check
+
+# The distribution is costguard-gpu (`costguard` on the package index is another project):
+# install the wheel this builds, `pip install dist/costguard_gpu-*.whl`.
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --no-isolation --wheel --sdist --outdir dist .
+	@ls -1 dist
+
+# The images the chart runs by default (deploy/helm/costguard/values.yaml: image.repository
+# and agent.image.repository, tagged with the chart's appVersion); push them to a registry
+# the cluster pulls from, or set those values to where you pushed them.
+IMAGE_REPO ?= ghcr.io/costguard
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' costguard/__init__.py)
+image:
+	docker build -f deploy/Dockerfile -t $(IMAGE_REPO)/costguard:$(VERSION) .
+	docker build -f deploy/agent.Dockerfile -t $(IMAGE_REPO)/costguard-agent:$(VERSION) .
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .bench .mutation mutants build dist *.egg-info

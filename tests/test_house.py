@@ -93,3 +93,24 @@ def test_providers_hold_only_adapters_to_real_clouds() -> None:
     assert reaching == {"costguard.providers.registry"}  # it builds the simulated cloud
     room = {m.rsplit(".", 1)[-1] for m in MODULES if m.startswith("costguard.demo.")}
     assert {"sim", "aws_fleet", "gcp_fake", "server", "run"} <= room
+
+
+def test_no_doc_installs_a_name_this_project_does_not_own() -> None:
+    # `costguard` on the Python package index is an unrelated project: the distribution
+    # is costguard-gpu, and docs install the wheel this project builds (make dist)
+    import re
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    meta = tomllib.loads((root / "pyproject.toml").read_text())
+    assert meta["project"]["name"] == "costguard-gpu"
+    wrong = re.compile(r"pip3? install[^\n]*?['\"\s]costguard(?![-_\w/.])(\[[\w,]*\])?")
+    places = [root / "README.md", *(root / "docs").rglob("*.md"), *(root / "deploy").rglob("*"),
+              *(root / "costguard").rglob("*.py")]
+    found = [f"{p.relative_to(root)}: {m.group(0)}" for p in places if p.is_file()
+             and p.suffix not in (".png", ".svg")
+             for m in wrong.finditer(p.read_text(errors="replace"))]
+    assert not found, found
+    notes = (root / "deploy/helm/costguard/templates/NOTES.txt").read_text()
+    assert "make image" in notes and "publishes no image" in notes
+    assert "make image" in (root / "deploy/helm/costguard/README.md").read_text()

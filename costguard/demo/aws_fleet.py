@@ -49,8 +49,8 @@ def _require_moto() -> Any:
         from moto import mock_aws
     except ImportError as exc:
         raise ConfigError(
-            "the AWS demo needs moto, a test extra: pip install 'costguard[test]' "
-            "(or pip install 'moto[server]>=5')"
+            "the AWS demo needs moto (one of costguard's test extras): pip install "
+            "'moto[server]>=5' into this environment, or `make venv` in a checkout"
         ) from exc
     return mock_aws
 

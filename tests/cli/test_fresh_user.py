@@ -39,7 +39,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
     dist, venv = root / "dist", root / "venv"
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
           "-w", str(dist), str(REPO)], REPO, dict(os.environ))
-    (wheel,) = dist.glob("costguard-*.whl")
+    (wheel,) = dist.glob("costguard_gpu-*.whl")  # the distribution's own name
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], root, dict(os.environ))
     python = venv / "bin" / "python"
     _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
