@@ -59,6 +59,16 @@ class ImportResult:
     # line by line
     read_by: str = "lines"
     read_by_lines_because: str = ""
+    # the charge period the lines imported cover (None: none imported)
+    first_charge: datetime | None = None
+    last_charge: datetime | None = None
+
+    def cover(self, start: datetime, end: datetime) -> None:
+        """Widen the period imported lines cover to [start, end)."""
+        if self.first_charge is None or start < self.first_charge:
+            self.first_charge = start
+        if self.last_charge is None or end > self.last_charge:
+            self.last_charge = end
 
     def skip(self, where: str, why: str) -> None:
         self.skipped_count += 1
@@ -79,6 +89,8 @@ class ImportResult:
             out.by_category.update(r.by_category)
             out.by_provider.update(r.by_provider)
             out.currencies |= r.currencies
+            if r.first_charge is not None and r.last_charge is not None:
+                out.cover(r.first_charge, r.last_charge)
         out.format = ", ".join(dict.fromkeys(r.format for r in results))
         out.version = ", ".join(dict.fromkeys(r.version for r in results if r.version))
         out.read_by_lines_because = "; ".join(r.read_by_lines_because for r in results
@@ -152,6 +164,7 @@ def _store_batch(session: Session, batch: list[dict[str, Any]], now: datetime,
             result.by_category[line["charge_category"] or "(none)"] += billed
             result.by_provider[line["provider"] or "(none)"] += billed
             result.currencies.add(line["currency"])
+            result.cover(line["charge_start"], line["charge_end"])
         _add_sums(session, source, new, now)
         result.added += len(new)
 

@@ -9,8 +9,9 @@ The lead registers them in cli.py:
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.console import Console
@@ -87,7 +88,6 @@ def billing_import(
 
     Example: costguard billing import focus-2026-11.csv.gz --rate EUR=1.08
     """
-    from costguard.costs.attribution import Attributor
     from costguard.costs.bill_rates import learn_rates
     from costguard.costs.bill_store import ImportResult
     from costguard.costs.billing import import_focus
@@ -97,7 +97,7 @@ def billing_import(
     replacing = Replacing() if replace else None
     try:
         settings = _settings(config)
-        attributor = Attributor(_policy_set(policies, settings).attribution)
+        attributor = _import_attributor(policies, settings)
         db = _db(config, settings=settings)
         now = cli_clock().now()
         with db.session() as s:  # one transaction: all the files, or none
@@ -108,6 +108,8 @@ def billing_import(
     except CostguardError as exc:
         raise _fail(exc) from None
     total = ImportResult.total(results)
+    # a file of which nothing was imported is a failure (every line skipped), not a success
+    failed = total.added == 0 and total.duplicates == 0 and total.skipped_count > 0
     replaced = None if replacing is None else {
         "days": len(replacing.days), "lines_before": replacing.lines,
         "billed_usd_before": replacing.billed_micros / 1e6}
@@ -118,6 +120,8 @@ def billing_import(
                       for f, r in zip(files, results, strict=True)],
             "learned_rates": learned.learned,
             "billed_instances_not_watched": len(learned.not_watched)}, indent=2))
+        if failed:
+            raise typer.Exit(1)
         return
     for file, result in zip(files, results, strict=True):
         _print_import(result, f"{file.name}: " if len(files) > 1 else "")
@@ -129,7 +133,32 @@ def billing_import(
         console.print(f"  learned the effective hourly rate of {learned.learned} instance(s) "
                       "from their bill lines: their estimates use it from now on "
                       "(costguard prices show TYPE)", highlight=False)
-    console.print("Compare: costguard report --by team --compare billed")
+    if failed:
+        raise _fail(f"nothing imported: all {total.skipped_count:,} line(s) were skipped "
+                    "(the reasons are above)", code=1)
+    if total.first_charge is not None and total.last_charge is not None:
+        since, until = total.first_charge.date(), total.last_charge.date()
+        if total.last_charge.time() != total.last_charge.min.time() or until == since:
+            until += timedelta(days=1)
+        console.print(f"Compare: costguard report --by team --compare billed --since {since} "
+                      f"--until {until}  (the bill's own period)", highlight=False)
+    if total.skipped_count:
+        console.print(f"{total.skipped_count:,} of {total.read + total.skipped_count:,} "
+                      "line(s) skipped (listed above; --strict refuses such a file)",
+                      highlight=False)
+
+
+def _import_attributor(policies: Path | None, settings: Settings) -> Any:
+    """The policies' attribution rules; importing a bill needs no policy, so where none is
+    named and the configured paths do not exist, the default rules (docs/report.md)."""
+    from costguard.costs.attribution import Attributor
+
+    if policies is None and not any(p.exists() for p in settings.policy_paths):
+        err.print(f"no policies at {', '.join(map(str, settings.policy_paths))}: lines are "
+                  "attributed by the default rules (team, project, env and cost-center "
+                  "tags)", highlight=False)
+        return Attributor()
+    return Attributor(_policy_set(policies, settings).attribution)
 
 
 def _usd(micros: int) -> str:

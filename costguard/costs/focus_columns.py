@@ -213,9 +213,11 @@ def _store_sums(session: Session, pending: list[pa.Table], result: ImportResult,
     columns = [_pylist(merged[c]) for c in _SUM_COLUMNS]
     add_day_sums(session, "focus", zip(*columns, strict=True), now, _group_keys(merged))
     at = {c: i for i, c in enumerate(_SUM_COLUMNS)}
-    for billed, category, provider, currency in zip(
+    for billed, category, provider, currency, start, end in zip(
             columns[at["billed_micros"]], columns[at["charge_category"]],
-            columns[at["provider"]], columns[at["currency"]], strict=True):
+            columns[at["provider"]], columns[at["currency"]], columns[at["charge_start"]],
+            columns[at["charge_end"]], strict=True):
+        result.cover(start, end)
         result.billed_micros += billed
         result.by_category[category or "(none)"] += billed
         result.by_provider[provider or "(none)"] += billed

@@ -100,7 +100,8 @@ def open_focus(path: Path) -> FocusFile:
         raise BillingImportError(
             f"{path.name}: not a billing export costguard reads, missing column(s) "
             f"{', '.join(missing)} (FOCUS 1.x needs {', '.join(REQUIRED)}; an AWS CUR needs "
-            "line_item_unblended_cost and line_item_usage_start/end_date; a Google Cloud "
+            "line_item_unblended_cost and line_item_usage_start/end_date (a legacy CUR: "
+            "lineItem/UnblendedCost and lineItem/UsageStartDate/EndDate); a Google Cloud "
             "billing export needs cost and usage_start/end_time; the file has "
             f"{', '.join(found.columns[:8]) or 'no columns'}"
             f"{', ...' if len(found.columns) > 8 else ''})")

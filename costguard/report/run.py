@@ -192,10 +192,11 @@ def _table(report: Report, output: Path | None, console: Console | None) -> str:
             con.print("No bills imported for this period, so every gap reads -100%: import "
                       "one first (costguard billing import FILE).")
         elif report.compare == "billed" and not report.total.billed_micros:
+            google = any(row[0] == "gcp" for row in report.billed_not_compared)
             con.print("No line of the bill names an instance costguard watches: the "
-                      "billed column is empty and the bill is listed above by kind (a "
-                      "Google Cloud standard export has no resources; export the detailed "
-                      "one).")
+                      "billed column is empty and the bill is listed above by kind"
+                      + (" (a Google Cloud standard export has no resources; export the "
+                         "detailed one)." if google else "."))
 
     if output is not None:
         with output.open("w", encoding="utf-8") as fh:
