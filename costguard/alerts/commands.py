@@ -48,17 +48,19 @@ def alerts_settings(settings: Any) -> AlertsSettings:
     return AlertsSettings.model_validate(section.model_dump())
 
 
-def _open(config: Path | None) -> tuple[Database, AlertsSettings]:
+def _open(config: Path | None, *, create: bool = True) -> tuple[Database, AlertsSettings]:
+    """The store (`costguard --database` where given; `create`: False for a command that
+    only reads, which must never create one) and the alerts settings."""
     from costguard.alerts.routing import RoutingError, load_routing
-    from costguard.config import load_settings
+    from costguard.cli_common import load_settings_or_exit
     from costguard.store.db import Database
 
+    settings = load_settings_or_exit(config)
     try:
-        settings = load_settings(config)
         alerts = alerts_settings(settings)
         if alerts.routing_file is not None:
             load_routing(alerts.routing_file)  # report a broken file before anything else
-        return Database(settings.database_url), alerts
+        return Database(settings.database_url, create=create), alerts
     except RoutingError as exc:
         raise _fail(f"invalid routing file:\n{exc}") from None
     except CostguardError as exc:
@@ -179,7 +181,7 @@ def list_command(
         statuses += ["failed", "unconfirmed"]
     if unconfirmed and not failed:
         statuses += ["unconfirmed"]
-    db, _ = _open(config)
+    db, _ = _open(config, create=False)  # it only reads
     try:
         with db.session() as s:
             stmt = select(AlertDeliveryRow).order_by(col(AlertDeliveryRow.id).desc()).limit(limit)
