@@ -21,7 +21,7 @@ from costguard.costs.commands import anomaly_app, billing_app, budget_app
 from costguard.costs.price_commands import prices_app
 from costguard.daemon.commands import db_backup, status
 from costguard.daemon.identity_commands import identity_app
-from costguard.errors import CostguardError, PolicyError, SourceError
+from costguard.errors import CostguardError, PolicyError, SourceError, StoreError
 from costguard.recommend.commands import recommend_command
 from costguard.telemetry.cli import agent_app
 
@@ -241,6 +241,12 @@ def demo(
         for e in exc.errors:
             err.print(str(e), highlight=False, markup=False)
         raise typer.Exit(2) from None
+    except StoreError as exc:  # the demo's own database, not the configured database_url
+        where = database_override() or f"./{DEMO_DATABASE}"
+        why = str(exc).split(": ", 1)[-1].split(". Check database_url")[0]
+        raise _fail(f"the demo's database {where} cannot be opened or written ({why}): run "
+                    "the demo in a directory you can write, or name another with "
+                    "`costguard --database PATH demo`") from None
     except CostguardError as exc:
         raise _fail(exc) from None
 

@@ -16,7 +16,16 @@ def main() -> None:
         return
     from costguard.cli import app
 
-    app()
+    try:
+        app()
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        # a file or folder the command was told to read or write (init DIR, report -o FILE,
+        # demo's database beside it): one line, never a traceback
+        from costguard.cli_common import fail
+
+        raise SystemExit(fail(f"{exc.filename}: {exc.strerror or exc}").exit_code) from None
 
 
 if __name__ == "__main__":

@@ -253,15 +253,39 @@ class HttpServer:
         with contextlib.suppress(SystemExit):
             self.server.run()
 
+    def _unavailable(self) -> PortUnavailable:
+        return PortUnavailable(
+            f"the HTTP server could not listen on {self.host}:{self.port}: is another "
+            "costguard (or anything) using the port? Set http.port or "
+            "COSTGUARD_HTTP__PORT")
+
+    def _check_port(self) -> None:
+        """Bind the port as uvicorn will (SO_REUSEADDR) and let it go: a port in use is
+        costguard's one line, before uvicorn logs its own bind error and start-up lines."""
+        import errno
+        import socket
+
+        if self.port == 0:
+            return
+        try:
+            family = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)[0][0]
+        except OSError:
+            return  # an unresolvable host: uvicorn says so
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((self.host, self.port))
+            except OSError as exc:
+                if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                    raise self._unavailable() from None
+
     def start(self, timeout: float = 10.0) -> None:
+        self._check_port()
         self.thread.start()
         deadline = time.monotonic() + timeout
         while not self.server.started:
             if not self.thread.is_alive():
-                raise PortUnavailable(
-                    f"the HTTP server could not listen on {self.host}:{self.port}: is another "
-                    "costguard (or anything) using the port? Set http.port or "
-                    "COSTGUARD_HTTP__PORT")
+                raise self._unavailable()
             if time.monotonic() > deadline:
                 raise TimeoutError(f"HTTP server did not start on {self.host}:{self.port}")
             time.sleep(0.02)
