@@ -16,6 +16,7 @@ from costguard.alerts.commands import alerts_app
 from costguard.cli_common import cli_clock, load_policies_or_exit
 from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
+from costguard.cli_compat import mend_typer
 from costguard.console.commands import console_command
 from costguard.costs.commands import anomaly_app, billing_app, budget_app
 from costguard.costs.price_commands import prices_app
@@ -25,6 +26,7 @@ from costguard.errors import CostguardError, PolicyError, SourceError, StoreErro
 from costguard.recommend.commands import recommend_command
 from costguard.telemetry.cli import agent_app
 
+mend_typer()
 app = typer.Typer(
     name="costguard",
     help="Cloud cost governance for GPU and ML compute.\n\n"

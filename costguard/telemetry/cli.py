@@ -8,8 +8,10 @@ from typing import Annotated, Literal
 
 import typer
 
+from costguard.cli_compat import mend_typer
 from costguard.errors import CostguardError
 
+mend_typer()
 agent_app = typer.Typer(
     help="The GPU agent for GPU hosts: samples NVML once a second and pushes per-minute "
     "summaries to the daemon.\n\n"
