@@ -137,14 +137,27 @@ def audit_command(
     if fmt == "json":
         print(to_json(events))
         return
-    table = Table("time (UTC)", "what", "status", "policy", "instance", "$/h", "why / evidence",
-                  title=f"Audit since {start:%Y-%m-%d %H:%M} UTC")
-    for e in events:
-        table.add_row(f"{e.at:%m-%d %H:%M}", e.kind, e.status + (" (dry)" if e.dry_run else ""),
-                      e.policy, e.instance_id, f"{e.usd_per_hour:,.2f}",
-                      e.detail + (f" [{e.evidence}]" if e.evidence and e.evidence != e.detail
-                                  else ""))
-    console.print(table)
+    from costguard.report.fit import FitColumn, fit_table
+
+    # what identifies a row (when, which instance, which policy) is shown whole; the
+    # evidence wraps, and the $/h and kind columns go first at 80 columns
+    cols = [
+        FitColumn("time (UTC)", [f"{e.at:%m-%d %H:%M}" for e in events], key=True),
+        FitColumn("what", [e.kind for e in events]),
+        FitColumn("status", [e.status + (" (dry)" if e.dry_run and "dry" not in e.status
+                                         else "") for e in events]),
+        FitColumn("policy", [e.policy for e in events], key=True),
+        FitColumn("instance", [e.instance_id for e in events], key=True),
+        FitColumn("$/h", [f"{e.usd_per_hour:,.2f}" for e in events], numeric=True),
+        FitColumn("why / evidence", [e.detail + (f" [{e.evidence}]" if e.evidence
+                                                 and e.evidence != e.detail else "")
+                                     for e in events])]
+    fitted = fit_table(cols, console.width, ["$/h", "what"],
+                       title=f"Audit since {start:%Y-%m-%d %H:%M} UTC")
+    console.print(fitted.table, crop=False)
+    if fitted.dropped:
+        console.print(f"Left out to fit {console.width} columns: {', '.join(fitted.dropped)} "
+                      "(--format json shows every field).", highlight=False)
     if not events:
         console.print("Nothing recorded in this period.")
 

@@ -1,7 +1,11 @@
 """Monthly budgets: spend so far, a forecast to month end, and alerts as thresholds fall.
 
-The forecast is the month's spend so far plus the last seven days' run rate over the time
-left. Each threshold alerts at most once per budget and month for the actual spend and once
+The forecast is the month's spend so far plus the run rate of the last seven days (or of
+the history there is, when costguard has watched for less) over the time left, from the
+month's first hour on: the days before the 1st say how fast the month will go (a forecast
+that was only the spend so far on the 1st read $1,121 for a month heading for 87% of its
+budget). Under an hour of history, the forecast is the spend so far; `forecast_basis` says
+which it is. Each threshold alerts at most once per budget and month for the actual spend and once
 for the forecast (outbox dedupe keys `budget:<name>:<YYYY-MM>:<percent>:actual|forecast`).
 """
 
@@ -17,7 +21,7 @@ from costguard.policy.schema import Budget, PolicySet
 from costguard.report.queries import spend
 
 RUN_RATE_WINDOW = timedelta(days=7)
-MIN_HISTORY_FOR_FORECAST = timedelta(days=1)
+MIN_HISTORY_FOR_FORECAST = timedelta(hours=1)
 # policy dimension names -> report dimension names (the same where not listed)
 REPORT_DIMENSION = {"instance_type": "instance-type", "cost-center": "cost-center",
                     "cost_center": "cost-center"}
@@ -33,6 +37,7 @@ class BudgetStatus:
     actual_micros: int
     forecast_micros: int
     alerts: tuple[str, ...]  # dedupe keys of the alerts this check enqueued
+    forecast_basis: str = ""  # what the forecast rests on, in words
 
     @property
     def actual_percent(self) -> float:
@@ -49,7 +54,8 @@ def budget_json(st: BudgetStatus) -> dict[str, object]:
             "month": st.month, "budget_usd": st.budget_micros / 1e6,
             "spent_usd": st.actual_micros / 1e6, "spent_percent": round(st.actual_percent, 2),
             "forecast_usd": st.forecast_micros / 1e6,
-            "forecast_percent": round(st.forecast_percent, 2)}
+            "forecast_percent": round(st.forecast_percent, 2),
+            "forecast_basis": st.forecast_basis}
 
 
 def month_bounds(now: datetime) -> tuple[datetime, datetime]:
@@ -75,19 +81,38 @@ def _family(instance_type: str) -> str:
     return instance_type.split("-", 1)[0]
 
 
-def budget_status(session: Session, budget: Budget, now: datetime) -> BudgetStatus:
+def history_start(session: Session) -> datetime | None:
+    """When the spend costguard has recorded begins (None: none yet)."""
+    from sqlalchemy import func
+    from sqlalchemy import select as sa_select
+
+    from costguard.clock import utc
+    from costguard.store.tables import CostIntervalRow
+
+    first = session.execute(sa_select(func.min(CostIntervalRow.start))).scalar()
+    return utc(first) if first is not None else None
+
+
+def budget_status(session: Session, budget: Budget, now: datetime,
+                  since: datetime | None = None) -> BudgetStatus:
+    """`since`: where recorded spend begins (history_start; looked up when not given)."""
     start, end = month_bounds(now)
     actual = spent(session, budget, start, now)
-    forecast = actual
-    if now - start >= MIN_HISTORY_FOR_FORECAST:
-        window_start = now - RUN_RATE_WINDOW
+    forecast, basis = actual, "the spend so far: under an hour of history to take a rate from"
+    first = since if since is not None else history_start(session)
+    window_start = max(now - RUN_RATE_WINDOW, first) if first is not None else now
+    if now - window_start >= MIN_HISTORY_FOR_FORECAST:
         recent = spent(session, budget, window_start, now)
         rate = recent / (now - window_start).total_seconds()
         forecast = actual + round(rate * (end - now).total_seconds())
+        span = now - window_start
+        basis = ("the spend so far plus the run rate of the last "
+                 + (f"{span.days} days" if span >= timedelta(days=2) else
+                    f"{span.total_seconds() / 3600:.0f} hours") + " to the month's end")
     return BudgetStatus(
         budget=budget.name, dimension=budget.dimension, value=budget.value,
         month=f"{start:%Y-%m}", budget_micros=round(budget.monthly_usd * 1_000_000),
-        actual_micros=actual, forecast_micros=forecast, alerts=())
+        actual_micros=actual, forecast_micros=forecast, alerts=(), forecast_basis=basis)
 
 
 def check_budgets(session: Session, policy_set: PolicySet, now: datetime) -> list[BudgetStatus]:
@@ -130,8 +155,8 @@ def _subject(budget: Budget, status: BudgetStatus, percent: float, kind: str) ->
 
 def _body(status: BudgetStatus) -> str:
     return (f"Spent so far: ${status.actual_micros / 1e6:,.2f}. "
-            f"Forecast to month end at the last 7 days' rate: "
-            f"${status.forecast_micros / 1e6:,.2f} of ${status.budget_micros / 1e6:,.2f}. "
+            f"Forecast to month end: ${status.forecast_micros / 1e6:,.2f} of "
+            f"${status.budget_micros / 1e6:,.2f} ({status.forecast_basis}). "
             f"See: costguard report --by {REPORT_DIMENSION.get(status.dimension, status.dimension)}"
             f" --filter {REPORT_DIMENSION.get(status.dimension, status.dimension)}="
             f"{status.value} --since {status.month}-01")

@@ -390,17 +390,30 @@ def budget_status_cmd(config: ConfigOpt = None, policies: PoliciesOpt = None,
     if fmt == "json":
         print(json.dumps([budget_json(st) for st in statuses], indent=2))
         return
-    table = Table(title=f"Budgets {now:%Y-%m}", title_justify="left")
-    for name in ("budget", "covers", "budget $", "spent", "%", "forecast", "forecast %"):
-        table.add_column(name, justify="left" if name in ("budget", "covers") else "right")
-    for st in statuses:
-        style = "red" if st.forecast_percent >= 100 else "yellow" if st.forecast_percent >= 80 \
-            else None
-        table.add_row(st.budget, f"{st.dimension}={st.value}", f"${st.budget_micros / 1e6:,.0f}",
-                      f"${st.actual_micros / 1e6:,.2f}", f"{st.actual_percent:.0f}%",
-                      f"${st.forecast_micros / 1e6:,.2f}", f"{st.forecast_percent:.0f}%",
-                      style=style)
-    console.print(table)
+    from costguard.report.fit import FitColumn, fit_table
+
+    cols = [
+        FitColumn("budget", [st.budget for st in statuses], key=True),
+        FitColumn("covers", [f"{st.dimension}={st.value}" for st in statuses]),
+        FitColumn("budget $", [f"${st.budget_micros / 1e6:,.0f}" for st in statuses],
+                  numeric=True),
+        FitColumn("spent", [f"${st.actual_micros / 1e6:,.2f}" for st in statuses],
+                  numeric=True),
+        FitColumn("%", [f"{st.actual_percent:.0f}%" for st in statuses], numeric=True),
+        FitColumn("forecast", [f"${st.forecast_micros / 1e6:,.2f}" for st in statuses],
+                  numeric=True),
+        FitColumn("forecast %", [f"{st.forecast_percent:.0f}%" for st in statuses],
+                  numeric=True)]
+    styles = ["red" if st.forecast_percent >= 100 else "yellow" if st.forecast_percent >= 80
+              else None for st in statuses]
+    fitted = fit_table(cols, console.width, ["%", "forecast %"],
+                       title=f"Budgets {now:%Y-%m}", row_styles=styles)
+    console.print(fitted.table, crop=False)
+    if fitted.dropped:
+        console.print(f"Left out to fit {console.width} columns: {', '.join(fitted.dropped)} "
+                      "(--format json shows every field).", highlight=False)
+    for basis in dict.fromkeys(st.forecast_basis for st in statuses):
+        console.print(f"Forecast: {basis}.", highlight=False)
     if not statuses:
         console.print("No budgets defined: add a `budgets:` block to a policy file.")
 

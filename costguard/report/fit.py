@@ -2,7 +2,8 @@
 
 rich shrinks a too-wide table by squeezing every column, money included (`$3,260…`).
 Here each numeric column gets a fixed width: its widest figure (or the longest word of
-its header, which wraps at spaces). Text columns (team, instance names) take what is
+its header, which wraps at spaces), and so does each key column (what identifies a row: an
+instance id, a budget's name), its longest value. Text columns (team, instance names) take what is
 left and fold onto more lines when short of room. When even that does not fit, the
 least important numeric columns are left out, named in `FittedTable.dropped` so the
 caller can say so under the table.
@@ -28,6 +29,13 @@ class FitColumn:
     cells: Sequence[str]
     footer: str = ""
     numeric: bool = False
+    # identifies its row (an instance id, a budget's name): shown whole like a figure,
+    # left-aligned; other text columns wrap and numeric ones go first
+    key: bool = False
+
+    @property
+    def fixed(self) -> bool:
+        return self.numeric or self.key
 
 
 @dataclass
@@ -48,8 +56,8 @@ def text_width(col: FitColumn) -> int:
 
 def needed_width(cols: Sequence[FitColumn], text_floor: int) -> int:
     """Characters the table takes with text columns at most `text_floor` wide (borders in)."""
-    inner = sum(numeric_width(c) if c.numeric else min(text_width(c), text_floor)
-                for c in cols)
+    inner = sum(numeric_width(c) if c.numeric else text_width(c) if c.key
+                else min(text_width(c), text_floor) for c in cols)
     return inner + PADDING * len(cols) + len(cols) + 1
 
 
@@ -91,6 +99,8 @@ def fit_table(cols: Sequence[FitColumn], width: int, drop_order: Sequence[str], 
         if c.numeric:
             table.add_column(c.header, footer=c.footer, justify="right",
                              width=numeric_width(c))
+        elif c.key:
+            table.add_column(c.header, footer=c.footer, width=text_width(c), no_wrap=True)
         else:
             table.add_column(c.header, footer=c.footer, overflow="fold")
     rows = max((len(c.cells) for c in kept), default=0)

@@ -59,12 +59,43 @@ def test_forecast_crossing_alerts_before_actual_and_each_alert_goes_out_once(
     assert "138%" in crit.subject
 
 
-def test_a_new_month_starts_from_zero(db: Database) -> None:
+def test_a_new_month_starts_from_zero_and_forecasts_from_the_first_hour(db: Database) -> None:
     with db.session() as s:
-        add_interval(s, "i-1", MONTH - timedelta(days=1), 24, 50, team="research")
+        add_interval(s, "i-1", MONTH - timedelta(days=1), 24, 1.5, team="research")
+        add_interval(s, "i-2", MONTH, 6, 1.5, team="research")
     with db.session() as s:
         status = check_budgets(s, policies(), MONTH + timedelta(hours=6))[0]
-    assert status.actual_micros == 0 and status.alerts == ()
+    # $1.50/h over the 30 hours recorded (the day before and the month's first 6): on
+    # course for 30 days x $36 = $1,080, though only $9 is spent; it alerts at 80%
+    assert status.actual_micros == 9_000_000
+    assert status.forecast_micros == 9_000_000 + round(1.5e6 * (30 * 24 - 6))
+    assert status.forecast_basis == ("the spend so far plus the run rate of the last 30 "
+                                     "hours to the month's end")
+    assert status.alerts == ("budget:research-monthly:2026-04:80:forecast",
+                             "budget:research-monthly:2026-04:100:forecast")
+
+
+def test_the_first_day_s_forecast_is_the_run_rate_not_the_spend_so_far(db: Database) -> None:
+    # the second-hour report: a $1,121 day forecast as $1,121 for the month
+    with db.session() as s:
+        now = MONTH + timedelta(hours=12)
+        for k in range(14):  # $0.50/h over the last 7 days, the last 12 h this month's
+            add_interval(s, f"i-{k}", now - timedelta(days=7) + timedelta(hours=12 * k), 12,
+                         0.5, team="research")
+    with db.session() as s:
+        status = check_budgets(s, policies(), MONTH + timedelta(hours=12))[0]
+    assert status.actual_micros == 6_000_000
+    assert status.forecast_micros == 6_000_000 + round(0.5e6 * (30 * 24 - 12))
+    assert "run rate of the last 7 days" in status.forecast_basis
+
+
+def test_under_an_hour_of_history_the_forecast_is_the_spend_so_far(db: Database) -> None:
+    with db.session() as s:
+        add_interval(s, "i-1", MONTH + timedelta(days=3), 0.5, 4, team="research")
+    with db.session() as s:
+        status = check_budgets(s, policies(), MONTH + timedelta(days=3, minutes=30))[0]
+    assert status.forecast_micros == status.actual_micros == 2_000_000
+    assert status.forecast_basis.startswith("the spend so far: under an hour")
 
 
 def test_a_budget_past_a_trillion_is_refused_where_it_is_written() -> None:
