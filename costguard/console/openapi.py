@@ -30,6 +30,7 @@ def _obj(required: dict[str, Any], optional: dict[str, Any] | None = None, *,
 
 
 SPEND_FIGURES = {"cost_usd": NUM, "idle_cost_usd": NUM, "idle_share": NUM, "spot_share": NUM,
+                 "idle_percent": INT, "spot_percent": INT,
                  "spot_savings_possible_usd": NUM, "gpu_hours": NUM, "instances": INT}
 
 SCHEMAS: dict[str, Any] = {

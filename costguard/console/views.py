@@ -21,6 +21,7 @@ from costguard.clock import utc
 from costguard.config import Settings
 from costguard.costs.attribution import UNATTRIBUTED
 from costguard.costs.rollup import day_floor
+from costguard.errors import CostguardError
 from costguard.policy.schema import PolicySet
 from costguard.report import charts
 from costguard.report.queries import daily_series
@@ -118,7 +119,17 @@ def service(s: Session, settings: Settings, now: datetime) -> dict[str, Any]:
             "degraded_after": DEGRADED_AFTER_CYCLES}
 
 
+class UnknownTeam(CostguardError, LookupError):
+    """A team no spend was ever recorded for (the page answers 404)."""
+
+
 def team(s: Session, settings: Settings, win: Window, name: str) -> dict[str, Any]:
+    from costguard.report.queries import unknown_value
+
+    known = unknown_value(s, "team", name)
+    if known is not None:
+        raise UnknownTeam(f"no spend was ever recorded for team {name!r}; teams: "
+                          f"{', '.join(known) or 'none yet'}")
     doc = spend_doc(s, settings, win, ["instance", "instance-type"], {"team": name})
     return {"doc": doc, "team": name,
             "chart": spend_chart(s, "instance-type", win, {"team": name})}

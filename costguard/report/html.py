@@ -54,8 +54,8 @@ def to_html(report: Report, session: Session, now: datetime) -> str:
         series_dim=series_dim,
         total={
             "cost": usd(total.cost), "idle": usd(total.idle),
-            "idle_share": f"{total.idle_share:.0%}", "gpu_hours": f"{total.gpu_dh / 10:,.1f}",
-            "spot_share": f"{total.spot_share:.0%}", "savings": usd(total.savings),
+            "idle_share": f"{total.idle_percent}%", "gpu_hours": f"{total.gpu_dh / 10:,.1f}",
+            "spot_share": f"{total.spot_percent}%", "savings": usd(total.savings),
             "instances": total.instances, "cells": _cells(total, billed),
         },
         unattributed=usd(unattributed),

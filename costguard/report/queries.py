@@ -373,3 +373,30 @@ def top_idle(
     return [IdleInstance(str(p), str(i), str(t), str(team), int(ic), int(c), int(igs))
             for p, i, t, team, ic, c, igs in session.execute(stmt)]
 
+
+
+_KNOWN_COLUMNS = {"team": "team", "project": "project", "env": "env",
+                  "cost-center": "cost_center"}
+
+
+def unknown_value(session: Session, dimension: str, value: str) -> list[str] | None:
+    """The values ever recorded for an attribution `dimension` (the first 12), when `value`
+    is not among them; None when it is, or the dimension is not one of those kept."""
+    from sqlalchemy import select as sa_select
+
+    from costguard.costs.attribution import UNATTRIBUTED
+    from costguard.store.tables import CostIntervalRow
+
+    name = _KNOWN_COLUMNS.get(dimension)
+    if name is None:
+        return None
+    column = getattr(CostIntervalRow, name)
+    if value == UNATTRIBUTED:
+        hit = session.execute(sa_select(column).where(column.is_(None)).limit(1)).first()
+    else:
+        hit = session.execute(sa_select(column).where(column == value).limit(1)).first()
+    if hit is not None:
+        return None
+    seen = session.execute(sa_select(column).where(column.is_not(None)).distinct()
+                           .order_by(column).limit(12)).scalars().all()
+    return [str(v) for v in seen]

@@ -56,6 +56,8 @@ class DisplayRow:
     idle_share: float
     spot_share: float
     instances: int
+    idle_percent: int = 0  # figures.share_percent: the one rounding every surface shows
+    spot_percent: int = 0
 
     @property
     def gap(self) -> int | None:
@@ -81,9 +83,10 @@ def display_rows(report: Report) -> tuple[list[DisplayRow], DisplayRow]:
         if report.compare == "billed":
             billed_t = _round_half_up(t.billed_micros or 0, CENT)
     out = [DisplayRow(r.key, cost[i], idle[i], sav[i], billed[i], gpu[i], r.idle_share,
-                      r.spot_share, r.instances) for i, r in enumerate(rows)]
+                      r.spot_share, r.instances, r.idle_percent, r.spot_percent)
+           for i, r in enumerate(rows)]
     total = DisplayRow((), cost_t, idle_t, sav_t, billed_t, gpu_t, t.idle_share, t.spot_share,
-                       t.instances)
+                       t.instances, t.idle_percent, t.spot_percent)
     return out, total
 
 
@@ -112,6 +115,8 @@ def _row_json(by: tuple[str, ...], r: DisplayRow) -> dict[str, Any]:
         "idle_cost_usd": dollars(r.idle),
         "idle_share": round(r.idle_share, 4),
         "spot_share": round(r.spot_share, 4),
+        "idle_percent": r.idle_percent,  # rounded once, as every surface shows it
+        "spot_percent": r.spot_percent,
         "spot_savings_possible_usd": dollars(r.savings),
         "gpu_hours": r.gpu_dh / 10,
         "instances": r.instances,
@@ -180,8 +185,8 @@ def _headers(report: Report) -> list[str]:
 
 
 def _cells(r: DisplayRow, billed: bool) -> list[str]:
-    cells = [usd(r.cost), usd(r.idle), f"{r.idle_share:.0%}", f"{r.gpu_dh / 10:,.1f}",
-             f"{r.spot_share:.0%}", usd(r.savings), str(r.instances)]
+    cells = [usd(r.cost), usd(r.idle), f"{r.idle_percent}%", f"{r.gpu_dh / 10:,.1f}",
+             f"{r.spot_percent}%", usd(r.savings), str(r.instances)]
     if billed:
         cells += [usd(r.billed or 0), usd(r.gap or 0)]
     return cells

@@ -16,7 +16,7 @@ from costguard.costs.settings import costs_settings
 from costguard.errors import CostguardError
 from costguard.policy.base import duration_arg
 from costguard.report.figures import Report
-from costguard.report.queries import DIMENSIONS, catalog_spot_price, spend
+from costguard.report.queries import DIMENSIONS, catalog_spot_price, spend, unknown_value
 from costguard.report.render import to_csv, to_json, to_table
 
 FORMATS: tuple[str, ...] = ("table", "csv", "json", "html")
@@ -172,7 +172,9 @@ def render_report(
             elif fmt == "csv":
                 text = to_csv(report)
             else:
-                return _table(report, output, console)
+                unknown = [(dim, value, known) for dim, value in wanted.items()
+                           if (known := unknown_value(s, dim, value)) is not None]
+                return _table(report, output, console, unknown)
     finally:
         db.dispose()
     if output is not None:
@@ -182,10 +184,21 @@ def render_report(
     return text
 
 
-def _table(report: Report, output: Path | None, console: Console | None) -> str:
+def _table(report: Report, output: Path | None, console: Console | None,
+           unknown: Sequence[tuple[str, str, list[str]]] = ()) -> str:
     def draw(con: Console) -> None:
         to_table(report, con)
-        if not report.rows and report.by:
+        if report.rows or not report.by:
+            pass
+        elif unknown:
+            for dim, value, known in unknown:
+                con.print(f"No spend was ever recorded for {dim}={value}; the {dim} values "
+                          f"recorded: {', '.join(known) or 'none yet'}.", highlight=False)
+        elif report.filters:
+            shown = ", ".join(f"{k}={v}" for k, v in report.filters.items())
+            con.print(f"No spend for {shown} in this period (--since widens it).",
+                      highlight=False)
+        else:
             con.print("No spend recorded in this period. Run `costguard run` first (the "
                       "demo's spend: costguard --database costguard-demo.db report).")
         if report.compare == "billed" and not report.bill_total_micros:

@@ -173,3 +173,14 @@ def test_csv_cells_from_tags_never_start_a_spreadsheet_formula(db_url: str,
     assert all(not k.startswith(("=", "+", "-", "@", "\t")) for k in got)
     assert text_cell("research") == "research" and text_cell("") == ""
     assert float(got["total"]["cost_usd"]) == sum(1.0 + i for i in range(len(teams)))
+
+
+def test_a_share_is_rounded_once_the_same_on_every_surface() -> None:
+    # vision's idle: $84.57 of $457.08 = 18.502%: the CLI said 19%, the console 18% (it
+    # rounded the API's 0.1850 again)
+    from costguard.report.figures import share_percent
+
+    assert share_percent(84_570_000, 457_080_000) == 19
+    assert share_percent(185, 1000) == 19 and share_percent(1849, 10000) == 18
+    assert share_percent(5, 1000) == 1 and share_percent(4, 1000) == 0
+    assert share_percent(1, 0) == 0 and share_percent(3, 3) == 100
