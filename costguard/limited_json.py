@@ -1,6 +1,6 @@
 """JSON from outside, parsed under one rule: nesting bounded before the parser recurses,
 numbers of at most 40 characters (a 5,000-digit integer raised ValueError past the
-handlers), no NaN or Infinity, and no NUL in any string (PostgreSQL refuses it in text).
+handlers), and no NUL in any string (PostgreSQL refuses it in text).
 What it refuses is `JsonRefused` with the reason. The daemon's routes (daemon/bodies.py)
 and the billing importer's JSON cells and lines (costs/bill_lines.py, focus_files.py) use it.
 """
@@ -8,7 +8,6 @@ and the billing importer's JSON cells and lines (costs/bill_lines.py, focus_file
 from __future__ import annotations
 
 import json
-import math
 import re
 from typing import Any
 
@@ -57,14 +56,7 @@ def _int(text: str) -> int:
 
 
 def _float(text: str) -> float:
-    value = float(_number(text))
-    if not math.isfinite(value):
-        raise JsonRefused(f"the number {text[:20]} is out of range")
-    return value
-
-
-def _constant(text: str) -> float:
-    raise JsonRefused(f"{text} is not a JSON number")
+    return float(_number(text))  # 1e999 is inf: the model that reads it refuses non-finite
 
 
 def _no_nul(value: Any) -> None:
@@ -87,7 +79,9 @@ def parse_json(text: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
     if json_depth(raw) > max_depth:
         raise JsonRefused(f"JSON nests deeper than {max_depth} levels")
     try:
-        value = json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
+        # NaN and Infinity (Python's tokens) are read as floats: the model that reads the
+        # value says which field is not finite (a 422 naming it, for ingest)
+        value = json.loads(text, parse_int=_int, parse_float=_float)
     except JsonRefused:
         raise
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError too
