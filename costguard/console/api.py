@@ -153,7 +153,8 @@ class Api:
             request, views.budgets(s, self.policies(), self.clock.now())))
 
     async def pending(self, request: Request) -> Response:
-        return await self.answer(request, lambda s: self._listing(request, views.pending(s)))
+        return await self.answer(request, lambda s: self._listing(
+            request, views.pending(s, self.policies())))
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(openapi_document())

@@ -80,11 +80,13 @@ SCHEMAS: dict[str, Any] = {
     "Budget": _obj({
         "budget": STR, "dimension": STR, "value": STR, "month": STR, "budget_usd": NUM,
         "spent_usd": NUM, "spent_percent": NUM, "forecast_usd": NUM,
-        "forecast_percent": NUM}),
+        "forecast_percent": NUM, "forecast_basis": STR}),
     "PendingAction": _obj({
         "policy": STR, "provider": STR, "instance_id": STR, "name": _opt(STR),
         "instance_type": STR, "team": _opt(STR), "state": {"enum": ["warned", "snoozed"]},
-        "since": WHEN, "deadline": _opt(WHEN), "snooze_until": _opt(WHEN), "evidence": STR}),
+        "since": WHEN, "deadline": _opt(WHEN), "snooze_until": _opt(WHEN), "evidence": STR,
+        # what will actually happen: enforce acts at the deadline; dry-run only records it
+        "mode": {"enum": ["enforce", "dry-run", "unknown"]}}),
 }
 for _name in ("Anomaly", "Budget", "PendingAction"):
     SCHEMAS[f"{_name}List"] = _obj({"items": {"type": "array", "items": _ref(_name)},

@@ -132,7 +132,7 @@ class Pages:
 
     async def pending(self, request: Request) -> Response:
         async def build(who: Viewer, win: views.Window) -> dict[str, Any]:
-            return {"pending": await self.read(views.pending)}
+            return {"pending": await self.read(views.pending, self.policies())}
         return await self.page(request, "pending.html.j2", build)
 
     async def anomalies(self, request: Request) -> Response:

@@ -183,10 +183,12 @@ def budgets(s: Session, policies: PolicySet, now: datetime) -> list[dict[str, ob
     return [budget_json(budget_status(s, b, now)) for b in policies.budgets]
 
 
-def pending(s: Session) -> list[dict[str, Any]]:
+def pending(s: Session, policies: PolicySet) -> list[dict[str, Any]]:
     from costguard.actions.pending import pending_actions
+    from costguard.costs.attribution import Attributor
 
-    return [p.as_json() for p in pending_actions(s)]
+    modes = {p.name: "enforce" if p.is_enforced else "dry-run" for p in policies.policies}
+    return [p.as_json() for p in pending_actions(s, modes, Attributor(policies.attribution))]
 
 
 def audit(s: Session, win: Window, limit: int) -> list[dict[str, object]]:

@@ -403,7 +403,18 @@ class Engine:
             # the re-checks' states serve this stage only; at 100,000 instances they are
             # tens of MB, not to be held through the next cycle
             self.runner.rechecks.clear()
-        summary.actions = stats.as_dict()
+        summary.actions = self._by_mode(stats.as_dict())
+
+    def _by_mode(self, actions: dict[str, Any]) -> dict[str, Any]:
+        """`warned` split by what will happen: a dry-run policy's warning sends nothing and
+        acts on nothing (`would warn`); only enforced policies' are `warned`."""
+        warned = actions.get("warned")
+        if not isinstance(warned, dict):
+            return actions
+        dry = {p.name for p in self.policies.policies if not p.is_enforced}
+        actions["warned"] = {k: n for k, n in warned.items() if k not in dry}
+        actions["would_warn"] = {k: n for k, n in warned.items() if k in dry}
+        return actions
 
     def _spend(self, summary: CycleSummary, now: datetime) -> None:
         """Budgets and anomalies over what has accrued; both alert through the outbox."""

@@ -179,3 +179,16 @@ def test_a_busy_instance_does_not_hold_up_an_idle_one_after_it(  # type: ignore[
     cloud.add("i-2", IDLE)
     got = counted(made, tmp_path, cloud, clock, idle_stop_policy(grace="1h"), 5)
     assert got["warned"] == Counter(idle=1)
+
+
+def test_a_dry_run_policy_s_warnings_are_counted_as_would_warn(  # type: ignore[no-untyped-def]
+        made, tmp_path, cloud, clock) -> None:
+    # `run --once` printed "warned 16" for dry-run policies, though no alert went out
+    cloud.add("i-1", IDLE)
+    text = idle_stop_policy(grace="1h").replace("mode: enforce", "mode: dry-run")
+    got = counted(made, tmp_path, cloud, clock, text, 5)
+    assert (got.get("warned", Counter()), got["would_warn"]) == (Counter(), Counter(idle=1))
+    e = made[0]
+    clock.advance(timedelta(minutes=5))
+    lines = "\n".join(e.run_cycle().lines())
+    assert "warned" not in lines.replace("would warn", "")

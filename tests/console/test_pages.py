@@ -155,6 +155,44 @@ def test_pending_shows_who_stops_when_and_why(store: str, cli_clock: ManualClock
         page = httpx.get(f"{site}/console/pending", headers=READER).text
         assert instance in page and "acts at 2026-03-10 12:15 UTC" in page
         assert "SM activity 0.4% for 45m (test)" in page
+        assert items[0]["mode"] == "enforce" and "would act" not in page
+
+
+def test_pending_in_dry_run_says_what_would_happen_not_what_will(store: str) -> None:
+    # the second-hour report: a dry-run policy's warned rows read "warned · acts at 19:37"
+    # and /api/v1/pending had no mode, though nothing would be done
+    from costguard.console import views
+    from costguard.demo.run import demo_policy_paths
+    from costguard.policy.load import load_policy_set
+
+    instance, policy = warn_one(store)
+    settings = console_settings(store)
+    dry = load_policy_set(demo_policy_paths(settings))  # as shipped: every policy dry-run
+    assert not any(p.is_enforced for p in dry.policies)
+    db = Database(store, create=False)
+    try:
+        with db.session() as s:
+            items = views.pending(s, dry)
+    finally:
+        db.dispose()
+    assert [(p["instance_id"], p["policy"], p["mode"]) for p in items] == [
+        (instance, policy, "dry-run")]
+    assert items[0]["team"] not in (None, "unattributed")
+    from costguard.console.app import console_server
+
+    db = Database(store, create=False)
+    server = console_server(settings, db, ManualClock(NOW), lambda: dry, bind="127.0.0.1",
+                            port=0)
+    try:
+        base = f"http://127.0.0.1:{server.port}"
+        page = httpx.get(f"{base}/console/pending").text
+        api = httpx.get(f"{base}/api/v1/pending").json()["items"]
+    finally:
+        server.stop()
+        db.dispose()
+    assert "would act at 2026-03-10 12:15 UTC (dry-run: nothing is done)" in page
+    assert "would warn" in page and ">acts at" not in page
+    assert api[0]["mode"] == "dry-run"
 
 
 def test_snooze_is_for_admins_with_the_page_s_token_and_journaled(
