@@ -36,7 +36,7 @@ from costguard.errors import ProviderError
 from costguard.model import ActionOutcome, ActionResult, Instance
 from costguard.policy.evaluate import Finding
 from costguard.policy.schema import Policy
-from costguard.providers.base import BatchActions, Describes
+from costguard.providers.base import BatchActions, Describes, tag_detail
 from costguard.store.tables import ActionJournalRow
 
 if TYPE_CHECKING:
@@ -435,5 +435,6 @@ class BatchTags:
             if result is None:
                 out.append((req, "failed", "the provider returned no result for this instance"))
             else:
-                out.append((req, str(result.outcome), result.detail or f"set {req.tags}"))
+                out.append((req, str(result.outcome),
+                            result.detail or tag_detail(req.tags, req.remove)))
         return out

@@ -33,6 +33,7 @@ from costguard.model import (
     PriceQuote,
     ProviderName,
 )
+from costguard.providers.base import tag_detail
 from costguard.telemetry.summary import sim_minute
 
 if TYPE_CHECKING:
@@ -298,7 +299,8 @@ class SimProvider(SimGroupOps):
             new = {k: v for k, v in host.instance.tags.items() if k not in remove}
             new.update(tags)
             host.instance = host.instance.model_copy(update={"tags": new})
-            return ActionResult(outcome=ActionOutcome.DONE, state_after=host.instance.state)
+            return ActionResult(outcome=ActionOutcome.DONE, state_after=host.instance.state,
+                                detail=tag_detail(tags, remove))
 
     def price(self, instance: Instance) -> PriceQuote | None:
         return sim_price(instance)

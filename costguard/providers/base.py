@@ -26,6 +26,17 @@ if TYPE_CHECKING:
     from costguard.providers.repeats import Receipt
 
 
+def tag_detail(tags: Mapping[str, str], remove: Sequence[str] = ()) -> str:
+    """What a tag action did, as the journal says it: `set k=v, k2=v2; removed k3` (a
+    Python dict's repr was journaled and shown by explain and audit)."""
+    parts = []
+    if tags:
+        parts.append("set " + ", ".join(f"{k}={v}" for k, v in tags.items()))
+    if remove:
+        parts.append("removed " + ", ".join(remove))
+    return "; ".join(parts) or "nothing to change"
+
+
 @runtime_checkable
 class Provider(Protocol):
     name: ProviderName
