@@ -17,7 +17,7 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from costguard.clock import Clock
-from costguard.demo.sim_fleet import SIM_TYPES, SimHost
+from costguard.demo.sim_fleet import SIM_TYPES, SimHost, gpu_memory_mib
 from costguard.demo.sim_groups import SimGroup, SimGroupOps, demo_groups, member_view
 from costguard.demo.sim_hosts import gpu_phase, host_figures, underused_hosts
 from costguard.demo.sim_settings import SimSettings
@@ -105,7 +105,8 @@ class SimProvider(SimGroupOps):
         gpu = rng.random() < 0.7
         itype = (rng.choices(list(GPU_WEIGHTS), weights=list(GPU_WEIGHTS.values()))[0]
                  if gpu else rng.choice(CPU_TYPES))
-        gpus, model, mem_gib = SIM_TYPES[itype]
+        gpus, model = SIM_TYPES[itype]
+        mem_mib = gpu_memory_mib(itype)
         team = rng.choice(TEAMS)
         tags: dict[str, str] = {}
         roll = rng.random()
@@ -132,7 +133,7 @@ class SimProvider(SimGroupOps):
             instance_type=itype, state=InstanceState.RUNNING,
             lifecycle=Lifecycle.SPOT if rng.random() < 0.3 else Lifecycle.ON_DEMAND,
             gpu_count=gpus, gpu_model=model,
-            gpu_memory_mib=mem_gib * 1024 if mem_gib else None,
+            gpu_memory_mib=mem_mib,
             launch_time=launched, tags=tags, observed_at=launched,
         )
         # runs as its team's instance profile (derived, not drawn: the seeded fleet stays)

@@ -9,20 +9,30 @@ from datetime import datetime
 
 from costguard.model import Instance, InstanceState
 
-# type: (gpu count, gpu model, GiB per GPU). Prices: the shipped AWS on-demand table
-# (providers/aws/data/ec2_gpu_prices.json), see sim_price().
-SIM_TYPES: dict[str, tuple[int, str | None, int | None]] = {
-    "p5.48xlarge": (8, "H100", 80),
-    "p4d.24xlarge": (8, "A100", 40),
-    "p3.2xlarge": (1, "V100", 16),
-    "g5.xlarge": (1, "A10G", 24),
-    "g5.12xlarge": (4, "A10G", 24),
-    "g6.xlarge": (1, "L4", 24),
-    "g4dn.xlarge": (1, "T4", 16),
-    "m5.large": (0, None, None),
-    "c5.xlarge": (0, None, None),
-    "r5.2xlarge": (0, None, None),
+# type: (gpu count, gpu model). Prices: the shipped AWS on-demand table
+# (providers/aws/data/ec2_gpu_prices.json), see sim_price(); GPU memory: AWS's own figure
+# for the type (gpu_memory_mib), so the simulated NVML and the recommendations agree on it
+SIM_TYPES: dict[str, tuple[int, str | None]] = {
+    "p5.48xlarge": (8, "H100"),
+    "p4d.24xlarge": (8, "A100"),
+    "p3.2xlarge": (1, "V100"),
+    "g5.xlarge": (1, "A10G"),
+    "g5.12xlarge": (4, "A10G"),
+    "g6.xlarge": (1, "L4"),
+    "g4dn.xlarge": (1, "T4"),
+    "m5.large": (0, None),
+    "c5.xlarge": (0, None),
+    "r5.2xlarge": (0, None),
 }
+
+
+def gpu_memory_mib(instance_type: str) -> int | None:
+    """One GPU's memory as AWS lists it for the type (DescribeInstanceTypes' GpuInfo, the
+    shipped gpu_types.json): the A10G's 22,888 MiB, not a round 24 GiB."""
+    from costguard.recommend.shapes import aws_shapes
+
+    shape = aws_shapes().get(instance_type)
+    return shape.gpu_memory_mib if shape is not None and SIM_TYPES[instance_type][0] else None
 
 
 @dataclass

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from costguard.demo.sim_fleet import SIM_TYPES, SimHost
+from costguard.demo.sim_fleet import SIM_TYPES, SimHost, gpu_memory_mib
 from costguard.model import (
     AT_MINIMUM,
     ActionOutcome,
@@ -102,14 +102,15 @@ class SimGroupOps:
 
     def _add_member(self, group: SimGroup, launched: datetime) -> SimHost:
         self._serial += 1
-        gpus, model, mem_gib = SIM_TYPES[group.instance_type]
+        gpus, model = SIM_TYPES[group.instance_type]
+        mem_mib = gpu_memory_mib(group.instance_type)
         iid = f"i-sim{self.settings.seed:02d}{self._serial:06d}"
         region = group.owner.scope
         inst = Instance(
             provider="sim", account=self.settings.accounts[0], region=region,
             zone=f"{region}a", instance_id=iid, name=group.member_tags.get("Name"),
             instance_type=group.instance_type, state=InstanceState.RUNNING,
-            gpu_count=gpus, gpu_model=model, gpu_memory_mib=(mem_gib or 0) * 1024 or None,
+            gpu_count=gpus, gpu_model=model, gpu_memory_mib=mem_mib,
             launch_time=launched, tags=dict(group.member_tags), observed_at=launched,
             owner=group.sized())
         host = SimHost(instance=inst, profile=group.profile, disk_gib=100)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from costguard.demo.sim_fleet import SIM_TYPES, SimHost
+from costguard.demo.sim_fleet import SIM_TYPES, SimHost, gpu_memory_mib
 from costguard.model import Instance, InstanceState
 
 GIB = 2**30
@@ -60,12 +60,13 @@ def underused_hosts(account: str, region: str, first_serial: int, seed: int,
     a small model from one GPU."""
     out = []
     for k, (name, itype, team, owner, phases, cpu, mem) in enumerate(_UNDERUSED):
-        gpus, model, mem_gib = SIM_TYPES[itype]
+        gpus, model = SIM_TYPES[itype]
+        mem_mib = gpu_memory_mib(itype)
         inst = Instance(
             provider="sim", account=account, region=region, zone=f"{region}b",
             instance_id=f"i-sim{seed:02d}{first_serial + k:06d}", name=name,
             instance_type=itype, state=InstanceState.RUNNING, gpu_count=gpus,
-            gpu_model=model, gpu_memory_mib=(mem_gib or 0) * 1024 or None,
+            gpu_model=model, gpu_memory_mib=mem_mib,
             launch_time=launched, observed_at=launched,
             tags={"Name": name, "team": team, "owner": f"{owner}@example.com", "env": "prod"})
         out.append(SimHost(instance=inst, profile="underused", gpu_phases=phases,

@@ -14,8 +14,8 @@ from costguard.policy.schedule import OfficeHours
 MIN_IDLE_WINDOW = timedelta(minutes=5)
 MIN_UNDERUSED_WINDOW = timedelta(days=1)
 # the verdicts under which an instance can be underused (docs/recommend.md)
-UnderusedBottleneck = Literal["healthy", "saturated", "data-loading", "latency-bound",
-                              "cause-unknown"]
+UnderusedBottleneck = Literal["healthy", "unused-gpus", "saturated", "data-loading",
+                              "latency-bound", "cause-unknown"]
 
 
 class IdleCondition(Element):

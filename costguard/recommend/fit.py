@@ -4,6 +4,12 @@ could break.
 
 What a fit must hold (each with `headroom`, 20% by default):
 * GPUs: as many as were used (at least one).
+* Compute: the work measured, the signal's mean on the GPUs used times their dense FP16
+  tensor throughput (shapes.TENSOR_TFLOPS) times the GPUs used; the fit's GPUs the job runs
+  on (as many as it used, or fewer for a data-loading job) must offer that much: a job on
+  one GPU is never spread over eight smaller ones (no headroom here: a GPU 90% busy fits on
+  one of its kind). A busy A100 does not fit on an A10G because both hold its 1.6 GB. A GPU
+  model with no throughput figure is never offered where compute must be proven (said).
 * VRAM per GPU: the peak measured on any GPU used.
 * vCPUs: the host CPU's p95 share of the current vCPUs (for a data-loading-bound job that
   many in all *and* more per GPU than today); host memory: its peak. Where the
@@ -76,6 +82,7 @@ class _Need:
     same_model: bool
     more_cpu_per_gpu: float | None  # data loading: vCPUs per GPU above this
     assumed: bool  # host not measured: vCPUs and memory kept per GPU
+    tflops: float | None = None  # compute a fit must offer in all (None: not known)
 
     def text(self, shape: Shape) -> str:
         model = f" {shape.gpu_model}" if self.same_model else ""
@@ -83,6 +90,8 @@ class _Need:
         out = f"{upto}{self.gpus}{model} GPU{'s' if self.gpus != 1 else ''}"
         if self.vram_mib and self.more_cpu_per_gpu is None:
             out += f" with >= {gb(self.vram_mib * 2**20)} each"
+        if self.tflops is not None:
+            out += f", >= {self.tflops:,.0f} TFLOPS (FP16 tensor) in all"
         out += f", >= {self.vcpus} vCPUs, >= {self.memory_mib / 1024:.0f} GiB"
         if self.more_cpu_per_gpu is not None:
             out += f", > {self.more_cpu_per_gpu:g} vCPUs per GPU"
@@ -102,9 +111,24 @@ def _need(e: Efficiency, cur: Shape, headroom: float) -> _Need:
         vcpus, memory = math.ceil(cur.vcpus * share), math.ceil(cur.memory_mib * share)
         assumed = True
     loading = e.bottleneck is Bottleneck.DATA_LOADING  # wants more CPU per GPU than now
+    # the work done: the mean of the signal on the GPUs used, at their throughput
+    # (no headroom: a GPU 90% busy fits on one such GPU, never needs two)
+    work = (cur.tflops * used * (e.gpu_mean or 0.0) / 100
+            if cur.tflops is not None else None)
     return _Need(used, vram, max(1, vcpus), memory,
                  same_model=loading,
-                 more_cpu_per_gpu=cur.vcpus / used if loading else None, assumed=assumed)
+                 more_cpu_per_gpu=cur.vcpus / used if loading else None, assumed=assumed,
+                 tflops=round(work, 1) if work is not None else None)
+
+
+def _holds_compute(s: Shape, need: _Need) -> bool:
+    """Each GPU the job runs on holds its share of the work: a job on one GPU stays on one
+    (eight A10Gs do not hold one busy A100's work for it), one spread over four may move
+    to fewer only where each then holds more."""
+    if need.tflops is None:
+        return True  # the current GPU's throughput is not known: compared by VRAM alone
+    workers = min(s.gpus, need.gpus)
+    return s.tflops is not None and s.tflops * workers >= need.tflops
 
 
 def _fits(s: Shape, cur: Shape, need: _Need, arch: Architectures) -> bool:
@@ -116,6 +140,8 @@ def _fits(s: Shape, cur: Shape, need: _Need, arch: Architectures) -> bool:
     if arch == "same" and s.architecture != cur.architecture:
         return False
     if arch == "same-or-newer" and s.generation < cur.generation:
+        return False
+    if not _holds_compute(s, need):
         return False
     if need.more_cpu_per_gpu is not None:
         return (s.gpus <= need.gpus and s.vcpus / s.gpus > need.more_cpu_per_gpu
@@ -152,6 +178,14 @@ def _risks(e: Efficiency, cur: Shape, to: Shape, need: _Need) -> tuple[str, ...]
     if need.assumed:
         out.append("host CPU and memory not measured: assumed proportional to the GPUs kept "
                    "(run the agent to measure them)")
+    if need.tflops is None:
+        out.append(f"compute not compared: costguard has no throughput figure for the "
+                   f"{cur.gpu_model}")
+    elif to.tflops is not None:
+        offered = min(to.gpus, need.gpus) * to.tflops
+        out.append(f"the work measured is {need.tflops:,.0f} TFLOPS (FP16 tensor); "
+                   f"{to.instance_type} offers {offered:,.0f}: it would be "
+                   f"{need.tflops / offered:.0%} busy")
     return tuple(out)
 
 

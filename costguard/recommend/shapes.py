@@ -30,6 +30,19 @@ _ARCH: dict[str, tuple[str, str, int]] = {
     "RTX PRO Server 6000": ("NVIDIA", "Blackwell", 9), "RTX PRO 4500": ("NVIDIA", "Blackwell", 9),
     "Radeon Pro V520": ("AMD", "RDNA", 1),
 }
+# Dense FP16/BF16 Tensor Core throughput of one GPU, in TFLOPS (without structured sparsity,
+# which the datasheets print at twice these), from NVIDIA's datasheets: V100 SXM2 125 (Tesla
+# V100 datasheet, "Tensor Performance"), T4 65 (T4 datasheet, "Mixed Precision FP16/FP32"),
+# A100 312, A10 125, L4 121, L40S 362, H100 SXM and H200 989, B200 2,250 and GB200 2,500 per
+# GPU (HGX/DGX B200 and GB200 NVL72 datasheets). The A10G (AWS's variant of the A10, no NVIDIA
+# datasheet) has 70: fewer tensor cores active than the A10, as AWS's G5 material and
+# third-party measurements (Baseten, "A10 vs A10G") give it. A model not listed has no
+# figure: a fit to or from it cannot prove it holds the measured compute.
+TENSOR_TFLOPS: dict[str, float] = {
+    "V100": 125.0, "T4": 65.0, "T4g": 65.0, "A100": 312.0, "A10": 125.0, "A10G": 70.0,
+    "L4": 121.0, "L40S": 362.0, "H100": 989.0, "H200": 989.0, "B200": 2250.0,
+    "GB200": 2500.0,
+}
 # multi-GPU types whose GPUs talk over NVLink/NVSwitch (the rest go through PCIe)
 _NVLINK_FAMILIES = frozenset({"p3", "p3dn", "p4d", "p4de", "p5", "p5e", "p5en", "p6-b200",
                               "p6-b300", "p6e-gb200", "a2", "a3", "a4", "a4x"})
@@ -59,6 +72,11 @@ class Shape:
     @property
     def generation(self) -> int:
         return _ARCH.get(self.gpu_model, ("?", "?", 0))[2]
+
+    @property
+    def tflops(self) -> float | None:
+        """One GPU's dense FP16 tensor throughput (TENSOR_TFLOPS), None where unknown."""
+        return TENSOR_TFLOPS.get(self.gpu_model)
 
     @property
     def label(self) -> str:

@@ -283,6 +283,9 @@ def waste_notes(report: Report, console: Console) -> None:
         table.add_row(line.instance, line.bottleneck, line.gpus_used, line.fit or "-",
                       usd_float(line.monthly_usd) if line.fit else "-")
     console.print(table)
+    if w.underused > len(w.top):  # said 6 underused and listed 5, without a word
+        console.print(f"  the {len(w.top)} largest of the {w.underused} underused; costguard "
+                      "recommend lists every one", highlight=False, markup=False)
     console.print("  Evidence, fits and risks: costguard recommend", highlight=False,
                   markup=False)
 

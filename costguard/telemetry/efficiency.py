@@ -14,7 +14,8 @@ The bottleneck, from the field's own table (GPU mean on the GPUs used vs. host C
 
     GPU low  + CPU high -> data-loading    (more CPU per GPU, not a smaller GPU)
     GPU low  + CPU low  -> latency-bound   (batch too small, or serving sparse requests)
-    GPU high + CPU low  -> healthy
+    GPU high + CPU low  -> healthy, or unused-gpus when some paid GPUs did no work (the
+                           busy one of a p4d's eight is not a healthy instance)
     GPU high + CPU high -> saturated       (needs more hardware, not less)
     GPU low, host never measured -> cause-unknown (run the agent: it reads /proc)
 
@@ -45,6 +46,7 @@ Reading = Callable[[GpuMinute], tuple[float, float] | None]
 
 class Bottleneck(StrEnum):
     HEALTHY = "healthy"
+    UNUSED_GPUS = "unused-gpus"
     SATURATED = "saturated"
     DATA_LOADING = "data-loading"
     LATENCY_BOUND = "latency-bound"
@@ -55,6 +57,8 @@ class Bottleneck(StrEnum):
 
 ADVICE = {
     Bottleneck.HEALTHY: "the GPUs used are busy: keep them",
+    Bottleneck.UNUSED_GPUS: "the GPUs used are busy, but some paid GPUs did no work: a type "
+                            "with fewer GPUs that holds the work measured",
     Bottleneck.SATURATED: "GPU and CPU both busy: this job needs more hardware, not less",
     Bottleneck.DATA_LOADING: "the GPU waits for its data: give it more CPU per GPU (more "
                              "loader workers, a type with more vCPUs, or fewer GPUs), not a "
@@ -173,6 +177,8 @@ def judge(minutes: Sequence[GpuMinute], *, window_start: datetime, window_end: d
     gpu_mean = sum(x.mean for g in used for x in by_gpu[g].values()) / sum(
         len(by_gpu[g]) for g in used)
     bottleneck = _bottleneck(gpu_mean < cfg.gpu_low, _cpu_high(found, cfg))
+    if bottleneck is Bottleneck.HEALTHY and len(used) < gpu_count:
+        bottleneck = Bottleneck.UNUSED_GPUS
     underused = len(used) < gpu_count or gpu_mean < cfg.gpu_low
     found = found.model_copy(update={"gpu_mean": round(gpu_mean, 3), "bottleneck": bottleneck,
                                      "underused": underused})

@@ -75,7 +75,8 @@ def test_more_host_cpu_needs_a_larger_g6e() -> None:
     e = judged(8, 1, Bottleneck.HEALTHY, vram=30, cpu=10.0, mem_gib=40)
     fit = cheaper_fit(instance("p4d.24xlarge"), e, table_price, ANY)
     assert fit.to is not None and fit.to.instance_type == "g6e.4xlarge"
-    assert fit.needs == "1 GPU with >= 36.0 GB each, >= 12 vCPUs, >= 48 GiB"
+    assert fit.needs == ("1 GPU with >= 36.0 GB each, >= 281 TFLOPS (FP16 tensor) in all, "
+                         ">= 12 vCPUs, >= 48 GiB")  # one A100 90% busy: 0.9 x 312
 
 
 def test_eight_busy_gpus_of_eight_get_no_recommendation() -> None:
@@ -105,7 +106,8 @@ def test_a_starved_loader_gets_more_cpu_per_gpu_never_a_smaller_gpu() -> None:
     fit = cheaper_fit(instance("g5.12xlarge"), e, table_price, ANY)
     assert fit.to is not None and fit.to.instance_type == "g5.16xlarge"
     assert fit.to.gpu_model == "A10G"
-    assert fit.needs == "up to 4 A10G GPUs, >= 56 vCPUs, >= 72 GiB, > 12 vCPUs per GPU"
+    assert fit.needs == ("up to 4 A10G GPUs, >= 22 TFLOPS (FP16 tensor) in all, >= 56 vCPUs, "
+                         ">= 72 GiB, > 12 vCPUs per GPU")
     assert "runs on 1 GPU instead of the 4 used" in " | ".join(fit.risks)
     assert fit.reason == "64 vCPUs per GPU instead of 12: the GPU stops waiting for data"
     assert fit.monthly_usd == round((5.672 - 4.096) * 730, 2)
@@ -172,3 +174,24 @@ def test_a_type_outside_the_catalog_says_so() -> None:
     fit = cheaper_fit(inst, judged(1, 1, Bottleneck.LATENCY_BOUND, vram=1, cpu=1.0),
                       table_price)
     assert fit.current is None and "not in costguard's aws shape catalog" in fit.reason
+
+
+def test_a_busy_a100_never_fits_on_an_a10g_that_merely_holds_its_vram() -> None:
+    # the second-hour report: one A100 of a p4d 92.5% busy was sent to a single A10G to
+    # "save $15,294.70/month", because the A10G held its 1.6 GB
+    e = judged(8, 1, Bottleneck.UNUSED_GPUS, vram=1.6, cpu=3.0, gpu_mean=92.5)
+    fit = cheaper_fit(instance("p4d.24xlarge"), e, table_price, ANY)
+    assert fit.to is not None and fit.to.gpu_model != "A10G"
+    assert fit.to.tflops is not None and fit.to.gpus * fit.to.tflops >= 0.925 * 312
+    assert ">= 289 TFLOPS (FP16 tensor) in all" in fit.needs
+    assert any("it would be" in r and "busy" in r for r in fit.risks)
+    # under the default (the same architecture) no Ampere type holds it, and none is made up
+    same = cheaper_fit(instance("p4d.24xlarge"), e, table_price)
+    assert same.to is None
+
+
+def test_a_light_job_still_moves_to_a_smaller_gpu() -> None:
+    # 1 A10G of 4 at 18%: 13 TFLOPS of work fits one A10G (70)
+    e = judged(4, 1, Bottleneck.LATENCY_BOUND, vram=1.6, cpu=6.0, gpu_mean=18.4, mem_gib=10)
+    fit = cheaper_fit(instance("g5.12xlarge"), e, table_price)
+    assert fit.to is not None and fit.to.instance_type == "g5.xlarge"

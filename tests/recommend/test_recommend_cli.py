@@ -34,7 +34,7 @@ policies:
     providers: [sim]
     filters: {gpu: true, state: running}
     condition:
-      underused: {bottleneck: [latency-bound, healthy]}
+      underused: {bottleneck: [latency-bound, healthy, unused-gpus]}
     actions:
       - tag: {set: {"costguard:underused": "{policy}"}}
 """
@@ -71,15 +71,18 @@ def items(*args: str) -> dict[str, dict[str, Any]]:
 def test_every_underused_host_of_the_demo_is_named_with_its_fit(demo_dir: Path) -> None:
     got = items()
     p4d = got["research-p4d-one-of-eight"]
-    assert p4d["bottleneck"] == "healthy" and p4d["underused"]
+    # one A100 of eight 92.5% busy: unused GPUs, not healthy; and no A10G holds its work
+    # (it was sent to a g5.xlarge because the A10G held its 1.6 GB): no cheaper Ampere type
+    assert p4d["bottleneck"] == "unused-gpus" and p4d["underused"]
     assert p4d["measured"]["gpus_used"] == 1 and p4d["measured"]["gpus_paid"] == 8
-    # the shipped us-east-1 prices: p4d.24xlarge $21.957642/h, g5.xlarge (A10G, Ampere
-    # like the A100, 4 vCPUs, 16 GiB for 3% of 96 vCPUs and 12 GiB in use) $1.006/h
-    assert p4d["fit"]["to"] == "g5.xlarge"
-    assert p4d["fit"]["usd_per_hour"] == 21.957642 and p4d["fit"]["to_usd_per_hour"] == 1.006
-    share = p4d["measured"]["hours"] / p4d["measured"]["span_hours"]
-    assert p4d["fit"]["monthly_savings_usd"] == pytest.approx(
-        (21.957642 - 1.006) * 730 * share, abs=0.01)
+    assert p4d["fit"]["to"] is None
+    assert "no cheaper Ampere type holds it" in p4d["fit"]["reason"]
+    assert ">= 289 TFLOPS (FP16 tensor) in all" in p4d["fit"]["needs"]
+    # the shipped us-east-1 prices: g5.12xlarge $5.672/h, g5.xlarge $1.006/h
+    small = got["recsys-g5-small-inference"]
+    share = small["measured"]["hours"] / small["measured"]["span_hours"]
+    assert small["fit"]["monthly_savings_usd"] == pytest.approx(
+        (5.672 - 1.006) * 730 * share, abs=0.01)
     loader = got["vision-g5-starved-loader"]
     assert loader["bottleneck"] == "data-loading" and loader["fit"]["to"] == "g5.16xlarge"
     assert any("host CPU p95 97.0% of 48 vCPUs" in e for e in loader["evidence"])
@@ -94,10 +97,10 @@ def test_the_text_names_bottleneck_evidence_fit_and_risks_in_80_columns(demo_dir
     table = out.split("\n\n")[0].splitlines()
     assert all(len(line) <= 80 for line in table)
     row = next(line for line in table if line.startswith("research-p4d-one-of-eight"))
-    assert row.split()[1:4] == ["healthy", "1/8", "g5.xlarge"]
+    assert row.split()[1:4] == ["unused-gpus", "1/8", "-"]
     assert "  fit: g5.xlarge (1x A10G 24 GB, 4 vCPUs, 16 GiB) at $1.006/h instead of " \
-           "$21.96/h, saves $" in out
-    assert "  risk: drops 7 GPUs unused in the window" in out
+           "$5.672/h, saves $" in out
+    assert "  risk: drops 3 GPUs unused in the window" in out
     assert "no fit: no cheaper Ampere type holds it" in out  # the seeded bursty 4-GPU box
 
 
@@ -173,11 +176,11 @@ def test_the_cycle_stores_verdicts_and_the_policies_act_on_them(demo_dir: Path) 
     assert {"research-p4d-one-of-eight", "vision-g5-starved-loader",
             "recsys-g5-small-inference"} <= set(under)
     assert under["vision-g5-starved-loader"].efficiency.bottleneck == "data-loading"
-    assert under["research-p4d-one-of-eight"].fit_to == "g5.xlarge"
+    assert under["research-p4d-one-of-eight"].fit_to is None  # no A10G holds an A100's work
     # the shipped dry-run policy: only where a cheaper fit saves $100/month or more
     told = {instances[a.instance_id].name for a in alerts if a.instance_id}
     assert told == {n for n, v in under.items() if v.monthly_usd >= 100} == {
-        "research-p4d-one-of-eight", "vision-g5-starved-loader", "recsys-g5-small-inference"}
+        "vision-g5-starved-loader", "recsys-g5-small-inference"}
     assert all(a.subject and "underused" in a.body for a in alerts)
     # enforced, narrowed to two bottlenecks: tagged on the (simulated) cloud, journaled
     tagged = {instances[j.instance_id].name for j in journal if j.status == "done"}
@@ -185,7 +188,8 @@ def test_the_cycle_stores_verdicts_and_the_policies_act_on_them(demo_dir: Path) 
                  if j.status == "skipped" and "costguard:protect" in (j.detail or "")}
     assert protected and not protected & tagged  # protected ones are never touched
     assert tagged | protected == {n for n, v in under.items()
-                                  if v.efficiency.bottleneck in ("latency-bound", "healthy")}
+                                  if v.efficiency.bottleneck in ("latency-bound", "healthy",
+                                                                 "unused-gpus")}
     assert "vision-g5-starved-loader" not in tagged and "research-p4d-one-of-eight" in tagged
     assert all(instances[j.instance_id].tags.get("costguard:underused") == "underused-tagged"
                for j in journal if j.status == "done")
@@ -208,18 +212,20 @@ def test_the_backtest_recommends_at_the_cut_and_scores_what_followed(demo_dir: P
     doc = json.loads(result.output)
     assert doc["cut"] == "2026-03-09T23:00:00+00:00" and doc["until"] == NOW.isoformat()
     got = {i["name"]: i for i in doc["items"]}
-    p4d = got["research-p4d-one-of-eight"]
-    assert p4d["to"] == "g5.xlarge" and p4d["held"] and p4d["broke"] == []
-    # its spend after the cut at the sim's p4d price, saved at g5.xlarge's: 13 hours
-    assert p4d["spend_after_usd"] == pytest.approx(21.957642 * p4d["hours_after"], rel=0.01)
-    assert p4d["saved_usd"] == pytest.approx(
-        p4d["spend_after_usd"] * (1 - 1.006 / 21.957642), abs=0.01)
-    assert p4d["hours_after"] == pytest.approx(13, abs=0.2)
+    small = got["recsys-g5-small-inference"]
+    assert small["to"] == "g5.xlarge" and small["held"] and small["broke"] == []
+    # its spend after the cut at the sim's g5.12xlarge price, saved at g5.xlarge's: 13 hours
+    assert small["spend_after_usd"] == pytest.approx(5.672 * small["hours_after"], rel=0.01)
+    assert small["saved_usd"] == pytest.approx(
+        small["spend_after_usd"] * (1 - 1.006 / 5.672), abs=0.01)
+    assert small["hours_after"] == pytest.approx(13, abs=0.2)
+    assert "research-p4d-one-of-eight" not in got or got["research-p4d-one-of-eight"]["to"] \
+        is None
     assert doc["saved_usd"] == pytest.approx(sum(i["saved_usd"] for i in doc["items"]),
                                              abs=0.01)
     assert doc["monthly_savings_usd"] == pytest.approx(doc["saved_usd"] * 730 / 13, abs=0.05)
     text = runner.invoke(app, args, terminal_width=80).output
-    assert "research-p4d-one-o" in text and "g5.xlarge" in text
+    assert "recsys-g5-small-in" in text and "g5.xlarge" in text
     assert all(len(line) <= 80 for line in text.splitlines())
     short = runner.invoke(app, [*DB, "simulate", "--recommendations", "--since", "20h",
                                 "--config", "short.yml"])
@@ -242,7 +248,8 @@ def test_explain_shows_the_stored_verdict_and_checks_underused_on_it(demo_dir: P
                                              "--format", "json"]).output)
     (tagged,) = [p for p in healthy["policies"] if p["policy"] == "underused-tagged"]
     assert not tagged["condition_holds"]
-    assert tagged["reasons"] == ["underused, but data-loading, not latency-bound or healthy"]
+    assert tagged["reasons"] == ["underused, but data-loading, not latency-bound or healthy or "
+                                 "unused-gpus"]
 
 
 def test_the_daemons_stored_verdicts_are_taken_unless_fresh(demo_dir: Path) -> None:

@@ -79,9 +79,13 @@ def test_busy_matmuls_are_healthy_and_saturated_when_the_cpus_are_busy_too() -> 
     assert saturated.bottleneck is Bottleneck.SATURATED and not saturated.underused
 
 
-def test_one_busy_gpu_of_eight_is_underused_though_healthy() -> None:
+def test_one_busy_gpu_of_eight_is_unused_gpus_not_healthy() -> None:
+    # it said "healthy" while 7 of 8 paid GPUs did nothing
     e = verdict(fleet_minutes(["busy"] + ["no_process"] * 7, cpu=15.0), 8)
-    assert e.bottleneck is Bottleneck.HEALTHY and e.underused
+    assert e.bottleneck is Bottleneck.UNUSED_GPUS and e.underused
+    assert "some paid GPUs did no work" in e.advice
+    every = verdict(fleet_minutes(["busy"] * 2, cpu=15.0), 2)
+    assert every.bottleneck is Bottleneck.HEALTHY and not every.underused
     assert e.gpus_used == 1 and e.used_gpus == (0,)
     # the paid share: one GPU's ~92.5% SM mean over eight GPUs' minutes
     assert e.paid_active_share is not None and 0.10 < e.paid_active_share < 0.125
