@@ -243,7 +243,10 @@ def demo(
         for e in exc.errors:
             err.print(str(e), highlight=False, markup=False)
         raise typer.Exit(2) from None
-    except StoreError as exc:  # the demo's own database, not the configured database_url
+    except StoreError as exc:
+        if "cannot open or migrate the database" not in str(exc):
+            raise _fail(exc) from None  # e.g. a database holding what no demo wrote
+        # the demo's own database, not the configured database_url
         where = database_override() or f"./{DEMO_DATABASE}"
         why = str(exc).split(": ", 1)[-1].split(". Check database_url")[0]
         raise _fail(f"the demo's database {where} cannot be opened or written ({why}): run "

@@ -153,7 +153,8 @@ def _import_attributor(policies: Path | None, settings: Settings) -> Any:
     named and the configured paths do not exist, the default rules (docs/report.md)."""
     from costguard.costs.attribution import Attributor
 
-    if policies is None and not any(p.exists() for p in settings.policy_paths):
+    if (policies is None and settings.policy_paths
+            and not any(p.exists() for p in settings.policy_paths)):
         err.print(f"no policies at {', '.join(map(str, settings.policy_paths))}: lines are "
                   "attributed by the default rules (team, project, env and cost-center "
                   "tags)", highlight=False)

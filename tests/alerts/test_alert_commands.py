@@ -98,6 +98,12 @@ def test_list_as_json_gives_each_delivery_with_its_error_and_next_try(outbox: Pa
 def test_list_on_an_empty_outbox(tmp_path: Path) -> None:
     config = tmp_path / "costguard.yaml"
     config.write_text(f"database_url: 'sqlite:///{tmp_path / 'c.db'}'\n")
+    # a read command creates no store: with none there it says so
+    missing = runner.invoke(alerts_app, ["list", "--config", str(config)])
+    assert missing.exit_code == 2 and "no costguard database" in missing.output
+    from costguard.store.db import Database
+
+    Database(f"sqlite:///{tmp_path / 'c.db'}").dispose()
     result = runner.invoke(alerts_app, ["list", "--config", str(config)])
     assert result.exit_code == 0 and "no alerts" in result.output
 

@@ -111,8 +111,8 @@ def test_bad_report_options_say_what_would_work(settings: SimpleNamespace, kwarg
         render_report(settings, now=END, **args)
 
 
-ROW_FIELDS = ["cost_usd", "idle_cost_usd", "idle_share", "spot_share",
-              "spot_savings_possible_usd", "gpu_hours", "instances"]
+ROW_FIELDS = ["cost_usd", "idle_cost_usd", "idle_share", "spot_share", "idle_percent",
+              "spot_percent", "spot_savings_possible_usd", "gpu_hours", "instances"]
 
 
 @pytest.mark.parametrize("compare", [None, "billed"])
