@@ -143,10 +143,25 @@ class Pages:
         return await self.page(request, "anomalies.html.j2", build)
 
     async def audit(self, request: Request) -> Response:
+        asked = {k: request.query_params.get(k, "").strip()[:200]
+                 for k in ("policy", "instance", "kind")}
+        if asked["kind"] and asked["kind"] not in views.AUDIT_KINDS:
+            asked["kind"] = ""
+
         async def build(who: Viewer, win: views.Window) -> dict[str, Any]:
-            return {"events": await self.read(views.audit, win, AUDIT_LINES),
-                    "most": AUDIT_LINES}
+            return {"events": await self.read(views.audit, win, AUDIT_LINES, asked["policy"],
+                                              asked["instance"], asked["kind"]),
+                    "most": AUDIT_LINES, "asked": asked, "kinds": views.AUDIT_KINDS}
         return await self.page(request, "audit.html.j2", build)
+
+    async def search(self, request: Request) -> Response:
+        text = request.query_params.get("q", "").strip()[:200]
+
+        async def build(who: Viewer, win: views.Window) -> dict[str, Any]:
+            found = await self.read(views.search, self.policies(), text) if text else []
+            return {"asked_for": text, "search_text": text, "found": found,
+                    "most": views.SEARCH_LIMIT}
+        return await self.page(request, "instances.html.j2", build)
 
     # -- acting ---------------------------------------------------------------------
     async def act(self, request: Request) -> Response:
@@ -197,6 +212,7 @@ class Pages:
             Route("/pending", self.pending, methods=["GET"], name="pending"),
             Route("/anomalies", self.anomalies, methods=["GET"], name="anomalies"),
             Route("/audit", self.audit, methods=["GET"], name="audit"),
+            Route("/instances", self.search, methods=["GET"], name="instances"),
         ]
 
 

@@ -191,12 +191,52 @@ def pending(s: Session, policies: PolicySet) -> list[dict[str, Any]]:
     return [p.as_json() for p in pending_actions(s, modes, Attributor(policies.attribution))]
 
 
-def audit(s: Session, win: Window, limit: int) -> list[dict[str, object]]:
-    """The audit trail of the window, newest first, at most `limit` events."""
+AUDIT_KINDS = ("finding", "notify", "tag", "stop", "start", "terminate", "scale_in", "snooze",
+               "skip")
+
+
+def audit(s: Session, win: Window, limit: int, policy: str | None = None,
+          instance: str | None = None, kind: str | None = None) -> list[dict[str, object]]:
+    """The audit trail of the window, newest first, at most `limit` events; narrowed to a
+    policy, an instance or a kind of event as `costguard audit` narrows it."""
     from costguard.actions.audit import audit_events
 
-    events = audit_events(s, win.since, None if win.to_now else win.until)
+    events = audit_events(s, win.since, None if win.to_now else win.until,
+                          instance_id=instance or None, policy=policy or None,
+                          kinds=[kind] if kind else ())
     return [e.as_json() for e in reversed(events[-limit:])]
+
+
+SEARCH_LIMIT = 100
+
+
+def search(s: Session, policies: PolicySet, text: str) -> list[dict[str, Any]]:
+    """Instances inventory lists whose id, name, type or team holds `text` (any case), the
+    running ones first, at most SEARCH_LIMIT."""
+    from sqlmodel import col, select
+
+    from costguard.costs.attribution import Attributor
+    from costguard.store.inventory import to_instance
+    from costguard.store.tables import InstanceRow
+
+    needle = text.strip().lower()
+    if not needle:
+        return []
+    attributor = Attributor(policies.attribution)
+    found: list[dict[str, Any]] = []
+    rows = s.exec(select(InstanceRow).where(col(InstanceRow.gone).is_(False))
+                  .order_by(col(InstanceRow.instance_id)))
+    for row in rows:
+        inst = to_instance(row)
+        team = attributor.dimensions(inst).get("team")
+        if any(needle in (v or "").lower()
+               for v in (inst.instance_id, inst.name, inst.instance_type, team)):
+            found.append({"provider": inst.provider, "instance_id": inst.instance_id,
+                          "name": inst.name, "instance_type": inst.instance_type,
+                          "state": str(inst.state), "team": team,
+                          "gpus": inst.gpu_count})
+    found.sort(key=lambda f: (f["state"] != "running", f["instance_id"]))
+    return found[:SEARCH_LIMIT]
 
 
 def recommendations(s: Session, settings: Settings, now: datetime,

@@ -4,6 +4,7 @@ says no spend was ever recorded for it (it said "run costguard run first")."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -53,3 +54,58 @@ def test_report_names_a_filter_value_nothing_was_recorded_for(tmp_path: Path) ->
     quiet = runner.invoke(app, ["--database", url, "report", "--by", "team", "--filter",
                                 "team=vision", *period]).output
     assert "No spend for team=vision in this period" in " ".join(quiet.split())
+
+
+def test_an_instance_is_found_by_any_part_of_its_id_name_type_or_team(tmp_path: Path) -> None:
+    from costguard.model import Instance, InstanceState
+    from costguard.store.inventory import record_inventory
+
+    url = _store(tmp_path)
+    db = Database(url)
+    with db.session() as s:
+        record_inventory(s, "sim", [Instance(
+            provider="sim", account="1", region="us-east-1", instance_id=iid, name=name,
+            instance_type=itype, state=InstanceState.RUNNING, gpu_count=1,
+            launch_time=NOW, observed_at=NOW, tags={"team": team})
+            for iid, name, itype, team in [("i-0aaa", "trainer-7", "p4d.24xlarge", "research"),
+                                           ("i-0bbb", "notebook", "g5.xlarge", "vision")]],
+            NOW, complete=True)
+        s.commit()
+    db.dispose()
+    with serve(console_settings(url)) as base:
+        for q, want, not_want in [("TRAINER", "i-0aaa", "i-0bbb"), ("g5.x", "i-0bbb", "i-0aaa"),
+                                  ("vision", "i-0bbb", "i-0aaa"), ("0aa", "i-0aaa", "i-0bbb")]:
+            page = httpx.get(f"{base}/console/instances", params={"q": q}).text
+            assert f">{want}</a>" in page and f">{not_want}</a>" not in page, q
+        assert "No instance matches" in httpx.get(f"{base}/console/instances",
+                                                  params={"q": "zzz"}).text
+        assert 'id="search"' in httpx.get(f"{base}/console/").text  # on every page
+
+
+def test_the_audit_page_narrows_to_a_policy_an_instance_or_a_kind(tmp_path: Path) -> None:
+    from costguard.model import Instance, InstanceState
+    from costguard.store.tables import ActionJournalRow
+
+    url = _store(tmp_path)
+    db = Database(url)
+    with db.session() as s:
+        for i, (policy, iid, action) in enumerate([("idle", "i-1", "stop"),
+                                                   ("idle", "i-2", "notify"),
+                                                   ("tags", "i-1", "tag")]):
+            s.add(ActionJournalRow(key=f"k{i}", policy=policy, provider="sim",
+                                   instance_id=iid, action=action, dry_run=False,
+                                   status="done", detail=f"{action} {iid}", usd_per_hour=1.0,
+                                   intent_at=NOW - timedelta(hours=1), result_at=NOW))
+        s.commit()
+    db.dispose()
+    _ = (Instance, InstanceState)
+    with serve(console_settings(url)) as base:
+        def rows(**params: str) -> list[str]:
+            page = httpx.get(f"{base}/console/audit", params={"window": "7d", **params}).text
+            return sorted(set(re.findall(r"<td class=\"wrap\">(\w+ i-\d)</td>", page)))
+
+        assert rows() == ["notify i-2", "stop i-1", "tag i-1"]
+        assert rows(policy="idle") == ["notify i-2", "stop i-1"]
+        assert rows(instance="i-1") == ["stop i-1", "tag i-1"]
+        assert rows(kind="tag") == ["tag i-1"]
+        assert rows(kind="nonsense") == ["notify i-2", "stop i-1", "tag i-1"]  # ignored
