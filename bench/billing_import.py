@@ -36,7 +36,7 @@ import resource, sys, time
 from datetime import UTC, datetime
 from pathlib import Path
 from costguard.costs.attribution import Attributor
-from costguard.costs.billing import import_focus
+from costguard.billing.importer import import_focus
 from costguard.store.db import Database
 db = Database(f"sqlite:///{sys.argv[2]}")
 t0 = time.perf_counter()

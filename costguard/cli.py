@@ -13,12 +13,13 @@ from rich.console import Console
 
 from costguard.actions.commands import audit_command, simulate_command, snooze_command
 from costguard.alerts.commands import alerts_app
+from costguard.billing.commands import billing_app
 from costguard.cli_common import cli_clock, load_policies_or_exit
 from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
 from costguard.cli_compat import mend_typer
 from costguard.console.commands import console_command
-from costguard.costs.commands import anomaly_app, billing_app, budget_app
+from costguard.costs.commands import anomaly_app, budget_app
 from costguard.costs.price_commands import prices_app
 from costguard.daemon.commands import db_backup, status
 from costguard.daemon.identity_commands import identity_app

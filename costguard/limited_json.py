@@ -2,7 +2,7 @@
 numbers of at most 40 characters (a 5,000-digit integer raised ValueError past the
 handlers), and no NUL in any string (PostgreSQL refuses it in text).
 What it refuses is `JsonRefused` with the reason. The daemon's routes (daemon/bodies.py)
-and the billing importer's JSON cells and lines (costs/bill_lines.py, focus_files.py) use it.
+and the billing importer's JSON cells and lines (billing/lines.py, focus_files.py) use it.
 """
 
 from __future__ import annotations

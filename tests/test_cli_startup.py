@@ -28,7 +28,7 @@ AGENT_PROBE = PROBE.replace("from costguard.entry import main",
 HEAVY = {"sqlalchemy", "sqlmodel", "alembic", "boto3", "botocore", "google", "apscheduler",
          "httpx", "jinja2", "starlette", "uvicorn", "prometheus_client", "yaml", "pyarrow",
          "costguard.config", "costguard.store", "costguard.policy", "costguard.providers",
-         "costguard.report", "costguard.demo", "costguard.engine", "costguard.costs.billing"}
+         "costguard.report", "costguard.demo", "costguard.engine", "costguard.billing.importer"}
 
 
 def _imported(*argv: str, probe: str = PROBE) -> set[str]:

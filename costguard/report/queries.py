@@ -47,7 +47,7 @@ from costguard.report.figures import Report, ReportRow
 from costguard.report.owners import OWNER_DIMENSIONS, spend_with_owners
 
 if TYPE_CHECKING:
-    from costguard.costs.bill_compare import BilledComparison
+    from costguard.billing.compare import BilledComparison
 
 DIMENSIONS: dict[str, str] = {
     "team": "team", "project": "project", "env": "env", "cost-center": "cost_center",
@@ -236,7 +236,7 @@ def spend(
     report = Report(by=tuple(by), since=since, until=until, rows=rows, total=total,
                     filters=filters, compare=compare)
     if compare == "billed":
-        from costguard.costs.bill_compare import compare_billed
+        from costguard.billing.compare import compare_billed
 
         report = _with_billed(report, compare_billed(session, by, since, until, filters))
     return report

@@ -1,5 +1,5 @@
 """Tables of imported bills: the day sums of what the clouds charged, and the keys of the
-lines already in them (costs/bill_store.py, costs/line_keys.py). Split from
+lines already in them (billing/store.py, billing/line_keys.py). Split from
 `costguard.store.tables` by concern; the same rules hold (an Alembic migration for every
 change, then the head snapshot)."""
 

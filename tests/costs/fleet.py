@@ -61,9 +61,9 @@ def add_interval(session: Session, iid: str, start: datetime, hours: float, usd_
 def parsed_lines(path: Path) -> list[dict[str, Any]]:
     """The lines the importer reads from export `path` (what the day's sums are made of),
     cheapest first."""
+    from costguard.billing.focus_files import open_focus
+    from costguard.billing.importer import parse_focus
     from costguard.costs.attribution import Attributor
-    from costguard.costs.billing import parse_focus
-    from costguard.costs.focus_files import open_focus
 
     lines = parse_focus(open_focus(path), Attributor())
     return sorted(lines, key=lambda line: (line["billed_micros"], line["effective_micros"]))

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from costguard.billing.importer import import_focus
 from costguard.costs.attribution import Attributor
-from costguard.costs.billing import import_focus
 from costguard.report.queries import spend
 from costguard.report.render import to_json, to_table
 from costguard.store.db import Database

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from costguard.billing.importer import import_focus
+from costguard.billing.rates import instance_ref, learn_rates
 from costguard.costs.accrual import accrue
 from costguard.costs.attribution import Attributor
-from costguard.costs.bill_rates import instance_ref, learn_rates
-from costguard.costs.billing import import_focus
 from costguard.costs.price_book import PriceBook
 from costguard.costs.pricing import PriceCatalog
 from costguard.store.db import Database
@@ -99,7 +99,7 @@ def test_a_rate_no_instance_could_cost_is_not_learned(
     export = tmp_path / "focus.csv"
     export.write_text(HEADER + "".join(line(h, 5e9, 5e9, ARN.format("i-odd"))
                                        for h in range(3)))
-    with db.session() as s, caplog.at_level("WARNING", logger="costguard.costs.bill_rates"):
+    with db.session() as s, caplog.at_level("WARNING", logger="costguard.billing.rates"):
         import_focus(s, export, Attributor(), T0 + timedelta(hours=5))
         learned = learn_rates(s, T0 + timedelta(hours=5))
     assert learned.learned == 0

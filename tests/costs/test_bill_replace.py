@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from costguard.costs import focus_columns
+from costguard.billing import focus_columns
+from costguard.billing.importer import import_focus
+from costguard.billing.line_keys import Replacing
+from costguard.billing.store import day_number
 from costguard.costs.attribution import Attributor
-from costguard.costs.bill_store import day_number
-from costguard.costs.billing import import_focus
-from costguard.costs.line_keys import Replacing
 from costguard.store.db import Database
 from tests.costs.fleet import billing_lines
 
@@ -173,7 +173,7 @@ def test_a_delivery_with_a_part_that_fails_keeps_nothing_of_it(
     """All the files or none: the first part, read by the column reader inside a savepoint,
     is rolled back with the rest when a later part is refused (on SQLite, a savepoint opened
     before the transaction began would have committed it on release)."""
-    from costguard.costs.billing import BillingImportError
+    from costguard.billing.importer import BillingImportError
 
     load(db, write(tmp_path / "first.csv", FIRST), monkeypatch=monkeypatch)
     before = stored(db)

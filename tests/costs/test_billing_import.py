@@ -16,14 +16,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from moto.server import ThreadedMotoServer
 
-from costguard.costs.attribution import Attributor
-from costguard.costs.bill_lines import micros
-from costguard.costs.billing import (
+from costguard.billing.importer import (
     BillingImportError,
     _Occurrences,
     import_cost_explorer,
     import_focus,
 )
+from costguard.billing.lines import micros
+from costguard.costs.attribution import Attributor
 from costguard.report.queries import spend
 from costguard.store.db import Database
 from costguard.store.inventory import record_inventory

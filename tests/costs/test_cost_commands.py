@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from costguard.costs.commands import anomaly_app, billing_app
+from costguard.billing.commands import billing_app
+from costguard.costs.commands import anomaly_app
 from costguard.store.db import Database
 from costguard.store.tables import AnomalyRow
 from tests.costs.test_billing_import import HEADER, focus_line

@@ -19,8 +19,9 @@ from sqlmodel import select
 from typer.testing import CliRunner
 
 from costguard import cli_common
+from costguard.billing.commands import billing_app
 from costguard.clock import ManualClock
-from costguard.costs.commands import anomaly_app, billing_app, budget_app
+from costguard.costs.commands import anomaly_app, budget_app
 from costguard.store.bill_tables import BillingCostRow
 from costguard.store.db import Database
 from costguard.store.tables import AnomalyRow

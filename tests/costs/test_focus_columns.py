@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from costguard.costs import focus_columns, line_digests
+from costguard.billing import focus_columns, line_digests
+from costguard.billing.focus_batches import tables
+from costguard.billing.focus_files import open_focus
+from costguard.billing.importer import ImportResult, import_focus
 from costguard.costs.attribution import Attributor
-from costguard.costs.billing import ImportResult, import_focus
-from costguard.costs.focus_batches import tables
-from costguard.costs.focus_files import open_focus
 from costguard.store.db import Database
 from tests.costs.fleet import billing_lines
 
@@ -273,7 +273,7 @@ def test_occurrences_counted_in_bulk_are_those_counted_a_line_at_a_time(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Both readers must give identical lines the same occurrence, the window's turn
     included: the column reader counts a batch at once, the line reader a line at a time."""
-    from costguard.costs.billing import _Occurrences
+    from costguard.billing.importer import _Occurrences
 
     monkeypatch.setattr(_Occurrences, "WINDOW", 5)
     lines = [b"%d" % n for n in [1, 2, 3, 4, 5, 6, 7, 1, 8, 9, 9, 2, 10, 11, 12, 13, 14, 15,

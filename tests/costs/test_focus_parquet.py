@@ -14,8 +14,8 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped,unused-ignore]
 import pytest
 from sqlalchemy import func, select
 
+from costguard.billing.importer import BillingImportError, import_focus
 from costguard.costs.attribution import Attributor
-from costguard.costs.billing import BillingImportError, import_focus
 from costguard.report.queries import spend
 from costguard.store.bill_tables import BillingCostRow
 from costguard.store.db import Database

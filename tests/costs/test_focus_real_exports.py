@@ -18,10 +18,10 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped,unused-ignore]
 import pytest
 from typer.testing import CliRunner
 
+from costguard.billing.focus_files import focus_version, open_focus
+from costguard.billing.importer import BillingImportError, import_focus
+from costguard.billing.lines import parse_tags, provider_of
 from costguard.costs.attribution import Attributor
-from costguard.costs.bill_lines import parse_tags, provider_of
-from costguard.costs.billing import BillingImportError, import_focus
-from costguard.costs.focus_files import focus_version, open_focus
 from costguard.store.db import Database
 from tests.costs.fleet import billing_lines
 

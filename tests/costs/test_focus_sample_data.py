@@ -17,10 +17,10 @@ import pytest
 from sqlmodel import select
 from typer.testing import CliRunner
 
-from costguard.costs import focus_columns
+from costguard.billing import focus_columns
+from costguard.billing.commands import billing_app
+from costguard.billing.importer import import_focus
 from costguard.costs.attribution import Attributor
-from costguard.costs.billing import import_focus
-from costguard.costs.commands import billing_app
 from costguard.policy.spend import Attribution
 from costguard.store.bill_tables import BillingCostRow
 from costguard.store.db import Database

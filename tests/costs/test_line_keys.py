@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import func, select
 
-from costguard.costs import line_keys
-from costguard.costs.line_keys import LineKeys, Replacing, pack, unpack
+from costguard.billing import line_keys
+from costguard.billing.line_keys import LineKeys, Replacing, pack, unpack
 from costguard.store.bill_tables import BillingLineKeyRow
 from costguard.store.db import Database
 

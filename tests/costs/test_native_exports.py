@@ -25,9 +25,9 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped,unused-ignore]
 import pytest
 from typer.testing import CliRunner
 
+from costguard.billing.focus_files import open_focus
+from costguard.billing.importer import BillingImportError, import_focus, parse_focus
 from costguard.costs.attribution import Attributor
-from costguard.costs.billing import BillingImportError, import_focus, parse_focus
-from costguard.costs.focus_files import open_focus
 from costguard.policy.spend import Attribution
 from costguard.report.queries import spend
 from costguard.store.db import Database

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from costguard.costs.billing import BillingImportError
-from costguard.costs.native_exports import detect, legacy_cur_name
+from costguard.billing.importer import BillingImportError
+from costguard.billing.native_exports import detect, legacy_cur_name
 
 CUR2 = ["line_item_unblended_cost", "line_item_usage_start_date", "line_item_usage_end_date"]
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from costguard.billing.importer import BillingImportError, import_focus
 from costguard.costs.attribution import Attributor
-from costguard.costs.billing import BillingImportError, import_focus
 from costguard.store.db import Database
 from tests.costs.test_focus_real_exports import V12, row
 from tests.reliability import figures

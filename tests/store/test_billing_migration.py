@@ -12,9 +12,9 @@ from pathlib import Path
 from alembic import command
 from sqlalchemy import text
 
+from costguard.billing.focus_files import open_focus
+from costguard.billing.importer import import_focus
 from costguard.costs.attribution import Attributor
-from costguard.costs.billing import import_focus
-from costguard.costs.focus_files import open_focus
 from costguard.store.db import Database, _alembic_config, make_engine
 from tests.costs.fleet import billing_lines
 

@@ -91,7 +91,7 @@ def upgrade() -> None:
 
 def _move_lines(costs: sa.Table, legacy: sa.Table) -> None:
     """billing_lines' rows summed into their days; their keys kept as legacy keys."""
-    from costguard.costs.bill_store import day_number, group_key
+    from costguard.billing.store import day_number, group_key
 
     conn = op.get_bind()
     lines = sa.table('billing_lines', sa.column('source'), sa.column('line_key'),

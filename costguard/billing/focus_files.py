@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from costguard.costs.bill_errors import BillingImportError
-from costguard.costs.bounded_input import MAX_LINE_BYTES, check_parquet, open_bounded
-from costguard.costs.native_exports import detect
+from costguard.billing.bounded_input import MAX_LINE_BYTES, check_parquet, open_bounded
+from costguard.billing.errors import BillingImportError
+from costguard.billing.native_exports import detect
 from costguard.limited_json import JsonRefused, parse_json
 
 REQUIRED = ("BilledCost", "ChargePeriodStart", "ChargePeriodEnd")
@@ -238,7 +238,7 @@ def _parquet_rows(source: FocusFile, reader: Any) -> Iterator[dict[str, Any]]:
     column reader keys them by, where their columns have one."""
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
 
-    from costguard.costs.arrow_text import CONTENT, Unsupported, contents
+    from costguard.billing.arrow_text import CONTENT, Unsupported, contents
 
     names = final_names(source.columns)
     for batch in reader.iter_batches(batch_size=_BATCH_ROWS):

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from costguard.costs.arrow_text import contents
+from costguard.billing.arrow_text import contents
 
 # files of fewer lines are hashed in the importing process (the helper starts in ~0.5 s)
 HELPER_MIN_LINES = 150_000
@@ -38,7 +38,7 @@ def digests_of(table: Any) -> list[bytes]:
 
 class Digests:
     """Each batch's digests, from the helper process (`python -m
-    costguard.costs.line_digests`) while it keeps up, else worked out here."""
+    costguard.billing.line_digests`) while it keeps up, else worked out here."""
 
     def __init__(self, path: Path, kind: str, width: int, names: list[str],
                  sizes: tuple[int, int]) -> None:
@@ -47,7 +47,7 @@ class Digests:
             spec = json.dumps({"path": str(path), "kind": kind, "width": width,
                                "names": names, "sizes": sizes})
             self.helper = subprocess.Popen(
-                [sys.executable, "-m", "costguard.costs.line_digests", spec],
+                [sys.executable, "-m", "costguard.billing.line_digests", spec],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
 
     def of(self, table: Any) -> bytes:
@@ -103,7 +103,7 @@ def _read(stream: IO[bytes]) -> bytes:
 
 def main(spec: str) -> None:
     """The helper: each batch's digests, as a length and the digests, on stdout."""
-    from costguard.costs.focus_batches import tables
+    from costguard.billing.focus_batches import tables
 
     args = json.loads(spec)
     out = sys.stdout.buffer

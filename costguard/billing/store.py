@@ -21,7 +21,7 @@ from sqlalchemy import Table, bindparam, case, select
 from sqlalchemy.engine import Dialect
 from sqlmodel import Session
 
-from costguard.costs.line_keys import LineKeys, Replacing
+from costguard.billing.line_keys import LineKeys, Replacing
 from costguard.store.bill_tables import BillingCostRow, BillingLegacyKeyRow
 from costguard.store.upsert import BindProcessors, dialect_insert, driver_sql
 

@@ -29,9 +29,9 @@ from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
+from costguard.billing.errors import BillingImportError, decimal_of
+from costguard.billing.lines import fold_schemes, user_tag_key
 from costguard.costs.attribution import flat_key
-from costguard.costs.bill_errors import BillingImportError, decimal_of
-from costguard.costs.bill_lines import fold_schemes, user_tag_key
 from costguard.limited_json import JsonRefused, parse_json
 
 Converter = Callable[[dict[str, Any]], list[dict[str, Any]]]

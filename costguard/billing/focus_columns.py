@@ -30,15 +30,19 @@ from typing import TYPE_CHECKING, Any
 
 from sqlmodel import Session
 
-from costguard.costs.arrow_text import (
+from costguard.billing.arrow_text import (
     Unsupported,
     as_text,
     by_value,
     dictionary_of,
     pairs_of,
 )
-from costguard.costs.bill_errors import BillingImportError
-from costguard.costs.bill_lines import (
+from costguard.billing.errors import BillingImportError
+from costguard.billing.focus_batches import tables
+from costguard.billing.focus_files import FocusFile, final_names
+from costguard.billing.line_digests import Digests
+from costguard.billing.line_keys import LineKeys, Replacing
+from costguard.billing.lines import (
     BASE_CURRENCY,
     MAX_CHARGE_PERIOD,
     MAX_LINE_MICROS,
@@ -49,16 +53,12 @@ from costguard.costs.bill_lines import (
     fold_schemes,
     provider_of,
 )
-from costguard.costs.bill_store import (
+from costguard.billing.store import (
     GROUP_COLUMNS,
     ImportResult,
     add_day_sums,
     hash64,
 )
-from costguard.costs.focus_batches import tables
-from costguard.costs.focus_files import FocusFile, final_names
-from costguard.costs.line_digests import Digests
-from costguard.costs.line_keys import LineKeys, Replacing
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]

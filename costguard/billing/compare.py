@@ -30,10 +30,10 @@ from datetime import datetime
 from sqlalchemy import ColumnElement, func, select
 from sqlmodel import Session
 
+from costguard.billing.importer import BILLED_DIMENSIONS
+from costguard.billing.rates import instance_ref, inventory_of
 from costguard.clock import utc
 from costguard.costs.attribution import UNATTRIBUTED
-from costguard.costs.bill_rates import instance_ref, inventory_of
-from costguard.costs.billing import BILLED_DIMENSIONS
 from costguard.errors import ConfigError
 from costguard.store.bill_tables import BillingCostRow
 

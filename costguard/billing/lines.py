@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, TypeVar
 
+from costguard.billing.errors import BillingImportError, decimal_of
 from costguard.costs.attribution import Attributor
-from costguard.costs.bill_errors import BillingImportError, decimal_of
 from costguard.limited_json import JsonRefused, parse_json
 from costguard.model import Instance, InstanceState
 

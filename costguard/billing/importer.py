@@ -21,20 +21,20 @@ from typing import Any, Protocol
 
 from sqlmodel import Session
 
-from costguard.costs import focus_columns
-from costguard.costs.arrow_text import CONTENT
-from costguard.costs.attribution import Attributor
-from costguard.costs.bill_errors import BillingImportError
-from costguard.costs.bill_lines import (
+from costguard.billing import focus_columns
+from costguard.billing.arrow_text import CONTENT
+from costguard.billing.errors import BillingImportError
+from costguard.billing.focus_files import BAD_ROW, REQUIRED, FocusFile, open_focus
+from costguard.billing.line_keys import Replacing
+from costguard.billing.lines import (
     BASE_CURRENCY,
     CurrencyError,
     LineReader,
     micros,
     parse_time,
 )
-from costguard.costs.bill_store import ImportResult, has_legacy_keys, hash64, store_lines
-from costguard.costs.focus_files import BAD_ROW, REQUIRED, FocusFile, open_focus
-from costguard.costs.line_keys import Replacing
+from costguard.billing.store import ImportResult, has_legacy_keys, hash64, store_lines
+from costguard.costs.attribution import Attributor
 from costguard.errors import ConfigError
 from costguard.store.db import begin_for_savepoints
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from costguard.costs.bounded_input import check_parquet, open_bounded
+from costguard.billing.bounded_input import check_parquet, open_bounded
 
 
 def tables(path: Path, kind: str, width: int, sizes: tuple[int, int]) -> Iterator[Any]:

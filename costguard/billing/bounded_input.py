@@ -19,7 +19,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from costguard.costs.bill_errors import BillingImportError
+from costguard.billing.errors import BillingImportError
 
 MAX_LINE_BYTES = 8 * 1024 * 1024  # and the csv field limit (characters): no cell is near it
 MAX_RATIO = 200
