@@ -14,7 +14,7 @@ split in two:
   services by name, instances costguard does not watch, and the non-usage categories
   (Purchase, Tax, Credit, Adjustment).
 
-Bills are kept as sums per day (bill_store). A charge counts in a report's window in
+Bills are kept as sums per day (billing.store). A charge counts in a report's window in
 proportion to how much of its charge period the window covers: a day's sums that the
 window cuts (its first and last day, for `--since 7d`) count by the share of their hours
 inside it, as does a month's charge (a commitment purchase, a tax line).

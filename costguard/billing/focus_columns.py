@@ -3,7 +3,7 @@ kernels), for speed: a bill has tens of millions of lines, and reading them one 
 at a time managed ~20,000 a second.
 
 Every value a bill repeats (times, tag sets with their attribution, categories, providers)
-is parsed once per batch, by the same functions as the line-by-line reader (bill_lines);
+is parsed once per batch, by the same functions as the line-by-line reader (billing.lines);
 amounts become micro-dollars in Arrow decimals, rounded half away from zero as there;
 lines are keyed exactly as there (a file imported one way is known to the other), and
 summed per day with Arrow's group-by before they reach the store.
@@ -225,7 +225,7 @@ def _store_sums(session: Session, pending: list[pa.Table], result: ImportResult,
 
 
 def _group_keys(sums: pa.Table) -> list[int]:
-    """bill_store.group_key of each row (its day and GROUP_COLUMNS), the text it hashes
+    """store.group_key of each row (its day and GROUP_COLUMNS), the text it hashes
     joined by Arrow: the per-row Python was a tenth of an import."""
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
     import pyarrow.compute as pc  # type: ignore[import-untyped,unused-ignore]
@@ -290,7 +290,7 @@ def _lines(table: pa.Table, reader: LineReader) -> pa.Table:
     span = pc.subtract(end, start)
     if (pc.any(pc.less(span, pa.scalar(timedelta(0)))).as_py()
             or pc.any(pc.greater(span, pa.scalar(MAX_CHARGE_PERIOD))).as_py()):
-        # the line reader skips those lines and names each (bill_lines.check_period)
+        # the line reader skips those lines and names each (lines.check_period)
         raise BillingImportError("a charge period that ends before it starts or spans more "
                                  "than a year")
     day = pc.cast(start, pa.date32())
@@ -310,7 +310,7 @@ def _lines(table: pa.Table, reader: LineReader) -> pa.Table:
 
 
 def _time(values: Any, reader: LineReader, name: str) -> Any:
-    """UTC times: a timestamp column as it is (no zone: UTC, as bill_lines.parse_time
+    """UTC times: a timestamp column as it is (no zone: UTC, as lines.parse_time
     reads it), any other parsed once per distinct value."""
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
 
@@ -323,7 +323,7 @@ def _time(values: Any, reader: LineReader, name: str) -> Any:
 
 
 def _opt(values: Any) -> Any:
-    """Trimmed text, null where empty or a null written as text (bill_lines._opt)."""
+    """Trimmed text, null where empty or a null written as text (lines._opt)."""
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
     import pyarrow.compute as pc  # type: ignore[import-untyped,unused-ignore]
 
@@ -341,7 +341,7 @@ def _mapped(values: Any, parse: Any, kind: Any = None) -> Any:
 
 
 def _micros(values: Any) -> Any:
-    """Amounts as integer micro-dollars, half away from zero (bill_lines.micros); null for
+    """Amounts as integer micro-dollars, half away from zero (lines.micros); null for
     an empty cell or a null written as text. Worked out once per distinct amount."""
     return by_value(values, _distinct_micros)
 

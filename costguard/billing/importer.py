@@ -3,8 +3,8 @@
 Sources: cost export files (FOCUS 0.5 to 1.2, AWS CUR 2.0 and legacy CUR, the Google Cloud
 billing export; CSV, JSON Lines or Parquet; see focus_files and native_exports) and AWS
 Cost Explorer `GetCostAndUsage` grouped by a cost-allocation tag. Each line is read by
-bill_lines (attributed with the instances' attribution rules, in micro-dollars) and stored
-by bill_store (summed per day). Each line's key is a hash of its content and its occurrence
+billing.lines (attributed with the instances' attribution rules, in micro-dollars) and stored
+by billing.store (summed per day). Each line's key is a hash of its content and its occurrence
 in the file, so importing the same export twice adds nothing.
 """
 
@@ -62,7 +62,7 @@ _NATIVE_SOURCES = {"AWS CUR 2.0": "aws-cur", "AWS CUR (legacy)": "aws-cur",
 def parse_focus(source: FocusFile, attributor: Attributor, result: ImportResult | None = None,
                 *, strict: bool = False, rates: Mapping[str, Decimal] | None = None,
                 legacy: bool = False) -> Iterator[dict[str, Any]]:
-    """The billing lines (see bill_store.store_lines) of an opened export (its columns
+    """The billing lines (see store.store_lines) of an opened export (its columns
     already checked). A line that cannot be read is skipped, with its place and reason in
     `result` (`strict`: refused); a currency without a rate refuses the file. `legacy`: the
     source has lines imported before revision 0013, so each line carries its old key too."""

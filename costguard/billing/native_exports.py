@@ -146,7 +146,7 @@ def _cur_tags(row: Mapping[str, Any], tag_columns: _TagColumns) -> dict[str, Any
     """A CUR line's tags from every place a CUR writes them: the resource's own, bare
     (CUR 2.0's `resource_tags` map, legacy CUR's `resourceTags/user:team` columns, and the
     `resource_tags_user_team` columns of a legacy CUR delivered for Athena as Parquet),
-    over the prefixed schemes (`bill_lines.fold_schemes`) of CUR 2.0's `tags` map: the
+    over the prefixed schemes (`lines.fold_schemes`) of CUR 2.0's `tags` map: the
     resource's, its account's (`accountTag/`), its cost categories' (`costCategory/`, also
     the `cost_category` map and legacy `costCategory/` columns). `userAttribute/` keys
     describe an IAM Identity Center user, not the resource: they fill no bare key. An

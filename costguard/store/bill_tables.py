@@ -58,7 +58,7 @@ class BillingCostRow(SQLModel, table=True):
 class BillingLineKeyRow(SQLModel, table=True):
     """The keys of imported bill lines (64-bit hashes of a line's content and its occurrence
     in its file), per source and day of the charge (days since 1970-01-01, UTC), as blobs
-    of 8-byte little-endian integers: each import adds one chunk a day (costs.line_keys).
+    of 8-byte little-endian integers: each import adds one chunk a day (billing.line_keys).
     Re-importing a line whose key is here adds nothing."""
 
     model_config = DEFERRED
