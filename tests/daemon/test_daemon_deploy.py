@@ -101,6 +101,10 @@ def test_agents_run_only_on_gpu_nodes_and_tolerate_their_taint(k8s: Manifests) -
         pod["tolerations"]
     resources = pod["containers"][0]["resources"]
     assert "nvidia.com/gpu" not in resources.get("limits", {})  # never takes a workload's GPU
+    # on the node's network, to prove its instance with the node's metadata server (IMDSv2's
+    # hop limit keeps pods off it; identity is required by default), still resolving the
+    # daemon's service name
+    assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
 
 
 def test_secrets_come_from_the_secret_and_its_keys_exist(k8s: Manifests) -> None:

@@ -137,6 +137,8 @@ def test_a_release_of_another_name_points_its_agents_at_its_own_service() -> Non
     (agent,) = [d for (kind, _), d in m.docs.items() if kind == "DaemonSet"]
     url = agent["spec"]["template"]["spec"]["containers"][0]["args"][1]
     assert url == f"http://gpu-costs-costguard.finops.svc:{service['spec']['ports'][0]['port']}"
+    pod = agent["spec"]["template"]["spec"]  # the node's metadata server proves the instance
+    assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
     pod_labels = m[("Deployment", "gpu-costs-costguard")]["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
 
