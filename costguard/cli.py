@@ -14,16 +14,17 @@ from rich.console import Console
 from costguard.actions.commands import audit_command, simulate_command, snooze_command
 from costguard.alerts.commands import alerts_app
 from costguard.billing.commands import billing_app
-from costguard.cli_common import cli_clock, load_policies_or_exit
+from costguard.cli_common import ConfigOpt, cli_clock, load_policies_or_exit
 from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
 from costguard.cli_compat import mend_typer
+from costguard.cli_demo import demo_command
 from costguard.console.commands import console_command
 from costguard.costs.commands import anomaly_app, budget_app
 from costguard.costs.price_commands import prices_app
 from costguard.daemon.commands import db_backup, status
 from costguard.daemon.identity_commands import identity_app
-from costguard.errors import CostguardError, PolicyError, SourceError, StoreError
+from costguard.errors import CostguardError, SourceError
 from costguard.recommend.commands import recommend_command
 from costguard.telemetry.cli import agent_app
 
@@ -52,16 +53,12 @@ app.command("simulate")(simulate_command)
 app.command("recommend")(recommend_command)
 app.command("console")(console_command)
 app.command("status")(status)
+app.command("demo")(demo_command)
 db_app.command("backup")(db_backup)
 
 console = Console()
 err = Console(stderr=True)
 
-ConfigOpt = Annotated[
-    Path | None,
-    typer.Option("--config", "-c", help="costguard.yaml to read (default: ./costguard.yaml "
-                 "if present, or $COSTGUARD_CONFIG)."),
-]
 
 
 def _show_version(value: bool) -> None:
@@ -200,60 +197,6 @@ def run(
     try:
         run_forever(engine, settings)
     except CostguardError as exc:  # e.g. the port is taken: one line, no traceback
-        raise _fail(exc) from None
-
-
-@app.command()
-def demo(
-    config: ConfigOpt = None,
-    hours: Annotated[int | None, typer.Option(
-        help="Simulated hours (default 48 on the simulated cloud, 6 on aws/gcp).",
-        min=1, max=24 * 14)] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the summary.")] = False,
-    cloud: Annotated[Literal["sim", "aws", "gcp"], typer.Option(
-        help="sim: the in-memory fleet. aws: the real AWS adapter against an in-process moto "
-        "fleet. gcp: the real GCP adapter against local fake Compute/Monitoring servers.")
-    ] = "sim",
-) -> None:
-    """Watch costguard govern a simulated GPU fleet for 48 hours, in seconds.
-
-    Writes into a database of its own, ./costguard-demo.db (or the one `costguard --database`
-    names), emptied first; never the configured one. The same seed gives the same story.
-
-    Example: costguard demo && costguard --database costguard-demo.db report --by team
-    """
-    from costguard.cli_common import database_override, database_url
-    from costguard.demo.run import DEMO_DATABASE, demo_clock, run_demo
-
-    settings = _settings(config)
-    if database_override() is None:  # never the configured store: simulated spend is not
-        settings = settings.model_copy(update={"database_url": database_url(DEMO_DATABASE)})
-    try:
-        if cloud == "sim":
-            run_demo(settings, console, hours=hours or 48, verbose=not quiet,
-                     clock=demo_clock(cli_clock().now(), hours or 48))
-        else:
-            from costguard.demo.clouds import DEFAULT_CLOUD_HOURS, cloud_providers
-
-            span = hours or DEFAULT_CLOUD_HOURS
-            clock = demo_clock(cli_clock().now(), span)
-            with cloud_providers(cloud, clock, hours=span) as providers:
-                run_demo(settings, console, hours=span, providers=providers, clock=clock,
-                         verbose=not quiet)
-    except PolicyError as exc:
-        for e in exc.errors:
-            err.print(str(e), highlight=False, markup=False)
-        raise typer.Exit(2) from None
-    except StoreError as exc:
-        if "cannot open or migrate the database" not in str(exc):
-            raise _fail(exc) from None  # e.g. a database holding what no demo wrote
-        # the demo's own database, not the configured database_url
-        where = database_override() or f"./{DEMO_DATABASE}"
-        why = str(exc).split(": ", 1)[-1].split(". Check database_url")[0]
-        raise _fail(f"the demo's database {where} cannot be opened or written ({why}): run "
-                    "the demo in a directory you can write, or name another with "
-                    "`costguard --database PATH demo`") from None
-    except CostguardError as exc:
         raise _fail(exc) from None
 
 

@@ -8,7 +8,7 @@ read the time from `cli_clock()`, so a test can run one at any date (a ManualClo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -26,6 +26,13 @@ err = Console(stderr=True)
 
 # The clock commands read "now" from (never datetime.now); tests put a ManualClock here.
 CLOCK: Clock = SystemClock()
+
+# --config, as every command of the main CLI takes it
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="costguard.yaml to read (default: ./costguard.yaml "
+                 "if present, or $COSTGUARD_CONFIG)."),
+]
 
 # `costguard --database URL|PATH ...`: the store this command uses instead of the configured
 # one. The top-level callback sets it on every invocation (None when not given).

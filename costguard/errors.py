@@ -66,3 +66,13 @@ class InstanceNotFound(ProviderError, LookupError):
 
 class StoreError(CostguardError):
     """The database cannot be used as configured."""
+
+
+class StoreUnopenable(StoreError):
+    """The database cannot be opened or migrated at all (`why`: the driver's words): where
+    it is the configured one, the message says to check database_url; a command that chose
+    the store itself (the demo's) says so in its own words."""
+
+    def __init__(self, message: str, why: str) -> None:
+        super().__init__(message)
+        self.why = why

@@ -86,5 +86,6 @@ def parse_json(text: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
         raise
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError too
         raise JsonRefused(f"not JSON: {exc}") from None
-    _no_nul(value)
+    if b"\\u0000" in raw:  # the only way JSON text carries NUL: walk only where it may
+        _no_nul(value)
     return value

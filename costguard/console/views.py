@@ -178,9 +178,9 @@ def anomalies(s: Session, win: Window) -> list[dict[str, Any]]:
 
 
 def budgets(s: Session, policies: PolicySet, now: datetime) -> list[dict[str, object]]:
-    from costguard.costs.budgets import budget_json, budget_status
+    from costguard.costs.budgets import budget_json, budget_statuses
 
-    return [budget_json(budget_status(s, b, now)) for b in policies.budgets]
+    return [budget_json(st) for st in budget_statuses(s, policies.budgets, now)]
 
 
 def pending(s: Session, policies: PolicySet) -> list[dict[str, Any]]:

@@ -170,7 +170,7 @@ def budget_status_cmd(config: ConfigOpt = None, policies: PoliciesOpt = None,
 
     Example: costguard budget status --policies policies/
     """
-    from costguard.costs.budgets import budget_json, budget_status
+    from costguard.costs.budgets import budget_json, budget_statuses
 
     now = cli_clock().now()
     settings = _settings(config)
@@ -178,7 +178,7 @@ def budget_status_cmd(config: ConfigOpt = None, policies: PoliciesOpt = None,
     try:
         db = _db(config, create=False, settings=settings)
         with db.session() as s:
-            statuses = [budget_status(s, b, now) for b in pset.budgets]
+            statuses = budget_statuses(s, pset.budgets, now)
     except CostguardError as exc:
         raise _fail(exc) from None
     if fmt == "json":

@@ -142,14 +142,9 @@ class CertificateSet:
     def for_region(self, kind: str, region: str) -> list[Certificate]:
         """The region's certificates of `kind`, one per public key; ProofRefused naming the
         region, and how to add its certificate, when there is none."""
-        # default.pem, in aws_certs_dir only: tried for every region after its own
-        found = self.by_kind[kind].get(region, []) + self.by_kind[kind].get("default", [])
+        found = self.named(kind, region)
         if not found:
-            raise ProofRefused(
-                f"no AWS {kind} certificate for region {region}: copy it from AWS's page 'AWS "
-                "public certificates for instance identity document signatures' into a folder "
-                f"as {kind}/{region}.pem and name the folder in http.identity.aws_certs_dir "
-                "(it adds to the certificates costguard ships)")
+            raise self.missing(kind, region)
         seen: set[bytes] = set()
         unique = []
         for c in found:
@@ -159,8 +154,18 @@ class CertificateSet:
         return unique
 
     def named(self, kind: str, region: str) -> list[Certificate]:
-        """Every certificate of `kind` held for `region` (and default.pem's), keys repeated."""
+        """Every certificate of `kind` held for `region`, keys repeated; default.pem's (in
+        aws_certs_dir only) are tried for every region after its own."""
         return self.by_kind[kind].get(region, []) + self.by_kind[kind].get("default", [])
+
+    @staticmethod
+    def missing(kind: str, region: str) -> ProofRefused:
+        """The refusal for a region with no certificate of `kind`, saying how to add one."""
+        return ProofRefused(
+            f"no AWS {kind} certificate for region {region}: copy it from AWS's page 'AWS "
+            "public certificates for instance identity document signatures' into a folder "
+            f"as {kind}/{region}.pem and name the folder in http.identity.aws_certs_dir "
+            "(it adds to the certificates costguard ships)")
 
     def regions(self, kind: str) -> list[str]:
         return sorted(self.by_kind[kind])
@@ -369,11 +374,12 @@ class AwsDocuments:
             raise ProofRefused(f"the CMS signature algorithm {signed.signature_oid} is not "
                                "one AWS uses")
         kind = KIND_OF[form]
-        named = [c for c in self.certificates.named(kind, region)
-                 if c.cert.serial_number == signed.serial
+        held = self.certificates.named(kind, region)
+        if not held:
+            raise self.certificates.missing(kind, region)
+        named = [c for c in held if c.cert.serial_number == signed.serial
                  and c.cert.issuer.public_bytes() == signed.issuer_der]
         if not named:
-            self.certificates.for_region(kind, region)  # none at all: says how to add it
             raise ProofRefused(
                 f"the {form} body's signer (serial {signed.serial:X}) is not AWS's {kind} "
                 f"certificate for {region}")

@@ -31,7 +31,7 @@ from sqlalchemy import and_, func, select
 from sqlmodel import Session
 
 from costguard.costs.attribution import UNATTRIBUTED
-from costguard.costs.budgets import budget_status, month_bounds
+from costguard.costs.budgets import budget_statuses, month_bounds
 from costguard.costs.rollup import day_floor
 from costguard.policy.spend import Budget
 from costguard.report.figures import Report
@@ -163,8 +163,7 @@ class CostMetrics:
         for period, since in (("day", day_floor(now)), ("month", month_bounds(now)[0])):
             for row in spend(session, ["team"], since, now).rows:
                 self.team_spend.labels(row.key[0], period).set(row.cost_micros / 1e6)
-        for b in budgets:
-            st = budget_status(session, b, now)
+        for st in budget_statuses(session, budgets, now):
             key = (st.budget, st.dimension, st.value)
             self.budget.labels(*key).set(st.budget_micros / 1e6)
             self.budget_spent.labels(*key).set(st.actual_micros / 1e6)

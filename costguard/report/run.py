@@ -184,23 +184,26 @@ def render_report(
     return text
 
 
+def _why_empty(report: Report, unknown: Sequence[tuple[str, str, list[str]]]) -> list[str]:
+    """What to say under a table with no row: a filter value nothing was ever recorded for,
+    a filter with nothing in the window, or no spend at all yet."""
+    if unknown:
+        return [f"No spend was ever recorded for {dim}={value}; the {dim} values recorded: "
+                f"{', '.join(known) or 'none yet'}." for dim, value, known in unknown]
+    if report.filters:
+        shown = ", ".join(f"{k}={v}" for k, v in report.filters.items())
+        return [f"No spend for {shown} in this period (--since widens it)."]
+    return ["No spend recorded in this period. Run `costguard run` first (the demo's spend: "
+            "costguard --database costguard-demo.db report)."]
+
+
 def _table(report: Report, output: Path | None, console: Console | None,
            unknown: Sequence[tuple[str, str, list[str]]] = ()) -> str:
     def draw(con: Console) -> None:
         to_table(report, con)
-        if report.rows or not report.by:
-            pass
-        elif unknown:
-            for dim, value, known in unknown:
-                con.print(f"No spend was ever recorded for {dim}={value}; the {dim} values "
-                          f"recorded: {', '.join(known) or 'none yet'}.", highlight=False)
-        elif report.filters:
-            shown = ", ".join(f"{k}={v}" for k, v in report.filters.items())
-            con.print(f"No spend for {shown} in this period (--since widens it).",
-                      highlight=False)
-        else:
-            con.print("No spend recorded in this period. Run `costguard run` first (the "
-                      "demo's spend: costguard --database costguard-demo.db report).")
+        if not report.rows and report.by:
+            for line in _why_empty(report, unknown):
+                con.print(line, highlight=False)
         if report.compare == "billed" and not report.bill_total_micros:
             con.print("No bills imported for this period, so every gap reads -100%: import "
                       "one first (costguard billing import FILE).")

@@ -14,7 +14,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlmodel import Session, create_engine
 
-from costguard.errors import ConfigError, StoreError
+from costguard.errors import ConfigError, StoreError, StoreUnopenable
 
 if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
@@ -133,9 +133,10 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     except OperationalError as exc:
         why = " ".join(str(exc.orig).split())  # the driver's message, on one line
         where = engine.url.render_as_string(hide_password=True)
-        raise StoreError(
+        raise StoreUnopenable(
             f"cannot open or migrate the database at {where}: {why.rstrip('.')}. "
-            "Check database_url in costguard.yaml or COSTGUARD_DATABASE_URL.") from exc
+            "Check database_url in costguard.yaml or COSTGUARD_DATABASE_URL.",
+            why.rstrip(".")) from exc
 
 
 def _create_sqlite_at_head(engine: Engine) -> bool:
