@@ -83,7 +83,6 @@ def test_an_instance_is_found_by_any_part_of_its_id_name_type_or_team(tmp_path: 
 
 
 def test_the_audit_page_narrows_to_a_policy_an_instance_or_a_kind(tmp_path: Path) -> None:
-    from costguard.model import Instance, InstanceState
     from costguard.store.tables import ActionJournalRow
 
     url = _store(tmp_path)
@@ -98,7 +97,6 @@ def test_the_audit_page_narrows_to_a_policy_an_instance_or_a_kind(tmp_path: Path
                                    intent_at=NOW - timedelta(hours=1), result_at=NOW))
         s.commit()
     db.dispose()
-    _ = (Instance, InstanceState)
     with serve(console_settings(url)) as base:
         def rows(**params: str) -> list[str]:
             page = httpx.get(f"{base}/console/audit", params={"window": "7d", **params}).text
