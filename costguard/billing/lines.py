@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, TypeVar
 
-from costguard.billing.errors import BillingImportError, decimal_of
+from costguard.billing.errors import BillingImportError, cell, decimal_of
 from costguard.costs.attribution import Attributor
 from costguard.limited_json import JsonRefused, parse_json
 from costguard.model import Instance, InstanceState
@@ -64,7 +64,7 @@ def micros(text: object, where: str) -> int:
         if value.copy_abs() <= MAX_LINE_MICROS // 1_000_000:
             out = int((value * 1_000_000).quantize(Decimal(1), rounding=ROUND_HALF_UP))
     if out is None or abs(out) > MAX_LINE_MICROS:
-        raise BillingImportError(f"{where}: {text!r} is more than a trillion dollars")
+        raise BillingImportError(f"{where}: {cell(text)} is more than a trillion dollars")
     return out
 
 
@@ -92,13 +92,17 @@ def parse_time(text: object, where: str) -> datetime:
     raw = str(text).strip().replace("Z", "+00:00").replace(" UTC", "+00:00")
     try:
         when = datetime.fromisoformat(raw)
-        when = when.astimezone(UTC) if when.tzinfo else when.replace(tzinfo=UTC)
-    except (ValueError, OverflowError):  # year 1 or 9999 with an offset overflows
+    except ValueError:
         raise BillingImportError(
-            f"{where}: {str(text)[:40]!r} is not an ISO 8601 time (FOCUS uses "
+            f"{where}: {cell(text)} is not an ISO 8601 time (FOCUS uses "
             "2026-11-01T00:00:00Z)") from None
-    if not EARLIEST_CHARGE <= when < LATEST_CHARGE:
-        raise BillingImportError(f"{where}: {when:%Y-%m-%d} is no time a cloud bills for "
+    try:  # year 1 or 9999 with an offset overflows on the way to UTC
+        when = when.astimezone(UTC) if when.tzinfo else when.replace(tzinfo=UTC)
+        inside = EARLIEST_CHARGE <= when < LATEST_CHARGE
+    except OverflowError:
+        inside = False
+    if not inside:
+        raise BillingImportError(f"{where}: {cell(text)} is no time a cloud bills for "
                                  f"({EARLIEST_CHARGE.year} to {LATEST_CHARGE.year - 1})")
     return when
 

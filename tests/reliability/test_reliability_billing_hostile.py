@@ -31,9 +31,12 @@ DEEP = "[" * 100_000 + "]" * 100_000
 # each: what the bad line holds, and words of the reason it is skipped with
 BAD_LINES: list[tuple[str, dict[str, Any], str]] = [
     ("year 1 with an offset", {"ChargePeriodStart": "0001-01-01T00:00:00+05:00"},
-     "is not an ISO 8601 time"),
+     "'0001-01-01T00:00:00+05:00' is no time a cloud bills for"),
     ("year 9999 with an offset", {"ChargePeriodEnd": "9999-12-31T23:00:00-05:00"},
-     "is not an ISO 8601 time"),
+     "'9999-12-31T23:00:00-05:00' is no time a cloud bills for"),
+    ("a 5,000-digit amount", {"BilledCost": "9" * 5000},
+     "'9999999999999999999999999999999999999999'... (5,000 characters) is more than a "
+     "trillion dollars"),
     ("Tags nested 100,000 deep", {"Tags": DEEP}, "Tags is not JSON a bill holds"),
     ("Tags with a 5,000-digit integer", {"Tags": '{"team": ' + "9" * 5000 + "}"},
      "a number of 5000 characters"),
