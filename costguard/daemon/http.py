@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from urllib.parse import urlsplit
 
 import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -151,19 +152,18 @@ class HostCheckMiddleware:
     to 127.0.0.1). Django's ALLOWED_HOSTS and Jupyter's local_hostnames do the same."""
 
     def __init__(self, app: ASGIApp, allowed: Sequence[str]) -> None:
-        self.app = app
-        self.allowed = {h.lower().rstrip(".") for h in allowed}
-
-    def accepts(self, header: str) -> bool:
-        from urllib.parse import urlsplit
-
         from costguard.console.auth import is_loopback
 
+        self.app = app
+        self.allowed = {h.lower().rstrip(".") for h in allowed}
+        self.is_loopback = is_loopback
+
+    def accepts(self, header: str) -> bool:
         try:
             name = (urlsplit(f"//{header}").hostname or "").rstrip(".")
         except ValueError:
             return False
-        return bool(name) and (is_loopback(name) or name in self.allowed)
+        return bool(name) and (self.is_loopback(name) or name in self.allowed)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
