@@ -203,7 +203,13 @@ class GpuMinute(Frozen):
     is not available. `host_*` describe the whole host over the same minute (every GPU's
     summary of a minute carries the same host figures; None where nothing measured them):
     CPU busy and iowait as shares of all cores, the cores busy >= 90% of the minute, memory
-    in use (MemTotal - MemAvailable, the minute's maximum).
+    in use (MemTotal - MemAvailable, the minute's maximum), and what corroborates work in
+    progress on a host whose GPUs look idle (docs/agent.md "Host activity"): disk and
+    network bytes per second, logged-in sessions and seconds since the last input on any of
+    their terminals, Jupyter kernels busy and seconds since a kernel's last activity. The
+    `gpu_proc_*` figures are this GPU's own: the CPU its processes used (percent of one
+    core) and the age of the youngest of them. `power_limit_w` is the GPU's enforced power
+    limit, the scale the signal checks (telemetry/trust.py) measure power against.
     """
 
     # a figure that is not a number (NaN, infinite) is no reading, refused like any other
@@ -238,6 +244,15 @@ class GpuMinute(Frozen):
     host_hot_cores: int | None = Field(default=None, ge=0, le=INT32)
     host_mem_used_bytes: int | None = Field(default=None, ge=0, le=INT64)
     host_mem_total_bytes: int | None = Field(default=None, ge=0, le=INT64)
+    power_limit_w: float | None = Field(default=None, gt=0)
+    host_disk_bps: float | None = Field(default=None, ge=0)
+    host_net_bps: float | None = Field(default=None, ge=0)
+    host_sessions: int | None = Field(default=None, ge=0, le=INT32)
+    host_input_idle_s: float | None = Field(default=None, ge=0)
+    kernels_busy: int | None = Field(default=None, ge=0, le=INT32)
+    kernel_idle_s: float | None = Field(default=None, ge=0)
+    gpu_proc_cpu_pct: float | None = Field(default=None, ge=0)
+    gpu_proc_age_s: float | None = Field(default=None, ge=0)
 
 
 class Reading(Protocol):

@@ -39,6 +39,7 @@ from costguard.model import Gap, GpuMinute, Instance, InstanceState, TelemetrySo
 from costguard.policy.conditions import IdleCondition
 from costguard.policy.evaluate import Finding, evaluate
 from costguard.policy.schema import PolicySet
+from costguard.policy.stop_check import judge, needs_check, read_for_checks
 from costguard.providers.base import Provider, Readings, ReadsWindowOnce, Remembers
 from costguard.store import control
 from costguard.store.db import Database
@@ -386,7 +387,20 @@ class Engine:
                 f = evaluate(policy, inst, minutes, now, prices[ref], v)
                 if f is not None:
                     findings.append(f)
-        return findings
+        return self._check_stops(findings, start, now)
+
+    def _check_stops(self, findings: list[Finding], start: datetime, now: datetime
+                     ) -> list[Finding]:
+        """Idle findings of policies that stop, after the signal checks and the host's
+        corroboration (policy/stop_check.py): their stored readings, read in one pass."""
+        refs = {(f.instance.provider, f.instance.instance_id) for f in findings
+                if needs_check(f)}
+        if not refs:
+            return findings
+        with self.db.session() as s:
+            stored = read_for_checks(s, refs, start, now)
+        return [judge(f, stored.get((f.instance.provider, f.instance.instance_id), []), now)
+                if needs_check(f) else f for f in findings]
 
     def _act(self, summary: CycleSummary, findings: list[Finding], now: datetime,
              cycle_id: int) -> None:

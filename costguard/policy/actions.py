@@ -6,7 +6,7 @@ import re
 import string
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -147,6 +147,9 @@ policies:
         return self
 
 
+HostBusy = Literal["hold", "stop"]
+
+
 class StopAction(Element):
     """Stop (never terminate) the instance. The owner is warned first; the stop happens
     only if the instance still matches the policy when `grace` has passed, and it is
@@ -172,6 +175,9 @@ policies:
     calendar: Calendar | None = Field(
         default=None, description="Count `grace` on business days of this calendar only."
     )
+    when_host_busy: HostBusy = Field(
+        default="hold", description="`hold`: never stop an idle-but-busy instance (its host "
+        "shows work in progress, `condition.idle.host`); `stop`: stop on the GPUs alone.")
 
 
 class StartAction(Element):

@@ -18,6 +18,61 @@ UnderusedBottleneck = Literal["healthy", "unused-gpus", "saturated", "data-loadi
                               "latency-bound", "cause-unknown"]
 
 
+class HostActivity(Element):
+    """What counts as work in progress on a host whose GPUs look idle (docs/agent.md "Host
+    activity"). Read over the last `recent` of the idle window from the agent's host
+    figures (CPU also from the cloud's metrics where no agent runs). Any one of them makes
+    the instance *idle-but-busy*: still reported as waste, but a stop, scale-in or
+    scale-to-zero is held back unless the action says `when_host_busy: stop`.
+
+    The defaults were measured on host recordings made with the agent's own reader
+    (tests/fixtures/host, docs/agent.md): an idle host sits far below every one of them,
+    and each recorded kind of work in progress crosses at least one.
+    """
+
+    yaml_key: ClassVar[str] = "condition.idle.host"
+    example: ClassVar[str] = """\
+policies:
+  - name: idle-gpu-shutdown
+    filters: {gpu: true, state: running}
+    condition:
+      idle:
+        below: 5
+        for: 45m
+        host: {recent: 10m, cpu_cores: 1, disk_mb_s: 20, net_mb_s: 10, input_within: 15m}
+    actions:
+      - notify: {to: owner}
+      - stop: {grace: 15m, when_host_busy: hold}
+"""
+
+    recent: Annotated[Duration, AfterValidator(at_least(timedelta(minutes=1), "a minute is "
+                      "the agent's finest figure"))] = Field(
+        default=timedelta(minutes=10),
+        description="How much of the end of the idle window the host figures are read over.")
+    cpu_cores: float = Field(
+        default=1.0, gt=0,
+        description="Busy when the host's CPUs do this many cores' worth of work (mean).")
+    cpu_pct: float = Field(
+        default=50.0, gt=0, le=100,
+        description="Busy when all cores together are this busy (percent, mean); the one CPU "
+        "figure the cloud's metrics give.")
+    process_cpu_pct: float = Field(
+        default=50.0, gt=0,
+        description="Busy when the processes holding a GPU use this much CPU (percent of one "
+        "core, mean): a job loading data or compiling before its first kernel.")
+    process_started_within: Duration = Field(
+        default=timedelta(minutes=10),
+        description="Busy when a process holding a GPU started this recently (a job starting).")
+    disk_mb_s: float = Field(
+        default=20.0, gt=0, description="Busy at this much disk reading and writing (MB/s, mean).")
+    net_mb_s: float = Field(
+        default=10.0, gt=0, description="Busy at this much network traffic (MB/s, mean).")
+    input_within: Duration = Field(
+        default=timedelta(minutes=15),
+        description="Busy when someone typed in a logged-in terminal, or a Jupyter kernel "
+        "ran, this recently.")
+
+
 class IdleCondition(Element):
     """The instance's GPUs stayed below a utilisation threshold for a whole window.
 
@@ -71,6 +126,9 @@ policies:
         "cloud's metrics, which any host allowed to write metrics can write for any "
         "instance, are then never idle evidence; pair with `http.identity.mode: required`).",
     )
+    host: HostActivity = Field(
+        default_factory=HostActivity,
+        description="What host activity holds a stop back (work in progress: see below).")
 
     @field_validator("missing_data", mode="before")
     @classmethod

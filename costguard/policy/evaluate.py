@@ -28,6 +28,7 @@ from costguard.policy.schedule import OfficeHours
 from costguard.policy.schema import Policy
 from costguard.recommend.verdict import StoredVerdict
 from costguard.telemetry.classify import classify
+from costguard.telemetry.corroborate import HostVerdict
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,10 @@ class Finding:
     evidence: str
     usd_per_hour: float
     classification: Classification | None = None
+    # set by the stop's checks (policy/stop_check.py): what the host showed, and the
+    # untrusted minutes set aside
+    host: HostVerdict | None = None
+    untrusted: str = ""
 
 
 def matches(policy: Policy, inst: Instance, now: datetime) -> bool:

@@ -31,6 +31,7 @@ from costguard.policy.base import Duration, Element, Name, OneOrMany, format_dur
 from costguard.policy.conditions import (
     Condition,
     CostOver,
+    HostActivity,
     IdleCondition,
     UnderusedCondition,
     underused_acts_only_by_telling,
@@ -64,6 +65,7 @@ __all__ = [
     "Duration",
     "Element",
     "Filters",
+    "HostActivity",
     "IdleCondition",
     "Limits",
     "NotifyAction",
@@ -350,6 +352,7 @@ ELEMENTS: tuple[type[Element], ...] = (
     AgeFilter,
     Condition,
     IdleCondition,
+    HostActivity,
     UnderusedCondition,
     CostOver,
     OfficeHours,

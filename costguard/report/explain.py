@@ -19,9 +19,10 @@ from costguard.clock import utc
 from costguard.costs.pricing import PriceCatalog
 from costguard.errors import CostguardError
 from costguard.model import GpuMinute, Instance
-from costguard.policy.evaluate import check_condition
+from costguard.policy.evaluate import Finding, check_condition
 from costguard.policy.explain import Check, filter_checks
 from costguard.policy.schema import Policy, PolicySet
+from costguard.policy.stop_check import judge
 from costguard.recommend import stored
 from costguard.recommend.settings import RecommendSettings
 from costguard.recommend.verdict import StoredVerdict, judged_with
@@ -35,6 +36,8 @@ from costguard.store.tables import (
     InstanceRow,
     PolicyStateRow,
 )
+from costguard.telemetry.corroborate import host_activity
+from costguard.telemetry.trust import describe, untrusted
 
 JOURNAL_LINES = 10
 DEFAULT_LOOKBACK = timedelta(hours=1)  # telemetry shown when no policy has an idle window
@@ -249,8 +252,12 @@ def _telemetry(inst: Instance, minutes: list[GpuMinute], at: datetime,
     else:
         summary = (f"{covered} of {wanted} GPU-minutes in the {span} min before then, from "
                    f"{', '.join(sources)}; the last at {utc(last):%H:%M}")
+    found = describe(untrusted(minutes))
+    host = host_activity(minutes, at).evidence if last is not None else ""
+    summary += "".join(f". {part[0].upper()}{part[1:]}" for part in (found, host) if part)
     return {"sources": sources, "gpu_minutes": covered, "wanted_gpu_minutes": wanted,
-            "last": utc(last).isoformat() if last else None, "summary": summary}
+            "last": utc(last).isoformat() if last else None, "summary": summary,
+            "untrusted": found or None, "host": host or None}
 
 
 def _acts(policy: Policy, inst: Instance) -> str | None:
@@ -272,7 +279,13 @@ def _answer(policy: Policy, inst: Instance, minutes: list[GpuMinute], at: dateti
     selected = all(c.passed for c in checks)
     answer = PolicyAnswer(policy=policy.name, mode=policy.mode, checks=checks,
                           selected=selected, state=_state(state))
-    holds, reasons, _ = check_condition(policy.condition, inst, minutes, at, usd, efficiency)
+    holds, reasons, verdict = check_condition(policy.condition, inst, minutes, at, usd,
+                                              efficiency)
+    finding = judge(Finding(policy=policy, instance=inst, holds=holds,
+                            reason="; ".join(reasons), evidence="; ".join(reasons),
+                            usd_per_hour=usd, classification=verdict), minutes, at)
+    if finding.holds != holds or finding.host is not None:  # the stop's checks spoke
+        holds, reasons = finding.holds, [finding.reason]
     answer.holds, answer.reasons = holds, reasons
     if not selected:
         failed = [c.name for c in checks if not c.passed]

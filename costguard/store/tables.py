@@ -121,6 +121,16 @@ class GpuReadingRow(SQLModel, table=True):
     host_hot_cores: int | None = None
     host_mem_used_bytes: int | None = Field(default=None, sa_column=Column(BigInteger))
     host_mem_total_bytes: int | None = Field(default=None, sa_column=Column(BigInteger))
+    # power limit and host activity: what checks a signal and corroborates a stop (0015)
+    power_limit_w: float | None = None
+    host_disk_bps: float | None = None
+    host_net_bps: float | None = None
+    host_sessions: int | None = None
+    host_input_idle_s: float | None = None
+    kernels_busy: int | None = None
+    kernel_idle_s: float | None = None
+    gpu_proc_cpu_pct: float | None = None
+    gpu_proc_age_s: float | None = None
 
 
 class CostIntervalRow(SQLModel, table=True):
@@ -299,6 +309,34 @@ class AgentProofRow(SQLModel, table=True):
     form: str = Field(max_length=16)  # signature | rsa2048 | pkcs7 | gce-token
     verified_by: str = Field(max_length=200)
     proven_at: datetime = ts_field(index=True)
+
+
+class StopHookRow(SQLModel, table=True):
+    """A pre-stop hook a stop waits on (policy/actions.py `PreStop`): asked of the host's
+    agent once per stop (`stop_key`, the stop's journal key, is unique, so a daemon that
+    crashes and runs the cycle again finds it and neither skips nor repeats it), delivered
+    in the agent's next ingest answer, and resolved by the agent's report or its deadline.
+    """
+
+    model_config = DEFERRED
+
+    __tablename__ = "stop_hooks"
+    __table_args__ = (Index("ix_stop_hooks_instance", "provider", "instance_id", "status"),)
+
+    id: str = Field(primary_key=True, max_length=32)
+    stop_key: str = Field(max_length=400, unique=True)
+    policy: str = Field(max_length=128)
+    provider: str = Field(max_length=16)
+    instance_id: str = Field(max_length=128)
+    kind: str = Field(max_length=16)  # signal | command
+    signal: str | None = Field(default=None, max_length=16)
+    timeout_s: int
+    status: str = Field(max_length=16)  # requested delivered succeeded failed timed_out skipped
+    detail: str = ""
+    requested_at: datetime = ts_field()
+    deadline: datetime = ts_field()  # no report by then: timed out (the agent died, say)
+    delivered_at: datetime | None = ts_field(nullable=True)
+    finished_at: datetime | None = ts_field(nullable=True)
 
 
 class AnomalyRow(SQLModel, table=True):

@@ -19,6 +19,13 @@ import httpx
 
 from costguard.clock import Clock
 from costguard.model import GpuMinute, ProviderName, TelemetrySource
+from costguard.policy.actions import HostBusy
+from costguard.telemetry.activity import (
+    ActivityReader,
+    ActivityRecorder,
+    ActivitySample,
+    minute_fields,
+)
 from costguard.telemetry.buffer import DiskBuffer, Pending
 from costguard.telemetry.classify import SignalChoice
 from costguard.telemetry.host import HostSample, HostSampler, host_fields
@@ -74,6 +81,11 @@ class AgentSettings:
     identity_audience: str = "costguard"  # the daemon's http.identity.audience (GCE tokens)
     host_metrics: bool = True  # host CPU and memory from `proc_path` on every summary
     proc_path: Path = Path("/proc")
+    # host activity (telemetry/activity.py), also under host_metrics: the Jupyter servers
+    # asked for their kernels, and where raw activity samples are recorded
+    jupyter_urls: tuple[str, ...] = ("http://127.0.0.1:8888",)
+    record_host_path: Path | None = None
+    self_stop_when_host_busy: HostBusy = "hold"
 
 
 @dataclass
@@ -180,10 +192,16 @@ class Agent:
         publisher: Callable[[DiskBuffer], Publisher] | None = None,
         prove: Callable[[], str | None] | None = None,
         host: HostSampler | None = None,
+        activity: ActivityReader | None = None,
+        activity_recorder: ActivityRecorder | None = None,
     ) -> None:
         self.settings = settings
         self.identity = identity
         self._host = host
+        self._activity = activity
+        self._activity_recorder = activity_recorder
+        self._activity_pending: list[ActivitySample] = []
+        self._activity_base: ActivitySample | None = None
         self._host_pending: list[HostSample] = []
         self._host_base: HostSample | None = None
         self._sampler = sampler
@@ -210,6 +228,17 @@ class Agent:
     def tick(self) -> None:
         """Sample, close the minute when it turns, push what is due."""
         samples = self._sampler.sample()
+        turning = False
+        activity: ActivitySample | None = None
+        if self._activity is not None and samples:
+            t = samples[0].t
+            turning = self._minute is not None and t - t % 60 > self._minute
+            pids = {p.pid for s in samples for p in (s.processes or ())}
+            activity = self._activity.sample(t, pids, minute_end=turning)
+            if self._activity_recorder is not None:
+                self._activity_recorder.write(activity)
+            if turning:  # the closing minute's last reading, and the next one's base
+                self._activity_pending.append(activity)
         for s in samples:
             if self._recorder is not None:
                 self._recorder.write(s)
@@ -218,6 +247,8 @@ class Agent:
                 self.close_minute()
             self._minute = minute
             self._pending.setdefault(s.gpu, []).append(s)
+        if activity is not None and not turning:
+            self._activity_pending.append(activity)
         if self._host is not None and (host := self._host.sample()) is not None:
             self._host_pending.append(host)
         self._maybe_flush()
@@ -232,6 +263,12 @@ class Agent:
         host = host_fields(self._host_base, self._host_pending)
         if self._host_pending:
             self._host_base, self._host_pending = self._host_pending[-1], []
+        gpu_pids = {gpu: {p.pid for s in samples for p in (s.processes or ())}
+                    for gpu, samples in self._pending.items()}
+        busy, per_gpu = minute_fields(self._activity_base, self._activity_pending, gpu_pids)
+        if self._activity_pending:
+            self._activity_base, self._activity_pending = self._activity_pending[-1], []
+        host.update(busy)
         minutes = [
             summarize(
                 samples,
@@ -240,7 +277,7 @@ class Agent:
                 gpu_index=gpu,
                 minute=start,
                 source=TelemetrySource.AGENT,
-                host=host,
+                host={**host, **per_gpu.get(gpu, {})},
             )
             for gpu, samples in sorted(self._pending.items())
         ]

@@ -89,7 +89,20 @@ def agent(
         rich_help_panel=_HOST,
         help="Add the host's CPU (per core, iowait) and memory from /proc to every "
         "summary: what `costguard recommend` needs to tell a starved data loader from a "
-        "small batch.")] = True,
+        "small batch; and the host activity that holds a stop back while work is in "
+        "progress (disk, network, GPU processes, terminals, Jupyter kernels).")] = True,
+    jupyter_url: Annotated[list[str] | None, typer.Option(
+        rich_help_panel=_HOST,
+        help="A Jupyter server on this host whose kernels' activity counts as work in "
+        "progress (repeat for more; it must answer GET /api/kernels without a token). "
+        "Default: http://127.0.0.1:8888.")] = None,
+    record_host: Annotated[Path | None, typer.Option(
+        rich_help_panel=_HOST, help="Also write raw host-activity samples here (JSON lines).")
+    ] = None,
+    self_stop_when_host_busy: Annotated[Literal["hold", "stop"], typer.Option(
+        rich_help_panel=_IDLE, metavar="<hold|stop>",
+        help="hold: never self-stop while the host shows work in progress; stop: judge on "
+        "the GPUs alone.")] = "hold",
 ) -> None:
     """Run the GPU agent (the default when no sub-command is given)."""
     if ctx.invoked_subcommand is not None:
@@ -112,6 +125,8 @@ def agent(
             idle_below=_percent(idle_below, "--idle-below"),
             signal=signal, publish_to=publish_to, cloudwatch_namespace=cloudwatch_namespace,
             cloudwatch_region=cloudwatch_region, host_metrics=host_metrics,
+            record_host_path=record_host, self_stop_when_host_busy=self_stop_when_host_busy,
+            jupyter_urls=tuple(jupyter_url) if jupyter_url else AgentSettings.jupyter_urls,
         )
         run_agent(settings)
     except CostguardError as exc:

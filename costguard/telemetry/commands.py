@@ -23,6 +23,7 @@ from costguard.clock import Clock, SystemClock
 from costguard.errors import ConfigError
 from costguard.model import GpuSignal
 from costguard.policy.base import duration_arg
+from costguard.telemetry.activity import ActivityReader, ActivityRecorder
 from costguard.telemetry.agent import Agent, AgentSettings, Publisher, Sampler
 from costguard.telemetry.buffer import DiskBuffer
 from costguard.telemetry.classify import SignalChoice, classify
@@ -217,12 +218,15 @@ def run_agent(
                 gpu_count=gpus,
                 below=settings.idle_below,
                 signal=settings.signal,
+                when_host_busy=settings.self_stop_when_host_busy,
                 warn=warn,
                 stop=stop or stop_this_instance(identity),
             )
         record_file = (
             settings.record_path.open("a", encoding="utf-8") if settings.record_path else None
         )
+        host_file = (settings.record_host_path.open("a", encoding="utf-8")
+                     if settings.record_host_path else None)
         try:
             header = getattr(sampler, "header", None)
             fresh = record_file is not None and record_file.tell() == 0
@@ -239,6 +243,9 @@ def run_agent(
                 publisher=_publisher(settings, identity, cloudwatch_client),
                 prove=_prover(settings, identity, client),
                 host=HostSampler(settings.proc_path) if settings.host_metrics else None,
+                activity=ActivityReader(jupyter_urls=settings.jupyter_urls, client=client)
+                if settings.host_metrics else None,
+                activity_recorder=ActivityRecorder(host_file) if host_file else None,
             )
             previous = _stop_on_signals(agent)
             log.info(
@@ -251,6 +258,8 @@ def run_agent(
                 agent.buffer.close()  # what was not delivered stays in the file
             return agent
         finally:
+            if host_file:
+                host_file.close()
             if record_file:
                 record_file.close()
             if owned:

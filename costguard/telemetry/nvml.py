@@ -173,6 +173,8 @@ class NvmlSampler:
         util = self._field(dev, "util_gpu", lambda: n.nvmlDeviceGetUtilizationRates(h))
         mem = self._field(dev, "mem_used", lambda: n.nvmlDeviceGetMemoryInfo(h))
         power = self._field(dev, "power_mw", lambda: n.nvmlDeviceGetPowerUsage(h))
+        limit = self._field(dev, "power_limit_mw",
+                            lambda: n.nvmlDeviceGetEnforcedPowerLimit(h))
         temp = self._field(
             dev, "temp_c", lambda: n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU)
         )
@@ -201,6 +203,7 @@ class NvmlSampler:
             mem_used=_int_attr(mem, "used"),
             mem_total=_int_attr(mem, "total"),
             power_mw=_opt_int(power),
+            power_limit_mw=_opt_int(limit),
             temp_c=_opt_int(temp),
             sm_clock_mhz=_opt_int(clock),
             pstate=_opt_int(pstate),

@@ -4,6 +4,9 @@ When the classifier has said IDLE for the whole span, the agent broadcasts a war
 logged-in users (wall) with a deadline, re-checks at the deadline, and only then stops the
 instance through an injected callable. Any GPU use before the deadline cancels the stop
 (and says so). Missing minutes are never idle: the classifier returns NO_DATA for them.
+The same checks as a daemon's stop apply: contradictory minutes are no data, and a host
+showing work in progress (idle-but-busy) is not stopped unless `--self-stop-when-host-busy
+stop` says so (docs/agent.md).
 """
 
 from __future__ import annotations
@@ -15,8 +18,12 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from costguard.model import GpuMinute, Verdict
+from costguard.policy.actions import HostBusy
+from costguard.policy.conditions import HostActivity
 from costguard.telemetry.classify import SignalChoice, classify
+from costguard.telemetry.corroborate import host_activity
 from costguard.telemetry.identity import Identity
+from costguard.telemetry.trust import describe, untrusted
 
 log = logging.getLogger(__name__)
 
@@ -32,12 +39,16 @@ class SelfStop:
         grace: timedelta = timedelta(minutes=5),
         below: float = 5.0,
         signal: SignalChoice = "auto",
+        host: HostActivity | None = None,
+        when_host_busy: HostBusy = "hold",
     ) -> None:
         if after < timedelta(minutes=1):
             raise ValueError("--self-stop-after must be at least 1 minute (e.g. 30m)")
         self.after, self.grace = after, grace
         self.gpu_count, self.below, self.signal = gpu_count, below, signal
         self._warn, self._stop = warn, stop
+        # work in progress on the host holds the stop back, as a daemon's policy does
+        self.host, self.when_host_busy = host or HostActivity(), when_host_busy
         self._minutes: dict[tuple[int, datetime], GpuMinute] = {}
         self.deadline: datetime | None = None
         self.stopped = False
@@ -58,16 +69,20 @@ class SelfStop:
             # the classifier accepts 80% coverage; a stop needs the whole span watched
             self.last_evidence = "not yet watched for the whole span"
             return False
-        verdict = classify(
-            list(self._minutes.values()),
-            window_start=start,
-            window_end=end,
-            gpu_count=self.gpu_count,
-            signal=self.signal,
-            below=self.below,
-        )
-        self.last_evidence = verdict.evidence
-        return verdict.verdict is Verdict.IDLE
+        window = list(self._minutes.values())
+        found = untrusted(window)  # contradictory minutes are no data (telemetry/trust.py)
+        kept = [m for m in window if (m.gpu_index, m.minute) not in found]
+        verdict = classify(kept, window_start=start, window_end=end,
+                           gpu_count=self.gpu_count, signal=self.signal, below=self.below)
+        self.last_evidence = "; ".join(filter(None, [verdict.evidence, describe(found)]))
+        if verdict.verdict is not Verdict.IDLE:
+            return False
+        host = host_activity(kept, end, self.host)
+        self.last_evidence += f"; {host.evidence}"
+        if host.busy and self.when_host_busy == "hold":
+            self.last_evidence = f"idle-but-busy: {self.last_evidence}"
+            return False
+        return True
 
     def check(self, now: datetime) -> None:
         """Called every tick; cheap unless a decision is due."""

@@ -70,6 +70,7 @@ def summarize(
     mem = [s.mem_used for s in samples if s.mem_used is not None]
     total = [s.mem_total for s in samples if s.mem_total is not None]
     power = [s.power_mw / 1000 for s in samples if s.power_mw is not None]
+    limits = [s.power_limit_mw / 1000 for s in samples if s.power_limit_mw]
     tensor = _gpm_mean(samples, "any_tensor_util")
     dram = _gpm_mean(samples, "dram_bw_util")
     answered = [s.processes for s in samples if s.processes is not None]
@@ -95,6 +96,7 @@ def summarize(
         mem_used_bytes=max(mem) if mem else None,
         mem_total_bytes=max(total) if total else None,
         power_w_mean=sum(power) / len(power) if power else None,
+        power_limit_w=max(limits) if limits else None,
         process_count=max(len(p) for p in answered) if answered else None,
         top_process_pid=top.pid if top else None,
         top_process_bytes=top.used_bytes if top else None,

@@ -86,6 +86,9 @@ class NvmlSample:
     process_util: tuple[ProcessUtil, ...] | None = ()
     gpm: Mapping[str, float] | None = None
     errors: Mapping[str, str] = field(default_factory=dict)
+    # nvmlDeviceGetEnforcedPowerLimit; written only where read (the shared H100 recording
+    # predates it)
+    power_limit_mw: int | None = None
 
     @property
     def sm_active(self) -> float | None:
@@ -168,8 +171,10 @@ def sample_from_json(obj: Mapping[str, Any]) -> NvmlSample:
     if isinstance(t, bool) or not isinstance(t, int | float):
         raise ValueError(f"`t` must be Unix seconds, got {t!r}")
     phase = obj.get("phase")
+    limit = obj.get("power_limit_mw")
     return NvmlSample(
         t=t,
+        power_limit_mw=None if _error_text(limit) is not None else _opt_int(limit),
         phase=None if phase is None else str(phase),
         gpu=int(obj.get("gpu", 0)),
         processes=processes,
@@ -188,6 +193,8 @@ def sample_to_json(s: NvmlSample) -> dict[str, Any]:
     for name in _SCALARS:
         value = getattr(s, name)
         out[name] = {"error": s.errors[name]} if value is None and name in s.errors else value
+    if s.power_limit_mw is not None:
+        out["power_limit_mw"] = s.power_limit_mw
     if s.processes is None:
         out["processes"] = {"error": s.errors.get("processes", "unavailable")}
     else:

@@ -20,6 +20,7 @@ class FakeGpu:
     mem_used: int = 500_000_000
     mem_total: int = 85_520_809_984
     power_mw: int = 70_000
+    power_limit_mw: int = 700_000  # an H100 SXM's default limit
     temp_c: int = 40
     sm_clock: int = 345
     pstate: int = 0
@@ -103,6 +104,10 @@ class FakeNvml:
     def nvmlDeviceGetPowerUsage(self, h: FakeGpu) -> int:
         self._check(h, "power")
         return h.power_mw
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: FakeGpu) -> int:
+        self._check(h, "power_limit")
+        return h.power_limit_mw
 
     def nvmlDeviceGetTemperature(self, h: FakeGpu, sensor: int) -> int:
         self._check(h, "temperature")

@@ -1,0 +1,126 @@
+"""Before an idle finding may lead to a stop: are its signals believable, and is the host
+really doing nothing?
+
+`evaluate` judges idleness on the reading window, which keeps only the GPU figures. A finding
+of a policy that stops (or scales in) gets two more checks here, on the stored readings of
+its window:
+
+1. **Signals checked** (`telemetry/trust.py`): minutes whose figures contradict each other are
+   set aside as no data and the window judged again; not idle then means no stop, and says
+   why.
+2. **Host activity** (`telemetry/corroborate.py`): a GPU-idle host showing work in progress
+   is *idle-but-busy*. Its stop is held back unless the action says `when_host_busy: stop`.
+
+Either way the finding's reason carries what was found, so the warning, the journal's stop
+entry and `costguard explain` say which corroboration held a stop back or let it go.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import NamedTuple, Protocol
+
+from sqlmodel import Session
+
+from costguard.model import Reading, TelemetrySource, Verdict, covering
+from costguard.policy.actions import StopAction
+from costguard.policy.evaluate import Finding
+from costguard.policy.schema import Policy
+from costguard.store.readings import InstanceRef, read_rows
+from costguard.telemetry.classify import classify
+from costguard.telemetry.corroborate import HostFigures, host_activity
+from costguard.telemetry.trust import Checked, describe, untrusted
+
+
+class Checkable(Reading, Checked, HostFigures, Protocol):
+    """A GPU-minute as the stop's checks read it: a `GpuMinute`, or a `StopReading`."""
+
+
+class StopReading(NamedTuple):
+    """A stored GPU-minute's figures the checks read: the classifier's, power, and the
+    host's (built from `read_rows`, without a pydantic model per minute)."""
+
+    gpu_index: int
+    minute: datetime
+    span_minutes: int
+    source: TelemetrySource
+    util_mean: float | None
+    util_p95: float | None
+    util_max: float | None
+    sm_mean: float | None
+    sm_p95: float | None
+    sm_max: float | None
+    mem_used_bytes: int | None
+    process_count: int | None
+    top_process_pid: int | None
+    top_process_bytes: int | None
+    power_w_mean: float | None
+    power_limit_w: float | None
+    host_cpu_pct: float | None
+    host_cpus: int | None
+    host_disk_bps: float | None
+    host_net_bps: float | None
+    host_sessions: int | None
+    host_input_idle_s: float | None
+    kernels_busy: int | None
+    kernel_idle_s: float | None
+    gpu_proc_cpu_pct: float | None
+    gpu_proc_age_s: float | None
+
+
+_SOURCE_AT = StopReading._fields.index("source")
+
+
+def stop_step(policy: Policy) -> StopAction | None:
+    """The policy's action that stops an idle instance (stop, or scale_in for a group's)."""
+    return policy.stop_action or policy.scale_in_action
+
+
+def needs_check(f: Finding) -> bool:
+    """A finding that holds on an idle verdict, of a policy that would stop on it."""
+    return (f.holds and f.policy.condition.idle is not None and stop_step(f.policy) is not None
+            and f.classification is not None and f.classification.verdict is Verdict.IDLE)
+
+
+def read_for_checks(session: Session, refs: Iterable[InstanceRef], start: datetime,
+                    end: datetime) -> dict[InstanceRef, list[StopReading]]:
+    """The stored readings of [start, end) of the given instances, as `StopReading`s."""
+    out: dict[InstanceRef, list[StopReading]] = {}
+    for ref, values in read_rows(session, refs, start, end, fields=StopReading._fields):
+        values = list(values)
+        values[_SOURCE_AT] = TelemetrySource(values[_SOURCE_AT])
+        out.setdefault(ref, []).append(StopReading._make(values))
+    return out
+
+
+def judge(f: Finding, minutes: Sequence[Checkable], now: datetime) -> Finding:
+    """`f` after the signal checks and the host's corroboration (unchanged if `f` does not
+    need them)."""
+    idle, step = f.policy.condition.idle, stop_step(f.policy)
+    if not needs_check(f) or idle is None or step is None:
+        return f
+    start = now - idle.for_
+    window = covering(minutes, start, now)
+    if idle.evidence == "agent":
+        window = [m for m in window if m.source is TelemetrySource.AGENT]
+    found = untrusted(window)
+    why = describe(found)
+    if found:
+        kept = [m for m in window if (m.gpu_index, m.minute) not in found]
+        again = classify(kept, window_start=start, window_end=now,
+                         gpu_count=max(f.instance.gpu_count, 1), signal=idle.signal,
+                         below=idle.below, min_coverage=idle.min_coverage)
+        if again.verdict is not Verdict.IDLE:
+            return replace(f, holds=False, untrusted=why,
+                           reason=f"not idle once untrusted signals are set aside "
+                                  f"({again.verdict}): {why}; {again.evidence}")
+    host = host_activity(window, now, idle.host)
+    if host.busy and step.when_host_busy == "hold":
+        return replace(f, holds=False, host=host, untrusted=why,
+                       reason=f"idle-but-busy: {host.evidence}; the stop is held back "
+                              f"(when_host_busy: hold); GPUs: {f.evidence}")
+    said = host.evidence + ("; stopping anyway (when_host_busy: stop)" if host.busy else "")
+    return replace(f, host=host, untrusted=why,
+                   reason="; ".join(filter(None, [f.reason, why, said])))

@@ -1,0 +1,276 @@
+"""Host activity the agent reads beside the GPUs: what corroborates work in progress.
+
+Per tick (cheap counters, all through psutil): disk bytes read and written, network bytes
+received and sent (loopback left out), and the CPU time and start time of the processes
+holding each GPU (their pids come from NVML). Once a minute (at the minute's close): the
+logged-in sessions and seconds since the last input on any of their terminals (the
+terminal's access time, as `w` reads it), and the Jupyter servers' kernels (`GET
+/api/kernels` of each configured server that answers without credentials: the kernel's
+`execution_state` and `last_activity`, jupyter_server's kernel model).
+
+A minute's figures are counter differences from the previous minute's last reading to this
+minute's last, as for CPU (`costguard.telemetry.host`). Whatever cannot be read is None,
+which the corroboration reports as not measured; nothing here ever fails the agent's tick.
+Raw samples can be recorded (`costguard agent --record-host FILE`, JSON lines) and replayed
+through the same code (`minute_fields`): the thresholds' defaults were measured that way.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+JUPYTER_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True)
+class ProcTimes:
+    """A process holding a GPU: its CPU seconds so far (user + system) and start time."""
+
+    cpu_s: float
+    started: float
+
+
+@dataclass(frozen=True)
+class ActivitySample:
+    """One reading of the host's activity counters (cumulative) at `t` (Unix seconds)."""
+
+    t: float
+    disk_bytes: int | None = None
+    net_bytes: int | None = None
+    procs: Mapping[int, ProcTimes] = field(default_factory=dict)  # pid -> times
+    # read once a minute (None in the other ticks' samples)
+    sessions: int | None = None
+    input_idle_s: float | None = None
+    kernels: tuple[tuple[str, float], ...] | None = None  # (execution_state, last activity)
+
+    def as_json(self) -> str:
+        out = asdict(self)
+        out["procs"] = {str(pid): [p.cpu_s, p.started] for pid, p in self.procs.items()}
+        return json.dumps(out, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, line: str) -> ActivitySample:
+        raw = json.loads(line)
+        procs = {int(pid): ProcTimes(float(v[0]), float(v[1]))
+                 for pid, v in (raw.get("procs") or {}).items()}
+        kernels = raw.get("kernels")
+        return cls(t=float(raw["t"]), disk_bytes=raw.get("disk_bytes"),
+                   net_bytes=raw.get("net_bytes"), procs=procs,
+                   sessions=raw.get("sessions"), input_idle_s=raw.get("input_idle_s"),
+                   kernels=None if kernels is None else tuple(
+                       (str(k[0]), float(k[1])) for k in kernels))
+
+
+class ActivityReader:
+    """Reads the counters through psutil (imported lazily: only the agent needs it) and the
+    Jupyter servers at `jupyter_urls` through `client`."""
+
+    def __init__(self, *, jupyter_urls: Sequence[str] = (), client: httpx.Client | None = None,
+                 dev: Path = Path("/dev")) -> None:
+        self._jupyter = [u.rstrip("/") for u in jupyter_urls]
+        self._client = client
+        self._dev = dev
+        self._warned: set[str] = set()
+
+    def _once(self, what: str, exc: BaseException) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            log.warning("cannot read %s: %s; host activity goes without it", what, exc)
+
+    def sample(self, t: float, gpu_pids: Iterable[int], *, minute_end: bool = False
+               ) -> ActivitySample:
+        import psutil
+
+        disk = net = None
+        try:
+            io = psutil.disk_io_counters(perdisk=False)  # whole disks, not partitions
+            disk = None if io is None else int(io.read_bytes + io.write_bytes)
+        except (OSError, RuntimeError) as exc:
+            self._once("disk counters", exc)
+        try:
+            nics = psutil.net_io_counters(pernic=True)
+            net = sum(int(n.bytes_recv + n.bytes_sent) for name, n in nics.items()
+                      if name != "lo")
+        except (OSError, RuntimeError) as exc:
+            self._once("network counters", exc)
+        procs: dict[int, ProcTimes] = {}
+        for pid in set(gpu_pids):
+            try:
+                p = psutil.Process(pid)
+                with p.oneshot():
+                    times = p.cpu_times()
+                    procs[pid] = ProcTimes(times.user + times.system, p.create_time())
+            except (psutil.Error, OSError):
+                continue  # gone, or in another pid namespace: nothing to say about it
+        if not minute_end:
+            return ActivitySample(t=t, disk_bytes=disk, net_bytes=net, procs=procs)
+        sessions, input_idle = self._sessions(t)
+        return ActivitySample(t=t, disk_bytes=disk, net_bytes=net, procs=procs,
+                              sessions=sessions, input_idle_s=input_idle,
+                              kernels=self._kernels())
+
+    def _sessions(self, t: float) -> tuple[int | None, float | None]:
+        """Logged-in sessions, and seconds since the last input on any of their terminals."""
+        import psutil
+
+        try:
+            users = psutil.users()
+        except (OSError, RuntimeError) as exc:
+            self._once("logged-in sessions", exc)
+            return None, None
+        idle: list[float] = []
+        for u in users:
+            if not u.terminal:
+                continue
+            try:
+                idle.append(max(0.0, t - (self._dev / u.terminal).stat().st_atime))
+            except OSError:
+                continue
+        return len(users), (min(idle) if idle else None)
+
+    def _kernels(self) -> tuple[tuple[str, float], ...] | None:
+        """Every kernel of every configured Jupyter server that answered; None when none
+        did (not measured, which is not the same as no kernels)."""
+        if not self._jupyter or self._client is None:
+            return None
+        kernels: list[tuple[str, float]] = []
+        answered = False
+        for url in self._jupyter:
+            try:
+                response = self._client.get(f"{url}/api/kernels", timeout=JUPYTER_TIMEOUT_S)
+            except httpx.HTTPError:
+                continue  # no server there (yet): quietly not measured
+            if response.status_code != 200:
+                self._once(f"Jupyter kernels at {url} (HTTP {response.status_code})",
+                           RuntimeError("it wants credentials; see docs/agent.md"))
+                continue
+            try:
+                kernels.extend(parse_kernels(response.json()))
+                answered = True
+            except (ValueError, TypeError, KeyError) as exc:
+                self._once(f"Jupyter kernels at {url}", exc)
+        return tuple(kernels) if answered else None
+
+
+def parse_kernels(body: Any) -> list[tuple[str, float]]:
+    """jupyter_server's `GET /api/kernels` body -> (execution_state, last activity as Unix
+    seconds) per kernel. Raises ValueError, TypeError or KeyError on another shape."""
+    if not isinstance(body, list):
+        raise ValueError("GET /api/kernels did not answer a list")
+    out = []
+    for k in body:
+        stamp = str(k["last_activity"]).replace("Z", "+00:00")
+        out.append((str(k.get("execution_state", "unknown")),
+                    datetime.fromisoformat(stamp).timestamp()))
+    return out
+
+
+def minute_fields(base: ActivitySample | None, samples: Sequence[ActivitySample],
+                  gpu_pids: Mapping[int, Iterable[int]]
+                  ) -> tuple[dict[str, object], dict[int, dict[str, object]]]:
+    """One minute's figures: the host's (GpuMinute field names) and each GPU's own.
+
+    Rates run from `base` (the previous minute's last sample, else this minute's first) to
+    this minute's last sample. `gpu_pids`: the pids NVML saw on each GPU this minute."""
+    if not samples:
+        return {}, {}
+    first = base if base is not None else samples[0]
+    last = samples[-1]
+    span = last.t - first.t
+    host: dict[str, object] = {}
+    if span > 0:
+        for name, key in (("disk_bytes", "host_disk_bps"), ("net_bytes", "host_net_bps")):
+            a, b = getattr(first, name), getattr(last, name)
+            if a is not None and b is not None and b >= a:  # a counter reset: no figure
+                host[key] = round((b - a) / span, 1)
+    ends = [s for s in samples if s.sessions is not None or s.kernels is not None]
+    if ends:
+        end = ends[-1]
+        if end.sessions is not None:
+            host["host_sessions"] = end.sessions
+        if end.input_idle_s is not None:
+            host["host_input_idle_s"] = round(end.input_idle_s, 1)
+        if end.kernels is not None:
+            host["kernels_busy"] = sum(1 for state, _ in end.kernels if state == "busy")
+            if end.kernels:
+                host["kernel_idle_s"] = round(max(0.0, end.t - max(a for _, a in end.kernels)), 1)
+    per_gpu: dict[int, dict[str, object]] = {}
+    for gpu, pids in gpu_pids.items():
+        figures = _process_figures(first, samples, last, set(pids))
+        if figures:
+            per_gpu[gpu] = figures
+    return host, per_gpu
+
+
+def _process_figures(first: ActivitySample, samples: Sequence[ActivitySample],
+                     last: ActivitySample, pids: set[int]) -> dict[str, object]:
+    """CPU the GPU's processes used over the minute (percent of one core; a process that
+    started within the minute counts from its first sample) and the youngest's age."""
+    used = 0.0
+    seen = False
+    for pid in pids:
+        end = last.procs.get(pid)
+        if end is None:
+            continue
+        start = first.procs.get(pid) or next(
+            (s.procs[pid] for s in samples if pid in s.procs), None)
+        if start is None or start.started != end.started:  # the pid was reused
+            continue
+        since = first.t if pid in first.procs else next(s.t for s in samples if pid in s.procs)
+        if last.t > since:
+            used += max(0.0, end.cpu_s - start.cpu_s) / (last.t - since)
+            seen = True
+    ages = [last.t - last.procs[p].started for p in pids if p in last.procs]
+    out: dict[str, object] = {}
+    if seen:
+        out["gpu_proc_cpu_pct"] = round(used * 100, 1)
+    if ages:
+        out["gpu_proc_age_s"] = round(max(0.0, min(ages)), 1)
+    return out
+
+
+class ActivityRecorder:
+    """Writes raw activity samples as JSON lines (`--record-host`)."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+
+    def write(self, sample: ActivitySample) -> None:
+        self._out.write(sample.as_json() + "\n")
+        self._out.flush()
+
+
+def read_recording(lines: Iterable[str]) -> list[ActivitySample]:
+    """A `--record-host` recording's samples (blank and `#` lines skipped)."""
+    return [ActivitySample.from_json(line) for line in lines
+            if line.strip() and not line.startswith("#")]
+
+
+def replay(samples: Sequence[ActivitySample], gpu_pids: Mapping[int, Iterable[int]] | None = None,
+           ) -> list[tuple[float, dict[str, object], dict[int, dict[str, object]]]]:
+    """A recording as the agent would have summarized it: per UTC minute, (minute start,
+    host figures, per-GPU figures)."""
+    by_minute: dict[float, list[ActivitySample]] = {}
+    for s in samples:
+        by_minute.setdefault(s.t - s.t % 60, []).append(s)
+    out = []
+    base: ActivitySample | None = None
+    for minute in sorted(by_minute):
+        group = by_minute[minute]
+        # unnamed: every process the recording followed is GPU 0's
+        pids = gpu_pids if gpu_pids is not None else {0: {p for s in group for p in s.procs}}
+        host, per_gpu = minute_fields(base, group, pids)
+        out.append((minute, host, per_gpu))
+        base = group[-1]
+    return out
+

@@ -1,0 +1,202 @@
+"""Record host-activity traces with the agent's own reader (costguard.telemetry.activity).
+
+Each scenario runs a real workload on this machine and samples the host once a second for
+`--seconds`, exactly as `costguard agent --record-host` does (the minute's last sample also
+reads sessions and Jupyter kernels). The recording machine has no GPU: the process the
+scenario names as "holding the GPU" is the workload's own process, whose pid NVML would
+report on a GPU host. Output: tests/fixtures/host/<scenario>.jsonl, a `#` header line first.
+
+    python scripts/record_host_activity.py --seconds 200 [--jupyter http://127.0.0.1:8888]
+
+Scenarios: idle (nothing runs; the GPU process sleeps), dataset_copy (the GPU process, new,
+writes a dataset to disk with fsync), checkpoint_write (the GPU process, hours old in a real
+job, writes a 4 GB checkpoint in 1 GB parts with fsync, then sleeps), cpu_preprocessing (a
+second process computes on one core), notebook_idle_kernel and notebook_recent_input (a
+Jupyter kernel, left alone or running a cell every 40 s; needs --jupyter).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from costguard.telemetry.activity import ActivityReader, ActivityRecorder
+
+OUT = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "host"
+
+SLEEPER = "import time\nwhile True: time.sleep(1)"
+COPY = """
+import os, sys, time
+path = sys.argv[1]
+block = os.urandom(8 << 20)
+while True:
+    with open(path, "wb") as f:
+        for _ in range(64):  # 512 MB a file
+            f.write(block)
+            f.flush()
+            os.fsync(f.fileno())
+    os.remove(path)
+"""
+CHECKPOINT = """
+import os, sys, time
+path = sys.argv[1]
+time.sleep(20)
+block = os.urandom(8 << 20)
+for part in range(4):
+    with open(f"{path}.{part}", "wb") as f:
+        for _ in range(128):  # 1 GB a part
+            f.write(block)
+        f.flush()
+        os.fsync(f.fileno())
+for part in range(4):
+    os.remove(f"{path}.{part}")
+while True:
+    time.sleep(1)
+"""
+CPU = "x = 0\nwhile True:\n    x = (x * 31 + 7) % 1_000_003"
+
+
+def spawn(code: str, *args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", code, *args])
+
+
+def record(name: str, seconds: float, gpu_pid: int, reader: ActivityReader,
+           note: str, tick: Callable[[float], None] | None = None) -> Path:
+    OUT.mkdir(parents=True, exist_ok=True)
+    path = OUT / f"{name}.jsonl"
+    header = {"header": True, "scenario": name, "note": note, "gpu_pid": gpu_pid,
+              "host": platform.node() and "recording host", "cpus": os.cpu_count(),
+              "kernel": platform.release(), "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                       time.gmtime())}
+    with path.open("w", encoding="utf-8") as f:
+        f.write("# " + json.dumps(header) + "\n")
+        recorder = ActivityRecorder(f)
+        start = time.time()
+        last_minute = None
+        while (now := time.time()) - start < seconds:
+            minute = now - now % 60
+            turning = last_minute is not None and minute > last_minute
+            recorder.write(reader.sample(round(now, 3), [gpu_pid], minute_end=turning))
+            last_minute = minute
+            if tick is not None:
+                tick(now - start)
+            time.sleep(max(0.0, 1.0 - (time.time() - now)))
+    print(f"recorded {path}")
+    return path
+
+
+class Kernel:
+    """A Jupyter kernel through the server's REST and websocket API (tornado's client)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+        self.id = httpx.post(f"{self.url}/api/kernels", json={"name": "python3"}).json()["id"]
+        self.pid = 0
+
+    def execute(self, code: str) -> None:
+        from tornado.ioloop import IOLoop
+        from tornado.websocket import websocket_connect
+
+        async def run() -> None:
+            ws = await websocket_connect(self.url.replace("http", "ws", 1)
+                                         + f"/api/kernels/{self.id}/channels")
+            msg_id = uuid.uuid4().hex
+            await ws.write_message(json.dumps({
+                "header": {"msg_id": msg_id, "username": "recorder", "session": uuid.uuid4().hex,
+                           "msg_type": "execute_request", "version": "5.3"},
+                "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+                "content": {"code": code, "silent": False, "store_history": True,
+                            "user_expressions": {}, "allow_stdin": False,
+                            "stop_on_error": True}}))
+            while True:
+                raw = await ws.read_message()
+                if raw is None:
+                    break
+                reply = json.loads(raw)
+                if (reply.get("msg_type") == "execute_reply"
+                        and reply.get("parent_header", {}).get("msg_id") == msg_id):
+                    break
+            ws.close()
+
+        IOLoop.current().run_sync(run)
+
+    def close(self) -> None:
+        httpx.delete(f"{self.url}/api/kernels/{self.id}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=200)
+    ap.add_argument("--jupyter", default=None)
+    ap.add_argument("--only", nargs="*")
+    ap.add_argument("--scratch", default="/tmp/costguard-record")
+    args = ap.parse_args()
+    scratch = Path(args.scratch)
+    scratch.mkdir(parents=True, exist_ok=True)
+    client = httpx.Client()
+    reader = ActivityReader(jupyter_urls=[args.jupyter] if args.jupyter else [], client=client)
+    wanted = set(args.only or [])
+
+    def want(name: str) -> bool:
+        return not wanted or name in wanted
+
+    def run(name: str, code: str | None, note: str, *extra: str,
+            helper: str | None = None) -> None:
+        if not want(name):
+            return
+        gpu = spawn(code or SLEEPER, *extra)
+        side = spawn(helper) if helper else None
+        try:
+            record(name, args.seconds, gpu.pid, reader, note)
+        finally:
+            for p in (gpu, side):
+                if p is not None:
+                    p.kill()
+                    p.wait()
+
+    run("idle", None, "nothing runs; the GPU process sleeps holding its memory")
+    run("dataset_copy", COPY, "the GPU process, just started, writes a dataset to disk "
+        "(512 MB files, fsync per 8 MB)", str(scratch / "dataset.bin"))
+    run("checkpoint_write", CHECKPOINT, "the GPU process sleeps 20 s, writes a 4 GB "
+        "checkpoint (4 x 1 GB, fsync per part), then sleeps", str(scratch / "ckpt"))
+    run("cpu_preprocessing", None, "a second process computes on one core; the GPU "
+        "process sleeps", helper=CPU)
+    if args.jupyter:
+        for name, every in (("notebook_idle_kernel", None), ("notebook_recent_input", 40.0)):
+            if not want(name):
+                continue
+            kernel = Kernel(args.jupyter)
+            kernel.execute("import os; print(os.getpid())")  # the kernel starts up
+            if every is None:
+                time.sleep(15)  # the start-up's activity is behind the recording's start
+            gpu = spawn(SLEEPER)
+            due = [0.0]
+
+            def tick(elapsed: float, kernel: Kernel = kernel, every: float | None = every,
+                     due: list[float] = due) -> None:
+                if every is not None and elapsed >= due[0]:
+                    due[0] += every
+                    kernel.execute("sum(i * i for i in range(2_000_000))")
+
+            note = ("a Jupyter kernel, started before the recording, left alone" if every is
+                    None else "a Jupyter kernel running a short cell every 40 s")
+            try:
+                record(name, args.seconds, gpu.pid, reader, note, tick)
+            finally:
+                gpu.kill()
+                gpu.wait()
+                kernel.close()
+
+
+if __name__ == "__main__":
+    main()
