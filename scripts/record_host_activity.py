@@ -31,6 +31,7 @@ from pathlib import Path
 import httpx
 
 from costguard.telemetry.activity import ActivityReader, ActivityRecorder
+from costguard.telemetry.host import HostSampler
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "host"
 
@@ -81,12 +82,14 @@ def record(name: str, seconds: float, gpu_pid: int, reader: ActivityReader,
     with path.open("w", encoding="utf-8") as f:
         f.write("# " + json.dumps(header) + "\n")
         recorder = ActivityRecorder(f)
+        cpu = HostSampler()
         start = time.time()
         last_minute = None
         while (now := time.time()) - start < seconds:
             minute = now - now % 60
             turning = last_minute is not None and minute > last_minute
-            recorder.write(reader.sample(round(now, 3), [gpu_pid], minute_end=turning))
+            recorder.write(reader.sample(round(now, 3), [gpu_pid], minute_end=turning),
+                           cpu.sample())
             last_minute = minute
             if tick is not None:
                 tick(now - start)
@@ -101,7 +104,7 @@ class Kernel:
     def __init__(self, url: str) -> None:
         self.url = url.rstrip("/")
         self.id = httpx.post(f"{self.url}/api/kernels", json={"name": "python3"}).json()["id"]
-        self.pid = 0
+        self.started = time.time()
 
     def execute(self, code: str) -> None:
         from tornado.ioloop import IOLoop
@@ -164,6 +167,21 @@ def main() -> None:
                     p.kill()
                     p.wait()
 
+    def notebook(name: str, kernel: Kernel, note: str,
+                 tick: Callable[[float], None] | None) -> None:
+        gpu = spawn(SLEEPER)
+        try:
+            record(name, args.seconds, gpu.pid, reader, note, tick)
+        finally:
+            gpu.kill()
+            gpu.wait()
+            kernel.close()
+
+    # the idle notebook's kernel starts first: by its recording, last, it has sat untouched
+    # longer than the default `input_within` (15 min)
+    idle_kernel = Kernel(args.jupyter) if args.jupyter and want("notebook_idle_kernel") else None
+    if idle_kernel is not None:
+        idle_kernel.execute("import os; print(os.getpid())")
     run("idle", None, "nothing runs; the GPU process sleeps holding its memory")
     run("dataset_copy", COPY, "the GPU process, just started, writes a dataset to disk "
         "(512 MB files, fsync per 8 MB)", str(scratch / "dataset.bin"))
@@ -171,31 +189,23 @@ def main() -> None:
         "checkpoint (4 x 1 GB, fsync per part), then sleeps", str(scratch / "ckpt"))
     run("cpu_preprocessing", None, "a second process computes on one core; the GPU "
         "process sleeps", helper=CPU)
-    if args.jupyter:
-        for name, every in (("notebook_idle_kernel", None), ("notebook_recent_input", 40.0)):
-            if not want(name):
-                continue
-            kernel = Kernel(args.jupyter)
-            kernel.execute("import os; print(os.getpid())")  # the kernel starts up
-            if every is None:
-                time.sleep(15)  # the start-up's activity is behind the recording's start
-            gpu = spawn(SLEEPER)
-            due = [0.0]
+    if args.jupyter and want("notebook_recent_input"):
+        kernel = Kernel(args.jupyter)
+        due = [0.0]
 
-            def tick(elapsed: float, kernel: Kernel = kernel, every: float | None = every,
-                     due: list[float] = due) -> None:
-                if every is not None and elapsed >= due[0]:
-                    due[0] += every
-                    kernel.execute("sum(i * i for i in range(2_000_000))")
+        def tick(elapsed: float) -> None:
+            if elapsed >= due[0]:
+                due[0] += 40.0
+                kernel.execute("sum(i * i for i in range(2_000_000))")
 
-            note = ("a Jupyter kernel, started before the recording, left alone" if every is
-                    None else "a Jupyter kernel running a short cell every 40 s")
-            try:
-                record(name, args.seconds, gpu.pid, reader, note, tick)
-            finally:
-                gpu.kill()
-                gpu.wait()
-                kernel.close()
+        notebook("notebook_recent_input", kernel, "a Jupyter kernel running a short cell "
+                 "every 40 s", tick)
+    if idle_kernel is not None:
+        while time.time() - idle_kernel.started < 16 * 60:
+            time.sleep(5)
+        notebook("notebook_idle_kernel", idle_kernel, "a Jupyter kernel last used "
+                 f"{(time.time() - idle_kernel.started) / 60:.0f} min before the recording "
+                 "began, left alone", None)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from sqlmodel import Session, select
 
-from costguard.actions import controllers, journal, recovery
+from costguard.actions import controllers, journal, prestop, recovery
 from costguard.actions.batch import (
     BatchStop,
     BatchTags,
@@ -305,6 +305,9 @@ class ActionRunner:
 
     def _act_on_due(self, policy: Policy, due: list[tuple[Finding, State]],
                     now: datetime, cycle_id: int | None, stats: ActStats) -> None:
+        due = prestop.gate(self, policy, due, now, cycle_id, stats)  # hooks run first
+        if not due:
+            return
         verdict = batch_verdict([f.usd_per_hour for f, _ in due], policy.limits, self.budget)
         members = [(f, st) for f, st in due if f.instance.owner is not None]
         pets = [(f, st) for f, st in due if f.instance.owner is None]

@@ -20,6 +20,7 @@ class ActStats:
     scaled_in: Counter[str] = field(default_factory=Counter)
     parked: Counter[str] = field(default_factory=Counter)  # groups scaled to zero
     restored: Counter[str] = field(default_factory=Counter)  # groups given their sizes back
+    waiting: Counter[str] = field(default_factory=Counter)  # stops waiting on a pre-stop hook
     reconciled: int = 0
     interruptions: int = 0
     replaced: int = 0  # groups that replaced members costguard scaled in

@@ -20,7 +20,7 @@ from costguard.clock import Clock, SystemClock
 from costguard.config import Settings, ingest_token
 from costguard.daemon.metrics import DaemonMetrics
 from costguard.daemon.settings import DaemonSettings
-from costguard.daemon.sink import StoreSink, gpu_counts
+from costguard.daemon.sink import StoreHooks, StoreSink, gpu_counts
 from costguard.store.db import Database
 
 if TYPE_CHECKING:
@@ -41,7 +41,8 @@ def extra_routes(settings: Settings, cfg: DaemonSettings, db: Database,
         now = (clock or SystemClock()).now
         authority = identity_authority(settings, token, db)
         routes.extend(telemetry_routes(token=token, sink=StoreSink(db, metrics), clock=now,
-                                       gpu_counts=gpu_counts(db), identity=authority))
+                                       gpu_counts=gpu_counts(db), identity=authority,
+                                       hooks=StoreHooks(db)))
         routes.extend(identity_routes(authority, token=token, clock=now))
     else:
         log.warning("agent ingest disabled: set COSTGUARD_AGENT_TOKEN (or http.ingest_token) "

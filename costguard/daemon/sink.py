@@ -7,6 +7,7 @@ The first write of a (provider, instance, gpu, minute) key wins, as in the refer
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Table, select
@@ -72,3 +73,31 @@ def gpu_counts(db: Database) -> Callable[[set[tuple[str, str]]], dict[tuple[str,
         return out
 
     return lookup
+
+
+class StoreHooks:
+    """Pre-stop hooks for agents, from the store (`costguard.actions.prestop`)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def deliver(self, refs: set[tuple[str, str]], now: datetime) -> list[dict[str, Any]]:
+        from costguard.actions.prestop import deliver
+
+        with self.db.session() as s:
+            out = deliver(s, refs, now)
+            if out:
+                s.commit()
+            return out
+
+    def report(self, hook_id: str, ref: tuple[str, str] | None, status: str, detail: str,
+               now: datetime) -> bool:
+        from costguard.actions.prestop import HookUnknown, report
+
+        with self.db.session() as s:
+            try:
+                report(s, hook_id, ref, status, detail, now)
+            except HookUnknown:
+                return False
+            s.commit()
+            return True

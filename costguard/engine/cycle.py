@@ -39,7 +39,7 @@ from costguard.model import Gap, GpuMinute, Instance, InstanceState, TelemetrySo
 from costguard.policy.conditions import IdleCondition
 from costguard.policy.evaluate import Finding, evaluate
 from costguard.policy.schema import PolicySet
-from costguard.policy.stop_check import judge, needs_check, read_for_checks
+from costguard.policy.stop_check import held_back, judge, needs_check, read_for_checks
 from costguard.providers.base import Provider, Readings, ReadsWindowOnce, Remembers
 from costguard.store import control
 from costguard.store.db import Database
@@ -70,6 +70,9 @@ class CycleSummary:
     accrued_usd: float = 0.0
     idle_usd: float = 0.0
     findings: dict[str, int] = field(default_factory=dict)
+    # idle findings whose stop the stop's checks held back: idle-but-busy, or untrusted
+    # signals (policy/stop_check.py); still idle waste in the report
+    held_back: dict[str, int] = field(default_factory=dict)
     actions: dict[str, Any] = field(default_factory=dict)
     alerts_sent: int = 0
     budgets: int = 0
@@ -99,6 +102,9 @@ class CycleSummary:
                f"budgets {self.budgets}, anomalies opened or grown {self.anomalies}, "
                f"alerts sent {self.alerts_sent}",
                "findings: " + (_counts(self.findings) or "none")]
+        if self.held_back:
+            out.append("stops held back (work in progress on the host, or untrusted "
+                       f"signals; costguard explain says which): {_counts(self.held_back)}")
         done = [f"{verb.replace('_', ' ')} {sum(by.values())} ({_counts(by)})"
                 for verb, by in self.actions.items() if isinstance(by, dict) and by]
         done += [f"{verb} {n}" for verb, n in self.actions.items()
@@ -174,6 +180,7 @@ class Engine:
             findings: list[Finding] = []
             self._stage(summary, "evaluate", lambda: findings.extend(self._evaluate(now)))
             summary.findings = dict(Counter(f.policy.name for f in findings if f.holds))
+            summary.held_back = dict(Counter(f.policy.name for f in findings if held_back(f)))
             self._stage(summary, "act", lambda: self._act(summary, findings, now, cycle_id))
             self._stage(summary, "spend", lambda: self._spend(summary, now))
             self._stage(summary, "alert", lambda: self._alert(summary, now))
@@ -399,8 +406,12 @@ class Engine:
             return findings
         with self.db.session() as s:
             stored = read_for_checks(s, refs, start, now)
-        return [judge(f, stored.get((f.instance.provider, f.instance.instance_id), []), now)
-                if needs_check(f) else f for f in findings]
+        out = [judge(f, stored.get((f.instance.provider, f.instance.instance_id), []), now)
+               if needs_check(f) else f for f in findings]
+        for f in out:
+            if held_back(f):
+                log.info("%s (%s): %s", f.instance.instance_id, f.policy.name, f.reason)
+        return out
 
     def _act(self, summary: CycleSummary, findings: list[Finding], now: datetime,
              cycle_id: int) -> None:

@@ -148,6 +148,61 @@ policies:
 
 
 HostBusy = Literal["hold", "stop"]
+HookSignal = Literal["SIGUSR1", "SIGUSR2", "SIGINT", "SIGTERM", "SIGHUP"]
+
+
+class PreStop(Element):
+    """What runs on the host before the stop, through costguard's agent there (docs/actions.md
+    "Pre-stop hooks"). Either `signal`: sent to the processes holding the GPUs (a trainer
+    that catches SIGUSR1 writes a checkpoint), which then get `timeout` to checkpoint or exit;
+    or `host_command: true`: the agent runs the command its own configuration names
+    (`costguard agent --pre-stop-command`), within `timeout`. The daemon never sends a
+    command line to a host.
+
+    At the stop's deadline the daemon asks the agent, waits for its report (a later cycle),
+    and stops only after the hook succeeded, or failed or timed out where `on_failure` /
+    `on_timeout` say `stop`; `hold` cancels this stop (the next episode warns again). An
+    agent that does not report by `timeout` + 5 minutes counts as timed out. A host with no
+    agent, or an agent with no command configured, skips the hook and the journal says so.
+    In `dry-run` nothing is run on any host.
+    """
+
+    yaml_key: ClassVar[str] = "actions[].stop.pre_stop"
+    example: ClassVar[str] = """\
+policies:
+  - name: stop-idle-training-boxes
+    mode: enforce
+    filters: {gpu: true, state: running, tags: {values: {workload: [training]}}}
+    condition:
+      idle: {below: 5, for: 45m}
+    actions:
+      - notify: {to: owner}
+      - stop:
+          grace: 15m
+          pre_stop: {signal: SIGUSR1, timeout: 5m, on_failure: hold}
+"""
+
+    signal: HookSignal | None = Field(
+        default=None, description="Send this to the processes holding the GPUs.")
+    host_command: bool = Field(
+        default=False, description="Run the command the host's agent is configured with.")
+    timeout: Annotated[Duration, AfterValidator(at_least(timedelta(seconds=10), "a hook "
+                       "needs time to run"))] = Field(
+        default=timedelta(minutes=5),
+        description="The command's time limit; after a signal, the time to checkpoint.")
+    on_failure: HostBusy = Field(
+        default="hold", description="The command failed (or no process could be signalled "
+        "that held a GPU): `hold` cancels the stop, `stop` stops anyway.")
+    on_timeout: HostBusy = Field(
+        default="hold", description="The command ran past `timeout`, or the agent never "
+        "reported: `hold` or `stop`.")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> PreStop:
+        if (self.signal is None) == (not self.host_command):
+            raise PydanticCustomError(
+                "pre_stop", "give one of `signal` (e.g. SIGUSR1) or `host_command: true`")
+        return self
 
 
 class StopAction(Element):
@@ -178,6 +233,8 @@ policies:
     when_host_busy: HostBusy = Field(
         default="hold", description="`hold`: never stop an idle-but-busy instance (its host "
         "shows work in progress, `condition.idle.host`); `stop`: stop on the GPUs alone.")
+    pre_stop: PreStop | None = Field(
+        default=None, description="A checkpoint to run on the host first (see PreStop).")
 
 
 class StartAction(Element):

@@ -64,9 +64,9 @@ policies:
         default=timedelta(minutes=10),
         description="Busy when a process holding a GPU started this recently (a job starting).")
     disk_mb_s: float = Field(
-        default=20.0, gt=0, description="Busy at this much disk reading and writing (MB/s, mean).")
+        default=20.0, gt=0, description="Busy when disk reads and writes reach this in any minute (MB/s).")
     net_mb_s: float = Field(
-        default=10.0, gt=0, description="Busy at this much network traffic (MB/s, mean).")
+        default=10.0, gt=0, description="Busy when network traffic reaches this in any minute (MB/s).")
     input_within: Duration = Field(
         default=timedelta(minutes=15),
         description="Busy when someone typed in a logged-in terminal, or a Jupyter kernel "

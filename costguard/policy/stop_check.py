@@ -84,6 +84,12 @@ def needs_check(f: Finding) -> bool:
             and f.classification is not None and f.classification.verdict is Verdict.IDLE)
 
 
+def held_back(f: Finding) -> bool:
+    """A finding the stop's checks turned: idle on the GPUs, but not stopped (idle-but-busy,
+    or not idle once untrusted minutes were set aside)."""
+    return not f.holds and (f.host is not None or bool(f.untrusted))
+
+
 def read_for_checks(session: Session, refs: Iterable[InstanceRef], start: datetime,
                     end: datetime) -> dict[InstanceRef, list[StopReading]]:
     """The stored readings of [start, end) of the given instances, as `StopReading`s."""

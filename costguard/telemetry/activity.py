@@ -27,6 +27,8 @@ from typing import Any, TextIO
 
 import httpx
 
+from costguard.telemetry.host import CpuTimes, HostSample, host_fields
+
 log = logging.getLogger(__name__)
 
 JUPYTER_TIMEOUT_S = 2.0
@@ -240,37 +242,74 @@ def _process_figures(first: ActivitySample, samples: Sequence[ActivitySample],
 
 
 class ActivityRecorder:
-    """Writes raw activity samples as JSON lines (`--record-host`)."""
+    """Writes raw activity samples as JSON lines (`--record-host`), each with the host's
+    CPU counters of the same tick (`"stat"`: /proc/stat's aggregate and per-core busy,
+    iowait and total ticks, and memory used and total) where they were read."""
 
     def __init__(self, out: TextIO) -> None:
         self._out = out
 
-    def write(self, sample: ActivitySample) -> None:
-        self._out.write(sample.as_json() + "\n")
+    def write(self, sample: ActivitySample, host: HostSample | None = None) -> None:
+        line = sample.as_json()
+        if host is not None:
+            stat = {"all": _times(host.all_cpus), "cores": [_times(c) for c in host.cores],
+                    "mem": [host.mem_used, host.mem_total]}
+            line = line[:-1] + ',"stat":' + json.dumps(stat, separators=(",", ":")) + "}"
+        self._out.write(line + "\n")
         self._out.flush()
 
 
-def read_recording(lines: Iterable[str]) -> list[ActivitySample]:
-    """A `--record-host` recording's samples (blank and `#` lines skipped)."""
-    return [ActivitySample.from_json(line) for line in lines
-            if line.strip() and not line.startswith("#")]
+def _times(t: CpuTimes) -> list[int]:
+    return [t.busy, t.iowait, t.total]
 
 
-def replay(samples: Sequence[ActivitySample], gpu_pids: Mapping[int, Iterable[int]] | None = None,
-           ) -> list[tuple[float, dict[str, object], dict[int, dict[str, object]]]]:
+def read_recording(lines: Iterable[str]) -> list[tuple[ActivitySample, HostSample | None]]:
+    """A `--record-host` recording's samples and CPU counters (blank and `#` lines
+    skipped)."""
+    out = []
+    for line in lines:
+        if not line.strip() or line.startswith("#"):
+            continue
+        stat = json.loads(line).get("stat")
+        host = None if stat is None else HostSample(
+            CpuTimes(*stat["all"]), tuple(CpuTimes(*c) for c in stat["cores"]), *stat["mem"])
+        out.append((ActivitySample.from_json(line), host))
+    return out
+
+
+Replayed = tuple[float, dict[str, object], dict[int, dict[str, object]]]
+
+
+def replay(recording: Sequence[tuple[ActivitySample, HostSample | None]],
+           gpu_pids: Mapping[int, Iterable[int]] | None = None) -> list[Replayed]:
     """A recording as the agent would have summarized it: per UTC minute, (minute start,
-    host figures, per-GPU figures)."""
-    by_minute: dict[float, list[ActivitySample]] = {}
-    for s in samples:
-        by_minute.setdefault(s.t - s.t % 60, []).append(s)
+    host figures (CPU and activity), per-GPU figures). The sample that turns a minute
+    (`sessions` read) closes the minute before it, as in the agent."""
+    groups: list[tuple[float, list[tuple[ActivitySample, HostSample | None]]]] = []
+    for s, cpu in recording:
+        minute = s.t - s.t % 60
+        turns = s.sessions is not None or s.kernels is not None
+        if groups and turns and minute > groups[-1][0]:
+            groups[-1][1].append((s, cpu))  # the closing minute's last reading
+            groups.append((minute, []))
+            continue
+        if not groups or minute > groups[-1][0]:
+            groups.append((minute, []))
+        groups[-1][1].append((s, cpu))
     out = []
     base: ActivitySample | None = None
-    for minute in sorted(by_minute):
-        group = by_minute[minute]
+    cpu_base: HostSample | None = None
+    for minute, group in groups:
+        if not group:
+            continue
+        samples = [s for s, _ in group]
         # unnamed: every process the recording followed is GPU 0's
-        pids = gpu_pids if gpu_pids is not None else {0: {p for s in group for p in s.procs}}
-        host, per_gpu = minute_fields(base, group, pids)
-        out.append((minute, host, per_gpu))
-        base = group[-1]
+        pids = gpu_pids if gpu_pids is not None else {0: {p for s in samples for p in s.procs}}
+        figures, per_gpu = minute_fields(base, samples, pids)
+        cpus = [h for _, h in group if h is not None]
+        figures.update(host_fields(cpu_base, cpus))
+        out.append((minute, figures, per_gpu))
+        base = samples[-1]
+        cpu_base = cpus[-1] if cpus else cpu_base
     return out
 

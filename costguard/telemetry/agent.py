@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import httpx
 
@@ -28,6 +28,7 @@ from costguard.telemetry.activity import (
 )
 from costguard.telemetry.buffer import DiskBuffer, Pending
 from costguard.telemetry.classify import SignalChoice
+from costguard.telemetry.hooks import HookRunner, HookSpec, report_all
 from costguard.telemetry.host import HostSample, HostSampler, host_fields
 from costguard.telemetry.identity import EC2_METADATA_URL, GCE_METADATA_URL, Identity
 from costguard.telemetry.ingest import INGEST_PATH
@@ -86,6 +87,13 @@ class AgentSettings:
     jupyter_urls: tuple[str, ...] = ("http://127.0.0.1:8888",)
     record_host_path: Path | None = None
     self_stop_when_host_busy: HostBusy = "hold"
+    # pre-stop hooks (telemetry/hooks.py): the command `host_command` hooks run, and the
+    # self-stop's own hook (a signal, else the command, else none)
+    pre_stop_command: str | None = None
+    pre_stop_signal: str | None = None
+    pre_stop_timeout: timedelta = timedelta(minutes=5)
+    pre_stop_on_failure: HostBusy = "hold"
+    pre_stop_on_timeout: HostBusy = "hold"
 
 
 @dataclass
@@ -108,9 +116,12 @@ class Pusher:
         *,
         batch_size: int = 500,
         prove: Callable[[], str | None] | None = None,
+        on_hooks: Callable[[list[Any]], None] | None = None,
     ) -> None:
         self._client = client
-        self._endpoint = url.rstrip("/") + INGEST_PATH
+        self._base = url.rstrip("/")
+        self._endpoint = self._base + INGEST_PATH
+        self._on_hooks = on_hooks  # pre-stop hooks the daemon's answer hands out
         self._token = token
         self._buffer = buffer
         self.batch_size = batch_size
@@ -147,6 +158,7 @@ class Pusher:
             if status == 200:
                 self._buffer.ack(batch[-1].seq)
                 result.sent += len(batch)
+                self._hooks_in(response)
             elif status == 413 and len(batch) > 1:
                 size = max(1, len(batch) // 2)  # the daemon's limit is lower than ours
             elif status in (400, 403, 413, 422):  # refused for good: never sent again
@@ -161,6 +173,24 @@ class Pusher:
                 result.error = f"daemon answered {status}: {response.text[:200]}"
                 return result
         return result
+
+    def _hooks_in(self, response: httpx.Response) -> None:
+        if self._on_hooks is None:
+            return
+        try:
+            hooks = response.json().get("hooks")
+        except (ValueError, AttributeError):
+            return
+        if isinstance(hooks, list) and hooks:
+            self._on_hooks(hooks)
+
+    def post_json(self, path: str, body: dict[str, Any]) -> int | None:
+        """POST `body` to the daemon at `path`; its status, or None when unreachable."""
+        try:
+            return self._client.post(self._base + path, json=body,
+                                     headers=self._headers).status_code
+        except httpx.HTTPError:
+            return None
 
     @staticmethod
     def _refused(batch: list[Pending], response: httpx.Response) -> list[Pending]:
@@ -212,12 +242,17 @@ class Agent:
             max_records=settings.buffer_max_records,
             max_bytes=settings.buffer_max_bytes,
         )
+        self._gpu_pids: set[int] = set()  # the processes NVML saw on the GPUs last tick
+        self.hooks = HookRunner(self.buffer, command=settings.pre_stop_command,
+                                gpu_pids=lambda: set(self._gpu_pids))
         self.pusher: Publisher = publisher(self.buffer) if publisher else Pusher(
             client, settings.url, settings.token, self.buffer, batch_size=settings.batch_size,
-            prove=prove,
+            prove=prove, on_hooks=self._hooks_given,
         )
         self._recorder = recorder
         self.self_stop = self_stop
+        if self_stop is not None:
+            self_stop.hooks = self.hooks
         self._minute: float | None = None
         self._pending: dict[int, list[NvmlSample]] = {}
         self._retry_at: datetime | None = None
@@ -228,6 +263,8 @@ class Agent:
     def tick(self) -> None:
         """Sample, close the minute when it turns, push what is due."""
         samples = self._sampler.sample()
+        if samples:
+            self._gpu_pids = {p.pid for s in samples for p in (s.processes or ())}
         turning = False
         activity: ActivitySample | None = None
         if self._activity is not None and samples:
@@ -300,6 +337,8 @@ class Agent:
         self.last_flush = self.pusher.flush()
         if self.last_flush.reachable:
             self._retry_at, self._retry_delay = None, 0.0
+            if isinstance(self.pusher, Pusher):  # outcomes of pre-stop hooks run here
+                report_all(self.buffer, self.pusher.post_json)
             return
         # exponential backoff so a down daemon is not hammered by every agent at once
         self._retry_delay = min(self.settings.retry_max_s, max(1.0, self._retry_delay * 2))
@@ -310,6 +349,18 @@ class Agent:
             len(self.buffer),
             self._retry_delay,
         )
+
+    def _hooks_given(self, raw: list[Any]) -> None:
+        """Pre-stop hooks in the daemon's answer: this instance's are run, once each."""
+        mine = (self.identity.provider, self.identity.instance_id)
+        for item in raw:
+            if not isinstance(item, dict) or (item.get("provider"),
+                                               item.get("instance_id")) != mine:
+                continue
+            try:
+                self.hooks.submit(HookSpec.from_json(item))
+            except ValueError as exc:
+                log.error("pre-stop hook refused: %s", exc)
 
     def run(self, *, max_ticks: int | None = None) -> None:
         """Loop at `interval_s` until `stopping` is set (signal handler) or max_ticks."""

@@ -22,7 +22,11 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS pending (seq INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO counters (name, value) VALUES ('dropped', 0);
+CREATE TABLE IF NOT EXISTS hooks (id TEXT PRIMARY KEY, status TEXT NOT NULL,
+    detail TEXT NOT NULL DEFAULT '', reported INTEGER NOT NULL DEFAULT 0);
 """
+# a pre-stop hook the agent took on: `running` until it finishes; the row outlives the run so
+# a hook handed out again (the daemon's answer lost, a restart) is never run twice
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +60,45 @@ class DiskBuffer:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+    # -- pre-stop hooks (costguard.telemetry.hooks) -------------------------------------------
+    def hook_claim(self, hook_id: str) -> bool:
+        """Take on a hook: True the first time, False if this agent ever took it before."""
+        with self._lock, self._tx():
+            cur = self._db.execute(
+                "INSERT OR IGNORE INTO hooks (id, status) VALUES (?, 'running')", (hook_id,))
+            return cur.rowcount == 1
+
+    def hook_finish(self, hook_id: str, status: str, detail: str) -> None:
+        with self._lock, self._tx():
+            # only a running hook: one a restart already reported failed stays so
+            self._db.execute("UPDATE hooks SET status = ?, detail = ? WHERE id = ? AND "
+                             "status = 'running'", (status, detail, hook_id))
+
+    def hook_result(self, hook_id: str) -> tuple[str, str] | None:
+        """(status, detail) of a hook this agent took on; None if it never did."""
+        with self._lock:
+            row = self._db.execute("SELECT status, detail FROM hooks WHERE id = ?",
+                                   (hook_id,)).fetchone()
+        return None if row is None else (str(row[0]), str(row[1]))
+
+    def hooks_to_report(self) -> list[tuple[str, str, str]]:
+        """(id, status, detail) of finished hooks the daemon has not acknowledged."""
+        with self._lock:
+            rows = self._db.execute("SELECT id, status, detail FROM hooks WHERE status != "
+                                    "'running' AND reported = 0 ORDER BY rowid").fetchall()
+        return [(str(i), str(st), str(d)) for i, st, d in rows]
+
+    def hook_reported(self, hook_id: str) -> None:
+        with self._lock, self._tx():
+            self._db.execute("UPDATE hooks SET reported = 1 WHERE id = ?", (hook_id,))
+
+    def hooks_interrupted(self, detail: str) -> int:
+        """Hooks left `running` by an agent that died: failed, never run again."""
+        with self._lock, self._tx():
+            cur = self._db.execute("UPDATE hooks SET status = 'failed', detail = ? WHERE "
+                                   "status = 'running'", (detail,))
+            return cur.rowcount
 
     def append(self, bodies: Sequence[str]) -> int:
         """Add records at the tail; returns how many old records were dropped to fit."""

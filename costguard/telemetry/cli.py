@@ -24,7 +24,8 @@ agent_app = typer.Typer(
 _BUFFER = "While the daemon is down"
 _IDLE = "Idle, and standalone self-stop"
 _CLOUDWATCH = "With --publish-to cloudwatch"
-_HOST = "Host metrics"
+_HOST = "Host metrics and activity"
+_HOOKS = "Pre-stop hooks"
 
 
 def _fail(message: object) -> typer.Exit:
@@ -99,6 +100,22 @@ def agent(
     record_host: Annotated[Path | None, typer.Option(
         rich_help_panel=_HOST, help="Also write raw host-activity samples here (JSON lines).")
     ] = None,
+    pre_stop_command: Annotated[str | None, typer.Option(
+        rich_help_panel=_HOOKS,
+        help="What this host runs before a stop, when a policy's pre_stop says "
+        "host_command (and before a self-stop): a shell command, e.g. a checkpoint script.")
+    ] = None,
+    pre_stop_signal: Annotated[Literal["SIGUSR1", "SIGUSR2", "SIGINT", "SIGTERM", "SIGHUP"] | None,
+                               typer.Option(
+        rich_help_panel=_HOOKS, metavar="<signal>",
+        help="Before a self-stop, send this to the processes holding the GPUs (else the "
+        "command above runs, if given).")] = None,
+    pre_stop_timeout: Annotated[str, typer.Option(
+        rich_help_panel=_HOOKS, help="A self-stop's hook: time limit (or time to checkpoint).")
+    ] = "5m",
+    pre_stop_on_failure: Annotated[Literal["hold", "stop"], typer.Option(
+        rich_help_panel=_HOOKS, metavar="<hold|stop>",
+        help="A self-stop's hook failed (or timed out): hold cancels the stop.")] = "hold",
     self_stop_when_host_busy: Annotated[Literal["hold", "stop"], typer.Option(
         rich_help_panel=_IDLE, metavar="<hold|stop>",
         help="hold: never self-stop while the host shows work in progress; stop: judge on "
@@ -126,6 +143,9 @@ def agent(
             signal=signal, publish_to=publish_to, cloudwatch_namespace=cloudwatch_namespace,
             cloudwatch_region=cloudwatch_region, host_metrics=host_metrics,
             record_host_path=record_host, self_stop_when_host_busy=self_stop_when_host_busy,
+            pre_stop_command=pre_stop_command, pre_stop_signal=pre_stop_signal,
+            pre_stop_timeout=parse_duration(pre_stop_timeout),
+            pre_stop_on_failure=pre_stop_on_failure, pre_stop_on_timeout=pre_stop_on_failure,
             jupyter_urls=tuple(jupyter_url) if jupyter_url else AgentSettings.jupyter_urls,
         )
         run_agent(settings)

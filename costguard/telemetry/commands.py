@@ -35,7 +35,7 @@ from costguard.telemetry.identity import (
     resolve_identity,
 )
 from costguard.telemetry.nvml import NvmlSampler
-from costguard.telemetry.selfstop import SelfStop, stop_this_instance, wall
+from costguard.telemetry.selfstop import LocalHook, SelfStop, stop_this_instance, wall
 from costguard.telemetry.summary import summarize_windows, window_start
 from costguard.telemetry.trace import NvmlSample, TraceWriter, read_trace
 
@@ -219,6 +219,7 @@ def run_agent(
                 below=settings.idle_below,
                 signal=settings.signal,
                 when_host_busy=settings.self_stop_when_host_busy,
+                pre_stop=_local_hook(settings),
                 warn=warn,
                 stop=stop or stop_this_instance(identity),
             )
@@ -264,6 +265,16 @@ def run_agent(
                 record_file.close()
             if owned:
                 owned.close()
+
+
+def _local_hook(settings: AgentSettings) -> LocalHook | None:
+    """The self-stop's pre-stop hook: the signal if one is named, else the command."""
+    if settings.pre_stop_signal is None and not settings.pre_stop_command:
+        return None
+    return LocalHook(kind="signal" if settings.pre_stop_signal else "command",
+                     signal=settings.pre_stop_signal, timeout=settings.pre_stop_timeout,
+                     on_failure=settings.pre_stop_on_failure,
+                     on_timeout=settings.pre_stop_on_timeout)
 
 
 def _publisher(settings: AgentSettings, identity: Identity,

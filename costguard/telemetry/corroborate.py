@@ -112,13 +112,14 @@ def host_activity(minutes: Sequence[HostFigures], end: datetime,
         figures.append(text)
         if age < rules.process_started_within.total_seconds():
             reasons.append(text)
+    # disk and network by their busiest minute: a checkpoint or a download comes in bursts
     for name, label, limit in (("host_disk_bps", "disk", rules.disk_mb_s),
                                ("host_net_bps", "network", rules.net_mb_s)):
-        rate = _mean([getattr(m, name) for m in hosts if getattr(m, name) is not None])
-        if rate is not None:
-            text = f"{label} {rate / _MB:.1f} MB/s"
+        rates = [getattr(m, name) for m in hosts if getattr(m, name) is not None]
+        if rates:
+            text = f"{label} up to {max(rates) / _MB:.1f} MB/s"
             figures.append(text)
-            if rate / _MB >= limit:
+            if max(rates) / _MB >= limit:
                 reasons.append(text)
     within = rules.input_within.total_seconds()
     for idle_name, label in (("host_input_idle_s", "terminal input"),

@@ -30,7 +30,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import TypeAdapter, ValidationError
 from starlette.applications import Starlette
@@ -140,6 +140,18 @@ class _BadItem(ValueError):
 
 
 GpuCounts = Callable[[set[tuple[str, str]]], Mapping[tuple[str, str], int]]
+HOOK_PATH = "/v1/hooks/{hook_id}"
+HOOK_OUTCOMES = ("succeeded", "failed", "timed_out", "skipped")
+
+
+class HookDesk(Protocol):
+    """Where pre-stop hooks are handed to agents and their reports taken (the store's:
+    `costguard.daemon.sink.StoreHooks`; actions/prestop.py)."""
+
+    def deliver(self, refs: set[tuple[str, str]], now: datetime) -> list[dict[str, Any]]: ...
+
+    def report(self, hook_id: str, ref: tuple[str, str] | None, status: str, detail: str,
+               now: datetime) -> bool: ...
 
 
 def _wall_clock() -> datetime:
@@ -149,7 +161,7 @@ def _wall_clock() -> datetime:
 def telemetry_routes(
     *, token: str, sink: Sink, max_body_bytes: int = MAX_BODY_BYTES, path: str = INGEST_PATH,
     clock: Callable[[], datetime] = _wall_clock, gpu_counts: GpuCounts | None = None,
-    identity: IdentityAuthority | None = None,
+    identity: IdentityAuthority | None = None, hooks: HookDesk | None = None,
 ) -> list[Route]:
     """The ingest route, for mounting into the daemon's Starlette app.
 
@@ -160,7 +172,12 @@ def telemetry_routes(
     With `identity`, an agent may authenticate with the credential it got for its proven
     instance (costguard.daemon.identity): then every summary must be that instance's (403
     naming the first that is not). In `required` mode the shared token is refused for
-    cloud instances (403); it stays for the simulated cloud."""
+    cloud instances (403); it stays for the simulated cloud.
+
+    With `hooks`, the answer also carries the pre-stop hooks waiting for the batch's
+    instances (`"hooks": [...]`), and `POST /v1/hooks/{id}` takes an agent's report of one
+    ({"status": "succeeded" | "failed" | "timed_out" | "skipped", "detail": "..."}):
+    200, 401, 403 (a proven agent reporting another instance's hook), 404, 422."""
     if not token:
         raise ConfigError(
             "the agent ingest endpoint needs a token: set COSTGUARD_AGENT_TOKEN "
@@ -168,16 +185,24 @@ def telemetry_routes(
         )
     expected = f"Bearer {token}".encode()
 
-    async def ingest(request: Request) -> JSONResponse:
+    def authenticate(request: Request) -> tuple[tuple[str, str] | None, JSONResponse | None]:
+        """(the instance a credential proves, or None for the shared token; a 401)."""
         header = request.headers.get("authorization", "")
-        bound: tuple[str, str] | None = None
         if identity is not None and header.startswith(f"Bearer {CREDENTIAL_PREFIX}"):
             bound = identity.credentials.check(header.removeprefix("Bearer "), clock())
             if bound is None:
-                return _error(401, "instance credential invalid or expired: prove the "
-                                   "instance again (POST /v1/identity)")
-        elif not hmac.compare_digest(header.encode("utf-8", "replace"), expected):
-            return _error(401, "missing or wrong agent token", hint="send Authorization: Bearer")
+                return None, _error(401, "instance credential invalid or expired: prove the "
+                                         "instance again (POST /v1/identity)")
+            return bound, None
+        if not hmac.compare_digest(header.encode("utf-8", "replace"), expected):
+            return None, _error(401, "missing or wrong agent token",
+                                hint="send Authorization: Bearer")
+        return None, None
+
+    async def ingest(request: Request) -> JSONResponse:
+        bound, refused_auth = authenticate(request)
+        if refused_auth is not None:
+            return refused_auth
         try:
             body = await read_limited(request, max_body_bytes)
         except BodyTooLarge:
@@ -210,11 +235,49 @@ def telemetry_routes(
         except Exception:  # the store's problem, not the agent's: it keeps and retries
             log.exception("telemetry sink failed for a batch of %d summaries", len(unique))
             return _error(503, "the store could not take this batch; retry later")
-        return JSONResponse(
-            {"received": len(minutes), "written": written, "duplicates": len(minutes) - written}
-        )
+        answer: dict[str, Any] = {"received": len(minutes), "written": written,
+                                  "duplicates": len(minutes) - written}
+        if hooks is not None and minutes:
+            refs: set[tuple[str, str]] = {(m.provider, m.instance_id) for m in minutes}
+            try:
+                answer["hooks"] = await run_in_threadpool(hooks.deliver, refs, clock())
+            except Exception:  # the batch is stored: the hooks come with the next one
+                log.exception("telemetry: pre-stop hooks not read for a batch")
+        return JSONResponse(answer)
 
-    return [Route(path, ingest, methods=["POST"])]
+    async def hook_report(request: Request) -> JSONResponse:
+        bound, refused_auth = authenticate(request)
+        if refused_auth is not None:
+            return refused_auth
+        if hooks is None:
+            return _error(404, "this daemon runs no pre-stop hooks")
+        if bound is None and identity is not None and identity.required:
+            return _error(403, "pre-stop hooks are reported by a proven agent "
+                               "(http.identity.mode: required)")
+        try:
+            payload = parse_json(await read_limited(request, 64 * 1024), max_depth=2)
+        except BodyTooLarge:
+            return _error(413, "a hook's report is at most 64 KiB")
+        except (BodyRefused, ClientDisconnect) as exc:
+            return _error(400, f"body refused: {exc}")
+        status = payload.get("status") if isinstance(payload, dict) else None
+        detail = payload.get("detail", "") if isinstance(payload, dict) else ""
+        if status not in HOOK_OUTCOMES or not isinstance(detail, str):
+            return _error(422, "expected {\"status\": one of " + ", ".join(HOOK_OUTCOMES)
+                          + ', "detail": "text"}')
+        hook_id = request.path_params["hook_id"]
+        try:
+            known = await run_in_threadpool(hooks.report, hook_id, bound, status, detail,
+                                            clock())
+        except Exception:
+            log.exception("telemetry: a pre-stop hook's report was not stored")
+            return _error(503, "the store could not take this report; retry later")
+        if not known:
+            return _error(404, f"no pre-stop hook {hook_id[:40]!r} for this agent")
+        return JSONResponse({"id": hook_id, "status": status})
+
+    return [Route(path, ingest, methods=["POST"]),
+            Route(HOOK_PATH, hook_report, methods=["POST"])]
 
 
 def _not_allowed(minutes: Sequence[GpuMinute], bound: tuple[str, str] | None,
@@ -234,11 +297,13 @@ def _not_allowed(minutes: Sequence[GpuMinute], bound: tuple[str, str] | None,
 def telemetry_app(*, token: str, sink: Sink, max_body_bytes: int = MAX_BODY_BYTES,
                   clock: Callable[[], datetime] = _wall_clock,
                   gpu_counts: GpuCounts | None = None,
-                  identity: IdentityAuthority | None = None) -> Starlette:
+                  identity: IdentityAuthority | None = None,
+                  hooks: HookDesk | None = None) -> Starlette:
     """A standalone app serving only the ingest route (and the identity route, given
     `identity`): tests, or a bare receiver."""
     routes = telemetry_routes(token=token, sink=sink, max_body_bytes=max_body_bytes,
-                              clock=clock, gpu_counts=gpu_counts, identity=identity)
+                              clock=clock, gpu_counts=gpu_counts, identity=identity,
+                              hooks=hooks)
     if identity is not None:
         from costguard.daemon.identity import identity_routes
 

@@ -15,6 +15,7 @@ import logging
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from costguard.model import GpuMinute, Verdict
@@ -22,10 +23,23 @@ from costguard.policy.actions import HostBusy
 from costguard.policy.conditions import HostActivity
 from costguard.telemetry.classify import SignalChoice, classify
 from costguard.telemetry.corroborate import host_activity
+from costguard.telemetry.hooks import SELF_STOP_PREFIX, HookRunner, HookSpec
 from costguard.telemetry.identity import Identity
 from costguard.telemetry.trust import describe, untrusted
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LocalHook:
+    """The self-stop's pre-stop hook: a signal to the GPUs' processes, or the command the
+    agent is configured with (`--pre-stop-signal` / `--pre-stop-command`)."""
+
+    kind: str  # signal | command
+    signal: str | None = None
+    timeout: timedelta = timedelta(minutes=5)
+    on_failure: HostBusy = "hold"
+    on_timeout: HostBusy = "hold"
 
 
 class SelfStop:
@@ -41,6 +55,7 @@ class SelfStop:
         signal: SignalChoice = "auto",
         host: HostActivity | None = None,
         when_host_busy: HostBusy = "hold",
+        pre_stop: LocalHook | None = None,
     ) -> None:
         if after < timedelta(minutes=1):
             raise ValueError("--self-stop-after must be at least 1 minute (e.g. 30m)")
@@ -49,6 +64,9 @@ class SelfStop:
         self._warn, self._stop = warn, stop
         # work in progress on the host holds the stop back, as a daemon's policy does
         self.host, self.when_host_busy = host or HostActivity(), when_host_busy
+        # the hook run before the stop (the agent sets `hooks`, the runner, when it starts)
+        self.pre_stop = pre_stop
+        self.hooks: HookRunner | None = None
         self._minutes: dict[tuple[int, datetime], GpuMinute] = {}
         self.deadline: datetime | None = None
         self.stopped = False
@@ -103,9 +121,36 @@ class SelfStop:
             self._warn("costguard-agent: GPU activity seen; the scheduled stop is cancelled.")
             return
         if now >= self.deadline:
-            self._warn(f"costguard-agent: still idle ({self.last_evidence}); stopping now.")
+            said = self._hook_first()
+            if said is None:
+                return  # the hook runs: the stop waits for it
+            if said.startswith("held"):
+                self.deadline = None
+                self._warn(f"costguard-agent: pre-stop hook {said[5:]}; the stop is cancelled.")
+                return
+            self._warn(f"costguard-agent: still idle ({self.last_evidence}){said}; "
+                       "stopping now.")
             self.stopped = True
             self._stop()
+
+    def _hook_first(self) -> str | None:
+        """Run the pre-stop hook once per deadline: None while it runs, then "" (no hook),
+        "; pre-stop hook <outcome>" (the stop goes on) or "held <outcome>"."""
+        hook, runner = self.pre_stop, self.hooks
+        if hook is None or runner is None or self.deadline is None:
+            return ""
+        spec = HookSpec(id=f"{SELF_STOP_PREFIX}{self.deadline:%Y%m%dT%H%M%S}", kind=hook.kind,
+                        signal=hook.signal, timeout_s=hook.timeout.total_seconds())
+        runner.submit(spec)  # once: a second submit of the same id does nothing
+        result = runner.result(spec.id)
+        if result is None:
+            return None
+        status, detail = result
+        words = f"{status.replace('_', ' ')} ({detail})"
+        if ((status == "failed" and hook.on_failure == "hold")
+                or (status == "timed_out" and hook.on_timeout == "hold")):
+            return f"held {words}"
+        return f"; pre-stop hook {words}"
 
 
 def _span(d: timedelta) -> str:
