@@ -8,11 +8,13 @@ report on a GPU host. Output: tests/fixtures/host/<scenario>.jsonl, a `#` header
 
     python scripts/record_host_activity.py --seconds 200 [--jupyter http://127.0.0.1:8888]
 
-Scenarios: idle (nothing runs; the GPU process sleeps), dataset_copy (the GPU process, new,
-writes a dataset to disk with fsync), checkpoint_write (the GPU process, hours old in a real
-job, writes a 4 GB checkpoint in 1 GB parts with fsync, then sleeps), cpu_preprocessing (a
-second process computes on one core), notebook_idle_kernel and notebook_recent_input (a
-Jupyter kernel, left alone or running a cell every 40 s; needs --jupyter).
+Scenarios: idle (nothing runs), dataset_copy (the GPU process, new, writes a dataset to
+disk with fsync), dataset_download (the GPU process, new, downloads at 25 MB/s over the
+network), checkpoint_write (the GPU process writes a 4 GB checkpoint in 1 GB parts with
+fsync, then sleeps), cpu_preprocessing (a second process computes on one core),
+notebook_idle_kernel and notebook_recent_input (a Jupyter kernel left alone, or running a
+cell every 40 s; needs --jupyter). Where the process holding the GPU is not the workload's,
+it is one that has run for hours (`--old-pid`, default 1), as a job's process would.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -35,7 +38,6 @@ from costguard.telemetry.host import HostSampler
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "host"
 
-SLEEPER = "import time\nwhile True: time.sleep(1)"
 COPY = """
 import os, sys, time
 path = sys.argv[1]
@@ -65,6 +67,20 @@ while True:
     time.sleep(1)
 """
 CPU = "x = 0\nwhile True:\n    x = (x * 31 + 7) % 1_000_003"
+DOWNLOAD = """
+import sys, time, httpx
+url, rate = sys.argv[1], float(sys.argv[2])  # bytes a second, as a dataset copy from storage
+start, got = time.time(), 0
+while True:
+    with httpx.stream("GET", url, timeout=60, follow_redirects=True) as r:
+        for chunk in r.iter_bytes(1 << 20):
+            got += len(chunk)
+            ahead = got / rate - (time.time() - start)
+            if ahead > 0:
+                time.sleep(ahead)
+"""
+# a large file on the package registry, the one network this machine reaches
+DOWNLOAD_INDEX = "https://pypi.org/pypi/tensorflow-cpu/json"
 
 
 def spawn(code: str, *args: str) -> subprocess.Popen[bytes]:
@@ -101,10 +117,16 @@ def record(name: str, seconds: float, gpu_pid: int, reader: ActivityReader,
 class Kernel:
     """A Jupyter kernel through the server's REST and websocket API (tornado's client)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, kernel_id: str | None = None) -> None:
         self.url = url.rstrip("/")
-        self.id = httpx.post(f"{self.url}/api/kernels", json={"name": "python3"}).json()["id"]
-        self.started = time.time()
+        if kernel_id is None:
+            self.id = httpx.post(f"{self.url}/api/kernels", json={"name": "python3"}).json()["id"]
+            self.started = time.time()
+        else:  # one started earlier: idle since its last activity
+            model = httpx.get(f"{self.url}/api/kernels/{kernel_id}").json()
+            self.id = kernel_id
+            self.started = datetime.fromisoformat(
+                model["last_activity"].replace("Z", "+00:00")).timestamp()
 
     def execute(self, code: str) -> None:
         from tornado.ioloop import IOLoop
@@ -143,11 +165,17 @@ def main() -> None:
     ap.add_argument("--jupyter", default=None)
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--scratch", default="/tmp/costguard-record")
+    ap.add_argument("--old-pid", type=int, default=1)
+    ap.add_argument("--idle-kernel", default=None, help="an existing kernel's id to use")
     args = ap.parse_args()
     scratch = Path(args.scratch)
     scratch.mkdir(parents=True, exist_ok=True)
     client = httpx.Client()
-    reader = ActivityReader(jupyter_urls=[args.jupyter] if args.jupyter else [], client=client)
+    # the notebooks' reader asks the Jupyter server; the other hosts run none (a training
+    # box): their reader is configured with no server, so kernels are not measured
+    notebook_reader = ActivityReader(jupyter_urls=[args.jupyter] if args.jupyter else [],
+                                     client=client)
+    reader = ActivityReader()
     wanted = set(args.only or [])
 
     def want(name: str) -> bool:
@@ -157,10 +185,10 @@ def main() -> None:
             helper: str | None = None) -> None:
         if not want(name):
             return
-        gpu = spawn(code or SLEEPER, *extra)
+        gpu = spawn(code, *extra) if code else None
         side = spawn(helper) if helper else None
         try:
-            record(name, args.seconds, gpu.pid, reader, note)
+            record(name, args.seconds, gpu.pid if gpu else args.old_pid, reader, note)
         finally:
             for p in (gpu, side):
                 if p is not None:
@@ -169,26 +197,31 @@ def main() -> None:
 
     def notebook(name: str, kernel: Kernel, note: str,
                  tick: Callable[[float], None] | None) -> None:
-        gpu = spawn(SLEEPER)
         try:
-            record(name, args.seconds, gpu.pid, reader, note, tick)
+            record(name, args.seconds, args.old_pid, notebook_reader, note, tick)
         finally:
-            gpu.kill()
-            gpu.wait()
             kernel.close()
 
     # the idle notebook's kernel starts first: by its recording, last, it has sat untouched
     # longer than the default `input_within` (15 min)
-    idle_kernel = Kernel(args.jupyter) if args.jupyter and want("notebook_idle_kernel") else None
-    if idle_kernel is not None:
-        idle_kernel.execute("import os; print(os.getpid())")
-    run("idle", None, "nothing runs; the GPU process sleeps holding its memory")
+    idle_kernel = None
+    if args.jupyter and want("notebook_idle_kernel"):
+        idle_kernel = Kernel(args.jupyter, args.idle_kernel)
+        if args.idle_kernel is None:
+            idle_kernel.execute("import os; print(os.getpid())")
+    run("idle", None, "nothing runs; the process holding the GPU has run for hours")
     run("dataset_copy", COPY, "the GPU process, just started, writes a dataset to disk "
         "(512 MB files, fsync per 8 MB)", str(scratch / "dataset.bin"))
+    if want("dataset_download"):
+        index = httpx.get(DOWNLOAD_INDEX, timeout=60)
+        wheel = max(index.json()["urls"], key=lambda u: u["size"])
+        run("dataset_download", DOWNLOAD, "the GPU process, just started, downloads a "
+            "dataset at 25 MB/s (a large wheel from the package registry, over and over)",
+            str(httpx.URL(DOWNLOAD_INDEX).join(wheel["url"])), str(25e6))
     run("checkpoint_write", CHECKPOINT, "the GPU process sleeps 20 s, writes a 4 GB "
         "checkpoint (4 x 1 GB, fsync per part), then sleeps", str(scratch / "ckpt"))
-    run("cpu_preprocessing", None, "a second process computes on one core; the GPU "
-        "process sleeps", helper=CPU)
+    run("cpu_preprocessing", None, "a second process computes on one core; the process "
+        "holding the GPU has run for hours", helper=CPU)
     if args.jupyter and want("notebook_recent_input"):
         kernel = Kernel(args.jupyter)
         due = [0.0]

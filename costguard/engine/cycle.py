@@ -383,6 +383,7 @@ class Engine:
         verdicts = self.verdicts.by_policy(self.settings.recommend, self.policies.policies)
         # only an idle condition reads GPU-minutes: without one, none are built
         reads = any(p.condition.idle for p in self.policies.policies)
+        agents: set[tuple[str, str]] = set()  # stop checks' instances with agent readings
         for inst in instances:
             ref = (inst.provider, inst.instance_id)
             # one instance's readings at a time: the window keeps them packed
@@ -394,18 +395,26 @@ class Engine:
                 f = evaluate(policy, inst, minutes, now, prices[ref], v)
                 if f is not None:
                     findings.append(f)
-        return self._check_stops(findings, start, now)
+                    if (ref not in agents and needs_check(f)
+                            and any(m.source is TelemetrySource.AGENT for m in minutes)):
+                        agents.add(ref)
+        return self._check_stops(findings, start, now, agents)
 
-    def _check_stops(self, findings: list[Finding], start: datetime, now: datetime
-                     ) -> list[Finding]:
+    def _check_stops(self, findings: list[Finding], start: datetime, now: datetime,
+                     agents: set[tuple[str, str]]) -> list[Finding]:
         """Idle findings of policies that stop, after the signal checks and the host's
-        corroboration (policy/stop_check.py): their stored readings, read in one pass."""
+        corroboration (policy/stop_check.py): their stored readings, read in one pass
+        each. Only an agent's readings carry power, so only theirs can be untrusted: for
+        the others only the host's last minutes are read (a cloud's CPU figure)."""
         refs = {(f.instance.provider, f.instance.instance_id) for f in findings
                 if needs_check(f)}
         if not refs:
             return findings
+        recent = max(p.condition.idle.host.recent for p in self.policies.policies
+                     if p.condition.idle)
         with self.db.session() as s:
-            stored = read_for_checks(s, refs, start, now)
+            stored = read_for_checks(s, refs & agents, start, now)
+            stored.update(read_for_checks(s, refs - agents, max(start, now - recent), now))
         out = [judge(f, stored.get((f.instance.provider, f.instance.instance_id), []), now)
                if needs_check(f) else f for f in findings]
         for f in out:

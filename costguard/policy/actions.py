@@ -162,8 +162,9 @@ class PreStop(Element):
     At the stop's deadline the daemon asks the agent, waits for its report (a later cycle),
     and stops only after the hook succeeded, or failed or timed out where `on_failure` /
     `on_timeout` say `stop`; `hold` cancels this stop (the next episode warns again). An
-    agent that does not report by `timeout` + 5 minutes counts as timed out. A host with no
-    agent, or an agent with no command configured, skips the hook and the journal says so.
+    agent that does not report by `timeout` + 5 minutes counts as timed out. A host no agent
+    reported from in 24 hours, or an agent with no command configured, skips the hook, and
+    the journal says so.
     In `dry-run` nothing is run on any host.
     """
 

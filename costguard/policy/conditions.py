@@ -22,8 +22,8 @@ class HostActivity(Element):
     """What counts as work in progress on a host whose GPUs look idle (docs/agent.md "Host
     activity"). Read over the last `recent` of the idle window from the agent's host
     figures (CPU also from the cloud's metrics where no agent runs). Any one of them makes
-    the instance *idle-but-busy*: still reported as waste, but a stop, scale-in or
-    scale-to-zero is held back unless the action says `when_host_busy: stop`.
+    the instance *idle-but-busy*: still reported as waste, but a stop or scale-in is held
+    back unless the action says `when_host_busy: stop`.
 
     The defaults were measured on host recordings made with the agent's own reader
     (tests/fixtures/host, docs/agent.md): an idle host sits far below every one of them,
@@ -64,9 +64,11 @@ policies:
         default=timedelta(minutes=10),
         description="Busy when a process holding a GPU started this recently (a job starting).")
     disk_mb_s: float = Field(
-        default=20.0, gt=0, description="Busy when disk reads and writes reach this in any minute (MB/s).")
+        default=20.0, gt=0,
+        description="Busy when disk reads and writes reach this in any minute (MB/s).")
     net_mb_s: float = Field(
-        default=10.0, gt=0, description="Busy when network traffic reaches this in any minute (MB/s).")
+        default=10.0, gt=0,
+        description="Busy when network traffic reaches this in any minute (MB/s).")
     input_within: Duration = Field(
         default=timedelta(minutes=15),
         description="Busy when someone typed in a logged-in terminal, or a Jupyter kernel "

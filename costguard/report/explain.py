@@ -22,7 +22,7 @@ from costguard.model import GpuMinute, Instance
 from costguard.policy.evaluate import Finding, check_condition
 from costguard.policy.explain import Check, filter_checks
 from costguard.policy.schema import Policy, PolicySet
-from costguard.policy.stop_check import judge
+from costguard.policy.stop_check import held_back, judge
 from costguard.recommend import stored
 from costguard.recommend.settings import RecommendSettings
 from costguard.recommend.verdict import StoredVerdict, judged_with
@@ -287,6 +287,10 @@ def _answer(policy: Policy, inst: Instance, minutes: list[GpuMinute], at: dateti
     if finding.holds != holds or finding.host is not None:  # the stop's checks spoke
         holds, reasons = finding.holds, [finding.reason]
     answer.holds, answer.reasons = holds, reasons
+    if selected and held_back(finding):
+        answer.outcome = ("idle on its GPUs, but the stop is held back, so nothing is due: "
+                          + finding.reason)
+        return answer
     if not selected:
         failed = [c.name for c in checks if not c.passed]
         answer.outcome = (f"does not select it ({', '.join(failed)} failed), so it never "

@@ -138,11 +138,11 @@ class HookRunner:
             return "failed", (f"{spec.signal} reached no process holding a GPU"
                               + (f" ({'; '.join(problems)})" if problems else ""))
         start = self._clock()
-        waiting = set(sent)
-        while waiting and self._clock() - start < spec.timeout_s:
+        waiting, took = set(sent), 0.0
+        while waiting and took < spec.timeout_s:
             self._sleep(1.0)
             waiting = {pid for pid in waiting if _alive(pid, self._kill)}
-        took = self._clock() - start
+            took = self._clock() - start
         who = f"{spec.signal} to pid{'s' if len(sent) > 1 else ''} {', '.join(map(str, sent))}"
         if problems:
             who += f" (not to {'; '.join(problems)})"

@@ -35,6 +35,10 @@ from tests.fakes.cloud import DARK, T0, ScriptedCloud
 from tests.fakes.loopback import serve
 from tests.telemetry.agent_helpers import RecordedSampler
 
+# real time: hooks run real processes, a hanging one for its whole timeout (~50 s in all on
+# SQLite); left out of mutation runs, which still see the act stage's other scenarios
+pytestmark = pytest.mark.slow
+
 TOKEN = "hook-test-token"
 TRAINER = """
 import signal, sys, time
@@ -199,7 +203,8 @@ def test_a_failed_command_holds_the_stop_back(rig_for) -> None:  # type: ignore[
     assert states & {"cleared", "warned", "seen"}
 
 
-def test_a_hanging_command_is_killed_at_its_timeout_and_the_policy_decides(rig_for, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_hanging_command_is_killed_at_its_timeout_and_the_policy_decides(  # type: ignore[no-untyped-def]
+        rig_for, tmp_path: Path) -> None:
     marker = tmp_path / "still-running"
     rig = rig_for("{host_command: true, timeout: 10s, on_timeout: stop}",
                   command=f"sleep 120; touch {marker}")
@@ -214,7 +219,8 @@ def test_a_hanging_command_is_killed_at_its_timeout_and_the_policy_decides(rig_f
     assert not marker.exists()  # its whole process group was killed
 
 
-def test_an_agent_that_dies_mid_hook_times_out_and_never_runs_it_twice(rig_for, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_an_agent_that_dies_mid_hook_times_out_and_never_runs_it_twice(  # type: ignore[no-untyped-def]
+        rig_for, tmp_path: Path) -> None:
     from costguard.telemetry.buffer import DiskBuffer
     from costguard.telemetry.hooks import HookRunner, HookSpec
 

@@ -116,10 +116,10 @@ def test_ingest_writes_a_batch_once_and_ignores_repeats(
     base, _, _ = served
     batch = {"minutes": [minute(i) for i in range(5)]}
     first = httpx.post(f"{base}/v1/telemetry", headers=auth(), json=batch)
-    assert first.json() == {"received": 5, "written": 5, "duplicates": 0}
+    assert first.json() == {"received": 5, "written": 5, "duplicates": 0, "hooks": []}
     again = httpx.post(f"{base}/v1/telemetry", headers=auth(),
                        json={"minutes": [minute(4), minute(5)]})
-    assert again.json() == {"received": 2, "written": 1, "duplicates": 1}
+    assert again.json() == {"received": 2, "written": 1, "duplicates": 1, "hooks": []}
     assert rows(db) == 6
 
 

@@ -25,6 +25,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
                         "serviceAccount": {"annotations": {
                             "eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/costguard"}}},
     "no-agent-no-volume": {"agent": {"enabled": False}, "persistence": {"enabled": False}},
+    "agent-hooks": {"agent": {"signalHooks": True, "preStopCommand": "/opt/ckpt.sh"}},
 }
 
 
@@ -141,6 +142,22 @@ def test_a_release_of_another_name_points_its_agents_at_its_own_service() -> Non
     assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
     pod_labels = m[("Deployment", "gpu-costs-costguard")]["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
+
+
+def test_pre_stop_hooks_get_the_agent_a_command_and_the_right_to_signal() -> None:
+    def agent(values: dict[str, Any]) -> dict[str, Any]:
+        (daemonset,) = [d for (kind, _), d in helm(values).docs.items() if kind == "DaemonSet"]
+        container: dict[str, Any] = daemonset["spec"]["template"]["spec"]["containers"][0]
+        return container
+
+    plain = agent({})
+    assert "--pre-stop-command" not in plain["args"]
+    assert plain["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    hooks = agent({"agent": {"signalHooks": True,
+                             "preStopCommand": "/opt/train/checkpoint.sh --now"}})
+    assert hooks["args"][2:] == ["--pre-stop-command", "/opt/train/checkpoint.sh --now"]
+    assert hooks["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["KILL"]}
+    assert hooks["securityContext"]["runAsNonRoot"] is True
 
 
 def test_policies_and_config_from_values_reach_the_daemon() -> None:

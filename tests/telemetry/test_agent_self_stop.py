@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import httpx
 
 from costguard.clock import ManualClock
-from costguard.telemetry.selfstop import SelfStop
+from costguard.telemetry.activity import ActivityReader, ActivitySample, ProcTimes, read_recording
+from costguard.telemetry.agent import Agent, AgentSettings
+from costguard.telemetry.identity import Identity
+from costguard.telemetry.selfstop import LocalHook, SelfStop
 from tests.fakes.loopback import free_port
 from tests.telemetry.agent_helpers import START, RecordedSampler, make_agent
+
+HOST = Path(__file__).resolve().parents[1] / "fixtures" / "host"
 
 
 class Recorder:
@@ -83,3 +90,94 @@ def test_missing_telemetry_never_stops_the_instance(tmp_path: Path):
 def test_one_idle_gpu_of_two_is_not_enough(tmp_path: Path):
     seen, _, _ = run(tmp_path, lambda g, now: "busy" if g == 1 else "no_process", 45, gpus=2)
     assert seen.stops == []
+
+
+# -- the same checks as a daemon's stop: host activity and the pre-stop hook ---------------
+
+class ReplayedActivity(ActivityReader):
+    """A host-activity recording (tests/fixtures/host) played back on the agent's clock,
+    looping: what the agent's reader would have read on that host."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        lines = (HOST / f"{name}.jsonl").read_text().splitlines()
+        self.samples = [s for s, _ in read_recording(lines)]
+        self.first = self.samples[0].t
+        self.span = self.samples[-1].t - self.first + 1
+        self.n = 0
+
+    def sample(self, t: float, gpu_pids: Iterable[int], *, minute_end: bool = False
+               ) -> ActivitySample:
+        real = self.samples[self.n % len(self.samples)]
+        loops = self.n // len(self.samples)
+        self.n += 1
+        first, last = self.samples[0], self.samples[-1]
+        shift = t - real.t  # recorded times onto the agent's clock
+
+        def grown(now: int | None, a: int | None, b: int | None) -> int | None:
+            # a counter keeps growing across loops, as a host's does
+            return None if now is None else now + loops * ((b or 0) - (a or 0))
+
+        recorded = next(iter(real.procs.values()), None)
+        procs = {} if recorded is None else {
+            pid: ProcTimes(recorded.cpu_s, recorded.started + shift)
+            for pid in gpu_pids}  # the agent's GPU process, as the recorded one behaved
+        # what the recording read at its latest minute's end, as of this sample
+        ended = next((s for s in reversed(self.samples[:self.samples.index(real) + 1])
+                      if s.sessions is not None), None) if minute_end else None
+        return replace(
+            real, t=t, procs=procs,
+            disk_bytes=grown(real.disk_bytes, first.disk_bytes, last.disk_bytes),
+            net_bytes=grown(real.net_bytes, first.net_bytes, last.net_bytes),
+            sessions=ended.sessions if ended else None,
+            input_idle_s=ended.input_idle_s if ended else None,
+            kernels=None if ended is None or ended.kernels is None else tuple(
+                (state, at + shift) for state, at in ended.kernels))
+
+
+def run_host(tmp_path: Path, host: str, minutes: int, **self_stop: object
+             ) -> tuple[Recorder, SelfStop]:
+    clock, seen = ManualClock(START), Recorder()
+    stopper = SelfStop(after=timedelta(minutes=30), grace=timedelta(minutes=5), gpu_count=1,
+                       warn=seen.warnings.append, stop=lambda: seen.stops.append(clock.now()),
+                       **self_stop)  # type: ignore[arg-type]
+    sampler = RecordedSampler(clock, 1, lambda g, now: "held_memory_idle")
+    with httpx.Client(timeout=1) as client:
+        agent = Agent(AgentSettings(url=f"http://127.0.0.1:{free_port()}", token="t",
+                                    buffer_path=tmp_path / "buffer.db",
+                                    pre_stop_command=f"echo ckpt >> {tmp_path / 'ckpt'}"),
+                      sampler, Identity(provider="aws", instance_id="i-0abc"), client=client,
+                      clock=clock, sleep=lambda s: clock.advance(timedelta(seconds=s)),
+                      self_stop=stopper, activity=ReplayedActivity(host))
+        for _ in range(minutes * 60):
+            agent.tick()
+            clock.advance(timedelta(seconds=1))
+            agent.hooks.join(30)
+            if stopper.stopped:
+                break
+    return seen, stopper
+
+
+def test_a_dataset_copy_holds_the_self_stop_back(tmp_path: Path) -> None:
+    seen, stopper = run_host(tmp_path, "dataset_copy", 60)
+    assert seen.stops == [] and seen.warnings == []
+    assert stopper.last_evidence.startswith("idle-but-busy: ")
+    assert "host busy (last 10 min): " in stopper.last_evidence and "disk up to" in (
+        stopper.last_evidence)
+
+
+def test_an_idle_host_is_self_stopped_after_its_hook_ran(tmp_path: Path) -> None:
+    seen, _ = run_host(tmp_path, "idle", 60, pre_stop=LocalHook(kind="command"))
+    assert len(seen.stops) == 1
+    assert (tmp_path / "ckpt").read_text() == "ckpt\n"  # the hook ran once, before the stop
+    assert "host quiet (last 10 min)" in seen.warnings[0]
+    assert "pre-stop hook succeeded (exit 0 after 0 s); stopping now" in seen.warnings[-1]
+
+
+def test_a_failed_hook_cancels_the_self_stop(tmp_path: Path) -> None:
+    seen, _ = run_host(tmp_path, "idle", 40, pre_stop=LocalHook(kind="signal",
+                                                                signal="SIGUSR1"))
+    # the recorded GPU process (pid 456 in the H100 recording) is not on this machine
+    assert seen.stops == []
+    assert any("pre-stop hook failed (SIGUSR1 reached no process holding a GPU" in w and
+               "the stop is cancelled" in w for w in seen.warnings), seen.warnings
