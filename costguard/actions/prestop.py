@@ -206,8 +206,3 @@ def report(s: Session, hook_id: str, ref: Ref | None, status: str, detail: str,
         row.status, row.detail, row.finished_at = status, detail[:MAX_DETAIL], now
         s.add(row)
     return row
-
-
-def open_hooks(s: Session) -> Sequence[StopHookRow]:
-    """Hooks still waiting on an agent (for `costguard status`)."""
-    return list(s.exec(select(StopHookRow).where(col(StopHookRow.status).in_(OPEN))))

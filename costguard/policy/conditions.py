@@ -39,7 +39,7 @@ policies:
       idle:
         below: 5
         for: 45m
-        host: {recent: 10m, cpu_cores: 1, disk_mb_s: 20, net_mb_s: 10, input_within: 15m}
+        host: {recent: 10m, hot_cores: 1, disk_mb_s: 20, net_mb_s: 10, input_within: 15m}
     actions:
       - notify: {to: owner}
       - stop: {grace: 15m, when_host_busy: hold}
@@ -49,9 +49,14 @@ policies:
                       "the agent's finest figure"))] = Field(
         default=timedelta(minutes=10),
         description="How much of the end of the idle window the host figures are read over.")
-    cpu_cores: float = Field(
+    hot_cores: float = Field(
         default=1.0, gt=0,
-        description="Busy when the host's CPUs do this many cores' worth of work (mean).")
+        description="Busy when this many cores are each kept 90% busy or more in any "
+        "minute: a single-threaded step pegs one, whatever the host's size.")
+    cpu_cores: float = Field(
+        default=4.0, gt=0,
+        description="Busy when the host's CPUs do this many cores' worth of work (mean); "
+        "above the background of daemons on a large host.")
     cpu_pct: float = Field(
         default=50.0, gt=0, le=100,
         description="Busy when all cores together are this busy (percent, mean); the one CPU "

@@ -24,7 +24,7 @@ from typing import NamedTuple, Protocol
 
 from sqlmodel import Session
 
-from costguard.model import Reading, TelemetrySource, Verdict, covering
+from costguard.model import TelemetrySource, Verdict, covering
 from costguard.policy.actions import StopAction
 from costguard.policy.evaluate import Finding
 from costguard.policy.schema import Policy
@@ -34,7 +34,7 @@ from costguard.telemetry.corroborate import HostFigures, host_activity
 from costguard.telemetry.trust import Checked, describe, untrusted
 
 
-class Checkable(Reading, Checked, HostFigures, Protocol):
+class Checkable(Checked, HostFigures, Protocol):
     """A GPU-minute as the stop's checks read it: a `GpuMinute`, or a `StopReading`."""
 
 
@@ -60,6 +60,7 @@ class StopReading(NamedTuple):
     power_limit_w: float | None
     host_cpu_pct: float | None
     host_cpus: int | None
+    host_hot_cores: int | None
     host_disk_bps: float | None
     host_net_bps: float | None
     host_sessions: int | None

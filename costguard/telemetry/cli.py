@@ -93,7 +93,7 @@ def agent(
         "small batch; and the host activity that holds a stop back while work is in "
         "progress (disk, network, GPU processes, terminals, Jupyter kernels).")] = True,
     jupyter_url: Annotated[list[str] | None, typer.Option(
-        rich_help_panel=_HOST,
+        rich_help_panel=_HOST, metavar="<url>",
         help="A Jupyter server on this host whose kernels' activity counts as work in "
         "progress (repeat for more; it must answer GET /api/kernels without a token). "
         "Default: http://127.0.0.1:8888.")] = None,
@@ -101,7 +101,7 @@ def agent(
         rich_help_panel=_HOST, help="Also write raw host-activity samples here (JSON lines).")
     ] = None,
     pre_stop_command: Annotated[str | None, typer.Option(
-        rich_help_panel=_HOOKS,
+        rich_help_panel=_HOOKS, metavar="<command>",
         help="What this host runs before a stop, when a policy's pre_stop says "
         "host_command (and before a self-stop): a shell command, e.g. a checkpoint script.")
     ] = None,
@@ -111,7 +111,7 @@ def agent(
         help="Before a self-stop, send this to the processes holding the GPUs (else the "
         "command above runs, if given).")] = None,
     pre_stop_timeout: Annotated[str, typer.Option(
-        rich_help_panel=_HOOKS, help="A self-stop's hook: time limit (or time to checkpoint).")
+        rich_help_panel=_HOOKS, metavar="<duration>", help="A self-stop's hook: time limit (or time to checkpoint).")
     ] = "5m",
     pre_stop_on_failure: Annotated[Literal["hold", "stop"], typer.Option(
         rich_help_panel=_HOOKS, metavar="<hold|stop>",

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from costguard.model import Reading
 from costguard.policy.conditions import HostActivity
 
 _MB = 1e6
@@ -40,19 +41,16 @@ class HostVerdict:
         return f"host quiet (last {self.span}): " + ", ".join(self.figures)
 
 
-class HostFigures(Protocol):
-    """What the corroboration reads of a GPU-minute (a `HostFigures` has all of it)."""
+class HostFigures(Reading, Protocol):
+    """What the corroboration reads of a GPU-minute: where and when, and the host's
+    figures (a `GpuMinute` has all of it)."""
 
-    @property
-    def gpu_index(self) -> int: ...
-    @property
-    def minute(self) -> datetime: ...
-    @property
-    def span_minutes(self) -> int: ...
     @property
     def host_cpu_pct(self) -> float | None: ...
     @property
     def host_cpus(self) -> int | None: ...
+    @property
+    def host_hot_cores(self) -> int | None: ...
     @property
     def host_disk_bps(self) -> float | None: ...
     @property
@@ -91,11 +89,15 @@ def host_activity(minutes: Sequence[HostFigures], end: datetime,
     cpu = [m.host_cpu_pct for m in hosts if m.host_cpu_pct is not None]
     cores = [m.host_cpu_pct * m.host_cpus / 100 for m in hosts
              if m.host_cpu_pct is not None and m.host_cpus]
+    # pegged cores by the busiest minute, as disk and network below
+    hot = max((m.host_hot_cores for m in hosts if m.host_hot_cores is not None), default=None)
     if (pct := _mean(cpu)) is not None:
         used = _mean(cores)
-        text = f"CPU {pct:.0f}%" + (f" ({used:.2f} cores)" if used is not None else "")
+        text = (f"CPU {pct:.0f}%" + (f" ({used:.2f} cores" if used is not None else "")
+                + (f", {hot} pegged" if hot else "") + (")" if used is not None else ""))
         figures.append(text)
-        if pct >= rules.cpu_pct or (used is not None and used >= rules.cpu_cores):
+        if (pct >= rules.cpu_pct or (used is not None and used >= rules.cpu_cores)
+                or (hot is not None and hot >= rules.hot_cores)):
             reasons.append(text)
     proc_cpu = _per_gpu_mean(recent, "gpu_proc_cpu_pct")
     if proc_cpu is not None:

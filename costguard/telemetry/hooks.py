@@ -121,7 +121,9 @@ class HookRunner:
 
     def _signal(self, spec: HookSpec) -> Outcome:
         assert spec.signal is not None
-        pids = sorted(self._gpu_pids())
+        # never init or the agent itself (a pid NVML names from another pid namespace could
+        # read as one of them)
+        pids = sorted(p for p in self._gpu_pids() if p > 1 and p != os.getpid())
         if not pids:
             return "skipped", "no process held a GPU: nothing to checkpoint"
         number = int(getattr(signals, spec.signal))

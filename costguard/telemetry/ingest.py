@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -142,6 +143,7 @@ class _BadItem(ValueError):
 GpuCounts = Callable[[set[tuple[str, str]]], Mapping[tuple[str, str], int]]
 HOOK_PATH = "/v1/hooks/{hook_id}"
 HOOK_OUTCOMES = ("succeeded", "failed", "timed_out", "skipped")
+_HOOK_ID = re.compile(r"[0-9a-f]{32}")
 
 
 class HookDesk(Protocol):
@@ -266,6 +268,8 @@ def telemetry_routes(
             return _error(422, "expected {\"status\": one of " + ", ".join(HOOK_OUTCOMES)
                           + ', "detail": "text"}')
         hook_id = request.path_params["hook_id"]
+        if not _HOOK_ID.fullmatch(hook_id):  # the daemon's ids are 32 hex digits
+            return _error(404, f"no pre-stop hook {hook_id[:40]!r} for this agent")
         try:
             known = await run_in_threadpool(hooks.report, hook_id, bound, status, detail,
                                             clock())

@@ -31,6 +31,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from costguard.model import Reading
+
 SM_NONE_BELOW = 1.0  # SM activity under this all minute: no SM worked
 LOADED_UTIL = 50.0
 LOADED_POWER_SHARE = 0.40
@@ -44,27 +46,14 @@ Slot = tuple[int, datetime]  # (gpu index, minute)
 _MINUTE = timedelta(minutes=1)
 
 
-class Checked(Protocol):
-    """What the checks read of a GPU-minute (a `GpuMinute` has all of it)."""
+class Checked(Reading, Protocol):
+    """What the checks read of a GPU-minute: the classifier's figures and the power (a
+    `GpuMinute` has all of it)."""
 
-    @property
-    def gpu_index(self) -> int: ...
-    @property
-    def minute(self) -> datetime: ...
-    @property
-    def span_minutes(self) -> int: ...
-    @property
-    def util_mean(self) -> float | None: ...
-    @property
-    def sm_mean(self) -> float | None: ...
-    @property
-    def sm_max(self) -> float | None: ...
     @property
     def power_w_mean(self) -> float | None: ...
     @property
     def power_limit_w(self) -> float | None: ...
-    @property
-    def process_count(self) -> int | None: ...
 
 
 def untrusted(minutes: Iterable[Checked]) -> dict[Slot, str]:

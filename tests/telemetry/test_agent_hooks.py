@@ -142,21 +142,24 @@ def hook_row(db: Database, hook_id: str, instance_id: str = "i-a") -> None:
 
 
 def test_the_report_route_answers_each_case_with_its_status(db: Database) -> None:
-    hook_row(db, "h-one")
+    hook_row(db, "0123456789abcdef0123456789abcdef")
     app = telemetry_app(token=TOKEN, sink=StoreSink(db, DaemonMetrics()), clock=lambda: T0,
                         hooks=StoreHooks(db))
     auth = {"Authorization": f"Bearer {TOKEN}"}
     with serve(app) as url, httpx.Client(base_url=url) as client:
-        assert client.post("/v1/hooks/h-one", json={"status": "succeeded"}).status_code == 401
-        assert client.post("/v1/hooks/nope", headers=auth,
-                           json={"status": "failed"}).status_code == 404
-        bad = client.post("/v1/hooks/h-one", headers=auth, json={"status": "done"})
+        one = "/v1/hooks/0123456789abcdef0123456789abcdef"
+        assert client.post(one, json={"status": "succeeded"}).status_code == 401
+        for other in ("nope", "f" * 32, "%00" * 11, "x" * 5000):
+            assert client.post(f"/v1/hooks/{other}", headers=auth,
+                               json={"status": "failed"}).status_code == 404
+        bad = client.post(one, headers=auth, json={"status": "done"})
         assert bad.status_code == 422 and "succeeded, failed, timed_out, skipped" in bad.text
-        assert client.post("/v1/hooks/h-one", headers=auth, content=b"{").status_code == 400
-        ok = client.post("/v1/hooks/h-one", headers=auth,
-                         json={"status": "failed", "detail": "exit 1"})
+        for body in (b"{", b"[1]", b'{"status": "failed", "detail": 3}',
+                     b'{"status": ["failed"]}', b"\x00"):
+            assert client.post(one, headers=auth, content=body).status_code in (400, 422)
+        ok = client.post(one, headers=auth, json={"status": "failed", "detail": "exit 1"})
         assert ok.status_code == 200
-        again = client.post("/v1/hooks/h-one", headers=auth,
+        again = client.post(one, headers=auth,
                             json={"status": "succeeded", "detail": "changed my mind"})
         assert again.status_code == 200
     with db.session() as s:
@@ -165,8 +168,8 @@ def test_the_report_route_answers_each_case_with_its_status(db: Database) -> Non
 
 
 def test_hooks_come_with_the_answer_to_an_agents_push(db: Database) -> None:
-    hook_row(db, "h-a", "i-a")
-    hook_row(db, "h-b", "i-b")
+    hook_row(db, "a" * 32, "i-a")
+    hook_row(db, "b" * 32, "i-b")
     app = telemetry_app(token=TOKEN, sink=StoreSink(db, DaemonMetrics()), clock=lambda: T0,
                         hooks=StoreHooks(db))
     minute = {"provider": "sim", "instance_id": "i-a", "gpu_index": 0, "source": "agent",
@@ -174,11 +177,11 @@ def test_hooks_come_with_the_answer_to_an_agents_push(db: Database) -> None:
     with serve(app) as url:
         answer = httpx.post(f"{url}/v1/telemetry", json={"minutes": [minute]},
                             headers={"Authorization": f"Bearer {TOKEN}"}).json()
-    assert answer["hooks"] == [{"id": "h-a", "provider": "sim", "instance_id": "i-a",
+    assert answer["hooks"] == [{"id": "a" * 32, "provider": "sim", "instance_id": "i-a",
                                 "kind": "signal", "signal": "SIGUSR1", "timeout_s": 60}]
     with db.session() as s:
         status = {r.id: (r.status, r.delivered_at) for r in s.exec(select(StopHookRow))}
-    assert status == {"h-a": ("delivered", T0), "h-b": ("requested", None)}
+    assert status == {"a" * 32: ("delivered", T0), "b" * 32: ("requested", None)}
 
 
 def test_the_signal_really_reaches_a_process(tmp_path: Path) -> None:

@@ -35,7 +35,8 @@ from costguard.telemetry.corroborate import host_activity
 from tests.fakes.loopback import serve
 
 HOST = Path(__file__).resolve().parents[1] / "fixtures" / "host"
-BUSY = ("dataset_copy", "checkpoint_write", "cpu_preprocessing", "notebook_recent_input")
+BUSY = ("dataset_copy", "dataset_download", "checkpoint_write", "cpu_preprocessing",
+        "notebook_recent_input")
 QUIET = ("idle", "notebook_idle_kernel")
 
 
@@ -76,7 +77,8 @@ def test_the_idle_box_and_the_notebook_left_alone_are_quiet(name: str) -> None:
 
 def test_the_evidence_names_what_was_busy_with_its_figure() -> None:
     assert "disk" in verdict("dataset_copy").evidence
-    assert "cores" in verdict("cpu_preprocessing").evidence
+    assert "1 pegged" in verdict("cpu_preprocessing").evidence
+    assert "network up to 25" in verdict("dataset_download").evidence
     assert "Jupyter kernel" in verdict("notebook_recent_input").evidence
     quiet = verdict("idle").evidence
     assert quiet.startswith("host quiet (last 10 min): CPU ")
@@ -96,9 +98,12 @@ def test_the_defaults_sit_between_the_recordings_with_margin() -> None:
     assert peak("dataset_copy", "host_disk_bps") / 1e6 > 2 * rules.disk_mb_s
     quiet_net = max(peak(n, "host_net_bps") for n in QUIET) / 1e6
     assert quiet_net * 4 < rules.net_mb_s, quiet_net
-    cores = [m.host_cpu_pct * m.host_cpus / 100 for m in recorded("idle")
+    cores = [m.host_cpu_pct * m.host_cpus / 100 for n in QUIET for m in recorded(n)
              if m.host_cpu_pct is not None and m.host_cpus]
-    assert max(cores) * 2 < rules.cpu_cores, cores
+    assert max(cores) * 10 < rules.cpu_cores, cores
+    assert max(peak(n, "host_hot_cores") for n in QUIET) == 0 < rules.hot_cores
+    assert peak("cpu_preprocessing", "host_hot_cores") >= rules.hot_cores
+    assert peak("dataset_download", "host_net_bps") / 1e6 > 2 * rules.net_mb_s
 
 
 # -- the reader's arithmetic ---------------------------------------------------------------
