@@ -111,7 +111,8 @@ def agent(
         help="Before a self-stop, send this to the processes holding the GPUs (else the "
         "command above runs, if given).")] = None,
     pre_stop_timeout: Annotated[str, typer.Option(
-        rich_help_panel=_HOOKS, metavar="<duration>", help="A self-stop's hook: time limit (or time to checkpoint).")
+        rich_help_panel=_HOOKS, metavar="<duration>",
+        help="A self-stop's hook: time limit (or time to checkpoint).")
     ] = "5m",
     pre_stop_on_failure: Annotated[Literal["hold", "stop"], typer.Option(
         rich_help_panel=_HOOKS, metavar="<hold|stop>",
