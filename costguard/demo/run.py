@@ -56,6 +56,7 @@ class DemoResult:
     cycles: int
     seconds: float
     alerts: Counter[str] = field(default_factory=Counter)
+    held: int = 0  # the most idle instances whose stop a cycle held back (idle-but-busy)
 
 
 def enforced(policies: PolicySet) -> PolicySet:
@@ -153,6 +154,7 @@ def run_demo(
         sim_settings = (settings.providers.sim or SimSettings()).model_copy(update={
             "managed_groups": True,  # an ASG and a node pool beside the pets
             "underused_hosts": True,  # what `costguard recommend` shows
+            "work_in_progress_hosts": True,  # idle GPUs, a busy host: never stopped
             "week_shift_hours": week_shift(clock.now())})
         providers = {"sim": SimProvider(sim_settings, clock)}
     result = DemoResult(cycles=0, seconds=0.0)
@@ -171,7 +173,8 @@ def run_demo(
     engine = Engine(settings, db, providers, policies, clock, alert_printer=show)
     t0 = time.perf_counter()
     while clock.now() <= end:
-        engine.run_cycle()
+        summary = engine.run_cycle()
+        result.held = max(result.held, sum(summary.held_back.values()))
         result.cycles += 1
         clock.advance(poll)
     result.seconds = time.perf_counter() - t0
@@ -196,6 +199,12 @@ def _epilogue(console: Console, db: Database, settings: Settings, since: datetim
                   f"(${saved:,.2f}/h no longer burning), "
                   f"{result.alerts['cleared']} warnings cancelled because the GPU got busy, "
                   f"{result.alerts['finding']} notices (spot candidates, missing tags).")
+    if result.held:
+        many = result.held > 1
+        console.print(f"Work in progress: {result.held} idle instance{'s' if many else ''} "
+                      f"not stopped while {'their hosts' if many else 'its host'} showed work "
+                      "(idle-but-busy: still idle spend; explain says what held it back).",
+                      highlight=False)
     for line in managed:
         console.print(line, highlight=False)
     unattributed = next((r for r in by_team.rows if r.key == ("unattributed",)), None)

@@ -19,7 +19,12 @@ from typing import TYPE_CHECKING
 from costguard.clock import Clock
 from costguard.demo.sim_fleet import SIM_TYPES, SimHost, gpu_memory_mib
 from costguard.demo.sim_groups import SimGroup, SimGroupOps, demo_groups, member_view
-from costguard.demo.sim_hosts import gpu_phase, host_figures, underused_hosts
+from costguard.demo.sim_hosts import (
+    gpu_phase,
+    host_figures,
+    underused_hosts,
+    work_in_progress_hosts,
+)
 from costguard.demo.sim_settings import SimSettings
 from costguard.errors import InstanceNotFound
 from costguard.model import (
@@ -95,6 +100,12 @@ class SimProvider(SimGroupOps):
             for host in underused_hosts(settings.accounts[0], settings.regions[0],
                                         self._serial + 1, settings.seed,
                                         start - timedelta(days=9)):
+                self._serial += 1
+                self._hosts[host.instance.instance_id] = host
+        if settings.work_in_progress_hosts:  # after those: theirs stay as they were too
+            for host in work_in_progress_hosts(settings.accounts[0], settings.regions[0],
+                                               self._serial + 1, settings.seed,
+                                               start - timedelta(hours=2)):
                 self._serial += 1
                 self._hosts[host.instance.instance_id] = host
 
@@ -238,7 +249,7 @@ class SimProvider(SimGroupOps):
             while minute < end:
                 phase = self.phase(host, minute)
                 if phase is not None and self._running_at(host, minute):
-                    figures = host_figures(host, phase)
+                    figures = host_figures(host, phase, minute)
                     for gpu in range(inst.gpu_count):
                         out.append(sim_minute(gpu_phase(host, phase, gpu), "sim",
                                               inst.instance_id, gpu, minute, rng,

@@ -48,3 +48,5 @@ class SimHost:
     gpu_phases: tuple[str, ...] | None = None  # per GPU, where they differ (sim_hosts)
     host_cpu: float | None = None  # host CPU busy %, where not the phase's (sim_hosts)
     host_mem_gib: float | None = None
+    host_disk_bps: float | None = None  # disk bytes a second, where the host moves data
+    disk_until: datetime | None = None  # ... until then

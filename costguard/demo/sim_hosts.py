@@ -8,7 +8,7 @@ barely uses the CPU (latency-bound), an empty box does nothing.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from costguard.demo.sim_fleet import SIM_TYPES, SimHost, gpu_memory_mib
@@ -30,18 +30,22 @@ def _shape(instance_type: str) -> tuple[int, int]:
     return shape.vcpus, shape.memory_mib * 2**20
 
 
-def host_figures(host: SimHost, phase: str) -> dict[str, Any]:
-    """The GpuMinute host fields of `host` while its GPUs run `phase`, and its GPUs' memory
-    size (the recording's is an H100's)."""
+def host_figures(host: SimHost, phase: str, minute: datetime | None = None) -> dict[str, Any]:
+    """The GpuMinute host fields of `host` while its GPUs run `phase` (at `minute`), and its
+    GPUs' memory size (the recording's is an H100's)."""
     vcpus, memory = _shape(host.instance.instance_type)
     cpu, mem_share = _HOST_BY_PHASE.get(phase, (5.0, 0.05))
     if host.host_cpu is not None:
         cpu = host.host_cpu
     used = host.host_mem_gib * GIB if host.host_mem_gib is not None else memory * mem_share
-    return {"host_cpu_pct": cpu, "host_iowait_pct": 0.5, "host_cpus": vcpus,
-            "host_hot_cores": vcpus if cpu >= 90 else 0,
-            "host_mem_used_bytes": int(used), "host_mem_total_bytes": memory,
-            "mem_total_bytes": (host.instance.gpu_memory_mib or 0) * 2**20 or None}
+    figures = {"host_cpu_pct": cpu, "host_iowait_pct": 0.5, "host_cpus": vcpus,
+               "host_hot_cores": vcpus if cpu >= 90 else 0,
+               "host_mem_used_bytes": int(used), "host_mem_total_bytes": memory,
+               "mem_total_bytes": (host.instance.gpu_memory_mib or 0) * 2**20 or None}
+    if host.host_disk_bps is not None and (
+            host.disk_until is None or minute is None or minute < host.disk_until):
+        figures["host_disk_bps"] = host.host_disk_bps
+    return figures
 
 
 # name, type, team, owner, the phase of each GPU, host CPU %, host memory GiB in use
@@ -60,18 +64,41 @@ def underused_hosts(account: str, region: str, first_serial: int, seed: int,
     a small model from one GPU."""
     out = []
     for k, (name, itype, team, owner, phases, cpu, mem) in enumerate(_UNDERUSED):
-        gpus, model = SIM_TYPES[itype]
-        mem_mib = gpu_memory_mib(itype)
-        inst = Instance(
-            provider="sim", account=account, region=region, zone=f"{region}b",
-            instance_id=f"i-sim{seed:02d}{first_serial + k:06d}", name=name,
-            instance_type=itype, state=InstanceState.RUNNING, gpu_count=gpus,
-            gpu_model=model, gpu_memory_mib=mem_mib,
-            launch_time=launched, observed_at=launched,
-            tags={"Name": name, "team": team, "owner": f"{owner}@example.com", "env": "prod"})
+        inst = _instance(account, region, f"i-sim{seed:02d}{first_serial + k:06d}", name,
+                         itype, team, owner, launched)
         out.append(SimHost(instance=inst, profile="underused", gpu_phases=phases,
                            host_cpu=cpu, host_mem_gib=mem, disk_gib=200))
     return out
+
+
+# a training job copying its dataset before the first kernel: 8 GPUs held, none working,
+# the disk writing 420 MB/s and 3 % of 96 vCPUs busy for its first 14 hours; then the job
+# is forgotten, the GPUs still held
+WORK_IN_PROGRESS = ("research-p4d-copying-data", "p4d.24xlarge", "research", "ana")
+COPY_HOURS = 14
+
+
+def work_in_progress_hosts(account: str, region: str, first_serial: int, seed: int,
+                           launched: datetime) -> list[SimHost]:
+    """A host whose GPUs sit idle while its job copies data (idle-but-busy: not stopped),
+    and idle once the copy is done (stopped)."""
+    name, itype, team, owner = WORK_IN_PROGRESS
+    inst = _instance(account, region, f"i-sim{seed:02d}{first_serial:06d}", name, itype, team,
+                     owner, launched)
+    return [SimHost(instance=inst, profile="forgotten", host_cpu=3.0, host_mem_gib=160.0,
+                    host_disk_bps=420e6, disk_until=launched + timedelta(hours=COPY_HOURS),
+                    disk_gib=2000)]
+
+
+def _instance(account: str, region: str, instance_id: str, name: str, itype: str, team: str,
+              owner: str, launched: datetime) -> Instance:
+    gpus, model = SIM_TYPES[itype]
+    return Instance(
+        provider="sim", account=account, region=region, zone=f"{region}b",
+        instance_id=instance_id, name=name, instance_type=itype,
+        state=InstanceState.RUNNING, gpu_count=gpus, gpu_model=model,
+        gpu_memory_mib=gpu_memory_mib(itype), launch_time=launched, observed_at=launched,
+        tags={"Name": name, "team": team, "owner": f"{owner}@example.com", "env": "prod"})
 
 
 def gpu_phase(host: SimHost, phase: str, gpu: int) -> str:

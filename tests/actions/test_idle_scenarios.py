@@ -56,6 +56,17 @@ def test_a_warning_message_names_the_stop_s_deadline(db_url: str,
     assert f"Deadline: {deadline}" in body.splitlines()
 
 
+def test_a_notice_without_a_stop_names_no_deadline(db_url: str, cloud: ScriptedCloud) -> None:
+    """The same message in a policy that only notifies: there is no deadline to name."""
+    notify_only = "\n".join(line for line in AT_DEADLINE.splitlines()
+                            if "- stop:" not in line) + "\n"
+    cloud.add("i-idle")
+    engine = make_engine(db_url, notify_only, cloud)
+    engine.run_cycle()
+    body = alerts(engine.db, "finding")[0].body
+    assert "we stop it at none; ask #gpu-help" in body.splitlines()
+
+
 def test_warned_instance_that_gets_busy_is_cleared_and_not_stopped(db_url: str,
                                                                    cloud: ScriptedCloud) -> None:
     cloud.add("i-idle")
