@@ -33,6 +33,7 @@ from costguard.policy.actions import PreStop
 from costguard.policy.evaluate import Finding
 from costguard.policy.schema import Policy
 from costguard.store.tables import ActionJournalRow, GpuReadingRow, StopHookRow
+from costguard.telemetry.hooks import OUTCOMES
 
 if TYPE_CHECKING:
     from costguard.actions.runner import ActionRunner
@@ -44,16 +45,15 @@ REPORT_SLACK = timedelta(minutes=5)  # delivery (the agent's next push) and its 
 # since then times out (and the policy decides), it is not taken for a host without one
 AGENT_HEARD = timedelta(hours=24)
 OPEN = ("requested", "delivered")
-OUTCOMES = ("succeeded", "failed", "timed_out", "skipped")
 MAX_DETAIL = 2000
 Ref = tuple[str, str]
 
 
 def describe(hook: PreStop) -> str:
-    what = (f"pre-stop hook ({hook.signal} to the GPUs' processes, {_span(hook.timeout)} to "
-            "checkpoint)" if hook.signal else
-            f"pre-stop hook (the host's command, {_span(hook.timeout)} limit)")
-    return what
+    if hook.signal:
+        return (f"pre-stop hook ({hook.signal} to the GPUs' processes, {_span(hook.timeout)} "
+                "to checkpoint)")
+    return f"pre-stop hook (the host's command, {_span(hook.timeout)} limit)"
 
 
 def _span(d: timedelta) -> str:

@@ -36,3 +36,12 @@ class ActStats:
 
     def as_dict(self) -> dict[str, object]:
         return {k: dict(v) if isinstance(v, Counter) else v for k, v in vars(self).items()}
+
+    def by_mode(self, dry: set[str]) -> dict[str, object]:
+        """`as_dict`, with `warned` split by what will happen: a dry-run policy's (`dry`:
+        their names) warning sends nothing and acts on nothing (`would_warn`); only
+        enforced policies' are `warned`."""
+        out = self.as_dict()
+        out["warned"] = {k: n for k, n in self.warned.items() if k not in dry}
+        out["would_warn"] = {k: n for k, n in self.warned.items() if k in dry}
+        return out

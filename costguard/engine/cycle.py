@@ -39,7 +39,7 @@ from costguard.model import Gap, GpuMinute, Instance, InstanceState, TelemetrySo
 from costguard.policy.conditions import IdleCondition
 from costguard.policy.evaluate import Finding, evaluate
 from costguard.policy.schema import PolicySet
-from costguard.policy.stop_check import held_back, judge, needs_check, read_for_checks
+from costguard.policy.stop_check import check_stops, held_back, needs_check
 from costguard.providers.base import Provider, Readings, ReadsWindowOnce, Remembers
 from costguard.store import control
 from costguard.store.db import Database
@@ -398,25 +398,8 @@ class Engine:
                     if (ref not in agents and needs_check(f)
                             and any(m.source is TelemetrySource.AGENT for m in minutes)):
                         agents.add(ref)
-        return self._check_stops(findings, start, now, agents)
-
-    def _check_stops(self, findings: list[Finding], start: datetime, now: datetime,
-                     agents: set[tuple[str, str]]) -> list[Finding]:
-        """Idle findings of policies that stop, after the signal checks and the host's
-        corroboration (policy/stop_check.py): their stored readings, read in one pass
-        each. Only an agent's readings carry power, so only theirs can be untrusted: for
-        the others only the host's last minutes are read (a cloud's CPU figure)."""
-        refs = {(f.instance.provider, f.instance.instance_id) for f in findings
-                if needs_check(f)}
-        if not refs:
-            return findings
-        recent = max(p.condition.idle.host.recent for p in self.policies.policies
-                     if p.condition.idle)
-        with self.db.session() as s:
-            stored = read_for_checks(s, refs & agents, start, now)
-            stored.update(read_for_checks(s, refs - agents, max(start, now - recent), now))
-        out = [judge(f, stored.get((f.instance.provider, f.instance.instance_id), []), now)
-               if needs_check(f) else f for f in findings]
+        # the stop's checks on the stored readings (policy/stop_check.py)
+        out = check_stops(self.db, self.policies.policies, findings, start, now, agents)
         for f in out:
             if held_back(f):
                 log.info("%s (%s): %s", f.instance.instance_id, f.policy.name, f.reason)
@@ -437,18 +420,8 @@ class Engine:
             # the re-checks' states serve this stage only; at 100,000 instances they are
             # tens of MB, not to be held through the next cycle
             self.runner.rechecks.clear()
-        summary.actions = self._by_mode(stats.as_dict())
-
-    def _by_mode(self, actions: dict[str, Any]) -> dict[str, Any]:
-        """`warned` split by what will happen: a dry-run policy's warning sends nothing and
-        acts on nothing (`would warn`); only enforced policies' are `warned`."""
-        warned = actions.get("warned")
-        if not isinstance(warned, dict):
-            return actions
-        dry = {p.name for p in self.policies.policies if not p.is_enforced}
-        actions["warned"] = {k: n for k, n in warned.items() if k not in dry}
-        actions["would_warn"] = {k: n for k, n in warned.items() if k in dry}
-        return actions
+        summary.actions = stats.by_mode({p.name for p in self.policies.policies
+                                         if not p.is_enforced})
 
     def _spend(self, summary: CycleSummary, now: datetime) -> None:
         """Budgets and anomalies over what has accrued; both alert through the outbox."""

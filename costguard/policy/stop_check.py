@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 from sqlmodel import Session
 
@@ -28,14 +28,10 @@ from costguard.model import TelemetrySource, Verdict, covering
 from costguard.policy.actions import StopAction
 from costguard.policy.evaluate import Finding
 from costguard.policy.schema import Policy
+from costguard.store.db import Database
 from costguard.store.readings import InstanceRef, read_rows
 from costguard.telemetry.classify import classify
-from costguard.telemetry.corroborate import HostFigures, host_activity
-from costguard.telemetry.trust import Checked, describe, untrusted
-
-
-class Checkable(Checked, HostFigures, Protocol):
-    """A GPU-minute as the stop's checks read it: a `GpuMinute`, or a `StopReading`."""
+from costguard.telemetry.stop_evidence import Checkable, stop_evidence
 
 
 class StopReading(NamedTuple):
@@ -102,6 +98,23 @@ def read_for_checks(session: Session, refs: Iterable[InstanceRef], start: dateti
     return out
 
 
+def check_stops(db: Database, policies: Sequence[Policy], findings: list[Finding],
+                start: datetime, now: datetime, agents: set[InstanceRef]) -> list[Finding]:
+    """`findings` with each that needs them through the checks, on the stored readings of
+    its instance, read in one pass each. Only an agent's readings carry power, so only theirs
+    can be untrusted: of the instances without (`agents` has those with), only the host's
+    last minutes are read (a cloud's CPU figure)."""
+    refs = {(f.instance.provider, f.instance.instance_id) for f in findings if needs_check(f)}
+    if not refs:
+        return findings
+    recent = max(p.condition.idle.host.recent for p in policies if p.condition.idle)
+    with db.session() as s:
+        stored = read_for_checks(s, refs & agents, start, now)
+        stored.update(read_for_checks(s, refs - agents, max(start, now - recent), now))
+    return [judge(f, stored.get((f.instance.provider, f.instance.instance_id), []), now)
+            if needs_check(f) else f for f in findings]
+
+
 def judge(f: Finding, minutes: Sequence[Checkable], now: datetime) -> Finding:
     """`f` after the signal checks and the host's corroboration (unchanged if `f` does not
     need them)."""
@@ -112,22 +125,21 @@ def judge(f: Finding, minutes: Sequence[Checkable], now: datetime) -> Finding:
     window = covering(minutes, start, now)
     if idle.evidence == "agent":
         window = [m for m in window if m.source is TelemetrySource.AGENT]
-    found = untrusted(window)
-    why = describe(found)
-    if found:
-        kept = [m for m in window if (m.gpu_index, m.minute) not in found]
-        again = classify(kept, window_start=start, window_end=now,
-                         gpu_count=max(f.instance.gpu_count, 1), signal=idle.signal,
-                         below=idle.below, min_coverage=idle.min_coverage)
-        if again.verdict is not Verdict.IDLE:
-            return replace(f, holds=False, untrusted=why,
-                           reason=f"not idle once untrusted signals are set aside "
-                                  f"({again.verdict}): {why}; {again.evidence}")
-    host = host_activity(window, now, idle.host)
-    if host.busy and step.when_host_busy == "hold":
-        return replace(f, holds=False, host=host, untrusted=why,
-                       reason=f"idle-but-busy: {host.evidence}; the stop is held back "
+    ev = stop_evidence(
+        window, lambda kept: classify(kept, window_start=start, window_end=now,
+                                      gpu_count=max(f.instance.gpu_count, 1),
+                                      signal=idle.signal, below=idle.below,
+                                      min_coverage=idle.min_coverage),
+        now, idle.host, f.classification)
+    if ev.host is None:  # no longer idle once the untrusted minutes are set aside
+        return replace(f, holds=False, untrusted=ev.untrusted,
+                       reason=f"not idle once untrusted signals are set aside "
+                              f"({ev.verdict.verdict}): {ev.untrusted}; {ev.verdict.evidence}")
+    if ev.idle_but_busy and step.when_host_busy == "hold":
+        return replace(f, holds=False, host=ev.host, untrusted=ev.untrusted,
+                       reason=f"idle-but-busy: {ev.host.evidence}; the stop is held back "
                               f"(when_host_busy: hold); GPUs: {f.evidence}")
-    said = host.evidence + ("; stopping anyway (when_host_busy: stop)" if host.busy else "")
-    return replace(f, host=host, untrusted=why,
-                   reason="; ".join(filter(None, [f.reason, why, said])))
+    said = ev.host.evidence + ("; stopping anyway (when_host_busy: stop)"
+                               if ev.idle_but_busy else "")
+    return replace(f, host=ev.host, untrusted=ev.untrusted,
+                   reason="; ".join(filter(None, [f.reason, ev.untrusted, said])))

@@ -28,13 +28,15 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
+from costguard.policy.actions import HookSignal
 from costguard.telemetry.buffer import DiskBuffer
 
 log = logging.getLogger(__name__)
 
-SIGNALS = ("SIGUSR1", "SIGUSR2", "SIGINT", "SIGTERM", "SIGHUP")
+SIGNALS: tuple[str, ...] = get_args(HookSignal)  # what a policy's pre_stop may send
+OUTCOMES = ("succeeded", "failed", "timed_out", "skipped")  # what a hook reports
 MAX_TIMEOUT_S = 6 * 3600
 STDERR_TAIL = 300
 
@@ -65,7 +67,7 @@ class HookSpec:
         return cls(hook_id, kind, sig if kind == "signal" else None, float(timeout))
 
 
-Outcome = tuple[str, str]  # (succeeded | failed | timed_out | skipped, detail)
+Outcome = tuple[str, str]  # (one of OUTCOMES, detail)
 
 
 class HookRunner:

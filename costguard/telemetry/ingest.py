@@ -43,6 +43,7 @@ from starlette.routing import Route
 from costguard.daemon.bodies import BodyRefused, BodyTooLarge, parse_json, read_limited
 from costguard.errors import ConfigError
 from costguard.model import GpuMinute
+from costguard.telemetry.hooks import OUTCOMES
 
 if TYPE_CHECKING:
     from costguard.daemon.identity import IdentityAuthority
@@ -142,7 +143,6 @@ class _BadItem(ValueError):
 
 GpuCounts = Callable[[set[tuple[str, str]]], Mapping[tuple[str, str], int]]
 HOOK_PATH = "/v1/hooks/{hook_id}"
-HOOK_OUTCOMES = ("succeeded", "failed", "timed_out", "skipped")
 _HOOK_ID = re.compile(r"[0-9a-f]{32}")
 
 
@@ -264,8 +264,8 @@ def telemetry_routes(
             return _error(400, f"body refused: {exc}")
         status = payload.get("status") if isinstance(payload, dict) else None
         detail = payload.get("detail", "") if isinstance(payload, dict) else ""
-        if status not in HOOK_OUTCOMES or not isinstance(detail, str):
-            return _error(422, "expected {\"status\": one of " + ", ".join(HOOK_OUTCOMES)
+        if status not in OUTCOMES or not isinstance(detail, str):
+            return _error(422, "expected {\"status\": one of " + ", ".join(OUTCOMES)
                           + ', "detail": "text"}')
         hook_id = request.path_params["hook_id"]
         if not _HOOK_ID.fullmatch(hook_id):  # the daemon's ids are 32 hex digits

@@ -22,10 +22,9 @@ from costguard.model import GpuMinute, Verdict
 from costguard.policy.actions import HostBusy
 from costguard.policy.conditions import HostActivity
 from costguard.telemetry.classify import SignalChoice, classify
-from costguard.telemetry.corroborate import host_activity
 from costguard.telemetry.hooks import SELF_STOP_PREFIX, HookRunner, HookSpec
 from costguard.telemetry.identity import Identity
-from costguard.telemetry.trust import describe, untrusted
+from costguard.telemetry.stop_evidence import stop_evidence
 
 log = logging.getLogger(__name__)
 
@@ -87,20 +86,19 @@ class SelfStop:
             # the classifier accepts 80% coverage; a stop needs the whole span watched
             self.last_evidence = "not yet watched for the whole span"
             return False
-        window = list(self._minutes.values())
-        found = untrusted(window)  # contradictory minutes are no data (telemetry/trust.py)
-        kept = [m for m in window if (m.gpu_index, m.minute) not in found]
-        verdict = classify(kept, window_start=start, window_end=end,
-                           gpu_count=self.gpu_count, signal=self.signal, below=self.below)
-        self.last_evidence = "; ".join(filter(None, [verdict.evidence, describe(found)]))
-        if verdict.verdict is not Verdict.IDLE:
-            return False
-        host = host_activity(kept, end, self.host)
-        self.last_evidence += f"; {host.evidence}"
-        if host.busy and self.when_host_busy == "hold":
+        # the daemon's stop checks: contradictory minutes are no data, a busy host holds
+        ev = stop_evidence(
+            list(self._minutes.values()),
+            lambda kept: classify(kept, window_start=start, window_end=end,
+                                  gpu_count=self.gpu_count, signal=self.signal,
+                                  below=self.below),
+            end, self.host)
+        self.last_evidence = "; ".join(filter(None, [ev.verdict.evidence, ev.untrusted,
+                                                     ev.host.evidence if ev.host else None]))
+        if ev.idle_but_busy and self.when_host_busy == "hold":
             self.last_evidence = f"idle-but-busy: {self.last_evidence}"
             return False
-        return True
+        return ev.verdict.verdict is Verdict.IDLE
 
     def check(self, now: datetime) -> None:
         """Called every tick; cheap unless a decision is due."""
