@@ -27,11 +27,13 @@ from typing import Any, TextIO
 
 import httpx
 
+from costguard.limited_json import parse_json
 from costguard.telemetry.host import CpuTimes, HostSample, host_fields
 
 log = logging.getLogger(__name__)
 
 JUPYTER_TIMEOUT_S = 2.0
+JUPYTER_MAX_BYTES = 2**20  # a kernel's model is ~200 bytes: thousands of kernels fit
 
 
 @dataclass(frozen=True)
@@ -149,19 +151,35 @@ class ActivityReader:
         answered = False
         for url in self._jupyter:
             try:
-                response = self._client.get(f"{url}/api/kernels", timeout=JUPYTER_TIMEOUT_S)
+                body = self._get_bounded(f"{url}/api/kernels")
             except httpx.HTTPError:
                 continue  # no server there (yet): quietly not measured
-            if response.status_code != 200:
-                self._once(f"Jupyter kernels at {url} (HTTP {response.status_code})",
-                           RuntimeError("it wants credentials; see docs/agent.md"))
+            except ValueError as exc:  # another status, or a body past the bound
+                self._once(f"Jupyter kernels at {url}", exc)
                 continue
             try:
-                kernels.extend(parse_kernels(response.json()))
+                kernels.extend(parse_kernels(parse_json(body)))
                 answered = True
-            except (ValueError, TypeError, KeyError) as exc:
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
                 self._once(f"Jupyter kernels at {url}", exc)
         return tuple(kernels) if answered else None
+
+
+    def _get_bounded(self, url: str) -> bytes:
+        """A 200's body, read up to `JUPYTER_MAX_BYTES` (a server on the host answering
+        gigabytes never fills the agent's memory). Raises httpx.HTTPError, or ValueError
+        for another status or a longer body."""
+        assert self._client is not None
+        with self._client.stream("GET", url, timeout=JUPYTER_TIMEOUT_S) as response:
+            if response.status_code != 200:
+                raise ValueError(f"HTTP {response.status_code}: it must answer without a "
+                                 "token (docs/agent.md)")
+            body = b""
+            for chunk in response.iter_bytes():
+                body += chunk
+                if len(body) > JUPYTER_MAX_BYTES:
+                    raise ValueError(f"its answer is over {JUPYTER_MAX_BYTES} bytes")
+            return body
 
 
 def parse_kernels(body: Any) -> list[tuple[str, float]]:

@@ -17,7 +17,7 @@ import psutil
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from costguard.model import GpuMinute, TelemetrySource
@@ -227,16 +227,29 @@ def test_kernels_are_read_from_a_server_that_answers_without_a_token() -> None:
     async def locked(request: Request) -> JSONResponse:
         return JSONResponse({"message": "Forbidden", "reason": None}, status_code=403)
 
+    async def huge(request: Request) -> StreamingResponse:
+        async def endless():  # type: ignore[no-untyped-def]
+            yield b"["
+            for _ in range(500):  # 22 MB, where a gigabyte would do the same
+                yield b'{"last_activity": "2026-12-02T00:00:00Z"},' * 1_000
+
+        return StreamingResponse(endless(), media_type="application/json")
+
+    async def odd(request: Request) -> JSONResponse:
+        return JSONResponse([{"last_activity": "9999-12-31T23:59:59Z"}, 5000 * "9"])
+
     app = Starlette(routes=[Route("/open/api/kernels", kernels), Route("/locked/api/kernels",
-                                                                      locked)])
+                                                                      locked),
+                            Route("/huge/api/kernels", huge), Route("/odd/api/kernels", odd)])
     with serve(app) as url, httpx.Client() as client:
         open_reader = ActivityReader(jupyter_urls=[f"{url}/open"], client=client)
         s = open_reader.sample(time.time(), [], minute_end=True)
         assert s.kernels == tuple(parse_kernels(KERNELS))
         assert s.kernels[1][0] == "busy"
-        locked_reader = ActivityReader(jupyter_urls=[f"{url}/locked", "http://127.0.0.1:9"],
-                                       client=client)
-        assert locked_reader.sample(time.time(), [], minute_end=True).kernels is None
+        # a token wanted, nobody there, an answer without end, a malformed one: not measured
+        for bad in (f"{url}/locked", "http://127.0.0.1:9", f"{url}/huge", f"{url}/odd"):
+            reader = ActivityReader(jupyter_urls=[bad], client=client)
+            assert reader.sample(time.time(), [], minute_end=True).kernels is None, bad
 
 
 def test_a_recording_line_round_trips() -> None:
