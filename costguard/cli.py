@@ -205,7 +205,8 @@ def report(
     config: ConfigOpt = None,
     by: Annotated[list[str], typer.Option(
         "--by", help="team, project, env, cost-center, account, provider, region, "
-        "instance-type, lifecycle, instance, owner, owner-kind, managed (repeat to nest).")
+        "instance-type, lifecycle, instance, owner, owner-kind, managed (repeat to nest); "
+        "for Kubernetes pods: cluster, namespace, workload, pod, node, team.")
     ] = ["team"],  # noqa: B006
     since: Annotated[str, typer.Option(help="A duration back from now (7d) or a date.")] = "7d",
     until: Annotated[str | None, typer.Option(help="End (default now): duration or date.")] = None,
@@ -217,17 +218,21 @@ def report(
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to FILE.")] = None,
     compare: Annotated[Literal["billed"] | None, typer.Option(
         help="`billed`: imported bills beside the estimate, and the gap.")] = None,
+    cluster: Annotated[str | None, typer.Option(
+        help="A Kubernetes cluster's pods (kubernetes.clusters); --by namespace, workload, "
+        "pod or node reads every cluster.")] = None,
 ) -> None:
     """Spend by team (or any dimension), and how much of it was idle.
 
     Example: costguard report --by team --since 7d --format html --output spend.html
+    Kubernetes: costguard report --by namespace --by workload --since 24h
     """
     from costguard.report.run import render_report
 
     settings = _settings(config)
     try:
         render_report(settings, by, since, until, filters, fmt, output, compare=compare,
-                      now=cli_clock().now(), console=console)
+                      now=cli_clock().now(), console=console, cluster=cluster)
     except CostguardError as exc:
         raise _fail(exc) from None
     if output is not None:

@@ -35,6 +35,7 @@ from costguard.costs.settings import CostSettings
 from costguard.daemon.settings import DaemonSettings
 from costguard.demo.sim_settings import SimSettings
 from costguard.errors import ConfigError, SourceError
+from costguard.k8s.settings import KubernetesSettings
 from costguard.policy.base import Duration, at_least
 from costguard.providers.aws.settings import AwsSettings
 from costguard.providers.gcp.settings import GcpSettings
@@ -146,6 +147,7 @@ class Settings(BaseSettings):
     safety: SafetySettings = Field(default_factory=SafetySettings)
     daemon: DaemonSettings = Field(default_factory=DaemonSettings)
     console: ConsoleSettings = Field(default_factory=ConsoleSettings)
+    kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -188,6 +188,7 @@ class TelemetrySource(StrEnum):
     CLOUDWATCH = "cloudwatch"
     CLOUD_MONITORING = "cloud-monitoring"
     SIM = "sim"
+    DCGM = "dcgm-exporter"  # a Kubernetes pod's GPUs, read from the cluster's Prometheus
 
 
 MAX_SPAN_MINUTES = 60  # the longest cloud metric period costguard reads (CloudWatch: 1 h)

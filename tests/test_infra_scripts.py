@@ -70,3 +70,15 @@ def test_ensure_venv_refuses_a_python_older_than_3_11(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "needs Python >= 3.11, but" in done.stderr and "Python 3.9.2" in done.stderr
     assert not (tmp_path / "venv").exists()
+
+
+def test_ensure_prometheus_finds_the_binaries_the_kubernetes_tests_start() -> None:
+    from tests.prom import PrometheusUnavailable, binaries
+
+    try:
+        server, tool = binaries()
+    except PrometheusUnavailable as exc:
+        pytest.skip(str(exc))
+    done = _run(REPO_ROOT / "scripts" / "ensure-prometheus.sh")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == f"Prometheus: {server}, promtool: {tool}"

@@ -13,7 +13,7 @@ from sqlmodel import Session
 from costguard.clock import SystemClock
 from costguard.costs.pricing import PriceCatalog, PriceOverrides
 from costguard.costs.settings import costs_settings
-from costguard.errors import CostguardError
+from costguard.errors import CostguardError, StoreError
 from costguard.policy.base import duration_arg
 from costguard.report.figures import Report
 from costguard.report.queries import DIMENSIONS, catalog_spot_price, spend, unknown_value
@@ -126,7 +126,7 @@ def render_report(
     settings: Any, by: Sequence[str], since: str | datetime, until: str | datetime | None,
     filters: Sequence[str] | Mapping[str, str] | None, fmt: str, output: Path | None,
     *, compare: str | None = None, now: datetime | None = None,
-    console: Console | None = None,
+    console: Console | None = None, cluster: str | None = None,
 ) -> str:
     """Query, render and print (table) or write (`output`, else stdout) one report.
 
@@ -141,6 +141,9 @@ def render_report(
         now = SystemClock().now()  # the CLI passes its own clock's time
     if fmt not in FORMATS:
         raise ReportArgumentError(f"unknown --format {fmt!r} (choose from: {', '.join(FORMATS)})")
+    if _kubernetes(by, filters, cluster):
+        return _cluster_report(settings, by, since, until, filters, fmt, output, now,
+                               console, cluster, compare)
     for dim in by:
         if dim not in DIMENSIONS:
             raise ReportArgumentError(
@@ -182,6 +185,67 @@ def render_report(
     else:
         print(text)
     return text
+
+
+def _kubernetes(by: Sequence[str], filters: Sequence[str] | Mapping[str, str] | None,
+                cluster: str | None) -> bool:
+    """A report of pods: --cluster given, or a dimension only a cluster has asked for."""
+    from costguard.k8s.report import CLUSTER_ONLY
+
+    keys = (list(filters) if isinstance(filters, Mapping)
+            else [f.partition("=")[0].strip() for f in filters or ()])
+    return cluster is not None or any(d in CLUSTER_ONLY for d in [*by, *keys])
+
+
+def _cluster_report(
+    settings: Any, by: Sequence[str], since: str | datetime, until: str | datetime | None,
+    filters: Sequence[str] | Mapping[str, str] | None, fmt: str, output: Path | None,
+    now: datetime, console: Console | None, cluster: str | None, compare: str | None,
+) -> str:
+    """The Kubernetes report (k8s/report.py): pods' GPU spend from each cluster's
+    Prometheus, priced with the store's inventory where there is a store."""
+    from costguard.k8s import report as kube
+    from costguard.store.db import Database
+    from costguard.store.inventory import current_instances
+
+    if compare is not None:
+        raise ReportArgumentError("--compare billed compares instances with bills; a "
+                                  "Kubernetes report has no bill lines per pod")
+    if fmt == "html":
+        raise ReportArgumentError("--format html is not available for Kubernetes reports "
+                                  "yet; use table, csv or json")
+    clusters = settings.kubernetes.cluster(cluster)
+    if not clusters:
+        raise ReportArgumentError("no Kubernetes cluster is configured: add one under "
+                                  "kubernetes.clusters in costguard.yaml (docs/kubernetes.md)")
+    start = parse_when(since, now, "--since")
+    end = parse_when(until, now, "--until") if until else now
+    if start >= end:
+        raise ReportArgumentError(
+            f"--since ({start:%Y-%m-%d %H:%M}) must be before --until ({end:%Y-%m-%d %H:%M})")
+    wanted = {}
+    for f in ([f"{k}={v}" for k, v in filters.items()] if isinstance(filters, Mapping)
+              else filters or ()):
+        key, sep, value = f.partition("=")
+        if not sep or not value:
+            raise ReportArgumentError(f"bad --filter {f!r}: use DIMENSION=VALUE, e.g. "
+                                      "namespace=research")
+        wanted[key.strip()] = value.strip()
+    cfg = settings.accounting
+    try:
+        db = Database(settings.database_url, create=False)
+    except StoreError:
+        inventory, catalog = [], catalog_for(settings)
+    else:
+        try:
+            with db.session() as s:
+                inventory, catalog = current_instances(s), catalog_for(settings, s)
+        finally:
+            db.dispose()
+    report = kube.read_report(clusters, by, start, end, wanted, catalog=catalog,
+                              inventory=inventory, idle_signal=cfg.idle_signal,
+                              idle_below=cfg.idle_below)
+    return kube.render(report, fmt, output, console)
 
 
 def _why_empty(report: Report, unknown: Sequence[tuple[str, str, list[str]]]) -> list[str]:

@@ -1,0 +1,217 @@
+"""`costguard report --by namespace|workload|pod|node|cluster` (and `--cluster`): GPU spend
+and idle allocated GPUs per pod, workload, namespace and team, read from each cluster's
+Prometheus over the report's period (docs/kubernetes.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from costguard.errors import CostguardError
+from costguard.k8s.allocate import DIMENSIONS, CostLine, allocate, group
+from costguard.k8s.prices import NodePrice, node_prices
+from costguard.k8s.prometheus import PrometheusClient
+from costguard.k8s.read import read_cluster
+from costguard.k8s.settings import ClusterSettings
+from costguard.model import Instance
+from costguard.report.cells import csv_text
+from costguard.report.figures import share_percent
+from costguard.report.fit import FitColumn, fit_table
+from costguard.report.render import CENT, DECI_HOUR, apportion, usd
+
+SCHEMA_VERSION = 1
+# dimensions only a cluster has: asking for one makes the report a Kubernetes one
+CLUSTER_ONLY = ("cluster", "namespace", "workload", "pod", "node")
+MAX_STEPS = 8_640  # a report's steps per cluster: 30 days at 5 minutes
+MIN_STEP = timedelta(minutes=5)
+
+
+class KubeReportError(CostguardError, ValueError):
+    """A Kubernetes report option costguard cannot use; the message says what would."""
+
+
+def report_step(start: datetime, end: datetime) -> timedelta:
+    """5 minutes, or the whole minutes that keep a period within `MAX_STEPS` steps (an
+    hour at most: longer periods read hourly figures)."""
+    minutes = math.ceil((end - start).total_seconds() / 60 / MAX_STEPS)
+    return max(MIN_STEP, timedelta(minutes=min(60, minutes)))
+
+
+@dataclass
+class Unpriced:
+    cluster: str
+    node: str
+    why: str
+    gpu_hours: float
+
+
+@dataclass
+class ClusterReport:
+    by: tuple[str, ...]
+    since: datetime
+    until: datetime
+    step: timedelta
+    clusters: list[str]
+    lines: list[CostLine]
+    filters: dict[str, str] = field(default_factory=dict)
+    unpriced: list[Unpriced] = field(default_factory=list)
+    queries: int = 0
+
+    def rows(self) -> list[tuple[tuple[str, ...], CostLine]]:
+        wanted = [cl for cl in self.lines
+                  if all(cl.dimension(k) == v for k, v in self.filters.items())]
+        return group(wanted, self.by)
+
+
+def read_report(clusters: Sequence[ClusterSettings], by: Sequence[str], start: datetime,
+                end: datetime, filters: Mapping[str, str], *, catalog: Any,
+                inventory: Sequence[Instance], idle_signal: Any = "auto",
+                idle_below: float = 5.0) -> ClusterReport:
+    for dim in [*by, *filters]:
+        if dim not in DIMENSIONS:
+            raise KubeReportError(f"unknown Kubernetes dimension {dim!r} (choose from: "
+                                  f"{', '.join(DIMENSIONS)})")
+    step = report_step(start, end)
+    aligned = datetime.fromtimestamp(start.timestamp() // step.total_seconds()
+                                     * step.total_seconds(), start.tzinfo)
+    out = ClusterReport(tuple(by), aligned, end, step, [c.name for c in clusters], [],
+                        dict(filters))
+    for cfg in clusters:
+        with PrometheusClient(cfg.prometheus_url, cluster=cfg.name, token=cfg.bearer_token(),
+                              timeout=cfg.timeout.total_seconds()) as client:
+            read = read_cluster(client, cfg, aligned, end, step)
+        prices = node_prices(read.nodes.values(), catalog, inventory)
+        lines = allocate(read, prices, cfg, idle_signal=idle_signal, idle_below=idle_below)
+        out.lines.extend(lines)
+        out.queries += read.calls
+        out.unpriced.extend(_unpriced(cfg.name, lines, prices))
+    return out
+
+
+def _unpriced(cluster: str, lines: Sequence[CostLine], prices: Mapping[str, NodePrice]
+              ) -> list[Unpriced]:
+    hours: dict[str, float] = {}
+    for cl in lines:
+        if cl.unpriced_gpu_seconds:
+            hours[cl.node] = hours.get(cl.node, 0.0) + cl.unpriced_gpu_seconds / 3600
+    return [Unpriced(cluster, node, prices[node].via if node in prices else "no price",
+                     round(h, 1)) for node, h in sorted(hours.items())]
+
+
+HEADERS = ("spend", "idle", "idle %", "GPU-h", "idle GPU-h", "no data")
+DROP_ORDER = ("idle GPU-h", "no data", "GPU-h", "idle %")
+
+
+def _figures(report: ClusterReport) -> tuple[list[tuple[str, ...]], list[list[str]], list[str]]:
+    rows = report.rows()
+    lines = [cl for _, cl in rows]
+    cost, cost_t = apportion([cl.cost_micros for cl in lines], CENT)
+    idle, idle_t = apportion([cl.idle_cost_micros for cl in lines], CENT)
+    nodata, nodata_t = apportion([cl.unmeasured_cost_micros for cl in lines], CENT)
+    gpu, gpu_t = apportion([round(cl.gpu_seconds) for cl in lines], DECI_HOUR)
+    igpu, igpu_t = apportion([round(cl.idle_gpu_seconds) for cl in lines], DECI_HOUR)
+    total_cost = sum(cl.cost_micros for cl in lines)
+    total_idle = sum(cl.idle_cost_micros for cl in lines)
+    cells = [[usd(cost[i]), usd(idle[i]), f"{share_percent(cl.idle_cost_micros, cl.cost_micros)}%",
+              f"{gpu[i] / 10:,.1f}", f"{igpu[i] / 10:,.1f}", usd(nodata[i])]
+             for i, cl in enumerate(lines)]
+    footer = [usd(cost_t), usd(idle_t), f"{share_percent(total_idle, total_cost)}%",
+              f"{gpu_t / 10:,.1f}", f"{igpu_t / 10:,.1f}", usd(nodata_t)]
+    return [k for k, _ in rows], cells, footer
+
+
+def to_table(report: ClusterReport, console: Console) -> None:
+    keys, cells, footer = _figures(report)
+    title = (f"Kubernetes GPU spend by {', '.join(report.by)}  "
+             f"{report.since:%Y-%m-%d %H:%M} → {report.until:%Y-%m-%d %H:%M} UTC")
+    if report.filters:
+        title += "  where " + ", ".join(f"{k}={v}" for k, v in report.filters.items())
+    cols = [FitColumn(dim, [k[i] for k in keys], "total" if i == 0 else "",
+                      key=dim in ("pod", "node"))
+            for i, dim in enumerate(report.by)]
+    for j, name in enumerate(HEADERS):
+        cols.append(FitColumn(name, [c[j] for c in cells], footer[j], numeric=True))
+    fitted = fit_table(cols, console.width, DROP_ORDER, title=title)
+    console.print(fitted.table, crop=False)
+    if fitted.dropped:
+        console.print(f"Left out to fit {console.width} columns: {', '.join(fitted.dropped)}. "
+                      "--format csv or --format json shows every column.",
+                      highlight=False, markup=False)
+    if not keys:
+        console.print("No GPU node ran in this period (--since widens it).", markup=False)
+    for u in report.unpriced:
+        console.print(f"Unpriced: node {u.node} of {u.cluster} ({u.gpu_hours:g} GPU-h): "
+                      f"{u.why}.", highlight=False, markup=False)
+    console.print(f"idle: spend while a pod's GPUs were idle, and GPU nodes' capacity no pod "
+                  f"requested; no data: a pod's spend in hours its GPUs had too little data "
+                  f"to judge (never counted idle). Read from Prometheus at "
+                  f"{_minutes(report.step)} steps in {report.queries} queries.",
+                  highlight=False, markup=False)
+
+
+def _minutes(step: timedelta) -> str:
+    return f"{int(step.total_seconds() // 60)}-minute"
+
+
+def to_csv(report: ClusterReport) -> str:
+    keys, cells, _ = _figures(report)
+    header: list[object] = [*report.by, "spend_usd", "idle_usd", "idle_percent", "gpu_hours",
+              "idle_gpu_hours", "no_data_usd"]
+    rows: list[list[object]] = [header]
+    for k, c in zip(keys, cells, strict=True):
+        rows.append([*k, *(v.replace("$", "").replace(",", "").rstrip("%") for v in c)])
+    return csv_text(rows)
+
+
+def to_json(report: ClusterReport) -> str:
+    doc: dict[str, Any] = {
+        "schema": SCHEMA_VERSION, "kind": "kubernetes", "by": list(report.by),
+        "since": report.since.isoformat(), "until": report.until.isoformat(),
+        "step_seconds": int(report.step.total_seconds()), "clusters": report.clusters,
+        "filters": report.filters, "rows": [], "unpriced_nodes": [
+            {"cluster": u.cluster, "node": u.node, "why": u.why, "gpu_hours": u.gpu_hours}
+            for u in report.unpriced]}
+    totals = CostLine("", "", "", "", "", "")
+    for key, cl in report.rows():
+        doc["rows"].append({**dict(zip(report.by, key, strict=True)), **_json_figures(cl)})
+        for name in ("cost_micros", "idle_cost_micros", "unmeasured_cost_micros"):
+            setattr(totals, name, getattr(totals, name) + getattr(cl, name))
+        totals.gpu_seconds += cl.gpu_seconds
+        totals.idle_gpu_seconds += cl.idle_gpu_seconds
+    doc["total"] = _json_figures(totals)
+    return json.dumps(doc, indent=2)
+
+
+def _json_figures(cl: CostLine) -> dict[str, Any]:
+    return {"cost_usd": round(cl.cost_micros / 1e6, 2),
+            "idle_usd": round(cl.idle_cost_micros / 1e6, 2),
+            "idle_percent": share_percent(cl.idle_cost_micros, cl.cost_micros),
+            "no_data_usd": round(cl.unmeasured_cost_micros / 1e6, 2),
+            "gpu_hours": round(cl.gpu_seconds / 3600, 2),
+            "idle_gpu_hours": round(cl.idle_gpu_seconds / 3600, 2),
+            "verdict_hours": dict(sorted(cl.verdicts.items()))}
+
+
+def render(report: ClusterReport, fmt: str, output: Path | None,
+           console: Console | None) -> str:
+    if fmt == "table":
+        if output is not None:
+            with output.open("w", encoding="utf-8") as fh:
+                con = Console(file=fh, width=160, record=True, no_color=True)
+                to_table(report, con)
+            return con.export_text()
+        to_table(report, console or Console())
+        return ""
+    text = to_csv(report) if fmt == "csv" else to_json(report)
+    if output is not None:
+        output.write_text(text, encoding="utf-8")
+    else:
+        print(text)
+    return text

@@ -1,0 +1,92 @@
+"""The GPU cluster the Kubernetes tests read: three GPU nodes on EKS, pods that train, sit
+idle holding a GPU, serve no traffic, share MIG slices, and one node whose exporter does not
+map GPUs to pods.
+
+    node-a  p4d.24xlarge (in costguard's inventory: priced from the store)
+            GPUs 0-3  research/train-llm-x7k2p  Job train-llm (CronJob nightly-train)  busy
+            GPU 4     research/notebook-alice-0 StatefulSet notebook-alice             idle
+            GPU 5     serving/chat-infer-7d9f8-abcde  Deployment chat-infer            idle
+            GPUs 6-7  no pod (idle capacity)
+            kube-system/aws-node-q2x9z  DaemonSet aws-node: a little CPU, no GPU
+    node-b  p4d.24xlarge (priced by its instance-type label), GPU 0 in MIG: two 3g.20gb
+            serving/embed-0, embed-1  StatefulSet embed, one 3g.20gb each: 0 busy, 1 idle
+            GPUs 1-7  research/sweep-0  bare pod, 7 GPUs, busy for an hour then idle
+    node-c  a node whose provider id names no cloud instance (unpriced), whose
+            dcgm-exporter runs without pod mapping: research/debug holds its GPU, unmeasured
+"""
+
+from __future__ import annotations
+
+from tests.fakes.cluster_metrics import (
+    Cluster,
+    Gpu,
+    Node,
+    PodSpec,
+    busy_then_idle,
+    idle,
+    training,
+)
+
+A100 = "NVIDIA A100-SXM4-40GB"
+GiB = 2**30
+NODE_A_INSTANCE = "i-0a1b2c3d4e5f60001"
+
+
+def scenario() -> Cluster:
+    a_gpus = [Gpu(i, f"GPU-a{i:07d}-0000-4000-8000-00000000000{i}", A100) for i in range(8)]
+    for i in range(4):
+        a_gpus[i].activity = training(0.6 + 0.05 * i)
+        a_gpus[i].holder = "research/train-llm-x7k2p/trainer"
+    a_gpus[4].holder = "research/notebook-alice-0/notebook"
+    a_gpus[5].holder = "serving/chat-infer-7d9f8-abcde/server"
+    a_gpus[5].activity = idle(15000.0)
+    a_gpus[6].activity = a_gpus[7].activity = idle(0.0)
+
+    b_gpus = [Gpu(0, "GPU-b0000000-0000-4000-8000-000000000000", A100, training(0.45),
+                  mig_profile="3g.20gb", mig_id="1", holder="serving/embed-0/embed"),
+              Gpu(0, "GPU-b0000000-0000-4000-8000-000000000000", A100, idle(9000.0),
+                  mig_profile="3g.20gb", mig_id="2", holder="serving/embed-1/embed")]
+    for i in range(1, 8):
+        b_gpus.append(Gpu(i, f"GPU-b{i:07d}-0000-4000-8000-00000000000{i}", A100,
+                          busy_then_idle(60), holder="research/sweep-0/sweep"))
+    c_gpu = Gpu(0, "GPU-c0000000-0000-4000-8000-000000000000", "NVIDIA L4", training(0.8))
+
+    nodes = [
+        Node("ip-10-0-1-10.ec2.internal", f"aws:///us-east-1a/{NODE_A_INSTANCE}", 96,
+             1152 * GiB, a_gpus, {"nvidia_com_gpu": 8}),
+        Node("ip-10-0-2-20.ec2.internal", "aws:///us-east-1b/i-0b1b2c3d4e5f60002", 96,
+             1152 * GiB, b_gpus, {"nvidia_com_gpu": 7, "nvidia_com_mig_3g_20gb": 2},
+             {"label_node_kubernetes_io_instance_type": "p4d.24xlarge",
+              "label_topology_kubernetes_io_region": "us-east-1"}),
+        Node("worker-c", "kind://docker/ml/worker-c", 8, 32 * GiB, [c_gpu],
+             {"nvidia_com_gpu": 1}),
+    ]
+    gpu = "nvidia_com_gpu"
+    pods = [
+        PodSpec("research", "train-llm-x7k2p", nodes[0].name, "Job", "train-llm",
+                {gpu: 4, "cpu": 48, "memory": 512 * GiB}, {"label_team": "nlp"}),
+        PodSpec("research", "notebook-alice-0", nodes[0].name, "StatefulSet", "notebook-alice",
+                {gpu: 1, "cpu": 4, "memory": 64 * GiB}, {"label_team": "alice-lab"}),
+        PodSpec("serving", "chat-infer-7d9f8-abcde", nodes[0].name, "ReplicaSet",
+                "chat-infer-7d9f8", {gpu: 1, "cpu": 8, "memory": 64 * GiB}),
+        PodSpec("kube-system", "aws-node-q2x9z", nodes[0].name, "DaemonSet", "aws-node",
+                {"cpu": 0.025}),
+        PodSpec("serving", "embed-0", nodes[1].name, "StatefulSet", "embed",
+                {"nvidia_com_mig_3g_20gb": 1, "cpu": 4, "memory": 32 * GiB}),
+        PodSpec("serving", "embed-1", nodes[1].name, "StatefulSet", "embed",
+                {"nvidia_com_mig_3g_20gb": 1, "cpu": 4, "memory": 32 * GiB}),
+        PodSpec("research", "sweep-0", nodes[1].name, "", "",
+                {gpu: 7, "cpu": 80, "memory": 1000 * GiB}, {"label_team": "nlp"}),
+        PodSpec("research", "debug", nodes[2].name, "", "", {gpu: 1, "cpu": 2}),
+        # finished before the period: requests nothing of its node
+        PodSpec("research", "old-eval", nodes[0].name, "Job", "eval", {gpu: 2},
+                phase="Succeeded"),
+    ]
+    return Cluster(
+        nodes, pods,
+        namespaces={"research": {"label_team": "research"}, "serving": {},
+                    "kube-system": {}},
+        replicasets={("serving", "chat-infer-7d9f8"): ("Deployment", "chat-infer")},
+        jobs={("research", "train-llm"): ("CronJob", "nightly-train"),
+              ("research", "eval"): ("", "")},
+    )
