@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from costguard.clock import utc
 
-ProviderName = Literal["aws", "gcp", "sim"]
+# k8s: a Kubernetes cluster's GPU workloads (costguard/k8s), governed beside instances
+ProviderName = Literal["aws", "gcp", "sim", "k8s"]
 INT32 = 2**31 - 1  # what the store's INTEGER columns hold (agents must get a 422, not a 503)
 INT64 = 2**63 - 1
 PROVIDERS: tuple[ProviderName, ...] = ("aws", "gcp", "sim")

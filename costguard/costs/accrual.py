@@ -73,6 +73,11 @@ class AccrualStats:
     unpriced: set[str] = field(default_factory=set)  # instance types without a price
 
 
+# providers whose "instances" are shares of instances that accrue on their own: a
+# Kubernetes workload's spend is part of its nodes' (the report splits it, k8s/allocate.py)
+NOT_ACCRUED = ("k8s",)
+
+
 def accrue(
     session: Session,
     now: datetime,
@@ -111,7 +116,7 @@ def accrue(
     result = session.execute(select(
         *(_INSTANCES.c[c] for c in _COLUMNS), *raw_times,
         cast(_INSTANCES.c.tags, Text), _INSTANCES.c.launched_by, cast(_INSTANCES.c.owner, Text),
-    ).where(_INSTANCES.c.accrued_until < now))
+    ).where(_INSTANCES.c.accrued_until < now, _INSTANCES.c.provider.not_in(NOT_ACCRUED)))
     write = _IntervalWriter(session, prebound=spans.binds)
     known = instances or {}
     quotes = {name: _Quotes(session, lookup, spans.bind_rate, known) for name, lookup in

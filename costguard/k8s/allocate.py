@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from costguard.costs.attribution import UNATTRIBUTED
-from costguard.k8s.model import ClusterRead, Pod, PodKey, Requests
+from costguard.k8s.model import ClusterRead, Node, Pod, PodKey, Requests
 from costguard.k8s.prices import NodePrice
 from costguard.k8s.read import ksm_label
 from costguard.k8s.settings import ClusterSettings, CostWeights
@@ -87,6 +87,12 @@ def _rates(usd_per_hour: float, gpus: float, cpu: float, memory: float,
     return _Rates(unit * w.gpu, unit * w.cpu, unit * w.memory_gib / GiB)
 
 
+def rates_of(price: NodePrice | None, node: Node, weights: CostWeights) -> _Rates:
+    """A node's price per GPU, core and byte an hour (zero where its price is unknown)."""
+    usd = price.quote.usd_per_hour if price is not None and price.quote else 0.0
+    return _rates(usd, node.gpus, node.cpu, node.memory, weights)
+
+
 def allocate(read: ClusterRead, prices: Mapping[str, NodePrice], cfg: ClusterSettings, *,
              idle_signal: SignalChoice = "auto", idle_below: float = 5.0) -> list[CostLine]:
     """Cost lines for every pod that ran on a GPU node, and each GPU node's idle capacity."""
@@ -109,7 +115,7 @@ def allocate(read: ClusterRead, prices: Mapping[str, NodePrice], cfg: ClusterSet
     for name, node in sorted(gpu_nodes.items()):
         quote = prices.get(name)
         usd = quote.quote.usd_per_hour if quote is not None and quote.quote else None
-        rates = _rates(usd or 0.0, node.gpus, node.cpu, node.memory, w)
+        rates = rates_of(quote, node, w)
         for t in sorted(node.steps):
             used = Requests()
             for pod in on_node.get((name, t), []):

@@ -21,7 +21,15 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 
 from costguard.errors import ConfigError
 from costguard.policy.base import Duration, at_least
@@ -52,6 +60,25 @@ class CostWeights(_Section):
     memory_gib: float = Field(default=0.004237, ge=0)
 
 
+class ApiSettings(_Section):
+    """How costguard reaches the cluster's API server, to read workloads and act on them:
+    a kubeconfig file (and context), or the pod's own ServiceAccount (`in_cluster: true`,
+    the Helm chart's in-cluster mode)."""
+
+    kubeconfig: Path | None = None
+    context: str | None = None
+    in_cluster: bool = False
+
+    @model_validator(mode="after")
+    def _one_way(self) -> ApiSettings:
+        if self.in_cluster == (self.kubeconfig is not None):
+            raise ValueError("give kubeconfig (a file, and optionally its context) or "
+                             "in_cluster: true, not both and not neither")
+        if self.in_cluster and self.context is not None:
+            raise ValueError("context names a kubeconfig context; drop it with in_cluster")
+        return self
+
+
 class ClusterSettings(_Section):
     """One cluster, read through the Prometheus HTTP API that scrapes its dcgm-exporter and
     kube-state-metrics."""
@@ -68,6 +95,11 @@ class ClusterSettings(_Section):
     protected_namespaces: list[str] = Field(
         default_factory=lambda: list(DEFAULT_PROTECTED_NAMESPACES))
     cost_weights: CostWeights = Field(default_factory=CostWeights)
+    # the API server: without it the cluster is reported, never acted on
+    api: ApiSettings | None = None
+    # a pod no controller owns has nothing to stop it through: deleting it ends its work
+    # for good, so only where a cluster says so
+    delete_bare_pods: bool = False
     timeout: Annotated[Duration, AfterValidator(at_least(
         timedelta(seconds=1), "a Prometheus query needs time to answer"))] = timedelta(seconds=30)
 

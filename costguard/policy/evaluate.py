@@ -82,6 +82,12 @@ def matches_filters(f: Filters, inst: Instance, now: datetime) -> bool:
         return False
     if f.owner_kind is not None and (inst.owner is None or inst.owner.kind not in f.owner_kind):
         return False
+    if f.namespaces is not None and not any(fnmatchcase(inst.region, p) for p in f.namespaces):
+        return False
+    if f.kinds is not None and inst.instance_type not in f.kinds:
+        return False
+    if f.min_gpus is not None and inst.gpu_count < f.min_gpus:
+        return False
     if f.age is not None:
         age = now - inst.launch_time
         if f.age.older_than is not None and age < f.age.older_than:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from costguard.model import InstanceState, Lifecycle, OwnerKind
 from costguard.policy.base import Duration, Element, OneOrMany, Text
+
+WorkloadKind = Literal["Deployment", "StatefulSet", "Job", "CronJob", "Notebook", "Pod"]
+# what only a Kubernetes workload has: a filter an instance policy must not carry
+WORKLOAD_FILTERS = ("namespaces", "kinds")
 
 
 class TagFilter(Element):
@@ -156,3 +160,11 @@ policies:
     owner_kind: OneOrMany[OwnerKind] | None = Field(
         default=None, description="Owner kinds, e.g. `asg`, `mig`, `gke` (implies managed)."
     )
+    namespaces: OneOrMany[Text] | None = Field(
+        default=None, description="`resource: workload` only: Kubernetes namespaces "
+        "(shell patterns: `team-*`).")
+    kinds: OneOrMany[WorkloadKind] | None = Field(
+        default=None, description="`resource: workload` only: Deployment, StatefulSet, Job, "
+        "CronJob, Notebook, Pod.")
+    min_gpus: int | None = Field(
+        default=None, ge=1, description="At least this many GPUs (a workload: all its pods').")

@@ -37,7 +37,7 @@ from costguard.policy.conditions import (
     UnderusedCondition,
     underused_acts_only_by_telling,
 )
-from costguard.policy.filters import AgeFilter, Filters, TagFilter
+from costguard.policy.filters import WORKLOAD_FILTERS, AgeFilter, Filters, TagFilter
 from costguard.policy.schedule import Calendar, OfficeHours
 from costguard.policy.spend import (
     BUILTIN_DIMENSIONS,
@@ -145,7 +145,9 @@ policies:
 
     name: Name = Field(description="Unique across all loaded files.")
     description: str = Field(default="", description="Shown in notifications and reports.")
-    resource: Literal["instance"] = Field(default="instance", description="What it governs.")
+    resource: Literal["instance", "workload"] = Field(
+        default="instance", description="What it governs: cloud instances, or Kubernetes "
+        "workloads holding GPUs (docs/kubernetes.md).")
     providers: OneOrMany[ProviderName] = Field(
         default=PROVIDERS, min_length=1, description="Providers it applies to."
     )
@@ -170,6 +172,38 @@ policies:
                     "keep one",
                 )
         return value
+
+    @model_validator(mode="after")
+    def _resource_and_providers(self) -> Policy:
+        """A workload policy governs the `k8s` provider alone (its default); an instance
+        policy never does."""
+        if self.resource == "workload":
+            if "providers" not in self.model_fields_set:
+                object.__setattr__(self, "providers", ("k8s",))  # frozen: its default
+            elif tuple(self.providers) != ("k8s",):
+                raise PydanticCustomError(
+                    "providers", "a workload policy governs Kubernetes workloads: providers: "
+                    "[k8s], or leave providers out")
+            for bad in ("instance_type", "family", "lifecycle", "managed", "owner_kind"):
+                if getattr(self.filters, bad) is not None:
+                    raise PydanticCustomError(
+                        "filters", f"filters.{bad} selects cloud instances; a workload policy "
+                        "selects with namespaces, kinds, tags (labels), min_gpus, accounts "
+                        "(clusters) and state")
+            if any(a.kind in (ActionKind.SCALE_IN, ActionKind.SCALE_TO_ZERO,
+                              ActionKind.TERMINATE) for a in self.actions):
+                raise PydanticCustomError(
+                    "actions", "a workload is stopped with `stop` (scaled to zero, suspended "
+                    "or its notebook stopped, as its kind takes) and started with `start`")
+        elif "k8s" in self.providers:
+            raise PydanticCustomError(
+                "providers", "k8s holds Kubernetes workloads: give this policy "
+                "`resource: workload`, or leave k8s out")
+        elif any(getattr(self.filters, f) is not None for f in WORKLOAD_FILTERS):
+            raise PydanticCustomError(
+                "filters", "filters.namespaces and filters.kinds select Kubernetes "
+                "workloads: give this policy `resource: workload`")
+        return self
 
     @model_validator(mode="after")
     def _lifecycle_steps_need_stop(self) -> Policy:

@@ -26,6 +26,7 @@ from tests.fakes.cluster_metrics import (
     idle,
     training,
 )
+from tests.fakes.kube_api import KubeApi
 
 A100 = "NVIDIA A100-SXM4-40GB"
 GiB = 2**30
@@ -90,3 +91,31 @@ def scenario() -> Cluster:
         jobs={("research", "train-llm"): ("CronJob", "nightly-train"),
               ("research", "eval"): ("", "")},
     )
+
+
+def api_objects(api: KubeApi) -> KubeApi:
+    """The same cluster's objects, as its API server holds them."""
+    for ns, labels in (("research", {"team": "research"}), ("serving", {}),
+                       ("kube-system", {})):
+        api.add("namespaces", "", ns, labels=labels)
+    for node in scenario().nodes:
+        labels = {"node.kubernetes.io/instance-type": "p4d.24xlarge",
+                  "topology.kubernetes.io/region": "us-east-1"} if node.name.startswith(
+            "ip-") else {}
+        api.add("nodes", "", node.name, labels=labels,
+                spec={"providerID": node.provider_id})
+    api.add("deployments", "serving", "chat-infer", labels={"app": "chat-infer"},
+            spec={"replicas": 1}, status={"replicas": 1, "readyReplicas": 1})
+    api.add("notebooks", "research", "notebook-alice", labels={"owner": "alice"})
+    api.add("statefulsets", "research", "notebook-alice", spec={"replicas": 1},
+            owner=("kubeflow.org/v1", "Notebook", "notebook-alice"))
+    api.add("statefulsets", "serving", "embed", spec={"replicas": 2})
+    api.add("cronjobs", "research", "nightly-train", spec={"schedule": "0 1 * * *"},
+            status={"active": [{"kind": "Job", "namespace": "research",
+                                "name": "train-llm"}]})
+    api.add("jobs", "research", "train-llm", spec={"parallelism": 1},
+            owner=("batch/v1", "CronJob", "nightly-train"))
+    api.add("pods", "research", "sweep-0", labels={"team": "nlp"})
+    api.add("pods", "research", "debug")
+    api.add("daemonsets", "kube-system", "aws-node")
+    return api

@@ -1,0 +1,283 @@
+"""The `k8s` provider: a cluster's GPU workloads as the engine governs instances.
+
+Each cycle, per cluster with an API configured: the pods holding GPUs and their GPUs'
+activity from Prometheus (k8s/read.py), the workloads, namespaces, nodes and autoscalers
+from the API server (k8s/api.py), joined into `Governed` workloads (k8s/workloads.py).
+A workload's price is what its pods request of their nodes (k8s/allocate.py's split of
+each node's price, the node priced by its instance type and region labels with the
+configured overrides and the shipped tables).
+
+Stopping goes through the owner, each kind its own way (k8s/stops.py). A cluster without
+`api` is reported (`costguard report --cluster`), never governed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from costguard.clock import Clock
+from costguard.costs.pricing import PriceCatalog, PriceOverrides
+from costguard.errors import ProviderError
+from costguard.k8s import stops
+from costguard.k8s.allocate import rates_of, team_of
+from costguard.k8s.api import KubeApi, KubeObject
+from costguard.k8s.model import ClusterRead, Pod
+from costguard.k8s.prices import node_prices
+from costguard.k8s.prometheus import PrometheusClient, PrometheusError
+from costguard.k8s.read import ksm_label, read_cluster
+from costguard.k8s.settings import ClusterSettings, KubernetesSettings
+from costguard.k8s.workloads import NEVER, PLURALS, PROVIDER, Governed, annotation_key
+from costguard.model import (
+    ActionOutcome,
+    ActionResult,
+    Gap,
+    GpuMinute,
+    Instance,
+    Inventory,
+    PriceQuote,
+    ProviderName,
+    TelemetrySource,
+)
+
+STATE_SPAN = timedelta(minutes=10)  # how far back a listing looks for running GPU pods
+STEP = timedelta(minutes=1)
+_LISTED = ("namespaces", "deployments", "statefulsets", "jobs", "cronjobs",
+           "horizontalpodautoscalers", "notebooks", "nodes")
+
+
+@dataclass
+class _Cluster:
+    cfg: ClusterSettings
+    api: KubeApi | None = None
+    governed: dict[str, Governed] = field(default_factory=dict)  # by instance id
+    reads: dict[tuple[datetime, datetime], ClusterRead] = field(default_factory=dict)
+
+
+class KubernetesProvider:
+    name: ProviderName = "k8s"
+
+    def __init__(self, settings: KubernetesSettings, clock: Clock,
+                 overrides: PriceOverrides | None = None) -> None:
+        self.clock = clock
+        self.catalog = PriceCatalog(overrides=overrides)
+        self.clusters = {c.name: _Cluster(c) for c in settings.clusters if c.api is not None}
+        self._lock = threading.Lock()
+
+    # -- inventory --
+    def list_instances(self) -> Inventory:
+        now = self.clock.now()
+        out = Inventory()
+        for name, cl in self.clusters.items():
+            try:
+                governed = self._governed(cl, now)
+            except (ProviderError, PrometheusError) as exc:
+                out.gaps.append(Gap(provider=PROVIDER, scope=name, error=str(exc)))
+                continue
+            cl.governed = {g.instance_id: g for g in governed}
+            out.instances.extend(g.instance(now) for g in governed)
+        return out
+
+    def _api(self, cl: _Cluster) -> KubeApi:
+        if cl.api is None:
+            assert cl.cfg.api is not None
+            cl.api = KubeApi(cl.cfg.name, cl.cfg.api, cl.cfg.timeout.total_seconds())
+        return cl.api
+
+    def _read(self, cl: _Cluster, start: datetime, end: datetime) -> ClusterRead:
+        cfg = cl.cfg
+        with PrometheusClient(cfg.prometheus_url, cluster=cfg.name, token=cfg.bearer_token(),
+                              timeout=cfg.timeout.total_seconds()) as client:
+            return read_cluster(client, cfg, start, end, STEP)
+
+    def _governed(self, cl: _Cluster, now: datetime) -> list[Governed]:
+        end = now.replace(second=0, microsecond=0)
+        read = self._read(cl, end - STATE_SPAN, end)
+        api = self._api(cl)
+        objects = {plural: api.list(plural) or [] for plural in _LISTED}
+        index = {(o.plural, o.namespace, o.name): o for objs in objects.values() for o in objs}
+        namespaces = {o.name: o for o in objects["namespaces"]}
+        for node in objects["nodes"]:
+            if node.name in read.nodes:  # the API's labels, as KSM would name them
+                read.nodes[node.name].labels.update(
+                    {ksm_label(k): v for k, v in node.labels.items()})
+        prices = node_prices(read.nodes.values(), self.catalog, [])
+        rates = {n.name: rates_of(prices.get(n.name), n, cl.cfg.cost_weights)
+                 for n in read.nodes.values()}
+        hpas = _hpa_targets(objects["horizontalpodautoscalers"])
+        found: dict[tuple[str, str, str], Governed] = {}
+        for pod in read.pods.values():
+            if pod.requests.gpu_units <= 0 or pod.key.namespace in cl.cfg.protected_namespaces:
+                continue
+            g = self._workload(cl, pod, index, api)
+            if g is None:
+                continue
+            key = (g.namespace, g.kind, g.name)
+            g = found.setdefault(key, g)
+            g.pods.append(pod)
+            last = max(pod.steps) if pod.steps else None
+            rate = rates.get(pod.node)
+            if rate is not None and last is not None:
+                g.usd_per_hour = (g.usd_per_hour or 0.0) + rate.of(pod.steps[last])
+            g.team = g.team or team_of(pod, read.namespace_labels, cl.cfg)
+        # what costguard stopped stays listed, to be started again
+        for obj in (o for plural in ("deployments", "statefulsets", "jobs", "cronjobs",
+                                     "notebooks") for o in objects[plural]):
+            kind = next(k for k, p in PLURALS.items() if p == obj.plural)
+            key = (obj.namespace, kind, obj.name)
+            if key in found or obj.namespace in cl.cfg.protected_namespaces:
+                continue
+            g = Governed(cl.cfg.name, obj.namespace, kind, obj.name, obj)
+            if g.stopped():
+                found[key] = g
+        for (ns, kind, name), g in found.items():
+            g.namespace_tags = _namespace_tags(namespaces.get(ns))
+            g.hpa = hpas.get((ns, kind, name))
+        return list(found.values())
+
+    def _workload(self, cl: _Cluster, pod: Pod, index: Mapping[tuple[str, str, str],
+                  KubeObject], api: KubeApi) -> Governed | None:
+        owner = pod.owner
+        ns = pod.key.namespace
+        if owner.kind in NEVER:
+            return None
+        if owner.kind == "StatefulSet":
+            sts = index.get(("statefulsets", ns, owner.name))
+            ctl = sts.controller if sts is not None else None
+            if ctl is not None and ctl[0] == "Notebook":
+                nb = index.get(("notebooks", ns, ctl[1]))
+                return Governed(cl.cfg.name, ns, "Notebook", ctl[1], nb)
+            if ctl is not None:
+                return self._unknown(cl, ns, owner.kind, owner.name, ctl)
+        plural = PLURALS.get(owner.kind)
+        if plural is None:
+            return self._unknown(cl, ns, owner.kind, owner.name, (owner.kind, owner.name))
+        obj = (api.get("pods", ns, owner.name) if plural == "pods"
+               else index.get((plural, ns, owner.name)))
+        if obj is None:
+            return None  # gone since Prometheus saw it
+        ctl = obj.controller
+        if ctl is not None and owner.kind != "Pod" and ctl[0] not in ("CronJob",):
+            return self._unknown(cl, ns, owner.kind, owner.name, ctl)
+        return Governed(cl.cfg.name, ns, owner.kind, owner.name, obj)
+
+    @staticmethod
+    def _unknown(cl: _Cluster, ns: str, kind: str, name: str, ctl: tuple[str, str]
+                 ) -> Governed:
+        from costguard.k8s.model import Workload
+
+        return Governed(cl.cfg.name, ns, kind, name, None, controller=Workload(*ctl))
+
+    # -- telemetry --
+    def gpu_metrics(self, instances: Sequence[Instance], start: datetime, end: datetime
+                    ) -> list[GpuMinute]:
+        wanted = {i.instance_id for i in instances}
+        out: list[GpuMinute] = []
+        for cl in self.clusters.values():
+            mine = [g for iid, g in cl.governed.items() if iid in wanted]
+            if not mine:
+                continue
+            with self._lock:
+                read = cl.reads.get((start, end))
+                if read is None:
+                    cl.reads = {(start, end): self._read(cl, start, end)}
+                    read = cl.reads[(start, end)]
+            for g in mine:
+                out.extend(_minutes(g, read))
+        return out
+
+    # -- price --
+    def price(self, instance: Instance) -> PriceQuote | None:
+        cl = self.clusters.get(instance.account)
+        g = cl.governed.get(instance.instance_id) if cl is not None else None
+        if g is None or g.usd_per_hour is None:
+            return None
+        return PriceQuote(usd_per_hour=round(g.usd_per_hour, 6),
+                          source="its pods' requests of their nodes' prices")
+
+    # -- the re-check and the actions --
+    def describe(self, instance: Instance) -> Instance | None:
+        cl, g = self._find(instance)
+        if g.obj is None:
+            return g.instance(self.clock.now())
+        fresh = self._api(cl).get(g.obj.plural, g.namespace, g.obj.name)
+        if fresh is None:
+            return None
+        g.obj = fresh
+        return g.instance(self.clock.now())
+
+    def describe_many(self, instances: Sequence[Instance]) -> dict[str, Instance | None]:
+        return {i.instance_id: self.describe(i) for i in instances}
+
+    def stop(self, instance: Instance, *, dry_run: bool) -> ActionResult:
+        cl, g = self._find(instance)
+        return stops.stop(self._api(cl), g, cl.cfg, self.clock.now(), dry_run=dry_run)
+
+    def start(self, instance: Instance, *, dry_run: bool) -> ActionResult:
+        cl, g = self._find(instance)
+        return stops.start(self._api(cl), g, dry_run=dry_run)
+
+    def set_tags(self, instance: Instance, tags: Mapping[str, str], *,
+                 remove: Sequence[str] = (), dry_run: bool) -> ActionResult:
+        cl, g = self._find(instance)
+        if g.obj is None:
+            return ActionResult(outcome=ActionOutcome.SKIPPED,
+                                detail=f"its pods belong to {g.controller}: not annotated")
+        annotations: dict[str, str | None] = {annotation_key(k): v for k, v in tags.items()}
+        annotations.update({annotation_key(k): None for k in remove})
+        shown = ", ".join(f"{k}={v}" if v is not None else f"-{k}"
+                          for k, v in annotations.items())
+        if dry_run:
+            return ActionResult(outcome=ActionOutcome.DRY_RUN, detail=f"would annotate {shown}")
+        g.obj = self._api(cl).patch(g.obj, {"metadata": {"annotations": annotations}})
+        return ActionResult(outcome=ActionOutcome.DONE, detail=f"annotated {shown}")
+
+    def _find(self, instance: Instance) -> tuple[_Cluster, Governed]:
+        cl = self.clusters.get(instance.account)
+        g = cl.governed.get(instance.instance_id) if cl is not None else None
+        if cl is None or g is None:
+            raise ProviderError(PROVIDER, instance.account,
+                                f"{instance.name} is not among this cycle's workloads")
+        return cl, g
+
+
+def _hpa_targets(hpas: Sequence[KubeObject]) -> dict[tuple[str, str, str], str]:
+    out = {}
+    for h in hpas:
+        ref = h.spec.get("scaleTargetRef")
+        if isinstance(ref, dict):
+            out[(h.namespace, str(ref.get("kind", "")), str(ref.get("name", "")))] = h.name
+    return out
+
+
+def _namespace_tags(ns: KubeObject | None) -> dict[str, str]:
+    """What a namespace says for all its workloads: protect and snooze."""
+    if ns is None:
+        return {}
+    out = {}
+    for source in (ns.labels, ns.annotations):
+        for key in ("protect", "snooze-until"):
+            if "costguard.io/" + key in source:
+                out["costguard:" + key] = source["costguard.io/" + key]
+    return out
+
+
+def _minutes(g: Governed, read: ClusterRead) -> list[GpuMinute]:
+    """The workload's GPUs' readings, numbered across its pods."""
+    out = []
+    offset = 0
+    for pod_ref in sorted(g.pods, key=lambda p: p.key):
+        pod = read.pods.get(pod_ref.key)
+        if pod is None:
+            offset += pod_ref.requests.gpu_units
+            continue
+        for m in pod.readings:
+            out.append(GpuMinute(
+                provider=PROVIDER, instance_id=g.instance_id, gpu_index=offset + m.gpu_index,
+                minute=m.minute, source=TelemetrySource.DCGM, span_minutes=m.span_minutes,
+                util_mean=m.util_mean, util_max=m.util_max, sm_mean=m.sm_mean,
+                sm_max=m.sm_max, mem_used_bytes=m.mem_used_bytes))
+        offset += max(pod_ref.requests.gpu_units, len(pod.devices))
+    return out

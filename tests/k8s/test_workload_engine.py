@@ -1,0 +1,130 @@
+"""Through the engine: a `resource: workload` policy over the scenario cluster (a real
+Prometheus holding its metrics, its objects in a local API server reached by the official
+client). Idle workloads are warned, then stopped through their owners after the grace; a
+training job, an underused StatefulSet and a pod without data are left alone; a bare pod
+is not deleted unless the cluster allows it; nothing in kube-system, no DaemonSet."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlmodel import select
+
+from costguard.alerts.settings import AlertsSettings
+from costguard.clock import ManualClock
+from costguard.config import Settings
+from costguard.engine import Engine
+from costguard.k8s.provider import KubernetesProvider
+from costguard.k8s.settings import KubernetesSettings
+from costguard.k8s.workloads import KUBEFLOW_STOPPED, REPLICAS_BEFORE
+from costguard.model import InstanceState
+from costguard.policy.load import load_policy_set
+from costguard.store.db import Database
+from costguard.store.inventory import current_instances
+from costguard.store.tables import ActionJournalRow, AlertRow
+from tests.fakes.kube_api import KubeApi, kubeconfig
+from tests.fakes.loopback import serve
+from tests.k8s.history import History
+from tests.k8s.scenario import api_objects
+
+POLICY = """\
+policies:
+  - name: idle-gpu-workloads
+    resource: workload
+    mode: enforce
+    filters: {state: running, min_gpus: 1}
+    condition:
+      idle: {below: 5, for: 45m}
+    actions:
+      - notify: {to: [owner, team]}
+      - stop: {grace: 15m}
+"""
+
+
+@pytest.fixture
+def world(history: History, tmp_path: Path) -> Iterator[tuple[Engine, KubeApi, Database,
+                                                               ManualClock]]:
+    api = api_objects(KubeApi())
+    with serve(api.app()) as url:
+        (tmp_path / "kubeconfig").write_text(kubeconfig(url))
+        (tmp_path / "p.yml").write_text(POLICY)
+        kube = KubernetesSettings.model_validate({"clusters": [{
+            "name": "ml-prod", "prometheus_url": history.url,
+            "namespace_teams": {"serving": "platform"},
+            "api": {"kubeconfig": str(tmp_path / "kubeconfig")}}]})
+        db_url = f"sqlite:///{tmp_path / 'cg.db'}"
+        settings = Settings(database_url=db_url, policy_paths=[tmp_path / "p.yml"],
+                            alerts=AlertsSettings(console=False), kubernetes=kube)
+        clock = ManualClock(history.end - timedelta(minutes=60))
+        db = Database(db_url)
+        provider = KubernetesProvider(kube, clock)
+        engine = Engine(settings, db, {"k8s": provider},
+                        load_policy_set([tmp_path / "p.yml"]), clock)
+        yield engine, api, db, clock
+        db.dispose()
+
+
+def _journal(db: Database) -> list[ActionJournalRow]:
+    with db.session() as s:
+        return list(s.exec(select(ActionJournalRow).order_by(ActionJournalRow.id)))
+
+
+def test_idle_workloads_are_warned_then_stopped_through_their_owners(
+        world: tuple[Engine, KubeApi, Database, ManualClock]) -> None:
+    engine, api, db, clock = world
+    engine.run_cycle()
+    with db.session() as s:
+        listed = {i.name: i for i in current_instances(s)}
+        warned = {a.instance_id for a in s.exec(select(AlertRow)) if a.kind == "idle-warning"}
+    assert set(listed) == {"serving/Deployment/chat-infer", "research/Notebook/notebook-alice",
+                           "serving/StatefulSet/embed", "research/CronJob/nightly-train",
+                           "research/Pod/sweep-0", "research/Pod/debug"}
+    assert listed["serving/StatefulSet/embed"].gpu_count == 2
+    assert listed["research/Notebook/notebook-alice"].tags["team"] == "alice-lab"
+    assert warned == {"ml-prod/serving/Deployment/chat-infer",
+                      "ml-prod/research/Notebook/notebook-alice", "ml-prod/research/Pod/sweep-0"}
+    assert api.get("deployments", "serving", "chat-infer")["spec"]["replicas"] == 1
+
+    clock.advance(timedelta(minutes=20))
+    engine.run_cycle()
+    chat = api.get("deployments", "serving", "chat-infer")
+    assert chat["spec"]["replicas"] == 0
+    assert chat["metadata"]["annotations"][REPLICAS_BEFORE] == "1"
+    notebook = api.get("notebooks", "research", "notebook-alice")
+    assert KUBEFLOW_STOPPED in notebook["metadata"]["annotations"]
+    assert ("pods", "research", "sweep-0") in api.objects  # a bare pod is not deleted
+    stops = {r.instance_id: r for r in _journal(db) if r.action == "stop"}
+    assert stops["ml-prod/serving/Deployment/chat-infer"].status == "done"
+    assert "from 1 to 0 replicas" in stops["ml-prod/serving/Deployment/chat-infer"].detail
+    assert stops["ml-prod/research/Pod/sweep-0"].status == "skipped"
+    assert "delete_bare_pods" in stops["ml-prod/research/Pod/sweep-0"].detail
+    assert set(stops) == {"ml-prod/serving/Deployment/chat-infer",
+                          "ml-prod/research/Notebook/notebook-alice",
+                          "ml-prod/research/Pod/sweep-0"}
+    patched = [(path, body) for method, path, _, body in api.requests if method == "PATCH"]
+    assert all("kube-system" not in path and "daemonsets" not in path for path, _ in patched)
+
+
+def test_a_stopped_deployment_starts_with_the_replicas_it_had(
+        world: tuple[Engine, KubeApi, Database, ManualClock]) -> None:
+    engine, api, db, clock = world
+    api.objects[("deployments", "serving", "chat-infer")]["spec"]["replicas"] = 3
+    engine.run_cycle()
+    clock.advance(timedelta(minutes=20))
+    engine.run_cycle()
+    assert api.get("deployments", "serving", "chat-infer")["spec"]["replicas"] == 0
+    provider = engine.providers["k8s"]
+    with db.session() as s:
+        chat = next(i for i in current_instances(s) if i.instance_type == "Deployment")
+    stopped = provider.stop(chat, dry_run=False)  # again: the kept count is not overwritten
+    assert stopped.outcome == "skipped" and "0 replicas already" in stopped.detail
+    assert api.get("deployments", "serving", "chat-infer")["metadata"]["annotations"][
+        REPLICAS_BEFORE] == "3"
+    result = provider.start(chat, dry_run=False)
+    assert result.outcome == "done" and result.state_after is InstanceState.RUNNING
+    chat_now = api.get("deployments", "serving", "chat-infer")
+    assert chat_now["spec"]["replicas"] == 3
+    assert REPLICAS_BEFORE not in chat_now["metadata"]["annotations"]
