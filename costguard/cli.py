@@ -287,7 +287,8 @@ def explain(
 @app.command()
 def iam(
     config: ConfigOpt = None,
-    provider: Annotated[Literal["aws", "gcp"], typer.Option(help="Which cloud.")] = "aws",
+    provider: Annotated[Literal["aws", "gcp", "k8s"], typer.Option(
+        help="Which cloud, or k8s: the ClusterRole for the Kubernetes clusters.")] = "aws",
     enforce: Annotated[bool | None, typer.Option(
         "--enforce/--read-only",
         help="Default: decided by the loaded policies (read-only unless one enforces).")] = None,
@@ -295,7 +296,8 @@ def iam(
         "--format", help="text (AWS: the policy JSON, GCP: the role YAML) or json (both).",
     )] = "text",
 ) -> None:
-    """Print the least-privilege IAM policy (AWS JSON) or custom role (GCP YAML) needed.
+    """Print the least-privilege IAM policy (AWS JSON), custom role (GCP YAML) or
+    Kubernetes ClusterRole (k8s YAML) needed.
 
     Example: costguard iam --provider aws > costguard-policy.json
     """
@@ -311,6 +313,17 @@ def iam(
     # scale-in rights only where an enforced policy has a `scale_in` step
     scaling_in = enforcing and any(p.is_enforced and p.scale_in_action for p in policies)
     parking = enforcing and any(p.is_enforced and p.scale_to_zero_action for p in policies)
+    if provider == "k8s":
+        from costguard.k8s import rbac
+
+        workloads = enforce if enforce is not None else any(
+            p.resource == "workload" for p in acting)
+        deleting = workloads and any(c.delete_bare_pods for c in settings.kubernetes.clusters)
+        role = rbac.cluster_role("costguard", acting=workloads, deleting_pods=deleting)
+        print(json.dumps(role, indent=2) if fmt == "json"
+              else rbac.render_cluster_role(acting=workloads, deleting_pods=deleting), end=""
+              if fmt != "json" else "\n")
+        return
     if provider == "aws":
         from costguard.providers.aws import required_iam_policy
 

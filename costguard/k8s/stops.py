@@ -22,6 +22,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from costguard.actions.safety import is_protected
 from costguard.k8s.api import KubeApi, KubeObject
 from costguard.k8s.settings import ClusterSettings
 from costguard.k8s.workloads import KUBEFLOW_STOPPED, REPLICAS_BEFORE, STOPPED_AT, Governed
@@ -48,6 +49,9 @@ def stop(api: KubeApi, g: Governed, cfg: ClusterSettings, now: datetime, *,
     if obj is None:
         return _skip(f"its pods belong to {g.controller}, a controller costguard does not act "
                      "through: stop it there")
+    if g.namespace in cfg.protected_namespaces or is_protected(g.instance(now)):
+        # the engine never gets this far with one; a stop asked for directly does not either
+        return _skip(f"{what} is protected (costguard.io/protect, or its namespace)")
     if g.kind in ("Deployment", "StatefulSet"):
         if g.hpa:
             return _skip(f"HorizontalPodAutoscaler {g.hpa} scales {what} and would scale it "

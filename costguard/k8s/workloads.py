@@ -102,7 +102,8 @@ class Governed:
         obj = self.obj
         tags = {k: v for k, v in self.namespace_tags.items()}
         if obj is not None:
-            tags.update(obj.labels)
+            # costguard.io/KEY, as a label or an annotation, is costguard:KEY
+            tags.update({tag_key(k): v for k, v in obj.labels.items()})
             tags.update({tag_key(k): v for k, v in obj.annotations.items()
                          if k.startswith(PREFIX)})
         if self.team and "team" not in tags:

@@ -26,6 +26,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
                             "eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/costguard"}}},
     "no-agent-no-volume": {"agent": {"enabled": False}, "persistence": {"enabled": False}},
     "agent-hooks": {"agent": {"signalHooks": True, "preStopCommand": "/opt/ckpt.sh"}},
+    "in-cluster": {"kubernetes": {"inCluster": {
+        "enabled": True, "prometheusUrl": "http://prometheus-operated.monitoring:9090",
+        "deleteBarePods": True}}},
 }
 
 
@@ -52,7 +55,8 @@ def test_every_rendered_object_is_valid_for_the_kubernetes_api(name: str) -> Non
             kubernetes_validate.validate(doc, KUBERNETES, strict=True)
         except kubernetes_validate.ValidationError as exc:
             pytest.fail(f"{name}: {kind}/{obj_name}: {exc.message} at {list(exc.path)}")
-        assert doc["metadata"]["namespace"] == "costguard"
+        if kind not in ("ClusterRole", "ClusterRoleBinding"):  # cluster-scoped
+            assert doc["metadata"]["namespace"] == "costguard"
 
 
 def test_a_misspelt_value_is_refused_by_lint_with_its_name() -> None:
@@ -225,3 +229,35 @@ def test_the_grafana_dashboard_ships_as_a_configmap_on_request() -> None:
     assert board["metadata"]["labels"]["grafana_dashboard"] == "1"
     shipped = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "costguard-cost.json"
     assert json.loads(board["data"]["costguard-cost.json"]) == json.loads(shipped.read_text())
+
+
+def test_in_cluster_mode_grants_what_costguard_iam_prints_and_configures_the_cluster(
+        ) -> None:
+    from costguard.k8s import rbac
+
+    values = {"kubernetes": {"inCluster": {
+        "enabled": True, "prometheusUrl": "http://prometheus-operated.monitoring:9090"}}}
+    m = helm(values)
+    role = m[("ClusterRole", "costguard-workloads")]
+    assert role["rules"] == rbac.rules(acting=True, deleting_pods=False)
+    binding = m[("ClusterRoleBinding", "costguard-workloads")]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "costguard",
+                                    "namespace": "costguard"}]
+    config = Settings(**yaml.safe_load(m[("ConfigMap", "costguard-config")]["data"][
+        "costguard.yaml"]))
+    (cluster,) = config.kubernetes.clusters
+    assert cluster.api is not None and cluster.api.in_cluster
+    assert cluster.prometheus_url == "http://prometheus-operated.monitoring:9090"
+    deleting = helm({"kubernetes": {"inCluster": {
+        "enabled": True, "prometheusUrl": "http://p:9090", "deleteBarePods": True}}})
+    assert deleting[("ClusterRole", "costguard-workloads")]["rules"] == rbac.rules(
+        acting=True, deleting_pods=True)
+    reading = helm({"kubernetes": {"inCluster": {
+        "enabled": True, "prometheusUrl": "http://p:9090", "acting": False}}})
+    assert reading[("ClusterRole", "costguard-workloads")]["rules"] == rbac.rules(acting=False)
+    assert ("ClusterRole", "costguard-workloads") not in helm({}).docs
+
+
+def test_in_cluster_mode_without_prometheus_is_refused_with_the_fix() -> None:
+    with pytest.raises(Exception, match="kubernetes.inCluster.prometheusUrl is required"):
+        helm({"kubernetes": {"inCluster": {"enabled": True}}})

@@ -81,12 +81,16 @@ def test_report_by_namespace_as_json_adds_up_to_the_nodes_prices(
 
 
 def test_report_by_workload_in_a_terminal(tmp_path: Path, history: History) -> None:
-    out = _report(_config(tmp_path, history.url), history, "--by", "namespace", "--by",
-                  "workload")
-    assert "Deployment/chat-infer" in out and "CronJob/nightly-train" in out
-    assert "StatefulSet/notebook-alice" in out
-    assert "Unpriced: node worker-c of ml-prod (3 GPU-h)" in out
-    assert "in 10 queries" in out
+    cfg = _config(tmp_path, history.url)
+    out = _report(cfg, history, "--by", "namespace", "--by", "workload")
+    flat = " ".join(out.split())  # a narrow terminal folds the notes and the names
+    assert "Kubernetes GPU spend by namespace, workload" in flat
+    assert "Unpriced: node worker-c of ml-prod (3 GPU-h)" in flat
+    assert "in 10 queries" in flat
+    doc = json.loads(_report(cfg, history, "--by", "workload", "--format", "json"))
+    assert {r["workload"] for r in doc["rows"]} == {
+        "Deployment/chat-infer", "CronJob/nightly-train", "StatefulSet/notebook-alice",
+        "StatefulSet/embed", "Pod/sweep-0", "Pod/debug", "DaemonSet/aws-node", "-"}
 
 
 def test_report_fits_80_columns(tmp_path: Path, history: History) -> None:
@@ -145,3 +149,33 @@ def test_no_cluster_configured(tmp_path: Path) -> None:
     result = wide.invoke(app, ["report", "--config", str(cfg), "--by", "namespace"])
     assert result.exit_code == 2
     assert "no Kubernetes cluster is configured" in result.output
+
+
+def test_costguard_iam_prints_the_cluster_role_the_policies_need(tmp_path: Path) -> None:
+    import yaml
+
+    from costguard.k8s import rbac
+
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "w.yml").write_text("""\
+policies:
+  - name: idle-workloads
+    resource: workload
+    mode: enforce
+    condition: {idle: {below: 5, for: 1h}}
+    actions: [{stop: {grace: 15m}}]
+""")
+    cfg = _config(tmp_path, "http://127.0.0.1:9", db=False,
+                  extra=f"      delete_bare_pods: true\n      api: {{in_cluster: true}}\n"
+                        f"policy_paths: [{policies}]\n")
+    out = wide.invoke(app, ["iam", "--config", str(cfg), "--provider", "k8s"])
+    assert out.exit_code == 0, out.output
+    role = yaml.safe_load(out.output)
+    assert role["kind"] == "ClusterRole"
+    assert role["rules"] == rbac.rules(acting=True, deleting_pods=True)
+    assert {"apiGroups": ["apps"], "resources": ["deployments", "statefulsets"],
+            "verbs": ["patch"]} in role["rules"]
+    read_only = wide.invoke(app, ["iam", "--config", str(cfg), "--provider", "k8s",
+                                  "--read-only"])
+    assert all(r["verbs"] == ["get", "list"] for r in yaml.safe_load(read_only.output)["rules"])
