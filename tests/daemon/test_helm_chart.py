@@ -259,5 +259,5 @@ def test_in_cluster_mode_grants_what_costguard_iam_prints_and_configures_the_clu
 
 
 def test_in_cluster_mode_without_prometheus_is_refused_with_the_fix() -> None:
-    with pytest.raises(Exception, match="kubernetes.inCluster.prometheusUrl is required"):
+    with pytest.raises(Exception, match=r"kubernetes\.inCluster\.prometheusUrl is required"):
         helm({"kubernetes": {"inCluster": {"enabled": True}}})
