@@ -303,6 +303,8 @@ def iam(
     """
     settings = _settings(config)
     policies = load_policies_or_exit(settings.policy_paths).policies
+    governs = "workload" if provider == "k8s" else "instance"
+    policies = tuple(p for p in policies if p.resource == governs)
     acting = [p for p in policies if p.is_enforced
               and (p.stop_action or p.tag_action or p.scale_in_action
                    or p.scale_to_zero_action)]
@@ -316,8 +318,7 @@ def iam(
     if provider == "k8s":
         from costguard.k8s import rbac
 
-        workloads = enforce if enforce is not None else any(
-            p.resource == "workload" for p in acting)
+        workloads = enforcing
         deleting = workloads and any(c.delete_bare_pods for c in settings.kubernetes.clusters)
         role = rbac.cluster_role("costguard", acting=workloads, deleting_pods=deleting)
         print(json.dumps(role, indent=2) if fmt == "json"

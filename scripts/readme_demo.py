@@ -5,7 +5,8 @@ demo the same way and fails when the README no longer shows what it prints).
 The run is the demo as `make demo` runs it (the shipped policies, 48 hours of the seeded
 fleet), on a clock pinned to END so the weekday and dates are the same on any day. The
 sample keeps its first lines, the first events of each kind, the summary and the head of
-the team table; the wall time of the run, its only figure that changes, is compared as
+the team table, the simulated cluster's workloads and its namespace table; the wall time of
+the run, its only figure that changes, is compared as
 "N s".
 """
 
@@ -63,6 +64,12 @@ def sample(output: str) -> list[str]:
     table = next(i for i, line in enumerate(lines) if line.startswith("Spend by team"))
     head = [line for line in lines[table + 1:table + 12] if line.strip()]
     out += [*head[:6], " ..."]
+    # the simulated GPU cluster: each workload's line, and its namespace table
+    out += ["", *(line for line in lines if line.startswith("Kubernetes ") and ":" in line
+                  and "GPU spend" not in line)]
+    table = next(i for i, line in enumerate(lines)
+                 if line.startswith("Kubernetes GPU spend by namespace"))
+    out += [""] + [line for line in lines[table:table + 14] if line.strip()][:13]
     return out
 
 

@@ -28,7 +28,8 @@ def test_the_readme_shows_what_the_demo_prints() -> None:
     printed = [demo.normalized(line) for line in demo.sample(demo.demo_output())]
     assert shown == printed, "run `python scripts/readme_demo.py` to rewrite the sample"
     assert any("Spend nobody answers for" in line for line in shown)
-    assert shown[0].startswith("costguard demo: 4 policies from policies")
+    assert shown[0].startswith("costguard demo: 5 policies from policies")
+    assert any(line.startswith("Kubernetes serving/Deployment/chat-infer: scaled") for line in shown)
 
 
 def test_the_sample_is_made_of_the_lines_it_names() -> None:
@@ -41,12 +42,17 @@ def test_the_sample_is_made_of_the_lines_it_names() -> None:
         "289 cycles in 41.7 s: 36 idle warnings", "Managed fleets: x",
         "Spend nobody answers for (no team): $1 of $2.", "",
         "Spend by team  a -> b", "┏━┓", "┃ team ┃", "┡━┩", "│ research │", "│ nlp │",
-        "│ vision │", "└─┘"])
+        "│ vision │", "└─┘", "", "Kubernetes serving/Deployment/x: scaled it.",
+        "Kubernetes research/CronJob/y: left alone.", "",
+        "Kubernetes GPU spend by namespace  a -> b", "┏━┓", "│ serving │", "└─┘", "idle: ..."])
     assert demo.sample(output) == [
         "costguard demo: 4 policies from policies, enforced ...", "Sat 12:00 note a",
         "Sat 12:01 warn c", "Sat 12:20 STOP d",
         "Sat 12:30 STOP e was removed from asg g (scale-in)", "...",
         "289 cycles in 41.7 s: 36 idle warnings", "Managed fleets: x",
         "Spend nobody answers for (no team): $1 of $2.", "", "┏━┓", "┃ team ┃", "┡━┩",
-        "│ research │", "│ nlp │", "│ vision │", " ..."]
+        "│ research │", "│ nlp │", "│ vision │", " ...", "",
+        "Kubernetes serving/Deployment/x: scaled it.", "Kubernetes research/CronJob/y: left alone.",
+        "", "Kubernetes GPU spend by namespace  a -> b", "┏━┓", "│ serving │", "└─┘",
+        "idle: ..."]
     assert demo.normalized("289 cycles in 41.7 s: x") == "289 cycles in N s: x"

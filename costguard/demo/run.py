@@ -26,9 +26,12 @@ from sqlmodel import Session, SQLModel, col, select
 from costguard.clock import ManualClock, SystemClock
 from costguard.config import Settings
 from costguard.demo.sim import SimProvider
+from costguard.demo.sim_cluster import CLUSTER, SimCluster, cluster_settings
 from costguard.demo.sim_settings import SimSettings
 from costguard.engine import Engine
 from costguard.errors import StoreError
+from costguard.k8s.provider import KubernetesProvider
+from costguard.k8s.settings import KubernetesSettings
 from costguard.policy.load import load_policy_set
 from costguard.policy.schema import PolicySet
 from costguard.providers.base import Provider
@@ -157,6 +160,11 @@ def run_demo(
             "work_in_progress_hosts": True,  # idle GPUs, a busy host: never stopped
             "week_shift_hours": week_shift(clock.now())})
         providers = {"sim": SimProvider(sim_settings, clock)}
+        clusters = {CLUSTER: SimCluster(clock, clock.now())}
+        providers["k8s"] = KubernetesProvider(
+            KubernetesSettings(clusters=[cluster_settings()]), clock, sources=clusters)
+    else:
+        clusters = {}
     result = DemoResult(cycles=0, seconds=0.0)
 
     def show(kind: str, subject: str, body: str) -> None:
@@ -178,17 +186,20 @@ def run_demo(
         result.cycles += 1
         clock.advance(poll)
     result.seconds = time.perf_counter() - t0
-    _epilogue(console, db, settings, end - timedelta(hours=hours), end, result, list(providers))
+    _epilogue(console, db, settings, end - timedelta(hours=hours), end, result, list(providers),
+              clusters)
     db.dispose()
     return result
 
 
 def _epilogue(console: Console, db: Database, settings: Settings, since: datetime,
-              until: datetime, result: DemoResult, providers: list[str]) -> None:
+              until: datetime, result: DemoResult, providers: list[str],
+              clusters: dict[str, SimCluster]) -> None:
     with db.session() as s:
         by_team = spend_report(s, settings, ["team"], since, until + timedelta(seconds=1))
+        instances = [p for p in providers if p != "k8s"]  # workloads: _cluster_epilogue
         journal = list(s.exec(select(ActionJournalRow).where(
-            col(ActionJournalRow.provider).in_(providers), ActionJournalRow.action == "stop",
+            col(ActionJournalRow.provider).in_(instances), ActionJournalRow.action == "stop",
             ActionJournalRow.status == "done")))
         managed = managed_summary(s, providers)
     saved = sum(j.usd_per_hour for j in journal)
@@ -214,6 +225,8 @@ def _epilogue(console: Console, db: Database, settings: Settings, since: datetim
                       f"{usd_micros(by_team.total.cost_micros)}.")
     console.print()
     to_table(by_team, console)
+    if clusters:
+        _cluster_epilogue(console, db, settings, since, until, clusters)
     again = f"costguard --database {database_option(db)}"
     console.print(f"\nNext: [bold]{again} report --by team --since 7d[/] reads the same "
                   f"database; [bold]{again} report --by team --by instance-type[/] drills in;"
@@ -221,6 +234,35 @@ def _epilogue(console: Console, db: Database, settings: Settings, since: datetim
                   f" [bold]{again} recommend[/] names the underused GPUs and their cheaper fit;"
                   f" [bold]{again} console[/] shows it all in the browser.",
                   highlight=False)
+
+
+def _cluster_epilogue(console: Console, db: Database, settings: Settings, since: datetime,
+                      until: datetime, clusters: dict[str, SimCluster]) -> None:
+    """What the demo's GPU cluster came to: the workloads stopped through their owners, the
+    ones left alone and why, and its GPU spend by namespace."""
+    from costguard.k8s import report as kube
+    from costguard.report.run import catalog_for
+
+    with db.session() as s:
+        rows = list(s.exec(select(ActionJournalRow).where(
+            ActionJournalRow.provider == "k8s", ActionJournalRow.action == "stop")))
+        workloads = list(s.exec(select(InstanceRow).where(InstanceRow.provider == "k8s")))
+    stopped = {r.instance_id: r.detail for r in rows if r.status == "done"}
+    console.print()
+    for w in sorted(workloads, key=lambda w: w.instance_id):
+        name = w.name or w.instance_id
+        if w.instance_id in stopped:
+            said = stopped[w.instance_id]
+        elif "costguard:protect" in (w.tags or {}):
+            said = "protected (costguard.io/protect), never touched"
+        else:
+            said = "left alone, its GPUs at work"
+        console.print(f"Kubernetes {name}: {said}.", highlight=False)
+    report = kube.read_report([cluster_settings()], ["namespace"], since, until, {},
+                              catalog=catalog_for(settings), inventory=[],
+                              sources=dict(clusters))
+    console.print()
+    kube.to_table(report, console)
 
 
 def managed_summary(s: Session, providers: list[str]) -> list[str]:

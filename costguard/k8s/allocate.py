@@ -173,12 +173,13 @@ def _hours(pod: Pod, step: timedelta, signal: SignalChoice, below: float) -> Jud
     for t, req in pod.steps.items():
         if req.gpu_units > 0:
             by_hour[_hour(t)].append(t)
-    stamps = [m.minute.timestamp() for m in pod.readings]
+    readings = sorted(pod.readings, key=lambda m: m.minute)
+    stamps = [m.minute.timestamp() for m in readings]
     out: dict[float, Verdict] = {}
     evidence = ""
     for hour, ts in sorted(by_hour.items()):
         lo, hi = min(ts), max(ts) + step.total_seconds()
-        inside = pod.readings[bisect.bisect_left(stamps, lo):bisect.bisect_left(stamps, hi)]
+        inside = readings[bisect.bisect_left(stamps, lo):bisect.bisect_left(stamps, hi)]
         units = max(pod.steps[t].gpu_units for t in ts)
         c = classify(inside, window_start=datetime.fromtimestamp(lo, UTC),
                      window_end=datetime.fromtimestamp(hi, UTC), gpu_count=units,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from costguard.errors import ProviderError
 from costguard.k8s.settings import ApiSettings
@@ -81,6 +81,22 @@ class KubeObject:
     @property
     def suspended(self) -> bool:
         return self.spec.get("suspend") is True
+
+
+class Api(Protocol):
+    """What costguard asks of a cluster's API server (KubeApi; the demo's simulated one)."""
+
+    calls: int
+
+    def list(self, plural: str) -> list[KubeObject] | None: ...
+
+    def get(self, plural: str, namespace: str, name: str) -> KubeObject | None: ...
+
+    def patch(self, obj: KubeObject, body: dict[str, Any]) -> KubeObject: ...
+
+    def delete_pod(self, pod: KubeObject) -> None: ...
+
+    def close(self) -> None: ...
 
 
 def _strings(value: Any) -> dict[str, str]:

@@ -17,13 +17,14 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from costguard.clock import Clock
 from costguard.costs.pricing import PriceCatalog, PriceOverrides
 from costguard.errors import ProviderError
 from costguard.k8s import stops
 from costguard.k8s.allocate import rates_of, team_of
-from costguard.k8s.api import KubeApi, KubeObject
+from costguard.k8s.api import Api, KubeApi, KubeObject
 from costguard.k8s.model import ClusterRead, Pod
 from costguard.k8s.prices import node_prices
 from costguard.k8s.prometheus import PrometheusClient, PrometheusError
@@ -48,10 +49,35 @@ _LISTED = ("namespaces", "deployments", "statefulsets", "jobs", "cronjobs",
            "horizontalpodautoscalers", "notebooks", "nodes")
 
 
+class ClusterSource(Protocol):
+    """Where a cluster is read from and acted on: its Prometheus and API server
+    (`LiveCluster`), or the demo's simulated cluster."""
+
+    def read(self, start: datetime, end: datetime, step: timedelta) -> ClusterRead: ...
+
+    def api(self) -> Api: ...
+
+
+class LiveCluster:
+    def __init__(self, cfg: ClusterSettings) -> None:
+        self.cfg = cfg
+
+    def read(self, start: datetime, end: datetime, step: timedelta) -> ClusterRead:
+        cfg = self.cfg
+        with PrometheusClient(cfg.prometheus_url, cluster=cfg.name, token=cfg.bearer_token(),
+                              timeout=cfg.timeout.total_seconds()) as client:
+            return read_cluster(client, cfg, start, end, step)
+
+    def api(self) -> Api:
+        assert self.cfg.api is not None
+        return KubeApi(self.cfg.name, self.cfg.api, self.cfg.timeout.total_seconds())
+
+
 @dataclass
 class _Cluster:
     cfg: ClusterSettings
-    api: KubeApi | None = None
+    source: ClusterSource
+    api: Api | None = None
     governed: dict[str, Governed] = field(default_factory=dict)  # by instance id
     reads: dict[tuple[datetime, datetime], ClusterRead] = field(default_factory=dict)
 
@@ -60,10 +86,13 @@ class KubernetesProvider:
     name: ProviderName = "k8s"
 
     def __init__(self, settings: KubernetesSettings, clock: Clock,
-                 overrides: PriceOverrides | None = None) -> None:
+                 overrides: PriceOverrides | None = None,
+                 sources: Mapping[str, ClusterSource] | None = None) -> None:
         self.clock = clock
         self.catalog = PriceCatalog(overrides=overrides)
-        self.clusters = {c.name: _Cluster(c) for c in settings.clusters if c.api is not None}
+        given = sources or {}
+        self.clusters = {c.name: _Cluster(c, given.get(c.name) or LiveCluster(c))
+                         for c in settings.clusters if c.api is not None}
         self._lock = threading.Lock()
 
     # -- inventory --
@@ -80,17 +109,13 @@ class KubernetesProvider:
             out.instances.extend(g.instance(now) for g in governed)
         return out
 
-    def _api(self, cl: _Cluster) -> KubeApi:
+    def _api(self, cl: _Cluster) -> Api:
         if cl.api is None:
-            assert cl.cfg.api is not None
-            cl.api = KubeApi(cl.cfg.name, cl.cfg.api, cl.cfg.timeout.total_seconds())
+            cl.api = cl.source.api()
         return cl.api
 
     def _read(self, cl: _Cluster, start: datetime, end: datetime) -> ClusterRead:
-        cfg = cl.cfg
-        with PrometheusClient(cfg.prometheus_url, cluster=cfg.name, token=cfg.bearer_token(),
-                              timeout=cfg.timeout.total_seconds()) as client:
-            return read_cluster(client, cfg, start, end, STEP)
+        return cl.source.read(start, end, STEP)
 
     def _governed(self, cl: _Cluster, now: datetime) -> list[Governed]:
         end = now.replace(second=0, microsecond=0)
@@ -138,7 +163,7 @@ class KubernetesProvider:
         return list(found.values())
 
     def _workload(self, cl: _Cluster, pod: Pod, index: Mapping[tuple[str, str, str],
-                  KubeObject], api: KubeApi) -> Governed | None:
+                  KubeObject], api: Api) -> Governed | None:
         owner = pod.owner
         ns = pod.key.namespace
         if owner.kind in NEVER:

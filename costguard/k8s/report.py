@@ -17,8 +17,7 @@ from rich.console import Console
 from costguard.errors import CostguardError
 from costguard.k8s.allocate import DIMENSIONS, CostLine, allocate, group
 from costguard.k8s.prices import NodePrice, node_prices
-from costguard.k8s.prometheus import PrometheusClient
-from costguard.k8s.read import read_cluster
+from costguard.k8s.provider import ClusterSource, LiveCluster
 from costguard.k8s.settings import ClusterSettings
 from costguard.model import Instance
 from costguard.report.cells import csv_text
@@ -73,7 +72,10 @@ class ClusterReport:
 def read_report(clusters: Sequence[ClusterSettings], by: Sequence[str], start: datetime,
                 end: datetime, filters: Mapping[str, str], *, catalog: Any,
                 inventory: Sequence[Instance], idle_signal: Any = "auto",
-                idle_below: float = 5.0) -> ClusterReport:
+                idle_below: float = 5.0,
+                sources: Mapping[str, ClusterSource] | None = None) -> ClusterReport:
+    """The clusters over [start, end): each read from its Prometheus (or the source
+    `sources` gives for it: the demo's simulated cluster)."""
     for dim in [*by, *filters]:
         if dim not in DIMENSIONS:
             raise KubeReportError(f"unknown Kubernetes dimension {dim!r} (choose from: "
@@ -84,9 +86,8 @@ def read_report(clusters: Sequence[ClusterSettings], by: Sequence[str], start: d
     out = ClusterReport(tuple(by), aligned, end, step, [c.name for c in clusters], [],
                         dict(filters))
     for cfg in clusters:
-        with PrometheusClient(cfg.prometheus_url, cluster=cfg.name, token=cfg.bearer_token(),
-                              timeout=cfg.timeout.total_seconds()) as client:
-            read = read_cluster(client, cfg, aligned, end, step)
+        source = (sources or {}).get(cfg.name) or LiveCluster(cfg)
+        read = source.read(aligned, end, step)
         prices = node_prices(read.nodes.values(), catalog, inventory)
         lines = allocate(read, prices, cfg, idle_signal=idle_signal, idle_below=idle_below)
         out.lines.extend(lines)
@@ -149,11 +150,11 @@ def to_table(report: ClusterReport, console: Console) -> None:
     for u in report.unpriced:
         console.print(f"Unpriced: node {u.node} of {u.cluster} ({u.gpu_hours:g} GPU-h): "
                       f"{u.why}.", highlight=False, markup=False)
+    read = (f"Read from Prometheus at {_minutes(report.step)} steps in {report.queries} "
+            "queries." if report.queries else f"Read at {_minutes(report.step)} steps.")
     console.print(f"idle: spend while a pod's GPUs were idle, and GPU nodes' capacity no pod "
                   f"requested; no data: a pod's spend in hours its GPUs had too little data "
-                  f"to judge (never counted idle). Read from Prometheus at "
-                  f"{_minutes(report.step)} steps in {report.queries} queries.",
-                  highlight=False, markup=False)
+                  f"to judge (never counted idle). {read}", highlight=False, markup=False)
 
 
 def _minutes(step: timedelta) -> str:

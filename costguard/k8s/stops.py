@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from costguard.actions.safety import is_protected
-from costguard.k8s.api import KubeApi, KubeObject
+from costguard.k8s.api import Api, KubeObject
 from costguard.k8s.settings import ClusterSettings
 from costguard.k8s.workloads import KUBEFLOW_STOPPED, REPLICAS_BEFORE, STOPPED_AT, Governed
 from costguard.model import ActionOutcome, ActionResult, InstanceState
@@ -43,7 +43,7 @@ def _stamp(now: datetime) -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def stop(api: KubeApi, g: Governed, cfg: ClusterSettings, now: datetime, *,
+def stop(api: Api, g: Governed, cfg: ClusterSettings, now: datetime, *,
          dry_run: bool) -> ActionResult:
     obj, what = g.obj, f"{g.kind} {g.namespace}/{g.name}"
     if obj is None:
@@ -89,7 +89,7 @@ def stop(api: KubeApi, g: Governed, cfg: ClusterSettings, now: datetime, *,
     return _skip(f"costguard does not stop a {g.kind}")
 
 
-def start(api: KubeApi, g: Governed, *, dry_run: bool) -> ActionResult:
+def start(api: Api, g: Governed, *, dry_run: bool) -> ActionResult:
     obj, what = g.obj, f"{g.kind} {g.namespace}/{g.name}"
     if obj is None:
         return _skip(f"its pods belong to {g.controller}: start it there")
@@ -126,14 +126,14 @@ def _suspend(on: bool, now: datetime | None) -> dict[str, Any]:
         STOPPED_AT: _stamp(now) if now is not None else None}}}
 
 
-def _patch(api: KubeApi, g: Governed, obj: KubeObject, body: dict[str, Any], detail: str,
+def _patch(api: Api, g: Governed, obj: KubeObject, body: dict[str, Any], detail: str,
            dry_run: bool, state: InstanceState = InstanceState.STOPPED) -> ActionResult:
     if not dry_run:
         g.obj = api.patch(obj, body)
     return _done(detail, state, dry_run)
 
 
-def _cronjob(api: KubeApi, g: Governed, obj: KubeObject, now: datetime | None,
+def _cronjob(api: Api, g: Governed, obj: KubeObject, now: datetime | None,
              dry_run: bool, *, suspend: bool) -> ActionResult:
     """A CronJob and the Jobs it runs: suspended together (its GPUs are its running Jobs'),
     resumed together (the Jobs costguard suspended)."""

@@ -22,6 +22,8 @@ def managed_stop_warning(policy: Policy) -> str | None:
     controllers; None when there is nothing to say."""
     if policy.stop_action is None and policy.terminate_action is None:
         return None
+    if policy.resource == "workload":  # a workload is stopped through its own controller
+        return None
     if (policy.filters.managed is False or policy.scale_in_action is not None
             or policy.scale_to_zero_action is not None):
         return None
