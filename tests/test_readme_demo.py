@@ -29,7 +29,8 @@ def test_the_readme_shows_what_the_demo_prints() -> None:
     assert shown == printed, "run `python scripts/readme_demo.py` to rewrite the sample"
     assert any("Spend nobody answers for" in line for line in shown)
     assert shown[0].startswith("costguard demo: 5 policies from policies")
-    assert any(line.startswith("Kubernetes serving/Deployment/chat-infer: scaled") for line in shown)
+    assert any(line.startswith("Kubernetes serving/Deployment/chat-infer: scaled")
+               for line in shown)
 
 
 def test_the_sample_is_made_of_the_lines_it_names() -> None:
