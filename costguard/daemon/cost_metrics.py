@@ -13,6 +13,10 @@ often costs next to nothing however large the fleet.
     costguard_team_spend_usd{team,period="day"|"month"}    spend since 00:00 UTC / the 1st
     costguard_budget_usd / _spent_usd / _forecast_usd{budget,dimension,value}
     costguard_cost_instances_folded                        instances past the series cap
+    costguard_workload_hourly_cost_usd{cluster,namespace,kind,workload,team}
+                                  a Kubernetes workload's share of its nodes' prices now
+    costguard_workload_gpus{same}                          the GPUs its pods hold
+    costguard_namespace_hourly_cost_usd{cluster,namespace} the namespace's workloads' sum
 
 Per-instance series are capped (`console.max_instance_series`, the costliest first): the
 rest are folded into one series per team with `instance="(other)"` and the other labels
@@ -25,6 +29,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from sqlalchemy import and_, func, select
@@ -38,6 +43,9 @@ from costguard.report.figures import Report
 from costguard.report.owners import owner_values
 from costguard.report.queries import spend
 from costguard.store.tables import CostIntervalRow, InstanceRow
+
+if TYPE_CHECKING:
+    from costguard.k8s.provider import WorkloadFigure
 
 LABELS = ("provider", "account", "region", "instance", "instance_type", "team", "lifecycle",
           "owner")
@@ -122,14 +130,26 @@ class CostMetrics:
         self.folded = Gauge("costguard_cost_instances_folded",
                             "Running instances folded into instance=\"(other)\" series by "
                             "the per-instance cap (console.max_instance_series).", registry=r)
+        wl = ["cluster", "namespace", "kind", "workload", "team"]
+        self.workload_hourly = Gauge(
+            "costguard_workload_hourly_cost_usd", "What a Kubernetes workload's pods request "
+            "of their nodes' prices, per hour now (docs/kubernetes.md).", wl, registry=r)
+        self.workload_gpus = Gauge("costguard_workload_gpus",
+                                   "The GPUs a Kubernetes workload's pods hold.", wl,
+                                   registry=r)
+        self.namespace_hourly = Gauge(
+            "costguard_namespace_hourly_cost_usd", "What a namespace's GPU workloads cost "
+            "per hour now.", ["cluster", "namespace"], registry=r)
         self.text = b""  # the snapshot a scrape serves
         self.refreshed_at: datetime | None = None
 
     def refresh(self, session: Session, now: datetime, hour: Report, *,
                 budgets: Sequence[Budget] = (),
-                poll_interval: timedelta = timedelta(minutes=5)) -> None:
+                poll_interval: timedelta = timedelta(minutes=5),
+                workloads: Sequence[WorkloadFigure] = ()) -> None:
         """Recompute every cost gauge from the store and `hour` (the report's spend by
-        instance over the last hour), then render the snapshot."""
+        instance over the last hour), and the Kubernetes workloads' from `workloads` (the
+        k8s provider's last listing), then render the snapshot."""
         priced = running_prices(session, now, max(3 * poll_interval, MIN_LOOKBACK))
         idle = {row.key[0]: row.idle_cost_micros / 1e6 for row in hour.rows}
         for gauge in (self.hourly, self.gpu_hourly, self.idle, self.team_hourly,
@@ -168,8 +188,21 @@ class CostMetrics:
             self.budget.labels(*key).set(st.budget_micros / 1e6)
             self.budget_spent.labels(*key).set(st.actual_micros / 1e6)
             self.budget_forecast.labels(*key).set(st.forecast_micros / 1e6)
+        self._workloads(workloads)
         self.text = generate_latest(self.registry)
         self.refreshed_at = now
+
+    def _workloads(self, workloads: Sequence[WorkloadFigure]) -> None:
+        for gauge in (self.workload_hourly, self.workload_gpus, self.namespace_hourly):
+            gauge.clear()
+        per_namespace: dict[tuple[str, str], float] = defaultdict(float)
+        for w in workloads:
+            labels = (w.cluster, w.namespace, w.kind, w.name, w.team)
+            self.workload_hourly.labels(*labels).set(w.usd_per_hour)
+            self.workload_gpus.labels(*labels).set(w.gpus)
+            per_namespace[(w.cluster, w.namespace)] += w.usd_per_hour
+        for (cluster, namespace), usd in per_namespace.items():
+            self.namespace_hourly.labels(cluster, namespace).set(usd)
 
 
 def metric_names(registry: CollectorRegistry) -> set[str]:

@@ -26,6 +26,7 @@ from costguard.store.tables import (
 )
 
 if TYPE_CHECKING:
+    from costguard.k8s.provider import WorkloadFigure
     from costguard.policy.spend import Budget
 
 # AlertDeliveryRow statuses (alerts/tables.py); each exported, 0 when none
@@ -127,7 +128,8 @@ class DaemonMetrics:
     def refresh_from_store(self, session: Session, now: datetime,
                            recommend: RecommendSettings | None = None, *,
                            budgets: Sequence[Budget] = (),
-                           poll_interval: timedelta = timedelta(minutes=5)) -> None:
+                           poll_interval: timedelta = timedelta(minutes=5),
+                           workloads: Sequence[WorkloadFigure] = ()) -> None:
         """Fleet gauges from the store (aggregated in SQL); the underused ones from the
         verdicts stored under `recommend`'s thresholds (the configured ones); then the cost
         series' snapshot (cost_metrics.py), from the same last hour of spend."""
@@ -151,7 +153,8 @@ class DaemonMetrics:
         hour = spend(session, ["instance"], now - timedelta(hours=1), now)
         self.idle_usd_per_hour.set(hour.total.idle_cost_micros / 1e6)
         self.refresh_underused(session, now, recommend or RecommendSettings())
-        self.cost.refresh(session, now, hour, budgets=budgets, poll_interval=poll_interval)
+        self.cost.refresh(session, now, hour, budgets=budgets, poll_interval=poll_interval,
+                          workloads=workloads)
 
     def refresh_underused(self, session: Session, now: datetime,
                           cfg: RecommendSettings) -> None:

@@ -187,10 +187,12 @@ class Daemon:
         self.metrics.last_cycle.set(now.timestamp())
         try:
             with self.engine.db.session() as s:
+                figures = getattr(self.engine.providers.get("k8s"), "figures", None)
                 self.metrics.refresh_from_store(
                     s, now, self.engine.settings.recommend,
                     budgets=self.engine.policies.budgets,
-                    poll_interval=self.settings.poll_interval)
+                    poll_interval=self.settings.poll_interval,
+                    workloads=figures() if callable(figures) else ())
         except Exception as exc:  # gauges are best effort; the cycle itself succeeded
             log.warning("metrics refresh failed: %s", type(exc).__name__)
         return summary

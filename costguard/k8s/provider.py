@@ -20,9 +20,10 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from costguard.clock import Clock
+from costguard.costs.attribution import UNATTRIBUTED
 from costguard.costs.pricing import PriceCatalog, PriceOverrides
 from costguard.errors import ProviderError
-from costguard.k8s import stops
+from costguard.k8s import jupyterhub, stops
 from costguard.k8s.allocate import rates_of, team_of
 from costguard.k8s.api import Api, KubeApi, KubeObject
 from costguard.k8s.model import ClusterRead, Pod
@@ -71,6 +72,17 @@ class LiveCluster:
     def api(self) -> Api:
         assert self.cfg.api is not None
         return KubeApi(self.cfg.name, self.cfg.api, self.cfg.timeout.total_seconds())
+
+
+@dataclass(frozen=True)
+class WorkloadFigure:
+    cluster: str
+    namespace: str
+    kind: str
+    name: str
+    team: str
+    usd_per_hour: float
+    gpus: int
 
 
 @dataclass
@@ -186,6 +198,8 @@ class KubernetesProvider:
         ctl = obj.controller
         if ctl is not None and owner.kind != "Pod" and ctl[0] not in ("CronJob",):
             return self._unknown(cl, ns, owner.kind, owner.name, ctl)
+        if owner.kind == "Pod" and jupyterhub.is_server(obj):
+            return Governed(cl.cfg.name, ns, "JupyterServer", owner.name, obj)
         return Governed(cl.cfg.name, ns, owner.kind, owner.name, obj)
 
     @staticmethod
@@ -194,6 +208,13 @@ class KubernetesProvider:
         from costguard.k8s.model import Workload
 
         return Governed(cl.cfg.name, ns, kind, name, None, controller=Workload(*ctl))
+
+    def figures(self) -> list[WorkloadFigure]:
+        """Each workload of the last listing: what it costs an hour and the GPUs it holds
+        (the daemon's /metrics, daemon/cost_metrics.py)."""
+        return [WorkloadFigure(g.cluster, g.namespace, g.kind, g.name,
+                               g.team or UNATTRIBUTED, g.usd_per_hour or 0.0, g.gpus)
+                for cl in self.clusters.values() for g in cl.governed.values()]
 
     # -- telemetry --
     def gpu_metrics(self, instances: Sequence[Instance], start: datetime, end: datetime

@@ -79,6 +79,27 @@ class ApiSettings(_Section):
         return self
 
 
+class JupyterHubSettings(_Section):
+    """The JupyterHub whose single-user servers run in the cluster (KubeSpawner): costguard
+    stops an idle one through the hub's REST API, as the hub's own idle culler does. The
+    token needs the `servers` scope (admin:servers on JupyterHub 2 and later)."""
+
+    url: str = Field(pattern=r"^https?://[^\s]+$",
+                     description="The hub's API, e.g. http://hub.jhub:8081/hub/api")
+    token_file: Path
+
+    def token(self) -> SecretStr:
+        try:
+            text = self.token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(f"jupyterhub.token_file {self.token_file}: {exc.strerror}; "
+                              "check the path and its permissions") from None
+        if not text:
+            raise ConfigError(f"jupyterhub.token_file {self.token_file} is empty; put the "
+                              "hub API token in it")
+        return SecretStr(text)
+
+
 class ClusterSettings(_Section):
     """One cluster, read through the Prometheus HTTP API that scrapes its dcgm-exporter and
     kube-state-metrics."""
@@ -100,6 +121,7 @@ class ClusterSettings(_Section):
     # a pod no controller owns has nothing to stop it through: deleting it ends its work
     # for good, so only where a cluster says so
     delete_bare_pods: bool = False
+    jupyterhub: JupyterHubSettings | None = None
     timeout: Annotated[Duration, AfterValidator(at_least(
         timedelta(seconds=1), "a Prometheus query needs time to answer"))] = timedelta(seconds=30)
 

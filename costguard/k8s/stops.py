@@ -10,6 +10,7 @@ starting it again (docs/kubernetes.md "Actions").
     CronJob                  suspended, with the Jobs it is running
     Notebook (Kubeflow)      the `kubeflow-resource-stopped` annotation, as Kubeflow's own
                              UI stops one: its controller scales it to zero, its volume stays
+    JupyterHub server        through the hub's REST API, as its idle culler stops one
     Pod (no controller)      deleted, only where the cluster sets delete_bare_pods
 
 Every patch carries the resourceVersion costguard read: a workload changed since (scaled
@@ -23,6 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from costguard.actions.safety import is_protected
+from costguard.k8s import jupyterhub
 from costguard.k8s.api import Api, KubeObject
 from costguard.k8s.settings import ClusterSettings
 from costguard.k8s.workloads import KUBEFLOW_STOPPED, REPLICAS_BEFORE, STOPPED_AT, Governed
@@ -77,6 +79,8 @@ def stop(api: Api, g: Governed, cfg: ClusterSettings, now: datetime, *,
         body = {"metadata": {"annotations": {KUBEFLOW_STOPPED: stamp, STOPPED_AT: stamp}}}
         return _patch(api, g, obj, body, f"stopped Kubeflow {what} ({KUBEFLOW_STOPPED}): its "
                       "controller scales it to zero and keeps its volume", dry_run)
+    if g.kind == "JupyterServer":
+        return _jupyter(g, cfg, dry_run)
     if g.kind == "Pod":
         if not cfg.delete_bare_pods:
             return _skip(f"pod {g.namespace}/{g.name} has no controller to stop it through and "
@@ -118,7 +122,24 @@ def start(api: Api, g: Governed, *, dry_run: bool) -> ActionResult:
         body = {"metadata": {"annotations": {KUBEFLOW_STOPPED: None, STOPPED_AT: None}}}
         return _patch(api, g, obj, body, f"started Kubeflow {what}", dry_run,
                       InstanceState.RUNNING)
+    if g.kind == "JupyterServer":
+        return _skip("a JupyterHub server is started by its user, from the hub")
     return _skip(f"costguard does not start a {g.kind}")
+
+
+def _jupyter(g: Governed, cfg: ClusterSettings, dry_run: bool) -> ActionResult:
+    """A single-user server, stopped through its hub (the hub then ends the pod)."""
+    assert g.obj is not None
+    user, server = jupyterhub.owner(g.obj)
+    what = f"{user}'s JupyterHub server" + (f" {server!r}" if server else "")
+    if cfg.jupyterhub is None:
+        return _skip(f"{what} is stopped through its hub: set jupyterhub (url, token_file) "
+                     f"for cluster {cfg.name}")
+    if not dry_run:
+        jupyterhub.stop_server(cfg.jupyterhub, cfg.name, user, server,
+                               cfg.timeout.total_seconds())
+    return _done(f"stopped {what} through the hub's API (the user starts it again from "
+                 "the hub)", InstanceState.STOPPED, dry_run)
 
 
 def _suspend(on: bool, now: datetime | None) -> dict[str, Any]:

@@ -2,10 +2,11 @@
 
 A policy with `resource: workload` governs the thing that would recreate a pod: a
 Deployment (the pods of all its replicas), a StatefulSet, a Kubeflow Notebook (the
-StatefulSet its controller made), a Job, a CronJob (the pods of its running Jobs), or a
-bare pod. Each is handed to the engine as an `Instance` of provider `k8s`, so the engine's
-whole safety path applies to it unchanged: the idle window and coverage, warn, grace,
-re-check, caps, journal, dry-run, snooze and protect. Its fields:
+StatefulSet its controller made), a Job, a CronJob (the pods of its running Jobs), a
+JupyterHub single-user server (KubeSpawner's pod), or a bare pod. Each is handed to the
+engine as an `Instance` of provider `k8s`, so the engine's whole safety path applies to it
+unchanged: the idle window and coverage, warn, grace, re-check, caps, journal, dry-run,
+snooze and protect. Its fields:
 
     instance_id   CLUSTER/NAMESPACE/KIND/NAME          account  the cluster
     name          NAMESPACE/KIND/NAME                  region   the namespace
@@ -36,7 +37,8 @@ STOPPED_AT = PREFIX + "stopped-at"  # when costguard stopped it (every kind)
 KUBEFLOW_STOPPED = "kubeflow-resource-stopped"  # Kubeflow's own stop annotation
 # kinds costguard stops through their own API, and the object each is read as
 PLURALS = {"Deployment": "deployments", "StatefulSet": "statefulsets", "Job": "jobs",
-           "CronJob": "cronjobs", "Notebook": "notebooks", "Pod": "pods"}
+           "CronJob": "cronjobs", "Notebook": "notebooks", "Pod": "pods",
+           "JupyterServer": "pods"}
 NEVER = ("DaemonSet",)
 MAX_ID = 128  # what the store's instance_id column holds
 

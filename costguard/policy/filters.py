@@ -10,7 +10,8 @@ from pydantic_core import PydanticCustomError
 from costguard.model import InstanceState, Lifecycle, OwnerKind
 from costguard.policy.base import Duration, Element, OneOrMany, Text
 
-WorkloadKind = Literal["Deployment", "StatefulSet", "Job", "CronJob", "Notebook", "Pod"]
+WorkloadKind = Literal["Deployment", "StatefulSet", "Job", "CronJob", "Notebook",
+                       "JupyterServer", "Pod"]
 # what only a Kubernetes workload has: a filter an instance policy must not carry
 WORKLOAD_FILTERS = ("namespaces", "kinds")
 
@@ -165,6 +166,6 @@ policies:
         "(shell patterns: `team-*`).")
     kinds: OneOrMany[WorkloadKind] | None = Field(
         default=None, description="`resource: workload` only: Deployment, StatefulSet, Job, "
-        "CronJob, Notebook, Pod.")
+        "CronJob, Notebook, JupyterServer, Pod.")
     min_gpus: int | None = Field(
         default=None, ge=1, description="At least this many GPUs (a workload: all its pods').")

@@ -128,3 +128,33 @@ def test_a_stopped_deployment_starts_with_the_replicas_it_had(
     chat_now = api.get("deployments", "serving", "chat-infer")
     assert chat_now["spec"]["replicas"] == 3
     assert REPLICAS_BEFORE not in chat_now["metadata"]["annotations"]
+
+
+def test_metrics_carry_each_workload_s_share_of_its_nodes(
+        world: tuple[Engine, KubeApi, Database, ManualClock]) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from costguard.daemon.metrics import DaemonMetrics
+
+    engine, _, db, clock = world
+    engine.run_cycle()
+    provider = engine.providers["k8s"]
+    assert isinstance(provider, KubernetesProvider)
+    metrics = DaemonMetrics()
+    with db.session() as s:
+        metrics.refresh_from_store(s, clock.now(), workloads=provider.figures())
+    samples = {(f.name, tuple(sorted(x.labels.items()))): x.value
+               for f in text_string_to_metric_families(metrics.cost.text.decode())
+               for x in f.samples}
+    hourly = {dict(k)["workload"]: v for (name, k), v in samples.items()
+              if name == "costguard_workload_hourly_cost_usd"}
+    assert set(hourly) == {"chat-infer", "notebook-alice", "embed", "nightly-train",
+                           "sweep-0", "debug"}
+    assert hourly["debug"] == 0  # its node has no price: nothing guessed
+    assert hourly["nightly-train"] > hourly["chat-infer"] > 0  # 4 GPUs and 48 cores vs 1
+    namespaces = {dict(k)["namespace"]: v for (name, k), v in samples.items()
+                  if name == "costguard_namespace_hourly_cost_usd"}
+    assert namespaces["serving"] == pytest.approx(hourly["chat-infer"] + hourly["embed"])
+    gpus = {dict(k)["workload"]: v for (name, k), v in samples.items()
+            if name == "costguard_workload_gpus"}
+    assert gpus["embed"] == 2 and gpus["nightly-train"] == 4
