@@ -18,7 +18,16 @@ def test_shipped_policies_validate_clean() -> None:
     assert validate_paths([POLICIES]) == []
     names = {p.name for p in load_policy_set([POLICIES]).policies}
     assert names == {"idle-gpu-shutdown", "on-demand-gpu-spot-candidate", "require-team-tag",
-                     "underused-gpu"}
+                     "underused-gpu", "idle-gpu-workloads"}
+
+
+def test_the_workload_policy_is_dry_run_and_stops_through_owners_after_a_warning() -> None:
+    policy = load_policy_set([POLICIES / "idle-workloads.yml"]).policy("idle-gpu-workloads")
+    assert not policy.is_enforced
+    assert policy.resource == "workload" and tuple(policy.providers) == ("k8s",)
+    assert [str(a.kind) for a in policy.actions] == ["notify", "stop"]
+    assert policy.stop_action is not None and policy.stop_action.grace == timedelta(minutes=30)
+    assert policy.filters.tags is not None and "costguard:protect" in policy.filters.tags.absent
 
 
 def test_underused_gpu_policy_is_dry_run_tells_and_marks_never_stops() -> None:
