@@ -185,6 +185,8 @@ class KubernetesProvider:
             ctl = sts.controller if sts is not None else None
             if ctl is not None and ctl[0] == "Notebook":
                 nb = index.get(("notebooks", ns, ctl[1]))
+                if nb is None:  # Kubeflow's CRD unreadable: its controller, not alone
+                    return self._unknown(cl, ns, owner.kind, owner.name, ctl)
                 return Governed(cl.cfg.name, ns, "Notebook", ctl[1], nb)
             if ctl is not None:
                 return self._unknown(cl, ns, owner.kind, owner.name, ctl)

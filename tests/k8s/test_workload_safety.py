@@ -141,3 +141,18 @@ def test_a_kept_replica_count_survives_any_order_of_stops_starts_and_restarts(
         now_replicas = obj["spec"]["replicas"]
         kept = obj["metadata"]["annotations"].get(REPLICAS_BEFORE)
         assert now_replicas == replicas or (now_replicas == 0 and kept == str(replicas))
+
+
+def test_a_notebook_whose_crd_cannot_be_read_is_left_to_its_controller(
+        server: tuple[KubeApi, str], tmp_path: Path) -> None:
+    api, url = server
+    read = _cluster(api, [("Notebook", "research", 1, False, "label")])
+    api.installed.discard("notebooks")
+    try:
+        provider = _provider(url, tmp_path, read)
+        (inst,) = provider.list_instances().instances
+        assert inst.owner is not None and "Notebook" in inst.owner.name
+        result = provider.stop(inst, dry_run=False)
+        assert result.outcome == "skipped" and not _touched(api)
+    finally:
+        api.installed.add("notebooks")
