@@ -320,10 +320,11 @@ def iam(
 
         workloads = enforcing
         deleting = workloads and any(c.delete_bare_pods for c in settings.kubernetes.clusters)
-        role = rbac.cluster_role("costguard", acting=workloads, deleting_pods=deleting)
-        print(json.dumps(role, indent=2) if fmt == "json"
-              else rbac.render_cluster_role(acting=workloads, deleting_pods=deleting), end=""
-              if fmt != "json" else "\n")
+        if fmt == "json":
+            role = rbac.cluster_role("costguard", acting=workloads, deleting_pods=deleting)
+            print(json.dumps(role, indent=2))
+        else:
+            print(rbac.render_cluster_role(acting=workloads, deleting_pods=deleting), end="")
         return
     if provider == "aws":
         from costguard.providers.aws import required_iam_policy

@@ -40,7 +40,9 @@ def cluster_settings() -> ClusterSettings:
                            owner_team="platform", api=ApiSettings(in_cluster=True))
 
 
-def _merge(target: Any, patch: Any) -> Any:
+def merge_patch(target: Any, patch: Any) -> Any:
+    """`patch` applied to `target` as a JSON merge patch (RFC 7386: null removes a key), as
+    the API server applies costguard's patches."""
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
     out = dict(target) if isinstance(target, dict) else {}
@@ -48,7 +50,7 @@ def _merge(target: Any, patch: Any) -> Any:
         if value is None:
             out.pop(key, None)
         else:
-            out[key] = _merge(out.get(key), value)
+            out[key] = merge_patch(out.get(key), value)
     return out
 
 
@@ -94,7 +96,7 @@ class SimKubeApi:
         if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
             raise ProviderError("k8s", CLUSTER, f"patch {obj.plural} {obj.namespace}/"
                                 f"{obj.name}: HTTP 409 (Conflict) the object has been modified")
-        new = _merge(current, body)
+        new = merge_patch(current, body)
         new["metadata"]["resourceVersion"] = str(next(self._rv))
         self.objects[key] = new
         if _stopped(obj.plural, new):
@@ -177,7 +179,7 @@ class SimCluster:
                   for k in range(math.ceil((end - start).total_seconds() / s))]
         for n in ("a", "b"):
             node = Node(_node(n), f"aws:///us-east-1a/i-0demo0k8s000000{n}", gpus=8, cpu=96,
-                        memory=1152 * GiB, steps=set(stamps), models={A100})
+                        memory=1152 * GiB, steps=set(stamps))
             node.labels = {ksm_label("node.kubernetes.io/instance-type"): "p4d.24xlarge",
                            ksm_label("topology.kubernetes.io/region"): "us-east-1"}
             read.nodes[node.name] = node

@@ -55,9 +55,21 @@ class CostLine:
     evidence: str = ""  # the last judged hour's evidence
 
     def dimension(self, name: str) -> str:
-        return {"cluster": self.cluster, "namespace": self.namespace,
-                "workload": self.workload, "pod": self.pod, "node": self.node,
-                "team": self.team}[name]
+        """The value of one of `DIMENSIONS` (each is a field of the line)."""
+        value: str = getattr(self, name)
+        return value
+
+    def add(self, other: CostLine) -> None:
+        """`other`'s figures summed into this line's."""
+        self.cost_micros += other.cost_micros
+        self.idle_cost_micros += other.idle_cost_micros
+        self.unmeasured_cost_micros += other.unmeasured_cost_micros
+        self.gpu_seconds += other.gpu_seconds
+        self.idle_gpu_seconds += other.idle_gpu_seconds
+        self.unpriced_gpu_seconds += other.unpriced_gpu_seconds
+        for verdict, hours in other.verdicts.items():
+            self.verdicts[verdict] = self.verdicts.get(verdict, 0) + hours
+        self.evidence = other.evidence or self.evidence
 
 
 def team_of(pod: Pod, namespace_labels: Mapping[str, dict[str, str]],
@@ -107,15 +119,23 @@ def allocate(read: ClusterRead, prices: Mapping[str, NodePrice], cfg: ClusterSet
                 on_node[(pod.node, t)].append(pod)
     judged = {key: _hours(pod, read.step, idle_signal, idle_below)
               for key, pod in read.pods.items() if pod.requests.gpu_units > 0}
-    lines: dict[tuple[str, str], CostLine] = {}
+    pods: dict[PodKey, CostLine] = {}
+    capacity: dict[str, CostLine] = {}  # each node's idle capacity
 
-    def line(namespace: str, pod: str, node: str, make: CostLine) -> CostLine:
-        return lines.setdefault((namespace, pod if pod != "-" else f"-{node}"), make)
+    def pod_line(pod: Pod, node: str) -> CostLine:
+        cl = pods.get(pod.key)
+        if cl is None:  # made once a pod, not once a step
+            cl = pods[pod.key] = CostLine(
+                read.cluster, pod.key.namespace, str(pod.owner), pod.key.name, node,
+                team_of(pod, read.namespace_labels, cfg))
+        return cl
 
     for name, node in sorted(gpu_nodes.items()):
         quote = prices.get(name)
-        usd = quote.quote.usd_per_hour if quote is not None and quote.quote else None
+        priced = quote is not None and quote.quote is not None
         rates = rates_of(quote, node, w)
+        idle = capacity[name] = CostLine(read.cluster, IDLE_CAPACITY, "-", "-", name,
+                                         cfg.owner_team or UNATTRIBUTED)
         for t in sorted(node.steps):
             used = Requests()
             for pod in on_node.get((name, t), []):
@@ -123,13 +143,11 @@ def allocate(read: ClusterRead, prices: Mapping[str, NodePrice], cfg: ClusterSet
                 used.gpus += req.gpus
                 used.cpu += req.cpu
                 used.memory += req.memory
-                cl = line(pod.key.namespace, pod.key.name, name, CostLine(
-                    read.cluster, pod.key.namespace, str(pod.owner), pod.key.name, name,
-                    team_of(pod, read.namespace_labels, cfg)))
+                cl = pod_line(pod, name)
                 micros = round(rates.of(req) * step_h * MICROS)
                 cl.cost_micros += micros
                 cl.gpu_seconds += req.gpus * step_s
-                if usd is None:
+                if not priced:
                     cl.unpriced_gpu_seconds += req.gpus * step_s
                 verdict = judged[pod.key].hours.get(_hour(t)) if pod.key in judged else None
                 if verdict is Verdict.IDLE:
@@ -137,24 +155,24 @@ def allocate(read: ClusterRead, prices: Mapping[str, NodePrice], cfg: ClusterSet
                     cl.idle_gpu_seconds += req.gpus * step_s
                 elif verdict is Verdict.NO_DATA and req.gpus > 0:
                     cl.unmeasured_cost_micros += micros
-            free = Requests(gpus=max(0.0, node.gpus - used.gpus), cpu=max(0.0, node.cpu - used.cpu),
+            free = Requests(gpus=max(0.0, node.gpus - used.gpus),
+                            cpu=max(0.0, node.cpu - used.cpu),
                             memory=max(0.0, node.memory - used.memory))
-            cl = line(IDLE_CAPACITY, "-", name, CostLine(
-                read.cluster, IDLE_CAPACITY, "-", "-", name, cfg.owner_team or UNATTRIBUTED))
             micros = round(rates.of(free) * step_h * MICROS)
-            cl.cost_micros += micros
-            cl.idle_cost_micros += micros
-            cl.gpu_seconds += free.gpus * step_s
-            cl.idle_gpu_seconds += free.gpus * step_s
-            if usd is None:
-                cl.unpriced_gpu_seconds += free.gpus * step_s
-    for cl in lines.values():
-        pod_judged = judged.get(PodKey(cl.namespace, cl.pod))
+            idle.cost_micros += micros
+            idle.idle_cost_micros += micros
+            idle.gpu_seconds += free.gpus * step_s
+            idle.idle_gpu_seconds += free.gpus * step_s
+            if not priced:
+                idle.unpriced_gpu_seconds += free.gpus * step_s
+    for key, cl in pods.items():
+        pod_judged = judged.get(key)
         if pod_judged is not None:
             for verdict in pod_judged.hours.values():
                 cl.verdicts[str(verdict)] = cl.verdicts.get(str(verdict), 0) + 1
             cl.evidence = pod_judged.evidence
-    return [cl for cl in lines.values() if cl.cost_micros or cl.gpu_seconds]
+    return [cl for cl in (*pods.values(), *capacity.values())
+            if cl.cost_micros or cl.gpu_seconds]
 
 
 @dataclass(frozen=True)
@@ -198,14 +216,5 @@ def group(lines: Sequence[CostLine], by: Sequence[str]) -> list[tuple[tuple[str,
             c, ns, wl, pod, node, team = (cl.dimension(d) if d in by else "*"
                                           for d in DIMENSIONS)
             acc = out[key] = CostLine(c, ns, wl, pod, node, team)
-        acc.cost_micros += cl.cost_micros
-        acc.idle_cost_micros += cl.idle_cost_micros
-        acc.unmeasured_cost_micros += cl.unmeasured_cost_micros
-        acc.gpu_seconds += cl.gpu_seconds
-        acc.idle_gpu_seconds += cl.idle_gpu_seconds
-        acc.unpriced_gpu_seconds += cl.unpriced_gpu_seconds
-        for v, n in cl.verdicts.items():
-            acc.verdicts[v] = acc.verdicts.get(v, 0) + n
-        if cl.evidence:
-            acc.evidence = cl.evidence
+        acc.add(cl)
     return sorted(out.items(), key=lambda kv: (-kv[1].cost_micros, kv[0]))

@@ -69,14 +69,6 @@ class Device:
     mig_profile: str = ""
     mig_id: str = ""
 
-    @property
-    def share(self) -> float:
-        return (mig_share(self.mig_profile) or 1.0) if self.mig_profile else 1.0
-
-    def __str__(self) -> str:
-        where = f"GPU {self.gpu}" + (f" MIG {self.mig_profile}" if self.mig_profile else "")
-        return f"{where} ({self.model or 'unknown model'}) on {self.node or 'unknown node'}"
-
 
 @dataclass
 class Requests:
@@ -90,7 +82,6 @@ class Requests:
 @dataclass
 class Pod:
     key: PodKey
-    uid: str = ""
     node: str = ""
     workload: Workload | None = None
     labels: dict[str, str] = field(default_factory=dict)
@@ -114,7 +105,6 @@ class Node:
     memory: float = 0.0
     labels: dict[str, str] = field(default_factory=dict)
     steps: set[float] = field(default_factory=set)  # when it existed
-    models: set[str] = field(default_factory=set)  # its GPUs' models, as dcgm-exporter says
 
 
 @dataclass

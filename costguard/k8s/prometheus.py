@@ -6,7 +6,8 @@ meets a URL length limit); every answer is read up to `MAX_BYTES` and parsed und
 project's JSON rules, so a proxy answering gigabytes or a hostile server cannot fill the
 daemon's memory. A range longer than `MAX_POINTS` steps is asked for in pieces
 (Prometheus refuses more than 11,000 points per series). NaN and infinite samples (a
-stale or broken exporter) are dropped: no sample is not a zero. Errors are
+stale or broken exporter), and samples dated before 1970 or past the year 9000, are
+dropped: no sample is not a zero. Errors are
 `PrometheusError`, naming the cluster, the API's own error and never the token.
 """
 
@@ -26,6 +27,9 @@ from costguard.limited_json import JsonRefused, parse_json
 
 MAX_BYTES = 128 * 2**20
 MAX_POINTS = 10_000  # per series per request (Prometheus's own limit is 11,000)
+# a sample's time outside [1970, 9000) is no sample: a datetime cannot hold year 10,000, and
+# Prometheus writes none there
+LATEST_S = 221_845_392_000.0
 
 
 class PrometheusError(CostguardError):
@@ -106,7 +110,7 @@ class PrometheusClient:
         where = f"{self.url}/api/v1/{endpoint}"
         try:
             with self._client.stream("POST", where, data=form) as response:
-                body = b""
+                body = bytearray()  # appended in place: no copy of all so far per chunk
                 for chunk in response.iter_bytes():
                     body += chunk
                     if len(body) > MAX_BYTES:
@@ -118,7 +122,7 @@ class PrometheusClient:
                 f"kubernetes cluster {self.cluster}: cannot reach Prometheus at {self.url} "
                 f"({type(exc).__name__}: {exc}); check prometheus_url") from None
         try:
-            answer = parse_json(body)
+            answer = parse_json(bytes(body))
         except (JsonRefused, ValueError):
             answer = None
         if not isinstance(answer, dict):
@@ -149,7 +153,7 @@ class PrometheusClient:
             except (TypeError, ValueError, IndexError):
                 raise self._error(f"a sample that is not [time, value]: {pair!r:.60}",
                                   expr) from None
-            if math.isfinite(v) and math.isfinite(t):
+            if math.isfinite(v) and 0 <= t < LATEST_S:
                 points.append((t, v))
         return Series(labels, points)
 

@@ -26,7 +26,7 @@ from costguard.errors import ProviderError
 from costguard.k8s import jupyterhub, stops
 from costguard.k8s.allocate import rates_of, team_of
 from costguard.k8s.api import Api, KubeApi, KubeObject
-from costguard.k8s.model import ClusterRead, Pod
+from costguard.k8s.model import ClusterRead, Pod, Workload
 from costguard.k8s.prices import node_prices
 from costguard.k8s.prometheus import PrometheusClient, PrometheusError
 from costguard.k8s.read import ksm_label, read_cluster
@@ -43,6 +43,7 @@ from costguard.model import (
     ProviderName,
     TelemetrySource,
 )
+from costguard.providers.base import tag_detail
 
 STATE_SPAN = timedelta(minutes=10)  # how far back a listing looks for running GPU pods
 STEP = timedelta(minutes=1)
@@ -91,7 +92,9 @@ class _Cluster:
     source: ClusterSource
     api: Api | None = None
     governed: dict[str, Governed] = field(default_factory=dict)  # by instance id
-    reads: dict[tuple[datetime, datetime], ClusterRead] = field(default_factory=dict)
+    # the last read (the listing's, or a metrics call's): a metrics call over a span it
+    # covers is answered from it, not by reading the cluster again
+    read: ClusterRead | None = None
 
 
 class KubernetesProvider:
@@ -131,7 +134,7 @@ class KubernetesProvider:
 
     def _governed(self, cl: _Cluster, now: datetime) -> list[Governed]:
         end = now.replace(second=0, microsecond=0)
-        read = self._read(cl, end - STATE_SPAN, end)
+        read = cl.read = self._read(cl, end - STATE_SPAN, end)
         api = self._api(cl)
         objects = {plural: api.list(plural) or [] for plural in _LISTED}
         index = {(o.plural, o.namespace, o.name): o for objs in objects.values() for o in objs}
@@ -207,8 +210,6 @@ class KubernetesProvider:
     @staticmethod
     def _unknown(cl: _Cluster, ns: str, kind: str, name: str, ctl: tuple[str, str]
                  ) -> Governed:
-        from costguard.k8s.model import Workload
-
         return Governed(cl.cfg.name, ns, kind, name, None, controller=Workload(*ctl))
 
     def figures(self) -> list[WorkloadFigure]:
@@ -228,12 +229,11 @@ class KubernetesProvider:
             if not mine:
                 continue
             with self._lock:
-                read = cl.reads.get((start, end))
-                if read is None:
-                    cl.reads = {(start, end): self._read(cl, start, end)}
-                    read = cl.reads[(start, end)]
+                read = cl.read
+                if read is None or not (read.start <= start and end - read.end < STEP):
+                    read = cl.read = self._read(cl, start, end)
             for g in mine:
-                out.extend(_minutes(g, read))
+                out.extend(m for m in _minutes(g, read) if start <= m.minute < end)
         return out
 
     # -- price --
@@ -273,14 +273,14 @@ class KubernetesProvider:
         if g.obj is None:
             return ActionResult(outcome=ActionOutcome.SKIPPED,
                                 detail=f"its pods belong to {g.controller}: not annotated")
-        annotations: dict[str, str | None] = {annotation_key(k): v for k, v in tags.items()}
-        annotations.update({annotation_key(k): None for k in remove})
-        shown = ", ".join(f"{k}={v}" if v is not None else f"-{k}"
-                          for k, v in annotations.items())
+        setting = {annotation_key(k): v for k, v in tags.items()}
+        removing = [annotation_key(k) for k in remove]
+        shown = tag_detail(setting, removing)  # annotations are a workload's tags
         if dry_run:
-            return ActionResult(outcome=ActionOutcome.DRY_RUN, detail=f"would annotate {shown}")
+            return ActionResult(outcome=ActionOutcome.DRY_RUN, detail=f"would have: {shown}")
+        annotations: dict[str, str | None] = {**setting, **dict.fromkeys(removing)}
         g.obj = self._api(cl).patch(g.obj, {"metadata": {"annotations": annotations}})
-        return ActionResult(outcome=ActionOutcome.DONE, detail=f"annotated {shown}")
+        return ActionResult(outcome=ActionOutcome.DONE, detail=shown)
 
     def _find(self, instance: Instance) -> tuple[_Cluster, Governed]:
         cl = self.clusters.get(instance.account)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -23,14 +24,13 @@ from costguard.k8s.model import (
 )
 from costguard.k8s.prometheus import PrometheusClient, Series
 from costguard.k8s.settings import ClusterSettings
-from costguard.model import MAX_SPAN_MINUTES, GpuSignal, TelemetrySource
+from costguard.model import MAX_SPAN_MINUTES, TelemetrySource
 
 # dcgm-exporter's pod labels, first match wins: a scrape without honor_labels keeps the
 # exporter's own under exported_* (the plain ones then name the exporter's pod); the old
 # names come from dcgm-exporter's --use-old-namespace
 _POD = ("exported_pod", "pod", "pod_name")
 _NAMESPACE = ("exported_namespace", "namespace", "pod_namespace")
-_CONTAINER = ("exported_container", "container", "container_name")
 _HOST = ("Hostname", "hostname", "exported_Hostname")
 _LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]")
 MiB = 2**20
@@ -101,7 +101,6 @@ def read_cluster(client: PrometheusClient, cfg: ClusterSettings, start: datetime
     for s in client.query_range(q.pod_requests(sel), start, last, step):
         key = PodKey(s.get("namespace"), s.get("pod"))
         pod = read.pods.setdefault(key, Pod(key))
-        pod.uid = s.get("uid") or pod.uid
         pod.node = s.get("node") or pod.node
         for t, v in s.points:
             _request(pod.steps.setdefault(t, Requests()), s.get("resource"), v)
@@ -146,14 +145,10 @@ def _request(req: Requests, resource: str, value: float) -> None:
         req.memory += value
 
 
-def _peak(steps: object) -> Requests:
+def _peak(steps: Iterable[Requests]) -> Requests:
     """The most a pod requested at any step (a pod's requests do not change while it runs;
     a resize or a restart with new requests shows as its largest)."""
-    best = Requests()
-    for r in steps:  # type: ignore[attr-defined]
-        if (r.gpus, r.cpu, r.memory) > (best.gpus, best.cpu, best.memory):
-            best = r
-    return best
+    return max(steps, key=lambda r: (r.gpus, r.cpu, r.memory), default=Requests())
 
 
 def _owners(client: PrometheusClient, read: ClusterRead, sel: str, span: timedelta,
@@ -180,11 +175,13 @@ def _owners(client: PrometheusClient, read: ClusterRead, sel: str, span: timedel
 
 def _activity(client: PrometheusClient, read: ClusterRead, sel: str, start: datetime,
               end: datetime, step: timedelta, minutes: int) -> None:
-    """Each GPU's signals per step, given to the pod holding it. A point at t is the step
-    (t - step, t]. A series whose pod requested no GPU (the exporter's own pod, where a
-    scrape did not honour its labels) is a GPU no pod holds."""
-    figures: dict[tuple[PodKey | None, tuple[str, str], float], dict[str, float]] = (
-        defaultdict(dict))
+    """Each GPU's signals per step, given to the pod holding it (grouped by pod as they
+    come: one pass over the answer). A point at t is the step (t - step, t]. A series whose
+    pod requested no GPU (the exporter's own pod, where a scrape did not honour its labels)
+    is a GPU no pod holds."""
+    # each holder's figures: (device, step) -> signal -> value
+    held: dict[PodKey, dict[tuple[tuple[str, str], float], dict[str, float]]] = (
+        defaultdict(lambda: defaultdict(dict)))
     devices: dict[tuple[str, str], Device] = {}
     for s in client.query_range(q.gpu_signals(sel, step), start + step, end, step):
         dev_key = (s.get("UUID", "uuid", "gpu_uuid"), s.get("GPU_I_ID"))
@@ -195,23 +192,21 @@ def _activity(client: PrometheusClient, read: ClusterRead, sel: str, start: date
                                       mig_profile=s.get("GPU_I_PROFILE"), mig_id=dev_key[1])
         key = PodKey(s.get(*_NAMESPACE), s.get(*_POD))
         pod = read.pods.get(key)
-        holder = key if pod is not None and pod.requests.gpu_units > 0 else None
-        if holder is None and node:
-            read.free_devices.setdefault(node, set()).add(dev_key)
-        if node in read.nodes and devices[dev_key].model:
-            read.nodes[node].models.add(devices[dev_key].model)
+        if pod is None or pod.requests.gpu_units <= 0:
+            if node:
+                read.free_devices.setdefault(node, set()).add(dev_key)
+            continue
+        pod.devices.setdefault(dev_key, devices[dev_key])
         signal = s.get("cg_signal")
+        figures = held[key]
         for t, v in s.points:
-            figures[(holder, dev_key, t - step.total_seconds())][signal] = v
-    for holder, dev_key, _ in figures:
-        if holder is not None:
-            read.pods[holder].devices.setdefault(dev_key, devices[dev_key])
-    for pod in read.pods.values():
+            figures[(dev_key, t - step.total_seconds())][signal] = v
+    for key, figures in held.items():
+        pod = read.pods[key]
         order = {k: i for i, k in enumerate(sorted(pod.devices, key=lambda k: (
             devices[k].node, _int(devices[k].gpu), k[1], k[0])))}
         pod.readings = sorted(
-            (_minute(order[dev_key], t, minutes, got)
-             for (holder, dev_key, t), got in figures.items() if holder == pod.key),
+            (_minute(order[dev_key], t, minutes, got) for (dev_key, t), got in figures.items()),
             key=lambda m: (m.minute, m.gpu_index))
 
 
@@ -234,6 +229,3 @@ def _minute(index: int, t: float, minutes: int, got: dict[str, float]) -> PodMin
         util_max=util_max, util_mean=util_mean,
         mem_used_bytes=None if fb is None or fb < 0 else int(fb * MiB))
 
-
-SIGNAL_NAMES = {GpuSignal.SM_ACTIVE: "DCGM_FI_PROF_SM_ACTIVE",
-                GpuSignal.UTIL_GPU: "DCGM_FI_DEV_GPU_UTIL (GR_ENGINE_ACTIVE on MIG)"}

@@ -110,7 +110,29 @@ HEADERS = ("spend", "idle", "idle %", "GPU-h", "idle GPU-h", "no data")
 DROP_ORDER = ("idle GPU-h", "no data", "GPU-h", "idle %")
 
 
-def _figures(report: ClusterReport) -> tuple[list[tuple[str, ...]], list[list[str]], list[str]]:
+@dataclass(frozen=True)
+class _Figures:
+    """One row (or the total) as every format shows it: cents and tenths of a GPU-hour,
+    apportioned so that the rows add up to the total as shown."""
+
+    cost: int
+    idle: int
+    idle_percent: int
+    gpu_dh: int
+    idle_gpu_dh: int
+    no_data: int
+
+    def cells(self) -> list[str]:
+        return [usd(self.cost), usd(self.idle), f"{self.idle_percent}%",
+                f"{self.gpu_dh / 10:,.1f}", f"{self.idle_gpu_dh / 10:,.1f}", usd(self.no_data)]
+
+    def values(self) -> list[str]:
+        return [f"{self.cost / 100:.2f}", f"{self.idle / 100:.2f}", str(self.idle_percent),
+                f"{self.gpu_dh / 10:.1f}", f"{self.idle_gpu_dh / 10:.1f}",
+                f"{self.no_data / 100:.2f}"]
+
+
+def _figures(report: ClusterReport) -> tuple[list[tuple[str, ...]], list[_Figures], _Figures]:
     rows = report.rows()
     lines = [cl for _, cl in rows]
     cost, cost_t = apportion([cl.cost_micros for cl in lines], CENT)
@@ -118,18 +140,19 @@ def _figures(report: ClusterReport) -> tuple[list[tuple[str, ...]], list[list[st
     nodata, nodata_t = apportion([cl.unmeasured_cost_micros for cl in lines], CENT)
     gpu, gpu_t = apportion([round(cl.gpu_seconds) for cl in lines], DECI_HOUR)
     igpu, igpu_t = apportion([round(cl.idle_gpu_seconds) for cl in lines], DECI_HOUR)
-    total_cost = sum(cl.cost_micros for cl in lines)
-    total_idle = sum(cl.idle_cost_micros for cl in lines)
-    cells = [[usd(cost[i]), usd(idle[i]), f"{share_percent(cl.idle_cost_micros, cl.cost_micros)}%",
-              f"{gpu[i] / 10:,.1f}", f"{igpu[i] / 10:,.1f}", usd(nodata[i])]
-             for i, cl in enumerate(lines)]
-    footer = [usd(cost_t), usd(idle_t), f"{share_percent(total_idle, total_cost)}%",
-              f"{gpu_t / 10:,.1f}", f"{igpu_t / 10:,.1f}", usd(nodata_t)]
-    return [k for k, _ in rows], cells, footer
+    total = CostLine("", "", "", "", "", "")
+    for cl in lines:
+        total.add(cl)
+    figures = [_Figures(cost[i], idle[i], share_percent(cl.idle_cost_micros, cl.cost_micros),
+                        gpu[i], igpu[i], nodata[i]) for i, cl in enumerate(lines)]
+    footer = _Figures(cost_t, idle_t, share_percent(total.idle_cost_micros, total.cost_micros),
+                      gpu_t, igpu_t, nodata_t)
+    return [k for k, _ in rows], figures, footer
 
 
 def to_table(report: ClusterReport, console: Console) -> None:
-    keys, cells, footer = _figures(report)
+    keys, figures, total = _figures(report)
+    cells, footer = [f.cells() for f in figures], total.cells()
     title = (f"Kubernetes GPU spend by {', '.join(report.by)}  "
              f"{report.since:%Y-%m-%d %H:%M} → {report.until:%Y-%m-%d %H:%M} UTC")
     if report.filters:
@@ -162,13 +185,11 @@ def _minutes(step: timedelta) -> str:
 
 
 def to_csv(report: ClusterReport) -> str:
-    keys, cells, _ = _figures(report)
+    keys, figures, _ = _figures(report)
     header: list[object] = [*report.by, "spend_usd", "idle_usd", "idle_percent", "gpu_hours",
-              "idle_gpu_hours", "no_data_usd"]
-    rows: list[list[object]] = [header]
-    for k, c in zip(keys, cells, strict=True):
-        rows.append([*k, *(v.replace("$", "").replace(",", "").rstrip("%") for v in c)])
-    return csv_text(rows)
+                            "idle_gpu_hours", "no_data_usd"]
+    return csv_text([header, *([*k, *f.values()] for k, f in zip(keys, figures,
+                                                                   strict=True))])
 
 
 def to_json(report: ClusterReport) -> str:
@@ -179,14 +200,11 @@ def to_json(report: ClusterReport) -> str:
         "filters": report.filters, "rows": [], "unpriced_nodes": [
             {"cluster": u.cluster, "node": u.node, "why": u.why, "gpu_hours": u.gpu_hours}
             for u in report.unpriced]}
-    totals = CostLine("", "", "", "", "", "")
+    total = CostLine("", "", "", "", "", "")
     for key, cl in report.rows():
         doc["rows"].append({**dict(zip(report.by, key, strict=True)), **_json_figures(cl)})
-        for name in ("cost_micros", "idle_cost_micros", "unmeasured_cost_micros"):
-            setattr(totals, name, getattr(totals, name) + getattr(cl, name))
-        totals.gpu_seconds += cl.gpu_seconds
-        totals.idle_gpu_seconds += cl.idle_gpu_seconds
-    doc["total"] = _json_figures(totals)
+        total.add(cl)
+    doc["total"] = _json_figures(total)
     return json.dumps(doc, indent=2)
 
 

@@ -102,7 +102,7 @@ class Governed:
 
     def instance(self, now: datetime) -> Instance:
         obj = self.obj
-        tags = {k: v for k, v in self.namespace_tags.items()}
+        tags = dict(self.namespace_tags)
         if obj is not None:
             # costguard.io/KEY, as a label or an annotation, is costguard:KEY
             tags.update({tag_key(k): v for k, v in obj.labels.items()})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -64,7 +64,10 @@ def _looks_like_duration(text: str) -> bool:
     return bool(text.strip()) and text.strip()[-1:] in "wdhms" and text.strip()[0].isdigit()
 
 
-def parse_filters(filters: Sequence[str] | Mapping[str, str] | None) -> dict[str, str]:
+def parse_filters(filters: Sequence[str] | Mapping[str, str] | None,
+                  dimensions: Collection[str] = DIMENSIONS) -> dict[str, str]:
+    """`DIMENSION=VALUE` filters, each dimension one of `dimensions` (an instance report's
+    by default; a Kubernetes report passes its own)."""
     if not filters:
         return {}
     if isinstance(filters, Mapping):
@@ -78,10 +81,21 @@ def parse_filters(filters: Sequence[str] | Mapping[str, str] | None) -> dict[str
                     f"bad --filter {f!r}: use DIMENSION=VALUE, e.g. team=research")
             items.append((key.strip(), value.strip()))
     for key, _ in items:
-        if key not in DIMENSIONS:
+        if key not in dimensions:
             raise ReportArgumentError(
-                f"bad --filter dimension {key!r} (choose from: {', '.join(DIMENSIONS)})")
+                f"bad --filter dimension {key!r} (choose from: {', '.join(dimensions)})")
     return dict(items)
+
+
+def parse_window(since: str | datetime, until: str | datetime | None, now: datetime
+                 ) -> tuple[datetime, datetime]:
+    """`--since` and `--until` (default `now`) as aware UTC, the first before the second."""
+    start = parse_when(since, now, "--since")
+    end = parse_when(until, now, "--until") if until else now
+    if start >= end:
+        raise ReportArgumentError(
+            f"--since ({start:%Y-%m-%d %H:%M}) must be before --until ({end:%Y-%m-%d %H:%M})")
+    return start, end
 
 
 def catalog_for(settings: Any, session: Session | None = None) -> PriceCatalog:
@@ -152,11 +166,7 @@ def render_report(
         raise ReportArgumentError("each --by dimension may be given once")
     if compare not in (None, "billed"):
         raise ReportArgumentError(f"unknown --compare {compare!r} (the one choice: billed)")
-    start = parse_when(since, now, "--since")
-    end = parse_when(until, now, "--until") if until else now
-    if start >= end:
-        raise ReportArgumentError(
-            f"--since ({start:%Y-%m-%d %H:%M}) must be before --until ({end:%Y-%m-%d %H:%M})")
+    start, end = parse_window(since, until, now)
     wanted = parse_filters(filters)
     db = Database(settings.database_url, create=False)  # a report never creates one
     try:
@@ -205,6 +215,7 @@ def _cluster_report(
     """The Kubernetes report (k8s/report.py): pods' GPU spend from each cluster's
     Prometheus, priced with the store's inventory where there is a store."""
     from costguard.k8s import report as kube
+    from costguard.k8s.allocate import DIMENSIONS as POD_DIMENSIONS
     from costguard.store.db import Database
     from costguard.store.inventory import current_instances
 
@@ -218,19 +229,8 @@ def _cluster_report(
     if not clusters:
         raise ReportArgumentError("no Kubernetes cluster is configured: add one under "
                                   "kubernetes.clusters in costguard.yaml (docs/kubernetes.md)")
-    start = parse_when(since, now, "--since")
-    end = parse_when(until, now, "--until") if until else now
-    if start >= end:
-        raise ReportArgumentError(
-            f"--since ({start:%Y-%m-%d %H:%M}) must be before --until ({end:%Y-%m-%d %H:%M})")
-    wanted = {}
-    for f in ([f"{k}={v}" for k, v in filters.items()] if isinstance(filters, Mapping)
-              else filters or ()):
-        key, sep, value = f.partition("=")
-        if not sep or not value:
-            raise ReportArgumentError(f"bad --filter {f!r}: use DIMENSION=VALUE, e.g. "
-                                      "namespace=research")
-        wanted[key.strip()] = value.strip()
+    start, end = parse_window(since, until, now)
+    wanted = parse_filters(filters, POD_DIMENSIONS)
     cfg = settings.accounting
     try:
         db = Database(settings.database_url, create=False)

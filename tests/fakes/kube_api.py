@@ -32,6 +32,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+# the same RFC 7386 merge as the demo's simulated API server
+from costguard.demo.sim_cluster import merge_patch
+
 KINDS: dict[str, tuple[str, str]] = {  # plural -> (API prefix, Kind)
     "namespaces": ("/api/v1", "Namespace"),
     "nodes": ("/api/v1", "Node"),
@@ -54,19 +57,6 @@ def status(code: int, reason: str, message: str) -> JSONResponse:
     return JSONResponse({"kind": "Status", "apiVersion": "v1", "metadata": {},
                          "status": "Failure", "message": message, "reason": reason,
                          "code": code}, status_code=code)
-
-
-def merge(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = merge(out.get(key), value)
-    return out
 
 
 @dataclass
@@ -170,7 +160,7 @@ class KubeApi:
                 return status(409, "Conflict", f'Operation cannot be fulfilled on {what} '
                               f'"{name}": the object has been modified; please apply your '
                               "changes to the latest version and try again")
-            new = merge(obj, patch)
+            new = merge_patch(obj, patch)
             new["metadata"]["resourceVersion"] = str(next(self._rv))
             if "spec" in patch:
                 new["metadata"]["generation"] = obj["metadata"].get("generation", 1) + 1

@@ -59,6 +59,8 @@ def answers() -> Iterator[tuple[str, dict[str, object]]]:
             n = int((end - start) / step) + 1
             return JSONResponse(_matrix([[start + k * step, "1"] for k in range(n)]))
         status = int(state.get("status", 200))  # type: ignore[call-overload]
+        if "raw" in state:
+            return Response(str(state["raw"]), media_type="application/json")
         return JSONResponse(state["answer"], status_code=status)
 
     app = Starlette(routes=[Route("/api/v1/query", api, methods=["POST"]),
@@ -106,6 +108,22 @@ def test_nan_and_infinite_samples_are_no_samples(answers: tuple[str, dict[str, o
     (series,) = _client(url).query_range("x", T0, T0 + timedelta(minutes=2),
                                          timedelta(minutes=1))
     assert series.points == [(T0.timestamp() + 120, 0.5)]
+
+
+def test_samples_out_of_any_date_and_numbers_past_forty_digits_are_not_taken(
+        answers: tuple[str, dict[str, object]]) -> None:
+    url, state = answers
+    state["answer"] = _matrix([[-5, "1"], [253402300800 * 1000, "1"],
+                               [T0.timestamp(), "0.5"]])
+    (series,) = _client(url).query_range("x", T0, T0 + timedelta(minutes=2),
+                                         timedelta(minutes=1))
+    assert series.points == [(T0.timestamp(), 0.5)]  # year 10,000 and 1969: no samples
+    state["answer"] = {"status": "success", "data": {"resultType": "vector", "result": [
+        {"metric": {}, "value": [T0.timestamp(), 1]}]}}
+    state["raw"] = '{"status":"success","data":{"resultType":"vector","result":[' \
+        '{"metric":{},"value":[' + "9" * 5000 + ',"1"]}]}}'
+    with pytest.raises(PrometheusError, match="not a Prometheus API answer"):
+        _client(url).query("x", T0)
 
 
 def test_a_malformed_sample_is_a_clear_error(answers: tuple[str, dict[str, object]]) -> None:

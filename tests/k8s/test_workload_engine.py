@@ -7,7 +7,7 @@ is not deleted unless the cluster allows it; nothing in kube-system, no DaemonSe
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -158,3 +158,29 @@ def test_metrics_carry_each_workload_s_share_of_its_nodes(
     gpus = {dict(k)["workload"]: v for (name, k), v in samples.items()
             if name == "costguard_workload_gpus"}
     assert gpus["embed"] == 2 and gpus["nightly-train"] == 4
+
+
+def test_a_cycle_s_metrics_are_answered_from_its_listing_when_it_covers_them(
+        world: tuple[Engine, KubeApi, Database, ManualClock]) -> None:
+    engine, _, _, clock = world
+    provider = engine.providers["k8s"]
+    assert isinstance(provider, KubernetesProvider)
+    reads: list[tuple[datetime, datetime]] = []
+    real = provider._read
+
+    def counted(cl, start, end):  # type: ignore[no-untyped-def]
+        reads.append((start, end))
+        return real(cl, start, end)
+
+    provider._read = counted  # type: ignore[method-assign]
+    listed = provider.list_instances().instances
+    assert len(reads) == 1
+    now = clock.now().replace(second=0, microsecond=0)
+    recent = provider.gpu_metrics(listed, now - timedelta(minutes=5), now)
+    assert len(reads) == 1  # the listing's ten minutes held them
+    assert recent and all(now - timedelta(minutes=5) <= m.minute < now for m in recent)
+    chat = [m for m in recent if m.instance_id.endswith("chat-infer")]
+    assert len(chat) == 5  # one GPU, five minutes
+    older = provider.gpu_metrics(listed, now - timedelta(minutes=30), now)
+    assert len(reads) == 2  # past the listing's span: read again
+    assert len([m for m in older if m.instance_id.endswith("chat-infer")]) == 30
