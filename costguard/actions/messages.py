@@ -44,8 +44,11 @@ def warning(f: Finding, deadline: datetime, message: str | None) -> tuple[str, s
     inst = f.instance
     verb = (f"removed from {inst.owner.kind} {inst.owner.name} (scale-in)" if inst.owner
             else "stopped")
-    subject = (f"{label(inst)} will be {verb} at {deadline:%Y-%m-%d %H:%M} UTC "
-               f"unless it gets busy ({f.policy.name})")
+    # a dry-run policy's warning is journaled, never sent: it says what would have happened
+    will = "will" if f.policy.is_enforced else "would"
+    mode = "" if f.policy.is_enforced else ", dry-run"
+    subject = (f"{label(inst)} {will} be {verb} at {deadline:%Y-%m-%d %H:%M} UTC "
+               f"unless it gets busy ({f.policy.name}{mode})")
     body = "\n".join(filter(None, [
         f"Why: {f.reason}",
         f"Cost: ${f.usd_per_hour:,.2f}/h ({inst.instance_type}, {inst.lifecycle}, "

@@ -45,12 +45,14 @@ policies:
 
 
 @pytest.fixture
-def world(history: History, tmp_path: Path) -> Iterator[tuple[Engine, KubeApi, Database,
-                                                               ManualClock]]:
+def world(history: History, tmp_path: Path, request: pytest.FixtureRequest
+          ) -> Iterator[tuple[Engine, KubeApi, Database, ManualClock]]:
+    policy = POLICY.replace("mode: enforce", "mode: dry-run") if request.node.get_closest_marker(
+        "dry_run") else POLICY
     api = api_objects(KubeApi())
     with serve(api.app()) as url:
         (tmp_path / "kubeconfig").write_text(kubeconfig(url))
-        (tmp_path / "p.yml").write_text(POLICY)
+        (tmp_path / "p.yml").write_text(policy)
         kube = KubernetesSettings.model_validate({"clusters": [{
             "name": "ml-prod", "prometheus_url": history.url,
             "namespace_teams": {"serving": "platform"},
@@ -184,3 +186,26 @@ def test_a_cycle_s_metrics_are_answered_from_its_listing_when_it_covers_them(
     older = provider.gpu_metrics(listed, now - timedelta(minutes=30), now)
     assert len(reads) == 2  # past the listing's span: read again
     assert len([m for m in older if m.instance_id.endswith("chat-infer")]) == 30
+
+
+@pytest.mark.dry_run
+def test_in_dry_run_nothing_is_patched_and_every_record_says_would(
+        world: tuple[Engine, KubeApi, Database, ManualClock]) -> None:
+    engine, api, db, clock = world
+    engine.run_cycle()
+    clock.advance(timedelta(minutes=20))
+    engine.run_cycle()
+    assert not [r for r in api.requests if r[0] in ("PATCH", "DELETE")]
+    stops = {r.instance_id: r for r in _journal(db) if r.action == "stop"}
+    chat = stops["ml-prod/serving/Deployment/chat-infer"]
+    assert chat.dry_run and chat.status == "dry-run"
+    assert chat.detail.startswith("would have scaled Deployment serving/chat-infer from 1 to 0")
+    with db.session() as s:
+        texts = [a.subject + a.body for a in s.exec(select(AlertRow))]
+    assert texts == []  # a dry-run policy warns nobody
+    for row in _journal(db):
+        assert row.dry_run and row.status in ("dry-run", "skipped")
+        assert " will " not in row.detail  # what would have happened, never what will
+    notify = next(r for r in _journal(db) if r.action == "notify"
+                  and r.instance_id.endswith("chat-infer"))
+    assert "would be stopped at" in notify.detail and "dry-run)" in notify.detail
