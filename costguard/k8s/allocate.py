@@ -46,6 +46,7 @@ class CostLine:
     node: str
     team: str
     cost_micros: int = 0
+    gpu_cost_micros: int = 0  # of it, for its GPUs (the rest: cores and memory)
     idle_cost_micros: int = 0
     unmeasured_cost_micros: int = 0
     gpu_seconds: float = 0.0  # GPU-seconds requested (MIG slices by their share)
@@ -62,6 +63,7 @@ class CostLine:
     def add(self, other: CostLine) -> None:
         """`other`'s figures summed into this line's."""
         self.cost_micros += other.cost_micros
+        self.gpu_cost_micros += other.gpu_cost_micros
         self.idle_cost_micros += other.idle_cost_micros
         self.unmeasured_cost_micros += other.unmeasured_cost_micros
         self.gpu_seconds += other.gpu_seconds
@@ -146,6 +148,7 @@ def allocate(read: ClusterRead, prices: Mapping[str, NodePrice], cfg: ClusterSet
                 cl = pod_line(pod, name)
                 micros = round(rates.of(req) * step_h * MICROS)
                 cl.cost_micros += micros
+                cl.gpu_cost_micros += round(rates.gpu * req.gpus * step_h * MICROS)
                 cl.gpu_seconds += req.gpus * step_s
                 if not priced:
                     cl.unpriced_gpu_seconds += req.gpus * step_s
@@ -160,6 +163,7 @@ def allocate(read: ClusterRead, prices: Mapping[str, NodePrice], cfg: ClusterSet
                             memory=max(0.0, node.memory - used.memory))
             micros = round(rates.of(free) * step_h * MICROS)
             idle.cost_micros += micros
+            idle.gpu_cost_micros += round(rates.gpu * free.gpus * step_h * MICROS)
             idle.idle_cost_micros += micros
             idle.gpu_seconds += free.gpus * step_s
             idle.idle_gpu_seconds += free.gpus * step_s

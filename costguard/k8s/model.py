@@ -90,6 +90,7 @@ class Pod:
     steps: dict[float, Requests] = field(default_factory=dict)
     devices: dict[tuple[str, str], Device] = field(default_factory=dict)  # (uuid, mig_id)
     readings: list[Reading] = field(default_factory=list)  # gpu_index: devices' order
+    cpu_used: dict[float, float] = field(default_factory=dict)  # step start -> cores (cAdvisor)
 
     @property
     def owner(self) -> Workload:

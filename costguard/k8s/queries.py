@@ -18,6 +18,9 @@ Metric and label names are those dcgm-exporter and kube-state-metrics (KSM) writ
   `kube_job_owner`, `kube_pod_labels` / `kube_namespace_labels` / `kube_node_labels`
   (`label_<key>`, only the keys KSM's --metric-labels-allowlist names),
   `kube_node_info` (`provider_id`), `kube_node_status_allocatable`.
+* cAdvisor (the kubelet's /metrics/cadvisor): `container_cpu_usage_seconds_total`
+  (cumulative CPU seconds, labels `namespace`, `pod`, `container`; `container=""` is the
+  pod's own cgroup, `POD` the pause container), for the CPU a GPU pod used of its request.
 
 Each expression takes the cluster's extra matchers (`selector`), so one Prometheus may hold
 several clusters.
@@ -43,6 +46,10 @@ SIGNALS: dict[str, tuple[str, str]] = {
     "util_mean": ("avg_over_time", "DCGM_FI_DEV_GPU_UTIL"),
     "fb_used_mib": ("max_over_time", "DCGM_FI_DEV_FB_USED"),
 }
+
+
+# the pods' CPU, cores used per step, tagged the same way in the same query
+CPU_SIGNAL = "cpu_cores"
 
 
 def _sel(selector: str, *matchers: str) -> str:
@@ -98,8 +105,12 @@ def labels(metric: str, selector: str, span: timedelta) -> str:
 
 
 def gpu_signals(selector: str, step: timedelta) -> str:
-    """Every GPU's activity per step: the peak and mean of each signal over the step."""
+    """Every GPU's activity per step: the peak and mean of each signal over the step; and
+    each pod's CPU, in cores used over the step."""
     window = _range(step)
     parts = [f'label_replace({fn}({metric}{_sel(selector)}{window}), "cg_signal", "{name}", '
              f'"", "")' for name, (fn, metric) in SIGNALS.items()]
-    return " or ".join(parts)
+    containers = _sel(selector, 'container!=""', 'container!="POD"')
+    cpu = (f"label_replace(sum by (namespace, pod) (rate(container_cpu_usage_seconds_total"
+           f'{containers}{window})), "cg_signal", "{CPU_SIGNAL}", "", "")')
+    return " or ".join([*parts, cpu])

@@ -1,6 +1,7 @@
 """Read one cluster over a period from its Prometheus: nodes, GPU pods, owners, labels and
-what each pod's GPUs did, in a fixed number of queries whatever the cluster's size (three
-range queries and seven instant ones; a long period is split by the client, never per pod).
+what each pod's GPUs did and the CPU it used, in a fixed number of queries whatever the
+cluster's size (three range queries and seven instant ones; a long period is split by the
+client, never per pod).
 """
 
 from __future__ import annotations
@@ -176,14 +177,20 @@ def _owners(client: PrometheusClient, read: ClusterRead, sel: str, span: timedel
 def _activity(client: PrometheusClient, read: ClusterRead, sel: str, start: datetime,
               end: datetime, step: timedelta, minutes: int) -> None:
     """Each GPU's signals per step, given to the pod holding it (grouped by pod as they
-    come: one pass over the answer). A point at t is the step (t - step, t]. A series whose
-    pod requested no GPU (the exporter's own pod, where a scrape did not honour its labels)
-    is a GPU no pod holds."""
+    come: one pass over the answer); each GPU pod's CPU, cores per step. A point at t is
+    the step (t - step, t]. A series whose pod requested no GPU (the exporter's own pod,
+    where a scrape did not honour its labels) is a GPU no pod holds."""
     # each holder's figures: (device, step) -> signal -> value
     held: dict[PodKey, dict[tuple[tuple[str, str], float], dict[str, float]]] = (
         defaultdict(lambda: defaultdict(dict)))
     devices: dict[tuple[str, str], Device] = {}
     for s in client.query_range(q.gpu_signals(sel, step), start + step, end, step):
+        if s.get("cg_signal") == q.CPU_SIGNAL:
+            cpu_of = read.pods.get(PodKey(s.get("namespace"), s.get("pod")))
+            if cpu_of is not None:
+                cpu_of.cpu_used.update((t - step.total_seconds(), v) for t, v in s.points
+                                       if v >= 0)
+            continue
         dev_key = (s.get("UUID", "uuid", "gpu_uuid"), s.get("GPU_I_ID"))
         node = s.get(*_HOST)
         if dev_key not in devices:

@@ -16,6 +16,7 @@ from rich.console import Console
 
 from costguard.errors import CostguardError
 from costguard.k8s.allocate import DIMENSIONS, CostLine, allocate, group
+from costguard.k8s.model import ClusterRead
 from costguard.k8s.prices import NodePrice, node_prices
 from costguard.k8s.provider import ClusterSource, LiveCluster
 from costguard.k8s.settings import ClusterSettings
@@ -62,6 +63,7 @@ class ClusterReport:
     filters: dict[str, str] = field(default_factory=dict)
     unpriced: list[Unpriced] = field(default_factory=list)
     queries: int = 0
+    reads: list[ClusterRead] = field(default_factory=list)  # what the lines came from
 
     def rows(self) -> list[tuple[tuple[str, ...], CostLine]]:
         wanted = [cl for cl in self.lines
@@ -91,6 +93,7 @@ def read_report(clusters: Sequence[ClusterSettings], by: Sequence[str], start: d
         prices = node_prices(read.nodes.values(), catalog, inventory)
         lines = allocate(read, prices, cfg, idle_signal=idle_signal, idle_below=idle_below)
         out.lines.extend(lines)
+        out.reads.append(read)
         out.queries += read.calls
         out.unpriced.extend(_unpriced(cfg.name, lines, prices))
     return out

@@ -216,8 +216,6 @@ def _cluster_report(
     Prometheus, priced with the store's inventory where there is a store."""
     from costguard.k8s import report as kube
     from costguard.k8s.allocate import DIMENSIONS as POD_DIMENSIONS
-    from costguard.store.db import Database
-    from costguard.store.inventory import current_instances
 
     if compare is not None:
         raise ReportArgumentError("--compare billed compares instances with bills; a "
@@ -231,6 +229,18 @@ def _cluster_report(
                                   "kubernetes.clusters in costguard.yaml (docs/kubernetes.md)")
     start, end = parse_window(since, until, now)
     wanted = parse_filters(filters, POD_DIMENSIONS)
+    report = read_clusters(settings, clusters, by, start, end, wanted)
+    return kube.render(report, fmt, output, console)
+
+
+def read_clusters(settings: Any, clusters: Sequence[Any], by: Sequence[str], start: datetime,
+                  end: datetime, wanted: Mapping[str, str]) -> Any:
+    """The clusters' `ClusterReport` over [start, end), their nodes priced with the store's
+    inventory and prices where there is a store (the catalog's alone where there is none)."""
+    from costguard.k8s import report as kube
+    from costguard.store.db import Database
+    from costguard.store.inventory import current_instances
+
     cfg = settings.accounting
     try:
         db = Database(settings.database_url, create=False)
@@ -242,10 +252,9 @@ def _cluster_report(
                 inventory, catalog = current_instances(s), catalog_for(settings, s)
         finally:
             db.dispose()
-    report = kube.read_report(clusters, by, start, end, wanted, catalog=catalog,
-                              inventory=inventory, idle_signal=cfg.idle_signal,
-                              idle_below=cfg.idle_below)
-    return kube.render(report, fmt, output, console)
+    return kube.read_report(clusters, by, start, end, wanted, catalog=catalog,
+                            inventory=inventory, idle_signal=cfg.idle_signal,
+                            idle_below=cfg.idle_below)
 
 
 def _why_empty(report: Report, unknown: Sequence[tuple[str, str, list[str]]]) -> list[str]:

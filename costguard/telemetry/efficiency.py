@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
@@ -70,6 +71,18 @@ ADVICE = {
     Bottleneck.IDLE: "no GPU did work: the idle policy's case",
     Bottleneck.INSUFFICIENT_DATA: "not enough readings to judge: no data is not underused",
 }
+
+
+@dataclass(frozen=True)
+class Words:
+    """What the evidence calls the machine its CPU figures measured, and its advice."""
+
+    host: str = "host"
+    cores: str = "vCPUs"
+    advice: Mapping[Bottleneck, str] = field(default_factory=lambda: ADVICE)
+
+
+HOST = Words()
 
 
 class Efficiency(BaseModel):
@@ -131,8 +144,10 @@ def _slots(minutes: Sequence[GpuMinute], pick: Reading, start: datetime, end: da
 
 
 def judge(minutes: Sequence[GpuMinute], *, window_start: datetime, window_end: datetime,
-          gpu_count: int, settings: RecommendSettings | None = None) -> Efficiency:
-    """The verdict for one instance's readings over [window_start, window_end)."""
+          gpu_count: int, settings: RecommendSettings | None = None,
+          words: Words | None = None) -> Efficiency:
+    """The verdict for one instance's readings over [window_start, window_end), its
+    evidence in `words` (an instance's by default; a pod's in k8s/underused.py)."""
     cfg = settings or RecommendSettings()
     start, end = utc(window_start), utc(window_end)
     inside = covering(minutes, start, end)
@@ -182,7 +197,7 @@ def judge(minutes: Sequence[GpuMinute], *, window_start: datetime, window_end: d
     underused = len(used) < gpu_count or gpu_mean < cfg.gpu_low
     found = found.model_copy(update={"gpu_mean": round(gpu_mean, 3), "bottleneck": bottleneck,
                                      "underused": underused})
-    return found.model_copy(update={"evidence": _evidence(found, cfg)})
+    return found.model_copy(update={"evidence": _evidence(found, cfg, words or HOST)})
 
 
 def _bottleneck(gpu_low: bool, cpu_high: bool | None) -> Bottleneck:
@@ -236,7 +251,7 @@ def _host(minutes: Sequence[GpuMinute], start: datetime, end: datetime, ran: int
     return out
 
 
-def _evidence(e: Efficiency, cfg: RecommendSettings) -> tuple[str, ...]:
+def _evidence(e: Efficiency, cfg: RecommendSettings, words: Words) -> tuple[str, ...]:
     label = LABEL[e.signal] if e.signal else "GPU"
     out = [f"{e.gpus_used} of {e.gpus_paid} GPUs used"
            + (f" (GPU {', '.join(map(str, e.used_gpus))})" if e.gpus_used != e.gpus_paid else "")
@@ -247,17 +262,19 @@ def _evidence(e: Efficiency, cfg: RecommendSettings) -> tuple[str, ...]:
         out.append(f"VRAM peak {gb(e.vram_peak_bytes)}{of} per GPU "
                    f"(p99 {gb(e.vram_p99_bytes or 0)})")
     if e.host_cpu_p95 is not None:
-        cores = f" of {e.host_cpus} vCPUs" if e.host_cpus else ""
-        text = (f"host CPU p95 {pct(e.host_cpu_p95)}{cores} (mean {pct(e.host_cpu_mean or 0)}"
-                f", iowait {pct(e.host_iowait_mean or 0)})")
+        cores = f" of {e.host_cpus} {words.cores}" if e.host_cpus else ""
+        iowait = ("" if e.host_iowait_mean is None
+                  else f", iowait {pct(e.host_iowait_mean)}")
+        text = (f"{words.host} CPU p95 {pct(e.host_cpu_p95)}{cores} (mean "
+                f"{pct(e.host_cpu_mean or 0)}{iowait})")
         if e.host_hot_cores:
             text += f", {e.host_hot_cores:g} cores pegged on average"
         out.append(text)
     else:
-        out.append("host CPU not measured")
+        out.append(f"{words.host} CPU not measured")
     if e.host_mem_peak_bytes is not None:
         of = f" of {gb(e.host_mem_total_bytes)}" if e.host_mem_total_bytes else ""
-        out.append(f"host memory peak {gb(e.host_mem_peak_bytes)}{of}")
+        out.append(f"{words.host} memory peak {gb(e.host_mem_peak_bytes)}{of}")
     gpu = "low" if (e.gpu_mean or 0) < cfg.gpu_low else "high"
-    out.append(f"GPU {gpu} (below {pct(cfg.gpu_low)} is low): {e.advice}")
+    out.append(f"GPU {gpu} (below {pct(cfg.gpu_low)} is low): {words.advice[e.bottleneck]}")
     return tuple(out)

@@ -15,6 +15,13 @@ Shapes, from each exporter's own source (not guessed):
   has empty owner labels; `kube_pod_status_phase` has one series per phase, 1 for the
   current one.
 
+* cAdvisor, as the kubelet serves it at /metrics/cadvisor (google/cadvisor,
+  metrics/prometheus.go; kubelet adds `container`, `namespace`, `pod`):
+  `container_cpu_usage_seconds_total{container,cpu="total",id,image,name,namespace,pod}`,
+  a counter of CPU seconds, one series per container, one for the pod's own cgroup with
+  `container=""` (the sum: a query that keeps it counts twice) and one for the pause
+  container `POD`.
+
 `Cluster.exposition()` is what a scrape of each exporter returns now; `openmetrics()` is
 the same series over a span of minutes with timestamps, for `promtool tsdb
 create-blocks-from openmetrics` (hours of history in a real Prometheus in a second).
@@ -50,6 +57,8 @@ HELP = {
                               "labels."),
     "kube_replicaset_owner": ("gauge", "[STABLE] Information about the ReplicaSet's owner."),
     "kube_job_owner": ("gauge", "[STABLE] Information about the Job's owner."),
+    "container_cpu_usage_seconds_total": ("counter", "Cumulative cpu time consumed in "
+                                          "seconds."),
 }
 PHASES = ("Pending", "Succeeded", "Failed", "Unknown", "Running")
 
@@ -61,8 +70,8 @@ def idle(fb_mib: float = 20480.0) -> Activity:
     return lambda m: (0.0, 0.0, fb_mib)
 
 
-def training(level: float = 0.7) -> Activity:
-    return lambda m: (min(1.0, level + 0.1 * math.sin(m / 7)), 97.0 + (m % 3), 61000.0)
+def training(level: float = 0.7, fb_mib: float = 61000.0) -> Activity:
+    return lambda m: (min(1.0, level + 0.1 * math.sin(m / 7)), 97.0 + (m % 3), fb_mib)
 
 
 def busy_then_idle(until: int, fb_mib: float = 30000.0) -> Activity:
@@ -114,6 +123,7 @@ class PodSpec:
     phase: str = "Running"
     start: int = 0  # the scenario minute it starts running (Pending before)
     uid: str = ""
+    cpu: Callable[[int], float] | None = None  # cores its container uses at minute m
 
     def __post_init__(self) -> None:
         digest = hashlib.sha1(f"{self.namespace}/{self.name}".encode()).hexdigest()
@@ -185,21 +195,50 @@ class Cluster:
                        f'{base},container="main",node="{node}",resource="{res}",'
                        f'unit="{unit}"', value)
 
-    def exposition(self, exporter: str, m: int = 0) -> str:
-        """One scrape of `exporter` ("dcgm" or "ksm") at minute m, in the text format."""
-        return "".join(_families(self.dcgm(m) if exporter == "dcgm" else self.ksm(m), None))
+    def cadvisor(self, m: float) -> Iterator[tuple[str, str, float]]:
+        """Each running pod's CPU seconds so far, at minute m (a fraction counts: a live
+        scrape's counters grow by the second), for its own container, the pause container,
+        and the pod's cgroup that sums them."""
+        for p in self.pods:
+            if p.cpu is None or m < p.start:
+                continue
+            whole = int(m)
+            used = (sum(p.cpu(k) * 60 for k in range(p.start, whole))
+                    + p.cpu(whole) * (m - whole) * 60)
+            cgroup = f"/kubepods/burstable/pod{p.uid}"
+            for container, seconds in (("main", used), ("POD", 0.01 * (m - p.start)),
+                                       ("", used + 0.01 * (m - p.start))):
+                cid = hashlib.sha1(f"{p.uid}/{container}".encode()).hexdigest()
+                path = f"{cgroup}/{cid}" if container else cgroup
+                image = {"main": "registry.example.com/ml/job:1.4", "POD":
+                         "registry.k8s.io/pause:3.9", "": ""}[container]
+                yield ("container_cpu_usage_seconds_total",
+                       f'container="{container}",cpu="total",id="{path}",image="{image}",'
+                       f'name="{cid[:12] if container else ""}",namespace="{p.namespace}",'
+                       f'pod="{p.name}"', round(seconds, 3))
+
+    def exposition(self, exporter: str, m: float = 0) -> str:
+        """One scrape of `exporter` ("dcgm", "ksm" or "cadvisor") at minute m, in the text
+        format."""
+        if exporter == "cadvisor":
+            return "".join(_families(self.cadvisor(m), None))
+        whole = int(m)
+        return "".join(_families(self.dcgm(whole) if exporter == "dcgm" else self.ksm(whole),
+                                 None))
 
     def openmetrics(self, minutes: int, start_s: int) -> str:
         """Every series, once a minute for `minutes` minutes from `start_s`, as OpenMetrics."""
         by_family: dict[str, dict[str, list[tuple[int, float]]]] = {}
         for m in range(minutes):
             t = start_s + 60 * m
-            for metric, labels, value in (*self.dcgm(m), *self.ksm(m)):
+            for metric, labels, value in (*self.dcgm(m), *self.ksm(m), *self.cadvisor(m)):
                 by_family.setdefault(metric, {}).setdefault(labels, []).append((t, value))
         out = []
         for metric, series in by_family.items():
             kind, text = HELP[metric]
-            out.append(f"# HELP {metric} {text}\n# TYPE {metric} {kind}\n")
+            # an OpenMetrics counter's family is named without its samples' _total
+            family = metric.removesuffix("_total") if kind == "counter" else metric
+            out.append(f"# HELP {family} {text}\n# TYPE {family} {kind}\n")
             for labels, points in series.items():
                 out.extend(f"{metric}{{{labels}}} {_num(v)} {t}\n" for t, v in points)
         out.append("# EOF\n")

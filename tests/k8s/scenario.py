@@ -3,13 +3,15 @@ idle holding a GPU, serve no traffic, share MIG slices, and one node whose expor
 map GPUs to pods.
 
     node-a  p4d.24xlarge (in costguard's inventory: priced from the store)
-            GPUs 0-3  research/train-llm-x7k2p  Job train-llm (CronJob nightly-train)  busy
+            GPUs 0-3  research/train-llm-x7k2p  Job train-llm (CronJob nightly-train)  GPUs
+                      0-1 busy, 2-3 hold memory and do nothing; 18 of 48 cores used
             GPU 4     research/notebook-alice-0 StatefulSet notebook-alice             idle
             GPU 5     serving/chat-infer-7d9f8-abcde  Deployment chat-infer            idle
             GPUs 6-7  no pod (idle capacity)
             kube-system/aws-node-q2x9z  DaemonSet aws-node: a little CPU, no GPU
     node-b  p4d.24xlarge (priced by its instance-type label), GPU 0 in MIG: two 3g.20gb
-            serving/embed-0, embed-1  StatefulSet embed, one 3g.20gb each: 0 busy, 1 idle
+            serving/embed-0, embed-1  StatefulSet embed, one 3g.20gb each: 0 a little busy
+                      (SM 25 %, one core of four: latency-bound), 1 idle
             GPUs 1-7  research/sweep-0  bare pod, 7 GPUs, busy for an hour then idle
     node-c  a node whose provider id names no cloud instance (unpriced), whose
             dcgm-exporter runs without pod mapping: research/debug holds its GPU, unmeasured
@@ -36,14 +38,14 @@ NODE_A_INSTANCE = "i-0a1b2c3d4e5f60001"
 def scenario() -> Cluster:
     a_gpus = [Gpu(i, f"GPU-a{i:07d}-0000-4000-8000-00000000000{i}", A100) for i in range(8)]
     for i in range(4):
-        a_gpus[i].activity = training(0.6 + 0.05 * i)
+        a_gpus[i].activity = training(0.6 + 0.05 * i) if i < 2 else idle(30000.0)
         a_gpus[i].holder = "research/train-llm-x7k2p/trainer"
     a_gpus[4].holder = "research/notebook-alice-0/notebook"
     a_gpus[5].holder = "serving/chat-infer-7d9f8-abcde/server"
     a_gpus[5].activity = idle(15000.0)
     a_gpus[6].activity = a_gpus[7].activity = idle(0.0)
 
-    b_gpus = [Gpu(0, "GPU-b0000000-0000-4000-8000-000000000000", A100, training(0.45),
+    b_gpus = [Gpu(0, "GPU-b0000000-0000-4000-8000-000000000000", A100, training(0.25, 14000.0),
                   mig_profile="3g.20gb", mig_id="1", holder="serving/embed-0/embed"),
               Gpu(0, "GPU-b0000000-0000-4000-8000-000000000000", A100, idle(9000.0),
                   mig_profile="3g.20gb", mig_id="2", holder="serving/embed-1/embed")]
@@ -65,15 +67,18 @@ def scenario() -> Cluster:
     gpu = "nvidia_com_gpu"
     pods = [
         PodSpec("research", "train-llm-x7k2p", nodes[0].name, "Job", "train-llm",
-                {gpu: 4, "cpu": 48, "memory": 512 * GiB}, {"label_team": "nlp"}),
+                {gpu: 4, "cpu": 48, "memory": 512 * GiB}, {"label_team": "nlp"},
+                cpu=lambda m: 18.0),
         PodSpec("research", "notebook-alice-0", nodes[0].name, "StatefulSet", "notebook-alice",
-                {gpu: 1, "cpu": 4, "memory": 64 * GiB}, {"label_team": "alice-lab"}),
+                {gpu: 1, "cpu": 4, "memory": 64 * GiB}, {"label_team": "alice-lab"},
+                cpu=lambda m: 0.02),
         PodSpec("serving", "chat-infer-7d9f8-abcde", nodes[0].name, "ReplicaSet",
-                "chat-infer-7d9f8", {gpu: 1, "cpu": 8, "memory": 64 * GiB}),
+                "chat-infer-7d9f8", {gpu: 1, "cpu": 8, "memory": 64 * GiB}, cpu=lambda m: 0.1),
         PodSpec("kube-system", "aws-node-q2x9z", nodes[0].name, "DaemonSet", "aws-node",
                 {"cpu": 0.025}),
         PodSpec("serving", "embed-0", nodes[1].name, "StatefulSet", "embed",
-                {"nvidia_com_mig_3g_20gb": 1, "cpu": 4, "memory": 32 * GiB}),
+                {"nvidia_com_mig_3g_20gb": 1, "cpu": 4, "memory": 32 * GiB},
+                cpu=lambda m: 1.0),
         PodSpec("serving", "embed-1", nodes[1].name, "StatefulSet", "embed",
                 {"nvidia_com_mig_3g_20gb": 1, "cpu": 4, "memory": 32 * GiB}),
         PodSpec("research", "sweep-0", nodes[1].name, "", "",

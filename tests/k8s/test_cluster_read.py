@@ -64,6 +64,12 @@ def test_pods_owners_and_nodes_are_read_as_the_exporters_name_them(history: Hist
         (f"GPU-a000000{i}-0000-4000-8000-00000000000{i}", "") for i in (6, 7)}
     assert pods[PodKey("research", "train-llm-x7k2p")].labels == {"label_team": "nlp"}
     assert r.namespace_labels["research"] == {"label_team": "research"}
+    # cAdvisor's CPU, per step: the container's cores (not doubled by the pod's cgroup);
+    # a pod with no CPU series (sweep-0) has none
+    assert train.cpu_used and all(v == pytest.approx(18.0, rel=1e-3)
+                                  for v in train.cpu_used.values())
+    assert len(train.cpu_used) == len(train.steps)
+    assert pods[PodKey("research", "sweep-0")].cpu_used == {}
 
 
 def test_the_number_of_queries_does_not_grow_with_pods_or_hours(history: History) -> None:

@@ -45,6 +45,10 @@ scrape_configs:
     honor_labels: true
     metrics_path: /ksm
     static_configs: [{{targets: ["{target}"], labels: {{cluster: renamed}}}}]
+  - job_name: kubelet-cadvisor
+    honor_labels: true
+    metrics_path: /cadvisor
+    static_configs: [{{targets: ["{target}"], labels: {{cluster: honoured}}}}]
 """
 
 
@@ -57,12 +61,16 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Promethe
     cluster = scenario()
     cluster.hostname_label = "hostname"  # dcgm-exporter since #655
 
+    began = time.time()
+
     async def metrics(request: Request) -> PlainTextResponse:
         exporter = request.url.path.strip("/")
-        return PlainTextResponse(cluster.exposition(exporter),
+        minute = (time.time() - began) / 60  # the kubelet's CPU counters grow as time goes
+        return PlainTextResponse(cluster.exposition(exporter, minute),
                                  media_type="text/plain; version=0.0.4")
 
-    app = Starlette(routes=[Route("/dcgm", metrics), Route("/ksm", metrics)])
+    app = Starlette(routes=[Route("/dcgm", metrics), Route("/ksm", metrics),
+                            Route("/cadvisor", metrics)])
     with serve(app) as base:
         folder: Path = tmp_path_factory.mktemp("scrape")
         server = start_prometheus(folder, config=CONFIG.format(target=base.split("//")[1]))
@@ -81,10 +89,12 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Promethe
 
 def _scraped_both(url: str) -> bool:
     """Both exporters scraped for both clusters (the scrape manager starts ~5 s late)."""
-    for metric in ("DCGM_FI_DEV_FB_USED", "kube_pod_status_phase", "kube_node_info"):
+    for metric in ("DCGM_FI_DEV_FB_USED", "kube_pod_status_phase", "kube_node_info",
+                   "container_cpu_usage_seconds_total"):
         answer = httpx.get(f"{url}/api/v1/query", params={
             "query": f"count by (cluster) ({metric})"}).json()
-        if len(answer["data"]["result"]) != 2:
+        wanted = 1 if metric.startswith("container_") else 2
+        if len(answer["data"]["result"]) != wanted:
             return False
     return True
 
@@ -104,7 +114,22 @@ def test_scraped_exporters_read_as_pods(scraped: tuple[PrometheusServer, datetim
         20480 * 2**20)
     train = r.pods[PodKey("research", "train-llm-x7k2p")]
     assert len(train.devices) == 4
-    assert min(m.sm_max or 0 for m in train.readings) > 40
+    assert min(m.sm_max or 0 for m in train.readings if m.gpu_index < 2) > 40
+    assert max(m.sm_max or 0 for m in train.readings if m.gpu_index >= 2) == 0
+    if cluster == "honoured":  # the kubelet's cAdvisor scraped for this one only
+        # its container's cores, counted once: not again through the pod's own cgroup
+        # (container="") nor with the pause container's (a minute's rate over the few
+        # seconds scraped is a share of the 18 cores: tests/k8s/test_cluster_read.py reads
+        # whole hours of them)
+        at = start + timedelta(minutes=1)
+        answer = httpx.get(f"{server.url}/api/v1/query", params={"time": at.timestamp(), "query": (
+            'sum(rate(container_cpu_usage_seconds_total{container="main",'
+            'pod="train-llm-x7k2p"}[60s]))')}).json()
+        main_only = float(answer["data"]["result"][0]["value"][1])
+        assert main_only > 0
+        assert list(train.cpu_used.values()) == [pytest.approx(main_only, rel=1e-9)]
+    else:
+        assert train.cpu_used == {}
     # the exporter's own pod holds no GPU: its GPUs free, never a pod of gpu-operator
     assert PodKey("gpu-operator", "nvidia-dcgm-exporter-x7k2p") not in r.pods
     assert len(r.free_devices["ip-10-0-1-10.ec2.internal"]) == 2
