@@ -8,6 +8,8 @@
     GET  /pending                           warned and snoozed instances: who stops when, why
     GET  /anomalies                         spend anomalies and budgets
     GET  /audit                             the audit trail
+    GET  /clusters                          Kubernetes: GPU spend by namespace, workload and
+                                            team, and underused GPU pods (docs/kubernetes.md)
 Every page takes `window=7d` or `since=`/`until=` as `costguard report` does.
 """
 
@@ -73,7 +75,8 @@ class Pages:
             viewer=who, auth=self.cfg.auth, path=request.url.path, query=urlencode(query),
             window=query.get("window", "" if "since" in query else views.DEFAULT_WINDOW),
             since_value=_date_only(query.get("since")), until_value=_date_only(query.get("until")),
-            windows=WINDOWS, flash=request.session.pop("flash", None), **context)
+            windows=WINDOWS, flash=request.session.pop("flash", None),
+            kubernetes=bool(self.settings.kubernetes.clusters), **context)
         return HTMLResponse(body, status_code=status)
 
     def who(self, request: Request) -> Viewer | Response:
@@ -141,6 +144,11 @@ class Pages:
             budgets = await self.read(views.budgets, self.policies(), self.clock.now())
             return {"anomalies": found, "budgets": budgets}
         return await self.page(request, "anomalies.html.j2", build)
+
+    async def clusters(self, request: Request) -> Response:
+        async def build(who: Viewer, win: views.Window) -> dict[str, Any]:
+            return await self.read(views.clusters, self.settings, win)
+        return await self.page(request, "clusters.html.j2", build)
 
     async def audit(self, request: Request) -> Response:
         asked = {k: request.query_params.get(k, "").strip()[:200]
@@ -212,6 +220,7 @@ class Pages:
             Route("/pending", self.pending, methods=["GET"], name="pending"),
             Route("/anomalies", self.anomalies, methods=["GET"], name="anomalies"),
             Route("/audit", self.audit, methods=["GET"], name="audit"),
+            Route("/clusters", self.clusters, methods=["GET"], name="clusters"),
             Route("/instances", self.search, methods=["GET"], name="instances"),
         ]
 

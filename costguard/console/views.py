@@ -250,3 +250,30 @@ def recommendations(s: Session, settings: Settings, now: datetime,
     cfg = settings.recommend
     recs = recommend(s, now, catalog_for(settings, s).quote, cfg, parse_filters(filters))
     return recommend_doc(recs, cfg, everything)
+
+
+def clusters(s: Session, settings: Settings, win: Window) -> dict[str, Any]:
+    """Each Kubernetes cluster over the window, read from its Prometheus: GPU spend by
+    namespace, by workload and by team (`costguard report --by namespace --cluster X
+    --format json`), and its underused GPU pods (`costguard recommend --cluster X`). A
+    cluster that cannot be read shows why; the others still show."""
+    from dataclasses import replace
+
+    from costguard.k8s.recommend import pod_recommendations, recommend_doc
+    from costguard.k8s.report import report_doc
+    from costguard.report.run import read_clusters
+
+    out: list[dict[str, Any]] = []
+    for cfg in settings.kubernetes.clusters:
+        try:
+            report = read_clusters(settings, [cfg], ("namespace",), win.since, win.until, {},
+                                   session=s)
+        except CostguardError as exc:
+            out.append({"name": cfg.name, "error": str(exc)})
+            continue
+        pods = pod_recommendations(report, settings.recommend)
+        out.append({"name": cfg.name, "namespaces": report_doc(report),
+                    "workloads": report_doc(replace(report, by=("namespace", "workload"))),
+                    "teams": report_doc(replace(report, by=("team",))),
+                    "underused": recommend_doc(pods, settings.recommend, everything=False)})
+    return {"clusters": out}

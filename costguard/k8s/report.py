@@ -196,6 +196,12 @@ def to_csv(report: ClusterReport) -> str:
 
 
 def to_json(report: ClusterReport) -> str:
+    return json.dumps(report_doc(report), indent=2)
+
+
+def report_doc(report: ClusterReport) -> dict[str, Any]:
+    """`costguard report --by ... --cluster ... --format json`, as a document (the console's
+    Kubernetes page shows it)."""
     doc: dict[str, Any] = {
         "schema": SCHEMA_VERSION, "kind": "kubernetes", "by": list(report.by),
         "since": report.since.isoformat(), "until": report.until.isoformat(),
@@ -208,7 +214,7 @@ def to_json(report: ClusterReport) -> str:
         doc["rows"].append({**dict(zip(report.by, key, strict=True)), **_json_figures(cl)})
         total.add(cl)
     doc["total"] = _json_figures(total)
-    return json.dumps(doc, indent=2)
+    return doc
 
 
 def _json_figures(cl: CostLine) -> dict[str, Any]:

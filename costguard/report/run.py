@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from sqlmodel import Session
@@ -18,6 +18,9 @@ from costguard.policy.base import duration_arg
 from costguard.report.figures import Report
 from costguard.report.queries import DIMENSIONS, catalog_spot_price, spend, unknown_value
 from costguard.report.render import to_csv, to_json, to_table
+
+if TYPE_CHECKING:
+    from costguard.k8s.report import ClusterReport
 
 FORMATS: tuple[str, ...] = ("table", "csv", "json", "html")
 
@@ -234,24 +237,29 @@ def _cluster_report(
 
 
 def read_clusters(settings: Any, clusters: Sequence[Any], by: Sequence[str], start: datetime,
-                  end: datetime, wanted: Mapping[str, str]) -> Any:
+                  end: datetime, wanted: Mapping[str, str], session: Session | None = None
+                  ) -> ClusterReport:
     """The clusters' `ClusterReport` over [start, end), their nodes priced with the store's
-    inventory and prices where there is a store (the catalog's alone where there is none)."""
+    inventory and prices where there is a store (the catalog's alone where there is none);
+    `session`: the store already open (the console's)."""
     from costguard.k8s import report as kube
     from costguard.store.db import Database
     from costguard.store.inventory import current_instances
 
     cfg = settings.accounting
-    try:
-        db = Database(settings.database_url, create=False)
-    except StoreError:
-        inventory, catalog = [], catalog_for(settings)
+    if session is not None:
+        inventory, catalog = current_instances(session), catalog_for(settings, session)
     else:
         try:
-            with db.session() as s:
-                inventory, catalog = current_instances(s), catalog_for(settings, s)
-        finally:
-            db.dispose()
+            db = Database(settings.database_url, create=False)
+        except StoreError:
+            inventory, catalog = [], catalog_for(settings)
+        else:
+            try:
+                with db.session() as s:
+                    inventory, catalog = current_instances(s), catalog_for(settings, s)
+            finally:
+                db.dispose()
     return kube.read_report(clusters, by, start, end, wanted, catalog=catalog,
                             inventory=inventory, idle_signal=cfg.idle_signal,
                             idle_below=cfg.idle_below)
