@@ -16,6 +16,7 @@ from rich.table import Table
 
 from costguard.k8s.report import ClusterReport
 from costguard.k8s.underused import PodEfficiency, judge_pods
+from costguard.recommend.render import blank, print_details, team_table, usd_short
 from costguard.recommend.settings import RecommendSettings
 from costguard.report.cells import csv_text, text_cell
 from costguard.telemetry.efficiency import Bottleneck
@@ -55,10 +56,6 @@ def pod_recommendations(report: ClusterReport, settings: RecommendSettings
     return PodRecommendations(report.since, report.until, report.clusters, items)
 
 
-def _usd(value: float) -> str:
-    return f"${value:,.0f}" if abs(value) >= 100 else f"${value:,.2f}"
-
-
 def _summary(recs: PodRecommendations) -> dict[str, Any]:
     under = recs.underused
     return {"gpu_pods": len(recs.items), "underused": len(under),
@@ -74,8 +71,8 @@ def headline(recs: PodRecommendations) -> str:
     text = (f"GPU pods that do a little, {recs.since:%Y-%m-%d %H:%M} to "
             f"{recs.until:%Y-%m-%d %H:%M} UTC ({days:.3g} days, "
             f"{', '.join(recs.clusters)}): {s['underused']} of {s['gpu_pods']} GPU pods "
-            f"underused, {_usd(s['underused_usd'])} spent on them; requesting only the GPUs "
-            f"used saves {_usd(s['monthly_savings_usd'])}/month")
+            f"underused, {usd_short(s['underused_usd'])} spent on them; requesting only the GPUs "
+            f"used saves {usd_short(s['monthly_savings_usd'])}/month")
     if s["insufficient_data"]:
         text += f"; {s['insufficient_data']} not judged (too few readings)"
     return text
@@ -101,14 +98,11 @@ def print_text(console: Console, recs: PodRecommendations, everything: bool) -> 
         unit = "slice" if "mig-" in p.gpu_resource else "GPU"
         request = (f"{p.fit_gpus} {unit}{'s' if p.fit_gpus > 1 else ''}" if p.fit_gpus
                    else "-")
-        saves = _usd(p.monthly_usd) if p.monthly_usd > 0 else "-"
+        saves = usd_short(p.monthly_usd) if p.monthly_usd > 0 else "-"
         table.add_row(f"{p.line.namespace}/{p.line.pod}", str(e.bottleneck), used, request,
                       saves)
     console.print(table)
-    for p in shown:
-        console.print("", highlight=False)
-        for line in detail(p):
-            console.print(line, highlight=False, markup=False, soft_wrap=True)
+    print_details(console, [detail(p) for p in shown])
 
 
 def detail(p: PodEfficiency) -> list[str]:
@@ -116,24 +110,18 @@ def detail(p: PodEfficiency) -> list[str]:
     e, cl = p.efficiency, p.line
     out = [f"{cl.namespace}/{cl.pod} ({cl.workload}, cluster {cl.cluster}, node {cl.node}): "
            f"{p.efficiency.gpus_paid} x {p.gpu_resource}, team {cl.team}, "
-           f"{_usd(p.spend_usd)} in the window; {e.bottleneck}"]
+           f"{usd_short(p.spend_usd)} in the window; {e.bottleneck}"]
     out += [f"  - {line}" for line in e.evidence]
     if p.fit_gpus and p.usd_per_gpu_hour is not None:
         out.append(f"  fit: request {p.fit_gpus} x {p.gpu_resource} instead of "
-                   f"{e.gpus_paid}, saves {_usd(p.monthly_usd)}/month at "
+                   f"{e.gpus_paid}, saves {usd_short(p.monthly_usd)}/month at "
                    f"${p.usd_per_gpu_hour:,.4g} a GPU-hour (its node's GPU rate)")
     return out
 
 
 def print_teams(console: Console, recs: PodRecommendations) -> None:
     console.print(headline(recs), highlight=False, markup=False)
-    table = Table("team", "underused pods", "spent on them", "fits save/month", box=None,
-                  pad_edge=False)
-    for team, row in recs.by_team().items():
-        saves = row["monthly_savings_usd"]
-        table.add_row(team, str(int(row["pods"])), _usd(row["underused_usd"]),
-                      _usd(saves) if saves > 0 else "-")
-    console.print(table)
+    console.print(team_table(recs.by_team(), "pods", "underused pods"))
 
 
 def _item(p: PodEfficiency) -> dict[str, Any]:
@@ -178,10 +166,10 @@ def to_csv(recs: PodRecommendations, everything: bool) -> str:
         out.append([
             text_cell(cl.cluster), text_cell(cl.namespace), text_cell(cl.workload),
             text_cell(cl.pod), text_cell(cl.node), text_cell(cl.team), p.gpu_resource,
-            str(e.bottleneck), str(e.underused).lower(), e.gpus_paid, _blank(e.gpus_used),
-            _blank(e.gpu_mean), "" if e.vram_peak_bytes is None else
-            f"{e.vram_peak_bytes / 1e9:.2f}", _blank(e.host_cpu_p95),
-            f"{p.spend_usd:.2f}", _blank(p.fit_gpus),
+            str(e.bottleneck), str(e.underused).lower(), e.gpus_paid, blank(e.gpus_used),
+            blank(e.gpu_mean), "" if e.vram_peak_bytes is None else
+            f"{e.vram_peak_bytes / 1e9:.2f}", blank(e.host_cpu_p95),
+            f"{p.spend_usd:.2f}", blank(p.fit_gpus),
             "" if p.usd_per_gpu_hour is None else f"{p.usd_per_gpu_hour:.4f}",
             f"{p.monthly_usd:.2f}"])
     return csv_text(out)
@@ -194,10 +182,6 @@ def to_team_csv(recs: PodRecommendations) -> str:
         out.append((text_cell(team), int(row["pods"]), f"{row['underused_usd']:.2f}",
                     f"{row['monthly_savings_usd']:.2f}"))
     return csv_text(out)
-
-
-def _blank(value: object) -> str:
-    return "" if value is None else str(value)
 
 
 def render(recs: PodRecommendations, settings: RecommendSettings, fmt: str, by: str,

@@ -9,7 +9,7 @@ the reason).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -96,10 +96,10 @@ def to_csv(recs: Recommendations, everything: bool) -> str:
         out.append([
             i.provider, i.instance_id, text_cell(i.name or ""), i.instance_type,
             text_cell(r.team), str(e.bottleneck),
-            str(e.underused).lower(), e.gpus_paid, _blank(e.gpus_used), _blank(e.gpu_mean),
+            str(e.underused).lower(), e.gpus_paid, blank(e.gpus_used), blank(e.gpu_mean),
             "" if e.vram_peak_bytes is None else f"{e.vram_peak_bytes / 1e9:.2f}",
-            _blank(e.host_cpu_p95), f"{r.spend_usd:.2f}", f.to.instance_type if f.to else "",
-            _blank(f.usd_per_hour), _blank(f.to_usd_per_hour), f"{f.monthly_usd:.2f}", f.reason])
+            blank(e.host_cpu_p95), f"{r.spend_usd:.2f}", f.to.instance_type if f.to else "",
+            blank(f.usd_per_hour), blank(f.to_usd_per_hour), f"{f.monthly_usd:.2f}", f.reason])
     return csv_text(out)
 
 
@@ -112,11 +112,13 @@ def to_team_csv(recs: Recommendations) -> str:
     return csv_text(out)
 
 
-def _blank(value: object) -> str:
+def blank(value: object) -> str:
+    """A CSV cell: empty for None."""
     return "" if value is None else str(value)
 
 
-def _usd(value: float) -> str:
+def usd_short(value: float) -> str:
+    """Dollars as a person reads a sum: whole dollars from $100."""
     return f"${value:,.0f}" if abs(value) >= 100 else f"${value:,.2f}"
 
 
@@ -125,8 +127,8 @@ def headline(recs: Recommendations) -> str:
     days = (recs.until - recs.since).total_seconds() / 86400
     text = (f"Waste beyond idle, {recs.since:%Y-%m-%d} to {recs.until:%Y-%m-%d} ({days:g} days): "
             f"{s['underused']} of {s['gpu_instances']} GPU instances underused, "
-            f"{_usd(s['underused_usd'])} spent on them; the fits save "
-            f"{_usd(s['monthly_savings_usd'])}/month")
+            f"{usd_short(s['underused_usd'])} spent on them; the fits save "
+            f"{usd_short(s['monthly_savings_usd'])}/month")
     if s["insufficient_data"]:
         text += f"; {s['insufficient_data']} not judged (too few readings)"
     if recs.reused and recs.oldest_reused is not None:
@@ -147,13 +149,18 @@ def print_text(console: Console, recs: Recommendations, everything: bool) -> Non
     for r in shown:
         f, e = r.fit, r.fit.efficiency
         used = "-" if e.gpus_used is None else f"{e.gpus_used}/{e.gpus_paid}"
-        saves = _usd(f.monthly_usd) if f.to and f.monthly_usd > 0 else "-"
+        saves = usd_short(f.monthly_usd) if f.to and f.monthly_usd > 0 else "-"
         table.add_row(r.fit.instance.name or r.fit.instance.instance_id, str(e.bottleneck),
                       used, f.to.instance_type if f.to else "-", saves)
     console.print(table)
-    for r in shown:
+    print_details(console, [detail(r) for r in shown])
+
+
+def print_details(console: Console, blocks: Sequence[Sequence[str]]) -> None:
+    """Each item's facts under the table, a blank line before each, never wrapped."""
+    for block in blocks:
         console.print("", highlight=False)
-        for line in detail(r):
+        for line in block:
             console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
@@ -162,12 +169,12 @@ def detail(r: Recommendation) -> list[str]:
     f, e, i = r.fit, r.fit.efficiency, r.fit.instance
     name = f"{i.name} ({i.instance_id})" if i.name else i.instance_id
     out = [f"{name}: {i.instance_type} in {i.region}, team {r.team}, "
-           f"{_usd(r.spend_usd)} in the window; {e.bottleneck}"]
+           f"{usd_short(r.spend_usd)} in the window; {e.bottleneck}"]
     out += [f"  - {line}" for line in e.evidence]
     if f.to is not None and f.usd_per_hour is not None and f.to_usd_per_hour is not None:
         verb = "saves" if f.monthly_usd >= 0 else "costs"
         out.append(f"  fit: {f.to.instance_type} ({f.to.label}) at ${f.to_usd_per_hour:,.4g}/h "
-                   f"instead of ${f.usd_per_hour:,.4g}/h, {verb} {_usd(abs(f.monthly_usd))}"
+                   f"instead of ${f.usd_per_hour:,.4g}/h, {verb} {usd_short(abs(f.monthly_usd))}"
                    f"/month ({f.price_basis}); {f.reason}")
         out.append(f"  holds: {f.needs}")
         out += [f"  risk: {risk}" for risk in f.risks]
@@ -178,10 +185,16 @@ def detail(r: Recommendation) -> list[str]:
 
 def print_teams(console: Console, recs: Recommendations) -> None:
     console.print(headline(recs), highlight=False)
-    table = Table("team", "underused", "spent on them", "fits save/month", box=None,
+    console.print(team_table(recs.by_team(), "instances", "underused"))
+
+
+def team_table(by_team: Mapping[str, Mapping[str, float]], counted: str, header: str
+               ) -> Table:
+    """Per team: how many underused (`counted` of each row), their spend, the fits' saving."""
+    table = Table("team", header, "spent on them", "fits save/month", box=None,
                   pad_edge=False)
-    for team, row in recs.by_team().items():
+    for team, row in by_team.items():
         saves = row["monthly_savings_usd"]
-        table.add_row(team, str(int(row["instances"])), _usd(row["underused_usd"]),
-                      _usd(saves) if saves > 0 else "-")
-    console.print(table)
+        table.add_row(team, str(int(row[counted])), usd_short(row["underused_usd"]),
+                      usd_short(saves) if saves > 0 else "-")
+    return table
