@@ -157,11 +157,12 @@ class SimCluster:
                 "node.kubernetes.io/instance-type": "p4d.24xlarge",
                 "topology.kubernetes.io/region": "us-east-1",
                 "eks.amazonaws.com/capacityType": "ON_DEMAND"})
-        k.add("notebooks", "research", "notebook-ana", labels={"owner": "ana"})
+        k.add("notebooks", "research", "notebook-ana", labels={"owner": "ana"},
+              spec={"template": _template("notebook", 1, 8)})
         k.add("statefulsets", "research", "notebook-ana", spec={"replicas": 1},
               owner=("Notebook", "notebook-ana"))
-        k.add("deployments", "serving", "chat-infer", spec={"replicas": 2},
-              labels={"owner": "ravi"})
+        k.add("deployments", "serving", "chat-infer", spec={
+            "replicas": 2, "template": _template("server", 1, 8)}, labels={"owner": "ravi"})
         k.add("cronjobs", "research", "nightly-train", spec={"schedule": "0 20 * * *"})
         k.add("jobs", "research", "nightly-train-29071",
               owner=("CronJob", "nightly-train"))
@@ -218,6 +219,12 @@ class SimCluster:
         if pattern == "daytime":
             return 0.25 if hour < 10 else 0.0
         return 0.0
+
+
+def _template(container: str, gpus: int, cpu: int) -> dict[str, Any]:
+    """A pod template: what a stopped workload's pods will ask for when started."""
+    return {"spec": {"containers": [{"name": container, "resources": {
+        "limits": {"cpu": str(cpu), "nvidia.com/gpu": str(gpus)}}}]}}
 
 
 def _node(n: str) -> str:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from costguard.k8s.api import KubeObject
 from costguard.k8s.model import Pod, Workload
@@ -84,7 +85,12 @@ class Governed:
 
     @property
     def gpus(self) -> int:
-        return sum(p.requests.gpu_units for p in self.pods)
+        """The GPUs (and MIG slices) its running pods request; for a workload costguard
+        stopped, those its pod template asks for, times the replicas it will start with."""
+        running = sum(p.requests.gpu_units for p in self.pods)
+        if running or self.obj is None or not self.stopped():
+            return running
+        return template_gpus(self.kind, self.obj)
 
     def stopped(self) -> bool:
         """Stopped by costguard (or by Kubeflow's own stop), with nothing running."""
@@ -111,8 +117,10 @@ class Governed:
         if self.team and "team" not in tags:
             tags["team"] = self.team
         models = sorted({d.model for p in self.pods for d in p.devices.values() if d.model})
-        state = (InstanceState.STOPPED if self.stopped() and not any(p.steps for p in self.pods)
-                 else InstanceState.RUNNING)
+        # the object says whether it is stopped: its pods may still show in the minutes
+        # Prometheus holds after the stop, and a stop seen as undone then redone would
+        # lose the start it is owed (actions/lifecycle.py)
+        state = InstanceState.STOPPED if self.stopped() else InstanceState.RUNNING
         owner = None
         if self.controller is not None:
             owner = Owner(kind=OwnerKind.UNKNOWN, name=str(self.controller),
@@ -135,3 +143,40 @@ def _created(obj: KubeObject | None, now: datetime) -> datetime:
     except ValueError:
         return now
     return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def _template(kind: str, spec: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """The pod template of a workload's spec and how many pods of it run at once."""
+    if kind == "CronJob":
+        job = spec.get("jobTemplate")
+        spec = job.get("spec", {}) if isinstance(job, dict) else {}
+        spec = spec if isinstance(spec, dict) else {}
+    template = spec.get("template")
+    pod = template.get("spec") if isinstance(template, dict) else None
+    parallel = spec.get("parallelism") if kind in ("Job", "CronJob") else 1
+    return (pod if isinstance(pod, dict) else {},
+            parallel if isinstance(parallel, int) and parallel > 0 else 1)
+
+
+def template_gpus(kind: str, obj: KubeObject) -> int:
+    """The GPUs (whole, or MIG slices) a stopped workload's pods will request when started:
+    its pod template's `nvidia.com/gpu` and `nvidia.com/mig-*` limits (requests where no
+    limit), times the replicas kept on it (a Job's parallelism)."""
+    pod, count = _template(kind, obj.spec)
+    if kind in ("Deployment", "StatefulSet"):
+        kept = obj.annotations.get(REPLICAS_BEFORE, "")
+        count = int(kept) if kept.isdigit() else 0
+    per_pod = 0
+    containers = pod.get("containers")
+    for c in containers if isinstance(containers, list) else []:
+        resources = c.get("resources") if isinstance(c, dict) else None
+        if not isinstance(resources, dict):
+            continue
+        limits, requests = resources.get("limits"), resources.get("requests")
+        asked = limits if isinstance(limits, dict) and limits else requests
+        for key, value in (asked.items() if isinstance(asked, dict) else ()):
+            text = str(value)
+            if (key == "nvidia.com/gpu" or str(key).startswith("nvidia.com/mig-")) and \
+                    text.isdigit():
+                per_pod += int(text)
+    return per_pod * count

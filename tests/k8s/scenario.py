@@ -110,11 +110,13 @@ def api_objects(api: KubeApi) -> KubeApi:
         api.add("nodes", "", node.name, labels=labels,
                 spec={"providerID": node.provider_id})
     api.add("deployments", "serving", "chat-infer", labels={"app": "chat-infer"},
-            spec={"replicas": 1}, status={"replicas": 1, "readyReplicas": 1})
+            spec={"replicas": 1, "template": _pod_template("server", {"nvidia.com/gpu": "1"})},
+            status={"replicas": 1, "readyReplicas": 1})
     api.add("notebooks", "research", "notebook-alice", labels={"owner": "alice"})
     api.add("statefulsets", "research", "notebook-alice", spec={"replicas": 1},
             owner=("kubeflow.org/v1", "Notebook", "notebook-alice"))
-    api.add("statefulsets", "serving", "embed", spec={"replicas": 2})
+    api.add("statefulsets", "serving", "embed", spec={
+        "replicas": 2, "template": _pod_template("embed", {"nvidia.com/mig-3g.20gb": "1"})})
     api.add("cronjobs", "research", "nightly-train", spec={"schedule": "0 1 * * *"},
             status={"active": [{"kind": "Job", "namespace": "research",
                                 "name": "train-llm"}]})
@@ -124,3 +126,11 @@ def api_objects(api: KubeApi) -> KubeApi:
     api.add("pods", "research", "debug")
     api.add("daemonsets", "kube-system", "aws-node")
     return api
+
+
+def _pod_template(container: str, limits: dict[str, str]) -> dict[str, object]:
+    """A workload's pod template as the API reference shapes it (extended resources such
+    as GPUs are given as limits; requests default to them)."""
+    return {"metadata": {"labels": {"app": container}},
+            "spec": {"containers": [{"name": container, "image": "registry.example.com/ml:1",
+                                     "resources": {"limits": {"cpu": "8", **limits}}}]}}

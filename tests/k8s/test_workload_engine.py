@@ -7,7 +7,8 @@ is not deleted unless the cluster allows it; nothing in kube-system, no DaemonSe
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from contextlib import contextmanager
+from datetime import UTC, datetime, time, timedelta
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,13 @@ def world(history: History, tmp_path: Path, request: pytest.FixtureRequest
           ) -> Iterator[tuple[Engine, KubeApi, Database, ManualClock]]:
     policy = POLICY.replace("mode: enforce", "mode: dry-run") if request.node.get_closest_marker(
         "dry_run") else POLICY
+    with _world(history, tmp_path, policy) as made:
+        yield made
+
+
+@contextmanager
+def _world(history: History, tmp_path: Path, policy: str
+           ) -> Iterator[tuple[Engine, KubeApi, Database, ManualClock]]:
     api = api_objects(KubeApi())
     with serve(api.app()) as url:
         (tmp_path / "kubeconfig").write_text(kubeconfig(url))
@@ -209,3 +217,48 @@ def test_in_dry_run_nothing_is_patched_and_every_record_says_would(
     notify = next(r for r in _journal(db) if r.action == "notify"
                   and r.instance_id.endswith("chat-infer"))
     assert "would be stopped at" in notify.detail and "dry-run)" in notify.detail
+
+
+def test_workloads_stopped_after_hours_start_again_when_office_hours_begin(
+        history: History, tmp_path: Path) -> None:
+    """The office-hours schedule restores what the stop kept: each workload's replicas."""
+    today = (history.end - timedelta(minutes=60)).date()
+    tomorrow = (today + timedelta(days=1)).strftime("%a").lower()
+    policy = f"""\
+policies:
+  - name: serving-after-hours
+    resource: workload
+    mode: enforce
+    filters: {{state: running, min_gpus: 1, namespaces: [serving]}}
+    condition:
+      outside_hours: {{days: [{tomorrow}], hours: "00:00-23:59"}}
+    actions:
+      - notify: {{to: [owner]}}
+      - stop: {{grace: 15m}}
+      - start: {{at_office_hours: true}}
+"""
+    with _world(history, tmp_path, policy) as (engine, api, db, clock):
+        api.objects[("deployments", "serving", "chat-infer")]["spec"]["replicas"] = 3
+        engine.run_cycle()
+        clock.advance(timedelta(minutes=20))
+        engine.run_cycle()
+        assert api.get("deployments", "serving", "chat-infer")["spec"]["replicas"] == 0
+        assert api.get("statefulsets", "serving", "embed")["spec"]["replicas"] == 0
+        engine.run_cycle()  # still outside office hours: nothing starts
+        assert api.get("deployments", "serving", "chat-infer")["spec"]["replicas"] == 0
+
+        clock.set(datetime.combine(today + timedelta(days=1), time(0, 30), tzinfo=UTC))
+        # no pod runs now; stopped, they still say what they will hold when started
+        held = {i.name: (i.state, i.gpu_count)
+                for i in engine.providers["k8s"].list_instances().instances}
+        assert held == {"serving/Deployment/chat-infer": (InstanceState.STOPPED, 3),
+                        "serving/StatefulSet/embed": (InstanceState.STOPPED, 2)}
+        engine.run_cycle()
+        chat = api.get("deployments", "serving", "chat-infer")
+        assert chat["spec"]["replicas"] == 3
+        assert REPLICAS_BEFORE not in chat["metadata"]["annotations"]
+        assert api.get("statefulsets", "serving", "embed")["spec"]["replicas"] == 2
+        starts = {r.instance_id: r for r in _journal(db) if r.action == "start"}
+        assert set(starts) == {"ml-prod/serving/Deployment/chat-infer",
+                               "ml-prod/serving/StatefulSet/embed"}
+        assert all(r.status == "done" for r in starts.values())
