@@ -262,3 +262,34 @@ policies:
         assert set(starts) == {"ml-prod/serving/Deployment/chat-infer",
                                "ml-prod/serving/StatefulSet/embed"}
         assert all(r.status == "done" for r in starts.values())
+
+
+def test_a_workload_is_snoozed_by_its_annotation_or_from_slack(
+        world: tuple[Engine, KubeApi, Database, ManualClock]) -> None:
+    from costguard.alerts.interactive import SlackAction, journal_actions
+
+    engine, api, db, clock = world
+    later = (clock.now() + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    api.objects[("notebooks", "research", "notebook-alice")]["metadata"].setdefault(
+        "annotations", {})["costguard.io/snooze-until"] = later
+    engine.run_cycle()
+    with db.session() as s:
+        warned = {a.instance_id for a in s.exec(select(AlertRow)) if a.kind == "idle-warning"}
+    assert "ml-prod/research/Notebook/notebook-alice" not in warned  # snoozed on the object
+    assert "ml-prod/serving/Deployment/chat-infer" in warned
+    click = SlackAction(action="snooze", policy="idle-gpu-workloads", provider="k8s",
+                        instance_id="ml-prod/serving/Deployment/chat-infer", choice="4h",
+                        user_id="U024BE7LH", user_name="ravi")
+    journal_actions(db, clock, timedelta(days=7))(click)  # the owner's button
+    clock.advance(timedelta(minutes=20))
+    engine.run_cycle()
+    assert api.get("deployments", "serving", "chat-infer")["spec"]["replicas"] == 1
+    notebook = api.get("notebooks", "research", "notebook-alice")
+    assert KUBEFLOW_STOPPED not in notebook["metadata"].get("annotations", {})
+    stops = {r.instance_id for r in _journal(db) if r.action == "stop" and r.status == "done"}
+    assert "ml-prod/serving/Deployment/chat-infer" not in stops
+    assert "ml-prod/research/Notebook/notebook-alice" not in stops
+    snoozes = {r.instance_id: r.detail for r in _journal(db) if r.action == "snooze"}
+    until = (clock.now() - timedelta(minutes=20) + timedelta(hours=4)).isoformat()
+    assert snoozes["ml-prod/serving/Deployment/chat-infer"] == f"snoozed until {until}"
+    assert snoozes["ml-prod/research/Notebook/notebook-alice"].startswith("snoozed until")
