@@ -58,17 +58,12 @@ class Section(BaseModel):
 
 
 class ProvidersSettings(Section):
-    """Which clouds to govern. With none configured, the simulated cloud runs (the demo)."""
+    """Which clouds to govern. With none configured (and no Kubernetes cluster to act in),
+    the simulated cloud runs (the demo): `Settings` decides, knowing both."""
 
     sim: SimSettings | None = None
     aws: AwsSettings | None = None
     gcp: GcpSettings | None = None
-
-    @model_validator(mode="after")
-    def _default_to_sim(self) -> ProvidersSettings:
-        if self.sim is None and self.aws is None and self.gcp is None:
-            self.sim = SimSettings()
-        return self
 
     def enabled(self) -> list[str]:
         return [n for n in ("sim", "aws", "gcp") if getattr(self, n) is not None]
@@ -148,6 +143,15 @@ class Settings(BaseSettings):
     daemon: DaemonSettings = Field(default_factory=DaemonSettings)
     console: ConsoleSettings = Field(default_factory=ConsoleSettings)
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
+
+    @model_validator(mode="after")
+    def _default_to_sim(self) -> Settings:
+        """No cloud and no Kubernetes cluster: the simulated cloud (the demo). A config that
+        names only clusters governs (or reports) them alone, never simulated instances."""
+        p = self.providers
+        if p.sim is None and p.aws is None and p.gcp is None and not self.kubernetes.clusters:
+            p.sim = SimSettings()
+        return self
 
     @classmethod
     def settings_customise_sources(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -19,6 +19,20 @@ def test_defaults_are_sqlite_in_the_working_directory_and_the_simulated_cloud(
     assert s.database_url == "sqlite:///costguard.db"
     assert s.providers.enabled() == ["sim"]
     assert s.poll_interval == timedelta(minutes=5)
+
+
+def test_a_config_of_kubernetes_clusters_alone_runs_no_simulated_cloud(tmp_path: Path) -> None:
+    from costguard.clock import ManualClock
+    from costguard.providers.registry import build_providers
+
+    cfg = tmp_path / "costguard.yaml"
+    cfg.write_text("kubernetes:\n  clusters:\n    - {name: ml-prod, prometheus_url: "
+                   "'http://prometheus:9090', api: {in_cluster: true}}\n")
+    s = load_settings(cfg)
+    assert s.providers.enabled() == []  # the simulated cloud is the demo's, never beside
+    assert list(build_providers(s, ManualClock(datetime(2026, 12, 2, tzinfo=UTC)))) == ["k8s"]
+    cfg.write_text(cfg.read_text() + "providers:\n  sim: {instances: 5}\n")
+    assert load_settings(cfg).providers.enabled() == ["sim"]  # unless asked for
 
 
 def test_environment_overrides_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
