@@ -172,6 +172,9 @@ class SimCluster:
     def api(self) -> SimKubeApi:
         return self.kube
 
+    def devices(self, start: datetime, end: datetime) -> int:
+        return 16  # two nodes of eight
+
     def read(self, start: datetime, end: datetime, step: timedelta) -> ClusterRead:
         minutes = step_minutes(step)
         read = ClusterRead(CLUSTER, start, end, step)

@@ -24,12 +24,13 @@ from costguard.costs.attribution import UNATTRIBUTED
 from costguard.costs.pricing import PriceCatalog, PriceOverrides
 from costguard.errors import ProviderError
 from costguard.k8s import jupyterhub, stops
+from costguard.k8s import queries as q
 from costguard.k8s.allocate import rates_of, team_of
 from costguard.k8s.api import Api, KubeApi, KubeObject
 from costguard.k8s.model import ClusterRead, Pod, Workload
 from costguard.k8s.prices import node_prices
 from costguard.k8s.prometheus import PrometheusClient, PrometheusError
-from costguard.k8s.read import ksm_label, read_cluster
+from costguard.k8s.read import devices_of, ksm_label, read_cluster, read_spans
 from costguard.k8s.settings import ClusterSettings, KubernetesSettings
 from costguard.k8s.workloads import NEVER, PLURALS, PROVIDER, Governed, annotation_key
 from costguard.model import (
@@ -57,6 +58,11 @@ class ClusterSource(Protocol):
 
     def read(self, start: datetime, end: datetime, step: timedelta) -> ClusterRead: ...
 
+    def devices(self, start: datetime, end: datetime) -> int:
+        """The most GPU devices (GPUs and MIG instances) that reported at once in the span:
+        what a read of it holds per step."""
+        ...
+
     def api(self) -> Api: ...
 
 
@@ -69,6 +75,14 @@ class LiveCluster:
         with PrometheusClient(cfg.prometheus_url, cluster=cfg.name, token=cfg.bearer_token(),
                               timeout=cfg.timeout.total_seconds()) as client:
             return read_cluster(client, cfg, start, end, step)
+
+    def devices(self, start: datetime, end: datetime) -> int:
+        cfg = self.cfg
+        with PrometheusClient(cfg.prometheus_url, cluster=cfg.name, token=cfg.bearer_token(),
+                              timeout=cfg.timeout.total_seconds()) as client:
+            found = client.query(q.device_peak(cfg.selector, end - start,
+                                               (end - start) / 500), end)
+        return int(max((s.last for s in found), default=0))
 
     def api(self) -> Api:
         assert self.cfg.api is not None
@@ -230,10 +244,16 @@ class KubernetesProvider:
                 continue
             with self._lock:
                 read = cl.read
-                if read is None or not (read.start <= start and end - read.end < STEP):
-                    read = cl.read = self._read(cl, start, end)
+                if read is not None and read.start <= start and end - read.end < STEP:
+                    reads = [read]
+                else:  # in spans no read of which outgrows its bound
+                    known = devices_of(read) if read is not None else 0
+                    reads = [self._read(cl, lo, hi)
+                             for lo, hi in read_spans(start, end, known, STEP)]
+                    cl.read = reads[-1] if len(reads) == 1 else cl.read
             for g in mine:
-                out.extend(m for m in _minutes(g, read) if start <= m.minute < end)
+                for each in reads:
+                    out.extend(m for m in _minutes(g, each) if start <= m.minute < end)
         return out
 
     # -- price --

@@ -114,3 +114,10 @@ def gpu_signals(selector: str, step: timedelta) -> str:
     cpu = (f"label_replace(sum by (namespace, pod) (rate(container_cpu_usage_seconds_total"
            f'{containers}{window})), "cg_signal", "{CPU_SIGNAL}", "", "")')
     return " or ".join([*parts, cpu])
+
+
+def device_peak(selector: str, span: timedelta, resolution: timedelta) -> str:
+    """The most GPUs and MIG instances that reported at once over the span (an instant
+    query at its end): what sizes a read's activity answer, whatever the pods' churn."""
+    return (f"max_over_time(count(DCGM_FI_DEV_FB_USED{_sel(selector)})"
+            f"[{max(1, int(span.total_seconds()))}s:{max(60, int(resolution.total_seconds()))}s])")

@@ -35,6 +35,11 @@ _NAMESPACE = ("exported_namespace", "namespace", "pod_namespace")
 _HOST = ("Hostname", "hostname", "exported_Hostname")
 _LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]")
 MiB = 2**20
+# A read holds at most this many figures per query: ~25 bytes each in Prometheus' JSON, a
+# fraction of the 128 MiB an answer may be and of the daemon's memory. A GPU device adds
+# its seven signals and (at most) its pod's CPU per step.
+MAX_POINTS_PER_READ = 2_000_000
+FIGURES_PER_DEVICE = 8
 
 
 def ksm_label(key: str) -> str:
@@ -236,3 +241,22 @@ def _minute(index: int, t: float, minutes: int, got: dict[str, float]) -> PodMin
         util_max=util_max, util_mean=util_mean,
         mem_used_bytes=None if fb is None or fb < 0 else int(fb * MiB))
 
+
+
+def devices_of(read: ClusterRead) -> int:
+    """The GPU devices a read saw: held by pods, and free."""
+    return (sum(len(p.devices) for p in read.pods.values())
+            + sum(len(d) for d in read.free_devices.values()))
+
+
+def read_spans(start: datetime, end: datetime, devices: int, step: timedelta
+               ) -> list[tuple[datetime, datetime]]:
+    """[start, end) in whole steps, cut so that no read of `devices` holds more than
+    `MAX_POINTS_PER_READ` figures (a day of a thousand GPUs at minutes is 11.5 million)."""
+    steps = max(1, MAX_POINTS_PER_READ // (max(1, devices) * FIGURES_PER_DEVICE))
+    width = step * steps
+    out, lo = [], start
+    while lo < end:
+        out.append((lo, min(end, lo + width)))
+        lo += width
+    return out

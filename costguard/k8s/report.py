@@ -19,6 +19,7 @@ from costguard.k8s.allocate import DIMENSIONS, CostLine, allocate, group
 from costguard.k8s.model import ClusterRead
 from costguard.k8s.prices import NodePrice, node_prices
 from costguard.k8s.provider import ClusterSource, LiveCluster
+from costguard.k8s.read import FIGURES_PER_DEVICE, MAX_POINTS_PER_READ
 from costguard.k8s.settings import ClusterSettings
 from costguard.model import Instance
 from costguard.report.cells import csv_text
@@ -31,17 +32,31 @@ SCHEMA_VERSION = 1
 CLUSTER_ONLY = ("cluster", "namespace", "workload", "pod", "node")
 MAX_STEPS = 8_640  # a report's steps per cluster: 30 days at 5 minutes
 MIN_STEP = timedelta(minutes=5)
+STEPS = tuple(timedelta(minutes=m) for m in (5, 10, 15, 20, 30, 60))  # each divides an hour
 
 
 class KubeReportError(CostguardError, ValueError):
     """A Kubernetes report option costguard cannot use; the message says what would."""
 
 
-def report_step(start: datetime, end: datetime) -> timedelta:
-    """5 minutes, or the whole minutes that keep a period within `MAX_STEPS` steps (an
-    hour at most: longer periods read hourly figures)."""
-    minutes = math.ceil((end - start).total_seconds() / 60 / MAX_STEPS)
-    return max(MIN_STEP, timedelta(minutes=min(60, minutes)))
+def report_step(start: datetime, end: datetime, devices: int = 0) -> timedelta:
+    """The finest of 5, 10, 15, 20, 30 and 60 minutes that keeps the period within
+    `MAX_STEPS` steps and a read of `devices` GPU devices within `MAX_POINTS_PER_READ`
+    points (each step's peak and mean judge a pod-hour as minutes do). A period too long
+    for hourly steps is refused with the fix: an hour is the coarsest step that still
+    judges each pod-hour."""
+    span = (end - start).total_seconds()
+    for step in STEPS:
+        steps = math.ceil(span / step.total_seconds())
+        if steps <= MAX_STEPS and devices * FIGURES_PER_DEVICE * steps <= MAX_POINTS_PER_READ:
+            return step
+    if devices * FIGURES_PER_DEVICE * math.ceil(span / 3600) <= MAX_POINTS_PER_READ:
+        return STEPS[-1]  # past MAX_STEPS: the client asks for it in pieces
+    days = MAX_POINTS_PER_READ / (max(1, devices) * FIGURES_PER_DEVICE * 24)
+    raise KubeReportError(
+        f"{devices:,} GPU devices over {span / 86400:.3g} days are more than one read holds "
+        f"at hourly steps ({MAX_POINTS_PER_READ:,} figures): ask for at most {days:.3g} days "
+        "at a time (--since/--until)")
 
 
 @dataclass
@@ -82,14 +97,16 @@ def read_report(clusters: Sequence[ClusterSettings], by: Sequence[str], start: d
         if dim not in DIMENSIONS:
             raise KubeReportError(f"unknown Kubernetes dimension {dim!r} (choose from: "
                                   f"{', '.join(DIMENSIONS)})")
-    step = report_step(start, end)
+    chosen = {cfg.name: (sources or {}).get(cfg.name) or LiveCluster(cfg) for cfg in clusters}
+    devices = max((s.devices(start, end) for s in chosen.values()), default=0)
+    step = report_step(start, end, devices)
     aligned = datetime.fromtimestamp(start.timestamp() // step.total_seconds()
                                      * step.total_seconds(), start.tzinfo)
     out = ClusterReport(tuple(by), aligned, end, step, [c.name for c in clusters], [],
                         dict(filters))
+    out.queries += sum(1 for s in chosen.values() if isinstance(s, LiveCluster))  # devices
     for cfg in clusters:
-        source = (sources or {}).get(cfg.name) or LiveCluster(cfg)
-        read = source.read(aligned, end, step)
+        read = chosen[cfg.name].read(aligned, end, step)
         prices = node_prices(read.nodes.values(), catalog, inventory)
         lines = allocate(read, prices, cfg, idle_signal=idle_signal, idle_below=idle_below)
         out.lines.extend(lines)

@@ -86,7 +86,7 @@ def test_report_by_workload_in_a_terminal(tmp_path: Path, history: History) -> N
     flat = " ".join(out.split())  # a narrow terminal folds the notes and the names
     assert "Kubernetes GPU spend by namespace, workload" in flat
     assert "Unpriced: node worker-c of ml-prod (3 GPU-h)" in flat
-    assert "in 10 queries" in flat
+    assert "in 11 queries" in flat
     doc = json.loads(_report(cfg, history, "--by", "workload", "--format", "json"))
     assert {r["workload"] for r in doc["rows"]} == {
         "Deployment/chat-infer", "CronJob/nightly-train", "StatefulSet/notebook-alice",

@@ -293,3 +293,31 @@ def test_a_workload_is_snoozed_by_its_annotation_or_from_slack(
     until = (clock.now() - timedelta(minutes=20) + timedelta(hours=4)).isoformat()
     assert snoozes["ml-prod/serving/Deployment/chat-infer"] == f"snoozed until {until}"
     assert snoozes["ml-prod/research/Notebook/notebook-alice"].startswith("snoozed until")
+
+
+def test_a_long_metrics_window_is_read_in_spans_no_read_of_which_outgrows_its_bound(
+        world: tuple[Engine, KubeApi, Database, ManualClock],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from costguard.k8s import read as reading
+
+    engine, _, _, clock = world
+    provider = engine.providers["k8s"]
+    assert isinstance(provider, KubernetesProvider)
+    listed = provider.list_instances().instances
+    spans: list[tuple[datetime, datetime]] = []
+    real = provider._read
+
+    def counted(cl, start, end):  # type: ignore[no-untyped-def]
+        spans.append((start, end))
+        return real(cl, start, end)
+
+    provider._read = counted  # type: ignore[method-assign]
+    # 18 devices x 8 figures: a read may hold 10 minutes of them
+    monkeypatch.setattr(reading, "MAX_POINTS_PER_READ", 18 * 8 * 10)
+    now = clock.now().replace(second=0, microsecond=0)
+    got = provider.gpu_metrics(listed, now - timedelta(minutes=45), now)
+    assert [(end - start) for start, end in spans] == [timedelta(minutes=10)] * 4 + [
+        timedelta(minutes=5)]
+    assert spans[0][0] == now - timedelta(minutes=45) and spans[-1][1] == now
+    chat = sorted(m.minute for m in got if m.instance_id.endswith("chat-infer"))
+    assert len(chat) == 45 and len(set(chat)) == 45  # every minute once, none lost at a cut
