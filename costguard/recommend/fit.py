@@ -195,6 +195,10 @@ def cheaper_fit(inst: Instance, e: Efficiency, price: PriceLookup,
     cfg = settings or RecommendSettings()
     catalog = shapes(inst.provider)
     cur = catalog.get(inst.instance_type)
+    if not catalog:  # no instance types to move between: a Kubernetes workload's
+        return Fit(inst, e, None, reason=(  # GPUs are what its pods request
+            f"{inst.provider} has no instance types to fit to; a Kubernetes workload is "
+            "fitted in the GPUs its pods request: costguard recommend --by pod"))
     if cur is None:
         return Fit(inst, e, None, reason=f"{inst.instance_type} is not in costguard's "
                                          f"{inst.provider} shape catalog")

@@ -232,7 +232,17 @@ def _price(s: Session, inst: Instance, at: datetime, catalog: PriceCatalog
     if accrued is not None:
         return accrued.usd_per_hour, accrued.price_source or "as accrued"
     quote = catalog.quote(inst)
-    return (quote.usd_per_hour, quote.source) if quote else (0.0, "no price known")
+    if quote is not None:
+        return quote.usd_per_hour, quote.source
+    # what never accrues (a Kubernetes workload: its nodes do) was priced when acted on
+    acted = s.exec(select(ActionJournalRow).where(
+        ActionJournalRow.provider == inst.provider,
+        ActionJournalRow.instance_id == inst.instance_id, ActionJournalRow.usd_per_hour > 0,
+        ActionJournalRow.intent_at <= at,
+    ).order_by(col(ActionJournalRow.intent_at).desc())).first()
+    if acted is not None:
+        return acted.usd_per_hour, f"as priced when {acted.action} was journaled"
+    return 0.0, "no price known"
 
 
 def _telemetry(inst: Instance, minutes: list[GpuMinute], at: datetime,

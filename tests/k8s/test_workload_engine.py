@@ -321,3 +321,22 @@ def test_a_long_metrics_window_is_read_in_spans_no_read_of_which_outgrows_its_bo
     assert spans[0][0] == now - timedelta(minutes=45) and spans[-1][1] == now
     chat = sorted(m.minute for m in got if m.instance_id.endswith("chat-infer"))
     assert len(chat) == 45 and len(set(chat)) == 45  # every minute once, none lost at a cut
+
+
+def test_explain_prices_a_stopped_workload_as_it_was_priced_when_stopped(
+        world: tuple[Engine, KubeApi, Database, ManualClock]) -> None:
+    from costguard.costs.pricing import PriceCatalog
+    from costguard.report.explain import explain
+
+    engine, _, db, clock = world
+    engine.run_cycle()
+    clock.advance(timedelta(minutes=20))
+    engine.run_cycle()
+    stop = next(r for r in _journal(db) if r.action == "stop"
+                and r.instance_id.endswith("chat-infer"))
+    assert stop.usd_per_hour > 0
+    with db.session() as s:
+        answer = explain(s, "ml-prod/serving/Deployment/chat-infer", engine.policies,
+                         PriceCatalog(), clock.now())
+    assert answer.usd_per_hour == stop.usd_per_hour
+    assert answer.price_source == "as priced when stop was journaled"

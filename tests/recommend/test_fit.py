@@ -195,3 +195,11 @@ def test_a_light_job_still_moves_to_a_smaller_gpu() -> None:
     e = judged(4, 1, Bottleneck.LATENCY_BOUND, vram=1.6, cpu=6.0, gpu_mean=18.4, mem_gib=10)
     fit = cheaper_fit(instance("g5.12xlarge"), e, table_price)
     assert fit.to is not None and fit.to.instance_type == "g5.xlarge"
+
+
+def test_a_provider_without_instance_types_points_to_the_pods_fit() -> None:
+    inst = instance("g5.xlarge").model_copy(update={"provider": "k8s",
+                                                    "instance_type": "Deployment"})
+    fit = cheaper_fit(inst, judged(2, 1, Bottleneck.UNUSED_GPUS, vram=1, cpu=1.0),
+                      table_price)
+    assert fit.to is None and "costguard recommend --by pod" in fit.reason
