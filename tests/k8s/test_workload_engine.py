@@ -77,6 +77,26 @@ def _world(history: History, tmp_path: Path, policy: str
         db.dispose()
 
 
+def _count_reads(provider: KubernetesProvider) -> list[tuple[datetime, datetime]]:
+    """The spans the provider reads from Prometheus from now on, in order."""
+    spans: list[tuple[datetime, datetime]] = []
+    real = provider._read
+
+    def counted(cl, start, end):  # type: ignore[no-untyped-def]
+        spans.append((start, end))
+        return real(cl, start, end)
+
+    provider._read = counted  # type: ignore[method-assign]
+    return spans
+
+
+def _warned_then_due(engine: Engine, clock: ManualClock) -> None:
+    """A cycle that warns, and one past the policy's 15-minute grace."""
+    engine.run_cycle()
+    clock.advance(timedelta(minutes=20))
+    engine.run_cycle()
+
+
 def _journal(db: Database) -> list[ActionJournalRow]:
     with db.session() as s:
         return list(s.exec(select(ActionJournalRow).order_by(ActionJournalRow.id)))
@@ -122,9 +142,7 @@ def test_a_stopped_deployment_starts_with_the_replicas_it_had(
         world: tuple[Engine, KubeApi, Database, ManualClock]) -> None:
     engine, api, db, clock = world
     api.objects[("deployments", "serving", "chat-infer")]["spec"]["replicas"] = 3
-    engine.run_cycle()
-    clock.advance(timedelta(minutes=20))
-    engine.run_cycle()
+    _warned_then_due(engine, clock)
     assert api.get("deployments", "serving", "chat-infer")["spec"]["replicas"] == 0
     provider = engine.providers["k8s"]
     with db.session() as s:
@@ -175,14 +193,7 @@ def test_a_cycle_s_metrics_are_answered_from_its_listing_when_it_covers_them(
     engine, _, _, clock = world
     provider = engine.providers["k8s"]
     assert isinstance(provider, KubernetesProvider)
-    reads: list[tuple[datetime, datetime]] = []
-    real = provider._read
-
-    def counted(cl, start, end):  # type: ignore[no-untyped-def]
-        reads.append((start, end))
-        return real(cl, start, end)
-
-    provider._read = counted  # type: ignore[method-assign]
+    reads = _count_reads(provider)
     listed = provider.list_instances().instances
     assert len(reads) == 1
     now = clock.now().replace(second=0, microsecond=0)
@@ -200,9 +211,7 @@ def test_a_cycle_s_metrics_are_answered_from_its_listing_when_it_covers_them(
 def test_in_dry_run_nothing_is_patched_and_every_record_says_would(
         world: tuple[Engine, KubeApi, Database, ManualClock]) -> None:
     engine, api, db, clock = world
-    engine.run_cycle()
-    clock.advance(timedelta(minutes=20))
-    engine.run_cycle()
+    _warned_then_due(engine, clock)
     assert not [r for r in api.requests if r[0] in ("PATCH", "DELETE")]
     stops = {r.instance_id: r for r in _journal(db) if r.action == "stop"}
     chat = stops["ml-prod/serving/Deployment/chat-infer"]
@@ -304,14 +313,7 @@ def test_a_long_metrics_window_is_read_in_spans_no_read_of_which_outgrows_its_bo
     provider = engine.providers["k8s"]
     assert isinstance(provider, KubernetesProvider)
     listed = provider.list_instances().instances
-    spans: list[tuple[datetime, datetime]] = []
-    real = provider._read
-
-    def counted(cl, start, end):  # type: ignore[no-untyped-def]
-        spans.append((start, end))
-        return real(cl, start, end)
-
-    provider._read = counted  # type: ignore[method-assign]
+    spans = _count_reads(provider)
     # 18 devices x 8 figures: a read may hold 10 minutes of them
     monkeypatch.setattr(reading, "MAX_POINTS_PER_READ", 18 * 8 * 10)
     now = clock.now().replace(second=0, microsecond=0)
@@ -329,9 +331,7 @@ def test_explain_prices_a_stopped_workload_as_it_was_priced_when_stopped(
     from costguard.report.explain import explain
 
     engine, _, db, clock = world
-    engine.run_cycle()
-    clock.advance(timedelta(minutes=20))
-    engine.run_cycle()
+    _warned_then_due(engine, clock)
     stop = next(r for r in _journal(db) if r.action == "stop"
                 and r.instance_id.endswith("chat-infer"))
     assert stop.usd_per_hour > 0
