@@ -94,6 +94,9 @@ class AgentSettings:
     pre_stop_timeout: timedelta = timedelta(minutes=5)
     pre_stop_on_failure: HostBusy = "hold"
     pre_stop_on_timeout: HostBusy = "hold"
+    # which devices it reads: NVIDIA GPUs through NVML, AWS Trainium/Inferentia through
+    # neuron-monitor (telemetry/neuron.py), or auto: NVML where it loads, else neuron-monitor
+    accelerator: Literal["auto", "nvidia", "neuron"] = "auto"
 
 
 @dataclass

@@ -63,6 +63,10 @@ def agent(
     provider: Annotated[str | None, typer.Option(help="aws|gcp (skips metadata lookup).")] = None,
     instance_id: Annotated[str | None, typer.Option(help="Override the instance id.")] = None,
     interval: Annotated[str, typer.Option(help="Sampling period.")] = "1s",
+    accelerator: Annotated[Literal["auto", "nvidia", "neuron"], typer.Option(
+        metavar="<auto|nvidia|neuron>",
+        help="The devices read: nvidia (NVML), neuron (AWS Trainium/Inferentia, through "
+        "neuron-monitor) or auto (NVML where it loads, else neuron-monitor).")] = "auto",
     record: Annotated[Path | None, typer.Option(help="Also write raw samples here.")] = None,
     self_stop_after: Annotated[str | None, typer.Option(
         rich_help_panel=_IDLE,
@@ -148,6 +152,7 @@ def agent(
             pre_stop_timeout=parse_duration(pre_stop_timeout),
             pre_stop_on_failure=pre_stop_on_failure, pre_stop_on_timeout=pre_stop_on_failure,
             jupyter_urls=tuple(jupyter_url) if jupyter_url else AgentSettings.jupyter_urls,
+            accelerator=accelerator,
         )
         run_agent(settings)
     except CostguardError as exc:

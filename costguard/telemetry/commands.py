@@ -34,7 +34,8 @@ from costguard.telemetry.identity import (
     fetch_proof,
     resolve_identity,
 )
-from costguard.telemetry.nvml import NvmlSampler
+from costguard.telemetry.neuron import NeuronMonitorSampler
+from costguard.telemetry.nvml import NvmlSampler, NvmlUnavailable
 from costguard.telemetry.selfstop import LocalHook, SelfStop, stop_this_instance, wall
 from costguard.telemetry.summary import summarize_windows, window_start
 from costguard.telemetry.trace import NvmlSample, TraceWriter, read_trace
@@ -177,6 +178,27 @@ def _prover(settings: AgentSettings, identity: Identity, client: httpx.Client
     return prove
 
 
+def open_sampler(accelerator: str, clock: Callable[[], float]
+                 ) -> NvmlSampler | NeuronMonitorSampler:
+    """The devices this host has, opened: NVIDIA GPUs through NVML, or AWS Trainium and
+    Inferentia through neuron-monitor; `auto` tries NVML first, then neuron-monitor where
+    it is installed, and says why neither could be read."""
+    if accelerator in ("auto", "nvidia"):
+        try:
+            nvml = NvmlSampler(clock=clock)
+            nvml.open()
+            return nvml
+        except NvmlUnavailable as exc:
+            if accelerator == "nvidia" or not NeuronMonitorSampler.available():
+                raise NvmlUnavailable(
+                    f"{exc}" + ("" if accelerator == "nvidia" else
+                                "; and neuron-monitor (AWS Trainium/Inferentia) is not "
+                                "installed either")) from None
+    neuron = NeuronMonitorSampler(clock=clock)
+    neuron.open()
+    return neuron
+
+
 def run_agent(
     settings: AgentSettings,
     *,
@@ -204,10 +226,9 @@ def run_agent(
                 ec2_url=settings.ec2_metadata_url,
                 gce_url=settings.gce_metadata_url,
             )
-        owned: NvmlSampler | None = None
+        owned: NvmlSampler | NeuronMonitorSampler | None = None
         if sampler is None:
-            owned = NvmlSampler(clock=lambda: clock.now().timestamp())
-            owned.open()
+            owned = open_sampler(settings.accelerator, lambda: clock.now().timestamp())
             sampler = owned
         gpus = len(sampler.device_indexes)
         self_stop = None
