@@ -1,4 +1,6 @@
-"""GPU count, model and memory per EC2 instance type.
+"""Accelerator count, model and memory per EC2 instance type: NVIDIA GPUs (GpuInfo), and
+AWS Trainium and Inferentia devices (NeuronInfo), which the agent reads through
+neuron-monitor and costguard judges as it judges GPUs.
 
 DescribeInstanceTypes is the source; it is asked once per type (batched 100 types a call) and
 cached, in the store too where the daemon gives the provider one (a restart does not ask
@@ -44,19 +46,36 @@ class GpuSpec:
 
 @cache
 def shipped_gpu_table() -> dict[str, GpuSpec]:
-    text = resources.files("costguard.providers.aws").joinpath("data/gpu_types.json").read_text()
-    doc: dict[str, Any] = json.loads(text)
-    return {
-        name: GpuSpec(_device_count(int(row["count"])), str(row["model"]),
-                      int(row["memory_mib"]))
-        for name, row in doc["types"].items()
-    }
+    """The shipped tables: GPU types (`gpu_types.json`) and Neuron types
+    (`neuron_types.json`), each row's source in its file."""
+    out: dict[str, GpuSpec] = {}
+    for name in ("data/gpu_types.json", "data/neuron_types.json"):
+        text = resources.files("costguard.providers.aws").joinpath(name).read_text()
+        doc: dict[str, Any] = json.loads(text)
+        out.update({
+            itype: GpuSpec(_device_count(int(row["count"])), str(row["model"]),
+                           int(row["memory_mib"]))
+            for itype, row in doc["types"].items()})
+    return out
+
+
+def _neuron_spec(info: dict[str, Any]) -> GpuSpec:
+    """Trainium and Inferentia: NeuronInfo's devices (chips), "AWS Trainium" and the like,
+    and one device's memory."""
+    devices = (info.get("NeuronInfo") or {}).get("NeuronDevices") or []
+    if not devices:
+        return GpuSpec.none()
+    first = devices[0]
+    name = first.get("Name")
+    return GpuSpec(sum(int(d.get("Count", 0)) for d in devices),
+                   f"AWS {name}" if name else None,
+                   first.get("MemoryInfo", {}).get("SizeInMiB"))
 
 
 def spec_from_type_info(info: dict[str, Any]) -> GpuSpec:
     gpu_info = info.get("GpuInfo")
     if not gpu_info or not gpu_info.get("Gpus"):
-        return GpuSpec.none()
+        return _neuron_spec(info)
     gpus = gpu_info["Gpus"]
     first = gpus[0]
     model = " ".join(p for p in (first.get("Manufacturer"), first.get("Name")) if p) or None
@@ -121,7 +140,8 @@ class GpuTypeCatalog:
         not: another region may still describe the type; `undescribed` says which region
         did not)."""
         with self._lock:
-            return {t: {"count": s.count, "model": s.model, "memory_mib": s.memory_mib}
+            return {t: {"count": s.count, "model": s.model, "memory_mib": s.memory_mib,
+                        "neuron": True}
                     for t, s in sorted(self._known.items())}
 
     def learn(self, known: dict[str, Any]) -> None:
@@ -129,6 +149,8 @@ class GpuTypeCatalog:
         asked for again), never trusted."""
         taken: dict[str, GpuSpec] = {}
         for name, row in known.items():
+            if isinstance(row, dict) and "neuron" not in row:
+                continue  # written before NeuronInfo was read: a trn1 stored as no GPU
             try:
                 memory = row["memory_mib"]
                 model = row["model"]

@@ -380,3 +380,51 @@ def test_remembered_undescribed_types_expire_and_bad_entries_are_skipped() -> No
     east = boto3.client("ec2", region_name=REGION)
     spec = catalog.resolve(east, REGION, {"p3.2xlarge"})["p3.2xlarge"]
     assert catalog.calls == 0 and (spec.count, spec.model) == (1, "NVIDIA V100")
+
+
+def test_trainium_and_inferentia_are_accelerators_from_their_neuron_info(
+    make_provider: ProviderFactory,
+) -> None:
+    ids = {t: run_instances(itype=t)[0]["InstanceId"]
+           for t in ("trn1.32xlarge", "inf2.xlarge", "inf1.6xlarge")}
+    provider = make_provider()
+    by_id = {i.instance_id: i for i in provider.list_instances().instances}
+    trn, inf2, inf1 = (by_id[ids[t]] for t in ("trn1.32xlarge", "inf2.xlarge", "inf1.6xlarge"))
+    # NeuronInfo's devices (chips), named as the API names them, one device's memory
+    assert (trn.gpu_count, trn.gpu_model, trn.gpu_memory_mib) == (16, "AWS Trainium", 32768)
+    assert (inf2.gpu_count, inf2.gpu_model) == (1, "AWS Inferentia2")
+    assert (inf1.gpu_count, inf1.gpu_model) == (4, "AWS Inferentia")
+    assert trn.has_gpu  # idle policies judge them (no data from them is never idle)
+
+
+def test_every_accelerated_type_ec2_lists_has_a_shipped_entry() -> None:
+    """The shipped tables serve where a region's DescribeInstanceTypes does not know a
+    type: every type moto's AWS-derived data lists with GPUs or Neuron devices is there,
+    with the API's own count and model."""
+    from costguard.providers.aws.gpu_types import shipped_gpu_table, spec_from_type_info
+
+    ec2 = boto3.client("ec2", region_name=REGION)
+    shipped = shipped_gpu_table()
+    listed = [t for page in ec2.get_paginator("describe_instance_types").paginate()
+              for t in page["InstanceTypes"] if t.get("GpuInfo") or t.get("NeuronInfo")]
+    assert len(listed) > 70
+    missing = sorted(t["InstanceType"] for t in listed if t["InstanceType"] not in shipped)
+    assert missing == []
+    for info in listed:
+        api = spec_from_type_info(dict(info))
+        table = shipped[info["InstanceType"]]
+        assert (table.count, table.model) == (api.count, api.model), info["InstanceType"]
+
+
+def test_types_stored_before_neuron_devices_were_read_are_asked_again() -> None:
+    from costguard.providers.aws.gpu_types import GpuTypeCatalog
+
+    catalog = GpuTypeCatalog()
+    catalog.learn({"trn1.32xlarge": {"count": 0, "model": None, "memory_mib": None},
+                   "g5.xlarge": {"count": 1, "model": "NVIDIA A10G", "memory_mib": 22888,
+                                 "neuron": True}})
+    ec2 = boto3.client("ec2", region_name=REGION)
+    specs = catalog.resolve(ec2, REGION, {"trn1.32xlarge", "g5.xlarge"})
+    assert catalog.calls == 1  # trn1 asked again; g5 taken as stored
+    assert specs["trn1.32xlarge"].count == 16
+    assert set(catalog.known()) == {"trn1.32xlarge", "g5.xlarge"}
