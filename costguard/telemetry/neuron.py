@@ -41,7 +41,7 @@ from typing import IO, Any
 
 from costguard.errors import CostguardError
 from costguard.limited_json import JsonRefused, parse_json
-from costguard.telemetry.trace import NvmlSample, ProcessMemory
+from costguard.telemetry.trace import NvmlSample, OpenedSampler, ProcessMemory
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ def samples_of(report: NeuronReport | None, t: float, devices: Sequence[int]
             for d in devices]
 
 
-class NeuronMonitorSampler:
+class NeuronMonitorSampler(OpenedSampler):
     """The agent's sampler on a Trainium or Inferentia host: `neuron-monitor` run as a
     child process, its reports read by a thread, the latest one sampled once a second."""
 
@@ -255,13 +255,6 @@ class NeuronMonitorSampler:
             with contextlib.suppress(OSError):
                 os.unlink(self._config)
             self._config = None
-
-    def __enter__(self) -> NeuronMonitorSampler:
-        self.open()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     @property
     def header(self) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from costguard.errors import CostguardError
-from costguard.telemetry.trace import NvmlSample, ProcessMemory, ProcessUtil
+from costguard.telemetry.trace import NvmlSample, OpenedSampler, ProcessMemory, ProcessUtil
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -76,7 +76,7 @@ class _Device:
     errors: dict[str, str] = field(default_factory=dict)
 
 
-class NvmlSampler:
+class NvmlSampler(OpenedSampler):
     """Samples every GPU (or MIG slice) once per `sample()` call."""
 
     def __init__(
@@ -134,13 +134,6 @@ class NvmlSampler:
                     self._try(self._nvml.nvmlGpmSampleFree, s)
         self._try(self._nvml.nvmlShutdown)
         self._open = False
-
-    def __enter__(self) -> NvmlSampler:
-        self.open()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     @property
     def header(self) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Self
 
 from costguard.errors import CostguardError
 
@@ -47,6 +47,23 @@ class TraceError(CostguardError, ValueError):
             f"{path}:{line}: {problem} (expected the NVML trace format written by "
             "`costguard agent record`; see docs/agent.md)"
         )
+
+
+class OpenedSampler:
+    """A sampler used as a context manager: opened on entry, closed on exit."""
+
+    def open(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 @dataclass(frozen=True, slots=True)
