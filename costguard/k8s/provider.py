@@ -70,17 +70,18 @@ class LiveCluster:
     def __init__(self, cfg: ClusterSettings) -> None:
         self.cfg = cfg
 
-    def read(self, start: datetime, end: datetime, step: timedelta) -> ClusterRead:
+    def _client(self) -> PrometheusClient:
         cfg = self.cfg
-        with PrometheusClient(cfg.prometheus_url, cluster=cfg.name, token=cfg.bearer_token(),
-                              timeout=cfg.timeout.total_seconds()) as client:
-            return read_cluster(client, cfg, start, end, step)
+        return PrometheusClient(cfg.prometheus_url, cluster=cfg.name, token=cfg.bearer_token(),
+                                timeout=cfg.timeout.total_seconds())
+
+    def read(self, start: datetime, end: datetime, step: timedelta) -> ClusterRead:
+        with self._client() as client:
+            return read_cluster(client, self.cfg, start, end, step)
 
     def devices(self, start: datetime, end: datetime) -> int:
-        cfg = self.cfg
-        with PrometheusClient(cfg.prometheus_url, cluster=cfg.name, token=cfg.bearer_token(),
-                              timeout=cfg.timeout.total_seconds()) as client:
-            found = client.query(q.device_peak(cfg.selector, end - start,
+        with self._client() as client:
+            found = client.query(q.device_peak(self.cfg.selector, end - start,
                                                (end - start) / 500), end)
         return int(max((s.last for s in found), default=0))
 

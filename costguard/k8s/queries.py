@@ -62,14 +62,17 @@ def _range(span: timedelta) -> str:
 
 
 def pod_requests(selector: str) -> str:
-    """Running pods' requests per pod, node and resource (a range query): a pod that is
-    Pending, Succeeded or Failed requests nothing of a node."""
+    """Running pods' requests per pod, node and resource (a range query), on GPU nodes only:
+    a pod that is Pending, Succeeded or Failed requests nothing of a node, and the pods of
+    the cluster's CPU nodes (most of a big cluster's) are not what GPU spend is split by."""
     wanted = _sel(selector, _RESOURCE_MATCH)
     running = _sel(selector, 'phase="Running"')
-    return (f"sum by (namespace, pod, uid, node, resource) "
+    gpu_nodes = _sel(selector, f'resource=~"{GPU_RESOURCES}"')
+    return (f"(sum by (namespace, pod, uid, node, resource) "
             f"(kube_pod_container_resource_requests{wanted})"
             f" * on (namespace, pod, uid) group_left () "
-            f"(max by (namespace, pod, uid) (kube_pod_status_phase{running}) > 0)")
+            f"(max by (namespace, pod, uid) (kube_pod_status_phase{running}) > 0))"
+            f" and on (node) (kube_node_status_allocatable{gpu_nodes} > 0)")
 
 
 def nodes(selector: str) -> str:

@@ -15,6 +15,7 @@ map GPUs to pods.
             GPUs 1-7  research/sweep-0  bare pod, 7 GPUs, busy for an hour then idle
     node-c  a node whose provider id names no cloud instance (unpriced), whose
             dcgm-exporter runs without pod mapping: research/debug holds its GPU, unmeasured
+    a CPU node with web/api-...: no GPU, so its pods are not read at all
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ def scenario() -> Cluster:
               "label_topology_kubernetes_io_region": "us-east-1"}),
         Node("worker-c", "kind://docker/ml/worker-c", 8, 32 * GiB, [c_gpu],
              {"nvidia_com_gpu": 1}),
+        # a CPU node: its pods are not read (GPU spend is split on GPU nodes only)
+        Node("ip-10-0-9-90.ec2.internal", "aws:///us-east-1a/i-0c9c9c9c9c9c90009", 16,
+             64 * GiB, []),
     ]
     gpu = "nvidia_com_gpu"
     pods = [
@@ -84,6 +88,8 @@ def scenario() -> Cluster:
         PodSpec("research", "sweep-0", nodes[1].name, "", "",
                 {gpu: 7, "cpu": 80, "memory": 1000 * GiB}, {"label_team": "nlp"}),
         PodSpec("research", "debug", nodes[2].name, "", "", {gpu: 1, "cpu": 2}),
+        PodSpec("web", "api-5d8f7-k2x9q", nodes[3].name, "ReplicaSet", "api-5d8f7",
+                {"cpu": 2, "memory": 4 * GiB}, cpu=lambda m: 1.5),
         # finished before the period: requests nothing of its node
         PodSpec("research", "old-eval", nodes[0].name, "Job", "eval", {gpu: 2},
                 phase="Succeeded"),

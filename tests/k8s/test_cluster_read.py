@@ -49,6 +49,7 @@ def test_pods_owners_and_nodes_are_read_as_the_exporters_name_them(history: Hist
     assert pods[PodKey("kube-system", "aws-node-q2x9z")].owner == Workload("DaemonSet",
                                                                            "aws-node")
     assert PodKey("research", "old-eval") not in pods  # Succeeded: requests nothing
+    assert not [k for k in pods if k.namespace == "web"]  # on a CPU node: not read
     train = pods[PodKey("research", "train-llm-x7k2p")]
     assert (train.requests.gpus, train.requests.gpu_units, train.requests.cpu) == (4, 4, 48)
     assert len(train.devices) == 4 and {d.node for d in train.devices.values()} == {NODE_A}
