@@ -87,7 +87,8 @@ def judge_pods(read: ClusterRead, lines: Sequence[CostLine],
         if pod.requests.gpu_units <= 0 or line is None:
             continue
         e = judge(_minutes(read.cluster, pod), window_start=read.start, window_end=read.end,
-                  gpu_count=pod.requests.gpu_units, settings=settings, words=POD_WORDS)
+                  gpu_count=pod.requests.gpu_units, settings=settings, words=POD_WORDS,
+                  step_minutes=int(read.step.total_seconds() // 60))
         out.append(_fit(line, pod, e))
     return sorted(out, key=lambda p: (-p.monthly_usd, -p.line.cost_micros, p.line.pod))
 

@@ -31,7 +31,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
@@ -131,28 +131,49 @@ class _Slot:
         self.mean, self.peak, self.vram = mean, peak, vram
 
 
-def _slots(minutes: Sequence[GpuMinute], pick: Reading, start: datetime, end: datetime,
+Cells = Callable[[GpuMinute], list[datetime]]
+
+
+def _slots(minutes: Sequence[GpuMinute], pick: Reading, cells: Cells,
            gpu_count: int) -> dict[int, dict[datetime, _Slot]]:
     out: dict[int, dict[datetime, _Slot]] = defaultdict(dict)
     for m in minutes:
         if m.gpu_index >= gpu_count or (value := pick(m)) is None:
             continue
         slot = _Slot(value[1], value[0], m.mem_used_bytes)
-        for minute in slots(m, start, end):
+        for minute in cells(m):
             out[m.gpu_index][minute] = slot
     return out
 
 
+def _cells(inside: Sequence[GpuMinute], start: datetime, end: datetime, step: int
+           ) -> tuple[Cells, int]:
+    """How the window is counted: by minutes (each reading standing for the minutes it
+    spans), or, where every reading spans `step` minutes wholly inside the window (a
+    cluster read at 5-60 minute steps), one cell per reading. Every count, share, mean and
+    nearest-rank percentile is the same either way (each value would repeat `step` times);
+    the second is `step` times less work. Returns the cells of a reading and the minutes a
+    cell stands for."""
+    whole = step > 1 and all(
+        m.span_minutes == step and start <= m.minute
+        and m.minute + timedelta(minutes=step) <= end for m in inside)
+    if whole:
+        return (lambda m: [m.minute]), step
+    return (lambda m: slots(m, start, end)), 1
+
+
 def judge(minutes: Sequence[GpuMinute], *, window_start: datetime, window_end: datetime,
           gpu_count: int, settings: RecommendSettings | None = None,
-          words: Words | None = None) -> Efficiency:
+          words: Words | None = None, step_minutes: int = 1) -> Efficiency:
     """The verdict for one instance's readings over [window_start, window_end), its
-    evidence in `words` (an instance's by default; a pod's in k8s/underused.py)."""
+    evidence in `words` (an instance's by default; a pod's in k8s/underused.py).
+    `step_minutes`: the span of readings taken at fixed steps (see `_cells`)."""
     cfg = settings or RecommendSettings()
     start, end = utc(window_start), utc(window_end)
     inside = covering(minutes, start, end)
-    ran: set[datetime] = {t for m in inside for t in slots(m, start, end)}
-    hours = len(ran) / 60
+    cells, per_cell = _cells(inside, start, end, step_minutes)
+    ran: set[datetime] = {t for m in inside for t in cells(m)}
+    hours = len(ran) * per_cell / 60
     span = (end - min(ran)).total_seconds() / 3600 if ran else 0.0
     base = {"window_start": start, "window_end": end, "hours": round(hours, 2),
             "span_hours": round(span, 2), "gpus_paid": gpu_count}
@@ -161,15 +182,15 @@ def judge(minutes: Sequence[GpuMinute], *, window_start: datetime, window_end: d
         return Efficiency(bottleneck=Bottleneck.INSUFFICIENT_DATA, underused=False,
                           evidence=(why,), coverage=0.0, **base)
     expected = gpu_count * len(ran)
-    sm = _slots(inside, sm_reading, start, end, gpu_count)
+    sm = _slots(inside, sm_reading, cells, gpu_count)
     signal, by_gpu = GpuSignal.SM_ACTIVE, sm
     if sum(map(len, sm.values())) < cfg.min_coverage * expected:
-        signal, by_gpu = GpuSignal.UTIL_GPU, _slots(inside, util_reading, start, end, gpu_count)
+        signal, by_gpu = GpuSignal.UTIL_GPU, _slots(inside, util_reading, cells, gpu_count)
     filled = sum(map(len, by_gpu.values()))
     coverage = round(filled / expected, 4)
     base.update(coverage=coverage, signal=signal)
     if coverage < cfg.min_coverage or hours < cfg.min_hours:
-        why = (f"{LABEL[signal]} covers {coverage:.0%} of {expected} GPU-minutes "
+        why = (f"{LABEL[signal]} covers {coverage:.0%} of {expected * per_cell} GPU-minutes "
                f"(needs {cfg.min_coverage:.0%})" if coverage < cfg.min_coverage else
                f"{hours:.1f} h of readings in the window (needs {cfg.min_hours:g} h)")
         return Efficiency(bottleneck=Bottleneck.INSUFFICIENT_DATA, underused=False,
@@ -180,7 +201,7 @@ def judge(minutes: Sequence[GpuMinute], *, window_start: datetime, window_end: d
                         if sum(1 for x in s.values() if x.peak >= cfg.below)
                         >= max(1, math.ceil(cfg.used_share * len(s)))))
     paid_share = sum(x.mean for s in by_gpu.values() for x in s.values()) / (100 * expected)
-    host = _host(inside, start, end, len(ran), cfg.min_coverage)
+    host = _host(inside, cells, len(ran), cfg.min_coverage)
     found = Efficiency(bottleneck=Bottleneck.IDLE, underused=False, evidence=(),
                        gpus_used=len(used), used_gpus=used,
                        paid_active_share=round(paid_share, 4), **host,
@@ -222,16 +243,16 @@ def _vram(by_gpu: dict[int, dict[datetime, _Slot]], used: tuple[int, ...]) -> di
     return {"vram_peak_bytes": max(values), "vram_p99_bytes": int(percentile(values, 99))}
 
 
-def _host(minutes: Sequence[GpuMinute], start: datetime, end: datetime, ran: int,
+def _host(minutes: Sequence[GpuMinute], cells: Cells, ran: int,
           min_coverage: float) -> dict[str, object]:
     """The host's figures, one per minute (every GPU's summary of a minute carries the same);
-    None unless host CPU covers `min_coverage` of the `ran` minutes, as GPU coverage must."""
+    None unless host CPU covers `min_coverage` of the `ran` cells, as GPU coverage must."""
     cpu: dict[datetime, GpuMinute] = {}
     totals = [m.mem_total_bytes for m in minutes if m.mem_total_bytes]
     out: dict[str, object] = {"vram_total_bytes": max(totals)} if totals else {}
     for m in minutes:
         if m.host_cpu_pct is not None:
-            for t in slots(m, start, end):
+            for t in cells(m):
                 cpu[t] = m
     if len(cpu) < min_coverage * ran:
         return out

@@ -121,3 +121,26 @@ def test_recommend_for_an_unknown_cluster_names_the_configured_ones(tmp_path: Pa
     result = runner.invoke(app, ["recommend", "--config", str(config), "--cluster", "nope"])
     assert result.exit_code != 0
     assert "no Kubernetes cluster named 'nope' (configured: ml-prod)" in result.output
+
+
+def test_judging_a_pod_by_its_steps_is_judging_it_by_its_minutes(history: History) -> None:
+    """One cell per 5-minute reading (what judge_pods asks) gives the verdict the minutes
+    give: every count, share, mean and percentile the same."""
+    from costguard.k8s.underused import POD_WORDS, _minutes
+    from costguard.telemetry.efficiency import judge
+
+    r = read(history)
+    for pod in r.pods.values():
+        if pod.requests.gpu_units <= 0:
+            continue
+        minutes = _minutes(r.cluster, pod)
+        by = {step: judge(minutes, window_start=r.start, window_end=r.end,
+                          gpu_count=pod.requests.gpu_units, settings=SETTINGS,
+                          words=POD_WORDS, step_minutes=step) for step in (1, 5)}
+        fine, coarse = by[1].model_dump(), by[5].model_dump()
+        assert coarse.keys() == fine.keys()
+        for key, value in fine.items():
+            if isinstance(value, float):
+                assert coarse[key] == pytest.approx(value, rel=1e-9, abs=1e-9), key
+            else:
+                assert coarse[key] == value, (pod.key, key)
