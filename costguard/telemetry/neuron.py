@@ -46,6 +46,8 @@ from costguard.telemetry.trace import NvmlSample, OpenedSampler, ProcessMemory
 log = logging.getLogger(__name__)
 
 COMMAND = "neuron-monitor"
+# where aws-neuronx-tools installs it: not on a service's PATH (systemd's is minimal)
+INSTALLED_AT = "/opt/aws/neuron/bin"
 # what the agent asks of neuron-monitor: every application, the two groups it reads
 MONITOR_CONFIG: dict[str, Any] = {
     "period": "1s",
@@ -170,10 +172,10 @@ class NeuronMonitorSampler(OpenedSampler):
     """The agent's sampler on a Trainium or Inferentia host: `neuron-monitor` run as a
     child process, its reports read by a thread, the latest one sampled once a second."""
 
-    def __init__(self, command: Sequence[str] = (COMMAND,), *,
+    def __init__(self, command: Sequence[str] | None = None, *,
                  clock: Callable[[], float] = time.time,
                  first_report_s: float = FIRST_REPORT_S) -> None:
-        self.command = list(command)
+        self.command = list(command) if command else [self.find() or COMMAND]
         self._clock = clock
         self._first_report_s = first_report_s
         self._latest: NeuronReport | None = None
@@ -185,7 +187,12 @@ class NeuronMonitorSampler(OpenedSampler):
 
     @classmethod
     def available(cls) -> bool:
-        return shutil.which(COMMAND) is not None
+        return cls.find() is not None
+
+    @staticmethod
+    def find() -> str | None:
+        """neuron-monitor on the PATH, else where the Neuron tools install it."""
+        return shutil.which(COMMAND) or shutil.which(COMMAND, path=INSTALLED_AT)
 
     def open(self) -> None:
         fd, self._config = tempfile.mkstemp(prefix="costguard-neuron-", suffix=".json")

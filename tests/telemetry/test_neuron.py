@@ -195,5 +195,23 @@ def test_the_agent_reads_neuron_devices_where_nvml_does_not_load(
     with pytest.raises(NvmlUnavailable, match="NVML Shared Library Not Found"):
         commands.open_sampler("nvidia", lambda: 0.0)  # asked for NVIDIA: no fallback
     monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr("costguard.telemetry.neuron.INSTALLED_AT", str(tmp_path / "none"))
     with pytest.raises(NvmlUnavailable, match=r"neuron-monitor .* is not installed either"):
         commands.open_sampler("auto", lambda: 0.0)
+
+
+def test_neuron_monitor_is_found_where_the_neuron_tools_install_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A service's PATH (systemd's) has no /opt/aws/neuron/bin: it is looked for there too."""
+    from costguard.telemetry import neuron
+
+    tools = tmp_path / "opt-aws-neuron-bin"
+    tools.mkdir()
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setattr(neuron, "INSTALLED_AT", str(tools))
+    assert NeuronMonitorSampler.find() is None and not NeuronMonitorSampler.available()
+    os.replace(_fake_monitor(tmp_path, "trn1-32xlarge.jsonl")[0], tools / "neuron-monitor")
+    assert NeuronMonitorSampler.find() == str(tools / "neuron-monitor")
+    with NeuronMonitorSampler() as sampler:  # no command given: the one found
+        assert sampler.command == [str(tools / "neuron-monitor")]
+        assert len(sampler.device_indexes) == 16
