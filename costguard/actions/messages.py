@@ -10,6 +10,7 @@ from costguard.actions.safety import SNOOZE_TAG
 from costguard.model import Instance
 from costguard.policy.evaluate import Finding
 from costguard.policy.schema import Policy, format_duration
+from costguard.providers.base import spelled_tag
 
 if TYPE_CHECKING:
     from costguard.costs.attribution import Attributor
@@ -37,7 +38,7 @@ def label(inst: Instance) -> str:
 
 def snooze_hint(inst: Instance) -> str:
     return (f"snooze: `costguard snooze {inst.instance_id} --for 4h --reason \"...\"` "
-            f"or set tag {SNOOZE_TAG}=<ISO time>")
+            f"or set {spelled_tag(inst.provider, SNOOZE_TAG)}=<ISO time>")
 
 
 def warning(f: Finding, deadline: datetime, message: str | None) -> tuple[str, str]:

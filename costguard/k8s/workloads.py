@@ -30,6 +30,7 @@ from typing import Any
 from costguard.k8s.api import KubeObject
 from costguard.k8s.model import Pod, Workload
 from costguard.model import Instance, InstanceState, Owner, OwnerKind
+from costguard.providers.base import TAG_SPELLINGS
 
 PROVIDER = "k8s"
 PREFIX = "costguard.io/"
@@ -51,6 +52,9 @@ def tag_key(annotation: str) -> str:
 
 def annotation_key(tag: str) -> str:
     return PREFIX + tag[len("costguard:"):] if tag.startswith("costguard:") else tag
+
+
+TAG_SPELLINGS[PROVIDER] = lambda key: f"annotation {annotation_key(key)}"
 
 
 def workload_id(cluster: str, namespace: str, kind: str, name: str) -> str:

@@ -26,6 +26,19 @@ if TYPE_CHECKING:
     from costguard.providers.repeats import Receipt
 
 
+# How a person writes one of costguard's tags (`costguard:snooze-until`) on a provider's
+# resources where they are not tags: each such provider registers its spelling here (k8s:
+# an annotation). Others take "tag KEY".
+TAG_SPELLINGS: dict[str, Callable[[str], str]] = {}
+
+
+def spelled_tag(provider: str, key: str) -> str:
+    """`key` as a person sets it on one of `provider`'s resources ("tag costguard:..."
+    or, on a Kubernetes workload, "annotation costguard.io/...")."""
+    spell = TAG_SPELLINGS.get(provider)
+    return spell(key) if spell is not None else f"tag {key}"
+
+
 def tag_detail(tags: Mapping[str, str], remove: Sequence[str] = ()) -> str:
     """What a tag action did, as the journal says it: `set k=v, k2=v2; removed k3` (a
     Python dict's repr was journaled and shown by explain and audit)."""

@@ -116,6 +116,10 @@ def test_idle_workloads_are_warned_then_stopped_through_their_owners(
     assert listed["research/Notebook/notebook-alice"].tags["team"] == "alice-lab"
     assert warned == {"ml-prod/serving/Deployment/chat-infer",
                       "ml-prod/research/Notebook/notebook-alice", "ml-prod/research/Pod/sweep-0"}
+    with db.session() as s:  # the warning says how to snooze a workload: its annotation
+        body = next(a.body for a in s.exec(select(AlertRow))
+                    if a.instance_id.endswith("chat-infer"))
+    assert "or set annotation costguard.io/snooze-until=<ISO time>" in body
     assert api.get("deployments", "serving", "chat-infer")["spec"]["replicas"] == 1
 
     clock.advance(timedelta(minutes=20))
