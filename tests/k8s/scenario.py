@@ -7,7 +7,9 @@ map GPUs to pods.
                       0-1 busy, 2-3 hold memory and do nothing; 18 of 48 cores used
             GPU 4     research/notebook-alice-0 StatefulSet notebook-alice             idle
             GPU 5     serving/chat-infer-7d9f8-abcde  Deployment chat-infer            idle
-            GPUs 6-7  no pod (idle capacity)
+            GPU 6     no pod (idle capacity)
+            GPU 7     etl/prep-7c9d8-x2k4m  Deployment prep: GPU idle, 6 of 8 cores busy
+                      (preprocessing on the CPU: work in progress)
             kube-system/aws-node-q2x9z  DaemonSet aws-node: a little CPU, no GPU
     node-b  p4d.24xlarge (priced by its instance-type label), GPU 0 in MIG: two 3g.20gb
             serving/embed-0, embed-1  StatefulSet embed, one 3g.20gb each: 0 a little busy
@@ -44,7 +46,9 @@ def scenario() -> Cluster:
     a_gpus[4].holder = "research/notebook-alice-0/notebook"
     a_gpus[5].holder = "serving/chat-infer-7d9f8-abcde/server"
     a_gpus[5].activity = idle(15000.0)
-    a_gpus[6].activity = a_gpus[7].activity = idle(0.0)
+    a_gpus[6].activity = idle(0.0)
+    a_gpus[7].activity = idle(8000.0)
+    a_gpus[7].holder = "etl/prep-7c9d8-x2k4m/prep"
 
     b_gpus = [Gpu(0, "GPU-b0000000-0000-4000-8000-000000000000", A100, training(0.25, 14000.0),
                   mig_profile="3g.20gb", mig_id="1", holder="serving/embed-0/embed"),
@@ -88,6 +92,9 @@ def scenario() -> Cluster:
         PodSpec("research", "sweep-0", nodes[1].name, "", "",
                 {gpu: 7, "cpu": 80, "memory": 1000 * GiB}, {"label_team": "nlp"}),
         PodSpec("research", "debug", nodes[2].name, "", "", {gpu: 1, "cpu": 2}),
+        PodSpec("etl", "prep-7c9d8-x2k4m", nodes[0].name, "ReplicaSet", "prep-7c9d8",
+                {gpu: 1, "cpu": 8, "memory": 32 * GiB}, {"label_team": "data"},
+                cpu=lambda m: 6.0),
         PodSpec("web", "api-5d8f7-k2x9q", nodes[3].name, "ReplicaSet", "api-5d8f7",
                 {"cpu": 2, "memory": 4 * GiB}, cpu=lambda m: 1.5),
         # finished before the period: requests nothing of its node
@@ -97,8 +104,9 @@ def scenario() -> Cluster:
     return Cluster(
         nodes, pods,
         namespaces={"research": {"label_team": "research"}, "serving": {},
-                    "kube-system": {}},
-        replicasets={("serving", "chat-infer-7d9f8"): ("Deployment", "chat-infer")},
+                    "kube-system": {}, "etl": {}},
+        replicasets={("serving", "chat-infer-7d9f8"): ("Deployment", "chat-infer"),
+                     ("etl", "prep-7c9d8"): ("Deployment", "prep")},
         jobs={("research", "train-llm"): ("CronJob", "nightly-train"),
               ("research", "eval"): ("", "")},
     )
@@ -107,7 +115,7 @@ def scenario() -> Cluster:
 def api_objects(api: KubeApi) -> KubeApi:
     """The same cluster's objects, as its API server holds them."""
     for ns, labels in (("research", {"team": "research"}), ("serving", {}),
-                       ("kube-system", {})):
+                       ("kube-system", {}), ("etl", {})):
         api.add("namespaces", "", ns, labels=labels)
     for node in scenario().nodes:
         labels = {"node.kubernetes.io/instance-type": "p4d.24xlarge",
@@ -117,6 +125,9 @@ def api_objects(api: KubeApi) -> KubeApi:
                 spec={"providerID": node.provider_id})
     api.add("deployments", "serving", "chat-infer", labels={"app": "chat-infer"},
             spec={"replicas": 1, "template": _pod_template("server", {"nvidia.com/gpu": "1"})},
+            status={"replicas": 1, "readyReplicas": 1})
+    api.add("deployments", "etl", "prep", labels={"app": "prep"},
+            spec={"replicas": 1, "template": _pod_template("prep", {"nvidia.com/gpu": "1"})},
             status={"replicas": 1, "readyReplicas": 1})
     api.add("notebooks", "research", "notebook-alice", labels={"owner": "alice"})
     api.add("statefulsets", "research", "notebook-alice", spec={"replicas": 1},

@@ -70,7 +70,7 @@ def test_report_by_namespace_as_json_adds_up_to_the_nodes_prices(
                              "--format", "json"))
     assert doc["kind"] == "kubernetes" and doc["clusters"] == ["ml-prod"]
     rows = {r["namespace"]: r for r in doc["rows"]}
-    assert set(rows) == {"research", "serving", "(idle capacity)", "kube-system"}
+    assert set(rows) == {"research", "serving", "etl", "(idle capacity)", "kube-system"}
     # node-a from the inventory, node-b from its instance-type label: both p4d, 3 hours
     assert doc["total"]["cost_usd"] == pytest.approx(2 * 3 * _p4d(), abs=0.02)
     assert rows["(idle capacity)"]["idle_percent"] == 100
@@ -90,7 +90,8 @@ def test_report_by_workload_in_a_terminal(tmp_path: Path, history: History) -> N
     doc = json.loads(_report(cfg, history, "--by", "workload", "--format", "json"))
     assert {r["workload"] for r in doc["rows"]} == {
         "Deployment/chat-infer", "CronJob/nightly-train", "StatefulSet/notebook-alice",
-        "StatefulSet/embed", "Pod/sweep-0", "Pod/debug", "DaemonSet/aws-node", "-"}
+        "StatefulSet/embed", "Pod/sweep-0", "Pod/debug", "DaemonSet/aws-node",
+        "Deployment/prep", "-"}
 
 
 def test_report_fits_80_columns(tmp_path: Path, history: History) -> None:

@@ -34,7 +34,8 @@ def _judged(history: History) -> dict[str, PodEfficiency]:
 def test_each_gpu_pod_gets_the_instance_verdict_with_its_own_cpu(history: History) -> None:
     pods = _judged(history)
     assert set(pods) == {"train-llm-x7k2p", "notebook-alice-0", "chat-infer-7d9f8-abcde",
-                         "embed-0", "embed-1", "sweep-0", "debug"}  # no DaemonSet pod
+                         "embed-0", "embed-1", "sweep-0", "debug",
+                         "prep-7c9d8-x2k4m"}  # no DaemonSet pod
     verdict = {name: p.efficiency.bottleneck for name, p in pods.items()}
     assert verdict == {
         "train-llm-x7k2p": Bottleneck.UNUSED_GPUS,  # 2 of its 4 GPUs busy, CPU 18 of 48
@@ -43,6 +44,7 @@ def test_each_gpu_pod_gets_the_instance_verdict_with_its_own_cpu(history: Histor
         "embed-1": Bottleneck.IDLE,
         "sweep-0": Bottleneck.CAUSE_UNKNOWN,  # GPU low, no cAdvisor series for it
         "debug": Bottleneck.INSUFFICIENT_DATA,  # its exporter maps no GPU to pods
+        "prep-7c9d8-x2k4m": Bottleneck.IDLE,  # its CPU busy, its GPU not
     }
     train = pods["train-llm-x7k2p"].efficiency
     assert (train.gpus_used, train.gpus_paid, train.used_gpus) == (2, 4, (0, 1))
@@ -86,7 +88,7 @@ def _recommend(tmp_path: Path, history: History, *args: str, columns: int = 200)
 def test_recommend_by_pod_names_each_underused_pod_and_its_fit(tmp_path: Path,
                                                                history: History) -> None:
     text = _recommend(tmp_path, history, "--by", "pod", columns=80)
-    assert "3 of 7 GPU pods underused" in text.replace("\n", " ")
+    assert "3 of 8 GPU pods underused" in text.replace("\n", " ")
     assert "research/train-llm-x7k2p" in text and "unused-gpus" in text
     assert "fit: request 2 x nvidia.com/gpu instead of 4" in text
     assert "2 GPUs" in text  # the table's column
@@ -101,7 +103,7 @@ def test_recommend_for_a_cluster_as_json_csv_and_by_team(tmp_path: Path,
     doc = json.loads(_recommend(tmp_path, history, "--cluster", "ml-prod", "--all",
                                 "--format", "json"))
     assert doc["kind"] == "kubernetes" and doc["clusters"] == ["ml-prod"]
-    assert doc["summary"]["gpu_pods"] == 7 and doc["summary"]["insufficient_data"] == 1
+    assert doc["summary"]["gpu_pods"] == 8 and doc["summary"]["insufficient_data"] == 1
     train = next(i for i in doc["items"] if i["pod"] == "train-llm-x7k2p")
     assert train["workload"] == "CronJob/nightly-train" and train["team"] == "nlp"
     assert train["fit"]["gpus"] == 2 and train["fit"]["monthly_savings_usd"] > 0

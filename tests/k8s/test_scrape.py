@@ -132,4 +132,4 @@ def test_scraped_exporters_read_as_pods(scraped: tuple[PrometheusServer, datetim
         assert train.cpu_used == {}
     # the exporter's own pod holds no GPU: its GPUs free, never a pod of gpu-operator
     assert PodKey("gpu-operator", "nvidia-dcgm-exporter-x7k2p") not in r.pods
-    assert len(r.free_devices["ip-10-0-1-10.ec2.internal"]) == 2
+    assert len(r.free_devices["ip-10-0-1-10.ec2.internal"]) == 1

@@ -111,7 +111,7 @@ def test_idle_workloads_are_warned_then_stopped_through_their_owners(
         warned = {a.instance_id for a in s.exec(select(AlertRow)) if a.kind == "idle-warning"}
     assert set(listed) == {"serving/Deployment/chat-infer", "research/Notebook/notebook-alice",
                            "serving/StatefulSet/embed", "research/CronJob/nightly-train",
-                           "research/Pod/sweep-0", "research/Pod/debug"}
+                           "research/Pod/sweep-0", "research/Pod/debug", "etl/Deployment/prep"}
     assert listed["serving/StatefulSet/embed"].gpu_count == 2
     assert listed["research/Notebook/notebook-alice"].tags["team"] == "alice-lab"
     assert warned == {"ml-prod/serving/Deployment/chat-infer",
@@ -150,7 +150,7 @@ def test_a_stopped_deployment_starts_with_the_replicas_it_had(
     assert api.get("deployments", "serving", "chat-infer")["spec"]["replicas"] == 0
     provider = engine.providers["k8s"]
     with db.session() as s:
-        chat = next(i for i in current_instances(s) if i.instance_type == "Deployment")
+        chat = next(i for i in current_instances(s) if i.name.endswith("chat-infer"))
     stopped = provider.stop(chat, dry_run=False)  # again: the kept count is not overwritten
     assert stopped.outcome == "skipped" and "0 replicas already" in stopped.detail
     assert api.get("deployments", "serving", "chat-infer")["metadata"]["annotations"][
@@ -181,7 +181,7 @@ def test_metrics_carry_each_workload_s_share_of_its_nodes(
     hourly = {dict(k)["workload"]: v for (name, k), v in samples.items()
               if name == "costguard_workload_hourly_cost_usd"}
     assert set(hourly) == {"chat-infer", "notebook-alice", "embed", "nightly-train",
-                           "sweep-0", "debug"}
+                           "sweep-0", "debug", "prep"}
     assert hourly["debug"] == 0  # its node has no price: nothing guessed
     assert hourly["nightly-train"] > hourly["chat-infer"] > 0  # 4 GPUs and 48 cores vs 1
     namespaces = {dict(k)["namespace"]: v for (name, k), v in samples.items()
@@ -344,3 +344,25 @@ def test_explain_prices_a_stopped_workload_as_it_was_priced_when_stopped(
                          PriceCatalog(), clock.now())
     assert answer.usd_per_hour == stop.usd_per_hour
     assert answer.price_source == "as priced when stop was journaled"
+
+
+def test_a_workload_whose_pods_keep_their_cpus_busy_is_not_stopped(
+        world: tuple[Engine, KubeApi, Database, ManualClock]) -> None:
+    """etl/prep's GPU idles while its pod preprocesses on 6 of its 8 cores: work in
+    progress, held back as a busy host is (its CPU read from cAdvisor as its "host")."""
+    engine, api, db, clock = world
+    first = engine.run_cycle()
+    assert first.held_back == {"idle-gpu-workloads": 1}
+    provider = engine.providers["k8s"]
+    now = clock.now().replace(second=0, microsecond=0)
+    prep = [m for m in provider.gpu_metrics(provider.list_instances().instances,
+                                            now - timedelta(minutes=10), now)
+            if m.instance_id.endswith("/prep")]
+    assert prep and {(m.host_cpu_pct, m.host_cpus) for m in prep} == {(75.0, 8)}
+    clock.advance(timedelta(minutes=20))
+    engine.run_cycle()
+    with db.session() as s:
+        warned = {a.instance_id for a in s.exec(select(AlertRow))}
+    assert "ml-prod/etl/Deployment/prep" not in warned
+    assert api.get("deployments", "etl", "prep")["spec"]["replicas"] == 1
+    assert not [r for r in _journal(db) if r.instance_id.endswith("/prep")]
