@@ -13,10 +13,8 @@ Stopping goes through the owner, each kind its own way (k8s/stops.py). A cluster
 
 from __future__ import annotations
 
-import math
 import threading
-from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -29,6 +27,7 @@ from costguard.k8s import jupyterhub, stops
 from costguard.k8s import queries as q
 from costguard.k8s.allocate import rates_of, team_of
 from costguard.k8s.api import Api, KubeApi, KubeObject
+from costguard.k8s.minutes import gpu_minutes
 from costguard.k8s.model import ClusterRead, Pod, Workload
 from costguard.k8s.prices import node_prices
 from costguard.k8s.prometheus import PrometheusClient, PrometheusError
@@ -44,7 +43,6 @@ from costguard.model import (
     Inventory,
     PriceQuote,
     ProviderName,
-    TelemetrySource,
 )
 from costguard.providers.base import tag_detail
 
@@ -336,40 +334,6 @@ def _namespace_tags(ns: KubeObject | None) -> dict[str, str]:
 
 
 def _minutes(g: Governed, read: ClusterRead) -> list[GpuMinute]:
-    """The workload's GPUs' readings, numbered across its pods, each carrying as its "host"
-    the CPU its pods used of what they request that step (cAdvisor): a workload whose GPUs
-    wait while its pods keep their CPUs busy is work in progress, and a stop is held back
-    as it is for a busy host (telemetry/corroborate.py)."""
-    out = []
-    offset = 0
-    pods = [(ref, read.pods.get(ref.key)) for ref in sorted(g.pods, key=lambda p: p.key)]
-    cpu = _cpu(pod for _, pod in pods if pod is not None)
-    for pod_ref, pod in pods:
-        if pod is None:
-            offset += pod_ref.requests.gpu_units
-            continue
-        for m in pod.readings:
-            host = cpu.get(m.minute.timestamp())
-            out.append(GpuMinute(
-                provider=PROVIDER, instance_id=g.instance_id, gpu_index=offset + m.gpu_index,
-                minute=m.minute, source=TelemetrySource.DCGM, span_minutes=m.span_minutes,
-                util_mean=m.util_mean, util_max=m.util_max, sm_mean=m.sm_mean,
-                sm_max=m.sm_max, mem_used_bytes=m.mem_used_bytes,
-                host_cpu_pct=host[0] if host else None, host_cpus=host[1] if host else None))
-        offset += max(pod_ref.requests.gpu_units, len(pod.devices))
-    return out
-
-
-def _cpu(pods: Iterable[Pod]) -> dict[float, tuple[float, int]]:
-    """Per step, the workload's pods' CPU: percent of the cores they request, and those
-    cores (rounded up), over the pods cAdvisor measured then."""
-    used: dict[float, float] = defaultdict(float)
-    asked: dict[float, float] = defaultdict(float)
-    for pod in pods:
-        for t, cores in pod.cpu_used.items():
-            req = pod.steps.get(t)
-            if req is not None and req.cpu > 0:
-                used[t] += cores
-                asked[t] += req.cpu
-    return {t: (min(100.0, 100 * used[t] / asked[t]), max(1, math.ceil(asked[t])))
-            for t in asked}
+    """The workload's GPUs' readings, numbered across its pods (k8s/minutes.py)."""
+    return gpu_minutes(g.instance_id, [(ref.requests.gpu_units, read.pods.get(ref.key))
+                                       for ref in sorted(g.pods, key=lambda p: p.key)])

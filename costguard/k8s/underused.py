@@ -20,13 +20,13 @@ the cluster's nodes offer, which costguard does not decide for them.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from costguard.k8s.allocate import IDLE_CAPACITY, CostLine
+from costguard.k8s.minutes import gpu_minutes
 from costguard.k8s.model import ClusterRead, Pod
-from costguard.model import GpuMinute, TelemetrySource
+from costguard.model import GpuMinute
 from costguard.recommend.fit import HOURS_PER_MONTH
 from costguard.recommend.settings import RecommendSettings
 from costguard.telemetry.efficiency import Bottleneck, Efficiency, Words, judge
@@ -48,7 +48,6 @@ POD_ADVICE = {
     Bottleneck.INSUFFICIENT_DATA: "not enough readings to judge: no data is not underused",
 }
 POD_WORDS = Words(host="pod", cores="cores requested", advice=POD_ADVICE)
-PROVIDER = "k8s"
 
 
 @dataclass(frozen=True)
@@ -77,8 +76,8 @@ class PodEfficiency:
 
 def judge_pods(read: ClusterRead, lines: Sequence[CostLine],
                settings: RecommendSettings) -> list[PodEfficiency]:
-    """Every pod of `read` that requested GPUs, judged over the read's period; the largest
-    saving first, then the most spent."""
+    """Every pod of `read` that requested GPUs, judged over the read's period, in pod order
+    (`k8s/recommend.pod_recommendations` orders what it shows)."""
     by_pod = {(cl.namespace, cl.pod): cl for cl in lines
               if cl.cluster == read.cluster and cl.namespace != IDLE_CAPACITY}
     out = []
@@ -90,7 +89,7 @@ def judge_pods(read: ClusterRead, lines: Sequence[CostLine],
                   gpu_count=pod.requests.gpu_units, settings=settings, words=POD_WORDS,
                   step_minutes=int(read.step.total_seconds() // 60))
         out.append(_fit(line, pod, e))
-    return sorted(out, key=lambda p: (-p.monthly_usd, -p.line.cost_micros, p.line.pod))
+    return out
 
 
 def _fit(line: CostLine, pod: Pod, e: Efficiency) -> PodEfficiency:
@@ -108,17 +107,5 @@ def _fit(line: CostLine, pod: Pod, e: Efficiency) -> PodEfficiency:
 
 def _minutes(cluster: str, pod: Pod) -> list[GpuMinute]:
     """The pod's GPU readings as the verdict reads them, each step's CPU as its host's:
-    cores used over cores requested (None where either is unknown)."""
-    out = []
-    for m in pod.readings:
-        t = m.minute.timestamp()
-        cores, asked = pod.cpu_used.get(t), pod.steps.get(t)
-        cpu = (min(100.0, 100 * cores / asked.cpu) if cores is not None and asked is not None
-               and asked.cpu > 0 else None)
-        out.append(GpuMinute(
-            provider=PROVIDER, instance_id=f"{cluster}/{pod.key}", gpu_index=m.gpu_index,
-            minute=m.minute, source=TelemetrySource.DCGM, span_minutes=m.span_minutes,
-            util_mean=m.util_mean, util_max=m.util_max, sm_mean=m.sm_mean, sm_max=m.sm_max,
-            mem_used_bytes=m.mem_used_bytes, host_cpu_pct=cpu,
-            host_cpus=max(1, math.ceil(asked.cpu)) if cpu is not None and asked else None))
-    return out
+    cores used over cores requested (none where either is unknown)."""
+    return gpu_minutes(f"{cluster}/{pod.key}", [(pod.requests.gpu_units, pod)])

@@ -215,3 +215,28 @@ def test_neuron_monitor_is_found_where_the_neuron_tools_install_it(
     with NeuronMonitorSampler() as sampler:  # no command given: the one found
         assert sampler.command == [str(tools / "neuron-monitor")]
         assert len(sampler.device_indexes) == 16
+
+
+def test_bad_lines_among_good_reports_are_skipped_never_a_crash(tmp_path: Path) -> None:
+    """A line that is not JSON, one holding a 5,000-digit number and one cut short sit
+    among good reports: each is skipped (and logged), the good ones are read."""
+    good = (FIXTURES / "trn1-32xlarge.jsonl").read_text().splitlines()
+    busy, empty = good[0], good[-1]
+    stream = tmp_path / "mixed.jsonl"
+    stream.write_text("\n".join([
+        busy, "not json {", '{"neuron_hardware_info": {"neuron_device_count": ' + "9" * 5000
+        + ', "neuroncore_per_device_count": 2, "error": ""}}', busy[: len(busy) // 2],
+        empty]) + "\n")
+    script = tmp_path / "neuron-monitor"
+    script.write_text(f"#!/bin/sh\ncd {REPO}\nexec {sys.executable} -m "
+                      f"tests.fakes.neuron_monitor {stream} 0.05 \"$@\"\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    import time
+
+    with NeuronMonitorSampler([str(script)]) as sampler:
+        assert len(sampler.device_indexes) == 16  # from the first good report
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(s.util_gpu for s in sampler.sample()):
+            time.sleep(0.05)  # on to the last good report: no application, all at 0
+        assert {s.util_gpu for s in sampler.sample()} == {0}
+        assert sampler._proc is not None and sampler._proc.poll() is None  # still reading
