@@ -11,6 +11,7 @@ from costguard.model import Reading
 # A MIG profile as the device plugin names its resource (`nvidia.com/mig-3g.40gb`, sanitised
 # by KSM to `nvidia_com_mig_3g_40gb`) and dcgm-exporter its `GPU_I_PROFILE` (`3g.40gb`).
 _MIG = re.compile(r"^(?:nvidia_com_mig_)?(\d+)g[._](\d+)gb(?:[+._].*)?$")
+_KSM_CHARS = re.compile(r"[^a-zA-Z0-9_]")
 # GPUs whose MIG slices are fourths (A30: 1g.6gb, 2g.12gb, 4g.24gb); every other MIG GPU
 # (A100, H100, H200, B200) is cut in sevenths
 _QUARTER_SLICE_GB = {6, 12, 24}
@@ -35,6 +36,18 @@ def gpu_resource_share(resource: str) -> float | None:
     if resource.startswith("nvidia_com_mig_"):
         return mig_share(resource)
     return None
+
+
+def ksm_name(name: str) -> str:
+    """A Kubernetes name as KSM writes it in a label or resource (`nvidia.com/gpu` ->
+    `nvidia_com_gpu`)."""
+    return _KSM_CHARS.sub("_", name)
+
+
+def api_resource_share(name: str) -> float | None:
+    """`gpu_resource_share` of a resource as the API names it (`nvidia.com/gpu`,
+    `nvidia.com/mig-3g.20gb`)."""
+    return gpu_resource_share(ksm_name(name))
 
 
 @dataclass(frozen=True, order=True)

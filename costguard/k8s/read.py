@@ -6,7 +6,6 @@ client, never per pod).
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from costguard.k8s.model import (
     Requests,
     Workload,
     gpu_resource_share,
+    ksm_name,
 )
 from costguard.k8s.prometheus import PrometheusClient, Series
 from costguard.k8s.settings import ClusterSettings
@@ -33,7 +33,6 @@ from costguard.model import MAX_SPAN_MINUTES, TelemetrySource
 _POD = ("exported_pod", "pod", "pod_name")
 _NAMESPACE = ("exported_namespace", "namespace", "pod_namespace")
 _HOST = ("Hostname", "hostname", "exported_Hostname")
-_LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]")
 MiB = 2**20
 # A read holds at most this many figures per query: ~25 bytes each in Prometheus' JSON, a
 # fraction of the 128 MiB an answer may be and of the daemon's memory. A GPU device adds
@@ -45,7 +44,7 @@ FIGURES_PER_DEVICE = 8
 def ksm_label(key: str) -> str:
     """A Kubernetes label key as KSM names it in `kube_*_labels` (`example.com/team` ->
     `label_example_com_team`)."""
-    return "label_" + _LABEL_CHARS.sub("_", key)
+    return "label_" + ksm_name(key)
 
 
 def _labels_of(series: Series) -> dict[str, str]:

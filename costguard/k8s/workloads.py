@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from costguard.k8s.api import KubeObject
-from costguard.k8s.model import Pod, Workload
+from costguard.k8s.model import Pod, Workload, api_resource_share
 from costguard.model import Instance, InstanceState, Owner, OwnerKind
 from costguard.providers.base import TAG_SPELLINGS
 
@@ -180,7 +180,6 @@ def template_gpus(kind: str, obj: KubeObject) -> int:
         asked = limits if isinstance(limits, dict) and limits else requests
         for key, value in (asked.items() if isinstance(asked, dict) else ()):
             text = str(value)
-            if (key == "nvidia.com/gpu" or str(key).startswith("nvidia.com/mig-")) and \
-                    text.isdigit():
+            if text.isdigit() and api_resource_share(str(key)) is not None:
                 per_pod += int(text)
     return per_pod * count
