@@ -190,10 +190,10 @@ def open_sampler(accelerator: str, clock: Callable[[], float]
             return nvml
         except NvmlUnavailable as exc:
             if accelerator == "nvidia" or not NeuronMonitorSampler.available():
-                raise NvmlUnavailable(
-                    f"{exc}" + ("" if accelerator == "nvidia" else
-                                "; and neuron-monitor (AWS Trainium/Inferentia) is not "
-                                "installed either")) from None
+                if accelerator == "nvidia":
+                    raise
+                raise NvmlUnavailable(f"{exc.reason}; and neuron-monitor (AWS Trainium/"
+                                      "Inferentia) is not installed either") from None
     neuron = NeuronMonitorSampler(clock=clock)
     neuron.open()
     return neuron

@@ -40,6 +40,7 @@ class NvmlUnavailable(CostguardError, RuntimeError):
     """NVML could not be started on this machine."""
 
     def __init__(self, reason: str) -> None:
+        self.reason = reason
         super().__init__(
             f"cannot read the GPUs through NVML: {reason}. Install the NVIDIA driver "
             "(it ships libnvidia-ml.so) and run the agent on the GPU machine, inside a "

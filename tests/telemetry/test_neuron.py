@@ -196,8 +196,11 @@ def test_the_agent_reads_neuron_devices_where_nvml_does_not_load(
         commands.open_sampler("nvidia", lambda: 0.0)  # asked for NVIDIA: no fallback
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.setattr("costguard.telemetry.neuron.INSTALLED_AT", str(tmp_path / "none"))
-    with pytest.raises(NvmlUnavailable, match=r"neuron-monitor .* is not installed either"):
+    with pytest.raises(NvmlUnavailable, match=r"neuron-monitor .* is not installed either") as err:
         commands.open_sampler("auto", lambda: 0.0)
+    message = str(err.value)  # said once: the reason, then the fix
+    assert message.count("cannot read the GPUs through NVML") == 1
+    assert message.count("Install the NVIDIA driver") == 1
 
 
 def test_neuron_monitor_is_found_where_the_neuron_tools_install_it(
