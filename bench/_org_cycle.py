@@ -64,7 +64,7 @@ def make_engine(endpoint: str | None, spec: dict[str, Any], db_url: str) -> tupl
 
         gcp = spec["gcp"]
         providers["gcp"] = GcpProvider(GcpSettings(
-            projects=gcp["projects"], compute_endpoint=gcp["compute"],
+            projects=gcp["projects"], compute_endpoint=gcp["compute"], tpu_endpoint=gcp["compute"],
             monitoring_endpoint=gcp["monitoring"], anonymous=True,
             max_workers=spec["workers"],
             # 0: list whole VMs (to measure the partial listing; bench/gcp_cycle.py)

@@ -30,7 +30,7 @@ def main(compute: str, monitoring: str, now_iso: str, db_url: str, out: str,
     from costguard.store.db import Database
 
     clock = ManualClock(datetime.fromisoformat(now_iso))
-    gcp = GcpSettings(projects=projects, compute_endpoint=compute,
+    gcp = GcpSettings(projects=projects, compute_endpoint=compute, tpu_endpoint=compute,
                       monitoring_endpoint=monitoring, anonymous=True,
                       http_batch=os.environ.get("COSTGUARD_BENCH_GCP_HTTP_BATCH", "1") != "0",
                       partial_responses=os.environ.get("COSTGUARD_BENCH_GCP_PARTIAL", "1") != "0")

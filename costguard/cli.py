@@ -205,7 +205,8 @@ def report(
     config: ConfigOpt = None,
     by: Annotated[list[str], typer.Option(
         "--by", help="team, project, env, cost-center, account, provider, region, "
-        "instance-type, lifecycle, instance, owner, owner-kind, managed (repeat to nest); "
+        "instance-type, lifecycle, instance, accelerator (GPU, TPU, Trainium, Inferentia), "
+        "owner, owner-kind, managed (repeat to nest); "
         "for Kubernetes pods: cluster, namespace, workload, pod, node, team.")
     ] = ["team"],  # noqa: B006
     since: Annotated[str, typer.Option(help="A duration back from now (7d) or a date.")] = "7d",
@@ -336,7 +337,9 @@ def iam(
         from costguard.providers.gcp import render_role, role_definition
 
         # parking a MIG (resize) needs the same rights as a scale-in (deleteInstances)
-        rights = {"terminating": terminating, "scaling_in": scaling_in or parking}
+        gcp = settings.providers.gcp
+        rights = {"terminating": terminating, "scaling_in": scaling_in or parking,
+                  "tpus": gcp is None or gcp.tpus}
         if fmt == "json":  # gcloud iam roles create --file reads JSON as well as YAML
             print(json.dumps(role_definition(enforcing, **rights), indent=2))
         else:

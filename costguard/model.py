@@ -91,6 +91,11 @@ class OwnerKind(StrEnum):
     DATAPROC = "dataproc"
     GCP_BATCH = "gcp-batch"
     VERTEX = "vertex"
+    # a Cloud TPU node a queued resource created: deleting the queued resource is how it goes
+    TPU_QUEUED_RESOURCE = "tpu-queued-resource"
+    # a multi-host TPU slice: one program across its hosts, and the Cloud TPU API stops
+    # single-host nodes only; it is deleted whole or left running, never stopped in part
+    TPU_SLICE = "tpu-slice"
     UNKNOWN = "unknown"  # a system tag says a service manages it, and costguard doesn't know which
 
     @property

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from costguard.clock import utc
 from costguard.errors import ProviderError
-from costguard.model import Instance, InstanceState, Owner
+from costguard.model import Instance, InstanceState, Owner, OwnerKind
 
 if TYPE_CHECKING:
     from costguard.policy.schema import Limits
@@ -46,6 +46,12 @@ def owner_advice(owner: Owner) -> str:
     if owner.kind.kubernetes:
         return ("draining a node belongs to the cluster's autoscaler: cordon and drain it, "
                 "or let the autoscaler shrink the node pool")
+    if owner.kind is OwnerKind.TPU_SLICE:
+        return ("the Cloud TPU API stops single-host TPU nodes only: delete the slice when "
+                "its work is saved, or recreate it smaller")
+    if owner.kind is OwnerKind.TPU_QUEUED_RESOURCE:
+        return ("delete the queued resource (with its TPU nodes) when the work is saved: its "
+                "nodes are the queued resource's, not costguard's to stop")
     if owner.kind.scalable:
         return ("add a `scale_in` step to the policy to shrink the group by it, or lower the "
                 "group's desired size")

@@ -158,6 +158,7 @@ def run_demo(
             "managed_groups": True,  # an ASG and a node pool beside the pets
             "underused_hosts": True,  # what `costguard recommend` shows
             "work_in_progress_hosts": True,  # idle GPUs, a busy host: never stopped
+            "accelerator_hosts": True,  # an idle TPU v5e node and an idle Trainium instance
             "week_shift_hours": week_shift(clock.now())})
         providers = {"sim": SimProvider(sim_settings, clock)}
         clusters = {CLUSTER: SimCluster(clock, clock.now())}

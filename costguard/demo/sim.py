@@ -20,6 +20,7 @@ from costguard.clock import Clock
 from costguard.demo.sim_fleet import SIM_TYPES, SimHost, gpu_memory_mib
 from costguard.demo.sim_groups import SimGroup, SimGroupOps, demo_groups, member_view
 from costguard.demo.sim_hosts import (
+    accelerator_hosts,
     gpu_phase,
     host_figures,
     underused_hosts,
@@ -106,6 +107,13 @@ class SimProvider(SimGroupOps):
             for host in work_in_progress_hosts(settings.accounts[0], settings.regions[0],
                                                self._serial + 1, settings.seed,
                                                start - timedelta(hours=2)):
+                self._serial += 1
+                self._hosts[host.instance.instance_id] = host
+        if settings.accelerator_hosts:  # after those: theirs stay as they were too
+            for host in accelerator_hosts(settings.accounts[0], settings.regions[0],
+                                          self._serial + 1, settings.seed,
+                                          start - timedelta(days=3),
+                                          busy_until=start + timedelta(hours=4)):
                 self._serial += 1
                 self._hosts[host.instance.instance_id] = host
 
@@ -412,6 +420,13 @@ def sim_price(instance: Instance) -> PriceQuote | None:
     """The sim's list price: the shipped AWS on-demand table for the type in the instance's
     region (BASE_PRICE_REGION's where the table lacks the region); spot at SPOT_DISCOUNT of
     it. Never the refreshed Price List prices: the simulated cloud stays reproducible."""
+    from costguard.providers.gcp import tpus
+
+    if tpus.by_model(instance.gpu_model) is not None:  # a TPU node: its chips' list price
+        usd = tpus.list_price(instance.gpu_model, instance.gpu_count)
+        return None if usd is None else PriceQuote(
+            usd_per_hour=usd, source=f"gcp TPU on-demand table {tpus.load_table()['as_of']}, "
+                                     "simulated cloud")
     table = _aws_shipped_prices()
     found = (table.lookup(instance.region, instance.instance_type)
              or table.lookup(BASE_PRICE_REGION, instance.instance_type))

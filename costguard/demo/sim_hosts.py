@@ -22,10 +22,20 @@ _HOST_BY_PHASE: dict[str, tuple[float, float]] = {
 }
 
 
+# the hosts of the accelerators that are not GPUs (accelerator_hosts): (vCPUs, memory GiB)
+# as the clouds list them: trn1.2xlarge (DescribeInstanceTypes, neuron_types.json) and the
+# single host of a v5litepod-8 (GKE's ct5lp-hightpu-8t)
+_ACCELERATOR_HOST_SHAPES: dict[str, tuple[int, int]] = {
+    "trn1.2xlarge": (8, 32), "v5litepod-8": (224, 384)}
+
+
 def _shape(instance_type: str) -> tuple[int, int]:
     """(vCPUs, host memory bytes) of a simulated type (AWS's shapes)."""
     from costguard.recommend.shapes import aws_shapes
 
+    if instance_type in _ACCELERATOR_HOST_SHAPES:
+        vcpus, gib = _ACCELERATOR_HOST_SHAPES[instance_type]
+        return vcpus, gib * GIB
     shape = aws_shapes()[instance_type]
     return shape.vcpus, shape.memory_mib * 2**20
 
@@ -88,6 +98,33 @@ def work_in_progress_hosts(account: str, region: str, first_serial: int, seed: i
     return [SimHost(instance=inst, profile="forgotten", host_cpu=3.0, host_mem_gib=160.0,
                     host_disk_bps=420e6, disk_until=launched + timedelta(hours=COPY_HOURS),
                     disk_gib=2000)]
+
+
+# accelerators that are not GPUs, left idle: a TPU v5e node of eight chips (a single-host
+# slice: the Cloud TPU API stops it) and a Trainium instance (one device of two NeuronCores)
+# name, type, team, owner, accelerator model, accelerators, memory MiB per accelerator
+_ACCELERATORS: tuple[tuple[str, str, str, str, str, int, int], ...] = (
+    ("nlp-tpu-v5e-dev", "v5litepod-8", "nlp", "gus", "TPU v5e", 8, 16 * 1024),
+    ("research-trn1-dev", "trn1.2xlarge", "research", "bo", "AWS Trainium", 1, 32 * 1024),
+)
+
+
+def accelerator_hosts(account: str, region: str, first_serial: int, seed: int,
+                      launched: datetime, busy_until: datetime) -> list[SimHost]:
+    """A TPU v5e node and a Trainium instance whose jobs end at `busy_until`, then sit idle:
+    warned and stopped as idle GPUs are, their spend in their teams' rows."""
+    out = []
+    for k, (name, itype, team, owner, model, count, memory) in enumerate(_ACCELERATORS):
+        inst = Instance(
+            provider="sim", account=account, region=region, zone=f"{region}b",
+            instance_id=f"i-sim{seed:02d}{first_serial + k:06d}", name=name,
+            instance_type=itype, state=InstanceState.RUNNING, gpu_count=count,
+            gpu_model=model, gpu_memory_mib=memory, launch_time=launched,
+            observed_at=launched,
+            tags={"Name": name, "team": team, "owner": f"{owner}@example.com", "env": "dev"})
+        out.append(SimHost(instance=inst, profile="finishes", busy_until=busy_until,
+                           host_cpu=1.0, host_mem_gib=6.0, disk_gib=100))
+    return out
 
 
 def _instance(account: str, region: str, instance_id: str, name: str, itype: str, team: str,

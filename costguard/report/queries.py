@@ -29,6 +29,7 @@ from sqlalchemy import (
 from sqlalchemy import union_all as sa_union_all
 from sqlmodel import Session
 
+from costguard.accelerators import kind_column
 from costguard.clock import utc
 from costguard.costs.attribution import UNATTRIBUTED
 from costguard.costs.rollup import (
@@ -55,7 +56,12 @@ DIMENSIONS: dict[str, str] = {
     "instance-type": "instance_type", "lifecycle": "lifecycle", "instance": "instance_id",
     # read from the instance's inventory row, not the intervals: report/owners.py
     "owner": "owner", "owner-kind": "owner_kind", "managed": "managed",
+    # GPU, TPU, Trainium, Inferentia or none, from the instance type and its accelerators
+    # (costguard/accelerators.py)
+    "accelerator": "instance_type",
 }
+# read per instance (their count of accelerators is not in the per-day runs): no summary
+_PER_INSTANCE = {"instance", "accelerator"}
 ATTRIBUTED = {"team", "project", "env", "cost-center"}
 _FACT_COLUMNS = ("provider", "instance_id", "account", "region", "instance_type", "lifecycle",
                  "state", "gpu_count", "team", "project", "env", "cost_center")
@@ -134,6 +140,8 @@ def presence(session: Session, since: datetime, until: datetime) -> Subquery:
 
 def _key(f: Subquery, dim: str) -> ColumnElement[str]:
     column = f.c[DIMENSIONS[check_dimension(dim)]]
+    if dim == "accelerator":
+        return kind_column(column, f.c.gpu_count)
     return func.coalesce(column, UNATTRIBUTED) if dim in ATTRIBUTED else column
 
 
@@ -172,7 +180,8 @@ def spend(
                                                              instance_ids=instance_ids))
     # the per-day summary has no instance column: only reports that neither group nor
     # filter by instance can read it
-    by_instance = "instance" in by or "instance" in filters or instance_ids is not None
+    by_instance = (bool(_PER_INSTANCE & {*by, *filters})
+                   or instance_ids is not None)
     f = facts(session, since, until, summary=not by_instance)
     where = _where(f, filters) + _among(f, instance_ids)
     keys = [_key(f, d).label(f"k{i}") for i, d in enumerate(by)]

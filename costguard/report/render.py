@@ -177,7 +177,9 @@ def not_compared_cents(report: Report) -> list[int]:
 
 
 def _headers(report: Report) -> list[str]:
-    cols = ["cost", "idle cost", "idle %", "GPU-h", "spot %", "spot savings possible",
+    # grouped by accelerator, an hour of a TPU chip or a Neuron device is no GPU-hour
+    hours = "accel-h" if "accelerator" in report.by else "GPU-h"
+    cols = ["cost", "idle cost", "idle %", hours, "spot %", "spot savings possible",
             "instances"]
     if report.compare == "billed":
         cols += ["billed", "gap (billed - estimated)"]
@@ -217,8 +219,8 @@ def to_csv(report: Report) -> str:
 
 
 # Left out first to last when a terminal is too narrow for every column; cost never is.
-DROP_ORDER = ("instances", "spot %", "idle %", "GPU-h", "spot savings possible", "idle cost",
-              "gap (billed - estimated)", "billed")
+DROP_ORDER = ("instances", "spot %", "idle %", "GPU-h", "accel-h", "spot savings possible",
+              "idle cost", "gap (billed - estimated)", "billed")
 
 
 def table_columns(report: Report) -> tuple[list[FitColumn], list[str | None]]:

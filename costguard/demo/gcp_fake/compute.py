@@ -10,7 +10,8 @@ aggregatedList (fake_disks.py), partial responses (`fields`: fields.py), zone op
 get/wait (done after `operation_delay_s`), Resource Manager v3 projects.list /
 folders.list, and injected failures: 429/503 on demand, 403 for a forbidden project or a
 disabled API. Not implemented: insert, AIP-160 filters, regional operations, every other
-Compute method (501). Managed instance groups and autoscalers: fake_groups.py.
+Compute method (501). Managed instance groups and autoscalers: fake_groups.py. Cloud TPU
+nodes (the TPU API v2, /v2/...): tpu.py.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ from costguard.demo.gcp_fake.filter import aggregated
 from costguard.demo.gcp_fake.groups import GROUP_ROUTES, GroupOps
 from costguard.demo.gcp_fake.http import LoopbackServer, error, forbidden, handler_for
 from costguard.demo.gcp_fake.records import FakeOperation, FakeVm
+from costguard.demo.gcp_fake.tpu import TPU_ROUTES, FakeTpuNode, TpuOps
 
-__all__ = ["FakeCompute", "FakeDisk", "FakeOperation", "FakeVm"]
+__all__ = ["FakeCompute", "FakeDisk", "FakeOperation", "FakeTpuNode", "FakeVm"]
 
 _ID_START = 4_000_000_000_000_000_000
 
@@ -48,7 +50,7 @@ class _Injected:
     path_contains: str
 
 
-class FakeCompute(DiskOps, GroupOps):
+class FakeCompute(DiskOps, GroupOps, TpuOps):
     """State of the fake plus the HTTP server. Thread-safe; use as a context manager."""
 
     def __init__(self, *, operation_delay_s: float = 0.0, max_wait_s: float = 2.0) -> None:
@@ -84,6 +86,7 @@ class FakeCompute(DiskOps, GroupOps):
         self._thread: threading.Thread | None = None
         self._init_disks()
         self._init_groups()
+        self._init_tpus()
 
     # ---- state the tests drive -------------------------------------------------------
     def add_instance(
@@ -396,4 +399,5 @@ _ROUTES: tuple[tuple[re.Pattern[str], str, str], ...] = (
     (re.compile(r"/v3/projects$"), "GET", "rm_projects"),
     (re.compile(r"/v3/folders$"), "GET", "rm_folders"),
     *((re.compile(pattern), verb, action) for pattern, verb, action in GROUP_ROUTES),
+    *((re.compile(pattern), verb, action) for pattern, verb, action in TPU_ROUTES),
 )

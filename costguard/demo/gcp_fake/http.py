@@ -210,6 +210,9 @@ def handler_for(handle: Handle, on_batch: Callable[[int], None] | None = None,
         def do_DELETE(self) -> None:
             self._serve("DELETE")
 
+        def do_PATCH(self) -> None:
+            self._serve("PATCH")
+
         def log_message(self, format: str, *args: Any) -> None:
             return  # keep test output clean
 

@@ -5,12 +5,13 @@ client). The real `MetricServiceClient` talks to it over an insecure channel.
 
 Implemented: filters of the form `metric.type = "X" AND resource.type = "Y"` (any other
 clause is INVALID_ARGUMENT, so a query the fake cannot honour fails loudly), interval
-filtering, `ALIGN_MEAN` / `ALIGN_MAX` / `ALIGN_NONE` with an alignment period, paging by
-series, points newest first (as the real service returns them), injected failures, and
-for benchmarks a real API's pace: `latency_s` before each answer and a seeded share
-`throttle` of calls refused with RESOURCE_EXHAUSTED (the quota error), as the latency
-proxy does for the REST fakes (bench/_latency_proxy.py).
-Not implemented: cross-series reducers, label filters, views other than FULL.
+filtering, `ALIGN_MEAN` / `ALIGN_MAX` / `ALIGN_MIN` / `ALIGN_NONE` with an alignment
+period, paging by series, points newest first (as the real service returns them), injected
+failures, and for benchmarks a real API's pace: `latency_s` before each answer and a
+seeded share `throttle` of calls refused with RESOURCE_EXHAUSTED (the quota error), as the
+latency proxy does for the REST fakes (bench/_latency_proxy.py). Series of `gce_instance`
+(GPU VMs) and of `tpu_worker` (Cloud TPU hosts). Not implemented: cross-series reducers,
+label filters, views other than FULL.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class FakeSeries:
     metric_labels: dict[str, str]
     points: list[tuple[datetime, float]]  # (sample time, value)
     integer: bool = False
+    resource_type: str = "gce_instance"  # or "tpu_worker" (a Cloud TPU VM's host)
 
 
 @dataclass
@@ -99,6 +101,31 @@ class FakeMonitoring:
             points=list(points),
             integer=integer,
         )
+        with self._lock:
+            self.series.append(series)
+        return series
+
+    def add_tpu_series(
+        self,
+        project: str,
+        metric_type: str,
+        node: str,
+        points: Sequence[tuple[datetime, float]],
+        *,
+        zone: str = "us-central1-a",
+        worker: int = 0,
+        chip: int = 0,
+        chip_label: str = "chip",
+        integer: bool = False,
+    ) -> FakeSeries:
+        """A series of one chip of a Cloud TPU node's host (`tpu_worker`: node_id is the
+        node's name, worker_id the host's index in the slice)."""
+        series = FakeSeries(
+            project=project, metric_type=metric_type,
+            resource_labels={"project_id": project, "zone": zone, "node_id": node,
+                             "worker_id": str(worker)},
+            metric_labels={chip_label: str(chip)}, points=list(points), integer=integer,
+            resource_type="tpu_worker")
         with self._lock:
             self.series.append(series)
         return series
@@ -178,7 +205,7 @@ class FakeMonitoring:
                 s
                 for s in self._by_project.get(project, ())
                 if (metric_type is None or s.metric_type == metric_type)
-                and wanted.get("resource.type", "gce_instance") == "gce_instance"
+                and wanted.get("resource.type", s.resource_type) == s.resource_type
             ]
         offset = int(request.page_token or 0)
         size = request.page_size or self.page_series
@@ -226,6 +253,8 @@ def _aligned(
         buckets.setdefault(bucket_end, []).append(v)
     if aligner == common.Aggregation.Aligner.ALIGN_MAX:
         reduced = {k: max(v) for k, v in buckets.items()}
+    elif aligner == common.Aggregation.Aligner.ALIGN_MIN:
+        reduced = {k: min(v) for k, v in buckets.items()}
     else:
         reduced = {k: sum(v) / len(v) for k, v in buckets.items()}
     return sorted(reduced.items(), reverse=True)
@@ -237,7 +266,7 @@ def _to_proto(s: FakeSeries, points: list[tuple[datetime, float]]) -> metric.Tim
     raw = metric.TimeSeries.pb()()
     raw.metric.type = s.metric_type
     raw.metric.labels.update(s.metric_labels)
-    raw.resource.type = "gce_instance"
+    raw.resource.type = s.resource_type
     raw.resource.labels.update(s.resource_labels)
     for t, v in points:
         point = raw.points.add()

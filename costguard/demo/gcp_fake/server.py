@@ -52,6 +52,7 @@ class FakeGcp:
             "compute_endpoint": self.compute.url,
             "monitoring_endpoint": self.monitoring.endpoint,
             "resource_manager_endpoint": self.compute.url,
+            "tpu_endpoint": self.compute.url,
             "anonymous": True,
             "retry": FAST_RETRY,
         }

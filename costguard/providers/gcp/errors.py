@@ -29,12 +29,18 @@ def _reasons(exc: gexc.GoogleAPICallError) -> set[str]:
     return reasons
 
 
+def service_disabled(exc: gexc.GoogleAPICallError) -> bool:
+    """A 403 that says the API is switched off in the project."""
+    return isinstance(exc, gexc.Forbidden | gexc.PermissionDenied) and bool(
+        _reasons(exc) & _DISABLED_REASONS)
+
+
 def explain(exc: gexc.GoogleAPICallError, scope: str, api: str = "compute.googleapis.com") -> str:
     """One line that says what went wrong in `scope` and how to fix it."""
     project = scope.split("/", 1)[0]
     detail = exc.message or type(exc).__name__
     if isinstance(exc, gexc.Forbidden | gexc.PermissionDenied):
-        if _reasons(exc) & _DISABLED_REASONS:
+        if service_disabled(exc):
             return (
                 f"the {api} API is disabled in project {project}: enable it with "
                 f"`gcloud services enable {api} --project {project}` ({detail})"

@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from costguard.providers.gcp import tpus
+
 
 @dataclass(frozen=True)
 class GpuSpec:
@@ -104,8 +106,24 @@ def from_accelerators(attached: list[tuple[str, int]]) -> GpuAttachment | None:
     return GpuAttachment(ACCELERATORS.get(name), name, total)
 
 
+def tpu_spec(generation: tpus.Generation) -> GpuSpec:
+    """A TPU generation as the accelerator of an instance: its chips are counted and judged
+    as GPUs are (`gpu_count` chips of `gpu_model` "TPU v5e", HBM per chip)."""
+    return GpuSpec(f"tpu-{generation.key}", generation.model, generation.hbm_mib_per_chip)
+
+
+def from_tpu_machine_type(machine_type: str) -> GpuAttachment | None:
+    """A GKE TPU node's chips (`ct5lp-hightpu-4t`: four TPU v5e chips)."""
+    tpu = tpus.from_machine_type(machine_type)
+    if tpu is None:
+        return None
+    spec = tpu_spec(tpu.generation)
+    return GpuAttachment(spec, spec.accelerator, tpu.chips)
+
+
 def detect(machine_type: str, attached: list[tuple[str, int]]) -> GpuAttachment | None:
-    return from_accelerators(attached) or from_machine_type(machine_type)
+    return (from_accelerators(attached) or from_machine_type(machine_type)
+            or from_tpu_machine_type(machine_type))
 
 
 def spec_for(model: str | None, memory_mib: int | None) -> GpuSpec | None:

@@ -26,6 +26,16 @@ ENFORCE = (
     "compute.instances.setLabels",
     "compute.zoneOperations.get",  # zoneOperations.get / wait
 )
+TPU_READ = (  # Cloud TPU nodes (gcp/tpu_nodes.py), unless providers.gcp.tpus is false
+    "tpu.nodes.list",
+    "tpu.nodes.get",  # re-check before and after an action on one
+)
+TPU_ENFORCE = (
+    "tpu.nodes.stop",  # single-host TPU nodes only
+    "tpu.nodes.start",
+    "tpu.nodes.update",  # labels
+    "tpu.operations.get",  # their long-running operations
+)
 TERMINATE = (  # only where a policy enables `terminate` (providers/gcp/terminate.py)
     "compute.disks.createSnapshot",
     "compute.snapshots.create",
@@ -44,14 +54,18 @@ LIST_PROJECTS = (
 
 
 def required_permissions(enforcing: bool, *, list_projects: bool = False,
-                         terminating: bool = False, scaling_in: bool = False) -> list[str]:
+                         terminating: bool = False, scaling_in: bool = False,
+                         tpus: bool = True) -> list[str]:
     """Permissions for a read-only (dry-run) deployment, or one that acts (`enforcing`).
 
     `list_projects`: also those needed to find projects under a folder or organization.
     `terminating`: a policy enables `terminate` (snapshot the disks, delete the VM).
     `scaling_in`: a policy has `scale_in` (delete a member through its instance group).
+    `tpus`: Cloud TPU nodes are listed (`providers.gcp.tpus`, on by default).
     """
     perms = list(READ)
+    if tpus:
+        perms += TPU_READ + (TPU_ENFORCE if enforcing else ())
     if enforcing:
         perms += ENFORCE
     if enforcing and terminating:
@@ -64,16 +78,17 @@ def required_permissions(enforcing: bool, *, list_projects: bool = False,
 
 
 def render_role(enforcing: bool, *, list_projects: bool = False,
-                terminating: bool = False, scaling_in: bool = False) -> str:
+                terminating: bool = False, scaling_in: bool = False, tpus: bool = True) -> str:
     """A custom role definition in the format `gcloud iam roles create --file` reads."""
     role = role_definition(enforcing, list_projects=list_projects, terminating=terminating,
-                           scaling_in=scaling_in)
+                           scaling_in=scaling_in, tpus=tpus)
     header = "# Generated from costguard/providers/gcp/iam.py - regenerate, do not edit.\n"
     return header + yaml.safe_dump(role, sort_keys=False)
 
 
 def role_definition(enforcing: bool, *, list_projects: bool = False,
-                    terminating: bool = False, scaling_in: bool = False) -> dict[str, Any]:
+                    terminating: bool = False, scaling_in: bool = False,
+                    tpus: bool = True) -> dict[str, Any]:
     """The custom role as data: title, description, stage, includedPermissions."""
     title = "costguard (enforcing)" if enforcing else "costguard (read-only)"
     if enforcing and terminating:
@@ -81,7 +96,8 @@ def role_definition(enforcing: bool, *, list_projects: bool = False,
     role: dict[str, Any] = {
         "title": title,
         "description": (
-            "Lists GCE instances and GPU metrics"
+            "Lists GCE instances" + (", Cloud TPU nodes" if tpus else "")
+            + " and their accelerator metrics"
             + (", stops/starts idle instances and sets labels" if enforcing else "")
             + (", snapshots disks and deletes VMs a policy terminates"
                if enforcing and terminating else "")
@@ -92,7 +108,7 @@ def role_definition(enforcing: bool, *, list_projects: bool = False,
         "stage": "GA",
         "includedPermissions": required_permissions(enforcing, list_projects=list_projects,
                                                     terminating=terminating,
-                                                    scaling_in=scaling_in),
+                                                    scaling_in=scaling_in, tpus=tpus),
     }
     return role
 

@@ -33,6 +33,7 @@ from costguard.errors import ProviderError
 from costguard.model import Gap, GpuMinute, Instance, TelemetrySource
 from costguard.providers.base import Split
 from costguard.providers.cloud_readings import Dropped, validated, whole_bytes
+from costguard.providers.gcp import tpu_metrics, tpu_nodes
 from costguard.providers.gcp.errors import from_retry_error, translate
 from costguard.providers.repeats import Receipt
 
@@ -155,18 +156,22 @@ def fetch_project(
     start: datetime,
     end: datetime,
     retry: gretry.Retry,
+    tpu_nodes: dict[tuple[str, str], tpu_metrics.Node] | None = None,
 ) -> dict[str, dict[_Key, float]]:
-    """Readings of one project: field name -> {(instance, gpu, minute): value}."""
+    """Readings of one project: field name -> {(instance, gpu, minute): value}; with
+    `tpu_nodes` (the project's Cloud TPU nodes), their chips' too (tpu_metrics.py)."""
     out: dict[str, dict[_Key, float]] = {q.field: {} for q in QUERIES}
-    for query in QUERIES:
-        request = build_request(project, query, start, end)
-        try:
+    try:
+        for query in QUERIES:
+            request = build_request(project, query, start, end)
             for series in client.list_time_series(request=request, retry=retry):
                 _read_series(out[query.field], series, query, wanted_ids)
-        except gexc.GoogleAPICallError as exc:
-            raise translate(exc, project, api="monitoring.googleapis.com") from exc
-        except gexc.RetryError as exc:
-            raise from_retry_error(exc, project, "monitoring.googleapis.com") from exc
+        if tpu_nodes:
+            tpu_metrics.fetch(client, project, tpu_nodes, start, end, retry, out)
+    except gexc.GoogleAPICallError as exc:
+        raise translate(exc, project, api="monitoring.googleapis.com") from exc
+    except gexc.RetryError as exc:
+        raise from_retry_error(exc, project, "monitoring.googleapis.com") from exc
     return out
 
 
@@ -242,15 +247,20 @@ def gpu_minutes(
     `merge` says), and the projects that could not be read. If no project at all could be
     read, that raises."""
     by_project: dict[str, set[str]] = {}
+    tpus_of: dict[str, list[Instance]] = {}  # the projects' Cloud TPU nodes
     for inst in instances:
         if inst.provider == "gcp":
             by_project.setdefault(inst.account, set()).add(inst.instance_id)
+            if tpu_nodes.is_node(inst):
+                tpus_of.setdefault(inst.account, []).append(inst)
     if not by_project:
         return [], []
 
     def one(item: tuple[str, set[str]]) -> dict[str, dict[_Key, float]] | ProviderError:
+        project = item[0]
+        nodes = tpu_metrics.nodes_of(tpus_of[project]) if project in tpus_of else None
         try:
-            return fetch_project(client, item[0], item[1], start, end, retry)
+            return fetch_project(client, project, item[1], start, end, retry, nodes)
         except ProviderError as exc:
             return exc
 

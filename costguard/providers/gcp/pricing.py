@@ -14,7 +14,7 @@ from importlib import resources
 from typing import Any
 
 from costguard.model import Instance, Lifecycle, PriceQuote, as_of_date
-from costguard.providers.gcp import gpus
+from costguard.providers.gcp import gpus, tpus
 
 # GiB of memory per vCPU of predefined shapes.
 _SHAPES: dict[str, dict[str, float]] = {
@@ -62,6 +62,8 @@ def _rate(entry: dict[str, float], spot: bool) -> float:
 
 def price(instance: Instance, table: dict[str, Any] | None = None) -> PriceQuote | None:
     """The hourly price of `instance` as it runs (spot or on-demand), or None if unknown."""
+    if tpus.by_model(instance.gpu_model) is not None:
+        return tpu_price(instance)
     table = table or load_table()
     region = table["regions"].get(instance.region)
     if region is None:
@@ -87,4 +89,19 @@ def price(instance: Instance, table: dict[str, Any] | None = None) -> PriceQuote
             return None  # a GPU we cannot price: an honest None beats a VM-only number
         usd += instance.gpu_count * _rate(gpu_entry, spot)
     return PriceQuote(usd_per_hour=round(usd, 6), source=source,
+                      as_of=as_of_date(table["as_of"]), fallback=True)
+
+
+def tpu_price(instance: Instance) -> PriceQuote | None:
+    """A TPU node's (or a GKE TPU host's) chips at the generation's on-demand chip-hour list
+    price (`data/tpu_types.json`); spot and reserved chips are unpriced, never guessed."""
+    if instance.lifecycle is not Lifecycle.ON_DEMAND:
+        return None
+    usd = tpus.list_price(instance.gpu_model, instance.gpu_count)
+    if usd is None:
+        return None
+    table = tpus.load_table()
+    return PriceQuote(usd_per_hour=usd,
+                      source=f"gcp TPU on-demand table {table['as_of']} ({instance.gpu_count} x "
+                             f"{instance.gpu_model} chip-hour, approximate list price)",
                       as_of=as_of_date(table["as_of"]), fallback=True)

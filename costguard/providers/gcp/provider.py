@@ -9,7 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 
 from costguard.clock import Clock, SystemClock
+from costguard.errors import ProviderError
 from costguard.model import (
+    ActionOutcome,
     ActionResult,
     Gap,
     GpuMinute,
@@ -30,6 +32,7 @@ from costguard.providers.gcp import (
     pricing,
     projects,
     reads,
+    tpu_nodes,
 )
 from costguard.providers.gcp import compute as compute_v1
 from costguard.providers.gcp.batch_joiner import Joiner
@@ -90,6 +93,12 @@ class GcpProvider:
             retry_settings=settings.retry,
             fields=self._partial.recheck_fields,
         )
+        self.tpus: tpu_nodes.TpuNodes | None = None
+        if settings.tpus:
+            self.tpus = tpu_nodes.TpuNodes(
+                tpu_nodes.build_client(self.clients.credentials, settings.tpu_endpoint),
+                retry=self.retry, timeout_s=settings.operation_timeout_s,
+                workers=settings.batch_workers, page_size=settings.page_size, now=self.clock.now)
         if settings.http_batch:
             session, base_url = batch_transport(self.clients.instances,
                                                 settings.compute_endpoint)
@@ -107,6 +116,8 @@ class GcpProvider:
         self.clients.zone_operations.transport.close()  # type: ignore[no-untyped-call]
         self.clients.metrics.transport.close()  # type: ignore[no-untyped-call]
         self.groups.close()
+        if self.tpus is not None:
+            self.tpus.close()
         disks = getattr(self, "_disks", None)  # made by the first terminate
         if disks is not None:
             disks.transport.close()
@@ -140,6 +151,13 @@ class GcpProvider:
                 for result, members in zip(listed, sized, strict=True):
                     instances.extend(members)
                     gaps.extend(result.gaps)
+                if self.tpus is not None:  # Cloud TPU nodes: one listing a project
+                    tpus = self.tpus
+                    unread = {g.scope for g in gaps}  # a project unread: one gap says so
+                    for nodes in pool.map(lambda p: tpus.list_project(p, observed_at), names):
+                        instances.extend(nodes.instances)
+                        gaps.extend(g for g in nodes.gaps
+                                    if g.scope.split("/", 1)[0] not in unread)
         with self._batch.lock:
             self._batch.stopped_costs.clear()  # a new cycle: last cycle's are not wanted
         return Inventory(instances=instances, gaps=gaps)
@@ -187,10 +205,30 @@ class GcpProvider:
         is stored."""
         self._repeats.stored(receipt_of(readings))
 
+    def _tpu(self, instance: Instance) -> tpu_nodes.TpuNodes | None:
+        """The TPU side, when `instance` is a Cloud TPU node (not a Compute Engine VM)."""
+        if not tpu_nodes.is_node(instance):
+            return None
+        if self.tpus is None:
+            raise ProviderError("gcp", instance.account, f"{instance.name} is a Cloud TPU node "
+                                "and providers.gcp.tpus is false; nothing done")
+        return self.tpus
+
+    def _split(self, instances: Sequence[Instance]) -> tuple[list[Instance], list[Instance]]:
+        """(Compute Engine VMs, Cloud TPU nodes)."""
+        vms = [i for i in instances if not tpu_nodes.is_node(i)]
+        return vms, [i for i in instances if tpu_nodes.is_node(i)]
+
     def stop(self, instance: Instance, *, dry_run: bool) -> ActionResult:
+        tpus = self._tpu(instance)
+        if tpus is not None:
+            return tpus.power(instance, "stop", dry_run=dry_run)
         return actions.stop(self._actions, instance, dry_run=dry_run)
 
     def start(self, instance: Instance, *, dry_run: bool) -> ActionResult:
+        tpus = self._tpu(instance)
+        if tpus is not None:
+            return tpus.power(instance, "start", dry_run=dry_run)
         return actions.start(self._actions, instance, dry_run=dry_run)
 
     def set_tags(
@@ -201,6 +239,9 @@ class GcpProvider:
         remove: Sequence[str] = (),
         dry_run: bool,
     ) -> ActionResult:
+        tpus = self._tpu(instance)
+        if tpus is not None:
+            return tpus.relabel(instance, tags, remove=remove, dry_run=dry_run)
         return actions.set_labels(self._actions, instance, tags, remove=remove, dry_run=dry_run)
 
     def _disk_client(self) -> compute_v1.DisksClient:
@@ -215,6 +256,10 @@ class GcpProvider:
         """Snapshot the persistent disks (when asked), then delete; see gcp/terminate.py."""
         from costguard.providers.gcp import terminate as term
 
+        if tpu_nodes.is_node(instance):
+            return ActionResult(outcome=ActionOutcome.SKIPPED, detail=(
+                f"{instance.name} is a Cloud TPU node: costguard stops single-host TPU nodes "
+                "but never deletes one; delete it yourself when its work is saved"))
         return term.terminate(self._actions, self._disk_client(), instance, snapshot=snapshot,
                               dry_run=dry_run)
 
@@ -233,6 +278,8 @@ class GcpProvider:
         stopped by stop_many was priced there in bulk."""
         from costguard.providers.gcp import disks
 
+        if tpu_nodes.is_node(instance):
+            return None  # a stopped TPU node bills nothing; no disks of its own to price
         with self._batch.lock:
             if instance.instance_id in self._batch.stopped_costs:
                 return self._batch.stopped_costs.pop(instance.instance_id)
@@ -259,14 +306,29 @@ class GcpProvider:
 
     # -- optional capabilities (costguard.providers.base.Describes / BatchActions) ------------
     def describe_many(self, instances: Sequence[Instance]) -> dict[str, Instance | None]:
-        return reads.describe_many(self._batch, instances)
+        vms, nodes = self._split(instances)
+        found = reads.describe_many(self._batch, vms) if vms else {}
+        if nodes:
+            found.update(self._tpu_side(nodes[0]).describe_many(nodes))
+        return found
+
+    def _tpu_side(self, node: Instance) -> tpu_nodes.TpuNodes:
+        tpus = self._tpu(node)
+        assert tpus is not None  # a TPU node by construction
+        return tpus
 
     def stop_many(
         self, instances: Sequence[Instance], *, dry_run: bool
     ) -> dict[str, ActionResult]:
-        return batch.stop_many(
-            self._batch, instances, dry_run=dry_run, request_id=lambda: str(uuid.uuid4())
-        )
+        vms, nodes = self._split(instances)
+        done = batch.stop_many(
+            self._batch, vms, dry_run=dry_run, request_id=lambda: str(uuid.uuid4())
+        ) if vms else {}
+        if nodes:
+            tpus = self._tpu_side(nodes[0])
+            done.update(tpus.act_on_each(
+                nodes, lambda n: tpus.power(n, "stop", dry_run=dry_run)))
+        return done
 
     def set_tags_many(
         self,
@@ -276,4 +338,11 @@ class GcpProvider:
         remove: Sequence[str] = (),
         dry_run: bool,
     ) -> dict[str, ActionResult]:
-        return batch.set_labels_many(self._batch, instances, tags, remove=remove, dry_run=dry_run)
+        vms, nodes = self._split(instances)
+        done = batch.set_labels_many(self._batch, vms, tags, remove=remove,
+                                     dry_run=dry_run) if vms else {}
+        if nodes:
+            tpus = self._tpu_side(nodes[0])
+            done.update(tpus.act_on_each(
+                nodes, lambda n: tpus.relabel(n, tags, remove=remove, dry_run=dry_run)))
+        return done

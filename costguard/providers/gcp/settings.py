@@ -46,6 +46,10 @@ class GcpSettings(BaseModel):
     compute_endpoint: str | None = None  # e.g. Private Service Connect, or http://127.0.0.1:PORT
     monitoring_endpoint: str | None = None  # host:port; an http:// prefix means plaintext gRPC
     billing_endpoint: str | None = None  # Cloud Billing Catalog API; http://... for a fake
+    tpu_endpoint: str | None = None  # Cloud TPU API; default https://tpu.googleapis.com
+    # list Cloud TPU nodes (one call a project a cycle; a project whose TPU API is disabled
+    # has none, said at debug level); false: Compute Engine VMs only
+    tpus: bool = True
     resource_manager_endpoint: str | None = (
         None  # default https://cloudresourcemanager.googleapis.com
     )

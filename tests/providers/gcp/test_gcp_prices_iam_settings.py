@@ -89,8 +89,8 @@ def test_custom_shapes_are_parsed_and_unknown_things_are_not_guessed() -> None:
 
 
 def test_permissions_grow_when_enforcing() -> None:
-    read = required_permissions(False)
-    act = required_permissions(True)
+    read = required_permissions(False, tpus=False)
+    act = required_permissions(True, tpus=False)
     assert read == ["compute.autoscalers.list", "compute.disks.get", "compute.disks.list",
                     "compute.instanceGroupManagers.list", "compute.instances.get",
                     "compute.instances.list", "monitoring.timeSeries.list"]
@@ -101,10 +101,15 @@ def test_permissions_grow_when_enforcing() -> None:
         "compute.zoneOperations.get",
     }
     # a scale_in step adds only what deleteInstances and its re-read need
-    assert set(required_permissions(True, scaling_in=True)) - set(act) == {
+    assert set(required_permissions(True, scaling_in=True, tpus=False)) - set(act) == {
         "compute.instanceGroupManagers.get", "compute.autoscalers.get",
         "compute.instanceGroupManagers.update"}
-    assert required_permissions(False, scaling_in=True) == read  # never without enforcing
+    assert required_permissions(False, scaling_in=True, tpus=False) == read
+    # Cloud TPU nodes (listed unless providers.gcp.tpus is false): read, then stop/start/label
+    assert set(required_permissions(False)) - set(read) == {"tpu.nodes.list", "tpu.nodes.get"}
+    assert set(required_permissions(True)) - set(act) == {
+        "tpu.nodes.list", "tpu.nodes.get", "tpu.nodes.stop", "tpu.nodes.start",
+        "tpu.nodes.update", "tpu.operations.get"}
 
 
 @pytest.mark.parametrize("path", sorted(ROLE_FILES))
