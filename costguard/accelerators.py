@@ -54,6 +54,15 @@ def kind_of(instance_type: str, accelerators: int) -> str:
     return GPU.name
 
 
+def counted(instance_type: str, accelerators: int) -> str:
+    """`accelerators` as a person counts them: "8 TPU chips", "1 GPU", "no accelerator"."""
+    if accelerators <= 0:
+        return "no accelerator"
+    name = kind_of(instance_type, accelerators)
+    unit = next((k.unit for k in kinds() if k.name == name), GPU.unit)
+    return f"{accelerators} {unit}{'s' if accelerators != 1 else ''}"
+
+
 def kind_column(instance_type: ColumnElement[str],
                 accelerators: ColumnElement[int]) -> ColumnElement[str]:
     """`kind_of` as a SQL expression over an instance type and an accelerator count."""

@@ -109,6 +109,16 @@ class OwnerKind(StrEnum):
         return self in (OwnerKind.ASG, OwnerKind.MIG)
 
 
+# how a person reads an owner kind where its value would puzzle (the rest read as their value)
+_OWNER_WORDS = {OwnerKind.TPU_SLICE: "multi-host TPU slice",
+                OwnerKind.TPU_QUEUED_RESOURCE: "TPU queued resource"}
+
+
+def owner_words(kind: str) -> str:
+    """An owner kind as a person reads it ("multi-host TPU slice" for `tpu-slice`)."""
+    return next((words for k, words in _OWNER_WORDS.items() if k.value == kind), kind)
+
+
 class Owner(Frozen):
     """The controller an instance belongs to, as the listing (and, for groups, the group's own
     description) says. `desired`/`min_size`/`max_size` are the group's sizes where the cloud
@@ -128,7 +138,7 @@ class Owner(Frozen):
 
     def __str__(self) -> str:
         where = f" in cluster {self.cluster}" if self.cluster and self.cluster != self.name else ""
-        return f"{self.kind} {self.name}{where}"
+        return f"{owner_words(self.kind)} {self.name}{where}"
 
 
 class Instance(Frozen):

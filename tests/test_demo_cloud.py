@@ -72,6 +72,11 @@ def test_cloud_demo_stops_idle_gpus_in_the_fake_cloud_and_accrues_spend(
         assert after[row.instance_id].state == "stopped"
     assert sum(r.cost_micros for r in spend) > 0
     assert "cycles in" in console.export_text()
+    if cloud == "gcp":  # its Cloud TPU nodes: the single host stopped, the slice left whole
+        by_name = {i.name: i for i in after.values()}
+        assert by_name["tpu-v5e-dev"].state == "stopped"
+        assert by_name["tpu-v5e-dev"].instance_id in {r.instance_id for r in stops}
+        assert by_name["tpu-v5e-slice"].state == "running"
 
 
 def test_unknown_demo_cloud_is_a_clear_error() -> None:

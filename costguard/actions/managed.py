@@ -29,6 +29,7 @@ from costguard.model import (
     Instance,
     InstanceState,
     Owner,
+    OwnerKind,
 )
 from costguard.policy.actions import StopAction
 from costguard.policy.evaluate import Finding
@@ -87,6 +88,9 @@ def managed_notice(f: Finding, owner: Owner) -> tuple[str, str]:
     if owner.kind.kubernetes:
         subject = (f"{label(inst)}: idle node in {owner} costs ${f.usd_per_hour:,.2f}/h; "
                    f"reported, not stopped ({f.policy.name})")
+    elif owner.kind is OwnerKind.TPU_SLICE:  # the slice is the instance: one unit
+        subject = (f"{label(inst)}, a {owner.via}, costs ${f.usd_per_hour:,.2f}/h; reported, "
+                   f"not stopped ({f.policy.name})")
     else:
         subject = f"{label(inst)} belongs to {owner}: not stopped ({f.policy.name})"
     body = "\n".join([
@@ -96,8 +100,11 @@ def managed_notice(f: Finding, owner: Owner) -> tuple[str, str]:
         f"Owner: {owner} (from {owner.via})" + (
             f"; desired {owner.desired}, min {owner.min_size}, max {owner.max_size}"
             if owner.desired is not None else ""),
-        f"costguard does not stop a member of a {owner.kind}: the controller would replace "
-        f"it or lose its work. What to do: {owner_advice(owner)}.",
+        (f"costguard never stops part of a TPU slice, and the Cloud TPU API stops no "
+         f"multi-host node. What to do: {owner_advice(owner)}."
+         if owner.kind is OwnerKind.TPU_SLICE else
+         f"costguard does not stop a member of a {owner.kind}: the controller would replace "
+         f"it or lose its work. What to do: {owner_advice(owner)}."),
     ])
     return subject, body
 

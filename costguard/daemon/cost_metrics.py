@@ -17,6 +17,9 @@ often costs next to nothing however large the fleet.
                                   a Kubernetes workload's share of its nodes' prices now
     costguard_workload_gpus{same}                          the GPUs its pods hold
     costguard_namespace_hourly_cost_usd{cluster,namespace} the namespace's workloads' sum
+    costguard_accelerator_hourly_cost_usd{accelerator}     running instances' prices by kind
+                                  (GPU, TPU, Trainium, Inferentia, none: accelerators.py)
+    costguard_accelerators_running{accelerator}            their GPUs, TPU chips, devices
 
 Per-instance series are capped (`console.max_instance_series`, the costliest first): the
 rest are folded into one series per team with `instance="(other)"` and the other labels
@@ -35,6 +38,7 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from sqlalchemy import and_, func, select
 from sqlmodel import Session
 
+from costguard.accelerators import kind_of
 from costguard.costs.attribution import UNATTRIBUTED
 from costguard.costs.budgets import budget_statuses, month_bounds
 from costguard.costs.rollup import day_floor
@@ -50,6 +54,7 @@ if TYPE_CHECKING:
 LABELS = ("provider", "account", "region", "instance", "instance_type", "team", "lifecycle",
           "owner")
 _INSTANCE, _TEAM = LABELS.index("instance"), LABELS.index("team")
+_TYPE = LABELS.index("instance_type")
 OTHER = "(other)"
 # an interval older than this is not "now": the instance stopped being accrued (gone, or
 # the cycles stopped); a running instance is accrued every poll
@@ -140,6 +145,13 @@ class CostMetrics:
         self.namespace_hourly = Gauge(
             "costguard_namespace_hourly_cost_usd", "What a namespace's GPU workloads cost "
             "per hour now.", ["cluster", "namespace"], registry=r)
+        self.kind_hourly = Gauge(
+            "costguard_accelerator_hourly_cost_usd", "What the running instances cost per "
+            "hour now, by accelerator kind (GPU, TPU, Trainium, Inferentia, none).",
+            ["accelerator"], registry=r)
+        self.kind_count = Gauge(
+            "costguard_accelerators_running", "Accelerators of the running instances (GPUs, "
+            "TPU chips, Neuron devices), by kind.", ["accelerator"], registry=r)
         self.text = b""  # the snapshot a scrape serves
         self.refreshed_at: datetime | None = None
 
@@ -153,7 +165,8 @@ class CostMetrics:
         priced = running_prices(session, now, max(3 * poll_interval, MIN_LOOKBACK))
         idle = {row.key[0]: row.idle_cost_micros / 1e6 for row in hour.rows}
         for gauge in (self.hourly, self.gpu_hourly, self.idle, self.team_hourly,
-                      self.team_spend, self.budget, self.budget_spent, self.budget_forecast):
+                      self.team_spend, self.budget, self.budget_spent, self.budget_forecast,
+                      self.kind_hourly, self.kind_count):
             gauge.clear()
         priced.sort(key=lambda p: (-p.usd_per_hour, p.labels))
         shown, rest = priced[:self.max_instance_series], priced[self.max_instance_series:]
@@ -180,6 +193,14 @@ class CostMetrics:
             per_team[p.labels[_TEAM]] += p.usd_per_hour
         for team, usd in per_team.items():
             self.team_hourly.labels(team).set(usd)
+        per_kind: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        for p in priced:
+            acc = per_kind[kind_of(p.labels[_TYPE], p.gpus)]
+            acc[0] += p.usd_per_hour
+            acc[1] += p.gpus
+        for kind, (usd, count) in per_kind.items():
+            self.kind_hourly.labels(kind).set(usd)
+            self.kind_count.labels(kind).set(count)
         for period, since in (("day", day_floor(now)), ("month", month_bounds(now)[0])):
             for row in spend(session, ["team"], since, now).rows:
                 self.team_spend.labels(row.key[0], period).set(row.cost_micros / 1e6)

@@ -137,4 +137,32 @@ def seed_gcp_fleet(fake: FakeGcp, clock: Clock, *, hours: float, instances: int,
             for metric, points in ((UTIL, util), (SM_V2, sm)) if dcgm else ((UTIL, util),):
                 fake.monitoring.add_gpu_series(project, metric, str(vm.id), points, zone=zone,
                                                gpu_number=gpu, model=model)
+    profiles.update(seed_tpu_nodes(fake, first, last))
     return profiles
+
+
+# Cloud TPU nodes beside the VMs, idle the whole window: a single-host v5e node (stopped as
+# an idle GPU VM is) and a v5e slice of four hosts (one unit: reported, never stopped)
+TPU_NODES = (("tpu-v5e-dev", "v5litepod-8", 1), ("tpu-v5e-slice", "v5litepod-16", 4))
+
+
+def seed_tpu_nodes(fake: FakeGcp, first: datetime, last: datetime) -> dict[str, str]:
+    """Add `TPU_NODES` (team nlp) with each chip's TensorCore idle duration growing minute by
+    minute over [first, last); returns node id -> "idle"."""
+    from costguard.providers.gcp.tpu_metrics import IDLE
+
+    project, zone = GCP_PROJECTS[0], GCP_ZONES[0]
+    out = {}
+    for name, accelerator_type, hosts in TPU_NODES:
+        node = fake.compute.add_tpu_node(project, zone, name, accelerator_type, hosts=hosts,
+                                         labels={"team": "nlp", "owner": "nlp-lead"},
+                                         created=first - timedelta(days=2))
+        out[str(node.id)] = "idle"
+        minutes = int((last - first).total_seconds() // 60)
+        points = [(first + timedelta(minutes=m, seconds=30), 3600 + 60 * m)
+                  for m in range(minutes)]
+        for worker in range(hosts):
+            for chip in range(8 if hosts == 1 else 4):
+                fake.monitoring.add_tpu_series(project, IDLE, name, points, zone=zone,
+                                               worker=worker, chip=chip, integer=True)
+    return out

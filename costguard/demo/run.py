@@ -32,6 +32,7 @@ from costguard.engine import Engine
 from costguard.errors import StoreError
 from costguard.k8s.provider import KubernetesProvider
 from costguard.k8s.settings import KubernetesSettings
+from costguard.model import owner_words
 from costguard.policy.load import load_policy_set
 from costguard.policy.schema import PolicySet
 from costguard.providers.base import Provider
@@ -280,7 +281,7 @@ def managed_summary(s: Session, providers: list[str]) -> list[str]:
         owner = owners.get((row.provider, row.instance_id))
         if not owner:
             continue
-        name = f"{owner['kind']} {owner['name']}"
+        name = f"{owner_words(owner['kind'])} {owner['name']}"
         if row.action == "scale_in" and row.status == "done":
             scaled[name] += 1
             saved[name] = saved.get(name, 0.0) + row.usd_per_hour
@@ -292,6 +293,8 @@ def managed_summary(s: Session, providers: list[str]) -> list[str]:
     lines += [f"Managed fleets: {name}: {len(ids)} idle nodes reported to their owners, not "
               f"stopped (the cluster's autoscaler drains nodes)." if name.startswith(
                   ("gke", "eks", "karpenter")) else
+              f"Managed fleets: {name}: idle, reported, not stopped (a slice is stopped "
+              f"whole or not at all)." if name.startswith(owner_words("tpu-slice")) else
               f"Managed fleets: {name}: {len(ids)} idle members left to their controller."
               for name, ids in sorted(reported.items())]
     return lines

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from fnmatch import fnmatchcase
 
+from costguard.accelerators import counted
 from costguard.model import Instance
 from costguard.policy.schema import Policy
 
@@ -49,8 +50,9 @@ def filter_checks(policy: Policy, inst: Instance, now: datetime) -> list[Check]:
     if f is None:
         return out
     if f.gpu is not None:
-        check("filters.gpu", f.gpu == inst.has_gpu, "a GPU" if f.gpu else "no GPU",
-              f"{inst.gpu_count} GPU(s)")
+        check("filters.gpu", f.gpu == inst.has_gpu,
+              "an accelerator (GPU, TPU, Neuron)" if f.gpu else "no accelerator",
+              counted(inst.instance_type, inst.gpu_count))
     if f.state is not None:
         check("filters.state", inst.state in f.state, _listed([str(s) for s in f.state]),
               str(inst.state))

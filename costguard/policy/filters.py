@@ -136,7 +136,8 @@ policies:
 """
 
     gpu: bool | None = Field(
-        default=None, description="true: only instances with GPUs; false: only without."
+        default=None, description="true: only instances with accelerators (GPUs, TPU chips, "
+        "Trainium or Inferentia devices: docs/accelerators.md); false: only without."
     )
     state: OneOrMany[InstanceState] | None = Field(
         default=None, description="Instance states to consider."

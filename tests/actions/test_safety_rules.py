@@ -122,6 +122,10 @@ def test_a_kubernetes_node_is_left_to_its_cluster() -> None:
     (OwnerKind.KARPENTER, "draining a node belongs to the cluster's autoscaler"),
     (OwnerKind.MIG, "add a `scale_in` step"),
     (OwnerKind.BATCH, "shrink or stop it through its batch, which would otherwise replace it"),
+    (OwnerKind.TPU_SLICE, "the Cloud TPU API stops single-host TPU nodes only: delete the "
+                          "slice when its work is saved, or recreate it smaller"),
+    (OwnerKind.TPU_QUEUED_RESOURCE, "delete the queued resource (with its TPU nodes) when the "
+                                    "work is saved: its nodes are the queued resource's"),
 ])
 def test_the_advice_fits_the_controller(kind: OwnerKind, advice: str) -> None:
     assert owner_advice(Owner(kind=kind, name="g")).startswith(advice)

@@ -16,6 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
+from costguard.accelerators import kind_of
 from costguard.cli import app
 from costguard.clock import ManualClock
 from costguard.costs.rollup import day_floor
@@ -113,6 +114,18 @@ def test_scraped_cost_metrics_are_the_report_s_figures(
         pytest.approx(dict(per_team))
     gpu = {labels["instance"]: v for labels, v in got["costguard_instance_gpu_hourly_cost_usd"]}
     assert gpu and all(v > 0 for v in gpu.values())
+    # by accelerator kind: the same prices, summed by what each instance's type carries
+    per_kind: dict[str, float] = defaultdict(float)
+    count: dict[str, float] = defaultdict(float)
+    for labels, value in hourly:
+        accelerators = round(value / gpu[labels["instance"]]) if labels["instance"] in gpu else 0
+        per_kind[kind_of(labels["instance_type"], accelerators)] += value
+        count[kind_of(labels["instance_type"], accelerators)] += accelerators
+    served_kind = {labels["accelerator"]: v
+                   for labels, v in got["costguard_accelerator_hourly_cost_usd"]}
+    assert served_kind == pytest.approx(dict(per_kind)) and served_kind["GPU"] > 0
+    assert {labels["accelerator"]: v for labels, v in got["costguard_accelerators_running"]} \
+        == pytest.approx(dict(count))
     managed = [labels for labels, _ in hourly if labels["owner"] != "unmanaged"]
     assert managed, "the demo's Auto Scaling group members carry their owner"
 

@@ -373,3 +373,34 @@ def test_a_notice_prices_spot_savings_of_running_instances_only_from_what_was_re
     assert saving is not None and saving > 0
     assert spot_saving({"aws": provider}, by_id[stopped["InstanceId"]]) is None
     assert asked == [["p4d.24xlarge"]]
+
+
+# Accelerated types (GPU or Neuron) the shipped table does not price: no list price was
+# transcribed for them (older or Graviton GPU families, fractional GPUs, the newest types,
+# Trainium2 which AWS sells as Capacity Blocks). They are unpriced until `costguard prices
+# refresh` reads the Price List API, never guessed. A type added to the catalog must be
+# priced or named here: the test below fails otherwise.
+UNPRICED_ACCELERATED = {
+    "g3.16xlarge", "g3.4xlarge", "g3.8xlarge", "g3s.xlarge", "g4ad.16xlarge", "g4ad.2xlarge",
+    "g4ad.4xlarge", "g4ad.8xlarge", "g4ad.xlarge", "g5g.16xlarge", "g5g.2xlarge",
+    "g5g.4xlarge", "g5g.8xlarge", "g5g.metal", "g5g.xlarge", "g6f.2xlarge", "g6f.4xlarge",
+    "g6f.large", "g6f.xlarge", "g7.12xlarge", "g7.24xlarge", "g7.2xlarge", "g7.48xlarge",
+    "g7.4xlarge", "g7.8xlarge", "g7e.12xlarge", "g7e.24xlarge", "g7e.2xlarge",
+    "g7e.48xlarge", "g7e.4xlarge", "g7e.8xlarge", "gr6.4xlarge", "gr6.8xlarge",
+    "gr6f.4xlarge", "p2.16xlarge", "p2.8xlarge", "p2.xlarge", "p5.4xlarge",
+    "p6-b300.48xlarge", "trn2.3xlarge", "trn2.48xlarge",
+}
+
+
+def test_every_accelerated_type_is_priced_or_named_unpriced() -> None:
+    from costguard.providers.aws.gpu_types import shipped_gpu_table
+
+    table = json.loads(resources.files("costguard.providers.aws").joinpath(
+        "data/ec2_gpu_prices.json").read_text(encoding="utf-8"))
+    priced = set(table["prices"]["us-east-1"])
+    accelerated = set(shipped_gpu_table())
+    assert accelerated - priced == UNPRICED_ACCELERATED
+    # Trainium and Inferentia on sale on demand are priced (trn2: Capacity Blocks only)
+    neuron = {t for t in accelerated if t.startswith(("trn", "inf"))}
+    assert neuron - priced == {"trn2.3xlarge", "trn2.48xlarge"}
+    assert "trn1" in table["source"] and "inf2" in table["source"]

@@ -257,3 +257,13 @@ def test_projects_without_tpus_ask_for_no_tpu_metrics(
     provider = make_provider()
     provider.gpu_metrics(provider.list_instances().instances, NOW - timedelta(minutes=5), NOW)
     assert not [t for t in fake.monitoring.calls if t.startswith("tpu.googleapis.com")]
+
+
+def test_every_tpu_type_the_client_knows_is_in_the_catalog() -> None:
+    """The Cloud TPU client's AcceleratorConfig.Type lists the generations the API serves:
+    each has a catalog row (a newer client with a type the table lacks fails here)."""
+    from google.cloud import tpu_v2
+
+    served = {name for name in tpu_v2.AcceleratorConfig.Type.__members__
+              if name != "TYPE_UNSPECIFIED"}
+    assert served <= {g.config_type for g in tpus.generations()}
