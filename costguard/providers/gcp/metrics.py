@@ -26,7 +26,6 @@ from typing import Any
 from google.api_core import exceptions as gexc
 from google.api_core import retry as gretry
 from google.cloud import monitoring_v3
-from google.protobuf import duration_pb2, timestamp_pb2
 
 from costguard.clock import utc
 from costguard.errors import ProviderError
@@ -35,6 +34,7 @@ from costguard.providers.base import Split
 from costguard.providers.cloud_readings import Dropped, validated, whole_bytes
 from costguard.providers.gcp import tpu_metrics, tpu_nodes
 from costguard.providers.gcp.errors import from_retry_error, translate
+from costguard.providers.gcp.series import aligned_request, minute_of, series_filter, value_of
 from costguard.providers.repeats import Receipt
 
 UTIL = "agent.googleapis.com/gpu/utilization"
@@ -77,44 +77,13 @@ _Key = tuple[str, int, int]  # (instance id, gpu index, minute start as epoch se
 
 
 def metric_filter(metric_type: str) -> str:
-    return f'metric.type = "{metric_type}" AND resource.type = "gce_instance"'
-
-
-def _ts(dt: datetime) -> timestamp_pb2.Timestamp:
-    stamp = timestamp_pb2.Timestamp()
-    stamp.FromDatetime(utc(dt))
-    return stamp
+    return series_filter(metric_type, "gce_instance")
 
 
 def build_request(
     project: str, query: MetricQuery, start: datetime, end: datetime
 ) -> monitoring_v3.ListTimeSeriesRequest:
-    return monitoring_v3.ListTimeSeriesRequest(
-        name=f"projects/{project}",
-        filter=metric_filter(query.metric_type),
-        interval=monitoring_v3.TimeInterval(start_time=_ts(start), end_time=_ts(end)),
-        aggregation=monitoring_v3.Aggregation(
-            alignment_period=duration_pb2.Duration(seconds=60),
-            per_series_aligner=query.aligner,
-        ),
-        view=monitoring_v3.ListTimeSeriesRequest.TimeSeriesView.FULL,
-    )
-
-
-def _value(point: Any) -> float | None:
-    """The number in a raw protobuf `Point` (double or int64), or None for other kinds."""
-    which = point.value.WhichOneof("value")
-    if which == "double_value":
-        return float(point.value.double_value)
-    if which == "int64_value":
-        return float(point.value.int64_value)
-    return None
-
-
-def _minute(end_seconds: int) -> int:
-    """Start of the 60 s window that ends at `end_seconds` (epoch), on a minute boundary."""
-    start = end_seconds - 60
-    return start - start % 60
+    return aligned_request(project, metric_filter(query.metric_type), query.aligner, start, end)
 
 
 def _read_series(out: dict[_Key, float], series: Any, query: MetricQuery,
@@ -135,12 +104,12 @@ def _read_series(out: dict[_Key, float], series: Any, query: MetricQuery,
     scale, percent = query.scale, query.percent
     held_or_set = out.setdefault  # one lookup a point: most keys are new
     for point in raw.points:
-        value = _value(point)
+        value = value_of(point)
         if value is not None:
             value *= scale
             if percent:  # kept within 0-100 here, once a point (NaN passes, as it came)
                 value = 0.0 if value < 0.0 else 100.0 if value > 100.0 else value
-            key = (instance_id, gpu, _minute(point.interval.end_time.seconds))
+            key = (instance_id, gpu, minute_of(point.interval.end_time.seconds))
             # another series of the same GPU (labels differ: anyone may write one): the
             # busiest wins, so an added series can never stand in for the agent's as idle;
             # a NaN from either stays, for validation to refuse

@@ -31,6 +31,7 @@ from google.cloud import monitoring_v3
 
 from costguard.model import Instance
 from costguard.providers.gcp import tpus
+from costguard.providers.gcp.series import aligned_request, minute_of, series_filter, value_of
 
 IDLE = "tpu.googleapis.com/tpu/tensorcore/idle_duration"
 TENSORCORE = "tpu.googleapis.com/accelerator/tensorcore_utilization"
@@ -79,12 +80,8 @@ def busy_percent(idle_seconds: float) -> float:
     return 100.0 * (60.0 - idle) / 60.0
 
 
-def _filter(metric_type: str) -> str:
-    return f'metric.type = "{metric_type}" AND resource.type = "{RESOURCE}"'
-
-
 def read_series(out: dict[_Key, float], series: Any, query: TpuQuery,
-                nodes: dict[tuple[str, str], Node], value_of: Any, minute_of: Any) -> None:
+                nodes: dict[tuple[str, str], Node]) -> None:
     raw = monitoring_v3.TimeSeries.pb(series)
     labels = raw.resource.labels
     node = nodes.get((labels.get("zone", ""), labels.get("node_id", "")))
@@ -116,13 +113,9 @@ def fetch(client: monitoring_v3.MetricServiceClient, project: str,
           retry: gretry.Retry, out: dict[str, dict[_Key, float]]) -> None:
     """Add the project's TPU chip-minutes to `out` (metrics.fetch_project's shape); the
     API's errors are raised as they come, for fetch_project to translate."""
-    from costguard.providers.gcp.metrics import MetricQuery, _minute, _value, build_request
-
     for query in QUERIES:
-        request = build_request(project, MetricQuery(query.metric_type, query.aligner,
-                                                     query.field, 1.0), start, end)
-        request.filter = _filter(query.metric_type)
+        request = aligned_request(project, series_filter(query.metric_type, RESOURCE),
+                                  query.aligner, start, end)
         for series in client.list_time_series(request=request, retry=retry):
-            read_series(out.setdefault(query.field, {}), series, query, nodes, _value,
-                        _minute)
+            read_series(out.setdefault(query.field, {}), series, query, nodes)
 
