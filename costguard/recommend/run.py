@@ -31,6 +31,7 @@ from costguard.model import Instance
 from costguard.recommend.fit import Fit, PriceLookup, cheaper_fit
 from costguard.recommend.settings import RecommendSettings
 from costguard.recommend.tables import judged_rows
+from costguard.recommend.tpu_fit import tpu_fit
 from costguard.recommend.verdict import settings_key
 from costguard.report.figures import Waste, WasteLine
 from costguard.store.inventory import current_instances
@@ -160,11 +161,18 @@ def judge_instances(session: Session, instances: Sequence[Instance], now: dateti
             ref = (inst.provider, inst.instance_id)
             verdicts[ref] = judge(readings.pop(ref, []), window_start=since,
                                   window_end=now, gpu_count=inst.gpu_count, settings=cfg)
-    return [Recommendation(cheaper_fit(inst, verdicts[(inst.provider, inst.instance_id)],
-                                       price, cfg),
+    return [Recommendation(fit_of(inst, verdicts[(inst.provider, inst.instance_id)], price,
+                                  cfg),
                            teams.get(inst.instance_id, UNATTRIBUTED),
                            round(spent.get(inst.instance_id, 0.0), 2))
             for inst in instances]
+
+
+def fit_of(inst: Instance, e: Efficiency, price: PriceLookup,
+           cfg: RecommendSettings) -> Fit:
+    """A TPU node's fit (a smaller slice of its generation, recommend/tpu_fit.py), else the
+    cheaper instance type (recommend/fit.py)."""
+    return tpu_fit(inst, e) or cheaper_fit(inst, e, price, cfg)
 
 
 def gpu_minutes(inst: Instance, start: datetime, end: datetime) -> int:

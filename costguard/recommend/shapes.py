@@ -80,8 +80,10 @@ class Shape:
 
     @property
     def label(self) -> str:
-        return (f"{self.gpus}x {self.gpu_model} {self.gpu_memory_mib * 2**20 / 1e9:.0f} GB, "
-                f"{self.vcpus} vCPUs, {self.memory_mib / 1024:g} GiB")
+        accelerators = f"{self.gpus}x {self.gpu_model} {self.gpu_memory_mib * 2**20 / 1e9:.0f} GB"
+        if not self.vcpus:  # a TPU slice: its hosts come with its chips (recommend/tpu_fit)
+            return accelerators
+        return f"{accelerators}, {self.vcpus} vCPUs, {self.memory_mib / 1024:g} GiB"
 
 
 def _short(model: str) -> str:
