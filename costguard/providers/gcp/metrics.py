@@ -32,7 +32,7 @@ from costguard.errors import ProviderError
 from costguard.model import Gap, GpuMinute, Instance, TelemetrySource
 from costguard.providers.base import Split
 from costguard.providers.cloud_readings import Dropped, validated, whole_bytes
-from costguard.providers.gcp import tpu_metrics, tpu_nodes
+from costguard.providers.gcp import tpu_metrics, tpus
 from costguard.providers.gcp.errors import from_retry_error, translate
 from costguard.providers.gcp.series import aligned_request, minute_of, series_filter, value_of
 from costguard.providers.repeats import Receipt
@@ -220,7 +220,7 @@ def gpu_minutes(
     for inst in instances:
         if inst.provider == "gcp":
             by_project.setdefault(inst.account, set()).add(inst.instance_id)
-            if tpu_nodes.is_node(inst):
+            if tpus.is_node(inst):
                 tpus_of.setdefault(inst.account, []).append(inst)
     if not by_project:
         return [], []

@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from costguard.clock import Clock, SystemClock
 from costguard.errors import ProviderError
@@ -32,7 +33,7 @@ from costguard.providers.gcp import (
     pricing,
     projects,
     reads,
-    tpu_nodes,
+    tpus,
 )
 from costguard.providers.gcp import compute as compute_v1
 from costguard.providers.gcp.batch_joiner import Joiner
@@ -45,6 +46,9 @@ from costguard.providers.gcp.clients import (
 from costguard.providers.gcp.groups import GroupClients
 from costguard.providers.gcp.settings import GcpSettings
 from costguard.providers.repeats import Repeats
+
+if TYPE_CHECKING:
+    from costguard.providers.gcp.tpu_nodes import TpuNodes
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +97,10 @@ class GcpProvider:
             retry_settings=settings.retry,
             fields=self._partial.recheck_fields,
         )
-        self.tpus: tpu_nodes.TpuNodes | None = None
-        if settings.tpus:
+        self.tpus: TpuNodes | None = None
+        if settings.tpus:  # google-cloud-tpu loads here, not with this module
+            from costguard.providers.gcp import tpu_nodes
+
             self.tpus = tpu_nodes.TpuNodes(
                 tpu_nodes.build_client(self.clients.credentials, settings.tpu_endpoint),
                 retry=self.retry, timeout_s=settings.operation_timeout_s,
@@ -152,9 +158,9 @@ class GcpProvider:
                     instances.extend(members)
                     gaps.extend(result.gaps)
                 if self.tpus is not None:  # Cloud TPU nodes: one listing a project
-                    tpus = self.tpus
+                    side = self.tpus
                     unread = {g.scope for g in gaps}  # a project unread: one gap says so
-                    for nodes in pool.map(lambda p: tpus.list_project(p, observed_at), names):
+                    for nodes in pool.map(lambda p: side.list_project(p, observed_at), names):
                         instances.extend(nodes.instances)
                         gaps.extend(g for g in nodes.gaps
                                     if g.scope.split("/", 1)[0] not in unread)
@@ -205,9 +211,9 @@ class GcpProvider:
         is stored."""
         self._repeats.stored(receipt_of(readings))
 
-    def _tpu(self, instance: Instance) -> tpu_nodes.TpuNodes | None:
+    def _tpu(self, instance: Instance) -> TpuNodes | None:
         """The TPU side, when `instance` is a Cloud TPU node (not a Compute Engine VM)."""
-        if not tpu_nodes.is_node(instance):
+        if not tpus.is_node(instance):
             return None
         if self.tpus is None:
             raise ProviderError("gcp", instance.account, f"{instance.name} is a Cloud TPU node "
@@ -216,19 +222,19 @@ class GcpProvider:
 
     def _split(self, instances: Sequence[Instance]) -> tuple[list[Instance], list[Instance]]:
         """(Compute Engine VMs, Cloud TPU nodes)."""
-        vms = [i for i in instances if not tpu_nodes.is_node(i)]
-        return vms, [i for i in instances if tpu_nodes.is_node(i)]
+        vms = [i for i in instances if not tpus.is_node(i)]
+        return vms, [i for i in instances if tpus.is_node(i)]
 
     def stop(self, instance: Instance, *, dry_run: bool) -> ActionResult:
-        tpus = self._tpu(instance)
-        if tpus is not None:
-            return tpus.power(instance, "stop", dry_run=dry_run)
+        side = self._tpu(instance)
+        if side is not None:
+            return side.power(instance, "stop", dry_run=dry_run)
         return actions.stop(self._actions, instance, dry_run=dry_run)
 
     def start(self, instance: Instance, *, dry_run: bool) -> ActionResult:
-        tpus = self._tpu(instance)
-        if tpus is not None:
-            return tpus.power(instance, "start", dry_run=dry_run)
+        side = self._tpu(instance)
+        if side is not None:
+            return side.power(instance, "start", dry_run=dry_run)
         return actions.start(self._actions, instance, dry_run=dry_run)
 
     def set_tags(
@@ -239,9 +245,9 @@ class GcpProvider:
         remove: Sequence[str] = (),
         dry_run: bool,
     ) -> ActionResult:
-        tpus = self._tpu(instance)
-        if tpus is not None:
-            return tpus.relabel(instance, tags, remove=remove, dry_run=dry_run)
+        side = self._tpu(instance)
+        if side is not None:
+            return side.relabel(instance, tags, remove=remove, dry_run=dry_run)
         return actions.set_labels(self._actions, instance, tags, remove=remove, dry_run=dry_run)
 
     def _disk_client(self) -> compute_v1.DisksClient:
@@ -256,7 +262,7 @@ class GcpProvider:
         """Snapshot the persistent disks (when asked), then delete; see gcp/terminate.py."""
         from costguard.providers.gcp import terminate as term
 
-        if tpu_nodes.is_node(instance):
+        if tpus.is_node(instance):
             return ActionResult(outcome=ActionOutcome.SKIPPED, detail=(
                 f"{instance.name} is a Cloud TPU node: costguard stops single-host TPU nodes "
                 "but never deletes one; delete it yourself when its work is saved"))
@@ -278,7 +284,7 @@ class GcpProvider:
         stopped by stop_many was priced there in bulk."""
         from costguard.providers.gcp import disks
 
-        if tpu_nodes.is_node(instance):
+        if tpus.is_node(instance):
             return None  # a stopped TPU node bills nothing; no disks of its own to price
         with self._batch.lock:
             if instance.instance_id in self._batch.stopped_costs:
@@ -312,10 +318,10 @@ class GcpProvider:
             found.update(self._tpu_side(nodes[0]).describe_many(nodes))
         return found
 
-    def _tpu_side(self, node: Instance) -> tpu_nodes.TpuNodes:
-        tpus = self._tpu(node)
-        assert tpus is not None  # a TPU node by construction
-        return tpus
+    def _tpu_side(self, node: Instance) -> TpuNodes:
+        side = self._tpu(node)
+        assert side is not None  # a TPU node by construction
+        return side
 
     def stop_many(
         self, instances: Sequence[Instance], *, dry_run: bool
@@ -325,9 +331,9 @@ class GcpProvider:
             self._batch, vms, dry_run=dry_run, request_id=lambda: str(uuid.uuid4())
         ) if vms else {}
         if nodes:
-            tpus = self._tpu_side(nodes[0])
-            done.update(tpus.act_on_each(
-                nodes, lambda n: tpus.power(n, "stop", dry_run=dry_run)))
+            side = self._tpu_side(nodes[0])
+            done.update(side.act_on_each(
+                nodes, lambda n: side.power(n, "stop", dry_run=dry_run)))
         return done
 
     def set_tags_many(
@@ -342,7 +348,7 @@ class GcpProvider:
         done = batch.set_labels_many(self._batch, vms, tags, remove=remove,
                                      dry_run=dry_run) if vms else {}
         if nodes:
-            tpus = self._tpu_side(nodes[0])
-            done.update(tpus.act_on_each(
-                nodes, lambda n: tpus.relabel(n, tags, remove=remove, dry_run=dry_run)))
+            side = self._tpu_side(nodes[0])
+            done.update(side.act_on_each(
+                nodes, lambda n: side.relabel(n, tags, remove=remove, dry_run=dry_run)))
         return done

@@ -309,11 +309,6 @@ def set_labels(client: tpu_v2.TpuClient, instance: Instance, tags: Mapping[str, 
                         detail=f"labels of {instance.name}: {diff}", state_after=state)
 
 
-def is_node(instance: Instance) -> bool:
-    """An instance listed from the Cloud TPU API (not a Compute Engine VM)."""
-    return instance.provider == "gcp" and tpus.is_tpu_type(instance.instance_type)
-
-
 class TpuNodes:
     """The provider's Cloud TPU side: one client, its retry, operation timeout and pool."""
 

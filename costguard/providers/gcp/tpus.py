@@ -15,7 +15,10 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from costguard.model import Instance
 
 _GIB_MIB = 1024
 _TYPE = re.compile(r"^(?P<prefix>[a-z0-9]+-)(?P<n>\d+)$")
@@ -141,3 +144,8 @@ def list_price(model: str | None, chips: int) -> float | None:
     if gen is None or gen.usd_per_chip_hour is None or chips <= 0:
         return None
     return round(chips * gen.usd_per_chip_hour, 6)
+
+
+def is_node(instance: Instance) -> bool:
+    """An instance listed from the Cloud TPU API (not a Compute Engine VM)."""
+    return instance.provider == "gcp" and is_tpu_type(instance.instance_type)
