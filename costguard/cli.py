@@ -142,6 +142,8 @@ def validate(
             err.print(line, highlight=False, markup=False, soft_wrap=True)
         if check.ok:
             console.print(check.summary(whole=not paths), highlight=False)
+            console.print(f"governing {check.kinds()} (resource kinds: docs/policies.md)",
+                          highlight=False)
         else:
             err.print(f"{len(check.problems) + len(check.others)} problem(s) found", style="red")
     if not check.ok:

@@ -6,6 +6,7 @@ or with the variable that set it."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +15,7 @@ from costguard.alerts.routing import RoutingError, load_routing
 from costguard.config import Settings, load_settings
 from costguard.costs.pricing import PriceOverrides
 from costguard.errors import ConfigError, PolicyError, SourceError
+from costguard.policy.kinds import KINDS
 from costguard.policy.load import load_with_warnings
 from costguard.policy.schema import PolicySet
 
@@ -50,6 +52,14 @@ class SetupCheck:
                 + "".join(f"; {f}" for f in self.files)
                 + (f"; {self.agents()}" if whole and self.settings is not None else ""))
 
+    def kinds(self) -> str:
+        """The kinds of resource the policies govern, with how many policies each (the
+        line `costguard validate` prints after the summary)."""
+        assert self.policies is not None
+        counts = Counter(p.resource for p in self.policies.policies)
+        return ", ".join(f"{n} {kind} polic{'y' if n == 1 else 'ies'}"
+                         for kind, n in sorted(counts.items())) or "nothing"
+
     def agents(self) -> str:
         """Which instance-identity mode is in force, and what `optional` allows."""
         assert self.settings is not None
@@ -75,8 +85,12 @@ class SetupCheck:
                 for m in self.others],
             "warnings": [located(w) for w in self.warnings]}
         if self.ok and self.policies is not None:
-            doc |= {"policies": [{"name": p.name, "mode": p.mode}
+            doc |= {"policies": [{"name": p.name, "mode": p.mode, "resource": p.resource}
                                  for p in self.policies.policies],
+                    "kinds": {name: {"providers": list(kind.providers),
+                                     "filters": list(kind.filters),
+                                     "actions": [str(a) for a in kind.actions]}
+                              for name, kind in KINDS.items()},
                     "budgets": len(self.policies.budgets),
                     "anomaly_rules": len(self.policies.anomalies)}
         if whole:

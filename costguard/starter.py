@@ -23,6 +23,7 @@ poll_interval: 5m
 #     role_name: CostguardRole
 #   gcp:
 #     projects: [ml-prod]
+#     tpus: true                # Cloud TPU nodes too (docs/accelerators.md)
 
 # http:
 #   host: 127.0.0.1           # 0.0.0.0 to accept agents from other hosts

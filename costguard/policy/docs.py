@@ -19,6 +19,7 @@ from pydantic.fields import FieldInfo
 
 from costguard.policy.actions import NOTIFY_PLACEHOLDERS, TAG_PLACEHOLDERS
 from costguard.policy.base import Element, OneOrList, TypeLabel, format_duration
+from costguard.policy.kinds import KINDS
 from costguard.policy.schema import BUILTIN_DIMENSIONS, ELEMENTS
 
 _INTRO = f"""\
@@ -64,8 +65,30 @@ def render_reference() -> str:
     """The whole Markdown reference."""
     toc = "".join(
         f"- [{cls.__name__}](#{cls.__name__.lower()}) — `{cls.yaml_key}`\n" for cls in ELEMENTS
-    )
-    return _INTRO + toc + "".join(render_element(cls) for cls in ELEMENTS)
+    ) + "- [Resource kinds](#resource-kinds) — `resource:`\n"
+    return (_INTRO + toc + "".join(render_element(cls) for cls in ELEMENTS)
+            + render_kinds())
+
+
+def render_kinds() -> str:
+    """The kinds of resource a policy governs, from their registry (policy/kinds.py)."""
+    out = ["\n## Resource kinds\n\nA policy's `resource:` names the kind it governs; its "
+           "providers default to the kind's, and only the filters and actions the kind takes "
+           "are accepted (`costguard validate` says which, at the line). The permissions are "
+           "the base set of the kind's providers (`costguard iam --provider P` prints exactly "
+           "what the loaded policies need).\n"]
+    for kind in KINDS.values():
+        perms = "".join(
+            f"  - {provider}: {', '.join(f'`{p}`' for p in names)}\n"
+            for provider, names in kind.permissions(True).items())
+        out.append(
+            f"\n### `{kind.name}`\n\n{kind.what[:1].upper()}{kind.what[1:]} "
+            f"({kind.docs}).\n\n"
+            f"- providers: {', '.join(f'`{p}`' for p in kind.providers)}\n"
+            f"- filters: {', '.join(f'`{f}`' for f in kind.filters)}\n"
+            f"- actions: {', '.join(f'`{a}`' for a in kind.actions)}\n"
+            f"- permissions to act:\n{perms}\nExample:\n\n```yaml\n{kind.example}```\n")
+    return "".join(out)
 
 
 def render_element(cls: type[Element]) -> str:

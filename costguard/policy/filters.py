@@ -12,8 +12,6 @@ from costguard.policy.base import Duration, Element, OneOrMany, Text
 
 WorkloadKind = Literal["Deployment", "StatefulSet", "Job", "CronJob", "Notebook",
                        "JupyterServer", "Pod"]
-# what only a Kubernetes workload has: a filter an instance policy must not carry
-WORKLOAD_FILTERS = ("namespaces", "kinds")
 
 
 class TagFilter(Element):

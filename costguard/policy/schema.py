@@ -37,7 +37,8 @@ from costguard.policy.conditions import (
     UnderusedCondition,
     underused_acts_only_by_telling,
 )
-from costguard.policy.filters import WORKLOAD_FILTERS, AgeFilter, Filters, TagFilter
+from costguard.policy.filters import AgeFilter, Filters, TagFilter
+from costguard.policy.kinds import KINDS, ResourceName, holding, taking_filter
 from costguard.policy.schedule import Calendar, OfficeHours
 from costguard.policy.spend import (
     BUILTIN_DIMENSIONS,
@@ -145,9 +146,9 @@ policies:
 
     name: Name = Field(description="Unique across all loaded files.")
     description: str = Field(default="", description="Shown in notifications and reports.")
-    resource: Literal["instance", "workload"] = Field(
-        default="instance", description="What it governs: cloud instances, or Kubernetes "
-        "workloads holding GPUs (docs/kubernetes.md).")
+    resource: ResourceName = Field(
+        default="instance", description="The kind of resource it governs (see Resource kinds "
+        "below): cloud instances, or Kubernetes workloads holding GPUs.")
     providers: OneOrMany[ProviderName] = Field(
         default=PROVIDERS, min_length=1, description="Providers it applies to."
     )
@@ -175,34 +176,35 @@ policies:
 
     @model_validator(mode="after")
     def _resource_and_providers(self) -> Policy:
-        """A workload policy governs the `k8s` provider alone (its default); an instance
-        policy never does."""
-        if self.resource == "workload":
-            if "providers" not in self.model_fields_set:
-                object.__setattr__(self, "providers", ("k8s",))  # frozen: its default
-            elif tuple(self.providers) != ("k8s",):
+        """A policy's providers, filters and actions are those its kind of resource takes
+        (costguard/policy/kinds.py); its providers default to the kind's."""
+        kind = KINDS[self.resource]
+        if "providers" not in self.model_fields_set:
+            object.__setattr__(self, "providers", kind.providers)  # frozen: its default
+        for provider in self.providers:
+            if provider not in kind.providers:
+                other = [k.name for k in holding(provider)]
                 raise PydanticCustomError(
-                    "providers", "a workload policy governs Kubernetes workloads: providers: "
-                    "[k8s], or leave providers out")
-            for bad in ("instance_type", "family", "lifecycle", "managed", "owner_kind"):
-                if getattr(self.filters, bad) is not None:
-                    raise PydanticCustomError(
-                        "filters", f"filters.{bad} selects cloud instances; a workload policy "
-                        "selects with namespaces, kinds, tags (labels), min_gpus, accounts "
-                        "(clusters) and state")
-            if any(a.kind in (ActionKind.SCALE_IN, ActionKind.SCALE_TO_ZERO,
-                              ActionKind.TERMINATE) for a in self.actions):
+                    "providers", f"{provider} holds no {kind.name}s (a {kind.name} policy "
+                    f"governs {kind.what}: providers among {', '.join(kind.providers)})"
+                    + (f"; give this policy `resource: {other[0]}`, or leave {provider} out"
+                       if other else ""))
+        for key in type(self.filters).model_fields:
+            if getattr(self.filters, key) is not None and key not in kind.filters:
+                takers = [k.name for k in taking_filter(key)]
                 raise PydanticCustomError(
-                    "actions", "a workload is stopped with `stop` (scaled to zero, suspended "
-                    "or its notebook stopped, as its kind takes) and started with `start`")
-        elif "k8s" in self.providers:
-            raise PydanticCustomError(
-                "providers", "k8s holds Kubernetes workloads: give this policy "
-                "`resource: workload`, or leave k8s out")
-        elif any(getattr(self.filters, f) is not None for f in WORKLOAD_FILTERS):
-            raise PydanticCustomError(
-                "filters", "filters.namespaces and filters.kinds select Kubernetes "
-                "workloads: give this policy `resource: workload`")
+                    "filters", f"filters.{key} selects {' or '.join(takers)}s, not "
+                    f"{kind.name}s; a {kind.name} policy selects with "
+                    f"{', '.join(kind.filters)}"
+                    + (f" (or give it `resource: {takers[0]}`)" if takers else ""))
+        for action in self.actions:
+            if action.kind not in kind.actions:
+                raise PydanticCustomError(
+                    "actions", f"{action.kind} does not apply to a {kind.name}: its actions "
+                    f"are {', '.join(kind.actions)}"
+                    + (" (a workload is stopped with `stop`: scaled to zero, suspended or "
+                       "its notebook stopped, as its kind takes)"
+                       if kind.name == "workload" else ""))
         return self
 
     @model_validator(mode="after")

@@ -110,6 +110,13 @@ def _to_source_error(
         _, pos = positions.nearest(parent)
         msg = f"{format_path(parent, positions)}: missing required key {key!r}"
         return SourceError(filename, pos.line, pos.column, msg)
+    # a model's own check that names one of its keys as its error type (`providers`,
+    # `filters`, `actions`: PydanticCustomError("filters", ...)) points at that key
+    if isinstance(kind, str) and (*path, kind) in positions.keys:
+        path = (*path, kind)
+        pos = positions.keys[path]
+        return SourceError(
+            filename, pos.line, pos.column, f"{format_path(path, positions)}: {_message(err)}")
     _, pos = positions.nearest(path)
     return SourceError(
         filename, pos.line, pos.column, f"{format_path(path, positions)}: {_message(err)}"

@@ -157,7 +157,8 @@ def test_budget_thresholds_are_sorted_and_deduplicated() -> None:
         ("actions: [{}]",
          "exactly one of notify, tag, stop, start, terminate, scale_in or scale_to_zero "
          "(got none)"),
-        ("resource: bucket", "Input should be 'instance'"),
+        ("resource: bucket", "unknown kind of resource 'bucket': costguard governs `instance`, "
+                              "`workload`"),
         ("providers: [azure]", "Input should be 'aws', 'gcp', 'sim' or 'k8s'"),
         ("limits: {max_actions_per_cycle: 0}", "greater than or equal to 1 (got 0)"),
     ],

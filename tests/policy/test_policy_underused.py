@@ -65,8 +65,9 @@ def test_underused_never_stops_and_says_where(step: str) -> None:
         parse_policy_text(POLICY.format(extra=f"      - {step}\n"), "p.yml")
     (error,) = caught.value.errors
     kind = step.split(":")[0]
-    assert str(error) == (
-        f"p.yml:2:5: policies[0]: condition.underused works with notify and tag only, not "
+    assert str(error) == (  # at its `actions:` key, where the step to remove is
+        f"p.yml:11:5: policies[0].actions: condition.underused works with notify and tag "
+        f"only, not "
         f"{kind}: costguard never stops a GPU for doing too little (it may be serving or "
         f"training); remove `{kind}`")
 

@@ -71,7 +71,7 @@ def test_validate_json_lists_problems_and_warnings_with_positions(tmp_path: Path
     body = json.loads(ok.output)
     assert ok.exit_code == 0 and body["ok"] is True
     assert body["warnings"][0]["line"] == 9 and body["policies"] == [
-        {"name": "idle", "mode": "enforce"}]
+        {"name": "idle", "mode": "enforce", "resource": "instance"}]
     path.write_text("policies:\n  - name: x\n    mode: sometimes\n", encoding="utf-8")
     bad = CliRunner().invoke(app, ["validate", str(path), "--format", "json"])
     body = json.loads(bad.output)

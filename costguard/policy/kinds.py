@@ -1,0 +1,132 @@
+"""The kinds of resource a policy governs (`resource:`), one registry.
+
+Each kind declares what it is, the providers that hold it, the filters and actions it takes,
+the permissions its providers need to read it and to act on it, and an example policy (a
+test loads every one). The policy schema checks a policy against its kind from here, docs/
+policies.md describes the kinds from here, and `costguard validate` names them: a new kind
+of resource enters by a row here (and the provider calls behind it), not by a branch in
+every stage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
+from pydantic_core import PydanticCustomError
+
+from costguard.model import PROVIDERS, ActionKind, ProviderName
+from costguard.policy.base import TypeLabel
+
+# the filters every kind takes
+_COMMON = ("gpu", "state", "accounts", "regions", "tags", "age", "min_gpus")
+_INSTANCE_ONLY = ("instance_type", "family", "lifecycle", "managed", "owner_kind")
+
+
+def _instance_permissions(enforcing: bool) -> dict[str, list[str]]:
+    from costguard.providers.aws import required_iam_policy
+    from costguard.providers.gcp.iam import required_permissions
+
+    aws = required_iam_policy(enforcing, enforcing)
+    actions = sorted({a for stmt in aws["Statement"] for a in _listed(stmt.get("Action"))})
+    return {"aws": actions, "gcp": required_permissions(enforcing)}
+
+
+def _workload_permissions(enforcing: bool) -> dict[str, list[str]]:
+    from costguard.k8s import rbac
+
+    verbs: dict[str, set[str]] = {}
+    for rule in rbac.rules(acting=enforcing):
+        for group in (g or "core" for g in rule.get("apiGroups", [""])):
+            for resource in rule.get("resources", []):
+                verbs.setdefault(f"{group}/{resource}", set()).update(rule.get("verbs", []))
+    return {"k8s": [f"{r}: {', '.join(sorted(v))}" for r, v in sorted(verbs.items())]}
+
+
+def _listed(value: Any) -> list[str]:
+    return [value] if isinstance(value, str) else list(value or [])
+
+
+@dataclass(frozen=True)
+class ResourceKind:
+    name: str  # what `resource:` says
+    what: str  # what it is, in a phrase ("cloud instances (VMs)")
+    providers: tuple[ProviderName, ...]  # the providers that hold it (a policy's default)
+    filters: tuple[str, ...]  # the `filters:` keys it takes
+    actions: tuple[ActionKind, ...]  # the actions it takes
+    permissions: Callable[[bool], dict[str, list[str]]]  # read (False) / act (True)
+    docs: str  # where it is described
+    example: str  # a policy of this kind (loaded by a test)
+
+
+KINDS: dict[str, ResourceKind] = {kind.name: kind for kind in (
+    ResourceKind(
+        name="instance",
+        what="cloud instances (EC2 instances, Compute Engine VMs, Cloud TPU nodes) and the "
+             "simulated cloud's",
+        providers=PROVIDERS,
+        filters=(*_COMMON, *_INSTANCE_ONLY),
+        actions=tuple(ActionKind),
+        permissions=_instance_permissions,
+        docs="docs/actions.md",
+        example="""\
+policies:
+  - name: idle-gpu-shutdown
+    resource: instance
+    filters: {gpu: true, state: running, tags: {absent: ["costguard:protect"]}}
+    condition:
+      idle: {below: 5, for: 45m}
+    actions:
+      - notify: {to: owner}
+      - stop: {grace: 15m}
+"""),
+    ResourceKind(
+        name="workload",
+        what="Kubernetes workloads holding GPUs (Deployments, StatefulSets, Jobs, CronJobs, "
+             "notebooks, bare pods)",
+        providers=("k8s",),
+        filters=(*_COMMON, "namespaces", "kinds"),
+        actions=(ActionKind.NOTIFY, ActionKind.TAG, ActionKind.STOP, ActionKind.START),
+        permissions=_workload_permissions,
+        docs="docs/kubernetes.md",
+        example="""\
+policies:
+  - name: idle-gpu-workloads
+    resource: workload
+    filters: {namespaces: ["team-*"], kinds: [Deployment, Notebook]}
+    condition:
+      idle: {below: 5, for: 1h}
+    actions:
+      - notify: {to: owner}
+      - stop: {grace: 30m}
+"""),
+)}
+
+
+def kind_names() -> str:
+    """`instance`, `workload`: the kinds, as an error message lists them."""
+    return ", ".join(f"`{k}`" for k in KINDS)
+
+
+def holding(provider: str) -> list[ResourceKind]:
+    """The kinds `provider` holds."""
+    return [k for k in KINDS.values() if provider in k.providers]
+
+
+def taking_filter(key: str) -> list[ResourceKind]:
+    return [k for k in KINDS.values() if key in k.filters]
+
+
+def _known(name: str) -> str:
+    if name not in KINDS:
+        raise PydanticCustomError(
+            "resource", f"unknown kind of resource {name!r}: costguard governs {kind_names()} "
+            "(docs/policies.md, Resource kinds)")
+    return name
+
+
+ResourceName = Annotated[str, AfterValidator(_known), TypeLabel(
+    "one of " + ", ".join(f"`{k}`" for k in KINDS))]
+"""A kind of resource the registry holds: `instance`, `workload`."""
