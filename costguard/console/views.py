@@ -147,8 +147,13 @@ def instance(s: Session, settings: Settings, policies: PolicySet, ref: str, now:
     doc = answer.as_json()
     inst = doc["instance"]
     spent = spend_doc(s, settings, win, [], {"instance": inst["id"]})
+    from costguard.accelerators import counted, kind_of
+
     return {"explain": doc, "spend": spent["total"],
-            "chart": activity_chart(s, inst["provider"], inst["id"], now)}
+            "chart": activity_chart(s, inst["provider"], inst["id"], now),
+            # "8 TPU chips", "1 GPU": what it carries, in its kind's words
+            "accelerators": counted(inst["instance_type"], inst["gpus"]),
+            "kind": kind_of(inst["instance_type"], inst["gpus"])}
 
 
 def activity_chart(s: Session, provider: str, instance_id: str, now: datetime) -> str:

@@ -68,6 +68,21 @@ def test_pages_show_the_report_s_figures(site: str, store: str) -> None:
     assert missing.status_code == 404 and "i-nobody" in missing.text
 
 
+def test_an_instance_page_speaks_of_its_own_accelerators(site: str, store: str) -> None:
+    """The demo's TPU node and Trainium instance: chips and devices, not GPUs."""
+    found = report_json(store, "--by", "instance", "--by", "accelerator", "--since", "7d")
+    kinds = {r["instance"]: r["accelerator"] for r in found["rows"]}
+    tpu = next(i for i, k in kinds.items() if k == "TPU")
+    trn = next(i for i, k in kinds.items() if k == "Trainium")
+    gpu = next(i for i, k in kinds.items() if k == "GPU")
+    page = httpx.get(f"{site}/console/instances/sim/{tpu}", headers=READER).text
+    assert "8 TPU chips" in page and "TPU activity, last 24 h" in page and "TPU-h" in page
+    page = httpx.get(f"{site}/console/instances/sim/{trn}", headers=READER).text
+    assert "1 Trainium device<" in page and "Trainium activity" in page
+    page = httpx.get(f"{site}/console/instances/sim/{gpu}", headers=READER).text
+    assert "GPU activity, last 24 h" in page and re.search(r"· \d+ GPUs?</p>", page)
+
+
 def test_no_page_without_a_login(site: str) -> None:
     for path in ("/console/", "/console/pending", "/console/audit",
                  "/console/instances/sim/i-sim07000011"):
