@@ -73,14 +73,14 @@ KINDS: dict[str, ResourceKind] = {kind.name: kind for kind in (
         docs="docs/actions.md",
         example="""\
 policies:
-  - name: idle-gpu-shutdown
+  - name: idle-accelerators
     resource: instance
-    filters: {gpu: true, state: running, tags: {absent: ["costguard:protect"]}}
+    filters: {gpu: true, state: running, lifecycle: [on-demand, spot]}
     condition:
-      idle: {below: 5, for: 45m}
+      idle: {below: 5, for: 1h}
     actions:
-      - notify: {to: owner}
-      - stop: {grace: 15m}
+      - notify: {to: [owner, team]}
+      - stop: {grace: 30m}
 """),
     ResourceKind(
         name="workload",

@@ -93,14 +93,16 @@ class FakeMonitoring:
             "uuid": f"GPU-{instance_id}-{gpu_number}",
         }
         labels.update(extra_labels or {})
-        series = FakeSeries(
+        return self._added(FakeSeries(
             project=project,
             metric_type=metric_type,
             resource_labels={"project_id": project, "instance_id": instance_id, "zone": zone},
             metric_labels=labels,
             points=list(points),
             integer=integer,
-        )
+        ))
+
+    def _added(self, series: FakeSeries) -> FakeSeries:
         with self._lock:
             self.series.append(series)
         return series
@@ -120,15 +122,12 @@ class FakeMonitoring:
     ) -> FakeSeries:
         """A series of one chip of a Cloud TPU node's host (`tpu_worker`: node_id is the
         node's name, worker_id the host's index in the slice)."""
-        series = FakeSeries(
+        return self._added(FakeSeries(
             project=project, metric_type=metric_type,
             resource_labels={"project_id": project, "zone": zone, "node_id": node,
                              "worker_id": str(worker)},
             metric_labels={chip_label: str(chip)}, points=list(points), integer=integer,
-            resource_type="tpu_worker")
-        with self._lock:
-            self.series.append(series)
-        return series
+            resource_type="tpu_worker"))
 
     def fail_next(self, code: Any, times: int = 1, *, project: str | None = None) -> None:
         """The next `times` calls fail with gRPC status `code` (grpc.StatusCode.UNAVAILABLE)."""
