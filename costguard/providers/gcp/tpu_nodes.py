@@ -112,14 +112,32 @@ def owner_of(node: Any, shape: tpus.TpuShape | None, zone: str) -> Owner | None:
     return None
 
 
+_WARNED: set[str] = set()
+
+
+def _unknown_type(accelerator_type: str) -> None:
+    """Said once a process: a node of a type the TPU catalog does not know is listed without
+    chips (no accelerator: never judged idle, unpriced)."""
+    if accelerator_type not in _WARNED:
+        _WARNED.add(accelerator_type)
+        log.warning("gcp: TPU accelerator type %r is not in costguard's TPU catalog: its nodes "
+                    "are listed without chips or price until costguard knows it",
+                    accelerator_type)
+
+
 def to_instance(project: str, node: Any, observed_at: datetime) -> Instance:
     zone = _location(node.name)
     config = node.accelerator_config
-    config_type = tpu_v2.AcceleratorConfig.Type(config.type_).name if config else ""
+    try:
+        config_type = tpu_v2.AcceleratorConfig.Type(config.type_).name if config else ""
+    except ValueError:  # a generation newer than this client: read from the type's name
+        config_type = ""
     shape = tpus.shape(node.accelerator_type, topology=config.topology if config else "",
                        config_type=config_type if config_type != "TYPE_UNSPECIFIED" else "",
                        hosts=len(node.network_endpoints) or None)
     spec = tpu_spec(shape.generation) if shape else None
+    if shape is None:
+        _unknown_type(node.accelerator_type)
     state = state_name(node)
     sched = node.scheduling_config
     lifecycle = (Lifecycle.SPOT if sched and (sched.spot or sched.preemptible)

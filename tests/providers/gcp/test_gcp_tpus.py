@@ -267,3 +267,13 @@ def test_every_tpu_type_the_client_knows_is_in_the_catalog() -> None:
     served = {name for name in tpu_v2.AcceleratorConfig.Type.__members__
               if name != "TYPE_UNSPECIFIED"}
     assert served <= {g.config_type for g in tpus.generations()}
+
+
+def test_a_generation_the_catalog_does_not_know_is_listed_without_chips(
+        fake: FakeGcp, make_provider: Callable[..., GcpProvider],
+        caplog: pytest.LogCaptureFixture) -> None:
+    fake.compute.add_tpu_node(P, Z, "future", "v9x-8")
+    (node,) = make_provider().list_instances().instances
+    assert (node.instance_type, node.gpu_count, node.gpu_model) == ("v9x-8", 0, None)
+    assert not node.has_gpu  # never judged idle, never stopped as idle
+    assert "'v9x-8' is not in costguard's TPU catalog" in caplog.text
