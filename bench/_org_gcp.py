@@ -62,7 +62,8 @@ def project_ids(n: int) -> list[str]:
 
 def floor(fake: FakeGcp, fleet: Fleet) -> Counter[str]:
     """The fewest HTTP requests and RPCs one cold cycle can make, by method: per project one
-    instance listing per 500 VMs and one ListTimeSeries per metric costguard reads (each
+    instance listing per 500 VMs, one Cloud TPU node listing (every zone at once; none here
+    holds a TPU, so one page) and one ListTimeSeries per metric costguard reads (each
     answers a page of 500 series); per project that acts one filtered re-check listing (per
     FILTER_CHARS of names) and, where it stops, one disk listing (the stopped VMs' disks:
     what a stopped VM still costs); the stops and the relabels in batches of 1,000 calls
@@ -75,6 +76,7 @@ def floor(fake: FakeGcp, fleet: Fleet) -> Counter[str]:
     calls: Counter[str] = Counter()
     for project, members in vms.items():
         calls["compute aggregatedList instances"] += -(-len(members) // PAGE)
+        calls["tpu nodes list"] += 1
         per_query = max([-(-count // fake.monitoring.page_series)
                          for (p, _), count in series.items() if p == project], default=1)
         calls["monitoring ListTimeSeries"] += len(QUERIES) * per_query
