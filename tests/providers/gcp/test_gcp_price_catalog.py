@@ -94,3 +94,20 @@ def test_every_shipped_machine_shape_agrees_with_the_gpu_catalog() -> None:
         assert attached is not None, name
         assert (attached.accelerator, attached.count) == (shape.accelerator, shape.gpus), name
         assert attached.spec is not None and attached.spec.memory_mib > 0, name
+
+
+# Accelerator-optimized machine types the shipped table does not price (no list price was
+# transcribed for them): priced by `costguard prices refresh` from the Cloud Billing Catalog
+# (their shapes are in machine_types.json), never guessed. A type added to the shape table
+# must be priced or named here.
+UNPRICED_MACHINE_TYPES = {
+    "a3-edgegpu-8g", "a3-megagpu-8g", "a3-ultragpu-8g", "a4-highgpu-8g", "a4x-highgpu-4g",
+    "g4-standard-48", "g4-standard-96", "g4-standard-192", "g4-standard-384",
+}
+
+
+def test_every_machine_type_is_priced_or_named_unpriced() -> None:
+    from costguard.providers.gcp.pricing import load_table
+
+    priced = set(load_table()["regions"]["us-central1"]["machine_types"])
+    assert set(machine_shapes()) - priced == UNPRICED_MACHINE_TYPES
