@@ -8,6 +8,7 @@ from functools import cache
 from jinja2 import Environment, PackageLoader, Template, select_autoescape
 from sqlmodel import Session
 
+from costguard.accelerators import kind_of
 from costguard.costs.attribution import UNATTRIBUTED
 from costguard.costs.rollup import day_floor
 from costguard.report import charts
@@ -63,7 +64,8 @@ def to_html(report: Report, session: Session, now: datetime) -> str:
         chart_idle=charts.idle_bars(idle_rows),
         chart_top=charts.top_idle_bars([
             (t.instance_id, f"{t.team} · {t.instance_type} · "
-             f"{t.idle_gpu_seconds / 3600:,.0f} idle GPU-h", t.idle_cost_micros) for t in top]),
+             f"{t.idle_gpu_seconds / 3600:,.0f} idle {kind_of(t.instance_type, 1)}-h",
+             t.idle_cost_micros) for t in top]),
         headers=[*report.by, *_headers(report)],
         rows=[{"key": r.key, "cells": _cells(r, billed), "unattributed": UNATTRIBUTED in r.key}
               for r in rows],
