@@ -285,7 +285,9 @@ class GcpProvider:
         from costguard.providers.gcp import disks
 
         if tpus.is_node(instance):
-            return None  # a stopped TPU node bills nothing; no disks of its own to price
+            # a stopped TPU node's chips bill nothing; data disks attached to it (dataDisks)
+            # still would, and are not priced here: unknown, never a guess
+            return None
         with self._batch.lock:
             if instance.instance_id in self._batch.stopped_costs:
                 return self._batch.stopped_costs.pop(instance.instance_id)
