@@ -31,7 +31,7 @@ from costguard.model import Instance
 from costguard.recommend.fit import Fit, PriceLookup, cheaper_fit
 from costguard.recommend.settings import RecommendSettings
 from costguard.recommend.tables import judged_rows
-from costguard.recommend.tpu_fit import tpu_fit
+from costguard.recommend.tpu_fit import tpu_fit, words_for
 from costguard.recommend.verdict import settings_key
 from costguard.report.figures import Waste, WasteLine
 from costguard.store.inventory import current_instances
@@ -160,7 +160,8 @@ def judge_instances(session: Session, instances: Sequence[Instance], now: dateti
         for inst in chunk:
             ref = (inst.provider, inst.instance_id)
             verdicts[ref] = judge(readings.pop(ref, []), window_start=since,
-                                  window_end=now, gpu_count=inst.gpu_count, settings=cfg)
+                                  window_end=now, gpu_count=inst.gpu_count, settings=cfg,
+                                  words=words_for(inst))
     return [Recommendation(fit_of(inst, verdicts[(inst.provider, inst.instance_id)], price,
                                   cfg),
                            teams.get(inst.instance_id, UNATTRIBUTED),

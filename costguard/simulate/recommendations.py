@@ -28,6 +28,7 @@ from costguard.recommend.fit import Fit, PriceLookup
 from costguard.recommend.run import judge_instances, reads, spend_by_instance
 from costguard.recommend.settings import RecommendSettings
 from costguard.recommend.shapes import Shape
+from costguard.recommend.tpu_fit import words_for
 from costguard.store.inventory import current_instances
 from costguard.store.readings import read_minutes
 from costguard.telemetry.efficiency import Efficiency, judge
@@ -119,7 +120,7 @@ def backtest_recommendations(session: Session, since: datetime, until: datetime,
             r = by_ref[(inst.provider, inst.instance_id)]
             after = judge(readings.pop((inst.provider, inst.instance_id), []),
                           window_start=cut, window_end=until, gpu_count=inst.gpu_count,
-                          settings=cfg)
+                          settings=cfg, words=words_for(inst))
             assert r.fit.to is not None
             outcomes.append(Outcome(r.fit, r.team, after,
                                     round(after_spend.get(inst.instance_id, 0.0), 2),

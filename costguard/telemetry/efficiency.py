@@ -80,6 +80,8 @@ class Words:
     host: str = "host"
     cores: str = "vCPUs"
     advice: Mapping[Bottleneck, str] = field(default_factory=lambda: ADVICE)
+    unit: str = "GPU"  # one accelerator: "GPU", "TPU chip"
+    memory: str = "VRAM"  # its memory: "VRAM", "HBM"
 
 
 HOST = Words()
@@ -273,14 +275,16 @@ def _host(minutes: Sequence[GpuMinute], cells: Cells, ran: int,
 
 
 def _evidence(e: Efficiency, cfg: RecommendSettings, words: Words) -> tuple[str, ...]:
-    label = LABEL[e.signal] if e.signal else "GPU"
-    out = [f"{e.gpus_used} of {e.gpus_paid} GPUs used"
-           + (f" (GPU {', '.join(map(str, e.used_gpus))})" if e.gpus_used != e.gpus_paid else "")
-           + f" over {e.hours:.1f} h; {label} {pct(e.gpu_mean or 0.0)} mean on the GPUs used, "
-           f"{pct(100 * (e.paid_active_share or 0.0))} of the paid GPU-hours"]
+    unit = words.unit
+    label = LABEL[e.signal] if e.signal else unit
+    out = [f"{e.gpus_used} of {e.gpus_paid} {unit}s used"
+           + (f" ({unit} {', '.join(map(str, e.used_gpus))})" if e.gpus_used != e.gpus_paid
+              else "")
+           + f" over {e.hours:.1f} h; {label} {pct(e.gpu_mean or 0.0)} mean on the {unit}s "
+           f"used, {pct(100 * (e.paid_active_share or 0.0))} of the paid {unit}-hours"]
     if e.vram_peak_bytes is not None:
         of = f" of {gb(e.vram_total_bytes)}" if e.vram_total_bytes else ""
-        out.append(f"VRAM peak {gb(e.vram_peak_bytes)}{of} per GPU "
+        out.append(f"{words.memory} peak {gb(e.vram_peak_bytes)}{of} per {unit} "
                    f"(p99 {gb(e.vram_p99_bytes or 0)})")
     if e.host_cpu_p95 is not None:
         cores = f" of {e.host_cpus} {words.cores}" if e.host_cpus else ""
@@ -297,5 +301,6 @@ def _evidence(e: Efficiency, cfg: RecommendSettings, words: Words) -> tuple[str,
         of = f" of {gb(e.host_mem_total_bytes)}" if e.host_mem_total_bytes else ""
         out.append(f"{words.host} memory peak {gb(e.host_mem_peak_bytes)}{of}")
     gpu = "low" if (e.gpu_mean or 0) < cfg.gpu_low else "high"
-    out.append(f"GPU {gpu} (below {pct(cfg.gpu_low)} is low): {words.advice[e.bottleneck]}")
+    out.append(f"{unit} {gpu} (below {pct(cfg.gpu_low)} is low): "
+               f"{words.advice[e.bottleneck]}")
     return tuple(out)

@@ -145,3 +145,17 @@ def test_a_five_minute_cloud_reading_fills_five_minutes() -> None:
     e = verdict(minutes, 1)
     assert e.hours == 2.0 and e.coverage == 1.0 and e.signal is GpuSignal.UTIL_GPU
     assert e.bottleneck is Bottleneck.HEALTHY and e.vram_peak_bytes == 9 * 10**9
+
+
+def test_a_tpu_node_s_verdict_speaks_of_chips_and_hbm() -> None:
+    from costguard.recommend.tpu_fit import TPU_WORDS
+
+    e = judge(fleet_minutes(["busy"] * 2 + ["no_process"] * 6, cpu=15.0),
+              window_start=START, window_end=START + timedelta(hours=HOURS), gpu_count=8,
+              settings=SETTINGS, words=TPU_WORDS)
+    assert e.bottleneck is Bottleneck.UNUSED_GPUS
+    assert e.evidence[0].startswith("2 of 8 TPU chips used (TPU chip 0, 1) over 2.0 h")
+    assert "of the paid TPU chip-hours" in e.evidence[0]
+    assert e.evidence[1].startswith("HBM peak ") and " per TPU chip " in e.evidence[1]
+    assert e.evidence[-1].startswith("TPU chip high") and "smaller slice" in e.evidence[-1]
+    assert not any("GPU" in line for line in e.evidence)
