@@ -61,6 +61,7 @@ QUERIES: tuple[TpuQuery, ...] = (
 class Node:
     instance_id: str
     chips_per_host: int
+    hosts: int = 1
 
 
 def nodes_of(instances: list[Instance]) -> dict[tuple[str, str], Node]:
@@ -70,7 +71,7 @@ def nodes_of(instances: list[Instance]) -> dict[tuple[str, str], Node]:
         shape = tpus.shape(inst.instance_type)
         if inst.zone and inst.name and shape is not None:
             out[(inst.zone, inst.name)] = Node(inst.instance_id,
-                                               max(1, shape.chips // shape.hosts))
+                                               max(1, shape.chips // shape.hosts), shape.hosts)
     return out
 
 
@@ -93,8 +94,8 @@ def read_series(out: dict[_Key, float], series: Any, query: TpuQuery,
         chip = int(metric.get("chip", metric.get("accelerator_id", "0")) or 0)
     except ValueError:
         return  # not a chip's number: a label anyone may write
-    if worker < 0 or chip < 0 or chip >= node.chips_per_host:
-        return
+    if not 0 <= worker < node.hosts or not 0 <= chip < node.chips_per_host:
+        return  # no such host or chip in the node: a series anyone may write
     index = worker * node.chips_per_host + chip
     for point in raw.points:
         value = value_of(point)

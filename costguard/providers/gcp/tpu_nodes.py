@@ -149,7 +149,8 @@ def to_instance(project: str, node: Any, observed_at: datetime) -> Instance:
         instance_id=str(node.id) if node.id else node.name,
         name=short_name(node.name),
         instance_type=node.accelerator_type or (shape.generation.type_prefix
-                                                + str(shape.chips) if shape else "tpu"),
+                                                + str(shape.chips) if shape
+                                                else tpus.UNKNOWN_TYPE),
         state=STATES.get(state, InstanceState.PENDING),
         state_reason=state if state not in ("READY", "STOPPED") else None,
         lifecycle=lifecycle,

@@ -21,9 +21,13 @@ if TYPE_CHECKING:
     from costguard.model import Instance
 
 _GIB_MIB = 1024
-_TYPE = re.compile(r"^(?P<prefix>[a-z0-9]+-)(?P<n>\d+)$")
-_GKE = re.compile(r"^(?P<prefix>[a-z0-9]+-[a-z]+-)(?P<n>\d+)t$")
-_TOPOLOGY = re.compile(r"^\d+(x\d+)*$")
+_TYPE = re.compile(r"^(?P<prefix>[a-z0-9]+-)(?P<n>\d{1,7})$")
+_GKE = re.compile(r"^(?P<prefix>[a-z0-9]+-[a-z]+-)(?P<n>\d{1,6})t$")
+_TOPOLOGY = re.compile(r"^\d{1,6}(x\d{1,6}){0,3}$")
+# more chips than any TPU pod holds (the largest are under 10,000): a topology or type name
+# that says so is not believed (no node of it is priced or judged by that count)
+MAX_CHIPS = 100_000
+UNKNOWN_TYPE = "tpu"  # the instance type of a node that names no accelerator type
 # any Cloud TPU accelerator type, known generation or not (`v5litepod-8`, `v6e-16`,
 # `tpu7x-8`): no Compute Engine machine type starts with v<digit> or tpu<digit>
 _ANY_TPU = re.compile(r"^(v\d+[a-z]*|tpu\d+[a-z]*)-\d+$")
@@ -90,7 +94,8 @@ def topology_chips(topology: str) -> int | None:
     """`2x2x1` -> 4; None for anything else."""
     if not _TOPOLOGY.match(topology or ""):
         return None
-    return math.prod(int(d) for d in topology.split("x"))
+    chips = math.prod(int(d) for d in topology.split("x"))
+    return chips if 0 < chips <= MAX_CHIPS else None
 
 
 def shape(accelerator_type: str, *, topology: str = "", config_type: str = "",
@@ -109,9 +114,9 @@ def shape(accelerator_type: str, *, topology: str = "", config_type: str = "",
     if chips is None and m and gen.counts is not None:
         n = int(m["n"])
         chips = n // gen.tensorcores_per_chip if gen.counts == "tensorcores" else n
-    if not chips:
+    if not chips or chips > MAX_CHIPS:
         return None
-    return TpuShape(gen, chips, hosts if hosts and hosts > 0 else gen.hosts(chips))
+    return TpuShape(gen, chips, hosts if hosts and 0 < hosts <= chips else gen.hosts(chips))
 
 
 def is_tpu_type(accelerator_type: str) -> bool:
@@ -124,7 +129,7 @@ def from_machine_type(machine_type: str) -> TpuShape | None:
     """A GKE TPU node's Compute Engine machine type (`ct5lp-hightpu-4t`: four v5e chips on
     the VM; one host of whatever slice its node pool makes)."""
     m = _GKE.match(machine_type)
-    if not m:
+    if not m or not 0 < int(m["n"]) <= MAX_CHIPS:
         return None
     gen = next((g for g in generations() if g.gke_machine_prefix == m["prefix"]), None)
     if gen is None:
@@ -148,4 +153,5 @@ def list_price(model: str | None, chips: int) -> float | None:
 
 def is_node(instance: Instance) -> bool:
     """An instance listed from the Cloud TPU API (not a Compute Engine VM)."""
-    return instance.provider == "gcp" and is_tpu_type(instance.instance_type)
+    return instance.provider == "gcp" and (is_tpu_type(instance.instance_type)
+                                           or instance.instance_type == UNKNOWN_TYPE)

@@ -277,3 +277,31 @@ def test_a_generation_the_catalog_does_not_know_is_listed_without_chips(
     assert (node.instance_type, node.gpu_count, node.gpu_model) == ("v9x-8", 0, None)
     assert not node.has_gpu  # never judged idle, never stopped as idle
     assert "'v9x-8' is not in costguard's TPU catalog" in caplog.text
+
+
+@pytest.mark.parametrize(("accelerator_type", "topology"), [
+    ("v5litepod-" + "9" * 5000, ""),  # past int()'s digit limit: never parsed
+    ("v5litepod-8", "999999x999999x999999"),  # more chips than any pod
+    ("v5litepod-8", "0x4"),
+    ("v5litepod-0", ""),
+    ("v4-99999998", ""),
+])
+def test_absurd_types_and_topologies_are_not_believed(accelerator_type: str,
+                                                      topology: str) -> None:
+    shape = tpus.shape(accelerator_type, topology=topology)
+    if shape is not None:  # the name alone can still say it (v5litepod-8)
+        assert shape.chips == 8 and accelerator_type == "v5litepod-8"
+    assert tpus.from_machine_type("ct5lp-hightpu-" + "9" * 5000 + "t") is None
+
+
+def test_readings_of_a_host_or_chip_the_node_lacks_are_left_out(
+        fake: FakeGcp, make_provider: Callable[..., GcpProvider]) -> None:
+    fake.compute.add_tpu_node(P, Z, "dev", "v5litepod-8")
+    provider = make_provider()
+    nodes = provider.list_instances().instances
+    at = [NOW - timedelta(minutes=2, seconds=-30)]
+    fake.monitoring.add_tpu_series(P, IDLE, "dev", [(at[0], 0)], worker=1)  # no host 1
+    fake.monitoring.add_tpu_series(P, IDLE, "dev", [(at[0], 0)], worker=2**40)
+    fake.monitoring.add_tpu_series(P, IDLE, "dev", [(at[0], 0)], chip=3)
+    readings = provider.gpu_metrics(nodes, NOW - timedelta(minutes=5), NOW)
+    assert [(r.gpu_index, r.util_max) for r in readings] == [(3, 100.0)]
