@@ -31,8 +31,9 @@ from costguard.model import Instance
 from costguard.recommend.fit import Fit, PriceLookup, cheaper_fit
 from costguard.recommend.settings import RecommendSettings
 from costguard.recommend.tables import judged_rows
-from costguard.recommend.tpu_fit import tpu_fit, words_for
+from costguard.recommend.tpu_fit import tpu_fit
 from costguard.recommend.verdict import settings_key
+from costguard.recommend.words import words_for
 from costguard.report.figures import Waste, WasteLine
 from costguard.store.inventory import current_instances
 from costguard.store.readings import read_minutes

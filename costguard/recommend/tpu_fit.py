@@ -16,29 +16,7 @@ from costguard.model import Instance
 from costguard.providers.gcp import tpus
 from costguard.recommend.fit import HOURS_PER_MONTH, Fit
 from costguard.recommend.shapes import Shape
-from costguard.telemetry.efficiency import ADVICE, Bottleneck, Efficiency, Words
-
-# a TPU node's verdict in its own words: chips and HBM, and advice about slices
-TPU_WORDS = Words(unit="TPU chip", memory="HBM", advice={
-    **ADVICE,
-    Bottleneck.HEALTHY: "the chips used are busy: keep them",
-    Bottleneck.UNUSED_GPUS: "the chips used are busy, but some paid chips did no work: a "
-                            "smaller slice of the same generation that holds the work",
-    Bottleneck.SATURATED: "TensorCores and host CPU both busy: this job needs more chips, "
-                          "not fewer",
-    Bottleneck.DATA_LOADING: "the chips wait for their data: feed them faster (more input "
-                             "workers, data closer to the host), not a smaller slice",
-    Bottleneck.LATENCY_BOUND: "chips and host CPU both mostly waiting: a batch too small or a "
-                              "latency-bound server; a smaller slice serves it",
-    Bottleneck.CAUSE_UNKNOWN: "chips low, and no host CPU reading to say why: measure the "
-                              "host before changing the slice",
-    Bottleneck.IDLE: "no chip did work: the idle policy's case",
-})
-
-
-def words_for(inst: Instance) -> Words | None:
-    """The verdict's words for `inst`: a TPU node's chips, else the default (GPUs)."""
-    return TPU_WORDS if tpus.by_model(inst.gpu_model) is not None else None
+from costguard.telemetry.efficiency import Bottleneck, Efficiency
 
 
 def type_name(gen: tpus.Generation, chips: int) -> str | None:

@@ -28,7 +28,7 @@ from costguard.recommend.fit import Fit, PriceLookup
 from costguard.recommend.run import judge_instances, reads, spend_by_instance
 from costguard.recommend.settings import RecommendSettings
 from costguard.recommend.shapes import Shape
-from costguard.recommend.tpu_fit import words_for
+from costguard.recommend.words import words_for
 from costguard.store.inventory import current_instances
 from costguard.store.readings import read_minutes
 from costguard.telemetry.efficiency import Efficiency, judge

@@ -148,7 +148,7 @@ def test_a_five_minute_cloud_reading_fills_five_minutes() -> None:
 
 
 def test_a_tpu_node_s_verdict_speaks_of_chips_and_hbm() -> None:
-    from costguard.recommend.tpu_fit import TPU_WORDS
+    from costguard.recommend.words import TPU_WORDS
 
     e = judge(fleet_minutes(["busy"] * 2 + ["no_process"] * 6, cpu=15.0),
               window_start=START, window_end=START + timedelta(hours=HOURS), gpu_count=8,
@@ -159,3 +159,19 @@ def test_a_tpu_node_s_verdict_speaks_of_chips_and_hbm() -> None:
     assert e.evidence[1].startswith("HBM peak ") and " per TPU chip " in e.evidence[1]
     assert e.evidence[-1].startswith("TPU chip high") and "smaller slice" in e.evidence[-1]
     assert not any("GPU" in line for line in e.evidence)
+
+
+def test_a_trainium_instance_s_verdict_speaks_of_devices() -> None:
+    from costguard.model import Instance, InstanceState
+    from costguard.recommend.words import words_for
+
+    trn = Instance(provider="aws", account="1", region="us-east-1", instance_id="i-trn",
+                   instance_type="trn1.32xlarge", state=InstanceState.RUNNING,
+                   launch_time=START, observed_at=START, gpu_count=16,
+                   gpu_model="AWS Trainium")
+    e = judge(fleet_minutes(["busy"] + ["no_process"] * 15, cpu=15.0), window_start=START,
+              window_end=START + timedelta(hours=HOURS), gpu_count=16, settings=SETTINGS,
+              words=words_for(trn))
+    assert e.evidence[0].startswith("1 of 16 Trainium devices used (Trainium device 0)")
+    assert "a smaller Trainium size" in e.evidence[-1]
+    assert words_for(trn.model_copy(update={"instance_type": "p5.48xlarge"})) is None
