@@ -420,13 +420,12 @@ def sim_price(instance: Instance) -> PriceQuote | None:
     """The sim's list price: the shipped AWS on-demand table for the type in the instance's
     region (BASE_PRICE_REGION's where the table lacks the region); spot at SPOT_DISCOUNT of
     it. Never the refreshed Price List prices: the simulated cloud stays reproducible."""
-    from costguard.providers.gcp import tpus
+    from costguard.providers.gcp import pricing, tpus
 
-    if tpus.by_model(instance.gpu_model) is not None:  # a TPU node: its chips' list price
-        usd = tpus.list_price(instance.gpu_model, instance.gpu_count)
-        return None if usd is None else PriceQuote(
-            usd_per_hour=usd, source=f"gcp TPU on-demand table {tpus.load_table()['as_of']}, "
-                                     "simulated cloud")
+    if tpus.by_model(instance.gpu_model) is not None:  # a TPU node: GCP's chip-hour price
+        quote = pricing.tpu_price(instance)
+        return None if quote is None else PriceQuote(
+            usd_per_hour=quote.usd_per_hour, source=f"{quote.source}, simulated cloud")
     table = _aws_shipped_prices()
     found = (table.lookup(instance.region, instance.instance_type)
              or table.lookup(BASE_PRICE_REGION, instance.instance_type))

@@ -12,6 +12,8 @@ chips and are not compared. Idle, saturated and unjudged nodes get no fit, as GP
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from costguard.model import Instance
 from costguard.providers.gcp import tpus
 from costguard.recommend.fit import HOURS_PER_MONTH, Fit
@@ -68,8 +70,7 @@ def tpu_fit(inst: Instance, e: Efficiency) -> Fit | None:
     base = Fit(inst, e, cur, usd_per_hour=here, price_basis="on-demand list prices "
                "(chip-hour)", needs=needs)
     if not fits:
-        return Fit(inst, e, cur, usd_per_hour=here, price_basis=base.price_basis, needs=needs,
-                   reason=f"no smaller {gen.model} slice holds {used} chips")
+        return replace(base, reason=f"no smaller {gen.model} slice holds {used} chips")
     chips, to_name = fits[0]
     assert to_name is not None
     to_usd = tpus.list_price(gen.model, chips)

@@ -4,11 +4,12 @@ kind comes from the accelerator registry (costguard/accelerators.py)."""
 
 from __future__ import annotations
 
-from costguard.accelerators import kind_of
+from costguard.accelerators import kind_of, kinds
 from costguard.model import Instance
 from costguard.telemetry.efficiency import ADVICE, Bottleneck, Words
 
-TPU_WORDS = Words(unit="TPU chip", memory="HBM", advice={
+UNITS = {k.name: k.unit for k in kinds()}  # "TPU chip", "Trainium device": the registry's
+TPU_WORDS = Words(unit=UNITS["TPU"], memory="HBM", advice={
     **ADVICE,
     Bottleneck.HEALTHY: "the chips used are busy: keep them",
     Bottleneck.UNUSED_GPUS: "the chips used are busy, but some paid chips did no work: a "
@@ -26,8 +27,7 @@ TPU_WORDS = Words(unit="TPU chip", memory="HBM", advice={
 
 
 def _neuron(kind: str) -> Words:
-    unit = f"{kind} device"
-    return Words(unit=unit, memory="device memory", advice={
+    return Words(unit=UNITS[kind], memory="device memory", advice={
         **ADVICE,
         Bottleneck.HEALTHY: "the devices used are busy: keep them",
         Bottleneck.UNUSED_GPUS: "the devices used are busy, but some paid devices did no "

@@ -25,7 +25,7 @@ _NODE_TYPE = "type.googleapis.com/google.cloud.tpu.v2.Node"
 _META_TYPE = "type.googleapis.com/google.cloud.tpu.v2.OperationMetadata"
 _ID_START = 7_000_000_000_000_000_000
 _CONFIG_TYPES = {"v2-": "V2", "v3-": "V3", "v4-": "V4", "v5litepod-": "V5LITE_POD",
-                 "v5p-": "V5P", "v6e-": "V6E"}
+                 "v5p-": "V5P", "v6e-": "V6E", "tpu7x-": "TPU7X"}
 
 
 def _stamp(dt: datetime) -> str:
@@ -214,26 +214,24 @@ class TpuOps:
 
     def _tpu_stop(self, project: str, zone: str, name: str, query: dict[str, str],
                   body: Any) -> tuple[int, Any]:
+        return self._tpu_power(project, zone, name, "stop", "STOPPING", "STOPPED")
+
+    def _tpu_start(self, project: str, zone: str, name: str, query: dict[str, str],
+                   body: Any) -> tuple[int, Any]:
+        return self._tpu_power(project, zone, name, "start", "STARTING", "READY")
+
+    def _tpu_power(self, project: str, zone: str, name: str, verb: str, interim: str,
+                   done: str) -> tuple[int, Any]:
         node = self._tpu_find(project, zone, name)
         if node is None:
             return 404, error(404, f"Resource '{name}' was not found")
-        if node.hosts > 1:
+        if verb == "stop" and node.hosts > 1:
             return 400, error(400, "Stop is only available with single TPU nodes.",
                               reason="badRequest")
 
         def apply(n: FakeTpuNode) -> None:
-            n.state = "STOPPED"
-        return self._tpu_operation(node, "stop", apply, "STOPPING")
-
-    def _tpu_start(self, project: str, zone: str, name: str, query: dict[str, str],
-                   body: Any) -> tuple[int, Any]:
-        node = self._tpu_find(project, zone, name)
-        if node is None:
-            return 404, error(404, f"Resource '{name}' was not found")
-
-        def apply(n: FakeTpuNode) -> None:
-            n.state = "READY"
-        return self._tpu_operation(node, "start", apply, "STARTING")
+            n.state = done
+        return self._tpu_operation(node, verb, apply, interim)
 
     def _tpu_patch(self, project: str, zone: str, name: str, query: dict[str, str],
                    body: Any) -> tuple[int, Any]:

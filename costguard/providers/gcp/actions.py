@@ -199,19 +199,26 @@ def start(ctx: ActionContext, instance: Instance, *, dry_run: bool) -> ActionRes
     )
 
 
+def wanted_labels(current: Mapping[str, str], tags: Mapping[str, str],
+                  remove: Sequence[str]) -> dict[str, str]:
+    """`current` labels with costguard's `tags` set and the keys in `remove` dropped, each
+    written as a label (a VM's or a TPU node's: the same rules)."""
+    add = {label_key(k): label_value(v) for k, v in tags.items()}
+    drop = {label_key(k) for k in remove}
+    return {k: v for k, v in {**current, **add}.items() if k not in drop}
+
+
 def plan_labels(instance: Instance, vm: compute_v1.Instance, tags: Mapping[str, str], *,
                 remove: Sequence[str], dry_run: bool
                 ) -> ActionResult | tuple[dict[str, str], dict[str, str], InstanceState]:
     """What setLabels would send for `vm` as read: the result when no call is due (changed
     VM, labels already as wanted, dry run), else (labels now, labels wanted, state)."""
     _, _, name = _where(instance)
-    add = {label_key(k): label_value(v) for k, v in tags.items()}
-    drop = {label_key(k) for k in remove}
     why = recreated(instance, vm)  # a label is right whenever it started
     if why:
         return ActionResult(outcome=ActionOutcome.SKIPPED, detail=why)
     current = dict(vm.labels)
-    wanted = {k: v for k, v in {**current, **add}.items() if k not in drop}
+    wanted = wanted_labels(current, tags, remove)
     state = to_state(status_name(vm))
     if wanted == current:
         return ActionResult(
@@ -222,7 +229,7 @@ def plan_labels(instance: Instance, vm: compute_v1.Instance, tags: Mapping[str, 
     if dry_run:
         return ActionResult(
             outcome=ActionOutcome.DRY_RUN,
-            detail=f"would set labels of {name}: {_diff(current, wanted)}",
+            detail=f"would set labels of {name}: {label_diff(current, wanted)}",
             state_after=state,
         )
     return current, wanted, state
@@ -237,7 +244,7 @@ def labels_set(instance: Instance, op: compute_v1.Operation, current: Mapping[st
         return ActionResult(outcome=ActionOutcome.FAILED, detail=error, state_after=state)
     return ActionResult(
         outcome=ActionOutcome.DONE,
-        detail=f"labels of {name}: {_diff(current, wanted)}",
+        detail=f"labels of {name}: {label_diff(current, wanted)}",
         state_after=state,
     )
 
@@ -297,7 +304,8 @@ def _retargeted(instance: Instance, op: compute_v1.Operation) -> str | None:
     return None
 
 
-def _diff(before: Mapping[str, str], after: Mapping[str, str]) -> str:
+def label_diff(before: Mapping[str, str], after: Mapping[str, str]) -> str:
+    """What a relabel changes, as the journal says it: `+team=nlp, -owner`."""
     parts = [f"+{k}={v}" for k, v in sorted(after.items()) if before.get(k) != v]
     parts += [f"-{k}" for k in sorted(before) if k not in after]
     return ", ".join(parts)

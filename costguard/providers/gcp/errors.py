@@ -92,12 +92,12 @@ def vm_scope(instance: Instance) -> str:
     return f"{instance.account}/{instance.zone}/{instance.name}"
 
 
-def for_vm(instance: Instance, fn: Callable[[], T]) -> T:
-    """`fn()`, one Compute call about `instance`, with the client library's errors
-    translated at this boundary."""
+def for_vm(instance: Instance, fn: Callable[[], T], api: str = "compute.googleapis.com") -> T:
+    """`fn()`, one call about `instance` (to Compute, or the Cloud TPU API for a TPU node),
+    with the client library's errors translated at this boundary."""
     try:
         return fn()
     except gexc.GoogleAPICallError as exc:
-        raise translate(exc, vm_scope(instance)) from exc
+        raise translate(exc, vm_scope(instance), api) from exc
     except gexc.RetryError as exc:
-        raise from_retry_error(exc, vm_scope(instance)) from exc
+        raise from_retry_error(exc, vm_scope(instance), api) from exc

@@ -150,6 +150,11 @@ class GcpProvider:
                     ),
                     names,
                 )
+                # Cloud TPU nodes: one listing a project, queued behind the VM listings so
+                # they run beside them and the group sizing, not in a round of their own
+                side = self.tpus
+                nodes = ([pool.submit(side.list_project, p, observed_at) for p in names]
+                         if side is not None else [])
                 listed = list(results)
                 # MIG members get their groups' sizes: two calls for a project that has any
                 sized = pool.map(lambda pr: self.groups.with_sizes(pr[0], pr[1].instances),
@@ -157,13 +162,11 @@ class GcpProvider:
                 for result, members in zip(listed, sized, strict=True):
                     instances.extend(members)
                     gaps.extend(result.gaps)
-                if self.tpus is not None:  # Cloud TPU nodes: one listing a project
-                    side = self.tpus
-                    unread = {g.scope for g in gaps}  # a project unread: one gap says so
-                    for nodes in pool.map(lambda p: side.list_project(p, observed_at), names):
-                        instances.extend(nodes.instances)
-                        gaps.extend(g for g in nodes.gaps
-                                    if g.scope.split("/", 1)[0] not in unread)
+                unread = {g.scope for g in gaps}  # a project unread: one gap says so
+                for future in nodes:
+                    found = future.result()
+                    instances.extend(found.instances)
+                    gaps.extend(g for g in found.gaps if g.scope.split("/", 1)[0] not in unread)
         with self._batch.lock:
             self._batch.stopped_costs.clear()  # a new cycle: last cycle's are not wanted
         return Inventory(instances=instances, gaps=gaps)

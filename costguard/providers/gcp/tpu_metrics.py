@@ -65,13 +65,15 @@ class Node:
 
 
 def nodes_of(instances: list[Instance]) -> dict[tuple[str, str], Node]:
-    """(zone, node name) -> the node, of the TPU nodes among `instances`."""
+    """(zone, node name) -> the node, of the TPU nodes among `instances`: their chips as
+    inventory counted them (a topology's too), over their generation's hosts."""
     out: dict[tuple[str, str], Node] = {}
     for inst in instances:
-        shape = tpus.shape(inst.instance_type)
-        if inst.zone and inst.name and shape is not None:
+        gen = tpus.by_model(inst.gpu_model)
+        if inst.zone and inst.name and gen is not None and inst.gpu_count > 0:
+            hosts = gen.hosts(inst.gpu_count)
             out[(inst.zone, inst.name)] = Node(inst.instance_id,
-                                               max(1, shape.chips // shape.hosts), shape.hosts)
+                                               max(1, inst.gpu_count // hosts), hosts)
     return out
 
 

@@ -41,12 +41,13 @@ from costguard.model import (
     OwnerKind,
 )
 from costguard.providers.gcp import tpus
-from costguard.providers.gcp.actions import label_key, label_value
+from costguard.providers.gcp.actions import label_diff, wanted_labels
 from costguard.providers.gcp.errors import (
     explain,
+    for_vm,
     from_retry_error,
     service_disabled,
-    translate,
+    vm_scope,
 )
 from costguard.providers.gcp.gpus import short_name, tpu_spec
 from costguard.providers.gcp.inventory import labels_as_tags, region_of
@@ -193,29 +194,14 @@ def node_path(instance: Instance) -> str:
     return f"projects/{instance.account}/locations/{instance.zone}/nodes/{instance.name}"
 
 
-def _scope(instance: Instance) -> str:
-    return f"{instance.account}/{instance.zone}/tpu/{instance.name}"
-
-
-def _call(instance: Instance, fn: Callable[[], Any]) -> Any:
-    try:
-        return fn()
-    except gexc.GoogleAPICallError as exc:
-        raise translate(exc, _scope(instance), api=API) from exc
-    except gexc.RetryError as exc:
-        raise from_retry_error(exc, _scope(instance), API) from exc
-
-
 def read(client: tpu_v2.TpuClient, instance: Instance, retry: gretry.Retry) -> Any | None:
     """The node as it is now; None when it is gone."""
-    try:
-        return client.get_node(name=node_path(instance), retry=retry)
-    except gexc.NotFound:
-        return None
-    except gexc.GoogleAPICallError as exc:
-        raise translate(exc, _scope(instance), api=API) from exc
-    except gexc.RetryError as exc:
-        raise from_retry_error(exc, _scope(instance), API) from exc
+    def get() -> Any | None:
+        try:
+            return client.get_node(name=node_path(instance), retry=retry)
+        except gexc.NotFound:
+            return None
+    return for_vm(instance, get, API)
 
 
 def describe(client: tpu_v2.TpuClient, instance: Instance, retry: gretry.Retry,
@@ -225,15 +211,17 @@ def describe(client: tpu_v2.TpuClient, instance: Instance, retry: gretry.Retry,
 
 
 def _changed(instance: Instance, node: Any) -> str | None:
-    """Why the node is not the one decided about: recreated under its name, or now owned."""
-    if node.id and str(node.id) != instance.instance_id:
-        return f"{instance.name} was recreated (id {node.id}, expected {instance.instance_id})"
-    created = _created(node, instance.launch_time)
-    if abs(created - utc(instance.launch_time)) > SAME_LAUNCH:
-        return f"{instance.name} was recreated at {created.isoformat()}"
-    owner = owner_of(node, tpus.shape(node.accelerator_type), instance.zone or "")
-    if owner is not None:
-        return f"managed by {owner} ({owner.via}): not acted on as if it were alone"
+    """Why the node is not the one decided about: recreated under its name, or now owned
+    (read as inventory reads it)."""
+    # read at the launch time decided about: a node with no createTime reads as unchanged
+    fresh = to_instance(instance.account, node, instance.launch_time)
+    if fresh.instance_id != instance.instance_id:
+        return (f"{instance.name} was recreated (id {fresh.instance_id}, expected "
+                f"{instance.instance_id})")
+    if abs(fresh.launch_time - utc(instance.launch_time)) > SAME_LAUNCH:
+        return f"{instance.name} was recreated at {fresh.launch_time.isoformat()}"
+    if fresh.owner is not None:
+        return f"managed by {fresh.owner} ({fresh.owner.via}): not acted on as if it were alone"
     return None
 
 
@@ -245,13 +233,13 @@ def _wait(op: goperation.Operation, timeout_s: float, instance: Instance) -> str
     except gexc.GoogleAPICallError as exc:  # the operation ended with an error
         return f"{exc.code}: {exc.message}" if getattr(exc, "code", None) else str(exc)
     except TimeoutError:
-        raise ProviderError("gcp", _scope(instance), f"operation {op.operation.name} not done "
+        raise ProviderError("gcp", vm_scope(instance), f"operation {op.operation.name} not done "
                             f"after {timeout_s:.0f} s", retryable=True) from None
     except gexc.RetryError as exc:
         if time.monotonic() >= deadline:
-            raise ProviderError("gcp", _scope(instance), f"operation {op.operation.name} not "
+            raise ProviderError("gcp", vm_scope(instance), f"operation {op.operation.name} not "
                                 f"done after {timeout_s:.0f} s", retryable=True) from None
-        raise from_retry_error(exc, _scope(instance), API) from exc
+        raise from_retry_error(exc, vm_scope(instance), API) from exc
     return None
 
 
@@ -279,7 +267,8 @@ def change_power(client: tpu_v2.TpuClient, instance: Instance, *, verb: str,
                                    f"{instance.zone} of project {instance.account}",
                             state_after=state)
     method = client.stop_node if verb == "stop" else client.start_node
-    op = _call(instance, lambda: method(request={"name": node_path(instance)}, retry=retry))
+    op = for_vm(instance, lambda: method(request={"name": node_path(instance)}, retry=retry),
+                API)
     error = _wait(op, timeout_s, instance)
     after = read(client, instance, retry)
     state_after = (InstanceState.TERMINATED if after is None
@@ -305,11 +294,8 @@ def set_labels(client: tpu_v2.TpuClient, instance: Instance, tags: Mapping[str, 
                             detail=f"{instance.name} was recreated (id {node.id})")
     state = STATES.get(state_name(node), InstanceState.PENDING)
     current = dict(node.labels)
-    drop = {label_key(k) for k in remove}
-    add = {label_key(k): label_value(v) for k, v in tags.items()}
-    wanted = {k: v for k, v in {**current, **add}.items() if k not in drop}
-    diff = ", ".join([f"+{k}={v}" for k, v in sorted(wanted.items()) if current.get(k) != v]
-                     + [f"-{k}" for k in sorted(current) if k not in wanted])
+    wanted = wanted_labels(current, tags, remove)
+    diff = label_diff(current, wanted)
     if wanted == current:
         return ActionResult(outcome=ActionOutcome.DRY_RUN if dry_run else ActionOutcome.DONE,
                             detail=f"labels of {instance.name} already as wanted; nothing to "
@@ -320,7 +306,8 @@ def set_labels(client: tpu_v2.TpuClient, instance: Instance, tags: Mapping[str, 
                             state_after=state)
     update = tpu_v2.Node(name=node.name, labels=wanted)
     mask = field_mask_pb2.FieldMask(paths=["labels"])
-    op = _call(instance, lambda: client.update_node(node=update, update_mask=mask, retry=retry))
+    op = for_vm(instance, lambda: client.update_node(node=update, update_mask=mask, retry=retry),
+                API)
     error = _wait(op, timeout_s, instance)
     if error:
         return ActionResult(outcome=ActionOutcome.FAILED, detail=error, state_after=state)

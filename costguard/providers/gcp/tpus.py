@@ -60,10 +60,6 @@ class TpuShape:
     chips: int
     hosts: int
 
-    @property
-    def multi_host(self) -> bool:
-        return self.hosts > 1
-
 
 @cache
 def load_table() -> dict[str, Any]:

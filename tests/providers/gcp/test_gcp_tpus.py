@@ -74,8 +74,8 @@ def test_every_generation_is_sourced_and_priced_or_said_unpriced() -> None:
     assert table["as_of"] and "cloud.google.com/tpu/pricing" in table["price_source"]
     for gen in tpus.generations():
         assert gen.hbm_mib_per_chip > 0 and gen.chips_per_host > 0
-        if gen.usd_per_chip_hour is None:
-            assert gen.model in table["price_source"] or "TPU7x" in table["price_source"]
+        if gen.usd_per_chip_hour is None:  # unpriced: the source says why, by name
+            assert gen.model in table["price_source"]
     assert tpus.list_price("TPU v5e", 8) == pytest.approx(9.6)
     assert tpus.list_price("TPU7x", 4) is None  # no public rate: unpriced, not guessed
     assert tpus.list_price("H100", 8) is None
@@ -305,3 +305,18 @@ def test_readings_of_a_host_or_chip_the_node_lacks_are_left_out(
     fake.monitoring.add_tpu_series(P, IDLE, "dev", [(at[0], 0)], chip=3)
     readings = provider.gpu_metrics(nodes, NOW - timedelta(minutes=5), NOW)
     assert [(r.gpu_index, r.util_max) for r in readings] == [(3, 100.0)]
+
+
+def test_a_node_counted_from_its_topology_is_read_too(
+        fake: FakeGcp, make_provider: Callable[..., GcpProvider]) -> None:
+    """TPU7x's type number is not parsed: its chips come from the topology, and its chips'
+    readings are matched on the chips inventory counted, not on the type's name."""
+    fake.compute.add_tpu_node(P, Z, "ironwood", "tpu7x-8", topology="2x2x1")
+    provider = make_provider()
+    (node,) = provider.list_instances().instances
+    assert (node.gpu_count, node.gpu_model) == (4, "TPU7x")
+    at = NOW - timedelta(minutes=2, seconds=-30)
+    for chip in range(4):
+        fake.monitoring.add_tpu_series(P, IDLE, "ironwood", [(at, 9000)], chip=chip)
+    readings = provider.gpu_metrics([node], NOW - timedelta(minutes=5), NOW)
+    assert sorted((r.gpu_index, r.util_max) for r in readings) == [(c, 0.0) for c in range(4)]
