@@ -153,7 +153,8 @@ def instance(s: Session, settings: Settings, policies: PolicySet, ref: str, now:
             "chart": activity_chart(s, inst["provider"], inst["id"], now),
             # "8 TPU chips", "1 GPU": what it carries, in its kind's words
             "accelerators": counted(inst["instance_type"], inst["gpus"]),
-            "kind": kind_of(inst["instance_type"], inst["gpus"])}
+            # whose hours and activity the page shows (a CPU instance's read as GPUs')
+            "kind": kind_of(inst["instance_type"], 1)}
 
 
 def activity_chart(s: Session, provider: str, instance_id: str, now: datetime) -> str:

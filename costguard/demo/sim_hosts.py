@@ -22,22 +22,21 @@ _HOST_BY_PHASE: dict[str, tuple[float, float]] = {
 }
 
 
-# the hosts of the accelerators that are not GPUs (accelerator_hosts): (vCPUs, memory GiB)
-# as the clouds list them: trn1.2xlarge (DescribeInstanceTypes, neuron_types.json) and the
-# single host of a v5litepod-8 (GKE's ct5lp-hightpu-8t)
-_ACCELERATOR_HOST_SHAPES: dict[str, tuple[int, int]] = {
-    "trn1.2xlarge": (8, 32), "v5litepod-8": (224, 384)}
+# the host of a TPU node (accelerator_hosts), which no EC2 table holds: (vCPUs, memory GiB)
+# of a v5litepod-8's single host, as GKE lists its ct5lp-hightpu-8t
+_TPU_HOST_SHAPES: dict[str, tuple[int, int]] = {"v5litepod-8": (224, 384)}
 
 
 def _shape(instance_type: str) -> tuple[int, int]:
-    """(vCPUs, host memory bytes) of a simulated type (AWS's shapes)."""
-    from costguard.recommend.shapes import aws_shapes
+    """(vCPUs, host memory bytes) of a simulated type: AWS's shapes (GPU and Neuron types,
+    the shipped tables), or a TPU node's host."""
+    from costguard.providers.aws.gpu_types import shipped_rows
 
-    if instance_type in _ACCELERATOR_HOST_SHAPES:
-        vcpus, gib = _ACCELERATOR_HOST_SHAPES[instance_type]
+    if instance_type in _TPU_HOST_SHAPES:
+        vcpus, gib = _TPU_HOST_SHAPES[instance_type]
         return vcpus, gib * GIB
-    shape = aws_shapes()[instance_type]
-    return shape.vcpus, shape.memory_mib * 2**20
+    row = shipped_rows()[instance_type]
+    return int(row["vcpus"]), int(row["host_memory_mib"]) * 2**20
 
 
 def host_figures(host: SimHost, phase: str, minute: datetime | None = None) -> dict[str, Any]:

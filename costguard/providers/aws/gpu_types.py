@@ -45,18 +45,22 @@ class GpuSpec:
 
 
 @cache
-def shipped_gpu_table() -> dict[str, GpuSpec]:
-    """The shipped tables: GPU types (`gpu_types.json`) and Neuron types
+def shipped_rows() -> dict[str, dict[str, Any]]:
+    """The shipped tables' rows by type: GPU types (`gpu_types.json`) and Neuron types
     (`neuron_types.json`), each row's source in its file."""
-    out: dict[str, GpuSpec] = {}
+    out: dict[str, dict[str, Any]] = {}
     for name in ("data/gpu_types.json", "data/neuron_types.json"):
         text = resources.files("costguard.providers.aws").joinpath(name).read_text()
-        doc: dict[str, Any] = json.loads(text)
-        out.update({
-            itype: GpuSpec(_device_count(int(row["count"])), str(row["model"]),
-                           int(row["memory_mib"]))
-            for itype, row in doc["types"].items()})
+        out.update(json.loads(text)["types"])
     return out
+
+
+@cache
+def shipped_gpu_table() -> dict[str, GpuSpec]:
+    """The shipped tables' accelerators by type (`shipped_rows`)."""
+    return {itype: GpuSpec(_device_count(int(row["count"])), str(row["model"]),
+                           int(row["memory_mib"]))
+            for itype, row in shipped_rows().items()}
 
 
 def _neuron_spec(info: dict[str, Any]) -> GpuSpec:
