@@ -383,6 +383,7 @@ class ActionKind(StrEnum):
     TERMINATE = "terminate"
     SCALE_IN = "scale_in"
     SCALE_TO_ZERO = "scale_to_zero"
+    DELETE = "delete"  # a volume, snapshot or address (costguard/standing/)
 
 
 class ActionOutcome(StrEnum):

@@ -3,19 +3,32 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Protocol
 
 from sqlmodel import Session, col, select
 
-from costguard.model import Instance
 from costguard.store.tables import ActionJournalRow
 
+# what the act stage of standing resources journals (costguard/standing/act.py); the
+# instances' recovery leaves these to it
+STANDING_ACTIONS = ("snapshot", "delete")
 
-def journal_key(policy: str, inst: Instance, action: str, episode: int) -> str:
+
+class Keyed(Protocol):
+    """What the journal keys an entry by: an instance, or a volume, snapshot or address."""
+
+    @property
+    def provider(self) -> str: ...
+    @property
+    def instance_id(self) -> str: ...
+
+
+def journal_key(policy: str, inst: Keyed, action: str, episode: int) -> str:
     return f"{policy}|{inst.provider}|{inst.instance_id}|{action}|{episode}"
 
 
 def write_intent(
-    session: Session, *, key: str, cycle_id: int | None, policy: str, inst: Instance,
+    session: Session, *, key: str, cycle_id: int | None, policy: str, inst: Keyed,
     action: str, dry_run: bool, usd_per_hour: float, now: datetime, detail: str = "",
     flush: bool = True,
 ) -> ActionJournalRow:
@@ -33,7 +46,7 @@ def write_intent(
 
 
 def record(
-    session: Session, *, key: str, cycle_id: int | None, policy: str, inst: Instance,
+    session: Session, *, key: str, cycle_id: int | None, policy: str, inst: Keyed,
     action: str, dry_run: bool, status: str, detail: str, usd_per_hour: float, now: datetime,
 ) -> None:
     """An entry decided without a provider call (notify, skip): intent and result at once."""
@@ -51,10 +64,14 @@ def resolve(session: Session, row_id: int, status: str, detail: str, now: dateti
     session.add(row)
 
 
-def unresolved(session: Session) -> list[ActionJournalRow]:
-    """Intents with no result: the process died between writing them and finishing."""
+def unresolved(session: Session, *, standing: bool = False) -> list[ActionJournalRow]:
+    """Intents with no result: the process died between writing them and finishing.
+    `standing`: those of volumes, snapshots and addresses (STANDING_ACTIONS), else the
+    instances'."""
+    kinds = col(ActionJournalRow.action).in_(STANDING_ACTIONS)
     return list(session.exec(select(ActionJournalRow).where(
-        ActionJournalRow.status == "intent").order_by(col(ActionJournalRow.id))))
+        ActionJournalRow.status == "intent", kinds if standing else ~kinds,
+    ).order_by(col(ActionJournalRow.id))))
 
 
 def completed(session: Session, key: str) -> bool:

@@ -13,12 +13,13 @@ from costguard.policy.schema import Policy, format_duration
 from costguard.providers.base import spelled_tag
 
 if TYPE_CHECKING:
-    from costguard.costs.attribution import Attributor
+    from costguard.costs.attribution import Attributable, Attributor
     from costguard.providers.base import Provider
 
 
-def recipients(to: tuple[str, ...], inst: Instance, team: str | None) -> list[str]:
-    """Resolve `owner` and `team` against the instance; explicit channels pass through."""
+def recipients(to: tuple[str, ...], inst: Attributable, team: str | None) -> list[str]:
+    """Resolve `owner` and `team` against the instance (or the volume, snapshot or address);
+    explicit channels pass through."""
     out: list[str] = []
     for r in to:
         if r == "owner":

@@ -36,8 +36,8 @@ def is_protected(inst: Instance) -> bool:
 def snoozed_until(inst: Instance) -> datetime | None:
     """The expiry in the snooze tag (the instance's, or its group's: the later of the two),
     if it holds a valid ISO-8601 time."""
-    own = _snooze_tag(inst.tags.get(SNOOZE_TAG))
-    group = _snooze_tag(inst.owner.tags.get(SNOOZE_TAG)) if inst.owner is not None else None
+    own = snooze_tag_until(inst.tags)
+    group = snooze_tag_until(inst.owner.tags) if inst.owner is not None else None
     return max(filter(None, [own, group]), default=None)
 
 
@@ -65,6 +65,11 @@ def pet_refusal(inst: Instance, action: str) -> str | None:
     if owner is None:
         return None
     return f"{action} refused: managed by {owner} ({owner.via}); {owner_advice(owner)}"
+
+
+def snooze_tag_until(tags: Mapping[str, str]) -> datetime | None:
+    """The expiry a resource's own snooze tag holds, if it holds a valid ISO-8601 time."""
+    return _snooze_tag(tags.get(SNOOZE_TAG))
 
 
 def _snooze_tag(raw: str | None) -> datetime | None:

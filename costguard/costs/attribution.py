@@ -10,14 +10,30 @@ flattened name: `cost_center` for `cost-center`).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from costguard.model import Instance
+from costguard.model import Owner
 
 if TYPE_CHECKING:
     from costguard.policy.schema import Attribution
+
+class Attributable(Protocol):
+    """What attribution reads: an instance, or a resource billed while nothing runs
+    (standing/model.py), whose `owner` is None."""
+
+    @property
+    def tags(self) -> Mapping[str, str]: ...
+    @property
+    def owner(self) -> Owner | None: ...
+    @property
+    def name(self) -> str | None: ...
+    @property
+    def account(self) -> str: ...
+    @property
+    def launched_by(self) -> str | None: ...
+
 
 DEFAULT_DIMENSIONS = ("team", "project", "env", "cost-center")
 # what a report, a bill comparison or an anomaly calls spend no tag or rule attributes
@@ -34,7 +50,7 @@ class Attributor:
             return list(DEFAULT_DIMENSIONS)
         return list(self.rules.dimensions)
 
-    def dimensions(self, inst: Instance) -> dict[str, str | None]:
+    def dimensions(self, inst: Attributable) -> dict[str, str | None]:
         """Each dimension's value for `inst`, or None when nothing claims it. A member of
         a group or cluster inherits its owner's tags (an ASG's tags, a node pool's labels)
         where its own do not have the key."""
@@ -73,7 +89,7 @@ class _Flat:
 
     __slots__ = ("_flat", "_only", "_tags")
 
-    def __init__(self, tags: dict[str, str], *, flat_only: bool = False) -> None:
+    def __init__(self, tags: Mapping[str, str], *, flat_only: bool = False) -> None:
         self._tags = tags
         self._only = flat_only
         self._flat: dict[str, str] | None = None
@@ -111,7 +127,7 @@ def _case(value: str, rule: str) -> str:
     return value
 
 
-def _derive(inst: Instance, source: str, mapping: dict[str, str]) -> str | None:
+def _derive(inst: Attributable, source: str, mapping: dict[str, str]) -> str | None:
     if source == "name_prefix":
         name = inst.name or inst.tags.get("Name", "")
         # longest prefix wins so "ml-plat-" beats "ml-"

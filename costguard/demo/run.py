@@ -52,6 +52,8 @@ KIND_STYLE = {
     "replaced": ("[magenta]REPLACED[/]", "magenta"),
     "gap": ("[magenta]gap[/]", "magenta"),
     "terminate-warning": ("[red]term?[/]", "red"),
+    "delete-warning": ("[yellow]del?[/]", "yellow"),
+    "deleted": ("[red]DELETE[/]", "red"),
 }
 
 
@@ -160,6 +162,7 @@ def run_demo(
             "underused_hosts": True,  # what `costguard recommend` shows
             "work_in_progress_hosts": True,  # idle GPUs, a busy host: never stopped
             "accelerator_hosts": True,  # an idle TPU v5e node and an idle Trainium instance
+            "standing": True,  # volumes, snapshots, an address billed while nothing runs
             "week_shift_hours": week_shift(clock.now())})
         providers = {"sim": SimProvider(sim_settings, clock)}
         clusters = {CLUSTER: SimCluster(clock, clock.now())}

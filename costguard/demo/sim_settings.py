@@ -29,6 +29,9 @@ class SimSettings(BaseModel):
     # an idle TPU v5e node and an idle Trainium instance beside the seeded fleet (`costguard
     # demo` turns them on): accelerators that are not GPUs, judged and stopped as GPUs are
     accelerator_hosts: bool = False
+    # volumes, snapshots and an address that bill while nothing runs (`costguard demo` turns
+    # them on): demo/sim_standing.py
+    standing: bool = False
     # the fleet's working week runs this many hours ahead of UTC (office hours are 9-18 of
     # it, Monday to Friday): the demo sets it so that it always starts at the same hour of
     # the fleet's week, and a seed tells the same story whatever the day

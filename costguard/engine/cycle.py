@@ -38,9 +38,14 @@ from costguard.errors import ProviderError
 from costguard.model import Gap, GpuMinute, Instance, InstanceState, TelemetrySource
 from costguard.policy.conditions import IdleCondition
 from costguard.policy.evaluate import Finding, evaluate
+from costguard.policy.kinds import KINDS
 from costguard.policy.schema import PolicySet
 from costguard.policy.stop_check import check_stops, held_back, needs_check
 from costguard.providers.base import Provider, Readings, ReadsWindowOnce, Remembers
+from costguard.standing.act import StandingRunner
+from costguard.standing.evaluate import evaluate as evaluate_standing
+from costguard.standing.model import kinds_of
+from costguard.standing.stage import LIST_EVERY, LISTED_AT, current, governed, list_all
 from costguard.store import control
 from costguard.store.db import Database
 from costguard.store.inventory import current_instances
@@ -54,7 +59,7 @@ log = logging.getLogger("costguard.engine")
 MAX_TELEMETRY_LOOKBACK = timedelta(hours=6)
 AGENT_FRESH = timedelta(minutes=10)
 STAGE_ORDER = ("collect", "telemetry", "window", "accrue", "efficiency", "evaluate", "act",
-               "spend", "alert")
+               "standing", "spend", "alert")
 
 
 @dataclass
@@ -81,6 +86,9 @@ class CycleSummary:
     digests: int = 0  # weekly underused-GPU digests enqueued
     paused: bool = False
     abandoned_cycles: int = 0  # earlier cycles found left running by a dead process, closed
+    # volumes, snapshots, addresses: listed by kind (when listed this cycle), findings by
+    # policy, and what was done to them (costguard/standing/)
+    standing: dict[str, Any] = field(default_factory=dict)
     stage_seconds: dict[str, float] = field(default_factory=dict)
     # the process's CPU (every thread's) during each stage: what a stage costs a core,
     # where its wall time also waits on the clouds
@@ -110,6 +118,12 @@ class CycleSummary:
         done += [f"{verb} {n}" for verb, n in self.actions.items()
                  if isinstance(n, int) and n]
         out.append("actions: " + ("; ".join(done) or "none"))
+        if self.standing.get("findings"):
+            acts = [f"{verb} {sum(by.values())}" for verb, by in
+                    self.standing.get("actions", {}).items()]
+            out.append("volumes, snapshots, addresses: findings "
+                       f"{_counts(self.standing['findings'])}"
+                       + (f"; {', '.join(acts)}" if acts else ""))
         if self.readings_dropped:
             out.append(f"readings dropped, not valid (no data, never idle; the log names "
                        f"them): {_counts(self.readings_dropped)}")
@@ -138,6 +152,7 @@ class Engine:
         self.attributor = Attributor(policies.attribution)
         self.runner = ActionRunner(db, self.providers, self.attributor, fault,
                                    safety=settings.safety)
+        self.standing_runner = StandingRunner(db, self.providers, self.attributor)
         self.alert_printer = alert_printer
         self.window = ReadingWindow()
         self._inventory: list[Instance] | None = None
@@ -182,6 +197,7 @@ class Engine:
             summary.findings = dict(Counter(f.policy.name for f in findings if f.holds))
             summary.held_back = dict(Counter(f.policy.name for f in findings if held_back(f)))
             self._stage(summary, "act", lambda: self._act(summary, findings, now, cycle_id))
+            self._stage(summary, "standing", lambda: self._standing(summary, now, cycle_id))
             self._stage(summary, "spend", lambda: self._spend(summary, now))
             self._stage(summary, "alert", lambda: self._alert(summary, now))
         except BaseException as exc:
@@ -415,13 +431,39 @@ class Engine:
             summary.actions = ActStats().as_dict()
             return
         try:
-            stats = self.runner.run(self.policies.policies, findings, now, cycle_id)
+            # volume, snapshot and address policies act in the standing stage
+            compute = [p for p in self.policies.policies if not KINDS[p.resource].standing]
+            stats = self.runner.run(compute, findings, now, cycle_id)
         finally:
             # the re-checks' states serve this stage only; at 100,000 instances they are
             # tens of MB, not to be held through the next cycle
             self.runner.rechecks.clear()
         summary.actions = stats.by_mode({p.name for p in self.policies.policies
                                          if not p.is_enforced})
+
+    def _standing(self, summary: CycleSummary, now: datetime, cycle_id: int) -> None:
+        """Volumes, snapshots and addresses the policies govern (costguard/standing/)."""
+        kinds = governed(self.policies.policies, self.providers)
+        if not kinds:
+            return
+        with self.db.session() as s:
+            listed_at = control.get_time(s, LISTED_AT)
+        if listed_at is None or now - listed_at >= LIST_EVERY or now < listed_at:
+            summary.standing["listed"] = list_all(self.db, self.providers, kinds, now,
+                                                 self.attributor)
+            with self.db.session() as s:
+                control.put(s, LISTED_AT, now.isoformat(), now)
+        policies = [p for p in self.policies.policies if kinds_of([p.resource])]
+        with self.db.session() as s:
+            held = current(s, {p.resource for p in policies})
+        findings = [f for p in policies for item, since in held
+                    if (f := evaluate_standing(p, item, since, now)) is not None]
+        summary.standing["findings"] = dict(Counter(f.policy.name for f in findings
+                                                    if f.holds))
+        if summary.paused:
+            return
+        stats = self.standing_runner.run(policies, findings, now, cycle_id)
+        summary.standing["actions"] = stats.as_dict()
 
     def _spend(self, summary: CycleSummary, now: datetime) -> None:
         """Budgets and anomalies over what has accrued; both alert through the outbox."""

@@ -351,13 +351,50 @@ policies:
     )
 
 
-_KINDS = ("notify", "tag", "stop", "start", "terminate", "scale_in", "scale_to_zero")
+class DeleteAction(Element):
+    """Delete a volume or snapshot, or release an address, that the policy found unused
+    (`resource: volume | snapshot | address` only). The owner is warned first; `grace`
+    later costguard reads the resource again and deletes it only if it is still unused,
+    unattached, unprotected (`costguard:protect`), not snoozed and the same resource (not
+    one recreated under its id). A volume is snapshotted first (`snapshot: true`, the
+    default): the snapshot must complete before the volume is deleted (a snapshot still
+    pending keeps the delete waiting, cycle after cycle), is tagged
+    `costguard:snapshot-of=<volume>`, copies the volume's tags, is named in the journal and
+    the alert, and is never deleted by costguard. Like every action it is dry-run until the
+    policy is enforced, capped by `limits` (count, and `max_usd_per_month` of storage
+    deleted a cycle) and journaled."""
+
+    yaml_key: ClassVar[str] = "actions[].delete"
+    example: ClassVar[str] = """\
+policies:
+  - name: unattached-volumes
+    resource: volume
+    mode: enforce
+    filters: {attached: false, tags: {absent: ["costguard:protect"]}}
+    condition:
+      unused: {for: 30d}
+    actions:
+      - notify: {to: [owner, team]}
+      - delete: {grace: 3d, snapshot: true}
+    limits: {max_actions_per_cycle: 20, max_usd_per_month: 2000}
+"""
+
+    grace: Annotated[
+        Duration, AfterValidator(at_least(timedelta(hours=1), "owners need time to react"))
+    ] = Field(default=timedelta(days=3), description="Warning time before deleting.")
+    snapshot: bool = Field(
+        default=True, description="Volumes: snapshot first, delete once it completes.")
+
+
+_KINDS = ("notify", "tag", "stop", "start", "terminate", "scale_in", "scale_to_zero",
+          "delete")
 _KINDS_TEXT = ", ".join(_KINDS[:-1]) + " or " + _KINDS[-1]
 
 
 class Action(Element):
     """One step of a policy's `actions` list: a mapping with exactly one key, `notify`,
-    `tag`, `stop`, `start`, `terminate`, `scale_in` or `scale_to_zero`. Steps run in order.
+    `tag`, `stop`, `start`, `terminate`, `scale_in`, `scale_to_zero` or `delete` (which
+    steps a policy may take depends on its kind of resource). Steps run in order.
     A bare `- stop` or `- notify` uses the defaults.
     """
 
@@ -382,6 +419,7 @@ policies:
     scale_in: ScaleInAction | None = Field(default=None, description="See ScaleInAction.")
     scale_to_zero: ScaleToZeroAction | None = Field(
         default=None, description="See ScaleToZeroAction.")
+    delete: DeleteAction | None = Field(default=None, description="See DeleteAction.")
 
     @model_validator(mode="before")
     @classmethod
@@ -414,9 +452,9 @@ policies:
 
     @property
     def spec(self) -> (NotifyAction | TagAction | StopAction | StartAction | TerminateAction
-                       | ScaleToZeroAction):
+                       | ScaleToZeroAction | DeleteAction):
         """The step's settings."""
         found = (self.notify or self.tag or self.stop or self.start or self.terminate
-                 or self.scale_in or self.scale_to_zero)
+                 or self.scale_in or self.scale_to_zero or self.delete)
         assert found is not None
         return found

@@ -204,6 +204,34 @@ policies:
                 if value is not None}
 
 
+class UnusedCondition(Element):
+    """A volume, snapshot or address that nothing running uses, for at least `for`
+    (`resource: volume | snapshot | address` only). A volume is unused while it is attached
+    to nothing, or only to instances that are stopped; a snapshot while no image, launch
+    template or volume refers to it and no lifecycle service (Data Lifecycle Manager, AWS
+    Backup) manages it; an address while it is associated with nothing, or only with a
+    stopped instance. The clock starts when the cloud says the resource stopped being used,
+    where it says (a persistent disk's last detach), else when costguard first saw it
+    unused: time costguard did not see is never counted."""
+
+    yaml_key: ClassVar[str] = "condition.unused"
+    example: ClassVar[str] = """\
+policies:
+  - name: old-unused-snapshots
+    resource: snapshot
+    filters: {age: {older_than: 90d}}
+    condition:
+      unused: {for: 30d}
+    actions:
+      - notify: {to: team}
+"""
+
+    for_: Annotated[Duration, AfterValidator(at_least(timedelta(hours=1), "a resource "
+                                                      "detached a moment ago may be reattached"))
+                    ] = Field(default=timedelta(days=30), alias="for",
+                              description="Unused for at least this long.")
+
+
 class CostOver(Element):
     """The instance's running cost is above a threshold. Give exactly one of
     `usd_per_hour` or `usd_per_day` (a day is 24 running hours)."""
@@ -268,6 +296,8 @@ policies:
     outside_hours: OfficeHours | None = Field(
         default=None, description="Outside these office hours."
     )
+    unused: UnusedCondition | None = Field(
+        default=None, description="Volumes, snapshots, addresses: nothing running uses it.")
 
     @model_validator(mode="after")
     def _at_least_one(self) -> Condition:

@@ -24,6 +24,7 @@ from costguard.model import (
 )
 from costguard.policy.conditions import Condition, UnderusedCondition
 from costguard.policy.filters import Filters
+from costguard.policy.kinds import KINDS
 from costguard.policy.schedule import OfficeHours
 from costguard.policy.schema import Policy
 from costguard.recommend.verdict import StoredVerdict
@@ -49,7 +50,10 @@ class Finding:
 
 
 def matches(policy: Policy, inst: Instance, now: datetime) -> bool:
-    """True when the policy's providers and filters select `inst`."""
+    """True when the policy's kind, providers and filters select `inst` (a volume,
+    snapshot or address policy selects no instance: costguard/standing/ governs those)."""
+    if KINDS[policy.resource].standing:
+        return False
     if policy.providers and inst.provider not in policy.providers:
         return False
     return policy.filters is None or matches_filters(policy.filters, inst, now)

@@ -166,5 +166,8 @@ policies:
     kinds: OneOrMany[WorkloadKind] | None = Field(
         default=None, description="`resource: workload` only: Deployment, StatefulSet, Job, "
         "CronJob, Notebook, JupyterServer, Pod.")
+    attached: bool | None = Field(
+        default=None, description="`resource: volume` only: true: only volumes attached to "
+        "(stopped) instances; false: only volumes attached to nothing.")
     min_gpus: int | None = Field(
         default=None, ge=1, description="At least this many GPUs (a workload: all its pods').")

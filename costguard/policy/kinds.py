@@ -20,9 +20,16 @@ from pydantic_core import PydanticCustomError
 from costguard.model import PROVIDERS, ActionKind, ProviderName
 from costguard.policy.base import TypeLabel
 
-# the filters every kind takes
+# the filters every kind of compute takes
 _COMMON = ("gpu", "state", "accounts", "regions", "tags", "age", "min_gpus")
 _INSTANCE_ONLY = ("instance_type", "family", "lifecycle", "managed", "owner_kind")
+# what a volume, snapshot or address policy selects with and decides on (costguard/standing/)
+_STORAGE_FILTERS = ("accounts", "regions", "tags", "age")
+_STORAGE_CONDITIONS = ("unused", "missing_tags")
+_STORAGE_ACTIONS = (ActionKind.NOTIFY, ActionKind.TAG, ActionKind.DELETE)
+# what a policy over running compute decides on
+_COMPUTE_CONDITIONS = ("idle", "underused", "running_longer_than", "missing_tags",
+                       "cost_over", "outside_hours")
 
 
 def _instance_permissions(enforcing: bool) -> dict[str, list[str]]:
@@ -45,6 +52,16 @@ def _workload_permissions(enforcing: bool) -> dict[str, list[str]]:
     return {"k8s": [f"{r}: {', '.join(sorted(v))}" for r, v in sorted(verbs.items())]}
 
 
+def _storage_permissions(kind: str) -> Callable[[bool], dict[str, list[str]]]:
+    def permissions(enforcing: bool) -> dict[str, list[str]]:
+        from costguard.providers.aws.iam import standing_statements
+
+        acts = frozenset({"delete", "tag"} if enforcing else set())
+        stmts = standing_statements({kind: acts})
+        return {"aws": sorted({a for stmt in stmts for a in _listed(stmt.get("Action"))})}
+    return permissions
+
+
 def _listed(value: Any) -> list[str]:
     return [value] if isinstance(value, str) else list(value or [])
 
@@ -55,10 +72,13 @@ class ResourceKind:
     what: str  # what it is, in a phrase ("cloud instances (VMs)")
     providers: tuple[ProviderName, ...]  # the providers that hold it (a policy's default)
     filters: tuple[str, ...]  # the `filters:` keys it takes
+    conditions: tuple[str, ...]  # the `condition:` keys it takes
     actions: tuple[ActionKind, ...]  # the actions it takes
     permissions: Callable[[bool], dict[str, list[str]]]  # read (False) / act (True)
     docs: str  # where it is described
     example: str  # a policy of this kind (loaded by a test)
+    # governed by the standing stage (costguard/standing/), not as instances are
+    standing: bool = False
 
 
 KINDS: dict[str, ResourceKind] = {kind.name: kind for kind in (
@@ -68,7 +88,8 @@ KINDS: dict[str, ResourceKind] = {kind.name: kind for kind in (
              "simulated cloud's",
         providers=PROVIDERS,
         filters=(*_COMMON, *_INSTANCE_ONLY),
-        actions=tuple(ActionKind),
+        conditions=_COMPUTE_CONDITIONS,
+        actions=tuple(a for a in ActionKind if a is not ActionKind.DELETE),
         permissions=_instance_permissions,
         docs="docs/actions.md",
         example="""\
@@ -88,6 +109,7 @@ policies:
              "notebooks, bare pods)",
         providers=("k8s",),
         filters=(*_COMMON, "namespaces", "kinds"),
+        conditions=_COMPUTE_CONDITIONS,
         actions=(ActionKind.NOTIFY, ActionKind.TAG, ActionKind.STOP, ActionKind.START),
         permissions=_workload_permissions,
         docs="docs/kubernetes.md",
@@ -102,11 +124,77 @@ policies:
       - notify: {to: owner}
       - stop: {grace: 30m}
 """),
+    ResourceKind(
+        name="volume",
+        what="block storage: EBS volumes and the simulated cloud's, attached to nothing or "
+             "only to stopped instances",
+        providers=("aws", "sim"),
+        filters=(*_STORAGE_FILTERS, "attached"),
+        conditions=_STORAGE_CONDITIONS,
+        actions=_STORAGE_ACTIONS,
+        permissions=_storage_permissions("volume"),
+        docs="docs/storage.md",
+        standing=True,
+        example="""\
+policies:
+  - name: unattached-volumes
+    resource: volume
+    filters: {attached: false, tags: {absent: ["costguard:protect"]}}
+    condition:
+      unused: {for: 30d}
+    actions:
+      - notify: {to: [owner, team]}
+      - delete: {grace: 3d, snapshot: true}
+    limits: {max_actions_per_cycle: 20, max_usd_per_month: 2000}
+"""),
+    ResourceKind(
+        name="snapshot",
+        what="EBS snapshots and the simulated cloud's that no image, launch template or "
+             "volume needs",
+        providers=("aws", "sim"),
+        filters=_STORAGE_FILTERS,
+        conditions=_STORAGE_CONDITIONS,
+        actions=_STORAGE_ACTIONS,
+        permissions=_storage_permissions("snapshot"),
+        docs="docs/storage.md",
+        standing=True,
+        example="""\
+policies:
+  - name: old-unused-snapshots
+    resource: snapshot
+    filters: {age: {older_than: 90d}}
+    condition:
+      unused: {for: 7d}
+    actions:
+      - notify: {to: team}
+      - delete: {grace: 7d}
+"""),
+    ResourceKind(
+        name="address",
+        what="static public addresses: Elastic IPs and the simulated cloud's, associated "
+             "with nothing",
+        providers=("aws", "sim"),
+        filters=_STORAGE_FILTERS,
+        conditions=_STORAGE_CONDITIONS,
+        actions=_STORAGE_ACTIONS,
+        permissions=_storage_permissions("address"),
+        docs="docs/storage.md",
+        standing=True,
+        example="""\
+policies:
+  - name: idle-addresses
+    resource: address
+    condition:
+      unused: {for: 7d}
+    actions:
+      - notify: {to: owner}
+      - delete: {grace: 2d}
+"""),
 )}
 
 
 def kind_names() -> str:
-    """`instance`, `workload`: the kinds, as an error message lists them."""
+    """`instance`, `workload`, ...: the kinds, as an error message lists them."""
     return ", ".join(f"`{k}`" for k in KINDS)
 
 
@@ -119,6 +207,10 @@ def taking_filter(key: str) -> list[ResourceKind]:
     return [k for k in KINDS.values() if key in k.filters]
 
 
+def taking_condition(key: str) -> list[ResourceKind]:
+    return [k for k in KINDS.values() if key in k.conditions]
+
+
 def _known(name: str) -> str:
     if name not in KINDS:
         raise PydanticCustomError(
@@ -129,4 +221,5 @@ def _known(name: str) -> str:
 
 ResourceName = Annotated[str, AfterValidator(_known), TypeLabel(
     "one of " + ", ".join(f"`{k}`" for k in KINDS))]
-"""A kind of resource the registry holds: `instance`, `workload`."""
+"""A kind of resource the registry holds: `instance`, `workload`, `volume`, `snapshot`,
+`address`."""

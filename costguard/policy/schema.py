@@ -19,6 +19,7 @@ from costguard.policy.actions import (
     NOTIFY_PLACEHOLDERS,
     TAG_PLACEHOLDERS,
     Action,
+    DeleteAction,
     NotifyAction,
     PreStop,
     ScaleInAction,
@@ -35,10 +36,17 @@ from costguard.policy.conditions import (
     HostActivity,
     IdleCondition,
     UnderusedCondition,
+    UnusedCondition,
     underused_acts_only_by_telling,
 )
 from costguard.policy.filters import AgeFilter, Filters, TagFilter
-from costguard.policy.kinds import KINDS, ResourceName, holding, taking_filter
+from costguard.policy.kinds import (
+    KINDS,
+    ResourceName,
+    holding,
+    taking_condition,
+    taking_filter,
+)
 from costguard.policy.schedule import Calendar, OfficeHours
 from costguard.policy.spend import (
     BUILTIN_DIMENSIONS,
@@ -62,6 +70,7 @@ __all__ = [
     "Calendar",
     "Condition",
     "CostOver",
+    "DeleteAction",
     "DeriveRule",
     "DimensionRule",
     "Duration",
@@ -84,6 +93,7 @@ __all__ = [
     "TagFilter",
     "TerminateAction",
     "UnderusedCondition",
+    "UnusedCondition",
     "format_duration",
 ]
 
@@ -94,6 +104,8 @@ class Limits(Element):
     most `max_usd_per_hour` of running cost in total. A policy due to act beyond either
     cap acts on none of them that cycle and raises a critical alert, because that many at
     once usually means a broken filter or broken telemetry. Notifications do not count.
+    A volume, snapshot or address policy counts its deletes, and caps what they cost a month
+    in total with `max_usd_per_month`.
     `max_snooze` is the longest an owner may snooze the policy on one instance (by
     `costguard snooze` or the `costguard:snooze-until` tag); longer snoozes are cut short."""
 
@@ -117,6 +129,9 @@ policies:
     max_snooze: Duration = Field(
         default=timedelta(days=7), description="Longest snooze an owner may set."
     )
+    max_usd_per_month: float | None = Field(
+        default=None, gt=0, description="Volumes, snapshots, addresses: monthly cost deleted "
+        "per cycle (unset: no cap).")
 
 
 class Policy(Element):
@@ -148,7 +163,7 @@ policies:
     description: str = Field(default="", description="Shown in notifications and reports.")
     resource: ResourceName = Field(
         default="instance", description="The kind of resource it governs (see Resource kinds "
-        "below): cloud instances, or Kubernetes workloads holding GPUs.")
+        "below): cloud instances, Kubernetes workloads, volumes, snapshots, addresses.")
     providers: OneOrMany[ProviderName] = Field(
         default=PROVIDERS, min_length=1, description="Providers it applies to."
     )
@@ -164,7 +179,7 @@ policies:
     @classmethod
     def _one_of_each_acting_kind(cls, value: tuple[Action, ...]) -> tuple[Action, ...]:
         for kind in (ActionKind.STOP, ActionKind.START, ActionKind.TERMINATE,
-                     ActionKind.SCALE_IN, ActionKind.SCALE_TO_ZERO):
+                     ActionKind.SCALE_IN, ActionKind.SCALE_TO_ZERO, ActionKind.DELETE):
             at = [i for i, a in enumerate(value) if a.kind is kind]
             if len(at) > 1:
                 raise PydanticCustomError(
@@ -197,6 +212,23 @@ policies:
                     f"{kind.name}s; a {kind.name} policy selects with "
                     f"{', '.join(kind.filters)}"
                     + (f" (or give it `resource: {takers[0]}`)" if takers else ""))
+        for key in type(self.condition).model_fields:
+            if getattr(self.condition, key) is not None and key not in kind.conditions:
+                takers = [k.name for k in taking_condition(key)]
+                raise PydanticCustomError(
+                    "condition", f"condition.{key} judges {' or '.join(takers)}s, not "
+                    f"{kind.name}s; a {kind.name} policy's conditions are "
+                    f"{', '.join(kind.conditions)}")
+        if (self.limits.max_usd_per_month is not None
+                and ActionKind.DELETE not in kind.actions):
+            raise PydanticCustomError(
+                "limits", f"limits.max_usd_per_month caps deletes of volumes, snapshots and "
+                f"addresses; a {kind.name} policy caps with max_usd_per_hour")
+        if (any(a.kind is ActionKind.DELETE for a in self.actions)
+                and self.condition.unused is None):
+            raise PydanticCustomError(
+                "actions", "delete acts only on what nothing uses: add condition.unused "
+                "(e.g. `unused: {for: 30d}`)")
         for action in self.actions:
             if action.kind not in kind.actions:
                 raise PydanticCustomError(
@@ -284,6 +316,12 @@ policies:
         """The policy's terminate step, if any."""
         found = self._first(ActionKind.TERMINATE)
         return found.terminate if found else None
+
+    @property
+    def delete_action(self) -> DeleteAction | None:
+        """The policy's delete step (volumes, snapshots, addresses), if any."""
+        found = self._first(ActionKind.DELETE)
+        return found.delete if found else None
 
 
 class PolicyFile(Element):
@@ -392,6 +430,7 @@ ELEMENTS: tuple[type[Element], ...] = (
     IdleCondition,
     HostActivity,
     UnderusedCondition,
+    UnusedCondition,
     CostOver,
     OfficeHours,
     Action,
@@ -404,6 +443,7 @@ ELEMENTS: tuple[type[Element], ...] = (
     TerminateAction,
     ScaleInAction,
     ScaleToZeroAction,
+    DeleteAction,
     Limits,
     Attribution,
     DimensionRule,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,6 +19,8 @@ from costguard.policy.base import duration_arg
 from costguard.report.figures import Report
 from costguard.report.queries import DIMENSIONS, catalog_spot_price, spend, unknown_value
 from costguard.report.render import to_csv, to_json, to_table
+from costguard.standing.report import StandingLine, paid_not_running
+from costguard.standing.report import to_rich as standing_table
 
 if TYPE_CHECKING:
     from costguard.k8s.report import ClusterReport
@@ -179,18 +182,23 @@ def render_report(
                                       waste=fmt != "csv")
             except ValueError as exc:
                 raise ReportArgumentError(str(exc)) from None
+            standing = _standing(s, wanted, now)
             if fmt == "html":
                 from costguard.report.html import to_html
 
                 text = to_html(report, s, now)
             elif fmt == "json":
                 text = to_json(report)
+                if standing:
+                    doc = json.loads(text)
+                    doc["paid_not_running"] = [line.as_json() for line in standing]
+                    text = json.dumps(doc, indent=2)
             elif fmt == "csv":
                 text = to_csv(report)
             else:
                 unknown = [(dim, value, known) for dim, value in wanted.items()
                            if (known := unknown_value(s, dim, value)) is not None]
-                return _table(report, output, console, unknown)
+                return _table(report, output, console, unknown, standing)
     finally:
         db.dispose()
     if output is not None:
@@ -278,10 +286,22 @@ def _why_empty(report: Report, unknown: Sequence[tuple[str, str, list[str]]]) ->
             "costguard --database costguard-demo.db report)."]
 
 
+def _standing(s: Session, wanted: Mapping[str, str], now: datetime) -> list[StandingLine]:
+    """The "paid for, not running" lines a report shows beside spend: by team (a team
+    filter keeps that team's); none under filters a volume cannot answer."""
+    if set(wanted) - {"team"}:
+        return []
+    return paid_not_running(s, now, team=wanted.get("team"))
+
+
 def _table(report: Report, output: Path | None, console: Console | None,
-           unknown: Sequence[tuple[str, str, list[str]]] = ()) -> str:
+           unknown: Sequence[tuple[str, str, list[str]]] = (),
+           standing: Sequence[StandingLine] = ()) -> str:
     def draw(con: Console) -> None:
         to_table(report, con)
+        if standing:
+            con.print()
+            standing_table(standing, con)
         if not report.rows and report.by:
             for line in _why_empty(report, unknown):
                 con.print(line, highlight=False)

@@ -414,3 +414,35 @@ class PriceSourceRow(SQLModel, table=True):
     source: str = Field(primary_key=True, max_length=128)  # = cost_intervals.price_source
     as_of: datetime | None = ts_field(nullable=True)
     fallback: bool = False
+
+
+class StandingRow(SQLModel, table=True):
+    """A volume, snapshot or address as last listed (costguard/standing/), and since when
+    costguard knows it has been unused (the cloud's word where it gives one, else the first
+    listing that showed it unused); reset when something uses it again."""
+
+    model_config = DEFERRED
+
+    __tablename__ = "standing"
+
+    provider: str = Field(primary_key=True, max_length=16)
+    resource_id: str = Field(primary_key=True, max_length=128)
+    kind: str = Field(max_length=16, index=True)  # volume | snapshot | address
+    account: str = Field(max_length=128)
+    region: str = Field(max_length=64)
+    zone: str | None = Field(default=None, max_length=64)
+    name: str | None = Field(default=None, max_length=256)
+    state: str = Field(max_length=32)
+    in_use: bool = True
+    used_by: list[str] = _json(list)
+    size_gb: int | None = None
+    detail: str = Field(default="", max_length=256)
+    created_at: datetime | None = ts_field(nullable=True)
+    unused_since: datetime | None = ts_field(nullable=True)
+    usd_per_month: float | None = None
+    price_source: str = Field(default="", max_length=128)
+    tags: dict[str, str] = _json(dict)
+    team: str | None = Field(default=None, max_length=128)  # attributed when listed
+    first_seen: datetime = ts_field()
+    last_seen: datetime = ts_field()
+    gone: bool = False  # no longer listed by its provider

@@ -51,7 +51,7 @@ def test_broken_file_reports_every_error_at_its_exact_position(tmp_path: Path) -
     assert "unknown key 'bellow'" in unknown and "did you mean 'below'?" in unknown
     assert "invalid duration 'fortyfive'" in duration and "45m" in duration
     assert ("unknown key 'reboot' (valid keys: notify, tag, stop, start, terminate, scale_in, "
-            "scale_to_zero)" in action)
+            "scale_to_zero, delete)" in action)
     assert str(errors[0]) == f"{path}:3:11: {mode}"
 
 
@@ -131,7 +131,7 @@ def test_action_with_two_kinds_or_unknown_placeholder_is_an_error() -> None:
     )
     two, placeholder = _errors(text)
     assert (two.line, two.column) == (5, 9)
-    assert ("exactly one of notify, tag, stop, start, terminate, scale_in or scale_to_zero "
+    assert ("exactly one of notify, tag, stop, start, terminate, scale_in, scale_to_zero or delete "
             "(got notify and stop" in two.message)
     assert (placeholder.line, placeholder.column) == (6, 28)
     assert ("unknown placeholder {when} (available: {now}, {policy}, {deadline})"

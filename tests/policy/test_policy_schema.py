@@ -155,7 +155,7 @@ def test_budget_thresholds_are_sorted_and_deduplicated() -> None:
         ("actions: [{tag: {}}]", "give tags to `set` or to `remove`"),
         ("actions: [{tag: {set: {a: b}, remove: a}}]", "tag 'a' is both set and removed"),
         ("actions: [{}]",
-         "exactly one of notify, tag, stop, start, terminate, scale_in or scale_to_zero "
+         "exactly one of notify, tag, stop, start, terminate, scale_in, scale_to_zero or delete "
          "(got none)"),
         ("resource: bucket", "unknown kind of resource 'bucket': costguard governs `instance`, "
                               "`workload`"),

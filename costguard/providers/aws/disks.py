@@ -30,6 +30,8 @@ class EbsTable:
     iops_month: dict[str, float]
     throughput_month: dict[str, float]
     as_of: str
+    snapshot_gb_month: dict[str, float]  # by storage tier: standard, archive
+    public_ipv4_hour: float  # an Elastic IP, associated or not
 
 
 @cache
@@ -37,7 +39,7 @@ def ebs_table() -> EbsTable:
     raw = json.loads(resources.files("costguard.providers.aws").joinpath(
         "data/ebs_prices.json").read_text(encoding="utf-8"))
     return EbsTable(raw["gb_month"], raw["iops_month"], raw["throughput_mbps_month"],
-                    raw["as_of"])
+                    raw["as_of"], raw["snapshot_gb_month"], raw["public_ipv4_hour"])
 
 
 def volume_usd_per_month(volume: dict[str, Any], table: EbsTable) -> float | None:

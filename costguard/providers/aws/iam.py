@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 PROTECT_TAG = "costguard:protect"
@@ -54,6 +55,7 @@ def required_iam_policy(
     terminating: bool = False,
     scaling_in: bool = False,
     parking: bool = False,
+    standing: Mapping[str, frozenset[str]] | None = None,
 ) -> dict[str, Any]:
     """An IAM policy document for costguard's role in each account it reads.
 
@@ -69,6 +71,9 @@ def required_iam_policy(
     parking: a policy has a `scale_to_zero` step: may set an Auto Scaling group's sizes
         (UpdateAutoScalingGroup) and write or remove the one hint tag
         `costguard:parked-sizes` on it, never on a group costguard protects.
+    standing: volume, snapshot and address kinds the policies govern, each with the actions
+        its enforced policies take (`delete`, `tag`): read rights for every kind, and for
+        those actions the rights `standing_statements` gives.
     cross_account / discover_accounts: the extra rights of the account costguard runs in
         (assume `role_name` elsewhere; list the organization's accounts).
     With neither enforcing nor tagging the policy is read-only.
@@ -116,6 +121,8 @@ def required_iam_policy(
                 "Condition": {"ForAllValues:StringEquals": {"aws:TagKeys": [PARKED_TAG]}},
             },
         ]
+    if standing:
+        statements += standing_statements(standing)
     if cross_account:
         statements.append(
             {
@@ -165,6 +172,51 @@ def terminate_statements() -> list[dict[str, Any]]:
         *unprotected("CostguardTerminate", "ec2:TerminateInstances",
                      "arn:aws:ec2:*:*:instance/*"),
     ]
+
+
+# per kind of standing resource (costguard/standing/): what reading it needs, its resource
+# ARN, and the call that deletes it
+STANDING_READ = {
+    "volume": ["ec2:DescribeVolumes"],
+    "snapshot": ["ec2:DescribeSnapshots", "ec2:DescribeImages",
+                 "ec2:DescribeLaunchTemplateVersions", "ec2:DescribeVolumes"],
+    "address": ["ec2:DescribeAddresses"],
+}
+STANDING_ARN = {"volume": "arn:aws:ec2:*:*:volume/*", "snapshot": "arn:aws:ec2:*::snapshot/*",
+                "address": "arn:aws:ec2:*:*:elastic-ip/*"}
+STANDING_DELETE = {"volume": "ec2:DeleteVolume", "snapshot": "ec2:DeleteSnapshot",
+                   "address": "ec2:ReleaseAddress"}
+
+
+def standing_statements(kinds: Mapping[str, frozenset[str]]) -> list[dict[str, Any]]:
+    """Read rights for the standing kinds governed; for each kind whose enforced policies
+    `delete`, that call on resources costguard does not protect (IAM refuses the protected
+    ones too) and, for volumes, the snapshot taken first and its tags; for those that
+    `tag`, CreateTags on that kind, never of `costguard:protect` itself."""
+    read = sorted({a for kind in kinds for a in STANDING_READ[kind]})
+    out: list[dict[str, Any]] = [{"Sid": "CostguardReadStorage", "Effect": "Allow",
+                                  "Action": read, "Resource": "*"}]
+    deleting = sorted(k for k, acts in kinds.items() if "delete" in acts)
+    if "volume" in deleting:
+        out += [
+            {"Sid": "CostguardSnapshotBeforeDelete", "Effect": "Allow",
+             "Action": "ec2:CreateSnapshot",
+             "Resource": [STANDING_ARN["volume"], STANDING_ARN["snapshot"]]},
+            {"Sid": "CostguardTagSnapshotBeforeDelete", "Effect": "Allow",
+             "Action": "ec2:CreateTags", "Resource": STANDING_ARN["snapshot"],
+             "Condition": {"StringEquals": {"ec2:CreateAction": "CreateSnapshot"}}},
+        ]
+    for kind in deleting:
+        out += unprotected(f"CostguardDelete{kind.title()}", STANDING_DELETE[kind],
+                           STANDING_ARN[kind])
+    tagging = sorted(k for k, acts in kinds.items() if "tag" in acts)
+    if tagging:
+        out.append({"Sid": "CostguardTagStorage", "Effect": "Allow",
+                    "Action": "ec2:CreateTags",
+                    "Resource": [STANDING_ARN[k] for k in tagging],
+                    "Condition": {"ForAllValues:StringNotEquals": {
+                        "aws:TagKeys": [PROTECT_TAG]}}})
+    return out
 
 
 def trust_policy(hub_account_id: str, external_id_required: bool = True) -> dict[str, Any]:

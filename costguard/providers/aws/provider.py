@@ -29,7 +29,7 @@ from costguard.model import (
     PriceQuote,
     ProviderName,
 )
-from costguard.providers.aws import actions, batch
+from costguard.providers.aws import actions, batch, standing
 from costguard.providers.aws.gpu_types import GpuTypeCatalog
 from costguard.providers.aws.inventory import HostNames, read_scope
 from costguard.providers.aws.owners import GroupSizes
@@ -43,6 +43,7 @@ from costguard.providers.aws.settings import AwsSettings
 from costguard.providers.aws.spot import SpotPrices
 from costguard.providers.base import FetchedPrices, Memory
 from costguard.providers.repeats import Repeats
+from costguard.standing.model import Standing, StandingKind, StandingList
 
 GPU_TYPES_MEMORY = "gpu_types"  # the store's copy of GpuTypeCatalog.known()
 UNDESCRIBED_MEMORY = "gpu_types_undescribed"  # GpuTypeCatalog.undescribed()
@@ -288,6 +289,61 @@ class AwsProvider(CloudWatchReads):
                                        scope=scope)
         except ProviderError as exc:
             return ActionResult(outcome=ActionOutcome.FAILED, detail=str(exc))
+
+    # -- standing resources: volumes, snapshots, addresses (standing.model.HoldsStanding) -
+
+    def standing_kinds(self) -> frozenset[StandingKind]:
+        return frozenset(StandingKind)
+
+    def list_standing(self, kinds: frozenset[StandingKind]) -> StandingList:
+        """Every volume, snapshot and address of `kinds` in every scope (aws/standing.py)."""
+        observed_at = self.clock.now()
+        try:
+            accounts = self.clients.accounts()
+        except ProviderError as exc:
+            return StandingList(gaps=[Gap(provider="aws", scope="accounts", error=str(exc))])
+        out = StandingList()
+        with ThreadPoolExecutor(self.settings.max_workers, "costguard-aws-standing") as pool:
+            scopes: list[tuple[AccountScope, str]] = []
+            for account, regions in zip(accounts, pool.map(self._regions_of, accounts),
+                                        strict=True):
+                if isinstance(regions, Gap):
+                    out.gaps.append(regions)
+                else:
+                    scopes += [(account, region) for region in regions]
+
+            def read(scope: tuple[AccountScope, str]) -> list[Standing] | Gap:
+                account, region = scope
+                try:
+                    return standing.read_scope(
+                        self.clients.ec2(account, region), kinds, account=account.account_id,
+                        region=region, observed_at=observed_at)
+                except ProviderError as exc:
+                    return Gap(provider="aws", scope=f"{account.account_id}/{region}",
+                               error=str(exc))
+
+            for got in pool.map(read, scopes):
+                if isinstance(got, Gap):
+                    out.gaps.append(got)
+                else:
+                    out.items.extend(got)
+        return out
+
+    def _ec2_of(self, item: Standing) -> Any:
+        return self.clients.ec2(self._account(item.account), item.region)
+
+    def describe_standing(self, item: Standing) -> Standing | None:
+        return standing.describe(self._ec2_of(item), item, self.clock.now())
+
+    def snapshot_volume(self, item: Standing, *, dry_run: bool) -> tuple[str, str]:
+        return standing.snapshot_volume(self._ec2_of(item), item, dry_run=dry_run)
+
+    def delete_standing(self, item: Standing, *, dry_run: bool) -> ActionResult:
+        return standing.delete(self._ec2_of(item), item, dry_run=dry_run)
+
+    def tag_standing(self, item: Standing, tags: dict[str, str], *, dry_run: bool
+                     ) -> ActionResult:
+        return standing.tag(self._ec2_of(item), item, tags, dry_run=dry_run)
 
     # -- batched re-check and actions (base.Describes, base.BatchActions) ------------------
 

@@ -1,0 +1,150 @@
+"""The simulated cloud's volumes, snapshots and addresses (`SimSettings.standing`), priced
+as EBS and Elastic IPs are (providers/aws/data/ebs_prices.json).
+
+Beside the seeded fleet: a scratch volume attached to nothing for five weeks, a checkpoint
+volume detached twelve days ago (younger than the example policy's 30 days), an old snapshot
+nothing needs, a snapshot an image needs, and an address associated with nothing for three
+weeks. Like a persistent disk, a simulated volume says when it was last detached. A snapshot
+taken before a delete completes one listing later, as a real one takes a while.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta
+
+from costguard.clock import Clock
+from costguard.model import ActionOutcome, ActionResult
+from costguard.providers.aws.disks import HOURS_PER_MONTH, ebs_table, volume_usd_per_month
+from costguard.standing.model import Standing, StandingKind, StandingList
+
+SNAPSHOT_OF_TAG = "costguard:snapshot-of"
+
+
+def seeded(account: str, region: str, start: datetime) -> list[Standing]:
+    table = ebs_table()
+    day = timedelta(days=1)
+
+    def volume(vid: str, size: int, vtype: str, made: timedelta, unused: timedelta,
+               tags: dict[str, str]) -> Standing:
+        return Standing(
+            kind=StandingKind.VOLUME, provider="sim", account=account, region=region,
+            zone=f"{region}a", resource_id=vid, name=tags.get("Name"), state="available",
+            in_use=False, size_gb=size, detail=vtype, created_at=start - made,
+            unused_since=start - unused,
+            usd_per_month=volume_usd_per_month({"VolumeType": vtype, "Size": size}, table),
+            price_source=f"EBS list price {table.as_of}", tags=tags, observed_at=start)
+
+    def snapshot(sid: str, size: int, made: timedelta, used_by: tuple[str, ...],
+                 tags: dict[str, str]) -> Standing:
+        return Standing(
+            kind=StandingKind.SNAPSHOT, provider="sim", account=account, region=region,
+            resource_id=sid, name=tags.get("Name"), state="completed", in_use=bool(used_by),
+            used_by=used_by, size_gb=size, detail="vol-sim-retired", created_at=start - made,
+            usd_per_month=size * table.snapshot_gb_month["standard"],
+            price_source=f"EBS snapshot standard tier {table.as_of}", tags=tags,
+            observed_at=start)
+
+    return [
+        volume("vol-sim-scratch-01", 500, "gp3", 45 * day, 35 * day,
+               {"Name": "llm-scratch", "team": "research", "owner": "ana@example.com"}),
+        volume("vol-sim-ckpt-02", 1000, "gp3", 20 * day, 12 * day,
+               {"Name": "ckpt-archive", "team": "vision", "owner": "li@example.com"}),
+        snapshot("snap-sim-old-01", 800, 120 * day, (),
+                 {"Name": "pre-migration", "team": "research"}),
+        snapshot("snap-sim-ami-02", 100, 200 * day, ("image ami-sim-base",),
+                 {"Name": "base-image", "team": "platform"}),
+        Standing(kind=StandingKind.ADDRESS, provider="sim", account=account, region=region,
+                 resource_id="eipalloc-sim-01", name="203.0.113.10", state="unassociated",
+                 in_use=False, detail="203.0.113.10", created_at=start - 60 * day,
+                 unused_since=start - 21 * day,
+                 usd_per_month=table.public_ipv4_hour * HOURS_PER_MONTH,
+                 price_source=f"public IPv4 list price {table.as_of}",
+                 tags={"team": "vision", "owner": "li@example.com"}, observed_at=start),
+    ]
+
+
+class SimStanding:
+    """What the simulated cloud holds that bills while nothing runs; thread-safe."""
+
+    def __init__(self, items: list[Standing], clock: Clock) -> None:
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._items = {i.resource_id: i for i in items}
+        self._serial = 0
+        self.calls: dict[str, int] = {"list": 0, "describe": 0, "snapshot": 0, "delete": 0,
+                                      "tag": 0}
+
+    def kinds(self) -> frozenset[StandingKind]:
+        return frozenset(StandingKind) if self._items else frozenset()
+
+    def listing(self, kinds: frozenset[StandingKind]) -> StandingList:
+        now = self.clock.now()
+        with self._lock:
+            self.calls["list"] += 1
+            self._settle(now)
+            return StandingList(items=[i.model_copy(update={"observed_at": now})
+                                       for i in self._items.values() if i.kind in kinds])
+
+    def _settle(self, now: datetime) -> None:
+        for sid, item in list(self._items.items()):
+            if item.state == "pending" and now - (item.created_at or now) >= timedelta(
+                    minutes=10):
+                self._items[sid] = item.model_copy(update={"state": "completed"})
+
+    def describe(self, item: Standing) -> Standing | None:
+        with self._lock:
+            self.calls["describe"] += 1
+            self._settle(self.clock.now())
+            return self._items.get(item.resource_id)
+
+    def snapshot(self, item: Standing, *, dry_run: bool) -> tuple[str, str]:
+        now = self.clock.now()
+        with self._lock:
+            self.calls["snapshot"] += 1
+            if dry_run:
+                return "", "dry-run"
+            self._settle(now)
+            for snap in self._items.values():
+                if snap.tags.get(SNAPSHOT_OF_TAG) == item.resource_id:
+                    return snap.resource_id, snap.state
+            self._serial += 1
+            sid = f"snap-sim-cg-{self._serial:02d}"
+            table = ebs_table()
+            self._items[sid] = Standing(
+                kind=StandingKind.SNAPSHOT, provider="sim", account=item.account,
+                region=item.region, resource_id=sid, name=f"costguard: {item.resource_id}",
+                state="pending", in_use=True,
+                used_by=(f"kept by costguard: taken before deleting {item.resource_id}",),
+                size_gb=item.size_gb, detail=item.resource_id, created_at=now,
+                usd_per_month=(item.size_gb or 0) * table.snapshot_gb_month["standard"],
+                price_source=f"EBS snapshot standard tier {table.as_of}",
+                tags={**item.tags, SNAPSHOT_OF_TAG: item.resource_id}, observed_at=now)
+            return sid, "pending"
+
+    def delete(self, item: Standing, *, dry_run: bool) -> ActionResult:
+        with self._lock:
+            self.calls["delete"] += 1
+            current = self._items.get(item.resource_id)
+            if current is None:
+                return ActionResult(outcome=ActionOutcome.SKIPPED, detail="gone meanwhile")
+            if current.in_use or current.used_by:
+                return ActionResult(outcome=ActionOutcome.FAILED,
+                                    detail=f"{item.resource_id} is in use")  # as a cloud says
+            verb = "released" if item.kind is StandingKind.ADDRESS else "deleted"
+            if dry_run:
+                return ActionResult(outcome=ActionOutcome.DRY_RUN, detail=f"would be {verb}")
+            del self._items[item.resource_id]
+            return ActionResult(outcome=ActionOutcome.DONE, detail=verb)
+
+    def tag(self, item: Standing, tags: dict[str, str], *, dry_run: bool) -> ActionResult:
+        with self._lock:
+            self.calls["tag"] += 1
+            current = self._items.get(item.resource_id)
+            if current is None:
+                return ActionResult(outcome=ActionOutcome.SKIPPED, detail="gone meanwhile")
+            if dry_run:
+                return ActionResult(outcome=ActionOutcome.DRY_RUN, detail="would be tagged")
+            self._items[item.resource_id] = current.model_copy(
+                update={"tags": {**current.tags, **tags}})
+            return ActionResult(outcome=ActionOutcome.DONE, detail="tagged")

@@ -1,0 +1,98 @@
+"""Does a volume, snapshot or address policy select a resource, and does its condition hold?
+
+Pure functions over stored values; the standing stage does the I/O. Unused time counts from
+`since` (standing/stage.py: the cloud's word, else costguard's first sight of it unused);
+a resource without one is in use, and never a finding of `unused`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from costguard.policy.filters import Filters
+from costguard.policy.schema import Policy, format_duration
+from costguard.standing.model import Standing, StandingKind
+
+
+@dataclass(frozen=True)
+class StandingFinding:
+    """One policy on one resource its filters selected; `holds` when every condition does."""
+
+    policy: Policy
+    item: Standing
+    since: datetime | None  # unused since (None: in use)
+    holds: bool
+    reason: str
+
+    @property
+    def usd_per_month(self) -> float:
+        return self.item.usd_per_month or 0.0
+
+
+def selects(policy: Policy, item: Standing, now: datetime) -> bool:
+    """True when the policy's kind, providers and filters select `item`."""
+    if policy.resource != item.kind or item.provider not in policy.providers:
+        return False
+    return _filters(policy.filters, item, now)
+
+
+def _filters(f: Filters, item: Standing, now: datetime) -> bool:
+    if f.accounts is not None and item.account not in f.accounts:
+        return False
+    if f.regions is not None and item.region not in f.regions:
+        return False
+    if f.tags is not None:
+        t = f.tags
+        if any(k not in item.tags for k in t.present) or any(k in item.tags for k in t.absent):
+            return False
+        if any(item.tags.get(k) not in allowed for k, allowed in t.values.items()):
+            return False
+    if f.age is not None:
+        if item.created_at is None:  # the cloud does not say: no age can be vouched for
+            return False
+        age = now - item.created_at
+        if f.age.older_than is not None and age <= f.age.older_than:
+            return False
+        if f.age.younger_than is not None and age >= f.age.younger_than:
+            return False
+    return f.attached is None or f.attached == item.attached
+
+
+def evaluate(policy: Policy, item: Standing, since: datetime | None, now: datetime
+             ) -> StandingFinding | None:
+    """The finding of `policy` on `item`, or None when its filters do not select it."""
+    if not selects(policy, item, now):
+        return None
+    c = policy.condition
+    reasons: list[str] = []
+    holds = True
+    if c.unused is not None:
+        unused = since is not None and not item.in_use
+        if unused and since is not None and now - since >= c.unused.for_:
+            reasons.append(unused_words(item, now - since))
+        else:
+            holds = False
+    if c.missing_tags is not None:
+        missing = [k for k in c.missing_tags if k not in item.tags]
+        if missing:
+            reasons.append(f"missing tag {', '.join(missing)}")
+        else:
+            holds = False
+    return StandingFinding(policy, item, since if not item.in_use else None, holds,
+                           "; ".join(reasons) if holds else "")
+
+
+def unused_words(item: Standing, span: timedelta) -> str:
+    """`attached to nothing for 34d`: why a resource counts as unused, and for how long."""
+    took = format_duration(timedelta(days=span.days) if span.days else
+                           timedelta(hours=int(span.total_seconds() // 3600)))
+    if item.kind is StandingKind.VOLUME:
+        what = (f"attached only to stopped {', '.join(item.used_by)}" if item.used_by
+                else "attached to nothing")
+    elif item.kind is StandingKind.SNAPSHOT:
+        what = "needed by no image, launch template or volume"
+    else:
+        what = (f"associated only with stopped {', '.join(item.used_by)}" if item.used_by
+                else "associated with nothing")
+    return f"{what} for {took}"

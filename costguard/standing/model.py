@@ -1,0 +1,126 @@
+"""A resource that bills while nothing runs (a volume, a snapshot, an address), as costguard
+sees it, and the protocol of the providers that hold them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+from pydantic import Field
+
+from costguard.model import ActionResult, Frozen, Gap, Owner, ProviderName
+
+HOURS_PER_MONTH = 730
+
+
+class StandingKind(StrEnum):
+    VOLUME = "volume"  # an EBS volume, a persistent disk
+    SNAPSHOT = "snapshot"  # an EBS snapshot, a disk snapshot
+    ADDRESS = "address"  # an Elastic IP, a reserved static address
+
+
+class Standing(Frozen):
+    """One volume, snapshot or address. `used_by` names what holds it (the instances a
+    volume is attached to, the images, launch templates and volumes that need a snapshot,
+    the instance or interface an address is associated with); `in_use` is True while
+    something *running* uses it. A volume attached only to stopped instances is not in use
+    but still attached: it may be reported, never deleted."""
+
+    kind: StandingKind
+    provider: ProviderName
+    account: str
+    region: str
+    zone: str | None = None
+    resource_id: str
+    name: str | None = None
+    state: str  # the cloud's own word: available, in-use, completed, READY ...
+    in_use: bool
+    used_by: tuple[str, ...] = ()
+    size_gb: int | None = Field(default=None, ge=0)
+    detail: str = ""  # the volume type, the snapshot's source volume, the address
+    created_at: datetime | None  # None: the cloud does not say (an Elastic IP)
+    # when the cloud says it stopped being used (GCP's lastDetachTimestamp), where it says
+    unused_since: datetime | None = None
+    usd_per_month: float | None = Field(default=None, ge=0)
+    price_source: str = ""
+    tags: dict[str, str] = Field(default_factory=dict)
+    observed_at: datetime
+
+    @property
+    def attached(self) -> bool:
+        return bool(self.used_by)
+
+    @property
+    def owner(self) -> Owner | None:
+        """No controller owns a standing resource (attribution reads `owner`)."""
+        return None
+
+    @property
+    def launched_by(self) -> str | None:
+        return None
+
+    @property
+    def usd_per_hour(self) -> float:
+        return (self.usd_per_month or 0.0) / HOURS_PER_MONTH
+
+    @property
+    def instance_id(self) -> str:
+        """The key the journal, policy states and alerts file it under (as an instance's)."""
+        return self.resource_id
+
+    @property
+    def ref(self) -> tuple[str, str]:
+        return (self.provider, self.resource_id)
+
+
+class StandingList(Frozen):
+    """What one listing found, and the scopes it could not read."""
+
+    items: list[Standing] = Field(default_factory=list)
+    gaps: list[Gap] = Field(default_factory=list)
+
+
+@runtime_checkable
+class HoldsStanding(Protocol):
+    """A provider that lists and acts on standing resources."""
+
+    def standing_kinds(self) -> frozenset[StandingKind]:
+        """The kinds this provider lists."""
+        ...
+
+    def list_standing(self, kinds: frozenset[StandingKind]) -> StandingList:
+        """Every resource of `kinds` in every scope the provider reads."""
+        ...
+
+    def describe_standing(self, item: Standing) -> Standing | None:
+        """`item` as the cloud shows it now (None: gone)."""
+        ...
+
+    def snapshot_volume(self, item: Standing, *, dry_run: bool) -> tuple[str, str]:
+        """Start (or find, when an earlier attempt started it) the snapshot costguard takes
+        before deleting volume `item`: (snapshot id, its state: pending | completed |
+        error). Idempotent: tagged `costguard:snapshot-of=<volume id>`."""
+        ...
+
+    def delete_standing(self, item: Standing, *, dry_run: bool) -> ActionResult:
+        """Delete a volume or snapshot, release an address."""
+        ...
+
+    def tag_standing(self, item: Standing, tags: dict[str, str], *, dry_run: bool
+                     ) -> ActionResult:
+        ...
+
+
+def unused_for(item: Standing, since: datetime | None, now: datetime) -> float | None:
+    """Days `item` has been unused by `now` (None: in use)."""
+    if item.in_use or since is None:
+        return None
+    return max(0.0, (now - since).total_seconds() / 86400)
+
+
+def kinds_of(names: Sequence[str]) -> frozenset[StandingKind]:
+    """The standing kinds among `names` (policy resource kinds)."""
+    known = {k.value for k in StandingKind}
+    return frozenset(StandingKind(n) for n in names if n in known)
