@@ -23,8 +23,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from costguard.alerts.gaps import METRICS_SCOPE
 from costguard.engine import behind
-from costguard.engine.collect import METRICS_SCOPE
 from costguard.errors import ProviderError
 from costguard.model import Gap, GpuMinute, Instance, covering
 from costguard.policy.conditions import IdleCondition

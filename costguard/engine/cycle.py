@@ -17,6 +17,7 @@ from costguard.actions.runner import ActionRunner, FaultHook
 from costguard.actions.stats import ActStats
 from costguard.alerts.console import AlertPrinter
 from costguard.alerts.dispatcher import dispatch
+from costguard.alerts.gaps import METRICS_SCOPE, record_gaps
 from costguard.clock import Clock
 from costguard.config import Settings
 from costguard.costs.accrual import accrue
@@ -25,7 +26,7 @@ from costguard.costs.price_book import PriceBook
 from costguard.costs.pricing import PriceCatalog, PriceOverrides
 from costguard.engine import behind, cycle_rows
 from costguard.engine.backfill import catch_up, fetch_cold
-from costguard.engine.collect import METRICS_SCOPE, collect, each_provider, record_gaps
+from costguard.engine.collect import collect, each_provider
 from costguard.engine.fetch import fetcher
 from costguard.engine.heap import (
     cycle_collection,
@@ -43,9 +44,7 @@ from costguard.policy.schema import PolicySet
 from costguard.policy.stop_check import check_stops, held_back, needs_check
 from costguard.providers.base import Provider, Readings, ReadsWindowOnce, Remembers
 from costguard.standing.act import StandingRunner
-from costguard.standing.evaluate import evaluate as evaluate_standing
-from costguard.standing.model import kinds_of
-from costguard.standing.stage import LIST_EVERY, LISTED_AT, current, governed, list_all
+from costguard.standing.stage import govern
 from costguard.store import control
 from costguard.store.db import Database
 from costguard.store.inventory import current_instances
@@ -443,27 +442,9 @@ class Engine:
 
     def _standing(self, summary: CycleSummary, now: datetime, cycle_id: int) -> None:
         """Volumes, snapshots and addresses the policies govern (costguard/standing/)."""
-        kinds = governed(self.policies.policies, self.providers)
-        if not kinds:
-            return
-        with self.db.session() as s:
-            listed_at = control.get_time(s, LISTED_AT)
-        if listed_at is None or now - listed_at >= LIST_EVERY or now < listed_at:
-            summary.standing["listed"] = list_all(self.db, self.providers, kinds, now,
-                                                 self.attributor)
-            with self.db.session() as s:
-                control.put(s, LISTED_AT, now.isoformat(), now)
-        policies = [p for p in self.policies.policies if kinds_of([p.resource])]
-        with self.db.session() as s:
-            held = current(s, {p.resource for p in policies})
-        findings = [f for p in policies for item, since in held
-                    if (f := evaluate_standing(p, item, since, now)) is not None]
-        summary.standing["findings"] = dict(Counter(f.policy.name for f in findings
-                                                    if f.holds))
-        if summary.paused:
-            return
-        stats = self.standing_runner.run(policies, findings, now, cycle_id)
-        summary.standing["actions"] = stats.as_dict()
+        summary.standing = govern(self.db, self.providers, self.policies.policies,
+                                  self.standing_runner, self.attributor, now, cycle_id,
+                                  paused=summary.paused)
 
     def _spend(self, summary: CycleSummary, now: datetime) -> None:
         """Budgets and anomalies over what has accrued; both alert through the outbox."""

@@ -11,9 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 
+from costguard.alerts.gaps import METRICS_SCOPE
 from costguard.engine import behind
 from costguard.engine.backfill import Fetch, Observe
-from costguard.engine.collect import METRICS_SCOPE
 from costguard.errors import ProviderError
 from costguard.model import Gap, GpuMinute, Instance
 from costguard.providers.base import (

@@ -31,7 +31,7 @@ from costguard.errors import ProviderError
 from costguard.model import ActionOutcome
 from costguard.policy.schema import Policy
 from costguard.standing.evaluate import StandingFinding
-from costguard.standing.model import HoldsStanding, Standing, StandingKind
+from costguard.standing.model import HoldsStanding, Standing, StandingKind, from_row
 from costguard.store.db import Database
 from costguard.store.tables import PolicyStateRow, StandingRow
 
@@ -98,10 +98,8 @@ class StandingRunner:
                 gone = stored is None or stored.gone
                 if not gone and stored is not None and row.action == "delete":
                     try:
-                        from costguard.standing.stage import to_standing
-
                         gone = self._provider(row.provider).describe_standing(
-                            to_standing(stored)) is None
+                            from_row(stored)) is None
                     except ProviderError:
                         gone = False
                 done = row.action == "delete" and gone

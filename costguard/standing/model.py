@@ -6,11 +6,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from pydantic import Field
 
 from costguard.model import ActionResult, Frozen, Gap, Owner, ProviderName
+
+if TYPE_CHECKING:
+    from costguard.store.tables import StandingRow
 
 HOURS_PER_MONTH = 730
 
@@ -124,3 +127,14 @@ def kinds_of(names: Sequence[str]) -> frozenset[StandingKind]:
     """The standing kinds among `names` (policy resource kinds)."""
     known = {k.value for k in StandingKind}
     return frozenset(StandingKind(n) for n in names if n in known)
+
+
+def from_row(row: StandingRow) -> Standing:
+    """A stored resource (store/tables.py StandingRow) as a `Standing`."""
+    return Standing(
+        kind=StandingKind(row.kind), provider=row.provider,
+        account=row.account, region=row.region, zone=row.zone, resource_id=row.resource_id,
+        name=row.name, state=row.state, in_use=row.in_use, used_by=tuple(row.used_by),
+        size_gb=row.size_gb, detail=row.detail, created_at=row.created_at,
+        unused_since=row.unused_since, usd_per_month=row.usd_per_month,
+        price_source=row.price_source, tags=dict(row.tags), observed_at=row.last_seen)

@@ -12,15 +12,25 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlmodel import Session, col, select
 
+from costguard.alerts.gaps import STORAGE_SCOPE, record_gaps
 from costguard.costs.attribution import Attributor
-from costguard.engine.collect import STORAGE_SCOPE, record_gaps
 from costguard.policy.schema import Policy
-from costguard.standing.model import HoldsStanding, Standing, StandingKind, kinds_of
+from costguard.standing.act import StandingRunner
+from costguard.standing.evaluate import evaluate
+from costguard.standing.model import (
+    HoldsStanding,
+    Standing,
+    StandingKind,
+    from_row,
+    kinds_of,
+)
+from costguard.store import control
 from costguard.store.db import Database
 from costguard.store.tables import InstanceRow, StandingRow
 
@@ -43,16 +53,6 @@ def governed(policies: Iterable[Policy], providers: Mapping[str, object]
     return {name: frozenset(k) for name, k in out.items() if k}
 
 
-def to_standing(row: StandingRow) -> Standing:
-    return Standing(
-        kind=StandingKind(row.kind), provider=row.provider,
-        account=row.account, region=row.region, zone=row.zone, resource_id=row.resource_id,
-        name=row.name, state=row.state, in_use=row.in_use, used_by=tuple(row.used_by),
-        size_gb=row.size_gb, detail=row.detail, created_at=row.created_at,
-        unused_since=row.unused_since, usd_per_month=row.usd_per_month,
-        price_source=row.price_source, tags=dict(row.tags), observed_at=row.last_seen)
-
-
 def current(s: Session, kinds: Iterable[str] | None = None
             ) -> list[tuple[Standing, datetime | None]]:
     """Every resource not gone, with since when it has been unused (None: in use)."""
@@ -60,7 +60,7 @@ def current(s: Session, kinds: Iterable[str] | None = None
     if kinds is not None:
         stmt = stmt.where(col(StandingRow.kind).in_(list(kinds)))
     rows = s.exec(stmt.order_by(col(StandingRow.provider), col(StandingRow.resource_id)))
-    return [(to_standing(r), r.unused_since) for r in rows]
+    return [(from_row(r), r.unused_since) for r in rows]
 
 
 def held_by_stopped(s: Session, item: Standing) -> Standing:
@@ -90,7 +90,11 @@ def store(db: Database, provider: str, kinds: frozenset[StandingKind], items: li
                 row = StandingRow(provider=provider, resource_id=item.resource_id,
                                   kind=item.kind, account=item.account, region=item.region,
                                   state=item.state, first_seen=now, last_seen=now)
-            was_unused = row.unused_since if not row.in_use and not row.gone else None
+            # another resource under the same id (deleted and made again): its own clock
+            recreated = (row.created_at is not None and item.created_at is not None
+                         and row.created_at != item.created_at)
+            was_unused = (row.unused_since if not row.in_use and not row.gone and not recreated
+                          else None)
             since = None if item.in_use else (item.unused_since or was_unused or now)
             row.kind, row.account, row.region, row.zone = (item.kind, item.account,
                                                            item.region, item.zone)
@@ -129,3 +133,29 @@ def list_all(db: Database, providers: Mapping[str, object],
         with db.session() as s:
             record_gaps(s, name, gaps, now, storage=True)
     return dict(counts)
+
+
+def govern(db: Database, providers: Mapping[str, object], policies: Sequence[Policy],
+           runner: StandingRunner, attributor: Attributor, now: datetime,
+           cycle_id: int | None, *, paused: bool = False) -> dict[str, Any]:
+    """The whole stage: list (when due), judge every governed resource, act (unless
+    paused). Returns what the cycle's summary says of it (empty: nothing governed)."""
+    kinds = governed(policies, providers)
+    if not kinds:
+        return {}
+    out: dict[str, Any] = {}
+    with db.session() as s:
+        listed_at = control.get_time(s, LISTED_AT)
+    if listed_at is None or now - listed_at >= LIST_EVERY or now < listed_at:
+        out["listed"] = list_all(db, providers, kinds, now, attributor)
+        with db.session() as s:
+            control.put(s, LISTED_AT, now.isoformat(), now)
+    mine = [p for p in policies if kinds_of([p.resource])]
+    with db.session() as s:
+        held = current(s, {p.resource for p in mine})
+    findings = [f for p in mine for item, since in held
+                if (f := evaluate(p, item, since, now)) is not None]
+    out["findings"] = dict(Counter(f.policy.name for f in findings if f.holds))
+    if not paused:
+        out["actions"] = runner.run(mine, findings, now, cycle_id).as_dict()
+    return out

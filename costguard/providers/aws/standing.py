@@ -51,11 +51,17 @@ def _tags(raw: dict[str, Any]) -> dict[str, str]:
 
 
 def _pages(ec2: EC2Client, op: str, key: str, **kwargs: Any) -> Iterator[Any]:
-    if ec2.can_paginate(op):
-        for page in ec2.get_paginator(op).paginate(**kwargs):  # type: ignore[call-overload]
-            yield from page.get(key, [])
-    else:
-        yield from getattr(ec2, op)(**kwargs).get(key, [])
+    """Every item of a paged Describe call, following NextToken. Each page is its own call
+    on `ec2` (not a botocore paginator: an account's client signs the calls made through
+    it, sessions.AccountClient)."""
+    call = getattr(ec2, op)
+    token: str | None = None
+    while True:
+        page = call(**kwargs, **({"NextToken": token} if token else {}))
+        yield from page.get(key, [])
+        token = page.get("NextToken")
+        if not token:
+            return
 
 
 def snapshot_needs(ec2: EC2Client, volumes: list[dict[str, Any]]) -> dict[str, list[str]]:
@@ -170,7 +176,7 @@ def read_scope(ec2: EC2Client, kinds: frozenset[StandingKind], *, account: str, 
         if StandingKind.ADDRESS in kinds:
             out += [to_address(dict(a), account=account, region=region, observed_at=observed_at,
                                table=table)
-                    for a in ec2.describe_addresses().get("Addresses", [])]
+                    for a in _pages(ec2, "describe_addresses", "Addresses")]
     return out
 
 

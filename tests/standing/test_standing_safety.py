@@ -1,0 +1,182 @@
+"""The safety of deleting what bills while nothing runs (hypothesis): over random histories
+(attach and detach, protect and unprotect, snooze, recreate under the same id, snapshots
+that take a while or fail), no delete ever reaches a protected, attached, in-use or
+recently used resource, and no volume is deleted before its snapshot has completed.
+
+The provider here is an in-memory cloud that keeps the truth and records every call; the
+stage runs as the engine runs it (`standing.stage.govern`) on a real SQLite store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from costguard.costs.attribution import Attributor
+from costguard.model import ActionOutcome, ActionResult
+from costguard.policy.load import parse_policy_text
+from costguard.standing.act import StandingRunner
+from costguard.standing.model import Standing, StandingKind, StandingList
+from costguard.standing.stage import govern
+from costguard.store.db import Database
+
+T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
+STEP = timedelta(hours=6)
+UNUSED_FOR = timedelta(days=1)
+GRACE = timedelta(hours=12)
+POLICIES = parse_policy_text(f"""\
+policies:
+  - name: volumes
+    resource: volume
+    mode: enforce
+    condition: {{unused: {{for: {UNUSED_FOR.days}d}}}}
+    actions: [notify, {{delete: {{grace: {GRACE.seconds // 3600}h}}}}]
+    limits: {{max_actions_per_cycle: 50}}
+  - name: snapshots
+    resource: snapshot
+    mode: enforce
+    condition: {{unused: {{for: {UNUSED_FOR.days}d}}}}
+    actions: [notify, {{delete: {{grace: {GRACE.seconds // 3600}h}}}}]
+    limits: {{max_actions_per_cycle: 50}}
+  - name: addresses
+    resource: address
+    mode: enforce
+    condition: {{unused: {{for: {UNUSED_FOR.days}d}}}}
+    actions: [{{delete: {{grace: {GRACE.seconds // 3600}h}}}}]
+    limits: {{max_actions_per_cycle: 50}}
+""", "p.yml").policies
+
+
+@dataclass
+class Truth:
+    kind: StandingKind
+    created: datetime
+    attached: bool = False
+    protect: str | None = None
+    snooze: datetime | None = None
+    used_at: datetime = T0  # the last moment something used it
+
+
+@dataclass
+class Cloud:
+    """The truth, and every delete with what the truth was at that moment."""
+
+    now: datetime = T0
+    items: dict[str, Truth] = field(default_factory=dict)
+    snaps: dict[str, tuple[str, int]] = field(default_factory=dict)  # vol -> (state, ready)
+    fail_snaps: set[str] = field(default_factory=set)
+    deletes: list[tuple[str, Truth, str | None]] = field(default_factory=list)
+    shown: list[list[Standing]] = field(default_factory=list)
+
+    def view(self, rid: str) -> Standing:
+        t = replace(self.items[rid])
+        tags = {k: v for k, v in (("costguard:protect", t.protect),
+                                  ("costguard:snooze-until",
+                                   t.snooze.isoformat() if t.snooze else None)) if v}
+        return Standing(kind=t.kind, provider="sim", account="a", region="r", resource_id=rid,
+                        state="in-use" if t.attached else "available", in_use=t.attached,
+                        used_by=("i-1",) if t.attached else (), created_at=t.created,
+                        usd_per_month=10.0, tags=tags, observed_at=self.now)
+
+    # HoldsStanding
+    def standing_kinds(self) -> frozenset[StandingKind]:
+        return frozenset(StandingKind)
+
+    def list_standing(self, kinds: frozenset[StandingKind]) -> StandingList:
+        """A listing lags: it shows the cloud as it was three steps before, longer than the
+        grace (what changed since is seen only by the re-check before a delete)."""
+        self.shown.append([self.view(r) for r in self.items])
+        shown = self.shown.pop(0) if len(self.shown) > 3 else []
+        return StandingList(items=[i for i in shown if i.kind in kinds])
+
+    def describe_standing(self, item: Standing) -> Standing | None:
+        return self.view(item.resource_id) if item.resource_id in self.items else None
+
+    def snapshot_volume(self, item: Standing, *, dry_run: bool) -> tuple[str, str]:
+        if dry_run:
+            return "", "dry-run"
+        state, ready = self.snaps.setdefault(item.resource_id, ("pending", 2))
+        if state == "pending":
+            ready -= 1
+            state = ("error" if item.resource_id in self.fail_snaps else
+                     "completed" if ready <= 0 else "pending")
+            self.snaps[item.resource_id] = (state, ready)
+        return f"snap-of-{item.resource_id}", state
+
+    def delete_standing(self, item: Standing, *, dry_run: bool) -> ActionResult:
+        truth = self.items.pop(item.resource_id)
+        snap = self.snaps.get(item.resource_id, ("none", 0))[0]
+        self.deletes.append((item.resource_id, truth, snap))
+        return ActionResult(outcome=ActionOutcome.DONE, detail="deleted")
+
+    def tag_standing(self, item: Standing, tags: dict[str, str], *, dry_run: bool
+                     ) -> ActionResult:
+        return ActionResult(outcome=ActionOutcome.DONE)
+
+
+EVENTS = st.sampled_from(["attach", "detach", "protect", "unprotect", "protect-false",
+                          "snooze", "recreate", "nothing", "nothing", "nothing"])
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                               HealthCheck.function_scoped_fixture])
+@given(kinds=st.lists(st.sampled_from(list(StandingKind)), min_size=1, max_size=5),
+       history=st.lists(st.lists(st.tuples(st.integers(0, 4), EVENTS), max_size=3),
+                        min_size=4, max_size=14),
+       failing=st.sets(st.integers(0, 4), max_size=2))
+def test_no_delete_reaches_what_is_protected_attached_used_or_unsnapshotted(
+        tmp_path_factory: object, kinds: list[StandingKind],
+        history: list[list[tuple[int, str]]], failing: set[int]) -> None:
+    path = Path(tmp_path_factory.mktemp("standing")) / "s.db"  # type: ignore[attr-defined]
+    db = Database(f"sqlite:///{path}")
+    cloud = Cloud()
+    for i, kind in enumerate(kinds):
+        cloud.items[f"r-{i}"] = Truth(kind, T0 - timedelta(days=30))
+    cloud.fail_snaps = {f"r-{i}" for i in failing}
+    runner = StandingRunner(db, {"sim": cloud}, Attributor())
+    for step, events in enumerate(history):
+        cloud.now = T0 + step * STEP
+        for index, event in events:
+            rid = f"r-{index}"
+            t = cloud.items.get(rid)
+            if t is None:
+                continue
+            if event == "attach" and t.kind is not StandingKind.SNAPSHOT:
+                t.attached, t.used_at = True, cloud.now
+            elif event == "detach" and t.attached:
+                t.attached, t.used_at = False, cloud.now
+            elif event in ("protect", "unprotect", "protect-false"):
+                t.protect = {"protect": "yes", "unprotect": None, "protect-false": "false"}[event]
+            elif event == "snooze":
+                t.snooze = cloud.now + timedelta(hours=18)
+            elif event == "recreate":
+                cloud.items[rid] = Truth(t.kind, cloud.now, used_at=cloud.now)
+        # every cycle lists (the hour between listings has passed each step)
+        govern(db, {"sim": cloud}, POLICIES, runner, Attributor(), cloud.now, step)
+        for rid, truth, snap in cloud.deletes:
+            assert not truth.attached, rid
+            assert truth.protect in (None, "false"), rid
+            assert truth.snooze is None or truth.snooze <= cloud.now, rid
+            # unused, as the truth has it, for the policy's window and its grace
+            assert cloud.now - max(truth.used_at, truth.created) >= UNUSED_FOR + GRACE, rid
+            if truth.kind is StandingKind.VOLUME:
+                assert snap == "completed", (rid, snap)
+    db.dispose()
+
+
+def test_a_quiet_history_does_delete(tmp_path: Path) -> None:
+    """The property above is not vacuous: left alone, each kind is deleted in time."""
+    db = Database(f"sqlite:///{tmp_path / 's.db'}")
+    cloud = Cloud()
+    for i, kind in enumerate(StandingKind):
+        cloud.items[f"r-{i}"] = Truth(kind, T0 - timedelta(days=30))
+    runner = StandingRunner(db, {"sim": cloud}, Attributor())
+    for step in range(16):
+        cloud.now = T0 + step * STEP
+        govern(db, {"sim": cloud}, POLICIES, runner, Attributor(), cloud.now, step)
+    assert sorted(r for r, _, _ in cloud.deletes) == ["r-0", "r-1", "r-2"]
+    assert dict((r, s) for r, _, s in cloud.deletes)["r-0"] == "completed"
+    db.dispose()
