@@ -306,6 +306,16 @@ def iam(
     """
     settings = _settings(config)
     policies = load_policies_or_exit(settings.policy_paths).policies
+    # volumes, snapshots, addresses: each kind governed here, with what enforced policies do
+    from costguard.policy.kinds import KINDS
+
+    standing: dict[str, frozenset[str]] = {}
+    for p in policies:
+        if KINDS[p.resource].standing and provider in p.providers:
+            enforced = p.is_enforced if enforce is None else enforce
+            acts = frozenset(str(a.kind) for a in p.actions) & {"delete", "tag"}
+            standing[p.resource] = standing.get(p.resource, frozenset()) | (
+                acts if enforced else frozenset())
     governs = "workload" if provider == "k8s" else "instance"
     policies = tuple(p for p in policies if p.resource == governs)
     acting = [p for p in policies if p.is_enforced
@@ -333,7 +343,8 @@ def iam(
         from costguard.providers.aws import required_iam_policy
 
         print(json.dumps(required_iam_policy(enforcing, tagging, terminating=terminating,
-                                             scaling_in=scaling_in, parking=parking),
+                                             scaling_in=scaling_in, parking=parking,
+                                             standing=standing),
                          indent=2))
     else:
         from costguard.providers.gcp import render_role, role_definition

@@ -23,6 +23,7 @@ from rich.console import Console
 from sqlalchemy import delete
 from sqlmodel import Session, SQLModel, col, select
 
+from costguard.actions.journal import STANDING_ACTIONS
 from costguard.clock import ManualClock, SystemClock
 from costguard.config import Settings
 from costguard.demo.sim import SimProvider
@@ -38,6 +39,8 @@ from costguard.policy.schema import PolicySet
 from costguard.providers.base import Provider
 from costguard.report.render import to_table, usd_micros
 from costguard.report.run import spend_report
+from costguard.standing.model import HOURS_PER_MONTH
+from costguard.standing.report import paid_not_running
 from costguard.store import control
 from costguard.store.bill_tables import BillingCostRow
 from costguard.store.db import Database, load_all_tables, sqlite_file
@@ -197,6 +200,30 @@ def run_demo(
     return result
 
 
+def standing_summary(db: Database, until: datetime) -> list[str]:
+    """What the demo did to volumes, snapshots and addresses, and what still bills."""
+    with db.session() as s:
+        done = list(s.exec(select(ActionJournalRow).where(
+            col(ActionJournalRow.action).in_(STANDING_ACTIONS),
+            ActionJournalRow.status == "done", col(ActionJournalRow.dry_run).is_(False))))
+        left = paid_not_running(s, until)
+    deleted = [j for j in done if j.action == "delete"]
+    snapshots = [j.detail.split()[1] for j in done
+                 if j.action == "snapshot" and j.detail.endswith("completed")]
+    if not deleted and not left:
+        return []
+    saved = sum(j.usd_per_hour for j in deleted) * HOURS_PER_MONTH
+    words = ", ".join(sorted(j.instance_id for j in deleted))
+    out = [f"Storage left behind: {len(deleted)} deleted ({words}; ${saved:,.2f}/month)"
+           + (f", data kept in snapshot {', '.join(snapshots)}" if snapshots else "") + "."]
+    if left:
+        total = sum(line.usd_per_month for line in left)
+        out.append(f"Still paid for, not running: ${total:,.2f}/month in "
+                   f"{sum(line.count for line in left)} volumes, snapshots and addresses "
+                   "(costguard report lists them by team).")
+    return out
+
+
 def _epilogue(console: Console, db: Database, settings: Settings, since: datetime,
               until: datetime, result: DemoResult, providers: list[str],
               clusters: dict[str, SimCluster]) -> None:
@@ -222,6 +249,8 @@ def _epilogue(console: Console, db: Database, settings: Settings, since: datetim
                       "(idle-but-busy: still idle spend; explain says what held it back).",
                       highlight=False)
     for line in managed:
+        console.print(line, highlight=False)
+    for line in standing_summary(db, until):
         console.print(line, highlight=False)
     unattributed = next((r for r in by_team.rows if r.key == ("unattributed",)), None)
     if unattributed is not None:

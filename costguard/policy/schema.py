@@ -98,6 +98,16 @@ __all__ = [
 ]
 
 
+def _a(word: str) -> str:
+    """`a volume`, `an instance`, `an address`."""
+    return f"{'an' if word[:1] in 'aeiou' else 'a'} {word}"
+
+
+def _plural(kinds: list[str]) -> str:
+    """`instances or workloads`."""
+    return " or ".join(f"{k}s" for k in kinds)
+
+
 class Limits(Element):
     """Blast-radius limits for one policy. Per evaluation cycle the policy acts (tags or
     stops) on at most `max_actions_per_cycle` instances, and stops instances worth at
@@ -200,7 +210,7 @@ policies:
             if provider not in kind.providers:
                 other = [k.name for k in holding(provider)]
                 raise PydanticCustomError(
-                    "providers", f"{provider} holds no {kind.name}s (a {kind.name} policy "
+                    "providers", f"{provider} holds no {kind.name}s ({_a(kind.name)} policy "
                     f"governs {kind.what}: providers among {', '.join(kind.providers)})"
                     + (f"; give this policy `resource: {other[0]}`, or leave {provider} out"
                        if other else ""))
@@ -208,22 +218,22 @@ policies:
             if getattr(self.filters, key) is not None and key not in kind.filters:
                 takers = [k.name for k in taking_filter(key)]
                 raise PydanticCustomError(
-                    "filters", f"filters.{key} selects {' or '.join(takers)}s, not "
-                    f"{kind.name}s; a {kind.name} policy selects with "
+                    "filters", f"filters.{key} selects {_plural(takers)}, not "
+                    f"{kind.name}s; {_a(kind.name)} policy selects with "
                     f"{', '.join(kind.filters)}"
                     + (f" (or give it `resource: {takers[0]}`)" if takers else ""))
         for key in type(self.condition).model_fields:
             if getattr(self.condition, key) is not None and key not in kind.conditions:
                 takers = [k.name for k in taking_condition(key)]
                 raise PydanticCustomError(
-                    "condition", f"condition.{key} judges {' or '.join(takers)}s, not "
-                    f"{kind.name}s; a {kind.name} policy's conditions are "
+                    "condition", f"condition.{key} judges {_plural(takers)}, not "
+                    f"{kind.name}s; {_a(kind.name)} policy's conditions are "
                     f"{', '.join(kind.conditions)}")
         if (self.limits.max_usd_per_month is not None
                 and ActionKind.DELETE not in kind.actions):
             raise PydanticCustomError(
                 "limits", f"limits.max_usd_per_month caps deletes of volumes, snapshots and "
-                f"addresses; a {kind.name} policy caps with max_usd_per_hour")
+                f"addresses; {_a(kind.name)} policy caps with max_usd_per_hour")
         if (any(a.kind is ActionKind.DELETE for a in self.actions)
                 and self.condition.unused is None):
             raise PydanticCustomError(

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from costguard.policy.filters import Filters
-from costguard.policy.schema import Policy, format_duration
+from costguard.policy.schema import Policy
 from costguard.standing.model import Standing, StandingKind
 
 
@@ -85,8 +85,7 @@ def evaluate(policy: Policy, item: Standing, since: datetime | None, now: dateti
 
 def unused_words(item: Standing, span: timedelta) -> str:
     """`attached to nothing for 34d`: why a resource counts as unused, and for how long."""
-    took = format_duration(timedelta(days=span.days) if span.days else
-                           timedelta(hours=int(span.total_seconds() // 3600)))
+    took = f"{span.days}d" if span.days else f"{int(span.total_seconds() // 3600)}h"
     if item.kind is StandingKind.VOLUME:
         what = (f"attached only to stopped {', '.join(item.used_by)}" if item.used_by
                 else "attached to nothing")

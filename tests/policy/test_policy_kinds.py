@@ -61,7 +61,7 @@ policies:
     ("instance", "    filters: {namespaces: [ml]}\n", "", (4, 5),
      "filters.namespaces selects workloads, not instances"),
     ("instance", "    providers: [aws, k8s]\n", "", (4, 5),
-     "k8s holds no instances (a instance policy governs cloud instances"),
+     "k8s holds no instances (an instance policy governs cloud instances"),
     ("instance", "    providers: [k8s]\n", "", (4, 5),
      "give this policy `resource: workload`, or leave k8s out"),
     ("workload", "    providers: [gcp]\n", "", (4, 5), "gcp holds no workloads"),

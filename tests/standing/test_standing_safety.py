@@ -12,8 +12,10 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlmodel import select
 
 from costguard.costs.attribution import Attributor
 from costguard.model import ActionOutcome, ActionResult
@@ -22,6 +24,7 @@ from costguard.standing.act import StandingRunner
 from costguard.standing.model import Standing, StandingKind, StandingList
 from costguard.standing.stage import govern
 from costguard.store.db import Database
+from costguard.store.tables import ActionJournalRow
 
 T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 STEP = timedelta(hours=6)
@@ -179,4 +182,41 @@ def test_a_quiet_history_does_delete(tmp_path: Path) -> None:
         govern(db, {"sim": cloud}, POLICIES, runner, Attributor(), cloud.now, step)
     assert sorted(r for r, _, _ in cloud.deletes) == ["r-0", "r-1", "r-2"]
     assert dict((r, s) for r, _, s in cloud.deletes)["r-0"] == "completed"
+    db.dispose()
+
+
+@pytest.mark.parametrize(("event", "says"), [
+    ("attach", "in use again"),
+    ("protect", "costguard:protect was set"),
+    ("snooze", "snoozed until"),
+    ("recreate", "recreated under its id"),
+])
+def test_what_changed_after_the_listing_is_seen_by_the_recheck(
+        tmp_path: Path, event: str, says: str) -> None:
+    """The listing still shows the address unused, unprotected and the same one when its
+    grace ends: only the re-check before the delete can see the change, and it does."""
+    db = Database(f"sqlite:///{tmp_path / 's.db'}")
+    cloud = Cloud()
+    cloud.items["r-0"] = Truth(StandingKind.ADDRESS, T0 - timedelta(days=30))
+    runner = StandingRunner(db, {"sim": cloud}, Attributor())
+    outs = []
+    for step in range(10):
+        cloud.now = T0 + step * STEP
+        if step == 8:  # after the warning (step 7), before the deadline (step 9)
+            t = cloud.items["r-0"]
+            if event == "attach":
+                t.attached = True
+            elif event == "protect":
+                t.protect = "yes"
+            elif event == "snooze":
+                t.snooze = cloud.now + timedelta(days=1)
+            else:
+                cloud.items["r-0"] = Truth(StandingKind.ADDRESS, cloud.now)
+        outs.append(govern(db, {"sim": cloud}, POLICIES, runner, Attributor(), cloud.now,
+                           step))
+    assert outs[7]["actions"] == {"warned": {"addresses": 1}}
+    assert outs[9]["actions"] == {"skipped": {"addresses": 1}} and not cloud.deletes
+    with db.session() as s:
+        (row,) = s.exec(select(ActionJournalRow).where(ActionJournalRow.action == "delete"))
+    assert (row.status, says in row.detail) == ("skipped", True), row.detail
     db.dispose()

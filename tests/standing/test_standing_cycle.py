@@ -1,0 +1,167 @@
+"""The standing stage inside the engine's cycle, on the simulated cloud's volumes, snapshots
+and address and the shipped `policies/storage.yml`: dry run records and deletes nothing;
+enforced, the old volume is warned of, snapshotted (the delete waits for the snapshot) and
+deleted with the snapshot named; limits refuse a batch whole; a crash between a delete's
+intent and its answer is settled; a volume policy never selects an instance; the report's
+"paid for, not running" section."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlmodel import col, select
+
+from costguard.clock import ManualClock
+from costguard.config import Settings
+from costguard.demo.sim import SimProvider
+from costguard.demo.sim_settings import SimSettings
+from costguard.engine import Engine
+from costguard.policy.load import load_policy_set, parse_policy_text
+from costguard.policy.schema import PolicySet
+from costguard.report.run import render_report
+from costguard.store.db import Database
+from costguard.store.tables import ActionJournalRow, AlertRow, PolicyStateRow, StandingRow
+
+ROOT = Path(__file__).resolve().parents[2]
+T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+STEP = timedelta(minutes=30)
+
+
+def _engine(tmp_path: Path, policies: PolicySet) -> tuple[Engine, SimProvider, ManualClock]:
+    clock = ManualClock(T0)
+    sim = SimProvider(SimSettings(instances=2, launches_per_day=0, standing=True), clock)
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'c.db'}")
+    return Engine(settings, Database(settings.database_url), {"sim": sim}, policies,
+                  clock), sim, clock
+
+
+def _run(engine: Engine, clock: ManualClock, hours: float) -> None:
+    end = clock.now() + timedelta(hours=hours)
+    while clock.now() < end:
+        engine.run_cycle()
+        clock.advance(STEP)
+
+
+def _journal(engine: Engine, action: str) -> list[ActionJournalRow]:
+    with engine.db.session() as s:
+        return list(s.exec(select(ActionJournalRow).where(
+            ActionJournalRow.action == action).order_by(col(ActionJournalRow.id))))
+
+
+def _enforced(policies: PolicySet) -> PolicySet:
+    return policies.model_copy(update={"policies": tuple(
+        p.model_copy(update={"mode": "enforce"}) for p in policies.policies)})
+
+
+SHIPPED = load_policy_set([ROOT / "policies" / "storage.yml"])
+
+
+def test_dry_run_records_and_deletes_nothing(tmp_path: Path) -> None:
+    engine, sim, clock = _engine(tmp_path, SHIPPED)
+    _run(engine, clock, 30)
+    assert sim.standing.calls["delete"] == 2  # the dry runs' checks: volume and address, once
+    assert sim.standing.calls["snapshot"] == 1
+    (dry,) = [j for j in _journal(engine, "delete") if j.instance_id == "vol-sim-scratch-01"]
+    assert (dry.status, dry.dry_run) == ("dry-run", True)
+    assert "vol-sim-scratch-01" in {i.resource_id for i in sim.standing.listing(
+        sim.standing_kinds()).items}
+    with engine.db.session() as s:  # a dry run's warnings are journaled, never sent
+        assert not list(s.exec(select(AlertRow).where(AlertRow.kind == "delete-warning")))
+
+
+def test_enforced_the_volume_is_snapshotted_then_deleted(tmp_path: Path) -> None:
+    engine, sim, clock = _engine(tmp_path, _enforced(SHIPPED))
+    _run(engine, clock, 26)
+    listed = {i.resource_id: i for i in sim.standing.listing(sim.standing_kinds()).items}
+    assert "vol-sim-scratch-01" not in listed and "eipalloc-sim-01" not in listed
+    assert "vol-sim-ckpt-02" in listed  # unused 12 days: younger than the policy's 30
+    (snap,) = [i for i in listed.values() if i.tags.get("costguard:snapshot-of")]
+    assert snap.state == "completed" and snap.tags["team"] == "research"
+    snaps = [j for j in _journal(engine, "snapshot") if j.instance_id == "vol-sim-scratch-01"]
+    assert [j.detail for j in snaps] == [f"snapshot {snap.resource_id} pending",
+                                         f"snapshot {snap.resource_id} completed"]
+    (delete,) = [j for j in _journal(engine, "delete") if j.instance_id == "vol-sim-scratch-01"]
+    assert delete.status == "done" and f"snapshot {snap.resource_id} kept" in delete.detail
+    assert delete.id is not None and all(j.id is not None and j.id < delete.id for j in snaps)
+    with engine.db.session() as s:
+        warned = s.exec(select(AlertRow).where(AlertRow.kind == "delete-warning",
+                                               AlertRow.instance_id == "vol-sim-scratch-01"))
+        (warning,) = list(warned)
+        assert warning.recipients == ["email:ana@example.com", "team:research"]
+        (done,) = list(s.exec(select(AlertRow).where(AlertRow.kind == "deleted",
+                                                     AlertRow.instance_id == delete.instance_id)))
+        assert snap.resource_id in done.body
+        row = s.get(StandingRow, ("sim", "vol-sim-scratch-01"))
+        assert row is not None and row.gone
+    # the delete came a day (the grace) after the warning, never before
+    assert delete.intent_at - warning.created_at >= timedelta(days=1)
+
+
+def test_limits_refuse_the_batch_whole(tmp_path: Path) -> None:
+    policies = parse_policy_text("""\
+policies:
+  - name: all-volumes
+    resource: volume
+    mode: enforce
+    condition: {unused: {for: 1d}}
+    actions: [notify, {delete: {grace: 1h}}]
+    limits: {max_actions_per_cycle: 5, max_usd_per_month: 100}
+""", "p.yml")
+    engine, sim, clock = _engine(tmp_path, policies)
+    _run(engine, clock, 3)
+    assert sim.standing.calls["delete"] == 0 and sim.standing.calls["snapshot"] == 0
+    with engine.db.session() as s:
+        (cap,) = list(s.exec(select(AlertRow).where(AlertRow.kind == "cap")))
+    assert cap.severity == "critical" and "$120.00/month due, cap is $100.00" in cap.subject
+
+
+def test_a_crash_between_intent_and_answer_is_settled(tmp_path: Path) -> None:
+    engine, sim, clock = _engine(tmp_path, _enforced(SHIPPED))
+    real = sim.delete_standing
+
+    def crash(item: object, *, dry_run: bool) -> object:
+        real(item, dry_run=dry_run)  # type: ignore[arg-type]
+        raise KeyboardInterrupt  # the process dies once the cloud has answered
+
+    sim.delete_standing = crash  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        _run(engine, clock, 30)
+    (open_intent,) = [j for j in _journal(engine, "delete") if j.status == "intent"]
+    sim.delete_standing = real  # type: ignore[method-assign]
+    clock.advance(STEP)
+    engine.run_cycle()
+    settled = [j for j in _journal(engine, "delete") if j.id == open_intent.id]
+    assert settled[0].status == "done" and "gone" in settled[0].detail
+    again = [j for j in _journal(engine, "delete") if j.instance_id == open_intent.instance_id]
+    assert len(again) == 1  # not deleted (nor tried) twice
+
+
+def test_a_volume_policy_selects_no_instance(tmp_path: Path) -> None:
+    engine, _, clock = _engine(tmp_path, _enforced(SHIPPED))
+    _run(engine, clock, 1)
+    with engine.db.session() as s:
+        states = list(s.exec(select(PolicyStateRow)))
+    assert states and all(not st.instance_id.startswith("i-") for st in states)
+
+
+def test_the_report_shows_what_is_paid_for_and_not_running(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]
+                                                           ) -> None:
+    engine, _, clock = _engine(tmp_path, SHIPPED)
+    _run(engine, clock, 1)
+    out = tmp_path / "r.txt"
+    render_report(engine.settings, ["team"], "1d", None, [], "table", out, now=clock.now())
+    text = out.read_text(encoding="utf-8")
+    assert "Paid for, not running" in text
+    for cells in (["vision", "volume", "1,000", "$80.00"], ["research", "volume", "$40.00"],
+                  ["vision", "address", "$3.65"], ["research", "snapshot", "$40.00"]):
+        assert any(all(c in line for c in cells) for line in text.splitlines()), cells
+    assert "platform" not in text  # the snapshot an image needs is in use
+    render_report(engine.settings, ["team"], "1d", None, ["team=vision"], "json", None,
+                  now=clock.now())
+    doc = json.loads(capsys.readouterr().out)
+    assert {(line["team"], line["kind"]) for line in doc["paid_not_running"]} == {
+        ("vision", "volume"), ("vision", "address")}
