@@ -46,6 +46,7 @@ from costguard.policy.spend import Budget
 from costguard.report.figures import Report
 from costguard.report.owners import owner_values
 from costguard.report.queries import spend
+from costguard.standing.report import paid_not_running
 from costguard.store.tables import CostIntervalRow, InstanceRow
 
 if TYPE_CHECKING:
@@ -152,6 +153,13 @@ class CostMetrics:
         self.kind_count = Gauge(
             "costguard_accelerators_running", "Accelerators of the running instances (GPUs, "
             "TPU chips, Neuron devices), by kind.", ["accelerator"], registry=r)
+        self.standing_monthly = Gauge(
+            "costguard_paid_not_running_usd_per_month", "What unused volumes, snapshots and "
+            "addresses cost a month, by team and kind (docs/storage.md).", ["team", "kind"],
+            registry=r)
+        self.standing_count = Gauge(
+            "costguard_paid_not_running_resources", "Unused volumes, snapshots and addresses, "
+            "by team and kind.", ["team", "kind"], registry=r)
         self.text = b""  # the snapshot a scrape serves
         self.refreshed_at: datetime | None = None
 
@@ -166,7 +174,8 @@ class CostMetrics:
         idle = {row.key[0]: row.idle_cost_micros / 1e6 for row in hour.rows}
         for gauge in (self.hourly, self.gpu_hourly, self.idle, self.team_hourly,
                       self.team_spend, self.budget, self.budget_spent, self.budget_forecast,
-                      self.kind_hourly, self.kind_count):
+                      self.kind_hourly, self.kind_count, self.standing_monthly,
+                      self.standing_count):
             gauge.clear()
         priced.sort(key=lambda p: (-p.usd_per_hour, p.labels))
         shown, rest = priced[:self.max_instance_series], priced[self.max_instance_series:]
@@ -209,6 +218,9 @@ class CostMetrics:
             self.budget.labels(*key).set(st.budget_micros / 1e6)
             self.budget_spent.labels(*key).set(st.actual_micros / 1e6)
             self.budget_forecast.labels(*key).set(st.forecast_micros / 1e6)
+        for line in paid_not_running(session, now):
+            self.standing_monthly.labels(line.team, line.kind).set(line.usd_per_month)
+            self.standing_count.labels(line.team, line.kind).set(line.count)
         self._workloads(workloads)
         self.text = generate_latest(self.registry)
         self.refreshed_at = now

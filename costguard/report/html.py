@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from functools import cache
 
@@ -24,6 +25,7 @@ from costguard.report.render import (
     usd_float,
     usd_micros,
 )
+from costguard.standing.report import StandingLine
 
 
 @cache
@@ -33,7 +35,8 @@ def _template() -> Template:
     return env.get_template("report.html.j2")
 
 
-def to_html(report: Report, session: Session, now: datetime) -> str:
+def to_html(report: Report, session: Session, now: datetime,
+            standing: Sequence[StandingLine] = ()) -> str:
     rows, total = display_rows(report)
     billed = report.compare == "billed"
     series_dim = report.by[0] if report.by else "team"
@@ -78,4 +81,6 @@ def to_html(report: Report, session: Session, now: datetime) -> str:
             report.billed_not_compared, not_compared_cents(report), strict=True)],
         waste=report.waste,
         dollars=usd_float,
+        standing=list(standing),
+        standing_total=sum(line.usd_per_month for line in standing),
     )

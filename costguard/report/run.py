@@ -186,7 +186,7 @@ def render_report(
             if fmt == "html":
                 from costguard.report.html import to_html
 
-                text = to_html(report, s, now)
+                text = to_html(report, s, now, standing)
             elif fmt == "json":
                 text = to_json(report)
                 if standing:

@@ -215,3 +215,18 @@ def test_the_grafana_dashboard_asks_only_for_exported_metrics(store: str) -> Non
     # the check itself can fail: a name the daemon does not export is caught
     assert "costguard_gpu_dollars" in dashboard_metrics("sum(costguard_gpu_dollars{a=\"b\"})")
     assert dashboard_metrics("sum(increase(costguard_x_total[1h]))") == {"costguard_x_total"}
+
+
+def test_what_bills_while_nothing_runs_is_the_report_s_section(store: str) -> None:
+    """The demo's unused volume, snapshot and address by team and kind: the figures of
+    `report --format json` (paid_not_running), summed the same way."""
+    got = scrape(refreshed(store).render().decode())
+    report = cli_json(store, "report", "--by", "team")
+    want = {(line["team"], line["kind"]): line for line in report["paid_not_running"]}
+    assert want and ("vision", "volume") in want
+    monthly = {(labels["team"], labels["kind"]): v
+               for labels, v in got["costguard_paid_not_running_usd_per_month"]}
+    assert monthly == pytest.approx({k: v["usd_per_month"] for k, v in want.items()})
+    assert {(labels["team"], labels["kind"]): v
+            for labels, v in got["costguard_paid_not_running_resources"]} == {
+        k: v["count"] for k, v in want.items()}

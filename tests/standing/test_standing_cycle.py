@@ -160,6 +160,13 @@ def test_the_report_shows_what_is_paid_for_and_not_running(tmp_path: Path,
                   ["vision", "address", "$3.65"], ["research", "snapshot", "$40.00"]):
         assert any(all(c in line for c in cells) for line in text.splitlines()), cells
     assert "platform" not in text  # the snapshot an image needs is in use
+    page = tmp_path / "r.html"
+    render_report(engine.settings, ["team"], "1d", None, [], "html", page, now=clock.now())
+    html = page.read_text(encoding="utf-8")
+    section = html[html.index('id="paid-not-running"'):]
+    assert "$163.65 a month" in section
+    assert ('<td class="key">vision</td><td class="key">volume</td><td>1</td><td>1,000</td>'
+            '<td>$80.00</td>') in section
     render_report(engine.settings, ["team"], "1d", None, ["team=vision"], "json", None,
                   now=clock.now())
     doc = json.loads(capsys.readouterr().out)
