@@ -100,9 +100,12 @@ def spend_chart(s: Session, dim: str, win: Window, filters: Mapping[str, str]) -
 def overview(s: Session, settings: Settings, win: Window, now: datetime) -> dict[str, Any]:
     doc = spend_doc(s, settings, win, ["team"])
     unattributed = sum(r["cost_usd"] for r in doc["rows"] if r["team"] == UNATTRIBUTED)
+    from costguard.standing.report import paid_not_running
+
     return {"doc": doc, "unattributed_usd": round(unattributed, 2),
             "underused": underused(s, settings, now), "chart": spend_chart(s, "team", win, {}),
-            "service": service(s, settings, now)}
+            "service": service(s, settings, now),
+            "standing": [line.as_json() for line in paid_not_running(s, now)]}
 
 
 def service(s: Session, settings: Settings, now: datetime) -> dict[str, Any]:

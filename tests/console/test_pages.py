@@ -410,3 +410,16 @@ def test_a_demo_s_store_is_said_to_be_one_when_its_cycles_are_over(store: str) -
     assert "no daemon cycles it" in strip
     status = runner.invoke(app, ["--database", store, "status"], env={"COLUMNS": "200"})
     assert "not cycling: a demo's store" in status.output
+
+
+def test_the_overview_shows_what_is_paid_for_and_not_running(site: str, store: str) -> None:
+    """The report's "paid for, not running" lines (JSON), row for row, on the overview."""
+    report = runner.invoke(app, ["--database", store, "report", "--format", "json"])
+    lines = json.loads(report.output)["paid_not_running"]
+    page = httpx.get(f"{site}/console/", headers=READER).text
+    table = page[page.index('id="paid-not-running"'):]
+    table = table[:table.index("</table>")]
+    assert lines and table.count("<tr data-key=") == len(lines)
+    for line in lines:
+        row = table[table.index(f'data-key="{line["team"]}|{line["kind"]}"'):]
+        assert f'data-usd="{line["usd_per_month"]}"' in row[:row.index("</tr>")]
