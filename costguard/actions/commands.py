@@ -98,11 +98,12 @@ def snooze_command(
 
 def audit_command(
     since: Annotated[str, typer.Option(help="A duration back from now (24h) or a date.")] = "24h",
-    instance: Annotated[str | None, typer.Option(help="Only this instance id.")] = None,
+    instance: Annotated[str | None, typer.Option(
+        help="Only this instance id (or volume, snapshot, address id).")] = None,
     policy: Annotated[str | None, typer.Option(help="Only this policy.")] = None,
     kind: Annotated[list[str], typer.Option(
         "--kind", help="finding, notify, tag, stop, start, terminate, snooze, skip, "
-        "interrupted (repeatable).")] = [],  # noqa: B006
+        "interrupted, snapshot, delete (repeatable).")] = [],  # noqa: B006
     interruptions: Annotated[bool, typer.Option(
         "--interruptions", help="Spot interruptions per instance type and zone instead.")] = False,
     fmt: Annotated[Format, typer.Option("--format")] = "table",
