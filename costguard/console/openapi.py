@@ -51,7 +51,11 @@ SCHEMAS: dict[str, Any] = {
         "total": _ref("SpendRow"), "price_warnings": {"type": "array", "items": STR},
         "page": _ref("Page")}, {
         "waste_beyond_idle": _ref("Waste"), "bill_total_usd": NUM,
-        "billed_not_compared": {"type": "array"}}),
+        "billed_not_compared": {"type": "array"},
+        # unused volumes, snapshots, addresses (docs/storage.md), when there are any
+        "paid_not_running": {"type": "array", "items": _obj({
+            "team": STR, "kind": STR, "count": INT, "size_gb": INT, "usd_per_month": NUM,
+            "unpriced": INT, "longest_unused_days": NUM})}}),
     "Explanation": _obj({
         "instance": _obj({"provider": STR, "id": STR, "name": _opt(STR), "account": STR,
                           "region": STR, "instance_type": STR, "state": STR,

@@ -26,7 +26,14 @@ from costguard.policy.schema import PolicySet
 from costguard.report import charts
 from costguard.report.queries import daily_series
 from costguard.report.render import report_doc
-from costguard.report.run import ReportArgumentError, parse_filters, parse_when, spend_report
+from costguard.report.run import (
+    ReportArgumentError,
+    parse_filters,
+    parse_when,
+    spend_report,
+    standing_lines,
+    with_standing,
+)
 
 DEFAULT_WINDOW = "7d"
 MAX_WINDOW = timedelta(days=400)
@@ -73,9 +80,9 @@ def spend_doc(s: Session, settings: Settings, win: Window, by: list[str],
     """`costguard report --by ... --since ... --until ... --format json`, as a document,
     without its `waste_beyond_idle` (which judges a week of readings afresh: seconds on a
     big fleet; the console shows the verdicts the cycle stored, `underused`)."""
-    report = spend_report(s, settings, by, win.since, win.until, parse_filters(filters),
-                          waste=False)
-    return report_doc(report)
+    wanted = parse_filters(filters)
+    report = spend_report(s, settings, by, win.since, win.until, wanted, waste=False)
+    return with_standing(report_doc(report), standing_lines(s, wanted, win.until))
 
 
 def underused(s: Session, settings: Settings, now: datetime) -> dict[str, Any]:
@@ -100,12 +107,9 @@ def spend_chart(s: Session, dim: str, win: Window, filters: Mapping[str, str]) -
 def overview(s: Session, settings: Settings, win: Window, now: datetime) -> dict[str, Any]:
     doc = spend_doc(s, settings, win, ["team"])
     unattributed = sum(r["cost_usd"] for r in doc["rows"] if r["team"] == UNATTRIBUTED)
-    from costguard.standing.report import paid_not_running
-
     return {"doc": doc, "unattributed_usd": round(unattributed, 2),
             "underused": underused(s, settings, now), "chart": spend_chart(s, "team", win, {}),
-            "service": service(s, settings, now),
-            "standing": [line.as_json() for line in paid_not_running(s, now)]}
+            "service": service(s, settings, now), "standing": doc.get("paid_not_running", [])}
 
 
 def service(s: Session, settings: Settings, now: datetime) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from costguard.errors import CostguardError
 from costguard.model import GpuMinute, Instance
 from costguard.policy.evaluate import Finding, check_condition
 from costguard.policy.explain import Check, filter_checks
+from costguard.policy.kinds import KINDS
 from costguard.policy.schema import Policy, PolicySet
 from costguard.policy.stop_check import held_back, judge
 from costguard.recommend import stored
@@ -210,7 +211,8 @@ def explain(s: Session, ref: str, policies: PolicySet, catalog: PriceCatalog,
 
     answers = [_answer(p, inst, minutes, at, usd, states.get(p.name), last_entry.get(p.name),
                        paused=paused, efficiency=verdict(p))
-               for p in policies.policies]
+               for p in policies.policies
+               if not KINDS[p.resource].standing]  # volume, snapshot, address policies
     return Explanation(
         instance=inst, at=at, at_what=at_what, usd_per_hour=usd, price_source=source,
         protected=is_protected(inst), snoozed_until=snoozed if snoozed and snoozed > at else None,

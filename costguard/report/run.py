@@ -182,7 +182,7 @@ def render_report(
                                       waste=fmt != "csv")
             except ValueError as exc:
                 raise ReportArgumentError(str(exc)) from None
-            standing = _standing(s, wanted, now)
+            standing = standing_lines(s, wanted, end)
             if fmt == "html":
                 from costguard.report.html import to_html
 
@@ -190,9 +190,7 @@ def render_report(
             elif fmt == "json":
                 text = to_json(report)
                 if standing:
-                    doc = json.loads(text)
-                    doc["paid_not_running"] = [line.as_json() for line in standing]
-                    text = json.dumps(doc, indent=2)
+                    text = json.dumps(with_standing(json.loads(text), standing), indent=2)
             elif fmt == "csv":
                 text = to_csv(report)
             else:
@@ -286,12 +284,19 @@ def _why_empty(report: Report, unknown: Sequence[tuple[str, str, list[str]]]) ->
             "costguard --database costguard-demo.db report)."]
 
 
-def _standing(s: Session, wanted: Mapping[str, str], now: datetime) -> list[StandingLine]:
-    """The "paid for, not running" lines a report shows beside spend: by team (a team
-    filter keeps that team's); none under filters a volume cannot answer."""
+def standing_lines(s: Session, wanted: Mapping[str, str], now: datetime
+                   ) -> list[StandingLine]:
+    """The "paid for, not running" lines a report shows beside spend (at its window's end,
+    as the last listing left them): by team (a team filter keeps that team's); none under
+    filters a volume cannot answer."""
     if set(wanted) - {"team"}:
         return []
     return paid_not_running(s, now, team=wanted.get("team"))
+
+
+def with_standing(doc: dict[str, Any], lines: Sequence[StandingLine]) -> dict[str, Any]:
+    """A report's JSON document with its "paid for, not running" lines (when any)."""
+    return doc | {"paid_not_running": [line.as_json() for line in lines]} if lines else doc
 
 
 def _table(report: Report, output: Path | None, console: Console | None,

@@ -18,7 +18,23 @@ def test_shipped_policies_validate_clean() -> None:
     assert validate_paths([POLICIES]) == []
     names = {p.name for p in load_policy_set([POLICIES]).policies}
     assert names == {"idle-gpu-shutdown", "on-demand-gpu-spot-candidate", "require-team-tag",
-                     "underused-gpu", "idle-gpu-workloads"}
+                     "underused-gpu", "idle-gpu-workloads", "unattached-volumes",
+                     "stopped-instance-disks", "unused-snapshots", "idle-addresses"}
+
+
+def test_the_storage_policies_are_dry_run_warn_first_and_capped() -> None:
+    policies = load_policy_set([POLICIES / "storage.yml"]).policies
+    assert {p.resource for p in policies} == {"volume", "snapshot", "address"}
+    for p in policies:
+        assert not p.is_enforced and p.notify_action is not None
+        assert p.condition.unused is not None and p.condition.unused.for_ >= timedelta(days=7)
+        if p.delete_action is not None:
+            assert p.delete_action.grace >= timedelta(days=1)
+    volumes = next(p for p in policies if p.name == "unattached-volumes")
+    assert volumes.filters.attached is False and volumes.delete_action is not None
+    assert volumes.delete_action.snapshot and volumes.limits.max_usd_per_month == 2000
+    disks = next(p for p in policies if p.name == "stopped-instance-disks")
+    assert disks.delete_action is None and disks.filters.attached is True
 
 
 def test_the_workload_policy_is_dry_run_and_stops_through_owners_after_a_warning() -> None:

@@ -220,3 +220,31 @@ def test_what_changed_after_the_listing_is_seen_by_the_recheck(
         (row,) = s.exec(select(ActionJournalRow).where(ActionJournalRow.action == "delete"))
     assert (row.status, says in row.detail) == ("skipped", True), row.detail
     db.dispose()
+
+
+def test_a_volume_of_a_stopped_instance_is_unused_since_the_stop(tmp_path: Path) -> None:
+    """A volume (or address) held only by instances inventory shows stopped is unused since
+    the latest of those stops; one holder running, or unknown, keeps it in use."""
+    from costguard.standing.stage import held_by_stopped
+    from costguard.store.tables import InstanceRow
+
+    db = Database(f"sqlite:///{tmp_path / 's.db'}")
+    stopped_at = T0 - timedelta(days=20)
+    with db.session() as s:
+        for iid, state, at in (("i-1", "stopped", stopped_at),
+                               ("i-2", "stopped", stopped_at + timedelta(days=2)),
+                               ("i-3", "running", T0)):
+            s.add(InstanceRow(provider="sim", instance_id=iid, account="a", region="r",
+                              instance_type="g5.xlarge", state=state, lifecycle="on-demand",
+                              launch_time=T0 - timedelta(days=60), first_seen=T0, last_seen=T0,
+                              state_changed_at=at))
+    volume = Standing(kind=StandingKind.VOLUME, provider="sim", account="a", region="r",
+                      resource_id="vol-1", state="in-use", in_use=True, created_at=T0,
+                      observed_at=T0)
+    with db.session() as s:
+        for holders, unused_since in ((("i-1",), stopped_at),
+                                      (("i-1", "i-2"), stopped_at + timedelta(days=2)),
+                                      (("i-1", "i-3"), None), (("i-9",), None)):
+            got = held_by_stopped(s, volume.model_copy(update={"used_by": holders}))
+            assert (got.in_use, got.unused_since) == (unused_since is None, unused_since)
+    db.dispose()
