@@ -23,7 +23,6 @@ from rich.console import Console
 from sqlalchemy import delete
 from sqlmodel import Session, SQLModel, col, select
 
-from costguard.actions.journal import STANDING_ACTIONS
 from costguard.clock import ManualClock, SystemClock
 from costguard.config import Settings
 from costguard.demo.sim import SimProvider
@@ -204,23 +203,24 @@ def standing_summary(db: Database, until: datetime) -> list[str]:
     """What the demo did to volumes, snapshots and addresses, and what still bills."""
     with db.session() as s:
         done = list(s.exec(select(ActionJournalRow).where(
-            col(ActionJournalRow.action).in_(STANDING_ACTIONS),
-            ActionJournalRow.status == "done", col(ActionJournalRow.dry_run).is_(False))))
+            col(ActionJournalRow.action) == "delete", ActionJournalRow.status == "done",
+            col(ActionJournalRow.dry_run).is_(False))))
         left = paid_not_running(s, until)
-    deleted = [j for j in done if j.action == "delete"]
-    snapshots = [j.detail.split()[1] for j in done
-                 if j.action == "snapshot" and j.detail.endswith("completed")]
-    if not deleted and not left:
+    if not done and not left:
         return []
-    saved = sum(j.usd_per_hour for j in deleted) * HOURS_PER_MONTH
-    words = ", ".join(sorted(j.instance_id for j in deleted))
-    out = [f"Storage left behind: {len(deleted)} deleted ({words}; ${saved:,.2f}/month)"
-           + (f", data kept in snapshot {', '.join(snapshots)}" if snapshots else "") + "."]
+    out = []
+    if done:
+        saved = sum(j.usd_per_hour for j in done) * HOURS_PER_MONTH
+        said = [f"{j.instance_id} {j.detail}" for j in done]
+        out.append(f"Storage left behind: {'; '.join(said)} (${saved:,.2f}/month no longer "
+                   "billed).")
     if left:
-        total = sum(line.usd_per_month for line in left)
-        out.append(f"Still paid for, not running: ${total:,.2f}/month in "
-                   f"{sum(line.count for line in left)} volumes, snapshots and addresses "
-                   "(costguard report lists them by team).")
+        kinds = Counter[str]()
+        for line in left:
+            kinds[line.kind] += line.count
+        what = ", ".join(f"{n} {kind}{'s' if n > 1 else ''}" for kind, n in sorted(kinds.items()))
+        out.append(f"Still paid for, not running: ${sum(x.usd_per_month for x in left):,.2f}"
+                   f"/month in {what} (costguard report lists them by team).")
     return out
 
 
