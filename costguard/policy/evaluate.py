@@ -6,9 +6,9 @@ idle condition holds only on an IDLE verdict, never on NO_DATA.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
 from functools import lru_cache
 
@@ -23,7 +23,7 @@ from costguard.model import (
     covering,
 )
 from costguard.policy.conditions import Condition, UnderusedCondition
-from costguard.policy.filters import Filters
+from costguard.policy.filters import AgeFilter, Filters, TagFilter
 from costguard.policy.kinds import KINDS
 from costguard.policy.schedule import OfficeHours
 from costguard.policy.schema import Policy
@@ -59,6 +59,20 @@ def matches(policy: Policy, inst: Instance, now: datetime) -> bool:
     return policy.filters is None or matches_filters(policy.filters, inst, now)
 
 
+def tags_match(t: TagFilter, tags: Mapping[str, str]) -> bool:
+    """`filters.tags` on an instance's (or a volume's) tags."""
+    if any(k not in tags for k in t.present) or any(k in tags for k in t.absent):
+        return False
+    return all(tags.get(k) in allowed for k, allowed in t.values.items())
+
+
+def age_matches(a: AgeFilter, age: timedelta) -> bool:
+    """`filters.age` on the time since launch (or creation)."""
+    if a.older_than is not None and age < a.older_than:
+        return False
+    return a.younger_than is None or age < a.younger_than
+
+
 def matches_filters(f: Filters, inst: Instance, now: datetime) -> bool:
     # one check at a time, first miss returns: every instance meets every policy's filters
     if f.gpu is not None and f.gpu != inst.has_gpu:
@@ -76,12 +90,8 @@ def matches_filters(f: Filters, inst: Instance, now: datetime) -> bool:
         return False
     if f.regions is not None and inst.region not in f.regions:
         return False
-    if f.tags is not None:
-        t = f.tags
-        if any(k not in inst.tags for k in t.present) or any(k in inst.tags for k in t.absent):
-            return False
-        if any(inst.tags.get(k) not in allowed for k, allowed in t.values.items()):
-            return False
+    if f.tags is not None and not tags_match(f.tags, inst.tags):
+        return False
     if f.managed is not None and f.managed != inst.managed:
         return False
     if f.owner_kind is not None and (inst.owner is None or inst.owner.kind not in f.owner_kind):
@@ -92,13 +102,7 @@ def matches_filters(f: Filters, inst: Instance, now: datetime) -> bool:
         return False
     if f.min_gpus is not None and inst.gpu_count < f.min_gpus:
         return False
-    if f.age is not None:
-        age = now - inst.launch_time
-        if f.age.older_than is not None and age < f.age.older_than:
-            return False
-        if f.age.younger_than is not None and age >= f.age.younger_than:
-            return False
-    return True
+    return f.age is None or age_matches(f.age, now - inst.launch_time)
 
 
 def check_condition(

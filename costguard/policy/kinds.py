@@ -81,6 +81,16 @@ class ResourceKind:
     standing: bool = False
 
 
+def _storage(name: str, what: str, filters: tuple[str, ...], example: str) -> ResourceKind:
+    """A kind that bills while nothing runs (costguard/standing/): its providers, filters,
+    conditions and actions are those of storage."""
+    return ResourceKind(
+        name=name, what=what, providers=("aws", "sim"), filters=(*_STORAGE_FILTERS, *filters),
+        conditions=_STORAGE_CONDITIONS, actions=_STORAGE_ACTIONS,
+        permissions=_storage_permissions(name), docs="docs/storage.md", example=example,
+        standing=True)
+
+
 KINDS: dict[str, ResourceKind] = {kind.name: kind for kind in (
     ResourceKind(
         name="instance",
@@ -124,18 +134,8 @@ policies:
       - notify: {to: owner}
       - stop: {grace: 30m}
 """),
-    ResourceKind(
-        name="volume",
-        what="block storage: EBS volumes and the simulated cloud's, attached to nothing or "
-             "only to stopped instances",
-        providers=("aws", "sim"),
-        filters=(*_STORAGE_FILTERS, "attached"),
-        conditions=_STORAGE_CONDITIONS,
-        actions=_STORAGE_ACTIONS,
-        permissions=_storage_permissions("volume"),
-        docs="docs/storage.md",
-        standing=True,
-        example="""\
+    _storage("volume", "block storage: EBS volumes and the simulated cloud's, attached to "
+             "nothing or only to stopped instances", ("attached",), """\
 policies:
   - name: unattached-volumes
     resource: volume
@@ -147,18 +147,8 @@ policies:
       - delete: {grace: 3d, snapshot: true}
     limits: {max_actions_per_cycle: 20, max_usd_per_month: 2000}
 """),
-    ResourceKind(
-        name="snapshot",
-        what="EBS snapshots and the simulated cloud's that no image, launch template or "
-             "volume needs",
-        providers=("aws", "sim"),
-        filters=_STORAGE_FILTERS,
-        conditions=_STORAGE_CONDITIONS,
-        actions=_STORAGE_ACTIONS,
-        permissions=_storage_permissions("snapshot"),
-        docs="docs/storage.md",
-        standing=True,
-        example="""\
+    _storage("snapshot", "EBS snapshots and the simulated cloud's that no image, launch "
+             "template or volume needs", (), """\
 policies:
   - name: old-unused-snapshots
     resource: snapshot
@@ -169,18 +159,8 @@ policies:
       - notify: {to: team}
       - delete: {grace: 7d}
 """),
-    ResourceKind(
-        name="address",
-        what="static public addresses: Elastic IPs and the simulated cloud's, associated "
-             "with nothing",
-        providers=("aws", "sim"),
-        filters=_STORAGE_FILTERS,
-        conditions=_STORAGE_CONDITIONS,
-        actions=_STORAGE_ACTIONS,
-        permissions=_storage_permissions("address"),
-        docs="docs/storage.md",
-        standing=True,
-        example="""\
+    _storage("address", "static public addresses: Elastic IPs and the simulated cloud's, "
+             "associated with nothing", (), """\
 policies:
   - name: idle-addresses
     resource: address

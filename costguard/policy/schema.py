@@ -214,21 +214,22 @@ policies:
                     f"governs {kind.what}: providers among {', '.join(kind.providers)})"
                     + (f"; give this policy `resource: {other[0]}`, or leave {provider} out"
                        if other else ""))
-        for key in type(self.filters).model_fields:
-            if getattr(self.filters, key) is not None and key not in kind.filters:
-                takers = [k.name for k in taking_filter(key)]
+        # each filter and condition given must be one the kind takes
+        for section, given, allowed, takers_of, verb, taken in (
+                ("filters", self.filters, kind.filters, taking_filter, "selects",
+                 " selects with"),
+                ("condition", self.condition, kind.conditions, taking_condition, "judges",
+                 "'s conditions are")):
+            for key in type(given).model_fields:
+                if getattr(given, key) is None or key in allowed:
+                    continue
+                takers = [k.name for k in takers_of(key)]
                 raise PydanticCustomError(
-                    "filters", f"filters.{key} selects {_plural(takers)}, not "
-                    f"{kind.name}s; {_a(kind.name)} policy selects with "
-                    f"{', '.join(kind.filters)}"
-                    + (f" (or give it `resource: {takers[0]}`)" if takers else ""))
-        for key in type(self.condition).model_fields:
-            if getattr(self.condition, key) is not None and key not in kind.conditions:
-                takers = [k.name for k in taking_condition(key)]
-                raise PydanticCustomError(
-                    "condition", f"condition.{key} judges {_plural(takers)}, not "
-                    f"{kind.name}s; {_a(kind.name)} policy's conditions are "
-                    f"{', '.join(kind.conditions)}")
+                    section, f"{section}.{key} {verb} {_plural(takers)}, not {kind.name}s; "
+                    f"{_a(kind.name)} policy{taken} "
+                    f"{', '.join(allowed)}"
+                    + (f" (or give it `resource: {takers[0]}`)"
+                       if takers and section == "filters" else ""))
         if (self.limits.max_usd_per_month is not None
                 and ActionKind.DELETE not in kind.actions):
             raise PydanticCustomError(

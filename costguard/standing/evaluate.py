@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from costguard.policy.evaluate import age_matches, tags_match
 from costguard.policy.filters import Filters
 from costguard.policy.schema import Policy
 from costguard.standing.model import Standing, StandingKind
@@ -42,20 +43,11 @@ def _filters(f: Filters, item: Standing, now: datetime) -> bool:
         return False
     if f.regions is not None and item.region not in f.regions:
         return False
-    if f.tags is not None:
-        t = f.tags
-        if any(k not in item.tags for k in t.present) or any(k in item.tags for k in t.absent):
-            return False
-        if any(item.tags.get(k) not in allowed for k, allowed in t.values.items()):
-            return False
-    if f.age is not None:
-        if item.created_at is None:  # the cloud does not say: no age can be vouched for
-            return False
-        age = now - item.created_at
-        if f.age.older_than is not None and age <= f.age.older_than:
-            return False
-        if f.age.younger_than is not None and age >= f.age.younger_than:
-            return False
+    if f.tags is not None and not tags_match(f.tags, item.tags):
+        return False
+    if f.age is not None and (item.created_at is None  # unknown: no age can be vouched for
+                              or not age_matches(f.age, now - item.created_at)):
+        return False
     return f.attached is None or f.attached == item.attached
 
 
