@@ -38,6 +38,9 @@ from costguard.store.tables import PolicyStateRow, StandingRow
 log = logging.getLogger("costguard.standing")
 
 OPEN = ("warned", "snapshotting")  # states of an episode still under way
+# states of an episode that ended: "acted" (deleted, or a dry run's record), "failed" (its
+# snapshot failed: not deleted, the owner told); a new episode needs the finding to clear
+ENDED = ("acted", "failed")
 
 
 @dataclass
@@ -129,17 +132,19 @@ class StandingRunner:
                 PolicyStateRow.policy == policy.name))}
             for f in findings:
                 st = states.get(f.item.resource_id)
-                if not f.holds:
-                    if st is not None and st.state in OPEN:
+                snoozed = snooze_tag_until(f.item.tags)
+                if not f.holds or protects(f.item.tags):  # a protected one: never warned of
+                    if st is not None and st.state in (*OPEN, *ENDED):
                         st.state, st.since, st.deadline = "cleared", now, None
                         s.add(st)
                     continue
-                if protects(f.item.tags):
-                    continue  # never warned of, never acted on
-                if st is None or st.state not in (*OPEN, "acted"):
+                if (snoozed is not None and snoozed > now) or (
+                        st is not None and st.snooze_until is not None
+                        and st.snooze_until > now):
+                    continue  # its deadline waits; the re-check refuses a delete meanwhile
+                if st is None or st.state not in (*OPEN, *ENDED):
                     st = self._start_episode(s, policy, f, st, now, cycle_id, stats)
-                elif (st.state in OPEN and st.deadline is not None and now >= st.deadline
-                      and not (st.snooze_until is not None and st.snooze_until > now)):
+                elif st.state in OPEN and st.deadline is not None and now >= st.deadline:
                     due.append((f, st))
         if due and policy.delete_action is not None:
             self._delete_due(policy, due, now, cycle_id, stats)
@@ -348,8 +353,23 @@ class StandingRunner:
                                usd_per_hour=fresh.usd_per_hour, now=now)
             row = s.get(PolicyStateRow, (st.policy, st.provider, st.instance_id))
             if row is not None:
-                row.state, row.evidence = "snapshotting", detail
+                row.state, row.evidence = ("failed" if state == "error" else "snapshotting"), \
+                    detail
                 s.add(row)
+            if state == "error":  # not deleted; the owner hears once, the episode ends
+                team = self.attributor.dimensions(fresh).get("team")
+                enqueue(s, dedupe_key=f"snapshot-failed|{policy.name}|{fresh.provider}|"
+                                      f"{fresh.resource_id}|{st.episode}",
+                        kind="action-failed", severity="warning", now=now,
+                        policy=policy.name, provider=fresh.provider,
+                        instance_id=fresh.resource_id, team=team,
+                        owner=fresh.tags.get("owner"),
+                        recipients=recipients(("owner", "team"), fresh, team),
+                        subject=f"{label(fresh)} was not deleted: its snapshot failed "
+                                f"({policy.name})",
+                        body=f"{detail}\nNothing was deleted. costguard tries again only "
+                             "after the volume is used, or protected, and found unused anew.",
+                        context={"reason": detail})
         if state == "completed":
             return snap_id, True
         (stats.failed if state == "error" else stats.snapshotting)[policy.name] += 1

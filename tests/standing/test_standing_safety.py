@@ -8,9 +8,11 @@ stage runs as the engine runs it (`standing.stage.govern`) on a real SQLite stor
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,11 +22,12 @@ from sqlmodel import select
 from costguard.costs.attribution import Attributor
 from costguard.model import ActionOutcome, ActionResult
 from costguard.policy.load import parse_policy_text
+from costguard.policy.schema import Policy
 from costguard.standing.act import StandingRunner
 from costguard.standing.model import Standing, StandingKind, StandingList
 from costguard.standing.stage import govern
 from costguard.store.db import Database
-from costguard.store.tables import ActionJournalRow
+from costguard.store.tables import ActionJournalRow, AlertRow, PolicyStateRow
 
 T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 STEP = timedelta(hours=6)
@@ -110,6 +113,8 @@ class Cloud:
         return f"snap-of-{item.resource_id}", state
 
     def delete_standing(self, item: Standing, *, dry_run: bool) -> ActionResult:
+        if dry_run:
+            return ActionResult(outcome=ActionOutcome.DRY_RUN, detail="would be deleted")
         truth = self.items.pop(item.resource_id)
         snap = self.snaps.get(item.resource_id, ("none", 0))[0]
         self.deletes.append((item.resource_id, truth, snap))
@@ -247,4 +252,66 @@ def test_a_volume_of_a_stopped_instance_is_unused_since_the_stop(tmp_path: Path)
                                       (("i-1", "i-3"), None), (("i-9",), None)):
             got = held_by_stopped(s, volume.model_copy(update={"used_by": holders}))
             assert (got.in_use, got.unused_since) == (unused_since is None, unused_since)
+    db.dispose()
+
+
+def _stage(tmp_path: Path, policies: tuple[Policy, ...], cloud: Cloud, steps: range,
+           events: dict[int, Callable[[Cloud], None]]) -> tuple[Database, list[dict[str, Any]]]:
+    db = Database(f"sqlite:///{tmp_path / 's.db'}")
+    runner = StandingRunner(db, {"sim": cloud}, Attributor())
+    outs = []
+    for step in steps:
+        cloud.now = T0 + step * STEP
+        if step in events:
+            events[step](cloud)
+        outs.append(govern(db, {"sim": cloud}, policies, runner, Attributor(), cloud.now,
+                           step))
+    return db, outs
+
+
+def test_a_failed_snapshot_ends_the_episode_once(tmp_path: Path) -> None:
+    cloud = Cloud()
+    cloud.items["r-0"] = Truth(StandingKind.VOLUME, T0 - timedelta(days=30))
+    cloud.fail_snaps = {"r-0"}
+    db, outs = _stage(tmp_path, POLICIES, cloud, range(16), {})
+    assert not cloud.deletes and "r-0" in cloud.items
+    with db.session() as s:
+        alerts = list(s.exec(select(AlertRow).where(AlertRow.kind == "action-failed")))
+        snaps = list(s.exec(select(ActionJournalRow).where(
+            ActionJournalRow.action == "snapshot")))
+        (state,) = list(s.exec(select(PolicyStateRow)))
+    assert len(alerts) == 1 and "its snapshot failed" in alerts[0].subject
+    assert [(j.status, j.detail) for j in snaps] == [
+        ("failed", "snapshot snap-of-r-0 error")]  # tried once, not every cycle
+    assert state.state == "failed"
+    assert sum(1 for o in outs if o.get("actions", {}).get("warned")) == 1
+    db.dispose()
+
+
+def test_a_dry_run_warns_again_after_the_resource_was_used(tmp_path: Path) -> None:
+    dry = tuple(p.model_copy(update={"mode": "dry-run"}) for p in POLICIES)
+    cloud = Cloud()
+    cloud.items["r-0"] = Truth(StandingKind.ADDRESS, T0 - timedelta(days=30))
+
+    def attach(c: Cloud) -> None:
+        c.items["r-0"].attached = True
+
+    def detach(c: Cloud) -> None:
+        c.items["r-0"].attached = False
+
+    db, outs = _stage(tmp_path, dry, cloud, range(30), {10: attach, 14: detach})
+    warned = [i for i, o in enumerate(outs) if o.get("actions", {}).get("warned")]
+    dry_runs = [i for i, o in enumerate(outs) if o.get("actions", {}).get("dry_run")]
+    assert len(warned) == 2 and len(dry_runs) == 2 and not cloud.deletes
+    db.dispose()
+
+
+def test_a_snoozed_resource_is_neither_warned_of_nor_deleted(tmp_path: Path) -> None:
+    cloud = Cloud()
+    cloud.items["r-0"] = Truth(StandingKind.ADDRESS, T0 - timedelta(days=30),
+                               snooze=T0 + timedelta(days=3))
+    db, outs = _stage(tmp_path, POLICIES, cloud, range(20), {})
+    warned = [i for i, o in enumerate(outs) if o.get("actions", {}).get("warned")]
+    assert warned and T0 + warned[0] * STEP >= T0 + timedelta(days=3)
+    assert [r for r, _, _ in cloud.deletes] == ["r-0"]  # once the snooze is over
     db.dispose()
