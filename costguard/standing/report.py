@@ -64,7 +64,7 @@ def to_rich(lines: Sequence[StandingLine], console: Console) -> None:
     """The section as the terminal shows it (nothing when there is nothing to show)."""
     if not lines:
         return
-    table = Table(title=f"{TITLE} (volumes, snapshots, addresses; by the month)",
+    table = Table(title=f"{TITLE}, by the month",
                   title_justify="left")
     for name, justify in (("team", "left"), ("kind", "left"), ("count", "right"),
                           ("GB", "right"), ("$/month", "right"), ("unused for", "right")):
