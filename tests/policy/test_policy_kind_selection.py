@@ -1,0 +1,46 @@
+"""What the instance pipeline's match (policy/evaluate.py) selects across kinds of resource:
+a volume, snapshot or address policy selects no instance, whatever its filters; and the one
+tag and age match instances and storage share, at its edges."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from costguard.model import Instance, InstanceState
+from costguard.policy.evaluate import age_matches, matches, tags_match
+from costguard.policy.filters import AgeFilter, TagFilter
+from costguard.policy.kinds import KINDS
+from costguard.policy.load import parse_policy_text
+
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+INST = Instance(provider="sim", account="1", region="r", instance_id="i-1",
+                instance_type="g5.xlarge", state=InstanceState.RUNNING, gpu_count=1,
+                launch_time=NOW - timedelta(days=3), tags={"team": "ml"}, observed_at=NOW)
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_only_compute_kinds_select_instances(kind: str) -> None:
+    (policy,) = parse_policy_text(KINDS[kind].example, "p.yml").policies
+    bare = policy.model_copy(update={"providers": ("sim",), "filters": type(policy.filters)()})
+    # (a workload policy's providers are k8s's; given the instance's, only its kind counts)
+    assert matches(bare, INST, NOW) is (not KINDS[kind].standing)
+
+
+@pytest.mark.parametrize(("tags", "ok"), [
+    ({"team": "ml", "env": "dev"}, True), ({"team": "ml"}, False),  # env must be present
+    ({"team": "ml", "env": "dev", "costguard:protect": "no"}, False),  # absent key present
+    ({"team": "ml", "env": "prod"}, False),  # a value not accepted
+])
+def test_tags_match(tags: dict[str, str], ok: bool) -> None:
+    t = TagFilter(present=("env",), absent=("costguard:protect",), values={"env": ("dev",)})
+    assert tags_match(t, tags) is ok
+
+
+@pytest.mark.parametrize(("age", "ok"), [
+    (timedelta(hours=1), False), (timedelta(hours=2), True), (timedelta(days=1), True),
+    (timedelta(days=3), False), (timedelta(days=4), False)])
+def test_age_matches_at_its_edges(age: timedelta, ok: bool) -> None:
+    assert age_matches(AgeFilter(older_than=timedelta(hours=2),
+                                 younger_than=timedelta(days=3)), age) is ok
