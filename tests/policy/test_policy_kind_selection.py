@@ -44,3 +44,12 @@ def test_tags_match(tags: dict[str, str], ok: bool) -> None:
 def test_age_matches_at_its_edges(age: timedelta, ok: bool) -> None:
     assert age_matches(AgeFilter(older_than=timedelta(hours=2),
                                  younger_than=timedelta(days=3)), age) is ok
+
+
+@pytest.mark.parametrize(("namespace", "ok"), [("team-vision", True), ("ops", False)])
+def test_a_workload_policy_selects_by_namespace_pattern(namespace: str, ok: bool) -> None:
+    """A workload is an instance of the k8s provider whose region is its namespace."""
+    (policy,) = parse_policy_text(KINDS["workload"].example, "p.yml").policies
+    pod = INST.model_copy(update={"provider": "k8s", "region": namespace,
+                                  "instance_type": "Deployment"})
+    assert matches(policy, pod, NOW) is ok
