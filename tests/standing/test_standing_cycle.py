@@ -172,3 +172,44 @@ def test_the_report_shows_what_is_paid_for_and_not_running(tmp_path: Path,
     doc = json.loads(capsys.readouterr().out)
     assert {(line["team"], line["kind"]) for line in doc["paid_not_running"]} == {
         ("vision", "volume"), ("vision", "address")}
+
+
+def test_tag_steps_and_words_of_an_address(tmp_path: Path) -> None:
+    """A storage policy's tag step sets its placeholders' values on the resource and is
+    journaled; a dry run journals its notice as such; an address is 'released'."""
+    text = """\
+policies:
+  - name: addresses
+    resource: address
+    mode: {mode}
+    condition: {{unused: {{for: 7d}}}}
+    actions:
+      - notify: {{to: owner}}
+      - tag: {{set: {{"costguard:found": "{{policy}} {{now}}"}}}}
+      - delete: {{grace: 1h}}
+"""
+    for mode in ("dry-run", "enforce"):
+        (tmp_path / mode).mkdir()
+        engine, sim, clock = _engine(tmp_path / mode, parse_policy_text(
+            text.format(mode=mode), "p.yml"))
+        start = clock.now()
+        _run(engine, clock, 0.5)  # one cycle: warned and tagged, not yet due
+        (item,) = [i for i in sim.standing.listing(sim.standing_kinds()).items
+                   if i.resource_id == "eipalloc-sim-01"]
+        assert item.tags.get("costguard:found") == (
+            None if mode == "dry-run" else f"addresses {start.isoformat(timespec='seconds')}")
+        _run(engine, clock, 2)
+        notes = [j for j in _journal(engine, "notify") if j.instance_id == "eipalloc-sim-01"]
+        tags = [j for j in _journal(engine, "tag") if j.instance_id == "eipalloc-sim-01"]
+        assert [j.status for j in notes] == ["dry-run" if mode == "dry-run" else "done"]
+        assert [(j.policy, j.key.split("|")[3], j.status) for j in tags] == [
+            ("addresses", "tag", "dry-run" if mode == "dry-run" else "done")]
+        if mode == "dry-run":
+            continue
+        with engine.db.session() as s:
+            (done,) = list(s.exec(select(AlertRow).where(AlertRow.kind == "deleted")))
+        assert done.subject == ("address 203.0.113.10 (eipalloc-sim-01) was released by "
+                                "costguard (addresses)")
+        assert sim.standing.calls["tag"] == 1
+        tagged = _journal(engine, "tag")[0]
+        assert tagged.detail == "tagged" and tagged.intent_at == start

@@ -79,7 +79,7 @@ class Cloud:
 
     def view(self, rid: str) -> Standing:
         t = replace(self.items[rid])
-        tags = {k: v for k, v in (("costguard:protect", t.protect),
+        tags = {k: v for k, v in (("team", "ml"), ("costguard:protect", t.protect),
                                   ("costguard:snooze-until",
                                    t.snooze.isoformat() if t.snooze else None)) if v}
         return Standing(kind=t.kind, provider="sim", account="a", region="r", resource_id=rid,
@@ -281,6 +281,7 @@ def test_a_failed_snapshot_ends_the_episode_once(tmp_path: Path) -> None:
             ActionJournalRow.action == "snapshot")))
         (state,) = list(s.exec(select(PolicyStateRow)))
     assert len(alerts) == 1 and "its snapshot failed" in alerts[0].subject
+    assert alerts[0].team == "ml" and alerts[0].recipients == ["unowned", "team:ml"]
     assert [(j.status, j.detail) for j in snaps] == [
         ("failed", "snapshot snap-of-r-0 error")]  # tried once, not every cycle
     assert state.state == "failed"
