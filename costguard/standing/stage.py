@@ -22,6 +22,7 @@ from costguard.alerts.gaps import STORAGE_SCOPE, record_gaps
 from costguard.costs.attribution import Attributor
 from costguard.policy.schema import Policy
 from costguard.standing.act import StandingRunner
+from costguard.standing.billed import billed_monthly
 from costguard.standing.evaluate import evaluate
 from costguard.standing.model import (
     HoldsStanding,
@@ -74,6 +75,18 @@ def held_by_stopped(s: Session, item: Standing) -> Standing:
     return item.model_copy(update={"in_use": False, "unused_since": stopped})
 
 
+def with_billed(item: Standing, billed: Mapping[str, tuple[float, float]]) -> Standing:
+    """`item` priced at its billed rate (standing/billed.py) where the bill names it."""
+    found = billed.get(item.resource_id)
+    if found is None:
+        return item
+    usd, hours = found
+    listed = (f"; list ${item.usd_per_month:,.2f}" if item.usd_per_month is not None else "")
+    return item.model_copy(update={
+        "usd_per_month": usd,
+        "price_source": f"billed: EffectiveCost of {hours / 24:.0f} days{listed}"})
+
+
 def store(db: Database, provider: str, kinds: frozenset[StandingKind], items: list[Standing],
           complete: bool, now: datetime, attributor: Attributor) -> Counter[str]:
     """Upsert what `provider` listed, with its team; with `complete` (no gaps), rows of
@@ -81,8 +94,9 @@ def store(db: Database, provider: str, kinds: frozenset[StandingKind], items: li
     counts: Counter[str] = Counter()
     with db.session() as s:
         seen: set[str] = set()
+        billed = billed_monthly(s, provider, now)  # imported bills, where they name them
         for raw in items:
-            item = held_by_stopped(s, raw)
+            item = with_billed(held_by_stopped(s, raw), billed)
             seen.add(item.resource_id)
             counts[item.kind] += 1
             row = s.get(StandingRow, (provider, item.resource_id))
