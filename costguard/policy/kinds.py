@@ -137,15 +137,14 @@ policies:
     _storage("volume", "block storage: EBS volumes and the simulated cloud's, attached to "
              "nothing or only to stopped instances", ("attached",), """\
 policies:
-  - name: unattached-volumes
+  - name: stopped-instance-disks
     resource: volume
-    filters: {attached: false, tags: {absent: ["costguard:protect"]}}
+    filters: {attached: true, tags: {absent: ["costguard:protect"]}}
     condition:
-      unused: {for: 30d}
+      unused: {for: 14d}
     actions:
       - notify: {to: [owner, team]}
-      - delete: {grace: 3d, snapshot: true}
-    limits: {max_actions_per_cycle: 20, max_usd_per_month: 2000}
+      - tag: {set: {"costguard:unused-since": "{now}"}, overwrite: false}
 """),
     _storage("snapshot", "EBS snapshots and the simulated cloud's that no image, launch "
              "template or volume needs", (), """\
