@@ -109,8 +109,39 @@ class StandingRunner:
                 journal.resolve(s, row.id or 0, "done" if done else "interrupted",
                                 f"resolved after restart: {'gone' if gone else 'still there'}",
                                 now)
+                if done and stored is not None:  # the alert the crash kept from going out
+                    snapshot = row.detail.removeprefix("after snapshot ") \
+                        if row.detail.startswith("after snapshot ") else ""
+                    self._deleted(s, row.policy, from_row(stored), journal.episode_of(row.key),
+                                  "unused; the delete was confirmed after a restart",
+                                  snapshot, now)
                 settled += 1
         return settled
+
+    def _deleted(self, s: Session, policy: str, item: Standing, episode: int, reason: str,
+                 snapshot: str, now: datetime) -> None:
+        """What follows a delete the cloud confirmed (at once, or after a restart): the
+        resource is gone, the episode acted, and its owner and team are told (once)."""
+        stored = s.get(StandingRow, (item.provider, item.resource_id))
+        if stored is not None:
+            stored.gone, stored.last_seen = True, now
+            s.add(stored)
+        st = s.get(PolicyStateRow, (policy, item.provider, item.resource_id))
+        if st is not None:
+            st.state, st.since, st.deadline = "acted", now, None
+            s.add(st)
+        team = self.attributor.dimensions(item).get("team")
+        verb = "released" if item.kind is StandingKind.ADDRESS else "deleted"
+        usd = item.usd_per_month or 0.0
+        enqueue(s, dedupe_key=f"action|{policy}|{item.provider}|{item.resource_id}|{episode}",
+                kind="deleted", severity="warning", now=now, policy=policy,
+                provider=item.provider, instance_id=item.resource_id, team=team,
+                owner=item.tags.get("owner"),
+                recipients=recipients(("owner", "team"), item, team),
+                subject=f"{label(item)} was {verb} by costguard ({policy})",
+                body=f"Why: {reason}\nSaves ${usd:,.2f}/month"
+                     + (f"\nIts data is kept in snapshot {snapshot}." if snapshot else ""),
+                context={"reason": reason, "snapshot": snapshot or None, "usd_per_month": usd})
 
     # -- the cycle ----------------------------------------------------------------------
     def run(self, policies: Sequence[Policy], findings: Sequence[StandingFinding],
@@ -295,24 +326,7 @@ class StandingRunner:
                 row.state, row.since, row.deadline = "acted", now, None
                 s.add(row)
             if status == "done":
-                stored = s.get(StandingRow, (item.provider, item.resource_id))
-                if stored is not None:
-                    stored.gone, stored.last_seen = True, now
-                    s.add(stored)
-                team = self.attributor.dimensions(item).get("team")
-                verb = "released" if item.kind is StandingKind.ADDRESS else "deleted"
-                enqueue(s, dedupe_key=f"action|{policy.name}|{item.provider}|"
-                                      f"{item.resource_id}|{st.episode}",
-                        kind="deleted", severity="warning", now=now, policy=policy.name,
-                        provider=item.provider, instance_id=item.resource_id, team=team,
-                        owner=item.tags.get("owner"),
-                        recipients=recipients(("owner", "team"), item, team),
-                        subject=f"{label(item)} was {verb} by costguard ({policy.name})",
-                        body=f"Why: {f.reason}\nSaves ${f.usd_per_month:,.2f}/month"
-                             + (f"\nIts data is kept in snapshot {snapshot}." if snapshot
-                                else ""),
-                        context={"reason": f.reason, "snapshot": snapshot or None,
-                                 "usd_per_month": f.usd_per_month})
+                self._deleted(s, policy.name, item, st.episode, f.reason, snapshot, now)
         counter = {"done": stats.deleted, "dry-run": stats.dry_run,
                    "skipped": stats.skipped}.get(status, stats.failed)
         counter[policy.name] += 1

@@ -137,6 +137,12 @@ def test_a_crash_between_intent_and_answer_is_settled(tmp_path: Path) -> None:
     assert settled[0].status == "done" and "gone" in settled[0].detail
     again = [j for j in _journal(engine, "delete") if j.instance_id == open_intent.instance_id]
     assert len(again) == 1  # not deleted (nor tried) twice
+    with engine.db.session() as s:  # the alert the crash kept from going out goes now
+        (told,) = list(s.exec(select(AlertRow).where(
+            AlertRow.kind == "deleted", AlertRow.instance_id == open_intent.instance_id)))
+        state = s.get(PolicyStateRow, (open_intent.policy, "sim", open_intent.instance_id))
+    assert "confirmed after a restart" in told.body and state is not None
+    assert state.state == "acted"
 
 
 def test_a_volume_policy_selects_no_instance(tmp_path: Path) -> None:
