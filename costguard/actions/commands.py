@@ -58,14 +58,16 @@ def _since(text: str, now: datetime) -> datetime:
 
 
 def snooze_command(
-    instance: Annotated[str, typer.Argument(help="Instance id, e.g. i-0abc... or a GCP name.")],
+    instance: Annotated[str, typer.Argument(
+        help="Instance id, e.g. i-0abc... or a GCP name; or a volume, snapshot or address id.")],
     reason: Annotated[str, typer.Option(help="Why (kept in the audit trail).")],
     for_: Annotated[str, typer.Option("--for", help="How long: 30m, 4h, 2d.")] = "4h",
     by: Annotated[str | None, typer.Option(help="Who snoozes (default: your login).")] = None,
     no_tag: Annotated[bool, typer.Option("--no-tag", help="Do not set the snooze tag.")] = False,
     config: ConfigOpt = None,
 ) -> None:
-    """Postpone every policy's action on one instance (capped by each policy's max_snooze).
+    """Postpone every policy's action on one instance, volume, snapshot or address (capped
+    by each policy's max_snooze).
 
     Example: costguard snooze i-0abc123 --for 4h --reason "eval run starts at 3pm"
     """

@@ -1,4 +1,5 @@
-"""`costguard snooze`: an owner postpones every policy's action on one instance, for a while.
+"""`costguard snooze`: an owner postpones every policy's action on one instance (or volume,
+snapshot, address), for a while.
 
 The snooze is written to each (policy, instance) state, capped by the policy's
 `limits.max_snooze`, journaled with who and why, and mirrored to the instance's
@@ -11,24 +12,27 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlmodel import select
+from sqlmodel import Session, col, select
 
 from costguard.actions import journal
 from costguard.actions.safety import SNOOZE_TAG
 from costguard.errors import CostguardError, ProviderError
-from costguard.model import Instance
+from costguard.model import ActionResult, Instance
 from costguard.policy.evaluate import matches
 from costguard.policy.schema import Limits, Policy, format_duration
 from costguard.providers.base import Provider
+from costguard.standing.evaluate import selects
+from costguard.standing.model import HoldsStanding, Standing, from_row
 from costguard.store.db import Database
 from costguard.store.inventory import to_instance
-from costguard.store.tables import InstanceRow, PolicyStateRow
+from costguard.store.tables import InstanceRow, PolicyStateRow, StandingRow
 
 
 class UnknownInstance(CostguardError, LookupError):
     def __init__(self, instance_id: str) -> None:
-        super().__init__(f"no instance {instance_id!r} in the store: check the id, or run "
-                         "`costguard run --once` so inventory knows it")
+        super().__init__(f"no instance, volume, snapshot or address {instance_id!r} in the "
+                         "store: check the id, or run `costguard run --once` so inventory "
+                         "knows it")
 
 
 @dataclass(frozen=True)
@@ -40,27 +44,49 @@ class SnoozeResult:
 
 @dataclass(frozen=True)
 class SnoozeReport:
-    instance: Instance
+    instance: Instance | Standing
     results: list[SnoozeResult]
     tag: str  # what happened to the snooze tag
+
+
+def _target(s: Session, resource_id: str) -> Instance | Standing:
+    """The instance, else the volume, snapshot or address, the store knows by this id."""
+    rows = list(s.exec(select(InstanceRow).where(InstanceRow.instance_id == resource_id)))
+    if rows:
+        return to_instance(rows[0])
+    held = list(s.exec(select(StandingRow).where(StandingRow.resource_id == resource_id,
+                                                 col(StandingRow.gone).is_(False))))
+    if held:
+        return from_row(held[0])
+    raise UnknownInstance(resource_id)
+
+
+def _tag(provider: Provider, target: Instance | Standing, tags: dict[str, str]
+         ) -> ActionResult | None:
+    if isinstance(target, Instance):
+        return provider.set_tags(target, tags, dry_run=False)
+    if isinstance(provider, HoldsStanding):
+        return provider.tag_standing(target, tags, dry_run=False)
+    return None
 
 
 def snooze(db: Database, providers: Mapping[str, Provider], policies: Sequence[Policy],
            instance_id: str, duration: timedelta, reason: str, who: str, now: datetime, *,
            set_tag: bool = True) -> SnoozeReport:
-    """Snooze every policy that selects `instance_id` (or already tracks it)."""
+    """Snooze every policy that selects `instance_id` (or already tracks it): an instance,
+    or a volume, snapshot or address (costguard/standing/)."""
     if duration <= timedelta(0):
         raise ValueError("--for must be a positive duration, e.g. 4h")
     with db.session() as s:
-        rows = list(s.exec(select(InstanceRow).where(InstanceRow.instance_id == instance_id)))
-        if not rows:
-            raise UnknownInstance(instance_id)
-        inst = to_instance(rows[0])
+        inst = _target(s, instance_id)
         tracked = {st.policy: st for st in s.exec(select(PolicyStateRow).where(
             PolicyStateRow.provider == inst.provider,
             PolicyStateRow.instance_id == inst.instance_id))}
         by_name = {p.name: p for p in policies}
-        names = sorted({p.name for p in policies if matches(p, inst, now)} | set(tracked))
+        selecting = {p.name for p in policies
+                     if (selects(p, inst, now) if isinstance(inst, Standing)
+                         else matches(p, inst, now))}
+        names = sorted(selecting | set(tracked))
         results: list[SnoozeResult] = []
         for name in names:
             limit = (by_name[name].limits if name in by_name else Limits()).max_snooze
@@ -88,8 +114,9 @@ def snooze(db: Database, providers: Mapping[str, Provider], policies: Sequence[P
             until = max((r.until for r in results), default=now + duration)
             value = until.isoformat(timespec="seconds")
             try:
-                result = provider.set_tags(inst, {SNOOZE_TAG: value}, dry_run=False)
-                tag = f"{SNOOZE_TAG}={value} ({result.outcome})"
+                result = _tag(provider, inst, {SNOOZE_TAG: value})
+                tag = (f"{SNOOZE_TAG}={value} ({result.outcome})" if result is not None
+                       else f"not set: {inst.provider} cannot tag it")
             except ProviderError as exc:
                 tag = f"not set: {exc}"
     return SnoozeReport(inst, results, tag)

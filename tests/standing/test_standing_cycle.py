@@ -219,3 +219,27 @@ policies:
         assert sim.standing.calls["tag"] == 1
         tagged = _journal(engine, "tag")[0]
         assert tagged.detail == "tagged" and tagged.intent_at == start
+
+
+def test_snoozing_a_volume_holds_its_delete(tmp_path: Path) -> None:
+    """`costguard snooze VOLUME`: the policies that select it wait (capped by max_snooze),
+    the snooze is journaled and tagged on the volume, and the delete comes after it ends."""
+    from costguard.actions.snooze import snooze
+
+    engine, sim, clock = _engine(tmp_path, _enforced(SHIPPED))
+    _run(engine, clock, 1)  # listed and warned of
+    report = snooze(engine.db, {"sim": sim}, engine.policies.policies, "vol-sim-scratch-01",
+                    timedelta(days=2), "restoring from it tomorrow", "ana", clock.now())
+    assert [r.policy for r in report.results] == ["unattached-volumes"]
+    assert report.tag.startswith("costguard:snooze-until=") and report.tag.endswith("(done)")
+    until = report.results[0].until
+    _run(engine, clock, 40)  # past the day's grace, inside the snooze
+    listed = {i.resource_id for i in sim.standing.listing(sim.standing_kinds()).items}
+    assert "vol-sim-scratch-01" in listed
+    (journaled,) = [j for j in _journal(engine, "snooze")
+                    if j.instance_id == "vol-sim-scratch-01"]
+    assert "by ana: restoring from it tomorrow" in journaled.detail
+    _run(engine, clock, 12)  # the snooze over: deleted (behind its snapshot)
+    assert clock.now() > until
+    listed = {i.resource_id for i in sim.standing.listing(sim.standing_kinds()).items}
+    assert "vol-sim-scratch-01" not in listed
