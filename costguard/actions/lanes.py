@@ -134,9 +134,9 @@ class InTurn:
                  once: bool) -> None:
         self._budget, self._turnstile, self._index, self._once = budget, turnstile, index, once
 
-    def take(self, usd_per_hour: Sequence[float]) -> CapVerdict:
+    def take(self, usd_per_hour: Sequence[float], *, noun: str = "instances") -> CapVerdict:
         self._turnstile.wait_for(self._index)
-        verdict = self._budget.take(usd_per_hour)
+        verdict = self._budget.take(usd_per_hour, noun=noun)
         if self._once:
             self._turnstile.passed(self._index)
         return verdict

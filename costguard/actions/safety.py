@@ -109,7 +109,8 @@ def check_caps(
 class Budget(Protocol):
     """What is left of the per-cycle caps, taken a policy's batch at a time."""
 
-    def take(self, usd_per_hour: Sequence[float]) -> CapVerdict: ...
+    def take(self, usd_per_hour: Sequence[float], *, noun: str = "instances"
+             ) -> CapVerdict: ...
 
 
 @dataclass
@@ -119,11 +120,12 @@ class CycleBudget:
     actions_left: int | None
     usd_per_hour_left: float | None
 
-    def take(self, usd_per_hour: Sequence[float]) -> CapVerdict:
-        """Reserve a whole batch, or nothing: the same all-or-nothing rule as per policy."""
+    def take(self, usd_per_hour: Sequence[float], *, noun: str = "instances") -> CapVerdict:
+        """Reserve a whole batch, or nothing: the same all-or-nothing rule as per policy.
+        `noun`: what the batch is (volumes, snapshots and addresses take from it too)."""
         count, dollars = len(usd_per_hour), sum(usd_per_hour)
         if self.actions_left is not None and count > self.actions_left:
-            return CapVerdict(False, f"{count} instances due, {self.actions_left} left of the "
+            return CapVerdict(False, f"{count} {noun} due, {self.actions_left} left of the "
                                      "fleet-wide per-cycle cap (safety.max_actions_per_cycle)")
         if self.usd_per_hour_left is not None and dollars > self.usd_per_hour_left + 1e-9:
             return CapVerdict(False, f"${dollars:,.2f}/h due, ${self.usd_per_hour_left:,.2f}/h "

@@ -442,9 +442,10 @@ class Engine:
 
     def _standing(self, summary: CycleSummary, now: datetime, cycle_id: int) -> None:
         """Volumes, snapshots and addresses the policies govern (costguard/standing/)."""
+        # deletes take from what the act stage's stops left of the fleet-wide caps
         summary.standing = govern(self.db, self.providers, self.policies.policies,
                                   self.standing_runner, self.attributor, now, cycle_id,
-                                  paused=summary.paused)
+                                  paused=summary.paused, budget=self.runner.budget)
 
     def _spend(self, summary: CycleSummary, now: datetime) -> None:
         """Budgets and anomalies over what has accrued; both alert through the outbox."""

@@ -24,7 +24,7 @@ from sqlmodel import Session, select
 
 from costguard.actions import journal
 from costguard.actions.messages import recipients
-from costguard.actions.safety import protects, snooze_tag_until
+from costguard.actions.safety import Budget, CycleBudget, protects, snooze_tag_until
 from costguard.alerts.outbox import enqueue
 from costguard.costs.attribution import Attributor
 from costguard.errors import ProviderError
@@ -145,18 +145,23 @@ class StandingRunner:
 
     # -- the cycle ----------------------------------------------------------------------
     def run(self, policies: Sequence[Policy], findings: Sequence[StandingFinding],
-            now: datetime, cycle_id: int | None) -> StandingStats:
+            now: datetime, cycle_id: int | None, budget: Budget | None = None
+            ) -> StandingStats:
+        """One cycle's warnings and deletes. `budget`: what is left of the fleet-wide
+        per-cycle caps (the act stage's; unlimited when not given)."""
         stats = StandingStats()
+        budget = budget or CycleBudget(None, None)
         self.reconcile(now)
         by_policy: dict[str, list[StandingFinding]] = {}
         for f in findings:
             by_policy.setdefault(f.policy.name, []).append(f)
         for policy in policies:
-            self._run_policy(policy, by_policy.get(policy.name, []), now, cycle_id, stats)
+            self._run_policy(policy, by_policy.get(policy.name, []), now, cycle_id, stats,
+                             budget)
         return stats
 
     def _run_policy(self, policy: Policy, findings: list[StandingFinding], now: datetime,
-                    cycle_id: int | None, stats: StandingStats) -> None:
+                    cycle_id: int | None, stats: StandingStats, budget: Budget) -> None:
         due: list[tuple[StandingFinding, PolicyStateRow]] = []
         with self.db.session() as s:
             states = {st.instance_id: st for st in s.exec(select(PolicyStateRow).where(
@@ -178,7 +183,7 @@ class StandingRunner:
                 elif st.state in OPEN and st.deadline is not None and now >= st.deadline:
                     due.append((f, st))
         if due and policy.delete_action is not None:
-            self._delete_due(policy, due, now, cycle_id, stats)
+            self._delete_due(policy, due, now, cycle_id, stats, budget)
 
     def _start_episode(self, s: Session, policy: Policy, f: StandingFinding,
                        st: PolicyStateRow | None, now: datetime, cycle_id: int | None,
@@ -245,8 +250,11 @@ class StandingRunner:
         stats.warned[policy.name] += 1
         return st
 
-    def _capped(self, policy: Policy, due: list[tuple[StandingFinding, PolicyStateRow]]
-                ) -> str | None:
+    def _capped(self, policy: Policy, due: list[tuple[StandingFinding, PolicyStateRow]],
+                budget: Budget) -> str | None:
+        """Why the batch is refused whole (None: allowed): the policy's own caps (count,
+        dollars a month), then what is left of the fleet-wide per-cycle caps, which the
+        instances' stops took from first (actions/safety.py CycleBudget)."""
         count = len(due)
         usd = sum(f.usd_per_month for f, _ in due)
         limits = policy.limits
@@ -255,18 +263,20 @@ class StandingRunner:
         if limits.max_usd_per_month is not None and usd > limits.max_usd_per_month:
             return (f"${usd:,.2f}/month due, cap is ${limits.max_usd_per_month:,.2f}/month "
                     "per cycle")
-        return None
+        fleet = budget.take([f.item.usd_per_hour for f, _ in due], noun="resources")
+        return None if fleet.allowed else fleet.reason
 
     def _delete_due(self, policy: Policy, due: list[tuple[StandingFinding, PolicyStateRow]],
-                    now: datetime, cycle_id: int | None, stats: StandingStats) -> None:
-        capped = self._capped(policy, due)
+                    now: datetime, cycle_id: int | None, stats: StandingStats,
+                    budget: Budget) -> None:
+        capped = self._capped(policy, due, budget)
         if capped is not None:
             stats.capped[policy.name] += len(due)
             with self.db.session() as s:
                 enqueue(s, dedupe_key=f"cap|{policy.name}|{now:%Y-%m-%d}", kind="cap",
                         severity="critical", now=now, policy=policy.name,
                         subject=f"{policy.name}: nothing deleted this cycle ({capped})",
-                        body="More due at once than the policy's limits allow usually means "
+                        body="More due at once than the limits allow usually means "
                              "a broken filter; check it, or raise its limits.",
                         context={"reason": capped})
             return

@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlmodel import Session, col, select
 
+from costguard.actions.safety import Budget
 from costguard.alerts.gaps import STORAGE_SCOPE, record_gaps
 from costguard.costs.attribution import Attributor
 from costguard.policy.schema import Policy
@@ -151,9 +152,11 @@ def list_all(db: Database, providers: Mapping[str, object],
 
 def govern(db: Database, providers: Mapping[str, object], policies: Sequence[Policy],
            runner: StandingRunner, attributor: Attributor, now: datetime,
-           cycle_id: int | None, *, paused: bool = False) -> dict[str, Any]:
+           cycle_id: int | None, *, paused: bool = False, budget: Budget | None = None
+           ) -> dict[str, Any]:
     """The whole stage: list (when due), judge every governed resource, act (unless
-    paused). Returns what the cycle's summary says of it (empty: nothing governed)."""
+    paused) within what `budget` leaves of the fleet-wide per-cycle caps. Returns what the
+    cycle's summary says of it (empty: nothing governed)."""
     kinds = governed(policies, providers)
     if not kinds:
         return {}
@@ -171,5 +174,5 @@ def govern(db: Database, providers: Mapping[str, object], policies: Sequence[Pol
                 if (f := evaluate(p, item, since, now)) is not None]
     out["findings"] = dict(Counter(f.policy.name for f in findings if f.holds))
     if not paused:
-        out["actions"] = runner.run(mine, findings, now, cycle_id).as_dict()
+        out["actions"] = runner.run(mine, findings, now, cycle_id, budget).as_dict()
     return out

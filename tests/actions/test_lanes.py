@@ -379,3 +379,17 @@ def test_lane_counts_add_up() -> None:
     b.reconciled = 1
     a.add(b)
     assert a.stopped == {"p": 3, "q": 1} and a.reconciled == 3
+
+
+def test_a_policy_in_turn_takes_the_budget_as_it_names_its_batch() -> None:
+    """The fleet-wide budget's refusal names what the batch is, through a lane's turn too
+    (volumes, snapshots and addresses take from the same caps: costguard/standing/act.py)."""
+    from costguard.actions.lanes import InTurn
+    from costguard.actions.safety import CycleBudget
+
+    turn = InTurn(CycleBudget(actions_left=1, usd_per_hour_left=None), Turnstile(), 0,
+                  once=False)
+    refused = turn.take([1.0, 1.0], noun="resources")
+    assert refused.reason == ("2 resources due, 1 left of the fleet-wide per-cycle cap "
+                              "(safety.max_actions_per_cycle)")
+    assert turn.take([1.0, 1.0]).reason.startswith("2 instances due")

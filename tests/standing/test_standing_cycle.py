@@ -243,3 +243,26 @@ def test_snoozing_a_volume_holds_its_delete(tmp_path: Path) -> None:
     assert clock.now() > until
     listed = {i.resource_id for i in sim.standing.listing(sim.standing_kinds()).items}
     assert "vol-sim-scratch-01" not in listed
+
+
+def test_deletes_take_from_the_fleet_wide_per_cycle_caps(tmp_path: Path) -> None:
+    """safety.max_actions_per_cycle counts deletes as it counts stops: with one action a
+    cycle, the volume and the address due together are deleted in turn, never at once."""
+    clock = ManualClock(T0)
+    sim = SimProvider(SimSettings(instances=2, launches_per_day=0, standing=True), clock)
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'c.db'}",
+                        safety={"max_actions_per_cycle": 1})
+    engine = Engine(settings, Database(settings.database_url), {"sim": sim},
+                    _enforced(SHIPPED), clock)
+    per_cycle: list[int] = []
+    end = clock.now() + timedelta(hours=27)
+    while clock.now() < end:
+        before = len([j for j in _journal(engine, "delete") if j.status == "done"])
+        engine.run_cycle()
+        per_cycle.append(len([j for j in _journal(engine, "delete") if j.status == "done"])
+                         - before)
+        clock.advance(STEP)
+    assert sum(per_cycle) == 2 and max(per_cycle) == 1
+    with engine.db.session() as s:
+        caps = list(s.exec(select(AlertRow).where(AlertRow.kind == "cap")))
+    assert caps and "resources due, 0 left of the fleet-wide per-cycle cap" in caps[0].subject
