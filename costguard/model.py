@@ -20,6 +20,8 @@ ProviderName = Literal["aws", "gcp", "sim", "k8s"]
 INT32 = 2**31 - 1  # what the store's INTEGER columns hold (agents must get a 422, not a 503)
 INT64 = 2**63 - 1
 PROVIDERS: tuple[ProviderName, ...] = ("aws", "gcp", "sim")
+# hours in a month, as the clouds price by the month (730 = 8,760 / 12)
+HOURS_PER_MONTH = 730
 
 
 class InstanceState(StrEnum):

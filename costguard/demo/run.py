@@ -32,13 +32,12 @@ from costguard.engine import Engine
 from costguard.errors import StoreError
 from costguard.k8s.provider import KubernetesProvider
 from costguard.k8s.settings import KubernetesSettings
-from costguard.model import owner_words
+from costguard.model import HOURS_PER_MONTH, owner_words
 from costguard.policy.load import load_policy_set
 from costguard.policy.schema import PolicySet
 from costguard.providers.base import Provider
 from costguard.report.render import to_table, usd_micros
 from costguard.report.run import spend_report
-from costguard.standing.model import HOURS_PER_MONTH
 from costguard.standing.report import paid_not_running
 from costguard.store import control
 from costguard.store.bill_tables import BillingCostRow

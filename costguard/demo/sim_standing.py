@@ -14,8 +14,8 @@ import threading
 from datetime import datetime, timedelta
 
 from costguard.clock import Clock
-from costguard.model import ActionOutcome, ActionResult
-from costguard.providers.aws.disks import HOURS_PER_MONTH, ebs_table, volume_usd_per_month
+from costguard.model import HOURS_PER_MONTH, ActionOutcome, ActionResult
+from costguard.providers.aws.disks import ebs_table, volume_usd_per_month
 from costguard.standing.model import Standing, StandingKind, StandingList
 
 SNAPSHOT_OF_TAG = "costguard:snapshot-of"

@@ -26,8 +26,7 @@ from dataclasses import dataclass
 from costguard.k8s.allocate import IDLE_CAPACITY, CostLine
 from costguard.k8s.minutes import gpu_minutes
 from costguard.k8s.model import ClusterRead, Pod
-from costguard.model import GpuMinute
-from costguard.recommend.fit import HOURS_PER_MONTH
+from costguard.model import HOURS_PER_MONTH, GpuMinute
 from costguard.recommend.settings import RecommendSettings
 from costguard.telemetry.efficiency import Bottleneck, Efficiency, Words, judge
 

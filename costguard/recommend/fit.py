@@ -35,13 +35,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from costguard.model import Instance, InstanceState, Lifecycle, PriceQuote
+from costguard.model import HOURS_PER_MONTH, Instance, InstanceState, Lifecycle, PriceQuote
 from costguard.recommend.settings import Architectures, RecommendSettings
 from costguard.recommend.shapes import Shape, shapes
 from costguard.telemetry.classify import gb
 from costguard.telemetry.efficiency import Bottleneck, Efficiency
 
-HOURS_PER_MONTH = 730
 PriceLookup = Callable[[Instance], PriceQuote | None]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from costguard.model import Instance
+from costguard.model import HOURS_PER_MONTH, Instance
 from costguard.providers.gcp import tpus
-from costguard.recommend.fit import HOURS_PER_MONTH, Fit
+from costguard.recommend.fit import Fit
 from costguard.recommend.shapes import Shape
 from costguard.telemetry.efficiency import Bottleneck, Efficiency
 

@@ -19,7 +19,7 @@ from sqlalchemy import func, or_, select
 from sqlmodel import Session
 
 from costguard.clock import utc
-from costguard.standing.model import HOURS_PER_MONTH
+from costguard.model import HOURS_PER_MONTH
 from costguard.store.bill_tables import BillingCostRow
 
 WINDOW = timedelta(days=35)

@@ -10,12 +10,11 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from pydantic import Field
 
-from costguard.model import ActionResult, Frozen, Gap, Owner, ProviderName
+from costguard.model import HOURS_PER_MONTH, ActionResult, Frozen, Gap, Owner, ProviderName
 
 if TYPE_CHECKING:
     from costguard.store.tables import StandingRow
 
-HOURS_PER_MONTH = 730
 
 
 class StandingKind(StrEnum):
@@ -73,9 +72,6 @@ class Standing(Frozen):
         """The key the journal, policy states and alerts file it under (as an instance's)."""
         return self.resource_id
 
-    @property
-    def ref(self) -> tuple[str, str]:
-        return (self.provider, self.resource_id)
 
 
 class StandingList(Frozen):
@@ -114,13 +110,6 @@ class HoldsStanding(Protocol):
     def tag_standing(self, item: Standing, tags: dict[str, str], *, dry_run: bool
                      ) -> ActionResult:
         ...
-
-
-def unused_for(item: Standing, since: datetime | None, now: datetime) -> float | None:
-    """Days `item` has been unused by `now` (None: in use)."""
-    if item.in_use or since is None:
-        return None
-    return max(0.0, (now - since).total_seconds() / 86400)
 
 
 def kinds_of(names: Sequence[str]) -> frozenset[StandingKind]:

@@ -14,7 +14,7 @@ from costguard.cli import app
 from costguard.k8s.allocate import allocate
 from costguard.k8s.settings import CostWeights
 from costguard.k8s.underused import PodEfficiency, judge_pods
-from costguard.recommend.fit import HOURS_PER_MONTH
+from costguard.model import HOURS_PER_MONTH
 from costguard.recommend.settings import RecommendSettings
 from costguard.telemetry.efficiency import Bottleneck
 from tests.k8s.history import History

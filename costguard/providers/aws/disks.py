@@ -15,13 +15,12 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from costguard.errors import ProviderError
-from costguard.model import Instance, PriceQuote, as_of_date
+from costguard.model import HOURS_PER_MONTH, Instance, PriceQuote, as_of_date
 from costguard.providers.aws.boundary import aws_call
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
 
-HOURS_PER_MONTH = 730
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from costguard.model import ActionOutcome, ActionResult
+from costguard.model import HOURS_PER_MONTH, ActionOutcome, ActionResult
 from costguard.providers.aws.boundary import aws_call, error_code, translate
-from costguard.providers.aws.disks import HOURS_PER_MONTH, EbsTable, ebs_table, volume_usd_per_month
+from costguard.providers.aws.disks import EbsTable, ebs_table, volume_usd_per_month
 from costguard.providers.aws.timestamps import fast_timestamp
 from costguard.standing.model import Standing, StandingKind
 

@@ -21,13 +21,11 @@ from google.api_core import exceptions as gexc
 from google.api_core import retry as gretry
 
 from costguard.errors import ProviderError
-from costguard.model import Instance, PriceQuote, as_of_date
+from costguard.model import HOURS_PER_MONTH, Instance, PriceQuote, as_of_date
 from costguard.providers.gcp import compute as compute_v1
 from costguard.providers.gcp import lookup
 from costguard.providers.gcp.actions import ActionContext, read
 from costguard.providers.gcp.terminate import Disk, attached_disks
-
-HOURS_PER_MONTH = 730
 
 
 @dataclass(frozen=True)
