@@ -22,7 +22,6 @@ class StandingFinding:
 
     policy: Policy
     item: Standing
-    since: datetime | None  # unused since (None: in use)
     holds: bool
     reason: str
 
@@ -51,17 +50,17 @@ def _filters(f: Filters, item: Standing, now: datetime) -> bool:
     return f.attached is None or f.attached == item.attached
 
 
-def evaluate(policy: Policy, item: Standing, since: datetime | None, now: datetime
-             ) -> StandingFinding | None:
-    """The finding of `policy` on `item`, or None when its filters do not select it."""
+def evaluate(policy: Policy, item: Standing, now: datetime) -> StandingFinding | None:
+    """The finding of `policy` on `item` (as stored: unused since when costguard knows),
+    or None when its filters do not select it."""
     if not selects(policy, item, now):
         return None
     c = policy.condition
     reasons: list[str] = []
     holds = True
+    since = None if item.in_use else item.unused_since
     if c.unused is not None:
-        unused = since is not None and not item.in_use
-        if unused and since is not None and now - since >= c.unused.for_:
+        if since is not None and now - since >= c.unused.for_:
             reasons.append(unused_words(item, now - since))
         else:
             holds = False
@@ -71,8 +70,7 @@ def evaluate(policy: Policy, item: Standing, since: datetime | None, now: dateti
             reasons.append(f"missing tag {', '.join(missing)}")
         else:
             holds = False
-    return StandingFinding(policy, item, since if not item.in_use else None, holds,
-                           "; ".join(reasons) if holds else "")
+    return StandingFinding(policy, item, holds, "; ".join(reasons) if holds else "")
 
 
 def unused_words(item: Standing, span: timedelta) -> str:

@@ -3,7 +3,6 @@ sees it, and the protocol of the providers that hold them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -43,7 +42,8 @@ class Standing(Frozen):
     size_gb: int | None = Field(default=None, ge=0)
     detail: str = ""  # the volume type, the snapshot's source volume, the address
     created_at: datetime | None  # None: the cloud does not say (an Elastic IP)
-    # when the cloud says it stopped being used (GCP's lastDetachTimestamp), where it says
+    # since when it has been unused: as listed, the cloud's word where it gives one (a
+    # disk's last detach); as stored, what costguard knows (standing/stage.py)
     unused_since: datetime | None = None
     usd_per_month: float | None = Field(default=None, ge=0)
     price_source: str = ""
@@ -110,12 +110,6 @@ class HoldsStanding(Protocol):
     def tag_standing(self, item: Standing, tags: dict[str, str], *, dry_run: bool
                      ) -> ActionResult:
         ...
-
-
-def kinds_of(names: Sequence[str]) -> frozenset[StandingKind]:
-    """The standing kinds among `names` (policy resource kinds)."""
-    known = {k.value for k in StandingKind}
-    return frozenset(StandingKind(n) for n in names if n in known)
 
 
 def from_row(row: StandingRow) -> Standing:

@@ -21,6 +21,7 @@ from sqlmodel import Session, col, select
 from costguard.actions.safety import Budget
 from costguard.alerts.gaps import STORAGE_SCOPE, record_gaps
 from costguard.costs.attribution import Attributor
+from costguard.policy.kinds import KINDS
 from costguard.policy.schema import Policy
 from costguard.standing.act import StandingRunner
 from costguard.standing.billed import billed_monthly
@@ -30,7 +31,6 @@ from costguard.standing.model import (
     Standing,
     StandingKind,
     from_row,
-    kinds_of,
 )
 from costguard.store import control
 from costguard.store.db import Database
@@ -47,22 +47,24 @@ def governed(policies: Iterable[Policy], providers: Mapping[str, object]
     """Provider -> the standing kinds its policies govern (and it can list)."""
     out: dict[str, set[StandingKind]] = {}
     for policy in policies:
-        kinds = kinds_of([policy.resource])
+        if not KINDS[policy.resource].standing:
+            continue
+        kind = StandingKind(policy.resource)
         for name in policy.providers:
             provider = providers.get(name)
-            if kinds and isinstance(provider, HoldsStanding):
-                out.setdefault(name, set()).update(kinds & provider.standing_kinds())
+            if isinstance(provider, HoldsStanding) and kind in provider.standing_kinds():
+                out.setdefault(name, set()).add(kind)
     return {name: frozenset(k) for name, k in out.items() if k}
 
 
-def current(s: Session, kinds: Iterable[str] | None = None
-            ) -> list[tuple[Standing, datetime | None]]:
-    """Every resource not gone, with since when it has been unused (None: in use)."""
+def current(s: Session, kinds: Iterable[str] | None = None) -> list[Standing]:
+    """Every resource not gone, as stored (`unused_since`: since when costguard knows it
+    has been unused)."""
     stmt = select(StandingRow).where(col(StandingRow.gone).is_(False))
     if kinds is not None:
         stmt = stmt.where(col(StandingRow.kind).in_(list(kinds)))
     rows = s.exec(stmt.order_by(col(StandingRow.provider), col(StandingRow.resource_id)))
-    return [(from_row(r), r.unused_since) for r in rows]
+    return [from_row(r) for r in rows]
 
 
 def held_by_stopped(s: Session, item: Standing) -> Standing:
@@ -167,11 +169,10 @@ def govern(db: Database, providers: Mapping[str, object], policies: Sequence[Pol
         out["listed"] = list_all(db, providers, kinds, now, attributor)
         with db.session() as s:
             control.put(s, LISTED_AT, now.isoformat(), now)
-    mine = [p for p in policies if kinds_of([p.resource])]
+    mine = [p for p in policies if KINDS[p.resource].standing]
     with db.session() as s:
         held = current(s, {p.resource for p in mine})
-    findings = [f for p in mine for item, since in held
-                if (f := evaluate(p, item, since, now)) is not None]
+    findings = [f for p in mine for item in held if (f := evaluate(p, item, now)) is not None]
     out["findings"] = dict(Counter(f.policy.name for f in findings if f.holds))
     if not paused:
         out["actions"] = runner.run(mine, findings, now, cycle_id, budget).as_dict()

@@ -92,7 +92,7 @@ policies:
     (_volume(kind=StandingKind.SNAPSHOT), NOW - timedelta(days=31), None),  # other kind
 ])
 def test_evaluation(item: Standing, since: datetime | None, holds: bool | None) -> None:
-    f = evaluate(POLICY, item, since, NOW)
+    f = evaluate(POLICY, item.model_copy(update={"unused_since": since}), NOW)
     assert (f.holds if f is not None else None) is holds
     if holds:
         assert f is not None and f.reason == "attached to nothing for 31d"
@@ -101,7 +101,7 @@ def test_evaluation(item: Standing, since: datetime | None, holds: bool | None) 
 def test_stopped_holders_are_named() -> None:
     p = POLICY.model_copy(update={"filters": POLICY.filters.model_copy(
         update={"attached": True, "age": None})})
-    f = evaluate(p, _volume(used_by=("i-9",)), NOW - timedelta(days=40), NOW)
+    f = evaluate(p, _volume(used_by=("i-9",), unused_since=NOW - timedelta(days=40)), NOW)
     assert f is not None and f.reason == "attached only to stopped i-9 for 40d"
 
 
@@ -145,3 +145,10 @@ policies:
     assert ("ec2:DeleteVolume" in actions) is deleting
     assert ("ec2:CreateSnapshot" in actions) is deleting
     assert "ec2:ReleaseAddress" not in actions
+
+
+def test_the_standing_kinds_are_the_registry_s() -> None:
+    """The kinds the standing stage governs are exactly the registry's standing ones."""
+    from costguard.policy.kinds import KINDS
+
+    assert {k.value for k in StandingKind} == {n for n, k in KINDS.items() if k.standing}
