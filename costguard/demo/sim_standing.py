@@ -16,9 +16,8 @@ from datetime import datetime, timedelta
 from costguard.clock import Clock
 from costguard.model import HOURS_PER_MONTH, ActionOutcome, ActionResult
 from costguard.providers.aws.disks import ebs_table, volume_usd_per_month
+from costguard.providers.aws.terminate import SNAPSHOT_OF_TAG
 from costguard.standing.model import Standing, StandingKind, StandingList
-
-SNAPSHOT_OF_TAG = "costguard:snapshot-of"
 
 
 def seeded(account: str, region: str, start: datetime) -> list[Standing]:

@@ -27,16 +27,19 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from costguard.errors import ProviderError
 from costguard.model import HOURS_PER_MONTH, ActionOutcome, ActionResult
 from costguard.providers.aws.boundary import aws_call, error_code, translate
 from costguard.providers.aws.disks import EbsTable, ebs_table, volume_usd_per_month
+
+# the tag of every snapshot costguard takes: before a terminate, and before a delete here
+from costguard.providers.aws.terminate import SNAPSHOT_OF_TAG
 from costguard.providers.aws.timestamps import fast_timestamp
 from costguard.standing.model import Standing, StandingKind
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
 
-SNAPSHOT_OF_TAG = "costguard:snapshot-of"  # the snapshot costguard takes before a delete
 MANAGED_PREFIXES = {"aws:dlm:": "Data Lifecycle Manager", "aws:backup:": "AWS Backup"}
 _GONE = frozenset({"InvalidVolume.NotFound", "InvalidSnapshot.NotFound",
                    "InvalidAllocationID.NotFound", "InvalidAddress.NotFound"})
@@ -202,9 +205,8 @@ def describe(ec2: EC2Client, item: Standing, observed_at: datetime) -> Standing 
             addrs = list(_pages(ec2, "describe_addresses", "Addresses",
                                 AllocationIds=[item.resource_id]))
             return to_address(addrs[0], first_seen=item.created_at, **at) if addrs else None
-    except Exception as exc:
-        cause = exc.__cause__
-        if isinstance(cause, ClientError) and error_code(cause) in _GONE:
+    except ProviderError as exc:  # aws_call's, raised from the client's error
+        if isinstance(exc.__cause__, ClientError) and error_code(exc.__cause__) in _GONE:
             return None
         raise
 
