@@ -27,7 +27,7 @@ from costguard.demo.sim_hosts import (
     work_in_progress_hosts,
 )
 from costguard.demo.sim_settings import SimSettings
-from costguard.demo.sim_standing import SimStanding, seeded
+from costguard.demo.sim_standing import SimStanding, SimStandingOps, seeded
 from costguard.errors import InstanceNotFound
 from costguard.model import (
     ActionOutcome,
@@ -41,7 +41,6 @@ from costguard.model import (
     ProviderName,
 )
 from costguard.providers.base import tag_detail
-from costguard.standing.model import Standing, StandingKind, StandingList
 from costguard.telemetry.summary import sim_minute
 
 if TYPE_CHECKING:
@@ -72,7 +71,7 @@ PROFILES = {
 }
 
 
-class SimProvider(SimGroupOps):
+class SimProvider(SimGroupOps, SimStandingOps):
     """In-memory cloud implementing the Provider protocol."""
 
     name: ProviderName = "sim"
@@ -121,26 +120,6 @@ class SimProvider(SimGroupOps):
         self.standing = SimStanding(
             seeded(settings.accounts[0], settings.regions[0], start) if settings.standing
             else [], clock)
-
-    # -- volumes, snapshots, addresses (standing.model.HoldsStanding) --------------------
-    def standing_kinds(self) -> frozenset[StandingKind]:
-        return self.standing.kinds()
-
-    def list_standing(self, kinds: frozenset[StandingKind]) -> StandingList:
-        return self.standing.listing(kinds)
-
-    def describe_standing(self, item: Standing) -> Standing | None:
-        return self.standing.describe(item)
-
-    def snapshot_volume(self, item: Standing, *, dry_run: bool) -> tuple[str, str]:
-        return self.standing.snapshot(item, dry_run=dry_run)
-
-    def delete_standing(self, item: Standing, *, dry_run: bool) -> ActionResult:
-        return self.standing.delete(item, dry_run=dry_run)
-
-    def tag_standing(self, item: Standing, tags: dict[str, str], *, dry_run: bool
-                     ) -> ActionResult:
-        return self.standing.tag(item, tags, dry_run=dry_run)
 
     # -- fleet construction -------------------------------------------------------------
     def _add_host(self, launched: datetime) -> SimHost:

@@ -147,3 +147,28 @@ class SimStanding:
             self._items[item.resource_id] = current.model_copy(
                 update={"tags": {**current.tags, **tags}})
             return ActionResult(outcome=ActionOutcome.DONE, detail="tagged")
+
+
+class SimStandingOps:
+    """The simulated cloud's `standing.model.HoldsStanding`, for SimProvider to mix in."""
+
+    standing: SimStanding
+
+    def standing_kinds(self) -> frozenset[StandingKind]:
+        return self.standing.kinds()
+
+    def list_standing(self, kinds: frozenset[StandingKind]) -> StandingList:
+        return self.standing.listing(kinds)
+
+    def describe_standing(self, item: Standing) -> Standing | None:
+        return self.standing.describe(item)
+
+    def snapshot_volume(self, item: Standing, *, dry_run: bool) -> tuple[str, str]:
+        return self.standing.snapshot(item, dry_run=dry_run)
+
+    def delete_standing(self, item: Standing, *, dry_run: bool) -> ActionResult:
+        return self.standing.delete(item, dry_run=dry_run)
+
+    def tag_standing(self, item: Standing, tags: dict[str, str], *, dry_run: bool
+                     ) -> ActionResult:
+        return self.standing.tag(item, tags, dry_run=dry_run)
