@@ -10,15 +10,17 @@ every stage.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, BaseModel
 from pydantic_core import PydanticCustomError
 
 from costguard.model import PROVIDERS, ActionKind, ProviderName
 from costguard.policy.base import TypeLabel
+from costguard.policy.conditions import Condition
+from costguard.policy.filters import Filters
 
 # the filters every kind of compute takes
 _COMMON = ("gpu", "state", "accounts", "regions", "tags", "age", "min_gpus")
@@ -79,6 +81,8 @@ class ResourceKind:
     example: str  # a policy of this kind (loaded by a test)
     # governed by the standing stage (costguard/standing/), not as instances are
     standing: bool = False
+    # said after "X does not apply to a <kind>: its actions are ..."
+    action_hint: str = ""
 
 
 def _storage(name: str, what: str, filters: tuple[str, ...], example: str) -> ResourceKind:
@@ -123,6 +127,8 @@ policies:
         actions=(ActionKind.NOTIFY, ActionKind.TAG, ActionKind.STOP, ActionKind.START),
         permissions=_workload_permissions,
         docs="docs/kubernetes.md",
+        action_hint=" (a workload is stopped with `stop`: scaled to zero, suspended or its "
+                    "notebook stopped, as its kind takes)",
         example="""\
 policies:
   - name: idle-gpu-workloads
@@ -202,3 +208,58 @@ ResourceName = Annotated[str, AfterValidator(_known), TypeLabel(
     "one of " + ", ".join(f"`{k}`" for k in KINDS))]
 """A kind of resource the registry holds: `instance`, `workload`, `volume`, `snapshot`,
 `address`."""
+
+
+def _a(word: str) -> str:
+    """`a volume`, `an instance`, `an address`."""
+    return f"{'an' if word[:1] in 'aeiou' else 'a'} {word}"
+
+
+def _plural(kinds: list[str]) -> str:
+    """`instances or workloads`."""
+    return " or ".join(f"{k}s" for k in kinds)
+
+
+def check_against_kind(kind: ResourceKind, providers: Sequence[str], filters: Filters,
+                       condition: Condition, actions: Sequence[ActionKind], *,
+                       monthly_cap: bool) -> None:
+    """A policy of `kind` names only providers, filters, conditions and actions the kind
+    takes; `delete` needs `condition.unused`; a monthly cap belongs to a kind that deletes.
+    Each refusal is a PydanticCustomError typed by the key it is about (the policy loader
+    points FILE:LINE:COL at that key)."""
+    for provider in providers:
+        if provider not in kind.providers:
+            other = [k.name for k in holding(provider)]
+            raise PydanticCustomError(
+                "providers", f"{provider} holds no {kind.name}s ({_a(kind.name)} policy "
+                f"governs {kind.what}: providers among {', '.join(kind.providers)})"
+                + (f"; give this policy `resource: {other[0]}`, or leave {provider} out"
+                   if other else ""))
+    sections: tuple[tuple[str, BaseModel, tuple[str, ...], Callable[[str], list[ResourceKind]],
+                          str, str], ...] = (
+            ("filters", filters, kind.filters, taking_filter, "selects", " selects with"),
+            ("condition", condition, kind.conditions, taking_condition, "judges",
+             "'s conditions are"))
+    for section, given, allowed, takers_of, verb, taken in sections:
+        for key in type(given).model_fields:
+            if getattr(given, key) is None or key in allowed:
+                continue
+            takers = [k.name for k in takers_of(key)]
+            raise PydanticCustomError(
+                section, f"{section}.{key} {verb} {_plural(takers)}, not {kind.name}s; "
+                f"{_a(kind.name)} policy{taken} {', '.join(allowed)}"
+                + (f" (or give it `resource: {takers[0]}`)"
+                   if takers and section == "filters" else ""))
+    if monthly_cap and ActionKind.DELETE not in kind.actions:
+        raise PydanticCustomError(
+            "limits", f"limits.max_usd_per_month caps deletes of volumes, snapshots and "
+            f"addresses; {_a(kind.name)} policy caps with max_usd_per_hour")
+    if ActionKind.DELETE in actions and condition.unused is None:
+        raise PydanticCustomError(
+            "actions", "delete acts only on what nothing uses: add condition.unused "
+            "(e.g. `unused: {for: 30d}`)")
+    for action in actions:
+        if action not in kind.actions:
+            raise PydanticCustomError(
+                "actions", f"{action} does not apply to {_a(kind.name)}: its actions are "
+                f"{', '.join(kind.actions)}{kind.action_hint}")

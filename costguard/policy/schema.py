@@ -40,13 +40,7 @@ from costguard.policy.conditions import (
     underused_acts_only_by_telling,
 )
 from costguard.policy.filters import AgeFilter, Filters, TagFilter
-from costguard.policy.kinds import (
-    KINDS,
-    ResourceName,
-    holding,
-    taking_condition,
-    taking_filter,
-)
+from costguard.policy.kinds import KINDS, ResourceName, check_against_kind
 from costguard.policy.schedule import Calendar, OfficeHours
 from costguard.policy.spend import (
     BUILTIN_DIMENSIONS,
@@ -96,16 +90,6 @@ __all__ = [
     "UnusedCondition",
     "format_duration",
 ]
-
-
-def _a(word: str) -> str:
-    """`a volume`, `an instance`, `an address`."""
-    return f"{'an' if word[:1] in 'aeiou' else 'a'} {word}"
-
-
-def _plural(kinds: list[str]) -> str:
-    """`instances or workloads`."""
-    return " or ".join(f"{k}s" for k in kinds)
 
 
 class Limits(Element):
@@ -206,48 +190,9 @@ policies:
         kind = KINDS[self.resource]
         if "providers" not in self.model_fields_set:
             object.__setattr__(self, "providers", kind.providers)  # frozen: its default
-        for provider in self.providers:
-            if provider not in kind.providers:
-                other = [k.name for k in holding(provider)]
-                raise PydanticCustomError(
-                    "providers", f"{provider} holds no {kind.name}s ({_a(kind.name)} policy "
-                    f"governs {kind.what}: providers among {', '.join(kind.providers)})"
-                    + (f"; give this policy `resource: {other[0]}`, or leave {provider} out"
-                       if other else ""))
-        # each filter and condition given must be one the kind takes
-        for section, given, allowed, takers_of, verb, taken in (
-                ("filters", self.filters, kind.filters, taking_filter, "selects",
-                 " selects with"),
-                ("condition", self.condition, kind.conditions, taking_condition, "judges",
-                 "'s conditions are")):
-            for key in type(given).model_fields:
-                if getattr(given, key) is None or key in allowed:
-                    continue
-                takers = [k.name for k in takers_of(key)]
-                raise PydanticCustomError(
-                    section, f"{section}.{key} {verb} {_plural(takers)}, not {kind.name}s; "
-                    f"{_a(kind.name)} policy{taken} "
-                    f"{', '.join(allowed)}"
-                    + (f" (or give it `resource: {takers[0]}`)"
-                       if takers and section == "filters" else ""))
-        if (self.limits.max_usd_per_month is not None
-                and ActionKind.DELETE not in kind.actions):
-            raise PydanticCustomError(
-                "limits", f"limits.max_usd_per_month caps deletes of volumes, snapshots and "
-                f"addresses; {_a(kind.name)} policy caps with max_usd_per_hour")
-        if (any(a.kind is ActionKind.DELETE for a in self.actions)
-                and self.condition.unused is None):
-            raise PydanticCustomError(
-                "actions", "delete acts only on what nothing uses: add condition.unused "
-                "(e.g. `unused: {for: 30d}`)")
-        for action in self.actions:
-            if action.kind not in kind.actions:
-                raise PydanticCustomError(
-                    "actions", f"{action.kind} does not apply to a {kind.name}: its actions "
-                    f"are {', '.join(kind.actions)}"
-                    + (" (a workload is stopped with `stop`: scaled to zero, suspended or "
-                       "its notebook stopped, as its kind takes)"
-                       if kind.name == "workload" else ""))
+        check_against_kind(kind, self.providers, self.filters, self.condition,
+                           [a.kind for a in self.actions],
+                           monthly_cap=self.limits.max_usd_per_month is not None)
         return self
 
     @model_validator(mode="after")

@@ -152,3 +152,14 @@ def test_the_standing_kinds_are_the_registry_s() -> None:
     from costguard.policy.kinds import KINDS
 
     assert {k.value for k in StandingKind} == {n for n, k in KINDS.items() if k.standing}
+
+
+def test_an_action_a_kind_does_not_take_is_named_with_its_article() -> None:
+    _, _, message = _error("""\
+policies:
+  - name: a
+    resource: address
+    condition: {unused: {}}
+    actions: [notify, stop]
+""")
+    assert "stop does not apply to an address: its actions are notify, tag, delete" in message
