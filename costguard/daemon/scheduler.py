@@ -51,7 +51,8 @@ from costguard.daemon.logs import configure_logging
 from costguard.daemon.metrics import DaemonMetrics
 from costguard.daemon.routes import extra_routes
 from costguard.daemon.settings import DaemonSettings
-from costguard.engine.cycle import CycleSummary, Engine
+from costguard.engine.cycle import Engine
+from costguard.engine.summary import CycleSummary
 from costguard.providers.base import FetchesPrices
 from costguard.redact import secrets_of
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 from costguard.alerts.outbox import enqueue
 from costguard.alerts.tables import AlertDeliveryRow
 from costguard.daemon.metrics import DELIVERY_STATUSES, DaemonMetrics
-from costguard.engine.cycle import CycleSummary
+from costguard.engine.summary import CycleSummary
 from costguard.store.db import Database
 from tests.daemon.daemon_helpers import START
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from costguard.engine.cycle import CycleSummary
+from costguard.engine.summary import CycleSummary
 
 
 def test_a_cycle_reads_as_sentences_with_every_action_and_gap() -> None:
