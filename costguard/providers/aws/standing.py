@@ -21,7 +21,8 @@ time from when costguard first saw it unused.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,7 @@ from costguard.standing.model import Standing, StandingKind
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
 
+log = logging.getLogger(__name__)
 MANAGED_PREFIXES = {"aws:dlm:": "Data Lifecycle Manager", "aws:backup:": "AWS Backup"}
 _GONE = frozenset({"InvalidVolume.NotFound", "InvalidSnapshot.NotFound",
                    "InvalidAllocationID.NotFound", "InvalidAddress.NotFound"})
@@ -86,7 +88,8 @@ def snapshot_needs(ec2: EC2Client, volumes: list[dict[str, Any]]) -> dict[str, l
                     f"v{version.get('VersionNumber', '?')}")
     for volume in volumes:
         if volume.get("SnapshotId"):
-            needs.setdefault(volume["SnapshotId"], []).append(f"volume {volume['VolumeId']}")
+            needs.setdefault(volume["SnapshotId"], []).append(
+                f"volume {volume.get('VolumeId', '?')}")
     return {k: sorted(set(v)) for k, v in needs.items()}
 
 
@@ -159,27 +162,43 @@ def to_address(raw: dict[str, Any], *, account: str, region: str, observed_at: d
         observed_at=observed_at)
 
 
+def _parsed(parse: Callable[[dict[str, Any]], Standing], raws: Iterable[Any], what: str,
+            scope: str) -> list[Standing]:
+    """Each raw item parsed; one EC2 answers with a field missing or out of every range (a
+    size no float holds) is left out and logged, never the scope with it."""
+    out = []
+    for raw in raws:
+        try:
+            out.append(parse(dict(raw)))
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:  # ValidationError too
+            ident = next((str(raw.get(k)) for k in ("VolumeId", "SnapshotId", "AllocationId",
+                                                     "PublicIp") if raw.get(k)), "?")
+            log.warning("%s: %s %s left out, not readable (%s: %s)", scope, what, ident[:64],
+                        type(exc).__name__, str(exc)[:200])
+    return out
+
+
 def read_scope(ec2: EC2Client, kinds: frozenset[StandingKind], *, account: str, region: str,
                observed_at: datetime) -> list[Standing]:
     """Every standing resource of `kinds` in one (account, region)."""
     table = ebs_table()
+    scope = f"{account}/{region}"
+    at: dict[str, Any] = dict(account=account, region=region, observed_at=observed_at,
+                              table=table)
     out: list[Standing] = []
-    with aws_call(f"{account}/{region}"):
+    with aws_call(scope):
         volumes: list[dict[str, Any]] = []
         if StandingKind.VOLUME in kinds or StandingKind.SNAPSHOT in kinds:
             volumes = list(_pages(ec2, "describe_volumes", "Volumes"))
         if StandingKind.VOLUME in kinds:
-            out += [to_volume(v, account=account, region=region, observed_at=observed_at,
-                              table=table) for v in volumes]
+            out += _parsed(lambda v: to_volume(v, **at), volumes, "volume", scope)
         if StandingKind.SNAPSHOT in kinds:
             needs = snapshot_needs(ec2, volumes)
-            out += [to_snapshot(s, needs, account=account, region=region,
-                                observed_at=observed_at, table=table)
-                    for s in _pages(ec2, "describe_snapshots", "Snapshots", OwnerIds=["self"])]
+            out += _parsed(lambda raw: to_snapshot(raw, needs, **at), _pages(
+                ec2, "describe_snapshots", "Snapshots", OwnerIds=["self"]), "snapshot", scope)
         if StandingKind.ADDRESS in kinds:
-            out += [to_address(dict(a), account=account, region=region, observed_at=observed_at,
-                               table=table)
-                    for a in _pages(ec2, "describe_addresses", "Addresses")]
+            out += _parsed(lambda a: to_address(a, **at),
+                           _pages(ec2, "describe_addresses", "Addresses"), "address", scope)
     return out
 
 
@@ -209,6 +228,9 @@ def describe(ec2: EC2Client, item: Standing, observed_at: datetime) -> Standing 
         if isinstance(exc.__cause__, ClientError) and error_code(exc.__cause__) in _GONE:
             return None
         raise
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:  # never a delete on it
+        raise ProviderError("aws", _scope(item), f"unreadable answer ({type(exc).__name__}):"
+                            " not acted on") from exc
 
 
 def _scope(item: Standing) -> str:

@@ -137,3 +137,34 @@ def test_a_snapshot_read_again_names_what_now_needs_it(make_provider: ProviderFa
         AvailabilityZone=f"{REGION}a", SnapshotId=ids["lone"])
     fresh = provider.describe_standing(lone)
     assert fresh is not None and fresh.in_use and fresh.used_by[0].startswith("volume vol-")
+
+
+class _Answers:
+    """EC2 answering with the given pages (to_volume's input, as DescribeVolumes documents
+    its fields), for what moto never sends: a field missing, a size no float holds."""
+
+    def __init__(self, volumes: list[dict[str, Any]]) -> None:
+        self.volumes = volumes
+
+    def describe_volumes(self, **_: Any) -> dict[str, Any]:
+        return {"Volumes": self.volumes}
+
+
+def test_an_unreadable_volume_is_left_out_not_the_scope(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from datetime import UTC, datetime
+
+    from costguard.providers.aws.standing import read_scope
+
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    good = {"VolumeId": "vol-good", "Size": 100, "VolumeType": "gp3", "State": "available",
+            "CreateTime": datetime(9999, 12, 31, tzinfo=UTC), "Attachments": []}
+    huge = {**good, "VolumeId": "vol-huge", "Size": 10 ** 5000}  # 5,001 digits
+    no_time = {k: v for k, v in good.items() if k != "CreateTime"} | {"VolumeId": "vol-x"}
+    items = read_scope(_Answers([huge, good, no_time]),  # type: ignore[arg-type]
+                       frozenset({StandingKind.VOLUME}), account="1", region=REGION,
+                       observed_at=now)
+    assert [i.resource_id for i in items] == ["vol-good"]
+    assert items[0].created_at is not None and items[0].created_at.year == 9999
+    said = caplog.text
+    assert "volume vol-huge left out" in said and "volume vol-x left out" in said
