@@ -169,7 +169,10 @@ class StandingRunner:
             for f in findings:
                 st = states.get(f.item.resource_id)
                 snoozed = snooze_tag_until(f.item.tags)
-                if not f.holds or protects(f.item.tags):  # a protected one: never warned of
+                # a protected one is never warned of; nor, by a policy that deletes, one
+                # something holds (attached to a stopped instance, a Kubernetes volume)
+                held = policy.delete_action is not None and bool(f.item.used_by)
+                if not f.holds or held or protects(f.item.tags):
                     if st is not None and st.state in (*OPEN, *ENDED):
                         st.state, st.since, st.deadline = "cleared", now, None
                         s.add(st)

@@ -61,6 +61,7 @@ class Truth:
     kind: StandingKind
     created: datetime
     attached: bool = False
+    held: str | None = None  # what else holds it, unattached (a Kubernetes volume)
     protect: str | None = None
     snooze: datetime | None = None
     used_at: datetime = T0  # the last moment something used it
@@ -84,7 +85,8 @@ class Cloud:
                                    t.snooze.isoformat() if t.snooze else None)) if v}
         return Standing(kind=t.kind, provider="sim", account="a", region="r", resource_id=rid,
                         state="in-use" if t.attached else "available", in_use=t.attached,
-                        used_by=("i-1",) if t.attached else (), created_at=t.created,
+                        used_by=(("i-1",) if t.attached else ()) + ((t.held,) if t.held else ()),
+                        created_at=t.created,
                         usd_per_month=10.0, tags=tags, observed_at=self.now)
 
     # HoldsStanding
@@ -315,4 +317,21 @@ def test_a_snoozed_resource_is_neither_warned_of_nor_deleted(tmp_path: Path) -> 
     warned = [i for i, o in enumerate(outs) if o.get("actions", {}).get("warned")]
     assert warned and T0 + warned[0] * STEP >= T0 + timedelta(days=3)
     assert [r for r, _, _ in cloud.deletes] == ["r-0"]  # once the snooze is over
+    db.dispose()
+
+
+def test_a_policy_that_deletes_never_warns_of_what_something_holds(tmp_path: Path) -> None:
+    """A volume a Kubernetes PersistentVolume holds (a StatefulSet scaled to zero detached
+    it) is unused and billed, and reported, but a delete policy neither warns of it nor
+    deletes it; the same policy deletes its unheld twin."""
+    cloud = Cloud()
+    cloud.items["r-0"] = Truth(StandingKind.VOLUME, T0 - timedelta(days=30),
+                               held="Kubernetes PersistentVolume pv-1 (claim ml/data-0)")
+    cloud.items["r-1"] = Truth(StandingKind.VOLUME, T0 - timedelta(days=30))
+    db, _ = _stage(tmp_path, POLICIES, cloud, range(16), {})
+    assert [r for r, _, _ in cloud.deletes] == ["r-1"]
+    with db.session() as s:
+        notes = list(s.exec(select(ActionJournalRow).where(
+            ActionJournalRow.action == "notify")))
+    assert {j.instance_id for j in notes} == {"r-1"}
     db.dispose()

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
 
 log = logging.getLogger(__name__)
+_K8S = "kubernetes.io/created-for/"
 MANAGED_PREFIXES = {"aws:dlm:": "Data Lifecycle Manager", "aws:backup:": "AWS Backup"}
 _GONE = frozenset({"InvalidVolume.NotFound", "InvalidSnapshot.NotFound",
                    "InvalidAllocationID.NotFound", "InvalidAddress.NotFound"})
@@ -99,23 +100,38 @@ def to_volume(raw: dict[str, Any], *, account: str, region: str, observed_at: da
                             if a.get("InstanceId") and a.get("State") != "detached"))
     usd = volume_usd_per_month(raw, table)
     tags = _tags(raw)
+    claim = persistent_volume(tags)
     return Standing(
         kind=StandingKind.VOLUME, provider="aws", account=account, region=region,
         zone=raw.get("AvailabilityZone"), resource_id=str(raw["VolumeId"]),
         name=tags.get("Name") or None, state=str(raw.get("State", "")),
         # attached: in use until the standing stage knows every attached instance is stopped
         in_use=bool(attached) or raw.get("State") not in ("available", "in-use"),
-        used_by=attached, size_gb=int(raw.get("Size") or 0),
+        used_by=attached + ((claim,) if claim else ()), size_gb=int(raw.get("Size") or 0),
         detail=str(raw.get("VolumeType", "")), created_at=as_utc(raw["CreateTime"]),
         usd_per_month=usd,
         price_source=f"EBS list price {table.as_of}" if usd is not None else "",
         tags=tags, observed_at=observed_at)
 
 
+def persistent_volume(tags: dict[str, str]) -> str | None:
+    """The Kubernetes PersistentVolume a volume backs, from the tags its provisioner sets
+    (the EBS CSI driver's `CSIVolumeName`, the in-tree provisioner's
+    `kubernetes.io/created-for/pv/name`): a controller's volume, held while its claim is,
+    attached or not (a StatefulSet scaled to zero detaches it), never deleted by costguard."""
+    pv = tags.get("CSIVolumeName") or tags.get(f"{_K8S}pv/name")
+    if not pv:
+        return None
+    ns, pvc = tags.get(f"{_K8S}pvc/namespace"), tags.get(f"{_K8S}pvc/name")
+    return f"Kubernetes PersistentVolume {pv}" + (f" (claim {ns}/{pvc})" if ns and pvc else "")
+
+
 def _managed_by(tags: dict[str, str]) -> str | None:
     for prefix, service in MANAGED_PREFIXES.items():
         if any(k.startswith(prefix) for k in tags):
             return f"managed by {service}"
+    if tags.get("CSIVolumeSnapshotName"):  # the EBS CSI driver's, for a VolumeSnapshot
+        return f"Kubernetes VolumeSnapshot {tags['CSIVolumeSnapshotName']}"
     return None
 
 

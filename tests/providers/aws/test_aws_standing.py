@@ -168,3 +168,25 @@ def test_an_unreadable_volume_is_left_out_not_the_scope(
     assert items[0].created_at is not None and items[0].created_at.year == 9999
     said = caplog.text
     assert "volume vol-huge left out" in said and "volume vol-x left out" in said
+
+
+def test_kubernetes_volumes_and_snapshots_are_held(make_provider: ProviderFactory) -> None:
+    """What the EBS CSI driver made stays its: a detached PersistentVolume's volume (its
+    StatefulSet scaled to zero) and a VolumeSnapshot's snapshot are held, never deletable."""
+    ec2 = boto3.client("ec2", region_name=REGION)
+    pv = ec2.create_volume(AvailabilityZone=f"{REGION}a", Size=200, VolumeType="gp3",
+                           TagSpecifications=[{"ResourceType": "volume", "Tags": [
+                               {"Key": "CSIVolumeName", "Value": "pvc-3ab0"},
+                               {"Key": "kubernetes.io/created-for/pvc/namespace",
+                                "Value": "ml"},
+                               {"Key": "kubernetes.io/created-for/pvc/name",
+                                "Value": "data-trainer-0"}]}])["VolumeId"]
+    snap = ec2.create_snapshot(VolumeId=pv, TagSpecifications=[{
+        "ResourceType": "snapshot", "Tags": [
+            {"Key": "CSIVolumeSnapshotName", "Value": "snapshot-9f1"}]}])["SnapshotId"]
+    provider = make_provider()
+    volume = _one(provider, StandingKind.VOLUME, pv)
+    assert not volume.in_use and volume.attached  # billed, unused, and held
+    assert volume.used_by == ("Kubernetes PersistentVolume pvc-3ab0 (claim ml/data-trainer-0)",)
+    held = _one(provider, StandingKind.SNAPSHOT, snap)
+    assert held.in_use and held.used_by == ("Kubernetes VolumeSnapshot snapshot-9f1",)
