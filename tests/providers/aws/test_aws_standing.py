@@ -83,9 +83,10 @@ def test_an_image_needs_its_snapshot(make_provider: ProviderFactory) -> None:
     snaps = {m["Ebs"]["SnapshotId"] for m in described["BlockDeviceMappings"] if "Ebs" in m}
     assert snaps  # moto backs an image with snapshots, as EC2 does
     listed = make_provider().list_standing(frozenset({StandingKind.SNAPSHOT}))
-    for item in listed.items:
-        if item.resource_id in snaps:
-            assert item.in_use and item.used_by == (f"image {image['ImageId']}",)
+    backing = [i for i in listed.items if i.resource_id in snaps]
+    assert {i.resource_id for i in backing} == snaps  # every one listed, none vacuously
+    for item in backing:
+        assert item.in_use and item.used_by == (f"image {image['ImageId']}",)
 
 
 def _one(provider: Any, kind: StandingKind, rid: str) -> Standing:
