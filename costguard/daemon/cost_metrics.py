@@ -154,12 +154,14 @@ class CostMetrics:
             "costguard_accelerators_running", "Accelerators of the running instances (GPUs, "
             "TPU chips, Neuron devices), by kind.", ["accelerator"], registry=r)
         self.standing_monthly = Gauge(
-            "costguard_paid_not_running_usd_per_month", "What unused volumes, snapshots and "
-            "addresses cost a month, by team and kind (docs/storage.md).", ["team", "kind"],
+            "costguard_paid_not_running_usd_per_month", "What unused volumes, snapshots, "
+            "addresses and reserved capacity cost a month, by team and kind (docs/storage.md, "
+            "docs/reservations.md).", ["team", "kind"],
             registry=r)
         self.standing_count = Gauge(
             "costguard_paid_not_running_resources", "Unused volumes, snapshots and addresses, "
-            "by team and kind.", ["team", "kind"], registry=r)
+            "and reservations with capacity unused, by team and kind.", ["team", "kind"],
+            registry=r)
         self.text = b""  # the snapshot a scrape serves
         self.refreshed_at: datetime | None = None
 

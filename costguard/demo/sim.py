@@ -224,6 +224,12 @@ class SimProvider(SimGroupOps, SimStandingOps):
                     if h.instance.launch_time <= now]
         return Inventory(instances=seen)
 
+    def fleet_now(self) -> list[Instance]:
+        """The fleet's instances as they are now, without a listing's side effects."""
+        now = self.clock.now()
+        with self._lock:
+            return [h.instance for h in self._hosts.values() if h.instance.launch_time <= now]
+
     def _spot_interruptions(self, now: datetime) -> None:
         # roughly one interruption a day across the spot fleet
         for host in self._hosts.values():

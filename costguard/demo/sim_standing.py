@@ -5,19 +5,33 @@ Beside the seeded fleet: a scratch volume attached to nothing for five weeks, a 
 volume detached twelve days ago (younger than the example policy's 30 days), an old snapshot
 nothing needs, a snapshot an image needs, and an address associated with nothing for three
 weeks. Like a persistent disk, a simulated volume says when it was last detached. A snapshot
-taken before a delete completes one listing later, as a real one takes a while.
+taken before a delete completes one listing later, as a real one takes a while. And a
+targeted capacity reservation of four p4d.24xlarge, two of them running in it since it was
+made a week ago (priced at the on-demand rate, as an unused ODCR slot bills); the running
+on-demand p4d.24xlarge of its region are its twins.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from costguard.clock import Clock
-from costguard.model import HOURS_PER_MONTH, ActionOutcome, ActionResult
+from costguard.model import (
+    HOURS_PER_MONTH,
+    ActionOutcome,
+    ActionResult,
+    Instance,
+    InstanceState,
+    Lifecycle,
+)
 from costguard.providers.aws.disks import ebs_table, volume_usd_per_month
+from costguard.providers.aws.gpu_types import shipped_gpu_table
+from costguard.providers.aws.pricing import OnDemandTable
+from costguard.providers.aws.reservations import describe_words
 from costguard.providers.aws.terminate import SNAPSHOT_OF_TAG
-from costguard.standing.model import Standing, StandingKind, StandingList
+from costguard.standing.model import Reserved, Standing, StandingKind, StandingList
 
 
 def seeded(account: str, region: str, start: datetime) -> list[Standing]:
@@ -45,6 +59,7 @@ def seeded(account: str, region: str, start: datetime) -> list[Standing]:
             observed_at=start)
 
     return [
+        reservation(account, region, start),
         volume("vol-sim-scratch-01", 500, "gp3", 45 * day, 35 * day,
                {"Name": "llm-scratch", "team": "research", "owner": "ana@example.com"}),
         volume("vol-sim-ckpt-02", 1000, "gp3", 20 * day, 12 * day,
@@ -61,6 +76,42 @@ def seeded(account: str, region: str, start: datetime) -> list[Standing]:
                  price_source=f"public IPv4 list price {table.as_of}",
                  tags={"team": "vision", "owner": "li@example.com"}, observed_at=start),
     ]
+
+
+RESERVED_TYPE = "p4d.24xlarge"
+
+
+def reservation(account: str, region: str, start: datetime) -> Standing:
+    """The seeded capacity reservation: 4 x p4d.24xlarge, 2 running, for 3 weeks more."""
+    gpu = shipped_gpu_table()[RESERVED_TYPE]
+    found = OnDemandTable().lookup("us-east-1", RESERVED_TYPE)
+    reserved = Reserved(instance_type=RESERVED_TYPE, capacity=4, used=2,
+                        accelerators=gpu.count, accelerator=gpu.model,
+                        unit_usd_per_hour=found.usd_per_hour if found else None,
+                        ends_at=start + timedelta(days=21), match="targeted")
+    hourly = reserved.unused_usd_per_hour
+    return Standing(
+        kind=StandingKind.RESERVATION, provider="sim", account=account, region=region,
+        zone=f"{region}a", resource_id="cr-sim-p4d-01", name="llm-train-capacity",
+        state="active", in_use=False, detail=describe_words(reserved),
+        created_at=start - timedelta(days=7), unused_since=None,
+        usd_per_month=None if hourly is None else hourly * HOURS_PER_MONTH,
+        price_source=f"{found.source}, simulated cloud" if found else "unpriced",
+        tags={"team": "research", "owner": "ana@example.com"}, observed_at=start,
+        reservation=reserved)
+
+
+def with_twins(item: Standing, fleet: list[Instance]) -> Standing:
+    """A reservation with its twins: the fleet's running on-demand instances of its type and
+    region (the simulated cloud runs none inside its reservations)."""
+    r = item.reservation
+    if r is None or not r.unused:
+        return item
+    twins = tuple(sorted(i.instance_id for i in fleet
+                         if i.instance_type == r.instance_type and i.region == item.region
+                         and i.account == item.account and i.state is InstanceState.RUNNING
+                         and i.lifecycle is Lifecycle.ON_DEMAND))
+    return item.model_copy(update={"reservation": r.model_copy(update={"twins": twins})})
 
 
 class SimStanding:
@@ -153,12 +204,16 @@ class SimStandingOps:
     """The simulated cloud's `standing.model.HoldsStanding`, for SimProvider to mix in."""
 
     standing: SimStanding
+    fleet_now: Callable[[], list[Instance]]  # the simulated fleet as it is now
 
     def standing_kinds(self) -> frozenset[StandingKind]:
         return self.standing.kinds()
 
     def list_standing(self, kinds: frozenset[StandingKind]) -> StandingList:
-        return self.standing.listing(kinds)
+        listed = self.standing.listing(kinds)
+        fleet = self.fleet_now()
+        return listed.model_copy(update={"items": [with_twins(i, fleet)
+                                                   for i in listed.items]})
 
     def describe_standing(self, item: Standing) -> Standing | None:
         return self.standing.describe(item)

@@ -54,11 +54,13 @@ def _workload_permissions(enforcing: bool) -> dict[str, list[str]]:
     return {"k8s": [f"{r}: {', '.join(sorted(v))}" for r, v in sorted(verbs.items())]}
 
 
-def _storage_permissions(kind: str) -> Callable[[bool], dict[str, list[str]]]:
+def _storage_permissions(kind: str, acting: frozenset[str] = frozenset({"delete", "tag"})
+                         ) -> Callable[[bool], dict[str, list[str]]]:
+    """The AWS rights of a standing kind: reading it, and `acting`'s calls when enforced."""
     def permissions(enforcing: bool) -> dict[str, list[str]]:
         from costguard.providers.aws.iam import standing_statements
 
-        acts = frozenset({"delete", "tag"} if enforcing else set())
+        acts = acting if enforcing else frozenset()
         stmts = standing_statements({kind: acts})
         return {"aws": sorted({a for stmt in stmts for a in _listed(stmt.get("Action"))})}
     return permissions
@@ -163,6 +165,24 @@ policies:
     actions:
       - notify: {to: team}
       - delete: {grace: 7d}
+"""),
+    ResourceKind(
+        name="reservation",
+        what="capacity paid for by the hour whether used or not: EC2 On-Demand Capacity "
+             "Reservations and Capacity Blocks for ML, and the simulated cloud's",
+        providers=("aws", "sim"), filters=_STORAGE_FILTERS, conditions=_STORAGE_CONDITIONS,
+        actions=(ActionKind.NOTIFY,), permissions=_storage_permissions("reservation", frozenset()),
+        docs="docs/reservations.md", standing=True,
+        action_hint=" (cancelling a reservation is its owner's decision: costguard tells "
+                    "them what it costs unused, and which instances could use it)",
+        example="""\
+policies:
+  - name: unused-reservations
+    resource: reservation
+    condition:
+      unused: {for: 2d}
+    actions:
+      - notify: {to: [owner, team]}
 """),
     _storage("address", "static public addresses: Elastic IPs and the simulated cloud's, "
              "associated with nothing", (), """\

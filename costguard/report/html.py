@@ -26,6 +26,7 @@ from costguard.report.render import (
     usd_micros,
 )
 from costguard.standing.report import StandingLine
+from costguard.standing.reservations import ReservationLine
 
 
 @cache
@@ -36,7 +37,8 @@ def _template() -> Template:
 
 
 def to_html(report: Report, session: Session, now: datetime,
-            standing: Sequence[StandingLine] = ()) -> str:
+            standing: Sequence[StandingLine] = (),
+            reserved: Sequence[ReservationLine] = ()) -> str:
     rows, total = display_rows(report)
     billed = report.compare == "billed"
     series_dim = report.by[0] if report.by else "team"
@@ -83,4 +85,5 @@ def to_html(report: Report, session: Session, now: datetime,
         dollars=usd_float,
         standing=list(standing),
         standing_total=sum(line.usd_per_month for line in standing),
+        reserved=[line.as_json() for line in reserved],
     )

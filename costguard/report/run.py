@@ -21,6 +21,8 @@ from costguard.report.queries import DIMENSIONS, catalog_spot_price, spend, unkn
 from costguard.report.render import to_csv, to_json, to_table
 from costguard.standing.report import StandingLine, paid_not_running
 from costguard.standing.report import to_rich as standing_table
+from costguard.standing.reservations import ReservationLine, unused_in
+from costguard.standing.reservations import to_rich as reservations_table
 
 if TYPE_CHECKING:
     from costguard.k8s.report import ClusterReport
@@ -183,20 +185,22 @@ def render_report(
             except ValueError as exc:
                 raise ReportArgumentError(str(exc)) from None
             standing = standing_lines(s, wanted, end)
+            reserved = reservation_lines(s, wanted, start, end)
             if fmt == "html":
                 from costguard.report.html import to_html
 
-                text = to_html(report, s, now, standing)
+                text = to_html(report, s, now, standing, reserved)
             elif fmt == "json":
                 text = to_json(report)
-                if standing:
-                    text = json.dumps(with_standing(json.loads(text), standing), indent=2)
+                if standing or reserved:
+                    text = json.dumps(with_standing(json.loads(text), standing, reserved),
+                                      indent=2)
             elif fmt == "csv":
                 text = to_csv(report)
             else:
                 unknown = [(dim, value, known) for dim, value in wanted.items()
                            if (known := unknown_value(s, dim, value)) is not None]
-                return _table(report, output, console, unknown, standing)
+                return _table(report, output, console, unknown, standing, reserved)
     finally:
         db.dispose()
     if output is not None:
@@ -294,19 +298,39 @@ def standing_lines(s: Session, wanted: Mapping[str, str], now: datetime
     return paid_not_running(s, now, team=wanted.get("team"))
 
 
-def with_standing(doc: dict[str, Any], lines: Sequence[StandingLine]) -> dict[str, Any]:
-    """A report's JSON document with its "paid for, not running" lines (when any)."""
-    return doc | {"paid_not_running": [line.as_json() for line in lines]} if lines else doc
+def reservation_lines(s: Session, wanted: Mapping[str, str], since: datetime,
+                      until: datetime) -> list[ReservationLine]:
+    """The capacity reservations a report shows: their unused hours and dollars in its
+    window (standing/reservations.py); none under filters a reservation cannot answer."""
+    if set(wanted) - {"team"}:
+        return []
+    return unused_in(s, since, until, team=wanted.get("team"))
+
+
+def with_standing(doc: dict[str, Any], lines: Sequence[StandingLine],
+                  reserved: Sequence[ReservationLine] = ()) -> dict[str, Any]:
+    """A report's JSON document with its "paid for, not running" lines and its capacity
+    reservations (each when any)."""
+    if lines:
+        doc = doc | {"paid_not_running": [line.as_json() for line in lines]}
+    if reserved:
+        doc = doc | {"reservations": [line.as_json() for line in reserved]}
+    return doc
 
 
 def _table(report: Report, output: Path | None, console: Console | None,
            unknown: Sequence[tuple[str, str, list[str]]] = (),
-           standing: Sequence[StandingLine] = ()) -> str:
+           standing: Sequence[StandingLine] = (),
+           reserved: Sequence[ReservationLine] = ()) -> str:
     def draw(con: Console) -> None:
         to_table(report, con)
         if standing:
             con.print()
             standing_table(standing, con)
+        if reserved:
+            con.print()
+            reservations_table(reserved, con,
+                               (report.until - report.since).total_seconds() / 3600)
         if not report.rows and report.by:
             for line in _why_empty(report, unknown):
                 con.print(line, highlight=False)

@@ -1,4 +1,5 @@
-"""Does a volume, snapshot or address policy select a resource, and does its condition hold?
+"""Does a volume, snapshot, address or reservation policy select a resource, and does its
+condition hold?
 
 Pure functions over stored values; the standing stage does the I/O. Unused time counts from
 `since` (standing/stage.py: the cloud's word, else costguard's first sight of it unused);
@@ -79,6 +80,12 @@ def unused_words(item: Standing, span: timedelta) -> str:
     if item.kind is StandingKind.VOLUME:
         what = (f"attached only to stopped {', '.join(item.used_by)}" if item.used_by
                 else "attached to nothing")
+    elif item.reservation is not None:
+        r = item.reservation
+        beside = (f"; on demand beside it, could run in it: {', '.join(r.twins)}"
+                  if r.twins else "")
+        return (f"{r.unused} of {r.capacity} reserved {r.instance_type} unused now, part of "
+                f"it unused for {took}{beside}")
     elif item.kind is StandingKind.SNAPSHOT:
         what = "needed by no image, launch template or volume"
     else:

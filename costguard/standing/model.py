@@ -1,5 +1,5 @@
-"""A resource that bills while nothing runs (a volume, a snapshot, an address), as costguard
-sees it, and the protocol of the providers that hold them."""
+"""A resource that bills while nothing runs (a volume, a snapshot, an address, a capacity
+reservation), as costguard sees it, and the protocol of the providers that hold them."""
 
 from __future__ import annotations
 
@@ -20,14 +20,45 @@ class StandingKind(StrEnum):
     VOLUME = "volume"  # an EBS volume, a persistent disk
     SNAPSHOT = "snapshot"  # an EBS snapshot, a disk snapshot
     ADDRESS = "address"  # an Elastic IP, a reserved static address
+    # an On-Demand Capacity Reservation or Capacity Block, a Compute Engine reservation:
+    # capacity billed by the hour whether instances run in it or not
+    RESERVATION = "reservation"
+
+
+class Reserved(Frozen):
+    """What a capacity reservation holds and how much of it runs. `capacity` instances of
+    `instance_type` are paid for by the hour; `used` of them run in it. `twins` are the
+    running on-demand instances of its shape (account, zone, type) outside it: each could
+    run in the reservation instead of paying on-demand beside it."""
+
+    instance_type: str
+    capacity: int = Field(ge=0)
+    used: int = Field(ge=0)
+    accelerators: int = Field(default=0, ge=0)  # per instance
+    accelerator: str | None = None  # its model ("H100", "TPU v5e"), where the catalog knows
+    unit_usd_per_hour: float | None = Field(default=None, ge=0)  # one instance's rate
+    ends_at: datetime | None = None  # None: until cancelled
+    # "open": matching instances use it on their own; "targeted": only those that name it
+    match: str = "open"
+    block: bool = False  # an EC2 Capacity Block for ML: paid up front for its whole term
+    twins: tuple[str, ...] = ()
+
+    @property
+    def unused(self) -> int:
+        return max(self.capacity - self.used, 0)
+
+    @property
+    def unused_usd_per_hour(self) -> float | None:
+        return None if self.unit_usd_per_hour is None else self.unused * self.unit_usd_per_hour
 
 
 class Standing(Frozen):
-    """One volume, snapshot or address. `used_by` names what holds it (the instances a
+    """One volume, snapshot, address or reservation. `used_by` names what holds it (the instances a
     volume is attached to, the images, launch templates and volumes that need a snapshot,
     the instance or interface an address is associated with); `in_use` is True while
     something *running* uses it. A volume attached only to stopped instances is not in use
-    but still attached: it may be reported, never deleted."""
+    but still attached: it may be reported, never deleted. A reservation is in use while all
+of its capacity runs; its `usd_per_month` is what its unused part costs."""
 
     kind: StandingKind
     provider: ProviderName
@@ -49,6 +80,7 @@ class Standing(Frozen):
     price_source: str = ""
     tags: dict[str, str] = Field(default_factory=dict)
     observed_at: datetime
+    reservation: Reserved | None = None  # a reservation's capacity and use
 
     @property
     def attached(self) -> bool:
@@ -120,4 +152,5 @@ def from_row(row: StandingRow) -> Standing:
         name=row.name, state=row.state, in_use=row.in_use, used_by=tuple(row.used_by),
         size_gb=row.size_gb, detail=row.detail, created_at=row.created_at,
         unused_since=row.unused_since, usd_per_month=row.usd_per_month,
-        price_source=row.price_source, tags=dict(row.tags), observed_at=row.last_seen)
+        price_source=row.price_source, tags=dict(row.tags), observed_at=row.last_seen,
+        reservation=Reserved.model_validate(row.reservation) if row.reservation else None)

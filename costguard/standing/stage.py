@@ -1,5 +1,6 @@
-"""The standing stage of a cycle: list the volumes, snapshots and addresses the policies
-govern, keep them in the store with since when each has been unused, judge them and act.
+"""The standing stage of a cycle: list the volumes, snapshots, addresses and capacity
+reservations the policies govern, keep them in the store with since when each has been
+unused, judge them and act.
 
 Listing runs at most once per `LIST_EVERY` (these resources change by the day, and a listing
 costs a handful of calls per scope); judging and acting run every cycle from the stored rows,
@@ -32,6 +33,7 @@ from costguard.standing.model import (
     StandingKind,
     from_row,
 )
+from costguard.standing.reservations import record_use
 from costguard.store import control
 from costguard.store.db import Database
 from costguard.store.tables import InstanceRow, StandingRow
@@ -79,8 +81,9 @@ def held_by_stopped(s: Session, item: Standing) -> Standing:
 
 
 def with_billed(item: Standing, billed: Mapping[str, tuple[float, float]]) -> Standing:
-    """`item` priced at its billed rate (standing/billed.py) where the bill names it."""
-    found = billed.get(item.resource_id)
+    """`item` priced at its billed rate (standing/billed.py) where the bill names it. Not a
+    reservation: its price is of its unused part now, which a month's bill does not give."""
+    found = None if item.reservation is not None else billed.get(item.resource_id)
     if found is None:
         return item
     usd, hours = found
@@ -123,7 +126,11 @@ def store(db: Database, provider: str, kinds: frozenset[StandingKind], items: li
             row.usd_per_month, row.price_source = item.usd_per_month, item.price_source
             row.tags, row.last_seen, row.gone = dict(item.tags), now, False
             row.team = attributor.dimensions(item).get("team")
+            row.reservation = (item.reservation.model_dump(mode="json")
+                               if item.reservation is not None else None)
             s.add(row)
+            if item.reservation is not None:
+                record_use(s, item, row.team, now)
         if complete:
             stale = s.exec(select(StandingRow).where(
                 StandingRow.provider == provider, col(StandingRow.gone).is_(False),

@@ -446,3 +446,24 @@ class StandingRow(SQLModel, table=True):
     first_seen: datetime = ts_field()
     last_seen: datetime = ts_field()
     gone: bool = False  # no longer listed by its provider
+    # a reservation's capacity and use (standing.model.Reserved as JSON); 0018
+    reservation: dict[str, Any] | None = Field(default=None,
+                                               sa_column=Column(JSON, nullable=True))
+
+
+class ReservationUseRow(SQLModel, table=True):
+    """How much of a capacity reservation ran, as one listing saw it: the report sums the
+    unused accelerator-hours and dollars of a period from these (standing/reservations.py)."""
+
+    model_config = DEFERRED
+
+    __tablename__ = "reservation_use"
+
+    provider: str = Field(primary_key=True, max_length=16)
+    resource_id: str = Field(primary_key=True, max_length=128)
+    at: datetime = Field(sa_column=Column(UTCDateTime(), primary_key=True))
+    capacity: int
+    used: int
+    accelerators: int = 0  # per instance
+    unit_usd_per_hour: float | None = None
+    team: str | None = Field(default=None, max_length=128)

@@ -181,6 +181,8 @@ STANDING_READ = {
     "snapshot": ["ec2:DescribeSnapshots", "ec2:DescribeImages",
                  "ec2:DescribeLaunchTemplateVersions", "ec2:DescribeVolumes"],
     "address": ["ec2:DescribeAddresses"],
+    # and the running instances that could use a reservation's free capacity
+    "reservation": ["ec2:DescribeCapacityReservations", "ec2:DescribeInstances"],
 }
 STANDING_ARN = {"volume": "arn:aws:ec2:*:*:volume/*", "snapshot": "arn:aws:ec2:*::snapshot/*",
                 "address": "arn:aws:ec2:*:*:elastic-ip/*"}

@@ -29,7 +29,7 @@ from costguard.model import (
     PriceQuote,
     ProviderName,
 )
-from costguard.providers.aws import actions, batch, standing
+from costguard.providers.aws import actions, batch, reservations, standing
 from costguard.providers.aws.gpu_types import GpuTypeCatalog
 from costguard.providers.aws.inventory import HostNames, read_scope
 from costguard.providers.aws.owners import GroupSizes
@@ -296,7 +296,8 @@ class AwsProvider(CloudWatchReads):
         return frozenset(StandingKind)
 
     def list_standing(self, kinds: frozenset[StandingKind]) -> StandingList:
-        """Every volume, snapshot and address of `kinds` in every scope (aws/standing.py)."""
+        """Every volume, snapshot, address and capacity reservation of `kinds` in every
+        scope (aws/standing.py, aws/reservations.py)."""
         observed_at = self.clock.now()
         try:
             accounts = self.clients.accounts()
@@ -314,10 +315,15 @@ class AwsProvider(CloudWatchReads):
 
             def read(scope: tuple[AccountScope, str]) -> list[Standing] | Gap:
                 account, region = scope
+                ec2 = self.clients.ec2(account, region)
                 try:
-                    return standing.read_scope(
-                        self.clients.ec2(account, region), kinds, account=account.account_id,
-                        region=region, observed_at=observed_at)
+                    found = standing.read_scope(ec2, kinds, account=account.account_id,
+                                                region=region, observed_at=observed_at)
+                    if StandingKind.RESERVATION in kinds:
+                        found += reservations.read_scope(
+                            ec2, account=account.account_id, region=region,
+                            observed_at=observed_at, price=self._on_demand(region))
+                    return found
                 except ProviderError as exc:
                     return Gap(provider="aws", scope=f"{account.account_id}/{region}",
                                error=str(exc))
@@ -332,7 +338,16 @@ class AwsProvider(CloudWatchReads):
     def _ec2_of(self, item: Standing) -> Any:
         return self.clients.ec2(self._account(item.account), item.region)
 
+    def _on_demand(self, region: str) -> reservations.Price:
+        def price(itype: str) -> tuple[float, str] | None:
+            found = self.prices.lookup(region, itype)
+            return None if found is None else (found.usd_per_hour, found.source)
+        return price
+
     def describe_standing(self, item: Standing) -> Standing | None:
+        if item.kind is StandingKind.RESERVATION:
+            return reservations.describe(self._ec2_of(item), item, self.clock.now(),
+                                         self._on_demand(item.region))
         return standing.describe(self._ec2_of(item), item, self.clock.now())
 
     def snapshot_volume(self, item: Standing, *, dry_run: bool) -> tuple[str, str]:

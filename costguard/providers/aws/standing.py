@@ -45,7 +45,8 @@ log = logging.getLogger(__name__)
 _K8S = "kubernetes.io/created-for/"
 MANAGED_PREFIXES = {"aws:dlm:": "Data Lifecycle Manager", "aws:backup:": "AWS Backup"}
 _GONE = frozenset({"InvalidVolume.NotFound", "InvalidSnapshot.NotFound",
-                   "InvalidAllocationID.NotFound", "InvalidAddress.NotFound"})
+                   "InvalidAllocationID.NotFound", "InvalidAddress.NotFound",
+                   "InvalidCapacityReservationId.NotFound"})
 
 
 def as_utc(value: Any) -> datetime:
@@ -188,7 +189,8 @@ def _parsed(parse: Callable[[dict[str, Any]], Standing], raws: Iterable[Any], wh
             out.append(parse(dict(raw)))
         except (KeyError, TypeError, ValueError, OverflowError) as exc:  # ValidationError too
             ident = next((str(raw.get(k)) for k in ("VolumeId", "SnapshotId", "AllocationId",
-                                                     "PublicIp") if raw.get(k)), "?")
+                                                     "PublicIp", "CapacityReservationId")
+                          if raw.get(k)), "?")
             log.warning("%s: %s %s left out, not readable (%s: %s)", scope, what, ident[:64],
                         type(exc).__name__, str(exc)[:200])
     return out
@@ -241,12 +243,17 @@ def describe(ec2: EC2Client, item: Standing, observed_at: datetime) -> Standing 
                                 AllocationIds=[item.resource_id]))
             return to_address(addrs[0], first_seen=item.created_at, **at) if addrs else None
     except ProviderError as exc:  # aws_call's, raised from the client's error
-        if isinstance(exc.__cause__, ClientError) and error_code(exc.__cause__) in _GONE:
+        if says_gone(exc):
             return None
         raise
     except (KeyError, TypeError, ValueError, OverflowError) as exc:  # never a delete on it
         raise ProviderError("aws", _scope(item), f"unreadable answer ({type(exc).__name__}):"
                             " not acted on") from exc
+
+
+def says_gone(exc: ProviderError) -> bool:
+    """The error is EC2 saying the resource does not exist (any more)."""
+    return isinstance(exc.__cause__, ClientError) and error_code(exc.__cause__) in _GONE
 
 
 def _scope(item: Standing) -> str:

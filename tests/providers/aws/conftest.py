@@ -79,3 +79,14 @@ def make_provider(clock: ManualClock, session: boto3.Session) -> ProviderFactory
         return AwsProvider(AwsSettings(**settings), clock=clock, session=session)
 
     return make
+
+
+@pytest.fixture
+def capacity(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[tuple[str, str],
+                                                             list[dict[str, Any]]]]:
+    """moto's EC2 answers DescribeCapacityReservations (a fake following the API reference,
+    capacity_fake.py): the test puts records under (account, region)."""
+    from tests.providers.aws.capacity_fake import serving
+
+    with serving(monkeypatch) as held:
+        yield held

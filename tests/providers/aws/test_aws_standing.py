@@ -14,7 +14,7 @@ from costguard.model import ActionOutcome
 from costguard.providers.aws.terminate import SNAPSHOT_OF_TAG
 from costguard.standing.model import Standing, StandingKind
 
-pytestmark = pytest.mark.usefixtures("moto")
+pytestmark = pytest.mark.usefixtures("moto", "capacity")
 
 
 def _tags(**kv: str) -> list[dict[str, Any]]:
