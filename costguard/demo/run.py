@@ -39,10 +39,11 @@ from costguard.providers.base import Provider
 from costguard.report.render import to_table, usd_micros
 from costguard.report.run import spend_report
 from costguard.standing.report import paid_not_running
+from costguard.standing.reservations import ReservationLine, unused_in
 from costguard.store import control
 from costguard.store.bill_tables import BillingCostRow
 from costguard.store.db import Database, load_all_tables, sqlite_file
-from costguard.store.tables import ActionJournalRow, CycleRow, InstanceRow
+from costguard.store.tables import ActionJournalRow, AlertRow, CycleRow, InstanceRow
 
 KIND_STYLE = {
     "idle-warning": ("[yellow]warn[/]", "yellow"),
@@ -198,16 +199,22 @@ def run_demo(
     return result
 
 
-def standing_summary(db: Database, until: datetime) -> list[str]:
-    """What the demo did to volumes, snapshots and addresses, and what still bills."""
+def standing_summary(db: Database, since: datetime, until: datetime) -> list[str]:
+    """What the demo did to volumes, snapshots and addresses, what still bills, and the
+    capacity reservations' unused part."""
     with db.session() as s:
         done = list(s.exec(select(ActionJournalRow).where(
             col(ActionJournalRow.action) == "delete", ActionJournalRow.status == "done",
             col(ActionJournalRow.dry_run).is_(False))))
         left = paid_not_running(s, until)
+        reserved = unused_in(s, since, until)
+        told = {a.instance_id for a in s.exec(select(AlertRow).where(
+            AlertRow.kind == "finding", col(AlertRow.instance_id).in_(
+                [r.resource_id for r in reserved])))}
+    out = [reservation_words(r, r.resource_id in told) for r in reserved
+           if r.unused_instance_hours]
     if not done and not left:
-        return []
-    out = []
+        return out
     if done:
         saved = sum(j.usd_per_hour for j in done) * HOURS_PER_MONTH
         said = [f"{j.instance_id} {j.detail}" for j in done]
@@ -221,6 +228,18 @@ def standing_summary(db: Database, until: datetime) -> list[str]:
         out.append(f"Still paid for, not running: ${sum(x.usd_per_month for x in left):,.2f}"
                    f"/month in {what} (costguard report lists them by team).")
     return out
+
+
+def reservation_words(r: ReservationLine, told: bool) -> str:
+    """`Capacity reservation cr-1: 2 of 4 p4d.24xlarge ran nothing ...` for the epilogue."""
+    cost = "unpriced" if r.usd is None else f"${r.usd:,.2f}"
+    twins = (f"; {', '.join(r.now.twins)} ran on demand beside it and could have run in it"
+             if r.now.twins else "")
+    return (f"Capacity reservation {r.resource_id}: {r.now.unused} of {r.now.capacity} "
+            f"{r.now.instance_type} ran nothing ({r.unused_accelerator_hours:,.0f} "
+            f"accelerator-hours unused, {cost}){twins}; "
+            + ("its owner was told" if told else "no policy told its owner")
+            + " (costguard never cancels a reservation).")
 
 
 def _epilogue(console: Console, db: Database, settings: Settings, since: datetime,
@@ -249,7 +268,7 @@ def _epilogue(console: Console, db: Database, settings: Settings, since: datetim
                       highlight=False)
     for line in managed:
         console.print(line, highlight=False)
-    for line in standing_summary(db, until):
+    for line in standing_summary(db, since, until):
         console.print(line, highlight=False)
     unattributed = next((r for r in by_team.rows if r.key == ("unattributed",)), None)
     if unattributed is not None:
