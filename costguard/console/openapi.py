@@ -55,7 +55,15 @@ SCHEMAS: dict[str, Any] = {
         # unused volumes, snapshots, addresses (docs/storage.md), when there are any
         "paid_not_running": {"type": "array", "items": _obj({
             "team": STR, "kind": STR, "count": INT, "size_gb": INT, "usd_per_month": NUM,
-            "unpriced": INT, "longest_unused_days": NUM})}}),
+            "unpriced": INT, "longest_unused_days": NUM})},
+        # capacity reservations seen in the window (docs/reservations.md), when any
+        "reservations": {"type": "array", "items": _obj({
+            "provider": STR, "reservation": STR, "team": STR, "zone": STR,
+            "instance_type": STR, "capacity": INT, "used": INT, "accelerators": INT,
+            "accelerator": _opt(STR), "unused_instance_hours": NUM,
+            "unused_accelerator_hours": NUM, "unused_usd": _opt(NUM), "ends_at": _opt(WHEN),
+            "match": STR, "capacity_block": BOOL,
+            "twins": {"type": "array", "items": STR}})}}),
     "Explanation": _obj({
         "instance": _obj({"provider": STR, "id": STR, "name": _opt(STR), "account": STR,
                           "region": STR, "instance_type": STR, "state": STR,

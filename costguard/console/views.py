@@ -30,6 +30,7 @@ from costguard.report.run import (
     ReportArgumentError,
     parse_filters,
     parse_when,
+    reservation_lines,
     spend_report,
     standing_lines,
     with_standing,
@@ -82,7 +83,8 @@ def spend_doc(s: Session, settings: Settings, win: Window, by: list[str],
     big fleet; the console shows the verdicts the cycle stored, `underused`)."""
     wanted = parse_filters(filters)
     report = spend_report(s, settings, by, win.since, win.until, wanted, waste=False)
-    return with_standing(report_doc(report), standing_lines(s, wanted, win.until))
+    return with_standing(report_doc(report), standing_lines(s, wanted, win.until),
+                         reservation_lines(s, wanted, win.since, win.until))
 
 
 def underused(s: Session, settings: Settings, now: datetime) -> dict[str, Any]:

@@ -62,7 +62,9 @@ def start_demo_fleet(
     """Start moto's mock, seed `n` instances (about half with GPUs) and `minutes` of CloudWatch
     agent GPU metrics ending at `clock.now()`; the mock stops when the block ends."""
     mock_aws = _require_moto()
-    with mock_aws():
+    from costguard.demo.aws_capacity import serving
+
+    with mock_aws(), serving():  # moto 5.2 lacks DescribeCapacityReservations
         fleet = DemoFleet(settings=AwsSettings(regions=list(DEMO_REGIONS), max_workers=2))
         _seed(fleet, clock, n=n, seed=seed, minutes=minutes)
         yield fleet

@@ -29,7 +29,6 @@ from costguard.model import (
 from costguard.providers.aws.disks import ebs_table, volume_usd_per_month
 from costguard.providers.aws.gpu_types import shipped_gpu_table
 from costguard.providers.aws.pricing import OnDemandTable
-from costguard.providers.aws.reservations import describe_words
 from costguard.providers.aws.terminate import SNAPSHOT_OF_TAG
 from costguard.standing.model import Reserved, Standing, StandingKind, StandingList
 
@@ -93,7 +92,7 @@ def reservation(account: str, region: str, start: datetime) -> Standing:
     return Standing(
         kind=StandingKind.RESERVATION, provider="sim", account=account, region=region,
         zone=f"{region}a", resource_id="cr-sim-p4d-01", name="llm-train-capacity",
-        state="active", in_use=False, detail=describe_words(reserved),
+        state="active", in_use=False, detail=reserved.words(),
         created_at=start - timedelta(days=7), unused_since=None,
         usd_per_month=None if hourly is None else hourly * HOURS_PER_MONTH,
         price_source=f"{found.source}, simulated cloud" if found else "unpriced",

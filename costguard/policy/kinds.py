@@ -66,6 +66,14 @@ def _storage_permissions(kind: str, acting: frozenset[str] = frozenset({"delete"
     return permissions
 
 
+def _reservation_permissions(enforcing: bool) -> dict[str, list[str]]:
+    """Reading only, enforced or not: a reservation's one action is `notify`."""
+    from costguard.providers.gcp.iam import RESERVATIONS_READ
+
+    return {**_storage_permissions("reservation", frozenset())(enforcing),
+            "gcp": sorted({*RESERVATIONS_READ, "compute.instances.list"})}
+
+
 def _listed(value: Any) -> list[str]:
     return [value] if isinstance(value, str) else list(value or [])
 
@@ -166,12 +174,25 @@ policies:
       - notify: {to: team}
       - delete: {grace: 7d}
 """),
+    _storage("address", "static public addresses: Elastic IPs and the simulated cloud's, "
+             "associated with nothing", (), """\
+policies:
+  - name: idle-addresses
+    resource: address
+    condition:
+      unused: {for: 7d}
+    actions:
+      - notify: {to: owner}
+      - delete: {grace: 2d}
+"""),
     ResourceKind(
         name="reservation",
         what="capacity paid for by the hour whether used or not: EC2 On-Demand Capacity "
-             "Reservations and Capacity Blocks for ML, and the simulated cloud's",
-        providers=("aws", "sim"), filters=_STORAGE_FILTERS, conditions=_STORAGE_CONDITIONS,
-        actions=(ActionKind.NOTIFY,), permissions=_storage_permissions("reservation", frozenset()),
+             "Reservations and Capacity Blocks for ML, Compute Engine reservations, and the "
+             "simulated cloud's",
+        providers=("aws", "gcp", "sim"), filters=_STORAGE_FILTERS,
+        conditions=_STORAGE_CONDITIONS,
+        actions=(ActionKind.NOTIFY,), permissions=_reservation_permissions,
         docs="docs/reservations.md", standing=True,
         action_hint=" (cancelling a reservation is its owner's decision: costguard tells "
                     "them what it costs unused, and which instances could use it)",
@@ -183,17 +204,6 @@ policies:
       unused: {for: 2d}
     actions:
       - notify: {to: [owner, team]}
-"""),
-    _storage("address", "static public addresses: Elastic IPs and the simulated cloud's, "
-             "associated with nothing", (), """\
-policies:
-  - name: idle-addresses
-    resource: address
-    condition:
-      unused: {for: 7d}
-    actions:
-      - notify: {to: owner}
-      - delete: {grace: 2d}
 """),
 )}
 

@@ -51,6 +51,12 @@ class Reserved(Frozen):
     def unused_usd_per_hour(self) -> float | None:
         return None if self.unit_usd_per_hour is None else self.unused * self.unit_usd_per_hour
 
+    def words(self) -> str:
+        """`p4d.24xlarge x4, 2 running, open, until 2026-12-20` (a listing's detail)."""
+        until = f"until {self.ends_at:%Y-%m-%d}" if self.ends_at else "until cancelled"
+        what = "Capacity Block" if self.block else self.match
+        return f"{self.instance_type} x{self.capacity}, {self.used} running, {what}, {until}"
+
 
 class Standing(Frozen):
     """One volume, snapshot, address or reservation. `used_by` names what holds it (the instances a

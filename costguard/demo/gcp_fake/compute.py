@@ -32,6 +32,7 @@ from costguard.demo.gcp_fake.filter import aggregated
 from costguard.demo.gcp_fake.groups import GROUP_ROUTES, GroupOps
 from costguard.demo.gcp_fake.http import LoopbackServer, error, forbidden, handler_for
 from costguard.demo.gcp_fake.records import FakeOperation, FakeVm
+from costguard.demo.gcp_fake.reservations import RESERVATION_ROUTES, ReservationOps
 from costguard.demo.gcp_fake.tpu import TPU_ROUTES, FakeTpuNode, TpuOps
 
 __all__ = ["FakeCompute", "FakeDisk", "FakeOperation", "FakeTpuNode", "FakeVm"]
@@ -50,7 +51,7 @@ class _Injected:
     path_contains: str
 
 
-class FakeCompute(DiskOps, GroupOps, TpuOps):
+class FakeCompute(DiskOps, GroupOps, TpuOps, ReservationOps):
     """State of the fake plus the HTTP server. Thread-safe; use as a context manager."""
 
     def __init__(self, *, operation_delay_s: float = 0.0, max_wait_s: float = 2.0) -> None:
@@ -87,6 +88,7 @@ class FakeCompute(DiskOps, GroupOps, TpuOps):
         self._init_disks()
         self._init_groups()
         self._init_tpus()
+        self._init_reservations()
 
     # ---- state the tests drive -------------------------------------------------------
     def add_instance(
@@ -400,4 +402,5 @@ _ROUTES: tuple[tuple[re.Pattern[str], str, str], ...] = (
     (re.compile(r"/v3/folders$"), "GET", "rm_folders"),
     *((re.compile(pattern), verb, action) for pattern, verb, action in GROUP_ROUTES),
     *((re.compile(pattern), verb, action) for pattern, verb, action in TPU_ROUTES),
+    *((re.compile(pattern), verb, action) for pattern, verb, action in RESERVATION_ROUTES),
 )

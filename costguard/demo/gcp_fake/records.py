@@ -33,6 +33,10 @@ class FakeVm:
     disks: list[FakeDisk] = field(default_factory=list)
     service_account: str | None = None
     metadata: dict[str, str] = field(default_factory=dict)  # e.g. created-by (a MIG's VM)
+    # reservationAffinity.consumeReservationType (the API's default: ANY_RESERVATION) and,
+    # for SPECIFIC_RESERVATION, the reservation names it targets
+    reservation_affinity: str = "ANY_RESERVATION"
+    reservation_names: tuple[str, ...] = ()
 
     @property
     def label_fingerprint(self) -> str:
@@ -88,7 +92,9 @@ class FakeVm:
                                        "enableIntegrityMonitoring": True},
             "shieldedInstanceIntegrityPolicy": {"updateAutoLearnPolicy": True},
             "confidentialInstanceConfig": {"enableConfidentialCompute": False},
-            "reservationAffinity": {"consumeReservationType": "ANY_RESERVATION"},
+            "reservationAffinity": {"consumeReservationType": self.reservation_affinity, **(
+                {"key": "compute.googleapis.com/reservation-name",
+                 "values": list(self.reservation_names)} if self.reservation_names else {})},
             "displayDevice": {"enableDisplay": False},
             "keyRevocationActionType": "NONE", "satisfiesPzi": True,
         })

@@ -95,18 +95,11 @@ def to_reservation(raw: dict[str, Any], found_twins: dict[tuple[str, str, str], 
         kind=StandingKind.RESERVATION, provider="aws", account=account, region=region,
         zone=zone, resource_id=str(raw["CapacityReservationId"]),
         name=_tags(raw).get("Name"), state=str(raw.get("State", "")),
-        in_use=reserved.unused == 0, size_gb=None, detail=describe_words(reserved),
+        in_use=reserved.unused == 0, size_gb=None, detail=reserved.words(),
         created_at=as_utc(raw["CreateDate"]) if raw.get("CreateDate") else None,
         usd_per_month=None if usd is None else usd * HOURS_PER_MONTH,
         price_source=source[:128], tags=_tags(raw), observed_at=observed_at,
         reservation=reserved)
-
-
-def describe_words(r: Reserved) -> str:
-    """`p4d.24xlarge x4, 2 running, open, until 2026-12-20` (the detail column)."""
-    until = f"until {r.ends_at:%Y-%m-%d}" if r.ends_at else "until cancelled"
-    what = "Capacity Block" if r.block else r.match
-    return f"{r.instance_type} x{r.capacity}, {r.used} running, {what}, {until}"
 
 
 def read_scope(ec2: EC2Client, *, account: str, region: str, observed_at: datetime,

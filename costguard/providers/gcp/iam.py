@@ -20,6 +20,9 @@ READ = (
     "compute.instanceGroupManagers.list",  # MIG sizes: instanceGroupManagers.aggregatedList
     "compute.autoscalers.list",  # their autoscalers' minimums: autoscalers.aggregatedList
 )
+# a reservation policy: reservations.aggregatedList and reservations.get (gcp/reservations.py;
+# its twins come from instances.list, already read)
+RESERVATIONS_READ = ("compute.reservations.list", "compute.reservations.get")
 ENFORCE = (
     "compute.instances.stop",
     "compute.instances.start",
@@ -55,15 +58,16 @@ LIST_PROJECTS = (
 
 def required_permissions(enforcing: bool, *, list_projects: bool = False,
                          terminating: bool = False, scaling_in: bool = False,
-                         tpus: bool = True) -> list[str]:
+                         tpus: bool = True, reservations: bool = False) -> list[str]:
     """Permissions for a read-only (dry-run) deployment, or one that acts (`enforcing`).
 
     `list_projects`: also those needed to find projects under a folder or organization.
     `terminating`: a policy enables `terminate` (snapshot the disks, delete the VM).
     `scaling_in`: a policy has `scale_in` (delete a member through its instance group).
     `tpus`: Cloud TPU nodes are listed (`providers.gcp.tpus`, on by default).
+    `reservations`: a reservation policy is enabled (read only: costguard never changes one).
     """
-    perms = list(READ)
+    perms = list(READ) + (list(RESERVATIONS_READ) if reservations else [])
     if tpus:
         perms += TPU_READ + (TPU_ENFORCE if enforcing else ())
     if enforcing:
@@ -78,17 +82,18 @@ def required_permissions(enforcing: bool, *, list_projects: bool = False,
 
 
 def render_role(enforcing: bool, *, list_projects: bool = False,
-                terminating: bool = False, scaling_in: bool = False, tpus: bool = True) -> str:
+                terminating: bool = False, scaling_in: bool = False, tpus: bool = True,
+                reservations: bool = False) -> str:
     """A custom role definition in the format `gcloud iam roles create --file` reads."""
     role = role_definition(enforcing, list_projects=list_projects, terminating=terminating,
-                           scaling_in=scaling_in, tpus=tpus)
+                           scaling_in=scaling_in, tpus=tpus, reservations=reservations)
     header = "# Generated from costguard/providers/gcp/iam.py - regenerate, do not edit.\n"
     return header + yaml.safe_dump(role, sort_keys=False)
 
 
 def role_definition(enforcing: bool, *, list_projects: bool = False,
                     terminating: bool = False, scaling_in: bool = False,
-                    tpus: bool = True) -> dict[str, Any]:
+                    tpus: bool = True, reservations: bool = False) -> dict[str, Any]:
     """The custom role as data: title, description, stage, includedPermissions."""
     title = "costguard (enforcing)" if enforcing else "costguard (read-only)"
     if enforcing and terminating:
@@ -97,6 +102,7 @@ def role_definition(enforcing: bool, *, list_projects: bool = False,
         "title": title,
         "description": (
             "Lists GCE instances" + (", Cloud TPU nodes" if tpus else "")
+            + (", reservations" if reservations else "")
             + " and their accelerator metrics"
             + (", stops/starts idle instances and sets labels" if enforcing else "")
             + (", snapshots disks and deletes VMs a policy terminates"
@@ -108,7 +114,8 @@ def role_definition(enforcing: bool, *, list_projects: bool = False,
         "stage": "GA",
         "includedPermissions": required_permissions(enforcing, list_projects=list_projects,
                                                     terminating=terminating,
-                                                    scaling_in=scaling_in, tpus=tpus),
+                                                    scaling_in=scaling_in, tpus=tpus,
+                                                    reservations=reservations),
     }
     return role
 

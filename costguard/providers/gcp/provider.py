@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from costguard.clock import Clock, SystemClock
 from costguard.errors import ProviderError
@@ -36,6 +36,7 @@ from costguard.providers.gcp import (
     tpus,
 )
 from costguard.providers.gcp import compute as compute_v1
+from costguard.providers.gcp import reservations as gcp_reservations
 from costguard.providers.gcp.batch_joiner import Joiner
 from costguard.providers.gcp.clients import (
     GcpClients,
@@ -46,6 +47,7 @@ from costguard.providers.gcp.clients import (
 from costguard.providers.gcp.groups import GroupClients
 from costguard.providers.gcp.settings import GcpSettings
 from costguard.providers.repeats import Repeats
+from costguard.standing.model import Standing, StandingKind, StandingList
 
 if TYPE_CHECKING:
     from costguard.providers.gcp.tpu_nodes import TpuNodes
@@ -252,6 +254,51 @@ class GcpProvider:
         if side is not None:
             return side.relabel(instance, tags, remove=remove, dry_run=dry_run)
         return actions.set_labels(self._actions, instance, tags, remove=remove, dry_run=dry_run)
+
+    # -- standing resources: reservations (standing.model.HoldsStanding) ----------------
+
+    def standing_kinds(self) -> frozenset[StandingKind]:
+        return frozenset({StandingKind.RESERVATION})
+
+    def _reservations(self) -> Any:
+        if getattr(self, "_reservation_client", None) is None:
+            self._reservation_client = gcp_reservations.client(
+                self.clients.credentials, self.settings.compute_endpoint)
+        return self._reservation_client
+
+    def list_standing(self, kinds: frozenset[StandingKind]) -> StandingList:
+        """Every billing reservation of every project (gcp/reservations.py)."""
+        names, gaps = self.projects()
+        out = StandingList(gaps=list(gaps))
+        if StandingKind.RESERVATION not in kinds or not names:
+            return out
+        observed_at = self.clock.now()
+        with ThreadPoolExecutor(max_workers=min(self.settings.max_workers, len(names))) as pool:
+            for found in pool.map(lambda project: gcp_reservations.list_project(
+                    self._reservations(), self.clients.instances, project, retry=self.retry,
+                    observed_at=observed_at), names):
+                out.items.extend(found.items)
+                out.gaps.extend(found.gaps)
+        return out
+
+    def describe_standing(self, item: Standing) -> Standing | None:
+        return gcp_reservations.describe(self._reservations(), self.clients.instances, item,
+                                         retry=self.retry, observed_at=self.clock.now())
+
+    def _never(self, item: Standing) -> ProviderError:
+        # the registry gives a GCP reservation no action but notify: never reached
+        return ProviderError("gcp", item.resource_id,
+                             f"costguard does not act on a GCP {item.kind}")
+
+    def snapshot_volume(self, item: Standing, *, dry_run: bool) -> tuple[str, str]:
+        raise self._never(item)
+
+    def delete_standing(self, item: Standing, *, dry_run: bool) -> ActionResult:
+        raise self._never(item)
+
+    def tag_standing(self, item: Standing, tags: dict[str, str], *, dry_run: bool
+                     ) -> ActionResult:
+        raise self._never(item)
 
     def _disk_client(self) -> compute_v1.DisksClient:
         from costguard.providers.gcp import terminate as term

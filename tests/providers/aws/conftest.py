@@ -82,11 +82,10 @@ def make_provider(clock: ManualClock, session: boto3.Session) -> ProviderFactory
 
 
 @pytest.fixture
-def capacity(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[tuple[str, str],
-                                                             list[dict[str, Any]]]]:
+def capacity() -> Iterator[dict[tuple[str, str], list[dict[str, Any]]]]:
     """moto's EC2 answers DescribeCapacityReservations (a fake following the API reference,
-    capacity_fake.py): the test puts records under (account, region)."""
-    from tests.providers.aws.capacity_fake import serving
+    costguard/demo/aws_capacity.py): the test puts records under (account, region)."""
+    from costguard.demo.aws_capacity import serving
 
-    with serving(monkeypatch) as held:
+    with serving() as held:
         yield held

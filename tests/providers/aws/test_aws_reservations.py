@@ -1,8 +1,8 @@
 """Capacity reservations through the AWS provider: DescribeCapacityReservations from a fake
-that follows the API reference (moto 5.2 lacks it: capacity_fake.py), the instances that
-could use one from moto. What is listed (active only, every page), the unused part's price,
-Capacity Blocks left unpriced, twins, a reservation gone meanwhile, a record EC2 could not
-have sent."""
+that follows the API reference (moto 5.2 lacks it: costguard/demo/aws_capacity.py), the
+instances that could use one from moto. What is listed (active only, every page), the
+unused part's price, Capacity Blocks left unpriced, twins, a reservation gone meanwhile, a
+record EC2 could not have sent."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import boto3
 import pytest
 from aws_helpers import REGION, SPOT, ProviderFactory, run_instances
 from botocore.stub import Stubber
-from capacity_fake import ACCOUNT, reservation
 
+from costguard.demo.aws_capacity import ACCOUNT, reservation
 from costguard.model import HOURS_PER_MONTH
 from costguard.providers.aws.pricing import OnDemandTable
 from costguard.providers.aws.reservations import twins

@@ -1,5 +1,6 @@
 """DescribeCapacityReservations, which moto 5.2 does not implement, served by moto's own EC2
-endpoint: a fake that follows the API reference. Its records carry the fields of the API
+endpoint: a fake that follows the API reference (for the tests and `costguard demo --cloud
+aws`, both on moto). Its records carry the fields of the API
 reference's `CapacityReservation` shape; moto's serializer writes the answer from botocore's
 EC2 service model (the shapes the reference documents), and botocore parses that XML as it
 parses EC2's own. Everything else (the instances that could use a reservation) is moto's.
@@ -12,7 +13,6 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-import pytest
 from moto.core.responses import ActionResult
 from moto.ec2.exceptions import EC2ClientError
 from moto.ec2.responses import EC2Response
@@ -65,13 +65,16 @@ def _describe(self: EC2Response) -> ActionResult:
 
 
 @contextmanager
-def serving(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[tuple[str, str],
-                                                             list[dict[str, Any]]]]:
+def serving() -> Iterator[dict[tuple[str, str], list[dict[str, Any]]]]:
     """moto's EC2 answers DescribeCapacityReservations from `HELD` while inside."""
-    monkeypatch.setattr(EC2Response, "describe_capacity_reservations", _describe,
-                        raising=False)
+    had = EC2Response.__dict__.get("describe_capacity_reservations")
+    EC2Response.describe_capacity_reservations = _describe  # type: ignore[attr-defined]
     HELD.clear()
     try:
         yield HELD
     finally:
         HELD.clear()
+        if had is None:
+            del EC2Response.describe_capacity_reservations  # type: ignore[attr-defined]
+        else:
+            EC2Response.describe_capacity_reservations = had  # type: ignore[attr-defined]
