@@ -8,7 +8,7 @@ intent and its answer is settled; a volume policy never selects an instance; the
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -20,29 +20,16 @@ from costguard.demo.sim import SimProvider
 from costguard.demo.sim_settings import SimSettings
 from costguard.engine import Engine
 from costguard.policy.load import load_policy_set, parse_policy_text
-from costguard.policy.schema import PolicySet
 from costguard.report.run import render_report
 from costguard.store.db import Database
 from costguard.store.tables import ActionJournalRow, AlertRow, PolicyStateRow, StandingRow
+from tests.standing.sim_engine import STEP, T0, enforced, run_for, sim_engine
 
 ROOT = Path(__file__).resolve().parents[2]
-T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
-STEP = timedelta(minutes=30)
 
 
-def _engine(tmp_path: Path, policies: PolicySet) -> tuple[Engine, SimProvider, ManualClock]:
-    clock = ManualClock(T0)
-    sim = SimProvider(SimSettings(instances=2, launches_per_day=0, standing=True), clock)
-    settings = Settings(database_url=f"sqlite:///{tmp_path / 'c.db'}")
-    return Engine(settings, Database(settings.database_url), {"sim": sim}, policies,
-                  clock), sim, clock
 
 
-def _run(engine: Engine, clock: ManualClock, hours: float) -> None:
-    end = clock.now() + timedelta(hours=hours)
-    while clock.now() < end:
-        engine.run_cycle()
-        clock.advance(STEP)
 
 
 def _journal(engine: Engine, action: str) -> list[ActionJournalRow]:
@@ -51,17 +38,14 @@ def _journal(engine: Engine, action: str) -> list[ActionJournalRow]:
             ActionJournalRow.action == action).order_by(col(ActionJournalRow.id))))
 
 
-def _enforced(policies: PolicySet) -> PolicySet:
-    return policies.model_copy(update={"policies": tuple(
-        p.model_copy(update={"mode": "enforce"}) for p in policies.policies)})
 
 
 SHIPPED = load_policy_set([ROOT / "policies" / "storage.yml"])
 
 
 def test_dry_run_records_and_deletes_nothing(tmp_path: Path) -> None:
-    engine, sim, clock = _engine(tmp_path, SHIPPED)
-    _run(engine, clock, 30)
+    engine, sim, clock = sim_engine(tmp_path, SHIPPED)
+    run_for(engine, clock, 30)
     assert sim.standing.calls["delete"] == 2  # the dry runs' checks: volume and address, once
     assert sim.standing.calls["snapshot"] == 1
     (dry,) = [j for j in _journal(engine, "delete") if j.instance_id == "vol-sim-scratch-01"]
@@ -73,8 +57,8 @@ def test_dry_run_records_and_deletes_nothing(tmp_path: Path) -> None:
 
 
 def test_enforced_the_volume_is_snapshotted_then_deleted(tmp_path: Path) -> None:
-    engine, sim, clock = _engine(tmp_path, _enforced(SHIPPED))
-    _run(engine, clock, 26)
+    engine, sim, clock = sim_engine(tmp_path, enforced(SHIPPED))
+    run_for(engine, clock, 26)
     listed = {i.resource_id: i for i in sim.standing.listing(sim.standing_kinds()).items}
     assert "vol-sim-scratch-01" not in listed and "eipalloc-sim-01" not in listed
     assert "vol-sim-ckpt-02" in listed  # unused 12 days: younger than the policy's 30
@@ -110,8 +94,8 @@ policies:
     actions: [notify, {delete: {grace: 1h}}]
     limits: {max_actions_per_cycle: 5, max_usd_per_month: 100}
 """, "p.yml")
-    engine, sim, clock = _engine(tmp_path, policies)
-    _run(engine, clock, 3)
+    engine, sim, clock = sim_engine(tmp_path, policies)
+    run_for(engine, clock, 3)
     assert sim.standing.calls["delete"] == 0 and sim.standing.calls["snapshot"] == 0
     with engine.db.session() as s:
         (cap,) = list(s.exec(select(AlertRow).where(AlertRow.kind == "cap")))
@@ -119,7 +103,7 @@ policies:
 
 
 def test_a_crash_between_intent_and_answer_is_settled(tmp_path: Path) -> None:
-    engine, sim, clock = _engine(tmp_path, _enforced(SHIPPED))
+    engine, sim, clock = sim_engine(tmp_path, enforced(SHIPPED))
     real = sim.delete_standing
 
     def crash(item: object, *, dry_run: bool) -> object:
@@ -128,7 +112,7 @@ def test_a_crash_between_intent_and_answer_is_settled(tmp_path: Path) -> None:
 
     sim.delete_standing = crash  # type: ignore[method-assign]
     with pytest.raises(KeyboardInterrupt):
-        _run(engine, clock, 30)
+        run_for(engine, clock, 30)
     (open_intent,) = [j for j in _journal(engine, "delete") if j.status == "intent"]
     sim.delete_standing = real  # type: ignore[method-assign]
     clock.advance(STEP)
@@ -146,8 +130,8 @@ def test_a_crash_between_intent_and_answer_is_settled(tmp_path: Path) -> None:
 
 
 def test_a_volume_policy_selects_no_instance(tmp_path: Path) -> None:
-    engine, _, clock = _engine(tmp_path, _enforced(SHIPPED))
-    _run(engine, clock, 1)
+    engine, _, clock = sim_engine(tmp_path, enforced(SHIPPED))
+    run_for(engine, clock, 1)
     with engine.db.session() as s:
         states = list(s.exec(select(PolicyStateRow)))
     assert states and all(not st.instance_id.startswith("i-") for st in states)
@@ -156,8 +140,8 @@ def test_a_volume_policy_selects_no_instance(tmp_path: Path) -> None:
 def test_the_report_shows_what_is_paid_for_and_not_running(tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]
                                                            ) -> None:
-    engine, _, clock = _engine(tmp_path, SHIPPED)
-    _run(engine, clock, 1)
+    engine, _, clock = sim_engine(tmp_path, SHIPPED)
+    run_for(engine, clock, 1)
     out = tmp_path / "r.txt"
     render_report(engine.settings, ["team"], "1d", None, [], "table", out, now=clock.now())
     text = out.read_text(encoding="utf-8")
@@ -196,15 +180,15 @@ policies:
 """
     for mode in ("dry-run", "enforce"):
         (tmp_path / mode).mkdir()
-        engine, sim, clock = _engine(tmp_path / mode, parse_policy_text(
+        engine, sim, clock = sim_engine(tmp_path / mode, parse_policy_text(
             text.format(mode=mode), "p.yml"))
         start = clock.now()
-        _run(engine, clock, 0.5)  # one cycle: warned and tagged, not yet due
+        run_for(engine, clock, 0.5)  # one cycle: warned and tagged, not yet due
         (item,) = [i for i in sim.standing.listing(sim.standing_kinds()).items
                    if i.resource_id == "eipalloc-sim-01"]
         assert item.tags.get("costguard:found") == (
             None if mode == "dry-run" else f"addresses {start.isoformat(timespec='seconds')}")
-        _run(engine, clock, 2)
+        run_for(engine, clock, 2)
         notes = [j for j in _journal(engine, "notify") if j.instance_id == "eipalloc-sim-01"]
         tags = [j for j in _journal(engine, "tag") if j.instance_id == "eipalloc-sim-01"]
         assert [j.status for j in notes] == ["dry-run" if mode == "dry-run" else "done"]
@@ -226,20 +210,20 @@ def test_snoozing_a_volume_holds_its_delete(tmp_path: Path) -> None:
     the snooze is journaled and tagged on the volume, and the delete comes after it ends."""
     from costguard.actions.snooze import snooze
 
-    engine, sim, clock = _engine(tmp_path, _enforced(SHIPPED))
-    _run(engine, clock, 1)  # listed and warned of
+    engine, sim, clock = sim_engine(tmp_path, enforced(SHIPPED))
+    run_for(engine, clock, 1)  # listed and warned of
     report = snooze(engine.db, {"sim": sim}, engine.policies.policies, "vol-sim-scratch-01",
                     timedelta(days=2), "restoring from it tomorrow", "ana", clock.now())
     assert [r.policy for r in report.results] == ["unattached-volumes"]
     assert report.tag.startswith("costguard:snooze-until=") and report.tag.endswith("(done)")
     until = report.results[0].until
-    _run(engine, clock, 40)  # past the day's grace, inside the snooze
+    run_for(engine, clock, 40)  # past the day's grace, inside the snooze
     listed = {i.resource_id for i in sim.standing.listing(sim.standing_kinds()).items}
     assert "vol-sim-scratch-01" in listed
     (journaled,) = [j for j in _journal(engine, "snooze")
                     if j.instance_id == "vol-sim-scratch-01"]
     assert "by ana: restoring from it tomorrow" in journaled.detail
-    _run(engine, clock, 12)  # the snooze over: deleted (behind its snapshot)
+    run_for(engine, clock, 12)  # the snooze over: deleted (behind its snapshot)
     assert clock.now() > until
     listed = {i.resource_id for i in sim.standing.listing(sim.standing_kinds()).items}
     assert "vol-sim-scratch-01" not in listed
@@ -253,7 +237,7 @@ def test_deletes_take_from_the_fleet_wide_per_cycle_caps(tmp_path: Path) -> None
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'c.db'}",
                         safety={"max_actions_per_cycle": 1})
     engine = Engine(settings, Database(settings.database_url), {"sim": sim},
-                    _enforced(SHIPPED), clock)
+                    enforced(SHIPPED), clock)
     per_cycle: list[int] = []
     end = clock.now() + timedelta(hours=27)
     while clock.now() < end:

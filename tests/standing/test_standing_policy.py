@@ -163,3 +163,41 @@ policies:
     actions: [notify, stop]
 """)
     assert "stop does not apply to an address: its actions are notify, tag, delete" in message
+
+
+def test_costguard_iam_reads_reservations_and_never_acts_on_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    policy = """\
+policies:
+  - name: r
+    resource: reservation
+    mode: enforce
+    condition: {unused: {for: 2d}}
+    actions: [notify]
+"""
+    actions = _iam(tmp_path, monkeypatch, policy)
+    assert {"ec2:DescribeCapacityReservations", "ec2:DescribeInstances"} <= actions
+    assert not {a for a in actions if "CapacityReservation" in a and "Describe" not in a}
+    out = runner.invoke(app, ["iam", "--provider", "gcp", "--format", "json"])
+    assert out.exit_code == 0, out.output
+    granted = json.loads(out.output)["includedPermissions"]
+    assert {"compute.reservations.list", "compute.reservations.get"} <= set(granted)
+    assert not [p for p in granted if p.startswith("compute.reservations.")
+                and p.rsplit(".", 1)[1] not in ("list", "get")]
+    volumes = policy.replace("reservation", "volume").replace(
+        "[notify]", "[notify, {tag: {set: {a: b}}}]")
+    (tmp_path / "policies" / "p.yml").write_text(volumes)
+    out = runner.invoke(app, ["iam", "--provider", "gcp", "--format", "json"])
+    assert "compute.reservations.list" not in json.loads(out.output)["includedPermissions"]
+
+
+def test_a_reservation_takes_no_action_but_notify() -> None:
+    _, _, message = _error("""\
+policies:
+  - name: a
+    resource: reservation
+    condition: {unused: {for: 1d}}
+    actions: [notify, stop]
+""")
+    assert "stop does not apply to a reservation: its actions are notify (cancelling a " \
+        "reservation is its owner's decision" in message

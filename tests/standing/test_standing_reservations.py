@@ -7,21 +7,15 @@ time costguard did not see."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 from sqlmodel import select
 
-from costguard.clock import ManualClock
-from costguard.config import Settings
-from costguard.demo.sim import SimProvider
-from costguard.demo.sim_settings import SimSettings
 from costguard.demo.sim_standing import with_twins
-from costguard.engine import Engine
 from costguard.model import HOURS_PER_MONTH, Instance, InstanceState, Lifecycle
 from costguard.policy.load import load_policy_set
-from costguard.policy.schema import PolicySet
 from costguard.report.run import render_report
 from costguard.standing.model import Reserved, Standing, StandingKind
 from costguard.standing.reservations import COVERS, unused_in
@@ -33,36 +27,21 @@ from costguard.store.tables import (
     ReservationUseRow,
     StandingRow,
 )
+from tests.standing.sim_engine import T0, enforced, run_for, sim_engine
 
 ROOT = Path(__file__).resolve().parents[2]
-T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
-STEP = timedelta(minutes=30)
 SHIPPED = load_policy_set([ROOT / "policies" / "reservations.yml"])
 
 
-def _enforced(policies: PolicySet) -> PolicySet:
-    return policies.model_copy(update={"policies": tuple(
-        p.model_copy(update={"mode": "enforce"}) for p in policies.policies)})
 
 
-def _engine(tmp_path: Path, policies: PolicySet) -> tuple[Engine, SimProvider, ManualClock]:
-    clock = ManualClock(T0)
-    sim = SimProvider(SimSettings(instances=6, launches_per_day=0, standing=True), clock)
-    settings = Settings(database_url=f"sqlite:///{tmp_path / 'r.db'}")
-    return Engine(settings, Database(settings.database_url), {"sim": sim}, policies,
-                  clock), sim, clock
 
 
-def _run(engine: Engine, clock: ManualClock, hours: float) -> None:
-    end = clock.now() + timedelta(hours=hours)
-    while clock.now() < end:
-        engine.run_cycle()
-        clock.advance(STEP)
 
 
 def test_the_owner_is_told_once_and_nothing_is_done_to_it(tmp_path: Path) -> None:
-    engine, sim, clock = _engine(tmp_path, _enforced(SHIPPED))
-    _run(engine, clock, 60)  # unused from the first listing: due after 2 days
+    engine, sim, clock = sim_engine(tmp_path, instances=6, policies=enforced(SHIPPED))
+    run_for(engine, clock, 60)  # unused from the first listing: due after 2 days
     with engine.db.session() as s:
         alerts = list(s.exec(select(AlertRow).where(AlertRow.policy == "unused-reservations")))
         journal = list(s.exec(select(ActionJournalRow).where(
@@ -87,8 +66,8 @@ def test_the_owner_is_told_once_and_nothing_is_done_to_it(tmp_path: Path) -> Non
 
 
 def test_dry_run_journals_and_sends_nothing(tmp_path: Path) -> None:
-    engine, _, clock = _engine(tmp_path, SHIPPED)
-    _run(engine, clock, 50)
+    engine, _, clock = sim_engine(tmp_path, instances=6, policies=SHIPPED)
+    run_for(engine, clock, 50)
     with engine.db.session() as s:
         assert not list(s.exec(select(AlertRow).where(
             AlertRow.policy == "unused-reservations")))
@@ -98,8 +77,8 @@ def test_dry_run_journals_and_sends_nothing(tmp_path: Path) -> None:
 
 
 def test_the_report_sums_unused_accelerator_hours_and_dollars(tmp_path: Path) -> None:
-    engine, sim, clock = _engine(tmp_path, SHIPPED)
-    _run(engine, clock, 10)  # listings at T0, T0+1h ... T0+9h
+    engine, sim, clock = sim_engine(tmp_path, instances=6, policies=SHIPPED)
+    run_for(engine, clock, 10)  # listings at T0, T0+1h ... T0+9h
     settings = engine.settings
     doc = json.loads(render_report(settings, ["team"], T0, T0 + timedelta(hours=10), None,
                                    "json", tmp_path / "r.json", now=T0 + timedelta(hours=10)))

@@ -1,0 +1,70 @@
+"""Through the engine: a Compute Engine reservation with capacity free for two days is
+reported once, with the VM beside it that could run in it, and summed in the report;
+nothing is ever called on the reservation (or anything else) but reads."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+from sqlmodel import select
+
+from costguard.alerts.settings import AlertsSettings
+from costguard.clock import ManualClock
+from costguard.config import Settings
+from costguard.demo.gcp_fake.server import FakeGcp
+from costguard.engine import Engine
+from costguard.policy.load import load_policy_set
+from costguard.providers.gcp import GcpProvider
+from costguard.report.run import render_report
+from costguard.store.db import Database
+from costguard.store.tables import AlertRow
+
+P, Z = "ml-prod", "us-central1-a"
+POLICY = """\
+policies:
+  - name: unused-reservations
+    resource: reservation
+    mode: enforce
+    condition: {unused: {for: 2d}}
+    actions: [{notify: {to: [team]}}]
+"""
+
+
+def test_a_half_used_reservation_is_reported_with_its_twin(
+        fake: FakeGcp, clock: ManualClock, tmp_path: Path) -> None:
+    fake.compute.add_reservation(P, Z, "a100-pool", "a2-highgpu-1g", 4, in_use=2,
+                                 specific_required=True)
+    fake.compute.add_instance(P, Z, "beside", "a2-highgpu-1g",
+                              accelerators=[("nvidia-tesla-a100", 1)])
+    (tmp_path / "p.yml").write_text(POLICY)
+    url = f"sqlite:///{tmp_path / 'cg.db'}"
+    settings = Settings(database_url=url, policy_paths=[tmp_path / "p.yml"],
+                        alerts=AlertsSettings(console=False))
+    db = Database(url)
+    provider = GcpProvider(fake.settings(projects=[P]), clock=clock)
+    engine = Engine(settings, db, {"gcp": provider}, load_policy_set([tmp_path / "p.yml"]),
+                    clock)
+    start = clock.now()
+    try:
+        for _ in range(2 * 24 + 2):
+            engine.run_cycle()
+            clock.advance(timedelta(hours=1))
+        with db.session() as s:
+            alerts = list(s.exec(select(AlertRow).where(
+                AlertRow.policy == "unused-reservations")))
+        assert len(alerts) == 1
+        assert "2 of 4 reserved a2-highgpu-1g unused now" in alerts[0].subject
+        assert "could run in it: beside" in alerts[0].subject
+        doc = json.loads(render_report(settings, ["team"], start, clock.now(), None, "json",
+                                       tmp_path / "r.json", now=clock.now()))
+        (line,) = doc["reservations"]
+        assert line["reservation"] == f"{Z}/a100-pool" and line["twins"] == ["beside"]
+        assert line["unused_accelerator_hours"] == line["unused_instance_hours"] == 2 * 50
+        mutations = [c for c in fake.compute.calls if c.startswith(("POST", "DELETE",
+                                                                    "PATCH"))]
+        assert mutations == []
+    finally:
+        provider.close()
+        db.dispose()
