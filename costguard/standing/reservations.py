@@ -121,8 +121,8 @@ def to_rich(lines: Sequence[ReservationLine], console: Console, hours: float) ->
                   else f"{line.unused_instance_hours:,.0f} instance-hours")
         cost = "unpriced" if line.usd is None else f"${line.usd:,.2f}"
         console.print(f"  {line.resource_id} ({line.team}): {r.instance_type} x{r.capacity}, "
-                      f"{r.used} running, {kind}, {ends}", highlight=False)
-        console.print(f"    unused: {unused}, {cost}", highlight=False)
+                      f"{r.used} running, {kind}", highlight=False)
+        console.print(f"    unused: {unused}, {cost}; {ends}", highlight=False)
         if r.twins:
             console.print(f"    on demand beside it, could run in it: {', '.join(r.twins)}",
                           highlight=False)

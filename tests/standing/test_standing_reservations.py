@@ -100,8 +100,8 @@ def test_the_report_sums_unused_accelerator_hours_and_dollars(tmp_path: Path) ->
                   now=T0 + timedelta(hours=10))
     table = out.read_text(encoding="utf-8")
     assert "Capacity reservations, unused over 10 hours" in table
-    assert "cr-sim-p4d-01 (research): p4d.24xlarge x4, 2 running, targeted, ends 2026-12-21" \
-        in table and "unused: 160 accelerator-hours" in table
+    assert "cr-sim-p4d-01 (research): p4d.24xlarge x4, 2 running, targeted\n" in table
+    assert "unused: 160 accelerator-hours, $" in table and "; ends 2026-12-21" in table
     html = render_report(settings, ["team"], T0, T0 + timedelta(hours=10), None, "html",
                          tmp_path / "r.html", now=T0 + timedelta(hours=10))
     assert 'id="reservations"' in html and "cr-sim-p4d-01" in html
