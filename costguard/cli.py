@@ -244,7 +244,9 @@ def report(
 
 @app.command()
 def explain(
-    instance: Annotated[str, typer.Argument(help="Instance id (i-0abc..., a GCE name) or name.")],
+    instance: Annotated[str, typer.Argument(
+        help="Instance id (i-0abc..., a GCE name) or name; or a volume, snapshot, address or "
+             "reservation id.")],
     config: ConfigOpt = None,
     at: Annotated[str | None, typer.Option(
         help="As of this time: a duration back (2h) or a date (default: the last cycle).")
@@ -252,15 +254,19 @@ def explain(
     fmt: Annotated[Literal["text", "json"], typer.Option("--format", help="text or json.")
                    ] = "text",
 ) -> None:
-    """Why costguard did, or did not, act on one instance: every policy's filters and
-    condition, protection, snooze, owner, mode, and the journal.
+    """Why costguard did, or did not, act on one instance (or volume, snapshot, address,
+    reservation): every policy's filters and condition, protection, snooze, owner, mode,
+    and the journal.
 
     Example: costguard explain i-0abc123 (or: costguard --database costguard-demo.db explain
     research-p4d-22)
     """
     from costguard.demo.run import demo_policies
+    from costguard.report.explain import Explanation, UnknownInstance
     from costguard.report.explain import explain as explain_instance
     from costguard.report.run import catalog_for, parse_when
+    from costguard.standing.explain import StandingExplanation
+    from costguard.standing.explain import explain as explain_standing
     from costguard.store.db import Database
 
     settings = _settings(config)
@@ -273,9 +279,16 @@ def explain(
                 # a demo's database: judged by the policies the demo ran, as it ran them
                 ran = demo_policies(s)
                 policies = ran or load_policies_or_exit(settings.policy_paths)
-                answer = explain_instance(s, instance, policies, catalog_for(settings), now,
-                                          at=when, recommend=settings.recommend,
-                                          demo=ran is not None)
+                answer: Explanation | StandingExplanation | None
+                try:
+                    answer = explain_instance(
+                        s, instance, policies, catalog_for(settings), now, at=when,
+                        recommend=settings.recommend, demo=ran is not None)
+                except UnknownInstance:  # a volume, snapshot, address or reservation?
+                    answer = explain_standing(s, instance, policies, now,
+                                              demo=ran is not None)
+                    if answer is None:
+                        raise
         finally:
             db.dispose()
     except CostguardError as exc:

@@ -165,7 +165,8 @@ def find_instance(s: Session, ref: str) -> Instance:
         rows = list(s.exec(select(InstanceRow).where(InstanceRow.name == ref)))
     if not rows:
         raise UnknownInstance(f"no instance {ref!r} in the store (an id such as i-0abc..., "
-                              "or a name); `costguard report --by instance` lists them")
+                              "or a name; or a volume, snapshot, address or reservation "
+                              "id); `costguard report --by instance` lists instances")
     if len(rows) > 1:
         ids = ", ".join(f"{r.provider}:{r.instance_id}" for r in rows[:10])
         raise UnknownInstance(f"{len(rows)} instances match {ref!r} ({ids}): name one by id")
