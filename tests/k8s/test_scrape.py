@@ -78,10 +78,12 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Promethe
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline and not _scraped_both(server.url):
                 time.sleep(0.2)
-            # a whole second after the samples seen, and scrapes after it for the first
-            # step's activity
+            # a whole second after the samples seen; then the first step's minute scraped
+            # whole, and a scrape past it: a query at its end (start + 1 min) reads a fixed
+            # set of samples (while that end was still ahead, each query saw the samples
+            # scraped so far, and two queries a moment apart differed under load)
             start = datetime.fromtimestamp(int(time.time()) + 1, UTC)
-            time.sleep(start.timestamp() - time.time() + 2.5)
+            time.sleep(start.timestamp() - time.time() + 62.5)
             yield server, start
         finally:
             server.stop()
