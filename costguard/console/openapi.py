@@ -52,7 +52,8 @@ SCHEMAS: dict[str, Any] = {
         "page": _ref("Page")}, {
         "waste_beyond_idle": _ref("Waste"), "bill_total_usd": NUM,
         "billed_not_compared": {"type": "array"},
-        # unused volumes, snapshots, addresses (docs/storage.md), when there are any
+        # unused volumes, snapshots, addresses, reservations' free part (docs/storage.md),
+        # when there are any
         "paid_not_running": {"type": "array", "items": _obj({
             "team": STR, "kind": STR, "count": INT, "size_gb": INT, "usd_per_month": NUM,
             "unpriced": INT, "longest_unused_days": NUM})},

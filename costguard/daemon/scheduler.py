@@ -333,7 +333,9 @@ def dispatch_alerts(engine: Engine, now: datetime, metrics: DaemonMetrics | None
 
 
 def prune_store(engine: Engine, settings: Settings, now: datetime) -> dict[str, int]:
-    """Roll finished days up, then delete raw cost intervals and readings past retention."""
+    """Roll finished days up, then delete raw cost intervals and readings past retention,
+    and reservations' use samples past theirs."""
+    from costguard.standing import reservations
     from costguard.store.readings import prune_minutes
 
     keep = settings.accounting.raw_retention
@@ -347,6 +349,7 @@ def prune_store(engine: Engine, settings: Settings, now: datetime) -> dict[str, 
             out["rolled_up_days"] = costs_rollup.rollup(s, now)
             out["pruned_intervals"] = costs_rollup.prune(s, now - keep)
         out["pruned_readings"] = prune_minutes(s, now - keep)
+        out["pruned_reservation_use"] = reservations.prune_use(s, now - reservations.KEPT)
     log.info("prune done", extra=out)
     return out
 

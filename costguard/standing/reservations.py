@@ -24,6 +24,8 @@ from costguard.standing.model import Reserved, Standing
 from costguard.store.tables import ReservationUseRow, StandingRow
 
 COVERS = timedelta(minutes=90)  # the longest a sample stands for (listings are ~hourly)
+# how long the samples are kept (a year's reports and a month on: ~9,000 rows a reservation)
+KEPT = timedelta(days=400)
 TITLE = "Capacity reservations"
 
 
@@ -35,6 +37,14 @@ def record_use(s: Session, item: Standing, team: str | None, now: datetime) -> N
                               capacity=r.capacity, used=min(r.used, r.capacity),
                               accelerators=r.accelerators,
                               unit_usd_per_hour=r.unit_usd_per_hour, team=team))
+
+
+def prune_use(s: Session, before: datetime) -> int:
+    """Delete the samples taken before `before`; how many went."""
+    stale = list(s.exec(select(ReservationUseRow).where(col(ReservationUseRow.at) < before)))
+    for row in stale:
+        s.delete(row)
+    return len(stale)
 
 
 @dataclass(frozen=True)

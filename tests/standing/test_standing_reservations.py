@@ -18,7 +18,7 @@ from costguard.model import HOURS_PER_MONTH, Instance, InstanceState, Lifecycle
 from costguard.policy.load import load_policy_set
 from costguard.report.run import render_report
 from costguard.standing.model import Reserved, Standing, StandingKind
-from costguard.standing.reservations import COVERS, unused_in
+from costguard.standing.reservations import COVERS, prune_use, unused_in
 from costguard.store.db import Database
 from costguard.store.tables import (
     ActionJournalRow,
@@ -140,6 +140,11 @@ def test_unseen_time_is_not_counted_and_use_changes_are(tmp_path: Path) -> None:
     with db.session() as s:
         (line,) = unused_in(s, T0, T0 + 7 * hour)
         assert line.usd is None  # unpriced, never a partial sum shown as whole
+    with db.session() as s:
+        assert prune_use(s, T0 + 6 * hour) == 2  # the two before it, not the one at it
+    with db.session() as s:
+        assert [r.at for r in s.exec(select(ReservationUseRow))] == [
+            T0 + 6 * hour, T0 + 6.5 * hour]
 
 
 def test_twins_are_running_on_demand_instances_of_its_type_and_region() -> None:
