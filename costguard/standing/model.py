@@ -59,12 +59,12 @@ class Reserved(Frozen):
 
 
 class Standing(Frozen):
-    """One volume, snapshot, address or reservation. `used_by` names what holds it (the instances a
-    volume is attached to, the images, launch templates and volumes that need a snapshot,
-    the instance or interface an address is associated with); `in_use` is True while
-    something *running* uses it. A volume attached only to stopped instances is not in use
-    but still attached: it may be reported, never deleted. A reservation is in use while all
-of its capacity runs; its `usd_per_month` is what its unused part costs."""
+    """One volume, snapshot, address or reservation. `used_by` names what holds it (the
+    instances a volume is attached to, the images, launch templates and volumes that need a
+    snapshot, the instance or interface an address is associated with); `in_use` is True
+    while something *running* uses it. A volume attached only to stopped instances is not in
+    use but still attached: it may be reported, never deleted. A reservation is in use while
+    all of its capacity runs; its `usd_per_month` is what its unused part costs."""
 
     kind: StandingKind
     provider: ProviderName

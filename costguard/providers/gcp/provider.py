@@ -129,6 +129,9 @@ class GcpProvider:
         disks = getattr(self, "_disks", None)  # made by the first terminate
         if disks is not None:
             disks.transport.close()
+        reservations = getattr(self, "_reservation_client", None)  # the first listing's
+        if reservations is not None:
+            reservations.transport.close()
 
     def projects(self) -> tuple[list[str], list[Gap]]:
         """Configured projects plus those found under the folder/organization."""
@@ -273,9 +276,10 @@ class GcpProvider:
         if StandingKind.RESERVATION not in kinds or not names:
             return out
         observed_at = self.clock.now()
+        client = self._reservations()  # made once, before the threads share it
         with ThreadPoolExecutor(max_workers=min(self.settings.max_workers, len(names))) as pool:
             for found in pool.map(lambda project: gcp_reservations.list_project(
-                    self._reservations(), self.clients.instances, project, retry=self.retry,
+                    client, self.clients.instances, project, retry=self.retry,
                     observed_at=observed_at), names):
                 out.items.extend(found.items)
                 out.gaps.extend(found.gaps)
