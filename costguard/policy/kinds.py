@@ -56,13 +56,19 @@ def _workload_permissions(enforcing: bool) -> dict[str, list[str]]:
 
 def _storage_permissions(kind: str, acting: frozenset[str] = frozenset({"delete", "tag"})
                          ) -> Callable[[bool], dict[str, list[str]]]:
-    """The AWS rights of a standing kind: reading it, and `acting`'s calls when enforced."""
+    """The rights of a standing kind: reading it, and `acting`'s calls when enforced (AWS;
+    GCP for volumes, the one storage kind it holds)."""
     def permissions(enforcing: bool) -> dict[str, list[str]]:
         from costguard.providers.aws.iam import standing_statements
+        from costguard.providers.gcp.iam import VOLUMES_DELETE, VOLUMES_TAG
 
         acts = acting if enforcing else frozenset()
         stmts = standing_statements({kind: acts})
-        return {"aws": sorted({a for stmt in stmts for a in _listed(stmt.get("Action"))})}
+        out = {"aws": sorted({a for stmt in stmts for a in _listed(stmt.get("Action"))})}
+        if kind == "volume":
+            out["gcp"] = sorted({"compute.disks.list", "compute.disks.get"}
+                                | (set(VOLUMES_DELETE) | set(VOLUMES_TAG) if acts else set()))
+        return out
     return permissions
 
 
@@ -95,11 +101,12 @@ class ResourceKind:
     action_hint: str = ""
 
 
-def _storage(name: str, what: str, filters: tuple[str, ...], example: str) -> ResourceKind:
+def _storage(name: str, what: str, filters: tuple[str, ...], example: str,
+             providers: tuple[ProviderName, ...] = ("aws", "sim")) -> ResourceKind:
     """A kind that bills while nothing runs (costguard/standing/): its providers, filters,
     conditions and actions are those of storage."""
     return ResourceKind(
-        name=name, what=what, providers=("aws", "sim"), filters=(*_STORAGE_FILTERS, *filters),
+        name=name, what=what, providers=providers, filters=(*_STORAGE_FILTERS, *filters),
         conditions=_STORAGE_CONDITIONS, actions=_STORAGE_ACTIONS,
         permissions=_storage_permissions(name), docs="docs/storage.md", example=example,
         standing=True)
@@ -150,8 +157,9 @@ policies:
       - notify: {to: owner}
       - stop: {grace: 30m}
 """),
-    _storage("volume", "block storage: EBS volumes and the simulated cloud's, attached to "
-             "nothing or only to stopped instances", ("attached",), """\
+    _storage("volume", "block storage: EBS volumes, zonal persistent disks and the "
+             "simulated cloud's, attached to nothing or only to stopped instances",
+             ("attached",), """\
 policies:
   - name: stopped-instance-disks
     resource: volume
@@ -161,7 +169,7 @@ policies:
     actions:
       - notify: {to: [owner, team]}
       - tag: {set: {"costguard:unused-since": "{now}"}, overwrite: false}
-"""),
+""", ("aws", "gcp", "sim")),
     _storage("snapshot", "EBS snapshots and the simulated cloud's that no image, launch "
              "template or volume needs", (), """\
 policies:

@@ -69,11 +69,23 @@ def current(s: Session, kinds: Iterable[str] | None = None) -> list[Standing]:
     return [from_row(r) for r in rows]
 
 
+def holder(s: Session, item: Standing, ref: str) -> InstanceRow | None:
+    """The stored instance `ref` names: by id (EC2), else by name in the item's zone (a
+    persistent disk's `users` name their VMs)."""
+    row = s.get(InstanceRow, (item.provider, ref))
+    if row is None and item.zone:
+        row = s.exec(select(InstanceRow).where(
+            InstanceRow.provider == item.provider, InstanceRow.account == item.account,
+            InstanceRow.zone == item.zone, InstanceRow.name == ref,
+            col(InstanceRow.gone).is_(False))).first()
+    return row
+
+
 def held_by_stopped(s: Session, item: Standing) -> Standing:
     """`item`, not in use when every instance holding it is stopped (since the latest stop)."""
     if not item.used_by or item.kind is StandingKind.SNAPSHOT:
         return item
-    rows = [s.get(InstanceRow, (item.provider, ref)) for ref in item.used_by]
+    rows = [holder(s, item, ref) for ref in item.used_by]
     if any(r is None or r.gone or r.state != "stopped" for r in rows):
         return item
     stopped = max(r.state_changed_at for r in rows if r is not None)

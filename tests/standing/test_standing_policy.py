@@ -201,3 +201,24 @@ policies:
 """)
     assert "stop does not apply to a reservation: its actions are notify (cancelling a " \
         "reservation is its owner's decision" in message
+
+
+@pytest.mark.parametrize(("mode", "deleting"), [("dry-run", False), ("enforce", True)])
+def test_the_gcp_role_follows_the_volume_policies(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  mode: str, deleting: bool) -> None:
+    _iam(tmp_path, monkeypatch, f"""\
+policies:
+  - name: v
+    resource: volume
+    mode: {mode}
+    condition: {{unused: {{for: 30d}}}}
+    actions: [notify, delete]
+""")
+    out = runner.invoke(app, ["iam", "--provider", "gcp", "--format", "json"])
+    assert out.exit_code == 0, out.output
+    granted = set(json.loads(out.output)["includedPermissions"])
+    assert {"compute.disks.list", "compute.disks.get"} <= granted
+    assert ({"compute.disks.delete", "compute.disks.createSnapshot",
+             "compute.snapshots.get"} <= granted) is deleting
+    assert "compute.disks.setLabels" not in granted  # no tag step

@@ -1,18 +1,25 @@
 """Disks, snapshots and instance deletion for the Compute fake (`FakeCompute` mixes it in).
 
-Implemented: `disks.createSnapshot` (zonal disks attached to a fake VM; requestId honoured,
-409 for a snapshot name that exists, the snapshot READY when its operation completes),
-`disks.get` and `disks.aggregatedList` (size, type and users, for what a stopped VM still
-costs; the list pages and takes the regex `filter` like instances), and `instances.delete`
-(the VM disappears when its operation completes; disks with autoDelete false stay in
-`detached_disks`). Tests may inject `snapshot_error` to make a snapshot operation fail.
+Implemented: `disks.createSnapshot` (zonal disks, attached to a fake VM or not; requestId
+honoured, 409 for a snapshot name that exists, the snapshot READY when its operation
+completes), `disks.get` and `disks.aggregatedList` (size, type, users, labels, creation and
+last detach times, as the API reference's `Disk` gives them; the list pages and takes the
+regex `filter` like instances), `disks.delete` (400 `resourceInUseByAnotherResource` while
+a VM uses it; gone when its operation completes), `disks.setLabels` (412 on a stale
+fingerprint), `snapshots.get`, and `instances.delete` (the VM disappears when its operation
+completes; disks with autoDelete false stay, detached, in `detached_disks`). Tests add a
+detached disk with `add_disk` and may inject `snapshot_error` to make a snapshot fail.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import itertools
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from costguard.demo.gcp_fake.filter import aggregated
@@ -22,6 +29,7 @@ if TYPE_CHECKING:
     from costguard.demo.gcp_fake.records import FakeOperation, FakeVm
 
 _BASE = "https://www.googleapis.com/compute/v1"
+_DISK_IDS = itertools.count(5_100_000_000_000_000_000)
 
 
 @dataclass
@@ -32,6 +40,15 @@ class FakeDisk:
     auto_delete: bool = True
     boot: bool = False
     scratch: bool = False  # a local SSD: no snapshots
+    labels: dict[str, str] = field(default_factory=dict)
+    created: datetime = field(default_factory=lambda: datetime(2026, 1, 1, tzinfo=UTC))
+    last_detach: datetime | None = None  # `lastDetachTimestamp`, once it was detached
+    id: int = field(default_factory=lambda: next(_DISK_IDS))
+
+    @property
+    def label_fingerprint(self) -> str:
+        digest = hashlib.sha256(repr(sorted(self.labels.items())).encode()).digest()[:8]
+        return base64.b64encode(digest).decode()
 
     def attached_json(self, project: str, zone: str, index: int) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -57,10 +74,19 @@ class FakeDisk:
 
 def disk_json(project: str, zone: str, d: FakeDisk, users: list[str]) -> dict[str, Any]:
     zone_url = f"{_BASE}/projects/{project}/zones/{zone}"
-    return {"kind": "compute#disk", "name": d.name, "sizeGb": str(d.size_gb),
-            "type": f"{zone_url}/diskTypes/{d.disk_type}", "zone": zone_url,
-            "status": "READY", "selfLink": f"{zone_url}/disks/{d.name}",
-            "users": [f"{zone_url}/instances/{u}" for u in users]}
+    body: dict[str, Any] = {
+        "kind": "compute#disk", "id": str(d.id), "name": d.name, "sizeGb": str(d.size_gb),
+        "type": f"{zone_url}/diskTypes/{d.disk_type}", "zone": zone_url,
+        "status": "READY", "selfLink": f"{zone_url}/disks/{d.name}",
+        "creationTimestamp": d.created.isoformat(timespec="milliseconds"),
+        "labelFingerprint": d.label_fingerprint, "physicalBlockSizeBytes": "4096"}
+    if users:  # the API leaves `users` out of a disk nothing uses
+        body["users"] = [f"{zone_url}/instances/{u}" for u in users]
+    if d.labels:
+        body["labels"] = dict(d.labels)
+    if d.last_detach is not None:
+        body["lastDetachTimestamp"] = d.last_detach.isoformat(timespec="milliseconds")
+    return body
 
 
 class DiskOps:
@@ -71,6 +97,7 @@ class DiskOps:
     _request_ids: dict[str, FakeOperation]
     _ops: dict[tuple[str, str, str], FakeOperation]
     unreachable_zones: set[str]
+    operation_delay_s: float
 
     def _init_disks(self) -> None:
         self.snapshots: dict[tuple[str, str], dict[str, Any]] = {}  # (project, name) -> json
@@ -82,13 +109,92 @@ class DiskOps:
                 apply: Any, interim: str | None) -> tuple[int, Any]:
         raise NotImplementedError  # FakeCompute's
 
-    def _disk_owner(self, project: str, zone: str, disk: str) -> tuple[FakeVm, FakeDisk] | None:
+    def _disk_owner(self, project: str, zone: str, disk: str
+                    ) -> tuple[FakeVm | None, FakeDisk] | None:
+        """The disk and the VM using it (None: detached); None when there is no such disk."""
         for (p, z, _), vm in self._vms.items():
             if (p, z) == (project, zone):
                 for d in vm.disks:
                     if d.name == disk and not d.scratch:
                         return vm, d
+        for p, z, d in self.detached_disks:
+            if (p, z, d.name) == (project, zone, disk):
+                return None, d
         return None
+
+    def add_disk(self, project: str, zone: str, name: str, **kwargs: Any) -> FakeDisk:
+        """A disk no VM uses (as after a detach, or made on its own)."""
+        with self._lock:
+            d = FakeDisk(name, **kwargs)
+            self.detached_disks.append((project, zone, d))
+            return d
+
+    def _disk_op(self, project: str, zone: str, disk: FakeDisk, kind: str,
+                 query: dict[str, str], apply: Any) -> tuple[int, Any]:
+        """A zone operation on a disk (under the lock), its requestId honoured."""
+        from costguard.demo.gcp_fake.records import FakeOperation  # records imports FakeDisk
+
+        request_id = query.get("requestId")
+        if request_id and request_id in self._request_ids:
+            return 200, self._request_ids[request_id].to_json()
+        op = FakeOperation(project, zone, f"operation-{next(self._snap_ids)}-{kind}", kind,
+                           disk, time.monotonic() + self.operation_delay_s, apply,
+                           target_path="disks")
+        self._ops[(project, zone, op.name)] = op
+        if request_id:
+            self._request_ids[request_id] = op
+        self._complete_due_operations()
+        return 200, op.to_json()
+
+    def _disk_delete(self, project: str, zone: str, disk: str, query: dict[str, str],
+                     body: Any) -> tuple[int, Any]:
+        with self._lock:
+            owner = self._disk_owner(project, zone, disk)
+            if owner is None:
+                return 404, error(404, f"The resource 'projects/{project}/zones/{zone}/disks/"
+                                       f"{disk}' was not found", reason="notFound")
+            vm, d = owner
+            if vm is not None:
+                return 400, error(400, f"The disk resource 'projects/{project}/zones/{zone}/"
+                                       f"disks/{disk}' is already being used by "
+                                       f"'projects/{project}/zones/{zone}/instances/{vm.name}'",
+                                  reason="resourceInUseByAnotherResource")
+
+            def gone(_d: FakeDisk) -> None:
+                self.detached_disks[:] = [e for e in self.detached_disks
+                                          if e != (project, zone, d)]
+
+            return self._disk_op(project, zone, d, "delete", query, gone)
+
+    def _disk_set_labels(self, project: str, zone: str, disk: str, query: dict[str, str],
+                         body: Any) -> tuple[int, Any]:
+        with self._lock:
+            owner = self._disk_owner(project, zone, disk)
+            if owner is None:
+                return 404, error(404, f"disk {disk} not found", reason="notFound")
+            _, d = owner
+            if body.get("labelFingerprint") != d.label_fingerprint:
+                return 412, error(412, "Labels fingerprint either invalid or resource labels "
+                                       "have changed", reason="conditionNotMet")
+            labels = dict(body.get("labels") or {})
+
+            def relabel(target: FakeDisk) -> None:
+                target.labels = labels
+
+            return self._disk_op(project, zone, d, "setLabels", query, relabel)
+
+    def _snapshot_get(self, project: str, name: str, query: dict[str, str], body: Any
+                      ) -> tuple[int, Any]:
+        with self._lock:
+            self._complete_due_operations()
+            snap = self.snapshots.get((project, name))
+            if snap is None:
+                return 404, error(404, f"The resource 'projects/{project}/global/snapshots/"
+                                       f"{name}' was not found", reason="notFound")
+            return 200, dict(snap)
+
+    def _complete_due_operations(self) -> None:
+        raise NotImplementedError  # FakeCompute's
 
     def _create_snapshot(self, project: str, zone: str, disk: str, query: dict[str, str],
                          body: Any) -> tuple[int, Any]:
@@ -115,11 +221,15 @@ class DiskOps:
             self.snapshots[(project, name)] = snap
             failure = self.snapshot_error
 
-            def apply(_vm: FakeVm) -> None:
+            def apply(_target: Any) -> None:
                 snap["status"] = "FAILED" if failure else "READY"
 
-            status, op = self._mutate(project, zone, vm.name, "createSnapshot", query, apply,
-                                      interim=None)
+            if vm is None:  # a detached disk: an operation on the disk itself
+                status, op = self._disk_op(project, zone, found, "createSnapshot", query,
+                                           apply)
+            else:
+                status, op = self._mutate(project, zone, vm.name, "createSnapshot", query,
+                                          apply, interim=None)
             if failure and status == 200:
                 self._ops[(project, zone, op["name"])].errors = (("SNAPSHOT_FAILED", failure),)
                 op = self._ops[(project, zone, op["name"])].to_json()
@@ -132,7 +242,7 @@ class DiskOps:
             if owner is None:
                 return 404, error(404, f"disk {disk} not found")
             vm, d = owner
-            return 200, disk_json(project, zone, d, [vm.name])
+            return 200, disk_json(project, zone, d, [vm.name] if vm is not None else [])
 
     def _disk_aggregated_list(self, project: str, query: dict[str, str], body: Any
                               ) -> tuple[int, Any]:

@@ -118,12 +118,13 @@ class FakeOperation:
     zone: str
     name: str
     kind: str  # "stop", "start", "setLabels"
-    target: FakeVm
+    target: Any  # a FakeVm, or a FakeDisk (`target_path` "disks")
     done_at: float
     apply: Any  # callable run once when the operation completes
     done: bool = False
     # the (code, message) errors it completes with (`failing_operations`)
     errors: tuple[tuple[str, str], ...] = ()
+    target_path: str = "instances"  # the collection of the target's targetLink
 
     def to_json(self) -> dict[str, Any]:
         zone_url = f"{_BASE}/projects/{self.project}/zones/{self.zone}"
@@ -133,7 +134,7 @@ class FakeOperation:
             "name": self.name,
             "operationType": self.kind,
             "zone": zone_url,
-            "targetLink": f"{zone_url}/instances/{self.target.name}",
+            "targetLink": f"{zone_url}/{self.target_path}/{self.target.name}",
             "targetId": str(self.target.id),
             "status": "DONE" if self.done else "RUNNING",
             "progress": 100 if self.done else 0,

@@ -84,6 +84,7 @@ from google.cloud.compute_v1.types import (  # noqa: E402
     AggregatedListInstanceGroupManagersRequest,
     AggregatedListInstancesRequest,
     CreateSnapshotDiskRequest,
+    DeleteDiskRequest,
     DeleteInstanceRequest,
     Disk,
     Instance,
@@ -97,16 +98,18 @@ from google.cloud.compute_v1.types import (  # noqa: E402
     StartInstanceRequest,
     StopInstanceRequest,
     Warning,
+    ZoneSetLabelsRequest,
 )
 
 __all__ = [
     "AggregatedListAutoscalersRequest", "AggregatedListDisksRequest",
     "AggregatedListInstanceGroupManagersRequest", "AggregatedListInstancesRequest",
-    "AutoscalersClient", "CreateSnapshotDiskRequest", "DeleteInstanceRequest", "Disk",
+    "AutoscalersClient", "CreateSnapshotDiskRequest", "DeleteDiskRequest", "DeleteInstanceRequest",
+    "Disk",
     "DisksClient", "Instance", "InstanceAggregatedList", "InstanceGroupManagersClient",
     "InstanceGroupManagersDeleteInstancesRequest", "InstancesClient",
     "InstancesSetLabelsRequest", "Operation", "RegionAutoscalersClient",
     "RegionInstanceGroupManagersClient", "RegionInstanceGroupManagersDeleteInstancesRequest",
     "SetLabelsInstanceRequest", "Snapshot", "StartInstanceRequest", "StopInstanceRequest",
-    "Warning", "ZoneOperationsClient", "compute_v1",
+    "Warning", "ZoneOperationsClient", "ZoneSetLabelsRequest", "compute_v1",
 ]

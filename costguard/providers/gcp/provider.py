@@ -34,6 +34,7 @@ from costguard.providers.gcp import (
     projects,
     reads,
     tpus,
+    volumes,
 )
 from costguard.providers.gcp import compute as compute_v1
 from costguard.providers.gcp import reservations as gcp_reservations
@@ -129,9 +130,10 @@ class GcpProvider:
         disks = getattr(self, "_disks", None)  # made by the first terminate
         if disks is not None:
             disks.transport.close()
-        reservations = getattr(self, "_reservation_client", None)  # the first listing's
-        if reservations is not None:
-            reservations.transport.close()
+        for made in ("_reservation_client", "_snapshot_client"):  # made when first needed
+            client = getattr(self, made, None)
+            if client is not None:
+                client.transport.close()
 
     def projects(self) -> tuple[list[str], list[Gap]]:
         """Configured projects plus those found under the folder/organization."""
@@ -258,10 +260,10 @@ class GcpProvider:
             return side.relabel(instance, tags, remove=remove, dry_run=dry_run)
         return actions.set_labels(self._actions, instance, tags, remove=remove, dry_run=dry_run)
 
-    # -- standing resources: reservations (standing.model.HoldsStanding) ----------------
+    # -- standing resources: disks, reservations (standing.model.HoldsStanding) --------
 
     def standing_kinds(self) -> frozenset[StandingKind]:
-        return frozenset({StandingKind.RESERVATION})
+        return frozenset({StandingKind.VOLUME, StandingKind.RESERVATION})
 
     def _reservations(self) -> Any:
         if getattr(self, "_reservation_client", None) is None:
@@ -269,40 +271,72 @@ class GcpProvider:
                 self.clients.credentials, self.settings.compute_endpoint)
         return self._reservation_client
 
+    def _snapshots(self) -> Any:
+        if getattr(self, "_snapshot_client", None) is None:
+            self._snapshot_client = volumes.snapshots_client(
+                self.clients.credentials, self.settings.compute_endpoint)
+        return self._snapshot_client
+
     def list_standing(self, kinds: frozenset[StandingKind]) -> StandingList:
-        """Every billing reservation of every project (gcp/reservations.py)."""
+        """Every zonal disk (gcp/volumes.py) and billing reservation (gcp/reservations.py)
+        of every project, as `kinds` asks."""
         names, gaps = self.projects()
         out = StandingList(gaps=list(gaps))
-        if StandingKind.RESERVATION not in kinds or not names:
+        if not names:
             return out
         observed_at = self.clock.now()
-        client = self._reservations()  # made once, before the threads share it
+        # clients made once, before the threads share them
+        reserved = self._reservations() if StandingKind.RESERVATION in kinds else None
+        disks = self._disk_client() if StandingKind.VOLUME in kinds else None
+
+        def read(project: str) -> StandingList:
+            found = StandingList()
+            for part in (
+                    volumes.list_project(disks, project, retry=self.retry,
+                                         observed_at=observed_at) if disks else None,
+                    gcp_reservations.list_project(reserved, self.clients.instances, project,
+                                                  retry=self.retry, observed_at=observed_at)
+                    if reserved is not None else None):
+                if part is not None:
+                    found.items.extend(part.items)
+                    found.gaps.extend(part.gaps)
+            return found
+
         with ThreadPoolExecutor(max_workers=min(self.settings.max_workers, len(names))) as pool:
-            for found in pool.map(lambda project: gcp_reservations.list_project(
-                    client, self.clients.instances, project, retry=self.retry,
-                    observed_at=observed_at), names):
+            for found in pool.map(read, names):
                 out.items.extend(found.items)
                 out.gaps.extend(found.gaps)
         return out
 
     def describe_standing(self, item: Standing) -> Standing | None:
+        if item.kind is StandingKind.VOLUME:
+            return volumes.describe(self._disk_client(), item, retry=self.retry,
+                                    observed_at=self.clock.now())
         return gcp_reservations.describe(self._reservations(), self.clients.instances, item,
                                          retry=self.retry, observed_at=self.clock.now())
 
-    def _never(self, item: Standing) -> ProviderError:
-        # the registry gives a GCP reservation no action but notify: never reached
-        return ProviderError("gcp", item.resource_id,
-                             f"costguard does not act on a GCP {item.kind}")
+    def _volume(self, item: Standing) -> None:
+        if item.kind is not StandingKind.VOLUME:  # the registry gives others no such action
+            raise ProviderError("gcp", item.resource_id,
+                                f"costguard does not act on a GCP {item.kind}")
 
     def snapshot_volume(self, item: Standing, *, dry_run: bool) -> tuple[str, str]:
-        raise self._never(item)
+        self._volume(item)
+        return volumes.snapshot(self._disk_client(), self._snapshots(), item,
+                                retry=self.retry, dry_run=dry_run)
 
     def delete_standing(self, item: Standing, *, dry_run: bool) -> ActionResult:
-        raise self._never(item)
+        self._volume(item)
+        return volumes.delete(self._disk_client(), self.clients.zone_operations, item,
+                              retry=self.retry, timeout_s=self.settings.operation_timeout_s,
+                              dry_run=dry_run)
 
     def tag_standing(self, item: Standing, tags: dict[str, str], *, dry_run: bool
                      ) -> ActionResult:
-        raise self._never(item)
+        self._volume(item)
+        return volumes.label(self._disk_client(), self.clients.zone_operations, item, tags,
+                             retry=self.retry, timeout_s=self.settings.operation_timeout_s,
+                             dry_run=dry_run)
 
     def _disk_client(self) -> compute_v1.DisksClient:
         from costguard.providers.gcp import terminate as term
