@@ -29,10 +29,10 @@ from costguard.store.tables import InstanceRow, PolicyStateRow, StandingRow
 
 
 class UnknownInstance(CostguardError, LookupError):
-    def __init__(self, instance_id: str) -> None:
-        super().__init__(f"no instance, volume, snapshot or address {instance_id!r} in the "
-                         "store: check the id, or run `costguard run --once` so inventory "
-                         "knows it")
+    def __init__(self, instance_id: str, why: str = "") -> None:
+        super().__init__(why or f"no instance, volume, snapshot, address or reservation "
+                         f"{instance_id!r} in the store: check the id, or run `costguard run "
+                         "--once` so inventory knows it")
 
 
 @dataclass(frozen=True)
@@ -50,12 +50,20 @@ class SnoozeReport:
 
 
 def _target(s: Session, resource_id: str) -> Instance | Standing:
-    """The instance, else the volume, snapshot or address, the store knows by this id."""
+    """The instance, else the volume, snapshot, address or reservation, the store knows by
+    this id (or, for those, by this name)."""
     rows = list(s.exec(select(InstanceRow).where(InstanceRow.instance_id == resource_id)))
     if rows:
         return to_instance(rows[0])
     held = list(s.exec(select(StandingRow).where(StandingRow.resource_id == resource_id,
                                                  col(StandingRow.gone).is_(False))))
+    if not held:  # a persistent disk is known by a number: its name will do, if unique
+        held = list(s.exec(select(StandingRow).where(StandingRow.name == resource_id,
+                                                     col(StandingRow.gone).is_(False))))
+        if len(held) > 1:
+            raise UnknownInstance(resource_id, f"{len(held)} resources are named "
+                                  f"{resource_id!r}: name one by id "
+                                  f"({', '.join(r.resource_id for r in held[:5])})")
     if held:
         return from_row(held[0])
     raise UnknownInstance(resource_id)

@@ -67,7 +67,8 @@ def test_snooze_of_an_unknown_instance_or_without_reason_is_a_clear_error(
         store: tuple[str, Path]) -> None:
     unknown = CliRunner().invoke(app, ["snooze", "i-nope", "--reason", "x", "--no-tag"])
     said = " ".join(unknown.output.split())
-    assert unknown.exit_code == 2 and "no instance, volume, snapshot or address 'i-nope'" in said
+    assert unknown.exit_code == 2
+    assert "no instance, volume, snapshot, address or reservation 'i-nope'" in said
     assert "Traceback" not in unknown.output
     bad = CliRunner().invoke(app, ["snooze", "i-busy", "--for", "4 hours", "--reason", "x"])
     assert bad.exit_code == 2 and "invalid duration" in bad.output

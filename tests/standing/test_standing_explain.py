@@ -76,3 +76,23 @@ def test_the_cli_explains_a_volume_and_names_what_it_takes(
     missing = runner.invoke(app, ["explain", "vol-nothing"])
     assert missing.exit_code != 0
     assert "or a volume, snapshot, address or reservation id" in missing.output
+
+
+def test_snooze_takes_a_resource_by_its_name_when_one_has_it(tmp_path: Path) -> None:
+    from costguard.actions.snooze import UnknownInstance, snooze
+    from costguard.store.tables import StandingRow
+
+    engine, sim, clock = sim_engine(tmp_path, POLICIES)
+    run_for(engine, clock, 1)
+    report = snooze(engine.db, {"sim": sim}, engine.policies.policies, "llm-scratch",
+                    timedelta(days=1), "still reading it", "ana", clock.now())
+    assert [r.policy for r in report.results] == ["unattached-volumes"]
+    assert report.results[0].until is not None
+    with engine.db.session() as s:  # another resource under the same name: ambiguous
+        twin = s.get(StandingRow, ("sim", "vol-sim-ckpt-02"))
+        assert twin is not None
+        twin.name = "llm-scratch"
+        s.add(twin)
+    with pytest.raises(UnknownInstance, match="2 resources are named 'llm-scratch'"):
+        snooze(engine.db, {"sim": sim}, engine.policies.policies, "llm-scratch",
+               timedelta(days=1), "?", "ana", clock.now())

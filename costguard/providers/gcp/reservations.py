@@ -103,7 +103,7 @@ def to_reservation(project: str, raw: Any, twins: dict[_Shape, list[str]],
     usd = reserved.unused_usd_per_hour
     return Standing(
         kind=StandingKind.RESERVATION, provider="gcp", account=project,
-        region=region_of(zone), zone=zone, resource_id=f"{zone}/{raw.name}", name=raw.name,
+        region=region_of(zone), zone=zone, resource_id=str(raw.id), name=raw.name,
         state=str(raw.status), in_use=free == 0, detail=reserved.words(),
         created_at=parse_timestamp(raw.creation_timestamp, observed_at),
         usd_per_month=None if usd is None else usd * HOURS_PER_MONTH,
@@ -177,7 +177,7 @@ def _parsed(project: str, raws: Iterable[Any], twins: dict[_Shape, list[str]],
 def describe(reservations: Any, instances: Any, item: Standing, *, retry: gretry.Retry,
              observed_at: datetime) -> Standing | None:
     """`item` as Compute Engine shows it now (None: gone, or no longer billing)."""
-    zone, _, name = item.resource_id.partition("/")
+    zone, name = item.zone or "", item.name or ""
     try:
         found = reservations.get(project=item.account, zone=zone, reservation=name,
                                  retry=retry)

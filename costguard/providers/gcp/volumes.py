@@ -68,7 +68,7 @@ def to_volume(project: str, raw: Any, observed_at: datetime) -> Standing:
     rate = table.gib_month.get(dtype)
     return Standing(
         kind=StandingKind.VOLUME, provider="gcp", account=project, region=region_of(zone),
-        zone=zone, resource_id=f"{zone}/{raw.name}", name=raw.name, state=str(raw.status),
+        zone=zone, resource_id=str(raw.id), name=raw.name, state=str(raw.status),
         in_use=bool(users), used_by=users, size_gb=size, detail=dtype,
         created_at=parse_timestamp(raw.creation_timestamp, observed_at),
         unused_since=(parse_timestamp(raw.last_detach_timestamp, observed_at)
@@ -115,8 +115,9 @@ def list_project(disks: compute_v1.DisksClient, project: str, *, retry: gretry.R
 
 
 def _where(item: Standing) -> tuple[str, str, str]:
-    zone, _, name = item.resource_id.partition("/")
-    return item.account, zone, name
+    """(project, zone, disk name): a disk is known by its numeric id (unique across
+    projects, and new when a disk is made again under a name) and called by its name."""
+    return item.account, item.zone or "", item.name or ""
 
 
 def _failed(item: Standing, exc: gexc.GoogleAPICallError) -> ProviderError:

@@ -60,7 +60,8 @@ def test_a_half_used_reservation_is_reported_with_its_twin(
         doc = json.loads(render_report(settings, ["team"], start, clock.now(), None, "json",
                                        tmp_path / "r.json", now=clock.now()))
         (line,) = doc["reservations"]
-        assert line["reservation"] == f"{Z}/a100-pool" and line["twins"] == ["beside"]
+        reserved = fake.compute.reservation(P, Z, "a100-pool")
+        assert line["reservation"] == str(reserved.id) and line["twins"] == ["beside"]
         assert line["unused_accelerator_hours"] == line["unused_instance_hours"] == 2 * 50
         mutations = [c for c in fake.compute.calls if c.startswith(("POST", "DELETE",
                                                                     "PATCH"))]

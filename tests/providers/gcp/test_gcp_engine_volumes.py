@@ -59,16 +59,17 @@ def test_an_old_detached_disk_is_snapshotted_then_deleted(
             deletes = list(s.exec(select(ActionJournalRow).where(
                 ActionJournalRow.action == "delete")))
             alerts = {(a.kind, a.instance_id) for a in s.exec(select(AlertRow))}
-            rows = {r.resource_id: r for r in s.exec(select(StandingRow))}
-        assert [(j.instance_id, j.status) for j in deletes] == [(f"{Z}/old-scratch", "done")]
-        assert ("delete-warning", f"{Z}/old-scratch") in alerts
-        assert ("deleted", f"{Z}/old-scratch") in alerts
-        assert not {a for a in alerts if a[1] == f"{Z}/kept"}
-        parked = rows[f"{Z}/parked-data"]
+            rows = {r.name: r for r in s.exec(select(StandingRow))}  # by name
+        ids = {name: r.resource_id for name, r in rows.items()}
+        assert [(j.instance_id, j.status) for j in deletes] == [(ids["old-scratch"], "done")]
+        assert ("delete-warning", ids["old-scratch"]) in alerts
+        assert ("deleted", ids["old-scratch"]) in alerts
+        assert not {a for a in alerts if a[1] == ids["kept"]}
+        parked = rows["parked-data"]
         assert not parked.in_use and parked.used_by == ["parked"]  # the stopped VM's disk
-        assert ("delete-warning", f"{Z}/parked-data") not in alerts
-        assert rows[f"{Z}/busy"].in_use
-        assert rows[f"{Z}/old-scratch"].gone
+        assert ("delete-warning", ids["parked-data"]) not in alerts
+        assert rows["busy"].in_use
+        assert rows["old-scratch"].gone
     finally:
         provider.close()
         db.dispose()

@@ -25,7 +25,7 @@ ZONE = "us-central1-a"
 def _by_id(provider: GcpProvider) -> dict[str, Standing]:
     listed = provider.list_standing(ONLY)
     assert not listed.gaps, listed.gaps
-    return {i.resource_id: i for i in listed.items}
+    return {f"{i.zone}/{i.name}": i for i in listed.items}  # its id is a number
 
 
 def test_a_half_used_reservation_its_price_and_its_twins(fake: FakeGcp,

@@ -26,7 +26,7 @@ DETACHED = datetime(2026, 10, 20, 8, 30, tzinfo=UTC)
 def _listed(provider: GcpProvider) -> dict[str, Standing]:
     listed = provider.list_standing(ONLY)
     assert not listed.gaps, listed.gaps
-    return {i.resource_id: i for i in listed.items}
+    return {i.name or "": i for i in listed.items}  # by name (a disk's id is a number)
 
 
 def test_what_is_listed_as_used_by_what_and_since_when(fake: FakeGcp, make_provider: Make
@@ -37,16 +37,17 @@ def test_what_is_listed_as_used_by_what_and_since_when(fake: FakeGcp, make_provi
                           last_detach=DETACHED)
     fake.compute.add_disk(P, Z, "odd", size_gb=10, disk_type="pd-unknown-kind")
     by_id = _listed(make_provider())
-    assert set(by_id) == {f"{Z}/trainer", f"{Z}/scratch", f"{Z}/odd"}
-    boot = by_id[f"{Z}/trainer"]
+    assert set(by_id) == {"trainer", "scratch", "odd"}
+    boot = by_id["trainer"]
     assert (boot.in_use, boot.used_by, boot.unused_since) == (True, ("trainer",), None)
-    scratch = by_id[f"{Z}/scratch"]
+    scratch = by_id["scratch"]
     assert (scratch.kind, scratch.in_use, scratch.used_by, scratch.size_gb) == (
         StandingKind.VOLUME, False, (), 500)
     assert scratch.unused_since == DETACHED and scratch.region == "us-central1"
+    assert scratch.resource_id.isdigit() and scratch.zone == Z
     assert scratch.usd_per_month == pytest.approx(500 * disk_table().gib_month["pd-ssd"])
     assert scratch.tags == {"team": "vision", "costguard:protect": "true"}
-    odd = by_id[f"{Z}/odd"]
+    odd = by_id["odd"]
     assert odd.usd_per_month is None and "no price for disk type" in odd.price_source
 
 
@@ -55,7 +56,7 @@ def test_snapshot_then_delete_and_the_refusals(fake: FakeGcp, make_provider: Mak
     fake.compute.add_disk(P, Z, "scratch", size_gb=100)
     provider = make_provider()
     by_id = _listed(provider)
-    scratch, boot = by_id[f"{Z}/scratch"], by_id[f"{Z}/trainer"]
+    scratch, boot = by_id["scratch"], by_id["trainer"]
     assert provider.snapshot_volume(scratch, dry_run=True) == ("", "dry-run")
     assert fake.compute.snapshots == {}
     name, state = provider.snapshot_volume(scratch, dry_run=False)
