@@ -365,8 +365,7 @@ def iam(
         # parking a MIG (resize) needs the same rights as a scale-in (deleteInstances)
         gcp = settings.providers.gcp
         rights = {"terminating": terminating, "scaling_in": scaling_in or parking,
-                  "tpus": gcp is None or gcp.tpus, "reservations": "reservation" in standing,
-                  "volumes": standing.get("volume", frozenset())}
+                  "tpus": gcp is None or gcp.tpus, "standing": standing}
         if fmt == "json":  # gcloud iam roles create --file reads JSON as well as YAML
             print(json.dumps(role_definition(enforcing, **rights), indent=2))
         else:

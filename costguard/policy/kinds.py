@@ -56,28 +56,26 @@ def _workload_permissions(enforcing: bool) -> dict[str, list[str]]:
 
 def _storage_permissions(kind: str, acting: frozenset[str] = frozenset({"delete", "tag"})
                          ) -> Callable[[bool], dict[str, list[str]]]:
-    """The rights of a standing kind: reading it, and `acting`'s calls when enforced (AWS;
-    GCP for volumes, the one storage kind it holds)."""
+    """The rights of a standing kind on each cloud: reading it, and `acting`'s calls when
+    enforced."""
     def permissions(enforcing: bool) -> dict[str, list[str]]:
         from costguard.providers.aws.iam import standing_statements
-        from costguard.providers.gcp.iam import VOLUMES_DELETE, VOLUMES_TAG
+        from costguard.providers.gcp.iam import STANDING_READ, standing_permissions
 
         acts = acting if enforcing else frozenset()
         stmts = standing_statements({kind: acts})
         out = {"aws": sorted({a for stmt in stmts for a in _listed(stmt.get("Action"))})}
-        if kind == "volume":
-            out["gcp"] = sorted({"compute.disks.list", "compute.disks.get"}
-                                | (set(VOLUMES_DELETE) | set(VOLUMES_TAG) if acts else set()))
+        if kind in STANDING_READ:
+            out["gcp"] = standing_permissions({kind: acts})
         return out
     return permissions
 
 
 def _reservation_permissions(enforcing: bool) -> dict[str, list[str]]:
-    """Reading only, enforced or not: a reservation's one action is `notify`."""
-    from costguard.providers.gcp.iam import RESERVATIONS_READ
-
-    return {**_storage_permissions("reservation", frozenset())(enforcing),
-            "gcp": sorted({*RESERVATIONS_READ, "compute.instances.list"})}
+    """Reading only, enforced or not: a reservation's one action is `notify` (its twins are
+    read with the instances' listing rights)."""
+    got = _storage_permissions("reservation", frozenset())(enforcing)
+    return {**got, "gcp": sorted({*got["gcp"], "compute.instances.list"})}
 
 
 def _listed(value: Any) -> list[str]:
@@ -182,8 +180,8 @@ policies:
       - notify: {to: team}
       - delete: {grace: 7d}
 """),
-    _storage("address", "static public addresses: Elastic IPs and the simulated cloud's, "
-             "associated with nothing", (), """\
+    _storage("address", "static public addresses: Elastic IPs, Compute Engine external "
+             "addresses and the simulated cloud's, associated with nothing", (), """\
 policies:
   - name: idle-addresses
     resource: address
@@ -192,7 +190,7 @@ policies:
     actions:
       - notify: {to: owner}
       - delete: {grace: 2d}
-"""),
+""", ("aws", "gcp", "sim")),
     ResourceKind(
         name="reservation",
         what="capacity paid for by the hour whether used or not: EC2 On-Demand Capacity "

@@ -71,12 +71,14 @@ def current(s: Session, kinds: Iterable[str] | None = None) -> list[Standing]:
 
 def holder(s: Session, item: Standing, ref: str) -> InstanceRow | None:
     """The stored instance `ref` names: by id (EC2), else by name in the item's zone (a
-    persistent disk's `users` name their VMs)."""
+    persistent disk's `users` name their VMs) or in the zone `ref` gives (`ZONE/NAME`: a
+    GCP address's VM)."""
     row = s.get(InstanceRow, (item.provider, ref))
-    if row is None and item.zone:
+    zone, _, name = ref.rpartition("/") if "/" in ref else (item.zone, "", ref)
+    if row is None and zone:
         row = s.exec(select(InstanceRow).where(
             InstanceRow.provider == item.provider, InstanceRow.account == item.account,
-            InstanceRow.zone == item.zone, InstanceRow.name == ref,
+            InstanceRow.zone == zone, InstanceRow.name == name,
             col(InstanceRow.gone).is_(False))).first()
     return row
 

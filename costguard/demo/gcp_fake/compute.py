@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from http.server import ThreadingHTTPServer
 from typing import Any
 
+from costguard.demo.gcp_fake.addresses import ADDRESS_ROUTES, AddressOps
 from costguard.demo.gcp_fake.disks import DiskOps, FakeDisk
 from costguard.demo.gcp_fake.filter import aggregated
 from costguard.demo.gcp_fake.groups import GROUP_ROUTES, GroupOps
@@ -51,7 +52,7 @@ class _Injected:
     path_contains: str
 
 
-class FakeCompute(DiskOps, GroupOps, TpuOps, ReservationOps):
+class FakeCompute(DiskOps, GroupOps, TpuOps, ReservationOps, AddressOps):
     """State of the fake plus the HTTP server. Thread-safe; use as a context manager."""
 
     def __init__(self, *, operation_delay_s: float = 0.0, max_wait_s: float = 2.0) -> None:
@@ -89,6 +90,7 @@ class FakeCompute(DiskOps, GroupOps, TpuOps, ReservationOps):
         self._init_groups()
         self._init_tpus()
         self._init_reservations()
+        self._init_addresses()
 
     # ---- state the tests drive -------------------------------------------------------
     def add_instance(
@@ -406,4 +408,5 @@ _ROUTES: tuple[tuple[re.Pattern[str], str, str], ...] = (
     *((re.compile(pattern), verb, action) for pattern, verb, action in GROUP_ROUTES),
     *((re.compile(pattern), verb, action) for pattern, verb, action in TPU_ROUTES),
     *((re.compile(pattern), verb, action) for pattern, verb, action in RESERVATION_ROUTES),
+    *((re.compile(pattern), verb, action) for pattern, verb, action in ADDRESS_ROUTES),
 )

@@ -125,15 +125,16 @@ class FakeOperation:
     # the (code, message) errors it completes with (`failing_operations`)
     errors: tuple[tuple[str, str], ...] = ()
     target_path: str = "instances"  # the collection of the target's targetLink
+    scope: str = "zones"  # "regions": `zone` holds the region (an address's operation)
 
     def to_json(self) -> dict[str, Any]:
-        zone_url = f"{_BASE}/projects/{self.project}/zones/{self.zone}"
+        zone_url = f"{_BASE}/projects/{self.project}/{self.scope}/{self.zone}"
         out: dict[str, Any] = {
             "kind": "compute#operation",
             "id": str(abs(hash(self.name)) % 10**18),
             "name": self.name,
             "operationType": self.kind,
-            "zone": zone_url,
+            ("zone" if self.scope == "zones" else "region"): zone_url,
             "targetLink": f"{zone_url}/{self.target_path}/{self.target.name}",
             "targetId": str(self.target.id),
             "status": "DONE" if self.done else "RUNNING",

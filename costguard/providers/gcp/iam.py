@@ -7,6 +7,7 @@ Create the role with `gcloud iam roles create costguard --project P --file costg
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
@@ -20,20 +21,35 @@ READ = (
     "compute.instanceGroupManagers.list",  # MIG sizes: instanceGroupManagers.aggregatedList
     "compute.autoscalers.list",  # their autoscalers' minimums: autoscalers.aggregatedList
 )
-# a reservation policy: reservations.aggregatedList and reservations.get (gcp/reservations.py;
-# its twins come from instances.list, already read)
-RESERVATIONS_READ = ("compute.reservations.list", "compute.reservations.get")
-# an enforced volume policy that deletes: the snapshot first, then the delete
-# (gcp/volumes.py); one that tags: the disk's labels. Reading disks is in READ already.
-VOLUMES_DELETE = (
-    "compute.disks.createSnapshot",
-    "compute.snapshots.create",
-    "compute.snapshots.setLabels",  # the costguard_snapshot-of label, set at creation
-    "compute.snapshots.get",  # the snapshot's state, across cycles
-    "compute.disks.delete",
-    "compute.zoneOperations.get",
-)
-VOLUMES_TAG = ("compute.disks.setLabels", "compute.zoneOperations.get")
+# what each standing kind a policy governs needs (costguard/standing/): to read it, and,
+# where an enforced policy deletes or tags it, that; each action waits on its operation.
+# Reading disks is in READ already (a stopped VM's cost reads them).
+STANDING_READ: dict[str, tuple[str, ...]] = {
+    "volume": ("compute.disks.list", "compute.disks.get"),  # gcp/volumes.py
+    "address": ("compute.addresses.list", "compute.addresses.get"),  # gcp/addresses.py
+    # reservations.aggregatedList and .get; the twins come from instances.list (READ)
+    "reservation": ("compute.reservations.list", "compute.reservations.get"),
+}
+STANDING_ACT: dict[tuple[str, str], tuple[str, ...]] = {
+    ("volume", "delete"): (
+        "compute.disks.createSnapshot", "compute.snapshots.create",
+        "compute.snapshots.setLabels",  # the costguard_snapshot-of label, set at creation
+        "compute.snapshots.get",  # the snapshot's state, across cycles
+        "compute.disks.delete", "compute.zoneOperations.get"),
+    ("volume", "tag"): ("compute.disks.setLabels", "compute.zoneOperations.get"),
+    ("address", "delete"): ("compute.addresses.delete", "compute.regionOperations.get"),
+    ("address", "tag"): ("compute.addresses.setLabels", "compute.regionOperations.get"),
+}
+
+
+def standing_permissions(kinds: Mapping[str, frozenset[str]]) -> list[str]:
+    """The rights for the standing kinds governed (kind -> what enforced policies do)."""
+    out = {p for kind in kinds for p in STANDING_READ.get(kind, ())}
+    out |= {p for kind, acts in kinds.items() for act in acts
+            for p in STANDING_ACT.get((kind, act), ())}
+    return sorted(out)
+
+
 ENFORCE = (
     "compute.instances.stop",
     "compute.instances.start",
@@ -69,23 +85,18 @@ LIST_PROJECTS = (
 
 def required_permissions(enforcing: bool, *, list_projects: bool = False,
                          terminating: bool = False, scaling_in: bool = False,
-                         tpus: bool = True, reservations: bool = False,
-                         volumes: frozenset[str] = frozenset()) -> list[str]:
+                         tpus: bool = True,
+                         standing: Mapping[str, frozenset[str]] | None = None) -> list[str]:
     """Permissions for a read-only (dry-run) deployment, or one that acts (`enforcing`).
 
     `list_projects`: also those needed to find projects under a folder or organization.
     `terminating`: a policy enables `terminate` (snapshot the disks, delete the VM).
     `scaling_in`: a policy has `scale_in` (delete a member through its instance group).
     `tpus`: Cloud TPU nodes are listed (`providers.gcp.tpus`, on by default).
-    `reservations`: a reservation policy is enabled (read only: costguard never changes one).
-    `volumes`: what enforced volume policies do to disks (`delete`, `tag`; dry-run ones
-    give none).
+    `standing`: the volume, address and reservation kinds policies govern, each with what
+    its enforced policies do (`delete`, `tag`; dry-run ones give none).
     """
-    perms = list(READ) + (list(RESERVATIONS_READ) if reservations else [])
-    if "delete" in volumes:
-        perms += VOLUMES_DELETE
-    if "tag" in volumes:
-        perms += VOLUMES_TAG
+    perms = list(READ) + standing_permissions(standing or {})
     if tpus:
         perms += TPU_READ + (TPU_ENFORCE if enforcing else ())
     if enforcing:
@@ -101,19 +112,18 @@ def required_permissions(enforcing: bool, *, list_projects: bool = False,
 
 def render_role(enforcing: bool, *, list_projects: bool = False,
                 terminating: bool = False, scaling_in: bool = False, tpus: bool = True,
-                reservations: bool = False, volumes: frozenset[str] = frozenset()) -> str:
+                standing: Mapping[str, frozenset[str]] | None = None) -> str:
     """A custom role definition in the format `gcloud iam roles create --file` reads."""
     role = role_definition(enforcing, list_projects=list_projects, terminating=terminating,
-                           scaling_in=scaling_in, tpus=tpus, reservations=reservations,
-                           volumes=volumes)
+                           scaling_in=scaling_in, tpus=tpus, standing=standing)
     header = "# Generated from costguard/providers/gcp/iam.py - regenerate, do not edit.\n"
     return header + yaml.safe_dump(role, sort_keys=False)
 
 
 def role_definition(enforcing: bool, *, list_projects: bool = False,
                     terminating: bool = False, scaling_in: bool = False,
-                    tpus: bool = True, reservations: bool = False,
-                    volumes: frozenset[str] = frozenset()) -> dict[str, Any]:
+                    tpus: bool = True,
+                    standing: Mapping[str, frozenset[str]] | None = None) -> dict[str, Any]:
     """The custom role as data: title, description, stage, includedPermissions."""
     title = "costguard (enforcing)" if enforcing else "costguard (read-only)"
     if enforcing and terminating:
@@ -122,22 +132,24 @@ def role_definition(enforcing: bool, *, list_projects: bool = False,
         "title": title,
         "description": (
             "Lists GCE instances" + (", Cloud TPU nodes" if tpus else "")
-            + (", reservations" if reservations else "")
+            + "".join(f", {kind}s" for kind in sorted(standing or {}))
             + " and their accelerator metrics"
             + (", stops/starts idle instances and sets labels" if enforcing else "")
             + (", snapshots disks and deletes VMs a policy terminates"
                if enforcing and terminating else "")
             + (", shrinks managed instance groups by idle members"
                if enforcing and scaling_in else "")
-            + (", snapshots and deletes unused disks" if "delete" in volumes else "")
+            + (", snapshots and deletes unused disks"
+               if "delete" in (standing or {}).get("volume", ()) else "")
+            + (", releases unused addresses"
+               if "delete" in (standing or {}).get("address", ()) else "")
             + ". Generated by costguard.providers.gcp.iam.render_role; do not edit by hand."
         ),
         "stage": "GA",
         "includedPermissions": required_permissions(enforcing, list_projects=list_projects,
                                                     terminating=terminating,
                                                     scaling_in=scaling_in, tpus=tpus,
-                                                    reservations=reservations,
-                                                    volumes=volumes),
+                                                    standing=standing),
     }
     return role
 

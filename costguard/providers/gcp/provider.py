@@ -25,6 +25,7 @@ from costguard.providers.base import Decided, FetchedPrices, Readings, Split, re
 from costguard.providers.cloud_readings import Dropped
 from costguard.providers.gcp import (
     actions,
+    addresses,
     batch,
     http_batch,
     inventory,
@@ -134,6 +135,8 @@ class GcpProvider:
             client = getattr(self, made, None)
             if client is not None:
                 client.transport.close()
+        for client in getattr(self, "_address_clients", None) or ():
+            client.transport.close()
 
     def projects(self) -> tuple[list[str], list[Gap]]:
         """Configured projects plus those found under the folder/organization."""
@@ -263,13 +266,19 @@ class GcpProvider:
     # -- standing resources: disks, reservations (standing.model.HoldsStanding) --------
 
     def standing_kinds(self) -> frozenset[StandingKind]:
-        return frozenset({StandingKind.VOLUME, StandingKind.RESERVATION})
+        return frozenset({StandingKind.VOLUME, StandingKind.ADDRESS, StandingKind.RESERVATION})
 
     def _reservations(self) -> Any:
         if getattr(self, "_reservation_client", None) is None:
             self._reservation_client = gcp_reservations.client(
                 self.clients.credentials, self.settings.compute_endpoint)
         return self._reservation_client
+
+    def _addresses(self) -> tuple[Any, Any]:
+        if getattr(self, "_address_clients", None) is None:
+            self._address_clients = addresses.clients(self.clients.credentials,
+                                                      self.settings.compute_endpoint)
+        return self._address_clients
 
     def _snapshots(self) -> Any:
         if getattr(self, "_snapshot_client", None) is None:
@@ -278,8 +287,8 @@ class GcpProvider:
         return self._snapshot_client
 
     def list_standing(self, kinds: frozenset[StandingKind]) -> StandingList:
-        """Every zonal disk (gcp/volumes.py) and billing reservation (gcp/reservations.py)
-        of every project, as `kinds` asks."""
+        """Every zonal disk (gcp/volumes.py), external address (gcp/addresses.py) and
+        billing reservation (gcp/reservations.py) of every project, as `kinds` asks."""
         names, gaps = self.projects()
         out = StandingList(gaps=list(gaps))
         if not names:
@@ -288,12 +297,15 @@ class GcpProvider:
         # clients made once, before the threads share them
         reserved = self._reservations() if StandingKind.RESERVATION in kinds else None
         disks = self._disk_client() if StandingKind.VOLUME in kinds else None
+        ips = self._addresses()[0] if StandingKind.ADDRESS in kinds else None
 
         def read(project: str) -> StandingList:
             found = StandingList()
             for part in (
                     volumes.list_project(disks, project, retry=self.retry,
                                          observed_at=observed_at) if disks else None,
+                    addresses.list_project(ips, project, retry=self.retry,
+                                           observed_at=observed_at) if ips else None,
                     gcp_reservations.list_project(reserved, self.clients.instances, project,
                                                   retry=self.retry, observed_at=observed_at)
                     if reserved is not None else None):
@@ -312,31 +324,40 @@ class GcpProvider:
         if item.kind is StandingKind.VOLUME:
             return volumes.describe(self._disk_client(), item, retry=self.retry,
                                     observed_at=self.clock.now())
+        if item.kind is StandingKind.ADDRESS:
+            return addresses.describe(self._addresses()[0], item, retry=self.retry,
+                                      observed_at=self.clock.now())
         return gcp_reservations.describe(self._reservations(), self.clients.instances, item,
                                          retry=self.retry, observed_at=self.clock.now())
 
-    def _volume(self, item: Standing) -> None:
-        if item.kind is not StandingKind.VOLUME:  # the registry gives others no such action
+    def _acts_on(self, item: Standing, *kinds: StandingKind) -> None:
+        if item.kind not in kinds:  # the registry gives the others no such action
             raise ProviderError("gcp", item.resource_id,
-                                f"costguard does not act on a GCP {item.kind}")
+                                f"costguard does not do that to a GCP {item.kind}")
 
     def snapshot_volume(self, item: Standing, *, dry_run: bool) -> tuple[str, str]:
-        self._volume(item)
+        self._acts_on(item, StandingKind.VOLUME)
         return volumes.snapshot(self._disk_client(), self._snapshots(), item,
                                 retry=self.retry, dry_run=dry_run)
 
     def delete_standing(self, item: Standing, *, dry_run: bool) -> ActionResult:
-        self._volume(item)
+        self._acts_on(item, StandingKind.VOLUME, StandingKind.ADDRESS)
+        timeout = self.settings.operation_timeout_s
+        if item.kind is StandingKind.ADDRESS:
+            return addresses.delete(*self._addresses(), item, retry=self.retry,
+                                    timeout_s=timeout, dry_run=dry_run)
         return volumes.delete(self._disk_client(), self.clients.zone_operations, item,
-                              retry=self.retry, timeout_s=self.settings.operation_timeout_s,
-                              dry_run=dry_run)
+                              retry=self.retry, timeout_s=timeout, dry_run=dry_run)
 
     def tag_standing(self, item: Standing, tags: dict[str, str], *, dry_run: bool
                      ) -> ActionResult:
-        self._volume(item)
+        self._acts_on(item, StandingKind.VOLUME, StandingKind.ADDRESS)
+        timeout = self.settings.operation_timeout_s
+        if item.kind is StandingKind.ADDRESS:
+            return addresses.label(*self._addresses(), item, tags, retry=self.retry,
+                                   timeout_s=timeout, dry_run=dry_run)
         return volumes.label(self._disk_client(), self.clients.zone_operations, item, tags,
-                             retry=self.retry, timeout_s=self.settings.operation_timeout_s,
-                             dry_run=dry_run)
+                             retry=self.retry, timeout_s=timeout, dry_run=dry_run)
 
     def _disk_client(self) -> compute_v1.DisksClient:
         from costguard.providers.gcp import terminate as term

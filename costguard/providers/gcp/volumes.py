@@ -24,7 +24,7 @@ import hashlib
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -136,18 +136,27 @@ def describe(disks: compute_v1.DisksClient, item: Standing, *, retry: gretry.Ret
     return to_volume(project, compute_v1.Disk.pb(found), observed_at)
 
 
+def wait_done(op: compute_v1.Operation, again: Callable[[str], compute_v1.Operation],
+              scope: str, timeout_s: float) -> compute_v1.Operation:
+    """`op` once DONE, asking `again(name)` (a zone's, region's or global operations.wait,
+    which blocks server-side up to about two minutes) until then."""
+    deadline = time.monotonic() + timeout_s
+    while op.status != compute_v1.Operation.Status.DONE:
+        if time.monotonic() > deadline:
+            raise ProviderError("gcp", scope,
+                                f"operation {op.name} not done after {timeout_s:.0f} s",
+                                retryable=True)
+        op = again(op.name)
+    return op
+
+
 def _wait(operations: compute_v1.ZoneOperationsClient, item: Standing,
           op: compute_v1.Operation, retry: gretry.Retry, timeout_s: float
           ) -> compute_v1.Operation:
     project, zone, _ = _where(item)
-    deadline = time.monotonic() + timeout_s
-    while op.status != compute_v1.Operation.Status.DONE:
-        if time.monotonic() > deadline:
-            raise ProviderError("gcp", item.resource_id,
-                                f"operation {op.name} not done after {timeout_s:.0f} s",
-                                retryable=True)
-        op = operations.wait(project=project, zone=zone, operation=op.name, retry=retry)
-    return op
+    return wait_done(op, lambda name: operations.wait(project=project, zone=zone,
+                                                      operation=name, retry=retry),
+                     item.resource_id, timeout_s)
 
 
 def snapshot_name(item: Standing) -> str:
