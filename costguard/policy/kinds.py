@@ -168,8 +168,8 @@ policies:
       - notify: {to: [owner, team]}
       - tag: {set: {"costguard:unused-since": "{now}"}, overwrite: false}
 """, ("aws", "gcp", "sim")),
-    _storage("snapshot", "EBS snapshots and the simulated cloud's that no image, launch "
-             "template or volume needs", (), """\
+    _storage("snapshot", "EBS snapshots, Compute Engine disk snapshots and the simulated "
+             "cloud's that no image, launch or instance template or volume needs", (), """\
 policies:
   - name: old-unused-snapshots
     resource: snapshot
@@ -179,7 +179,7 @@ policies:
     actions:
       - notify: {to: team}
       - delete: {grace: 7d}
-"""),
+""", ("aws", "gcp", "sim")),
     _storage("address", "static public addresses: Elastic IPs, Compute Engine external "
              "addresses and the simulated cloud's, associated with nothing", (), """\
 policies:

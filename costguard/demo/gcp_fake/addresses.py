@@ -11,8 +11,6 @@ forwarding rule's).
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import itertools
 import threading
 import time
@@ -20,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from costguard.demo.gcp_fake.disks import fingerprint
 from costguard.demo.gcp_fake.filter import aggregated
 from costguard.demo.gcp_fake.http import error
 from costguard.demo.gcp_fake.records import FakeOperation
@@ -42,8 +41,7 @@ class FakeAddress:
 
     @property
     def label_fingerprint(self) -> str:
-        digest = hashlib.sha256(repr(sorted(self.labels.items())).encode()).digest()[:8]
-        return base64.b64encode(digest).decode()
+        return fingerprint(self.labels)
 
     def to_json(self) -> dict[str, Any]:
         region_url = f"{_BASE}/projects/{self.project}/regions/{self.region}"

@@ -34,6 +34,7 @@ from costguard.demo.gcp_fake.groups import GROUP_ROUTES, GroupOps
 from costguard.demo.gcp_fake.http import LoopbackServer, error, forbidden, handler_for
 from costguard.demo.gcp_fake.records import FakeOperation, FakeVm
 from costguard.demo.gcp_fake.reservations import RESERVATION_ROUTES, ReservationOps
+from costguard.demo.gcp_fake.snapshots import SNAPSHOT_ROUTES, SnapshotOps
 from costguard.demo.gcp_fake.tpu import TPU_ROUTES, FakeTpuNode, TpuOps
 
 __all__ = ["FakeCompute", "FakeDisk", "FakeOperation", "FakeTpuNode", "FakeVm"]
@@ -52,7 +53,7 @@ class _Injected:
     path_contains: str
 
 
-class FakeCompute(DiskOps, GroupOps, TpuOps, ReservationOps, AddressOps):
+class FakeCompute(DiskOps, GroupOps, TpuOps, ReservationOps, AddressOps, SnapshotOps):
     """State of the fake plus the HTTP server. Thread-safe; use as a context manager."""
 
     def __init__(self, *, operation_delay_s: float = 0.0, max_wait_s: float = 2.0) -> None:
@@ -91,6 +92,7 @@ class FakeCompute(DiskOps, GroupOps, TpuOps, ReservationOps, AddressOps):
         self._init_tpus()
         self._init_reservations()
         self._init_addresses()
+        self._init_snapshots()
 
     # ---- state the tests drive -------------------------------------------------------
     def add_instance(
@@ -409,4 +411,5 @@ _ROUTES: tuple[tuple[re.Pattern[str], str, str], ...] = (
     *((re.compile(pattern), verb, action) for pattern, verb, action in TPU_ROUTES),
     *((re.compile(pattern), verb, action) for pattern, verb, action in RESERVATION_ROUTES),
     *((re.compile(pattern), verb, action) for pattern, verb, action in ADDRESS_ROUTES),
+    *((re.compile(pattern), verb, action) for pattern, verb, action in SNAPSHOT_ROUTES),
 )

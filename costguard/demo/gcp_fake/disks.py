@@ -32,6 +32,13 @@ _BASE = "https://www.googleapis.com/compute/v1"
 _DISK_IDS = itertools.count(5_100_000_000_000_000_000)
 
 
+def fingerprint(labels: dict[str, str]) -> str:
+    """A resource's labelFingerprint, as GCE's: a hash of its labels (the same labels give
+    the same fingerprint, so a resource made again is not refused with a 412)."""
+    digest = hashlib.sha256(repr(sorted(labels.items())).encode()).digest()[:8]
+    return base64.b64encode(digest).decode()
+
+
 @dataclass
 class FakeDisk:
     name: str
@@ -43,12 +50,12 @@ class FakeDisk:
     labels: dict[str, str] = field(default_factory=dict)
     created: datetime = field(default_factory=lambda: datetime(2026, 1, 1, tzinfo=UTC))
     last_detach: datetime | None = None  # `lastDetachTimestamp`, once it was detached
+    source_snapshot: str | None = None  # the snapshot it was made from (a name)
     id: int = field(default_factory=lambda: next(_DISK_IDS))
 
     @property
     def label_fingerprint(self) -> str:
-        digest = hashlib.sha256(repr(sorted(self.labels.items())).encode()).digest()[:8]
-        return base64.b64encode(digest).decode()
+        return fingerprint(self.labels)
 
     def attached_json(self, project: str, zone: str, index: int) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -86,6 +93,9 @@ def disk_json(project: str, zone: str, d: FakeDisk, users: list[str]) -> dict[st
         body["labels"] = dict(d.labels)
     if d.last_detach is not None:
         body["lastDetachTimestamp"] = d.last_detach.isoformat(timespec="milliseconds")
+    if d.source_snapshot:
+        body["sourceSnapshot"] = (f"{_BASE}/projects/{project}/global/snapshots/"
+                                  f"{d.source_snapshot}")
     return body
 
 
@@ -191,7 +201,7 @@ class DiskOps:
             if snap is None:
                 return 404, error(404, f"The resource 'projects/{project}/global/snapshots/"
                                        f"{name}' was not found", reason="notFound")
-            return 200, dict(snap)
+            return 200, dict(snap, labelFingerprint=fingerprint(snap.get("labels") or {}))
 
     def _complete_due_operations(self) -> None:
         raise NotImplementedError  # FakeCompute's

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from costguard.demo.gcp_fake.disks import FakeDisk
+from costguard.demo.gcp_fake.disks import FakeDisk, fingerprint
 
 _BASE = "https://www.googleapis.com/compute/v1"
 
@@ -42,8 +40,7 @@ class FakeVm:
     def label_fingerprint(self) -> str:
         # like GCE's, a hash of the labels: two VMs with the same labels share a fingerprint
         # (so a VM recreated under the same name does not answer a stale read with a 412)
-        digest = hashlib.sha256(repr(sorted(self.labels.items())).encode()).digest()[:8]
-        return base64.b64encode(digest).decode()
+        return fingerprint(self.labels)
 
     def to_json(self) -> dict[str, Any]:
         zone_url = f"{_BASE}/projects/{self.project}/zones/{self.zone}"
@@ -125,16 +122,19 @@ class FakeOperation:
     # the (code, message) errors it completes with (`failing_operations`)
     errors: tuple[tuple[str, str], ...] = ()
     target_path: str = "instances"  # the collection of the target's targetLink
-    scope: str = "zones"  # "regions": `zone` holds the region (an address's operation)
+    # "regions": `zone` holds the region (an address's operation); "global": no zone
+    scope: str = "zones"
 
     def to_json(self) -> dict[str, Any]:
-        zone_url = f"{_BASE}/projects/{self.project}/{self.scope}/{self.zone}"
+        zone_url = (f"{_BASE}/projects/{self.project}/global" if self.scope == "global"
+                    else f"{_BASE}/projects/{self.project}/{self.scope}/{self.zone}")
         out: dict[str, Any] = {
             "kind": "compute#operation",
             "id": str(abs(hash(self.name)) % 10**18),
             "name": self.name,
             "operationType": self.kind,
-            ("zone" if self.scope == "zones" else "region"): zone_url,
+            **({"zone" if self.scope == "zones" else "region": zone_url}
+               if self.scope != "global" else {}),
             "targetLink": f"{zone_url}/{self.target_path}/{self.target.name}",
             "targetId": str(self.target.id),
             "status": "DONE" if self.done else "RUNNING",

@@ -39,6 +39,7 @@ from costguard.providers.gcp import (
 )
 from costguard.providers.gcp import compute as compute_v1
 from costguard.providers.gcp import reservations as gcp_reservations
+from costguard.providers.gcp import snapshots as gcp_snapshots
 from costguard.providers.gcp.batch_joiner import Joiner
 from costguard.providers.gcp.clients import (
     GcpClients,
@@ -131,10 +132,12 @@ class GcpProvider:
         disks = getattr(self, "_disks", None)  # made by the first terminate
         if disks is not None:
             disks.transport.close()
-        for made in ("_reservation_client", "_snapshot_client"):  # made when first needed
-            client = getattr(self, made, None)
-            if client is not None:
-                client.transport.close()
+        reserved = getattr(self, "_reservation_client", None)  # made when first needed
+        if reserved is not None:
+            reserved.transport.close()
+        snaps = getattr(self, "_snapshot_clients", None)
+        if snaps is not None:
+            snaps.close()
         for client in getattr(self, "_address_clients", None) or ():
             client.transport.close()
 
@@ -266,7 +269,7 @@ class GcpProvider:
     # -- standing resources: disks, reservations (standing.model.HoldsStanding) --------
 
     def standing_kinds(self) -> frozenset[StandingKind]:
-        return frozenset({StandingKind.VOLUME, StandingKind.ADDRESS, StandingKind.RESERVATION})
+        return frozenset(StandingKind)
 
     def _reservations(self) -> Any:
         if getattr(self, "_reservation_client", None) is None:
@@ -280,15 +283,16 @@ class GcpProvider:
                                                       self.settings.compute_endpoint)
         return self._address_clients
 
-    def _snapshots(self) -> Any:
-        if getattr(self, "_snapshot_client", None) is None:
-            self._snapshot_client = volumes.snapshots_client(
-                self.clients.credentials, self.settings.compute_endpoint)
-        return self._snapshot_client
+    def _snapshots(self) -> gcp_snapshots.Clients:
+        if getattr(self, "_snapshot_clients", None) is None:
+            self._snapshot_clients = gcp_snapshots.Clients(
+                self.clients.credentials, self.settings.compute_endpoint, self._disk_client())
+        return self._snapshot_clients
 
     def list_standing(self, kinds: frozenset[StandingKind]) -> StandingList:
-        """Every zonal disk (gcp/volumes.py), external address (gcp/addresses.py) and
-        billing reservation (gcp/reservations.py) of every project, as `kinds` asks."""
+        """Every zonal disk (gcp/volumes.py), snapshot (gcp/snapshots.py), external address
+        (gcp/addresses.py) and billing reservation (gcp/reservations.py) of every project,
+        as `kinds` asks."""
         names, gaps = self.projects()
         out = StandingList(gaps=list(gaps))
         if not names:
@@ -298,6 +302,7 @@ class GcpProvider:
         reserved = self._reservations() if StandingKind.RESERVATION in kinds else None
         disks = self._disk_client() if StandingKind.VOLUME in kinds else None
         ips = self._addresses()[0] if StandingKind.ADDRESS in kinds else None
+        snaps = self._snapshots() if StandingKind.SNAPSHOT in kinds else None
 
         def read(project: str) -> StandingList:
             found = StandingList()
@@ -306,6 +311,8 @@ class GcpProvider:
                                          observed_at=observed_at) if disks else None,
                     addresses.list_project(ips, project, retry=self.retry,
                                            observed_at=observed_at) if ips else None,
+                    gcp_snapshots.list_project(snaps, project, retry=self.retry,
+                                               observed_at=observed_at) if snaps else None,
                     gcp_reservations.list_project(reserved, self.clients.instances, project,
                                                   retry=self.retry, observed_at=observed_at)
                     if reserved is not None else None):
@@ -327,6 +334,9 @@ class GcpProvider:
         if item.kind is StandingKind.ADDRESS:
             return addresses.describe(self._addresses()[0], item, retry=self.retry,
                                       observed_at=self.clock.now())
+        if item.kind is StandingKind.SNAPSHOT:
+            return gcp_snapshots.describe(self._snapshots(), item, retry=self.retry,
+                                          observed_at=self.clock.now())
         return gcp_reservations.describe(self._reservations(), self.clients.instances, item,
                                          retry=self.retry, observed_at=self.clock.now())
 
@@ -337,25 +347,31 @@ class GcpProvider:
 
     def snapshot_volume(self, item: Standing, *, dry_run: bool) -> tuple[str, str]:
         self._acts_on(item, StandingKind.VOLUME)
-        return volumes.snapshot(self._disk_client(), self._snapshots(), item,
+        return volumes.snapshot(self._disk_client(), self._snapshots().snapshots, item,
                                 retry=self.retry, dry_run=dry_run)
 
     def delete_standing(self, item: Standing, *, dry_run: bool) -> ActionResult:
-        self._acts_on(item, StandingKind.VOLUME, StandingKind.ADDRESS)
+        self._acts_on(item, StandingKind.VOLUME, StandingKind.ADDRESS, StandingKind.SNAPSHOT)
         timeout = self.settings.operation_timeout_s
         if item.kind is StandingKind.ADDRESS:
             return addresses.delete(*self._addresses(), item, retry=self.retry,
                                     timeout_s=timeout, dry_run=dry_run)
+        if item.kind is StandingKind.SNAPSHOT:
+            return gcp_snapshots.delete(self._snapshots(), item, retry=self.retry,
+                                        timeout_s=timeout, dry_run=dry_run)
         return volumes.delete(self._disk_client(), self.clients.zone_operations, item,
                               retry=self.retry, timeout_s=timeout, dry_run=dry_run)
 
     def tag_standing(self, item: Standing, tags: dict[str, str], *, dry_run: bool
                      ) -> ActionResult:
-        self._acts_on(item, StandingKind.VOLUME, StandingKind.ADDRESS)
+        self._acts_on(item, StandingKind.VOLUME, StandingKind.ADDRESS, StandingKind.SNAPSHOT)
         timeout = self.settings.operation_timeout_s
         if item.kind is StandingKind.ADDRESS:
             return addresses.label(*self._addresses(), item, tags, retry=self.retry,
                                    timeout_s=timeout, dry_run=dry_run)
+        if item.kind is StandingKind.SNAPSHOT:
+            return gcp_snapshots.label(self._snapshots(), item, tags, retry=self.retry,
+                                       timeout_s=timeout, dry_run=dry_run)
         return volumes.label(self._disk_client(), self.clients.zone_operations, item, tags,
                              retry=self.retry, timeout_s=timeout, dry_run=dry_run)
 

@@ -30,8 +30,6 @@ from typing import Any
 
 from google.api_core import exceptions as gexc
 from google.api_core import retry as gretry
-from google.api_core.client_options import ClientOptions
-from google.auth import credentials as gcredentials
 
 from costguard.errors import ProviderError
 from costguard.model import ActionOutcome, ActionResult, Gap
@@ -47,15 +45,6 @@ from costguard.standing.model import Standing, StandingKind, StandingList
 log = logging.getLogger(__name__)
 _NAMESPACE = uuid.UUID("5b0f3c1e-2a47-4d8e-9c61-7e3f0a9b2d14")
 _SNAPSHOT_STATE = {"READY": "completed", "FAILED": "error"}  # else pending
-
-
-def snapshots_client(credentials: gcredentials.Credentials | None, endpoint: str | None
-                     ) -> Any:
-    """A SnapshotsClient like the instances client (imported here, when first needed)."""
-    from google.cloud.compute_v1.services.snapshots import SnapshotsClient
-
-    options = ClientOptions(api_endpoint=endpoint) if endpoint else ClientOptions()
-    return SnapshotsClient(credentials=credentials, client_options=options)
 
 
 def to_volume(project: str, raw: Any, observed_at: datetime) -> Standing:
