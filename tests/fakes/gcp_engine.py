@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from costguard.alerts.settings import AlertsSettings
@@ -27,3 +29,15 @@ def gcp_engine(fake: FakeGcp, folder: Path, policy: str, clock: ManualClock,
     provider = GcpProvider(fake.settings(projects=projects), clock=clock)
     engine = Engine(settings, db, {"gcp": provider}, load_policy_set([folder / "p.yml"]), clock)
     return engine, db, provider
+
+
+@contextmanager
+def gcp_engine_over(fake: FakeGcp, folder: Path, policy: str, clock: ManualClock,
+                    projects: tuple[str, ...] = ("ml-prod",)) -> Iterator[Engine]:
+    """`gcp_engine`'s engine, its provider closed and database disposed after."""
+    engine, db, provider = gcp_engine(fake, folder, policy, clock, list(projects))
+    try:
+        yield engine
+    finally:
+        provider.close()
+        db.dispose()

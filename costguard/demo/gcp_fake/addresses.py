@@ -78,7 +78,6 @@ class AddressOps:
     _ops: dict[tuple[str, str, str], FakeOperation]
     _request_ids: dict[str, FakeOperation]
     operation_delay_s: float
-    max_wait_s: float
     unreachable_zones: set[str]
 
     def _init_addresses(self) -> None:
@@ -167,22 +166,19 @@ class AddressOps:
             return self._region_op(a, "setLabels", query,
                                    lambda target: setattr(target, "labels", labels))
 
+    # region operations live beside the zones' (keyed by project, region, name)
     def _region_operation_get(self, project: str, region: str, op: str,
                               query: dict[str, str], body: Any) -> tuple[int, Any]:
-        with self._lock:
-            self._complete_due_operations()
-            found = self._ops.get((project, region, op))
-            if found is None:
-                return 404, error(404, f"operation {op} not found")
-            return 200, found.to_json()
+        return self._operation_get(project, region, op, query, body)
 
     def _region_operation_wait(self, project: str, region: str, op: str,
                                query: dict[str, str], body: Any) -> tuple[int, Any]:
-        with self._lock:
-            found = self._ops.get((project, region, op))
-        if found is None:
-            return 404, error(404, f"operation {op} not found")
-        time.sleep(max(0.0, min(found.done_at - time.monotonic(), self.max_wait_s)))
-        with self._lock:
-            self._complete_due_operations()
-            return 200, found.to_json()
+        return self._operation_wait(project, region, op, query, body)
+
+    def _operation_get(self, project: str, zone: str, op: str, query: dict[str, str],
+                       body: Any) -> tuple[int, Any]:
+        raise NotImplementedError  # FakeCompute's
+
+    def _operation_wait(self, project: str, zone: str, op: str, query: dict[str, str],
+                        body: Any) -> tuple[int, Any]:
+        raise NotImplementedError  # FakeCompute's

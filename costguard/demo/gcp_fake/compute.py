@@ -344,6 +344,7 @@ class FakeCompute(DiskOps, GroupOps, TpuOps, ReservationOps, AddressOps, Snapsho
         self, project: str, zone: str, op: str, query: dict[str, str], body: Any
     ) -> tuple[int, Any]:
         with self._lock:
+            self._complete_due_operations()
             found = self._ops.get((project, zone, op))
             if found is None:
                 return 404, error(404, f"operation {op} not found")

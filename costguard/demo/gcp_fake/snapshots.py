@@ -49,7 +49,6 @@ class SnapshotOps:
     _request_ids: dict[str, FakeOperation]
     snapshots: dict[tuple[str, str], dict[str, Any]]
     operation_delay_s: float
-    max_wait_s: float
 
     def _init_snapshots(self) -> None:
         self.images: dict[tuple[str, str], dict[str, Any]] = {}
@@ -172,22 +171,19 @@ class SnapshotOps:
             return self._global_op(project, name, "setLabels", query,
                                    lambda _t: snap.__setitem__("labels", labels))
 
+    # global operations live beside the zones' (keyed by project, "global", name)
     def _global_operation_get(self, project: str, op: str, query: dict[str, str], body: Any
                               ) -> tuple[int, Any]:
-        with self._lock:
-            self._complete_due_operations()
-            found = self._ops.get((project, "global", op))
-            if found is None:
-                return 404, error(404, f"operation {op} not found")
-            return 200, found.to_json()
+        return self._operation_get(project, "global", op, query, body)
 
     def _global_operation_wait(self, project: str, op: str, query: dict[str, str],
                                body: Any) -> tuple[int, Any]:
-        with self._lock:
-            found = self._ops.get((project, "global", op))
-        if found is None:
-            return 404, error(404, f"operation {op} not found")
-        time.sleep(max(0.0, min(found.done_at - time.monotonic(), self.max_wait_s)))
-        with self._lock:
-            self._complete_due_operations()
-            return 200, found.to_json()
+        return self._operation_wait(project, "global", op, query, body)
+
+    def _operation_get(self, project: str, zone: str, op: str, query: dict[str, str],
+                       body: Any) -> tuple[int, Any]:
+        raise NotImplementedError  # FakeCompute's
+
+    def _operation_wait(self, project: str, zone: str, op: str, query: dict[str, str],
+                        body: Any) -> tuple[int, Any]:
+        raise NotImplementedError  # FakeCompute's

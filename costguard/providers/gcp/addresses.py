@@ -29,12 +29,17 @@ from google.api_core.client_options import ClientOptions
 from google.auth import credentials as gcredentials
 
 from costguard.errors import ProviderError
-from costguard.model import ActionOutcome, ActionResult, Gap
-from costguard.providers.gcp.actions import label_diff, op_error, wanted_labels
-from costguard.providers.gcp.errors import explain, from_retry_error
+from costguard.model import ActionResult
+from costguard.providers.gcp.errors import explain
 from costguard.providers.gcp.gpus import short_name
 from costguard.providers.gcp.inventory import labels_as_tags, parse_timestamp
-from costguard.providers.gcp.volumes import wait_done
+from costguard.providers.gcp.standing_calls import (
+    listed,
+    parsed,
+    relabelled,
+    removed,
+    wait_done,
+)
 from costguard.standing.model import Standing, StandingKind, StandingList
 
 log = logging.getLogger(__name__)
@@ -77,26 +82,15 @@ def to_address(project: str, raw: Any, observed_at: datetime) -> Standing:
 def list_project(addresses: Any, project: str, *, retry: gretry.Retry,
                  observed_at: datetime) -> StandingList:
     """Every external regional address of one project; a project not read is a gap."""
-    out = StandingList()
-    try:
-        for page in addresses.aggregated_list(project=project, retry=retry).pages:
-            for scoped in page.items.values():
-                for found in scoped.addresses:
-                    raw = type(found).pb(found)
-                    if raw.address_type not in ("", "EXTERNAL"):
-                        continue  # an internal address does not bill
-                    try:
-                        out.items.append(to_address(project, raw, observed_at))
-                    except (ValueError, TypeError, OverflowError) as exc:
-                        log.warning("%s: address %s left out, not readable (%s)", project,
-                                    str(raw.name)[:64], type(exc).__name__)
-    except gexc.GoogleAPICallError as exc:
-        return StandingList(gaps=[Gap(provider="gcp", scope=project,
-                                      error=explain(exc, project))])
-    except gexc.RetryError as exc:
-        return StandingList(gaps=[Gap(provider="gcp", scope=project,
-                                      error=str(from_retry_error(exc, project)))])
-    return out
+    def read() -> StandingList:
+        raws = [type(a).pb(a) for page in addresses.aggregated_list(
+            project=project, retry=retry).pages for scoped in page.items.values()
+            for a in scoped.addresses]
+        return StandingList(items=parsed(
+            project, "address", [r for r in raws if r.address_type in ("", "EXTERNAL")],
+            lambda raw: to_address(project, raw, observed_at)))  # internal ones do not bill
+
+    return listed(project, read)
 
 
 def _where(item: Standing) -> tuple[str, str, str]:
@@ -127,53 +121,34 @@ def _wait(operations: Any, item: Standing, op: Any, retry: gretry.Retry, timeout
 def delete(addresses: Any, operations: Any, item: Standing, *, retry: gretry.Retry,
            timeout_s: float, dry_run: bool) -> ActionResult:
     """Release the address."""
-    project, region, name = _where(item)
-    if dry_run:
-        return ActionResult(outcome=ActionOutcome.DRY_RUN, detail=f"would release {name} "
-                            f"({item.detail}; GCP has no dry run: it was read, not touched)")
     from costguard.providers.gcp.compute import compute_v1
 
-    try:
-        op = addresses.delete_unary(request=compute_v1.DeleteAddressRequest(
-            project=project, region=region, address=name,
-            request_id=str(uuid.uuid5(_NAMESPACE, f"release {item.resource_id}"))),
-            retry=retry)
-        op = _wait(operations, item, op, retry, timeout_s)
-    except gexc.NotFound:
-        return ActionResult(outcome=ActionOutcome.SKIPPED, detail="gone meanwhile")
-    except gexc.GoogleAPICallError as exc:
-        return ActionResult(outcome=ActionOutcome.FAILED, detail=explain(exc, project))
-    error = op_error(op)
-    return ActionResult(outcome=ActionOutcome.FAILED if error else ActionOutcome.DONE,
-                        detail=error or "released")
+    project, region, name = _where(item)
+
+    def call() -> Any:
+        return _wait(operations, item, addresses.delete_unary(
+            request=compute_v1.DeleteAddressRequest(
+                project=project, region=region, address=name,
+                request_id=str(uuid.uuid5(_NAMESPACE, f"release {item.resource_id}"))),
+            retry=retry), retry, timeout_s)
+
+    return removed(item, "released", call, dry_run=dry_run)
 
 
 def label(addresses: Any, operations: Any, item: Standing, tags: Mapping[str, str], *,
           retry: gretry.Retry, timeout_s: float, dry_run: bool) -> ActionResult:
-    project, region, name = _where(item)
     from costguard.providers.gcp.compute import compute_v1
 
-    try:
-        raw = type(found := addresses.get(project=project, region=region, address=name,
-                                          retry=retry)).pb(found)
-    except gexc.NotFound:
-        return ActionResult(outcome=ActionOutcome.SKIPPED, detail="gone meanwhile")
-    except gexc.GoogleAPICallError as exc:
-        return ActionResult(outcome=ActionOutcome.FAILED, detail=explain(exc, project))
-    current = dict(raw.labels)
-    wanted = wanted_labels(current, tags, ())
-    if wanted == current or dry_run:
-        return ActionResult(outcome=ActionOutcome.DRY_RUN if dry_run else ActionOutcome.DONE,
-                            detail=f"{'would set' if dry_run else 'labels of'} {name}: "
-                                   f"{label_diff(current, wanted)}")
-    try:
-        op = addresses.set_labels_unary(
+    project, region, name = _where(item)
+
+    def write(fingerprint: str, labels: dict[str, str]) -> Any:
+        return _wait(operations, item, addresses.set_labels_unary(
             project=project, region=region, resource=name,
             region_set_labels_request_resource=compute_v1.RegionSetLabelsRequest(
-                label_fingerprint=raw.label_fingerprint, labels=wanted), retry=retry)
-        op = _wait(operations, item, op, retry, timeout_s)
-    except gexc.GoogleAPICallError as exc:
-        return ActionResult(outcome=ActionOutcome.FAILED, detail=explain(exc, project))
-    error = op_error(op)
-    return ActionResult(outcome=ActionOutcome.FAILED if error else ActionOutcome.DONE,
-                        detail=error or f"labels of {name}: {label_diff(current, wanted)}")
+                label_fingerprint=fingerprint, labels=labels), retry=retry), retry, timeout_s)
+
+    def read() -> Any:
+        found = addresses.get(project=project, region=region, address=name, retry=retry)
+        return type(found).pb(found)
+
+    return relabelled(item, tags, read, write, dry_run=dry_run)

@@ -26,7 +26,6 @@ reservation runs in that one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -36,10 +35,11 @@ from google.api_core.client_options import ClientOptions
 from google.auth import credentials as gcredentials
 
 from costguard.errors import ProviderError
-from costguard.model import HOURS_PER_MONTH, Gap, Instance, InstanceState
+from costguard.model import HOURS_PER_MONTH, Instance, InstanceState
 from costguard.providers.gcp import gpus, pricing
-from costguard.providers.gcp.errors import explain, from_retry_error
+from costguard.providers.gcp.errors import explain
 from costguard.providers.gcp.inventory import parse_timestamp, region_of
+from costguard.providers.gcp.standing_calls import listed, parsed
 from costguard.standing.model import Reserved, Standing, StandingKind, StandingList
 
 log = logging.getLogger(__name__)
@@ -146,32 +146,18 @@ def _twins(instances: Any, project: str, wanted: list[Any], retry: gretry.Retry
 def list_project(reservations: Any, instances: Any, project: str, *, retry: gretry.Retry,
                  observed_at: datetime) -> StandingList:
     """Every billing reservation of one project; a failure is a gap for the project."""
-    try:
-        raws: list[Any] = []
-        for page in reservations.aggregated_list(project=project, retry=retry).pages:
-            for scoped in page.items.values():
-                raws += [type(r).pb(r) for r in scoped.reservations
-                         if type(r).pb(r).status in BILLING]
+    def read() -> StandingList:
+        raws = [type(r).pb(r) for page in reservations.aggregated_list(
+            project=project, retry=retry).pages for scoped in page.items.values()
+            for r in scoped.reservations]
+        raws = [r for r in raws if r.status in BILLING]
         free = [r for r in raws if int(r.specific_reservation.count)
                 > int(r.specific_reservation.in_use_count)]
         twins = _twins(instances, project, raws, retry) if free else {}
-    except gexc.GoogleAPICallError as exc:
-        return StandingList(gaps=[Gap(provider="gcp", scope=project,
-                                      error=explain(exc, project))])
-    except gexc.RetryError as exc:
-        return StandingList(gaps=[Gap(provider="gcp", scope=project,
-                                      error=str(from_retry_error(exc, project)))])
-    return StandingList(items=list(_parsed(project, raws, twins, observed_at)))
+        return StandingList(items=parsed(project, "reservation", raws, lambda raw:
+                                         to_reservation(project, raw, twins, observed_at)))
 
-
-def _parsed(project: str, raws: Iterable[Any], twins: dict[_Shape, list[str]],
-            observed_at: datetime) -> Iterable[Standing]:
-    for raw in raws:
-        try:
-            yield to_reservation(project, raw, twins, observed_at)
-        except (ValueError, TypeError, OverflowError) as exc:  # ValidationError too
-            log.warning("%s: reservation %s left out, not readable (%s: %s)", project,
-                        str(raw.name)[:64], type(exc).__name__, str(exc)[:200])
+    return listed(project, read)
 
 
 def describe(reservations: Any, instances: Any, item: Standing, *, retry: gretry.Retry,

@@ -28,14 +28,19 @@ from google.api_core.client_options import ClientOptions
 from google.auth import credentials as gcredentials
 
 from costguard.errors import ProviderError
-from costguard.model import ActionOutcome, ActionResult, Gap
+from costguard.model import ActionResult
 from costguard.providers.gcp import compute as compute_v1
-from costguard.providers.gcp.actions import label_diff, op_error, wanted_labels
-from costguard.providers.gcp.errors import explain, from_retry_error
+from costguard.providers.gcp.errors import explain
 from costguard.providers.gcp.gpus import short_name
 from costguard.providers.gcp.inventory import labels_as_tags, parse_timestamp
+from costguard.providers.gcp.standing_calls import (
+    listed,
+    parsed,
+    relabelled,
+    removed,
+    wait_done,
+)
 from costguard.providers.gcp.terminate import SNAPSHOT_OF_LABEL
-from costguard.providers.gcp.volumes import wait_done
 from costguard.standing.model import Standing, StandingKind, StandingList
 
 log = logging.getLogger(__name__)
@@ -120,23 +125,13 @@ def list_project(c: Clients, project: str, *, retry: gretry.Retry, observed_at: 
                  ) -> StandingList:
     """Every snapshot of one project, with what needs it; a project not read is a gap
     (nothing concluded from a half-read one)."""
-    try:
+    def read() -> StandingList:
         needed = needs(c, project, retry)
         raws = [type(s).pb(s) for s in c.snapshots.list(project=project, retry=retry)]
-    except gexc.GoogleAPICallError as exc:
-        return StandingList(gaps=[Gap(provider="gcp", scope=project,
-                                      error=explain(exc, project))])
-    except gexc.RetryError as exc:
-        return StandingList(gaps=[Gap(provider="gcp", scope=project,
-                                      error=str(from_retry_error(exc, project)))])
-    out = StandingList()
-    for raw in raws:
-        try:
-            out.items.append(to_snapshot(project, raw, needed, observed_at))
-        except (ValueError, TypeError, OverflowError) as exc:
-            log.warning("%s: snapshot %s left out, not readable (%s)", project,
-                        str(raw.name)[:64], type(exc).__name__)
-    return out
+        return StandingList(items=parsed(project, "snapshot", raws, lambda raw: to_snapshot(
+            project, raw, needed, observed_at)))
+
+    return listed(project, read)
 
 
 def describe(c: Clients, item: Standing, *, retry: gretry.Retry, observed_at: datetime
@@ -162,49 +157,25 @@ def _wait(c: Clients, item: Standing, op: Any, retry: gretry.Retry, timeout_s: f
 
 def delete(c: Clients, item: Standing, *, retry: gretry.Retry, timeout_s: float,
            dry_run: bool) -> ActionResult:
-    name = item.name or ""
-    if dry_run:
-        return ActionResult(outcome=ActionOutcome.DRY_RUN, detail=f"would delete snapshot "
-                            f"{name} (GCP has no dry run: it was read, not touched)")
-    try:
-        op = c.snapshots.delete_unary(request=compute_v1.DeleteSnapshotRequest(
-            project=item.account, snapshot=name,
+    def call() -> Any:
+        return _wait(c, item, c.snapshots.delete_unary(request=compute_v1.DeleteSnapshotRequest(
+            project=item.account, snapshot=item.name or "",
             request_id=str(uuid.uuid5(_NAMESPACE, f"delete {item.resource_id}"))),
-            retry=retry)
-        op = _wait(c, item, op, retry, timeout_s)
-    except gexc.NotFound:
-        return ActionResult(outcome=ActionOutcome.SKIPPED, detail="gone meanwhile")
-    except gexc.GoogleAPICallError as exc:
-        return ActionResult(outcome=ActionOutcome.FAILED, detail=explain(exc, item.account))
-    error = op_error(op)
-    return ActionResult(outcome=ActionOutcome.FAILED if error else ActionOutcome.DONE,
-                        detail=error or "deleted")
+            retry=retry), retry, timeout_s)
+
+    return removed(item, "deleted", call, dry_run=dry_run)
 
 
 def label(c: Clients, item: Standing, tags: Mapping[str, str], *, retry: gretry.Retry,
           timeout_s: float, dry_run: bool) -> ActionResult:
-    name = item.name or ""
-    try:
-        found = c.snapshots.get(project=item.account, snapshot=name, retry=retry)
-    except gexc.NotFound:
-        return ActionResult(outcome=ActionOutcome.SKIPPED, detail="gone meanwhile")
-    except gexc.GoogleAPICallError as exc:
-        return ActionResult(outcome=ActionOutcome.FAILED, detail=explain(exc, item.account))
-    raw = type(found).pb(found)
-    current = dict(raw.labels)
-    wanted = wanted_labels(current, tags, ())
-    if wanted == current or dry_run:
-        return ActionResult(outcome=ActionOutcome.DRY_RUN if dry_run else ActionOutcome.DONE,
-                            detail=f"{'would set' if dry_run else 'labels of'} {name}: "
-                                   f"{label_diff(current, wanted)}")
-    try:
-        op = c.snapshots.set_labels_unary(
-            project=item.account, resource=name,
+    def write(fingerprint: str, labels: dict[str, str]) -> Any:
+        return _wait(c, item, c.snapshots.set_labels_unary(
+            project=item.account, resource=item.name or "",
             global_set_labels_request_resource=compute_v1.GlobalSetLabelsRequest(
-                label_fingerprint=raw.label_fingerprint, labels=wanted), retry=retry)
-        op = _wait(c, item, op, retry, timeout_s)
-    except gexc.GoogleAPICallError as exc:
-        return ActionResult(outcome=ActionOutcome.FAILED, detail=explain(exc, item.account))
-    error = op_error(op)
-    return ActionResult(outcome=ActionOutcome.FAILED if error else ActionOutcome.DONE,
-                        detail=error or f"labels of {name}: {label_diff(current, wanted)}")
+                label_fingerprint=fingerprint, labels=labels), retry=retry), retry, timeout_s)
+
+    def read() -> Any:
+        found = c.snapshots.get(project=item.account, snapshot=item.name or "", retry=retry)
+        return type(found).pb(found)
+
+    return relabelled(item, tags, read, write, dry_run=dry_run)

@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -32,13 +31,19 @@ from google.api_core import exceptions as gexc
 from google.api_core import retry as gretry
 
 from costguard.errors import ProviderError
-from costguard.model import ActionOutcome, ActionResult, Gap
+from costguard.model import ActionResult, Gap
 from costguard.providers.gcp import compute as compute_v1
-from costguard.providers.gcp.actions import label_diff, op_error, wanted_labels
 from costguard.providers.gcp.disks import disk_table
-from costguard.providers.gcp.errors import explain, from_retry_error
+from costguard.providers.gcp.errors import explain
 from costguard.providers.gcp.gpus import short_name
 from costguard.providers.gcp.inventory import labels_as_tags, parse_timestamp, region_of
+from costguard.providers.gcp.standing_calls import (
+    listed,
+    parsed,
+    relabelled,
+    removed,
+    wait_done,
+)
 from costguard.providers.gcp.terminate import SNAPSHOT_OF_LABEL
 from costguard.standing.model import Standing, StandingKind, StandingList
 
@@ -71,9 +76,8 @@ def to_volume(project: str, raw: Any, observed_at: datetime) -> Standing:
 def list_project(disks: compute_v1.DisksClient, project: str, *, retry: gretry.Retry,
                  observed_at: datetime) -> StandingList:
     """Every zonal disk of one project; a project or zone not read is a gap."""
-    out = StandingList()
-    regional = 0
-    try:
+    def read() -> StandingList:
+        out, regional = StandingList(), []
         request = compute_v1.AggregatedListDisksRequest(project=project)
         for page in disks.aggregated_list(request=request, retry=retry).pages:
             for scope, scoped in page.items.items():
@@ -81,26 +85,16 @@ def list_project(disks: compute_v1.DisksClient, project: str, *, retry: gretry.R
                 if warning and warning.code == "UNREACHABLE":
                     out.gaps.append(Gap(provider="gcp", scope=f"{project}/{scope}",
                                         error=f"unreachable: {warning.message}"))
-                for disk in scoped.disks:
-                    raw = compute_v1.Disk.pb(disk)
-                    if not raw.zone:
-                        regional += 1
-                        continue
-                    try:
-                        out.items.append(to_volume(project, raw, observed_at))
-                    except (ValueError, TypeError, OverflowError) as exc:
-                        log.warning("%s: disk %s left out, not readable (%s)", project,
-                                    str(raw.name)[:64], type(exc).__name__)
-    except gexc.GoogleAPICallError as exc:
-        return StandingList(gaps=[Gap(provider="gcp", scope=project,
-                                      error=explain(exc, project))])
-    except gexc.RetryError as exc:
-        return StandingList(gaps=[Gap(provider="gcp", scope=project,
-                                      error=str(from_retry_error(exc, project)))])
-    if regional:
-        log.info("%s: %d regional disk(s) not governed (regionDisks calls not made)",
-                 project, regional)
-    return out
+                raws = [compute_v1.Disk.pb(d) for d in scoped.disks]
+                regional += [r for r in raws if not r.zone]
+                out.items.extend(parsed(project, "disk", [r for r in raws if r.zone],
+                                        lambda raw: to_volume(project, raw, observed_at)))
+        if regional:
+            log.info("%s: %d regional disk(s) not governed (regionDisks calls not made)",
+                     project, len(regional))
+        return out
+
+    return listed(project, read)
 
 
 def _where(item: Standing) -> tuple[str, str, str]:
@@ -123,20 +117,6 @@ def describe(disks: compute_v1.DisksClient, item: Standing, *, retry: gretry.Ret
     except gexc.GoogleAPICallError as exc:
         raise _failed(item, exc) from exc
     return to_volume(project, compute_v1.Disk.pb(found), observed_at)
-
-
-def wait_done(op: compute_v1.Operation, again: Callable[[str], compute_v1.Operation],
-              scope: str, timeout_s: float) -> compute_v1.Operation:
-    """`op` once DONE, asking `again(name)` (a zone's, region's or global operations.wait,
-    which blocks server-side up to about two minutes) until then."""
-    deadline = time.monotonic() + timeout_s
-    while op.status != compute_v1.Operation.Status.DONE:
-        if time.monotonic() > deadline:
-            raise ProviderError("gcp", scope,
-                                f"operation {op.name} not done after {timeout_s:.0f} s",
-                                retryable=True)
-        op = again(op.name)
-    return op
 
 
 def _wait(operations: compute_v1.ZoneOperationsClient, item: Standing,
@@ -189,50 +169,26 @@ def delete(disks: compute_v1.DisksClient, operations: compute_v1.ZoneOperationsC
            item: Standing, *, retry: gretry.Retry, timeout_s: float, dry_run: bool
            ) -> ActionResult:
     project, zone, name = _where(item)
-    if dry_run:
-        return ActionResult(outcome=ActionOutcome.DRY_RUN, detail=f"would delete disk {name}"
-                            " (GCP has no dry run: the disk was read, not touched)")
-    try:
-        op = disks.delete_unary(request=compute_v1.DeleteDiskRequest(
+
+    def call() -> compute_v1.Operation:
+        return _wait(operations, item, disks.delete_unary(request=compute_v1.DeleteDiskRequest(
             project=project, zone=zone, disk=name,
             request_id=str(uuid.uuid5(_NAMESPACE, f"delete {snapshot_name(item)}"))),
-            retry=retry)
-        op = _wait(operations, item, op, retry, timeout_s)
-    except gexc.NotFound:
-        return ActionResult(outcome=ActionOutcome.SKIPPED, detail="gone meanwhile")
-    except gexc.GoogleAPICallError as exc:
-        return ActionResult(outcome=ActionOutcome.FAILED, detail=explain(exc, project))
-    error = op_error(op)
-    if error:
-        return ActionResult(outcome=ActionOutcome.FAILED, detail=error)
-    return ActionResult(outcome=ActionOutcome.DONE, detail="deleted")
+            retry=retry), retry, timeout_s)
+
+    return removed(item, "deleted", call, dry_run=dry_run)
 
 
 def label(disks: compute_v1.DisksClient, operations: compute_v1.ZoneOperationsClient,
           item: Standing, tags: Mapping[str, str], *, retry: gretry.Retry, timeout_s: float,
           dry_run: bool) -> ActionResult:
     project, zone, name = _where(item)
-    try:
-        raw = compute_v1.Disk.pb(disks.get(project=project, zone=zone, disk=name,
-                                           retry=retry))
-    except gexc.NotFound:
-        return ActionResult(outcome=ActionOutcome.SKIPPED, detail="gone meanwhile")
-    except gexc.GoogleAPICallError as exc:
-        return ActionResult(outcome=ActionOutcome.FAILED, detail=explain(exc, project))
-    current = dict(raw.labels)
-    wanted = wanted_labels(current, tags, ())
-    if wanted == current or dry_run:
-        return ActionResult(outcome=ActionOutcome.DRY_RUN if dry_run else ActionOutcome.DONE,
-                            detail=f"{'would set' if dry_run else 'labels of'} {name}: "
-                                   f"{label_diff(current, wanted)}")
-    request = compute_v1.ZoneSetLabelsRequest(label_fingerprint=raw.label_fingerprint,
-                                              labels=wanted)
-    try:
-        op = disks.set_labels_unary(project=project, zone=zone, resource=name,
-                                    zone_set_labels_request_resource=request, retry=retry)
-        op = _wait(operations, item, op, retry, timeout_s)
-    except gexc.GoogleAPICallError as exc:  # a 412: relabelled meanwhile; tried next time
-        return ActionResult(outcome=ActionOutcome.FAILED, detail=explain(exc, project))
-    error = op_error(op)
-    return ActionResult(outcome=ActionOutcome.FAILED if error else ActionOutcome.DONE,
-                        detail=error or f"labels of {name}: {label_diff(current, wanted)}")
+
+    def write(fingerprint: str, labels: dict[str, str]) -> compute_v1.Operation:
+        request = compute_v1.ZoneSetLabelsRequest(label_fingerprint=fingerprint, labels=labels)
+        return _wait(operations, item, disks.set_labels_unary(
+            project=project, zone=zone, resource=name, zone_set_labels_request_resource=request,
+            retry=retry), retry, timeout_s)
+
+    return relabelled(item, tags, lambda: compute_v1.Disk.pb(disks.get(
+        project=project, zone=zone, disk=name, retry=retry)), write, dry_run=dry_run)

@@ -12,18 +12,14 @@ from pathlib import Path
 
 from sqlmodel import select
 
-from costguard.alerts.settings import AlertsSettings
 from costguard.clock import ManualClock
-from costguard.config import Settings
 from costguard.demo.gcp_fake.server import FakeGcp
-from costguard.engine import Engine
 from costguard.model import ActionOutcome
-from costguard.policy.load import load_policy_set
 from costguard.providers.gcp import GcpProvider
 from costguard.providers.gcp.addresses import UNPRICED
 from costguard.standing.model import Standing, StandingKind
-from costguard.store.db import Database
 from costguard.store.tables import ActionJournalRow, StandingRow
+from tests.fakes.gcp_engine import gcp_engine_over
 
 Make = Callable[..., GcpProvider]
 P, R, Z = "ml-prod", "us-central1", "us-central1-a"
@@ -85,28 +81,17 @@ def test_the_engine_releases_an_idle_address_and_keeps_a_held_one(
     c.add_address(P, R, "idle-ip", "203.0.113.7")
     c.add_address(P, R, "web-ip", "203.0.113.8", users=[f"zones/{Z}/instances/web"])
     c.add_address(P, R, "parked-ip", "203.0.113.9", users=[f"zones/{Z}/instances/parked"])
-    (tmp_path / "p.yml").write_text(POLICY)
-    url = f"sqlite:///{tmp_path / 'cg.db'}"
-    settings = Settings(database_url=url, policy_paths=[tmp_path / "p.yml"],
-                        alerts=AlertsSettings(console=False))
-    db = Database(url)
-    provider = GcpProvider(fake.settings(projects=[P]), clock=clock)
-    engine = Engine(settings, db, {"gcp": provider}, load_policy_set([tmp_path / "p.yml"]),
-                    clock)
-    try:
+    with gcp_engine_over(fake, tmp_path, POLICY, clock) as engine:
         for _ in range(6):
             engine.run_cycle()
             clock.advance(timedelta(hours=1))
         assert c.address(P, R, "idle-ip") is None
         assert c.address(P, R, "web-ip") is not None
         assert c.address(P, R, "parked-ip") is not None  # held by a stopped VM: reported
-        with db.session() as s:
+        with engine.db.session() as s:
             rows = {r.name: r for r in s.exec(select(StandingRow))}
             deletes = [j.instance_id for j in s.exec(select(ActionJournalRow).where(
                 ActionJournalRow.action == "delete", ActionJournalRow.status == "done"))]
         assert deletes == [rows["idle-ip"].resource_id]
         assert not rows["parked-ip"].in_use and rows["parked-ip"].used_by == [f"{Z}/parked"]
         assert rows["web-ip"].in_use
-    finally:
-        provider.close()
-        db.dispose()

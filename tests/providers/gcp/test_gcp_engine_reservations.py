@@ -10,16 +10,11 @@ from pathlib import Path
 
 from sqlmodel import select
 
-from costguard.alerts.settings import AlertsSettings
 from costguard.clock import ManualClock
-from costguard.config import Settings
 from costguard.demo.gcp_fake.server import FakeGcp
-from costguard.engine import Engine
-from costguard.policy.load import load_policy_set
-from costguard.providers.gcp import GcpProvider
 from costguard.report.run import render_report
-from costguard.store.db import Database
 from costguard.store.tables import AlertRow
+from tests.fakes.gcp_engine import gcp_engine_over
 
 P, Z = "ml-prod", "us-central1-a"
 POLICY = """\
@@ -38,26 +33,18 @@ def test_a_half_used_reservation_is_reported_with_its_twin(
                                  specific_required=True)
     fake.compute.add_instance(P, Z, "beside", "a2-highgpu-1g",
                               accelerators=[("nvidia-tesla-a100", 1)])
-    (tmp_path / "p.yml").write_text(POLICY)
-    url = f"sqlite:///{tmp_path / 'cg.db'}"
-    settings = Settings(database_url=url, policy_paths=[tmp_path / "p.yml"],
-                        alerts=AlertsSettings(console=False))
-    db = Database(url)
-    provider = GcpProvider(fake.settings(projects=[P]), clock=clock)
-    engine = Engine(settings, db, {"gcp": provider}, load_policy_set([tmp_path / "p.yml"]),
-                    clock)
     start = clock.now()
-    try:
+    with gcp_engine_over(fake, tmp_path, POLICY, clock) as engine:
         for _ in range(2 * 24 + 2):
             engine.run_cycle()
             clock.advance(timedelta(hours=1))
-        with db.session() as s:
+        with engine.db.session() as s:
             alerts = list(s.exec(select(AlertRow).where(
                 AlertRow.policy == "unused-reservations")))
         assert len(alerts) == 1
         assert "2 of 4 reserved a2-highgpu-1g unused now" in alerts[0].subject
         assert "could run in it: beside" in alerts[0].subject
-        doc = json.loads(render_report(settings, ["team"], start, clock.now(), None, "json",
+        doc = json.loads(render_report(engine.settings, ["team"], start, clock.now(), None, "json",
                                        tmp_path / "r.json", now=clock.now()))
         (line,) = doc["reservations"]
         reserved = fake.compute.reservation(P, Z, "a100-pool")
@@ -66,6 +53,3 @@ def test_a_half_used_reservation_is_reported_with_its_twin(
         mutations = [c for c in fake.compute.calls if c.startswith(("POST", "DELETE",
                                                                     "PATCH"))]
         assert mutations == []
-    finally:
-        provider.close()
-        db.dispose()

@@ -10,16 +10,11 @@ from pathlib import Path
 
 from sqlmodel import select
 
-from costguard.alerts.settings import AlertsSettings
 from costguard.clock import ManualClock
-from costguard.config import Settings
 from costguard.demo.gcp_fake.disks import FakeDisk
 from costguard.demo.gcp_fake.server import FakeGcp
-from costguard.engine import Engine
-from costguard.policy.load import load_policy_set
-from costguard.providers.gcp import GcpProvider
-from costguard.store.db import Database
 from costguard.store.tables import ActionJournalRow, AlertRow, StandingRow
+from tests.fakes.gcp_engine import gcp_engine_over
 
 ROOT = Path(__file__).resolve().parents[3]
 P, Z = "ml-prod", "us-central1-a"
@@ -38,15 +33,7 @@ def test_an_old_detached_disk_is_snapshotted_then_deleted(
                last_detach=now - timedelta(days=40))
     text = (ROOT / "policies" / "storage.yml").read_text().replace("mode: dry-run",
                                                                   "mode: enforce")
-    (tmp_path / "storage.yml").write_text(text)
-    url = f"sqlite:///{tmp_path / 'cg.db'}"
-    settings = Settings(database_url=url, policy_paths=[tmp_path / "storage.yml"],
-                        alerts=AlertsSettings(console=False))
-    db = Database(url)
-    provider = GcpProvider(fake.settings(projects=[P]), clock=clock)
-    engine = Engine(settings, db, {"gcp": provider},
-                    load_policy_set([tmp_path / "storage.yml"]), clock)
-    try:
+    with gcp_engine_over(fake, tmp_path, text, clock) as engine:
         for _ in range(27):
             engine.run_cycle()
             clock.advance(timedelta(hours=1))
@@ -55,7 +42,7 @@ def test_an_old_detached_disk_is_snapshotted_then_deleted(
         assert {name for (_, name) in c.snapshots} and all(
             s["labels"] == {"costguard_snapshot-of": "old-scratch"}
             for s in c.snapshots.values())
-        with db.session() as s:
+        with engine.db.session() as s:
             deletes = list(s.exec(select(ActionJournalRow).where(
                 ActionJournalRow.action == "delete")))
             alerts = {(a.kind, a.instance_id) for a in s.exec(select(AlertRow))}
@@ -70,6 +57,3 @@ def test_an_old_detached_disk_is_snapshotted_then_deleted(
         assert ("delete-warning", ids["parked-data"]) not in alerts
         assert rows["busy"].in_use
         assert rows["old-scratch"].gone
-    finally:
-        provider.close()
-        db.dispose()

@@ -13,19 +13,15 @@ from pathlib import Path
 
 from sqlmodel import select
 
-from costguard.alerts.settings import AlertsSettings
 from costguard.clock import ManualClock
-from costguard.config import Settings
 from costguard.demo.gcp_fake.disks import FakeDisk
 from costguard.demo.gcp_fake.server import FakeGcp
-from costguard.engine import Engine
 from costguard.model import ActionOutcome
-from costguard.policy.load import load_policy_set
 from costguard.providers.gcp import GcpProvider
 from costguard.providers.gcp.snapshots import UNPRICED
 from costguard.standing.model import Standing, StandingKind
-from costguard.store.db import Database
 from costguard.store.tables import ActionJournalRow
+from tests.fakes.gcp_engine import gcp_engine_over
 
 Make = Callable[..., GcpProvider]
 P, Z = "ml-prod", "us-central1-a"
@@ -101,25 +97,14 @@ policies:
 def test_the_engine_deletes_the_unneeded_one_only(fake: FakeGcp, clock: ManualClock,
                                                   tmp_path: Path) -> None:
     _seed(fake)
-    (tmp_path / "p.yml").write_text(POLICY)
-    url = f"sqlite:///{tmp_path / 'cg.db'}"
-    settings = Settings(database_url=url, policy_paths=[tmp_path / "p.yml"],
-                        alerts=AlertsSettings(console=False))
-    db = Database(url)
-    provider = GcpProvider(fake.settings(projects=[P]), clock=clock)
-    engine = Engine(settings, db, {"gcp": provider}, load_policy_set([tmp_path / "p.yml"]),
-                    clock)
-    try:
+    with gcp_engine_over(fake, tmp_path, POLICY, clock) as engine:
         for _ in range(6):
             engine.run_cycle()
             clock.advance(timedelta(hours=1))
         left = {name for (_, name) in fake.compute.snapshots}
         assert left == {"imaged", "templated", "regional-tpl", "restored", "scheduled",
                         "costguards"}
-        with db.session() as s:
+        with engine.db.session() as s:
             done = [j.detail for j in s.exec(select(ActionJournalRow).where(
                 ActionJournalRow.action == "delete", ActionJournalRow.status == "done"))]
         assert len(done) == 1  # lone
-    finally:
-        provider.close()
-        db.dispose()
