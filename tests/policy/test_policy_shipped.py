@@ -135,3 +135,18 @@ def test_budgets_file_depends_on_the_team_dimension_from_attribution_file() -> N
     both = load_policy_set([POLICIES / "attribution.yml", POLICIES / "budgets.yml"])
     assert both.budgets[0].name == "research-monthly"
     assert both.budgets[0].alert_at_percent == (50, 80, 100)
+
+
+def test_the_deploy_roles_read_every_kind_the_shipped_policies_govern() -> None:
+    """deploy/iam's files read what policies/ governs, so a first dry run sees it all."""
+    from costguard.policy.kinds import KINDS
+    from costguard.providers.aws import iam as aws_iam
+    from costguard.providers.gcp import iam as gcp_iam
+
+    governed = {p.resource for p in load_policy_set([POLICIES]).policies
+                if KINDS[p.resource].standing}
+    assert set(aws_iam.SHIPPED_STANDING) == set(gcp_iam.SHIPPED_STANDING) == governed
+    for flags in aws_iam.DEPLOY_FILES.values():
+        assert flags["standing"] == aws_iam.SHIPPED_STANDING
+    for role in gcp_iam.ROLE_FILES.values():
+        assert role["standing"] == gcp_iam.SHIPPED_STANDING

@@ -254,15 +254,24 @@ def gpu_host_policy(namespace: str = "CWAgent") -> dict[str, Any]:
 GPU_HOST_FILE = "costguard-gpu-host.json"  # deploy/iam/aws/: gpu_host_policy()
 
 # Files under deploy/iam/aws/ and the arguments that produce them.
+# the standing kinds the shipped policies (policies/, dry-run) govern: the deploy files can
+# read them, so a first dry run sees storage and reservations (a test keeps this in step
+# with policies/; deleting or tagging them takes `costguard iam` for enforced policies)
+SHIPPED_STANDING: dict[str, frozenset[str]] = {
+    kind: frozenset() for kind in ("volume", "snapshot", "address", "reservation")}
 DEPLOY_FILES: dict[str, dict[str, Any]] = {
-    "costguard-readonly.json": {"enforcing": False, "tagging": False},
-    "costguard-enforce.json": {"enforcing": True, "tagging": True, "scaling_in": True},
-    "costguard-terminate.json": {"enforcing": True, "tagging": True, "terminating": True},
+    "costguard-readonly.json": {"enforcing": False, "tagging": False,
+                                "standing": SHIPPED_STANDING},
+    "costguard-enforce.json": {"enforcing": True, "tagging": True, "scaling_in": True,
+                               "standing": SHIPPED_STANDING},
+    "costguard-terminate.json": {"enforcing": True, "tagging": True, "terminating": True,
+                                 "standing": SHIPPED_STANDING},
     "costguard-hub.json": {
         "enforcing": False,
         "tagging": False,
         "cross_account": True,
         "discover_accounts": True,
+        "standing": SHIPPED_STANDING,
     },
 }
 

@@ -164,11 +164,18 @@ def role_definition(enforcing: bool, *, list_projects: bool = False,
 # resourcemanager.folders.list cannot be in a project-level custom role, hence the split:
 # the project roles work with `gcloud iam roles create --project`, the org role needs
 # `--organization` and is only for `folder`/`organization` project discovery.
-ROLE_FILES: dict[str, dict[str, bool]] = {
+# the standing kinds the shipped policies govern (dry-run): each role file reads them (as
+# aws/iam.py SHIPPED_STANDING; a test keeps both in step with policies/)
+SHIPPED_STANDING: dict[str, frozenset[str]] = {
+    kind: frozenset() for kind in ("volume", "snapshot", "address", "reservation")}
+ROLE_FILES: dict[str, dict[str, Any]] = {
     "deploy/iam/gcp/costguard-role.yaml": {"enforcing": True, "list_projects": False,
-                                           "scaling_in": True},
-    "deploy/iam/gcp/costguard-readonly-role.yaml": {"enforcing": False, "list_projects": False},
+                                           "scaling_in": True, "standing": SHIPPED_STANDING},
+    "deploy/iam/gcp/costguard-readonly-role.yaml": {"enforcing": False, "list_projects": False,
+                                                    "standing": SHIPPED_STANDING},
     "deploy/iam/gcp/costguard-terminate-role.yaml": {"enforcing": True, "list_projects": False,
-                                                     "terminating": True},
-    "deploy/iam/gcp/costguard-org-role.yaml": {"enforcing": True, "list_projects": True},
+                                                     "terminating": True,
+                                                     "standing": SHIPPED_STANDING},
+    "deploy/iam/gcp/costguard-org-role.yaml": {"enforcing": True, "list_projects": True,
+                                               "standing": SHIPPED_STANDING},
 }
