@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -21,7 +20,6 @@ from typing import Any
 from costguard.demo.gcp_fake.disks import fingerprint
 from costguard.demo.gcp_fake.filter import aggregated
 from costguard.demo.gcp_fake.http import error
-from costguard.demo.gcp_fake.records import FakeOperation
 
 _BASE = "https://www.googleapis.com/compute/v1"
 _IDS = itertools.count(6_200_000_000_000_000_000)
@@ -75,14 +73,10 @@ class AddressOps:
     """The addresses of FakeCompute (under its lock, with its operations)."""
 
     _lock: threading.RLock
-    _ops: dict[tuple[str, str, str], FakeOperation]
-    _request_ids: dict[str, FakeOperation]
-    operation_delay_s: float
     unreachable_zones: set[str]
 
     def _init_addresses(self) -> None:
         self._addresses: dict[tuple[str, str, str], FakeAddress] = {}
-        self._address_ops = itertools.count(1)
 
     def _complete_due_operations(self) -> None:
         raise NotImplementedError  # FakeCompute's
@@ -127,17 +121,13 @@ class AddressOps:
 
     def _region_op(self, a: FakeAddress, kind: str, query: dict[str, str], apply: Any
                    ) -> tuple[int, Any]:
-        request_id = query.get("requestId")
-        if request_id and request_id in self._request_ids:
-            return 200, self._request_ids[request_id].to_json()
-        op = FakeOperation(a.project, a.region, f"operation-r{next(self._address_ops)}-{kind}",
-                           kind, a, time.monotonic() + self.operation_delay_s, apply,
-                           target_path="addresses", scope="regions")
-        self._ops[(a.project, a.region, op.name)] = op
-        if request_id:
-            self._request_ids[request_id] = op
-        self._complete_due_operations()
-        return 200, op.to_json()
+        return self._start_op(a.project, a.region, kind, a, apply, query,
+                              target_path="addresses", scope="regions")
+
+    def _start_op(self, project: str, where: str, kind: str, target: Any, apply: Any,
+                  query: dict[str, str], *, target_path: str, scope: str = "zones"
+                  ) -> tuple[int, Any]:
+        raise NotImplementedError  # FakeCompute's
 
     def _address_delete(self, project: str, region: str, name: str, query: dict[str, str],
                         body: Any) -> tuple[int, Any]:

@@ -340,6 +340,23 @@ class FakeCompute(DiskOps, GroupOps, TpuOps, ReservationOps, AddressOps, Snapsho
             self._complete_due_operations()
             return 200, op.to_json()
 
+    def _start_op(self, project: str, where: str, kind: str, target: Any, apply: Any,
+                  query: dict[str, str], *, target_path: str, scope: str = "zones"
+                  ) -> tuple[int, Any]:
+        """An operation on a disk, address or snapshot (under the lock) in zone, region or
+        "global" `where`, its requestId honoured; `apply(target)` runs when it completes."""
+        request_id = query.get("requestId")
+        if request_id and request_id in self._request_ids:
+            return 200, self._request_ids[request_id].to_json()
+        op = FakeOperation(project, where, f"operation-{next(self._op_ids)}-{kind}", kind,
+                           target, time.monotonic() + self.operation_delay_s, apply,
+                           target_path=target_path, scope=scope)
+        self._ops[(project, where, op.name)] = op
+        if request_id:
+            self._request_ids[request_id] = op
+        self._complete_due_operations()
+        return 200, op.to_json()
+
     def _operation_get(
         self, project: str, zone: str, op: str, query: dict[str, str], body: Any
     ) -> tuple[int, Any]:

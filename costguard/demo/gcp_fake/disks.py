@@ -17,7 +17,6 @@ import base64
 import hashlib
 import itertools
 import threading
-import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -141,20 +140,13 @@ class DiskOps:
 
     def _disk_op(self, project: str, zone: str, disk: FakeDisk, kind: str,
                  query: dict[str, str], apply: Any) -> tuple[int, Any]:
-        """A zone operation on a disk (under the lock), its requestId honoured."""
-        from costguard.demo.gcp_fake.records import FakeOperation  # records imports FakeDisk
+        """A zone operation on a disk (under the lock)."""
+        return self._start_op(project, zone, kind, disk, apply, query, target_path="disks")
 
-        request_id = query.get("requestId")
-        if request_id and request_id in self._request_ids:
-            return 200, self._request_ids[request_id].to_json()
-        op = FakeOperation(project, zone, f"operation-{next(self._snap_ids)}-{kind}", kind,
-                           disk, time.monotonic() + self.operation_delay_s, apply,
-                           target_path="disks")
-        self._ops[(project, zone, op.name)] = op
-        if request_id:
-            self._request_ids[request_id] = op
-        self._complete_due_operations()
-        return 200, op.to_json()
+    def _start_op(self, project: str, where: str, kind: str, target: Any, apply: Any,
+                  query: dict[str, str], *, target_path: str, scope: str = "zones"
+                  ) -> tuple[int, Any]:
+        raise NotImplementedError  # FakeCompute's
 
     def _disk_delete(self, project: str, zone: str, disk: str, query: dict[str, str],
                      body: Any) -> tuple[int, Any]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import itertools
 import threading
-import time
 from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
@@ -23,7 +22,6 @@ from typing import Any
 from costguard.demo.gcp_fake.disks import fingerprint
 from costguard.demo.gcp_fake.filter import aggregated
 from costguard.demo.gcp_fake.http import error
-from costguard.demo.gcp_fake.records import FakeOperation
 
 _BASE = "https://www.googleapis.com/compute/v1"
 _IDS = itertools.count(6_900_000_000_000_000_000)
@@ -45,15 +43,11 @@ class SnapshotOps:
     """Snapshots beyond createSnapshot, images and templates (under FakeCompute's lock)."""
 
     _lock: threading.RLock
-    _ops: dict[tuple[str, str, str], FakeOperation]
-    _request_ids: dict[str, FakeOperation]
     snapshots: dict[tuple[str, str], dict[str, Any]]
-    operation_delay_s: float
 
     def _init_snapshots(self) -> None:
         self.images: dict[tuple[str, str], dict[str, Any]] = {}
         self.templates: list[tuple[str, str | None, dict[str, Any]]] = []  # project, region
-        self._global_ops = itertools.count(1)
 
     def _complete_due_operations(self) -> None:
         raise NotImplementedError  # FakeCompute's
@@ -136,18 +130,13 @@ class SnapshotOps:
 
     def _global_op(self, project: str, name: str, kind: str, query: dict[str, str],
                    apply: Any) -> tuple[int, Any]:
-        request_id = query.get("requestId")
-        if request_id and request_id in self._request_ids:
-            return 200, self._request_ids[request_id].to_json()
-        op = FakeOperation(project, "", f"operation-g{next(self._global_ops)}-{kind}", kind,
-                           SimpleNamespace(name=name, id=0),
-                           time.monotonic() + self.operation_delay_s, apply,
-                           target_path="snapshots", scope="global")
-        self._ops[(project, "global", op.name)] = op
-        if request_id:
-            self._request_ids[request_id] = op
-        self._complete_due_operations()
-        return 200, op.to_json()
+        return self._start_op(project, "global", kind, SimpleNamespace(name=name, id=0),
+                              apply, query, target_path="snapshots", scope="global")
+
+    def _start_op(self, project: str, where: str, kind: str, target: Any, apply: Any,
+                  query: dict[str, str], *, target_path: str, scope: str = "zones"
+                  ) -> tuple[int, Any]:
+        raise NotImplementedError  # FakeCompute's
 
     def _snapshot_delete(self, project: str, name: str, query: dict[str, str], body: Any
                          ) -> tuple[int, Any]:
