@@ -59,7 +59,7 @@ SCHEMAS: dict[str, Any] = {
             "unpriced": INT, "longest_unused_days": NUM})},
         # capacity reservations seen in the window (docs/reservations.md), when any
         "reservations": {"type": "array", "items": _obj({
-            "provider": STR, "reservation": STR, "team": STR, "zone": STR,
+            "provider": STR, "reservation": STR, "name": _opt(STR), "team": STR, "zone": STR,
             "instance_type": STR, "capacity": INT, "used": INT, "accelerators": INT,
             "accelerator": _opt(STR), "unused_instance_hours": NUM,
             "unused_accelerator_hours": NUM, "unused_usd": _opt(NUM), "ends_at": _opt(WHEN),

@@ -85,5 +85,5 @@ def to_html(report: Report, session: Session, now: datetime,
         dollars=usd_float,
         standing=list(standing),
         standing_total=sum(line.usd_per_month for line in standing),
-        reserved=[line.as_json() for line in reserved],
+        reserved=[line.as_json() | {"label": line.label} for line in reserved],
     )

@@ -59,10 +59,18 @@ class ReservationLine:
     unused_instance_hours: float
     unused_accelerator_hours: float
     usd: float | None  # what the unused hours cost (None: unpriced)
+    name: str | None = None
+
+    @property
+    def label(self) -> str:
+        """What a person calls it: its id (`cr-0abc...`), or on GCP, whose ids are numbers
+        nobody types, its name."""
+        return self.name if self.provider == "gcp" and self.name else self.resource_id
 
     def as_json(self) -> dict[str, Any]:
         r = self.now
         return {"provider": self.provider, "reservation": self.resource_id,
+                "name": self.name,
                 "team": self.team, "zone": self.zone, "instance_type": r.instance_type,
                 "capacity": r.capacity, "used": r.used, "accelerators": r.accelerators,
                 "accelerator": r.accelerator,
@@ -107,7 +115,7 @@ def unused_in(s: Session, since: datetime, until: datetime, team: str | None = N
                     usd + span * here.unit_usd_per_hour
         lines.append(ReservationLine(provider, rid, who, stored.zone or stored.region,
                                      Reserved.model_validate(stored.reservation), hours,
-                                     accel, usd))
+                                     accel, usd, stored.name))
     return sorted(lines, key=lambda x: (-(x.usd or 0.0), -x.unused_instance_hours,
                                         x.resource_id))
 
@@ -130,7 +138,7 @@ def to_rich(lines: Sequence[ReservationLine], console: Console, hours: float) ->
         unused = (f"{line.unused_accelerator_hours:,.0f} accelerator-hours" if r.accelerators
                   else f"{line.unused_instance_hours:,.0f} instance-hours")
         cost = "unpriced" if line.usd is None else f"${line.usd:,.2f}"
-        console.print(f"  {line.resource_id} ({line.team}): {r.instance_type} x{r.capacity}, "
+        console.print(f"  {line.label} ({line.team}): {r.instance_type} x{r.capacity}, "
                       f"{r.used} running, {kind}", highlight=False)
         console.print(f"    unused: {unused}, {cost}; {ends}", highlight=False)
         if r.twins:

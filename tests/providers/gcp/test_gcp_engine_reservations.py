@@ -49,6 +49,12 @@ def test_a_half_used_reservation_is_reported_with_its_twin(
         (line,) = doc["reservations"]
         reserved = fake.compute.reservation(P, Z, "a100-pool")
         assert line["reservation"] == str(reserved.id) and line["twins"] == ["beside"]
+        assert line["name"] == "a100-pool"
+        out = tmp_path / "r.txt"
+        render_report(engine.settings, ["team"], start, clock.now(), None, "table", out,
+                      now=clock.now())
+        assert "  a100-pool (unattributed): a2-highgpu-1g x4, 2 running, targeted" in \
+            out.read_text(encoding="utf-8")  # a GCP reservation by its name
         assert line["unused_accelerator_hours"] == line["unused_instance_hours"] == 2 * 50
         mutations = [c for c in fake.compute.calls if c.startswith(("POST", "DELETE",
                                                                     "PATCH"))]
