@@ -50,6 +50,7 @@ class FakeDisk:
     created: datetime = field(default_factory=lambda: datetime(2026, 1, 1, tzinfo=UTC))
     last_detach: datetime | None = None  # `lastDetachTimestamp`, once it was detached
     source_snapshot: str | None = None  # the snapshot it was made from (a name)
+    description: str = ""  # e.g. the GKE PD CSI driver's JSON for a PersistentVolume
     id: int = field(default_factory=lambda: next(_DISK_IDS))
 
     @property
@@ -92,6 +93,8 @@ def disk_json(project: str, zone: str, d: FakeDisk, users: list[str]) -> dict[st
         body["labels"] = dict(d.labels)
     if d.last_detach is not None:
         body["lastDetachTimestamp"] = d.last_detach.isoformat(timespec="milliseconds")
+    if d.description:
+        body["description"] = d.description
     if d.source_snapshot:
         body["sourceSnapshot"] = (f"{_BASE}/projects/{project}/global/snapshots/"
                                   f"{d.source_snapshot}")

@@ -55,7 +55,8 @@ class SnapshotOps:
     def add_snapshot(self, project: str, name: str, *, source_disk: str = "old-disk",
                      zone: str = "us-central1-a", size_gb: int = 100,
                      labels: dict[str, str] | None = None, created: datetime | None = None,
-                     auto_created: bool = False, status: str = "READY") -> dict[str, Any]:
+                     auto_created: bool = False, status: str = "READY",
+                     description: str = "") -> dict[str, Any]:
         with self._lock:
             snap: dict[str, Any] = {
                 "kind": "compute#snapshot", "id": str(next(_IDS)), "name": name,
@@ -66,7 +67,8 @@ class SnapshotOps:
                     timespec="milliseconds"),
                 "selfLink": f"{_BASE}/projects/{project}/global/snapshots/{name}",
                 "storageLocations": ["us"], "snapshotType": "STANDARD",
-                "autoCreated": auto_created, "labels": dict(labels or {})}
+                "autoCreated": auto_created, "labels": dict(labels or {}),
+                "description": description}
             self.snapshots[(project, name)] = snap
             return snap
 

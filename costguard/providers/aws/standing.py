@@ -36,13 +36,13 @@ from costguard.providers.aws.disks import EbsTable, ebs_table, volume_usd_per_mo
 # the tag of every snapshot costguard takes: before a terminate, and before a delete here
 from costguard.providers.aws.terminate import SNAPSHOT_OF_TAG
 from costguard.providers.aws.timestamps import fast_timestamp
+from costguard.standing.kubernetes import claim_of, volume_snapshot_of
 from costguard.standing.model import Standing, StandingKind
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
 
 log = logging.getLogger(__name__)
-_K8S = "kubernetes.io/created-for/"
 MANAGED_PREFIXES = {"aws:dlm:": "Data Lifecycle Manager", "aws:backup:": "AWS Backup"}
 _GONE = frozenset({"InvalidVolume.NotFound", "InvalidSnapshot.NotFound",
                    "InvalidAllocationID.NotFound", "InvalidAddress.NotFound",
@@ -101,7 +101,7 @@ def to_volume(raw: dict[str, Any], *, account: str, region: str, observed_at: da
                             if a.get("InstanceId") and a.get("State") != "detached"))
     usd = volume_usd_per_month(raw, table)
     tags = _tags(raw)
-    claim = persistent_volume(tags)
+    claim = claim_of(tags)
     return Standing(
         kind=StandingKind.VOLUME, provider="aws", account=account, region=region,
         zone=raw.get("AvailabilityZone"), resource_id=str(raw["VolumeId"]),
@@ -115,25 +115,11 @@ def to_volume(raw: dict[str, Any], *, account: str, region: str, observed_at: da
         tags=tags, observed_at=observed_at)
 
 
-def persistent_volume(tags: dict[str, str]) -> str | None:
-    """The Kubernetes PersistentVolume a volume backs, from the tags its provisioner sets
-    (the EBS CSI driver's `CSIVolumeName`, the in-tree provisioner's
-    `kubernetes.io/created-for/pv/name`): a controller's volume, held while its claim is,
-    attached or not (a StatefulSet scaled to zero detaches it), never deleted by costguard."""
-    pv = tags.get("CSIVolumeName") or tags.get(f"{_K8S}pv/name")
-    if not pv:
-        return None
-    ns, pvc = tags.get(f"{_K8S}pvc/namespace"), tags.get(f"{_K8S}pvc/name")
-    return f"Kubernetes PersistentVolume {pv}" + (f" (claim {ns}/{pvc})" if ns and pvc else "")
-
-
 def _managed_by(tags: dict[str, str]) -> str | None:
     for prefix, service in MANAGED_PREFIXES.items():
         if any(k.startswith(prefix) for k in tags):
             return f"managed by {service}"
-    if tags.get("CSIVolumeSnapshotName"):  # the EBS CSI driver's, for a VolumeSnapshot
-        return f"Kubernetes VolumeSnapshot {tags['CSIVolumeSnapshotName']}"
-    return None
+    return volume_snapshot_of(tags)  # the EBS CSI driver's, for a VolumeSnapshot
 
 
 def to_snapshot(raw: dict[str, Any], needs: dict[str, list[str]], *, account: str,

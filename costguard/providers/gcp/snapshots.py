@@ -3,7 +3,8 @@
 One project is read with `snapshots.list` (global, paged), and what needs a snapshot with
 `images.list` (an image's `sourceSnapshot`), `instanceTemplates.aggregatedList` (global and
 regional templates: a disk's `initializeParams.sourceSnapshot`) and `disks.aggregatedList`
-(a disk made from it, as on AWS: conservative). A snapshot a snapshot schedule made
+(a disk made from it, as on AWS: conservative). A snapshot the GKE PD CSI driver took for
+a VolumeSnapshot (its `description`) is Kubernetes's. A snapshot a snapshot schedule made
 (`autoCreated`) is its schedule's to expire; one costguard took before deleting a disk
 (labelled `costguard_snapshot-of`) is kept: both count as in use. Google does not say when
 a snapshot stopped being needed: the clock starts at costguard's first sight.
@@ -41,6 +42,7 @@ from costguard.providers.gcp.standing_calls import (
     wait_done,
 )
 from costguard.providers.gcp.terminate import SNAPSHOT_OF_LABEL
+from costguard.standing.kubernetes import description_meta, volume_snapshot_of
 from costguard.standing.model import Standing, StandingKind, StandingList
 
 log = logging.getLogger(__name__)
@@ -106,6 +108,9 @@ def to_snapshot(project: str, raw: Any, needed: Mapping[str, list[str]],
     """One snapshot (the raw protobuf) as a `Standing`."""
     labels = dict(raw.labels)
     held = list(needed.get(raw.name, []))
+    claimed = volume_snapshot_of(description_meta(raw.description))  # a VolumeSnapshot's
+    if claimed:
+        held.append(claimed)
     if raw.auto_created:
         held.append(f"snapshot schedule {short_name(raw.source_snapshot_schedule_policy)}"
                     if raw.source_snapshot_schedule_policy else "a snapshot schedule")

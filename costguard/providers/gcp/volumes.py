@@ -4,10 +4,12 @@
 One project is read with `disks.aggregatedList` (every zone, paged). A disk's `users` are
 the VMs it is attached to (by name: the standing stage finds them in the inventory by
 name and zone); a disk nothing uses is unused since its `lastDetachTimestamp` where it has
-one (else costguard's first sight). Regional disks (replicated across two zones) are left
-out and counted in the log: snapshotting and deleting one takes the regionDisks calls,
-which costguard does not make yet. Prices: capacity by type from `data/disk_prices.json`
-(its source and date in the file); a type the table lacks is unpriced.
+one (else costguard's first sight). A disk the GKE PD CSI driver made for a
+PersistentVolume (its `description`) stays Kubernetes's: held, attached or not. Regional
+disks (replicated across two zones) are left out and counted in the log: snapshotting and
+deleting one takes the regionDisks calls, which costguard does not make yet. Prices:
+capacity by type from `data/disk_prices.json` (its source and date in the file); a type the
+table lacks is unpriced.
 
 Snapshot before delete: `disks.createSnapshot` with a name and request id derived from the
 disk (its zone, name and creation time), labelled `costguard_snapshot-of`, so an attempt
@@ -45,6 +47,7 @@ from costguard.providers.gcp.standing_calls import (
     wait_done,
 )
 from costguard.providers.gcp.terminate import SNAPSHOT_OF_LABEL
+from costguard.standing.kubernetes import claim_of, description_meta
 from costguard.standing.model import Standing, StandingKind, StandingList
 
 log = logging.getLogger(__name__)
@@ -58,12 +61,14 @@ def to_volume(project: str, raw: Any, observed_at: datetime) -> Standing:
     dtype = short_name(raw.type_)
     size = int(raw.size_gb)
     users = tuple(short_name(u) for u in raw.users)
+    claim = claim_of(description_meta(raw.description))  # the GKE PD CSI driver's disk
     table = disk_table()
     rate = table.gib_month.get(dtype)
     return Standing(
         kind=StandingKind.VOLUME, provider="gcp", account=project, region=region_of(zone),
         zone=zone, resource_id=str(raw.id), name=raw.name, state=str(raw.status),
-        in_use=bool(users), used_by=users, size_gb=size, detail=dtype,
+        in_use=bool(users), used_by=users + ((claim,) if claim else ()), size_gb=size,
+        detail=dtype,
         created_at=parse_timestamp(raw.creation_timestamp, observed_at),
         unused_since=(parse_timestamp(raw.last_detach_timestamp, observed_at)
                       if raw.last_detach_timestamp and not users else None),

@@ -1,7 +1,8 @@
 """Through the engine: the shipped storage policy, enforced, on Compute Engine disks. A disk
 detached 40 days ago (its lastDetachTimestamp) is warned of, snapshotted and, a day later,
 deleted with its snapshot named; a disk of a VM stopped a long time is reported, never
-deleted (attached); a protected one is never warned of; a boot disk in use is left alone."""
+deleted (attached); a protected one and a Kubernetes PersistentVolume's (detached when its
+StatefulSet scaled to zero) are never warned of; a boot disk in use is left alone."""
 
 from __future__ import annotations
 
@@ -31,6 +32,14 @@ def test_an_old_detached_disk_is_snapshotted_then_deleted(
                last_detach=now - timedelta(days=40))
     c.add_disk(P, Z, "kept", size_gb=500, labels={"costguard_protect": "true"},
                last_detach=now - timedelta(days=40))
+    # a StatefulSet scaled to zero: its PersistentVolume's disk, detached (the GKE PD CSI
+    # driver's description, as the driver writes it)
+    c.add_disk(P, Z, "pvc-2ee556dd", size_gb=100, last_detach=now - timedelta(days=40),
+               labels={"goog-gke-volume": ""}, description=(
+                   '{"kubernetes.io/created-for/pv/name":"pvc-2ee556dd",'
+                   '"kubernetes.io/created-for/pvc/name":"data-db-0",'
+                   '"kubernetes.io/created-for/pvc/namespace":"prod",'
+                   '"storage.gke.io/created-by":"pd.csi.storage.gke.io"}'))
     text = (ROOT / "policies" / "storage.yml").read_text().replace("mode: dry-run",
                                                                   "mode: enforce")
     with gcp_engine_over(fake, tmp_path, text, clock) as engine:
@@ -38,7 +47,7 @@ def test_an_old_detached_disk_is_snapshotted_then_deleted(
             engine.run_cycle()
             clock.advance(timedelta(hours=1))
         left = {d.name for _, _, d in c.detached_disks}
-        assert left == {"kept"}  # old-scratch deleted; the protected one kept
+        assert left == {"kept", "pvc-2ee556dd"}  # old-scratch deleted; protected, held kept
         assert {name for (_, name) in c.snapshots} and all(
             s["labels"] == {"costguard_snapshot-of": "old-scratch"}
             for s in c.snapshots.values())
@@ -57,3 +66,6 @@ def test_an_old_detached_disk_is_snapshotted_then_deleted(
         assert ("delete-warning", ids["parked-data"]) not in alerts
         assert rows["busy"].in_use
         assert rows["old-scratch"].gone
+        assert rows["pvc-2ee556dd"].used_by == [
+            "Kubernetes PersistentVolume pvc-2ee556dd (claim prod/data-db-0)"]
+        assert not {a for a in alerts if a[1] == ids["pvc-2ee556dd"]}  # never warned of

@@ -1,7 +1,7 @@
 """Compute Engine disk snapshots through the real client against the Compute fake over HTTP
 (the `Snapshot`, `Image` and `InstanceTemplate` fields of the API reference): what needs a
 snapshot (an image, a global or regional instance template, a disk made from it, a snapshot
-schedule, costguard's own snapshot before a delete), the delete and labels through global
+schedule, a Kubernetes VolumeSnapshot, costguard's own snapshot before a delete), the delete and labels through global
 operations, dry runs; and, through the engine, an old unneeded snapshot deleted after its
 warning and grace while the needed ones stay."""
 
@@ -35,6 +35,11 @@ def _seed(fake: FakeGcp) -> None:
         c.add_snapshot(P, name, size_gb=200, auto_created=name == "scheduled",
                        labels={"costguard_snapshot-of": "old-disk"}
                        if name == "costguards" else {"team": "vision"})
+    c.add_snapshot(P, "k8s-snap", description=(  # the GKE PD CSI driver's, as it writes it
+        '{"kubernetes.io/created-for/volumesnapshot/name":"nightly",'
+        '"kubernetes.io/created-for/volumesnapshot/namespace":"prod",'
+        '"kubernetes.io/created-for/volumesnapshotcontent/name":"snapcontent-1",'
+        '"storage.gke.io/created-by":"pd.csi.storage.gke.io"}'))
     c.add_image(P, "base", "imaged")
     c.add_instance_template(P, "trainer", "templated")
     c.add_instance_template(P, "trainer-eu", "regional-tpl", region="europe-west4")
@@ -52,12 +57,13 @@ def test_what_needs_a_snapshot(fake: FakeGcp, make_provider: Make) -> None:
     _seed(fake)
     by_name = _listed(make_provider())
     assert set(by_name) == {"lone", "imaged", "templated", "regional-tpl", "restored",
-                            "scheduled", "costguards"}
+                            "scheduled", "costguards", "k8s-snap"}
     held = {n: s.used_by for n, s in by_name.items() if s.in_use}
     assert held == {"imaged": ("image base",), "templated": ("instance template trainer",),
                     "regional-tpl": ("instance template trainer-eu",),
                     "restored": ("disk from-snap",), "scheduled": ("a snapshot schedule",),
-                    "costguards": ("kept by costguard: taken before deleting old-disk",)}
+                    "costguards": ("kept by costguard: taken before deleting old-disk",),
+                    "k8s-snap": ("Kubernetes VolumeSnapshot prod/nightly",)}
     lone = by_name["lone"]
     assert (lone.in_use, lone.size_gb, lone.detail, lone.region) == (False, 200, "old-disk",
                                                                      "global")
@@ -103,7 +109,7 @@ def test_the_engine_deletes_the_unneeded_one_only(fake: FakeGcp, clock: ManualCl
             clock.advance(timedelta(hours=1))
         left = {name for (_, name) in fake.compute.snapshots}
         assert left == {"imaged", "templated", "regional-tpl", "restored", "scheduled",
-                        "costguards"}
+                        "costguards", "k8s-snap"}
         with engine.db.session() as s:
             done = [j.detail for j in s.exec(select(ActionJournalRow).where(
                 ActionJournalRow.action == "delete", ActionJournalRow.status == "done"))]
