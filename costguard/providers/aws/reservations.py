@@ -78,10 +78,15 @@ def to_reservation(raw: dict[str, Any], found_twins: dict[tuple[str, str, str], 
     platform = str(raw.get("InstancePlatform") or "Linux/UNIX")
     gpu = shipped_gpu_table().get(itype)
     quoted = None if block else price(itype)
-    unit, source = (None, "a Capacity Block: paid up front (its fee is on the bill)") \
-        if block else (None, f"no on-demand price for {itype}") if quoted is None \
-        else (quoted[0], quoted[1] + ("" if platform == "Linux/UNIX"
-                                      else f"; Linux rate, {platform} bills more"))
+    unit: float | None = None
+    if block:
+        source = "a Capacity Block: paid up front (its fee is on the bill)"
+    elif quoted is None:
+        source = f"no on-demand price for {itype}"
+    else:
+        unit, source = quoted
+        if platform != "Linux/UNIX":
+            source += f"; Linux rate, {platform} bills more"
     reserved = Reserved(
         instance_type=itype, capacity=total, used=max(total - free, 0),
         accelerators=gpu.count if gpu else 0, accelerator=gpu.model if gpu else None,

@@ -1,9 +1,9 @@
 """Compute Engine disk snapshots through the real client against the Compute fake over HTTP
 (the `Snapshot`, `Image` and `InstanceTemplate` fields of the API reference): what needs a
 snapshot (an image, a global or regional instance template, a disk made from it, a snapshot
-schedule, a Kubernetes VolumeSnapshot, costguard's own snapshot before a delete), the delete and labels through global
-operations, dry runs; and, through the engine, an old unneeded snapshot deleted after its
-warning and grace while the needed ones stay."""
+schedule, a Kubernetes VolumeSnapshot, costguard's own snapshot before a delete), the
+delete and labels through global operations, dry runs; and, through the engine, an old
+unneeded snapshot deleted after its warning and grace while the needed ones stay."""
 
 from __future__ import annotations
 
