@@ -29,7 +29,7 @@ from costguard.model import (
     PriceQuote,
     ProviderName,
 )
-from costguard.providers.aws import actions, batch, reservations, standing
+from costguard.providers.aws import actions, batch
 from costguard.providers.aws.gpu_types import GpuTypeCatalog
 from costguard.providers.aws.inventory import HostNames, read_scope
 from costguard.providers.aws.owners import GroupSizes
@@ -41,9 +41,9 @@ from costguard.providers.aws.readings import CloudWatchReads, DimensionSets
 from costguard.providers.aws.sessions import AccountScope, ClientFactory
 from costguard.providers.aws.settings import AwsSettings
 from costguard.providers.aws.spot import SpotPrices
+from costguard.providers.aws.standing_ops import AwsStandingOps
 from costguard.providers.base import FetchedPrices, Memory
 from costguard.providers.repeats import Repeats
-from costguard.standing.model import Standing, StandingKind, StandingList
 
 GPU_TYPES_MEMORY = "gpu_types"  # the store's copy of GpuTypeCatalog.known()
 UNDESCRIBED_MEMORY = "gpu_types_undescribed"  # GpuTypeCatalog.undescribed()
@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 
 
 
-class AwsProvider(CloudWatchReads):
+class AwsProvider(CloudWatchReads, AwsStandingOps):
     """The `costguard.providers.base.Provider` for AWS EC2."""
 
     name: ProviderName = "aws"
@@ -289,76 +289,6 @@ class AwsProvider(CloudWatchReads):
                                        scope=scope)
         except ProviderError as exc:
             return ActionResult(outcome=ActionOutcome.FAILED, detail=str(exc))
-
-    # -- standing resources: volumes, snapshots, addresses (standing.model.HoldsStanding) -
-
-    def standing_kinds(self) -> frozenset[StandingKind]:
-        return frozenset(StandingKind)
-
-    def list_standing(self, kinds: frozenset[StandingKind]) -> StandingList:
-        """Every volume, snapshot, address and capacity reservation of `kinds` in every
-        scope (aws/standing.py, aws/reservations.py)."""
-        observed_at = self.clock.now()
-        try:
-            accounts = self.clients.accounts()
-        except ProviderError as exc:
-            return StandingList(gaps=[Gap(provider="aws", scope="accounts", error=str(exc))])
-        out = StandingList()
-        with ThreadPoolExecutor(self.settings.max_workers, "costguard-aws-standing") as pool:
-            scopes: list[tuple[AccountScope, str]] = []
-            for account, regions in zip(accounts, pool.map(self._regions_of, accounts),
-                                        strict=True):
-                if isinstance(regions, Gap):
-                    out.gaps.append(regions)
-                else:
-                    scopes += [(account, region) for region in regions]
-
-            def read(scope: tuple[AccountScope, str]) -> list[Standing] | Gap:
-                account, region = scope
-                ec2 = self.clients.ec2(account, region)
-                try:
-                    found = standing.read_scope(ec2, kinds, account=account.account_id,
-                                                region=region, observed_at=observed_at)
-                    if StandingKind.RESERVATION in kinds:
-                        found += reservations.read_scope(
-                            ec2, account=account.account_id, region=region,
-                            observed_at=observed_at, price=self._on_demand(region))
-                    return found
-                except ProviderError as exc:
-                    return Gap(provider="aws", scope=f"{account.account_id}/{region}",
-                               error=str(exc))
-
-            for got in pool.map(read, scopes):
-                if isinstance(got, Gap):
-                    out.gaps.append(got)
-                else:
-                    out.items.extend(got)
-        return out
-
-    def _ec2_of(self, item: Standing) -> Any:
-        return self.clients.ec2(self._account(item.account), item.region)
-
-    def _on_demand(self, region: str) -> reservations.Price:
-        def price(itype: str) -> tuple[float, str] | None:
-            found = self.prices.lookup(region, itype)
-            return None if found is None else (found.usd_per_hour, found.source)
-        return price
-
-    def describe_standing(self, item: Standing) -> Standing | None:
-        if item.kind is StandingKind.RESERVATION:
-            return reservations.describe(self._ec2_of(item), item, self.clock.now(),
-                                         self._on_demand(item.region))
-        return standing.describe(self._ec2_of(item), item, self.clock.now())
-
-    def snapshot_volume(self, item: Standing, *, dry_run: bool) -> tuple[str, str]:
-        return standing.snapshot_volume(self._ec2_of(item), item, dry_run=dry_run)
-
-    def delete_standing(self, item: Standing, *, dry_run: bool) -> ActionResult:
-        return standing.delete(self._ec2_of(item), item, dry_run=dry_run)
-
-    def tag_standing(self, item: Standing, tags: dict[str, str], *, dry_run: bool
-                     ) -> ActionResult:
-        return standing.tag(self._ec2_of(item), item, tags, dry_run=dry_run)
 
     # -- batched re-check and actions (base.Describes, base.BatchActions) ------------------
 
