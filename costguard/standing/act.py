@@ -76,6 +76,10 @@ def skip_reason(seen: Standing, fresh: Standing | None, now: datetime) -> str | 
     if seen.created_at is not None and fresh.created_at is not None \
             and fresh.created_at != seen.created_at:
         return "recreated under its id since the last listing"
+    if fresh.unused_since is not None and seen.unused_since is not None \
+            and fresh.unused_since > seen.unused_since:  # a disk's lastDetachTimestamp
+        return (f"used since the last listing (detached again at "
+                f"{fresh.unused_since:%Y-%m-%d %H:%M} UTC)")
     return None
 
 

@@ -87,6 +87,11 @@ class Cloud:
                         state="in-use" if t.attached else "available", in_use=t.attached,
                         used_by=(("i-1",) if t.attached else ()) + ((t.held,) if t.held else ()),
                         created_at=t.created,
+                        # the cloud dates the last detach, as a persistent disk's
+                        # lastDetachTimestamp does, once there was one (EC2 does not: a
+                        # use no listing or re-check saw is not seen there)
+                        unused_since=t.used_at if not t.attached and t.used_at > T0
+                        else None,
                         usd_per_month=10.0, tags=tags, observed_at=self.now)
 
     # HoldsStanding
@@ -197,11 +202,13 @@ def test_a_quiet_history_does_delete(tmp_path: Path) -> None:
     ("protect", "costguard:protect was set"),
     ("snooze", "snoozed until"),
     ("recreate", "recreated under its id"),
+    ("attach-detach", "used since the last listing (detached again at"),
 ])
 def test_what_changed_after_the_listing_is_seen_by_the_recheck(
         tmp_path: Path, event: str, says: str) -> None:
     """The listing still shows the address unused, unprotected and the same one when its
-    grace ends: only the re-check before the delete can see the change, and it does."""
+    grace ends: only the re-check before the delete can see the change, and it does (a use
+    that began and ended between two looks, by the detach time the cloud gives)."""
     db = Database(f"sqlite:///{tmp_path / 's.db'}")
     cloud = Cloud()
     cloud.items["r-0"] = Truth(StandingKind.ADDRESS, T0 - timedelta(days=30))
@@ -213,6 +220,8 @@ def test_what_changed_after_the_listing_is_seen_by_the_recheck(
             t = cloud.items["r-0"]
             if event == "attach":
                 t.attached = True
+            elif event == "attach-detach":  # used and let go again, between two looks
+                t.used_at = cloud.now + timedelta(hours=1)
             elif event == "protect":
                 t.protect = "yes"
             elif event == "snooze":
