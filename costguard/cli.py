@@ -319,14 +319,16 @@ def iam(
     """
     settings = _settings(config)
     policies = load_policies_or_exit(settings.policy_paths).policies
-    # volumes, snapshots, addresses: each kind governed here, with what enforced policies do
+    # volumes, snapshots, addresses, reservations, notebooks: each kind governed here, with
+    # what enforced policies do
     from costguard.policy.kinds import KINDS
 
     standing: dict[str, frozenset[str]] = {}
     for p in policies:
-        if KINDS[p.resource].standing and provider in p.providers:
+        if KINDS[p.resource].own_rights and provider in p.providers:
             enforced = p.is_enforced if enforce is None else enforce
-            acts = frozenset(str(a.kind) for a in p.actions) & {"delete", "tag"}
+            acts = frozenset(str(a.kind) for a in p.actions) & {"delete", "tag", "stop",
+                                                                "start"}
             standing[p.resource] = standing.get(p.resource, frozenset()) | (
                 acts if enforced else frozenset())
     governs = "workload" if provider == "k8s" else "instance"

@@ -143,6 +143,15 @@ class Owner(Frozen):
         return f"{owner_words(self.kind)} {self.name}{where}"
 
 
+class InstanceKind(StrEnum):
+    """The registry kinds (costguard/policy/kinds.py) whose items are machines listed and
+    judged as instances are."""
+
+    INSTANCE = "instance"
+    NOTEBOOK = "notebook"  # SageMaker notebook instance, Vertex AI Workbench instance
+    WORKLOAD = "workload"  # a Kubernetes workload holding GPUs (costguard/k8s/)
+
+
 class Instance(Frozen):
     """One VM as seen in inventory at `observed_at`."""
 
@@ -168,6 +177,9 @@ class Instance(Frozen):
     launched_by: str | None = None
     # the controller that owns it (None: a pet VM costguard may stop itself); instances.owner
     owner: Owner | None = None
+    # the registry kind a policy governs it as (`resource:`, costguard/policy/kinds.py): a
+    # SageMaker notebook instance or a Workbench instance is a `notebook`; instances.kind
+    kind: InstanceKind = InstanceKind.INSTANCE
 
     def model_post_init(self, context: Any, /) -> None:
         # an inventory holds a fleet's instances through a cycle: one fields-set for all

@@ -29,7 +29,7 @@ from typing import Any
 
 from costguard.k8s.api import KubeObject
 from costguard.k8s.model import Pod, Workload, api_resource_share
-from costguard.model import Instance, InstanceState, Owner, OwnerKind
+from costguard.model import Instance, InstanceKind, InstanceState, Owner, OwnerKind
 from costguard.providers.base import TAG_SPELLINGS
 
 PROVIDER = "k8s"
@@ -137,7 +137,7 @@ class Governed:
             instance_type=self.kind, state=state, gpu_count=self.gpus,
             gpu_model=models[0] if models else None, launch_time=_created(obj, now),
             tags={k: v for k, v in tags.items() if k and len(k) <= 256}, observed_at=now,
-            owner=owner)
+            owner=owner, kind=InstanceKind.WORKLOAD)
 
 
 def _created(obj: KubeObject | None, now: datetime) -> datetime:

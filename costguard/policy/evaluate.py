@@ -24,7 +24,6 @@ from costguard.model import (
 )
 from costguard.policy.conditions import Condition, UnderusedCondition
 from costguard.policy.filters import AgeFilter, Filters, TagFilter
-from costguard.policy.kinds import KINDS
 from costguard.policy.schedule import OfficeHours
 from costguard.policy.schema import Policy
 from costguard.recommend.verdict import StoredVerdict
@@ -50,9 +49,10 @@ class Finding:
 
 
 def matches(policy: Policy, inst: Instance, now: datetime) -> bool:
-    """True when the policy's kind, providers and filters select `inst` (a volume,
-    snapshot or address policy selects no instance: costguard/standing/ governs those)."""
-    if KINDS[policy.resource].standing:
+    """True when the policy's kind, providers and filters select `inst`: an instance policy
+    selects instances, a notebook policy notebooks (`Instance.kind`), and a volume, snapshot
+    or address policy no instance (costguard/standing/ governs those)."""
+    if policy.resource != inst.kind:
         return False
     if policy.providers and inst.provider not in policy.providers:
         return False

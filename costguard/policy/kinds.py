@@ -71,6 +71,9 @@ def _storage_permissions(kind: str, acting: frozenset[str] = frozenset({"delete"
     return permissions
 
 
+NOTEBOOK_ACTS = frozenset({"stop", "start", "tag"})
+
+
 def _reservation_permissions(enforcing: bool) -> dict[str, list[str]]:
     """Reading only, enforced or not: a reservation's one action is `notify` (its twins are
     read with the instances' listing rights)."""
@@ -95,6 +98,9 @@ class ResourceKind:
     example: str  # a policy of this kind (loaded by a test)
     # governed by the standing stage (costguard/standing/), not as instances are
     standing: bool = False
+    # its rights come from the providers' per-kind tables (aws/gcp iam.py STANDING_READ),
+    # with the actions its enforced policies take; an instance's or a workload's do not
+    own_rights: bool = False
     # said after "X does not apply to a <kind>: its actions are ..."
     action_hint: str = ""
 
@@ -107,7 +113,7 @@ def _storage(name: str, what: str, filters: tuple[str, ...], example: str,
         name=name, what=what, providers=providers, filters=(*_STORAGE_FILTERS, *filters),
         conditions=_STORAGE_CONDITIONS, actions=_STORAGE_ACTIONS,
         permissions=_storage_permissions(name), docs="docs/storage.md", example=example,
-        standing=True)
+        standing=True, own_rights=True)
 
 
 KINDS: dict[str, ResourceKind] = {kind.name: kind for kind in (
@@ -131,6 +137,28 @@ policies:
     actions:
       - notify: {to: [owner, team]}
       - stop: {grace: 30m}
+"""),
+    ResourceKind(
+        name="notebook",
+        what="managed notebooks: SageMaker notebook instances, Vertex AI Workbench instances "
+             "and the simulated cloud's",
+        providers=PROVIDERS,
+        filters=(*_COMMON, "instance_type", "family"),
+        conditions=_COMPUTE_CONDITIONS,
+        actions=(ActionKind.NOTIFY, ActionKind.TAG, ActionKind.STOP, ActionKind.START),
+        permissions=_storage_permissions("notebook", NOTEBOOK_ACTS),
+        docs="docs/notebooks.md", own_rights=True,
+        action_hint=" (a notebook is stopped, never deleted: its storage and its work stay)",
+        example="""\
+policies:
+  - name: idle-notebooks
+    resource: notebook
+    filters: {gpu: true, state: running}
+    condition:
+      idle: {below: 5, for: 2h}
+    actions:
+      - notify: {to: [owner, team]}
+      - stop: {grace: 1h}
 """),
     ResourceKind(
         name="workload",
@@ -199,7 +227,7 @@ policies:
         providers=("aws", "gcp", "sim"), filters=_STORAGE_FILTERS,
         conditions=_STORAGE_CONDITIONS,
         actions=(ActionKind.NOTIFY,), permissions=_reservation_permissions,
-        docs="docs/reservations.md", standing=True,
+        docs="docs/reservations.md", standing=True, own_rights=True,
         action_hint=" (cancelling a reservation is its owner's decision: costguard tells "
                     "them what it costs unused, and which instances could use it)",
         example="""\

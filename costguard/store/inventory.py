@@ -13,7 +13,7 @@ from sqlalchemy import select as sa_select
 from sqlalchemy.engine import Dialect
 from sqlmodel import Session, select
 
-from costguard.model import Instance, InstanceState, Lifecycle, Owner
+from costguard.model import Instance, InstanceKind, InstanceState, Lifecycle, Owner
 from costguard.store.tables import AccountRow, InstanceRow
 from costguard.store.upsert import BindProcessors, driver_sql
 
@@ -31,6 +31,7 @@ def to_instance(row: InstanceRow) -> Instance:
         launch_time=row.launch_time, tags=dict(row.tags), observed_at=row.last_seen,
         launched_by=row.launched_by,
         owner=Owner.model_validate(row.owner) if row.owner else None,
+        kind=InstanceKind(row.kind),
     )
 
 
@@ -38,7 +39,7 @@ def to_instance(row: InstanceRow) -> Instance:
 # one of these (or `gone`) differs from the instance's; every listed row gets `last_seen`
 _LISTED = ("account", "region", "zone", "name", "instance_type", "state", "state_reason",
            "lifecycle", "gpu_count", "gpu_model", "gpu_memory_mib", "launch_time", "tags",
-           "launched_by", "owner")
+           "launched_by", "owner", "kind")
 _CHUNK = 500  # ids per IN (...) list: well inside SQLite's and PostgreSQL's parameter limits
 
 
@@ -46,7 +47,7 @@ def _listed(inst: Instance) -> tuple[Any, ...]:
     return (inst.account, inst.region, inst.zone, inst.name, inst.instance_type,
             str(inst.state), inst.state_reason, str(inst.lifecycle), inst.gpu_count,
             inst.gpu_model, inst.gpu_memory_mib, inst.launch_time, inst.tags, inst.launched_by,
-            owner_json(inst.owner))
+            owner_json(inst.owner), str(inst.kind))
 
 
 def owner_json(owner: Owner | None) -> dict[str, Any] | None:
@@ -189,7 +190,7 @@ def _expire_loaded(session: Session, provider: str) -> None:
 
 _READ = ("provider", "account", "region", "zone", "instance_id", "name", "instance_type",
          "state", "state_reason", "lifecycle", "gpu_count", "gpu_model", "gpu_memory_mib",
-         "launch_time", "tags", "last_seen", "launched_by", "owner")
+         "launch_time", "tags", "last_seen", "launched_by", "owner", "kind")
 
 
 def current_instances(session: Session, *, include_gone: bool = False,
@@ -233,10 +234,11 @@ def _instances(session: Session, stmt: Select[Any]) -> list[Instance]:
             "tags": {one(k, k): one(v, v) for k, v in tags.items()},
             "observed_at": one(last_seen, last_seen),
             "launched_by": one(launched_by, launched_by), "owner": owner,
+            "kind": InstanceKind(kind),
         })
         for (provider, account, region, zone, instance_id, name, instance_type, state,
              state_reason, lifecycle, gpu_count, gpu_model, gpu_memory_mib, launch_time, tags,
-             last_seen, launched_by, owner) in session.execute(stmt)
+             last_seen, launched_by, owner, kind) in session.execute(stmt)
     ]
 
 

@@ -81,6 +81,9 @@ class InstanceRow(SQLModel, table=True):
     launched_by: str | None = Field(default=None, max_length=512)
     # the controller that owns it (Instance.owner as JSON; NULL: a pet VM); 0007
     owner: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    # the registry kind it is governed as (Instance.kind: instance, notebook); 0019
+    kind: str = Field(default="instance", max_length=16,
+                      sa_column_kwargs={"server_default": "instance"})
 
 
 class GpuReadingRow(SQLModel, table=True):

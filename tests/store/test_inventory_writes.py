@@ -49,7 +49,7 @@ def test_new_rows_have_every_column(db_url: str) -> None:
         "launch_time": T0 - timedelta(days=2), "tags": {"team": "research", "Name": "n-i-1"},
         "first_seen": T0, "last_seen": T0, "state_changed_at": T0, "accrued_until": T0,
         "owner": None,
-        "accrue_state": "running", "gone": False, "launched_by": None,
+        "accrue_state": "running", "gone": False, "launched_by": None, "kind": "instance",
     }
     assert rows["i-2"]["zone"] is None and rows["i-2"]["tags"] == {}
     with db.session() as s:
@@ -236,4 +236,26 @@ def test_an_owner_round_trips_and_a_new_group_size_rewrites_the_row(db_url: str)
                          T0 + timedelta(minutes=5), complete=True)
     with db.session() as s:
         assert {i.instance_id: i.owner for i in current_instances(s)}["i-1"] == smaller
+    db.dispose()
+
+
+def test_a_notebook_keeps_its_kind_through_the_store(db_url: str) -> None:
+    """The kind a machine is governed as (a SageMaker notebook instance is a `notebook`)
+    comes back from both reads, and a listing that changes it rewrites the row."""
+    from costguard.model import InstanceKind
+    from costguard.store.inventory import to_instance
+
+    db = Database(db_url)
+    with db.session() as s:
+        record_inventory(s, "aws", [_inst("nb-1", kind=InstanceKind.NOTEBOOK), _inst("i-2")],
+                         T0, complete=True)
+    with db.session() as s:
+        kinds = {i.instance_id: i.kind for i in current_instances(s)}
+        assert kinds == {"nb-1": InstanceKind.NOTEBOOK, "i-2": InstanceKind.INSTANCE}
+        assert to_instance(s.get(InstanceRow, ("aws", "nb-1"))).kind is InstanceKind.NOTEBOOK
+    with db.session() as s:
+        record_inventory(s, "aws", [_inst("nb-1"), _inst("i-2")], T0 + timedelta(minutes=5),
+                         complete=True)
+    with db.session() as s:
+        assert {i.instance_id: i.kind for i in current_instances(s)}["nb-1"] == "instance"
     db.dispose()

@@ -36,6 +36,7 @@ from costguard.demo.gcp_fake.records import FakeOperation, FakeVm
 from costguard.demo.gcp_fake.reservations import RESERVATION_ROUTES, ReservationOps
 from costguard.demo.gcp_fake.snapshots import SNAPSHOT_ROUTES, SnapshotOps
 from costguard.demo.gcp_fake.tpu import TPU_ROUTES, FakeTpuNode, TpuOps
+from costguard.demo.gcp_fake.workbench import WORKBENCH_ROUTES, WorkbenchOps
 
 __all__ = ["FakeCompute", "FakeDisk", "FakeOperation", "FakeTpuNode", "FakeVm"]
 
@@ -53,7 +54,8 @@ class _Injected:
     path_contains: str
 
 
-class FakeCompute(DiskOps, GroupOps, TpuOps, ReservationOps, AddressOps, SnapshotOps):
+class FakeCompute(DiskOps, GroupOps, TpuOps, ReservationOps, AddressOps, SnapshotOps,
+                  WorkbenchOps):
     """State of the fake plus the HTTP server. Thread-safe; use as a context manager."""
 
     def __init__(self, *, operation_delay_s: float = 0.0, max_wait_s: float = 2.0) -> None:
@@ -90,6 +92,7 @@ class FakeCompute(DiskOps, GroupOps, TpuOps, ReservationOps, AddressOps, Snapsho
         self._init_disks()
         self._init_groups()
         self._init_tpus()
+        self._init_workbench()
         self._init_reservations()
         self._init_addresses()
         self._init_snapshots()
@@ -427,6 +430,7 @@ _ROUTES: tuple[tuple[re.Pattern[str], str, str], ...] = (
     (re.compile(r"/v3/folders$"), "GET", "rm_folders"),
     *((re.compile(pattern), verb, action) for pattern, verb, action in GROUP_ROUTES),
     *((re.compile(pattern), verb, action) for pattern, verb, action in TPU_ROUTES),
+    *((re.compile(pattern), verb, action) for pattern, verb, action in WORKBENCH_ROUTES),
     *((re.compile(pattern), verb, action) for pattern, verb, action in RESERVATION_ROUTES),
     *((re.compile(pattern), verb, action) for pattern, verb, action in ADDRESS_ROUTES),
     *((re.compile(pattern), verb, action) for pattern, verb, action in SNAPSHOT_ROUTES),

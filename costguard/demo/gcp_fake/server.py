@@ -53,6 +53,7 @@ class FakeGcp:
             "monitoring_endpoint": self.monitoring.endpoint,
             "resource_manager_endpoint": self.compute.url,
             "tpu_endpoint": self.compute.url,
+            "workbench_endpoint": self.compute.url,
             "anonymous": True,
             "retry": FAST_RETRY,
         }

@@ -132,7 +132,7 @@ class TpuOps:
 
     def _init_tpus(self) -> None:
         self._tpu_nodes: dict[tuple[str, str, str], FakeTpuNode] = {}
-        self._tpu_ops: dict[str, _TpuOperation] = {}
+        self._tpu_ops: dict[str, Any] = {}  # also the Workbench half's (same routes)
         self._tpu_ids = itertools.count(_ID_START)
         self._tpu_op_ids = itertools.count(1)
         # projects whose Cloud TPU API is disabled: listing answers 403 SERVICE_DISABLED
@@ -202,12 +202,19 @@ class TpuOps:
     def _tpu_operation(self, node: FakeTpuNode, verb: str, apply: Any,
                        interim: str | None) -> tuple[int, Any]:
         with self._lock:
-            name = (f"projects/{node.project}/locations/{node.zone}/operations/"
-                    f"operation-{next(self._tpu_op_ids)}-{verb}")
-            op = _TpuOperation(name, verb, node, time.monotonic() + self.operation_delay_s,
-                               apply, datetime.now(UTC))
             if interim:
                 node.state = interim
+            return self._tpu_new_operation(node, verb, apply, _TpuOperation)
+
+    def _tpu_new_operation(self, node: Any, verb: str, apply: Any,
+                           make: Any) -> tuple[int, Any]:
+        """A `projects.locations.operations` operation on `node` (a TPU node, or a
+        Workbench instance: `make` builds the operation), done after the delay."""
+        with self._lock:
+            name = (f"projects/{node.project}/locations/{node.zone}/operations/"
+                    f"operation-{next(self._tpu_op_ids)}-{verb}")
+            op = make(name, verb, node, time.monotonic() + self.operation_delay_s, apply,
+                      datetime.now(UTC))
             self._tpu_ops[name] = op
             self._tpu_complete_due()
             return 200, op.to_json()

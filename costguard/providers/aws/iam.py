@@ -183,9 +183,13 @@ STANDING_READ = {
     "address": ["ec2:DescribeAddresses"],
     # and the running instances that could use a reservation's free capacity
     "reservation": ["ec2:DescribeCapacityReservations", "ec2:DescribeInstances"],
+    # SageMaker notebook instances (providers/aws/notebooks.py): listed, re-read, tags
+    "notebook": ["sagemaker:ListNotebookInstances", "sagemaker:DescribeNotebookInstance",
+                 "sagemaker:ListTags"],
 }
 STANDING_ARN = {"volume": "arn:aws:ec2:*:*:volume/*", "snapshot": "arn:aws:ec2:*::snapshot/*",
                 "address": "arn:aws:ec2:*:*:elastic-ip/*"}
+NOTEBOOK_ARN = "arn:aws:sagemaker:*:*:notebook-instance/*"
 STANDING_DELETE = {"volume": "ec2:DeleteVolume", "snapshot": "ec2:DeleteSnapshot",
                    "address": "ec2:ReleaseAddress"}
 
@@ -211,7 +215,16 @@ def standing_statements(kinds: Mapping[str, frozenset[str]]) -> list[dict[str, A
     for kind in deleting:
         out += unprotected(f"CostguardDelete{kind.title()}", STANDING_DELETE[kind],
                            STANDING_ARN[kind])
-    tagging = sorted(k for k, acts in kinds.items() if "tag" in acts)
+    if kinds.get("notebook", frozenset()) & {"stop", "start"}:
+        out += unprotected("CostguardPowerNotebooks", ["sagemaker:StopNotebookInstance",
+                                                       "sagemaker:StartNotebookInstance"],
+                           NOTEBOOK_ARN)
+    if "tag" in kinds.get("notebook", frozenset()):
+        out.append({"Sid": "CostguardTagNotebooks", "Effect": "Allow",
+                    "Action": "sagemaker:AddTags", "Resource": NOTEBOOK_ARN,
+                    "Condition": {"ForAllValues:StringNotEquals": {
+                        "aws:TagKeys": [PROTECT_TAG]}}})
+    tagging = sorted(k for k, acts in kinds.items() if "tag" in acts and k in STANDING_ARN)
     if tagging:
         out.append({"Sid": "CostguardTagStorage", "Effect": "Allow",
                     "Action": "ec2:CreateTags",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
@@ -29,9 +29,10 @@ from costguard.model import (
     PriceQuote,
     ProviderName,
 )
-from costguard.providers.aws import actions, batch
+from costguard.providers.aws import actions, batch, notebooks
 from costguard.providers.aws.gpu_types import GpuTypeCatalog
 from costguard.providers.aws.inventory import HostNames, read_scope
+from costguard.providers.aws.notebook_ops import AwsNotebookOps
 from costguard.providers.aws.owners import GroupSizes
 from costguard.providers.aws.pricing import (
     OnDemandTable,
@@ -52,7 +53,7 @@ log = logging.getLogger(__name__)
 
 
 
-class AwsProvider(CloudWatchReads, AwsStandingOps):
+class AwsProvider(CloudWatchReads, AwsStandingOps, AwsNotebookOps):
     """The `costguard.providers.base.Provider` for AWS EC2."""
 
     name: ProviderName = "aws"
@@ -92,6 +93,8 @@ class AwsProvider(CloudWatchReads, AwsStandingOps):
                            tuple[datetime, DimensionSets, frozenset[str]]] = {}
         self._memory: Memory | None = None
         self._remembered: dict[str, dict[str, Any]] = {}
+        self._denied_said: set[str] = set()  # accounts whose notebooks may not be listed
+        self._denied_lock = threading.Lock()
 
     @property
     def scope_workers(self) -> int:
@@ -149,6 +152,9 @@ class AwsProvider(CloudWatchReads, AwsStandingOps):
                     continue
                 scopes += [(account, region) for region in regions]
             futures = [pool.submit(self._read, a, r, observed_at) for a, r in scopes]
+            # SageMaker notebook instances, queued behind the scopes' EC2 listings
+            futures += [pool.submit(self._read_notebooks, a, r, observed_at)
+                        for a, r in scopes if self._lists_notebooks(r)]
             instances: list[Instance] = []
             for future in futures:
                 got = future.result()
@@ -223,9 +229,13 @@ class AwsProvider(CloudWatchReads, AwsStandingOps):
         return result
 
     def stop(self, instance: Instance, *, dry_run: bool) -> ActionResult:
+        if notebooks.is_notebook(instance):
+            return self.notebook_power(instance, "stop", dry_run=dry_run)
         return self._act(instance, lambda ec2: actions.stop(ec2, instance, dry_run=dry_run))
 
     def start(self, instance: Instance, *, dry_run: bool) -> ActionResult:
+        if notebooks.is_notebook(instance):
+            return self.notebook_power(instance, "start", dry_run=dry_run)
         return self._act(instance, lambda ec2: actions.start(ec2, instance, dry_run=dry_run))
 
     def set_tags(
@@ -236,6 +246,8 @@ class AwsProvider(CloudWatchReads, AwsStandingOps):
         remove: Sequence[str] = (),
         dry_run: bool,
     ) -> ActionResult:
+        if notebooks.is_notebook(instance):
+            return self.notebook_tags(instance, tags, remove, dry_run=dry_run)
         return self._act(
             instance, lambda ec2: actions.set_tags(ec2, instance, tags, remove, dry_run=dry_run)
         )
@@ -248,9 +260,12 @@ class AwsProvider(CloudWatchReads, AwsStandingOps):
             ec2, instance, snapshot=snapshot, dry_run=dry_run))
 
     def stopped_cost(self, instance: Instance) -> PriceQuote | None:
-        """What the stopped instance's EBS volumes cost per hour; see aws/disks.py."""
+        """What the stopped instance's EBS volumes cost per hour; see aws/disks.py. (A
+        stopped notebook instance's ML storage is not priced: None.)"""
         from costguard.providers.aws import disks
 
+        if notebooks.is_notebook(instance):
+            return None
         with self._lock:
             read = self._volumes.pop(instance.instance_id, None)
         if read is not None:  # read in bulk right after stop_many
@@ -297,10 +312,12 @@ class AwsProvider(CloudWatchReads, AwsStandingOps):
         return self.describe_many([instance]).get(instance.instance_id)
 
     def describe_many(self, instances: Sequence[Instance]) -> dict[str, Instance | None]:
-        """One DescribeInstances per (account, region) chunk of up to 1,000 ids."""
-        out: dict[str, Instance | None] = {}
+        """One DescribeInstances per (account, region) chunk of up to 1,000 ids; notebook
+        instances read from SageMaker."""
+        out = self.describe_notebooks([i for i in instances if notebooks.is_notebook(i)])
         now = self.clock.now()
-        for (account_id, region), members in self._by_scope(instances).items():
+        vms = [i for i in instances if not notebooks.is_notebook(i)]
+        for (account_id, region), members in self._by_scope(vms).items():
             ec2 = self.clients.ec2(self._account(account_id), region)
             out |= batch.describe_many(ec2, members, observed_at=now)
         return out
@@ -322,7 +339,8 @@ class AwsProvider(CloudWatchReads, AwsStandingOps):
                 self._volumes.update((i, v) for i, v in volumes.items() if i in stopped)
             return results
 
-        return self._per_scope(instances, stop)
+        return self._per_scope(instances, stop, lambda i: self.notebook_power(
+            i, "stop", dry_run=dry_run))
 
     def _side(self) -> ThreadPoolExecutor:
         """The threads that read volumes beside StopInstances: one per scope stopped at once
@@ -343,11 +361,16 @@ class AwsProvider(CloudWatchReads, AwsStandingOps):
     ) -> dict[str, ActionResult]:
         return self._per_scope(
             instances, lambda ec2, members, scope: batch.set_tags_many(
-                ec2, members, tags, remove, dry_run=dry_run, scope=scope))
+                ec2, members, tags, remove, dry_run=dry_run, scope=scope),
+            lambda i: self.notebook_tags(i, tags, remove, dry_run=dry_run))
 
-    def _per_scope(self, instances: Sequence[Instance], run: Any) -> dict[str, ActionResult]:
-        out: dict[str, ActionResult] = {}
-        for (account_id, region), members in self._by_scope(instances).items():
+    def _per_scope(self, instances: Sequence[Instance], run: Any,
+                   notebook: Callable[[Instance], ActionResult]) -> dict[str, ActionResult]:
+        """`run` per scope on its EC2 instances; `notebook` on each notebook instance
+        (SageMaker acts on one at a time)."""
+        out = {i.instance_id: notebook(i) for i in instances if notebooks.is_notebook(i)}
+        for (account_id, region), members in self._by_scope(
+                [i for i in instances if not notebooks.is_notebook(i)]).items():
             try:
                 ec2 = self.clients.ec2(self._account(account_id), region)
             except ProviderError as exc:

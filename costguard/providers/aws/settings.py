@@ -145,6 +145,9 @@ class AwsSettings(_Strict):
     # how long the Auto Scaling groups' sizes and tags the inventory read are reused (0:
     # read every cycle); acting on a group always reads it first
     group_sizes_max_age_minutes: int = Field(default=15, ge=0, le=24 * 60)
+    # SageMaker notebook instances are listed beside the EC2 instances (resource: notebook;
+    # aws/notebooks.py); a role without sagemaker:ListNotebookInstances lists none
+    notebooks: bool = True
 
     @field_validator("regions")
     @classmethod

@@ -32,6 +32,8 @@ STANDING_READ: dict[str, tuple[str, ...]] = {
                  "compute.instanceTemplates.list", "compute.disks.list"),
     # reservations.aggregatedList and .get; the twins come from instances.list (READ)
     "reservation": ("compute.reservations.list", "compute.reservations.get"),
+    # Workbench instances (gcp/notebooks.py): listed with their VMs, re-read before acting
+    "notebook": ("notebooks.instances.list", "notebooks.instances.get"),
 }
 STANDING_ACT: dict[tuple[str, str], tuple[str, ...]] = {
     ("volume", "delete"): (
@@ -44,6 +46,11 @@ STANDING_ACT: dict[tuple[str, str], tuple[str, ...]] = {
     ("address", "tag"): ("compute.addresses.setLabels", "compute.regionOperations.get"),
     ("snapshot", "delete"): ("compute.snapshots.delete", "compute.globalOperations.get"),
     ("snapshot", "tag"): ("compute.snapshots.setLabels", "compute.globalOperations.get"),
+    # a Workbench instance is stopped, started and labelled through the Notebooks API (its
+    # VM's own stop would leave the instance out of step), each a long-running operation
+    ("notebook", "stop"): ("notebooks.instances.stop", "notebooks.operations.get"),
+    ("notebook", "start"): ("notebooks.instances.start", "notebooks.operations.get"),
+    ("notebook", "tag"): ("notebooks.instances.update", "notebooks.operations.get"),
 }
 
 

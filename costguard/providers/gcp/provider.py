@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -17,6 +17,7 @@ from costguard.model import (
     Gap,
     GpuMinute,
     Instance,
+    InstanceKind,
     Inventory,
     PriceQuote,
     ProviderName,
@@ -50,6 +51,7 @@ from costguard.providers.repeats import Repeats
 
 if TYPE_CHECKING:
     from costguard.providers.gcp.tpu_nodes import TpuNodes
+    from costguard.providers.gcp.workbench import Listing, WorkbenchSide
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +108,14 @@ class GcpProvider(GcpStandingOps):
                 tpu_nodes.build_client(self.clients.credentials, settings.tpu_endpoint),
                 retry=self.retry, timeout_s=settings.operation_timeout_s,
                 workers=settings.batch_workers, page_size=settings.page_size, now=self.clock.now)
+        self.workbench: WorkbenchSide | None = None
+        if settings.workbench:  # google-cloud-notebooks loads here, not with this module
+            from costguard.providers.gcp import workbench
+
+            self.workbench = workbench.WorkbenchSide(
+                workbench.build_client(self.clients.credentials, settings.workbench_endpoint),
+                retry=self.retry, timeout_s=settings.operation_timeout_s,
+                workers=settings.batch_workers, page_size=settings.page_size)
         if settings.http_batch:
             session, base_url = batch_transport(self.clients.instances,
                                                 settings.compute_endpoint)
@@ -125,6 +135,8 @@ class GcpProvider(GcpStandingOps):
         self.groups.close()
         if self.tpus is not None:
             self.tpus.close()
+        if self.workbench is not None:
+            self.workbench.close()
         disks = getattr(self, "_disks", None)  # made by the first terminate
         if disks is not None:
             disks.transport.close()
@@ -157,18 +169,25 @@ class GcpProvider(GcpStandingOps):
                 side = self.tpus
                 nodes = ([pool.submit(side.list_project, p, observed_at) for p in names]
                          if side is not None else [])
+                # Workbench instances: one listing a project, to tell notebooks' VMs apart
+                books = self.workbench
+                benches = ([pool.submit(books.list_project, p) for p in names]
+                           if books is not None else [])
                 listed = list(results)
                 # MIG members get their groups' sizes: two calls for a project that has any
                 sized = pool.map(lambda pr: self.groups.with_sizes(pr[0], pr[1].instances),
                                  zip(names, listed, strict=True))
-                for result, members in zip(listed, sized, strict=True):
-                    instances.extend(members)
+                listings = [f.result() for f in benches] or [{} for _ in names]
+                bench_gaps: list[Gap] = []
+                for result, members, listing in zip(listed, sized, listings, strict=True):
+                    instances.extend(self._notebooks_among(members, listing, bench_gaps))
                     gaps.extend(result.gaps)
                 unread = {g.scope for g in gaps}  # a project unread: one gap says so
                 for future in nodes:
                     found = future.result()
                     instances.extend(found.instances)
                     gaps.extend(g for g in found.gaps if g.scope.split("/", 1)[0] not in unread)
+                gaps.extend(g for g in bench_gaps if g.scope.split("/", 1)[0] not in unread)
         with self._batch.lock:
             self._batch.stopped_costs.clear()  # a new cycle: last cycle's are not wanted
         return Inventory(instances=instances, gaps=gaps)
@@ -216,6 +235,34 @@ class GcpProvider(GcpStandingOps):
         is stored."""
         self._repeats.stored(receipt_of(readings))
 
+    @staticmethod
+    def _notebooks_among(vms: list[Instance], found: Listing | Gap,
+                         gaps: list[Gap]) -> list[Instance]:
+        """A project's VMs, those that run Workbench instances as notebooks (by the listing,
+        or by Google's label when the listing is a gap: kept in `gaps`)."""
+        from costguard.providers.gcp import workbench
+
+        if isinstance(found, Gap):
+            gaps.append(found)
+            found = {}
+        return workbench.rekind(vms, found)
+
+    def _bench(self, instance: Instance) -> WorkbenchSide | None:
+        """The Workbench side, when `instance` is a notebook's VM."""
+        if instance.kind is not InstanceKind.NOTEBOOK:
+            return None
+        if self.workbench is None:
+            raise ProviderError("gcp", instance.account, f"{instance.name} runs a Workbench "
+                                "instance and providers.gcp.workbench is false; stop it from "
+                                "Vertex AI Workbench; nothing done")
+        return self.workbench
+
+    def _vm_now(self, instance: Instance) -> Callable[[], Instance | None]:
+        """Reads the VM under a notebook again (its id must still be the one decided about)."""
+        def read() -> Instance | None:
+            return reads.describe_many(self._batch, [instance]).get(instance.instance_id)
+        return read
+
     def _tpu(self, instance: Instance) -> TpuNodes | None:
         """The TPU side, when `instance` is a Cloud TPU node (not a Compute Engine VM)."""
         if not tpus.is_node(instance):
@@ -231,12 +278,19 @@ class GcpProvider(GcpStandingOps):
         return vms, [i for i in instances if tpus.is_node(i)]
 
     def stop(self, instance: Instance, *, dry_run: bool) -> ActionResult:
+        bench = self._bench(instance)
+        if bench is not None:
+            return bench.power(instance, "stop", vm_now=self._vm_now(instance), dry_run=dry_run)
         side = self._tpu(instance)
         if side is not None:
             return side.power(instance, "stop", dry_run=dry_run)
         return actions.stop(self._actions, instance, dry_run=dry_run)
 
     def start(self, instance: Instance, *, dry_run: bool) -> ActionResult:
+        bench = self._bench(instance)
+        if bench is not None:
+            return bench.power(instance, "start", vm_now=self._vm_now(instance),
+                               dry_run=dry_run)
         side = self._tpu(instance)
         if side is not None:
             return side.power(instance, "start", dry_run=dry_run)
@@ -250,7 +304,7 @@ class GcpProvider(GcpStandingOps):
         remove: Sequence[str] = (),
         dry_run: bool,
     ) -> ActionResult:
-        side = self._tpu(instance)
+        side = self._bench(instance) or self._tpu(instance)
         if side is not None:
             return side.relabel(instance, tags, remove=remove, dry_run=dry_run)
         return actions.set_labels(self._actions, instance, tags, remove=remove, dry_run=dry_run)
@@ -271,6 +325,10 @@ class GcpProvider(GcpStandingOps):
             return ActionResult(outcome=ActionOutcome.SKIPPED, detail=(
                 f"{instance.name} is a Cloud TPU node: costguard stops single-host TPU nodes "
                 "but never deletes one; delete it yourself when its work is saved"))
+        if instance.kind is InstanceKind.NOTEBOOK:
+            return ActionResult(outcome=ActionOutcome.SKIPPED, detail=(
+                f"{instance.name} runs a Workbench instance: costguard stops notebooks but "
+                "never deletes one"))
         return term.terminate(self._actions, self._disk_client(), instance, snapshot=snapshot,
                               dry_run=dry_run)
 
@@ -319,8 +377,16 @@ class GcpProvider(GcpStandingOps):
 
     # -- optional capabilities (costguard.providers.base.Describes / BatchActions) ------------
     def describe_many(self, instances: Sequence[Instance]) -> dict[str, Instance | None]:
+        """The VMs through Compute Engine (a notebook's with its Workbench labels read
+        again), the TPU nodes through the Cloud TPU API."""
         vms, nodes = self._split(instances)
         found = reads.describe_many(self._batch, vms) if vms else {}
+        books = [i for i in vms if i.kind is InstanceKind.NOTEBOOK]
+        fresh = [vm for i in books if (vm := found.get(i.instance_id)) is not None]
+        if fresh:
+            bench = self._bench(books[0])
+            assert bench is not None  # a notebook by construction
+            found.update(bench.refresh_many(fresh))
         if nodes:
             found.update(self._tpu_side(nodes[0]).describe_many(nodes))
         return found
@@ -333,6 +399,12 @@ class GcpProvider(GcpStandingOps):
     def stop_many(
         self, instances: Sequence[Instance], *, dry_run: bool
     ) -> dict[str, ActionResult]:
+        books = [i for i in instances if i.kind is InstanceKind.NOTEBOOK]
+        if books:  # each through the Notebooks API
+            done = {i.instance_id: r for i in books
+                    for r in [self.stop(i, dry_run=dry_run)]}
+            rest = [i for i in instances if i.kind is not InstanceKind.NOTEBOOK]
+            return done | (self.stop_many(rest, dry_run=dry_run) if rest else {})
         vms, nodes = self._split(instances)
         done = batch.stop_many(
             self._batch, vms, dry_run=dry_run, request_id=lambda: str(uuid.uuid4())
@@ -351,6 +423,13 @@ class GcpProvider(GcpStandingOps):
         remove: Sequence[str] = (),
         dry_run: bool,
     ) -> dict[str, ActionResult]:
+        books = [i for i in instances if i.kind is InstanceKind.NOTEBOOK]
+        if books:  # each through the Notebooks API
+            done = {i.instance_id: self.set_tags(i, tags, remove=remove, dry_run=dry_run)
+                    for i in books}
+            rest = [i for i in instances if i.kind is not InstanceKind.NOTEBOOK]
+            return done | (self.set_tags_many(rest, tags, remove=remove, dry_run=dry_run)
+                           if rest else {})
         vms, nodes = self._split(instances)
         done = batch.set_labels_many(self._batch, vms, tags, remove=remove,
                                      dry_run=dry_run) if vms else {}

@@ -50,6 +50,10 @@ class GcpSettings(BaseModel):
     # list Cloud TPU nodes (one call a project a cycle; a project whose TPU API is disabled
     # has none, said at debug level); false: Compute Engine VMs only
     tpus: bool = True
+    workbench_endpoint: str | None = None  # Notebooks API; default notebooks.googleapis.com
+    # list Vertex AI Workbench instances (one call a project a cycle) and govern their VMs as
+    # notebooks (resource: notebook); false: VMs labelled goog-caip-notebook still are
+    workbench: bool = True
     resource_manager_endpoint: str | None = (
         None  # default https://cloudresourcemanager.googleapis.com
     )

@@ -225,8 +225,10 @@ def _changed(instance: Instance, node: Any) -> str | None:
     return None
 
 
-def _wait(op: goperation.Operation, timeout_s: float, instance: Instance) -> str | None:
-    """Wait for a long-running operation; its error message, None when it succeeded."""
+def wait_operation(op: goperation.Operation, timeout_s: float, instance: Instance,
+                   api: str = API) -> str | None:
+    """Wait for a long-running operation (of the Cloud TPU API, or `api`'s); its error
+    message, None when it succeeded."""
     deadline = time.monotonic() + timeout_s
     try:
         op.result(timeout=timeout_s)  # type: ignore[no-untyped-call]
@@ -239,7 +241,7 @@ def _wait(op: goperation.Operation, timeout_s: float, instance: Instance) -> str
         if time.monotonic() >= deadline:
             raise ProviderError("gcp", vm_scope(instance), f"operation {op.operation.name} not "
                                 f"done after {timeout_s:.0f} s", retryable=True) from None
-        raise from_retry_error(exc, vm_scope(instance), API) from exc
+        raise from_retry_error(exc, vm_scope(instance), api) from exc
     return None
 
 
@@ -269,7 +271,7 @@ def change_power(client: tpu_v2.TpuClient, instance: Instance, *, verb: str,
     method = client.stop_node if verb == "stop" else client.start_node
     op = for_vm(instance, lambda: method(request={"name": node_path(instance)}, retry=retry),
                 API)
-    error = _wait(op, timeout_s, instance)
+    error = wait_operation(op, timeout_s, instance)
     after = read(client, instance, retry)
     state_after = (InstanceState.TERMINATED if after is None
                    else STATES.get(state_name(after), InstanceState.PENDING))
@@ -308,7 +310,7 @@ def set_labels(client: tpu_v2.TpuClient, instance: Instance, tags: Mapping[str, 
     mask = field_mask_pb2.FieldMask(paths=["labels"])
     op = for_vm(instance, lambda: client.update_node(node=update, update_mask=mask, retry=retry),
                 API)
-    error = _wait(op, timeout_s, instance)
+    error = wait_operation(op, timeout_s, instance)
     if error:
         return ActionResult(outcome=ActionOutcome.FAILED, detail=error, state_after=state)
     return ActionResult(outcome=ActionOutcome.DONE,

@@ -1,0 +1,165 @@
+"""SageMaker notebook instances through the AWS provider, against moto's SageMaker (which
+implements notebook instances, their tags and their start/stop): listed beside the EC2
+instances as kind `notebook` with the GPUs of the EC2 type they are named after, re-read with
+fresh tags, stopped and started only as the notebook decided about, tagged; a role that may
+not list them governs none there, any other failure is a gap."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import boto3
+import pytest
+from aws_helpers import REGION, ProviderFactory, run_instances
+from botocore.awsrequest import AWSPreparedRequest, AWSResponse
+from botocore.compat import HTTPHeaders
+
+from costguard.model import ActionOutcome, InstanceKind, InstanceState
+from costguard.providers.aws import notebooks
+
+pytestmark = pytest.mark.usefixtures("moto")
+ROLE = "arn:aws:iam::123456789012:role/service-role/AmazonSageMaker-ExecutionRole"
+
+
+def _sm() -> Any:
+    return boto3.client("sagemaker", region_name=REGION)
+
+
+def _notebook(name: str, itype: str = "ml.p3.2xlarge", **tags: str) -> str:
+    kwargs: dict[str, Any] = {"Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
+    arn: str = _sm().create_notebook_instance(
+        NotebookInstanceName=name, InstanceType=itype, RoleArn=ROLE,
+        **(kwargs if tags else {}))["NotebookInstanceArn"]
+    return arn
+
+
+class _Raw:
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    def stream(self, **_: Any) -> Any:
+        yield self._body
+
+
+def _json_error(request: AWSPreparedRequest, status: int, code: str) -> AWSResponse:
+    """A SageMaker (JSON protocol) error, as AWS sends one."""
+    body = json.dumps({"__type": code, "message": f"{code} (injected)"}).encode()
+    return AWSResponse(request.url, status, HTTPHeaders(), _Raw(body))
+
+
+def test_notebooks_are_listed_beside_instances_with_their_gpus_tags_and_state(
+        make_provider: ProviderFactory) -> None:
+    vm = run_instances(itype="g5.xlarge")[0]["InstanceId"]
+    arn = _notebook("research-nb", team="research", owner="ana@example.com")
+    cpu = _notebook("cpu-nb", "ml.t3.medium")
+    _sm().stop_notebook_instance(NotebookInstanceName="cpu-nb")
+    listed = make_provider().list_instances()
+    assert not listed.gaps
+    by_id = {i.instance_id: i for i in listed.instances}
+    assert set(by_id) == {vm, arn, cpu}
+    assert by_id[vm].kind is InstanceKind.INSTANCE
+    nb = by_id[arn]
+    assert (nb.kind, nb.name, nb.instance_type, nb.state, nb.account, nb.region) == (
+        InstanceKind.NOTEBOOK, "research-nb", "ml.p3.2xlarge", InstanceState.RUNNING,
+        "123456789012", REGION)
+    # the GPUs of p3.2xlarge, the EC2 type the ML type is named after
+    assert (nb.gpu_count, nb.gpu_model) == (1, "NVIDIA V100")
+    assert nb.tags == {"team": "research", "owner": "ana@example.com"}
+    assert nb.owner is None and not nb.managed
+    assert (by_id[cpu].gpu_count, by_id[cpu].state) == (0, InstanceState.STOPPED)
+
+
+def test_a_stop_goes_to_sagemaker_after_a_fresh_read_and_a_dry_run_changes_nothing(
+        make_provider: ProviderFactory) -> None:
+    arn = _notebook("nb")
+    provider = make_provider()
+    nb = next(i for i in provider.list_instances().instances if i.instance_id == arn)
+    dry = provider.stop(nb, dry_run=True)
+    assert dry.outcome is ActionOutcome.DRY_RUN and "would stop notebook nb" in dry.detail
+    assert _sm().describe_notebook_instance(NotebookInstanceName="nb")[
+        "NotebookInstanceStatus"] == "InService"
+    done = provider.stop_many([nb], dry_run=False)[arn]
+    assert done.outcome is ActionOutcome.DONE and "StopNotebookInstance" in done.detail
+    assert done.state_after is InstanceState.STOPPED
+    again = provider.stop(nb, dry_run=False)
+    assert again.outcome is ActionOutcome.SKIPPED and "Stopped now, not InService" in again.detail
+    started = provider.start(nb, dry_run=False)
+    assert started.outcome is ActionOutcome.DONE
+    assert _sm().describe_notebook_instance(NotebookInstanceName="nb")[
+        "NotebookInstanceStatus"] == "InService"
+
+
+def test_a_notebook_recreated_under_its_name_is_not_the_one_decided_about(
+        make_provider: ProviderFactory, clock: Any) -> None:
+    arn = _notebook("nb")
+    provider = make_provider()
+    nb = next(i for i in provider.list_instances().instances if i.instance_id == arn)
+    sm = _sm()
+    sm.stop_notebook_instance(NotebookInstanceName="nb")
+    sm.delete_notebook_instance(NotebookInstanceName="nb")
+    assert provider.describe(nb) is None
+    assert provider.stop(nb, dry_run=False).outcome is ActionOutcome.SKIPPED
+    # the same name again, later: same ARN, another creation time
+    recreated = nb.model_copy(update={"launch_time": nb.launch_time.replace(year=2020)})
+    _notebook("nb")
+    skipped = provider.stop(recreated, dry_run=False)
+    assert skipped.outcome is ActionOutcome.SKIPPED and "recreated" in skipped.detail
+    assert sm.describe_notebook_instance(NotebookInstanceName="nb")[
+        "NotebookInstanceStatus"] == "InService"
+
+
+def test_the_recheck_reads_tags_again_and_tags_are_set_and_removed(
+        make_provider: ProviderFactory) -> None:
+    arn = _notebook("nb", team="research")
+    provider = make_provider()
+    nb = next(i for i in provider.list_instances().instances if i.instance_id == arn)
+    _sm().add_tags(ResourceArn=arn, Tags=[{"Key": "costguard:protect", "Value": "true"}])
+    fresh = provider.describe_many([nb])[arn]
+    assert fresh is not None and fresh.tags["costguard:protect"] == "true"
+    assert fresh.kind is InstanceKind.NOTEBOOK
+    tagged = provider.set_tags_many([nb], {"costguard:idle-since": "2026-12-01"},
+                                   remove=["team"], dry_run=False)[arn]
+    assert tagged.outcome is ActionOutcome.DONE
+    tags = {t["Key"]: t["Value"] for t in _sm().list_tags(ResourceArn=arn)["Tags"]}
+    assert tags == {"costguard:protect": "true", "costguard:idle-since": "2026-12-01"}
+    refused = provider.set_tags(nb, {"aws:x": "1"}, dry_run=False)
+    assert refused.outcome is ActionOutcome.FAILED and "reserved" in refused.detail
+
+
+def test_a_role_that_may_not_list_notebooks_governs_none_and_other_failures_are_gaps(
+        make_provider: ProviderFactory, session: boto3.Session,
+        caplog: pytest.LogCaptureFixture) -> None:
+    run_instances()
+    _notebook("nb")
+    answer = {"code": "AccessDeniedException", "status": 400}
+
+    def refuse(request: AWSPreparedRequest, **_: Any) -> AWSResponse:
+        return _json_error(request, answer["status"], str(answer["code"]))  # type: ignore[arg-type]
+
+    session.events.register_first("before-send.sagemaker.ListNotebookInstances", refuse)
+    provider = make_provider(max_attempts=1)
+    with caplog.at_level(logging.WARNING):
+        first = provider.list_instances()
+        provider.list_instances()
+    assert not first.gaps
+    assert [i.kind for i in first.instances] == [InstanceKind.INSTANCE]
+    said = [r.message for r in caplog.records if "notebook instances not listed" in r.message]
+    assert len(said) == 1 and "providers.aws.notebooks: false" in said[0]
+    answer.update(code="ServiceUnavailable", status=503)
+    broken = provider.list_instances()
+    assert [g.scope for g in broken.gaps] == [f"123456789012/{REGION}/notebooks"]
+    assert [i.kind for i in broken.instances] == [InstanceKind.INSTANCE]
+
+
+def test_notebooks_are_not_listed_when_switched_off(make_provider: ProviderFactory) -> None:
+    _notebook("nb")
+    listed = make_provider(notebooks=False).list_instances()
+    assert not [i for i in listed.instances if notebooks.is_notebook(i)]
+
+
+def test_ml_types_are_named_after_ec2_types() -> None:
+    assert notebooks.ec2_type("ml.p4d.24xlarge") == "p4d.24xlarge"
+    assert notebooks.ec2_type("ml.g6e.2xlarge") == "g6e.2xlarge"
+    assert notebooks.ec2_type("g5.xlarge") == "g5.xlarge"
