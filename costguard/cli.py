@@ -208,7 +208,7 @@ def report(
     by: Annotated[list[str], typer.Option(
         "--by", help="team, project, env, cost-center, account, provider, region, "
         "instance-type, lifecycle, instance, accelerator (GPU, TPU, Trainium, Inferentia), "
-        "owner, owner-kind, managed (repeat to nest); "
+        "owner, owner-kind, managed, kind (instance, notebook) (repeat to nest); "
         "for Kubernetes pods: cluster, namespace, workload, pod, node, team.")
     ] = ["team"],  # noqa: B006
     since: Annotated[str, typer.Option(help="A duration back from now (7d) or a date.")] = "7d",

@@ -28,7 +28,7 @@ def test_the_readme_shows_what_the_demo_prints() -> None:
     printed = [demo.normalized(line) for line in demo.sample(demo.demo_output())]
     assert shown == printed, "run `python scripts/readme_demo.py` to rewrite the sample"
     assert any("Spend nobody answers for" in line for line in shown)
-    assert shown[0].startswith("costguard demo: 10 policies from policies")
+    assert shown[0].startswith("costguard demo: 11 policies from policies")
     assert any(line.startswith("Kubernetes serving/Deployment/chat-infer: scaled")
                for line in shown)
 

@@ -164,6 +164,7 @@ def run_demo(
             "underused_hosts": True,  # what `costguard recommend` shows
             "work_in_progress_hosts": True,  # idle GPUs, a busy host: never stopped
             "accelerator_hosts": True,  # an idle TPU v5e node and an idle Trainium instance
+            "notebook_hosts": True,  # a managed notebook left idle, one in use
             "standing": True,  # volumes, snapshots, an address billed while nothing runs
             "week_shift_hours": week_shift(clock.now())})
         providers = {"sim": SimProvider(sim_settings, clock)}
@@ -251,7 +252,7 @@ def _epilogue(console: Console, db: Database, settings: Settings, since: datetim
         journal = list(s.exec(select(ActionJournalRow).where(
             col(ActionJournalRow.provider).in_(instances), ActionJournalRow.action == "stop",
             ActionJournalRow.status == "done")))
-        managed = managed_summary(s, providers)
+        managed = managed_summary(s, providers) + notebook_summary(s, journal)
     saved = sum(j.usd_per_hour for j in journal)
     console.print()
     console.print(f"[bold]{result.cycles} cycles in {result.seconds:.1f} s[/]: "
@@ -315,6 +316,21 @@ def _cluster_epilogue(console: Console, db: Database, settings: Settings, since:
                               sources=dict(clusters))
     console.print()
     kube.to_table(report, console)
+
+
+def notebook_summary(s: Session, stops: list[ActionJournalRow]) -> list[str]:
+    """One line on the managed notebooks: which were stopped, which were left at work."""
+    books = list(s.exec(select(InstanceRow).where(InstanceRow.kind == "notebook")))
+    if not books:
+        return []
+    done = {(j.provider, j.instance_id): j for j in stops}
+    said = []
+    for nb in sorted(books, key=lambda b: b.name or b.instance_id):
+        stop = done.get((nb.provider, nb.instance_id))
+        said.append(f"{nb.name or nb.instance_id} stopped (${stop.usd_per_hour:,.2f}/h; its "
+                    "storage and files kept)" if stop is not None else
+                    f"{nb.name or nb.instance_id} left alone")
+    return [f"Managed notebooks: {'; '.join(said)}."]
 
 
 def managed_summary(s: Session, providers: list[str]) -> list[str]:

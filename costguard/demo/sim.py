@@ -23,6 +23,7 @@ from costguard.demo.sim_hosts import (
     accelerator_hosts,
     gpu_phase,
     host_figures,
+    notebook_hosts,
     underused_hosts,
     work_in_progress_hosts,
 )
@@ -115,6 +116,12 @@ class SimProvider(SimGroupOps, SimStandingOps):
                                           self._serial + 1, settings.seed,
                                           start - timedelta(days=3),
                                           busy_until=start + timedelta(hours=4)):
+                self._serial += 1
+                self._hosts[host.instance.instance_id] = host
+        if settings.notebook_hosts:  # after those: theirs stay as they were too
+            for host in notebook_hosts(settings.accounts[0], settings.regions[0],
+                                       self._serial + 1, settings.seed,
+                                       start - timedelta(days=2)):
                 self._serial += 1
                 self._hosts[host.instance.instance_id] = host
         self.standing = SimStanding(
@@ -436,12 +443,16 @@ def sim_price(instance: Instance) -> PriceQuote | None:
         quote = pricing.tpu_price(instance)
         return None if quote is None else PriceQuote(
             usd_per_hour=quote.usd_per_hour, source=f"{quote.source}, simulated cloud")
+    from costguard.providers.aws.notebooks import ML_PREFIX, ec2_type
+
     table = _aws_shipped_prices()
-    found = (table.lookup(instance.region, instance.instance_type)
-             or table.lookup(BASE_PRICE_REGION, instance.instance_type))
+    itype = ec2_type(instance.instance_type)  # a notebook's ML type: its EC2 type's price
+    found = table.lookup(instance.region, itype) or table.lookup(BASE_PRICE_REGION, itype)
     if found is None:
         return None
     source = f"{found.source}, simulated cloud"
+    if instance.instance_type.startswith(ML_PREFIX):
+        source += f", a notebook priced as {itype}"
     if instance.lifecycle is Lifecycle.SPOT:
         return PriceQuote(usd_per_hour=round(found.usd_per_hour * SPOT_DISCOUNT, 4),
                           source=f"{source}, spot at {SPOT_DISCOUNT:.0%}")

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from costguard.demo.sim_fleet import SIM_TYPES, SimHost, gpu_memory_mib
-from costguard.model import Instance, InstanceState
+from costguard.model import Instance, InstanceKind, InstanceState
 
 GIB = 2**30
 # phase -> (host CPU busy %, share of host memory in use)
@@ -29,13 +29,14 @@ _TPU_HOST_SHAPES: dict[str, tuple[int, int]] = {"v5litepod-8": (224, 384)}
 
 def _shape(instance_type: str) -> tuple[int, int]:
     """(vCPUs, host memory bytes) of a simulated type: AWS's shapes (GPU and Neuron types,
-    the shipped tables), or a TPU node's host."""
+    the shipped tables; a notebook's ML type its EC2 type's), or a TPU node's host."""
     from costguard.providers.aws.gpu_types import shipped_rows
+    from costguard.providers.aws.notebooks import ec2_type
 
     if instance_type in _TPU_HOST_SHAPES:
         vcpus, gib = _TPU_HOST_SHAPES[instance_type]
         return vcpus, gib * GIB
-    row = shipped_rows()[instance_type]
+    row = shipped_rows()[ec2_type(instance_type)]
     return int(row["vcpus"]), int(row["host_memory_mib"]) * 2**20
 
 
@@ -123,6 +124,36 @@ def accelerator_hosts(account: str, region: str, first_serial: int, seed: int,
             tags={"Name": name, "team": team, "owner": f"{owner}@example.com", "env": "dev"})
         out.append(SimHost(instance=inst, profile="finishes", busy_until=busy_until,
                            host_cpu=1.0, host_mem_gib=6.0, disk_gib=100))
+    return out
+
+
+# managed notebooks left open: a SageMaker-style notebook instance whose GPU nobody has used
+# since its owner went home (idle: warned, then stopped through its own API), and one whose
+# owner trains in it (busy: left alone). name, ML type, team, owner, profile
+_NOTEBOOKS: tuple[tuple[str, str, str, str, str], ...] = (
+    ("research-notebook-ana", "ml.g5.xlarge", "research", "ana", "forgotten"),
+    ("vision-notebook-fay", "ml.g6.xlarge", "vision", "fay", "training"),
+)
+
+
+def notebook_hosts(account: str, region: str, first_serial: int, seed: int,
+                   launched: datetime) -> list[SimHost]:
+    """Two notebooks of kind `notebook`: one idle (stopped by a notebook policy), one
+    busy."""
+    from costguard.providers.aws.notebooks import ec2_type
+
+    out = []
+    for k, (name, itype, team, owner, profile) in enumerate(_NOTEBOOKS):
+        gpus, model = SIM_TYPES[ec2_type(itype)]
+        inst = Instance(
+            provider="sim", account=account, region=region, zone=f"{region}b",
+            instance_id=f"nb-sim{seed:02d}{first_serial + k:06d}", name=name,
+            instance_type=itype, state=InstanceState.RUNNING, gpu_count=gpus, gpu_model=model,
+            gpu_memory_mib=gpu_memory_mib(ec2_type(itype)), launch_time=launched,
+            observed_at=launched, kind=InstanceKind.NOTEBOOK,
+            tags={"Name": name, "team": team, "owner": f"{owner}@example.com", "env": "dev"})
+        out.append(SimHost(instance=inst, profile=profile, host_cpu=0.5, host_mem_gib=4.0,
+                           disk_gib=50))
     return out
 
 

@@ -29,6 +29,9 @@ class SimSettings(BaseModel):
     # an idle TPU v5e node and an idle Trainium instance beside the seeded fleet (`costguard
     # demo` turns them on): accelerators that are not GPUs, judged and stopped as GPUs are
     accelerator_hosts: bool = False
+    # two managed notebooks (kind `notebook`), one left idle and one in use (`costguard demo`
+    # turns them on): governed by `resource: notebook` policies
+    notebook_hosts: bool = False
     # volumes, snapshots and an address that bill while nothing runs (`costguard demo` turns
     # them on): demo/sim_standing.py
     standing: bool = False

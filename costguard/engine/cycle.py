@@ -82,6 +82,10 @@ class Engine:
         self._memories_attached = False
         self.verdicts = Verdicts()  # what an `underused:` condition reads (engine/verdicts.py)
         self._store = threading.Lock()  # the telemetry stage's writes, one provider at a time
+        for name, provider in self.providers.items():  # base.GovernsKinds, where a provider is
+            govern = getattr(provider, "govern", None)
+            if govern is not None:
+                govern(frozenset(p.resource for p in policies.policies if name in p.providers))
         overrides_file = settings.costs.price_overrides
         self.catalog = PriceCatalog(
             {n: p.price for n, p in self.providers.items()},

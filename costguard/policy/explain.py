@@ -13,7 +13,6 @@ from fnmatch import fnmatchcase
 
 from costguard.accelerators import counted
 from costguard.model import Instance
-from costguard.policy.kinds import KINDS
 from costguard.policy.schema import Policy
 
 
@@ -44,8 +43,9 @@ def filter_checks(policy: Policy, inst: Instance, now: datetime) -> list[Check]:
     def check(name: str, passed: bool, wanted: str, has: str) -> None:
         out.append(Check(name, passed, f"wants {wanted}; it has {has}"))
 
-    if KINDS[policy.resource].standing:  # governs volumes, snapshots or addresses
-        check("resource", False, f"{policy.resource}s", "an instance")
+    if policy.resource != inst.kind:  # another kind: volumes, notebooks, workloads ...
+        article = "an" if inst.kind[:1] in "aeiou" else "a"
+        check("resource", False, f"{policy.resource}s", f"{article} {inst.kind}")
         return out
     if policy.providers:
         check("providers", inst.provider in policy.providers, _listed(policy.providers),

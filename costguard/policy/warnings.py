@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 
 from costguard.errors import SourceError
+from costguard.policy.kinds import KINDS
 from costguard.policy.schema import Policy
 from costguard.yamlpos import PositionMap
 
@@ -22,8 +23,8 @@ def managed_stop_warning(policy: Policy) -> str | None:
     controllers; None when there is nothing to say."""
     if policy.stop_action is None and policy.terminate_action is None:
         return None
-    if policy.resource == "workload":  # a workload is stopped through its own controller
-        return None
+    if "managed" not in KINDS[policy.resource].filters:
+        return None  # a workload is stopped through its controller; a notebook has none
     if (policy.filters.managed is False or policy.scale_in_action is not None
             or policy.scale_to_zero_action is not None):
         return None

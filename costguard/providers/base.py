@@ -224,6 +224,16 @@ class Memory(Protocol):
     def put(self, name: str, value: Any) -> None: ...
 
 
+class GovernsKinds(Protocol):
+    """A provider that lists some kinds of resource only while a loaded policy governs them
+    (the AWS provider's SageMaker notebook instances, the GCP provider's Workbench listing):
+    a fleet nobody governs notebooks in pays no call for them. The engine tells it once."""
+
+    def govern(self, kinds: frozenset[str]) -> None:
+        """`kinds`: the registry kinds (`resource:`) of the policies that name this
+        provider."""
+
+
 @runtime_checkable
 class Remembers(Protocol):
     """Optional: a provider that keeps what it learned in the store (`Memory`)."""

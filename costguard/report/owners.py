@@ -1,10 +1,12 @@
 """Spend by owner: which Auto Scaling group, instance group or node pool spends (and wastes)
-the most, and filters `managed` and `owner-kind`.
+the most, and filters `managed` and `owner-kind`; and by `kind` (instance, notebook,
+workload: what a policy governs it as).
 
 The owner is read from each instance's current inventory row (instances.owner), so the
 report is the spend per instance (the same query as `--by instance`) regrouped by owner:
 `owner` is `KIND:NAME` (`asg:gpu-asg`, `gke:gpu-pool`), `unmanaged` for a plain instance;
-`owner-kind` is the kind (`asg`, `mig`, `gke` ...) or `unmanaged`; `managed` is true/false.
+`owner-kind` is the kind (`asg`, `mig`, `gke` ...) or `unmanaged`; `managed` is true/false;
+`kind` is instances.kind.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from sqlmodel import Session
 from costguard.report.figures import Report, ReportRow
 from costguard.store.tables import InstanceRow
 
-OWNER_DIMENSIONS = ("owner", "owner-kind", "managed")
+OWNER_DIMENSIONS = ("owner", "owner-kind", "managed", "kind")
 UNMANAGED = "unmanaged"
 
 
@@ -42,14 +44,15 @@ def spend_with_owners(session: Session, by: Sequence[str], since: datetime, unti
     owner_filters = {k: v for k, v in filters.items() if k in OWNER_DIMENSIONS}
     plain_filters = {k: v for k, v in filters.items() if k not in OWNER_DIMENSIONS}
     per_instance = run(session, [*plain_by, "instance"], since, until, plain_filters)
-    owners = {iid: owner_values(owner) for iid, owner in session.execute(
-        select(InstanceRow.instance_id, InstanceRow.owner))}  # type: ignore[call-overload]
+    owners = {iid: owner_values(owner) | {"kind": kind} for iid, owner, kind in session.execute(
+        select(InstanceRow.instance_id, InstanceRow.owner,  # type: ignore[call-overload]
+               InstanceRow.kind))}
     sums: dict[tuple[str, ...], list[int]] = defaultdict(lambda: [0] * 6)
     members: dict[tuple[str, ...], set[str]] = defaultdict(set)
     every: set[str] = set()
     for row in per_instance.rows:
         iid = row.key[-1]
-        values = owners.get(iid, owner_values(None))
+        values = owners.get(iid) or owner_values(None) | {"kind": "instance"}
         if not all(_accepts(want, values[dim]) for dim, want in owner_filters.items()):
             continue
         plain = dict(zip(plain_by, row.key[:-1], strict=True))

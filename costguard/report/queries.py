@@ -56,6 +56,8 @@ DIMENSIONS: dict[str, str] = {
     "instance-type": "instance_type", "lifecycle": "lifecycle", "instance": "instance_id",
     # read from the instance's inventory row, not the intervals: report/owners.py
     "owner": "owner", "owner-kind": "owner_kind", "managed": "managed",
+    # what a policy governs it as: instance, notebook or workload (instances.kind)
+    "kind": "kind",
     # GPU, TPU, Trainium, Inferentia or none, from the instance type and its accelerators
     # (costguard/accelerators.py)
     "accelerator": "instance_type",
@@ -172,8 +174,8 @@ def spend(
         raise ValueError("compare with a bill reads every instance: no instance_ids")
     if any(d in OWNER_DIMENSIONS for d in (*by, *filters)):
         if compare is not None:
-            raise ValueError("--compare billed cannot group or filter by owner, owner-kind "
-                             "or managed (bills do not name the owner)")
+            raise ValueError("--compare billed cannot group or filter by owner, owner-kind, "
+                             "managed or kind (bills do not name the owner or the kind)")
         return spend_with_owners(session, by, since, until, filters,
                                  lambda s, b, a, z, f: spend(s, b, a, z, f,
                                                              spot_price=spot_price,

@@ -85,6 +85,7 @@ class ActivityReader:
         self._client = client
         self._dev = dev
         self._warned: set[str] = set()
+        self._loopback_tls: httpx.Client | None = None  # made for the first https one
 
     def _once(self, what: str, exc: BaseException) -> None:
         if what not in self._warned:
@@ -170,7 +171,7 @@ class ActivityReader:
         gigabytes never fills the agent's memory). Raises httpx.HTTPError, or ValueError
         for another status or a longer body."""
         assert self._client is not None
-        with self._client.stream("GET", url, timeout=JUPYTER_TIMEOUT_S) as response:
+        with self._for(url).stream("GET", url, timeout=JUPYTER_TIMEOUT_S) as response:
             if response.status_code != 200:
                 raise ValueError(f"HTTP {response.status_code}: it must answer without a "
                                  "token (docs/agent.md)")
@@ -180,6 +181,22 @@ class ActivityReader:
                 if len(body) > JUPYTER_MAX_BYTES:
                     raise ValueError(f"its answer is over {JUPYTER_MAX_BYTES} bytes")
             return body
+
+
+    def _for(self, url: str) -> httpx.Client:
+        """The client for `url`: a Jupyter server on this host over HTTPS (a SageMaker
+        notebook instance's, on 8443) has a self-signed certificate, and its traffic never
+        leaves the host, so it is read without verifying one; any other as configured."""
+        parsed = httpx.URL(url)
+        if parsed.scheme != "https" or parsed.host not in LOOPBACK_HOSTS:
+            assert self._client is not None
+            return self._client
+        if self._loopback_tls is None:
+            self._loopback_tls = httpx.Client(verify=False)  # loopback only
+        return self._loopback_tls
+
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 def parse_kernels(body: Any) -> list[tuple[str, float]]:

@@ -172,7 +172,7 @@ def test_a_good_setup_is_ok_and_names_what_was_read(workdir: Path) -> None:
     _config(workdir)
     result = runner.invoke(app, ["validate"])
     assert result.exit_code == 0, result.output
-    assert result.output.startswith("configuration ok; 10 policies")
+    assert result.output.startswith("configuration ok; 11 policies")
     assert "alerts.routing_file routes.yaml" in result.output
     assert "costs.price_overrides prices.yml" in result.output
 
@@ -228,7 +228,7 @@ def test_with_paths_only_the_policies_are_checked(workdir: Path) -> None:
     (workdir / "costguard.yaml").write_text("pol_interval: 5m\n")  # not read
     result = runner.invoke(app, ["validate", "policies"])
     assert result.exit_code == 0, result.output
-    assert result.output.startswith("ok: 10 policies")
+    assert result.output.startswith("ok: 11 policies")
 
 
 def test_identity_certificates_that_cannot_serve_are_problems(workdir: Path) -> None:

@@ -21,6 +21,7 @@ from costguard.model import (
     ActionResult,
     GpuMinute,
     Instance,
+    InstanceKind,
     InstanceState,
     Inventory,
     Lifecycle,
@@ -77,16 +78,17 @@ class ScriptedCloud:
     def add(self, iid: str, phase: Phase = IDLE, *, gpus: int = 1,
             tags: Mapping[str, str] | None = None, lifecycle: Lifecycle = Lifecycle.ON_DEMAND,
             itype: str = "g5.xlarge", launched: datetime | None = None,
-            owner: Owner | None = None) -> Instance:
-        """A running instance; `tags` replace the default owner and team tags. An `owner`
-        of a scalable kind joins that group (`add_group`), which `scale_in` shrinks."""
+            owner: Owner | None = None, kind: InstanceKind = InstanceKind.INSTANCE) -> Instance:
+        """A running instance (of `kind`: a notebook's is one too); `tags` replace the
+        default owner and team tags. An `owner` of a scalable kind joins that group
+        (`add_group`), which `scale_in` shrinks."""
         inst = Instance(
             provider=self.name, account="111111111111", region="us-east-1", zone="us-east-1a",
             instance_id=iid, name=iid, instance_type=itype, state=InstanceState.RUNNING,
             lifecycle=lifecycle, gpu_count=gpus, gpu_model="A10G" if gpus else None,
             launch_time=launched or T0 - timedelta(days=1),
             tags=dict(OWNER_TAGS if tags is None else tags), observed_at=self.clock.now(),
-            owner=owner)
+            owner=owner, kind=kind)
         self.instances[iid] = inst
         self.phases[iid] = phase
         return inst

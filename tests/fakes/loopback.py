@@ -24,14 +24,18 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve(app: Any, port: int | None = None) -> Iterator[str]:
-    """Run `app` on 127.0.0.1 (on `port`, or any free one) until the block ends; yields its
-    base URL. No access log: request paths may carry secrets (webhook, response_url)."""
+def serve(app: Any, port: int | None = None,
+          tls: tuple[str, str] | None = None) -> Iterator[str]:
+    """Run `app` on 127.0.0.1 (on `port`, or any free one; over HTTPS with `tls`, a
+    (certificate file, key file) pair) until the block ends; yields its base URL. No access
+    log: request paths may carry secrets (webhook, response_url)."""
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port or 0))
     bound = int(sock.getsockname()[1])
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+    certs = {"ssl_certfile": tls[0], "ssl_keyfile": tls[1]} if tls else {}
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                            **certs)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -41,7 +45,7 @@ def serve(app: Any, port: int | None = None) -> Iterator[str]:
             raise RuntimeError("test server did not start")
         time.sleep(0.01)
     try:
-        yield f"http://127.0.0.1:{bound}"
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{bound}"
     finally:
         server.should_exit = True
         thread.join(10)

@@ -1,6 +1,8 @@
 """What the instance pipeline's match (policy/evaluate.py) selects across kinds of resource:
-a volume, snapshot or address policy selects no instance, whatever its filters; and the one
-tag and age match instances and storage share, at its edges."""
+a policy selects only machines of its kind (an instance policy instances, a notebook policy
+notebooks, a workload policy workloads), a volume, snapshot or address policy no machine,
+whatever its filters; and the one tag and age match instances and storage share, at its
+edges."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from costguard.model import Instance, InstanceState
+from costguard.model import Instance, InstanceKind, InstanceState
 from costguard.policy.evaluate import age_matches, matches, tags_match
 from costguard.policy.filters import AgeFilter, TagFilter
 from costguard.policy.kinds import KINDS
@@ -21,11 +23,13 @@ INST = Instance(provider="sim", account="1", region="r", instance_id="i-1",
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
-def test_only_compute_kinds_select_instances(kind: str) -> None:
+def test_a_policy_selects_only_machines_of_its_kind(kind: str) -> None:
     (policy,) = parse_policy_text(KINDS[kind].example, "p.yml").policies
     bare = policy.model_copy(update={"providers": ("sim",), "filters": type(policy.filters)()})
-    # (a workload policy's providers are k8s's; given the instance's, only its kind counts)
-    assert matches(bare, INST, NOW) is (not KINDS[kind].standing)
+    # (a workload policy's providers are k8s's; given the machine's, only its kind counts)
+    for machine in InstanceKind:
+        inst = INST.model_copy(update={"kind": machine})
+        assert matches(bare, inst, NOW) is (kind == machine), machine
 
 
 @pytest.mark.parametrize(("tags", "ok"), [
@@ -51,5 +55,6 @@ def test_a_workload_policy_selects_by_namespace_pattern(namespace: str, ok: bool
     """A workload is an instance of the k8s provider whose region is its namespace."""
     (policy,) = parse_policy_text(KINDS["workload"].example, "p.yml").policies
     pod = INST.model_copy(update={"provider": "k8s", "region": namespace,
-                                  "instance_type": "Deployment"})
+                                  "instance_type": "Deployment",
+                                  "kind": InstanceKind.WORKLOAD})
     assert matches(policy, pod, NOW) is ok

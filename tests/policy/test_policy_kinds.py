@@ -55,7 +55,8 @@ policies:
 
 @pytest.mark.parametrize(("resource", "extra", "action", "where", "says"), [
     ("workload", "    filters: {instance_type: [p4d.*]}\n", "", (4, 5),
-     "filters.instance_type selects instances, not workloads; a workload policy selects with "
+     "filters.instance_type selects instances or notebooks, not workloads; a workload policy "
+     "selects with "
      "gpu, state, accounts, regions, tags, age, min_gpus, namespaces, kinds (or give it "
      "`resource: instance`)"),
     ("instance", "    filters: {namespaces: [ml]}\n", "", (4, 5),
@@ -78,8 +79,8 @@ def test_a_policy_is_checked_against_its_kind(resource: str, extra: str, action:
 def test_an_unknown_kind_is_named_with_the_known_ones() -> None:
     error = _error(POLICY.format(resource="bucket", extra="", action=""))
     assert (error.line, error.column) == (3, 15)
-    assert ("unknown kind of resource 'bucket': costguard governs `instance`, `workload`, "
-            "`volume`, `snapshot`, `address`, `reservation`") in error.message
+    assert ("unknown kind of resource 'bucket': costguard governs `instance`, `notebook`, "
+            "`workload`, `volume`, `snapshot`, `address`, `reservation`") in error.message
 
 
 def test_the_reference_describes_every_kind_from_the_registry() -> None:
@@ -99,10 +100,12 @@ def test_validate_names_the_kinds_it_governs(tmp_path: Path) -> None:
     text = runner.invoke(app, ["validate", str(tmp_path)])
     assert text.exit_code == 0, text.output
     said = " ".join(text.output.split())
-    assert ("governing 1 address policy, 1 instance policy, 1 reservation policy, 1 "
-            "snapshot policy, 1 volume policy, 1 workload policy (resource kinds") in said
+    assert ("governing 1 address policy, 1 instance policy, 1 notebook policy, 1 "
+            "reservation policy, 1 snapshot policy, 1 volume policy, 1 workload policy "
+            "(resource kinds") in said
     doc = json.loads(runner.invoke(app, ["validate", str(tmp_path), "--format", "json"]).output)
     assert {p["resource"] for p in doc["policies"]} == set(KINDS)
     assert doc["kinds"]["volume"]["actions"] == ["notify", "tag", "delete"]
     assert doc["kinds"]["workload"]["actions"] == ["notify", "tag", "stop", "start"]
     assert doc["kinds"]["reservation"]["actions"] == ["notify"]
+    assert doc["kinds"]["notebook"]["actions"] == ["notify", "tag", "stop", "start"]

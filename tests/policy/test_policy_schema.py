@@ -158,7 +158,7 @@ def test_budget_thresholds_are_sorted_and_deduplicated() -> None:
          "exactly one of notify, tag, stop, start, terminate, scale_in, scale_to_zero or delete "
          "(got none)"),
         ("resource: bucket", "unknown kind of resource 'bucket': costguard governs `instance`, "
-                              "`workload`"),
+                              "`notebook`, `workload`"),
         ("providers: [azure]", "Input should be 'aws', 'gcp', 'sim' or 'k8s'"),
         ("limits: {max_actions_per_cycle: 0}", "greater than or equal to 1 (got 0)"),
     ],

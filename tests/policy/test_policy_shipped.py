@@ -20,7 +20,7 @@ def test_shipped_policies_validate_clean() -> None:
     assert names == {"idle-gpu-shutdown", "on-demand-gpu-spot-candidate", "require-team-tag",
                      "underused-gpu", "idle-gpu-workloads", "unattached-volumes",
                      "stopped-instance-disks", "unused-snapshots", "idle-addresses",
-                     "unused-reservations"}
+                     "unused-reservations", "idle-notebooks"}
 
 
 def test_the_storage_policies_are_dry_run_warn_first_and_capped() -> None:

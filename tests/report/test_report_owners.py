@@ -10,7 +10,7 @@ import pytest
 from costguard.clock import ManualClock
 from costguard.config import Settings
 from costguard.engine import Engine
-from costguard.model import Owner, OwnerKind
+from costguard.model import InstanceKind, Owner, OwnerKind
 from costguard.policy.load import parse_policy_text
 from costguard.report.queries import spend
 from costguard.store.db import Database
@@ -35,6 +35,7 @@ def db() -> Database:
     cloud.add("p-0", IDLE, owner=pool)
     cloud.add("p-1", BUSY, owner=pool)
     cloud.add("pet", BUSY)
+    cloud.add("nb", IDLE, kind=InstanceKind.NOTEBOOK)
     engine = Engine(Settings(), Database("sqlite://"), {"sim": cloud},
                     parse_policy_text(NOTIFY_ONLY), cloud.clock,
                     alert_printer=lambda kind, subject, body: None)
@@ -67,9 +68,19 @@ def test_idle_cost_per_node_group_shows_which_wastes_most(db: Database) -> None:
 
 def test_owner_filters_and_groupings(db: Database) -> None:
     assert set(_by(db, ["owner-kind"])) == {("asg",), ("gke",), ("unmanaged",)}
-    assert set(_by(db, ["instance"], {"managed": "false"})) == {("pet",)}
+    assert set(_by(db, ["instance"], {"managed": "false"})) == {("pet",), ("nb",)}
     assert set(_by(db, ["owner"], {"owner-kind": "gke,mig"})) == {("gke:gpu-pool",)}
     assert set(_by(db, ["team", "managed"])) == {("research", "true"), ("research", "false")}
+
+
+def test_spend_by_kind_sets_notebooks_apart(db: Database) -> None:
+    kinds = _by(db, ["kind"])
+    instances = _by(db, ["instance"])
+    assert set(kinds) == {("instance",), ("notebook",)}
+    assert kinds[("notebook",)] == instances[("nb",)]  # its cost, idle cost, one instance
+    assert kinds[("notebook",)][1] > 0  # idle spend
+    assert set(_by(db, ["instance"], {"kind": "notebook"})) == {("nb",)}
+    assert sum(v[0] for v in kinds.values()) == sum(v[0] for v in instances.values())
 
 
 def test_compare_billed_refuses_owner_dimensions(db: Database) -> None:
@@ -90,7 +101,7 @@ def test_spend_of_some_instances_is_theirs_as_in_the_whole_report(db: Database) 
         owners = spend(s, ["owner"], since, until, instance_ids=["a-0", "a-2"]).rows
         with pytest.raises(ValueError, match="no instance_ids"):
             spend(s, ["team"], since, until, instance_ids=["a-1"], compare="billed")
-    assert len(every) == 6 and every["a-1"] > 0 and every["pet"] > 0
+    assert len(every) == 7 and every["a-1"] > 0 and every["pet"] > 0
     assert some == {"a-1": every["a-1"], "pet": every["pet"]}
     assert some_teams == {"a-1": teams["a-1"], "pet": teams["pet"]}
     assert none == {}

@@ -33,14 +33,14 @@ def _error(text: str) -> tuple[int, int, str]:
 
 @pytest.mark.parametrize(("body", "where", "says"), [
     ("    condition: {idle: {below: 5}}\n    actions: [notify]\n", (4, 5),
-     "condition.idle judges instances or workloads, not volumes; a volume policy's "
+     "condition.idle judges instances or notebooks or workloads, not volumes; a volume policy's "
      "conditions are unused, missing_tags"),
     ("    condition: {missing_tags: [team]}\n    actions: [notify, delete]\n", (5, 5),
      "delete acts only on what nothing uses: add condition.unused"),
     ("    condition: {unused: {for: 30m}}\n    actions: [notify]\n", (4, 31),
      "a resource detached a moment ago may be reattached"),
     ("    filters: {gpu: true}\n    condition: {unused: {}}\n    actions: [notify]\n", (4, 5),
-     "filters.gpu selects instances or workloads, not volumes"),
+     "filters.gpu selects instances or notebooks or workloads, not volumes"),
     ("    condition: {unused: {}}\n    actions: [notify, stop]\n", (5, 5),
      "stop does not apply to a volume: its actions are notify, tag, delete"),
 ])

@@ -252,6 +252,44 @@ def test_kernels_are_read_from_a_server_that_answers_without_a_token() -> None:
             assert reader.sample(time.time(), [], minute_end=True).kernels is None, bad
 
 
+def _self_signed(tmp: Path) -> tuple[str, str]:
+    """A certificate for localhost signed by its own key, as a notebook's server has."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.now(UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - timedelta(minutes=1)).not_valid_after(now + timedelta(days=1))
+            .sign(key, hashes.SHA256()))
+    (tmp / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp / "key.pem").write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    return str(tmp / "cert.pem"), str(tmp / "key.pem")
+
+
+def test_a_loopback_server_over_https_with_its_own_certificate_is_read(tmp_path: Path) -> None:
+    """A SageMaker notebook instance's Jupyter answers on https://127.0.0.1:8443 with a
+    self-signed certificate: read on loopback without verifying it, while the configured
+    client (every other server's, and the daemon's) still verifies."""
+    async def kernels(request: Request) -> JSONResponse:
+        return JSONResponse(KERNELS)
+
+    app = Starlette(routes=[Route("/api/kernels", kernels)])
+    with serve(app, tls=_self_signed(tmp_path)) as url, httpx.Client() as client:
+        assert url.startswith("https://127.0.0.1:")
+        reader = ActivityReader(jupyter_urls=[url], client=client)
+        assert reader.sample(time.time(), [], minute_end=True).kernels == tuple(
+            parse_kernels(KERNELS))
+        with pytest.raises(httpx.ConnectError):  # the configured client verifies
+            client.get(f"{url}/api/kernels")
+
+
 def test_a_recording_line_round_trips() -> None:
     s = ActivitySample(t=1.5, disk_bytes=3, net_bytes=4, procs={9: ProcTimes(1.25, 0.5)},
                        sessions=1, input_idle_s=2.0, kernels=(("idle", 1.0),))

@@ -44,14 +44,21 @@ class AwsNotebookOps:
     _account: Callable[[str], AccountScope]
     _denied_said: set[str]
     _denied_lock: threading.Lock
+    _governed: frozenset[str]
+
+    def govern(self, kinds: frozenset[str]) -> None:
+        """`costguard.providers.base.GovernsKinds`: notebook instances are listed only while
+        a notebook policy names this provider."""
+        self._governed = kinds
 
     def _sagemaker(self, account: AccountScope, region: str) -> Any:
         return self.clients.client(account, region, "sagemaker")
 
     def _lists_notebooks(self, region: str) -> bool:
-        """Notebooks are listed (providers.aws.notebooks), where SageMaker is offered (any
-        region, against an endpoint_url)."""
-        return self.settings.notebooks and (
+        """Notebooks are listed while a notebook policy governs them and
+        providers.aws.notebooks allows, where SageMaker is offered (any region, against an
+        endpoint_url)."""
+        return "notebook" in self._governed and self.settings.notebooks and (
             self.settings.endpoint_url is not None or region in _sagemaker_regions())
 
     def _read_notebooks(self, account: AccountScope, region: str,

@@ -93,6 +93,7 @@ class AwsProvider(CloudWatchReads, AwsStandingOps, AwsNotebookOps):
                            tuple[datetime, DimensionSets, frozenset[str]]] = {}
         self._memory: Memory | None = None
         self._remembered: dict[str, dict[str, Any]] = {}
+        self._governed: frozenset[str] = frozenset()  # kinds the policies govern here
         self._denied_said: set[str] = set()  # accounts whose notebooks may not be listed
         self._denied_lock = threading.Lock()
 

@@ -178,7 +178,9 @@ class CloudWatchReads:
     ) -> dict[str, HostNames]:
         with self._lock:
             known = {i: self._hosts[i] for i in wanted if i in self._hosts}
-        missing = sorted(wanted - set(known))
+        # EC2 instances only: a notebook instance's id is its ARN (aws/notebooks.py), and one
+        # id EC2 cannot parse fails the whole DescribeInstances
+        missing = sorted(i for i in wanted - set(known) if i.startswith("i-"))
         if missing:
             ec2 = self.clients.ec2(account, region)
             for chunk in range(0, len(missing), 1000):

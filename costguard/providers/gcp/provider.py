@@ -108,6 +108,7 @@ class GcpProvider(GcpStandingOps):
                 tpu_nodes.build_client(self.clients.credentials, settings.tpu_endpoint),
                 retry=self.retry, timeout_s=settings.operation_timeout_s,
                 workers=settings.batch_workers, page_size=settings.page_size, now=self.clock.now)
+        self._governed: frozenset[str] = frozenset()  # kinds the policies govern here
         self.workbench: WorkbenchSide | None = None
         if settings.workbench:  # google-cloud-notebooks loads here, not with this module
             from costguard.providers.gcp import workbench
@@ -170,7 +171,7 @@ class GcpProvider(GcpStandingOps):
                 nodes = ([pool.submit(side.list_project, p, observed_at) for p in names]
                          if side is not None else [])
                 # Workbench instances: one listing a project, to tell notebooks' VMs apart
-                books = self.workbench
+                books = self.workbench if "notebook" in self._governed else None
                 benches = ([pool.submit(books.list_project, p) for p in names]
                            if books is not None else [])
                 listed = list(results)
@@ -234,6 +235,11 @@ class GcpProvider(GcpStandingOps):
         """`costguard.providers.base.LeavesOutRepeats`: what a `gpu_metrics` call returned
         is stored."""
         self._repeats.stored(receipt_of(readings))
+
+    def govern(self, kinds: frozenset[str]) -> None:
+        """`costguard.providers.base.GovernsKinds`: the Workbench listing is made only while
+        a notebook policy names GCP (Google's label on a notebook's VM still marks it)."""
+        self._governed = kinds
 
     @staticmethod
     def _notebooks_among(vms: list[Instance], found: Listing | Gap,

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -21,6 +23,12 @@ from costguard.providers.aws import notebooks
 
 pytestmark = pytest.mark.usefixtures("moto")
 ROLE = "arn:aws:iam::123456789012:role/service-role/AmazonSageMaker-ExecutionRole"
+
+
+def _governing(provider: Any) -> Any:
+    """The provider as the engine leaves it when a notebook policy names AWS."""
+    provider.govern(frozenset({"instance", "notebook"}))
+    return provider
 
 
 def _sm() -> Any:
@@ -55,7 +63,7 @@ def test_notebooks_are_listed_beside_instances_with_their_gpus_tags_and_state(
     arn = _notebook("research-nb", team="research", owner="ana@example.com")
     cpu = _notebook("cpu-nb", "ml.t3.medium")
     _sm().stop_notebook_instance(NotebookInstanceName="cpu-nb")
-    listed = make_provider().list_instances()
+    listed = _governing(make_provider()).list_instances()
     assert not listed.gaps
     by_id = {i.instance_id: i for i in listed.instances}
     assert set(by_id) == {vm, arn, cpu}
@@ -74,7 +82,7 @@ def test_notebooks_are_listed_beside_instances_with_their_gpus_tags_and_state(
 def test_a_stop_goes_to_sagemaker_after_a_fresh_read_and_a_dry_run_changes_nothing(
         make_provider: ProviderFactory) -> None:
     arn = _notebook("nb")
-    provider = make_provider()
+    provider = _governing(make_provider())
     nb = next(i for i in provider.list_instances().instances if i.instance_id == arn)
     dry = provider.stop(nb, dry_run=True)
     assert dry.outcome is ActionOutcome.DRY_RUN and "would stop notebook nb" in dry.detail
@@ -94,7 +102,7 @@ def test_a_stop_goes_to_sagemaker_after_a_fresh_read_and_a_dry_run_changes_nothi
 def test_a_notebook_recreated_under_its_name_is_not_the_one_decided_about(
         make_provider: ProviderFactory, clock: Any) -> None:
     arn = _notebook("nb")
-    provider = make_provider()
+    provider = _governing(make_provider())
     nb = next(i for i in provider.list_instances().instances if i.instance_id == arn)
     sm = _sm()
     sm.stop_notebook_instance(NotebookInstanceName="nb")
@@ -113,7 +121,7 @@ def test_a_notebook_recreated_under_its_name_is_not_the_one_decided_about(
 def test_the_recheck_reads_tags_again_and_tags_are_set_and_removed(
         make_provider: ProviderFactory) -> None:
     arn = _notebook("nb", team="research")
-    provider = make_provider()
+    provider = _governing(make_provider())
     nb = next(i for i in provider.list_instances().instances if i.instance_id == arn)
     _sm().add_tags(ResourceArn=arn, Tags=[{"Key": "costguard:protect", "Value": "true"}])
     fresh = provider.describe_many([nb])[arn]
@@ -139,7 +147,7 @@ def test_a_role_that_may_not_list_notebooks_governs_none_and_other_failures_are_
         return _json_error(request, answer["status"], str(answer["code"]))  # type: ignore[arg-type]
 
     session.events.register_first("before-send.sagemaker.ListNotebookInstances", refuse)
-    provider = make_provider(max_attempts=1)
+    provider = _governing(make_provider(max_attempts=1))
     with caplog.at_level(logging.WARNING):
         first = provider.list_instances()
         provider.list_instances()
@@ -153,13 +161,82 @@ def test_a_role_that_may_not_list_notebooks_governs_none_and_other_failures_are_
     assert [i.kind for i in broken.instances] == [InstanceKind.INSTANCE]
 
 
-def test_notebooks_are_not_listed_when_switched_off(make_provider: ProviderFactory) -> None:
+def test_notebooks_are_listed_only_while_a_notebook_policy_governs_them(
+        make_provider: ProviderFactory, session: boto3.Session) -> None:
     _notebook("nb")
-    listed = make_provider(notebooks=False).list_instances()
-    assert not [i for i in listed.instances if notebooks.is_notebook(i)]
+    asked: list[str] = []
+    session.events.register("before-send.sagemaker", lambda **kw: asked.append(kw["event_name"]))
+    assert not [i for i in make_provider().list_instances().instances  # no notebook policy
+                if notebooks.is_notebook(i)]
+    instances_only = make_provider()
+    instances_only.govern(frozenset({"instance"}))
+    assert not [i for i in instances_only.list_instances().instances
+                if notebooks.is_notebook(i)]
+    switched_off = _governing(make_provider(notebooks=False))
+    assert not [i for i in switched_off.list_instances().instances if notebooks.is_notebook(i)]
+    assert asked == []  # not one SageMaker call
 
 
 def test_ml_types_are_named_after_ec2_types() -> None:
     assert notebooks.ec2_type("ml.p4d.24xlarge") == "p4d.24xlarge"
     assert notebooks.ec2_type("ml.g6e.2xlarge") == "g6e.2xlarge"
     assert notebooks.ec2_type("g5.xlarge") == "g5.xlarge"
+
+
+NOTEBOOK_STOP_POLICY = """\
+policies:
+  - name: idle-notebooks
+    resource: notebook
+    mode: enforce
+    filters: {gpu: true, state: running}
+    condition:
+      idle: {below: 5, for: 30m}
+    actions:
+      - notify: {to: owner}
+      - stop: {grace: 15m}
+"""
+
+
+def test_an_idle_notebook_is_warned_then_stopped_by_the_engine_and_an_idle_vm_is_not(
+        make_provider: ProviderFactory, clock: Any, tmp_path: Path) -> None:
+    """End to end: the notebook's agent publishes to CloudWatch by the notebook's ARN
+    (`--publish-to cloudwatch --instance-id ARN`), the engine reads it as a notebook's GPU,
+    warns, and at the deadline stops the notebook through SageMaker; an EC2 instance as idle
+    is no notebook policy's to stop."""
+    from costguard.alerts.settings import AlertsSettings
+    from costguard.config import Settings
+    from costguard.engine import Engine
+    from costguard.policy.load import parse_policy_text
+    from costguard.store.db import Database
+
+    arn = _notebook("idle-nb")
+    vm = run_instances(itype="p3.2xlarge")[0]["InstanceId"]
+    cw: Any = boto3.client("cloudwatch", region_name=REGION)
+
+    def idle_minutes(until: datetime) -> None:
+        for ago in range(40, 0, -1):
+            for who in (arn, vm):
+                cw.put_metric_data(Namespace="CWAgent", MetricData=[{
+                    "MetricName": "nvidia_smi_utilization_gpu",
+                    "Timestamp": until - timedelta(minutes=ago), "Value": 0.0,
+                    "Dimensions": [{"Name": "InstanceId", "Value": who},
+                                   {"Name": "index", "Value": "0"}]}])
+
+    db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
+    engine = Engine(Settings(database_url=db.url, policy_paths=[],
+                             alerts=AlertsSettings(console=False)),
+                    db, {"aws": make_provider(cloudwatch={"instance_dimension": True})},
+                    parse_policy_text(NOTEBOOK_STOP_POLICY, "p.yml"), clock)
+    idle_minutes(clock.now().replace(second=0, microsecond=0))
+    engine.run_cycle()
+    assert _sm().describe_notebook_instance(NotebookInstanceName="idle-nb")[
+        "NotebookInstanceStatus"] == "InService"  # warned first
+    clock.advance(timedelta(minutes=20))
+    idle_minutes(clock.now().replace(second=0, microsecond=0))
+    engine.run_cycle()
+    assert _sm().describe_notebook_instance(NotebookInstanceName="idle-nb")[
+        "NotebookInstanceStatus"] == "Stopped"
+    ec2: Any = boto3.client("ec2", region_name=REGION)
+    state = ec2.describe_instances(InstanceIds=[vm])["Reservations"][0]["Instances"][0]
+    assert state["State"]["Name"] == "running"
+    db.dispose()

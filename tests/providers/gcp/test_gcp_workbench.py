@@ -18,6 +18,12 @@ from costguard.providers.gcp import GcpProvider
 P, Z = "ml-prod", "us-central1-a"
 
 
+def _governing(provider: GcpProvider) -> GcpProvider:
+    """The provider as the engine leaves it when a notebook policy names GCP."""
+    provider.govern(frozenset({"instance", "notebook"}))
+    return provider
+
+
 def test_a_workbench_vm_is_a_notebook_with_its_instance_labels(
         fake: FakeGcp, make_provider: Callable[..., GcpProvider]) -> None:
     fake.compute.add_instance(P, Z, "plain-vm", "g2-standard-8")
@@ -26,7 +32,7 @@ def test_a_workbench_vm_is_a_notebook_with_its_instance_labels(
                                labels={"team": "research", "owner": "ana"})
     fake.compute.add_workbench(P, "us-central1-b", "quiet-nb", "n1-standard-4",
                                state="STOPPED", vm_label=False)
-    inv = make_provider().list_instances()
+    inv = _governing(make_provider()).list_instances()
     assert inv.gaps == []
     by_name = {i.name: i for i in inv.instances}
     assert set(by_name) == {"plain-vm", "ana-nb", "quiet-nb"}
@@ -46,7 +52,7 @@ def test_a_workbench_vm_is_a_notebook_with_its_instance_labels(
 def test_a_notebook_is_stopped_started_and_labelled_through_the_notebooks_api(
         fake: FakeGcp, make_provider: Callable[..., GcpProvider]) -> None:
     fake.compute.add_workbench(P, Z, "ana-nb", accelerators=[("NVIDIA_L4", 1)])
-    provider = make_provider()
+    provider = _governing(make_provider())
     nb = provider.list_instances().instances[0]
     dry = provider.stop(nb, dry_run=True)
     assert dry.outcome is ActionOutcome.DRY_RUN and "would stop Workbench instance ana-nb" \
@@ -71,7 +77,7 @@ def test_a_notebook_is_stopped_started_and_labelled_through_the_notebooks_api(
 def test_the_recheck_reads_the_workbench_labels_again(
         fake: FakeGcp, make_provider: Callable[..., GcpProvider]) -> None:
     fake.compute.add_workbench(P, Z, "ana-nb")
-    provider = make_provider()
+    provider = _governing(make_provider())
     nb = provider.list_instances().instances[0]
     fake.compute.workbench(P, Z, "ana-nb").labels["costguard-protect"] = "true"
     fresh = provider.describe_many([nb])[nb.instance_id]
@@ -82,7 +88,7 @@ def test_the_recheck_reads_the_workbench_labels_again(
 def test_a_vm_recreated_under_the_notebooks_name_is_left_alone(
         fake: FakeGcp, make_provider: Callable[..., GcpProvider]) -> None:
     fake.compute.add_workbench(P, Z, "ana-nb")
-    provider = make_provider()
+    provider = _governing(make_provider())
     nb = provider.list_instances().instances[0]
     fake.compute.add_workbench(P, Z, "ana-nb")  # deleted and made again: a new VM id
     result = provider.stop(nb, dry_run=False)
@@ -94,7 +100,7 @@ def test_an_unreadable_listing_is_a_gap_and_googles_label_still_marks_notebooks(
         fake: FakeGcp, make_provider: Callable[..., GcpProvider]) -> None:
     fake.compute.add_workbench(P, Z, "ana-nb")
     fake.compute.inject(400, times=1, path_contains="/locations/-/instances")
-    inv = make_provider().list_instances()
+    inv = _governing(make_provider()).list_instances()
     assert [g.scope for g in inv.gaps] == [f"{P}/workbench"]
     assert [(i.name, i.kind) for i in inv.instances] == [("ana-nb", InstanceKind.NOTEBOOK)]
 
@@ -105,7 +111,7 @@ def test_a_disabled_api_or_a_role_without_the_right_lists_no_workbench_and_no_ga
     fake.compute.add_workbench(P, Z, "bare-nb", vm_label=False)
     for held in (fake.compute.workbench_disabled, fake.compute.workbench_denied):
         held.add(P)
-        inv = make_provider().list_instances()
+        inv = _governing(make_provider()).list_instances()
         assert inv.gaps == []
         assert {i.name: i.kind for i in inv.instances} == {
             "labelled-nb": InstanceKind.NOTEBOOK, "bare-nb": InstanceKind.INSTANCE}
@@ -115,10 +121,21 @@ def test_a_disabled_api_or_a_role_without_the_right_lists_no_workbench_and_no_ga
 def test_workbench_false_lists_nothing_from_the_notebooks_api_and_acts_on_no_notebook(
         fake: FakeGcp, make_provider: Callable[..., GcpProvider]) -> None:
     fake.compute.add_workbench(P, Z, "ana-nb")
-    provider = make_provider(workbench=False)
+    provider = _governing(make_provider(workbench=False))
     nb = provider.list_instances().instances[0]
     assert nb.kind is InstanceKind.NOTEBOOK  # Google's label
     assert fake.compute.calls["GET workbench_list"] == 0
     with pytest.raises(ProviderError, match=r"providers\.gcp\.workbench is false"):
         provider.stop(nb, dry_run=False)  # the runner records it as failed
     assert fake.compute.workbench(P, Z, "ana-nb").state == "ACTIVE"
+
+
+def test_without_a_notebook_policy_the_listing_is_not_made_and_the_label_still_counts(
+        fake: FakeGcp, make_provider: Callable[..., GcpProvider]) -> None:
+    fake.compute.add_workbench(P, Z, "labelled-nb")
+    fake.compute.add_workbench(P, Z, "bare-nb", vm_label=False)
+    inv = make_provider().list_instances()
+    assert fake.compute.calls["GET workbench_list"] == 0
+    # an instance policy still never meets a notebook's VM that Google labelled
+    assert {i.name: i.kind for i in inv.instances} == {
+        "labelled-nb": InstanceKind.NOTEBOOK, "bare-nb": InstanceKind.INSTANCE}
