@@ -50,6 +50,7 @@ def test_cloud_demo_stops_idle_gpus_in_the_fake_cloud_and_accrues_spend(
     console = Console(record=True, width=140)
     with cloud_providers(cloud, demo_clock, hours=HOURS) as providers:
         (provider,) = providers.values()
+        provider.govern(frozenset({"instance", "notebook"}))  # as the demo's engine will
         running_before = {i.instance_id for i in provider.list_instances().instances
                           if i.has_gpu and i.state == "running"}
         result = demo.run_demo(settings, console, hours=HOURS, providers=providers,
@@ -77,6 +78,10 @@ def test_cloud_demo_stops_idle_gpus_in_the_fake_cloud_and_accrues_spend(
         assert by_name["tpu-v5e-dev"].state == "stopped"
         assert by_name["tpu-v5e-dev"].instance_id in {r.instance_id for r in stops}
         assert by_name["tpu-v5e-slice"].state == "running"
+    if cloud == "aws":  # the SageMaker notebook left open: stopped through SageMaker
+        (notebook,) = [i for i in after.values() if i.name == "research-notebook"]
+        assert notebook.state == "stopped"
+        assert notebook.instance_id in {r.instance_id for r in stops}
 
 
 def test_unknown_demo_cloud_is_a_clear_error() -> None:

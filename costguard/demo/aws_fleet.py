@@ -62,12 +62,37 @@ def start_demo_fleet(
     """Start moto's mock, seed `n` instances (about half with GPUs) and `minutes` of CloudWatch
     agent GPU metrics ending at `clock.now()`; the mock stops when the block ends."""
     mock_aws = _require_moto()
-    from costguard.demo.aws_capacity import serving
+    from costguard.demo import aws_capacity, aws_studio
 
-    with mock_aws(), serving():  # moto 5.2 lacks DescribeCapacityReservations
+    # moto 5.2 lacks DescribeCapacityReservations and Studio's apps: served by fakes
+    with mock_aws(), aws_capacity.serving(), aws_studio.serving():
         fleet = DemoFleet(settings=AwsSettings(regions=list(DEMO_REGIONS), max_workers=2))
         _seed(fleet, clock, n=n, seed=seed, minutes=minutes)
+        _seed_notebook(fleet, clock, minutes=minutes)
         yield fleet
+
+
+def _seed_notebook(fleet: DemoFleet, clock: Clock, *, minutes: int) -> None:
+    """A SageMaker notebook instance left open, its GPU idle: what its agent publishes to
+    CloudWatch by the notebook's ARN (`--publish-to cloudwatch`, docs/notebooks.md)."""
+    region = fleet.regions[0]
+    sm: Any = boto3.client("sagemaker", region_name=region)
+    arn = sm.create_notebook_instance(
+        NotebookInstanceName="research-notebook", InstanceType="ml.p3.2xlarge",
+        RoleArn="arn:aws:iam::123456789012:role/service-role/AmazonSageMaker-ExecutionRole",
+        Tags=[{"Key": "team", "Value": "research"},
+              {"Key": "owner", "Value": "ana@example.com"}])["NotebookInstanceArn"]
+    fleet.profiles[arn] = "idle"
+    now = clock.now().replace(second=0, microsecond=0)
+    dims = [{"Name": "InstanceId", "Value": arn}, {"Name": "index", "Value": "0"}]
+    # the agent's layout: utilization, and memory in MiB (a V100's 16 GiB, 1.2 GiB held)
+    datums = [{"MetricName": metric, "Dimensions": dims, "Value": value,
+               "Timestamp": now - timedelta(minutes=ago)} for ago in range(minutes)
+              for metric, value in ((GPU_UTIL, 0.0), (GPU_MEM_USED, 1229.0),
+                                    (GPU_MEM_TOTAL, 16384.0))]
+    cw: Any = boto3.client("cloudwatch", region_name=region)
+    for start in range(0, len(datums), 1000):
+        cw.put_metric_data(Namespace="CWAgent", MetricData=datums[start:start + 1000])
 
 
 def _seed(fleet: DemoFleet, clock: Clock, *, n: int, seed: int, minutes: int) -> None:

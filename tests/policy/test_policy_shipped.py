@@ -144,7 +144,7 @@ def test_the_deploy_roles_read_every_kind_the_shipped_policies_govern() -> None:
     from costguard.providers.gcp import iam as gcp_iam
 
     governed = {p.resource for p in load_policy_set([POLICIES]).policies
-                if KINDS[p.resource].standing}
+                if KINDS[p.resource].own_rights}
     assert set(aws_iam.SHIPPED_STANDING) == set(gcp_iam.SHIPPED_STANDING) == governed
     for flags in aws_iam.DEPLOY_FILES.values():
         assert flags["standing"] == aws_iam.SHIPPED_STANDING

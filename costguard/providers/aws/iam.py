@@ -183,13 +183,16 @@ STANDING_READ = {
     "address": ["ec2:DescribeAddresses"],
     # and the running instances that could use a reservation's free capacity
     "reservation": ["ec2:DescribeCapacityReservations", "ec2:DescribeInstances"],
-    # SageMaker notebook instances (providers/aws/notebooks.py): listed, re-read, tags
+    # SageMaker notebook instances (aws/notebooks.py) and Studio apps (aws/studio.py):
+    # listed, re-read, tags (an app's are its space's)
     "notebook": ["sagemaker:ListNotebookInstances", "sagemaker:DescribeNotebookInstance",
-                 "sagemaker:ListTags"],
+                 "sagemaker:ListApps", "sagemaker:DescribeApp", "sagemaker:ListTags"],
 }
 STANDING_ARN = {"volume": "arn:aws:ec2:*:*:volume/*", "snapshot": "arn:aws:ec2:*::snapshot/*",
                 "address": "arn:aws:ec2:*:*:elastic-ip/*"}
 NOTEBOOK_ARN = "arn:aws:sagemaker:*:*:notebook-instance/*"
+STUDIO_APP_ARN = "arn:aws:sagemaker:*:*:app/*"  # a space is stopped by deleting its app
+STUDIO_SPACE_ARNS = ["arn:aws:sagemaker:*:*:space/*", "arn:aws:sagemaker:*:*:user-profile/*"]
 STANDING_DELETE = {"volume": "ec2:DeleteVolume", "snapshot": "ec2:DeleteSnapshot",
                    "address": "ec2:ReleaseAddress"}
 
@@ -219,9 +222,14 @@ def standing_statements(kinds: Mapping[str, frozenset[str]]) -> list[dict[str, A
         out += unprotected("CostguardPowerNotebooks", ["sagemaker:StopNotebookInstance",
                                                        "sagemaker:StartNotebookInstance"],
                            NOTEBOOK_ARN)
+        # the protect tag is the space's, which IAM does not see on the app: costguard's
+        # re-check reads it before every DeleteApp
+        out.append({"Sid": "CostguardStopStudioSpaces", "Effect": "Allow",
+                    "Action": "sagemaker:DeleteApp", "Resource": STUDIO_APP_ARN})
     if "tag" in kinds.get("notebook", frozenset()):
         out.append({"Sid": "CostguardTagNotebooks", "Effect": "Allow",
-                    "Action": "sagemaker:AddTags", "Resource": NOTEBOOK_ARN,
+                    "Action": ["sagemaker:AddTags", "sagemaker:DeleteTags"],
+                    "Resource": [NOTEBOOK_ARN, *STUDIO_SPACE_ARNS],
                     "Condition": {"ForAllValues:StringNotEquals": {
                         "aws:TagKeys": [PROTECT_TAG]}}})
     tagging = sorted(k for k, acts in kinds.items() if "tag" in acts and k in STANDING_ARN)
@@ -267,11 +275,12 @@ def gpu_host_policy(namespace: str = "CWAgent") -> dict[str, Any]:
 GPU_HOST_FILE = "costguard-gpu-host.json"  # deploy/iam/aws/: gpu_host_policy()
 
 # Files under deploy/iam/aws/ and the arguments that produce them.
-# the standing kinds the shipped policies (policies/, dry-run) govern: the deploy files can
-# read them, so a first dry run sees storage and reservations (a test keeps this in step
-# with policies/; deleting or tagging them takes `costguard iam` for enforced policies)
+# the kinds with rights of their own the shipped policies (policies/, dry-run) govern: the
+# deploy files can read them, so a first dry run sees storage, reservations and notebooks
+# (a test keeps this in step with policies/; acting on them takes `costguard iam` for
+# enforced policies)
 SHIPPED_STANDING: dict[str, frozenset[str]] = {
-    kind: frozenset() for kind in ("volume", "snapshot", "address", "reservation")}
+    kind: frozenset() for kind in ("volume", "snapshot", "address", "reservation", "notebook")}
 DEPLOY_FILES: dict[str, dict[str, Any]] = {
     "costguard-readonly.json": {"enforcing": False, "tagging": False,
                                 "standing": SHIPPED_STANDING},

@@ -18,8 +18,8 @@ import boto3
 from costguard.clock import Clock
 from costguard.errors import ProviderError
 from costguard.model import ActionOutcome, ActionResult, Gap, Instance
-from costguard.providers.aws import notebooks
-from costguard.providers.aws.gpu_types import GpuTypeCatalog
+from costguard.providers.aws import notebooks, studio
+from costguard.providers.aws.gpu_types import GpuSpec, GpuTypeCatalog
 from costguard.providers.aws.sessions import AccountScope, ClientFactory
 from costguard.providers.aws.settings import AwsSettings
 
@@ -63,28 +63,45 @@ class AwsNotebookOps:
 
     def _read_notebooks(self, account: AccountScope, region: str,
                         observed_at: datetime) -> list[Instance] | Gap:
-        """One scope's notebook instances; a role that may not list them governs none there
-        (said once a process per account), any other failure is a gap."""
+        """One scope's notebook instances and Studio apps; a role that may not list one of
+        them governs none of it there (said once a process per account), any other failure
+        is a gap."""
         scope = f"{account.account_id}/{region}"
+        out: list[Instance] = []
         try:
             ec2 = self.clients.ec2(account, region)
-            return notebooks.read_scope(
-                self._sagemaker(account, region), account=account.account_id, region=region,
-                gpus=lambda types: self.gpu_types.resolve(ec2, region, types),
-                observed_at=observed_at)
-        except notebooks.NotebooksDenied as exc:
-            with self._denied_lock:
-                first = account.account_id not in self._denied_said
-                self._denied_said.add(account.account_id)
-            if first:
-                log.warning("aws %s: SageMaker notebook instances not listed (%s): grant "
-                            "sagemaker:ListNotebookInstances and sagemaker:ListTags "
-                            "(`costguard iam --provider aws` with a notebook policy loaded), "
-                            "or set providers.aws.notebooks: false", scope, exc)
-            return []
+            client = self._sagemaker(account, region)
         except ProviderError as exc:
-            log.warning("aws scope %s: notebook instances not read: %s", scope, exc)
             return Gap(provider="aws", scope=f"{scope}/notebooks", error=str(exc))
+
+        def gpus(types: set[str]) -> dict[str, GpuSpec]:
+            return self.gpu_types.resolve(ec2, region, types)
+
+        reads: tuple[tuple[str, str, Callable[..., list[Instance]]], ...] = (
+                ("notebook instances", "sagemaker:ListNotebookInstances", notebooks.read_scope),
+                ("Studio apps", "sagemaker:ListApps", studio.read_scope))
+        for what, right, read in reads:
+            try:
+                out += read(client, account=account.account_id, region=region, gpus=gpus,
+                            observed_at=observed_at)
+            except notebooks.NotebooksDenied as exc:
+                self._said_denied(scope, what, right, exc)
+            except ProviderError as exc:
+                log.warning("aws scope %s: %s not read: %s", scope, what, exc)
+                return Gap(provider="aws", scope=f"{scope}/notebooks", error=str(exc))
+        return out
+
+    def _said_denied(self, scope: str, what: str, right: str, exc: Exception) -> None:
+        """A role that may not list `what` governs none there: said once a process per
+        account and kind of listing."""
+        key = f"{scope.split('/', 1)[0]}/{what}"
+        with self._denied_lock:
+            first = key not in self._denied_said
+            self._denied_said.add(key)
+        if first:
+            log.warning("aws %s: SageMaker %s not listed (%s): grant %s and sagemaker:ListTags "
+                        "(`costguard iam --provider aws` with a notebook policy loaded), or set "
+                        "providers.aws.notebooks: false", scope, what, exc, right)
 
     def _notebook_client(self, instance: Instance) -> Any:
         return self._sagemaker(self._account(instance.account), instance.region)
@@ -98,18 +115,21 @@ class AwsNotebookOps:
         return run(client)
 
     def notebook_power(self, instance: Instance, verb: str, *, dry_run: bool) -> ActionResult:
+        side = studio if studio.is_app(instance) else notebooks
         return self._notebook_act(
-            instance, lambda c: notebooks.power(c, instance, verb, dry_run=dry_run))
+            instance, lambda c: side.power(c, instance, verb, dry_run=dry_run))
 
     def notebook_tags(self, instance: Instance, tags: Mapping[str, str],
                       remove: Sequence[str], *, dry_run: bool) -> ActionResult:
+        side = studio if studio.is_app(instance) else notebooks
         return self._notebook_act(
-            instance, lambda c: notebooks.set_tags(c, instance, tags, remove, dry_run=dry_run))
+            instance, lambda c: side.set_tags(c, instance, tags, remove, dry_run=dry_run))
 
     def describe_notebooks(self, instances: Sequence[Instance]) -> dict[str, Instance | None]:
-        """Each notebook as SageMaker shows it now (one Describe and one ListTags each:
-        SageMaker reads notebooks one at a time). Raises ProviderError as describe_many
-        does."""
+        """Each notebook or Studio app as SageMaker shows it now (one Describe and one
+        ListTags each: SageMaker reads them one at a time). Raises ProviderError as
+        describe_many does."""
         now = self.clock.now()
-        return {i.instance_id: notebooks.describe(self._notebook_client(i), i, now)
+        return {i.instance_id: (studio if studio.is_app(i) else notebooks).describe(
+                    self._notebook_client(i), i, now)
                 for i in instances}

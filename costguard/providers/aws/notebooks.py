@@ -19,7 +19,8 @@ ListTags, AddTags, DeleteTags, StopNotebookInstance, StartNotebookInstance).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -94,7 +95,23 @@ class NotebooksDenied(ProviderError):
     """costguard's role may not list notebook instances here: it governs none."""
 
 
-def _tags(client: Any, arn: str, scope: str) -> dict[str, str]:
+@contextmanager
+def listing(scope: str) -> Iterator[None]:
+    """A SageMaker listing: a refusal raises NotebooksDenied, any other failure
+    ProviderError."""
+    try:
+        yield
+    except ClientError as exc:
+        if error_code(exc) in _DENIED:
+            raise NotebooksDenied("aws", scope,
+                                  f"{error_code(exc)}: {error_message(exc)}") from exc
+        raise translate(exc, scope) from exc
+    except BotoCoreError as exc:
+        raise translate(exc, scope) from exc
+
+
+def listed_tags(client: Any, arn: str, scope: str) -> dict[str, str]:
+    """A SageMaker resource's tags (ListTags, every page)."""
     out: dict[str, str] = {}
     token: str | None = None
     with aws_call(scope):
@@ -115,7 +132,7 @@ def read_scope(client: Any, *, account: str, region: str,
     scope = f"{account}/{region}"
     raws: list[dict[str, Any]] = []
     token: str | None = None
-    try:
+    with listing(scope):
         while True:
             page = client.list_notebook_instances(
                 MaxResults=_PAGE, **({"NextToken": token} if token else {}))
@@ -123,15 +140,8 @@ def read_scope(client: Any, *, account: str, region: str,
             token = page.get("NextToken")
             if not token:
                 break
-    except ClientError as exc:
-        if error_code(exc) in _DENIED:
-            raise NotebooksDenied("aws", scope, f"{error_code(exc)}: {error_message(exc)}") \
-                from exc
-        raise translate(exc, scope) from exc
-    except BotoCoreError as exc:
-        raise translate(exc, scope) from exc
     specs = gpus({ec2_type(str(r.get("InstanceType") or "")) for r in raws} - {""})
-    return [to_instance(r, _tags(client, str(r["NotebookInstanceArn"]), scope),
+    return [to_instance(r, listed_tags(client, str(r["NotebookInstanceArn"]), scope),
                         account=account, region=region,
                         gpu=specs.get(ec2_type(str(r.get("InstanceType") or "")),
                                       GpuSpec.none()),
@@ -164,7 +174,7 @@ def describe(client: Any, instance: Instance, observed_at: datetime) -> Instance
     raw = describe_raw(client, instance)
     if raw is None or raw.get("NotebookInstanceArn") != instance.instance_id:
         return None
-    tags = _tags(client, instance.instance_id, f"{instance.account}/{instance.region}")
+    tags = listed_tags(client, instance.instance_id, f"{instance.account}/{instance.region}")
     gpu = GpuSpec(instance.gpu_count, instance.gpu_model, instance.gpu_memory_mib)
     return to_instance(raw, tags, account=instance.account, region=instance.region, gpu=gpu,
                        observed_at=observed_at)

@@ -15,6 +15,7 @@ from botocore.retries.bucket import TokenBucket
 from moto import mock_aws
 
 from costguard.clock import ManualClock
+from costguard.demo.aws_studio import Studio, serving
 from costguard.providers.aws import AwsProvider, AwsSettings
 
 _ROOT = Path(__file__).resolve().parents[3]
@@ -42,6 +43,14 @@ def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def moto() -> Iterator[None]:
     with mock_aws():
         yield
+
+
+@pytest.fixture
+def studio() -> Iterator[Studio]:
+    """moto's SageMaker with Studio's apps and spaces (which moto lacks) served by
+    costguard/demo/aws_studio.py, none held until a test adds some."""
+    with serving() as held:
+        yield held
 
 
 @pytest.fixture

@@ -132,3 +132,25 @@ def test_a_gpu_host_may_publish_metrics_into_the_agents_namespace_only() -> None
     assert not publishes("AppMetrics") and not publishes(None)
     assert not allows(policy, "cloudwatch:PutMetricAlarm", {"cloudwatch:namespace": namespace},
                       key_prefix="")
+
+
+def test_a_notebook_policy_reads_notebooks_and_when_enforced_stops_only_unprotected_ones(
+) -> None:
+    """Exactly the SageMaker calls aws/notebooks.py and aws/studio.py make: read rights
+    always; StopNotebookInstance/StartNotebookInstance never on a notebook IAM sees as
+    protected; DeleteApp (stopping a Studio space) guarded by costguard's re-check of the
+    space's tag, which IAM does not see on the app; tags never of costguard:protect."""
+    read = required_iam_policy(False, False, standing={"notebook": frozenset()})
+    assert {"sagemaker:ListNotebookInstances", "sagemaker:DescribeNotebookInstance",
+            "sagemaker:ListApps", "sagemaker:DescribeApp", "sagemaker:ListTags"} <= _actions(read)
+    assert not {a for a in _actions(read) if a.startswith("sagemaker:") and (
+        a.startswith(("sagemaker:Stop", "sagemaker:Start", "sagemaker:Delete", "sagemaker:Add")))}
+    acting = required_iam_policy(True, True, standing={
+        "notebook": frozenset({"stop", "start", "tag"})})
+    assert_iam_matches_the_code(acting, "sagemaker:StopNotebookInstance")
+    assert_iam_matches_the_code(acting, "sagemaker:StartNotebookInstance")
+    assert allows(acting, "sagemaker:DeleteApp", {})
+    (tag,) = [s for s in acting["Statement"] if s.get("Sid") == "CostguardTagNotebooks"]
+    assert tag["Condition"] == {
+        "ForAllValues:StringNotEquals": {"aws:TagKeys": ["costguard:protect"]}}
+    assert "sagemaker:DeleteNotebookInstance" not in _actions(acting)  # never deleted

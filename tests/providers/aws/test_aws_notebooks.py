@@ -21,7 +21,7 @@ from botocore.compat import HTTPHeaders
 from costguard.model import ActionOutcome, InstanceKind, InstanceState
 from costguard.providers.aws import notebooks
 
-pytestmark = pytest.mark.usefixtures("moto")
+pytestmark = pytest.mark.usefixtures("moto", "studio")  # Studio: no apps
 ROLE = "arn:aws:iam::123456789012:role/service-role/AmazonSageMaker-ExecutionRole"
 
 
