@@ -53,10 +53,11 @@ SCHEMAS: dict[str, Any] = {
         "waste_beyond_idle": _ref("Waste"), "bill_total_usd": NUM,
         "billed_not_compared": {"type": "array"},
         # unused volumes, snapshots, addresses, reservations' free part (docs/storage.md),
-        # when there are any
+        # notebooks idle over the last day (docs/notebooks.md), when there are any
         "paid_not_running": {"type": "array", "items": _obj({
             "team": STR, "kind": STR, "count": INT, "size_gb": INT, "usd_per_month": NUM,
-            "unpriced": INT, "longest_unused_days": NUM})},
+            "unpriced": INT, "longest_unused_days": NUM, "idle_share": _opt(NUM),
+            "unused_for": STR})},
         # capacity reservations seen in the window (docs/reservations.md), when any
         "reservations": {"type": "array", "items": _obj({
             "provider": STR, "reservation": STR, "name": _opt(STR), "team": STR, "zone": STR,

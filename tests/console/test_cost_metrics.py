@@ -218,15 +218,19 @@ def test_the_grafana_dashboard_asks_only_for_exported_metrics(store: str) -> Non
 
 
 def test_what_bills_while_nothing_runs_is_the_report_s_section(store: str) -> None:
-    """The demo's unused volume, snapshot and address by team and kind: the figures of
-    `report --format json` (paid_not_running), summed the same way."""
+    """The demo's unused volume, snapshot and address, and its notebook idle over the last
+    day, by team and kind: the figures of `report --format json` (paid_not_running) at the
+    same moment, summed the same way."""
     got = scrape(refreshed(store).render().decode())
-    report = cli_json(store, "report", "--by", "team")
+    report = cli_json(store, "report", "--by", "team", "--since",
+                      (NOW - timedelta(days=7)).isoformat(), "--until", NOW.isoformat())
     want = {(line["team"], line["kind"]): line for line in report["paid_not_running"]}
-    assert want and ("vision", "volume") in want
+    assert want and ("vision", "volume") in want and ("research", "notebook") in want
     monthly = {(labels["team"], labels["kind"]): v
                for labels, v in got["costguard_paid_not_running_usd_per_month"]}
-    assert monthly == pytest.approx({k: v["usd_per_month"] for k, v in want.items()})
+    # (the JSON gives cents)
+    assert monthly == pytest.approx({k: v["usd_per_month"] for k, v in want.items()},
+                                    abs=0.005)
     assert {(labels["team"], labels["kind"]): v
             for labels, v in got["costguard_paid_not_running_resources"]} == {
         k: v["count"] for k, v in want.items()}

@@ -107,3 +107,21 @@ def test_spend_of_some_instances_is_theirs_as_in_the_whole_report(db: Database) 
     assert none == {}
     assert [(r.key, r.instances) for r in owners] == [(("asg:infer",), 2)]
     assert owners[0].cost_micros == round((every["a-0"] + every["a-2"]) * 1e6)
+
+
+def test_a_notebook_idle_over_the_last_day_is_paid_for_not_running(db: Database) -> None:
+    """The report's "paid for, not running" section has the idle notebook: its idle spend of
+    the last day as a month's, the share of its hours it sat idle; no busy instance."""
+    from costguard.model import HOURS_PER_MONTH
+    from costguard.standing.report import paid_not_running
+
+    until = T0 + timedelta(hours=4)
+    with db.session() as s:
+        lines = [line for line in paid_not_running(s, until) if line.kind == "notebook"]
+        idle = spend(s, ["instance"], until - timedelta(days=1), until).rows
+    (line,) = lines
+    nb = next(r for r in idle if r.key == ("nb",))
+    assert (line.team, line.count, line.unpriced) == ("research", 1, 0)
+    assert line.usd_per_month == pytest.approx(nb.idle_cost_micros / 1e6 * HOURS_PER_MONTH / 24)
+    assert line.idle_share == pytest.approx(nb.idle_gpu_seconds / nb.gpu_seconds)
+    assert line.unused_for.startswith("idle up to") and line.as_json()["idle_share"] > 0.5
