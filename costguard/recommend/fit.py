@@ -198,6 +198,10 @@ def cheaper_fit(inst: Instance, e: Efficiency, price: PriceLookup,
         return Fit(inst, e, None, reason=(  # GPUs are what its pods request
             f"{inst.provider} has no instance types to fit to; a Kubernetes workload is "
             "fitted in the GPUs its pods request: costguard recommend --by pod"))
+    if cur is None and inst.instance_type.startswith("ml."):  # a SageMaker notebook's
+        return Fit(inst, e, None, reason=(
+            f"{inst.instance_type} is a SageMaker ML type, not in costguard's shape catalog: "
+            "its GPUs are judged, no cheaper ML type is named (docs/notebooks.md)"))
     if cur is None:
         return Fit(inst, e, None, reason=f"{inst.instance_type} is not in costguard's "
                                          f"{inst.provider} shape catalog")

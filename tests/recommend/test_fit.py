@@ -176,6 +176,14 @@ def test_a_type_outside_the_catalog_says_so() -> None:
     assert fit.current is None and "not in costguard's aws shape catalog" in fit.reason
 
 
+def test_a_sagemaker_notebook_s_ml_type_is_judged_and_not_fitted() -> None:
+    inst = instance("g5.xlarge").model_copy(update={"instance_type": "ml.g5.xlarge"})
+    fit = cheaper_fit(inst, judged(1, 1, Bottleneck.LATENCY_BOUND, vram=1, cpu=1.0),
+                      table_price)
+    assert fit.to is None and fit.monthly_usd == 0
+    assert "SageMaker ML type" in fit.reason and "no cheaper ML type" in fit.reason
+
+
 def test_a_busy_a100_never_fits_on_an_a10g_that_merely_holds_its_vram() -> None:
     # the second-hour report: one A100 of a p4d 92.5% busy was sent to a single A10G to
     # "save $15,294.70/month", because the A10G held its 1.6 GB
