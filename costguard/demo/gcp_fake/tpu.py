@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -113,6 +114,32 @@ class _TpuOperation:
         return out
 
 
+def disabled_api(project: str, title: str, service: str) -> dict[str, Any]:
+    """The 403 an API switched off in `project` answers (reason SERVICE_DISABLED)."""
+    payload = error(403, f"{title} has not been used in project {project} before or it is "
+                         "disabled.", reason="accessNotConfigured")
+    payload["error"]["details"] = [{
+        "@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "SERVICE_DISABLED",
+        "domain": "googleapis.com", "metadata": {"service": service}}]
+    return payload
+
+
+def location_page(items: Iterable[Any], project: str, zone: str, query: dict[str, str],
+                  key: str) -> dict[str, Any]:
+    """A `projects/P/locations/ZONE` list's page (`-`: every zone) of `items` (each with
+    project, zone, name and to_json), by zone and name, `pageSize`/`pageToken` as the v2
+    APIs take them."""
+    size = max(1, min(int(query.get("pageSize") or 1000), 1000))
+    start = int(query.get("pageToken") or 0)
+    found = sorted((i for i in items if i.project == project and zone in ("-", i.zone)),
+                   key=lambda i: (i.zone, i.name))
+    page = [i.to_json() for i in found[start:start + size]]
+    out: dict[str, Any] = {key: page} if page else {}
+    if start + size < len(found):
+        out["nextPageToken"] = str(start + size)
+    return out
+
+
 _V2 = r"/v2/projects/(?P<project>[^/]+)/locations/(?P<zone>[^/]+)"
 TPU_ROUTES: tuple[tuple[str, str, str], ...] = (
     (_V2 + r"/nodes$", "GET", "tpu_list"),
@@ -168,24 +195,10 @@ class TpuOps:
     def _tpu_list(self, project: str, zone: str, query: dict[str, str],
                   body: Any) -> tuple[int, Any]:
         if project in self.tpu_disabled:
-            payload = error(403, f"Cloud TPU API has not been used in project {project} "
-                                 "before or it is disabled.", reason="accessNotConfigured")
-            payload["error"]["details"] = [{
-                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-                "reason": "SERVICE_DISABLED", "domain": "googleapis.com",
-                "metadata": {"service": "tpu.googleapis.com"}}]
-            return 403, payload
-        size = max(1, min(int(query.get("pageSize") or 1000), 1000))
-        start = int(query.get("pageToken") or 0)
+            return 403, disabled_api(project, "Cloud TPU API", "tpu.googleapis.com")
         with self._lock:
             self._tpu_complete_due()
-            nodes = sorted((n for n in self._tpu_nodes.values() if n.project == project
-                            and zone in ("-", n.zone)), key=lambda n: (n.zone, n.name))
-            page = [n.to_json() for n in nodes[start:start + size]]
-        out: dict[str, Any] = {"nodes": page} if page else {}
-        if start + size < len(nodes):
-            out["nextPageToken"] = str(start + size)
-        return 200, out
+            return 200, location_page(self._tpu_nodes.values(), project, zone, query, "nodes")
 
     def _tpu_find(self, project: str, zone: str, name: str) -> FakeTpuNode | None:
         with self._lock:

@@ -24,6 +24,7 @@ from typing import Any
 
 from costguard.demo.gcp_fake.http import error
 from costguard.demo.gcp_fake.records import FakeVm
+from costguard.demo.gcp_fake.tpu import disabled_api, location_page
 
 _INSTANCE_TYPE = "type.googleapis.com/google.cloud.notebooks.v2.Instance"
 _META_TYPE = "type.googleapis.com/google.cloud.notebooks.v2.OperationMetadata"
@@ -172,27 +173,14 @@ class WorkbenchOps:
     def _workbench_list(self, project: str, zone: str, query: dict[str, str],
                         body: Any) -> tuple[int, Any]:
         if project in self.workbench_disabled:
-            payload = error(403, f"Notebooks API has not been used in project {project} "
-                                 "before or it is disabled.", reason="accessNotConfigured")
-            payload["error"]["details"] = [{
-                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-                "reason": "SERVICE_DISABLED", "domain": "googleapis.com",
-                "metadata": {"service": "notebooks.googleapis.com"}}]
-            return 403, payload
+            return 403, disabled_api(project, "Notebooks API", "notebooks.googleapis.com")
         if project in self.workbench_denied:
             return 403, error(403, "Permission 'notebooks.instances.list' denied on "
                                    f"'projects/{project}/locations/-'", reason="forbidden")
-        size = max(1, min(int(query.get("pageSize") or 1000), 1000))
-        start = int(query.get("pageToken") or 0)
         with self._lock:
             self._tpu_complete_due()
-            benches = sorted((b for b in self._benches.values() if b.project == project
-                              and zone in ("-", b.zone)), key=lambda b: (b.zone, b.name))
-            page = [b.to_json() for b in benches[start:start + size]]
-        out: dict[str, Any] = {"instances": page} if page else {}
-        if start + size < len(benches):
-            out["nextPageToken"] = str(start + size)
-        return 200, out
+            return 200, location_page(self._benches.values(), project, zone, query,
+                                      "instances")
 
     def _bench_find(self, project: str, zone: str, name: str) -> FakeWorkbench | None:
         with self._lock:

@@ -234,6 +234,14 @@ def power(client: Any, instance: Instance, verb: str, *, dry_run: bool) -> Actio
                         state_after=_state(after) if after is not None else None)
 
 
+def put_tags(client: Any, arn: str, tags: Mapping[str, str], remove: Sequence[str]) -> None:
+    """AddTags, then DeleteTags, on a SageMaker resource (raises the client's errors)."""
+    if tags:
+        client.add_tags(ResourceArn=arn, Tags=[{"Key": k, "Value": v} for k, v in tags.items()])
+    if remove:
+        client.delete_tags(ResourceArn=arn, TagKeys=list(remove))
+
+
 def set_tags(client: Any, instance: Instance, tags: Mapping[str, str],
              remove: Sequence[str], *, dry_run: bool) -> ActionResult:
     """AddTags / DeleteTags on the notebook's ARN, after checking it still exists."""
@@ -253,11 +261,7 @@ def set_tags(client: Any, instance: Instance, tags: Mapping[str, str],
         return ActionResult(outcome=ActionOutcome.DRY_RUN,
                             detail="would " + tag_detail(tags, remove))
     try:
-        if tags:
-            client.add_tags(ResourceArn=instance.instance_id,
-                            Tags=[{"Key": k, "Value": v} for k, v in tags.items()])
-        if remove:
-            client.delete_tags(ResourceArn=instance.instance_id, TagKeys=list(remove))
+        put_tags(client, instance.instance_id, tags, remove)
     except (ClientError, BotoCoreError) as exc:
         return _failed(exc, instance, "AddTags" if tags else "DeleteTags")
     return ActionResult(outcome=ActionOutcome.DONE, detail=tag_detail(tags, remove),

@@ -33,7 +33,13 @@ from costguard.errors import ProviderError
 from costguard.model import ActionOutcome, ActionResult, Instance, InstanceKind, InstanceState
 from costguard.providers.aws.boundary import error_code, translate
 from costguard.providers.aws.gpu_types import GpuSpec
-from costguard.providers.aws.notebooks import ML_PREFIX, ec2_type, listed_tags, listing
+from costguard.providers.aws.notebooks import (
+    ML_PREFIX,
+    ec2_type,
+    listed_tags,
+    listing,
+    put_tags,
+)
 from costguard.providers.base import tag_detail
 
 log = logging.getLogger(__name__)
@@ -231,13 +237,8 @@ def set_tags(client: Any, instance: Instance, tags: Mapping[str, str],
     if dry_run:
         return ActionResult(outcome=ActionOutcome.DRY_RUN,
                             detail="would " + tag_detail(tags, remove) + " on its space")
-    arn = _holder_of(instance)
     try:
-        if tags:
-            client.add_tags(ResourceArn=arn,
-                            Tags=[{"Key": k, "Value": v} for k, v in tags.items()])
-        if remove:
-            client.delete_tags(ResourceArn=arn, TagKeys=list(remove))
+        put_tags(client, _holder_of(instance), tags, remove)
     except (ClientError, BotoCoreError) as exc:
         return ActionResult(outcome=ActionOutcome.FAILED, detail=str(translate(
             exc, f"{instance.account}/{instance.region}/{instance.name}")))
