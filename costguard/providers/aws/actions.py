@@ -164,12 +164,9 @@ def set_tags(
     *,
     dry_run: bool,
 ) -> ActionResult:
-    reserved = sorted(k for k in [*tags, *remove] if k.lower().startswith("aws:"))
-    if reserved:
-        return ActionResult(
-            outcome=ActionOutcome.FAILED,
-            detail=f"tag keys starting with 'aws:' are reserved by AWS: {', '.join(reserved)}",
-        )
+    refused = reserved_keys(tags, remove)
+    if refused is not None:
+        return refused
     try:
         raw = describe_one(ec2, instance)
     except ProviderError as exc:
@@ -207,6 +204,16 @@ def set_tags(
     return ActionResult(
         outcome=ActionOutcome.DONE, detail=tag_detail(tags, remove), state_after=_state(raw)
     )
+
+
+def reserved_keys(tags: Mapping[str, str], remove: Sequence[str]) -> ActionResult | None:
+    """The refusal of tag keys AWS keeps for itself (`aws:`), for any resource; None when
+    there are none."""
+    reserved = sorted(k for k in [*tags, *remove] if k.lower().startswith("aws:"))
+    if not reserved:
+        return None
+    return ActionResult(outcome=ActionOutcome.FAILED, detail=(
+        f"tag keys starting with 'aws:' are reserved by AWS: {', '.join(reserved)}"))
 
 
 def tag_detail(tags: Mapping[str, str], remove: Sequence[str]) -> str:

@@ -35,6 +35,7 @@ from costguard.model import (
     InstanceKind,
     InstanceState,
 )
+from costguard.providers.aws.actions import reserved_keys
 from costguard.providers.aws.boundary import aws_call, error_code, error_message, translate
 from costguard.providers.aws.gpu_types import GpuSpec
 from costguard.providers.base import tag_detail
@@ -245,10 +246,9 @@ def put_tags(client: Any, arn: str, tags: Mapping[str, str], remove: Sequence[st
 def set_tags(client: Any, instance: Instance, tags: Mapping[str, str],
              remove: Sequence[str], *, dry_run: bool) -> ActionResult:
     """AddTags / DeleteTags on the notebook's ARN, after checking it still exists."""
-    reserved = sorted(k for k in [*tags, *remove] if k.lower().startswith("aws:"))
-    if reserved:
-        return ActionResult(outcome=ActionOutcome.FAILED, detail=(
-            f"tag keys starting with 'aws:' are reserved by AWS: {', '.join(reserved)}"))
+    refused = reserved_keys(tags, remove)
+    if refused is not None:
+        return refused
     try:
         raw = describe_raw(client, instance)
     except ProviderError as exc:

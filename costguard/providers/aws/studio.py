@@ -31,6 +31,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from costguard.clock import utc
 from costguard.errors import ProviderError
 from costguard.model import ActionOutcome, ActionResult, Instance, InstanceKind, InstanceState
+from costguard.providers.aws.actions import reserved_keys
 from costguard.providers.aws.boundary import error_code, translate
 from costguard.providers.aws.gpu_types import GpuSpec
 from costguard.providers.aws.notebooks import (
@@ -230,10 +231,9 @@ def power(client: Any, instance: Instance, verb: str, *, dry_run: bool) -> Actio
 def set_tags(client: Any, instance: Instance, tags: Mapping[str, str],
              remove: Sequence[str], *, dry_run: bool) -> ActionResult:
     """AddTags / DeleteTags on the app's space (or user profile)."""
-    reserved = sorted(k for k in [*tags, *remove] if k.lower().startswith("aws:"))
-    if reserved:
-        return ActionResult(outcome=ActionOutcome.FAILED, detail=(
-            f"tag keys starting with 'aws:' are reserved by AWS: {', '.join(reserved)}"))
+    refused = reserved_keys(tags, remove)
+    if refused is not None:
+        return refused
     if dry_run:
         return ActionResult(outcome=ActionOutcome.DRY_RUN,
                             detail="would " + tag_detail(tags, remove) + " on its space")
