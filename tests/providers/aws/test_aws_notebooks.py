@@ -240,3 +240,21 @@ def test_an_idle_notebook_is_warned_then_stopped_by_the_engine_and_an_idle_vm_is
     state = ec2.describe_instances(InstanceIds=[vm])["Reservations"][0]["Instances"][0]
     assert state["State"]["Name"] == "running"
     db.dispose()
+
+
+def test_a_notebook_is_unpriced_until_an_override_gives_its_ml_type_a_rate(
+        make_provider: ProviderFactory) -> None:
+    """SageMaker's ML prices are not EC2's and costguard ships none: unpriced, never zero,
+    until `costs.price_overrides` names the type (docs/notebooks.md, Prices)."""
+    from costguard.costs.pricing import PriceCatalog, PriceOverrides
+
+    _notebook("nb")
+    provider = _governing(make_provider())
+    (nb,) = [i for i in provider.list_instances().instances if notebooks.is_notebook(i)]
+    assert provider.price(nb) is None
+    assert PriceCatalog({"aws": provider.price}).quote(nb) is None
+    overrides = PriceOverrides.model_validate({"prices": [{
+        "provider": "aws", "instance_type": "ml.p3.2xlarge", "usd_per_hour": 3.825,
+        "note": "SageMaker notebook ml.p3.2xlarge, us-east-1"}]})
+    quote = PriceCatalog({"aws": provider.price}, overrides).quote(nb)
+    assert quote is not None and quote.usd_per_hour == 3.825
