@@ -389,10 +389,12 @@ class GcpProvider(GcpStandingOps):
         found = reads.describe_many(self._batch, vms) if vms else {}
         books = [i for i in vms if i.kind is InstanceKind.NOTEBOOK]
         fresh = [vm for i in books if (vm := found.get(i.instance_id)) is not None]
-        if fresh:
-            bench = self._bench(books[0])
-            assert bench is not None  # a notebook by construction
-            found.update(bench.refresh_many(fresh))
+        if fresh and self.workbench is not None:
+            found.update(self.workbench.refresh_many(fresh))
+        elif fresh:  # providers.gcp.workbench is false: notebooks by Google's label alone
+            from costguard.providers.gcp.workbench import as_notebook
+
+            found.update((vm.instance_id, as_notebook(vm, None)) for vm in fresh)
         if nodes:
             found.update(self._tpu_side(nodes[0]).describe_many(nodes))
         return found

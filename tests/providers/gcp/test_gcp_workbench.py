@@ -127,6 +127,9 @@ def test_workbench_false_lists_nothing_from_the_notebooks_api_and_acts_on_no_not
     assert fake.compute.calls["GET workbench_list"] == 0
     with pytest.raises(ProviderError, match=r"providers\.gcp\.workbench is false"):
         provider.stop(nb, dry_run=False)  # the runner records it as failed
+    # its re-check still reads it (a batch of re-checks is not failed by it), as a notebook
+    fresh = provider.describe_many([nb])[nb.instance_id]
+    assert fresh is not None and fresh.kind is InstanceKind.NOTEBOOK
     assert fake.compute.workbench(P, Z, "ana-nb").state == "ACTIVE"
 
 
