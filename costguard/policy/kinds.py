@@ -54,10 +54,10 @@ def _workload_permissions(enforcing: bool) -> dict[str, list[str]]:
     return {"k8s": [f"{r}: {', '.join(sorted(v))}" for r, v in sorted(verbs.items())]}
 
 
-def _storage_permissions(kind: str, acting: frozenset[str] = frozenset({"delete", "tag"})
+def _kind_permissions(kind: str, acting: frozenset[str] = frozenset({"delete", "tag"})
                          ) -> Callable[[bool], dict[str, list[str]]]:
-    """The rights of a standing kind on each cloud: reading it, and `acting`'s calls when
-    enforced."""
+    """The rights of a kind with rights of its own (storage, reservations, notebooks) on
+    each cloud: reading it, and `acting`'s calls when enforced."""
     def permissions(enforcing: bool) -> dict[str, list[str]]:
         from costguard.providers.aws.iam import standing_statements
         from costguard.providers.gcp.iam import STANDING_READ, standing_permissions
@@ -77,7 +77,7 @@ NOTEBOOK_ACTS = frozenset({"stop", "start", "tag"})
 def _reservation_permissions(enforcing: bool) -> dict[str, list[str]]:
     """Reading only, enforced or not: a reservation's one action is `notify` (its twins are
     read with the instances' listing rights)."""
-    got = _storage_permissions("reservation", frozenset())(enforcing)
+    got = _kind_permissions("reservation", frozenset())(enforcing)
     return {**got, "gcp": sorted({*got["gcp"], "compute.instances.list"})}
 
 
@@ -112,7 +112,7 @@ def _storage(name: str, what: str, filters: tuple[str, ...], example: str,
     return ResourceKind(
         name=name, what=what, providers=providers, filters=(*_STORAGE_FILTERS, *filters),
         conditions=_STORAGE_CONDITIONS, actions=_STORAGE_ACTIONS,
-        permissions=_storage_permissions(name), docs="docs/storage.md", example=example,
+        permissions=_kind_permissions(name), docs="docs/storage.md", example=example,
         standing=True, own_rights=True)
 
 
@@ -146,7 +146,7 @@ policies:
         filters=(*_COMMON, "instance_type", "family"),
         conditions=_COMPUTE_CONDITIONS,
         actions=(ActionKind.NOTIFY, ActionKind.TAG, ActionKind.STOP, ActionKind.START),
-        permissions=_storage_permissions("notebook", NOTEBOOK_ACTS),
+        permissions=_kind_permissions("notebook", NOTEBOOK_ACTS),
         docs="docs/notebooks.md", own_rights=True,
         action_hint=" (a notebook is stopped, never deleted: its storage and its work stay)",
         example="""\

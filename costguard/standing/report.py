@@ -15,7 +15,7 @@ from sqlmodel import Session, col, select
 
 from costguard.costs.attribution import UNATTRIBUTED
 from costguard.model import HOURS_PER_MONTH
-from costguard.store.tables import StandingRow
+from costguard.store.tables import InstanceRow, StandingRow
 
 TITLE = "Paid for, not running"
 
@@ -86,7 +86,12 @@ def idle_notebooks(s: Session, now: datetime, team: str | None = None) -> list[S
     notebook's idle hours count it, its dollars are unknown."""
     from costguard.report.queries import spend
 
-    report = spend(s, ["team", "instance"], now - NOTEBOOK_DAY, now, {"kind": NOTEBOOK})
+    # the notebooks first (most fleets have none: then no spend query at all), and their
+    # spend alone, not the whole fleet's regrouped by kind
+    books = list(s.exec(select(InstanceRow.instance_id).where(InstanceRow.kind == NOTEBOOK)))
+    if not books:
+        return []
+    report = spend(s, ["team", "instance"], now - NOTEBOOK_DAY, now, instance_ids=books)
     groups: dict[str, list[tuple[int, float, bool]]] = {}
     for row in report.rows:
         who = row.key[0] or UNATTRIBUTED

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import TypeVar
 
 from costguard.errors import InstanceNotFound, ProviderError
-from costguard.model import ActionOutcome, ActionResult, InstanceState, PriceQuote
+from costguard.model import ActionOutcome, ActionResult, Instance, InstanceState, PriceQuote
 from costguard.providers.gcp import actions
 from costguard.providers.gcp import compute as compute_v1
 from costguard.providers.gcp.batch_joiner import Joiner
@@ -67,6 +67,25 @@ def each(
         return [guarded(items[0])]
     with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
         return list(pool.map(guarded, items))
+
+
+def act_each(items: Sequence[Instance], act: Callable[[Instance], ActionResult],
+             workers: int) -> dict[str, ActionResult]:
+    """`act` on every instance, `workers` at a time; an instance's error is its result."""
+    results = each(items, act, workers)
+    return {i.instance_id: (failed(r) if isinstance(r, ProviderError) else r)
+            for i, r in zip(items, results, strict=True)}
+
+
+def read_each(items: Sequence[Instance], read: Callable[[Instance], R],
+              workers: int) -> dict[str, R]:
+    """`read` of every instance, `workers` at a time; the first error is raised."""
+    out: dict[str, R] = {}
+    for item, got in zip(items, each(items, read, workers), strict=True):
+        if isinstance(got, ProviderError):
+            raise got
+        out[item.instance_id] = got
+    return out
 
 
 def failed(exc: ProviderError) -> ActionResult:

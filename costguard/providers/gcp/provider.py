@@ -278,6 +278,16 @@ class GcpProvider(GcpStandingOps):
                                 "and providers.gcp.tpus is false; nothing done")
         return self.tpus
 
+    @staticmethod
+    def _batched(instances: Sequence[Instance]) -> tuple[list[Instance], list[Instance]]:
+        """(Compute Engine VMs, acted on in batches; Cloud TPU nodes and notebooks, each
+        through its own API, one at a time)."""
+        vms: list[Instance] = []
+        alone: list[Instance] = []
+        for i in instances:
+            (alone if tpus.is_node(i) or i.kind is InstanceKind.NOTEBOOK else vms).append(i)
+        return vms, alone
+
     def _split(self, instances: Sequence[Instance]) -> tuple[list[Instance], list[Instance]]:
         """(Compute Engine VMs, Cloud TPU nodes)."""
         vms = [i for i in instances if not tpus.is_node(i)]
@@ -407,21 +417,12 @@ class GcpProvider(GcpStandingOps):
     def stop_many(
         self, instances: Sequence[Instance], *, dry_run: bool
     ) -> dict[str, ActionResult]:
-        books = [i for i in instances if i.kind is InstanceKind.NOTEBOOK]
-        if books:  # each through the Notebooks API
-            done = {i.instance_id: r for i in books
-                    for r in [self.stop(i, dry_run=dry_run)]}
-            rest = [i for i in instances if i.kind is not InstanceKind.NOTEBOOK]
-            return done | (self.stop_many(rest, dry_run=dry_run) if rest else {})
-        vms, nodes = self._split(instances)
+        vms, alone = self._batched(instances)
         done = batch.stop_many(
             self._batch, vms, dry_run=dry_run, request_id=lambda: str(uuid.uuid4())
         ) if vms else {}
-        if nodes:
-            side = self._tpu_side(nodes[0])
-            done.update(side.act_on_each(
-                nodes, lambda n: side.power(n, "stop", dry_run=dry_run)))
-        return done
+        return done | pool.act_each(alone, lambda i: self.stop(i, dry_run=dry_run),
+                                    self.settings.batch_workers)
 
     def set_tags_many(
         self,
@@ -431,18 +432,9 @@ class GcpProvider(GcpStandingOps):
         remove: Sequence[str] = (),
         dry_run: bool,
     ) -> dict[str, ActionResult]:
-        books = [i for i in instances if i.kind is InstanceKind.NOTEBOOK]
-        if books:  # each through the Notebooks API
-            done = {i.instance_id: self.set_tags(i, tags, remove=remove, dry_run=dry_run)
-                    for i in books}
-            rest = [i for i in instances if i.kind is not InstanceKind.NOTEBOOK]
-            return done | (self.set_tags_many(rest, tags, remove=remove, dry_run=dry_run)
-                           if rest else {})
-        vms, nodes = self._split(instances)
+        vms, alone = self._batched(instances)
         done = batch.set_labels_many(self._batch, vms, tags, remove=remove,
                                      dry_run=dry_run) if vms else {}
-        if nodes:
-            side = self._tpu_side(nodes[0])
-            done.update(side.act_on_each(
-                nodes, lambda n: side.relabel(n, tags, remove=remove, dry_run=dry_run)))
-        return done
+        return done | pool.act_each(
+            alone, lambda i: self.set_tags(i, tags, remove=remove, dry_run=dry_run),
+            self.settings.batch_workers)

@@ -51,7 +51,7 @@ from costguard.providers.gcp.errors import (
 )
 from costguard.providers.gcp.gpus import short_name, tpu_spec
 from costguard.providers.gcp.inventory import labels_as_tags, region_of
-from costguard.providers.gcp.pool import each, failed
+from costguard.providers.gcp.pool import read_each
 
 log = logging.getLogger(__name__)
 
@@ -338,13 +338,8 @@ class TpuNodes:
 
     def describe_many(self, nodes: Sequence[Instance]) -> dict[str, Instance | None]:
         now = self.now()
-        found = each(nodes, lambda n: describe(self.client, n, self.retry, now), self.workers)
-        out: dict[str, Instance | None] = {}
-        for node, got in zip(nodes, found, strict=True):
-            if isinstance(got, ProviderError):
-                raise got
-            out[node.instance_id] = got
-        return out
+        return read_each(nodes, lambda n: describe(self.client, n, self.retry, now),
+                         self.workers)
 
     def power(self, node: Instance, verb: str, *, dry_run: bool) -> ActionResult:
         allowed = InstanceState.RUNNING if verb == "stop" else InstanceState.STOPPED
@@ -355,10 +350,3 @@ class TpuNodes:
                 dry_run: bool) -> ActionResult:
         return set_labels(self.client, node, tags, remove=remove, retry=self.retry,
                           timeout_s=self.timeout_s, dry_run=dry_run)
-
-    def act_on_each(self, nodes: Sequence[Instance],
-             act: Callable[[Instance], ActionResult]) -> dict[str, ActionResult]:
-        """`act` on every node, `workers` at a time; a node's error is its result."""
-        results = each(nodes, act, self.workers)
-        return {n.instance_id: (failed(r) if isinstance(r, ProviderError) else r)
-                for n, r in zip(nodes, results, strict=True)}

@@ -44,7 +44,7 @@ from costguard.model import (
 from costguard.providers.gcp.actions import label_diff, wanted_labels
 from costguard.providers.gcp.errors import explain, for_vm, from_retry_error, service_disabled
 from costguard.providers.gcp.gpus import short_name
-from costguard.providers.gcp.pool import each, failed
+from costguard.providers.gcp.pool import read_each
 from costguard.providers.gcp.tpu_nodes import wait_operation
 
 log = logging.getLogger(__name__)
@@ -258,19 +258,6 @@ class WorkbenchSide:
         return ActionResult(outcome=ActionOutcome.DONE, state_after=state,
                             detail=f"labels of {instance.name}: {diff}")
 
-    def act_on_each(self, books: Sequence[Instance],
-                    act: Callable[[Instance], ActionResult]) -> dict[str, ActionResult]:
-        """`act` on every notebook, `workers` at a time; a notebook's error is its result."""
-        results = each(books, act, self.workers)
-        return {n.instance_id: (failed(r) if isinstance(r, ProviderError) else r)
-                for n, r in zip(books, results, strict=True)}
-
     def refresh_many(self, vms: Sequence[Instance]) -> dict[str, Instance]:
         """`refresh` on each, `workers` at a time; raises the first error."""
-        found = each(vms, self.refresh, self.workers)
-        out: dict[str, Instance] = {}
-        for vm, got in zip(vms, found, strict=True):
-            if isinstance(got, ProviderError):
-                raise got
-            out[vm.instance_id] = got
-        return out
+        return read_each(vms, self.refresh, self.workers)
