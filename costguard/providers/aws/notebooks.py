@@ -58,6 +58,15 @@ _DENIED = frozenset({"AccessDenied", "AccessDeniedException", "UnauthorizedOpera
 _PAGE = 100  # ListNotebookInstances MaxResults: at most 100
 
 
+NEEDED = ("NotebookInstanceArn", "NotebookInstanceName", "CreationTime")
+
+
+def complete(raw: Mapping[str, Any], needed: Sequence[str] = NEEDED) -> bool:
+    """A record with what costguard keys and re-checks it by (one without is left out: not
+    known, never acted on)."""
+    return all(raw.get(k) for k in needed)
+
+
 def is_notebook(instance: Instance) -> bool:
     return instance.provider == "aws" and instance.kind is InstanceKind.NOTEBOOK
 
@@ -137,7 +146,7 @@ def read_scope(client: Any, *, account: str, region: str,
         while True:
             page = client.list_notebook_instances(
                 MaxResults=_PAGE, **({"NextToken": token} if token else {}))
-            raws += page.get("NotebookInstances", [])
+            raws += [r for r in page.get("NotebookInstances", []) if complete(r)]
             token = page.get("NextToken")
             if not token:
                 break
@@ -173,7 +182,7 @@ def describe(client: Any, instance: Instance, observed_at: datetime) -> Instance
     """The notebook as SageMaker shows it now, tags read again (None: gone, or another
     notebook now has its name)."""
     raw = describe_raw(client, instance)
-    if raw is None or raw.get("NotebookInstanceArn") != instance.instance_id:
+    if raw is None or not complete(raw) or raw.get("NotebookInstanceArn") != instance.instance_id:
         return None
     tags = listed_tags(client, instance.instance_id, f"{instance.account}/{instance.region}")
     gpu = GpuSpec(instance.gpu_count, instance.gpu_model, instance.gpu_memory_mib)
@@ -187,6 +196,8 @@ def _changed(instance: Instance, raw: Mapping[str, Any] | None) -> str | None:
     if raw.get("NotebookInstanceArn") != instance.instance_id:
         return (f"notebook {instance.name} is another notebook now "
                 f"({raw.get('NotebookInstanceArn')})")
+    if not complete(raw):
+        return f"notebook {instance.name}'s record lacks {', '.join(NEEDED)}: not acted on"
     if utc(raw["CreationTime"]) != utc(instance.launch_time):
         return (f"notebook {instance.name} was recreated at "
                 f"{utc(raw['CreationTime']).isoformat()}")

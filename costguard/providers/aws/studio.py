@@ -36,6 +36,7 @@ from costguard.providers.aws.boundary import error_code, translate
 from costguard.providers.aws.gpu_types import GpuSpec
 from costguard.providers.aws.notebooks import (
     ML_PREFIX,
+    complete,
     ec2_type,
     listed_tags,
     listing,
@@ -76,7 +77,7 @@ def app_id(raw: Mapping[str, Any]) -> str | None:
     """`DOMAIN/space/SPACE/TYPE/APP`; None for an app of neither a space nor a user, or one
     whose names are too long to keep."""
     owner = _owner(raw)
-    if owner is None:
+    if owner is None or not complete(raw, ("DomainId", "AppType", "AppName", "CreationTime")):
         return None
     iid = f"{raw['DomainId']}/{owner[0]}/{owner[1]}/{raw['AppType']}/{raw['AppName']}"
     return iid if len(iid) <= ID_LIMIT else None
@@ -142,7 +143,8 @@ def read_scope(client: Any, *, account: str, region: str,
     kept = [r for r in raws if app_id(r) is not None]
     if len(kept) < len(raws):
         log.warning("aws %s: %d Studio apps not listed: their domain, space and app names "
-                    "are longer together than costguard keeps", scope, len(raws) - len(kept))
+                    "are longer together than costguard keeps, or the listing left out one "
+                    "of them or the creation time", scope, len(raws) - len(kept))
     types = {ec2_type(str((r.get("ResourceSpec") or {}).get("InstanceType") or ""))
              for r in kept} - {"", "system"}
     specs = gpus(types) if types else {}
@@ -201,7 +203,7 @@ def power(client: Any, instance: Instance, verb: str, *, dry_run: bool) -> Actio
         return ActionResult(outcome=ActionOutcome.SKIPPED, state_after=InstanceState.TERMINATED,
                             detail=f"Studio app {instance.instance_id} no longer exists")
     state = STATES.get(str(raw.get("Status")), InstanceState.PENDING)
-    if utc(raw["CreationTime"]) != utc(instance.launch_time):
+    if not raw.get("CreationTime") or utc(raw["CreationTime"]) != utc(instance.launch_time):
         return ActionResult(outcome=ActionOutcome.SKIPPED, state_after=state, detail=(
             f"Studio space {instance.name}'s app was made again at "
             f"{utc(raw['CreationTime']).isoformat()}: not the one decided about"))

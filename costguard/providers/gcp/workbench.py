@@ -89,11 +89,20 @@ def build_client(credentials: gcredentials.Credentials | None,
                                               transport="rest")
 
 
+def state_name(raw: Any) -> str:
+    """The instance's state; one newer than this client (a number it has no name for) is
+    STATE_UNSPECIFIED, which costguard reads as pending: never acted on."""
+    try:
+        return str(notebooks_v2.State(raw.state).name)
+    except ValueError:
+        return "STATE_UNSPECIFIED"
+
+
 def _record(raw: Any) -> Workbench:
     parts = str(raw.name).split("/")  # projects/P/locations/ZONE/instances/NAME
     zone = parts[3] if len(parts) > 5 else ""
-    return Workbench(zone=zone, name=short_name(raw.name),
-                     state=str(notebooks_v2.State(raw.state).name), labels=dict(raw.labels))
+    return Workbench(zone=zone, name=short_name(raw.name), state=state_name(raw),
+                     labels=dict(raw.labels))
 
 
 def is_notebook(instance: Instance) -> bool:

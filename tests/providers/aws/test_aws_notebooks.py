@@ -258,3 +258,26 @@ def test_a_notebook_is_unpriced_until_an_override_gives_its_ml_type_a_rate(
         "note": "SageMaker notebook ml.p3.2xlarge, us-east-1"}]})
     quote = PriceCatalog({"aws": provider.price}, overrides).quote(nb)
     assert quote is not None and quote.usd_per_hour == 3.825
+
+
+def test_a_record_without_what_costguard_keys_it_by_is_left_out_not_a_crash() -> None:
+    """A listing entry without its ARN, name or creation time (the model marks none of them
+    required) is not known, so never acted on; the others are listed."""
+    from costguard.providers.aws.gpu_types import GpuSpec
+
+    good = {"NotebookInstanceName": "nb", "NotebookInstanceArn": f"arn:aws:sagemaker:{REGION}:"
+            "123456789012:notebook-instance/nb", "NotebookInstanceStatus": "InService",
+            "InstanceType": "ml.p3.2xlarge", "CreationTime": datetime(2026, 12, 1)}
+
+    class Client:
+        def list_notebook_instances(self, **_: Any) -> dict[str, Any]:
+            broken = [{k: v for k, v in good.items() if k != key} for key in notebooks.NEEDED]
+            return {"NotebookInstances": [*broken, good]}
+
+        def list_tags(self, **_: Any) -> dict[str, Any]:
+            return {"Tags": []}
+
+    listed = notebooks.read_scope(Client(), account="123456789012", region=REGION,
+                                  gpus=lambda types: {"p3.2xlarge": GpuSpec(1, "V100", 16384)},
+                                  observed_at=datetime(2026, 12, 2))
+    assert [i.name for i in listed] == ["nb"]

@@ -142,3 +142,13 @@ def test_without_a_notebook_policy_the_listing_is_not_made_and_the_label_still_c
     # an instance policy still never meets a notebook's VM that Google labelled
     assert {i.name: i.kind for i in inv.instances} == {
         "labelled-nb": InstanceKind.NOTEBOOK, "bare-nb": InstanceKind.INSTANCE}
+
+
+def test_a_state_newer_than_the_client_is_pending_never_acted_on() -> None:
+    from types import SimpleNamespace
+
+    from costguard.providers.gcp.workbench import STATES, state_name
+
+    assert state_name(SimpleNamespace(state=3)) == "ACTIVE"
+    newer = state_name(SimpleNamespace(state=4242))
+    assert newer == "STATE_UNSPECIFIED" and newer not in STATES  # pending: not stop-able
