@@ -77,7 +77,21 @@ class AccountingSettings(Section):
     # whose readings make accrued time idle (the reports' waste), as `idle: {evidence}`
     # in a policy: `agent` counts only what costguard's agent measured
     idle_evidence: Literal["any", "agent"] = "any"
-    raw_retention: Duration = timedelta(days=35)
+    raw_retention: Duration = timedelta(days=35)  # raw cost intervals (rolled up per day)
+    # GPU readings: raw minutes (kept as an hour's block once it settles), then the hourly
+    # history of every GPU (docs/operations.md "Readings: raw minutes and hourly history")
+    readings_raw: Duration = timedelta(days=7)
+    readings_history: Duration = timedelta(days=395)
+
+    @model_validator(mode="after")
+    def _readings_kept(self) -> AccountingSettings:
+        if self.readings_raw < timedelta(hours=2):
+            raise ValueError("accounting.readings_raw must be at least 2h: the idle window "
+                             "and the hour still settling are read from raw minutes")
+        if self.readings_history < self.readings_raw:
+            raise ValueError("accounting.readings_history must be at least "
+                             "accounting.readings_raw: the history outlives the minutes")
+        return self
 
 
 AwsFormName = Literal["rsa2048", "signature", "pkcs7"]

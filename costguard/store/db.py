@@ -23,10 +23,11 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 # the newest migration's revision (a test keeps it equal to Alembic's head): a store already
 # there is opened without importing Alembic or reading the migration scripts, which was a
 # third of every command's start-up
-HEAD_REVISION = "0019"
+HEAD_REVISION = "0020"
 # every module that declares tables: imported before migrating or comparing the schema
 TABLE_MODULES = ("costguard.store.tables", "costguard.store.bill_tables",
-                 "costguard.store.rollup_tables", "costguard.alerts.tables",
+                 "costguard.store.rollup_tables", "costguard.store.block_tables",
+                 "costguard.alerts.tables",
                  "costguard.recommend.tables")
 log = logging.getLogger(__name__)
 

@@ -133,26 +133,33 @@ def read_rows(
 ) -> Iterator[tuple[InstanceRef, Sequence[Any]]]:
     """The stored rows (their `fields`' values, in that order: `minute` and `span_minutes`
     among them) that `read_minutes` returns, unvalidated; with `spanning` False, only those
-    that begin at or after `start`."""
+    that begin at or after `start`. Settled hours come from their blocks
+    (`costguard.store.block_reads`), the rest from `gpu_readings`."""
+    from costguard.store.block_reads import SettledReads
+
     by_provider: dict[str, list[str]] = defaultdict(list)
     for provider, instance_id in set(refs):
         by_provider[provider].append(instance_id)
     # `minute` as the driver returns it, converted once per distinct value: a read of hours
     # of a fleet's readings repeats a few hundred minutes millions of times
-    cols = [_TABLE.c.instance_id, *(type_coerce(_TABLE.c[f], NullType()) if f == "minute"
-                                    else _TABLE.c[f] for f in fields)]
-    at_minute, at_span = fields.index("minute") + 1, fields.index("span_minutes") + 1
+    cols = [_TABLE.c.instance_id, _TABLE.c.gpu_index,
+            *(type_coerce(_TABLE.c[f], NullType()) if f == "minute" else _TABLE.c[f]
+              for f in fields)]
+    at_minute, at_span = fields.index("minute") + 2, fields.index("span_minutes") + 2
     from_db = _minute_from_db(session.get_bind().dialect)
     minutes: dict[Any, datetime] = {}
+    lo = start - _LONGEST if spanning else start
     for provider, ids in by_provider.items():
         ids.sort()
         for first in range(0, len(ids), _IN_CHUNK):
+            chunk = ids[first : first + _IN_CHUNK]
+            settled = SettledReads(session, provider, chunk, lo, end)
             stmt = select(*cols).where(
                 _TABLE.c.provider == provider,
-                _TABLE.c.instance_id.in_(ids[first : first + _IN_CHUNK]),
+                _TABLE.c.instance_id.in_(chunk),
                 # a reading of several minutes that began before `start` still covers it
                 or_(_TABLE.c.minute >= start,
-                    and_(_TABLE.c.span_minutes > 1, _TABLE.c.minute > start - _LONGEST))
+                    and_(_TABLE.c.span_minutes > 1, _TABLE.c.minute > lo))
                 if spanning else _TABLE.c.minute >= start,
                 _TABLE.c.minute < end,
             )
@@ -167,9 +174,13 @@ def read_rows(
                         minute = minutes[raw] = from_db(raw)
                     if minute < start and minute + row[at_span] * _ONE_MINUTE <= start:
                         continue
-                    values = list(row[1:])
-                    values[at_minute - 1] = minute
+                    settled.shadow(row[0], row[1], minute)
+                    values = list(row[2:])
+                    values[at_minute - 2] = minute
                     yield (provider, row[0]), values
+            for instance_id, values in settled.rows(fields, start, end, spanning=spanning,
+                                                    skip=skip):
+                yield (provider, instance_id), values
 
 
 def read_minutes(
@@ -194,12 +205,15 @@ def instances_with_source(
     session: Session, source: str, since: datetime
 ) -> set[InstanceRef]:
     """Instances that `source` (e.g. the agent) reported for since `since`."""
+    from costguard.store.block_reads import heard
+
     stmt = (
         select(_TABLE.c.provider, _TABLE.c.instance_id)
         .where(_TABLE.c.source == source, _TABLE.c.minute >= since)
         .distinct()
     )
-    return {(r.provider, r.instance_id) for r in session.execute(stmt)}
+    found = {(r.provider, r.instance_id) for r in session.execute(stmt)}
+    return found | heard(session, source, since)
 
 
 def prune_minutes(session: Session, before: datetime) -> int:

@@ -114,3 +114,49 @@ def test_backup_dumps_postgresql_with_pg_dump(pg_url: str, tmp_path: Path,
         pytest.skip("no pg_dump here")
     assert result.exit_code == 0, result.output
     assert (tmp_path / "cg.dump").read_bytes().startswith(b"PGDMP")  # custom format
+
+
+def test_compact_settles_a_stores_readings_and_prunes_them_by_retention(env: Path) -> None:
+    from datetime import UTC, datetime
+
+    from costguard.model import GpuMinute, TelemetrySource
+    from costguard.store.block_tables import ReadingBlockRow, ReadingHourRow
+    from costguard.store.readings import write_minutes
+    from costguard.store.tables import GpuReadingRow
+
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    db = Database(f"sqlite:///{env / 'cg.db'}")
+    # a store from before 0020: ten days of readings, one every ten minutes, as rows
+    old = [GpuMinute(provider="aws", instance_id="i-old", minute=now - timedelta(minutes=m),
+                     source=TelemetrySource.AGENT, util_mean=float(m % 100))
+           for m in range(1, 10 * 24 * 60, 10)]
+    with db.session() as s:
+        write_minutes(s, old)
+    result = runner.invoke(commands_app(), ["compact"])
+    assert result.exit_code == 0, result.output
+    with db.session() as s:
+        rows = s.exec(select(GpuReadingRow.minute)).all()
+        blocks = s.exec(select(ReadingBlockRow.hour)).all()
+        history = s.exec(select(ReadingHourRow.hour)).all()
+    db.dispose()
+    settled = [m for m in old if m.minute < now - timedelta(hours=1)
+               and m.minute.replace(minute=0) < (now - timedelta(hours=1)).replace(minute=0)]
+    assert len(rows) == len(old) - len(settled)  # the hours still settling stay rows
+    # every settled hour has its history; blocks only within the raw window (7 days)
+    assert len(history) == len({m.minute.replace(minute=0) for m in settled})
+    assert 7 * 24 - 2 <= len(blocks) <= 7 * 24 + 1
+    assert f"{len(settled):,} readings settled into {len(history):,} instance-hours" in (
+        " ".join(result.output.split()))
+    again = runner.invoke(commands_app(), ["compact"])
+    assert "0 readings settled" in again.output
+
+
+def test_compact_on_a_store_not_upgraded_says_to_upgrade_it(env: Path) -> None:
+    Database(f"sqlite:///{env / 'cg.db'}").dispose()
+    con = sqlite3.connect(env / "cg.db")
+    con.execute("UPDATE alembic_version SET version_num = '0019'")
+    con.commit()
+    con.close()
+    result = runner.invoke(commands_app(), ["compact"])
+    assert result.exit_code == 2
+    assert "not up to date" in result.output and "costguard db upgrade" in result.output

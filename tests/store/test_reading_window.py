@@ -305,8 +305,11 @@ def test_a_span_older_than_the_window_is_read_from_the_store_a_batch_at_a_time(
             assert sorted((r.gpu_index, r.minute, r.util_mean) for r in got) == sorted(
                 (m.gpu_index, m.minute, m.util_mean) for m in want)
             assert len(reader._held) <= 2  # never more than a batch's instances held
-    # i-4 from the window; the other four from the store, two instances per read
-    assert len(selects) == 2
+    # i-4 from the window; the other four from the store, two instances per read: each read
+    # one of gpu_readings and one of which settled hours have blocks (none here)
+    assert len([q for q in selects if "FROM gpu_readings" in q]) == 2
+    assert len([q for q in selects if "JOIN reading_blocks" in q]) == 2
+    assert len(selects) == 4
 
 
 def test_without_a_window_every_span_is_read_from_the_store(db: Database) -> None:
