@@ -207,7 +207,7 @@ def db_compact(
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
-    from costguard.daemon.scheduler import settle_readings
+    from costguard.engine.maintain import settle_readings
 
     settings = _settings(config)
     db = _open(settings)  # refused, saying to upgrade, while the schema is not at head

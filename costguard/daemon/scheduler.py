@@ -38,7 +38,7 @@ import traceback
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
@@ -52,13 +52,10 @@ from costguard.daemon.metrics import DaemonMetrics
 from costguard.daemon.routes import extra_routes
 from costguard.daemon.settings import DaemonSettings
 from costguard.engine.cycle import Engine
+from costguard.engine.maintain import prune_store
 from costguard.engine.summary import CycleSummary
 from costguard.providers.base import FetchesPrices
 from costguard.redact import secrets_of
-
-if TYPE_CHECKING:
-    from costguard.store.compact import Progress
-    from costguard.store.db import Database
 
 log = logging.getLogger("costguard.daemon")
 
@@ -334,47 +331,6 @@ def dispatch_alerts(engine: Engine, now: datetime, metrics: DaemonMetrics | None
         with engine.db.session() as s:
             metrics.refresh_alerts(s)
     return sent
-
-
-def prune_store(engine: Engine, settings: Settings, now: datetime) -> dict[str, int]:
-    """Roll finished days up, then delete raw cost intervals past retention; settle the
-    readings' finished hours into blocks and history, then prune those past theirs; and
-    reservations' use samples past their retention."""
-    from costguard.standing import reservations
-    from costguard.store.readings import prune_minutes
-
-    keep = settings.accounting.raw_retention
-    out: dict[str, int] = {}
-    with engine.db.session() as s:
-        try:
-            from costguard.costs import rollup as costs_rollup
-        except ImportError:  # pragma: no cover - older trees without roll-ups
-            costs_rollup = None  # type: ignore[assignment]
-        if costs_rollup is not None:
-            out["rolled_up_days"] = costs_rollup.rollup(s, now)
-            out["pruned_intervals"] = costs_rollup.prune(s, now - keep)
-        out["pruned_reservation_use"] = reservations.prune_use(s, now - reservations.KEPT)
-    out.update(settle_readings(engine.db, settings, now))
-    with engine.db.session() as s:
-        out["pruned_readings"] = prune_minutes(s, now - settings.accounting.readings_raw)
-    log.info("prune done", extra=out)
-    return out
-
-
-def settle_readings(db: Database, settings: Settings, now: datetime,
-                    progress: Progress | None = None) -> dict[str, int]:
-    """Fold the readings' settled hours into blocks and hourly history (a transaction per
-    batch of instances), then drop blocks and history past `accounting`'s retention."""
-    from costguard.store import compact
-
-    acc = settings.accounting
-    done = compact.compact(db.session, now, raw_since=now - acc.readings_raw,
-                           progress=progress)
-    with db.session() as s:
-        pruned = compact.prune(s, raw_since=now - acc.readings_raw,
-                               history_since=now - acc.readings_history)
-    return {"settled_readings": done.readings, "settled_blocks": done.blocks,
-            "late_readings_dropped": done.late_dropped, **pruned}
 
 
 def run_forever(engine: Engine, settings: Settings) -> None:

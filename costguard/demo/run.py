@@ -29,6 +29,7 @@ from costguard.demo.sim import SimProvider
 from costguard.demo.sim_cluster import CLUSTER, SimCluster, cluster_settings
 from costguard.demo.sim_settings import SimSettings
 from costguard.engine import Engine
+from costguard.engine.maintain import prune_store
 from costguard.errors import StoreError
 from costguard.k8s.provider import KubernetesProvider
 from costguard.k8s.settings import KubernetesSettings
@@ -65,6 +66,7 @@ class DemoResult:
     seconds: float
     alerts: Counter[str] = field(default_factory=Counter)
     held: int = 0  # the most idle instances whose stop a cycle held back (idle-but-busy)
+    pruned: Counter[str] = field(default_factory=Counter)  # the hourly upkeep's counts
 
 
 def enforced(policies: PolicySet) -> PolicySet:
@@ -73,6 +75,7 @@ def enforced(policies: PolicySet) -> PolicySet:
         p.model_copy(update={"mode": "enforce"}) for p in policies.policies)})
 
 
+PRUNE_EVERY = timedelta(hours=1)  # daemon.prune_interval's default
 DEMO_DATABASE = "costguard-demo.db"
 DEMO_POLICIES = "demo:policies"  # control key: the policy paths it ran (enforced), as JSON
 # the hour of the simulated fleet's week every demo starts at (Monday 06:00 of its week)
@@ -188,10 +191,15 @@ def run_demo(
     console.print(f"database: {db.safe_url}\n")
     engine = Engine(settings, db, providers, policies, clock, alert_printer=show)
     t0 = time.perf_counter()
+    pruned = clock.now()
     while clock.now() <= end:
         summary = engine.run_cycle()
         result.held = max(result.held, sum(summary.held_back.values()))
         result.cycles += 1
+        if clock.now() - pruned >= PRUNE_EVERY:  # as the daemon's prune job: hourly
+            pruned = clock.now()
+            for key, n in prune_store(engine, settings, pruned).items():
+                result.pruned[key] += n
         clock.advance(poll)
     result.seconds = time.perf_counter() - t0
     _epilogue(console, db, settings, end - timedelta(hours=hours), end, result, list(providers),
