@@ -38,6 +38,7 @@ from costguard.report.figures import Waste, WasteLine
 from costguard.store.inventory import current_instances
 from costguard.store.readings import read_minutes
 from costguard.telemetry.efficiency import Bottleneck, Efficiency, judge
+from costguard.telemetry.efficiency_hours import history_reaches_further, judge_many
 
 # GPU-minutes of readings read and judged at once: ~35 MB as `GpuMinute`s (~1.7 KB each)
 READINGS_PER_READ = 20_000
@@ -148,13 +149,19 @@ def judge_instances(session: Session, instances: Sequence[Instance], now: dateti
     Their readings are read a few instances at a time (`reads`) and dropped once judged:
     a week of one GPU's minutes is 10,080 readings, ~17 MB as `GpuMinute`s, so a fleet's
     week read at once (the report's waste section judges every GPU instance) would not
-    fit in memory."""
+    fit in memory. A window that begins before the oldest raw minute kept is judged from
+    the hourly history (`telemetry.efficiency_hours`)."""
     since = now - cfg.window
     known = known or {}
     verdicts: dict[Ref, Efficiency] = {
         (i.provider, i.instance_id): known[(i.provider, i.instance_id)][0]
         for i in instances if (i.provider, i.instance_id) in known}
     todo = [i for i in instances if (i.provider, i.instance_id) not in verdicts]
+    if todo and history_reaches_further(session, since):
+        # the window reaches past the raw minutes kept: judged from the hourly history
+        verdicts.update(judge_many(session, [((i.provider, i.instance_id), i.gpu_count,
+                                              words_for(i)) for i in todo], since, now, cfg))
+        todo = []
     for chunk in reads(todo, since, now):
         readings = read_minutes(session, [(i.provider, i.instance_id) for i in chunk],
                                 since, now)

@@ -1,7 +1,8 @@
 """The hourly history: per GPU and hour, what the hour's readings add up to, kept long after
 the raw minutes are pruned (`costguard.store.compact` writes it as it folds an hour).
 
-Per GPU-hour: the minutes covered and who measured them; for SM activity and utilization
+Per GPU-hour: the minutes covered and who measured them, and the minutes any of the
+instance's GPUs was read in; for SM activity and utilization
 (each minute's peak and mean as the idle classifier picks them), the minutes that carry
 the signal, the sum of the means, the largest peak, and a fixed histogram of the means and
 of the peaks; VRAM peak and size; tensor, DRAM, power: minutes, sum, peak; the host's CPU
@@ -52,7 +53,9 @@ _SIGNALS = (("sm", ("sm_max", "sm_p95", "sm_mean")),
 
 
 def _stat_names() -> tuple[str, ...]:
-    names = ["minutes", "sources"]
+    # cells: the minutes of the hour any of the instance's GPUs has a reading for (the
+    # same on each of its GPU-hours: the hours the instance ran, as the verdicts count them)
+    names = ["minutes", "sources", "cells"]
     for sig, _ in _SIGNALS:
         names += [f"{sig}_minutes", f"{sig}_sum", f"{sig}_peak"]
     for name, _, how in _MEASURES:
@@ -105,9 +108,14 @@ def _hundredths(value: float) -> int:
 def summarize(entries: Sequence[Entry]) -> list[GpuHour]:
     """The GPU-hours of one instance-hour's readings (a block's entries)."""
     by_gpu: dict[int, list[Entry]] = {}
+    covered: set[int] = set()
     for e in entries:
         by_gpu.setdefault(e[0], []).append(e)
-    return [_gpu_hour(gpu, rows) for gpu, rows in sorted(by_gpu.items())]
+        covered.update(range(e[1], e[1] + e[2]))
+    out = [_gpu_hour(gpu, rows) for gpu, rows in sorted(by_gpu.items())]
+    for hour in out:
+        hour.stats["cells"] = len(covered)
+    return out
 
 
 def _gpu_hour(gpu: int, rows: list[Entry]) -> GpuHour:

@@ -130,11 +130,13 @@ def read_rows(
     skip: tuple[str, datetime] | None = None,
     spanning: bool = True,
     fields: Sequence[str] = _FIELDS,
+    settled: bool = True,
 ) -> Iterator[tuple[InstanceRef, Sequence[Any]]]:
     """The stored rows (their `fields`' values, in that order: `minute` and `span_minutes`
     among them) that `read_minutes` returns, unvalidated; with `spanning` False, only those
     that begin at or after `start`. Settled hours come from their blocks
-    (`costguard.store.block_reads`), the rest from `gpu_readings`."""
+    (`costguard.store.block_reads`), the rest from `gpu_readings` (with `settled` False,
+    only those)."""
     from costguard.store.block_reads import SettledReads
 
     by_provider: dict[str, list[str]] = defaultdict(list)
@@ -153,7 +155,7 @@ def read_rows(
         ids.sort()
         for first in range(0, len(ids), _IN_CHUNK):
             chunk = ids[first : first + _IN_CHUNK]
-            settled = SettledReads(session, provider, chunk, lo, end)
+            blocks = SettledReads(session, provider, chunk, lo, end if settled else lo)
             stmt = select(*cols).where(
                 _TABLE.c.provider == provider,
                 _TABLE.c.instance_id.in_(chunk),
@@ -174,12 +176,12 @@ def read_rows(
                         minute = minutes[raw] = from_db(raw)
                     if minute < start and minute + row[at_span] * _ONE_MINUTE <= start:
                         continue
-                    settled.shadow(row[0], row[1], minute)
+                    blocks.shadow(row[0], row[1], minute)
                     values = list(row[2:])
                     values[at_minute - 2] = minute
                     yield (provider, row[0]), values
-            for instance_id, values in settled.rows(fields, start, end, spanning=spanning,
-                                                    skip=skip):
+            for instance_id, values in blocks.rows(fields, start, end, spanning=spanning,
+                                                   skip=skip):
                 yield (provider, instance_id), values
 
 

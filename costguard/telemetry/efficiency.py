@@ -209,18 +209,29 @@ def judge(minutes: Sequence[GpuMinute], *, window_start: datetime, window_end: d
                        paid_active_share=round(paid_share, 4), **host,
                        **_vram(by_gpu, used), **base)
     if not used:
-        return found.model_copy(update={"evidence": (
-            f"no GPU reached {pct(cfg.below)} {LABEL[signal]} in {cfg.used_share:.0%} of its "
-            f"minutes over {hours:.1f} h",)})
+        return found.model_copy(update={"evidence": (none_used(cfg, signal, hours),)})
     gpu_mean = sum(x.mean for g in used for x in by_gpu[g].values()) / sum(
         len(by_gpu[g]) for g in used)
+    return conclude(found, gpu_mean, gpu_count, cfg, words or HOST)
+
+
+def none_used(cfg: RecommendSettings, signal: GpuSignal, hours: float) -> str:
+    return (f"no GPU reached {pct(cfg.below)} {LABEL[signal]} in {cfg.used_share:.0%} of its "
+            f"minutes over {hours:.1f} h")
+
+
+def conclude(found: Efficiency, gpu_mean: float, gpu_count: int, cfg: RecommendSettings,
+             words: Words) -> Efficiency:
+    """The verdict of a window with GPUs used (`found`: its coverage, GPUs used and host
+    figures, bottleneck IDLE so far), given the signal's mean on the GPUs used."""
+    used = found.used_gpus
     bottleneck = _bottleneck(gpu_mean < cfg.gpu_low, _cpu_high(found, cfg))
     if bottleneck is Bottleneck.HEALTHY and len(used) < gpu_count:
         bottleneck = Bottleneck.UNUSED_GPUS
     underused = len(used) < gpu_count or gpu_mean < cfg.gpu_low
     found = found.model_copy(update={"gpu_mean": round(gpu_mean, 3), "bottleneck": bottleneck,
                                      "underused": underused})
-    return found.model_copy(update={"evidence": _evidence(found, cfg, words or HOST)})
+    return found.model_copy(update={"evidence": _evidence(found, cfg, words)})
 
 
 def _bottleneck(gpu_low: bool, cpu_high: bool | None) -> Bottleneck:
@@ -284,8 +295,8 @@ def _evidence(e: Efficiency, cfg: RecommendSettings, words: Words) -> tuple[str,
            f"used, {pct(100 * (e.paid_active_share or 0.0))} of the paid {unit}-hours"]
     if e.vram_peak_bytes is not None:
         of = f" of {gb(e.vram_total_bytes)}" if e.vram_total_bytes else ""
-        out.append(f"{words.memory} peak {gb(e.vram_peak_bytes)}{of} per {unit} "
-                   f"(p99 {gb(e.vram_p99_bytes or 0)})")
+        p99 = "" if e.vram_p99_bytes is None else f" (p99 {gb(e.vram_p99_bytes)})"
+        out.append(f"{words.memory} peak {gb(e.vram_peak_bytes)}{of} per {unit}{p99}")
     if e.host_cpu_p95 is not None:
         cores = f" of {e.host_cpus} {words.cores}" if e.host_cpus else ""
         iowait = ("" if e.host_iowait_mean is None
