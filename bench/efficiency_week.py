@@ -6,8 +6,10 @@ own): one cycle's judging (`stored.refresh`: the due instances up to
 `recommend.judge_per_cycle` and `judge_gpu_minutes_per_cycle`), and the judging of every
 GPU instance (`costguard recommend --fresh`), and what `costguard recommend`, the report's
 waste section and the console cost once the daemon has judged and stored every verdict
-(they take those). The other benches hold an hour of readings, so they never showed what
-a week costs.
+(they take those). Then, as the daemon's hourly prune leaves a store, the week settled
+into blocks (`costguard.store.compact`) and judged again; and with raw minutes kept a day
+only, the week judged from the hourly history (`telemetry.efficiency_hours`). The other
+benches hold an hour of readings, so they never showed what a week costs.
 """
 
 from __future__ import annotations
@@ -95,12 +97,29 @@ def _seed(url: str) -> int:
     return written
 
 
+def _settle(url: str, raw: timedelta) -> None:
+    """Settle the store's readings as the daemon's hourly prune would at NOW, keeping raw
+    minutes for `raw`."""
+    from costguard.store import compact
+    from costguard.store.db import Database
+
+    db = Database(url)
+    try:
+        compact.compact(db.session, NOW, raw_since=NOW - raw)
+        with db.session() as s:
+            compact.prune(s, raw_since=NOW - raw, history_since=NOW - timedelta(days=395))
+    finally:
+        db.dispose()
+
+
 @benchmark("efficiency-week",
            description="Efficiency verdicts over a week of readings: 1,000 single-GPU "
                        "instances, a week of 5-minute points each (2.0 M readings, SQLite); "
                        "one cycle's judging, judging every GPU instance (costguard recommend "
                        "--fresh), and recommend taking the verdicts the daemon stored (the "
-                       "report's waste section, the console), each in a fresh process.")
+                       "report's waste section, the console), each in a fresh process; then "
+                       "judging every GPU instance again with the week settled into blocks, "
+                       "and from the hourly history with raw minutes kept a day.")
 def efficiency_week() -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -113,7 +132,17 @@ def efficiency_week() -> list[dict[str, object]]:
             "fresh": "every GPU instance (recommend --fresh)",
             "stored": "every GPU instance, the daemon's verdicts stored (recommend, report)",
         }
-        for what, label in labels.items():
+        runs: list[tuple[str, str, timedelta | None]] = [
+            (what, label, None) for what, label in labels.items()]
+        # as the daemon keeps them: the hours settled into blocks (raw, 7 days), then with
+        # raw minutes kept a day only, the week judged from the hourly history
+        runs += [("fresh", "every GPU instance (recommend --fresh), the week settled into "
+                  "blocks", timedelta(days=8)),
+                 ("fresh", "every GPU instance (recommend --fresh), the week from the hourly "
+                  "history (raw minutes kept a day)", timedelta(days=1))]
+        for what, label, raw in runs:
+            if raw is not None:
+                _settle(url, raw)
             done = subprocess.run([sys.executable, "-c", _MEASURE, url, NOW.isoformat(), what],
                                   capture_output=True, text=True, check=True, timeout=900)
             got = json.loads(done.stdout.strip().splitlines()[-1])

@@ -230,10 +230,11 @@ def _host(hours: Hours, ran: int, min_coverage: float) -> dict[str, object]:
 
 
 def judge_many(session: Session, instances: Sequence[tuple[InstanceRef, int, Words | None]],
-               start: datetime, end: datetime, cfg: RecommendSettings, *, batch: int = 200
+               start: datetime, end: datetime, cfg: RecommendSettings, *, batch: int = 50
                ) -> dict[InstanceRef, Efficiency]:
     """The verdicts of `instances` (ref, GPU count, words) from their hours, read `batch`
-    instances at a time (a quarter of an 8-GPU host's hours is ~17,000 GPU-hours)."""
+    instances at a time (a quarter of an 8-GPU host's hours is ~17,000 GPU-hours, ~3 KB
+    each as objects)."""
     out: dict[InstanceRef, Efficiency] = {}
     for at in range(0, len(instances), batch):
         part = instances[at:at + batch]
