@@ -152,3 +152,28 @@ def test_concurrent_agents_resending_overlapping_batches_count_each_row_once(sto
     assert len(written) == 4 * 8
     assert sum(written) == expected
     assert count(db) == expected
+
+
+def test_every_field_of_a_summary_is_stored_as_sent(store):  # type: ignore[no-untyped-def]
+    # on PostgreSQL a batch goes in as one array per column (daemon/sink.py unnest_insert):
+    # each column's type, NULLs and the largest values the model allows come back whole
+    from costguard.model import INT32, INT64, GpuMinute
+    from costguard.store.readings import read_minutes
+
+    client, db = store
+    full = {**item(0, "i-every"), "span_minutes": 5, "samples": INT32, "util_p95": 99.5,
+            "util_max": 100.0, "util_active_share": 0.125, "sm_p95": 12.5, "sm_max": 33.25,
+            "mem_used_bytes": INT64, "mem_total_bytes": 80 * 2**30, "power_w_mean": 699.99,
+            "process_count": 3, "top_process_pid": INT32, "top_process_bytes": 2**40,
+            "tensor_mean": 1.5, "dram_bw_mean": 2.5, "host_cpu_pct": 74.99,
+            "host_iowait_pct": 0.01, "host_cpus": 192, "host_hot_cores": 0,
+            "host_mem_used_bytes": 2**41, "host_mem_total_bytes": 2**42, "power_limit_w": 700.0,
+            "host_disk_bps": 1.5e9, "host_net_bps": 0.0, "host_sessions": 2,
+            "host_input_idle_s": 12.5, "kernels_busy": 1, "kernel_idle_s": 3600.5,
+            "gpu_proc_cpu_pct": 812.5, "gpu_proc_age_s": 86400.0}
+    sparse = item(1, "i-every", gpu=1)  # most columns NULL
+    assert post(client, {"minutes": [full, sparse]}).json()["written"] == 2
+    with db.session() as s:
+        got = read_minutes(s, [("aws", "i-every")], START, START + timedelta(hours=1))
+    back = sorted(got[("aws", "i-every")], key=lambda m: m.gpu_index)
+    assert back == [GpuMinute.model_validate(full), GpuMinute.model_validate(sparse)]
