@@ -193,7 +193,8 @@ def db_backup(
 
 
 def db_compact(
-    batch: Annotated[int, typer.Option(min=1, max=5000, help="Instances per transaction.")] = 200,
+    batch: Annotated[int, typer.Option(min=1, max=5000, help="Instances per transaction "
+                                       "(each of two hours of their readings).")] = 50,
     config: ConfigOpt = None,
 ) -> None:
     """Fold the readings' finished hours into compressed blocks and hourly history, then

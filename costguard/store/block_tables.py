@@ -7,7 +7,7 @@ rules hold (an Alembic migration for every change, then the head snapshot)."""
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Index, Integer, LargeBinary, SmallInteger, UniqueConstraint
+from sqlalchemy import Index, LargeBinary, SmallInteger, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from costguard.store.tables import DEFERRED
@@ -27,31 +27,30 @@ class ReadingSeriesRow(SQLModel, table=True):
     instance_id: str = Field(max_length=128)
 
 
-class ReadingBlockRow(SQLModel, table=True):
-    """One instance's raw readings of one hour (`costguard.store.blocks`). `hour`: hours
-    since 1970-01-01 UTC; `sources`: a bit per telemetry source among them (a query for an
-    agent's readings needs no decoding)."""
+class _HourBlob(SQLModel):
+    """An instance's blob of one hour: `hour` in hours since 1970-01-01 UTC, `sources` a
+    bit per telemetry source among its readings (a query for an agent's readings needs no
+    decoding)."""
+
+    series_id: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    hour: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    sources: int = Field(sa_type=SmallInteger, nullable=False)
+    payload: bytes = Field(sa_type=LargeBinary, nullable=False)
+
+
+class ReadingBlockRow(_HourBlob, table=True):
+    """One instance's raw readings of one hour (`costguard.store.blocks`)."""
 
     model_config = DEFERRED
 
     __tablename__ = "reading_blocks"
     __table_args__ = (Index("ix_reading_blocks_hour", "hour"), {"sqlite_with_rowid": False})
 
-    series_id: int = Field(sa_column=Column(Integer, primary_key=True, autoincrement=False))
-    hour: int = Field(sa_column=Column(Integer, primary_key=True, autoincrement=False))
-    sources: int = Field(sa_column=Column(SmallInteger, nullable=False))
-    payload: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
 
-
-class ReadingHourRow(SQLModel, table=True):
+class ReadingHourRow(_HourBlob, table=True):
     """One instance's hourly history of one hour, a GPU-hour each (`costguard.store.hours`)."""
 
     model_config = DEFERRED
 
     __tablename__ = "reading_hours"
     __table_args__ = (Index("ix_reading_hours_hour", "hour"), {"sqlite_with_rowid": False})
-
-    series_id: int = Field(sa_column=Column(Integer, primary_key=True, autoincrement=False))
-    hour: int = Field(sa_column=Column(Integer, primary_key=True, autoincrement=False))
-    sources: int = Field(sa_column=Column(SmallInteger, nullable=False))
-    payload: bytes = Field(sa_column=Column(LargeBinary, nullable=False))

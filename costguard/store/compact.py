@@ -3,14 +3,14 @@ into a compressed block per instance and hour (`costguard.store.blocks`) and a r
 hourly history (`costguard.store.hours`), and leave `gpu_readings`, which so keeps the
 minutes still arriving (an agent's minute, a cloud's late period) and little else.
 
-Each batch of instances is one transaction: its rows are taken out of `gpu_readings` with
-DELETE .. RETURNING (a reading that arrives meanwhile stays for the next run), merged into
-any block the hour already has (a late reading replaces the block's reading of the same GPU
-and minute, as a later write does in `gpu_readings`), and the blocks and hours written. A
-run killed part way loses nothing: the batch in flight rolls back, the batches before it
-are done, and the next run goes on from there. The daemon compacts at every prune (hourly);
-`costguard db compact` does the same from the command line with progress, which is how a
-store from before revision 0020 moves its rows once.
+Each batch of instances and hours is one transaction: its rows are taken out of
+`gpu_readings` with DELETE .. RETURNING (a reading that arrives meanwhile stays for the next
+run), merged into any block the hour already has (a late reading replaces the block's
+reading of the same GPU and minute, as a later write does in `gpu_readings`), and the
+blocks and hours written. A run killed part way loses nothing: the batch in flight rolls
+back, the batches before it are done, and the next run goes on from there. The daemon
+compacts at every prune (hourly); `costguard db compact` does the same from the command
+line with progress, which is how a store from before revision 0020 moves its rows once.
 
 Prunes by hour: blocks past `accounting.readings_raw`, history past
 `accounting.readings_history`, and the series no row refers to any more.
@@ -18,6 +18,7 @@ Prunes by hour: blocks past `accounting.readings_raw`, history past
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections import defaultdict
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Table, delete, exists, select
+from sqlalchemy import Table, delete, exists, func, select
 from sqlmodel import Session
 
 from costguard.store import blocks, hours
@@ -37,6 +38,7 @@ from costguard.store.upsert import dialect_insert
 log = logging.getLogger(__name__)
 
 SETTLE = timedelta(hours=1)  # an hour is folded once it ended this long ago
+SLICE = 2  # hours of a batch's readings taken in one transaction
 _READINGS: Table = GpuReadingRow.__table__  # type: ignore[attr-defined]
 SERIES: Table = ReadingSeriesRow.__table__  # type: ignore[attr-defined]
 BLOCKS: Table = ReadingBlockRow.__table__  # type: ignore[attr-defined]
@@ -83,10 +85,12 @@ def pending(session: Session, before: int) -> list[tuple[str, str]]:
 
 
 def compact(session_of: Callable[[], Any], now: datetime, *, raw_since: datetime,
-            batch: int = 200, progress: Progress | None = None) -> Compacted:
-    """Fold every settled hour of `gpu_readings`, `batch` instances a transaction.
-    `session_of()` opens a session (a context manager that commits on success);
-    `raw_since`: the raw window's start (older hours keep their history as it is)."""
+            batch: int = 50, progress: Progress | None = None) -> Compacted:
+    """Fold every settled hour of `gpu_readings`, `batch` instances and `SLICE` hours a
+    transaction (an 8-GPU host's hour is 480 rows: a store's 35 days of rows moved at
+    once would not fit in memory). `session_of()` opens a session (a context manager
+    that commits on success); `raw_since`: the raw window's start (older hours keep their
+    history as it is)."""
     before = settled_before(now)
     with session_of() as s:
         todo = pending(s, before)
@@ -101,8 +105,13 @@ def compact(session_of: Callable[[], Any], now: datetime, *, raw_since: datetime
         for first in range(0, len(ids), batch):
             chunk = ids[first:first + batch]
             with session_of() as s:
-                done.add(compact_instances(s, provider, chunk, before,
-                                           raw_hour=hour_of(raw_since)))
+                oldest = _oldest(s, provider, chunk)
+            for lo in range(before if oldest is None else hour_of(oldest), before, SLICE):
+                with session_of() as s:
+                    part = compact_instances(s, provider, chunk, min(lo + SLICE, before),
+                                             raw_hour=hour_of(raw_since), since=lo)
+                done.add(dataclasses.replace(part, instances=0))
+            done.instances += len(chunk)
             count += len(chunk)
             if progress is not None:
                 progress(count, len(todo))
@@ -113,14 +122,23 @@ def compact(session_of: Callable[[], Any], now: datetime, *, raw_since: datetime
     return done
 
 
+def _oldest(s: Session, provider: str, ids: Sequence[str]) -> datetime | None:
+    t = _READINGS
+    found: datetime | None = s.execute(select(func.min(t.c.minute)).where(
+        t.c.provider == provider, t.c.instance_id.in_(list(ids)))).scalar_one_or_none()
+    return found
+
+
 def compact_instances(s: Session, provider: str, ids: Sequence[str], before: int, *,
-                      raw_hour: int) -> Compacted:
-    """One batch: take the instances' readings of hours before `before` out of
+                      raw_hour: int, since: int | None = None) -> Compacted:
+    """One batch: take the instances' readings of hours [`since`, `before`) out of
     `gpu_readings` and fold them into blocks and history (in `s`'s transaction)."""
     t = _READINGS
-    taken = s.execute(delete(t).where(
-        t.c.provider == provider, t.c.instance_id.in_(list(ids)),
-        t.c.minute < hour_start(before)).returning(*(t.c[c] for c in _TAKEN))).all()
+    where = [t.c.provider == provider, t.c.instance_id.in_(list(ids)),
+             t.c.minute < hour_start(before)]
+    if since is not None:
+        where.append(t.c.minute >= hour_start(since))
+    taken = s.execute(delete(t).where(*where).returning(*(t.c[c] for c in _TAKEN))).all()
     out = Compacted(instances=len(ids), readings=len(taken))
     if not taken:
         return out

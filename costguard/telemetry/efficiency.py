@@ -191,13 +191,9 @@ def judge(minutes: Sequence[GpuMinute], *, window_start: datetime, window_end: d
     filled = sum(map(len, by_gpu.values()))
     coverage = round(filled / expected, 4)
     base.update(coverage=coverage, signal=signal)
-    if coverage < cfg.min_coverage or hours < cfg.min_hours:
-        why = (f"{LABEL[signal]} covers {coverage:.0%} of {expected * per_cell} GPU-minutes "
-               f"(needs {cfg.min_coverage:.0%})" if coverage < cfg.min_coverage else
-               f"{hours:.1f} h of readings in the window (needs {cfg.min_hours:g} h)")
-        return Efficiency(bottleneck=Bottleneck.INSUFFICIENT_DATA, underused=False,
-                          evidence=(why + ": no data is not underused",),
-                          **base)
+    thin = too_little(cfg, signal, coverage, expected * per_cell, hours, base)
+    if thin is not None:
+        return thin
 
     used = tuple(sorted(g for g, s in by_gpu.items()
                         if sum(1 for x in s.values() if x.peak >= cfg.below)
@@ -213,6 +209,20 @@ def judge(minutes: Sequence[GpuMinute], *, window_start: datetime, window_end: d
     gpu_mean = sum(x.mean for g in used for x in by_gpu[g].values()) / sum(
         len(by_gpu[g]) for g in used)
     return conclude(found, gpu_mean, gpu_count, cfg, words or HOST)
+
+
+def too_little(cfg: RecommendSettings, signal: GpuSignal, coverage: float, minutes: int,
+               hours: float, base: dict[str, object]) -> Efficiency | None:
+    """`insufficient-data` where the signal covers less than `min_coverage` of the
+    `minutes` the GPUs should have been read in, or the readings span too few hours."""
+    if coverage >= cfg.min_coverage and hours >= cfg.min_hours:
+        return None
+    why = (f"{LABEL[signal]} covers {coverage:.0%} of {minutes} GPU-minutes "
+           f"(needs {cfg.min_coverage:.0%})" if coverage < cfg.min_coverage else
+           f"{hours:.1f} h of readings in the window (needs {cfg.min_hours:g} h)")
+    return Efficiency(bottleneck=Bottleneck.INSUFFICIENT_DATA, underused=False,
+                      evidence=(why + ": no data is not underused",),
+                      **base)
 
 
 def none_used(cfg: RecommendSettings, signal: GpuSignal, hours: float) -> str:

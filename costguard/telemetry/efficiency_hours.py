@@ -30,7 +30,6 @@ from costguard.store.hours import BUCKETS, EDGES, GpuHour, summarize
 from costguard.store.hours import decode as decode_hours
 from costguard.store.readings import InstanceRef, read_rows
 from costguard.store.tables import GpuReadingRow
-from costguard.telemetry.classify import LABEL
 from costguard.telemetry.efficiency import (
     HOST,
     Bottleneck,
@@ -38,6 +37,7 @@ from costguard.telemetry.efficiency import (
     Words,
     conclude,
     none_used,
+    too_little,
 )
 
 Hours = list[tuple[int, list[GpuHour]]]  # (hour, the instance's GPU-hours in it)
@@ -131,13 +131,9 @@ def judge_hours(hours: Hours, *, window_start: datetime, window_end: datetime,
     filled = sum(g.minutes[sig] for g in per_gpu.values())
     coverage = round(filled / expected, 4)
     base.update(coverage=coverage, signal=signal)
-    if coverage < cfg.min_coverage or hours_ran < cfg.min_hours:
-        why = (f"{LABEL[signal]} covers {coverage:.0%} of {expected} GPU-minutes "
-               f"(needs {cfg.min_coverage:.0%})" if coverage < cfg.min_coverage else
-               f"{hours_ran:.1f} h of readings in the window (needs {cfg.min_hours:g} h)")
-        return Efficiency(bottleneck=Bottleneck.INSUFFICIENT_DATA, underused=False,
-                          evidence=(why + ": no data is not underused",),
-                          **base)
+    thin = too_little(cfg, signal, coverage, expected, hours_ran, base)
+    if thin is not None:
+        return thin
     edge = max(b for b in range(BUCKETS) if EDGES[b] <= cfg.below)
     used = tuple(sorted(
         g for g, acc in per_gpu.items() if acc.minutes[sig]

@@ -263,3 +263,24 @@ def test_an_unreadable_block_is_left_out_of_reads_and_replaced_when_its_hour_set
     (only,) = _read(db, SETTLED - timedelta(hours=1), SETTLED, spanning=False)
     assert only[1][_FIELD["util_mean"]] == 4.0
 
+
+
+def test_a_long_history_of_rows_moves_a_few_hours_a_transaction(db: Database) -> None:
+    # a store from before blocks: two days of one host's rows; settled in 2-hour slices,
+    # each its own transaction (never a whole store's rows in memory at once)
+    rng = random.Random(8)
+    start = SETTLED - timedelta(hours=48)
+    with db.session() as s:
+        write_minutes(s, [_agent("aws", "i-a", g, start + timedelta(minutes=k), rng)
+                          for k in range(0, 48 * 60, 3) for g in range(2)])
+    whole = _read(db, start, SETTLED)
+    commits: list[int] = []
+
+    def session_counting() -> Any:
+        commits.append(1)
+        return db.session()
+
+    done = compact.compact(session_counting, NOW, raw_since=NOW - timedelta(days=7))
+    assert done.blocks == 48 and done.readings == 48 * 20 * 2
+    assert len(commits) == 1 + 1 + 48 // compact.SLICE  # pending, oldest, the slices
+    assert _read(db, start, SETTLED) == whole
