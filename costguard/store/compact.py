@@ -80,7 +80,7 @@ def pending(session: Session, before: int) -> list[tuple[str, str]]:
     """The instances with readings in `gpu_readings` of hours before `before`."""
     t = _READINGS
     stmt = select(t.c.provider, t.c.instance_id).where(
-        t.c.minute < hour_start(before)).distinct()
+        t.c.minute < hour_start(before), t.c.source.in_(blocks.SOURCES)).distinct()
     return sorted((str(p), str(i)) for p, i in session.execute(stmt))
 
 
@@ -125,7 +125,8 @@ def compact(session_of: Callable[[], Any], now: datetime, *, raw_since: datetime
 def _oldest(s: Session, provider: str, ids: Sequence[str]) -> datetime | None:
     t = _READINGS
     found: datetime | None = s.execute(select(func.min(t.c.minute)).where(
-        t.c.provider == provider, t.c.instance_id.in_(list(ids)))).scalar_one_or_none()
+        t.c.provider == provider, t.c.instance_id.in_(list(ids)),
+        t.c.source.in_(blocks.SOURCES))).scalar_one_or_none()
     return found
 
 
@@ -134,8 +135,10 @@ def compact_instances(s: Session, provider: str, ids: Sequence[str], before: int
     """One batch: take the instances' readings of hours [`since`, `before`) out of
     `gpu_readings` and fold them into blocks and history (in `s`'s transaction)."""
     t = _READINGS
+    # a source a block has no code for (a row a newer costguard wrote) stays a row, to be
+    # read and pruned as rows are, never a batch that fails every hour
     where = [t.c.provider == provider, t.c.instance_id.in_(list(ids)),
-             t.c.minute < hour_start(before)]
+             t.c.minute < hour_start(before), t.c.source.in_(blocks.SOURCES)]
     if since is not None:
         where.append(t.c.minute >= hour_start(since))
     taken = s.execute(delete(t).where(*where).returning(*(t.c[c] for c in _TAKEN))).all()

@@ -97,8 +97,8 @@ def read_hours(session: Session, refs: Iterable[InstanceRef], start: datetime,
         gpu, minute, span, source, *rest = values
         stamp = int(minute.timestamp()) // 60
         hour = stamp // 60
-        if hour in out.get(ref, {}):
-            continue  # settled: a late reading of it is merged at the next prune
+        if hour in out.get(ref, {}) or source not in blocks.SOURCES:
+            continue  # settled (a late reading is merged at the next prune), or unknown
         pending[(ref, hour)].append((int(gpu), stamp % 60, int(span),
                                      blocks.source_code(source), tuple(rest)))
     for (ref, hour), entries in pending.items():

@@ -284,3 +284,17 @@ def test_a_long_history_of_rows_moves_a_few_hours_a_transaction(db: Database) ->
     assert done.blocks == 48 and done.readings == 48 * 20 * 2
     assert len(commits) == 1 + 1 + 48 // compact.SLICE  # pending, oldest, the slices
     assert _read(db, start, SETTLED) == whole
+
+
+def test_a_row_from_a_source_blocks_have_no_code_for_stays_a_row(db: Database) -> None:
+    # a row a newer costguard wrote (a source this one does not know): it stays readable as
+    # a row and never fails the settling of the others
+    with db.session() as s:
+        write_minutes(s, [m for m in _fleet() if m.instance_id == "i-b"])
+        s.execute(GpuReadingRow.__table__.insert().values(  # type: ignore[attr-defined]
+            provider="aws", instance_id="i-b", gpu_index=3, source="future-exporter",
+            minute=SETTLED - timedelta(hours=3), span_minutes=1, samples=1, util_mean=9.0))
+    done = _settle(db)
+    assert done.readings > 0 and done.blocks == 5
+    assert _head_minutes(db).count(SETTLED - timedelta(hours=3)) == 1
+    assert _settle(db).readings == 0  # and nothing to do the next hour
