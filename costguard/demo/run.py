@@ -29,7 +29,7 @@ from costguard.demo.sim import SimProvider
 from costguard.demo.sim_cluster import CLUSTER, SimCluster, cluster_settings
 from costguard.demo.sim_settings import SimSettings
 from costguard.engine import Engine
-from costguard.engine.maintain import settle_readings
+from costguard.engine.maintain import prune_store
 from costguard.errors import StoreError
 from costguard.k8s.provider import KubernetesProvider
 from costguard.k8s.settings import KubernetesSettings
@@ -196,9 +196,9 @@ def run_demo(
         summary = engine.run_cycle()
         result.held = max(result.held, sum(summary.held_back.values()))
         result.cycles += 1
-        if clock.now() - pruned >= PRUNE_EVERY:  # as the daemon's prune job, hourly: the
-            pruned = clock.now()  # readings' part (costs roll up after whole days)
-            for key, n in settle_readings(db, settings, pruned).items():
+        if clock.now() - pruned >= PRUNE_EVERY:  # as the daemon's prune job: hourly
+            pruned = clock.now()
+            for key, n in prune_store(engine, settings, pruned).items():
                 result.pruned[key] += n
         clock.advance(poll)
     result.seconds = time.perf_counter() - t0

@@ -2,8 +2,9 @@
 
 Raw intervals after the rollup watermark and daily rollups before it are read as one
 source (`facts`), so a report spans retention boundaries without double counting. An
-interval counts in a period when its start falls in [since, until); before the watermark
-the period is widened to whole UTC days (the rollup's grain).
+interval counts in a period when its start falls in [since, until); a period that starts
+inside a rolled-up day reads that day from its raw intervals while they are kept, and is
+widened to the whole UTC day (the rollup's grain) once they are pruned.
 """
 
 from __future__ import annotations
@@ -88,28 +89,33 @@ def facts(session: Session, since: datetime, until: datetime, *,
     """Raw intervals and daily rollups of [since, until) as one row source.
 
     With `summary`, days before the watermark are read from the per-day summary (no
-    `instance_id`: NULL there) when it is current; sums are the same, rows far fewer.
+    `instance_id`: NULL there) when it is current; sums are the same, rows far fewer. A
+    period that starts inside a rolled-up day reads that first day from its raw intervals
+    while they are kept (`first_day_raw`), and only once they are pruned is it widened to
+    the whole day.
     """
     watermark = rolled_up_until(session)
     parts: list[Select[tuple[object, ...]]] = []
     raw_from = since if watermark is None else max(since, watermark)
+    daily_from = day_floor(since)
+    first = first_day_raw(session, since, until, watermark)
+    if first is not None:
+        parts.append(_raw_facts(session, since, first))
+        daily_from = first
     if raw_from < until:
-        parts.append(select(
-            *(RAW.c[c] for c in _FACT_COLUMNS), *(RAW.c[m] for m in _MEASURES),
-            interval_seconds(session).label("instance_seconds"),
-        ).where(RAW.c.start >= raw_from, RAW.c.start < until))
-    if watermark is not None and day_floor(since) < watermark:
+        parts.append(_raw_facts(session, raw_from, until))
+    if watermark is not None and daily_from < min(until, watermark):
         if summary and summary_current(session):
             parts.append(select(
                 *(cast(null(), String).label(c) if c == "instance_id" else SUMMARY.c[c]
                   for c in _FACT_COLUMNS),
                 *(SUMMARY.c[m] for m in _MEASURES), SUMMARY.c.instance_seconds,
-            ).where(SUMMARY.c.day >= day_floor(since), SUMMARY.c.day < min(until, watermark)))
+            ).where(SUMMARY.c.day >= daily_from, SUMMARY.c.day < min(until, watermark)))
         else:
             parts.append(select(
                 *(DAILY.c[c] for c in _FACT_COLUMNS), *(DAILY.c[m] for m in _MEASURES),
                 DAILY.c.instance_seconds,
-            ).where(DAILY.c.day >= day_floor(since), DAILY.c.day < min(until, watermark)))
+            ).where(DAILY.c.day >= daily_from, DAILY.c.day < min(until, watermark)))
     if not parts:  # an empty period: keep the column shape
         parts.append(select(
             *(RAW.c[c] for c in _FACT_COLUMNS), *(RAW.c[m] for m in _MEASURES),
@@ -119,22 +125,53 @@ def facts(session: Session, since: datetime, until: datetime, *,
     return sa_union_all(*parts).subquery("facts")
 
 
+def _raw_facts(session: Session, lo: datetime, hi: datetime) -> Select[tuple[object, ...]]:
+    return select(
+        *(RAW.c[c] for c in _FACT_COLUMNS), *(RAW.c[m] for m in _MEASURES),
+        interval_seconds(session).label("instance_seconds"),
+    ).where(RAW.c.start >= lo, RAW.c.start < hi)
+
+
+def first_day_raw(session: Session, since: datetime, until: datetime,
+                  watermark: datetime | None) -> datetime | None:
+    """Where a period that starts inside a rolled-up day (before the watermark, not at
+    midnight) stops reading that day's raw intervals: the next midnight, or the period's
+    end. None where the day is not read raw: the period starts at midnight or after the
+    watermark, or the day's raw intervals have been pruned (the oldest kept starts later:
+    the day is then widened to whole, as its rollup holds it)."""
+    if watermark is None or since >= watermark or since == day_floor(since):
+        return None
+    oldest = session.execute(select(func.min(RAW.c.start))).scalar_one_or_none()
+    if oldest is None or utc(oldest) > since:
+        return None
+    return min(day_floor(since) + timedelta(days=1), watermark, until)
+
+
 _PRESENCE_COLUMNS = ("provider", "instance_id", *RUN_DIMENSIONS)
 
 
 def presence(session: Session, since: datetime, until: datetime) -> Subquery:
     """(instance, dimensions) that have spend in [since, until), once or more, for counting
     distinct instances: raw intervals after the watermark, and before it the instances'
-    day runs that overlap the period (or the daily rows when the runs are not current)."""
+    day runs that overlap the period (or the daily rows when the runs are not current); a
+    first day read raw (`first_day_raw`) from its raw intervals."""
     watermark = rolled_up_until(session)
     if watermark is None or day_floor(since) >= watermark or not summary_current(session):
         return facts(session, since, until)
-    parts: list[Select[tuple[object, ...]]] = [select(
-        *(RUNS.c[c] for c in _PRESENCE_COLUMNS),
-    ).where(RUNS.c.first_day < min(until, watermark), RUNS.c.last_day >= day_floor(since))]
+    first = first_day_raw(session, since, until, watermark)
+    runs_from = day_floor(since) if first is None else first
+    parts: list[Select[tuple[object, ...]]] = []
+    if first is not None:
+        parts.append(select(*(RAW.c[c] for c in _PRESENCE_COLUMNS)).where(
+            RAW.c.start >= since, RAW.c.start < first))
+    if runs_from < min(until, watermark):
+        parts.append(select(*(RUNS.c[c] for c in _PRESENCE_COLUMNS)).where(
+            RUNS.c.first_day < min(until, watermark), RUNS.c.last_day >= runs_from))
     if watermark < until:
         parts.append(select(*(RAW.c[c] for c in _PRESENCE_COLUMNS)).where(
             RAW.c.start >= watermark, RAW.c.start < until))
+    if not parts:
+        return facts(session, since, until)
     if len(parts) == 1:
         return parts[0].subquery("presence")
     return sa_union_all(*parts).subquery("presence")

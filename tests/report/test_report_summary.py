@@ -141,3 +141,34 @@ def test_reports_by_instance_read_the_daily_rows(db: Database) -> None:
     assert shape(rolled) == raw
     assert {r.key for r in rolled.rows} == {("i-1",), ("i-2",)}
     assert {r.key: r.instances for r in one.rows} == {("vision",): 1, ("research",): 1}
+
+
+def test_a_period_starting_inside_a_rolled_up_day_reads_that_day_raw_while_it_is_kept(
+        db: Database) -> None:
+    # the intervals run 03:00-05:00: a period from 04:00 (one starts before it: not
+    # counted) or from 06:00 on day 1 must not count day 1's, as the raw rows say
+    cuts = [D0 + DAY + timedelta(hours=4), D0 + DAY + timedelta(hours=6),
+            D0 + timedelta(hours=2), D0 + 3 * DAY + timedelta(hours=3)]
+    ends = [D0 + 4 * DAY, D0 + DAY + timedelta(hours=8), D0 + 3 * DAY + timedelta(hours=4)]
+
+    def periods(s: Session) -> list[tuple[object, ...]]:
+        return [shape(spend(s, by, a, b)) for a in cuts for b in ends if a < b
+                for by in GROUPINGS + [["instance"]]]
+
+    with db.session() as s:
+        raw = periods(s)
+    with db.session() as s:
+        rollup(s, D0 + 4 * DAY)
+    with db.session() as s:
+        assert periods(s) == raw
+        mid = spend(s, ["team"], D0 + DAY + timedelta(hours=6), D0 + 4 * DAY)
+    assert mid.total.instances == 2  # i-1 and i-2 on day 3, i-2 on day 2; not i-3 (day 1)
+    # once day 1's raw intervals are pruned, its rollup is all there is: the day is whole
+    from costguard.costs.rollup import prune
+
+    with db.session() as s:
+        prune(s, D0 + 2 * DAY)
+    with db.session() as s:
+        widened = spend(s, ["team"], D0 + DAY + timedelta(hours=6), D0 + 4 * DAY)
+        whole = spend(s, ["team"], D0 + DAY, D0 + 4 * DAY)
+    assert shape(widened) == shape(whole) and widened.total.instances == 3
