@@ -153,7 +153,7 @@ def test_a_period_starting_inside_a_rolled_up_day_reads_that_day_raw_while_it_is
 
     def periods(s: Session) -> list[tuple[object, ...]]:
         return [shape(spend(s, by, a, b)) for a in cuts for b in ends if a < b
-                for by in GROUPINGS + [["instance"]]]
+                for by in [*GROUPINGS, ["instance"]]]
 
     with db.session() as s:
         raw = periods(s)
