@@ -28,10 +28,10 @@ from costguard.store.blocks import (
     VALUE_FIELDS,
     Entry,
     compress_bytes,
-    decode_columns,
     decompress_bytes,
-    encode_columns,
+    pack_ints,
     quantize,
+    unpack_ints,
 )
 
 EDGES: tuple[float, ...] = (0.0, 1.0, 2.0, 3.0, 4.0, *(float(x) for x in range(5, 100, 5)))
@@ -170,17 +170,26 @@ _HIST_CELLS = len(HISTOGRAMS) * BUCKETS
 
 
 def encode(hours: Sequence[GpuHour]) -> bytes:
-    """One instance-hour's GPU-hours as a blob."""
+    """One instance-hour's GPU-hours as a blob: the GPU index and the statistics as one
+    matrix of integers (column by column, -1 where nothing measured one), zig-zag deltas
+    with their bytes shuffled; then the histograms' counts, shuffled. One array a blob, not
+    one a statistic: a GPU-hour decodes in a few microseconds."""
     rows = len(hours)
     if rows == 0:
         raise ValueError("an hour of history holds at least one GPU")
-    columns: list[list[int | None]] = [[h.gpu_index for h in hours]]
-    columns += [[h.stats.get(name) for h in hours] for name in STATS]
+    flat = [h.gpu_index for h in hours]
+    for name in STATS:
+        flat += [_NONE if (v := h.stats.get(name)) is None else max(0, min(_MOST, v))
+                 for h in hours]
     counts = array("I", (min(c, 2**32 - 1) for h in hours for name in HISTOGRAMS
                          for c in h.hists[name]))
     raw = counts.tobytes()
     shuffled = b"".join(raw[i::4] for i in range(4))
-    return compress_bytes(struct.pack("<I", rows) + encode_columns(columns, rows) + shuffled)
+    return compress_bytes(struct.pack("<I", rows) + pack_ints(flat) + shuffled, small=True)
+
+
+_NONE = -1  # a statistic nothing measured (every statistic is 0 or more)
+_MOST = 2**62
 
 
 def decode(blob: bytes) -> list[GpuHour]:
@@ -193,10 +202,13 @@ def decode(blob: bytes) -> list[GpuHour]:
 
 def _decode(raw: bytes) -> list[GpuHour]:
     (rows,) = struct.unpack_from("<I", raw)
-    columns, at = decode_columns(raw, 4, 1 + len(STATS), rows)
+    width = 1 + len(STATS)
+    values = rows * width
     cells = rows * _HIST_CELLS
-    if len(raw) - at != 4 * cells:
-        raise ValueError("an hour of history's histograms have the wrong length")
+    if not 0 < rows <= 4096 or len(raw) != 4 + 8 * values + 4 * cells:
+        raise ValueError("an hour of history has the wrong length for its GPUs")
+    flat = unpack_ints(raw[4:4 + 8 * values], values)
+    at = 4 + 8 * values
     plain = bytearray(4 * cells)
     for i in range(4):
         plain[i::4] = raw[at + i * cells:at + (i + 1) * cells]
@@ -204,8 +216,9 @@ def _decode(raw: bytes) -> list[GpuHour]:
     counts.frombytes(bytes(plain))
     out = []
     for r in range(rows):
-        hour = GpuHour(int(columns[0][r] or 0),
-                       stats={name: columns[1 + k][r] for k, name in enumerate(STATS)})
+        column = flat[r::rows]  # this GPU's index, then its statistics in STATS order
+        hour = GpuHour(column[0], stats={name: None if v < 0 else v
+                                         for name, v in zip(STATS, column[1:], strict=True)})
         base = r * _HIST_CELLS
         for k, name in enumerate(HISTOGRAMS):
             start = base + k * BUCKETS
