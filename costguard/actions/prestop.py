@@ -32,7 +32,8 @@ from costguard.actions.stats import ActStats
 from costguard.policy.actions import PreStop
 from costguard.policy.evaluate import Finding
 from costguard.policy.schema import Policy
-from costguard.store.tables import ActionJournalRow, GpuReadingRow, StopHookRow
+from costguard.store.readings import instances_with_source
+from costguard.store.tables import ActionJournalRow, StopHookRow
 from costguard.telemetry.hooks import OUTCOMES
 
 if TYPE_CHECKING:
@@ -63,19 +64,7 @@ def _span(d: timedelta) -> str:
 
 def agents_heard(s: Session, refs: Iterable[Ref], since: datetime) -> set[Ref]:
     """Which of `refs` had the agent's readings since `since` (settled hours included)."""
-    from costguard.store.block_reads import heard
-
-    wanted = set(refs)
-    out: set[Ref] = set()
-    by_provider: dict[str, list[str]] = {}
-    for provider, instance_id in wanted:
-        by_provider.setdefault(provider, []).append(instance_id)
-    for provider, ids in by_provider.items():
-        stmt = select(GpuReadingRow.instance_id).where(
-            GpuReadingRow.provider == provider, col(GpuReadingRow.instance_id).in_(ids),
-            GpuReadingRow.source == "agent", GpuReadingRow.minute >= since).distinct()
-        out.update((provider, i) for i in s.exec(stmt))
-    return out | heard(s, "agent", since, wanted - out)
+    return instances_with_source(s, "agent", since, refs)
 
 
 def gate(runner: ActionRunner, policy: Policy, due: Sequence[tuple[Finding, State]],

@@ -66,7 +66,6 @@ class DemoResult:
     seconds: float
     alerts: Counter[str] = field(default_factory=Counter)
     held: int = 0  # the most idle instances whose stop a cycle held back (idle-but-busy)
-    pruned: Counter[str] = field(default_factory=Counter)  # the hourly upkeep's counts
 
 
 def enforced(policies: PolicySet) -> PolicySet:
@@ -198,8 +197,7 @@ def run_demo(
         result.cycles += 1
         if clock.now() - pruned >= PRUNE_EVERY:  # as the daemon's prune job: hourly
             pruned = clock.now()
-            for key, n in prune_store(engine, settings, pruned).items():
-                result.pruned[key] += n
+            prune_store(engine, settings, pruned)
         clock.advance(poll)
     result.seconds = time.perf_counter() - t0
     _epilogue(console, db, settings, end - timedelta(hours=hours), end, result, list(providers),

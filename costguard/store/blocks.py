@@ -24,10 +24,10 @@ import math
 import struct
 import zlib
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
 from itertools import accumulate
-from typing import Any
+from typing import Any, TypeVar
 
 from costguard.store.tables import GpuReadingRow
 
@@ -43,6 +43,7 @@ _VERSION = 1
 _ZSTD, _ZLIB = 1, 2
 _HEADER = struct.Struct("<BBI")  # format version, codec, raw length
 _NONE, _ALL, _MASKED = 0, 1, 2
+T = TypeVar("T")
 
 # a source's code in a block is its place here: append new sources, never reorder
 SOURCES = ("agent", "cloudwatch", "cloud-monitoring", "sim", "dcgm-exporter")
@@ -228,13 +229,19 @@ def encode(entries: Sequence[Entry]) -> bytes:
     return compress_bytes(bytes(head) + encode_columns(columns, rows))
 
 
+def decoded(blob: bytes, parse: Callable[[bytes], T], what: str) -> T:
+    """`parse` of a blob's bytes; ValueError (naming `what`) for a blob cut short or
+    garbled, whatever the parser tripped on."""
+    try:
+        return parse(decompress_bytes(blob))
+    except (struct.error, IndexError, TypeError) as exc:
+        raise ValueError(f"{what} cut short or garbled: {exc}") from None
+
+
 def decode(blob: bytes) -> list[Entry]:
     """The entries of a block, their values in `VALUE_FIELDS` order (floats back on their
     grid, integers exact); ValueError for a blob that is not a whole block."""
-    try:
-        return _decode(decompress_bytes(blob))
-    except (struct.error, IndexError, TypeError) as exc:
-        raise ValueError(f"a reading block cut short or garbled: {exc}") from None
+    return decoded(blob, _decode, "a reading block")
 
 
 def _decode(raw: bytes) -> list[Entry]:

@@ -18,7 +18,6 @@ Prunes by hour: blocks past `accounting.readings_raw`, history past
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 from collections import defaultdict
@@ -110,7 +109,7 @@ def compact(session_of: Callable[[], Any], now: datetime, *, raw_since: datetime
                 with session_of() as s:
                     part = compact_instances(s, provider, chunk, min(lo + SLICE, before),
                                              raw_hour=hour_of(raw_since), since=lo)
-                done.add(dataclasses.replace(part, instances=0))
+                done.add(part)
             done.instances += len(chunk)
             count += len(chunk)
             if progress is not None:
@@ -142,7 +141,7 @@ def compact_instances(s: Session, provider: str, ids: Sequence[str], before: int
     if since is not None:
         where.append(t.c.minute >= hour_start(since))
     taken = s.execute(delete(t).where(*where).returning(*(t.c[c] for c in _TAKEN))).all()
-    out = Compacted(instances=len(ids), readings=len(taken))
+    out = Compacted(readings=len(taken))
     if not taken:
         return out
     grouped: dict[tuple[str, int], dict[tuple[int, int], blocks.Entry]] = defaultdict(dict)

@@ -28,7 +28,7 @@ from costguard.store.blocks import (
     VALUE_FIELDS,
     Entry,
     compress_bytes,
-    decompress_bytes,
+    decoded,
     pack_ints,
     quantize,
     unpack_ints,
@@ -194,10 +194,7 @@ _MOST = 2**62
 
 def decode(blob: bytes) -> list[GpuHour]:
     """An instance-hour's GPU-hours; ValueError for a blob that is not a whole one."""
-    try:
-        return _decode(decompress_bytes(blob))
-    except (struct.error, IndexError, TypeError) as exc:
-        raise ValueError(f"an hour of history cut short or garbled: {exc}") from None
+    return decoded(blob, _decode, "an hour of history")
 
 
 def _decode(raw: bytes) -> list[GpuHour]:

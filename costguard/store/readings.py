@@ -204,9 +204,10 @@ def read_minutes(
 
 
 def instances_with_source(
-    session: Session, source: str, since: datetime
+    session: Session, source: str, since: datetime, refs: Iterable[InstanceRef] | None = None
 ) -> set[InstanceRef]:
-    """Instances that `source` (e.g. the agent) reported for since `since`."""
+    """Instances (of `refs`, or all) that `source` (e.g. the agent) reported for since
+    `since`: in `gpu_readings` and in the settled hours' blocks."""
     from costguard.store.block_reads import heard
 
     stmt = (
@@ -214,8 +215,20 @@ def instances_with_source(
         .where(_TABLE.c.source == source, _TABLE.c.minute >= since)
         .distinct()
     )
-    found = {(r.provider, r.instance_id) for r in session.execute(stmt)}
-    return found | heard(session, source, since)
+    if refs is None:
+        found = {(r.provider, r.instance_id) for r in session.execute(stmt)}
+        return found | heard(session, source, since)
+    wanted = set(refs)
+    by_provider: dict[str, list[str]] = defaultdict(list)
+    for provider, instance_id in wanted:
+        by_provider[provider].append(instance_id)
+    found = set()
+    for provider, ids in by_provider.items():
+        for first in range(0, len(ids), _IN_CHUNK):
+            found.update((r.provider, r.instance_id) for r in session.execute(stmt.where(
+                _TABLE.c.provider == provider,
+                _TABLE.c.instance_id.in_(ids[first:first + _IN_CHUNK]))))
+    return found | heard(session, source, since, wanted - found)
 
 
 def prune_minutes(session: Session, before: datetime) -> int:

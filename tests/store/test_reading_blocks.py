@@ -104,7 +104,7 @@ def test_out_of_range_values_are_clamped_never_an_error() -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(st.binary(max_size=400))
-def test_garbage_is_a_value_error_never_readings_or_a_crash(junk: bytes) -> None:
+def test_garbage_is_a_value_error_never_a_crash(junk: bytes) -> None:
     for decode in (blocks.decode, hours.decode):
         with contextlib.suppress(ValueError):
             decode(junk)
