@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Mapping
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 
 from sqlmodel import select
@@ -23,7 +23,7 @@ from costguard.costs.attribution import Attributor
 from costguard.costs.price_book import PriceBook
 from costguard.costs.pricing import PriceCatalog, PriceOverrides
 from costguard.engine import behind, cycle_rows
-from costguard.engine.backfill import catch_up, fetch_cold
+from costguard.engine.backfill import Fetch, catch_up, fetch_cold
 from costguard.engine.collect import collect, each_provider
 from costguard.engine.fetch import fetcher
 from costguard.engine.heap import (
@@ -36,7 +36,6 @@ from costguard.engine.summary import CycleSummary
 from costguard.engine.verdicts import Verdicts
 from costguard.errors import ProviderError
 from costguard.model import Gap, GpuMinute, Instance, InstanceState, TelemetrySource
-from costguard.policy.conditions import IdleCondition
 from costguard.policy.evaluate import Finding, evaluate
 from costguard.policy.kinds import KINDS
 from costguard.policy.schema import PolicySet
@@ -48,7 +47,7 @@ from costguard.store import control
 from costguard.store.db import Database
 from costguard.store.inventory import current_instances
 from costguard.store.memory import StoreMemory
-from costguard.store.readings import instances_with_source, write_minutes
+from costguard.store.readings import InstanceRef, instances_with_source, write_minutes
 from costguard.store.tables import CycleRow, InstanceRow
 from costguard.store.window import ReadingWindow, SpanReader
 
@@ -56,6 +55,9 @@ log = logging.getLogger("costguard.engine")
 
 MAX_TELEMETRY_LOOKBACK = timedelta(hours=6)
 AGENT_FRESH = timedelta(minutes=10)
+# how far back the reading window holds a kind no idle policy governs, and the least a
+# first cycle reads
+DEFAULT_WINDOW = timedelta(hours=1)
 STAGE_ORDER = ("collect", "telemetry", "window", "accrue", "efficiency", "evaluate", "act",
                "standing", "spend", "alert")
 
@@ -172,11 +174,12 @@ class Engine:
         summary.gaps = [g.model_dump(mode="json") for g in gaps]
 
     def _telemetry(self, summary: CycleSummary, now: datetime) -> None:
-        lookback = max([self._longest_idle_window(), timedelta(hours=1)])
+        lookback = max(self._longest_idle_window(), DEFAULT_WINDOW)
         floor = now - MAX_TELEMETRY_LOOKBACK
         # what is read for the span before the window (a downtime's) is stored, not held
-        self.window.expect(self._window_start(now))
         instances = self._current_instances()
+        self.window.expect(self._window_start(now), self._window_starts(
+            now, (((i.provider, i.instance_id), i.kind) for i in instances if i.has_gpu)))
         with self.db.session() as s:
             agent = instances_with_source(s, TelemetrySource.AGENT, now - AGENT_FRESH)
 
@@ -210,9 +213,9 @@ class Engine:
             fetch = fetcher(name, provider, self._sink(summary, name), len(self.providers))
             on_time, late = behind.plan(wanted, start, lagging, floor)
             try:
-                if since is None:  # a first cycle: the window's history where it matters
-                    gaps = fetch_cold(fetch, on_time, start, now, self._idle_conditions(),
-                                      read_once=isinstance(provider, ReadsWindowOnce))
+                if since is None:  # a first cycle: each window's history where it matters
+                    gaps = self._fetch_cold(fetch, on_time, now, floor,
+                                            read_once=isinstance(provider, ReadsWindowOnce))
                 elif on_time:
                     gaps = fetch(on_time, start, now, None)
             except ProviderError as exc:
@@ -247,6 +250,24 @@ class Engine:
             behind.save(s, name, now_behind, now)
         return gaps
 
+    def _fetch_cold(self, fetch: Fetch, wanted: list[Instance], now: datetime,
+                    floor: datetime, *, read_once: bool) -> list[Gap]:
+        """A first cycle's read: each kind's instances over what its idle policies look back
+        on (an hour at least), where their recent minutes leave it undecided (`fetch_cold`);
+        kinds that look back as far are read together."""
+        windows = self._idle_windows()
+        groups: dict[timedelta, list[Instance]] = defaultdict(list)
+        for inst in wanted:
+            groups[max(windows.get(inst.kind, DEFAULT_WINDOW), DEFAULT_WINDOW)].append(inst)
+        gaps: list[Gap] = []
+        for span, members in sorted(groups.items()):
+            kinds = {inst.kind for inst in members}
+            conditions = [p.condition.idle for p in self.policies.policies
+                          if p.condition.idle and p.resource in kinds]
+            gaps += fetch_cold(fetch, members, max(now - span, floor), now, conditions,
+                               read_once=read_once)
+        return list({g.scope: g for g in gaps}.values())  # one gap per scope
+
     def _current_instances(self) -> list[Instance]:
         """The inventory as collect left it; nothing changes it before the act stage."""
         if self._inventory is None:
@@ -268,25 +289,40 @@ class Engine:
                 self.window.add(readings, since=since)
         return sink
 
-    def _idle_conditions(self) -> list[IdleCondition]:
-        return [p.condition.idle for p in self.policies.policies if p.condition.idle]
+    def _idle_windows(self) -> dict[str, timedelta]:
+        """Each resource kind's longest idle window: how far back the policies that govern
+        it (`resource:`) look. A kind no idle policy governs is held an hour."""
+        windows: dict[str, timedelta] = {}
+        for p in self.policies.policies:
+            if p.condition.idle:
+                windows[p.resource] = max(windows.get(p.resource, timedelta(0)),
+                                          p.condition.idle.for_)
+        return windows
 
     def _longest_idle_window(self) -> timedelta:
-        windows = [p.condition.idle.for_ for p in self.policies.policies if p.condition.idle]
-        return max(windows, default=timedelta(hours=1))
+        return max(self._idle_windows().values(), default=DEFAULT_WINDOW)
 
     def _window_start(self, now: datetime) -> datetime:
         """Where the reading window's span begins: what the idle policies look back on."""
         return now - self._longest_idle_window()
+
+    def _window_starts(self, now: datetime, kinds: Iterable[tuple[InstanceRef, str]]
+                       ) -> dict[InstanceRef, datetime]:
+        """Where each instance's span in the reading window begins: what the idle policies
+        of its kind look back on. One kind's longer window (notebooks': 2 hours) held every
+        instance's readings that long, twice the daemon's memory at 10,000 instances."""
+        windows = self._idle_windows()
+        return {ref: now - windows.get(kind, DEFAULT_WINDOW) for ref, kind in kinds}
 
     def _refresh_window(self, now: datetime) -> None:
         """Load the readings evaluation (and accrual, since the last cycle) need, once,
         incrementally; an older span accrual charges (a downtime's) is read from the store
         a batch at a time (`_accrue`)."""
         with self.db.session() as s:
-            rows = s.exec(select(InstanceRow.provider, InstanceRow.instance_id)
-                          .where(InstanceRow.gpu_count > 0)).all()
-            self.window.refresh(s, [(p, i) for p, i in rows], self._window_start(now), now)
+            rows = s.exec(select(InstanceRow.provider, InstanceRow.instance_id,
+                                 InstanceRow.kind).where(InstanceRow.gpu_count > 0)).all()
+            starts = self._window_starts(now, (((p, i), k) for p, i, k in rows))
+            self.window.refresh(s, list(starts), self._window_start(now), now, starts)
 
     def _accrue(self, summary: CycleSummary, now: datetime) -> None:
         acct = self.settings.accounting

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from operator import attrgetter
 from typing import Any, NamedTuple
@@ -222,6 +222,9 @@ class ReadingWindow:
         # instances `add` filled since the last refresh: the (source, since) they were fed
         self._fed: dict[InstanceRef, tuple[str, datetime]] = {}
         self._expected: datetime | None = None  # `add` keeps readings that end after it
+        self._expected_of: Mapping[InstanceRef, datetime] = {}  # ... or after its own
+        # where each instance's span begins (epoch seconds), as the last `refresh` was told
+        self._from: dict[InstanceRef, float] = {}
 
     def _rows(self, ref: InstanceRef) -> _Rows:
         rows = self._by_ref.get(ref)
@@ -233,11 +236,9 @@ class ReadingWindow:
         """Write-through: readings this process just stored, fetched from their source for
         [since, now), need no read back."""
         fed, pack = self._fed, _pack_minute
-        expected = self._expected
-        floor = -math.inf if expected is None else expected.timestamp()
-        # a reading that begins this early ends before the floor whatever its span: not
-        # even packed (after a downtime, most of what a cycle reads)
-        early = None if expected is None else expected - _LONGEST
+        expected, expected_of = self._expected, self._expected_of
+        floor = -math.inf
+        early: datetime | None = None
         last: tuple[str, str, str] | None = None
         rows = _Rows()  # replaced at the first reading
         for m in minutes:
@@ -247,65 +248,90 @@ class ReadingWindow:
                 last, ref = key, (m.provider, m.instance_id)
                 fed[ref] = (str(m.source), since)
                 rows = self._rows(ref)
+                begins = expected_of.get(ref, expected)
+                floor = -math.inf if begins is None else begins.timestamp()
+                # a reading that begins this early ends before the floor whatever its span:
+                # not even packed (after a downtime, most of what a cycle reads)
+                early = None if begins is None else begins - _LONGEST
             if early is not None and m.minute <= early:
                 continue
             row = pack(m)
             if row[1] + row[2] * 60 > floor:  # ends inside the next refresh's span
                 rows.append(row)
 
-    def expect(self, start: datetime) -> None:
-        """The next `refresh` begins at `start`: readings `add` is given that end before it
-        are stored but not held. After a downtime a cycle reads hours of metrics; the window
-        holding them all took gigabytes at 10,000 instances (accrual reads a span older than
-        the window from the store, `SpanReader`)."""
+    def expect(self, start: datetime,
+               starts: Mapping[InstanceRef, datetime] | None = None) -> None:
+        """The next `refresh` begins at `start` (an instance in `starts` at its own):
+        readings `add` is given that end before it are stored but not held. After a downtime
+        a cycle reads hours of metrics; the window holding them all took gigabytes at 10,000
+        instances (accrual reads a span older than the window from the store,
+        `SpanReader`)."""
         self._expected = start
+        self._expected_of = starts or {}
 
     @property
     def start(self) -> datetime | None:
-        """Where the window's span begins (None before the first `refresh`)."""
+        """Where the window's span begins (None before the first `refresh`): the earliest
+        any instance is held from."""
         return self._start
 
+    def holds(self, ref: InstanceRef, start: datetime) -> bool:
+        """Whether a span of `ref`'s that begins at `start` lies inside what the window
+        holds of it (where its own span begins, `refresh`'s `starts`)."""
+        if self._start is None:
+            return False
+        begins = self._from.get(ref)
+        return start >= self._start if begins is None else start.timestamp() >= begins
+
     def refresh(self, session: Session, refs: Iterable[InstanceRef], start: datetime,
-                end: datetime) -> None:
-        """Bring the window to [start, end), reading from the store only what `add` did not
-        bring: on first use, a fed instance's other sources and older minutes; after that,
-        the newest `late` span of the instances that were not fed."""
-        wanted = set(refs)
+                end: datetime, starts: Mapping[InstanceRef, datetime] | None = None) -> None:
+        """Bring the window to [start, end) (an instance in `starts` to [its own start,
+        end): each kind of resource is held as far back as its own policies look), reading
+        from the store only what `add` did not bring: an instance held from further back
+        than before (at first use, or when its window grows longer), its whole span less
+        what was fed; the others, the newest `late` span of the instances that were not
+        fed."""
+        own = starts or {}
+        begin = {ref: own.get(ref, start) for ref in refs}
         fed, self._fed = self._fed, {}
-        reads: list[Iterator[tuple[InstanceRef, Sequence[Any]]]] = []
-        if self._until is None or self._start is None or start < self._start:
-            # first use, or a longer window than cached: read it all but what was just fed
-            self._by_ref = {ref: v for ref, v in self._by_ref.items() if ref in fed}
-            reads.append(read_rows(session, wanted - set(fed), start, end, fields=_PACKED))
-            by_span: dict[tuple[str, datetime], list[InstanceRef]] = defaultdict(list)
-            for ref, span in fed.items():
-                if ref in wanted:
-                    by_span[span].append(ref)
-            for span, members in by_span.items():
-                reads.append(read_rows(session, members, start, end, skip=span,
-                                        fields=_PACKED))
-        else:
-            # what others stored since: the agent's minutes (one minute each; a cloud's
-            # readings of several minutes come through `add`, from this process's calls).
-            # Rows that began earlier and span into the late span were read when they were
-            # new: asking for them again re-read an hour of every stopped GPU's readings.
-            reads.append(read_rows(session, wanted - set(fed),
-                                    max(start, self._until - self.late), end,
-                                    spanning=False, fields=_PACKED))
+        before = math.inf if self._start is None else self._start.timestamp()
+        # whole spans to read, by where they begin and the fed span they leave out
+        whole: dict[tuple[datetime, tuple[str, datetime] | None], list[InstanceRef]] = (
+            defaultdict(list))
+        late: dict[datetime, list[InstanceRef]] = defaultdict(list)
+        for ref, b in begin.items():
+            if self._until is None or b.timestamp() < self._from.get(ref, before):
+                if ref not in fed:
+                    self._by_ref.pop(ref, None)  # what is held of it is read again
+                whole[(b, fed.get(ref))].append(ref)
+            elif ref not in fed:
+                # what others stored since: the agent's minutes (one minute each; a cloud's
+                # readings of several minutes come through `add`, from this process's
+                # calls). Rows that began earlier and span into the late span were read when
+                # they were new: asking for them again re-read an hour of every stopped
+                # GPU's readings.
+                late[max(b, self._until - self.late)].append(ref)
+        reads: list[Iterator[tuple[InstanceRef, Sequence[Any]]]] = [
+            read_rows(session, members, b, end, skip=skip, fields=_PACKED)
+            for (b, skip), members in whole.items()]
+        reads += [read_rows(session, members, b, end, spanning=False, fields=_PACKED)
+                  for b, members in late.items()]
         for ref in list(self._by_ref):
-            if ref not in wanted:
+            if ref not in begin:
                 del self._by_ref[ref]
         touched: set[InstanceRef] = set()
         for read in reads:
             for ref, values in read:
                 self._rows(ref).append(_pack_values(values))
                 touched.add(ref)
-        start_s = start.timestamp()
+        self._from = {ref: b.timestamp() for ref, b in begin.items()}
         for ref, rows in self._by_ref.items():
+            start_s = self._from[ref]
             # re-read rows repeat what was kept; old ones go a little after they leave
             if ref in touched or rows.oldest < start_s - _SLACK or rows.crowded():
                 rows.compact(start_s)
-        self._start, self._until = start, end
+        self._start = min([start, *begin.values()])
+        self._until = end
 
     def minutes(self, ref: InstanceRef, start: datetime, end: datetime) -> list[WindowReading]:
         rows = self._by_ref.get(ref)
@@ -335,21 +361,21 @@ class SpanReader:
         self._starts: dict[InstanceRef, datetime] = {}
         self._held: dict[InstanceRef, _Rows] = {}
 
-    def _in_window(self, start: datetime) -> bool:
-        begins = self.window.start if self.window is not None else None
-        return begins is not None and start >= begins
+    def _in_window(self, ref: InstanceRef, start: datetime) -> bool:
+        return self.window is not None and self.window.holds(ref, start)
 
     def expect(self, spans: Sequence[tuple[InstanceRef, datetime]]) -> None:
         """The instances accrual asks for next, in that order, each with its span's start;
         what was held for the previous ones is let go."""
-        self._starts = {ref: start for ref, start in spans if not self._in_window(start)}
+        self._starts = {ref: start for ref, start in spans
+                        if not self._in_window(ref, start)}
         self._order = list(self._starts)
         self._at = {ref: i for i, ref in enumerate(self._order)}
         self._held = {}
 
     def __call__(self, ref: InstanceRef, start: datetime, end: datetime
                  ) -> list[WindowReading]:
-        if self._in_window(start):
+        if self._in_window(ref, start):
             assert self.window is not None
             got = self.window.minutes(ref, start, end)
         else:

@@ -388,3 +388,43 @@ def test_sliding_readings_hand_out_what_the_store_holds_while_holding_a_slice(
                                                 key=lambda m: m.minute))
         assert ahead[0].minute == start
         assert len(ahead) == 2 * 24 * 12
+
+
+def test_each_instance_is_held_from_its_own_start_and_a_longer_one_is_read_again(
+        db: Database) -> None:
+    from costguard.store.window import SpanReader
+
+    # two hours stored of each; i-vm's kind looks back 45 minutes, i-nb's two hours
+    with db.session() as s:
+        write_minutes(s, [_m(iid, ago, AGENT, 3.0) for iid in ("i-vm", "i-nb")
+                          for ago in range(120, 0, -1)])
+    vm, nb = ("aws", "i-vm"), ("aws", "i-nb")
+    starts = {vm: NOW - timedelta(minutes=45), nb: NOW - timedelta(hours=2)}
+    fed = [_m("i-vm", ago, CW, 4.0) for ago in range(120, 0, -1)]
+    window = ReadingWindow()
+    window.expect(NOW - timedelta(hours=2), starts)
+    window.add(fed, since=NOW - timedelta(hours=2))  # fed minutes older than its start: dropped
+    with db.session() as s:
+        window.refresh(s, [vm, nb], NOW - timedelta(hours=2), NOW, starts)
+    assert window.start == NOW - timedelta(hours=2)
+    assert window.readings() == 45 + 120  # not i-vm's two hours
+    held = window.minutes(vm, NOW - timedelta(hours=2), NOW)
+    assert min(m.minute for m in held) == NOW - timedelta(minutes=45)
+    assert len(window.minutes(nb, NOW - timedelta(hours=2), NOW)) == 120
+    assert window.holds(nb, NOW - timedelta(hours=1))
+    assert not window.holds(vm, NOW - timedelta(hours=1))
+    assert window.holds(vm, NOW - timedelta(minutes=45))
+    # accrual's span of i-vm that begins before its start comes from the store
+    with db.session() as s:
+        reader = SpanReader(s, NOW, window)
+        reader.expect([(vm, NOW - timedelta(hours=1)), (nb, NOW - timedelta(hours=1))])
+        assert len(reader(vm, NOW - timedelta(hours=1), NOW)) == 60
+        assert reader._held.keys() == {vm}  # i-nb's hour was in the window
+        assert len(reader(nb, NOW - timedelta(hours=1), NOW)) == 60
+    # i-vm's kind now looks back further (a policy reloaded): its whole span is read again
+    starts[vm] = NOW - timedelta(minutes=90)
+    with db.session() as s:
+        window.refresh(s, [vm, nb], NOW - timedelta(hours=2), NOW, starts)
+    assert min(m.minute for m in window.minutes(vm, NOW - timedelta(hours=2), NOW)) == (
+        NOW - timedelta(minutes=90))
+    assert window.readings() == 90 + 120
