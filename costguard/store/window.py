@@ -5,7 +5,7 @@ policies (`ReadingWindow`), and accrual's reader of a span older than the window
 from __future__ import annotations
 
 import math
-from array import array
+import struct
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -22,8 +22,8 @@ from costguard.store.readings import InstanceRef, read_rows
 class WindowReading(NamedTuple):
     """The window's copy of a stored GPU-minute: the fields the idle classifier reads
     (`costguard.model.Reading`) and who measured it, built when asked for. A `GpuMinute`
-    costs ~2 KB of memory (a pydantic model's dict and fields-set); the window keeps 64
-    bytes per reading of a cloud's metrics, 112 where the agent's percentiles, memory and
+    costs ~2 KB of memory (a pydantic model's dict and fields-set); the window keeps 18
+    bytes per reading of a cloud's metrics, 46 where the agent's percentiles, memory and
     process figures come too."""
 
     gpu_index: int
@@ -52,30 +52,52 @@ _PACKED = ("gpu_index", "minute", "span_minutes", "source",
            "mem_used_bytes", "process_count", "top_process_pid", "top_process_bytes")
 _SOURCES = tuple(TelemetrySource)
 # a source's code, by member or by the text the store returns (a StrEnum equals its value)
-_SOURCE_CODE: dict[str, float] = {str(src): float(n) for n, src in enumerate(_SOURCES)}
+_SOURCE_CODE: dict[str, int] = {str(src): n for n, src in enumerate(_SOURCES)}
 assert sorted(_PACKED) == sorted(WindowReading._fields)
-_WIDTH = len(_PACKED)
-_NAN = float("nan")
 _make = tuple.__new__  # WindowReading._make without its length check
 _LONGEST = timedelta(minutes=MAX_SPAN_MINUTES)  # the longest span a reading covers
 _SLACK = 15 * 60  # seconds a reading may stay past the window before its row is dropped
 # a minute's datetime, shared by every instance's readings of that minute (building one per
 # reading was a third of handing them out); cleared when it holds more than four days of
 # minutes (a window is an hour or a few; what it keeps beyond that is never asked again)
-_WHEN: dict[float, datetime] = {}
+_WHEN: dict[int, datetime] = {}
 _WHEN_MAX = 4 * 24 * 60
-_STAMPS: dict[datetime, float] = {}  # the other way: a minute's epoch seconds, as `_WHEN`
+_STAMPS: dict[datetime, int] = {}  # the other way: a minute's epoch seconds, as `_WHEN`
+
+# A packed reading is one record of bytes (`struct`): GPU index (int32), minute (epoch
+# seconds, uint32: to 2106), span and source code (a byte each), the percentages as
+# hundredths of a point (uint16; `_NO_PCT` for none), then the agent's integers (int64
+# bytes, int32 counts and pids; -1 for none). Narrow: a cloud's four percentages, 18 bytes;
+# wide: all six and the integers, 46 bytes (as doubles they took 64 and 112).
+_NARROW_ROW = struct.Struct("<iIBB4H")
+_WIDE_ROW = struct.Struct("<iIBB6Hqiiq")
+_NARROW = 8  # values of a narrow row: gpu, minute, span, source, a cloud's four percentages
+_NO_PCT = 0xFFFF
+_GRID = 100  # a percentage kept to 1/100 of a point, rounded down, as settled blocks keep it
 
 
-def _packer(get: Callable[[Any], tuple[Any, ...]]) -> Callable[[Any], list[float]]:
-    """A reading (a GpuMinute or a stored row's column -> value) as one row of doubles:
-    the minute as epoch seconds, None as NaN. Integers (bytes, pids) stay exact below 2**53
-    (8 PB), far beyond any GPU's memory."""
-    nan = _NAN
+def _pct(value: float | None) -> int:
+    """A percentage (0-100) as the largest hundredth of a point at or below it: the grid
+    the settled blocks keep (`store.blocks.quantize`), so a threshold on the grid (`below: 5`,
+    `below: 0.5`) compares the same on the window's copy as on the reading, and the window
+    hands out what the store will once the hour is settled."""
+    if value is None:
+        return _NO_PCT
+    q = round(value * _GRID)
+    if q / _GRID > value:
+        q -= 1
+    return max(0, min(_NO_PCT - 1, q))
+
+
+def _packer(get: Callable[[Any], tuple[Any, ...]]) -> Callable[[Any], tuple[int, ...]]:
+    """A reading (a GpuMinute or a stored row's column -> value) as one packed record's
+    values: the minute as epoch seconds, percentages on the grid (`_pct`), None as the
+    record's mark for none."""
     stamps = _STAMPS
     code = _SOURCE_CODE
+    pct = _pct
 
-    def pack(reading: Any) -> list[float]:
+    def pack(reading: Any) -> tuple[int, ...]:
         # unrolled, and each minute converted once: a cold cycle packs a fleet's hour of
         # readings (4x faster than a loop over the values and a conversion per reading)
         gpu, minute, span, src, a, b, c, e, f, g, h, k, m, n = get(reading)
@@ -83,12 +105,10 @@ def _packer(get: Callable[[Any], tuple[Any, ...]]) -> Callable[[Any], list[float
         if stamp is None:
             if len(stamps) > _WHEN_MAX:
                 stamps.clear()
-            stamp = stamps[minute] = utc(minute).timestamp()
-        return [gpu, stamp, span, code[src],
-                nan if a is None else a, nan if b is None else b, nan if c is None else c,
-                nan if e is None else e, nan if f is None else f, nan if g is None else g,
-                nan if h is None else h, nan if k is None else k, nan if m is None else m,
-                nan if n is None else n]
+            stamp = stamps[minute] = int(utc(minute).timestamp())
+        return (gpu, stamp, span, code[src], pct(a), pct(b), pct(c), pct(e), pct(f), pct(g),
+                -1 if h is None else h, -1 if k is None else k, -1 if m is None else m,
+                -1 if n is None else n)
 
     return pack
 
@@ -97,89 +117,86 @@ _pack_minute = _packer(attrgetter(*_PACKED))
 _pack_values = _packer(tuple)  # a row read with `fields=_PACKED`
 
 
-_NARROW = _PACKED.index("util_p95")  # gpu, minute, span, source, a cloud's four percentages
-
-
-def _narrow(row: list[float]) -> bool:
-    """True when the packed reading has none of what only the agent measures (NaN: v != v):
-    as a cloud's readings have none."""
+def _narrow(row: tuple[int, ...]) -> bool:
+    """True when the packed reading has none of what only the agent measures: as a cloud's
+    readings have none."""
     e, f, h, k, m, n = row[_NARROW:]
-    return (e != e and f != f and h != h and k != k and m != m and n != n)
+    return e == _NO_PCT and f == _NO_PCT and h == k == m == n == -1
 
 
 class _Rows:
-    """One instance's readings as a flat array of doubles, `width` per reading, in the order
-    they arrived; a later copy of the same (GPU, minute) replaces an earlier one.
+    """One instance's readings as packed records in one bytearray, in the order they
+    arrived; a later copy of the same (GPU, minute) replaces an earlier one.
 
-    Rows are narrow (`_NARROW` doubles: gpu, minute, span, source and the four percentages
+    Records are narrow (`_NARROW_ROW`: gpu, minute, span, source and the four percentages
     a cloud gives: utilisation's and SM activity's mean and maximum) until a reading carries
-    more (an agent's percentiles, memory or processes): then every row is widened to
-    `_WIDTH`, the others NaN where the reading had none. An instance read from its cloud's
-    metrics alone (most of a large fleet) is held in 64 bytes a reading, not 112."""
+    more (an agent's percentiles, memory or processes): then every record is widened to
+    `_WIDE_ROW`, the others none where the reading had none. An instance read from its
+    cloud's metrics alone (most of a large fleet) is held in 18 bytes a reading, not 46."""
 
-    __slots__ = ("data", "kept", "oldest", "width")
+    __slots__ = ("data", "kept", "oldest", "row")
 
     def __init__(self) -> None:
-        self.data = array("d")
+        self.data = bytearray()
         self.oldest = math.inf  # the earliest reading's start, epoch seconds
         self.kept = 0  # len(data) after the last compact
-        self.width = _NARROW
+        self.row = _NARROW_ROW
 
     def crowded(self) -> bool:
         """Twice what the last compact kept: a cloud's settling span read again each cycle
         (CloudWatch's last 10 minutes) repeats minutes that are already held."""
-        return len(self.data) > 2 * max(self.kept, 64 * self.width)
+        return len(self.data) > 2 * max(self.kept, 64 * self.row.size)
 
-    def append(self, row: list[float]) -> None:
-        """Add one packed reading (`_WIDTH` values)."""
-        if self.width == _WIDTH:
-            self.data.extend(row)
+    def append(self, row: tuple[int, ...]) -> None:
+        """Add one packed reading (`_packer`'s values)."""
+        if self.row is _WIDE_ROW:
+            self.data += _WIDE_ROW.pack(*row)
         elif _narrow(row):
-            self.data.extend(row[:_NARROW])
+            self.data += _NARROW_ROW.pack(*row[:_NARROW])
         else:
             self._widen()
-            self.data.extend(row)
+            self.data += _WIDE_ROW.pack(*row)
         if row[1] < self.oldest:
             self.oldest = row[1]
 
     def _widen(self) -> None:
-        d, wide, none = self.data, array("d"), [_NAN] * (_WIDTH - _NARROW)
-        for i in range(0, len(d), _NARROW):
-            wide.extend(d[i:i + _NARROW])
-            wide.extend(none)
-        self.data, self.width = wide, _WIDTH
-        self.kept = self.kept // _NARROW * _WIDTH
+        wide, more = _WIDE_ROW.pack, (_NO_PCT, _NO_PCT, -1, -1, -1, -1)
+        self.data = bytearray(b"".join(wide(*values, *more)
+                                       for values in _NARROW_ROW.iter_unpack(self.data)))
+        self.kept = self.kept // _NARROW_ROW.size * _WIDE_ROW.size
+        self.row = _WIDE_ROW
 
     def compact(self, start_s: float) -> None:
         """Drop the readings that end before `start_s` and all but the last copy of each
         (GPU, minute)."""
-        d, w = self.data, self.width
-        kept: dict[tuple[float, float], array[float]] = {}
-        for i in range(0, len(d), w):
-            t, span = d[i + 1], d[i + 2]
+        d, size = bytes(self.data), self.row.size
+        kept: dict[tuple[int, int], int] = {}  # (gpu, minute) -> the record's offset
+        at = 0
+        for gpu, t, span, *_ in self.row.iter_unpack(d):
             if t >= start_s or t + span * 60 > start_s:
-                kept[(d[i], t)] = d[i:i + w]
-        self.data = array("d")
-        for row in kept.values():
-            self.data.extend(row)
+                kept[(gpu, t)] = at
+            at += size
+        self.data = bytearray(b"".join(d[at:at + size] for at in kept.values()))
         self.oldest = min((t for _, t in kept), default=math.inf)
         self.kept = len(self.data)
 
     def __len__(self) -> int:
         """Readings held."""
-        return len(self.data) // self.width
+        return len(self.data) // self.row.size
 
     def readings(self, start_s: float, end_s: float) -> list[WindowReading]:
         """The readings that cover any minute of [start_s, end_s), as `covering` picks."""
-        d, w = self.data.tolist(), self.width
-        out: dict[tuple[float, float], WindowReading] = {}
+        out: dict[tuple[int, int], WindowReading] = {}
         when = _WHEN
         if len(when) > _WHEN_MAX:
             when.clear()
-        e = f = g = h = k = m = n = _NAN  # what a narrow row does not hold
+        no, grid = _NO_PCT, _GRID
+        e = f = no  # what a narrow record does not hold
+        h = k = m = n = -1
         sources = _SOURCES
-        for i in range(0, len(d), w):
-            t, span = d[i + 1], d[i + 2]
+        wide = self.row is _WIDE_ROW
+        for values in self.row.iter_unpack(self.data):
+            gpu, t, span = values[0], values[1], values[2]
             if span == 1:
                 if not start_s <= t < end_s:
                     continue
@@ -188,18 +205,19 @@ class _Rows:
             minute = when.get(t)
             if minute is None:
                 minute = when[t] = datetime.fromtimestamp(t, UTC)
-            # unrolled, NaN (v != v) as None: twice as fast as comprehensions (~1 us a reading)
-            if w == _WIDTH:
-                s, a, b, c, g, e, f, h, k, m, n = d[i + 3:i + _WIDTH]
+            # unrolled: twice as fast as comprehensions (~1 us a reading)
+            if wide:
+                s, a, b, c, g, e, f, h, k, m, n = values[3:]
             else:
-                s, a, b, c, g = d[i + 3:i + _NARROW]
+                s, a, b, c, g = values[3:]
             # packed util mean, max, SM mean, SM max, util p95, SM p95: WindowReading's order
-            out[(d[i], t)] = _make(WindowReading, (
-                int(d[i]), minute, int(span),
-                None if a != a else a, None if e != e else e, None if b != b else b,
-                None if c != c else c, None if f != f else f, None if g != g else g,
-                None if h != h else int(h), None if k != k else int(k),
-                None if m != m else int(m), None if n != n else int(n), sources[int(s)]))
+            out[(gpu, t)] = _make(WindowReading, (
+                gpu, minute, span,
+                None if a == no else a / grid, None if e == no else e / grid,
+                None if b == no else b / grid, None if c == no else c / grid,
+                None if f == no else f / grid, None if g == no else g / grid,
+                None if h < 0 else h, None if k < 0 else k,
+                None if m < 0 else m, None if n < 0 else n, sources[s]))
         return list(out.values())
 
 
@@ -209,7 +227,7 @@ class ReadingWindow:
     Each cycle needs the last hour or so of GPU-minutes twice (accrual and idle evaluation);
     re-reading the whole window every cycle dominated a cycle's cost. The store stays the
     source of truth: each refresh re-reads the newest `late` span, so agent minutes that
-    arrive a little late are still seen. Readings are kept packed (`_Rows`, 64-112 bytes each;
+    arrive a little late are still seen. Readings are kept packed (`_Rows`, 18-46 bytes each;
     as `GpuMinute`s an hour of 10,000 instances' GPUs took over a gigabyte) and handed out as
     `WindowReading`s, one instance at a time.
     """

@@ -139,7 +139,7 @@ def _bytes_a_reading(window: ReadingWindow, minutes: list[GpuMinute]) -> float:
     return held / len(minutes)
 
 
-def test_the_window_holds_a_reading_in_about_a_hundred_bytes(db: Database) -> None:
+def test_the_window_holds_an_agents_reading_in_about_fifty_bytes(db: Database) -> None:
     # the daemon's memory at fleet scale is this window (an hour of every GPU's minutes):
     # as GpuMinute models it was ~2 KB a reading, 1.8 GB at 10,000 instances
     minutes = [_full(f"i-{n}", ago, gpu, util_mean=1.0, util_max=2.0, mem_used_bytes=10**9,
@@ -147,20 +147,20 @@ def test_the_window_holds_a_reading_in_about_a_hundred_bytes(db: Database) -> No
                for n in range(50) for gpu in range(4) for ago in range(60, 0, -1)]
     assert len(minutes) == 12_000
     held = _bytes_a_reading(ReadingWindow(), minutes)
-    assert held < 160, f"{held:.0f} bytes a reading"
+    assert held < 60, f"{held:.0f} bytes a reading"
 
 
 def test_a_cloud_read_instance_is_held_narrow_until_an_agent_reading_widens_it(
         db: Database) -> None:
     # a cloud's readings carry four percentages (utilisation's and SM activity's mean and
-    # maximum) and their source, no percentile, memory or process figure: held in 64 bytes,
-    # not 112; an agent's reading of the same instance widens its rows, nothing held changes
+    # maximum) and their source, no percentile, memory or process figure: held in 18 bytes,
+    # not 46; an agent's reading of the same instance widens its rows, nothing held changes
     cloud = [_full(f"i-{n}", ago, gpu, source=CW, util_mean=1.5, util_max=2.0,
                    sm_mean=0.25, sm_max=0.75)
              for n in range(50) for gpu in range(4) for ago in range(60, 0, -1)]
     window = ReadingWindow()
     held = _bytes_a_reading(window, cloud)
-    assert held < 76, f"{held:.0f} bytes a reading"
+    assert held < 24, f"{held:.0f} bytes a reading"
 
     agent = _full("i-0", 30, 1, util_mean=40.0, mem_used_bytes=3 * 2**30, process_count=2,
                   top_process_pid=77, top_process_bytes=2**30)
@@ -428,3 +428,47 @@ def test_each_instance_is_held_from_its_own_start_and_a_longer_one_is_read_again
     assert min(m.minute for m in window.minutes(vm, NOW - timedelta(hours=2), NOW)) == (
         NOW - timedelta(minutes=90))
     assert window.readings() == 90 + 120
+
+
+def test_percentages_are_held_to_a_hundredth_rounded_down_as_settled_blocks_keep_them(
+        db: Database) -> None:
+    from costguard.store import compact
+    from costguard.telemetry.classify import classify
+
+    # the window holds a percentage as hundredths of a point (two bytes), rounded down: the
+    # grid the settled blocks keep, so the window hands out what the store will once the
+    # hour settles, and a threshold on the grid compares the same on either copy
+    values = [4.999, 5.0, 12.345, 0.004, 99.999, 100.0, 0.0, 33.3333]
+    old = NOW - timedelta(hours=3)  # an hour that settles
+    fed = [GpuMinute(provider="aws", instance_id="i-g", gpu_index=0, source=CW,
+                     minute=old + timedelta(minutes=k), util_mean=v, util_max=v, sm_mean=v,
+                     sm_max=v) for k, v in enumerate(values)]
+    window = ReadingWindow()
+    window.add(fed, since=old)
+    with db.session() as s:
+        write_minutes(s, fed)
+        window.refresh(s, [("aws", "i-g")], old, old + timedelta(minutes=10))
+    held = window.minutes(("aws", "i-g"), old, old + timedelta(minutes=10))
+    assert [m.util_mean for m in held] == [4.99, 5.0, 12.34, 0.0, 99.99, 100.0, 0.0, 33.33]
+    assert all(m.util_max == m.sm_mean == m.sm_max == m.util_mean for m in held)
+    assert all(m.util_p95 is None and m.mem_used_bytes is None for m in held)
+
+    compact.compact(db.session, NOW, raw_since=NOW - timedelta(days=7))
+    with db.session() as s:
+        again = ReadingWindow()
+        again.refresh(s, [("aws", "i-g")], old, old + timedelta(minutes=10))
+    settled = again.minutes(("aws", "i-g"), old, old + timedelta(minutes=10))
+    assert [_fields(m) for m in settled] == [_fields(m) for m in held]
+
+    # below 5 %: the 4.999 minute is idle on either copy, the 5.0 one is not
+    def verdict(minutes: list[Any], at: datetime) -> str:
+        return str(classify(minutes, window_start=at, window_end=at + timedelta(minutes=1),
+                            gpu_count=1, below=5.0, min_coverage=0.5).verdict)
+
+    got = []
+    for k in (0, 1):
+        at = old + timedelta(minutes=k)
+        mine = verdict([m for m in held if m.minute == at], at)
+        assert mine == verdict([m for m in fed if m.minute == at], at)
+        got.append(mine == "idle")
+    assert got == [True, False]
