@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -9,6 +9,7 @@ from costguard.actions.runner import FaultHook
 from costguard.clock import ManualClock
 from costguard.config import Settings
 from costguard.engine import Engine
+from costguard.model import GpuMinute, Instance
 from costguard.policy.load import parse_policy_text
 from costguard.store.db import Database
 from tests.fakes.cloud import T0, ScriptedCloud
@@ -57,3 +58,21 @@ def run_for(engine: Engine, clock: ManualClock, duration: timedelta,
     while clock.now() < end:
         engine.run_cycle()
         clock.advance(step)
+
+
+MetricsCall = tuple[list[str], datetime, datetime]
+
+
+def record_metric_calls(cloud: ScriptedCloud) -> list[MetricsCall]:
+    """Each `gpu_metrics` call made of `cloud` from now on: the instances asked (sorted),
+    and the span."""
+    calls: list[MetricsCall] = []
+    inner = cloud.gpu_metrics
+
+    def gpu_metrics(instances: list[Instance], start: datetime, end: datetime
+                    ) -> list[GpuMinute]:
+        calls.append((sorted(i.instance_id for i in instances), start, end))
+        return inner(instances, start, end)
+
+    cloud.gpu_metrics = gpu_metrics  # type: ignore[method-assign]
+    return calls

@@ -15,23 +15,8 @@ from costguard.policy.conditions import IdleCondition
 from costguard.store.db import Database
 from costguard.store.readings import read_minutes
 from costguard.store.tables import PolicyStateRow
-from tests.engine.conftest import EngineFactory
+from tests.engine.conftest import EngineFactory, record_metric_calls
 from tests.fakes.cloud import T0, ScriptedCloud, always, until
-
-Call = tuple[list[str], datetime, datetime]
-
-
-def _record(cloud: ScriptedCloud) -> list[Call]:
-    calls: list[Call] = []
-    inner = cloud.gpu_metrics
-
-    def gpu_metrics(instances: list[Instance], start: datetime, end: datetime
-                    ) -> list[GpuMinute]:
-        calls.append((sorted(i.instance_id for i in instances), start, end))
-        return inner(instances, start, end)
-
-    cloud.gpu_metrics = gpu_metrics  # type: ignore[method-assign]
-    return calls
 
 
 def test_first_cycle_reads_history_only_for_gpus_that_could_be_idle(
@@ -43,7 +28,7 @@ def test_first_cycle_reads_history_only_for_gpus_that_could_be_idle(
     cloud.add("i-woke", until(now - timedelta(minutes=10), "no_process", "busy"))
     cloud.add("i-dozed", until(now - timedelta(minutes=30), "busy", "no_process"))
     cloud.add("i-tiny", always("tiny_kernels"))  # util_gpu ~12 %, SMs idle: SM decides
-    calls = _record(cloud)
+    calls = record_metric_calls(cloud)
 
     make_engine().run_cycle()  # the policy: idle below 5 % for 45 minutes, signal auto
 
@@ -88,7 +73,7 @@ def test_a_provider_reading_the_window_once_is_asked_once_and_keeps_the_same_min
     cloud.add("i-woke", until(now - timedelta(minutes=10), "no_process", "busy"))
     cloud.add("i-dozed", until(now - timedelta(minutes=30), "busy", "no_process"))
     cloud.add("i-tiny", always("tiny_kernels"))
-    calls = _record(cloud)
+    calls = record_metric_calls(cloud)
 
     make_engine().run_cycle()
 
@@ -115,7 +100,7 @@ def test_later_cycles_read_every_gpu_from_the_watermark(
     cloud.add("i-busy", always("busy"))
     engine = make_engine()
     engine.run_cycle()
-    calls = _record(cloud)
+    calls = record_metric_calls(cloud)
     clock.advance(timedelta(minutes=5))
     engine.run_cycle()
     assert [c[0] for c in calls] == [["i-busy"]]  # one read, from where the last one ended

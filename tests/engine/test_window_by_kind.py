@@ -4,15 +4,15 @@ kind's longer window (notebooks', 2 hours) does not hold every instance's readin
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from sqlmodel import select
 
 from costguard.clock import ManualClock
-from costguard.model import GpuMinute, Instance, InstanceKind
+from costguard.model import InstanceKind
 from costguard.store.db import Database
 from costguard.store.tables import PolicyStateRow
-from tests.engine.conftest import EngineFactory, run_for
+from tests.engine.conftest import EngineFactory, record_metric_calls, run_for
 from tests.fakes.cloud import ScriptedCloud, always
 
 POLICIES = """\
@@ -36,22 +36,6 @@ policies:
       - stop: {grace: 2h}
 """
 
-Call = tuple[list[str], datetime, datetime]
-
-
-def _record(cloud: ScriptedCloud) -> list[Call]:
-    calls: list[Call] = []
-    inner = cloud.gpu_metrics
-
-    def gpu_metrics(instances: list[Instance], start: datetime, end: datetime
-                    ) -> list[GpuMinute]:
-        calls.append((sorted(i.instance_id for i in instances), start, end))
-        return inner(instances, start, end)
-
-    cloud.gpu_metrics = gpu_metrics  # type: ignore[method-assign]
-    return calls
-
-
 def _fleet(cloud: ScriptedCloud) -> None:
     cloud.add("i-vm", always("no_process"))
     cloud.add("nb-1", always("no_process"), kind=InstanceKind.NOTEBOOK)
@@ -60,7 +44,7 @@ def _fleet(cloud: ScriptedCloud) -> None:
 def test_a_first_cycle_reads_each_kind_over_its_own_window(
         make_engine: EngineFactory, cloud: ScriptedCloud, clock: ManualClock) -> None:
     _fleet(cloud)
-    calls = _record(cloud)
+    calls = record_metric_calls(cloud)
     now = clock.now()
     make_engine(POLICIES).run_cycle()
     older = sorted((ids, start) for ids, start, _ in calls
