@@ -472,3 +472,23 @@ def test_percentages_are_held_to_a_hundredth_rounded_down_as_settled_blocks_keep
         assert mine == verdict([m for m in fed if m.minute == at], at)
         got.append(mine == "idle")
     assert got == [True, False]
+
+
+def test_a_percentage_remembered_on_the_grid_is_the_one_computed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import random
+
+    from costguard.store import window as w
+
+    # the packer looks a percentage's grid point up among those it has computed, forgetting
+    # them all past a size: whatever it remembers or forgets, the point is `_pct`'s
+    monkeypatch.setattr(w, "_ON_GRID_MAX", 50)
+    rng = random.Random(7)
+    values = [rng.choice([rng.uniform(0, 100), float(rng.randint(0, 100)),
+                          rng.randint(0, 10_000) / 100, None]) for _ in range(2_000)]
+    for i in range(0, len(values) - 6, 6):
+        six = values[i:i + 6]
+        m = _full("i-p", 5, 0, util_mean=six[0], util_max=six[1], sm_mean=six[2],
+                  sm_max=six[3], util_p95=six[4], sm_p95=six[5])
+        assert w._pack_minute(m)[4:10] == tuple(map(w._pct, six))
+    assert len(w._ON_GRID) <= 51 + 6
