@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -112,7 +113,8 @@ policies:
         default="auto", description="Which GPU measurement decides."
     )
     below: float = Field(
-        default=5, gt=0, le=100, description="Idle means below this percentage (0-100]."
+        default=5, gt=0, le=100,
+        description="Idle means below this percentage (0-100], to a hundredth of a point."
     )
     for_: Annotated[
         Duration,
@@ -141,6 +143,11 @@ policies:
     @classmethod
     def _missing_is_never_idle(cls, value: Any) -> Any:
         return missing_is_never_idle(value)
+
+    @field_validator("below")
+    @classmethod
+    def _below_on_the_grid(cls, value: float) -> float:
+        return on_the_grid(value)
 
     @property
     def window(self) -> timedelta:
@@ -327,6 +334,22 @@ def hourly_threshold(usd_per_hour: float | None, usd_per_day: float | None) -> f
     if usd_per_day is not None and usd_per_hour is None:
         return usd_per_day / 24
     raise PydanticCustomError("cost_over", "give exactly one of usd_per_hour or usd_per_day")
+
+
+def on_the_grid(value: float) -> float:
+    """A threshold readings are compared with: readings are held and kept to a hundredth of
+    a point, rounded down (the reading window, the settled blocks), which compares the same
+    as the reading only against a threshold on that grid. Between two grid points (4.995),
+    a reading of 4.996 kept as 4.99 would be below it: idle where the GPU was not."""
+    if round(value * 100) / 100 != value:
+        raise PydanticCustomError(
+            "grid",
+            "a threshold is given to a hundredth of a point (readings are kept to a hundredth, "
+            "rounded down, and one between two hundredths could then look idle): "
+            "use {near}", {"near": " or ".join(
+                f"{q / 100:g}" for q in (math.floor(value * 100), math.ceil(value * 100))
+                if q > 0)})
+    return value
 
 
 def at_least_one(values: list[Any], missing_tags: tuple[str, ...] | None) -> None:

@@ -98,6 +98,26 @@ def test_idle_window_shorter_than_five_minutes_is_refused_with_the_reason() -> N
     assert "must be at least 5m (got 2m)" in error.message
 
 
+def test_an_idle_threshold_between_two_hundredths_is_refused_with_both_neighbours() -> None:
+    # readings are held and kept to a hundredth of a point, rounded down: between two grid
+    # points, a GPU at 4.996 % kept as 4.99 would be "below 4.995", idle where it was not
+    (error,) = _errors(
+        "policies:\n  - name: a\n    condition: {idle: {below: 4.995}}\n    actions: [notify]\n"
+    )
+    assert (error.line, error.column) == (3, 31)
+    assert error.message == (
+        "policies[0].condition.idle.below: a threshold is given to a hundredth of a point "
+        "(readings are kept to a hundredth, rounded down, and one between two hundredths "
+        "could then look idle): use 4.99 or 5")
+    (tiny,) = _errors(
+        "policies:\n  - name: a\n    condition: {idle: {below: 0.001}}\n    actions: [notify]\n"
+    )
+    assert tiny.message.endswith("use 0.01")  # below 0 is no threshold
+    for fine in ("5", "0.5", "0.29", "4.99", "0.01", "100"):
+        text = "policies:\n  - name: a\n    condition: {idle: {below: BELOW}}\n"
+        parse_policy_text(text.replace("BELOW", fine) + "    actions: [notify]\n", "p.yml")
+
+
 def test_a_value_outside_a_fixed_set_names_the_closest_allowed_one() -> None:
     state, lifecycle, evidence = _errors(
         "policies:\n  - name: a\n    filters: {state: [runing], lifecycle: spott}\n"
