@@ -222,6 +222,9 @@ class TelemetrySource(StrEnum):
 
 
 MAX_SPAN_MINUTES = 60  # the longest cloud metric period costguard reads (CloudWatch: 1 h)
+# readings' percentages are kept to 1/PERCENT_GRID of a point, rounded down (store/blocks.py,
+# store/window.py); a threshold compared with them is given on that grid
+PERCENT_GRID = 100
 
 
 class GpuMinute(Frozen):

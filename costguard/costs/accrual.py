@@ -29,7 +29,7 @@ from costguard.model import (
     Verdict,
 )
 from costguard.store.inventory import to_instance
-from costguard.store.readings import InstanceRef
+from costguard.store.refs import InstanceRef
 from costguard.store.tables import CostIntervalRow, InstanceRow
 from costguard.store.upsert import driver_sql
 from costguard.store.window import SpanReader

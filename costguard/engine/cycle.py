@@ -47,7 +47,8 @@ from costguard.store import control
 from costguard.store.db import Database
 from costguard.store.inventory import current_instances
 from costguard.store.memory import StoreMemory
-from costguard.store.readings import InstanceRef, instances_with_source, write_minutes
+from costguard.store.readings import instances_with_source, write_minutes
+from costguard.store.refs import InstanceRef
 from costguard.store.tables import CycleRow, InstanceRow
 from costguard.store.window import ReadingWindow, SpanReader
 

@@ -9,6 +9,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import AfterValidator, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from costguard.model import PERCENT_GRID
 from costguard.policy.base import Duration, Element, OneOrMany, Text, at_least
 from costguard.policy.schedule import OfficeHours
 
@@ -341,13 +342,14 @@ def on_the_grid(value: float) -> float:
     a point, rounded down (the reading window, the settled blocks), which compares the same
     as the reading only against a threshold on that grid. Between two grid points (4.995),
     a reading of 4.996 kept as 4.99 would be below it: idle where the GPU was not."""
-    if round(value * 100) / 100 != value:
+    if round(value * PERCENT_GRID) / PERCENT_GRID != value:
         raise PydanticCustomError(
             "grid",
             "a threshold is given to a hundredth of a point (readings are kept to a hundredth, "
             "rounded down, and one between two hundredths could then look idle): "
             "use {near}", {"near": " or ".join(
-                f"{q / 100:g}" for q in (math.floor(value * 100), math.ceil(value * 100))
+                f"{q / PERCENT_GRID:g}"
+                for q in (math.floor(value * PERCENT_GRID), math.ceil(value * PERCENT_GRID))
                 if q > 0)})
     return value
 

@@ -29,7 +29,8 @@ from costguard.policy.actions import StopAction
 from costguard.policy.evaluate import Finding
 from costguard.policy.schema import Policy
 from costguard.store.db import Database
-from costguard.store.readings import InstanceRef, read_rows
+from costguard.store.readings import read_rows
+from costguard.store.refs import InstanceRef
 from costguard.telemetry.classify import classify
 from costguard.telemetry.stop_evidence import Checkable, stop_evidence
 

@@ -16,6 +16,7 @@ from sqlmodel import Session
 
 from costguard.store import blocks
 from costguard.store.compact import BLOCKS, SERIES, hour_of, hour_start
+from costguard.store.refs import ids_by_provider
 
 log = logging.getLogger(__name__)
 
@@ -112,10 +113,7 @@ def heard(session: Session, source: str, since: datetime,
     if refs is None:
         found += session.execute(stmt).all()
     else:
-        by_provider: dict[str, list[str]] = {}
-        for provider, iid in set(refs):
-            by_provider.setdefault(provider, []).append(iid)
-        for provider, ids in by_provider.items():
+        for provider, ids in ids_by_provider(refs).items():
             for at in range(0, len(ids), _IN_CHUNK):
                 found += session.execute(stmt.where(
                     SERIES.c.provider == provider,

@@ -29,6 +29,7 @@ from functools import cache
 from itertools import accumulate
 from typing import Any, TypeVar
 
+from costguard.model import PERCENT_GRID
 from costguard.store.tables import GpuReadingRow
 
 _TABLE = GpuReadingRow.__table__  # type: ignore[attr-defined]
@@ -36,7 +37,7 @@ _META = ("provider", "instance_id", "gpu_index", "minute", "source", "span_minut
 VALUE_FIELDS: tuple[str, ...] = tuple(c.name for c in _TABLE.columns if c.name not in _META)
 _FLOATS = frozenset(c.name for c in _TABLE.columns
                     if c.name in VALUE_FIELDS and c.type.python_type is float)
-_SCALE: dict[str, int] = {name: (1_000_000 if name == "util_active_share" else 100)
+_SCALE: dict[str, int] = {name: (1_000_000 if name == "util_active_share" else PERCENT_GRID)
                           for name in _FLOATS}
 _LIMIT = 2**62  # a stored integer's magnitude (zig-zag of a delta stays within 64 bits)
 _VERSION = 1

@@ -31,6 +31,7 @@ from sqlmodel import Session
 
 from costguard.store import blocks, hours
 from costguard.store.block_tables import ReadingBlockRow, ReadingHourRow, ReadingSeriesRow
+from costguard.store.refs import ids_by_provider
 from costguard.store.tables import GpuReadingRow
 from costguard.store.upsert import dialect_insert
 
@@ -96,11 +97,8 @@ def compact(session_of: Callable[[], Any], now: datetime, *, raw_since: datetime
     done = Compacted()
     if progress is not None:
         progress(0, len(todo))
-    by_provider: dict[str, list[str]] = defaultdict(list)
-    for provider, instance_id in todo:
-        by_provider[provider].append(instance_id)
     count = 0
-    for provider, ids in by_provider.items():
+    for provider, ids in ids_by_provider(todo).items():
         for first in range(0, len(ids), batch):
             chunk = ids[first:first + batch]
             with session_of() as s:

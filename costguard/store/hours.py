@@ -169,6 +169,10 @@ def _gpu_hour(gpu: int, rows: list[Entry]) -> GpuHour:
 _HIST_CELLS = len(HISTOGRAMS) * BUCKETS
 
 
+_NONE = -1  # a statistic nothing measured (every statistic is 0 or more)
+_MOST = 2**62
+
+
 def encode(hours: Sequence[GpuHour]) -> bytes:
     """One instance-hour's GPU-hours as a blob: the GPU index and the statistics as one
     matrix of integers (column by column, -1 where nothing measured one), zig-zag deltas
@@ -186,10 +190,6 @@ def encode(hours: Sequence[GpuHour]) -> bytes:
     raw = counts.tobytes()
     shuffled = b"".join(raw[i::4] for i in range(4))
     return compress_bytes(struct.pack("<I", rows) + pack_ints(flat) + shuffled, small=True)
-
-
-_NONE = -1  # a statistic nothing measured (every statistic is 0 or more)
-_MOST = 2**62
 
 
 def decode(blob: bytes) -> list[GpuHour]:

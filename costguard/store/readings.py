@@ -16,13 +16,12 @@ from sqlalchemy.types import NullType
 from sqlmodel import Session
 
 from costguard.model import MAX_SPAN_MINUTES, GpuMinute
+from costguard.store.refs import InstanceRef, ids_by_provider
 from costguard.store.tables import GpuReadingRow
 from costguard.store.upsert import dialect_insert, driver_sql
 
 _TABLE: Table = GpuReadingRow.__table__  # type: ignore[attr-defined]
 _KEY = ("provider", "instance_id", "gpu_index", "minute")
-
-InstanceRef = tuple[str, str]  # (provider, instance_id)
 
 
 def write_minutes(session: Session, minutes: Sequence[GpuMinute]) -> int:
@@ -139,9 +138,7 @@ def read_rows(
     only those)."""
     from costguard.store.block_reads import SettledReads
 
-    by_provider: dict[str, list[str]] = defaultdict(list)
-    for provider, instance_id in set(refs):
-        by_provider[provider].append(instance_id)
+    by_provider = ids_by_provider(refs)
     # `minute` as the driver returns it, converted once per distinct value: a read of hours
     # of a fleet's readings repeats a few hundred minutes millions of times
     cols = [_TABLE.c.instance_id, _TABLE.c.gpu_index,
@@ -219,11 +216,8 @@ def instances_with_source(
         found = {(r.provider, r.instance_id) for r in session.execute(stmt)}
         return found | heard(session, source, since)
     wanted = set(refs)
-    by_provider: dict[str, list[str]] = defaultdict(list)
-    for provider, instance_id in wanted:
-        by_provider[provider].append(instance_id)
     found = set()
-    for provider, ids in by_provider.items():
+    for provider, ids in ids_by_provider(wanted).items():
         for first in range(0, len(ids), _IN_CHUNK):
             found.update((r.provider, r.instance_id) for r in session.execute(stmt.where(
                 _TABLE.c.provider == provider,

@@ -15,8 +15,10 @@ from typing import Any, NamedTuple
 from sqlmodel import Session
 
 from costguard.clock import utc
-from costguard.model import MAX_SPAN_MINUTES, GpuMinute, TelemetrySource
-from costguard.store.readings import InstanceRef, read_rows
+from costguard.model import MAX_SPAN_MINUTES, PERCENT_GRID, GpuMinute, TelemetrySource
+from costguard.store.blocks import quantize
+from costguard.store.readings import read_rows
+from costguard.store.refs import InstanceRef
 
 
 class WindowReading(NamedTuple):
@@ -73,7 +75,6 @@ _NARROW_ROW = struct.Struct("<iIBB4H")
 _WIDE_ROW = struct.Struct("<iIBB6Hqiiq")
 _NARROW = 8  # values of a narrow row: gpu, minute, span, source, a cloud's four percentages
 _NO_PCT = 0xFFFF
-_GRID = 100  # a percentage kept to 1/100 of a point, rounded down, as settled blocks keep it
 
 
 def _pct(value: float | None) -> int:
@@ -83,10 +84,7 @@ def _pct(value: float | None) -> int:
     hands out what the store will once the hour is settled."""
     if value is None:
         return _NO_PCT
-    q = round(value * _GRID)
-    if q / _GRID > value:
-        q -= 1
-    return max(0, min(_NO_PCT - 1, q))
+    return max(0, min(_NO_PCT - 1, quantize(value, PERCENT_GRID)))
 
 
 # percentages already put on the grid: a fleet's readings repeat a few thousand values (a
@@ -209,7 +207,7 @@ class _Rows:
         when = _WHEN
         if len(when) > _WHEN_MAX:
             when.clear()
-        no, grid = _NO_PCT, _GRID
+        no, grid = _NO_PCT, PERCENT_GRID
         e = f = no  # what a narrow record does not hold
         h = k = m = n = -1
         sources = _SOURCES

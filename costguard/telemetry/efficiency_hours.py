@@ -28,7 +28,8 @@ from costguard.store import blocks
 from costguard.store.compact import BLOCKS, HOURS, SERIES, hour_of, hour_start
 from costguard.store.hours import BUCKETS, EDGES, GpuHour, summarize
 from costguard.store.hours import decode as decode_hours
-from costguard.store.readings import InstanceRef, read_rows
+from costguard.store.readings import read_rows
+from costguard.store.refs import InstanceRef
 from costguard.store.tables import GpuReadingRow
 from costguard.telemetry.efficiency import (
     HOST,

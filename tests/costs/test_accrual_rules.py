@@ -18,7 +18,7 @@ from costguard.costs.pricing import DiskPrice, PriceCatalog, PriceOverrides
 from costguard.model import GpuMinute, Instance, InstanceState, PriceQuote
 from costguard.store.db import Database
 from costguard.store.inventory import record_inventory
-from costguard.store.readings import InstanceRef
+from costguard.store.refs import InstanceRef
 from costguard.store.tables import CostIntervalRow, InstanceRow
 from tests.costs.fleet import T0, idle_minutes, instance
 
