@@ -223,7 +223,7 @@ class TelemetrySource(StrEnum):
 
 MAX_SPAN_MINUTES = 60  # the longest cloud metric period costguard reads (CloudWatch: 1 h)
 # readings' percentages are kept to 1/PERCENT_GRID of a point, rounded down (store/blocks.py,
-# store/window.py); a threshold compared with them is given on that grid
+# store/packed.py); a threshold compared with them is given on that grid
 PERCENT_GRID = 100
 
 
@@ -291,7 +291,7 @@ class GpuMinute(Frozen):
 
 class Reading(Protocol):
     """What the idle classifier reads of a GPU-minute, and who measured it: a `GpuMinute`,
-    or the reading window's compact copy of one (store/window.py `WindowReading`), which
+    or the reading window's compact copy of one (store/packed.py `WindowReading`), which
     keeps these fields only."""
 
     @property

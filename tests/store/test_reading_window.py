@@ -10,8 +10,9 @@ import pytest
 
 from costguard.model import GpuMinute, TelemetrySource
 from costguard.store.db import Database
+from costguard.store.packed import WindowReading
 from costguard.store.readings import write_minutes
-from costguard.store.window import ReadingWindow, WindowReading
+from costguard.store.window import ReadingWindow
 
 NOW = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
 CW, AGENT = TelemetrySource.CLOUDWATCH, TelemetrySource.AGENT
@@ -478,7 +479,7 @@ def test_a_percentage_remembered_on_the_grid_is_the_one_computed(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import random
 
-    from costguard.store import window as w
+    from costguard.store import packed as w
 
     # the packer looks a percentage's grid point up among those it has computed, forgetting
     # them all past a size: whatever it remembers or forgets, the point is `_pct`'s
@@ -490,5 +491,5 @@ def test_a_percentage_remembered_on_the_grid_is_the_one_computed(
         six = values[i:i + 6]
         m = _full("i-p", 5, 0, util_mean=six[0], util_max=six[1], sm_mean=six[2],
                   sm_max=six[3], util_p95=six[4], sm_p95=six[5])
-        assert w._pack_minute(m)[4:10] == tuple(map(w._pct, six))
+        assert w.pack_minute(m)[4:10] == tuple(map(w._pct, six))
     assert len(w._ON_GRID) <= 51 + 6

@@ -1,0 +1,232 @@
+"""Readings packed for memory: a GPU-minute as one `struct` record of 18 bytes (a cloud's)
+or 46 (an agent's), percentages on the settled blocks' grid (`Rows`, `pack_minute`,
+`pack_values`), handed out as `WindowReading`s (the reading window, accrual's reads of the
+store, backtests: store/window.py)."""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Callable
+from datetime import UTC, datetime
+from operator import attrgetter
+from typing import Any, NamedTuple
+
+from costguard.clock import utc
+from costguard.model import PERCENT_GRID, TelemetrySource
+from costguard.store.blocks import quantize
+
+
+class WindowReading(NamedTuple):
+    """The window's copy of a stored GPU-minute: the fields the idle classifier reads
+    (`costguard.model.Reading`) and who measured it, built when asked for. A `GpuMinute`
+    costs ~2 KB of memory (a pydantic model's dict and fields-set); the window keeps 18
+    bytes per reading of a cloud's metrics, 46 where the agent's percentiles, memory and
+    process figures come too."""
+
+    gpu_index: int
+    minute: datetime
+    span_minutes: int
+    util_mean: float | None
+    util_p95: float | None
+    util_max: float | None
+    sm_mean: float | None
+    sm_p95: float | None
+    sm_max: float | None
+    mem_used_bytes: int | None
+    process_count: int | None
+    top_process_pid: int | None
+    top_process_bytes: int | None
+    source: TelemetrySource
+
+
+# a packed reading: gpu, minute, span, source (its index in `_SOURCES`), the four percentages a
+# cloud's metrics give (the mean and maximum of utilisation, CloudWatch's and Cloud
+# Monitoring's, and of SM activity, Cloud Monitoring's), then what only the agent measures:
+# two percentiles and four integers
+PACKED = ("gpu_index", "minute", "span_minutes", "source",
+           "util_mean", "util_max", "sm_mean", "sm_max",
+           "util_p95", "sm_p95",
+           "mem_used_bytes", "process_count", "top_process_pid", "top_process_bytes")
+_SOURCES = tuple(TelemetrySource)
+# a source's code, by member or by the text the store returns (a StrEnum equals its value)
+_SOURCE_CODE: dict[str, int] = {str(src): n for n, src in enumerate(_SOURCES)}
+assert sorted(PACKED) == sorted(WindowReading._fields)
+_make = tuple.__new__  # WindowReading._make without its length check
+# a minute's datetime, shared by every instance's readings of that minute (building one per
+# reading was a third of handing them out); cleared when it holds more than four days of
+# minutes (a window is an hour or a few; what it keeps beyond that is never asked again)
+_WHEN: dict[int, datetime] = {}
+_WHEN_MAX = 4 * 24 * 60
+_STAMPS: dict[datetime, int] = {}  # the other way: a minute's epoch seconds, as `_WHEN`
+
+# A packed reading is one record of bytes (`struct`): GPU index (int32), minute (epoch
+# seconds, uint32: to 2106), span and source code (a byte each), the percentages as
+# hundredths of a point (uint16; `_NO_PCT` for none), then the agent's integers (int64
+# bytes, int32 counts and pids; -1 for none). Narrow: a cloud's four percentages, 18 bytes;
+# wide: all six and the integers, 46 bytes (as doubles they took 64 and 112).
+_NARROW_ROW = struct.Struct("<iIBB4H")
+_WIDE_ROW = struct.Struct("<iIBB6Hqiiq")
+_NARROW = 8  # values of a narrow row: gpu, minute, span, source, a cloud's four percentages
+_NO_PCT = 0xFFFF
+
+
+def _pct(value: float | None) -> int:
+    """A percentage (0-100) as the largest hundredth of a point at or below it: the grid
+    the settled blocks keep (`store.blocks.quantize`), so a threshold on the grid (`below: 5`,
+    `below: 0.5`) compares the same on the window's copy as on the reading, and the window
+    hands out what the store will once the hour is settled."""
+    if value is None:
+        return _NO_PCT
+    return max(0, min(_NO_PCT - 1, quantize(value, PERCENT_GRID)))
+
+
+# percentages already put on the grid: a fleet's readings repeat a few thousand values (a
+# cloud's are whole or few-digit numbers), and a lookup is a third of `_pct`'s cost
+_ON_GRID: dict[float | None, int] = {None: _NO_PCT}
+_ON_GRID_MAX = 1 << 16
+
+
+def _pct_remembered(value: float | None) -> int:
+    """`_pct`, remembered in `_ON_GRID` (emptied when it holds `_ON_GRID_MAX` values)."""
+    if len(_ON_GRID) > _ON_GRID_MAX:
+        _ON_GRID.clear()
+        _ON_GRID[None] = _NO_PCT
+    q = _ON_GRID[value] = _pct(value)
+    return q
+
+
+def _packer(get: Callable[[Any], tuple[Any, ...]]) -> Callable[[Any], tuple[int, ...]]:
+    """A reading (a GpuMinute or a stored row's column -> value) as one packed record's
+    values: the minute as epoch seconds, percentages on the grid (`_pct`), None as the
+    record's mark for none."""
+    stamps = _STAMPS
+    code = _SOURCE_CODE
+    grid, miss = _ON_GRID.get, _pct_remembered
+
+    def pack(reading: Any) -> tuple[int, ...]:
+        # unrolled, each minute converted once and each percentage looked up: a cold cycle
+        # packs a fleet's hour of readings
+        gpu, minute, span, src, a, b, c, e, f, g, h, k, m, n = get(reading)
+        stamp = stamps.get(minute)
+        if stamp is None:
+            if len(stamps) > _WHEN_MAX:
+                stamps.clear()
+            stamp = stamps[minute] = int(utc(minute).timestamp())
+        pa, pb, pc, pe, pf, pg = grid(a), grid(b), grid(c), grid(e), grid(f), grid(g)
+        return (gpu, stamp, span, code[src],
+                miss(a) if pa is None else pa, miss(b) if pb is None else pb,
+                miss(c) if pc is None else pc, miss(e) if pe is None else pe,
+                miss(f) if pf is None else pf, miss(g) if pg is None else pg,
+                -1 if h is None else h, -1 if k is None else k, -1 if m is None else m,
+                -1 if n is None else n)
+
+    return pack
+
+
+pack_minute = _packer(attrgetter(*PACKED))
+pack_values = _packer(tuple)  # a row read with `fields=PACKED`
+
+
+def _narrow(row: tuple[int, ...]) -> bool:
+    """True when the packed reading has none of what only the agent measures: as a cloud's
+    readings have none."""
+    e, f, h, k, m, n = row[_NARROW:]
+    return e == _NO_PCT and f == _NO_PCT and h == k == m == n == -1
+
+
+class Rows:
+    """One instance's readings as packed records in one bytearray, in the order they
+    arrived; a later copy of the same (GPU, minute) replaces an earlier one.
+
+    Records are narrow (`_NARROW_ROW`: gpu, minute, span, source and the four percentages
+    a cloud gives: utilisation's and SM activity's mean and maximum) until a reading carries
+    more (an agent's percentiles, memory or processes): then every record is widened to
+    `_WIDE_ROW`, the others none where the reading had none. An instance read from its
+    cloud's metrics alone (most of a large fleet) is held in 18 bytes a reading, not 46."""
+
+    __slots__ = ("data", "kept", "oldest", "row")
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.oldest = math.inf  # the earliest reading's start, epoch seconds
+        self.kept = 0  # len(data) after the last compact
+        self.row = _NARROW_ROW
+
+    def crowded(self) -> bool:
+        """Twice what the last compact kept: a cloud's settling span read again each cycle
+        (CloudWatch's last 10 minutes) repeats minutes that are already held."""
+        return len(self.data) > 2 * max(self.kept, 64 * self.row.size)
+
+    def append(self, row: tuple[int, ...]) -> None:
+        """Add one packed reading (`_packer`'s values)."""
+        if self.row is _WIDE_ROW:
+            self.data += _WIDE_ROW.pack(*row)
+        elif _narrow(row):
+            self.data += _NARROW_ROW.pack(*row[:_NARROW])
+        else:
+            self._widen()
+            self.data += _WIDE_ROW.pack(*row)
+        if row[1] < self.oldest:
+            self.oldest = row[1]
+
+    def _widen(self) -> None:
+        wide, more = _WIDE_ROW.pack, (_NO_PCT, _NO_PCT, -1, -1, -1, -1)
+        self.data = bytearray(b"".join(wide(*values, *more)
+                                       for values in _NARROW_ROW.iter_unpack(self.data)))
+        self.kept = self.kept // _NARROW_ROW.size * _WIDE_ROW.size
+        self.row = _WIDE_ROW
+
+    def compact(self, start_s: float) -> None:
+        """Drop the readings that end before `start_s` and all but the last copy of each
+        (GPU, minute)."""
+        d, size = bytes(self.data), self.row.size
+        kept: dict[tuple[int, int], int] = {}  # (gpu, minute) -> the record's offset
+        at = 0
+        for gpu, t, span, *_ in self.row.iter_unpack(d):
+            if t >= start_s or t + span * 60 > start_s:
+                kept[(gpu, t)] = at
+            at += size
+        self.data = bytearray(b"".join(d[at:at + size] for at in kept.values()))
+        self.oldest = min((t for _, t in kept), default=math.inf)
+        self.kept = len(self.data)
+
+    def __len__(self) -> int:
+        """Readings held."""
+        return len(self.data) // self.row.size
+
+    def readings(self, start_s: float, end_s: float) -> list[WindowReading]:
+        """The readings that cover any minute of [start_s, end_s), as `covering` picks."""
+        out: dict[tuple[int, int], WindowReading] = {}
+        when = _WHEN
+        if len(when) > _WHEN_MAX:
+            when.clear()
+        no, grid = _NO_PCT, PERCENT_GRID
+        e = f = no  # what a narrow record does not hold
+        h = k = m = n = -1
+        sources = _SOURCES
+        wide = self.row is _WIDE_ROW
+        for values in self.row.iter_unpack(self.data):
+            gpu, t, span = values[0], values[1], values[2]
+            if span == 1:
+                if not start_s <= t < end_s:
+                    continue
+            elif not (t < end_s and t + span * 60 > start_s):
+                continue
+            minute = when.get(t)
+            if minute is None:
+                minute = when[t] = datetime.fromtimestamp(t, UTC)
+            # unrolled: twice as fast as comprehensions (~1 us a reading)
+            if wide:
+                s, a, b, c, g, e, f, h, k, m, n = values[3:]
+            else:
+                s, a, b, c, g = values[3:]
+            # packed util mean, max, SM mean, SM max, util p95, SM p95: WindowReading's order
+            out[(gpu, t)] = _make(WindowReading, (
+                gpu, minute, span,
+                None if a == no else a / grid, None if e == no else e / grid,
+                None if b == no else b / grid, None if c == no else c / grid,
+                None if f == no else f / grid, None if g == no else g / grid,
+                None if h < 0 else h, None if k < 0 else k,
+                None if m < 0 else m, None if n < 0 else n, sources[s]))
+        return list(out.values())
