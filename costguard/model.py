@@ -6,7 +6,7 @@ them. Everything is timezone-aware UTC.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import date, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal, Protocol, TypeVar, cast
@@ -341,9 +341,63 @@ _MINUTE = timedelta(minutes=1)
 _STEPS = [k * _MINUTE for k in range(MAX_SPAN_MINUTES)]
 
 
-def covering(minutes: Iterable[R], start: datetime, end: datetime) -> list[R]:
+# one signal of a reading, as the classifier reads it: GPU, start (microseconds since the
+# epoch; a one-minute reading's wall minute, its stamp less its seconds), span in minutes,
+# and the signal's max, p95 and mean (None where not measured)
+SignalRecord = tuple[int, int, int, float | None, float | None, float | None]
+
+
+_R_co = TypeVar("_R_co", bound=Reading, covariant=True)
+
+
+class ReadingsView(Sequence[_R_co]):
+    """Readings held packed (store/packed.py `PackedReadings`: the reading window, accrual's
+    reads of the store), which the idle verdict reads without an object per reading: the
+    window narrowed to a span or a source, and one signal's figures, reading by reading.
+    Indexing or iterating builds each reading (for any other consumer)."""
+
+    __slots__ = ()
+
+    def covering(self, start: datetime, end: datetime) -> ReadingsView[_R_co]:
+        """`covering(self, start, end)`."""
+        raise NotImplementedError
+
+    def only(self, source: TelemetrySource) -> ReadingsView[_R_co]:
+        """The readings `source` measured."""
+        raise NotImplementedError
+
+    def has(self, source: TelemetrySource) -> bool:
+        """Whether any reading was measured by `source`."""
+        raise NotImplementedError
+
+    def signal(self, sm: bool) -> Iterator[SignalRecord]:
+        """SM activity's figures (`sm`) or utilization's, reading by reading, in order."""
+        raise NotImplementedError
+
+    def column(self, field: str) -> list[Any]:
+        """One field of every reading, in order."""
+        raise NotImplementedError
+
+
+def from_source(minutes: Sequence[R], source: TelemetrySource) -> Sequence[R]:
+    """The readings `source` measured."""
+    if isinstance(minutes, ReadingsView):
+        return cast(Sequence[R], minutes.only(source))
+    return [m for m in minutes if m.source is source]
+
+
+def has_source(minutes: Sequence[Reading], source: TelemetrySource) -> bool:
+    """Whether any of `minutes` was measured by `source`."""
+    if isinstance(minutes, ReadingsView):
+        return minutes.has(source)
+    return any(m.source is source for m in minutes)
+
+
+def covering(minutes: Iterable[R], start: datetime, end: datetime) -> Sequence[R]:
     """The readings that cover any minute of [start, end): a one-minute reading by its
     start, a longer one when its span overlaps."""
+    if isinstance(minutes, ReadingsView):
+        return cast(Sequence[R], minutes.covering(start, end))
     out = []
     for m in minutes:
         if m.span_minutes == 1:

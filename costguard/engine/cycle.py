@@ -35,7 +35,14 @@ from costguard.engine.heap import (
 from costguard.engine.summary import CycleSummary
 from costguard.engine.verdicts import Verdicts
 from costguard.errors import ProviderError
-from costguard.model import Gap, GpuMinute, Instance, InstanceState, TelemetrySource
+from costguard.model import (
+    Gap,
+    GpuMinute,
+    Instance,
+    InstanceState,
+    TelemetrySource,
+    has_source,
+)
 from costguard.policy.evaluate import Finding, evaluate
 from costguard.policy.kinds import KINDS
 from costguard.policy.schema import PolicySet
@@ -375,7 +382,7 @@ class Engine:
                 if f is not None:
                     findings.append(f)
                     if (ref not in agents and needs_check(f)
-                            and any(m.source is TelemetrySource.AGENT for m in minutes)):
+                            and has_source(minutes, TelemetrySource.AGENT)):
                         agents.add(ref)
         # the stop's checks on the stored readings (policy/stop_check.py)
         out = check_stops(self.db, self.policies.policies, findings, start, now, agents)

@@ -21,6 +21,7 @@ from costguard.model import (
     TelemetrySource,
     Verdict,
     covering,
+    from_source,
 )
 from costguard.policy.conditions import Condition, UnderusedCondition
 from costguard.policy.filters import AgeFilter, Filters, TagFilter
@@ -120,7 +121,7 @@ def check_condition(
         window = covering(minutes, start, now)
         unheard = ""  # what was not counted, where only the agent's readings count
         if idle.evidence == "agent":
-            agents = [m for m in window if m.source is TelemetrySource.AGENT]
+            agents = from_source(window, TelemetrySource.AGENT)
             if len(agents) < len(window):
                 n = len(window) - len(agents)
                 unheard = (f"; {n} cloud reading{'s' if n > 1 else ''} not counted (idle "

@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 from sqlmodel import Session
 
-from costguard.model import TelemetrySource, Verdict, covering
+from costguard.model import TelemetrySource, Verdict, covering, from_source
 from costguard.policy.actions import StopAction
 from costguard.policy.evaluate import Finding
 from costguard.policy.schema import Policy
@@ -125,7 +125,7 @@ def judge(f: Finding, minutes: Sequence[Checkable], now: datetime) -> Finding:
     start = now - idle.for_
     window = covering(minutes, start, now)
     if idle.evidence == "agent":
-        window = [m for m in window if m.source is TelemetrySource.AGENT]
+        window = from_source(window, TelemetrySource.AGENT)
     ev = stop_evidence(
         window, lambda kept: classify(kept, window_start=start, window_end=now,
                                       gpu_count=max(f.instance.gpu_count, 1),

@@ -146,9 +146,9 @@ class _History:
         self.intervals = sorted(intervals, key=lambda i: i.start)
         self.ref, self.readings = ref, readings
 
-    def window(self, start: datetime, end: datetime) -> list[WindowReading]:
+    def window(self, start: datetime, end: datetime) -> Sequence[WindowReading]:
         """The readings covering [start, end), which the replay holds (`hold`)."""
-        return [] if self.readings is None else self.readings.minutes(self.ref, start, end)
+        return () if self.readings is None else self.readings.minutes(self.ref, start, end)
 
     def ahead(self, start: datetime, end: datetime) -> Iterator[WindowReading]:
         """The readings covering [start, end), read from the store in minute order."""

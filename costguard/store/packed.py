@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from operator import attrgetter
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 from costguard.clock import utc
-from costguard.model import PERCENT_GRID, TelemetrySource
+from costguard.model import PERCENT_GRID, ReadingsView, SignalRecord, TelemetrySource
 from costguard.store.blocks import quantize
 
 
@@ -195,38 +195,141 @@ class Rows:
         """Readings held."""
         return len(self.data) // self.row.size
 
-    def readings(self, start_s: float, end_s: float) -> list[WindowReading]:
-        """The readings that cover any minute of [start_s, end_s), as `covering` picks."""
-        out: dict[tuple[int, int], WindowReading] = {}
-        when = _WHEN
-        if len(when) > _WHEN_MAX:
-            when.clear()
-        no, grid = _NO_PCT, PERCENT_GRID
-        e = f = no  # what a narrow record does not hold
-        h = k = m = n = -1
-        sources = _SOURCES
-        wide = self.row is _WIDE_ROW
+    def view(self, start_s: float, end_s: float) -> PackedReadings:
+        """The readings that cover any minute of [start_s, end_s), as `covering` picks, the
+        last copy of each (GPU, minute), still packed."""
+        out: dict[tuple[int, int], tuple[int, ...]] = {}
         for values in self.row.iter_unpack(self.data):
-            gpu, t, span = values[0], values[1], values[2]
+            t, span = values[1], values[2]
             if span == 1:
-                if not start_s <= t < end_s:
-                    continue
-            elif not (t < end_s and t + span * 60 > start_s):
+                if start_s <= t < end_s:
+                    out[(values[0], t)] = values
+            elif t < end_s and t + span * 60 > start_s:
+                out[(values[0], t)] = values
+        return PackedReadings(list(out.values()), self.row is _WIDE_ROW)
+
+    def readings(self, start_s: float, end_s: float) -> list[WindowReading]:
+        """`view` as a list of readings."""
+        return list(self.view(start_s, end_s))
+
+
+# where each field sits in a packed record (narrow records end after the first 8)
+_AT = {name: n for n, name in enumerate(PACKED)}
+_PERCENT = frozenset(PACKED[4:10])
+# a signal's max, p95 and mean in a packed record
+_SM_AT = (_AT["sm_max"], _AT["sm_p95"], _AT["sm_mean"])
+_UTIL_AT = (_AT["util_max"], _AT["util_p95"], _AT["util_mean"])
+
+
+def _when(t: int) -> datetime:
+    """Epoch seconds as an aware datetime, shared by every reading of that minute."""
+    minute = _WHEN.get(t)
+    if minute is None:
+        if len(_WHEN) > _WHEN_MAX:
+            _WHEN.clear()
+        minute = _WHEN[t] = datetime.fromtimestamp(t, UTC)
+    return minute
+
+
+class PackedReadings(ReadingsView[WindowReading]):
+    """Packed records of one instance (`Rows.view`) as readings: the idle verdict reads
+    them as they are (`ReadingsView`), anything else gets a `WindowReading` per record."""
+
+    __slots__ = ("_records", "_wide")
+
+    def __init__(self, records: list[tuple[int, ...]], wide: bool) -> None:
+        self._records = records
+        self._wide = wide
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    @overload
+    def __getitem__(self, index: int) -> WindowReading: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[WindowReading]: ...
+
+    def __getitem__(self, index: int | slice) -> WindowReading | list[WindowReading]:
+        if isinstance(index, slice):
+            return [self._reading(r) for r in self._records[index]]
+        return self._reading(self._records[index])
+
+    def __iter__(self) -> Iterator[WindowReading]:
+        return map(self._reading, self._records)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a sequence of the same readings in the same order (a list, say)."""
+        if not isinstance(other, Sequence) or isinstance(other, str | bytes):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]  # a sequence of readings, not a value
+
+    def __repr__(self) -> str:
+        return f"PackedReadings({list(self)!r})"
+
+    def _reading(self, values: tuple[int, ...]) -> WindowReading:
+        no, grid = _NO_PCT, PERCENT_GRID
+        if self._wide:
+            gpu, t, span, s, a, b, c, g, e, f, h, k, m, n = values
+        else:
+            gpu, t, span, s, a, b, c, g = values
+            e = f = no
+            h = k = m = n = -1
+        # packed util mean, max, SM mean, SM max, util p95, SM p95: WindowReading's order
+        return _make(WindowReading, (
+            gpu, _when(t), span,
+            None if a == no else a / grid, None if e == no else e / grid,
+            None if b == no else b / grid, None if c == no else c / grid,
+            None if f == no else f / grid, None if g == no else g / grid,
+            None if h < 0 else h, None if k < 0 else k,
+            None if m < 0 else m, None if n < 0 else n, _SOURCES[s]))
+
+    def covering(self, start: datetime, end: datetime) -> PackedReadings:
+        start_s, end_s = start.timestamp(), end.timestamp()
+        return PackedReadings(
+            [r for r in self._records
+             if (start_s <= r[1] < end_s if r[2] == 1
+                 else r[1] < end_s and r[1] + r[2] * 60 > start_s)],
+            self._wide)
+
+    def only(self, source: TelemetrySource) -> PackedReadings:
+        code = _SOURCE_CODE[source]
+        return PackedReadings([r for r in self._records if r[3] == code], self._wide)
+
+    def has(self, source: TelemetrySource) -> bool:
+        code = _SOURCE_CODE[source]
+        return any(r[3] == code for r in self._records)
+
+    def signal(self, sm: bool) -> Iterator[SignalRecord]:
+        top, p95, mean = _SM_AT if sm else _UTIL_AT
+        no, grid = _NO_PCT, PERCENT_GRID
+        wide = self._wide
+        for r in self._records:
+            a, c = r[top], r[mean]
+            b = r[p95] if wide else no
+            if a == b == c == no:  # no figure of this signal: it fills no slot
                 continue
-            minute = when.get(t)
-            if minute is None:
-                minute = when[t] = datetime.fromtimestamp(t, UTC)
-            # unrolled: twice as fast as comprehensions (~1 us a reading)
-            if wide:
-                s, a, b, c, g, e, f, h, k, m, n = values[3:]
-            else:
-                s, a, b, c, g = values[3:]
-            # packed util mean, max, SM mean, SM max, util p95, SM p95: WindowReading's order
-            out[(gpu, t)] = _make(WindowReading, (
-                gpu, minute, span,
-                None if a == no else a / grid, None if e == no else e / grid,
-                None if b == no else b / grid, None if c == no else c / grid,
-                None if f == no else f / grid, None if g == no else g / grid,
-                None if h < 0 else h, None if k < 0 else k,
-                None if m < 0 else m, None if n < 0 else n, sources[s]))
-        return list(out.values())
+            t, span = r[1], r[2]
+            # a one-minute reading from its wall minute (UTC: the window keeps no zone)
+            yield (r[0], (t - t % 60 if span == 1 else t) * 1_000_000, span,
+                   None if a == no else a / grid, None if b == no else b / grid,
+                   None if c == no else c / grid)
+
+    def column(self, field: str) -> list[Any]:
+        at = _AT[field]
+        if not self._wide and at >= _NARROW:
+            return [None] * len(self._records)
+        if field in _PERCENT:
+            no, grid = _NO_PCT, PERCENT_GRID
+            return [None if r[at] == no else r[at] / grid for r in self._records]
+        if at >= _NARROW:  # the agent's integers: -1 for none
+            return [None if r[at] < 0 else r[at] for r in self._records]
+        if field == "minute":
+            return [_when(r[at]) for r in self._records]
+        if field == "source":
+            return [_SOURCES[r[at]] for r in self._records]
+        return [r[at] for r in self._records]
+
+
+NONE_HELD = PackedReadings([], False)  # an instance of which nothing is held

@@ -1,7 +1,8 @@
 """The reading window: recent GPU-minutes held packed in memory for accrual and the idle
 policies (`ReadingWindow`), accrual's reader of a span older than the window (`SpanReader`)
-and a backtest's sliding hold (`SlidingReadings`), all handing out `WindowReading`s
-(store/packed.py)."""
+and a backtest's sliding hold (`SlidingReadings`), all handing out readings still packed
+(store/packed.py `PackedReadings`: the idle verdict reads them without an object per
+reading; anything else gets `WindowReading`s)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,15 @@ from typing import Any
 from sqlmodel import Session
 
 from costguard.model import MAX_SPAN_MINUTES, GpuMinute, TelemetrySource
-from costguard.store.packed import PACKED, Rows, WindowReading, pack_minute, pack_values
+from costguard.store.packed import (
+    NONE_HELD,
+    PACKED,
+    PackedReadings,
+    Rows,
+    WindowReading,
+    pack_minute,
+    pack_values,
+)
 from costguard.store.readings import read_rows
 from costguard.store.refs import InstanceRef
 
@@ -153,11 +162,12 @@ class ReadingWindow:
         self._start = min([start, *begin.values()])
         self._until = end
 
-    def minutes(self, ref: InstanceRef, start: datetime, end: datetime) -> list[WindowReading]:
+    def minutes(self, ref: InstanceRef, start: datetime, end: datetime) -> PackedReadings:
+        """`ref`'s readings that cover any minute of [start, end), still packed."""
         rows = self._by_ref.get(ref)
         if rows is None:
-            return []
-        return rows.readings(start.timestamp(), end.timestamp())
+            return NONE_HELD
+        return rows.view(start.timestamp(), end.timestamp())
 
     def readings(self) -> int:
         """Readings held (copies of a re-read minute counted until compacted)."""
@@ -193,8 +203,7 @@ class SpanReader:
         self._at = {ref: i for i, ref in enumerate(self._order)}
         self._held = {}
 
-    def __call__(self, ref: InstanceRef, start: datetime, end: datetime
-                 ) -> list[WindowReading]:
+    def __call__(self, ref: InstanceRef, start: datetime, end: datetime) -> PackedReadings:
         if self._in_window(ref, start):
             assert self.window is not None
             got = self.window.minutes(ref, start, end)
@@ -202,10 +211,8 @@ class SpanReader:
             rows = self._held.get(ref)
             if rows is None:
                 rows = self._load(ref, start)
-            got = rows.readings(start.timestamp(), end.timestamp())
-        if self.agent_only:
-            return [r for r in got if r.source is TelemetrySource.AGENT]
-        return got
+            got = rows.view(start.timestamp(), end.timestamp())
+        return got.only(TelemetrySource.AGENT) if self.agent_only else got
 
     def _load(self, ref: InstanceRef, start: datetime) -> Rows:
         """Read `ref`'s batch (it and the instances expected after it) from the store."""
@@ -253,10 +260,10 @@ class SlidingReadings:
             rows.compact(start_s)
         self._until = hi
 
-    def minutes(self, ref: InstanceRef, start: datetime, end: datetime) -> list[WindowReading]:
+    def minutes(self, ref: InstanceRef, start: datetime, end: datetime) -> PackedReadings:
         """The readings covering any minute of [start, end), within what `hold` holds."""
         rows = self._rows.get(ref)
-        return [] if rows is None else rows.readings(start.timestamp(), end.timestamp())
+        return NONE_HELD if rows is None else rows.view(start.timestamp(), end.timestamp())
 
     def readings(self) -> int:
         """Readings held."""

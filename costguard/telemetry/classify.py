@@ -25,13 +25,21 @@ Rules (documented in docs/agent.md, tested on the real H100 recording):
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from costguard.clock import utc
-from costguard.model import Classification, GpuSignal, Reading, Verdict, aware, covering
+from costguard.model import (
+    Classification,
+    GpuSignal,
+    Reading,
+    ReadingsView,
+    SignalRecord,
+    Verdict,
+    aware,
+    covering,
+)
 
 UNDERUSED_FACTOR = 2.0
 SignalChoice = Literal["auto", "sm_active", "util_gpu"]
@@ -82,38 +90,57 @@ def peaks(minutes: Sequence[Reading]) -> tuple[list[float], list[float]]:
     return util, sm
 
 
-def _readings(minutes: Sequence[Reading], pick: Callable[[Reading], tuple[float, float] | None],
-              start: datetime, end: datetime, gpu_count: int) -> list[_Reading]:
+def _signal(minutes: Sequence[Reading], sm: bool) -> Iterable[SignalRecord]:
+    """One signal's figures of each reading (SM activity's with `sm`, else utilization's):
+    read in place from readings held packed (`ReadingsView`), else from each reading."""
+    if isinstance(minutes, ReadingsView):
+        return minutes.signal(sm)
+    return _signal_of(minutes, sm)
+
+
+def _signal_of(minutes: Sequence[Reading], sm: bool) -> Iterator[SignalRecord]:
+    """`_signal` of readings one by one: a one-minute reading starts at its wall minute,
+    the stamp less its seconds (in its own zone: `replace(second=0)`)."""
+    for m in minutes:
+        at = (m.minute - _EPOCH) // _US
+        if m.span_minutes == 1:
+            at -= m.minute.second * 1_000_000 + m.minute.microsecond
+        if sm:
+            yield m.gpu_index, at, m.span_minutes, m.sm_max, m.sm_p95, m.sm_mean
+        else:
+            yield m.gpu_index, at, m.span_minutes, m.util_max, m.util_p95, m.util_mean
+
+
+def _readings(records: Iterable[SignalRecord], start: datetime, end: datetime,
+              gpu_count: int) -> list[_Reading]:
     """One reading per (GPU, minute) slot of [start, end): a reading spanning several
     minutes fills each of them.
 
     Coverage counts wall minutes of GPUs the instance has, never more: a reading for a GPU
     index beyond `gpu_count` fills no slot, and readings stamped at seconds within the same
     minute fill that one minute's slot (45 summaries sent within one real minute are one
-    minute of data, not 45). `pick` reads the signal of one minute (`sm_reading`,
-    `util_reading`).
+    minute of data, not 45). `records` (`_signal`) carry one signal's figures of each
+    reading: its peak and mean are `_peak_mean`'s.
 
     A slot is keyed by its instant in microseconds since the epoch: the minutes `slots`
     gives, without building and hashing a datetime per minute of a 5-minute reading (the
     classifier runs for every GPU instance twice a cycle)."""
     start_us, end_us = (start - _EPOCH) // _US, (end - _EPOCH) // _US
     seen: dict[tuple[int, int], _Reading] = {}
-    for m in minutes:
-        gpu = m.gpu_index
+    for gpu, at, span, top, p95, mean in records:
         if gpu >= gpu_count:
             continue
-        value = pick(m)
+        value = _peak_mean(top, p95, mean)
         if value is None:
             continue
         reading = _Reading(gpu, *value)
-        at = (m.minute - _EPOCH) // _US
         # a re-sent minute replaces the earlier copy: one slot counts once
-        if m.span_minutes == 1:  # its wall minute: the stamp less its seconds
-            seen[(gpu, at - m.minute.second * 1_000_000 - m.minute.microsecond)] = reading
-        else:
-            for t in range(at, at + m.span_minutes * _MINUTE_US, _MINUTE_US):
-                if start_us <= t < end_us:
-                    seen[(gpu, t)] = reading
+        if span == 1:  # its wall minute (`SignalRecord`)
+            seen[(gpu, at)] = reading
+        else:  # the minutes it spans inside [start, end)
+            first = at if at >= start_us else at - (at - start_us) // _MINUTE_US * _MINUTE_US
+            for t in range(first, min(at + span * _MINUTE_US, end_us), _MINUTE_US):
+                seen[(gpu, t)] = reading
     return list(seen.values())
 
 
@@ -140,7 +167,8 @@ def classify(
         raise ValueError(f"gpu_count must be >= 0, got {gpu_count}")
     if signal not in ("auto", "sm_active", "util_gpu"):
         raise ValueError(f"signal must be auto, sm_active or util_gpu, got {signal!r}")
-    inside = covering(map(aware, minutes), start, end)
+    inside = covering(minutes if isinstance(minutes, ReadingsView) else map(aware, minutes),
+                      start, end)
     expected = expected_slots(start, end, gpu_count)
 
     def no_data(evidence: str, used: GpuSignal | None, coverage: float) -> Classification:
@@ -157,14 +185,14 @@ def classify(
         return no_data("instance has no GPUs to classify", None, 0.0)
 
     sm_readings = ([] if signal == "util_gpu"
-                   else _readings(inside, sm_reading, start, end, gpu_count))
+                   else _readings(_signal(inside, True), start, end, gpu_count))
     if signal == "sm_active" or (
         signal == "auto" and sm_readings and _coverage(sm_readings, expected) >= min_coverage
     ):
         used, readings = GpuSignal.SM_ACTIVE, sm_readings
     else:
         used = GpuSignal.UTIL_GPU
-        readings = _readings(inside, util_reading, start, end, gpu_count)
+        readings = _readings(_signal(inside, False), start, end, gpu_count)
 
     coverage = _coverage(readings, expected)
     span = _span(start, end)
@@ -175,10 +203,16 @@ def classify(
             used,
             coverage,
         )
-    by_gpu: dict[int, list[_Reading]] = defaultdict(list)
-    for r in readings:
-        by_gpu[r.gpu].append(r)
-    silent = gpu_count - len(by_gpu)
+    # the slots as columns: each GPU's peak, then the instance's peak and mean over them
+    gpu_of, peaks, means = zip(*readings, strict=True) if readings else ((), (), ())
+    top: dict[int, float] = {}
+    if len(set(gpu_of)) == 1:
+        top[gpu_of[0]] = max(peaks)
+    else:
+        for g, p in zip(gpu_of, peaks, strict=True):
+            if g not in top or p > top[g]:
+                top[g] = p
+    silent = gpu_count - len(top)
     if silent > 0:
         return no_data(
             f"{silent} of {gpu_count} GPUs reported no {LABEL[used]} over {span}: "
@@ -187,17 +221,17 @@ def classify(
             coverage,
         )
 
-    peak = max(r.peak for r in readings)
-    mean = sum(r.mean for r in readings) / len(readings)
-    idle_gpus = [g for g, rs in by_gpu.items() if max(r.peak for r in rs) < below]
-    gpus = f"{len(by_gpu)} GPU" + ("s" if len(by_gpu) != 1 else "")
+    peak = max(peaks)
+    mean = sum(means) / len(means)
+    idle_gpus = [g for g, p in top.items() if p < below]
+    gpus = f"{len(top)} GPU" + ("s" if len(top) != 1 else "")
     holding = _memory_evidence(inside)
     caveat = _util_caveat(inside, used, peak, below)
 
-    if len(idle_gpus) == len(by_gpu):
+    if len(idle_gpus) == len(top):
         verdict, value = Verdict.IDLE, peak
         text = f"{LABEL[used]} peaked at {pct(peak)} over {span} on {gpus}"
-    elif mean < UNDERUSED_FACTOR * below or len(idle_gpus) * 2 > len(by_gpu):
+    elif mean < UNDERUSED_FACTOR * below or len(idle_gpus) * 2 > len(top):
         verdict, value = Verdict.UNDERUSED, mean
         text = f"{LABEL[used]} {pct(mean)} mean (peak {pct(peak)}) over {span} on {gpus}"
         if idle_gpus:
@@ -219,16 +253,24 @@ def classify(
     )
 
 
+def _column(minutes: Sequence[Reading], field: str) -> list[Any]:
+    """One field of every reading (read in place from readings held packed)."""
+    if isinstance(minutes, ReadingsView):
+        return minutes.column(field)
+    return [getattr(m, field) for m in minutes]
+
+
 def _memory_evidence(minutes: Sequence[Reading]) -> str:
     """Who holds GPU memory: a process holding 20 GB while computing nothing is the case
     idle shutdown exists for, and naming it tells the owner what to look at."""
-    used = [m.mem_used_bytes for m in minutes if m.mem_used_bytes is not None]
-    size, pid = max(((m.top_process_bytes or 0, m.top_process_pid) for m in minutes
-                     if m.top_process_pid is not None), default=(0, None))
+    used = [b for b in _column(minutes, "mem_used_bytes") if b is not None]
+    size, pid = max(((size or 0, pid) for size, pid in zip(
+        _column(minutes, "top_process_bytes"), _column(minutes, "top_process_pid"),
+        strict=True) if pid is not None), default=(0, None))
     if size:
         return f"pid {pid} holds {gb(size)}" + (f" ({gb(max(used))} used on the GPU)"
                                                   if used else "")
-    counts = [m.process_count for m in minutes if m.process_count is not None]
+    counts = [n for n in _column(minutes, "process_count") if n is not None]
     if counts and max(counts) == 0:
         return "no process on the GPU" + (f" ({gb(max(used))} used by the driver)"
                                           if used else "")
@@ -238,7 +280,7 @@ def _memory_evidence(minutes: Sequence[Reading]) -> str:
 def _util_caveat(minutes: Sequence[Reading], used: GpuSignal, peak: float, below: float) -> str:
     if used is GpuSignal.UTIL_GPU:
         return "no SM activity metric: fell back to util_gpu, which counts any kernel"
-    utils = [m.util_mean for m in minutes if m.util_mean is not None]
+    utils = [u for u in _column(minutes, "util_mean") if u is not None]
     util = sum(utils) / len(utils) if utils else None
     if util is not None and util >= below and peak < below:
         return f"util_gpu {pct(util)} but SM activity {pct(peak)}: tiny kernels, no real work"

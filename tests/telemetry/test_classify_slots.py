@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from costguard.model import GpuMinute, TelemetrySource, covering, slots
-from costguard.telemetry.classify import _Reading, _readings, util_reading
+from costguard.telemetry.classify import _Reading, _readings, _signal, util_reading
 
 START = datetime(2026, 11, 27, 12, 0, 30, tzinfo=UTC)
 
@@ -52,7 +52,7 @@ def test_integer_slots_equal_datetime_slots(minutes: list[GpuMinute], window_min
                                             gpus: int) -> None:
     end = START + timedelta(minutes=window_min)
     inside = covering(minutes, START, end)
-    assert _readings(inside, util_reading, START, end, gpus) == _reference(
+    assert _readings(_signal(inside, False), START, end, gpus) == _reference(
         inside, START, end, gpus)
 
 
@@ -65,5 +65,5 @@ def test_a_minute_is_the_wall_minute_of_its_own_zone() -> None:
                          source=TelemetrySource.AGENT, util_mean=1.0, util_max=1.0)
                for s in (5, 40)]  # 12:01:42 and 12:02:17 UTC
     end = START + timedelta(minutes=10)
-    got = _readings(minutes, util_reading, START, end, 1)
+    got = _readings(_signal(minutes, False), START, end, 1)
     assert got == _reference(minutes, START, end, 1) and len(got) == 1
