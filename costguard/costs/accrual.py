@@ -123,7 +123,7 @@ def accrue(
               price_of.items()}
     disks = (_Quotes(session, disk_price_of, spans.bind_rate, known) if disk_price_of
              else None)
-    dims_of = _DimensionCache(attributor)
+    dims_of = _DimensionCache(attributor, known)
     no_price: _Price = (0.0, spans.bind_rate(0.0), "no price known")
     intervals: list[tuple[Any, ...]] = []
     for row in _rows(result, spans, expect):
@@ -354,10 +354,12 @@ _Dims = tuple[str | None, str | None, str | None, str | None]  # team, project, 
 
 class _DimensionCache:
     """Attribution per distinct (account, name, tags text, launched_by, owner text): what the
-    attributor reads of an instance."""
+    attributor reads of an instance; of the inventory's copy (`instances`) where it holds
+    the instance, else of one built from the row (an instance gone from the inventory)."""
 
-    def __init__(self, attributor: Attributor) -> None:
-        self.attributor = attributor
+    def __init__(self, attributor: Attributor,
+                 instances: Mapping[InstanceRef, Instance]) -> None:
+        self.attributor, self.instances = attributor, instances
         self.cache: dict[tuple[str, str | None, str | None, str | None, str | None],
                          _Dims] = {}
 
@@ -367,15 +369,18 @@ class _DimensionCache:
         key = (account, name, tags_text, launcher, owner_text)
         dims = self.cache.get(key)
         if dims is None:
-            # what the attributor reads (name, account, tags, launcher, owner) and the
-            # fields an Instance cannot do without; tags are never NULL, the owner is NULL
-            # on rows older than migration 0007 and JSON null on the others (a pet VM)
-            owner = json.loads(owner_text) if owner_text else None
-            shim = Instance(provider=provider, account=account, region=region,
-                            instance_id=iid, name=name, instance_type=itype,
-                            state=InstanceState.RUNNING, launch_time=_EPOCH, observed_at=_EPOCH,
-                            tags=json.loads(tags_text), launched_by=launcher, owner=owner)
-            got = self.attributor.dimensions(shim)
+            inst = self.instances.get((provider, iid))
+            if inst is None:
+                # what the attributor reads (name, account, tags, launcher, owner) and the
+                # fields an Instance cannot do without; tags are never NULL, the owner is
+                # NULL on rows older than migration 0007 and JSON null on the others (a pet)
+                owner = json.loads(owner_text) if owner_text else None
+                inst = Instance(provider=provider, account=account, region=region,
+                                instance_id=iid, name=name, instance_type=itype,
+                                state=InstanceState.RUNNING, launch_time=_EPOCH,
+                                observed_at=_EPOCH, tags=json.loads(tags_text),
+                                launched_by=launcher, owner=owner)
+            got = self.attributor.dimensions(inst)
             dims = self.cache[key] = (got.get("team"), got.get("project"), got.get("env"),
                                       got.get("cost-center"))
         return dims
