@@ -204,12 +204,12 @@ def classify(
             coverage,
         )
     # the slots as columns: each GPU's peak, then the instance's peak and mean over them
-    gpu_of, peaks, means = zip(*readings, strict=True) if readings else ((), (), ())
+    slot_gpu, slot_peak, slot_mean = zip(*readings, strict=True) if readings else ((), (), ())
     top: dict[int, float] = {}
-    if len(set(gpu_of)) == 1:
-        top[gpu_of[0]] = max(peaks)
+    if len(set(slot_gpu)) == 1:
+        top[slot_gpu[0]] = max(slot_peak)
     else:
-        for g, p in zip(gpu_of, peaks, strict=True):
+        for g, p in zip(slot_gpu, slot_peak, strict=True):
             if g not in top or p > top[g]:
                 top[g] = p
     silent = gpu_count - len(top)
@@ -221,8 +221,8 @@ def classify(
             coverage,
         )
 
-    peak = max(peaks)
-    mean = sum(means) / len(means)
+    peak = max(slot_peak)
+    mean = sum(slot_mean) / len(slot_mean)
     idle_gpus = [g for g, p in top.items() if p < below]
     gpus = f"{len(top)} GPU" + ("s" if len(top) != 1 else "")
     holding = _memory_evidence(inside)
