@@ -3,7 +3,8 @@ its GPUs cost, what of it was idle, each team's spend today and this month, and 
 
 They are computed from the store once after each cycle (by the leader, as the fleet gauges
 are) and rendered into a text snapshot then; a scrape only copies those bytes, so scraping
-often costs next to nothing however large the fleet.
+often costs next to nothing however large the fleet, and the gauges are emptied once
+rendered (only the snapshot is kept between cycles).
 
     costguard_instance_hourly_cost_usd{provider,account,region,instance,instance_type,team,
                                        lifecycle,owner}   the price it accrues at now
@@ -164,6 +165,12 @@ class CostMetrics:
             registry=r)
         self.text = b""  # the snapshot a scrape serves
         self.refreshed_at: datetime | None = None
+        # the gauges with labels: set, rendered into `text`, and emptied again
+        self._labelled = (
+            self.hourly, self.gpu_hourly, self.idle, self.team_hourly, self.team_spend,
+            self.budget, self.budget_spent, self.budget_forecast, self.workload_hourly,
+            self.workload_gpus, self.namespace_hourly, self.kind_hourly, self.kind_count,
+            self.standing_monthly, self.standing_count)
 
     def refresh(self, session: Session, now: datetime, hour: Report, *,
                 budgets: Sequence[Budget] = (),
@@ -171,14 +178,21 @@ class CostMetrics:
                 workloads: Sequence[WorkloadFigure] = ()) -> None:
         """Recompute every cost gauge from the store and `hour` (the report's spend by
         instance over the last hour), and the Kubernetes workloads' from `workloads` (the
-        k8s provider's last listing), then render the snapshot."""
+        k8s provider's last listing), then render the snapshot. The series are not kept
+        between cycles (thousands of gauge children, a lock and a dict each: ~9 MB at the
+        cap): a scrape serves the snapshot, and a refresh that fails keeps the last one."""
+        try:
+            self._fill(session, now, hour, budgets, poll_interval, workloads)
+            self.text = generate_latest(self.registry)
+            self.refreshed_at = now
+        finally:
+            for gauge in self._labelled:
+                gauge.clear()
+
+    def _fill(self, session: Session, now: datetime, hour: Report, budgets: Sequence[Budget],
+              poll_interval: timedelta, workloads: Sequence[WorkloadFigure]) -> None:
         priced = running_prices(session, now, max(3 * poll_interval, MIN_LOOKBACK))
         idle = {row.key[0]: row.idle_cost_micros / 1e6 for row in hour.rows}
-        for gauge in (self.hourly, self.gpu_hourly, self.idle, self.team_hourly,
-                      self.team_spend, self.budget, self.budget_spent, self.budget_forecast,
-                      self.kind_hourly, self.kind_count, self.standing_monthly,
-                      self.standing_count):
-            gauge.clear()
         priced.sort(key=lambda p: (-p.usd_per_hour, p.labels))
         shown, rest = priced[:self.max_instance_series], priced[self.max_instance_series:]
         for p in shown:
@@ -224,12 +238,8 @@ class CostMetrics:
             self.standing_monthly.labels(line.team, line.kind).set(line.usd_per_month)
             self.standing_count.labels(line.team, line.kind).set(line.count)
         self._workloads(workloads)
-        self.text = generate_latest(self.registry)
-        self.refreshed_at = now
 
     def _workloads(self, workloads: Sequence[WorkloadFigure]) -> None:
-        for gauge in (self.workload_hourly, self.workload_gpus, self.namespace_hourly):
-            gauge.clear()
         per_namespace: dict[tuple[str, str], float] = defaultdict(float)
         for w in workloads:
             labels = (w.cluster, w.namespace, w.kind, w.name, w.team)

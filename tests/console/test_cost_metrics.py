@@ -173,6 +173,36 @@ def test_a_scrape_serves_the_snapshot_without_rendering_the_cost_series(
     assert scraped.endswith(snapshot)
 
 
+def test_only_the_snapshot_is_kept_between_cycles_and_a_failed_refresh_keeps_the_last(
+        store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-instance series are thousands of gauge children: rendered into the snapshot,
+    then let go. A refresh that fails halfway leaves the last snapshot and no series behind,
+    so the next one does not serve a stale instance."""
+    from costguard.daemon import cost_metrics
+    from costguard.report.queries import spend
+
+    metrics = refreshed(store)
+    snapshot = metrics.cost.text
+    assert snapshot.count(b"costguard_instance_hourly_cost_usd{") > 10
+    assert all(not family.samples for gauge in metrics.cost._labelled
+               for family in gauge.collect())
+
+    def broken(*args: object, **kwargs: object) -> list[object]:
+        raise RuntimeError("the store went away")
+
+    monkeypatch.setattr(cost_metrics, "paid_not_running", broken)  # after the instances
+    db = Database(store, create=False)
+    try:
+        with db.session() as s, pytest.raises(RuntimeError):
+            hour = spend(s, ["instance"], NOW - timedelta(hours=1), NOW)
+            metrics.cost.refresh(s, NOW, hour, poll_interval=POLL)
+    finally:
+        db.dispose()
+    assert metrics.cost.text == snapshot
+    assert all(not family.samples for gauge in metrics.cost._labelled
+               for family in gauge.collect())
+
+
 PROMQL_WORDS = {"sum", "by", "avg", "topk", "clamp_min", "time", "on", "group_left",
                 "without", "max", "min", "count", "rate", "increase", "label_values"}
 
