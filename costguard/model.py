@@ -6,10 +6,10 @@ them. Everything is timezone-aware UTC.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import date, datetime, timedelta
 from enum import StrEnum
-from typing import Any, Literal, Protocol, TypeVar, cast
+from typing import Any, Literal, Protocol, Self, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -185,6 +185,15 @@ class Instance(Frozen):
         # an inventory holds a fleet's instances through a cycle: one fields-set for all
         object.__setattr__(self, "__pydantic_fields_set__",
                            _shared_fields_set(self.__pydantic_fields_set__))
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None,
+                   deep: bool = False) -> Self:
+        """pydantic's copy, sharing its fields-set as a built instance does (a copy's own
+        set was ~730 bytes of each copy an inventory or the simulated cloud keeps)."""
+        copied = super().model_copy(update=update, deep=deep)
+        object.__setattr__(copied, "__pydantic_fields_set__",
+                           _shared_fields_set(copied.__pydantic_fields_set__))
+        return copied
 
     @property
     def managed(self) -> bool:

@@ -35,6 +35,13 @@ def test_a_copy_with_changes_leaves_the_shared_set_alone() -> None:
     assert a.model_fields_set == before == b.model_fields_set
     assert a.model_dump(exclude_unset=True).keys() == before
     assert c.model_dump(exclude_unset=True)["name"] == "renamed"
+    # copies with the same fields share one set too (a simulated cloud's or an inventory's)
+    d = b.model_copy(update={"name": "other", "zone": "us-east-1b"})
+    assert d.__pydantic_fields_set__ is c.__pydantic_fields_set__
+    assert a.model_copy(update={"observed_at": NOW}).__pydantic_fields_set__ is (
+        a.__pydantic_fields_set__)
+    e = d.model_copy(update={"state_reason": "stopped by costguard"})
+    assert "state_reason" in e.model_fields_set and "state_reason" not in d.model_fields_set
 
 
 def test_an_instance_costs_well_under_a_kilobyte_more_than_its_values() -> None:
