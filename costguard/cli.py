@@ -84,10 +84,10 @@ def _main(
     import costguard.cli_common as common
 
     common.DATABASE = common.database_url(database) if database else None
-    from costguard.daemon.logs import RedactingFormatter, TextFormatter, install
+    from costguard.daemon.logs import RedactingFormatter, StderrHandler, TextFormatter, install
 
     # every command's log lines (and every library's) go through costguard's redaction
-    handler = logging.StreamHandler()
+    handler = StderrHandler()
     handler.setFormatter(RedactingFormatter(TextFormatter()))
     install(handler, logging.DEBUG if verbose else logging.WARNING)
 

@@ -102,6 +102,24 @@ def route_third_party(level: str | int) -> None:
         logging.getLogger(name).setLevel(floor)
 
 
+class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A handler on whatever `sys.stderr` is when a record is written, as Python's own
+    last-resort handler is: a command's handler outlives a stream swapped in for a while (a
+    test runner's capture, click's CliRunner) and closed after, and a record logged then by a
+    thread still running would have met a closed file."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: TextIO) -> None:  # StreamHandler sets it; it is always stderr
+        pass
+
+
 def install(handler: logging.Handler, level: str | int) -> None:
     root = logging.getLogger()
     for old in list(root.handlers):

@@ -164,3 +164,28 @@ def test_significant_parts_are_keys_not_words() -> None:
     assert {"T01ABCDEF9", "B02GHIJKL8", "aaaabbbbccccddddeeee1", "0123456789ab"} <= set(parts)
     assert "services" not in parts and "webhooks" not in parts
     assert significant_parts("plain-token-value") == ["plain-token-value"]
+
+
+def test_a_commands_log_lines_go_to_the_stderr_of_the_moment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI's handler writes to whatever stderr is when a line is logged: a stream that
+    stood in for it a while (a test runner's capture) and was closed since is not written
+    to ("I/O operation on closed file"), and the line is still redacted."""
+    from costguard.daemon.logs import RedactingFormatter, StderrHandler, TextFormatter
+
+    stood_in = io.StringIO()
+    monkeypatch.setattr("sys.stderr", stood_in)
+    handler = StderrHandler()
+    handler.setFormatter(RedactingFormatter(TextFormatter()))
+    log = logging.getLogger("costguard.test.stderr")
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        log.warning("first")
+        now = io.StringIO()
+        monkeypatch.setattr("sys.stderr", now)
+        stood_in.close()
+        log.warning("then %s", BOT)
+    finally:
+        log.removeHandler(handler)
+    assert "then" in now.getvalue() and BOT not in now.getvalue()
