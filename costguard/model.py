@@ -6,6 +6,7 @@ them. Everything is timezone-aware UTC.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import date, datetime, timedelta
 from enum import StrEnum
@@ -367,25 +368,25 @@ class ReadingsView(Sequence[_R_co]):
 
     __slots__ = ()
 
+    @abstractmethod
     def covering(self, start: datetime, end: datetime) -> ReadingsView[_R_co]:
         """`covering(self, start, end)`."""
-        raise NotImplementedError
 
+    @abstractmethod
     def only(self, source: TelemetrySource) -> ReadingsView[_R_co]:
         """The readings `source` measured."""
-        raise NotImplementedError
 
+    @abstractmethod
     def has(self, source: TelemetrySource) -> bool:
         """Whether any reading was measured by `source`."""
-        raise NotImplementedError
 
+    @abstractmethod
     def signal(self, sm: bool) -> Iterator[SignalRecord]:
         """SM activity's figures (`sm`) or utilization's, reading by reading, in order."""
-        raise NotImplementedError
 
+    @abstractmethod
     def column(self, field: str) -> list[Any]:
         """One field of every reading, in order."""
-        raise NotImplementedError
 
 
 def from_source(minutes: Sequence[R], source: TelemetrySource) -> Sequence[R]:
