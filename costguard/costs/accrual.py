@@ -21,13 +21,8 @@ from sqlmodel import Session
 from costguard.costs.attribution import Attributor
 from costguard.costs.price_book import record_sources
 from costguard.costs.pricing import PRICE_KEY_FIELDS, PriceCatalog
-from costguard.model import (
-    Instance,
-    InstanceState,
-    PriceQuote,
-    Reading,
-    Verdict,
-)
+from costguard.minutes import Reading
+from costguard.model import Instance, InstanceState, PriceQuote, Verdict
 from costguard.store.inventory import to_instance
 from costguard.store.refs import InstanceRef
 from costguard.store.tables import CostIntervalRow, InstanceRow

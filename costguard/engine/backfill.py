@@ -26,7 +26,8 @@ from typing import Protocol
 from costguard.alerts.gaps import METRICS_SCOPE
 from costguard.engine import behind
 from costguard.errors import ProviderError
-from costguard.model import Gap, GpuMinute, Instance, covering
+from costguard.minutes import covering
+from costguard.model import Gap, GpuMinute, Instance
 from costguard.policy.conditions import IdleCondition
 from costguard.providers.base import Split
 from costguard.telemetry.classify import peaks

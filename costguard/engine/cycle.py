@@ -35,14 +35,8 @@ from costguard.engine.heap import (
 from costguard.engine.summary import CycleSummary
 from costguard.engine.verdicts import Verdicts
 from costguard.errors import ProviderError
-from costguard.model import (
-    Gap,
-    GpuMinute,
-    Instance,
-    InstanceState,
-    TelemetrySource,
-    has_source,
-)
+from costguard.minutes import has_source
+from costguard.model import Gap, GpuMinute, Instance, InstanceState, TelemetrySource
 from costguard.policy.evaluate import Finding, evaluate
 from costguard.policy.kinds import KINDS
 from costguard.policy.schema import PolicySet

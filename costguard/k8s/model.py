@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from costguard.model import Reading
+from costguard.minutes import Reading
 
 # A MIG profile as the device plugin names its resource (`nvidia.com/mig-3g.40gb`, sanitised
 # by KSM to `nvidia_com_mig_3g_40gb`) and dcgm-exporter its `GPU_I_PROFILE` (`3g.40gb`).

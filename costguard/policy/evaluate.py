@@ -13,16 +13,8 @@ from fnmatch import fnmatchcase
 from functools import lru_cache
 
 from costguard.actions.schedule import in_office_hours, why_outside
-from costguard.model import (
-    Classification,
-    Instance,
-    InstanceState,
-    Reading,
-    TelemetrySource,
-    Verdict,
-    covering,
-    from_source,
-)
+from costguard.minutes import Reading, covering, from_source
+from costguard.model import Classification, Instance, InstanceState, TelemetrySource, Verdict
 from costguard.policy.conditions import Condition, UnderusedCondition
 from costguard.policy.filters import AgeFilter, Filters, TagFilter
 from costguard.policy.schedule import OfficeHours

@@ -24,7 +24,8 @@ from typing import NamedTuple
 
 from sqlmodel import Session
 
-from costguard.model import TelemetrySource, Verdict, covering, from_source
+from costguard.minutes import covering, from_source
+from costguard.model import TelemetrySource, Verdict
 from costguard.policy.actions import StopAction
 from costguard.policy.evaluate import Finding
 from costguard.policy.schema import Policy

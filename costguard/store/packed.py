@@ -13,13 +13,14 @@ from operator import attrgetter
 from typing import Any, NamedTuple, overload
 
 from costguard.clock import utc
-from costguard.model import PERCENT_GRID, ReadingsView, SignalRecord, TelemetrySource
+from costguard.minutes import ReadingsView, SignalRecord
+from costguard.model import PERCENT_GRID, TelemetrySource
 from costguard.store.blocks import quantize
 
 
 class WindowReading(NamedTuple):
     """The window's copy of a stored GPU-minute: the fields the idle classifier reads
-    (`costguard.model.Reading`) and who measured it, built when asked for. A `GpuMinute`
+    (`costguard.minutes.Reading`) and who measured it, built when asked for. A `GpuMinute`
     costs ~2 KB of memory (a pydantic model's dict and fields-set); the window keeps 18
     bytes per reading of a cloud's metrics, 46 where the agent's percentiles, memory and
     process figures come too."""

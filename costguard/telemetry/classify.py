@@ -30,16 +30,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, NamedTuple
 
 from costguard.clock import utc
-from costguard.model import (
-    Classification,
-    GpuSignal,
-    Reading,
-    ReadingsView,
-    SignalRecord,
-    Verdict,
-    aware,
-    covering,
-)
+from costguard.minutes import Reading, ReadingsView, SignalRecord, aware, covering
+from costguard.model import Classification, GpuSignal, Verdict
 
 UNDERUSED_FACTOR = 2.0
 SignalChoice = Literal["auto", "sm_active", "util_gpu"]

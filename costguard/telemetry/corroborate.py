@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from costguard.model import Reading
+from costguard.minutes import Reading
 from costguard.policy.conditions import HostActivity
 
 _MB = 1e6

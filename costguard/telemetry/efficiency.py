@@ -37,7 +37,8 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict
 
 from costguard.clock import utc
-from costguard.model import GpuMinute, GpuSignal, covering, slots
+from costguard.minutes import covering, slots
+from costguard.model import GpuMinute, GpuSignal
 from costguard.recommend.settings import RecommendSettings
 from costguard.telemetry.classify import LABEL, gb, pct, sm_reading, util_reading
 from costguard.telemetry.summary import percentile

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from costguard.model import Reading
+from costguard.minutes import Reading
 
 SM_NONE_BELOW = 1.0  # SM activity under this all minute: no SM worked
 LOADED_UTIL = 50.0

@@ -9,7 +9,8 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from costguard.model import GpuMinute, TelemetrySource, covering, has_source
+from costguard.minutes import covering, has_source
+from costguard.model import GpuMinute, TelemetrySource
 from costguard.store.packed import PACKED
 from tests.packed_readings import NOW, SOURCES, packed, readings
 

@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlmodel import select
 
-from costguard.model import GpuMinute, TelemetrySource, Verdict, covering, per_minute, slots
+from costguard.minutes import covering, per_minute, slots
+from costguard.model import GpuMinute, TelemetrySource, Verdict
 from costguard.store.db import Database
 from costguard.store.readings import read_minutes, write_minutes
 from costguard.store.tables import GpuReadingRow

@@ -278,7 +278,7 @@ def _counting_selects(db: Database) -> list[str]:
 
 def test_a_span_older_than_the_window_is_read_from_the_store_a_batch_at_a_time(
         db: Database) -> None:
-    from costguard.model import covering
+    from costguard.minutes import covering
     from costguard.store.readings import read_minutes
     from costguard.store.window import SpanReader
 

@@ -11,7 +11,8 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from costguard.model import GpuMinute, TelemetrySource, Verdict, covering, from_source
+from costguard.minutes import covering, from_source
+from costguard.model import GpuMinute, TelemetrySource, Verdict
 from costguard.telemetry.classify import classify, sm_reading, util_reading
 from tests.packed_readings import NOW, packed, readings
 

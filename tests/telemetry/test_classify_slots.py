@@ -1,4 +1,4 @@
-"""The classifier's slots, keyed by integer instants, are the slots `costguard.model.slots`
+"""The classifier's slots, keyed by integer instants, are the slots `costguard.minutes.slots`
 and a minute's wall minute give: the same readings counted, in the same order, for readings
 stamped at seconds, in other time zones (offsets with seconds too), re-sent, spanning
 several minutes across the window's edges, or for GPUs the instance does not have."""
@@ -10,7 +10,8 @@ from datetime import UTC, datetime, timedelta, timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from costguard.model import GpuMinute, TelemetrySource, covering, slots
+from costguard.minutes import covering, slots
+from costguard.model import GpuMinute, TelemetrySource
 from costguard.telemetry.classify import _Reading, _readings, _signal, util_reading
 
 START = datetime(2026, 11, 27, 12, 0, 30, tzinfo=UTC)

@@ -11,7 +11,8 @@ from aws_helpers import REGION, ProviderFactory, run_instances
 from botocore.exceptions import EndpointConnectionError
 
 from costguard.clock import ManualClock
-from costguard.model import Instance, TelemetrySource, slots
+from costguard.minutes import slots
+from costguard.model import Instance, TelemetrySource
 from costguard.providers.aws.metrics import GPU_MEM_TOTAL, GPU_MEM_USED, GPU_UTIL
 from costguard.providers.base import ReadsWindowOnce
 
