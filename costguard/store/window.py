@@ -39,8 +39,8 @@ class ReadingWindow:
     re-reading the whole window every cycle dominated a cycle's cost. The store stays the
     source of truth: each refresh re-reads the newest `late` span, so agent minutes that
     arrive a little late are still seen. Readings are kept packed (`Rows`, 18-46 bytes each;
-    as `GpuMinute`s an hour of 10,000 instances' GPUs took over a gigabyte) and handed out as
-    `WindowReading`s, one instance at a time.
+    as `GpuMinute`s an hour of 10,000 instances' GPUs took over a gigabyte) and handed out
+    one instance at a time, still packed (`PackedReadings`).
     """
 
     def __init__(self, late: timedelta = timedelta(minutes=5)) -> None:

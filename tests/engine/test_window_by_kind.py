@@ -36,6 +36,7 @@ policies:
       - stop: {grace: 2h}
 """
 
+
 def _fleet(cloud: ScriptedCloud) -> None:
     cloud.add("i-vm", always("no_process"))
     cloud.add("nb-1", always("no_process"), kind=InstanceKind.NOTEBOOK)
