@@ -47,7 +47,7 @@ class FencedProvider:
         return self.inner.list_instances()
 
     def gpu_metrics(self, instances: Sequence[Instance], start: datetime, end: datetime
-                    ) -> list[GpuMinute]:
+                    ) -> Sequence[GpuMinute]:
         return self.inner.gpu_metrics(instances, start, end)
 
     def stop(self, instance: Instance, *, dry_run: bool) -> ActionResult:

@@ -37,7 +37,7 @@ log = logging.getLogger("costguard.engine")
 RECENT = timedelta(minutes=15)
 
 # a call's readings, handed to `observe` once they are stored
-Observe = Callable[[list[GpuMinute]], None]
+Observe = Callable[[Sequence[GpuMinute]], None]
 
 
 class Fetch(Protocol):
@@ -110,7 +110,7 @@ def fetch_cold(fetch: Fetch, wanted: list[Instance], start: datetime, now: datet
                      (mid, lambda recent: decided(recent, mid, now, conditions)))
     recent: dict[str, Peak] = {}
 
-    def observe(batch: list[GpuMinute]) -> None:
+    def observe(batch: Sequence[GpuMinute]) -> None:
         by_id: dict[str, list[GpuMinute]] = defaultdict(list)
         for m in covering(batch, mid, now):
             by_id[m.instance_id].append(m)
@@ -129,7 +129,7 @@ def fetch_cold(fetch: Fetch, wanted: list[Instance], start: datetime, now: datet
     return list(by_scope.values())
 
 
-def decided(recent: list[GpuMinute], mid: datetime, now: datetime,
+def decided(recent: Sequence[GpuMinute], mid: datetime, now: datetime,
             conditions: Sequence[IdleCondition]) -> set[str]:
     """The instances whose minutes in [mid, now) among `recent` rule idle out under every
     condition: `fetch_cold`'s second call does not ask for their older minutes."""

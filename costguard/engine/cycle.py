@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from sqlmodel import select
@@ -278,10 +278,10 @@ class Engine:
         return self._inventory
 
     def _sink(self, summary: CycleSummary, name: str
-              ) -> Callable[[list[GpuMinute], datetime], None]:
+              ) -> Callable[[Sequence[GpuMinute], datetime], None]:
         """Store a call's readings and feed them to the window, as they arrive; count what
         provider `name`'s call dropped (one call at a time: `fetcher`'s handover)."""
-        def sink(readings: list[GpuMinute], since: datetime) -> None:
+        def sink(readings: Sequence[GpuMinute], since: datetime) -> None:
             if isinstance(readings, Readings) and readings.dropped:
                 summary.readings_dropped[name] = (summary.readings_dropped.get(name, 0)
                                                   + readings.dropped)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -99,7 +99,7 @@ class _InFlight:
                 self._changed.notify_all()
 
 
-def fetcher(name: str, provider: Provider, sink: Callable[[list[GpuMinute], datetime], None],
+def fetcher(name: str, provider: Provider, sink: Callable[[Sequence[GpuMinute], datetime], None],
             readers: int) -> Fetch:
     """Ask the provider `chunk_size` instances at a time (`readers`: the providers read at
     once; a scope never split), each call about a share of the budget, as many calls at once

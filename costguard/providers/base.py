@@ -7,11 +7,12 @@ nothing above a provider ever sees a botocore or google-api-core exception. A sc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from costguard.minute_rows import MinuteRows
 from costguard.model import (
     ActionResult,
     Gap,
@@ -60,7 +61,7 @@ class Provider(Protocol):
 
     def gpu_metrics(
         self, instances: Sequence[Instance], start: datetime, end: datetime
-    ) -> list[GpuMinute]:
+    ) -> Sequence[GpuMinute]:
         """Per-GPU per-minute readings from the cloud's own metrics service, batched.
 
         Returns only what the cloud has; an instance without metrics simply has no rows
@@ -152,18 +153,19 @@ class FetchesPrices(Protocol):
         ...
 
 
-class Readings(list[GpuMinute]):
+class Readings(MinuteRows):
     """What one `gpu_metrics` call returned, as a provider whose calls may overlap returns
-    it (`overlapping_metrics`): the readings, the scopes that call could not read (what
-    `metric_gaps` says of the last call to end), for a provider that leaves out repeats,
-    the call's receipt (`LeavesOutRepeats`), and how many points the call read that no
-    reading can hold (`cloud_readings.validated`: dropped, no data)."""
+    it (`overlapping_metrics`): the readings (as rows, `costguard.minute_rows`), the scopes
+    that call could not read (what `metric_gaps` says of the last call to end), for a
+    provider that leaves out repeats, the call's receipt (`LeavesOutRepeats`), and how many
+    points the call read that no reading can hold (`cloud_readings.validated`: dropped, no
+    data)."""
 
     __slots__ = ("dropped", "gaps", "receipt")
 
-    def __init__(self, items: Iterable[GpuMinute], gaps: Sequence[Gap],
+    def __init__(self, rows: MinuteRows, gaps: Sequence[Gap],
                  receipt: Receipt | None = None, dropped: int = 0) -> None:
-        super().__init__(items)
+        super().__init__(rows.names, rows.rows)
         self.gaps = list(gaps)
         self.receipt = receipt
         self.dropped = dropped
@@ -189,7 +191,7 @@ class LeavesOutRepeats(Protocol):
 
 
 # given the minutes from a split read's `mid` on, the instances whose older ones are not wanted
-Decided = Callable[[list[GpuMinute]], Collection[str]]
+Decided = Callable[[Sequence[GpuMinute]], Collection[str]]
 # (mid, decided): the minute a split read's recent span begins at, and its `Decided`
 Split = tuple[datetime, Decided]
 
@@ -207,7 +209,7 @@ class ReadsWindowOnce(Protocol):
     def gpu_metrics_split(
         self, instances: Sequence[Instance], start: datetime, end: datetime, mid: datetime,
         decided: Decided,
-    ) -> list[GpuMinute]:
+    ) -> Sequence[GpuMinute]:
         """`gpu_metrics` over [start, end) in one read, less the minutes before `mid` of
         the instances `decided` names when handed the minutes from `mid` on. Minutes the
         provider reads again next cycle (`metrics_settle`) are kept whatever it says."""

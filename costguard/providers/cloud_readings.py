@@ -7,13 +7,17 @@ a value that is not a number. Validated as one list, one such point failed the w
 and with it every cycle of the daemon (no actions, no alerts, nothing accrued, in every
 account), for as long as the point stayed in the metrics' lookback.
 
-Each reading is validated on its own. One that fails is dropped: that GPU-minute has no data,
-which is never idle. The drop is logged once per call, with how many, and the first few
-instances, GPU, minute and field, so a forged or broken series can be found; a call counts
-its drops (`Dropped`, `providers.base.Readings.dropped`), and the cycle reports them
-(`readings_dropped` in its summary, `costguard_cloud_readings_dropped_total` on /metrics): an
-agent that writes a field no reading can hold (every memory figure, say) leaves its GPUs
-without data, which nothing but that count shows.
+Each reading is validated on its own. One that fails is dropped: that GPU-minute has no
+data, which is never idle. The readings come as rows (`costguard.minute_rows`) and are
+checked a column at a time, each value against its `GpuMinute` field's type and bounds
+(pydantic's own checks of that field, a column in one call): a reading is dropped for its
+first invalid field, in the model's order, as validating a model per reading dropped it. The
+drop is logged once per call, with how many, and the first few instances, GPU, minute and
+field, so a forged or broken series can be found; a call counts its drops (`Dropped`,
+`providers.base.Readings.dropped`), and the cycle reports them (`readings_dropped` in its
+summary, `costguard_cloud_readings_dropped_total` on /metrics): an agent that writes a field
+no reading can hold (every memory figure, say) leaves its GPUs without data, which nothing
+but that count shows.
 """
 
 from __future__ import annotations
@@ -21,12 +25,14 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from functools import cache
+from typing import Annotated, Any
 
-from pydantic import ValidationError
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
+from costguard.minute_rows import GPU, INSTANCE, MINUTE, MinuteRows
 from costguard.model import GpuMinute
 
 log = logging.getLogger(__name__)
@@ -48,26 +54,73 @@ class Dropped:
             self.count += n
 
 
-def validated(rows: Iterable[Mapping[str, Any]], scope: str, dropped: Dropped | None = None
-              ) -> list[GpuMinute]:
-    """`rows` (GpuMinute field dicts read from `scope`'s metrics) as readings, less those
-    that are not valid readings, which are logged (and counted in `dropped`)."""
-    out: list[GpuMinute] = []
-    rejected: list[str] = []
-    build = GpuMinute.model_validate
-    for fields in rows:
+def validated(names: tuple[str, ...], rows: Sequence[tuple[Any, ...]], scope: str,
+              dropped: Dropped | None = None) -> MinuteRows:
+    """`rows` (readings' values in the order of `names`, read from `scope`'s metrics) as
+    readings, less those that are not valid readings, which are logged (and counted in
+    `dropped`). Checked a column at a time, each against its `GpuMinute` field's own type and
+    bounds (what validating a model per reading checked, its first invalid field named)."""
+    if not rows:
+        return MinuteRows(names, [])
+    columns: list[list[Any]] = []
+    rejected: dict[int, str] = {}  # row -> why: its first invalid field, in the model's order
+    for name, column in zip(names, zip(*rows, strict=True), strict=True):
+        checked, errors = _checked(name, column)
+        for index, error in errors:
+            if index not in rejected:
+                rejected[index] = _why(rows[index], name, error)
+        columns.append(checked)
+    if not rejected:
+        return MinuteRows(names, list(zip(*columns, strict=True)))
+    kept = [row for n, row in enumerate(zip(*columns, strict=True)) if n not in rejected]
+    if dropped is not None:
+        dropped.add(len(rejected))
+    why = [rejected[n] for n in sorted(rejected)]
+    more = len(why) - NAMED
+    log.warning("%s: %d GPU reading%s dropped, not valid readings (no data, never idle): "
+                "%s%s", scope, len(why), "" if len(why) == 1 else "s",
+                "; ".join(why[:NAMED]), f"; and {more} more" if more > 0 else "")
+    return MinuteRows(names, kept)
+
+
+def _checked(name: str, column: Sequence[Any]) -> tuple[list[Any], list[tuple[int, Any]]]:
+    """`column`, the values of field `name`, as that field holds them; and the (index,
+    pydantic error) of each that is not valid (its place in the column left as it came)."""
+    try:
+        return _column_of(name).validate_python(column), []
+    except ValidationError:
+        pass
+    one = _value_of(name)
+    out: list[Any] = []
+    errors: list[tuple[int, Any]] = []
+    for index, value in enumerate(column):
         try:
-            out.append(build(fields))
+            out.append(one.validate_python(value))
         except ValidationError as exc:
-            rejected.append(_why(fields, exc))
-    if rejected:
-        if dropped is not None:
-            dropped.add(len(rejected))
-        more = len(rejected) - NAMED
-        log.warning("%s: %d GPU reading%s dropped, not valid readings (no data, never idle): "
-                    "%s%s", scope, len(rejected), "" if len(rejected) == 1 else "s",
-                    "; ".join(rejected[:NAMED]), f"; and {more} more" if more > 0 else "")
-    return out
+            out.append(value)
+            errors.append((index, exc.errors()[0]))
+    return out, errors
+
+
+_CHECKS = ConfigDict(allow_inf_nan=GpuMinute.model_config.get("allow_inf_nan", True))
+
+
+def _kind(name: str) -> Any:
+    """`GpuMinute`'s field `name`: its type and bounds, as one annotation."""
+    info = GpuMinute.model_fields[name]
+    return Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+
+
+@cache
+def _value_of(name: str) -> TypeAdapter[Any]:
+    """One value of `GpuMinute`'s field `name`, checked as the model checks it."""
+    return TypeAdapter(_kind(name), config=_CHECKS)
+
+
+@cache
+def _column_of(name: str) -> TypeAdapter[list[Any]]:
+    """A column of `GpuMinute`'s field `name`, checked as the model checks each value."""
+    return TypeAdapter(list[_kind(name)], config=_CHECKS)  # type: ignore[arg-type,misc]
 
 
 def busiest(row: dict[str, Any], fields: Mapping[str, Any]) -> None:
@@ -88,12 +141,10 @@ def whole_bytes(value: float) -> int | float:
     return max(0, int(value)) if math.isfinite(value) else value
 
 
-def _why(fields: Mapping[str, Any], exc: ValidationError) -> str:
-    """Which reading, and its first invalid field: `i-0abc GPU 0 at 12:03Z: mem_used_bytes
-    1e+30: Input should be ...`."""
-    first = exc.errors()[0]
-    where = ".".join(str(part) for part in first["loc"])
-    minute = fields.get("minute")
+def _why(row: tuple[Any, ...], name: str, error: Any) -> str:
+    """Which reading, and its invalid field: `i-0abc GPU 0 at 12:03Z: mem_used_bytes 1e+30:
+    Input should be ...`."""
+    minute = row[MINUTE]
     at = minute.strftime("%Y-%m-%d %H:%MZ") if isinstance(minute, datetime) else minute
-    return (f"{fields.get('instance_id')} GPU {fields.get('gpu_index')} at {at}: "
-            f"{where} {first.get('input')!r}: {first['msg']}")
+    return (f"{row[INSTANCE]} GPU {row[GPU]} at {at}: "
+            f"{name} {error.get('input')!r}: {error['msg']}")

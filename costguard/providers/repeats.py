@@ -1,29 +1,30 @@
 """Readings a provider handed over before and the caller stored, so that the span a cloud's
-metrics settle over (read again each cycle for late points) is not built into models,
-stored and windowed again when it comes back unchanged.
+metrics settle over (read again each cycle for late points) is not checked, stored and
+windowed again when it comes back unchanged.
 
 A steady AWS cycle asks CloudWatch for the last 15 minutes: 5 new and 10 read again in case
 a point arrived late. Most come back exactly as before, and building, storing and windowing
 them again was most of a cycle's telemetry work at organisation scale. A provider keeps one
 `Repeats`; each metrics call begins with `begin`, which gives it a `Receipt`, runs its
-readings (as field dicts, before any model is built) through the receipt's `fresh`, and
-returns them with the receipt (`costguard.providers.base.Readings`). The caller, once it
-has stored what the call returned, hands them back (the provider's `readings_stored`, then
-`stored`). Until it does, nothing of that call counts as handed over: a call whose
-readings were never stored (the store failed, the caller was not the engine) leaves the
-next call to return them all again. Calls may overlap (the engine asks for the next chunk
-of a fleet while it stores the last one): each receipt holds only its own call's readings.
-A reading that changed in any field (a late point, a host CPU figure that arrived) is
-fresh.
+readings (as rows, `costguard.minute_rows`, before they are checked) through the receipt's
+`fresh`, and returns them with the receipt (`costguard.providers.base.Readings`). The
+caller, once it has stored what the call returned, hands them back (the provider's
+`readings_stored`, then `stored`). Until it does, nothing of that call counts as handed
+over: a call whose readings were never stored (the store failed, the caller was not the
+engine) leaves the next call to return them all again. Calls may overlap (the engine asks
+for the next chunk of a fleet while it stores the last one): each receipt holds only its own
+call's readings. A reading that changed in any field (a late point, a host CPU figure that
+arrived) is fresh.
 
 Only the last `horizon` (the settling span and a period) can be asked again, so only
 readings that recent are remembered, and older ones pass without a look. What is kept, per
-instance, is a sorted array of 64-bit signatures (Python's hash of a reading's fields,
-names and values): 8 bytes a reading, ~10 MB for 60,000 GPU instances. A later call's
-readings of an instance replace what was kept of it; an instance no call asked about
-within the horizon is forgotten. Two different readings with one signature would leave
-the later out; with the hash's randomised seed and the few hundred thousand readings of a
-settling span, the chance is below one in ten million million per cycle.
+instance, is a sorted array of 64-bit signatures (Python's hash of a reading's row: its
+values, in the order of the call's field names): 8 bytes a reading, ~10 MB for 60,000 GPU
+instances. A later call's readings of an instance replace what was kept of it; an instance
+no call asked about within the horizon is forgotten. Two different readings with one
+signature would leave the later out; with the hash's randomised seed and the few hundred
+thousand readings of a settling span, the chance is below one in ten million million per
+cycle.
 """
 
 from __future__ import annotations
@@ -31,11 +32,13 @@ from __future__ import annotations
 import threading
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-Fields = Mapping[str, Any]  # one reading's fields, as the provider builds them
+from costguard.minute_rows import INSTANCE, MINUTE
+
+Row = tuple[Any, ...]  # one reading's values, as the provider builds them (`minute_rows`)
 
 
 def _has(signatures: array[int], signature: int) -> bool:
@@ -57,20 +60,20 @@ class Receipt:
         self.seen: dict[str, array[int]] = {}
         self.lock = threading.Lock()  # the threads of one call
 
-    def fresh(self, readings: Iterable[Fields]) -> list[Fields]:
+    def fresh(self, readings: Iterable[Row]) -> list[Row]:
         """The readings not handed over before unchanged (all of them until a call's
         `Repeats.stored`). Safe from several threads of this call, and beside other
         calls."""
-        out: list[Fields] = []
+        out: list[Row] = []
         seen: dict[str, array[int]] = {}
         held, keep_from, look_from = self.held, self.keep_from, self.look_from
-        for fields in readings:
-            minute = fields["minute"]
+        for row in readings:
+            minute = row[MINUTE]
             if minute < look_from:
-                out.append(fields)  # not held, and older than any later call asks again
+                out.append(row)  # not held, and older than any later call asks again
                 continue
-            signature = hash(tuple(fields.items()))
-            instance_id = fields["instance_id"]
+            signature = hash(row)
+            instance_id = row[INSTANCE]
             if minute >= keep_from:
                 mine = seen.get(instance_id)
                 if mine is None:
@@ -78,7 +81,7 @@ class Receipt:
                 mine.append(signature)
             kept = held.get(instance_id)
             if kept is None or not _has(kept[1], signature):
-                out.append(fields)
+                out.append(row)
         with self.lock:
             for instance_id, signatures in seen.items():
                 self.seen.setdefault(instance_id, array("q")).extend(signatures)

@@ -9,7 +9,8 @@ import math
 import struct
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
-from operator import attrgetter
+from functools import lru_cache
+from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple, overload
 
 from costguard.clock import utc
@@ -127,6 +128,15 @@ def _packer(get: Callable[[Any], tuple[Any, ...]]) -> Callable[[Any], tuple[int,
 
 pack_minute = _packer(attrgetter(*PACKED))
 pack_values = _packer(tuple)  # a row read with `fields=PACKED`
+
+
+@lru_cache(maxsize=16)
+def row_packer(names: tuple[str, ...]) -> Callable[[tuple[Any, ...]], tuple[int, ...]]:
+    """`pack_minute` of a reading's row of `names` (`costguard.minute_rows`): a field the
+    rows do not have is none."""
+    at = [names.index(n) if n in names else len(names) for n in PACKED]
+    pick = itemgetter(*at)
+    return _packer(lambda row: pick((*row, None)))
 
 
 def _narrow(row: tuple[int, ...]) -> bool:

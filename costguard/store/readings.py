@@ -11,10 +11,11 @@ from operator import attrgetter, is_not
 from typing import Any, cast
 
 from sqlalchemy import Table, and_, delete, null, or_, select, type_coerce
-from sqlalchemy.engine import Dialect
+from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.types import NullType
 from sqlmodel import Session
 
+from costguard.minute_rows import LEAD, SOURCE, MinuteRows, names_of
 from costguard.model import MAX_SPAN_MINUTES, GpuMinute
 from costguard.store.refs import InstanceRef, ids_by_provider
 from costguard.store.tables import GpuReadingRow
@@ -37,17 +38,24 @@ def write_minutes(session: Session, minutes: Sequence[GpuMinute]) -> int:
     the database's work per row, and the columns left out are set NULL on a conflict."""
     if not minutes:
         return 0
-    conn = session.connection()
-    rows: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-    for m in minutes:
-        row = _ATTRS(m)
+    if isinstance(minutes, MinuteRows):  # a cloud's readings: their rows as they are
+        return _write(session.connection(), minutes.names, minutes.rows)
+    return _write(session.connection(), _NAMES, map(_ATTRS, minutes))
+
+
+def _write(conn: Connection, names: tuple[str, ...], rows: Iterable[tuple[Any, ...]]) -> int:
+    """`write_minutes` of readings' `rows`, each the values of `names` (the key's columns
+    first, then `source`, the rest in the table's order)."""
+    unique: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    for row in rows:
         # a batch may repeat a key (agent replay): last one wins, as the upsert would
-        rows[row[:_KEY_LEN]] = row
+        unique[row[:_KEY_LEN]] = row
     bound: dict[Any, Any] = {}  # readings share their minutes: each bound once
     shapes: dict[tuple[bool, ...], list[tuple[Any, ...]]] = defaultdict(list)
     to_db = _minute_to_db(conn.dialect)
-    for row in rows.values():
-        shape = tuple(map(is_not, row, _NONES))
+    nones = (None,) * len(names)
+    for row in unique.values():
+        shape = tuple(map(is_not, row, nones))
         values = list(compress(row, shape))
         # the key and `source` (never None) come first: their places are the same in any shape
         minute = values[_MINUTE_AT]
@@ -58,37 +66,37 @@ def write_minutes(session: Session, minutes: Sequence[GpuMinute]) -> int:
         values[_SOURCE_AT] = str(values[_SOURCE_AT])
         shapes[shape].append(tuple(values))
     for shape, values in shapes.items():
-        sql, names = _upsert_sql(conn.dialect, shape)
-        if names is None:  # positional paramstyle, in the shape's column order
+        sql, params = _upsert_sql(conn.dialect, tuple(compress(names, shape)))
+        if params is None:  # positional paramstyle, in the shape's column order
             conn.exec_driver_sql(sql, values)
         else:
-            conn.exec_driver_sql(sql, [dict(zip(names, r, strict=True)) for r in values])
-    return sum(r[_SPAN_AT] for r in rows.values())  # span_minutes is never None
+            conn.exec_driver_sql(sql, [dict(zip(params, r, strict=True)) for r in values])
+    span_at = names.index("span_minutes")
+    return sum(r[span_at] for r in unique.values())  # span_minutes is never None
 
 
-# key columns first, so a row's key is a slice of its values
-_FIELDS = list(_KEY) + [c.name for c in _TABLE.columns if c.name not in _KEY]
+# key columns first, so a row's key is a slice of its values; the table's columns are a
+# reading's fields in `GpuMinute`'s order, as `MinuteRows` names them (checked)
+_NAMES = tuple(_KEY) + tuple(c.name for c in _TABLE.columns if c.name not in _KEY)
 _KEY_LEN = len(_KEY)
-_ATTRS = attrgetter(*_FIELDS)
-_SOURCE_AT = _FIELDS.index("source")
-_MINUTE_AT = _FIELDS.index("minute")
-_SPAN_AT = _FIELDS.index("span_minutes")
-_NONES = (None,) * len(_FIELDS)
-assert _SOURCE_AT == _KEY_LEN and _MINUTE_AT < _KEY_LEN  # `write_minutes` places them
+_ATTRS = attrgetter(*_NAMES)
+_MINUTE_AT = _NAMES.index("minute")
+_SOURCE_AT = _NAMES.index("source")
+assert names_of(_NAMES) == _NAMES and _NAMES[:_KEY_LEN] == LEAD[:_KEY_LEN]
+assert _SOURCE_AT == _KEY_LEN == SOURCE and _MINUTE_AT < _KEY_LEN  # `_write` places them
 
 
 @lru_cache(maxsize=64)
-def _upsert_sql(dialect: Dialect, shape: tuple[bool, ...]) -> tuple[str, list[str] | None]:
-    """The upsert of the columns `shape` marks set (the key is always set) as driver SQL,
-    and the parameter names it wants (None: positional, in the columns' order). On a
+def _upsert_sql(dialect: Dialect, columns: tuple[str, ...]) -> tuple[str, list[str] | None]:
+    """The upsert of `columns` (the key's first, the rest in the table's order) as driver
+    SQL, and the parameter names it wants (None: positional, in the columns' order). On a
     conflict every other column is set NULL, as a whole row's replacement would."""
-    columns = list(compress(_FIELDS, shape))
     stmt = dialect_insert(_TABLE, dialect.name)
     updates: dict[str, Any] = {c: stmt.excluded[c] for c in columns[_KEY_LEN:]}
-    updates.update({c: null() for c, on in zip(_FIELDS, shape, strict=True) if not on})
+    updates.update({c: null() for c in _NAMES if c not in columns})
     stmt = stmt.on_conflict_do_update(index_elements=list(_KEY), set_=updates)
     sql, positional, _ = driver_sql(stmt, _TABLE, columns, dialect)
-    return sql, None if positional else columns
+    return sql, None if positional else list(columns)
 
 
 @lru_cache(maxsize=4)
@@ -128,7 +136,7 @@ def read_rows(
     *,
     skip: tuple[str, datetime] | None = None,
     spanning: bool = True,
-    fields: Sequence[str] = _FIELDS,
+    fields: Sequence[str] = _NAMES,
     settled: bool = True,
 ) -> Iterator[tuple[InstanceRef, Sequence[Any]]]:
     """The stored rows (their `fields`' values, in that order: `minute` and `span_minutes`
@@ -196,7 +204,7 @@ def read_minutes(
     for ref, values in read_rows(session, refs, start, end, skip=skip):
         # model_validate of a plain dict: 3x faster than model_construct, and far faster
         # than of the row's mapping
-        out[ref].append(GpuMinute.model_validate(dict(zip(_FIELDS, values, strict=True))))
+        out[ref].append(GpuMinute.model_validate(dict(zip(_NAMES, values, strict=True))))
     return out
 
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from sqlmodel import Session
 
+from costguard.minute_rows import INSTANCE, MINUTE, PROVIDER, SOURCE, MinuteRows
 from costguard.model import MAX_SPAN_MINUTES, GpuMinute, TelemetrySource
 from costguard.store.packed import (
     NONE_HELD,
@@ -24,12 +25,25 @@ from costguard.store.packed import (
     WindowReading,
     pack_minute,
     pack_values,
+    row_packer,
 )
 from costguard.store.readings import read_rows
 from costguard.store.refs import InstanceRef
 
 _LONGEST = timedelta(minutes=MAX_SPAN_MINUTES)  # the longest span a reading covers
+# what `add` reads first of a reading: whose it is, who measured it, and its minute
+_MINUTE_HEAD = attrgetter("provider", "instance_id", "source", "minute")
+_ROW_HEAD = itemgetter(PROVIDER, INSTANCE, SOURCE, MINUTE)
 _SLACK = 15 * 60  # seconds a reading may stay past the window before its row is dropped
+
+
+def _read_as(minutes: Iterable[GpuMinute]) -> tuple[
+        Iterable[Any], Callable[[Any], tuple[Any, ...]], Callable[[Any], tuple[int, ...]]]:
+    """What `ReadingWindow.add` iterates for `minutes`, how it reads each one's provider,
+    instance, source and minute, and how it packs one."""
+    if isinstance(minutes, MinuteRows):  # a cloud's readings: packed from their rows
+        return minutes.rows, _ROW_HEAD, row_packer(minutes.names)
+    return minutes, _MINUTE_HEAD, pack_minute
 
 
 class ReadingWindow:
@@ -64,25 +78,27 @@ class ReadingWindow:
     def add(self, minutes: Iterable[GpuMinute], *, since: datetime) -> None:
         """Write-through: readings this process just stored, fetched from their source for
         [since, now), need no read back."""
-        fed, pack = self._fed, pack_minute
+        items, head, pack = _read_as(minutes)
+        fed = self._fed
         expected, expected_of = self._expected, self._expected_of
         floor = -math.inf
         early: datetime | None = None
         last: tuple[str, str, str] | None = None
         rows = Rows()  # replaced at the first reading
-        for m in minutes:
+        for m in items:
             # a batch holds each instance's readings together: its rows are looked up once
-            key = (m.provider, m.instance_id, m.source)
+            provider, instance_id, source, minute = head(m)
+            key = (provider, instance_id, source)
             if key != last:
-                last, ref = key, (m.provider, m.instance_id)
-                fed[ref] = (str(m.source), since)
+                last, ref = key, (provider, instance_id)
+                fed[ref] = (str(source), since)
                 rows = self._rows(ref)
                 begins = expected_of.get(ref, expected)
                 floor = -math.inf if begins is None else begins.timestamp()
                 # a reading that begins this early ends before the floor whatever its span:
                 # not even packed (after a downtime, most of what a cycle reads)
                 early = None if begins is None else begins - _LONGEST
-            if early is not None and m.minute <= early:
+            if early is not None and minute <= early:
                 continue
             row = pack(m)
             if row[1] + row[2] * 60 > floor:  # ends inside the next refresh's span

@@ -14,6 +14,7 @@ import pytest
 from costguard.engine import fetch as fetch_module
 from costguard.engine.fetch import IN_FLIGHT, fetcher
 from costguard.errors import ProviderError
+from costguard.minute_rows import MinuteRows
 from costguard.model import Gap, GpuMinute, Instance, InstanceState, TelemetrySource
 from costguard.providers.base import Readings
 from tests.fakes.cloud import T0
@@ -73,7 +74,7 @@ class Overlapping:
             # `metric_gaps` names the last call to end: here, always another one, with no
             # gaps (a fetcher that reads it loses this call's)
             self.metric_gaps = []
-            return Readings(rows, gaps)
+            return Readings(MinuteRows.of(rows), gaps)
         finally:
             with self.lock:
                 self.beside[instances[0].region] = (began, self.active)

@@ -7,18 +7,34 @@ import logging
 import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from unittest.mock import patch
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
 
+from costguard.minute_rows import LEAD, MinuteRows, names_of
+from costguard.model import GpuMinute
+from costguard.providers import cloud_readings
 from costguard.providers.cloud_readings import Dropped, busiest, validated, whole_bytes
 
 T0 = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
 
 
-def _row(instance_id: str, minute: int, **fields: Any) -> dict[str, Any]:
+NAMES = names_of(("util_mean", "util_max", "mem_used_bytes", "host_cpu_pct"))
+
+
+def _fields(instance_id: str, minute: int, **fields: Any) -> dict[str, Any]:
     return {"provider": "aws", "instance_id": instance_id, "gpu_index": 0,
             "minute": T0 + timedelta(minutes=minute), "source": "cloudwatch",
-            "util_mean": 10.0, **fields}
+            "span_minutes": 1, "samples": 1, "util_mean": 10.0, **fields}
+
+
+def _row(instance_id: str, minute: int, **fields: Any) -> tuple[Any, ...]:
+    """A reading's row (`costguard.minute_rows`), as a provider builds it."""
+    given = _fields(instance_id, minute, **fields)
+    return tuple(given.get(name) for name in NAMES)
 
 
 def test_valid_readings_come_back_in_order_and_nothing_is_logged(
@@ -26,7 +42,7 @@ def test_valid_readings_come_back_in_order_and_nothing_is_logged(
     rows = [_row("i-a", 0), _row("i-b", 1, span_minutes=5, util_max=30.0)]
     dropped = Dropped()
     with caplog.at_level(logging.DEBUG):
-        got = validated(iter(rows), "acct/us-east-1", dropped)
+        got = validated(NAMES, rows, "acct/us-east-1", dropped)
     assert dropped.count == 0
     assert [(m.instance_id, m.span_minutes, m.util_max) for m in got] == [
         ("i-a", 1, None), ("i-b", 5, 30.0)]
@@ -43,7 +59,7 @@ def test_invalid_readings_are_dropped_and_the_first_three_named_in_one_warning(
     dropped = Dropped()
     dropped.add(2)  # an earlier scope's of the same call
     with caplog.at_level(logging.WARNING, logger="costguard.providers.cloud_readings"):
-        got = validated(rows, "acct/us-east-1/cloudwatch", dropped)
+        got = validated(NAMES, rows, "acct/us-east-1/cloudwatch", dropped)
     assert dropped.count == 2 + bad
     assert [(m.instance_id, m.minute) for m in got] == [
         ("i-ok", T0), ("i-ok", T0 + timedelta(minutes=9))]
@@ -60,7 +76,8 @@ def test_invalid_readings_are_dropped_and_the_first_three_named_in_one_warning(
 def test_a_reading_whose_minute_is_no_time_is_named_as_it_came(
         caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="costguard.providers.cloud_readings"):
-        assert validated([{**_row("i-x", 0), "minute": "soon"}], "gcp") == []
+        row = _row("i-x", 0)
+        assert validated(NAMES, [(*row[:3], "soon", *row[4:])], "gcp") == []
     (line,) = [r.getMessage() for r in caplog.records]
     assert "i-x GPU 0 at soon: minute 'soon': Input should be a valid datetime" in line
 
@@ -97,3 +114,54 @@ def test_busiest_merges_each_field_on_its_own() -> None:
     busiest(row, {"util_mean": 50.0, "util_max": 55.0, "mem_total_bytes": 9})
     assert row == {"util_mean": 50.0, "util_max": 60.0, "mem_used_bytes": 5,
                    "mem_total_bytes": 9}
+
+
+# what a cloud's answer may put in a reading's place: numbers in and out of bounds, not a
+# number at all, text, none
+_ANY_VALUE = st.one_of(
+    st.none(), st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=-2, max_value=2**64), st.sampled_from(["5.5", "x", ""]),
+    st.booleans())
+
+
+def _any_row() -> st.SearchStrategy[tuple[Any, ...]]:
+    lead = st.tuples(
+        st.sampled_from(["aws", "gcp", "azure"]), st.sampled_from(["i-a", "i-b"]),
+        st.one_of(st.integers(min_value=-1, max_value=2**40), st.none()),
+        st.one_of(st.just(T0), st.just("soon"), st.none()),
+        st.sampled_from(["cloudwatch", "cloud-monitoring", "nvml"]),
+        st.integers(min_value=0, max_value=61), st.integers(min_value=0, max_value=2))
+    values = st.tuples(*[_ANY_VALUE] * (len(NAMES) - len(LEAD)))
+    return st.tuples(lead, values).map(lambda parts: parts[0] + parts[1])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=st.lists(_any_row(), max_size=6))
+def test_rows_are_kept_and_refused_as_a_model_per_reading_keeps_and_refuses_them(
+        rows: list[tuple[Any, ...]]) -> None:
+    """The column checks are the model's: a row is kept when its reading validates as a
+    `GpuMinute`, with the values the model holds, and refused for the error the model
+    reports first."""
+    kept: list[GpuMinute] = []
+    why: list[str] = []
+    for row in rows:
+        try:
+            kept.append(GpuMinute.model_validate(dict(zip(NAMES, row, strict=True))))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            at = "2026-11-02 12:00Z" if row[3] == T0 else row[3]
+            why.append(f"{row[1]} GPU {row[2]} at {at}: {first['loc'][0]} "
+                       f"{first.get('input')!r}: {first['msg']}")
+    dropped = Dropped()
+    with patch.object(cloud_readings, "NAMED", len(rows)), \
+            patch.object(cloud_readings.log, "warning") as warned:
+        got = validated(NAMES, rows, "scope", dropped)
+    assert isinstance(got, MinuteRows) and got.names == NAMES
+    assert got.rows == [tuple(getattr(m, n) for n in NAMES) for m in kept]
+    assert [m.model_dump() for m in got] == [m.model_dump() for m in kept]
+    assert dropped.count == len(why)
+    if why:
+        (call,) = warned.call_args_list
+        assert call.args[4] == "; ".join(why)
+    else:
+        warned.assert_not_called()

@@ -7,15 +7,23 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from costguard.minute_rows import names_of
 from costguard.providers.repeats import Receipt, Repeats
 
 T = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
 HORIZON = timedelta(minutes=15)
 
 
-def _row(minute: int, util: float, gpu: int = 0, **more: Any) -> dict[str, Any]:
-    return {"instance_id": "i-1", "gpu_index": gpu, "minute": T + timedelta(minutes=minute),
-            "util_mean": util, **more}
+NAMES = names_of(("util_mean", "util_max", "host_cpu_pct"))
+Row = tuple[Any, ...]
+
+
+def _row(minute: int, util: float, gpu: int = 0, **more: Any) -> Row:
+    """A reading's row (`costguard.minute_rows`), as a provider builds it."""
+    fields = {"provider": "aws", "instance_id": "i-1", "gpu_index": gpu,
+              "minute": T + timedelta(minutes=minute), "source": "cloudwatch",
+              "span_minutes": 1, "samples": 1, "util_mean": util, **more}
+    return tuple(fields.get(name) for name in NAMES)
 
 
 class _Calls:
@@ -25,7 +33,7 @@ class _Calls:
         self.repeats = repeats
         self.last: Receipt | None = None
 
-    def __call__(self, end: int, rows: list[dict[str, Any]]) -> list[Any]:
+    def __call__(self, end: int, rows: list[Row]) -> list[Row]:
         self.last = self.repeats.begin(T + timedelta(minutes=end))
         return self.last.fresh(rows)
 
@@ -54,13 +62,15 @@ def test_a_reading_changed_in_any_field_or_a_new_one_is_fresh() -> None:
     assert call(15, later) == later[1:]
 
 
-def test_the_same_values_under_other_field_names_are_not_a_repeat() -> None:
+def test_the_same_values_in_other_fields_are_not_a_repeat() -> None:
     repeats = Repeats(HORIZON)
     call = _Calls(repeats)
-    call(1, [{"instance_id": "i-1", "minute": T, "util_mean": 5.0, "util_max": 7.0}])
+    call(1, [_row(0, 5.0, util_max=7.0)])
     call.stored()
-    swapped = [{"instance_id": "i-1", "minute": T, "util_max": 5.0, "util_mean": 7.0}]
+    swapped = [_row(0, 7.0, util_max=5.0)]
     assert call(1, swapped) == swapped
+    none_yet = [_row(0, 5.0, util_max=None, host_cpu_pct=7.0)]
+    assert call(1, none_yet) == none_yet
 
 
 def test_a_call_never_confirmed_is_forgotten_at_the_next_call() -> None:

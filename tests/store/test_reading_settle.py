@@ -17,7 +17,7 @@ from costguard.store import compact, hours
 from costguard.store.block_tables import ReadingBlockRow, ReadingHourRow, ReadingSeriesRow
 from costguard.store.db import Database
 from costguard.store.readings import (
-    _FIELDS,
+    _NAMES,
     instances_with_source,
     read_rows,
     write_minutes,
@@ -140,7 +140,7 @@ def test_a_late_reading_is_read_at_once_and_merged_when_it_settles(db: Database)
     assert at_minute() == got and _read(db, NOW - timedelta(hours=7), NOW) == whole
 
 
-_FIELD = {name: i for i, name in enumerate(_FIELDS)}  # read_rows' fields by default
+_FIELD = {name: i for i, name in enumerate(_NAMES)}  # read_rows' fields by default
 
 
 def test_a_compaction_killed_part_way_loses_nothing_and_the_next_run_finishes(

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from costguard.clock import utc
+from costguard.minute_rows import names_of
 from costguard.model import TelemetrySource
 from costguard.providers.aws.boundary import aws_call
 from costguard.providers.aws.inventory import HostNames
@@ -308,6 +309,9 @@ def _cpu_at(points: Sequence[tuple[datetime, float]], minute: datetime) -> float
 
 
 GpuRowKey = tuple[str, int, datetime]  # instance id, GPU index, minute
+# what a CloudWatch reading holds, in its row's order (`costguard.minute_rows`)
+NAMES = names_of(("util_mean", "util_max", "mem_used_bytes", "mem_total_bytes",
+                  "host_cpu_pct"))
 
 
 def gpu_rows(
@@ -348,7 +352,7 @@ def gpu_rows(
                     rows[(s.instance_id, index, minute)] = {
                         "provider": "aws", "instance_id": s.instance_id, "gpu_index": index,
                         "minute": minute, "source": TelemetrySource.CLOUDWATCH,
-                        "span_minutes": span, **fields}
+                        "span_minutes": span, "samples": 1, **fields}
                 else:
                     busiest(row, fields)
     for (instance_id, _, minute), row in rows.items():
@@ -356,6 +360,12 @@ def gpu_rows(
         if points and (cpu := _cpu_at(points, minute)) is not None:
             row["host_cpu_pct"] = cpu
     return rows
+
+
+def as_rows(rows: Mapping[GpuRowKey, Mapping[str, Any]]) -> list[tuple[Any, ...]]:
+    """`gpu_rows`' readings as rows of `NAMES` (a field not given: None), in (instance, GPU,
+    minute) order."""
+    return [tuple(map(fields.get, NAMES)) for _, fields in sorted(rows.items())]
 
 
 def window(start: datetime, end: datetime) -> tuple[datetime, datetime]:

@@ -18,6 +18,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from costguard.clock import Clock, utc
 from costguard.errors import ProviderError
+from costguard.minute_rows import INSTANCE, MINUTE, SPAN, MinuteRows
 from costguard.model import Gap, GpuMinute, Instance
 from costguard.providers.aws import metrics as cw
 from costguard.providers.aws.instance_xml import lean_records
@@ -62,7 +63,7 @@ class CloudWatchReads:
 
     def gpu_metrics(
         self, instances: Sequence[Instance], start: datetime, end: datetime
-    ) -> list[GpuMinute]:
+    ) -> Sequence[GpuMinute]:
         """See `Provider.gpu_metrics`; after `readings_stored`, a later call leaves out the
         readings that come back unchanged (`costguard.providers.repeats`)."""
         return self._gpu_metrics(instances, start, end, None)
@@ -70,7 +71,7 @@ class CloudWatchReads:
     def gpu_metrics_split(
         self, instances: Sequence[Instance], start: datetime, end: datetime, mid: datetime,
         decided: Decided,
-    ) -> list[GpuMinute]:
+    ) -> Sequence[GpuMinute]:
         """`costguard.providers.base.ReadsWindowOnce`: CloudWatch bills every metric a call
         requests, each time, and a second read is a second round of calls per scope. A
         first cycle's window is read once; the minutes before `mid` of the instances
@@ -83,12 +84,12 @@ class CloudWatchReads:
         return self._gpu_metrics(instances, start, end, (keep_from, decided))
 
     def _gpu_metrics(self, instances: Sequence[Instance], start: datetime, end: datetime,
-                     split: Split | None) -> list[GpuMinute]:
+                     split: Split | None) -> Sequence[GpuMinute]:
         first, last = cw.window(start, end)
         recent = utc(self.clock.now()) - first < timedelta(hours=3)
         receipt = self._repeats.begin(last)
         dropped = Dropped()
-        out: list[GpuMinute] = []
+        out: list[MinuteRows] = []
         gaps: list[Gap] = []
         calls = 0
         groups = self._by_scope(instances)
@@ -104,10 +105,10 @@ class CloudWatchReads:
                 except ProviderError as exc:
                     gaps.append(Gap(provider="aws", scope=f"{account_id}/{region}", error=str(exc)))
                     continue
-                out += rows
+                out.append(rows)
                 calls += n
         self.metric_gaps, self.get_metric_data_calls = gaps, calls
-        return Readings(out, gaps, receipt, dropped.count)
+        return Readings(MinuteRows.joined(out, cw.NAMES), gaps, receipt, dropped.count)
 
     def _gpu_scope(
         self,
@@ -119,7 +120,7 @@ class CloudWatchReads:
         receipt: Receipt,
         split: Split | None,
         dropped: Dropped,
-    ) -> tuple[list[GpuMinute], int]:
+    ) -> tuple[MinuteRows, int]:
         account_id, region = key
         scope = f"{account_id}/{region}/cloudwatch"
         account = self._account(account_id)
@@ -139,7 +140,7 @@ class CloudWatchReads:
             }
             series = cw.attribute_series(dimension_sets, wanted, hosts, layout)
         if not series:
-            return [], 0
+            return MinuteRows(cw.NAMES, []), 0
         # Buckets of `period_s` start at `first`: each one that holds a datapoint covers its
         # whole period, wherever inside it the agent's sample fell.
         gpu_counts = {i.instance_id: max(1, i.gpu_count) for i in members}
@@ -152,7 +153,7 @@ class CloudWatchReads:
         rows = cw.gpu_rows(
             series, values, gpu_counts=gpu_counts, period_s=period_s, first=first, last=last,
             host_cpu=cw.host_cpu_of(cpu_ids, values))
-        return _built([rows[k] for k in sorted(rows)], receipt, split, scope, dropped), calls
+        return _built(cw.as_rows(rows), receipt, split, scope, dropped), calls
 
     def _dimensions(self, client: CloudWatchClient, key: tuple[str, str], namespace: str,
                     metric: str, scope: str, recent: bool, wanted: set[str]) -> DimensionSets:
@@ -235,24 +236,24 @@ class CloudWatchReads:
         return dict(groups)
 
 
-def _built(rows: list[dict[str, Any]], receipt: Receipt, split: Split | None, scope: str,
-           dropped: Dropped) -> list[GpuMinute]:
-    """The readings of `rows` (`metrics.gpu_rows`' field dicts) as models, less those the
-    settling span brought back unchanged (`receipt`: stored before) and those that are not
-    valid readings (`cloud_readings.validated`: dropped, logged, counted). With `split`
-    (keep_from, decided): the readings that cover any minute from `keep_from` on, and the
-    older ones of the instances that `decided`, handed those, does not name (never built).
-    A 5-minute point that begins before `keep_from` and ends after it counts as recent, as
-    `covering` counts it."""
+def _built(rows: list[tuple[Any, ...]], receipt: Receipt, split: Split | None, scope: str,
+           dropped: Dropped) -> MinuteRows:
+    """The readings of `rows` (`metrics.as_rows`), less those the settling span brought back
+    unchanged (`receipt`: stored before) and those that are not valid readings
+    (`cloud_readings.validated`: dropped, logged, counted). With `split` (keep_from,
+    decided): the readings that cover any minute from `keep_from` on, and the older ones of
+    the instances that `decided`, handed those, does not name (never checked). A 5-minute
+    point that begins before `keep_from` and ends after it counts as recent, as `covering`
+    counts it."""
     if split is None:
-        return validated(receipt.fresh(rows), scope, dropped)
+        return validated(cw.NAMES, receipt.fresh(rows), scope, dropped)
     keep_from, decided = split
-    newer: list[dict[str, Any]] = []
-    older: list[dict[str, Any]] = []
-    for fields in rows:
-        ends = fields["minute"] + fields["span_minutes"] * cw.ONE_MINUTE
-        (newer if ends > keep_from else older).append(fields)
-    recent = validated(receipt.fresh(newer), scope, dropped)
+    newer: list[tuple[Any, ...]] = []
+    older: list[tuple[Any, ...]] = []
+    for row in rows:
+        ends = row[MINUTE] + row[SPAN] * cw.ONE_MINUTE
+        (newer if ends > keep_from else older).append(row)
+    recent = validated(cw.NAMES, receipt.fresh(newer), scope, dropped)
     skip = decided(recent)
-    kept = receipt.fresh(f for f in older if f["instance_id"] not in skip)
-    return validated(kept, scope, dropped) + recent
+    kept = receipt.fresh(r for r in older if r[INSTANCE] not in skip)
+    return MinuteRows.joined([validated(cw.NAMES, kept, scope, dropped), recent], cw.NAMES)

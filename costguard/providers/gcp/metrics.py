@@ -29,7 +29,8 @@ from google.cloud import monitoring_v3
 
 from costguard.clock import utc
 from costguard.errors import ProviderError
-from costguard.model import Gap, GpuMinute, Instance, TelemetrySource
+from costguard.minute_rows import MinuteRows, names_of
+from costguard.model import Gap, Instance, TelemetrySource
 from costguard.providers.base import Split
 from costguard.providers.cloud_readings import Dropped, validated, whole_bytes
 from costguard.providers.gcp import tpu_metrics, tpus
@@ -74,6 +75,9 @@ QUERIES: tuple[MetricQuery, ...] = (
 )
 
 _Key = tuple[str, int, int]  # (instance id, gpu index, minute start as epoch seconds)
+# what a Cloud Monitoring reading holds, in its row's order (`costguard.minute_rows`)
+NAMES = names_of(("util_mean", "util_max", "sm_mean", "sm_max", "mem_used_bytes",
+                  "host_cpu_pct"))
 
 
 def metric_filter(metric_type: str) -> str:
@@ -146,7 +150,7 @@ def fetch_project(
 
 def merge(readings: dict[str, dict[_Key, float]], start: datetime, end: datetime,
           receipt: Receipt | None = None, split: Split | None = None,
-          dropped: Dropped | None = None) -> list[GpuMinute]:
+          dropped: Dropped | None = None) -> MinuteRows:
     """The GPU-minutes in [start, end) of the projects' series; with a call's `receipt`,
     those handed over and stored before unchanged are left out
     (`costguard.providers.repeats`).
@@ -156,12 +160,13 @@ def merge(readings: dict[str, dict[_Key, float]], start: datetime, end: datetime
         return _minutes(readings, start, end, receipt, dropped)
     keep_from, decided = split
     recent = _minutes(readings, keep_from, end, receipt, dropped)
-    return _minutes(readings, start, keep_from, receipt, dropped, skip=decided(recent)) + recent
+    older = _minutes(readings, start, keep_from, receipt, dropped, skip=decided(recent))
+    return MinuteRows.joined([older, recent], NAMES)
 
 
 def _minutes(readings: dict[str, dict[_Key, float]], start: datetime, end: datetime,
              receipt: Receipt | None, dropped: Dropped | None, skip: Collection[str] = ()
-             ) -> list[GpuMinute]:
+             ) -> MinuteRows:
     """`merge` of [start, end), less the instances in `skip`."""
     lo, hi = utc(start).timestamp(), utc(end).timestamp()
     # in the order the series came (each GPU's minutes together, the same every run), not
@@ -176,7 +181,7 @@ def _minutes(readings: dict[str, dict[_Key, float]], start: datetime, end: datet
     util, util_max, mem_used = readings["util"], readings["util_max"], readings["mem"]
     sm_v2, sm_v2_max = readings["sm_v2"], readings["sm_v2_max"]
     sm_v1, sm_v1_max = readings["sm_v1"], readings["sm_v1_max"]
-    rows: list[dict[str, Any]] = []
+    rows: list[tuple[Any, ...]] = []
     stamps: dict[int, datetime] = {}  # each distinct minute converted once
     source = TelemetrySource.CLOUD_MONITORING
     for key in keys:
@@ -188,14 +193,12 @@ def _minutes(readings: dict[str, dict[_Key, float]], start: datetime, end: datet
         if sm is None and sm_top is None:
             sm, sm_top = sm_v1.get(key), sm_v1_max.get(key)
         mem = mem_used.get(key)
-        rows.append({
-            "provider": "gcp", "instance_id": instance_id, "gpu_index": gpu, "minute": minute,
-            "source": source, "util_mean": util.get(key), "util_max": util_max.get(key),
-            "sm_mean": sm, "sm_max": sm_top,
-            "mem_used_bytes": None if mem is None else whole_bytes(mem),
-            "host_cpu_pct": cpu.get((instance_id, 0, epoch))})
+        # in the order of NAMES
+        rows.append(("gcp", instance_id, gpu, minute, source, 1, 1, util.get(key),
+                     util_max.get(key), sm, sm_top, None if mem is None else whole_bytes(mem),
+                     cpu.get((instance_id, 0, epoch))))
     fresh = rows if receipt is None else receipt.fresh(rows)
-    return validated(fresh, "gcp cloud monitoring", dropped)
+    return validated(NAMES, fresh, "gcp cloud monitoring", dropped)
 
 
 
@@ -210,7 +213,7 @@ def gpu_minutes(
     receipt: Receipt | None = None,
     split: Split | None = None,
     dropped: Dropped | None = None,
-) -> tuple[list[GpuMinute], list[Gap]]:
+) -> tuple[MinuteRows, list[Gap]]:
     """Every GPU-minute Cloud Monitoring has for `instances` in [start, end) (less, with a
     call's `receipt`, those handed over and stored before unchanged; with `split`, as
     `merge` says), and the projects that could not be read. If no project at all could be
@@ -223,7 +226,7 @@ def gpu_minutes(
             if tpus.is_node(inst):
                 tpus_of.setdefault(inst.account, []).append(inst)
     if not by_project:
-        return [], []
+        return MinuteRows(NAMES, []), []
 
     def one(item: tuple[str, set[str]]) -> dict[str, dict[_Key, float]] | ProviderError:
         project = item[0]

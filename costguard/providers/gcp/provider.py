@@ -195,7 +195,7 @@ class GcpProvider(GcpStandingOps):
 
     def gpu_metrics(
         self, instances: Sequence[Instance], start: datetime, end: datetime
-    ) -> list[GpuMinute]:
+    ) -> Sequence[GpuMinute]:
         """See `Provider.gpu_metrics`. Projects whose metrics could not be read are left out
         and listed in `self.metric_gaps` (also logged); if none could be read, it raises.
         After `readings_stored`, a later call leaves out the readings that come back
@@ -205,14 +205,14 @@ class GcpProvider(GcpStandingOps):
     def gpu_metrics_split(
         self, instances: Sequence[Instance], start: datetime, end: datetime, mid: datetime,
         decided: Decided,
-    ) -> list[GpuMinute]:
+    ) -> Sequence[GpuMinute]:
         """`costguard.providers.base.ReadsWindowOnce`: ListTimeSeries reads a project's
         every series of a metric type, whichever VMs and minutes are asked."""
         keep_from = min(mid, end - self.metrics_settle)  # asked again next cycle: kept
         return self._gpu_metrics(instances, start, end, (keep_from, decided))
 
     def _gpu_metrics(self, instances: Sequence[Instance], start: datetime, end: datetime,
-                     split: Split | None) -> list[GpuMinute]:
+                     split: Split | None) -> Sequence[GpuMinute]:
         receipt = self._repeats.begin(end)
         dropped = Dropped()
         minutes, gaps = metrics.gpu_minutes(

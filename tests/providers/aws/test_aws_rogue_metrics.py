@@ -24,7 +24,9 @@ from costguard.policy.load import parse_policy_text
 from costguard.providers.aws.metrics import (
     GPU_MEM_USED,
     GPU_UTIL,
+    NAMES,
     Series,
+    as_rows,
     attribute_series,
     gpu_rows,
     host_cpu_of,
@@ -216,7 +218,7 @@ def test_the_busier_reading_of_a_minute_wins_and_a_nan_is_kept_for_validation() 
     a, b = rows[("i-a", 0, when)], rows[("i-b", 0, when)]
     assert (a["util_mean"], a["util_max"]) == (50.0, 60.0)
     assert math.isnan(b["util_mean"])
-    assert [r.instance_id for r in validated(rows.values(), "test")] == ["i-a"]
+    assert [r.instance_id for r in validated(NAMES, as_rows(rows), "test")] == ["i-a"]
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf])
@@ -228,7 +230,7 @@ def test_a_value_that_is_not_a_number_is_no_data_not_an_idle_gpu(value: float) -
               Series("i-b", 0, GPU_MEM_USED, ())]
     rows = gpu_rows(series, {"g0": [(when, value)], "g1": [(when, 9.0)], "g2": [(when, value)]},
                     period_s=60)
-    kept = validated(rows.values(), "test")
+    kept = validated(NAMES, as_rows(rows), "test")
     assert [(r.instance_id, r.util_mean) for r in kept] == (
         [("i-a", 100.0)] if value == math.inf else [])  # infinity clamps; NaN is refused
 
@@ -238,5 +240,5 @@ def test_a_host_cpu_that_is_not_a_number_leaves_the_gpu_minute_without_one() -> 
     cpu = host_cpu_of(["i-a"], {"c0": [(when, math.nan)]})
     rows = gpu_rows([Series("i-a", 0, GPU_UTIL, ())], {"g0": [(when, 40.0)]},
                     period_s=60, host_cpu=cpu)
-    (kept,) = validated(rows.values(), "test")
+    (kept,) = validated(NAMES, as_rows(rows), "test")
     assert (kept.util_mean, kept.host_cpu_pct) == (40.0, None)
