@@ -26,10 +26,12 @@ from typing import Protocol
 from costguard.alerts.gaps import METRICS_SCOPE
 from costguard.engine import behind
 from costguard.errors import ProviderError
-from costguard.minutes import covering
+from costguard.minute_rows import INSTANCE, MinuteRows
+from costguard.minutes import Reading, covering
 from costguard.model import Gap, GpuMinute, Instance
 from costguard.policy.conditions import IdleCondition
 from costguard.providers.base import Split
+from costguard.store.packed import row_reading
 from costguard.telemetry.classify import peaks
 
 log = logging.getLogger("costguard.engine")
@@ -64,7 +66,7 @@ def _higher(a: float | None, b: float | None) -> float | None:
     return b if a is None else a if b is None else max(a, b)
 
 
-def peak_of(minutes: Sequence[GpuMinute], start: Peak = _NO_PEAK) -> Peak:
+def peak_of(minutes: Sequence[Reading], start: Peak = _NO_PEAK) -> Peak:
     """`start` raised by `minutes`' peaks (`telemetry.classify.peaks`)."""
     util, sm = peaks(minutes)
     return (_higher(start[0], max(util, default=None)),
@@ -133,12 +135,18 @@ def decided(recent: Sequence[GpuMinute], mid: datetime, now: datetime,
             conditions: Sequence[IdleCondition]) -> set[str]:
     """The instances whose minutes in [mid, now) among `recent` rule idle out under every
     condition: `fetch_cold`'s second call does not ask for their older minutes."""
-    by_id: dict[str, list[GpuMinute]] = defaultdict(list)
-    for m in covering(recent, mid, now):
-        by_id[m.instance_id].append(m)
+    by_id: dict[str, list[Reading]] = defaultdict(list)
+    if isinstance(recent, MinuteRows):  # a cloud's rows, read without a model each
+        read = row_reading(recent.names)
+        for row in recent.rows:
+            by_id[row[INSTANCE]].append(read(row))
+    else:
+        for m in recent:
+            by_id[m.instance_id].append(m)
     span = now - mid
     return {instance_id for instance_id, minutes in by_id.items()
-            if all(rules_out_idle(peak_of(minutes), c, span) for c in conditions)}
+            if (recent_ones := covering(minutes, mid, now))
+            and all(rules_out_idle(peak_of(recent_ones), c, span) for c in conditions)}
 
 
 def catch_up(name: str, fetch: Fetch, members: list[Instance], start: datetime,

@@ -131,6 +131,15 @@ pack_values = _packer(tuple)  # a row read with `fields=PACKED`
 
 
 @lru_cache(maxsize=16)
+def row_reading(names: tuple[str, ...]) -> Callable[[tuple[Any, ...]], WindowReading]:
+    """A reading's row of `names` (`costguard.minute_rows`) as the window's copy of it (a
+    field the rows do not have is none): what the classifier reads, without a model."""
+    at = [names.index(n) if n in names else len(names) for n in WindowReading._fields]
+    pick = itemgetter(*at)
+    return lambda row: _make(WindowReading, pick((*row, None)))
+
+
+@lru_cache(maxsize=16)
 def row_packer(names: tuple[str, ...]) -> Callable[[tuple[Any, ...]], tuple[int, ...]]:
     """`pack_minute` of a reading's row of `names` (`costguard.minute_rows`): a field the
     rows do not have is none."""

@@ -6,10 +6,13 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlmodel import select
 
 from costguard.clock import ManualClock
-from costguard.engine.backfill import peak_of, rules_out_idle
+from costguard.engine.backfill import decided, peak_of, rules_out_idle
+from costguard.minute_rows import MinuteRows
 from costguard.model import GpuMinute, Instance, TelemetrySource
 from costguard.policy.conditions import IdleCondition
 from costguard.store.db import Database
@@ -134,3 +137,41 @@ def test_a_recent_minute_rules_idle_out_only_when_the_deciding_signal_says_busy(
                                          "min_coverage": 0.8})
     recent = [_minute(k, util, sm) for k, (util, sm) in enumerate(minutes)]
     assert rules_out_idle(peak_of(recent), cond, timedelta(minutes=span)) is expected
+
+
+@settings(max_examples=150, deadline=None)
+@given(batch=st.lists(st.builds(
+    lambda iid, ago, span, util, sm: GpuMinute(
+        provider="gcp", instance_id=iid, minute=T0 - timedelta(minutes=ago),
+        span_minutes=span, source=TelemetrySource.CLOUD_MONITORING,
+        util_mean=None if util is None else util / 2, util_max=util,
+        sm_mean=None if sm is None else sm / 2, sm_max=sm),
+    st.sampled_from(["vm-a", "vm-b", "vm-c"]), st.integers(0, 40), st.sampled_from([1, 5]),
+    st.one_of(st.none(), st.sampled_from([0.0, 4.0, 5.0, 60.0])),
+    st.one_of(st.none(), st.sampled_from([0.0, 4.0, 5.0, 60.0]))), max_size=12),
+    signal=st.sampled_from(["util_gpu", "sm_active", "auto"]))
+def test_a_clouds_rows_decide_as_the_readings_they_are(batch: list[GpuMinute], signal: str
+                                                       ) -> None:
+    """The split read's decision over a cloud's rows (`MinuteRows`, read without a model
+    each) is the decision over the same readings as models."""
+    cond = IdleCondition.model_validate({"signal": signal, "below": 5, "for": "45m",
+                                         "min_coverage": 0.8})
+    mid = T0 - timedelta(minutes=15)
+    assert (decided(MinuteRows.of(batch), mid, T0, [cond])
+            == decided(batch, mid, T0, [cond]))
+
+
+@pytest.mark.parametrize("as_rows", [False, True])
+def test_only_the_recent_spans_readings_decide(as_rows: bool) -> None:
+    def reading(iid: str, ago: int, util: float, span: int = 1) -> GpuMinute:
+        return GpuMinute(provider="gcp", instance_id=iid, minute=T0 - timedelta(minutes=ago),
+                         span_minutes=span, source=TelemetrySource.CLOUD_MONITORING,
+                         util_max=util)
+    batch = [reading("vm-recent", 3, 60.0), reading("vm-old", 30, 60.0),
+             reading("vm-old", 3, 1.0), reading("vm-straddles", 17, 60.0, span=5),
+             reading("vm-now", 0, 60.0, span=1), reading("vm-quiet", 5, 4.9)]
+    cond = IdleCondition.model_validate({"signal": "util_gpu", "below": 5, "for": "45m"})
+    recent = MinuteRows.of(batch) if as_rows else batch
+    # [T0 - 15m, T0 - 1m): vm-now's minute begins at T0, after the span
+    assert decided(recent, T0 - timedelta(minutes=15), T0 - timedelta(minutes=1), [cond]) == {
+        "vm-recent", "vm-straddles"}
