@@ -17,7 +17,10 @@ a `GpuMinute` built from its row, as before.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, overload
+from functools import cache
+from typing import Annotated, Any, overload
+
+from pydantic import ConfigDict, TypeAdapter
 
 from costguard.model import GpuMinute
 
@@ -104,3 +107,26 @@ class MinuteRows(Sequence[GpuMinute]):
 
     def __repr__(self) -> str:
         return f"MinuteRows({len(self.rows)} readings of {', '.join(self.names[len(LEAD):])})"
+
+
+# a reading's fields checked as the model checks them (`providers.cloud_readings.validated`)
+_CHECKS = ConfigDict(allow_inf_nan=GpuMinute.model_config.get("allow_inf_nan", True))
+
+
+def _kind(name: str) -> Any:
+    """`GpuMinute`'s field `name`: its type and bounds, as one annotation."""
+    info = GpuMinute.model_fields[name]
+    return Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+
+
+@cache
+def value_check(name: str) -> TypeAdapter[Any]:
+    """One value of `GpuMinute`'s field `name`, checked as the model checks it."""
+    return TypeAdapter(_kind(name), config=_CHECKS)
+
+
+@cache
+def column_check(name: str) -> TypeAdapter[list[Any]]:
+    """A column of `GpuMinute`'s field `name`, each value checked as the model checks it:
+    one call for the column (pydantic's core), not one per value."""
+    return TypeAdapter(list[_kind(name)], config=_CHECKS)  # type: ignore[arg-type,misc]

@@ -25,15 +25,13 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, MutableSequence, Sequence
 from datetime import datetime
-from functools import cache
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import ValidationError
 
-from costguard.minute_rows import GPU, INSTANCE, MINUTE, MinuteRows
-from costguard.model import GpuMinute
+from costguard.minute_rows import GPU, INSTANCE, MINUTE, MinuteRows, column_check, value_check
 
 log = logging.getLogger(__name__)
 
@@ -87,10 +85,10 @@ def _checked(name: str, column: Sequence[Any]) -> tuple[list[Any], list[tuple[in
     """`column`, the values of field `name`, as that field holds them; and the (index,
     pydantic error) of each that is not valid (its place in the column left as it came)."""
     try:
-        return _column_of(name).validate_python(column), []
+        return column_check(name).validate_python(column), []
     except ValidationError:
         pass
-    one = _value_of(name)
+    one = value_check(name)
     out: list[Any] = []
     errors: list[tuple[int, Any]] = []
     for index, value in enumerate(column):
@@ -102,37 +100,16 @@ def _checked(name: str, column: Sequence[Any]) -> tuple[list[Any], list[tuple[in
     return out, errors
 
 
-_CHECKS = ConfigDict(allow_inf_nan=GpuMinute.model_config.get("allow_inf_nan", True))
-
-
-def _kind(name: str) -> Any:
-    """`GpuMinute`'s field `name`: its type and bounds, as one annotation."""
-    info = GpuMinute.model_fields[name]
-    return Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
-
-
-@cache
-def _value_of(name: str) -> TypeAdapter[Any]:
-    """One value of `GpuMinute`'s field `name`, checked as the model checks it."""
-    return TypeAdapter(_kind(name), config=_CHECKS)
-
-
-@cache
-def _column_of(name: str) -> TypeAdapter[list[Any]]:
-    """A column of `GpuMinute`'s field `name`, checked as the model checks each value."""
-    return TypeAdapter(list[_kind(name)], config=_CHECKS)  # type: ignore[arg-type,misc]
-
-
-def busiest(row: dict[str, Any], fields: Mapping[str, Any]) -> None:
-    """Merge another series' `fields` of the same GPU and minute into `row`: the larger of
-    each figure (a NaN, from either, stays NaN, for `validated` to refuse). Series that claim
-    the same GPU are all read, and points or series anyone adds can then only make it look
-    busier, never idle."""
-    for key, value in fields.items():
-        held = row.get(key)
+def busiest(row: MutableSequence[Any], figures: Iterable[tuple[int, Any]]) -> None:
+    """Merge another series' `figures` (place in the row, value) of the same GPU and minute
+    into `row`: the larger of each figure (a NaN, from either, stays NaN, for `validated` to
+    refuse). Series that claim the same GPU are all read, and points or series anyone adds
+    can then only make it look busier, never idle."""
+    for at, value in figures:
+        held = row[at]
         if (held is None or value != value
                 or (value is not None and held == held and value > held)):
-            row[key] = value
+            row[at] = value
 
 
 def whole_bytes(value: float) -> int | float:

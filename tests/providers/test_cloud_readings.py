@@ -101,19 +101,18 @@ def test_a_byte_count_is_whole_and_never_negative_and_nan_stays_for_validation()
 ])
 def test_busiest_keeps_the_larger_figure_of_two_series_and_any_nan(
         held: float | None, added: float | None, kept: float) -> None:
-    row: dict[str, Any] = {"instance_id": "i-a"} if held is None else {"util_max": held}
-    busiest(row, {"util_max": added})
+    row: list[Any] = ["i-a", held]
+    busiest(row, [(1, added)])
     if math.isnan(kept):
-        assert math.isnan(row["util_max"])
+        assert math.isnan(row[1])
     else:
-        assert row["util_max"] == kept
+        assert row[1] == kept
 
 
-def test_busiest_merges_each_field_on_its_own() -> None:
-    row: dict[str, Any] = {"util_mean": 30.0, "util_max": 60.0, "mem_used_bytes": 5}
-    busiest(row, {"util_mean": 50.0, "util_max": 55.0, "mem_total_bytes": 9})
-    assert row == {"util_mean": 50.0, "util_max": 60.0, "mem_used_bytes": 5,
-                   "mem_total_bytes": 9}
+def test_busiest_merges_each_figure_on_its_own() -> None:
+    row: list[Any] = [30.0, 60.0, 5, None]
+    busiest(row, [(0, 50.0), (1, 55.0), (3, 9)])
+    assert row == [50.0, 60.0, 5, 9]
 
 
 # what a cloud's answer may put in a reading's place: numbers in and out of bounds, not a
@@ -165,3 +164,15 @@ def test_rows_are_kept_and_refused_as_a_model_per_reading_keeps_and_refuses_them
         assert call.args[4] == "; ".join(why)
     else:
         warned.assert_not_called()
+
+
+def test_rows_of_another_shape_than_their_names_are_a_mistake_not_readings() -> None:
+    row = _row("i-a", 0)
+    with pytest.raises(ValueError, match="argument"):  # one row short of the others
+        validated(NAMES, [row, row[:-1]], "scope")
+    with pytest.raises(ValueError, match="argument"):  # one row longer than the others
+        validated(NAMES, [row, (*row, 1.0)], "scope")
+    with pytest.raises(ValueError, match="argument"):  # every row one value short
+        validated(NAMES, [row[:-1], row[:-1]], "scope")
+    with pytest.raises(ValueError, match="argument"):  # ... or one too many
+        validated(NAMES, [(*row, 1.0)], "scope")

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from costguard.clock import utc
-from costguard.minute_rows import names_of
+from costguard.minute_rows import LEAD, names_of
 from costguard.model import TelemetrySource
 from costguard.providers.aws.boundary import aws_call
 from costguard.providers.aws.inventory import HostNames
@@ -312,6 +312,10 @@ GpuRowKey = tuple[str, int, datetime]  # instance id, GPU index, minute
 # what a CloudWatch reading holds, in its row's order (`costguard.minute_rows`)
 NAMES = names_of(("util_mean", "util_max", "mem_used_bytes", "mem_total_bytes",
                   "host_cpu_pct"))
+UTIL_MEAN, UTIL_MAX, MEM_USED, MEM_TOTAL, HOST_CPU = map(
+    NAMES.index, ("util_mean", "util_max", "mem_used_bytes", "mem_total_bytes", "host_cpu_pct"))
+_NO_VALUES = [None] * (len(NAMES) - len(LEAD))
+_UNSEEN = (datetime.min, 0)  # a timestamp `_span_of` was not asked about yet
 
 
 def gpu_rows(
@@ -323,49 +327,53 @@ def gpu_rows(
     first: datetime | None = None,
     last: datetime | None = None,
     host_cpu: Mapping[str, Sequence[tuple[datetime, float]]] | None = None,
-) -> dict[GpuRowKey, dict[str, Any]]:
-    """Readings from query results, as the field dicts a `GpuMinute` is validated from, by
-    (instance id, GPU index, minute): one per GPU per datapoint, spanning the point's
-    period (`span_minutes`); a roll-up series (`all_gpus`) gives each of its instance's
-    GPUs (`gpu_counts`: instance id -> GPUs, default 1) the roll-up's values. `host_cpu`
-    (`host_cpu_of`) adds the instance's CPUUtilization to each of its GPU minutes."""
+) -> dict[GpuRowKey, list[Any]]:
+    """Readings from query results, as rows of `NAMES` (`costguard.minute_rows`; a field
+    not given: None), by (instance id, GPU index, minute): one per GPU per datapoint,
+    spanning the point's period (`span_minutes`); a roll-up series (`all_gpus`) gives each
+    of its instance's GPUs (`gpu_counts`: instance id -> GPUs, default 1) the roll-up's
+    values. `host_cpu` (`host_cpu_of`) adds the instance's CPUUtilization to each of its GPU
+    minutes. Series that claim the same GPU and minute merge into their busiest figures
+    (`cloud_readings.busiest`)."""
     counts = gpu_counts or {}
-    rows: dict[GpuRowKey, dict[str, Any]] = {}
+    rows: dict[GpuRowKey, list[Any]] = {}
+    spans: dict[datetime, tuple[datetime, int] | None] = {}  # the series share timestamps
+    source = TelemetrySource.CLOUDWATCH
     for n, s in enumerate(series):
         indexes = range(counts.get(s.instance_id, 1)) if s.all_gpus else (s.gpu_index,)
         peaks = dict(values.get(f"m{n}", []))
         for ts, value in values.get(f"g{n}", []):
-            covered = _span_of(ts, period_s, first, last)
+            covered = spans.get(ts, _UNSEEN)
+            if covered is _UNSEEN:
+                covered = spans[ts] = _span_of(ts, period_s, first, last)
             if covered is None:
                 continue
             minute, span = covered
-            fields: dict[str, Any]
+            figures: tuple[tuple[int, Any], ...]
             if s.metric == GPU_UTIL:
-                fields = {"util_mean": _pct(value), "util_max": _pct(peaks.get(ts, value))}
+                figures = ((UTIL_MEAN, _pct(value)), (UTIL_MAX, _pct(peaks.get(ts, value))))
             elif s.metric == GPU_MEM_USED:
-                fields = {"mem_used_bytes": whole_bytes(value * _MIB)}
+                figures = ((MEM_USED, whole_bytes(value * _MIB)),)
             else:
-                fields = {"mem_total_bytes": whole_bytes(value * _MIB)}
+                figures = ((MEM_TOTAL, whole_bytes(value * _MIB)),)
             for index in indexes:
-                row = rows.get((s.instance_id, index, minute))
+                key = (s.instance_id, index, minute)
+                row = rows.get(key)
                 if row is None:
-                    rows[(s.instance_id, index, minute)] = {
-                        "provider": "aws", "instance_id": s.instance_id, "gpu_index": index,
-                        "minute": minute, "source": TelemetrySource.CLOUDWATCH,
-                        "span_minutes": span, "samples": 1, **fields}
-                else:
-                    busiest(row, fields)
-    for (instance_id, _, minute), row in rows.items():
-        points = (host_cpu or {}).get(instance_id)
-        if points and (cpu := _cpu_at(points, minute)) is not None:
-            row["host_cpu_pct"] = cpu
+                    row = rows[key] = ["aws", s.instance_id, index, minute, source, span, 1,
+                                       *_NO_VALUES]
+                busiest(row, figures)
+    if host_cpu:
+        for (instance_id, _, minute), row in rows.items():
+            points = host_cpu.get(instance_id)
+            if points and (cpu := _cpu_at(points, minute)) is not None:
+                row[HOST_CPU] = cpu
     return rows
 
 
-def as_rows(rows: Mapping[GpuRowKey, Mapping[str, Any]]) -> list[tuple[Any, ...]]:
-    """`gpu_rows`' readings as rows of `NAMES` (a field not given: None), in (instance, GPU,
-    minute) order."""
-    return [tuple(map(fields.get, NAMES)) for _, fields in sorted(rows.items())]
+def as_rows(rows: Mapping[GpuRowKey, list[Any]]) -> list[tuple[Any, ...]]:
+    """`gpu_rows`' readings as rows, in (instance, GPU, minute) order."""
+    return [tuple(row) for _, row in sorted(rows.items())]
 
 
 def window(start: datetime, end: datetime) -> tuple[datetime, datetime]:

@@ -25,6 +25,8 @@ from costguard.providers.aws.metrics import (
     GPU_MEM_USED,
     GPU_UTIL,
     NAMES,
+    UTIL_MAX,
+    UTIL_MEAN,
     Series,
     as_rows,
     attribute_series,
@@ -216,8 +218,8 @@ def test_the_busier_reading_of_a_minute_wins_and_a_nan_is_kept_for_validation() 
               "m1": [(when, 55.0)], "g2": [(when, 1.0)], "g3": [(when, math.nan)]}
     rows = gpu_rows(series, values, period_s=60)
     a, b = rows[("i-a", 0, when)], rows[("i-b", 0, when)]
-    assert (a["util_mean"], a["util_max"]) == (50.0, 60.0)
-    assert math.isnan(b["util_mean"])
+    assert (a[UTIL_MEAN], a[UTIL_MAX]) == (50.0, 60.0)
+    assert math.isnan(b[UTIL_MEAN])
     assert [r.instance_id for r in validated(NAMES, as_rows(rows), "test")] == ["i-a"]
 
 
