@@ -6,6 +6,7 @@ import re
 import string
 from collections.abc import Iterable
 from datetime import timedelta
+from functools import cached_property
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
@@ -445,9 +446,9 @@ policies:
             )
         return self
 
-    @property
+    @cached_property
     def kind(self) -> ActionKind:
-        """Which kind of step this is."""
+        """Which kind of step this is (worked out once: the act stage asks per finding)."""
         return ActionKind(next(k for k in _KINDS if getattr(self, k) is not None))
 
     @property

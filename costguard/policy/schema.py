@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from datetime import timedelta
+from functools import cached_property
 from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -229,7 +230,15 @@ policies:
         return self.mode == "enforce"
 
     def _first(self, kind: ActionKind) -> Action | None:
-        return next((a for a in self.actions if a.kind is kind), None)
+        return self._firsts.get(kind)
+
+    @cached_property
+    def _firsts(self) -> dict[ActionKind, Action]:
+        """The first step of each kind the policy takes (the act stage asks per finding)."""
+        firsts: dict[ActionKind, Action] = {}
+        for a in self.actions:
+            firsts.setdefault(a.kind, a)
+        return firsts
 
     @property
     def stop_action(self) -> StopAction | None:
