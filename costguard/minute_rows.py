@@ -10,8 +10,9 @@ window's record. Rows keep a reading's values in one tuple, in the order of its 
 (the seven of `LEAD` first, then the value fields the call's metrics give, in `GpuMinute`'s
 order): the store binds them as they are and the window packs them by position.
 
-Anything else that asks for a reading (the split read's decision, an observer, a test) gets
-a `GpuMinute` built from its row, as before.
+The first cycle's split read decides from the rows too (as the window's light readings,
+`store.packed.row_reading`); anything else that asks for a reading (an observer, a test)
+gets a `GpuMinute` built from its row, as before.
 """
 
 from __future__ import annotations
@@ -38,6 +39,16 @@ def names_of(fields: Iterable[str]) -> tuple[str, ...]:
     return LEAD + tuple(values)
 
 
+@cache
+def _rows_named(names: tuple[str, ...]) -> bool:
+    """Whether `names` name readings' rows: `LEAD`, then value fields in the model's order
+    (asked for every call's rows: a handful of distinct answers)."""
+    try:
+        return names == names_of(names)
+    except KeyError:
+        return False
+
+
 class MinuteRows(Sequence[GpuMinute]):
     """Readings as rows: `rows[i][j]` is reading i's value of `names[j]` (None: not given).
     Iterated or indexed, it hands out `GpuMinute`s (built from the row: the rows are valid
@@ -46,7 +57,7 @@ class MinuteRows(Sequence[GpuMinute]):
     __slots__ = ("names", "rows")
 
     def __init__(self, names: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
-        if names[: len(LEAD)] != LEAD or names != names_of(names):
+        if not _rows_named(names):
             raise ValueError(f"not the names of readings' rows: {names}")
         self.names = names
         self.rows = rows

@@ -130,22 +130,26 @@ pack_minute = _packer(attrgetter(*PACKED))
 pack_values = _packer(tuple)  # a row read with `fields=PACKED`
 
 
+def _row_picker(names: tuple[str, ...], fields: Sequence[str]
+                ) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+    """`fields`' values of a reading's row of `names` (`costguard.minute_rows`), in that
+    order: a field the rows do not have is none."""
+    pick = itemgetter(*[names.index(n) if n in names else len(names) for n in fields])
+    return lambda row: pick((*row, None))
+
+
 @lru_cache(maxsize=16)
 def row_reading(names: tuple[str, ...]) -> Callable[[tuple[Any, ...]], WindowReading]:
-    """A reading's row of `names` (`costguard.minute_rows`) as the window's copy of it (a
-    field the rows do not have is none): what the classifier reads, without a model."""
-    at = [names.index(n) if n in names else len(names) for n in WindowReading._fields]
-    pick = itemgetter(*at)
-    return lambda row: _make(WindowReading, pick((*row, None)))
+    """A reading's row of `names` as the window's copy of it: what the classifier reads,
+    without a model."""
+    pick = _row_picker(names, WindowReading._fields)
+    return lambda row: _make(WindowReading, pick(row))
 
 
 @lru_cache(maxsize=16)
 def row_packer(names: tuple[str, ...]) -> Callable[[tuple[Any, ...]], tuple[int, ...]]:
-    """`pack_minute` of a reading's row of `names` (`costguard.minute_rows`): a field the
-    rows do not have is none."""
-    at = [names.index(n) if n in names else len(names) for n in PACKED]
-    pick = itemgetter(*at)
-    return _packer(lambda row: pick((*row, None)))
+    """`pack_minute` of a reading's row of `names`."""
+    return _packer(_row_picker(names, PACKED))
 
 
 def _narrow(row: tuple[int, ...]) -> bool:

@@ -29,7 +29,7 @@ from google.cloud import monitoring_v3
 
 from costguard.clock import utc
 from costguard.errors import ProviderError
-from costguard.minute_rows import MinuteRows, names_of
+from costguard.minute_rows import LEAD, MinuteRows, names_of
 from costguard.model import Gap, Instance, TelemetrySource
 from costguard.providers.base import Split
 from costguard.providers.cloud_readings import Dropped, validated, whole_bytes
@@ -75,9 +75,11 @@ QUERIES: tuple[MetricQuery, ...] = (
 )
 
 _Key = tuple[str, int, int]  # (instance id, gpu index, minute start as epoch seconds)
-# what a Cloud Monitoring reading holds, in its row's order (`costguard.minute_rows`)
-NAMES = names_of(("util_mean", "util_max", "sm_mean", "sm_max", "mem_used_bytes",
-                  "host_cpu_pct"))
+# what a Cloud Monitoring reading holds, in its row's order (`costguard.minute_rows`): the
+# order `_minutes` writes its values in
+_VALUES = ("util_mean", "util_max", "sm_mean", "sm_max", "mem_used_bytes", "host_cpu_pct")
+NAMES = names_of(_VALUES)
+assert NAMES[len(LEAD):] == _VALUES
 
 
 def metric_filter(metric_type: str) -> str:
@@ -193,7 +195,7 @@ def _minutes(readings: dict[str, dict[_Key, float]], start: datetime, end: datet
         if sm is None and sm_top is None:
             sm, sm_top = sm_v1.get(key), sm_v1_max.get(key)
         mem = mem_used.get(key)
-        # in the order of NAMES
+        # LEAD's values, then _VALUES'
         rows.append(("gcp", instance_id, gpu, minute, source, 1, 1, util.get(key),
                      util_max.get(key), sm, sm_top, None if mem is None else whole_bytes(mem),
                      cpu.get((instance_id, 0, epoch))))
