@@ -123,5 +123,18 @@ def _why(row: tuple[Any, ...], name: str, error: Any) -> str:
     Input should be ...`."""
     minute = row[MINUTE]
     at = minute.strftime("%Y-%m-%d %H:%MZ") if isinstance(minute, datetime) else minute
-    return (f"{row[INSTANCE]} GPU {row[GPU]} at {at}: "
-            f"{name} {error.get('input')!r}: {error['msg']}")
+    return (f"{_shown(row[INSTANCE])} GPU {_shown(row[GPU])} at {_shown(at)}: "
+            f"{name} {_shown(error.get('input'), quoted=True)}: {error['msg']}")
+
+
+SHOWN = 40  # characters of a value a log line shows: a forged value may be any length
+
+
+def _shown(value: Any, *, quoted: bool = False) -> str:
+    """`value` as a log line shows it (its repr when `quoted`), cut to `SHOWN` characters:
+    an integer too long for Python to print (over 4,300 digits) said so, not raised."""
+    try:
+        text = repr(value) if quoted else str(value)
+    except ValueError:
+        return f"<a number of {value.bit_length() * 0.30103:.0f} digits>"
+    return text if len(text) <= SHOWN else f"{text[:SHOWN - 3]}..."

@@ -176,3 +176,29 @@ def test_rows_of_another_shape_than_their_names_are_a_mistake_not_readings() -> 
         validated(NAMES, [row[:-1], row[:-1]], "scope")
     with pytest.raises(ValueError, match="argument"):  # ... or one too many
         validated(NAMES, [(*row, 1.0)], "scope")
+
+
+def test_a_value_of_any_length_is_named_cut_short_never_raised(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # a dimension or label anyone may write: a GPU index of 5,000 digits (more than Python
+    # prints) and an instance id of a kilobyte are refused and named, the line stays short
+    row = _row("i-" + "x" * 1000, 0)
+    forged = (*row[:2], 10**5000, *row[3:])
+    huge_mem = _row("i-b", 1, mem_used_bytes=10**300)
+    with caplog.at_level(logging.WARNING, logger="costguard.providers.cloud_readings"):
+        assert validated(NAMES, [forged, huge_mem], "scope") == []
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert f"i-{'x' * 35}... GPU <a number of 5000 digits> at 2026-11-02 12:00Z: gpu_index " \
+           "<a number of 5000 digits>: Input should be" in line
+    assert f"i-b GPU 0 at 2026-11-02 12:01Z: mem_used_bytes {'1' + '0' * 36}...: " in line
+    assert len(line) < 600
+
+
+@pytest.mark.parametrize(("value", "quoted", "shown"), [
+    ("x" * 40, False, "x" * 40),  # as long as a line shows: whole
+    ("x" * 41, False, "x" * 37 + "..."),
+    ("ab", True, "'ab'"),
+    (7, False, "7"),
+])
+def test_a_value_is_shown_whole_up_to_the_limit(value: object, quoted: bool, shown: str) -> None:
+    assert cloud_readings._shown(value, quoted=quoted) == shown
