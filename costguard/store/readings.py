@@ -39,32 +39,47 @@ def write_minutes(session: Session, minutes: Sequence[GpuMinute]) -> int:
     if not minutes:
         return 0
     if isinstance(minutes, MinuteRows):  # a cloud's readings: their rows as they are
-        return _write(session.connection(), minutes.names, minutes.rows)
-    return _write(session.connection(), _NAMES, map(_ATTRS, minutes))
+        return _write(session.connection(), minutes.names, minutes.rows, shaped=False)
+    return _write(session.connection(), _NAMES, map(_ATTRS, minutes), shaped=True)
 
 
-def _write(conn: Connection, names: tuple[str, ...], rows: Iterable[tuple[Any, ...]]) -> int:
+def _write(conn: Connection, names: tuple[str, ...], rows: Iterable[tuple[Any, ...]], *,
+           shaped: bool) -> int:
     """`write_minutes` of readings' `rows`, each the values of `names` (the key's columns
-    first, then `source`, the rest in the table's order)."""
+    first, then `source`, the rest in the table's order). `shaped`: the rows are written
+    grouped by which of their values are set, each binding only those (a reading with all
+    28 fields, most of them unset: an agent's); else every row binds all of `names`, an
+    unset value as NULL, which sets the column NULL as leaving it out does (a cloud's rows:
+    the dozen names its metrics give, nearly all set)."""
     unique: dict[tuple[Any, ...], tuple[Any, ...]] = {}
     for row in rows:
         # a batch may repeat a key (agent replay): last one wins, as the upsert would
         unique[row[:_KEY_LEN]] = row
-    bound: dict[Any, Any] = {}  # readings share their minutes: each bound once
-    shapes: dict[tuple[bool, ...], list[tuple[Any, ...]]] = defaultdict(list)
+    # readings share their minutes and sources: each bound once
+    minutes: dict[Any, Any] = {}
+    sources: dict[Any, str] = {}
     to_db = _minute_to_db(conn.dialect)
-    nones = (None,) * len(names)
-    for row in unique.values():
-        shape = tuple(map(is_not, row, nones))
-        values = list(compress(row, shape))
-        # the key and `source` (never None) come first: their places are the same in any shape
-        minute = values[_MINUTE_AT]
-        value = bound.get(minute)
+
+    def bound(row: tuple[Any, ...]) -> tuple[Any, ...]:
+        # the key and `source` (never None) come first: their places are the same in any
+        # shape
+        minute, source = row[_MINUTE_AT], row[_SOURCE_AT]
+        value = minutes.get(minute)
         if value is None:
-            value = bound[minute] = to_db(minute)
-        values[_MINUTE_AT] = value
-        values[_SOURCE_AT] = str(values[_SOURCE_AT])
-        shapes[shape].append(tuple(values))
+            value = minutes[minute] = to_db(minute)
+        text = sources.get(source)
+        if text is None:
+            text = sources[source] = str(source)
+        return (*row[:_MINUTE_AT], value, text, *row[_SOURCE_AT + 1:])
+
+    shapes: dict[tuple[bool, ...], list[tuple[Any, ...]]] = defaultdict(list)
+    if shaped:
+        nones = (None,) * len(names)
+        for row in unique.values():
+            shape = tuple(map(is_not, row, nones))
+            shapes[shape].append(bound(tuple(compress(row, shape))))
+    else:
+        shapes[(True,) * len(names)] = list(map(bound, unique.values()))
     for shape, values in shapes.items():
         sql, params = _upsert_sql(conn.dialect, tuple(compress(names, shape)))
         if params is None:  # positional paramstyle, in the shape's column order
@@ -83,7 +98,7 @@ _ATTRS = attrgetter(*_NAMES)
 _MINUTE_AT = _NAMES.index("minute")
 _SOURCE_AT = _NAMES.index("source")
 assert names_of(_NAMES) == _NAMES and _NAMES[:_KEY_LEN] == LEAD[:_KEY_LEN]
-assert _SOURCE_AT == _KEY_LEN == SOURCE and _MINUTE_AT < _KEY_LEN  # `_write` places them
+assert _SOURCE_AT == _KEY_LEN == SOURCE == _MINUTE_AT + 1  # `_write` places them
 
 
 @lru_cache(maxsize=64)
