@@ -22,7 +22,7 @@ from costguard.actions.batch import (
     spanning_regions,
     stops_ahead,
 )
-from costguard.actions.bulk import NewState, Rows, Settled, State
+from costguard.actions.bulk import NewState, Rows, Settled, State, stored_states
 from costguard.actions.lanes import Store, lanes, side_by_side
 from costguard.actions.lifecycle import AfterStop
 from costguard.actions.managed import ScaleIn, acting_step, refused_as_pet, report_member
@@ -59,7 +59,7 @@ from costguard.policy.evaluate import Finding
 from costguard.policy.schema import Policy
 from costguard.providers.base import Provider
 from costguard.store.db import Database
-from costguard.store.tables import InstanceRow, PolicyStateRow
+from costguard.store.tables import InstanceRow
 
 log = logging.getLogger("costguard.act")
 
@@ -131,10 +131,11 @@ class ActionRunner:
         # get their own intent transaction before the provider is called
         self.rows = Rows()
         with self.db.session() as s:
-            # stored states are in the session (what changes in them is flushed); new ones
-            # are inserted by `rows.write`
-            states: dict[Ref, State] = {(st.provider, st.instance_id): st for st in s.exec(
-                select(PolicyStateRow).where(PolicyStateRow.policy == policy.name))}
+            # stored states as plain objects: `rows.write` updates the changed ones and
+            # inserts the new ones, in this session's transaction
+            stored = stored_states(s, policy.name)
+            self.rows.keep(stored)
+            states: dict[Ref, State] = {(st.provider, st.instance_id): st for st in stored}
             for f in findings:
                 ref = (f.instance.provider, f.instance.instance_id)
                 selected.add(ref)

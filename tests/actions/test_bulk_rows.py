@@ -11,7 +11,14 @@ import pytest
 from sqlmodel import Session, col, select
 
 from costguard.actions import journal
-from costguard.actions.bulk import NewState, Rows, Settled, journal_entry, write_intents
+from costguard.actions.bulk import (
+    NewState,
+    Rows,
+    Settled,
+    journal_entry,
+    stored_states,
+    write_intents,
+)
 from costguard.model import Instance, InstanceState
 from costguard.store.db import Database
 from costguard.store.inventory import set_state
@@ -201,5 +208,63 @@ def test_a_spill_writes_what_is_held_in_the_blocks_transaction(
             assert [r[5] for r in _journal(s)] == ["i-3", "i-4", "i-5", "i-6"]  # in order
             stored = s.get(PolicyStateRow, ("p", "aws", "i-3"))
             assert stored is not None and stored.state == "warned"
+    finally:
+        db.dispose()
+
+
+def test_stored_states_write_back_only_the_columns_the_block_changed(db_url: str) -> None:
+    """The act stage reads a policy's states as plain objects and writes back, with its
+    block, what it moved in them: an unmoved state is not written, and a column another
+    writer set meanwhile (`costguard snooze`) keeps that writer's value unless the block
+    moved that column too. A block that dies writes nothing."""
+    later, hour = NOW + timedelta(minutes=30), timedelta(hours=1)
+    db = Database(db_url)
+    try:
+        with db.session() as s:
+            for policy, iid in (("p", "i-1"), ("p", "i-2"), ("p", "i-3"), ("other", "i-1")):
+                s.add(PolicyStateRow(policy=policy, provider="aws", instance_id=iid,
+                                     state="warned", since=NOW, deadline=NOW + hour,
+                                     episode=2, evidence="old"))
+
+        def states() -> dict[tuple[str, str], tuple[Any, ...]]:
+            with db.session() as s:
+                return {(r.policy, r.instance_id): (r.state, r.since, r.deadline,
+                                                    r.snooze_until, r.episode, r.evidence)
+                        for r in s.exec(select(PolicyStateRow))}
+
+        before = states()
+        with pytest.raises(RuntimeError), db.session() as s:
+            rows = Rows()
+            rows.keep(stored_states(s, "p"))
+            for st in rows.stored:
+                st.evidence = "moved"
+            raise RuntimeError("the cycle dies before the block ends")
+        assert states() == before
+
+        with db.session() as s:
+            rows = Rows()
+            stored = {st.instance_id: st for st in stored_states(s, "p")}
+            assert sorted(stored) == ["i-1", "i-2", "i-3"]  # the policy's only
+            assert stored["i-1"].values() == ("warned", NOW, NOW + hour, None, 2, "old")
+            rows.keep(stored.values())
+            stored["i-1"].evidence = "idle 58 of 60 minutes"
+            moved = stored["i-2"]
+            moved.state, moved.since, moved.deadline, moved.snooze_until = (
+                "cleared", later, None, NOW)
+            moved.evidence = "old"  # set to what it was: not a change
+            with db.session() as other:  # meanwhile, a snooze of i-1, i-2 and i-3
+                for iid in ("i-1", "i-2", "i-3"):
+                    row = other.get(PolicyStateRow, ("p", "aws", iid))
+                    assert row is not None
+                    row.snooze_until = later + hour
+            rows.write(s)
+            assert rows.stored == []
+        snoozed = later + hour
+        assert states() == {
+            ("p", "i-1"): ("warned", NOW, NOW + hour, snoozed, 2, "idle 58 of 60 minutes"),
+            ("p", "i-2"): ("cleared", later, None, NOW, 2, "old"),  # its own snooze column
+            ("p", "i-3"): ("warned", NOW, NOW + hour, snoozed, 2, "old"),
+            ("other", "i-1"): ("warned", NOW, NOW + hour, None, 2, "old"),
+        }
     finally:
         db.dispose()
