@@ -13,10 +13,13 @@ It imports nothing from costguard, so it runs in the peer's own virtualenv.
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import sys
 import threading
-from collections import Counter
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
 from typing import Any
 
 
@@ -36,6 +39,42 @@ def install() -> Counter[str]:
 
     BaseClient._make_api_call = counting  # type: ignore[attr-defined]
     return counts
+
+
+class CallCpu:
+    """CPU the calling threads spend inside cloud client calls, by label: what a call costs
+    its client (building, signing and sending the request, receiving and parsing the answer,
+    the parse hooks costguard registers included; a retry's sleep costs none). A call made
+    inside another timed one (a credentials refresh) counts in the outer one only; work of
+    threads a library runs of its own (gRPC's core) is not seen."""
+
+    def __init__(self) -> None:
+        self.seconds: defaultdict[str, float] = defaultdict(float)
+        self._inside = threading.local()
+        self._lock = threading.Lock()
+
+    def patch(self, owner: Any, name: str, label: str) -> None:
+        """Time every call of `owner.name` (a class's method) as `label`."""
+        setattr(owner, name, self._timed(getattr(owner, name), label))
+
+    def _timed(self, func: Callable[..., Any], label: str) -> Callable[..., Any]:
+        inside, lock, seconds = self._inside, self._lock, self.seconds
+
+        @functools.wraps(func)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if getattr(inside, "on", False):
+                return func(*args, **kwargs)
+            inside.on = True
+            started = time.thread_time()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                spent = time.thread_time() - started
+                inside.on = False
+                with lock:
+                    seconds[label] += spent
+
+        return timed
 
 
 def _run_custodian(out_path: str, argv: list[str]) -> int:

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench._api_calls import install
+from bench._api_calls import CallCpu, install
 
 POLICIES = Path(__file__).resolve().parent / "policies" / "aws-c7n-equivalent.yml"
 # both clouds: those three for AWS, gcp-fleet.yml's three for GCP
@@ -81,15 +81,33 @@ def make_engine(endpoint: str | None, spec: dict[str, Any], db_url: str) -> tupl
     return engine, clock
 
 
+def _time_calls() -> CallCpu:
+    """Client CPU inside the clouds' calls: botocore's (AWS), requests' (Compute REST, the
+    HTTP batches) and gRPC's unary calls (Monitoring)."""
+    import grpc._channel  # type: ignore[import-untyped]
+    import grpc._interceptor  # type: ignore[import-untyped]
+    import requests
+    from botocore.client import BaseClient
+
+    cpu = CallCpu()
+    cpu.patch(BaseClient, "_make_api_call", "aws")
+    cpu.patch(requests.Session, "request", "gcp http")
+    for unary in (grpc._channel._UnaryUnaryMultiCallable,
+                  grpc._interceptor._UnaryUnaryMultiCallable):  # api-core intercepts
+        cpu.patch(unary, "__call__", "gcp grpc")
+    return cpu
+
+
 def main(endpoint: str, spec_json: str, db_url: str, out: str) -> None:
     counts = install()
+    in_calls = _time_calls()
     spec = json.loads(spec_json)
     engine, clock = make_engine(endpoint, spec, db_url)
     cycles = []
     for n in range(spec["cycles"]):
         if n:
             clock.advance(timedelta(seconds=spec["interval_s"]))
-        before = Counter(counts)
+        before, calls_cpu0 = Counter(counts), dict(in_calls.seconds)
         cpu0 = time.process_time()
         started, started_at = time.perf_counter(), time.time()
         summary = engine.run_cycle()
@@ -99,6 +117,8 @@ def main(endpoint: str, spec_json: str, db_url: str, out: str) -> None:
             "cpu_s": time.process_time() - cpu0,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "api_calls": dict(Counter(counts) - before),
+            "calls_cpu_s": {k: v - calls_cpu0.get(k, 0.0)
+                            for k, v in in_calls.seconds.items()},
             "summary": summary.as_dict(),
         })
     engine.db.dispose()

@@ -22,7 +22,10 @@ a few dozen). One costguard governs both. Five processes:
   32 the first cycle at 100,000 took 177 s, with 64 141 s, at the same CPU and memory)
   over the account x region scopes and the projects.
 
-Reported per cycle: wall, client CPU (all threads), peak RSS, calls by operation against
+Reported per cycle: wall, client CPU (all threads) and the part of it spent inside the
+clouds' client calls (botocore's, requests', gRPC's: building, signing, sending and parsing
+them, costguard's parse hooks included; bench/_api_calls.py `CallCpu`), peak RSS, calls by
+operation against
 the floor (AWS API calls, bench/_org_fleet.Fleet.floor; GCP HTTP requests and RPCs, a batch
 counted once, bench/_org_gcp.floor: the fewest calls that cycle could make), throttling
 refusals absorbed, gaps, and correctness (the stopped and tagged or labelled sets equal the
@@ -168,6 +171,20 @@ def cycle_calls(cycle: dict[str, Any], gcp_done: dict[str, Any]) -> tuple[Counte
     return calls, requests
 
 
+def calls_cpu(cycle: dict[str, Any]) -> str:
+    """What the cycle's threads spent inside the clouds' client calls (bench/_api_calls.py
+    `CallCpu`), with the AWS calls' mean: the part of the client CPU that building, signing,
+    sending and parsing the calls costs, whatever costguard does with their answers."""
+    seconds = cycle.get("calls_cpu_s", {})
+    aws_calls = sum(cycle["api_calls"].values())
+    parts = [f"{label} {spent:.1f} s" + (f" ({spent / aws_calls * 1000:.2f} ms a call)"
+                                          if label == "aws" and aws_calls else "")
+             for label, spent in sorted(seconds.items())]
+    total = sum(seconds.values())
+    return (f"CPU inside the clouds' client calls {total:.1f} s of {cycle['cpu_s']:.1f}: "
+            + ", ".join(parts))
+
+
 def gcp_calls(events: list[list[Any]], start: float, end: float) -> tuple[Counter[str], int]:
     """The GCP calls the fakes answered in [start, end] by method (each call of a batch
     counted), and the HTTP requests and RPCs they came in (a batch once)."""
@@ -239,13 +256,16 @@ def _size(n: int, work: Path, latency_ms: float, throttle: float, workers: int,
         cpu = summary.get("stage_cpu_seconds", {})
         stages = ", ".join(f"{s} {v:.1f} ({cpu.get(s, 0):.1f} CPU)"
                            for s, v in summary["stage_seconds"].items())
+        in_calls = calls_cpu(cycle)
         if k == 0:
             row["note"] = (f"{_targets(row)}; floor: "
                            + ", ".join(f"{op} {c}" for op, c in floor.most_common())
-                           + f"; readings {summary['readings']:,}; stages {stages}")
+                           + f"; readings {summary['readings']:,}; stages {stages}; "
+                           + in_calls)
         else:
             row["calls_x_floor"] = ""
-            row["note"] = (f"readings {summary['readings']:,}; stages {stages}; over both "
+            row["note"] = (f"readings {summary['readings']:,}; stages {stages}; {in_calls}; "
+                           f"over both "
                            f"cycles: {throttled} calls throttled and retried, fake CPU "
                            f"{fake_cpu:.1f} s, proxy CPU {proxy_cpu:.1f} s, process "
                            f"{elapsed:.0f} s")

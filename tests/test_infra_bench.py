@@ -132,3 +132,40 @@ def test_the_machines_pace_is_a_fixed_work_timed() -> None:
 
     assert _reference_work() == _reference_work() == 80_000  # the same work every time
     assert 0 < pace_ms(repeat=1) < 60_000
+
+
+def test_call_cpu_counts_the_calling_threads_cpu_inside_calls_once() -> None:
+    """bench/_api_calls.py `CallCpu` (org-scale's "CPU inside the clouds' client calls"):
+    the CPU a thread spends inside a timed method, by label; a timed call made inside
+    another counts in the outer one only; waiting costs nothing; other threads' calls add
+    up."""
+    import threading
+    import time
+
+    from bench._api_calls import CallCpu
+
+    def burn(seconds: float) -> None:
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
+            pass
+
+    class Client:
+        def call(self, work: float, *, inner: float = 0.0, wait: float = 0.0) -> str:
+            burn(work)
+            if inner:
+                self.call(inner)  # e.g. a credentials refresh inside a call
+            time.sleep(wait)
+            return "answer"
+
+    cpu = CallCpu()
+    cpu.patch(Client, "call", "cloud")
+    client = Client()
+    started = time.thread_time()
+    assert client.call(0.05, inner=0.03, wait=0.2) == "answer"
+    spent = time.thread_time() - started
+    assert 0.08 <= cpu.seconds["cloud"] <= spent  # the inner call once, the sleep not at all
+    thread = threading.Thread(target=client.call, args=(0.05,))
+    thread.start()
+    thread.join()
+    assert 0.13 <= cpu.seconds["cloud"] <= spent + 0.08
+    assert set(cpu.seconds) == {"cloud"}
