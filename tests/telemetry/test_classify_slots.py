@@ -1,7 +1,9 @@
 """The classifier's slots, keyed by integer instants, are the slots `costguard.minutes.slots`
-and a minute's wall minute give: the same readings counted, in the same order, for readings
-stamped at seconds, in other time zones (offsets with seconds too), re-sent, spanning
-several minutes across the window's edges, or for GPUs the instance does not have."""
+and a minute's wall minute give: the same readings counted, in the same order, with the same
+peak and mean (`util_reading`: the max, else p95, else mean; the mean, else p95, else max),
+for readings stamped at seconds, in other time zones (offsets with seconds too), re-sent,
+spanning several minutes across the window's edges, with any of their figures missing, or
+for GPUs the instance does not have."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ def _reference(minutes: list[GpuMinute], start: datetime, end: datetime,
         value = util_reading(m)
         if value is None:
             continue
-        reading = _Reading(m.gpu_index, *value)
+        reading: _Reading = (m.gpu_index, *value)
         if m.span_minutes == 1:
             seen[(m.gpu_index, m.minute.replace(second=0, microsecond=0))] = reading
         else:
@@ -38,13 +40,16 @@ def _reference(minutes: list[GpuMinute], start: datetime, end: datetime,
 
 zones = st.sampled_from([UTC, timezone(timedelta(hours=5, minutes=30)),
                          timezone(timedelta(hours=-3)), timezone(timedelta(seconds=-37))])
+# a minute's figures, each given or not: its peak and mean are the max, p95 or mean it has
+figure = st.one_of(st.none(), st.floats(0, 100))
 reading = st.builds(
-    lambda gpu, offset_s, span, util, zone: GpuMinute(
+    lambda gpu, offset_s, span, figures, zone: GpuMinute(
         provider="aws", instance_id="i-1", gpu_index=gpu, source=TelemetrySource.CLOUDWATCH,
         minute=(START + timedelta(seconds=offset_s)).astimezone(zone), span_minutes=span,
-        util_mean=util, util_max=util),
+        util_mean=figures[0], util_p95=figures[1], util_max=figures[2]),
     st.integers(0, 4), st.one_of(st.integers(-600, 4000), st.floats(-600, 4000).map(
-        lambda s: round(s, 6))), st.sampled_from([1, 1, 1, 5, 60]), st.floats(0, 100), zones)
+        lambda s: round(s, 6))), st.sampled_from([1, 1, 1, 5, 60]),
+    st.tuples(figure, figure, figure), zones)
 
 
 @settings(max_examples=300, deadline=None)
