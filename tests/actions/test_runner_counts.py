@@ -125,8 +125,10 @@ def test_every_step_up_to_the_terminate_warning_is_journaled_with_its_cycle(  # 
                      ("notify", T0 + timedelta(minutes=15), cycles[T0 + timedelta(minutes=15)])]
     assert None not in cycles.values()
     with e.db.session() as s:
-        found = [(r.observed_at, r.cycle_id) for r in s.exec(select(FindingRow))]
-    assert found == [(T0, cycles[T0])]  # the finding is the cycle's that made it
+        found = [(r.observed_at, r.cycle_id, r.team) for r in s.exec(select(FindingRow))]
+    # the finding is the cycle's that made it, and its team the instance's (its `team` tag,
+    # as attribution reads it: what `report` groups findings by)
+    assert found == [(T0, cycles[T0], "research")]
 
 
 def test_protected_instances_are_skipped_each_and_the_others_still_warned(  # type: ignore[no-untyped-def]
