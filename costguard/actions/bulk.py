@@ -16,7 +16,7 @@ their 50,000-row statements) at once.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, TypeAlias
 
@@ -63,6 +63,8 @@ class NewState:
 
 _KEY = ("policy", "provider", "instance_id")
 _MOVED = ("state", "since", "deadline", "snooze_until", "episode", "evidence")
+# `stored_states` builds a state from a row of these columns, by position
+assert tuple(f.name for f in fields(NewState)) == _KEY + _MOVED
 
 
 @dataclass(slots=True)

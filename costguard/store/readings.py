@@ -33,9 +33,10 @@ def write_minutes(session: Session, minutes: Sequence[GpuMinute]) -> int:
     own executemany as plain tuples: SQLAlchemy's per-parameter processing cost more than
     the insert itself. The statement is still SQLAlchemy's (compiled once per dialect and
     shape), and the one typed column (`minute`) goes through its column type's own bind
-    processor. Readings are written grouped by which of their fields are set (a cloud's
-    reading has a handful of the 28 columns, an agent's most): binding only those halves
-    the database's work per row, and the columns left out are set NULL on a conflict."""
+    processor. Models (an agent's readings) are written grouped by which of their 28 fields
+    are set, binding only those (it halves the database's work per row); a cloud's rows
+    (`MinuteRows`) bind the dozen names their call gives, all of them. Either way a column a
+    reading does not set is NULL after a conflict, as the later copy replaces it whole."""
     if not minutes:
         return 0
     if isinstance(minutes, MinuteRows):  # a cloud's readings: their rows as they are
