@@ -50,10 +50,8 @@ class NewState:
     evidence: str = ""
 
     def row(self) -> dict[str, Any]:
-        return {"policy": self.policy, "provider": self.provider,
-                "instance_id": self.instance_id, "state": self.state, "since": self.since,
-                "deadline": self.deadline, "snooze_until": self.snooze_until,
-                "episode": self.episode, "evidence": self.evidence}
+        return dict(zip(_KEY + _MOVED, (self.policy, self.provider, self.instance_id,
+                                        *self.values()), strict=True))
 
     def values(self) -> tuple[Any, ...]:
         """What the state machine moves (`_MOVED`), in that order."""
