@@ -82,9 +82,13 @@ class ActionRunner:
         self.tag_batch = BatchTags(self)  # tag requests of batch-capable providers
         self.wide = spanning_regions(providers)  # scoped per account, not per region
         # the act stage's re-checks, new per run; its parts (AfterStop) may run without one
-        self.rechecks = Rechecks(self.safety.recheck_reuse_seconds, wide=self.wide)
+        self.rechecks = self._no_rechecks()
         # journal entries, findings and alerts of the policy's session (new per policy)
         self.rows: Rows
+
+    def _no_rechecks(self) -> Rechecks:
+        """Re-checks outside an act stage: none read ahead, none kept yet."""
+        return Rechecks(self.safety.recheck_reuse_seconds, wide=self.wide)
 
     # -- recovery ---------------------------------------------------------------------
     def reconcile(self, now: datetime, stats: ActStats) -> None:
@@ -115,11 +119,17 @@ class ActionRunner:
                 AfterStop(runner).run(policy, now, cycle_id, counts)
 
         groups = lanes(policies)
-        if len(groups) > 1:  # clouds side by side (actions/lanes.py)
-            side_by_side(self, policies, groups, run_one, stats)
-        else:
-            for policy in policies:
-                run_one(self, policy, stats)
+        try:
+            if len(groups) > 1:  # clouds side by side (actions/lanes.py)
+                side_by_side(self, policies, groups, run_one, stats)
+            else:
+                for policy in policies:
+                    run_one(self, policy, stats)
+        finally:
+            # what this run read (every instance's state change, the re-checked instances)
+            # is not kept for the next one: between cycles it only held memory
+            self._changed_at = {}
+            self.rechecks = self._no_rechecks()
         return stats
 
     def _run_policy(self, policy: Policy, findings: list[Finding], now: datetime,

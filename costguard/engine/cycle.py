@@ -103,6 +103,9 @@ class Engine:
             with cycle_collection():  # fewer walks of a cycle's live objects (engine/heap.py)
                 return self._run_cycle()
         finally:
+            # the inventory is read anew by the next cycle: held between cycles, its models
+            # (~2 KB an instance) pinned the heap the cycle freed around them
+            self._inventory = None
             release_freed_memory()  # else the cycle's peak stays resident (engine/heap.py)
 
     def _run_cycle(self) -> CycleSummary:
