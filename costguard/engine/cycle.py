@@ -397,14 +397,10 @@ class Engine:
             log.warning("paused: no action taken this cycle (costguard resume to re-enable)")
             summary.actions = ActStats().as_dict()
             return
-        try:
-            # volume, snapshot and address policies act in the standing stage
-            compute = [p for p in self.policies.policies if not KINDS[p.resource].standing]
-            stats = self.runner.run(compute, findings, now, cycle_id)
-        finally:
-            # the re-checks' states serve this stage only; at 100,000 instances they are
-            # tens of MB, not to be held through the next cycle
-            self.runner.rechecks.clear()
+        # volume, snapshot and address policies act in the standing stage; the runner
+        # keeps nothing it read for the next cycle (actions/runner.py `run`)
+        compute = [p for p in self.policies.policies if not KINDS[p.resource].standing]
+        stats = self.runner.run(compute, findings, now, cycle_id)
         summary.actions = stats.by_mode({p.name for p in self.policies.policies
                                          if not p.is_enforced})
 
