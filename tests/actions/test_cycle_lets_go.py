@@ -1,6 +1,7 @@
-"""What a cycle read of the fleet is let go when it ends: the engine holds no instance
-model between cycles (each cycle reads the inventory anew; held, a fleet's models pinned
-the memory the cycle freed around them, engine/heap.py)."""
+"""What a cycle read of the fleet is let go when it ends: the engine and its act stage's
+runner hold no instance model between cycles (each cycle reads the inventory anew; held, a
+fleet's models pinned the memory the cycle freed around them, engine/heap.py). Here, beside
+the act stage's other tests, so that the runner's mutants meet it (scripts/mutation.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ import types
 from datetime import timedelta
 
 from costguard.clock import ManualClock
+from costguard.config import Settings
 from costguard.engine import Engine
 from costguard.model import Instance
-from tests.engine.conftest import EngineFactory
+from costguard.policy.load import parse_policy_text
+from costguard.store.db import Database
+from tests.engine.conftest import IDLE_POLICY
 from tests.fakes.cloud import ScriptedCloud, always
 
 
@@ -38,13 +42,16 @@ def held_instances(root: object, *, skip: tuple[object, ...]) -> list[Instance]:
 
 
 def test_the_engine_holds_no_instance_between_cycles(
-    make_engine: EngineFactory, cloud: ScriptedCloud, clock: ManualClock,
+    db: Database, db_url: str, cloud: ScriptedCloud, clock: ManualClock, made: list[Engine],
 ) -> None:
-    cloud.can_describe = True  # the act stage re-checks (and keeps) what it is about to stop
+    # the cloud can describe: the act stage re-checks (and keeps) what it is about to stop
     for n in range(2):
         cloud.add(f"i-idle-{n}", always("held_memory_idle"))
     cloud.add("i-busy", always("busy"))
-    engine: Engine = make_engine()
+    engine = Engine(Settings(database_url=db_url, policy_paths=[]), db, {"sim": cloud},
+                    parse_policy_text(IDLE_POLICY.format(mode="enforce", cap=10), "test.yml"),
+                    clock)
+    made.append(engine)
     for _ in range(12):  # an hour: warned, re-checked and stopped, then nothing to do
         engine.run_cycle()
         assert held_instances(engine, skip=(cloud,)) == []
