@@ -20,6 +20,7 @@ from costguard.clock import Clock
 from costguard.demo.sim_fleet import SIM_TYPES, SimHost, gpu_memory_mib
 from costguard.demo.sim_groups import SimGroup, SimGroupOps, demo_groups, member_view
 from costguard.demo.sim_hosts import (
+    HOST_FIGURES,
     accelerator_hosts,
     gpu_phase,
     host_figures,
@@ -30,10 +31,10 @@ from costguard.demo.sim_hosts import (
 from costguard.demo.sim_settings import SimSettings
 from costguard.demo.sim_standing import SimStanding, SimStandingOps, seeded
 from costguard.errors import InstanceNotFound
+from costguard.minute_rows import MinuteRows, names_of
 from costguard.model import (
     ActionOutcome,
     ActionResult,
-    GpuMinute,
     Instance,
     InstanceState,
     Inventory,
@@ -42,7 +43,7 @@ from costguard.model import (
     ProviderName,
 )
 from costguard.providers.base import tag_detail
-from costguard.telemetry.summary import sim_minute
+from costguard.telemetry.summary import sim_fields, sim_row
 
 if TYPE_CHECKING:
     from costguard.providers.aws.pricing import OnDemandTable
@@ -259,12 +260,15 @@ class SimProvider(SimGroupOps, SimStandingOps):
 
     def gpu_metrics(
         self, instances: Sequence[Instance], start: datetime, end: datetime
-    ) -> list[GpuMinute]:
+    ) -> MinuteRows:
+        """Each running GPU's minutes of [start, end), resampled from the real recording, as
+        rows (`MinuteRows`), as a real cloud's provider hands its readings over."""
         self.calls["metrics"] += 1
         first = start.replace(second=0, microsecond=0)
         if first < start:
             first += timedelta(minutes=1)
-        out: list[GpuMinute] = []
+        names = _reading_names()
+        rows: list[tuple[object, ...]] = []
         rng = random.Random(hash((self.settings.seed, (first - self._epoch).total_seconds())))
         for inst in instances:
             host = self._hosts.get(inst.instance_id)
@@ -276,11 +280,11 @@ class SimProvider(SimGroupOps, SimStandingOps):
                 if phase is not None and self._running_at(host, minute):
                     figures = host_figures(host, phase, minute)
                     for gpu in range(inst.gpu_count):
-                        out.append(sim_minute(gpu_phase(host, phase, gpu), "sim",
-                                              inst.instance_id, gpu, minute, rng,
-                                              extra=figures))
+                        rows.append(sim_row(gpu_phase(host, phase, gpu), names, "sim",
+                                            inst.instance_id, gpu, minute, rng,
+                                            extra=figures))
                 minute += timedelta(minutes=1)
-        return out
+        return MinuteRows(names, rows)
 
     def _set_state(self, host: SimHost, state: InstanceState, now: datetime,
                    reason: str | None = None) -> None:
@@ -431,6 +435,13 @@ class SimProvider(SimGroupOps, SimStandingOps):
 
     def profile_of(self, instance_id: str) -> str:
         return self._hosts[instance_id].profile
+
+
+@cache
+def _reading_names() -> tuple[str, ...]:
+    """What a simulated reading's row holds: every field a recorded minute or a simulated
+    host's figures set."""
+    return names_of(sim_fields() | set(HOST_FIGURES))
 
 
 def sim_price(instance: Instance) -> PriceQuote | None:

@@ -13,9 +13,9 @@ import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from functools import lru_cache
+from functools import cache, lru_cache
 from random import Random
-from typing import Literal
+from typing import Any, Literal
 
 from costguard.model import GpuMinute, ProviderName, TelemetrySource
 from costguard.telemetry.trace import NvmlSample, ProcessMemory, packaged_trace
@@ -181,16 +181,74 @@ def sim_minute(
     SM activity, as on GPUs older than Hopper. The pid is derived from the instance id.
     `extra` sets further fields (a simulated host's CPU and memory).
     """
+    phase, index, update = _draw(pattern, provider, instance_id, gpu_index, minute, rng, gpm,
+                                 extra)
+    return _minute_templates(phase, gpm)[index].model_copy(update=update)
+
+
+def sim_row(
+    pattern: str,
+    names: tuple[str, ...],
+    provider: ProviderName,
+    instance_id: str,
+    gpu_index: int,
+    minute: datetime,
+    rng: Random,
+    *,
+    gpm: bool = True,
+    extra: Mapping[str, object] | None = None,
+) -> tuple[Any, ...]:
+    """`sim_minute`'s reading (the same draw from `rng`) as a row of `names` (every field
+    it sets among them; `minute_rows.MinuteRows`), without a model: the simulated cloud hands
+    its readings over as a real cloud's are (a model a reading was most of what a simulated
+    fleet's cycle allocated)."""
+    phase, index, update = _draw(pattern, provider, instance_id, gpu_index, minute, rng, gpm,
+                                 extra)
+    at = _positions(names)
+    row = list(_template_rows(phase, gpm, names)[index])
+    for name, value in update.items():
+        row[at[name]] = value
+    return tuple(row)
+
+
+def _draw(pattern: str, provider: ProviderName, instance_id: str, gpu_index: int,
+          minute: datetime, rng: Random, gpm: bool, extra: Mapping[str, object] | None,
+          ) -> tuple[str, int, dict[str, object]]:
+    """Which recorded minute a simulated GPU yields (its phase and index among the phase's
+    `_minute_templates`: one draw from `rng`) and what this reading sets over it."""
     phase = PATTERN_PHASE.get(pattern, pattern)
-    templates = _minute_templates(phase, gpm)
-    template = templates[rng.randrange(len(templates))]
+    index = rng.randrange(len(_minute_templates(phase, gpm)))
     update: dict[str, object] = {
         "provider": provider, "instance_id": instance_id, "gpu_index": gpu_index,
         "minute": minute, **(extra or {}),
     }
-    if template.top_process_pid is not None:
+    if _minute_templates(phase, gpm)[index].top_process_pid is not None:
         update["top_process_pid"] = 1000 + zlib.crc32(f"{instance_id}/{gpu_index}".encode()) % 60000
-    return template.model_copy(update=update)
+    return phase, index, update
+
+
+@cache
+def _positions(names: tuple[str, ...]) -> dict[str, int]:
+    return {name: n for n, name in enumerate(names)}
+
+
+@lru_cache(maxsize=64)
+def _template_rows(phase: str, gpm: bool, names: tuple[str, ...]) -> tuple[tuple[Any, ...], ...]:
+    """A phase's recorded minutes as rows of `names` (a value field one does not set is
+    none, its default). Raises KeyError when one sets a field `names` leaves out."""
+    rows = []
+    for template in _minute_templates(phase, gpm):
+        missing = template.model_fields_set - set(names)
+        if missing:
+            raise KeyError(f"a simulated minute sets {sorted(missing)}, not in {names}")
+        rows.append(tuple(getattr(template, n) for n in names))
+    return tuple(rows)
+
+
+def sim_fields() -> frozenset[str]:
+    """Every field a recorded minute sets, of any phase, with SM activity or without."""
+    return frozenset(f for phase in _profiles() for gpm in (True, False)
+                     for t in _minute_templates(phase, gpm) for f in t.model_fields_set)
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
