@@ -200,8 +200,7 @@ def sim_row(
 ) -> tuple[Any, ...]:
     """`sim_minute`'s reading (the same draw from `rng`) as a row of `names` (every field
     it sets among them; `minute_rows.MinuteRows`), without a model: the simulated cloud hands
-    its readings over as a real cloud's are (a model a reading was most of what a simulated
-    fleet's cycle allocated)."""
+    its readings over as a real cloud's provider does."""
     phase, index, update = _draw(pattern, provider, instance_id, gpu_index, minute, rng, gpm,
                                  extra)
     at = _positions(names)
