@@ -113,11 +113,9 @@ def fetch_cold(fetch: Fetch, wanted: list[Instance], start: datetime, now: datet
     recent: dict[str, Peak] = {}
 
     def observe(batch: Sequence[GpuMinute]) -> None:
-        by_id: dict[str, list[GpuMinute]] = defaultdict(list)
-        for m in covering(batch, mid, now):
-            by_id[m.instance_id].append(m)
-        for instance_id, minutes in by_id.items():
-            recent[instance_id] = peak_of(minutes, recent.get(instance_id, _NO_PEAK))
+        for instance_id, minutes in by_instance(batch).items():
+            recent[instance_id] = peak_of(covering(minutes, mid, now),
+                                          recent.get(instance_id, _NO_PEAK))
 
     gaps = fetch(wanted, mid, now, observe)
     span = now - mid
@@ -135,18 +133,25 @@ def decided(recent: Sequence[GpuMinute], mid: datetime, now: datetime,
             conditions: Sequence[IdleCondition]) -> set[str]:
     """The instances whose minutes in [mid, now) among `recent` rule idle out under every
     condition: `fetch_cold`'s second call does not ask for their older minutes."""
-    by_id: dict[str, list[Reading]] = defaultdict(list)
-    if isinstance(recent, MinuteRows):  # a cloud's rows, read without a model each
-        read = row_reading(recent.names)
-        for row in recent.rows:
-            by_id[row[INSTANCE]].append(read(row))
-    else:
-        for m in recent:
-            by_id[m.instance_id].append(m)
     span = now - mid
-    return {instance_id for instance_id, minutes in by_id.items()
+    return {instance_id for instance_id, minutes in by_instance(recent).items()
             if (recent_ones := covering(minutes, mid, now))
             and all(rules_out_idle(peak_of(recent_ones), c, span) for c in conditions)}
+
+
+def by_instance(readings: Sequence[GpuMinute]) -> dict[str, list[Reading]]:
+    """A call's readings by instance id; a cloud's rows (`MinuteRows`) as the window's light
+    readings (`store.packed.row_reading`), not a model each: iterated, rows build a model
+    per reading, which at 10,000 simulated instances raised a first cycle's peak by ~90 MB."""
+    by_id: dict[str, list[Reading]] = defaultdict(list)
+    if isinstance(readings, MinuteRows):
+        read = row_reading(readings.names)
+        for row in readings.rows:
+            by_id[row[INSTANCE]].append(read(row))
+    else:
+        for m in readings:
+            by_id[m.instance_id].append(m)
+    return by_id
 
 
 def catch_up(name: str, fetch: Fetch, members: list[Instance], start: datetime,

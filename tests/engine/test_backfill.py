@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from sqlmodel import select
 
 from costguard.clock import ManualClock
-from costguard.engine.backfill import decided, peak_of, rules_out_idle
+from costguard.engine.backfill import by_instance, decided, peak_of, rules_out_idle
 from costguard.minute_rows import MinuteRows
 from costguard.model import GpuMinute, Instance, TelemetrySource
 from costguard.policy.conditions import IdleCondition
@@ -22,8 +22,14 @@ from tests.engine.conftest import EngineFactory, record_metric_calls
 from tests.fakes.cloud import T0, ScriptedCloud, always, until
 
 
+def _no_model(self: MinuteRows, row: tuple[object, ...]) -> GpuMinute:
+    raise AssertionError("a model built of a cloud's row")
+
+
+@pytest.mark.parametrize("as_rows", [False, True])
 def test_first_cycle_reads_history_only_for_gpus_that_could_be_idle(
-    make_engine: EngineFactory, cloud: ScriptedCloud, clock: ManualClock, db: Database
+    make_engine: EngineFactory, cloud: ScriptedCloud, clock: ManualClock, db: Database,
+    as_rows: bool, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     now = clock.now()
     cloud.add("i-idle", always("no_process"))  # idle for hours: warned
@@ -31,6 +37,15 @@ def test_first_cycle_reads_history_only_for_gpus_that_could_be_idle(
     cloud.add("i-woke", until(now - timedelta(minutes=10), "no_process", "busy"))
     cloud.add("i-dozed", until(now - timedelta(minutes=30), "busy", "no_process"))
     cloud.add("i-tiny", always("tiny_kernels"))  # util_gpu ~12 %, SMs idle: SM decides
+    if as_rows:  # answered as a cloud's rows (`MinuteRows`), as the simulated cloud does
+        models = cloud.gpu_metrics
+
+        def rows(instances: list[Instance], start: datetime, end: datetime) -> MinuteRows:
+            return MinuteRows.of(models(instances, start, end))
+        cloud.gpu_metrics = rows  # type: ignore[method-assign,assignment]
+        # nothing on the way to the store, the window and the split read's decision builds
+        # a model of a row (~2 KB each: a simulated fleet's first cycle doubled its peak)
+        monkeypatch.setattr(MinuteRows, "minute", _no_model)
     calls = record_metric_calls(cloud)
 
     make_engine().run_cycle()  # the policy: idle below 5 % for 45 minutes, signal auto
@@ -159,6 +174,22 @@ def test_a_clouds_rows_decide_as_the_readings_they_are(batch: list[GpuMinute], s
     mid = T0 - timedelta(minutes=15)
     assert (decided(MinuteRows.of(batch), mid, T0, [cond])
             == decided(batch, mid, T0, [cond]))
+
+
+def test_a_clouds_rows_are_grouped_as_light_readings_equal_to_the_models() -> None:
+    batch = [GpuMinute(provider="sim", instance_id=iid, gpu_index=g,
+                       minute=T0 - timedelta(minutes=ago), source=TelemetrySource.SIM,
+                       util_mean=float(ago), sm_max=float(g), mem_used_bytes=2**30)
+             for iid in ("vm-a", "vm-b") for ago in (1, 7) for g in (0, 3)]
+    rows = by_instance(MinuteRows.of(batch))
+    models = by_instance(batch)
+    assert list(rows) == list(models) == ["vm-a", "vm-b"]
+    for iid, readings in rows.items():
+        assert not any(isinstance(r, GpuMinute) for r in readings)  # no model a row
+        assert [(r.gpu_index, r.minute, r.util_mean, r.sm_max, r.mem_used_bytes)
+                for r in readings] == [
+            (m.gpu_index, m.minute, m.util_mean, m.sm_max, m.mem_used_bytes)
+            for m in models[iid]]
 
 
 @pytest.mark.parametrize("as_rows", [False, True])
