@@ -20,7 +20,6 @@ from costguard.clock import Clock
 from costguard.demo.sim_fleet import SIM_TYPES, SimHost, gpu_memory_mib
 from costguard.demo.sim_groups import SimGroup, SimGroupOps, demo_groups, member_view
 from costguard.demo.sim_hosts import (
-    HOST_FIGURES,
     accelerator_hosts,
     gpu_phase,
     host_figures,
@@ -35,6 +34,7 @@ from costguard.minute_rows import MinuteRows, names_of
 from costguard.model import (
     ActionOutcome,
     ActionResult,
+    GpuMinute,
     Instance,
     InstanceState,
     Inventory,
@@ -43,7 +43,7 @@ from costguard.model import (
     ProviderName,
 )
 from costguard.providers.base import tag_detail
-from costguard.telemetry.summary import sim_fields, sim_row
+from costguard.telemetry.summary import sim_row
 
 if TYPE_CHECKING:
     from costguard.providers.aws.pricing import OnDemandTable
@@ -439,9 +439,9 @@ class SimProvider(SimGroupOps, SimStandingOps):
 
 @cache
 def _reading_names() -> tuple[str, ...]:
-    """What a simulated reading's row holds: every field a recorded minute or a simulated
-    host's figures set."""
-    return names_of(sim_fields() | set(HOST_FIGURES))
+    """What a simulated reading's row holds: every field a reading has (those a recorded
+    minute and a simulated host's figures do not set are none)."""
+    return names_of(GpuMinute.model_fields)
 
 
 def sim_price(instance: Instance) -> PriceQuote | None:

@@ -40,12 +40,6 @@ def _shape(instance_type: str) -> tuple[int, int]:
     return int(row["vcpus"]), int(row["host_memory_mib"]) * 2**20
 
 
-# every field `host_figures` may set
-HOST_FIGURES = ("host_cpu_pct", "host_iowait_pct", "host_cpus", "host_hot_cores",
-                "host_mem_used_bytes", "host_mem_total_bytes", "mem_total_bytes",
-                "host_disk_bps")
-
-
 def host_figures(host: SimHost, phase: str, minute: datetime | None = None) -> dict[str, Any]:
     """The GpuMinute host fields of `host` while its GPUs run `phase` (at `minute`), and its
     GPUs' memory size (the recording's is an H100's)."""

@@ -216,12 +216,13 @@ def _draw(pattern: str, provider: ProviderName, instance_id: str, gpu_index: int
     """Which recorded minute a simulated GPU yields (its phase and index among the phase's
     `_minute_templates`: one draw from `rng`) and what this reading sets over it."""
     phase = PATTERN_PHASE.get(pattern, pattern)
-    index = rng.randrange(len(_minute_templates(phase, gpm)))
+    templates = _minute_templates(phase, gpm)
+    index = rng.randrange(len(templates))
     update: dict[str, object] = {
         "provider": provider, "instance_id": instance_id, "gpu_index": gpu_index,
         "minute": minute, **(extra or {}),
     }
-    if _minute_templates(phase, gpm)[index].top_process_pid is not None:
+    if templates[index].top_process_pid is not None:
         update["top_process_pid"] = 1000 + zlib.crc32(f"{instance_id}/{gpu_index}".encode()) % 60000
     return phase, index, update
 
@@ -242,12 +243,6 @@ def _template_rows(phase: str, gpm: bool, names: tuple[str, ...]) -> tuple[tuple
             raise KeyError(f"a simulated minute sets {sorted(missing)}, not in {names}")
         rows.append(tuple(getattr(template, n) for n in names))
     return tuple(rows)
-
-
-def sim_fields() -> frozenset[str]:
-    """Every field a recorded minute sets, of any phase, with SM activity or without."""
-    return frozenset(f for phase in _profiles() for gpm in (True, False)
-                     for t in _minute_templates(phase, gpm) for f in t.model_fields_set)
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
