@@ -135,9 +135,9 @@ def _best(rules: tuple[R, ...], inst: Instance) -> R | None:
 def table_price(inst: Instance) -> PriceQuote | None:
     """The shipped list price of `inst` without any cloud call (AWS, GCP or the sim table)."""
     if inst.provider == "sim":
-        from costguard.demo import sim
+        from costguard.demo.sim_prices import sim_price
 
-        return sim.sim_price(inst)
+        return sim_price(inst)
     if inst.provider == "gcp":
         from costguard.providers.gcp import pricing as gcp_pricing
 

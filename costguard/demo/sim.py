@@ -14,7 +14,6 @@ import threading
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import cache
-from typing import TYPE_CHECKING
 
 from costguard.clock import Clock
 from costguard.demo.sim_fleet import SIM_TYPES, SimHost, gpu_memory_mib
@@ -27,6 +26,7 @@ from costguard.demo.sim_hosts import (
     underused_hosts,
     work_in_progress_hosts,
 )
+from costguard.demo.sim_prices import DISK_USD_PER_GIB_MONTH, sim_price
 from costguard.demo.sim_settings import SimSettings
 from costguard.demo.sim_standing import SimStanding, SimStandingOps, seeded
 from costguard.errors import InstanceNotFound
@@ -45,15 +45,9 @@ from costguard.model import (
 from costguard.providers.base import tag_detail
 from costguard.telemetry.summary import sim_row
 
-if TYPE_CHECKING:
-    from costguard.providers.aws.pricing import OnDemandTable
-
 GPU_WEIGHTS = {"p5.48xlarge": 3, "p4d.24xlarge": 8, "p3.2xlarge": 10, "g5.xlarge": 25,
                "g5.12xlarge": 12, "g6.xlarge": 12, "g4dn.xlarge": 20}
 CPU_TYPES = ["m5.large", "c5.xlarge", "r5.2xlarge"]
-SPOT_DISCOUNT = 0.35  # spot price as a share of on-demand
-BASE_PRICE_REGION = "us-east-1"  # a sim region the AWS table lacks is priced as this one
-DISK_USD_PER_GIB_MONTH = 0.08  # EBS gp3 list price
 
 TEAMS = ["research", "ml-platform", "vision", "nlp", "recsys"]
 OWNERS = {
@@ -442,36 +436,3 @@ def _reading_names() -> tuple[str, ...]:
     """What a simulated reading's row holds: every field a reading has (those a recorded
     minute and a simulated host's figures do not set are none)."""
     return names_of(GpuMinute.model_fields)
-
-
-def sim_price(instance: Instance) -> PriceQuote | None:
-    """The sim's list price: the shipped AWS on-demand table for the type in the instance's
-    region (BASE_PRICE_REGION's where the table lacks the region); spot at SPOT_DISCOUNT of
-    it. Never the refreshed Price List prices: the simulated cloud stays reproducible."""
-    from costguard.providers.gcp import pricing, tpus
-
-    if tpus.by_model(instance.gpu_model) is not None:  # a TPU node: GCP's chip-hour price
-        quote = pricing.tpu_price(instance)
-        return None if quote is None else PriceQuote(
-            usd_per_hour=quote.usd_per_hour, source=f"{quote.source}, simulated cloud")
-    from costguard.providers.aws.notebooks import ML_PREFIX, ec2_type
-
-    table = _aws_shipped_prices()
-    itype = ec2_type(instance.instance_type)  # a notebook's ML type: its EC2 type's price
-    found = table.lookup(instance.region, itype) or table.lookup(BASE_PRICE_REGION, itype)
-    if found is None:
-        return None
-    source = f"{found.source}, simulated cloud"
-    if instance.instance_type.startswith(ML_PREFIX):
-        source += f", a notebook priced as {itype}"
-    if instance.lifecycle is Lifecycle.SPOT:
-        return PriceQuote(usd_per_hour=round(found.usd_per_hour * SPOT_DISCOUNT, 4),
-                          source=f"{source}, spot at {SPOT_DISCOUNT:.0%}")
-    return PriceQuote(usd_per_hour=found.usd_per_hour, source=source)
-
-
-@cache
-def _aws_shipped_prices() -> OnDemandTable:
-    from costguard.providers.aws.pricing import OnDemandTable
-
-    return OnDemandTable()  # its own instance: never updated by a Price List refresh

@@ -8,8 +8,9 @@ import pytest
 
 from costguard.clock import ManualClock
 from costguard.costs.pricing import table_price
-from costguard.demo.sim import SPOT_DISCOUNT, SimProvider, sim_price
+from costguard.demo.sim import SimProvider
 from costguard.demo.sim_fleet import SIM_TYPES
+from costguard.demo.sim_prices import SPOT_DISCOUNT, sim_price
 from costguard.demo.sim_settings import SimSettings
 from costguard.model import Instance, InstanceState, Lifecycle
 from costguard.providers.aws.pricing import OnDemandTable
