@@ -6,10 +6,10 @@ is keyed by the minute it begins, as in `gpu_readings`). It is columnar: the rea
 minutes in the hour, spans and sources, their GPU indexes, then each value column
 (`VALUE_FIELDS`, the readings table's columns past its key) as a presence mask and the
 present values' zig-zag deltas, their bytes shuffled (every value's first byte, then every
-second byte...), all of it compressed with zstd (pyarrow's codec; zlib where a pyarrow
-build lacks it). A constant column costs a few bytes an hour, a host's figures (the same
-in each of its GPUs' readings) little more than once, a noisy percentage about two bytes a
-minute.
+second byte...), all of it compressed with zstd (the `zstandard` package: standard frames,
+the bytes pyarrow's codec wrote before and reads). A constant column costs a few bytes an
+hour, a host's figures (the same in each of its GPUs' readings) little more than once, a
+noisy percentage about two bytes a minute.
 
 Integers are kept exactly (up to 2**62, 4 EiB of memory; clamped beyond). Fractional
 values are kept on a fixed grid, rounded down (`_SCALE`: 1/100 of a percentage point, of a
@@ -25,9 +25,10 @@ import struct
 import zlib
 from array import array
 from collections.abc import Callable, Sequence
-from functools import cache
 from itertools import accumulate
 from typing import Any, TypeVar
+
+import zstandard
 
 from costguard.model import PERCENT_GRID
 from costguard.store.tables import GpuReadingRow
@@ -42,6 +43,7 @@ _SCALE: dict[str, int] = {name: (1_000_000 if name == "util_active_share" else P
 _LIMIT = 2**62  # a stored integer's magnitude (zig-zag of a delta stays within 64 bits)
 _VERSION = 1
 _ZSTD, _ZLIB = 1, 2
+_ZSTD_LEVEL = 9
 _HEADER = struct.Struct("<BBI")  # format version, codec, raw length
 _NONE, _ALL, _MASKED = 0, 1, 2
 T = TypeVar("T")
@@ -163,23 +165,11 @@ def decode_columns(data: bytes | memoryview, at: int, names: int, rows: int
     return out, at
 
 
-@cache
-def _zstd() -> Any:
-    """pyarrow's zstd codec, or None where this pyarrow lacks it (imported when first used:
-    pyarrow costs a process ~0.1 s to import)."""
-    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
-
-    return pa.Codec("zstd", compression_level=9) if pa.Codec.is_available("zstd") else None
-
-
 def compress_bytes(raw: bytes, *, small: bool = False) -> bytes:
-    """`raw` compressed with zstd, or with zlib where pyarrow lacks zstd or the blob is
-    `small` (an hour of history, ~100 bytes a GPU: zlib's per-call cost there is a fifth of
-    pyarrow's, for ~2 % more bytes)."""
-    codec = None if small else _zstd()
-    if codec is not None:
-        body: bytes = codec.compress(raw, asbytes=True)
-        return _HEADER.pack(_VERSION, _ZSTD, len(raw)) + body
+    """`raw` compressed with zstd, or with zlib where the blob is `small` (an hour of
+    history, ~100 bytes a GPU: zlib costs less a call there, for ~2 % more bytes)."""
+    if not small:
+        return _HEADER.pack(_VERSION, _ZSTD, len(raw)) + zstandard.compress(raw, _ZSTD_LEVEL)
     return _HEADER.pack(_VERSION, _ZLIB, len(raw)) + zlib.compress(raw, 9)
 
 
@@ -187,7 +177,8 @@ def decompress_bytes(blob: bytes) -> bytes:
     """A blob's bytes; ValueError for anything that is not a block this costguard wrote."""
     try:
         return _decompress(blob)
-    except (struct.error, OSError, zlib.error, MemoryError, OverflowError) as exc:
+    except (struct.error, OSError, zlib.error, zstandard.ZstdError, MemoryError,
+            OverflowError) as exc:
         raise ValueError(f"a reading block that does not decompress: {exc}") from None
 
 
@@ -200,10 +191,11 @@ def _decompress(blob: bytes) -> bytes:
                          f"{_VERSION}")
     body = memoryview(blob)[_HEADER.size:]
     if codec == _ZSTD:
-        zstd = _zstd()
-        if zstd is None:
-            raise ValueError("a zstd reading block, and this pyarrow has no zstd codec")
-        raw: bytes = zstd.decompress(body, decompressed_size=size, asbytes=True)
+        # a frame stating its own length decompresses to that length whatever the limit
+        # asked: one that disagrees with the header is refused before it is decompressed
+        if zstandard.frame_content_size(body) != size:
+            raise ValueError("a reading block's length disagrees with its header")
+        raw: bytes = zstandard.decompress(body, max_output_size=size)
     elif codec == _ZLIB:
         raw = zlib.decompress(body)
     else:

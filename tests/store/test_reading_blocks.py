@@ -7,9 +7,13 @@ from __future__ import annotations
 import contextlib
 import math
 import struct
+import subprocess
+import sys
+import tracemalloc
 import zlib
 
 import pytest
+import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -123,6 +127,51 @@ def test_a_block_cut_short_or_bit_flipped_is_refused(entries: list[blocks.Entry]
     with pytest.raises(ValueError, match="more than any block holds"):
         blocks.decode(huge)
 
+
+
+def test_a_block_pyarrow_compressed_reads_the_same() -> None:
+    """Stores written before the codec moved to `zstandard` hold pyarrow's zstd frames:
+    both write standard frames, so those blocks read as they did."""
+    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
+
+    entries: list[blocks.Entry] = [(g, m, 1, 0, _reading(util_mean=float(m), samples=60))
+                                   for g in range(4) for m in range(60)]
+    blob = blocks.encode(entries)
+    raw = blocks.decompress_bytes(blob)
+    old = (struct.pack("<BBI", 1, 1, len(raw))
+           + pa.Codec("zstd", compression_level=9).compress(raw, asbytes=True))
+    assert blob[:6] == old[:6]  # version 1, zstd, the same length
+    assert blocks.decode(old) == blocks.decode(blob)
+
+
+
+def test_settling_readings_does_not_load_pyarrow() -> None:
+    """The daemon settles readings every hour: a block's codec is ~1 MB of the daemon's
+    resident memory; pyarrow's (what blocks used before) was ~31 MB, held from the first
+    prune on."""
+    probe = ("import sys\n"
+             "from costguard.store import blocks, compact, hours\n"
+             "blob = blocks.encode([(0, m, 1, 0, (None,) * len(blocks.VALUE_FIELDS))"
+             " for m in range(60)])\n"
+             "assert len(blocks.decode(blob)) == 60\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pyarrow'))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.strip() == "[]"
+
+def test_a_zstd_frame_longer_than_its_header_says_is_refused_before_it_is_decompressed(
+        ) -> None:
+    # a frame stating 256 MiB behind a header of 100 bytes: decompressed, the frame's own
+    # length would win over any limit asked
+    bomb = struct.pack("<BBI", 1, 1, 100) + zstandard.compress(b"\0" * 2**28, 1)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match="disagrees with its header"):
+            blocks.decode(bomb)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20
 
 def _reading(**values: object) -> tuple[object, ...]:
     return tuple(values.get(n) for n in blocks.VALUE_FIELDS)
