@@ -1,6 +1,9 @@
 """A workload's (or one pod's) GPU readings as the engine and the efficiency verdict read
-them: `GpuMinute`s numbered across its pods, each carrying as its "host" the CPU its pods
-used of what they request that step (cAdvisor). A workload whose GPUs wait while its pods
+them: readings numbered across its pods, each carrying as its "host" the CPU its pods used
+of what they request that step (cAdvisor). They are rows (`costguard.minute_rows`), as a
+cloud's metric answer is, each checked on its own (`providers.cloud_readings.validated`:
+one a cluster's Prometheus gives that no reading can hold is dropped, logged and counted,
+never the whole read), with no model built per GPU-minute. A workload whose GPUs wait while its pods
 keep their CPUs busy is work in progress, held back as a busy host is
 (telemetry/corroborate.py); a pod pinned at its CPU request with a waiting GPU is
 data-loading-bound (k8s/underused.py)."""
@@ -13,13 +16,25 @@ from collections.abc import Iterable, Sequence
 
 from costguard.k8s.model import Pod
 from costguard.k8s.workloads import PROVIDER
-from costguard.model import GpuMinute, TelemetrySource
+from costguard.minute_rows import LEAD, MinuteRows, names_of
+from costguard.model import TelemetrySource
+from costguard.providers.cloud_readings import Dropped, validated
+
+# what a pod's reading gives, past `LEAD` (in `GpuMinute`'s order)
+_VALUES = ("util_mean", "util_max", "sm_mean", "sm_max", "mem_used_bytes", "host_cpu_pct",
+           "host_cpus")
+NAMES = names_of(_VALUES)
+assert NAMES[len(LEAD):] == _VALUES
 
 
-def gpu_minutes(instance_id: str, pods: Sequence[tuple[int, Pod | None]]) -> list[GpuMinute]:
+def gpu_minutes(instance_id: str, pods: Sequence[tuple[int, Pod | None]], *,
+                start: float = -math.inf, end: float = math.inf, scope: str = "kubernetes",
+                dropped: Dropped | None = None) -> MinuteRows:
     """The readings of `pods` (each with the GPU units it requests; None: not in this
-    read, its GPUs' numbers kept free) under `instance_id`."""
-    out = []
+    read, its GPUs' numbers kept free) under `instance_id`, those of minutes from `start`
+    to before `end` (POSIX seconds); any that is not a valid reading is dropped, logged
+    under `scope` and counted in `dropped`."""
+    rows = []
     offset = 0
     cpu = _cpu(pod for _, pod in pods if pod is not None)
     for units, pod in pods:
@@ -27,15 +42,15 @@ def gpu_minutes(instance_id: str, pods: Sequence[tuple[int, Pod | None]]) -> lis
             offset += units
             continue
         for m in pod.readings:
-            host = cpu.get(m.minute.timestamp())
-            out.append(GpuMinute(
-                provider=PROVIDER, instance_id=instance_id, gpu_index=offset + m.gpu_index,
-                minute=m.minute, source=TelemetrySource.DCGM, span_minutes=m.span_minutes,
-                util_mean=m.util_mean, util_max=m.util_max, sm_mean=m.sm_mean,
-                sm_max=m.sm_max, mem_used_bytes=m.mem_used_bytes,
-                host_cpu_pct=host[0] if host else None, host_cpus=host[1] if host else None))
+            t = m.minute.timestamp()
+            if not start <= t < end:
+                continue
+            host_pct, host_cpus = cpu.get(t, (None, None))
+            rows.append((PROVIDER, instance_id, offset + m.gpu_index, m.minute,
+                         TelemetrySource.DCGM, m.span_minutes, 1, m.util_mean, m.util_max,
+                         m.sm_mean, m.sm_max, m.mem_used_bytes, host_pct, host_cpus))
         offset += max(units, len(pod.devices))
-    return out
+    return validated(NAMES, rows, scope, dropped)
 
 
 def _cpu(pods: Iterable[Pod]) -> dict[float, tuple[float, int]]:

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 from costguard.clock import Clock
 from costguard.costs.attribution import UNATTRIBUTED
@@ -27,24 +27,25 @@ from costguard.k8s import jupyterhub, stops
 from costguard.k8s import queries as q
 from costguard.k8s.allocate import rates_of, team_of
 from costguard.k8s.api import Api, KubeApi, KubeObject
-from costguard.k8s.minutes import gpu_minutes
+from costguard.k8s.minutes import NAMES, gpu_minutes
 from costguard.k8s.model import ClusterRead, Pod, Workload
 from costguard.k8s.prices import node_prices
 from costguard.k8s.prometheus import PrometheusClient, PrometheusError
 from costguard.k8s.read import devices_of, ksm_label, read_cluster, read_spans
 from costguard.k8s.settings import ClusterSettings, KubernetesSettings
 from costguard.k8s.workloads import NEVER, PLURALS, PROVIDER, Governed, annotation_key
+from costguard.minute_rows import MinuteRows
 from costguard.model import (
     ActionOutcome,
     ActionResult,
     Gap,
-    GpuMinute,
     Instance,
     Inventory,
     PriceQuote,
     ProviderName,
 )
-from costguard.providers.base import tag_detail
+from costguard.providers.base import Readings, tag_detail
+from costguard.providers.cloud_readings import Dropped
 
 STATE_SPAN = timedelta(minutes=10)  # how far back a listing looks for running GPU pods
 STEP = timedelta(minutes=1)
@@ -236,9 +237,13 @@ class KubernetesProvider:
 
     # -- telemetry --
     def gpu_metrics(self, instances: Sequence[Instance], start: datetime, end: datetime
-                    ) -> list[GpuMinute]:
+                    ) -> Readings:
+        """The workloads' GPU readings from their clusters' Prometheus, as rows
+        (k8s/minutes.py): a reading no reading can hold is dropped and counted."""
         wanted = {i.instance_id for i in instances}
-        out: list[GpuMinute] = []
+        rows: list[tuple[Any, ...]] = []
+        dropped = Dropped()
+        lo_t, hi_t = start.timestamp(), end.timestamp()
         for cl in self.clusters.values():
             mine = [g for iid, g in cl.governed.items() if iid in wanted]
             if not mine:
@@ -252,10 +257,11 @@ class KubernetesProvider:
                     reads = [self._read(cl, lo, hi)
                              for lo, hi in read_spans(start, end, known, STEP)]
                     cl.read = reads[-1] if len(reads) == 1 else cl.read
+            scope = f"kubernetes cluster {cl.cfg.name}"
             for g in mine:
                 for each in reads:
-                    out.extend(m for m in _minutes(g, each) if start <= m.minute < end)
-        return out
+                    rows += _minutes(g, each, lo_t, hi_t, scope, dropped).rows
+        return Readings(MinuteRows(NAMES, rows), [], dropped=dropped.count)
 
     # -- price --
     def price(self, instance: Instance) -> PriceQuote | None:
@@ -333,7 +339,10 @@ def _namespace_tags(ns: KubeObject | None) -> dict[str, str]:
     return out
 
 
-def _minutes(g: Governed, read: ClusterRead) -> list[GpuMinute]:
-    """The workload's GPUs' readings, numbered across its pods (k8s/minutes.py)."""
+def _minutes(g: Governed, read: ClusterRead, start: float, end: float, scope: str,
+             dropped: Dropped) -> MinuteRows:
+    """The workload's GPUs' readings of minutes from `start` to before `end`, numbered
+    across its pods (k8s/minutes.py)."""
     return gpu_minutes(g.instance_id, [(ref.requests.gpu_units, read.pods.get(ref.key))
-                                       for ref in sorted(g.pods, key=lambda p: p.key)])
+                                       for ref in sorted(g.pods, key=lambda p: p.key)],
+                       start=start, end=end, scope=scope, dropped=dropped)

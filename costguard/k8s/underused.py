@@ -105,6 +105,8 @@ def _fit(line: CostLine, pod: Pod, e: Efficiency) -> PodEfficiency:
 
 
 def _minutes(cluster: str, pod: Pod) -> list[GpuMinute]:
-    """The pod's GPU readings as the verdict reads them, each step's CPU as its host's:
-    cores used over cores requested (none where either is unknown)."""
-    return gpu_minutes(f"{cluster}/{pod.key}", [(pod.requests.gpu_units, pod)])
+    """The pod's GPU readings as the verdict reads them (read more than once: a model
+    each), each step's CPU as its host's: cores used over cores requested (none where
+    either is unknown)."""
+    return list(gpu_minutes(f"{cluster}/{pod.key}", [(pod.requests.gpu_units, pod)],
+                            scope=f"kubernetes cluster {cluster}"))
