@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 import pytest
@@ -69,7 +69,7 @@ def record_metric_calls(cloud: ScriptedCloud) -> list[MetricsCall]:
     calls: list[MetricsCall] = []
     inner = cloud.gpu_metrics
 
-    def gpu_metrics(instances: list[Instance], start: datetime, end: datetime
+    def gpu_metrics(instances: Sequence[Instance], start: datetime, end: datetime
                     ) -> list[GpuMinute]:
         calls.append((sorted(i.instance_id for i in instances), start, end))
         return inner(instances, start, end)
