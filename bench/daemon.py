@@ -2,10 +2,10 @@
 
 `daemon-soak` drives the real `Daemon.cycle_job` (leader check, cycle lock, engine cycle,
 metrics refresh, stage logs) over 24 simulated hours of the seeded sim fleet on a
-ManualClock, a cycle every 5 simulated minutes (the default poll interval), against a
-SQLite file, and samples the process's resident memory. Growth is measured from the end
-of the first simulated hours (caches and the reading window fill up there) to the end of
-the day.
+ManualClock, a cycle every 5 simulated minutes (the default poll interval) and the prune
+job as the daemon schedules it (`Prunes`), against a SQLite file, and samples the
+process's resident memory. Growth is measured from the end of the first simulated hours
+(caches and the reading window fill up there) to the end of the day.
 
 `daemon-idle` starts the whole service (scheduler, HTTP server on loopback) and measures
 the CPU it uses between cycles.
@@ -46,6 +46,27 @@ def rss_mib() -> float:
     return float("nan")
 
 
+class Prunes:
+    """The daemon's prune job on a simulated clock, as `Daemon.start` schedules it: a minute
+    after the start (or its interval, if shorter), then every `prune_interval`."""
+
+    def __init__(self, daemon: Daemon, start: datetime) -> None:
+        self.daemon = daemon
+        self.due = start + min(daemon.cfg.prune_interval, timedelta(minutes=1))
+        self.runs: list[tuple[float, int]] = []  # (seconds, readings settled) of each
+
+    def run_due(self, now: datetime) -> None:
+        """Run the prune if it came due by `now` (between two cycles)."""
+        if now < self.due:
+            return
+        t0 = time.perf_counter()
+        done = self.daemon.prune_job()
+        if not done:
+            raise RuntimeError("the prune failed")
+        self.runs.append((time.perf_counter() - t0, done["settled_readings"]))
+        self.due += self.daemon.cfg.prune_interval
+
+
 def _daemon(root: Path, clock: ManualClock, *, http: bool, poll: timedelta) -> Daemon:
     settings = Settings(database_url=f"sqlite:///{root / 'cg.db'}", policy_paths=[POLICIES],
                         poll_interval=poll, alerts={"console": True},
@@ -59,13 +80,15 @@ def _daemon(root: Path, clock: ManualClock, *, http: bool, poll: timedelta) -> D
     return Daemon(engine, settings, cfg, http_port=0)
 
 
-@benchmark("daemon-soak", description="24 simulated hours of daemon cycles: time and memory.")
+@benchmark("daemon-soak", description="24 simulated hours of daemon cycles, with the hourly "
+           "prune on the daemon's schedule (settling readings into blocks): time and memory.")
 def daemon_soak() -> list[dict[str, object]]:
     logging.getLogger("costguard").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp:
         clock = ManualClock(START)
         daemon = _daemon(Path(tmp), clock, http=False, poll=CYCLE)
         cycles = int(timedelta(hours=SOAK_HOURS) / CYCLE)
+        prunes = Prunes(daemon, START)
         warm_rss = 0.0
         samples: list[float] = []
         started = time.perf_counter()
@@ -74,6 +97,7 @@ def daemon_soak() -> list[dict[str, object]]:
             if daemon.cycle_job() is None:
                 raise RuntimeError(f"cycle {i} failed: {daemon.state.last_error}")
             clock.advance(CYCLE)
+            prunes.run_due(clock.now())
             if clock.now() - START == WARMUP:
                 gc.collect()
                 warm_rss = rss_mib()
@@ -91,7 +115,9 @@ def daemon_soak() -> list[dict[str, object]]:
     return [{"simulated_hours": SOAK_HOURS, "cycles": cycles, "seconds": seconds,
              "ms_per_cycle": seconds / cycles * 1000, "cpu_seconds": cpu,
              "rss_mib_after_warmup": warm_rss, "rss_mib_end": end_rss,
-             "rss_mib_peak": max([*samples, end_rss]), "rss_growth_pct": growth}]
+             "rss_mib_peak": max([*samples, end_rss]), "rss_growth_pct": growth,
+             "prunes": len(prunes.runs),
+             "readings_settled": sum(settled for _, settled in prunes.runs)}]
 
 
 @benchmark("daemon-idle", description="CPU the running service uses between cycles, and "
@@ -156,7 +182,7 @@ import gc, json, logging, sys, tempfile, time
 from datetime import timedelta
 from pathlib import Path
 sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
-from bench.daemon import START, POLICIES, rss_mib
+from bench.daemon import START, POLICIES, Prunes, rss_mib
 from costguard.clock import ManualClock
 from costguard.config import Settings
 from costguard.daemon.scheduler import Daemon
@@ -173,22 +199,16 @@ settings = Settings(database_url=f"sqlite:///{{tmp / 'cg.db'}}", policy_paths=[P
 engine = Engine(settings, Database(settings.database_url),
                 {{"sim": SimProvider(settings.providers.sim, clock)}},
                 load_policy_set(settings.policy_paths), clock, alert_printer=lambda *a: None)
-cfg = DaemonSettings(http_enabled=False)
-daemon = Daemon(engine, settings, cfg, http_port=0)
+daemon = Daemon(engine, settings, DaemonSettings(http_enabled=False), http_port=0)
 start_rss = rss_mib()
-rss, seconds, prunes = [], [], []
-next_prune = START + min(cfg.prune_interval, timedelta(minutes=1))  # as the daemon schedules it
+rss, seconds = [], []
+prunes = Prunes(daemon, START)
 for _ in range({RSS_CYCLES}):
     t0 = time.perf_counter()
     assert daemon.cycle_job() is not None, daemon.state.last_error
     seconds.append(time.perf_counter() - t0)
     clock.advance(timedelta(minutes=5))
-    if clock.now() >= next_prune:
-        t0 = time.perf_counter()
-        done = daemon.prune_job()
-        assert done, "the prune failed"
-        prunes.append((time.perf_counter() - t0, done["settled_readings"]))
-        next_prune += cfg.prune_interval
+    prunes.run_due(clock.now())
     gc.collect()
     rss.append(rss_mib())
 gpu = sum(1 for i in engine._current_instances() if i.has_gpu)
@@ -200,7 +220,7 @@ assert daemon.cycle_job() is not None, daemon.state.last_error
 down_s = time.perf_counter() - t0
 down_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps({{"start": start_rss, "rss": rss, "seconds": seconds, "gpu": gpu,
-                  "prunes": prunes,
+                  "prunes": prunes.runs,
                   "peak_before_downtime": before, "downtime_peak": down_peak,
                   "downtime_s": down_s}}))
 """
