@@ -39,11 +39,19 @@ _HELD = "costguard_metric_data_queries"  # the request context's key for the hel
 _KEPT = ("Id", "Label", "StatusCode", "Messages")
 
 
-def _result(raw: dict[str, Any]) -> dict[str, Any]:
+def _result(raw: dict[str, Any], when: dict[Any, datetime]) -> dict[str, Any]:
+    """One result as botocore gives it; its timestamps from `when`, the datetimes of the
+    epoch seconds the answer's results share (every series of a call answers the same
+    minutes: one datetime each, not one a point)."""
     out = {k: raw[k] for k in _KEPT if k in raw}
-    out["Timestamps"] = [datetime.fromtimestamp(t, UTC) for t in raw.get("Timestamps", [])]
+    out["Timestamps"] = [when.get(t) or _datetime(when, t) for t in raw.get("Timestamps", [])]
     out["Values"] = [float(v) for v in raw.get("Values", [])]
     return out
+
+
+def _datetime(when: dict[Any, datetime], t: Any) -> datetime:
+    made = when[t] = datetime.fromtimestamp(t, UTC)
+    return made
 
 
 def read_get_metric_data(response_dict: dict[str, Any],
@@ -56,7 +64,8 @@ def read_get_metric_data(response_dict: dict[str, Any],
         body = json.loads(response_dict["body"])
         if not isinstance(body, dict):
             return
-        results = [_result(r) for r in body.get("MetricDataResults", [])]
+        when: dict[Any, datetime] = {}
+        results = [_result(r, when) for r in body.get("MetricDataResults", [])]
     except (ValueError, TypeError, AttributeError, OverflowError, OSError):
         return  # botocore's own parser reads (or reports) it
     customized_response_dict["MetricDataResults"] = results
