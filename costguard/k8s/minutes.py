@@ -3,8 +3,8 @@ them: readings numbered across its pods, each carrying as its "host" the CPU its
 of what they request that step (cAdvisor). They are rows (`costguard.minute_rows`), as a
 cloud's metric answer is, each checked on its own (`providers.cloud_readings.validated`:
 one a cluster's Prometheus gives that no reading can hold is dropped, logged and counted,
-never the whole read), with no model built per GPU-minute. A workload whose GPUs wait while its pods
-keep their CPUs busy is work in progress, held back as a busy host is
+never the whole read), with no model built per GPU-minute. A workload whose GPUs wait
+while its pods keep their CPUs busy is work in progress, held back as a busy host is
 (telemetry/corroborate.py); a pod pinned at its CPU request with a waiting GPU is
 data-loading-bound (k8s/underused.py)."""
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from costguard.k8s.model import Pod
 from costguard.k8s.workloads import PROVIDER
@@ -28,12 +29,17 @@ assert NAMES[len(LEAD):] == _VALUES
 
 
 def gpu_minutes(instance_id: str, pods: Sequence[tuple[int, Pod | None]], *,
-                start: float = -math.inf, end: float = math.inf, scope: str = "kubernetes",
-                dropped: Dropped | None = None) -> MinuteRows:
+                scope: str = "kubernetes", dropped: Dropped | None = None) -> MinuteRows:
+    """`pod_rows` checked: any that is not a valid reading is dropped, logged under `scope`
+    and counted in `dropped`."""
+    return validated(NAMES, pod_rows(instance_id, pods), scope, dropped)
+
+
+def pod_rows(instance_id: str, pods: Sequence[tuple[int, Pod | None]], *,
+             start: float = -math.inf, end: float = math.inf) -> list[tuple[Any, ...]]:
     """The readings of `pods` (each with the GPU units it requests; None: not in this
     read, its GPUs' numbers kept free) under `instance_id`, those of minutes from `start`
-    to before `end` (POSIX seconds); any that is not a valid reading is dropped, logged
-    under `scope` and counted in `dropped`."""
+    to before `end` (POSIX seconds), as rows of `NAMES`, not yet checked."""
     rows = []
     offset = 0
     cpu = _cpu(pod for _, pod in pods if pod is not None)
@@ -50,7 +56,7 @@ def gpu_minutes(instance_id: str, pods: Sequence[tuple[int, Pod | None]], *,
                          TelemetrySource.DCGM, m.span_minutes, 1, m.util_mean, m.util_max,
                          m.sm_mean, m.sm_max, m.mem_used_bytes, host_pct, host_cpus))
         offset += max(units, len(pod.devices))
-    return validated(NAMES, rows, scope, dropped)
+    return rows
 
 
 def _cpu(pods: Iterable[Pod]) -> dict[float, tuple[float, int]]:

@@ -27,7 +27,7 @@ from costguard.k8s import jupyterhub, stops
 from costguard.k8s import queries as q
 from costguard.k8s.allocate import rates_of, team_of
 from costguard.k8s.api import Api, KubeApi, KubeObject
-from costguard.k8s.minutes import NAMES, gpu_minutes
+from costguard.k8s.minutes import NAMES, pod_rows
 from costguard.k8s.model import ClusterRead, Pod, Workload
 from costguard.k8s.prices import node_prices
 from costguard.k8s.prometheus import PrometheusClient, PrometheusError
@@ -45,7 +45,7 @@ from costguard.model import (
     ProviderName,
 )
 from costguard.providers.base import Readings, tag_detail
-from costguard.providers.cloud_readings import Dropped
+from costguard.providers.cloud_readings import Dropped, validated
 
 STATE_SPAN = timedelta(minutes=10)  # how far back a listing looks for running GPU pods
 STEP = timedelta(minutes=1)
@@ -257,10 +257,12 @@ class KubernetesProvider:
                     reads = [self._read(cl, lo, hi)
                              for lo, hi in read_spans(start, end, known, STEP)]
                     cl.read = reads[-1] if len(reads) == 1 else cl.read
-            scope = f"kubernetes cluster {cl.cfg.name}"
+            found: list[tuple[Any, ...]] = []
             for g in mine:
                 for each in reads:
-                    rows += _minutes(g, each, lo_t, hi_t, scope, dropped).rows
+                    found += _rows(g, each, lo_t, hi_t)
+            # checked once a cluster and call: one log line for what it drops, as a cloud's
+            rows += validated(NAMES, found, f"kubernetes cluster {cl.cfg.name}", dropped).rows
         return Readings(MinuteRows(NAMES, rows), [], dropped=dropped.count)
 
     # -- price --
@@ -339,10 +341,9 @@ def _namespace_tags(ns: KubeObject | None) -> dict[str, str]:
     return out
 
 
-def _minutes(g: Governed, read: ClusterRead, start: float, end: float, scope: str,
-             dropped: Dropped) -> MinuteRows:
+def _rows(g: Governed, read: ClusterRead, start: float, end: float) -> list[tuple[Any, ...]]:
     """The workload's GPUs' readings of minutes from `start` to before `end`, numbered
-    across its pods (k8s/minutes.py)."""
-    return gpu_minutes(g.instance_id, [(ref.requests.gpu_units, read.pods.get(ref.key))
-                                       for ref in sorted(g.pods, key=lambda p: p.key)],
-                       start=start, end=end, scope=scope, dropped=dropped)
+    across its pods (k8s/minutes.py), not yet checked."""
+    return pod_rows(g.instance_id, [(ref.requests.gpu_units, read.pods.get(ref.key))
+                                    for ref in sorted(g.pods, key=lambda p: p.key)],
+                    start=start, end=end)

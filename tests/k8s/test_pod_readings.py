@@ -9,12 +9,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from costguard.k8s.minutes import NAMES, gpu_minutes
+from costguard.k8s.minutes import NAMES, gpu_minutes, pod_rows
 from costguard.k8s.model import Pod, PodKey, Requests
 from costguard.k8s.read import PodMinute
 from costguard.minute_rows import MinuteRows
 from costguard.model import GpuMinute, TelemetrySource
-from costguard.providers.cloud_readings import Dropped
+from costguard.providers.cloud_readings import Dropped, validated
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 MiB = 2**20
@@ -39,9 +39,9 @@ def test_a_workloads_readings_are_rows_numbered_across_its_pods(
     a, b = _pod("a-0", 2, 3), _pod("a-1", 1, 3)
     with monkeypatch.context() as m:
         m.setattr(MinuteRows, "minute", _no_model)
-        got = gpu_minutes("k8s:c/ml/Deployment/a", [(2, a), (1, None), (1, b)],
-                          start=(T0 + timedelta(minutes=1)).timestamp(),
-                          end=(T0 + timedelta(minutes=3)).timestamp())
+        got = validated(NAMES, pod_rows("k8s:c/ml/Deployment/a", [(2, a), (1, None), (1, b)],
+                                        start=(T0 + timedelta(minutes=1)).timestamp(),
+                                        end=(T0 + timedelta(minutes=3)).timestamp()), "k8s")
         assert got.names == NAMES
         assert sorted({r[2] for r in got.rows}) == [0, 1, 3]  # the missing pod's GPU kept free
         assert len(got.rows) == 6  # minutes 1 and 2 of three GPUs
