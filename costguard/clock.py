@@ -45,6 +45,8 @@ class ManualClock:
 
 def utc(dt: datetime) -> datetime:
     """Return `dt` as an aware UTC datetime (naive values are taken to be UTC already)."""
+    if dt.tzinfo is UTC:  # most already are (cloud answers, the store): as they are
+        return dt
     if dt.tzinfo is None:
         return dt.replace(tzinfo=UTC)
     return dt.astimezone(UTC)

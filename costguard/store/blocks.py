@@ -196,8 +196,11 @@ def _decompress(blob: bytes) -> bytes:
         if zstandard.frame_content_size(body) != size:
             raise ValueError("a reading block's length disagrees with its header")
         raw: bytes = zstandard.decompress(body, max_output_size=size)
-    elif codec == _ZLIB:
-        raw = zlib.decompress(body)
+    elif codec == _ZLIB:  # at most one byte past the header's length: never more is held
+        stream = zlib.decompressobj()
+        raw = stream.decompress(body, size + 1)
+        if len(raw) == size and not stream.eof:  # cut short (its checksum unread)
+            raise ValueError("a reading block that ends before its stream does")
     else:
         raise ValueError(f"a reading block compressed with codec {codec}")
     if len(raw) != size:

@@ -13,7 +13,7 @@ import math
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from costguard.clock import utc
@@ -197,7 +197,7 @@ def get_metric_data(
                             result.get("Timestamps", []), result.get("Values", []), strict=False
                         )
                         out.setdefault(result["Id"], []).extend(
-                            (t if t.tzinfo is UTC else utc(t), float(v)) for t, v in points
+                            (utc(t), float(v)) for t, v in points
                         )
                     token = page.get("NextToken")
                     if not token:
