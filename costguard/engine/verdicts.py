@@ -51,7 +51,8 @@ class Verdicts:
         conditions = dict(zip(keys[1:], kept[1:], strict=True))
         judged = stored.refresh_all(session, instances, now, price, kept)
         if judged or set(conditions) != set(self.held):
-            self.held = {k: stored.load(session, c, now) for k, c in conditions.items()}
+            self.held = {k: stored.reload(session, c, now, self.held.get(k, {}))
+                         for k, c in conditions.items()}
         slot = digest_slot(base.digest, now) if base.digest.enabled else None
         digests = 0
         if slot is not None and slot != self._digested:

@@ -107,6 +107,51 @@ def test_verdicts_older_than_two_refresh_periods_are_not_trusted(db: Database) -
         assert stored.underused_by_team(s, CFG, NOW)["research"] == (100.0, 0.0, 1)
 
 
+def _replace(db: Database, iid: str, new: EfficiencyRow | None) -> None:
+    with db.session() as s:
+        old = s.get(EfficiencyRow, ("aws", iid, settings_key(CFG)))
+        if old is not None:
+            s.delete(old)
+    if new is not None:
+        with db.session() as s:
+            s.add(new)
+
+
+def test_reload_builds_only_the_verdicts_judged_since_and_reads_as_load(db: Database) -> None:
+    earlier = NOW - timedelta(hours=3)
+    with db.session() as s:
+        s.add_all([row("i-same", earlier), row("i-again", earlier), row("i-gone", earlier),
+                   row("i-stale", NOW - timedelta(hours=40))])
+    with db.session() as s:
+        held = stored.load(s, CFG, NOW)
+    assert len(held) == 4
+    later = NOW + timedelta(minutes=5)
+    _replace(db, "i-again", row("i-again", later, team="vision", monthly=50.0))
+    _replace(db, "i-gone", None)  # its instance was terminated
+    _replace(db, "i-new", row("i-new", later, underused=False))
+    at = NOW + timedelta(hours=9)  # i-stale is past trust (48 h) by now
+    with db.session() as s:
+        again = stored.reload(s, CFG, at, held)
+        whole = stored.load(s, CFG, at)
+    assert again == whole
+    assert set(again) == {("aws", "i-same"), ("aws", "i-again"), ("aws", "i-new")}
+    assert again[("aws", "i-same")] is held[("aws", "i-same")]  # not built again
+    assert again[("aws", "i-again")].team == "vision"
+    assert again[("aws", "i-again")].fit_to == "g5.xlarge"
+    assert not again[("aws", "i-new")].efficiency.underused
+
+
+def test_reload_builds_a_verdict_judged_at_its_now_again(db: Database) -> None:
+    # a cycle that judges an instance twice at one `now` (a retried cycle, a frozen clock):
+    # its held verdict has the same judged time as the new row, and is not the new row
+    _replace(db, "i-a", row("i-a", NOW))
+    with db.session() as s:
+        held = stored.load(s, CFG, NOW)
+    _replace(db, "i-a", row("i-a", NOW, team="vision"))
+    with db.session() as s:
+        assert stored.reload(s, CFG, NOW, held)[("aws", "i-a")].team == "vision"
+
+
 def test_a_verdict_no_cycle_renews_for_a_window_is_deleted(db: Database) -> None:
     with db.session() as s:
         s.add_all([row("i-gone", NOW - timedelta(days=8)), row("i-here", NOW - timedelta(days=6))])
