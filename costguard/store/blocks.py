@@ -195,12 +195,17 @@ def _decompress(blob: bytes) -> bytes:
         # asked: one that disagrees with the header is refused before it is decompressed
         if zstandard.frame_content_size(body) != size:
             raise ValueError("a reading block's length disagrees with its header")
-        raw: bytes = zstandard.decompress(body, max_output_size=size)
+        stream = zstandard.ZstdDecompressor().decompressobj()
+        raw: bytes = stream.decompress(body)  # libzstd stops at the length the frame states
+        if not stream.eof or stream.unused_data:  # one frame, and nothing after it
+            raise ValueError("a reading block that does not end where its frame does")
     elif codec == _ZLIB:  # at most one byte past the header's length: never more is held
         stream = zlib.decompressobj()
         raw = stream.decompress(body, size + 1)
         if len(raw) == size and not stream.eof:  # cut short (its checksum unread)
             raise ValueError("a reading block that ends before its stream does")
+        if stream.unused_data:
+            raise ValueError("a reading block that does not end where its stream does")
     else:
         raise ValueError(f"a reading block compressed with codec {codec}")
     if len(raw) != size:

@@ -175,6 +175,31 @@ def test_a_block_longer_than_its_header_says_is_refused_before_it_is_decompresse
             tracemalloc.stop()
         assert peak < 2**22  # the stream itself is ~0.3 MB; decompressed, 256 MiB
 
+def test_a_block_with_bytes_after_its_stream_is_refused() -> None:
+    whole = blocks.encode([(0, m, 1, 0, _reading(util_mean=50.0))
+                           for m in range(60)])
+    history = blocks.compress_bytes(b"an hour of history", small=True)
+    assert blocks.decompress_bytes(history) == b"an hour of history"
+    for blob in (whole, history):
+        with pytest.raises(ValueError, match="does not end where its"):
+            blocks.decompress_bytes(blob + b"\0junk")
+
+
+def test_a_frame_that_understates_its_length_is_refused_as_it_is_decompressed() -> None:
+    # the frame's own length field forged to match a 100-byte header: libzstd stops at it
+    frame = bytearray(zstandard.compress(b"\0" * 2**28, 1))
+    assert frame[4] == 0b10000000  # a 4-byte length field after the frame's header byte
+    frame[6:10] = struct.pack("<I", 100)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match="does not decompress"):
+            blocks.decode(struct.pack("<BBI", 1, 1, 100) + bytes(frame))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**22
+
+
 def _reading(**values: object) -> tuple[object, ...]:
     return tuple(values.get(n) for n in blocks.VALUE_FIELDS)
 
