@@ -22,7 +22,7 @@ from costguard.cli_demo import demo_command
 from costguard.console.commands import console_command
 from costguard.costs.commands import anomaly_app, budget_app
 from costguard.costs.price_commands import prices_app
-from costguard.daemon.commands import db_backup, db_compact, status
+from costguard.daemon.commands import db_backup, db_compact, db_size, status
 from costguard.daemon.identity_commands import identity_app
 from costguard.errors import CostguardError, SourceError
 from costguard.recommend.commands import recommend_command
@@ -56,6 +56,7 @@ app.command("status")(status)
 app.command("demo")(demo_command)
 db_app.command("backup")(db_backup)
 db_app.command("compact")(db_compact)
+db_app.command("size")(db_size)
 
 console = Console()
 err = Console(stderr=True)

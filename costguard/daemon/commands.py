@@ -1,12 +1,13 @@
-"""`costguard status`, `costguard db backup` and `costguard db compact` (what status reads:
-daemon/health.py).
+"""`costguard status`, `costguard db backup`, `costguard db compact` and `costguard db size`
+(what status reads: daemon/health.py; what size measures: store/size.py).
 
 Register in costguard/cli.py with:
 
-    from costguard.daemon.commands import db_backup, db_compact, status
+    from costguard.daemon.commands import db_backup, db_compact, db_size, status
     app.command("status")(status)
     db_app.command("backup")(db_backup)
     db_app.command("compact")(db_compact)
+    db_app.command("size")(db_size)
 """
 
 from __future__ import annotations
@@ -230,10 +231,40 @@ def db_compact(
         highlight=False)
 
 
+def db_size(
+    config: ConfigOpt = None,
+    fmt: Annotated[Literal["text", "json"], typer.Option("--format")] = "text",
+    sample: Annotated[int, typer.Option(min=1, max=100_000, help="The newest blocks (and "
+                                        "hours of history) decoded to measure what one "
+                                        "holds.")] = 1_000,
+) -> None:
+    """What the store holds and takes on disk: each table's rows and bytes (indexes
+    included), and what the readings cost: a GPU-minute still a row, one settled into a
+    block, a GPU-hour of history. Reads only; counts every row.
+
+    Example: costguard db size
+    """
+    from costguard.daemon.size_text import size_json, size_text
+    from costguard.store.size import measure
+
+    settings = _settings(config)
+    db = _open(settings)
+    try:
+        got = measure(db, sample=sample)
+    finally:
+        db.dispose()
+    if fmt == "json":
+        typer.echo(json.dumps(size_json(got, settings), indent=2))
+    else:
+        for line in size_text(got, settings):
+            console.print(line, highlight=False)
+
+
 def commands_app() -> typer.Typer:
     """A sub-app holding both commands (tests, or `app.add_typer`)."""
     app = typer.Typer(no_args_is_help=True)
     app.command("status")(status)
     app.command("backup")(db_backup)
     app.command("compact")(db_compact)
+    app.command("size")(db_size)
     return app

@@ -195,9 +195,9 @@ def _decompress(blob: bytes) -> bytes:
         # asked: one that disagrees with the header is refused before it is decompressed
         if zstandard.frame_content_size(body) != size:
             raise ValueError("a reading block's length disagrees with its header")
-        stream = zstandard.ZstdDecompressor().decompressobj()
-        raw: bytes = stream.decompress(body)  # libzstd stops at the length the frame states
-        if not stream.eof or stream.unused_data:  # one frame, and nothing after it
+        frame = zstandard.ZstdDecompressor().decompressobj()
+        raw: bytes = frame.decompress(body)  # libzstd stops at the length the frame states
+        if not frame.eof or frame.unused_data:  # one frame, and nothing after it
             raise ValueError("a reading block that does not end where its frame does")
     elif codec == _ZLIB:  # at most one byte past the header's length: never more is held
         stream = zlib.decompressobj()
