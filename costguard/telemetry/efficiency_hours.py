@@ -113,10 +113,17 @@ def judge_hours(hours: Hours, *, window_start: datetime, window_end: datetime,
                 words: Words | None = None) -> Efficiency:
     """The verdict for one instance's GPU-hours over [window_start, window_end)."""
     cfg = settings or RecommendSettings()
-    ran = sum(max(h.stats.get("cells") or 0 for h in gpus) for _, gpus in hours if gpus)
-    began = [hour for hour, gpus in hours if any(h.stats.get("cells") for h in gpus)]
+    cells = [(hour, max(h.stats.get("cells") or 0 for h in gpus)) for hour, gpus in hours
+             if gpus]
+    ran = sum(n for _, n in cells)
     hours_ran = ran / 60
-    span = (window_end - hour_start(began[0])).total_seconds() / 3600 if began else 0.0
+    span = 0.0
+    if began := next(((hour, n) for hour, n in cells if n), None):
+        # the first reading's minute is not kept: its hour's minutes with readings end the
+        # hour (an instance launched at 10:37 has 23): exact for an instance that ran on
+        # from its first reading, as raw minutes' span (`judge`) counts it
+        first = max(window_start, hour_start(began[0]) + timedelta(minutes=60 - began[1]))
+        span = (window_end - first).total_seconds() / 3600
     base: dict[str, object] = {
         "window_start": window_start, "window_end": window_end, "hours": round(hours_ran, 2),
         "span_hours": round(span, 2), "gpus_paid": gpu_count}

@@ -33,7 +33,8 @@ TYPES = {1: ("g5.xlarge", "A10G", 24), 4: ("g5.12xlarge", "A10G", 24),
 GIB = 2**30
 
 
-def _fleet(n: int, seed: int) -> tuple[list[Instance], list[GpuMinute]]:
+def _fleet(n: int, seed: int, *, launches: bool = False
+           ) -> tuple[list[Instance], list[GpuMinute]]:
     rng = random.Random(seed)
     fleet: list[Instance] = []
     readings: list[GpuMinute] = []
@@ -61,7 +62,10 @@ def _fleet(n: int, seed: int) -> tuple[list[Instance], list[GpuMinute]]:
         cpu = rng.choice([5.0, 40.0, 70.0, 74.0, 78.0, 95.0])
         gap = rng.random() < 0.2  # readings missing for a stretch: coverage near the bar
         sm_missing = rng.random() < 0.2  # a GPU without SM activity (no GPM)
-        for minute in range(600):
+        # `launches`: some launched part way through the window's first hour (or its second)
+        launched = rng.choice([0, 0, 0, rng.randrange(1, 60), rng.randrange(61, 120)]
+                              ) if launches else 0
+        for minute in range(launched, 600):
             if gap and 100 <= minute < 100 + rng.choice([60, 130, 300, 300]):
                 continue
             at = START + timedelta(minutes=minute)
@@ -97,6 +101,18 @@ def store(tmp_path: object) -> Database:
     return Database(f"sqlite:///{tmp_path / 'h.db'}")
 
 
+def _first_hour_whole(minutes: list[GpuMinute]) -> bool:
+    """Whether the instance has a reading in every minute from its first to that hour's
+    end (none: nothing to place)."""
+    covered = {m.minute + timedelta(minutes=k) for m in minutes for k in range(m.span_minutes)}
+    if not covered:
+        return True
+    first = min(covered)
+    end = first.replace(minute=0) + timedelta(hours=1)
+    return all(first + timedelta(minutes=k) in covered
+               for k in range(int((end - first) / timedelta(minutes=1))))
+
+
 def _verdict(e: object) -> tuple[object, ...]:
     from costguard.telemetry.efficiency import Efficiency
 
@@ -106,7 +122,7 @@ def _verdict(e: object) -> tuple[object, ...]:
 
 
 def test_verdicts_from_history_equal_verdicts_from_raw_minutes(store: Database) -> None:
-    fleet, readings = _fleet(40, seed=5)
+    fleet, readings = _fleet(40, seed=5, launches=True)
     with store.session() as s:
         record_inventory(s, "aws", fleet, END, complete=True)
         write_minutes(s, readings)
@@ -117,8 +133,9 @@ def test_verdicts_from_history_equal_verdicts_from_raw_minutes(store: Database) 
     with store.session() as s:
         raw = read_minutes(s, refs, START, END)
         hours = read_hours(s, refs, START, END)
-    assert {len(h) for h in hours.values()} == {10}
-    seen = set()
+    # launched in the second hour (one read from its third: a gap right after its launch)
+    assert {len(h) for h in hours.values()} == {8, 9, 10}
+    seen, spans = set(), set()
     for inst in fleet:
         ref = ("aws", inst.instance_id)
         a = judge(raw.get(ref, []), window_start=START, window_end=END,
@@ -127,6 +144,14 @@ def test_verdicts_from_history_equal_verdicts_from_raw_minutes(store: Database) 
                         gpu_count=inst.gpu_count, settings=CFG)
         assert _verdict(b) == _verdict(a), inst.instance_id
         assert b.coverage == a.coverage and b.hours == a.hours
+        # the share of its time it ran (what a fit saves) counts from its first reading,
+        # which history places by its hour's minutes with readings: exact where the
+        # instance read on to that hour's end, else less than an hour later
+        if _first_hour_whole(raw.get(ref, [])):
+            assert b.span_hours == a.span_hours
+            spans.add(a.span_hours)
+        else:
+            assert a.span_hours - 1 < b.span_hours < a.span_hours
         assert b.vram_peak_bytes == a.vram_peak_bytes
         assert b.paid_active_share == pytest.approx(a.paid_active_share, abs=1.5e-4)
         if a.gpu_mean is not None:
@@ -139,6 +164,7 @@ def test_verdicts_from_history_equal_verdicts_from_raw_minutes(store: Database) 
         seen.add(a.bottleneck)
     # the fleet reaches every verdict the rules give, so the equality means something
     assert len(seen) >= 7, seen
+    assert len(spans) >= 5  # launched at several minutes of the hour
 
 
 def test_a_window_past_the_raw_minutes_kept_is_judged_from_history(store: Database) -> None:
