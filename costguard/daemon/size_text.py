@@ -48,7 +48,9 @@ def size_text(got: StoreSize, settings: Settings) -> list[str]:
     rows, row_bytes = got.raw_rows()
     blocks = got.table("reading_blocks")
     history = got.table("reading_hours")
-    lines = [f"{got.backend}: {_size(got.total_bytes)} in all",
+    free = (f", {_size(got.free_bytes)} of it free (reused as the store grows)"
+            if got.free_bytes else "")
+    lines = [f"{got.backend}: {_size(got.total_bytes)} in all{free}",
              f"bytes by table: {got.measured}", "",
              "Readings",
              f"  not settled yet: {rows:,} GPU-minutes as rows"
@@ -88,6 +90,7 @@ def size_json(got: StoreSize, settings: Settings) -> dict[str, Any]:
     rows, row_bytes = got.raw_rows()
     return {
         "backend": got.backend, "measured": got.measured, "total_bytes": got.total_bytes,
+        "free_bytes": got.free_bytes,
         "tables": [{"name": t.name, "rows": t.rows, "bytes": t.bytes} for t in got.tables],
         "readings": {
             "rows_gpu_minutes": rows, "bytes_per_row": row_bytes,

@@ -62,6 +62,7 @@ class StoreSize:
     backend: str  # "sqlite" or "postgresql"
     measured: str  # how the bytes were counted
     total_bytes: int  # the database's own: the SQLite file, or PostgreSQL's database
+    free_bytes: int | None  # SQLite's free pages (reused as it grows; VACUUM returns them)
     tables: list[TableSize]
     blocks: Sample
     history: Sample
@@ -104,6 +105,11 @@ class StoreSize:
 def _tables(con: Connection) -> list[Table]:
     present = set(inspect(con).get_table_names())
     return [t for t in SQLModel.metadata.sorted_tables if t.name in present]
+
+
+def _sqlite_free(con: Connection) -> int:
+    return int(con.exec_driver_sql("PRAGMA freelist_count").scalar_one()
+               * con.exec_driver_sql("PRAGMA page_size").scalar_one())
 
 
 def _sqlite_bytes(con: Connection) -> tuple[dict[str, int] | None, int, str]:
@@ -179,6 +185,7 @@ def measure(db: Database, *, sample: int = SAMPLE) -> StoreSize:
         empty = Sample(0, 0, 0, 0, 0)
         return StoreSize(
             backend=backend, measured=how, total_bytes=total, tables=sizes,
+            free_bytes=_sqlite_free(con) if backend == "sqlite" else None,
             blocks=(_sample(con, block_table, sample, history=False)
                     if block_table.name in present else empty),
             history=(_sample(con, hour_table, sample, history=True)

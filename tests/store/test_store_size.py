@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 from typer.testing import CliRunner
 
 from costguard.config import Settings
@@ -88,6 +88,22 @@ def test_a_sample_decodes_the_newest_blocks_only_and_counts_a_garbled_one(
                                                                                         None)
     assert any("(all 4 decoded; 2 did not decode)" in line
                for line in size_text(got, Settings()))
+
+
+def test_sqlite_says_how_much_of_its_file_is_free_pages(tmp_path: Path) -> None:
+    db = Database(f"sqlite:///{tmp_path / 'cg.db'}")
+    _filled(db)
+    before = size.measure(db)
+    with db.session() as s:  # what a prune past the raw window does
+        s.execute(delete(ReadingBlockRow))
+    after = size.measure(db)
+    db.dispose()
+    assert before.free_bytes is not None and after.free_bytes is not None
+    blocks = before.table("reading_blocks")
+    assert blocks is not None and blocks.bytes
+    assert after.total_bytes == before.total_bytes  # the file does not shrink
+    assert after.free_bytes - before.free_bytes >= blocks.bytes - 2 * 4096  # its root pages
+    assert "of it free (reused as the store grows)" in size_text(after, Settings())[0]
 
 
 def test_an_empty_store_has_nothing_to_measure_per_reading(db: Database) -> None:
