@@ -24,7 +24,6 @@ rows) and its history for `accounting.readings_history` (395 days). Targets (#63
 from __future__ import annotations
 
 import random
-import sqlite3
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -38,6 +37,7 @@ from costguard.model import GpuMinute, TelemetrySource
 from costguard.store.compact import compact
 from costguard.store.db import Database
 from costguard.store.readings import write_minutes
+from costguard.store.size import table_bytes
 
 START = datetime(2026, 11, 23, tzinfo=UTC)
 HOSTS, GPUS, HOURS = 4, 8, 24  # 46,080 GPU-minutes
@@ -106,34 +106,29 @@ def settle(url: str, hours: int = HOURS) -> int:
 
 
 def sqlite_bytes(path: Path, tables: tuple[str, ...] = ROWS) -> tuple[int, str]:
-    """The tables' and their indexes' bytes, and how that was measured."""
-    con = sqlite3.connect(path)
-    marks = ", ".join("?" for _ in tables)
+    """The tables' and their indexes' bytes (`costguard.store.size.table_bytes`, as `costguard
+    db size` counts them), and how that was measured."""
+    db = Database(f"sqlite:///{path}", create=False)
     try:
-        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        try:
-            rows = con.execute(
-                f"SELECT SUM(pgsize) FROM dbstat WHERE name IN ({marks}) OR name IN "
-                f"(SELECT name FROM sqlite_master WHERE tbl_name IN ({marks}) "
-                "AND type = 'index')", tables + tables).fetchone()
-            return int(rows[0] or 0), "dbstat pages of the tables and their indexes"
-        except sqlite3.OperationalError:  # built without dbstat
-            return path.stat().st_size, "the file's size"
+        with db.engine.connect() as con:
+            con.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+            sizes, _ = table_bytes(con, tables)
     finally:
-        con.close()
+        db.dispose()
+    if sizes is None:  # built without dbstat
+        return path.stat().st_size, "the file's size"
+    return sum(sizes.values()), "dbstat pages of the tables and their indexes"
 
 
 def postgres_bytes(url: str, tables: tuple[str, ...] = ROWS) -> int:
     db = Database(url, create=False)
     try:
         with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as con:
-            total = 0
             for table in tables:
                 con.execute(text(f"VACUUM ANALYZE {table}"))
-                total += int(con.execute(text(
-                    "SELECT pg_total_relation_size(CAST(:t AS regclass))"), {"t": table}
-                ).scalar_one())
-            return total
+            sizes, _ = table_bytes(con, tables)
+            assert sizes is not None
+            return sum(sizes.values())
     finally:
         db.dispose()
 

@@ -112,11 +112,23 @@ def _sqlite_free(con: Connection) -> int:
                * con.exec_driver_sql("PRAGMA page_size").scalar_one())
 
 
-def _sqlite_bytes(con: Connection) -> tuple[dict[str, int] | None, int, str]:
-    """Bytes by table, its indexes' pages counted with it (None without `dbstat`); the
-    file's bytes."""
-    total = (con.exec_driver_sql("PRAGMA page_count").scalar_one()
-             * con.exec_driver_sql("PRAGMA page_size").scalar_one())
+def _total_bytes(con: Connection) -> int:
+    """The SQLite file's bytes, or PostgreSQL's database's."""
+    if con.dialect.name == "sqlite":
+        return int(con.exec_driver_sql("PRAGMA page_count").scalar_one()
+                   * con.exec_driver_sql("PRAGMA page_size").scalar_one())
+    return int(con.execute(text("SELECT pg_database_size(current_database())")).scalar_one())
+
+
+def table_bytes(con: Connection, names: Sequence[str]) -> tuple[dict[str, int] | None, str]:
+    """The bytes of each table of `names`, its indexes counted with it, and how they were
+    counted (the store-size bench measures with it too). None where SQLite was built
+    without `dbstat`. PostgreSQL's figure is the tables as they stand: a caller that wants
+    them without dead rows vacuums first."""
+    if con.dialect.name != "sqlite":
+        return ({name: int(con.execute(text(
+            "SELECT pg_total_relation_size(CAST(:t AS regclass))"), {"t": name}).scalar_one())
+            for name in names}, "pg_total_relation_size (heap, indexes, TOAST; dead rows too)")
     owner: dict[str, str] = dict(con.exec_driver_sql(
         "SELECT name, tbl_name FROM sqlite_master WHERE type IN ('table', 'index')").all())
     try:
@@ -124,19 +136,13 @@ def _sqlite_bytes(con: Connection) -> tuple[dict[str, int] | None, int, str]:
     except OperationalError as exc:  # built without the dbstat table
         if "dbstat" not in str(exc):
             raise
-        return None, total, "unknown (this SQLite was built without dbstat)"
-    out: dict[str, int] = {}
+        return None, "unknown (this SQLite was built without dbstat)"
+    out = dict.fromkeys(names, 0)
     for name, size in pages:
         table = owner.get(name, name)
-        out[table] = out.get(table, 0) + int(size or 0)
-    return out, total, "SQLite's dbstat pages of each table and its indexes"
-
-
-def _postgres_bytes(con: Connection, names: Sequence[str]) -> tuple[dict[str, int], int, str]:
-    out = {name: int(con.execute(text("SELECT pg_total_relation_size(CAST(:t AS regclass))"),
-                                 {"t": name}).scalar_one()) for name in names}
-    total = int(con.execute(text("SELECT pg_database_size(current_database())")).scalar_one())
-    return out, total, "pg_total_relation_size (heap, indexes, TOAST; dead rows too)"
+        if table in out:
+            out[table] += int(size or 0)
+    return out, "SQLite's dbstat pages of each table and its indexes"
 
 
 def _sample(con: Connection, table: Table, n: int, *, history: bool) -> Sample:
@@ -171,20 +177,17 @@ def measure(db: Database, *, sample: int = SAMPLE) -> StoreSize:
         tables = _tables(con)
         names = [t.name for t in tables]
         backend = con.dialect.name
-        if backend == "sqlite":
-            by_table, total, how = _sqlite_bytes(con)
-        else:
-            by_table, total, how = _postgres_bytes(con, names)
+        by_table, how = table_bytes(con, names)
         sizes = [TableSize(t.name, int(con.execute(select(func.count()).select_from(t))
                                        .scalar_one()),
-                           None if by_table is None else by_table.get(t.name, 0))
+                           None if by_table is None else by_table[t.name])
                  for t in tables]
         block_table = ReadingBlockRow.__table__  # type: ignore[attr-defined]
         hour_table = ReadingHourRow.__table__  # type: ignore[attr-defined]
         present = set(names)
         empty = Sample(0, 0, 0, 0, 0)
         return StoreSize(
-            backend=backend, measured=how, total_bytes=total, tables=sizes,
+            backend=backend, measured=how, total_bytes=_total_bytes(con), tables=sizes,
             free_bytes=_sqlite_free(con) if backend == "sqlite" else None,
             blocks=(_sample(con, block_table, sample, history=False)
                     if block_table.name in present else empty),
