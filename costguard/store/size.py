@@ -167,7 +167,10 @@ def _sample(con: Connection, table: Table, n: int, *, history: bool) -> Sample:
 
 def _oldest(con: Connection, table: Table) -> datetime | None:
     hour = con.execute(select(func.min(table.c.hour))).scalar_one_or_none()
-    return None if hour is None else hour_start(int(hour))
+    try:
+        return None if hour is None else hour_start(int(hour))
+    except (ValueError, OverflowError, OSError):  # an hour no date holds: not said
+        return None
 
 
 def measure(db: Database, *, sample: int = SAMPLE) -> StoreSize:

@@ -82,7 +82,11 @@ def test_a_sample_decodes_the_newest_blocks_only_and_counts_a_garbled_one(
         s.execute(update(ReadingBlockRow).where(ReadingBlockRow.hour == compact.hour_of(
             START)).values(payload=b"\x01\x01\xff\xff\xff\x7fnot zstd"))
         s.execute(update(ReadingHourRow).values(payload=b"\x00"))
+        # an hour no date holds (a row garbled past any year): no oldest hour, no crash
+        s.execute(update(ReadingHourRow).where(ReadingHourRow.hour == compact.hour_of(
+            START)).values(hour=-(2**31 - 1)))
     got = size.measure(db)
+    assert got.oldest_history is None and got.oldest_block == START
     assert (got.blocks.blobs, got.blocks.unreadable) == (2, 2)
     assert (got.history.blobs, got.history.unreadable, got.history_per_gpu_hour()) == (0, 4,
                                                                                         None)
