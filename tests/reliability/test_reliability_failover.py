@@ -90,7 +90,10 @@ def test_the_standby_takes_over_a_killed_leader_without_missing_or_doubling_a_st
         assert second.leads()
         journal = _check_exactly_once(db, state)
         # the intent the leader died with was reconciled, then carried out by the successor
-        assert any(st == ["interrupted", "done"] for st in journal.values()), journal
+        # (the replicas' logs say which stop the leader froze at, if this ever fails: it
+        # failed once under a loaded full run and not in 15 runs beside two busy cores)
+        assert any(st == ["interrupted", "done"] for st in journal.values()), (
+            f"{journal}\n--- first\n{_tail(first)}\n--- second\n{_tail(second)}")
         print(f"failover: 1 leader killed mid-batch, {len(journal)} stops, all exactly once")
     finally:
         first.stop()
