@@ -16,6 +16,7 @@ from typing import Any, NamedTuple, overload
 from costguard.clock import utc
 from costguard.minutes import ReadingsView, SignalRecord
 from costguard.model import PERCENT_GRID, TelemetrySource
+from costguard.store import frozen
 from costguard.store.blocks import quantize
 
 
@@ -71,6 +72,12 @@ _NARROW_ROW = struct.Struct("<iIBB4H")
 _WIDE_ROW = struct.Struct("<iIBB6Hqiiq")
 _NARROW = 8  # values of a narrow row: gpu, minute, span, source, a cloud's four percentages
 _NO_PCT = 0xFFFF
+# `Rows.compact(freeze=True)`: the quarter hours that end this much before an instance's
+# newest reading are frozen, a chunk each (no cloud reads them again: CloudWatch's settling
+# span is 10 minutes, the agent's late span 5), once they fill this many bytes (a chunk's
+# own cost is ~60 bytes)
+FREEZE_AFTER = 15 * 60
+FREEZE_BYTES = 512
 
 
 def _pct(value: float | None) -> int:
@@ -175,12 +182,18 @@ class Rows:
     a cloud gives: utilisation's and SM activity's mean and maximum) until a reading carries
     more (an agent's percentiles, memory or processes): then every record is widened to
     `_WIDE_ROW`, the others none where the reading had none. An instance read from its
-    cloud's metrics alone (most of a large fleet) is held in 18 bytes a reading, not 46."""
+    cloud's metrics alone (most of a large fleet) is held in 18 bytes a reading, not 46.
 
-    __slots__ = ("data", "kept", "oldest", "row")
+    `compact(..., freeze=True)` (the reading window's) moves the readings of each quarter
+    hour that ended `FREEZE_AFTER` before the newest into a compressed chunk of its own
+    (`store/frozen.py`), once they fill `FREEZE_BYTES`: they come before the bytearray's,
+    in the order readings are taken in."""
+
+    __slots__ = ("chunks", "data", "kept", "oldest", "row")
 
     def __init__(self) -> None:
         self.data = bytearray()
+        self.chunks: tuple[bytes, ...] = ()  # frozen runs of records, oldest first
         self.oldest = math.inf  # the earliest reading's start, epoch seconds
         self.kept = 0  # len(data) after the last compact
         self.row = _NARROW_ROW
@@ -203,42 +216,93 @@ class Rows:
             self.oldest = row[1]
 
     def _widen(self) -> None:
-        wide, more = _WIDE_ROW.pack, (_NO_PCT, _NO_PCT, -1, -1, -1, -1)
-        self.data = bytearray(b"".join(wide(*values, *more)
-                                       for values in _NARROW_ROW.iter_unpack(self.data)))
+        def widened(records: bytes | bytearray) -> bytes:
+            wide, more = _WIDE_ROW.pack, (_NO_PCT, _NO_PCT, -1, -1, -1, -1)
+            return b"".join(wide(*values, *more) for values in _NARROW_ROW.iter_unpack(records))
+
+        self.data = bytearray(widened(self.data))
+        self.chunks = tuple(frozen.freeze(widened(frozen.thaw(c)), frozen.head_of(c))
+                            for c in self.chunks)
         self.kept = self.kept // _NARROW_ROW.size * _WIDE_ROW.size
         self.row = _WIDE_ROW
 
-    def compact(self, start_s: float) -> None:
+    def compact(self, start_s: float, *, freeze: bool = False) -> None:
         """Drop the readings that end before `start_s` and all but the last copy of each
-        (GPU, minute)."""
-        d, size = bytes(self.data), self.row.size
-        kept: dict[tuple[int, int], int] = {}  # (gpu, minute) -> the record's offset
+        (GPU, minute); with `freeze`, freeze the old ones (the class's doc). A frozen chunk
+        (a quarter hour's) is dropped once all its readings end before `start_s`: until
+        then those that do are held (and counted), as the window holds what has left it a
+        little while, never handed out."""
+        size = self.row.size
+        chunks = tuple(c for c in self.chunks if frozen.head_of(c).end > start_s)
+        d = bytes(self.data)
+        kept = self._kept(d, start_s)
+        if chunks and kept and (min(t for _, t in kept)
+                                <= max(frozen.head_of(c).last for c in chunks)):
+            # a reading that may repeat a frozen one (read again, or late): all compacted
+            d = b"".join([*map(frozen.thaw, chunks), d])
+            chunks, kept = (), self._kept(d, start_s)
+        if freeze and kept:
+            # whole quarter hours that end a quarter hour before the newest reading
+            cut = max(t for _, t in kept) - FREEZE_AFTER
+            cut -= cut % FREEZE_AFTER
+            old = [(t, at) for (_, t), at in kept.items() if t < cut]
+            if len(old) * size >= FREEZE_BYTES:
+                quarters: dict[int, list[tuple[int, int]]] = {}
+                for t, at in old:
+                    quarters.setdefault(t // FREEZE_AFTER, []).append((t, at))
+                chunks += tuple(self._frozen(d, quarters[q], size) for q in sorted(quarters))
+                kept = {k: at for k, at in kept.items() if k[1] >= cut}
+        self.chunks = chunks
+        self.data = bytearray(b"".join(d[at:at + size] for at in kept.values()))
+        # a chunk goes when all of it has ended: as early as its latest end less a minute
+        self.oldest = min([t for _, t in kept] + [frozen.head_of(c).end - 60 for c in chunks],
+                          default=math.inf)
+        self.kept = len(self.data)
+
+    def _kept(self, d: bytes, start_s: float) -> dict[tuple[int, int], int]:
+        """(gpu, minute) -> the offset of its last copy in `d`, of the records that end
+        after `start_s`, in the order each (gpu, minute) first came."""
+        size = self.row.size
+        kept: dict[tuple[int, int], int] = {}
         at = 0
         for gpu, t, span, *_ in self.row.iter_unpack(d):
             if t >= start_s or t + span * 60 > start_s:
                 kept[(gpu, t)] = at
             at += size
-        self.data = bytearray(b"".join(d[at:at + size] for at in kept.values()))
-        self.oldest = min((t for _, t in kept), default=math.inf)
-        self.kept = len(self.data)
+        return kept
+
+    def _frozen(self, d: bytes, old: list[tuple[int, int]], size: int) -> bytes:
+        """A chunk of the records of `d` at `old`'s offsets ((minute, offset) each)."""
+        records = b"".join(d[at:at + size] for _, at in old)
+        end = max(t + d[at + 8] * 60 for t, at in old)  # span: the byte after the minute
+        return frozen.freeze(records, frozen.Head(len(old), min(t for t, _ in old),
+                                                  max(t for t, _ in old), end))
 
     def __len__(self) -> int:
         """Readings held."""
-        return len(self.data) // self.row.size
+        return (len(self.data) // self.row.size
+                + sum(frozen.head_of(c).records for c in self.chunks))
 
     def view(self, start_s: float, end_s: float) -> PackedReadings:
         """The readings that cover any minute of [start_s, end_s), as `covering` picks, the
         last copy of each (GPU, minute), still packed."""
         out: dict[tuple[int, int], tuple[int, ...]] = {}
-        for values in self.row.iter_unpack(self.data):
+        for chunk in self.chunks:
+            head = frozen.head_of(chunk)
+            if head.end > start_s and head.first < end_s:  # else none of it is in the span
+                self._pick(out, frozen.thaw(chunk), start_s, end_s)
+        self._pick(out, self.data, start_s, end_s)
+        return PackedReadings(list(out.values()), self.row is _WIDE_ROW)
+
+    def _pick(self, out: dict[tuple[int, int], tuple[int, ...]], records: bytes | bytearray,
+              start_s: float, end_s: float) -> None:
+        for values in self.row.iter_unpack(records):
             t, span = values[1], values[2]
             if span == 1:
                 if start_s <= t < end_s:
                     out[(values[0], t)] = values
             elif t < end_s and t + span * 60 > start_s:
                 out[(values[0], t)] = values
-        return PackedReadings(list(out.values()), self.row is _WIDE_ROW)
 
     def readings(self, start_s: float, end_s: float) -> list[WindowReading]:
         """`view` as a list of readings."""

@@ -53,8 +53,9 @@ class ReadingWindow:
     re-reading the whole window every cycle dominated a cycle's cost. The store stays the
     source of truth: each refresh re-reads the newest `late` span, so agent minutes that
     arrive a little late are still seen. Readings are kept packed (`Rows`, 18-46 bytes each;
-    as `GpuMinute`s an hour of 10,000 instances' GPUs took over a gigabyte) and handed out
-    one instance at a time, still packed (`PackedReadings`).
+    as `GpuMinute`s an hour of 10,000 instances' GPUs took over a gigabyte), the quarter
+    hours no cloud reads again compressed (`store/frozen.py`), and handed out one instance
+    at a time, still packed (`PackedReadings`).
     """
 
     def __init__(self, late: timedelta = timedelta(minutes=5)) -> None:
@@ -174,7 +175,7 @@ class ReadingWindow:
             start_s = self._from[ref]
             # re-read rows repeat what was kept; old ones go a little after they leave
             if ref in touched or rows.oldest < start_s - _SLACK or rows.crowded():
-                rows.compact(start_s)
+                rows.compact(start_s, freeze=True)
         self._start = min([start, *begin.values()])
         self._until = end
 
