@@ -71,6 +71,8 @@ _STAMPS: dict[datetime, int] = {}  # the other way: a minute's epoch seconds, as
 _NARROW_ROW = struct.Struct("<iIBB4H")
 _WIDE_ROW = struct.Struct("<iIBB6Hqiiq")
 _NARROW = 8  # values of a narrow row: gpu, minute, span, source, a cloud's four percentages
+_SPAN_AT = 8  # the span's byte in a record of either width (after the gpu and the minute)
+assert struct.calcsize("<iI") == _SPAN_AT
 _NO_PCT = 0xFFFF
 # `Rows.compact(freeze=True)`: the quarter hours that end this much before an instance's
 # newest reading are frozen, a chunk each (no cloud reads them again: CloudWatch's settling
@@ -233,14 +235,14 @@ class Rows:
         then those that do are held (and counted), as the window holds what has left it a
         little while, never handed out."""
         size = self.row.size
-        chunks = tuple(c for c in self.chunks if frozen.head_of(c).end > start_s)
+        heads = [(c, h) for c in self.chunks if (h := frozen.head_of(c)).end > start_s]
         d = bytes(self.data)
         kept = self._kept(d, start_s)
-        if chunks and kept and (min(t for _, t in kept)
-                                <= max(frozen.head_of(c).last for c in chunks)):
+        if heads and kept and min(t for _, t in kept) <= max(h.last for _, h in heads):
             # a reading that may repeat a frozen one (read again, or late): all compacted
-            d = b"".join([*map(frozen.thaw, chunks), d])
-            chunks, kept = (), self._kept(d, start_s)
+            d = b"".join([*(frozen.thaw(c) for c, _ in heads), d])
+            heads, kept = [], self._kept(d, start_s)
+        chunks = tuple(c for c, _ in heads)
         if freeze and kept:
             # whole quarter hours that end a quarter hour before the newest reading
             cut = max(t for _, t in kept) - FREEZE_AFTER
@@ -250,7 +252,7 @@ class Rows:
                 quarters: dict[int, list[tuple[int, int]]] = {}
                 for t, at in old:
                     quarters.setdefault(t // FREEZE_AFTER, []).append((t, at))
-                chunks += tuple(self._frozen(d, quarters[q], size) for q in sorted(quarters))
+                chunks += tuple(self._frozen(d, quarters[q]) for q in sorted(quarters))
                 kept = {k: at for k, at in kept.items() if k[1] >= cut}
         self.chunks = chunks
         self.data = bytearray(b"".join(d[at:at + size] for at in kept.values()))
@@ -271,10 +273,11 @@ class Rows:
             at += size
         return kept
 
-    def _frozen(self, d: bytes, old: list[tuple[int, int]], size: int) -> bytes:
+    def _frozen(self, d: bytes, old: list[tuple[int, int]]) -> bytes:
         """A chunk of the records of `d` at `old`'s offsets ((minute, offset) each)."""
+        size = self.row.size
         records = b"".join(d[at:at + size] for _, at in old)
-        end = max(t + d[at + 8] * 60 for t, at in old)  # span: the byte after the minute
+        end = max(t + d[at + _SPAN_AT] * 60 for t, at in old)
         return frozen.freeze(records, frozen.Head(len(old), min(t for t, _ in old),
                                                   max(t for t, _ in old), end))
 
