@@ -127,6 +127,10 @@ def install(handler: logging.Handler, level: str | int) -> None:
     root.addHandler(handler)
     root.setLevel(level)
     route_third_party(level)
+    # a library's warning (`warnings.warn`) is a log record too (logger `py.warnings`), in the
+    # handler's format and redacted: printed by `warnings` on stderr, it broke a JSON log's
+    # every-line-is-JSON and passed by the redaction
+    logging.captureWarnings(True)
 
 
 def configure_logging(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -33,6 +34,7 @@ def printed() -> Iterator[io.StringIO]:
     logging.getLogger("slack_sdk").addHandler(logging.StreamHandler(stream))
     configure_logging("json", "DEBUG", stream=stream)
     yield stream
+    logging.captureWarnings(False)
     root = logging.getLogger()
     for h in root.handlers[:]:
         root.removeHandler(h)
@@ -100,6 +102,32 @@ def test_secrets_registered_from_settings_are_masked_in_every_logger(
     text = printed.getvalue()
     assert "hunter2" not in text and "agent-token-77xy" not in text
     assert text.count("***") >= 10
+
+
+def test_a_librarys_warning_is_a_log_line_in_the_format_and_redacted(
+        printed: io.StringIO) -> None:
+    # as cryptography 51 warns on a DSA key (AWS's pkcs7 identity documents): printed by
+    # `warnings` itself, the line was plain text in a JSON log, and not redacted
+    register(["warned-secret-5521"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.warn("a library is deprecated; connecting with warned-secret-5521",
+                      UserWarning, stacklevel=1)
+    lines = _lines(printed)
+    assert lines, "the warning printed nothing"
+    records = [json.loads(line) for line in lines]  # every line JSON
+    assert any("a library is deprecated" in r["msg"] and r["logger"] == "py.warnings"
+               and r["level"] == "warning" for r in records), records
+    assert "warned-secret-5521" not in printed.getvalue()
+
+
+def test_awss_dsa_certificates_load_without_a_warning() -> None:
+    from costguard.daemon.aws_identity import CertificateSet
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        CertificateSet()
+    assert not [w for w in caught if "DSA" in str(w.message)]
 
 
 @pytest.mark.parametrize(("text", "leaked"), [
