@@ -66,6 +66,8 @@ class FakeMonitoring:
     throttled: int = 0  # calls refused so far by `throttle`
     seed: int = 0  # which calls are refused (seeded: a run repeats)
     workers: int = 8  # calls served at once
+    most_at_once: int = 0  # the most calls in flight at one time so far
+    _at_once: int = 0
     _failures: list[_Failure] = field(default_factory=list)
     _by_project: dict[str, list[FakeSeries]] = field(default_factory=dict)  # of `series`
     _indexed: int = 0  # how many of `series` `_by_project` holds (series may be appended)
@@ -175,8 +177,15 @@ class FakeMonitoring:
     def _list_time_series(
         self, request: metric_service.ListTimeSeriesRequest, context: Any
     ) -> metric_service.ListTimeSeriesResponse:
-        if self.latency_s:
-            time.sleep(self.latency_s)
+        with self._lock:
+            self._at_once += 1
+            self.most_at_once = max(self.most_at_once, self._at_once)
+        try:
+            if self.latency_s:
+                time.sleep(self.latency_s)
+        finally:
+            with self._lock:
+                self._at_once -= 1
         with self._lock:
             if self.throttle and self._rng.random() < self.throttle:  # refused: not counted
                 self.throttled += 1

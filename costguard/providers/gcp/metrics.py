@@ -74,6 +74,9 @@ QUERIES: tuple[MetricQuery, ...] = (
     MetricQuery(HOST_CPU, _Aligner.ALIGN_MEAN, "cpu", 100.0),
 )
 
+# each query fills a field of its own: a project's queries are read side by side (`gpu_minutes`)
+assert len({q.field for q in QUERIES}) == len(QUERIES)
+
 _Key = tuple[str, int, int]  # (instance id, gpu index, minute start as epoch seconds)
 # what a Cloud Monitoring reading holds, in its row's order (`costguard.minute_rows`): the
 # order `_minutes` writes its values in
@@ -124,30 +127,43 @@ def _read_series(out: dict[_Key, float], series: Any, query: MetricQuery,
                 out[key] = value
 
 
-def fetch_project(
+def fetch_query(
     client: monitoring_v3.MetricServiceClient,
     project: str,
+    query: MetricQuery | None,
     wanted_ids: set[str],
     start: datetime,
     end: datetime,
     retry: gretry.Retry,
     tpu_nodes: dict[tuple[str, str], tpu_metrics.Node] | None = None,
 ) -> dict[str, dict[_Key, float]]:
-    """Readings of one project: field name -> {(instance, gpu, minute): value}; with
-    `tpu_nodes` (the project's Cloud TPU nodes), their chips' too (tpu_metrics.py)."""
-    out: dict[str, dict[_Key, float]] = {q.field: {} for q in QUERIES}
+    """One query's readings of a project: field name -> {(instance, gpu, minute): value};
+    with no `query`, the chips' of `tpu_nodes` (the project's Cloud TPU nodes,
+    tpu_metrics.py)."""
+    out: dict[str, dict[_Key, float]] = {}
     try:
-        for query in QUERIES:
+        if query is None:
+            tpu_metrics.fetch(client, project, tpu_nodes or {}, start, end, retry, out)
+        else:
+            held = out[query.field] = {}
             request = build_request(project, query, start, end)
             for series in client.list_time_series(request=request, retry=retry):
-                _read_series(out[query.field], series, query, wanted_ids)
-        if tpu_nodes:
-            tpu_metrics.fetch(client, project, tpu_nodes, start, end, retry, out)
+                _read_series(held, series, query, wanted_ids)
     except gexc.GoogleAPICallError as exc:
         raise translate(exc, project, api="monitoring.googleapis.com") from exc
     except gexc.RetryError as exc:
         raise from_retry_error(exc, project, "monitoring.googleapis.com") from exc
     return out
+
+
+def busiest_into(into: dict[_Key, float], values: dict[_Key, float]) -> None:
+    """`values` merged into `into`, key by key as `_read_series` merges two series of one
+    GPU: the larger wins, and a NaN from either stays (for validation to refuse). The
+    order the reads are merged in changes nothing."""
+    for key, value in values.items():
+        held = into.setdefault(key, value)
+        if held is not value and (value != value or (held == held and value > held)):
+            into[key] = value
 
 
 def merge(readings: dict[str, dict[_Key, float]], start: datetime, end: datetime,
@@ -230,23 +246,45 @@ def gpu_minutes(
     if not by_project:
         return MinuteRows(NAMES, []), []
 
-    def one(item: tuple[str, set[str]]) -> dict[str, dict[_Key, float]] | ProviderError:
-        project = item[0]
-        nodes = tpu_metrics.nodes_of(tpus_of[project]) if project in tpus_of else None
+    # each project's queries, and its TPU chips' (None), asked side by side: asked one after
+    # another, a project's nine calls took nine round trips, and at a first cycle's chunk
+    # size (a few projects a call) that chain was most of the telemetry stage's wall time
+    tasks = [(project, query) for project in by_project
+             for query in (*QUERIES, *((None,) if project in tpus_of else ()))]
+
+    def one(task: tuple[str, MetricQuery | None]
+            ) -> dict[str, dict[_Key, float]] | ProviderError:
+        project, query = task
+        nodes = (tpu_metrics.nodes_of(tpus_of[project]) if query is None else None)
         try:
-            return fetch_project(client, project, item[1], start, end, retry, nodes)
+            return fetch_query(client, project, query, by_project[project], start, end, retry,
+                               nodes)
         except ProviderError as exc:
             return exc
 
+    Read = list[tuple[MetricQuery | None, dict[str, dict[_Key, float]]]]
+    results: dict[str, Read | ProviderError] = {}
+    with ThreadPoolExecutor(max_workers=min(max_workers, len(tasks))) as pool:
+        for (project, query), result in zip(tasks, pool.map(one, tasks), strict=True):
+            held = results.setdefault(project, [])
+            if isinstance(held, ProviderError):
+                continue  # the project's first error stands for it
+            if isinstance(result, ProviderError):
+                results[project] = result  # one query unread: none of the project's is kept
+            else:
+                held.append((query, result))
     merged: dict[str, dict[_Key, float]] = {q.field: {} for q in QUERIES}
     failures: list[ProviderError] = []
-    with ThreadPoolExecutor(max_workers=min(max_workers, len(by_project))) as pool:
-        for result in pool.map(one, by_project.items()):
-            if isinstance(result, ProviderError):
-                failures.append(result)
-                continue
-            for name, values in result.items():
-                merged[name].update(values)
+    for read in results.values():
+        if isinstance(read, ProviderError):
+            failures.append(read)
+            continue
+        for query, out in read:
+            for name, values in out.items():
+                if query is not None:  # a project's own instances, once each field: new keys
+                    merged[name].update(values)
+                else:  # its chips', after its GPUs': where a key is both, the busier
+                    busiest_into(merged.setdefault(name, {}), values)
     if failures and len(failures) == len(by_project):
         raise failures[0]
     # Missing readings are "no data", never "idle": the other projects' data is still good.

@@ -114,8 +114,8 @@ def read_series(out: dict[_Key, float], series: Any, query: TpuQuery,
 def fetch(client: monitoring_v3.MetricServiceClient, project: str,
           nodes: dict[tuple[str, str], Node], start: datetime, end: datetime,
           retry: gretry.Retry, out: dict[str, dict[_Key, float]]) -> None:
-    """Add the project's TPU chip-minutes to `out` (metrics.fetch_project's shape); the
-    API's errors are raised as they come, for fetch_project to translate."""
+    """Add the project's TPU chip-minutes to `out` (metrics.fetch_query's shape); the
+    API's errors are raised as they come, for fetch_query to translate."""
     for query in QUERIES:
         request = aligned_request(project, series_filter(query.metric_type, RESOURCE),
                                   query.aligner, start, end)

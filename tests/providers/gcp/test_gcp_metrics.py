@@ -238,6 +238,41 @@ def test_a_project_whose_metrics_fail_is_a_gap_while_others_are_returned(
     assert [g.scope for g in provider.metric_gaps] == ["ml-research"]
 
 
+def test_one_query_of_a_project_unread_keeps_none_of_its_readings(
+    fake: FakeGcp, make_provider: Callable[..., GcpProvider]
+) -> None:
+    # its queries are asked side by side: one refused, what the others brought is dropped
+    # with it (a project half read is no data, not its other half)
+    fake.monitoring.add_gpu_series("ml-prod", UTIL, "1", _every_20s(1, 5.0))
+    fake.monitoring.add_gpu_series("ml-research", UTIL, "2", _every_20s(1, 5.0))
+    fake.monitoring.fail_next(grpc.StatusCode.PERMISSION_DENIED, times=1, project="ml-research")
+    provider = make_provider(projects=["ml-prod", "ml-research"])
+    minutes = provider.gpu_metrics(
+        [_instance("1"), _instance("2", "ml-research")], T0, T0 + timedelta(minutes=1)
+    )
+    assert [m.instance_id for m in minutes] == ["1"]
+    assert [g.scope for g in provider.metric_gaps] == ["ml-research"]
+    # all eight asked at once, one refused
+    assert len([r for r in fake.monitoring.requests if r.name == "projects/ml-research"]) == 8
+
+
+def test_a_projects_queries_are_asked_side_by_side() -> None:
+    """At a real API's pace a project's eight queries one after another were eight round
+    trips: a first cycle's few projects a call made that chain most of its telemetry."""
+    with FakeGcp() as paced:
+        paced.monitoring.stop()
+        paced.monitoring.latency_s = 0.2
+        paced.monitoring.start()
+        paced.monitoring.add_gpu_series("solo-project", UTIL, "7", _every_20s(2, 30.0))
+        provider = GcpProvider(paced.settings(projects=["solo-project"]))
+        minutes = provider.gpu_metrics([_instance("7", "solo-project")], T0,
+                                       T0 + timedelta(minutes=2))
+        provider.close()
+    assert len(minutes) == 2 and provider.metric_gaps == []
+    assert len(paced.monitoring.requests) == 8
+    assert paced.monitoring.most_at_once >= 4  # one at a time, it was 1
+
+
 def test_host_cpu_of_compute_engine_joins_each_gpu_minute(
     fake: FakeGcp, make_provider: Callable[..., GcpProvider]
 ) -> None:
