@@ -280,8 +280,7 @@ class BatchStop:
     def _batched(self, inst: Instance) -> bool:
         # the batched calls rely on the re-check before them; without it, the provider's
         # own per-instance stop checks the state itself
-        return (self.r.safety.recheck_before_acting
-                and batch_capable(self.r.providers[inst.provider]))
+        return self.r.safety.recheck_before_acting and self.r.batch_capable(inst.provider)
 
     def _intents(self, policy: Policy, due: Sequence[tuple[Finding, State]],
                  now: datetime, cycle_id: int | None) -> list[_Stop]:
@@ -371,9 +370,6 @@ class BatchTags:
     def __init__(self, runner: ActionRunner) -> None:
         self.r = runner
         self.pending: list[_Tag] = []
-
-    def wants(self, provider: object) -> bool:
-        return batch_capable(provider)
 
     def add(self, policy: str, f: Finding, key: str, tags: dict[str, str],
             remove: tuple[str, ...], dry: bool) -> None:
