@@ -264,29 +264,26 @@ def gpu_minutes(
         except ProviderError as exc:
             return exc
 
-    Read = list[tuple[MetricQuery | None, dict[str, dict[_Key, float]]]]
-    results: dict[str, Read | ProviderError] = {}
+    reads: dict[str, list[tuple[MetricQuery | None, dict[str, dict[_Key, float]]]]] = {
+        project: [] for project in by_project}
+    failed: dict[str, ProviderError] = {}  # a project's first error stands for it
     with ThreadPoolExecutor(max_workers=min(max_workers, len(tasks))) as pool:
         for (project, query), result in zip(tasks, pool.map(one, tasks), strict=True):
-            held = results.setdefault(project, [])
-            if isinstance(held, ProviderError):
-                continue  # the project's first error stands for it
             if isinstance(result, ProviderError):
-                results[project] = result  # one query unread: none of the project's is kept
+                failed.setdefault(project, result)
             else:
-                held.append((query, result))
+                reads[project].append((query, result))
     merged: dict[str, dict[_Key, float]] = {q.field: {} for q in QUERIES}
-    failures: list[ProviderError] = []
-    for read in results.values():
-        if isinstance(read, ProviderError):
-            failures.append(read)
-            continue
+    for project, read in reads.items():
+        if project in failed:
+            continue  # one query unread: none of the project's readings is kept
         for query, out in read:
             for name, values in out.items():
                 if query is not None:  # a project's own instances, once each field: new keys
                     merged[name].update(values)
                 else:  # its chips', after its GPUs': where a key is both, the busier
                     busiest_into(merged.setdefault(name, {}), values)
+    failures = list(failed.values())
     if failures and len(failures) == len(by_project):
         raise failures[0]
     # Missing readings are "no data", never "idle": the other projects' data is still good.
