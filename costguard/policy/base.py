@@ -72,11 +72,16 @@ def parse_duration(value: Any) -> timedelta:
     match = _DURATION.fullmatch(text)
     if not text or match is None:
         raise PydanticCustomError("duration", f"invalid duration {value!r} ({DURATION_HINT})")
-    seconds = sum(int(n) * _UNIT_SECONDS[u] for u, n in match.groupdict().items() if n)
+    numbers = {u: n.lstrip("0") or "0" for u, n in match.groupdict().items() if n}
+    # a number of more than 11 digits is over 100 years in any unit (and one of thousands
+    # is past what int() reads: Python's own error, not the reason)
+    seconds = (LONGEST_DURATION.days * 86_400 + 1 if any(len(n) > 11 for n in numbers.values())
+               else sum(int(n) * _UNIT_SECONDS[u] for u, n in numbers.items()))
     if seconds > LONGEST_DURATION.days * 86_400:
         # now +- any duration stays a date, whatever adds it to or takes it from a time
+        shown = value if len(value) <= 40 else f"{value[:20]}...({len(value)} characters)"
         raise PydanticCustomError(
-            "duration", f"invalid duration {value!r}: longer than 100 years (36500d), the "
+            "duration", f"invalid duration {shown!r}: longer than 100 years (36500d), the "
             "longest costguard takes")
     return timedelta(seconds=seconds)
 

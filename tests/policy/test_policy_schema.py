@@ -60,6 +60,18 @@ def test_bad_durations_are_refused_with_the_fix(text: str) -> None:
     assert "90s, 45m, 2h, 7d" in str(caught.value)
 
 
+@pytest.mark.parametrize("text", ["9" * 5000 + "d", "000000000000000000001d", "36501d"])
+def test_a_duration_past_100_years_says_so_however_many_digits(text: str) -> None:
+    if text.startswith("0"):  # leading zeros are not size
+        assert parse_duration(text) == timedelta(days=1)
+        return
+    with pytest.raises(ValidationError) as caught:
+        StopAction.model_validate({"grace": text})
+    message = str(caught.value)
+    assert "longer than 100 years" in message  # not Python's own digit limit
+    assert len(message) < 600  # the value is shown cut, not 5,000 digits
+
+
 @given(st.integers(min_value=0, max_value=10**8))
 def test_format_duration_round_trips(seconds: int) -> None:
     value = timedelta(seconds=seconds)
