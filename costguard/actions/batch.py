@@ -57,23 +57,6 @@ def batch_capable(provider: object) -> bool:
     return isinstance(provider, Describes) and isinstance(provider, BatchActions)
 
 
-class BatchCapable:
-    """`batch_capable` of the providers by name, asked once per provider object: an
-    isinstance of two runtime protocols walks their members, and asked per instance acted on
-    it was ~0.7 % of a first cycle's CPU at organisation scale."""
-
-    def __init__(self, providers: Mapping[str, object]) -> None:
-        self._providers = providers
-        self._held: dict[str, tuple[object, bool]] = {}
-
-    def __call__(self, name: str) -> bool:
-        provider = self._providers[name]
-        held = self._held.get(name)
-        if held is None or held[0] is not provider:
-            held = self._held[name] = (provider, batch_capable(provider))
-        return held[1]
-
-
 def _scope(inst: Instance, wide: Container[str] = ()) -> Scope:
     """The instance's scope: its account and region, or its account alone where its
     provider is in `wide` (`spanning_regions`)."""
