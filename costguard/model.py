@@ -44,9 +44,9 @@ class Frozen(BaseModel):
 
 
 # Each pydantic model carries the set of field names it was given (`model_fields_set`): ~730
-# bytes an instance, of ~1.5 KB. Instances given the same fields share one set object. Safe
-# because an Instance is frozen: nothing adds to its set in place (`model_copy(update=...)`
-# copies the set before adding to it).
+# bytes an Instance, of ~1.5 KB. Models given the same fields share one set object
+# (`SharesFieldsSet`). Safe because they are frozen: nothing adds to a set in place
+# (`model_copy(update=...)` copies the set before adding to it).
 _FIELDS_SETS: dict[frozenset[str], set[str]] = {}
 _MAX_FIELDS_SETS = 256  # distinct combinations kept (a handful in practice)
 
@@ -59,6 +59,27 @@ def _shared_fields_set(given: set[str]) -> set[str]:
     if len(_FIELDS_SETS) < _MAX_FIELDS_SETS:
         _FIELDS_SETS.setdefault(key, given)
     return given
+
+
+class SharesFieldsSet(BaseModel):
+    """A frozen model whose instances, built or copied, share their fields-set with every
+    other given the same fields (`_shared_fields_set`). For models a process holds by the
+    thousand: an inventory's instances through a cycle, the daemon's held verdicts
+    (`costguard.telemetry.efficiency.Efficiency`: a set of ~20 names is ~2.2 KB, over half
+    a held verdict). Only for frozen models: nothing may add to the shared set in place."""
+
+    def model_post_init(self, context: Any, /) -> None:
+        object.__setattr__(self, "__pydantic_fields_set__",
+                           _shared_fields_set(self.__pydantic_fields_set__))
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None,
+                   deep: bool = False) -> Self:
+        """pydantic's copy, sharing its fields-set as a built one does (a copy's own set
+        was ~730 bytes of each Instance an inventory or the simulated cloud keeps)."""
+        copied = super().model_copy(update=update, deep=deep)
+        object.__setattr__(copied, "__pydantic_fields_set__",
+                           _shared_fields_set(copied.__pydantic_fields_set__))
+        return copied
 
 
 class InstanceKey(Frozen):
@@ -150,7 +171,7 @@ class InstanceKind(StrEnum):
     WORKLOAD = "workload"  # a Kubernetes workload holding GPUs (costguard/k8s/)
 
 
-class Instance(Frozen):
+class Instance(Frozen, SharesFieldsSet):
     """One VM as seen in inventory at `observed_at`."""
 
     provider: ProviderName
@@ -179,19 +200,6 @@ class Instance(Frozen):
     # SageMaker notebook instance or a Workbench instance is a `notebook`; instances.kind
     kind: InstanceKind = InstanceKind.INSTANCE
 
-    def model_post_init(self, context: Any, /) -> None:
-        # an inventory holds a fleet's instances through a cycle: one fields-set for all
-        object.__setattr__(self, "__pydantic_fields_set__",
-                           _shared_fields_set(self.__pydantic_fields_set__))
-
-    def model_copy(self, *, update: Mapping[str, Any] | None = None,
-                   deep: bool = False) -> Self:
-        """pydantic's copy, sharing its fields-set as a built instance does (a copy's own
-        set was ~730 bytes of each copy an inventory or the simulated cloud keeps)."""
-        copied = super().model_copy(update=update, deep=deep)
-        object.__setattr__(copied, "__pydantic_fields_set__",
-                           _shared_fields_set(copied.__pydantic_fields_set__))
-        return copied
 
     @property
     def managed(self) -> bool:

@@ -1,4 +1,5 @@
-"""Instances given the same fields share one pydantic fields-set, and stay independent."""
+"""Models given the same fields share one pydantic fields-set (instances, held verdicts),
+and stay independent."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import tracemalloc
 from datetime import UTC, datetime
 
 from costguard.model import Instance
+from costguard.telemetry.efficiency import Efficiency
 
 NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
 
@@ -55,3 +57,33 @@ def test_an_instance_costs_well_under_a_kilobyte_more_than_its_values() -> None:
     assert len(kept) == 2_000
     # with a set of its own each, an instance took ~1.5 KB here (the set ~730 bytes)
     assert held / len(kept) < 1_100
+
+
+def _verdict_json(i: int) -> dict[str, object]:
+    return {"bottleneck": "latency-bound", "underused": True,
+            "evidence": [f"GPU mean {i % 40}%", "host CPU p95 12%"],
+            "window_start": "2026-11-20T12:00:00Z", "window_end": "2026-11-27T12:00:00Z",
+            "hours": 168.0, "span_hours": 168.0, "coverage": 1.0, "signal": "sm_active",
+            "gpus_paid": 8, "gpus_used": 8, "used_gpus": list(range(8)),
+            "gpu_mean": float(i % 40), "paid_active_share": 0.1,
+            "vram_peak_bytes": 10 << 30, "vram_p99_bytes": 9 << 30,
+            "vram_total_bytes": 80 << 30, "host_cpu_p95": 12.0, "host_cpu_mean": 8.0,
+            "host_iowait_mean": 0.5, "host_cpus": 96, "host_hot_cores": 0.2,
+            "host_mem_peak_bytes": 40 << 30, "host_mem_total_bytes": 1 << 40}
+
+
+def test_held_verdicts_share_one_set_and_stay_small() -> None:
+    # the daemon holds a verdict per GPU instance, read back from the store's JSON
+    # (costguard.recommend.stored): each with a set of its ~23 names was ~2.2 KB more
+    a, b = (Efficiency.model_validate(_verdict_json(i)) for i in (1, 2))
+    assert a.__pydantic_fields_set__ is b.__pydantic_fields_set__
+    assert a.model_copy(update={"gpus_used": 1}).model_fields_set == a.model_fields_set
+    Efficiency.model_validate(_verdict_json(0))
+    tracemalloc.start()
+    try:
+        kept = [Efficiency.model_validate(_verdict_json(i)) for i in range(1_000)]
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(kept) == 1_000
+    assert held / len(kept) < 1_800

@@ -34,11 +34,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from costguard.clock import utc
 from costguard.minutes import covering, slots
-from costguard.model import GpuMinute, GpuSignal
+from costguard.model import GpuMinute, GpuSignal, SharesFieldsSet
 from costguard.recommend.settings import RecommendSettings
 from costguard.telemetry.classify import LABEL, gb, pct, sm_reading, util_reading
 from costguard.telemetry.summary import percentile
@@ -88,7 +88,7 @@ class Words:
 HOST = Words()
 
 
-class Efficiency(BaseModel):
+class Efficiency(SharesFieldsSet):
     """One instance's verdict over a window, with the numbers behind it."""
 
     model_config = ConfigDict(frozen=True)

@@ -212,6 +212,28 @@ def test_busy_again_while_warned_clears_and_tells_the_owner(  # type: ignore[no-
     assert cloud.acted_on == []
 
 
+def test_busy_again_while_snoozed_clears_without_telling_anyone(  # type: ignore[no-untyped-def]
+        made, tmp_path, cloud, clock) -> None:
+    """An all-clear goes only to an owner who was warned: one who snoozed was told nothing
+    would happen, so an instance busy again in its snooze is cleared silently."""
+    cloud.add("i-1", until(T0 + timedelta(minutes=12), "no_process", "busy"),
+              tags={"owner": "ana@example.com",
+                    "costguard:snooze-until": "2026-11-02T10:00:00Z"})
+    e = engine(made, tmp_path, cloud, idle_stop_policy(grace="1h", max_snooze="8h"))
+    states = []
+    for _ in range(6):
+        e.run_cycle()
+        st = state_of(e.db, "idle", "i-1")
+        assert st is not None
+        states.append(st.state)
+        clock.advance(timedelta(minutes=5))
+    assert states[0] == "snoozed" and states[-1] == "cleared"
+    assert "warned" not in states
+    assert alerts(e.db, "cleared") == []
+    assert alerts(e.db, "idle-warning") == []
+    assert cloud.acted_on == []
+
+
 def test_a_batch_beyond_the_cap_acts_on_none_and_says_why(  # type: ignore[no-untyped-def]
         made, tmp_path, cloud, clock) -> None:
     cloud.add("i-1", IDLE)
