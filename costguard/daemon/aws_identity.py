@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import logging
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ from costguard.daemon.proofs import (
     Proven,
     timestamp,
 )
+
+log = logging.getLogger(__name__)
 
 AwsForm = Literal["signature", "rsa2048", "pkcs7"]
 AWS_FORMS: tuple[AwsForm, ...] = ("rsa2048", "signature", "pkcs7")
@@ -81,9 +84,22 @@ class Certificate:
     key_der: bytes  # SubjectPublicKeyInfo: certificates with one key are tried once
 
 
-def _load_pems(name: str, pem: bytes, setting: str) -> list[Certificate]:
-    from cryptography import x509
+def _key_der(cert: Any) -> bytes:
+    """A certificate's public key as DER (SubjectPublicKeyInfo); cryptography's
+    UnsupportedAlgorithm where the installed one cannot read the key (it says it will drop
+    DSA, the key of AWS's `dsa` certificates)."""
     from cryptography.hazmat.primitives import serialization
+
+    return bytes(cert.public_key().public_bytes(serialization.Encoding.DER,
+                                                serialization.PublicFormat.SubjectPublicKeyInfo))
+
+
+def _load_pems(name: str, pem: bytes, setting: str,
+               unreadable: list[tuple[str, str]]) -> list[Certificate]:
+    """The certificates of one PEM file; those whose key the installed cryptography cannot
+    read are left out, (name, why) added to `unreadable`."""
+    from cryptography import x509
+    from cryptography.exceptions import UnsupportedAlgorithm
 
     _hush_dsa()
 
@@ -94,30 +110,48 @@ def _load_pems(name: str, pem: bytes, setting: str) -> list[Certificate]:
             f"{setting}: {name} is not a PEM certificate: put AWS's certificate for its "
             "region there, as AWS's page 'AWS public certificates for instance identity "
             "document signatures' gives it") from None
-    return [Certificate(name, c, c.public_key().public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo))
-        for c in certs]
+    held = []
+    for c in certs:
+        try:
+            held.append(Certificate(name, c, _key_der(c)))
+        except UnsupportedAlgorithm as exc:
+            unreadable.append((name, str(exc) or type(exc).__name__))
+    return held
 
 
 class CertificateSet:
-    """AWS's certificates by kind (rsa, rsa2048, dsa) and region."""
+    """AWS's certificates by kind (rsa, rsa2048, dsa) and region.
+
+    A certificate whose key the installed cryptography cannot read (it says it will drop
+    DSA: then every `dsa` one) is left out, with one warning for all: the daemon starts, the
+    other kinds verify as before, and a proof that needs the kind is refused saying why."""
 
     def __init__(self, certs_dir: Path | None = None) -> None:
         self.by_kind: dict[str, dict[str, list[Certificate]]] = {k: {} for k in KIND_OF.values()}
+        # kind -> (file, why) of the certificates left out
+        self.unreadable: dict[str, list[tuple[str, str]]] = {k: [] for k in self.by_kind}
         shipped = resources.files("costguard.daemon").joinpath(SHIPPED_AWS_CERTS)
         legacy: list[Certificate] = []
         for kind in self.by_kind:
             for entry in sorted(shipped.joinpath(kind).iterdir(), key=lambda p: p.name):
                 if entry.name.endswith(".pem"):
-                    self.by_kind[kind][entry.name.removesuffix(".pem")] = _load_pems(
-                        f"{kind}/{entry.name}", entry.read_bytes(), "shipped certificates")
+                    certs = _load_pems(f"{kind}/{entry.name}", entry.read_bytes(),
+                                       "shipped certificates", self.unreadable[kind])
+                    if certs:
+                        self.by_kind[kind][entry.name.removesuffix(".pem")] = certs
         for entry in sorted(shipped.joinpath("legacy", "rsa").iterdir(), key=lambda p: p.name):
             if entry.name.endswith(".pem"):
                 legacy += _load_pems(f"legacy/rsa/{entry.name}", entry.read_bytes(),
-                                     "shipped certificates")
+                                     "shipped certificates", self.unreadable["rsa"])
         self._attach_by_key("rsa", legacy)
         if certs_dir is not None:
             self._add_own(Path(certs_dir))
+        for kind, left in self.unreadable.items():
+            if left:
+                log.warning("%d AWS %s certificates left out: the installed cryptography "
+                            "cannot read their keys (%s: %s); identity proofs that need them "
+                            "are refused, the other kinds are checked as before",
+                            len(left), kind, left[0][0], left[0][1])
 
     def _attach_by_key(self, kind: str, extra: Iterable[Certificate]) -> None:
         """Certificates AWS replaced, kept with each region whose current key is theirs (the
@@ -143,14 +177,16 @@ class CertificateSet:
                 except OSError as exc:
                     raise IdentitySettingError(
                         f"{setting}: {path} cannot be read: {exc.strerror}") from None
-                own[kind].setdefault(path.stem, []).extend(_load_pems(str(path), pem, setting))
+                own[kind].setdefault(path.stem, []).extend(
+                    _load_pems(str(path), pem, setting, self.unreadable[kind]))
         if not any(own.values()):
             raise IdentitySettingError(
                 f"{setting}: {folder} holds no <region>.pem (nor rsa/, rsa2048/ or dsa/ "
                 "folders of them): put AWS's certificates there, or leave the setting unset "
                 "for the ones costguard ships")
         for kind, regions in own.items():
-            self.by_kind[kind].update(regions)  # a region given replaces the shipped ones
+            # a region given replaces the shipped ones
+            self.by_kind[kind].update((r, certs) for r, certs in regions.items() if certs)
 
     def for_region(self, kind: str, region: str) -> list[Certificate]:
         """The region's certificates of `kind`, one per public key; ProofRefused naming the
@@ -171,9 +207,18 @@ class CertificateSet:
         aws_certs_dir only) are tried for every region after its own."""
         return self.by_kind[kind].get(region, []) + self.by_kind[kind].get("default", [])
 
-    @staticmethod
-    def missing(kind: str, region: str) -> ProofRefused:
-        """The refusal for a region with no certificate of `kind`, saying how to add one."""
+    def missing(self, kind: str, region: str) -> ProofRefused:
+        """The refusal for a region with no certificate of `kind`, saying how to add one,
+        or that this kind cannot be read here."""
+        left = [(name, why) for name, why in self.unreadable[kind]
+                if Path(name).stem in (region, "default")]
+        if left:
+            form = next(f for f, k in KIND_OF.items() if k == kind)
+            return ProofRefused(
+                f"AWS's {kind} certificate for region {region} ({left[0][0]}) cannot be read "
+                f"by the installed cryptography ({left[0][1]}): the {form} form cannot be "
+                "checked here; have the agent send the rsa2048 form (its default), or "
+                "install a cryptography that reads its key")
         return ProofRefused(
             f"no AWS {kind} certificate for region {region}: copy it from AWS's page 'AWS "
             "public certificates for instance identity document signatures' into a folder "

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -228,6 +229,46 @@ def test_another_region_s_certificate_does_not_verify_it(sample: Sample,
     with pytest.raises(ProofRefused, match=reason):
         AwsDocuments(tmp_path, ALL_FORMS).verify(sample.document, sample.body,
                                                  sample.launched, sample.form)
+
+
+def test_without_dsa_in_cryptography_the_daemon_starts_and_says_why_pkcs7_fails(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """cryptography says it will drop DSA: then a DSA key cannot be read, which was every
+    daemon's failure to start (AWS's `dsa` certificates are shipped and loaded). Each is
+    left out with one warning for all; rsa2048 and signature verify as before; a pkcs7
+    proof is refused saying why and what to send instead."""
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.x509.oid import PublicKeyAlgorithmOID
+
+    from costguard.daemon import aws_identity
+
+    real = aws_identity._key_der
+
+    def without_dsa(cert: Any) -> bytes:
+        if cert.public_key_algorithm_oid == PublicKeyAlgorithmOID.DSA:
+            raise UnsupportedAlgorithm("DSA is not supported by this backend")
+        return real(cert)
+
+    monkeypatch.setattr(aws_identity, "_key_der", without_dsa)
+    with caplog.at_level("WARNING", logger="costguard.daemon.aws_identity"):
+        docs = AwsDocuments(forms=ALL_FORMS)
+    certs = docs.certificates
+    # China's regions publish an RSA-2048 certificate in the dsa slot: those stay
+    assert certs.regions("dsa") == ["cn-north-1", "cn-northwest-1"]
+    assert len(certs.regions("rsa")) == len(certs.regions("rsa2048")) == 39
+    left = [r.getMessage() for r in caplog.records]
+    assert len(left) == 1 and left[0].startswith("34 AWS dsa certificates left out"), left
+    for sample in SAMPLES:
+        at = sample.launched + timedelta(minutes=10)
+        region = sample.doc["region"]
+        if sample.form != "pkcs7":
+            assert docs.verify(sample.document, sample.body, at, sample.form).region == region
+            continue
+        with pytest.raises(ProofRefused, match=(
+                f"AWS's dsa certificate for region {region} \\(dsa/{region}.pem\\) cannot be "
+                "read by the installed cryptography .*send the rsa2048 form")):
+            docs.verify(sample.document, sample.body, at, sample.form)
+    assert any(s.form == "pkcs7" for s in SAMPLES)
 
 
 @pytest.mark.parametrize("name", sorted(TOKENS))
