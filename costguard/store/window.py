@@ -173,8 +173,10 @@ class ReadingWindow:
         self._from = {ref: b.timestamp() for ref, b in begin.items()}
         for ref, rows in self._by_ref.items():
             start_s = self._from[ref]
-            # re-read rows repeat what was kept; old ones go a little after they leave
-            if ref in touched or rows.oldest < start_s - _SLACK or rows.crowded():
+            # re-read rows repeat what was kept; old ones go a little after they leave; a
+            # quarter hour no cloud reads again is frozen once it can be
+            if (ref in touched or rows.oldest < start_s - _SLACK or rows.crowded()
+                    or rows.ripe()):
                 rows.compact(start_s, freeze=True)
         self._start = min([start, *begin.values()])
         self._until = end

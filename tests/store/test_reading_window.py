@@ -496,3 +496,26 @@ def test_a_percentage_remembered_on_the_grid_is_the_one_computed(
                   sm_max=six[3], util_p95=six[4], sm_p95=six[5])
         assert w.pack_minute(m)[4:10] == tuple(map(w._pct, six))
     assert len(w._ON_GRID) <= 51 + 6
+
+
+def test_minutes_fed_through_the_window_alone_are_frozen_each_quarter_hour(
+        db: Database) -> None:
+    # an instance whose readings this process fetches (`add`: nothing re-read, nothing
+    # late) is compacted by no re-read: its quarter hours freeze as soon as they can, and
+    # what is held unfrozen is never more than the last half hour (it was up to an hour)
+    window = ReadingWindow()
+    ref = ("aws", "i-a")
+    for cycle in range(30):  # two and a half hours of 5-minute cycles
+        now = NOW + timedelta(minutes=5 * cycle)
+        fetched = [GpuMinute(provider="aws", instance_id="i-a", gpu_index=gpu, source=AGENT,
+                             minute=now - timedelta(minutes=ago), util_mean=float(ago),
+                             mem_used_bytes=2**30)
+                   for gpu in range(8) for ago in range(5, 0, -1)]
+        window.add(fetched, since=now - timedelta(minutes=5))
+        with db.session() as s:
+            window.refresh(s, [ref], now - timedelta(hours=1), now)
+        rows = window._by_ref[ref]
+        unfrozen = {t for _, t, *_ in rows.row.iter_unpack(bytes(rows.data))}
+        assert max(unfrozen) - min(unfrozen) < 30 * 60, (cycle, len(unfrozen))
+        got = window.minutes(ref, now - timedelta(hours=1), now)
+        assert len(got) == 8 * min(60, 5 + 5 * cycle)
