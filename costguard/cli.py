@@ -6,7 +6,7 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.console import Console
@@ -27,6 +27,9 @@ from costguard.daemon.identity_commands import identity_app
 from costguard.errors import CostguardError, SourceError
 from costguard.recommend.commands import recommend_command
 from costguard.telemetry.cli import agent_app
+
+if TYPE_CHECKING:
+    from costguard.config import Settings
 
 mend_typer()
 app = typer.Typer(
@@ -168,6 +171,7 @@ def run(
     from costguard.store.db import Database
 
     settings = _settings(config)
+    json_logs = once and _log_as_the_daemon_if_json(settings)
     clock = cli_clock()
     warnings: list[SourceError] = []
     policies = load_policies_or_exit(
@@ -190,6 +194,10 @@ def run(
                       "cycle starts from the fleet as it is", highlight=False)
             db.dispose()
             raise typer.Exit(130) from None
+        if json_logs:
+            from costguard.engine.summary import log_stages
+
+            log_stages(summary, logging.getLogger("costguard.daemon"))
         if fmt == "json":
             print(json.dumps(summary.as_dict(), indent=2, default=str))
         else:
@@ -202,6 +210,24 @@ def run(
         run_forever(engine, settings)
     except CostguardError as exc:  # e.g. the port is taken: one line, no traceback
         raise _fail(exc) from None
+
+
+def _log_as_the_daemon_if_json(settings: Settings) -> bool:
+    """`run --once` logs as the daemon would where its logs are JSON
+    (`COSTGUARD_LOG_FORMAT`, `daemon.log_format`): a CronJob's one-shot cycles feed the same
+    log pipeline, stage lines included; True then. Text logs stay the CLI's (warnings and
+    errors)."""
+    from costguard.config import daemon_settings
+    from costguard.daemon.logs import configure_daemon_logging
+
+    try:
+        cfg = daemon_settings(settings)
+    except CostguardError as exc:
+        raise _fail(exc) from None
+    if cfg.log_format != "json":
+        return False
+    configure_daemon_logging(settings, cfg)
+    return True
 
 
 @app.command()

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 from costguard.redact import redact
 
 if TYPE_CHECKING:
-    from costguard.daemon.settings import LogFormat
+    from costguard.config import Settings
+    from costguard.daemon.settings import DaemonSettings, LogFormat
 
 # attributes every LogRecord has; anything else came in through `extra=` and is a field
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName",
@@ -144,3 +145,18 @@ def configure_logging(
     handler.setFormatter(RedactingFormatter(inner, secrets))
     install(handler, level)
     return handler
+
+
+def configure_daemon_logging(settings: Settings, cfg: DaemonSettings,
+                             stream: TextIO | None = None) -> logging.Handler:
+    """The daemon's logs (`costguard run`, and `run --once` when they are JSON): its format
+    and level, every secret of the settings masked, and the agent token of the environment
+    (`COSTGUARD_AGENT_TOKEN`)."""
+    import os
+
+    from costguard.redact import secrets_of
+
+    env_token = os.environ.get("COSTGUARD_AGENT_TOKEN")
+    return configure_logging(cfg.log_format, cfg.log_level, stream=stream,
+                             secrets=secrets_of(settings) + secrets_of(cfg)
+                             + ([env_token] if env_token else []))

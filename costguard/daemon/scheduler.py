@@ -35,7 +35,6 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from types import FrameType
 from typing import Any
@@ -47,20 +46,16 @@ from costguard.costs.settings import costs_settings
 from costguard.daemon.fence import fence_engine
 from costguard.daemon.http import HttpServer, ServiceState, build_app
 from costguard.daemon.leader import Leadership, leadership_for
-from costguard.daemon.logs import configure_logging
+from costguard.daemon.logs import configure_daemon_logging
 from costguard.daemon.metrics import DaemonMetrics
 from costguard.daemon.routes import extra_routes
 from costguard.daemon.settings import DaemonSettings
 from costguard.engine.cycle import Engine
 from costguard.engine.maintain import prune_store
-from costguard.engine.summary import CycleSummary
+from costguard.engine.summary import CycleSummary, log_stages
 from costguard.providers.base import FetchesPrices
-from costguard.redact import secrets_of
 
 log = logging.getLogger("costguard.daemon")
-
-STAGES = ("collect", "telemetry", "window", "accrue", "evaluate", "act", "alert")
-
 
 def failed_stage(exc: BaseException) -> str:
     """The engine stage an exception escaped from (its `_stage(name, ...)` frame)."""
@@ -70,29 +65,6 @@ def failed_stage(exc: BaseException) -> str:
             if isinstance(name, str):
                 return name
     return "cycle"
-
-
-def stage_counts(summary: CycleSummary, stage: str) -> dict[str, Any]:
-    """The counts worth a log field for each stage."""
-    if stage == "collect":
-        return {"instances": sum(summary.instances.values()), "gaps": len(summary.gaps)}
-    if stage == "telemetry":
-        return {"readings": summary.readings}
-    if stage == "accrue":
-        return {"accrued_usd": summary.accrued_usd, "idle_usd": summary.idle_usd}
-    if stage == "evaluate":
-        return {"findings": sum(summary.findings.values())}
-    if stage == "act":
-        out: dict[str, Any] = {"paused": summary.paused}
-        for kind, per_policy in summary.actions.items():
-            if isinstance(per_policy, Mapping):
-                out[kind] = sum(per_policy.values())
-            elif isinstance(per_policy, int):
-                out[kind] = per_policy
-        return out
-    if stage == "alert":
-        return {"alerts_sent": summary.alerts_sent}
-    return {}
 
 
 class Daemon:
@@ -174,15 +146,7 @@ class Daemon:
         seconds = time.perf_counter() - started
         self.cycles_run += 1
         self.metrics.observe_cycle(summary, seconds)
-        for stage in STAGES:
-            if stage in summary.stage_seconds:
-                counts = stage_counts(summary, stage)
-                # the values are fields (JSON keys, or key=value in text), not the message
-                log.info("cycle stage done", extra={
-                    "cycle": summary.cycle_id, "stage": stage,
-                    "seconds": round(summary.stage_seconds[stage], 3),
-                    "cpu_seconds": round(summary.stage_cpu_seconds.get(stage, 0.0), 3),
-                    **counts})
+        log_stages(summary, log)
         now = self.clock.now()
         self.state.last_cycle_at, self.state.last_cycle_id = now, summary.cycle_id
         self.state.last_error = None
@@ -336,14 +300,9 @@ def dispatch_alerts(engine: Engine, now: datetime, metrics: DaemonMetrics | None
 def run_forever(engine: Engine, settings: Settings) -> None:
     """`costguard run`: serve until SIGTERM/SIGINT."""
     cfg = daemon_settings(settings)
-    configure_logging(cfg.log_format, cfg.log_level, secrets=secrets_of(settings) + secrets_of(cfg)
-                      + [t for t in [_env_token()] if t])
+    configure_daemon_logging(settings, cfg)
     daemon = Daemon(engine, settings, cfg)
     finished = daemon.serve_until_signal()
     if not finished:
         logging.shutdown()
         os._exit(0)  # a cycle thread still runs; its journaled intents are safe to abandon
-
-
-def _env_token() -> str | None:
-    return os.environ.get("COSTGUARD_AGENT_TOKEN")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -82,3 +83,42 @@ class CycleSummary:
 
 def _counts(by: Mapping[str, int]) -> str:
     return ", ".join(f"{k} {n}" for k, n in by.items())
+
+
+STAGES = ("collect", "telemetry", "window", "accrue", "evaluate", "act", "alert")
+
+
+def stage_counts(summary: CycleSummary, stage: str) -> dict[str, Any]:
+    """The counts worth a log field for each stage."""
+    if stage == "collect":
+        return {"instances": sum(summary.instances.values()), "gaps": len(summary.gaps)}
+    if stage == "telemetry":
+        return {"readings": summary.readings}
+    if stage == "accrue":
+        return {"accrued_usd": summary.accrued_usd, "idle_usd": summary.idle_usd}
+    if stage == "evaluate":
+        return {"findings": sum(summary.findings.values())}
+    if stage == "act":
+        out: dict[str, Any] = {"paused": summary.paused}
+        for kind, per_policy in summary.actions.items():
+            if isinstance(per_policy, Mapping):
+                out[kind] = sum(per_policy.values())
+            elif isinstance(per_policy, int):
+                out[kind] = per_policy
+        return out
+    if stage == "alert":
+        return {"alerts_sent": summary.alerts_sent}
+    return {}
+
+
+def log_stages(summary: CycleSummary, log: logging.Logger) -> None:
+    """One `cycle stage done` line per stage the cycle ran, its time and counts as fields
+    (JSON keys, or key=value in text), not in the message: the daemon's after each cycle,
+    and `run --once`'s when its logs are JSON."""
+    for stage in STAGES:
+        if stage in summary.stage_seconds:
+            log.info("cycle stage done", extra={
+                "cycle": summary.cycle_id, "stage": stage,
+                "seconds": round(summary.stage_seconds[stage], 3),
+                "cpu_seconds": round(summary.stage_cpu_seconds.get(stage, 0.0), 3),
+                **stage_counts(summary, stage)})

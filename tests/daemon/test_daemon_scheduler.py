@@ -21,9 +21,10 @@ import pytest
 
 from costguard.clock import ManualClock
 from costguard.costs.price_book import PriceBook
-from costguard.daemon.scheduler import Daemon, failed_stage, secrets_of
+from costguard.daemon.scheduler import Daemon, failed_stage
 from costguard.model import GpuMinute, Instance
 from costguard.providers.base import FetchedPrices
+from costguard.redact import secrets_of
 from costguard.store.db import Database
 from tests.daemon.daemon_helpers import (
     START,
@@ -331,3 +332,28 @@ def test_the_engine_gives_a_fenced_provider_its_notebook_across_restarts(db: Dat
     fence_engine(engine, lambda: True)
     assert Daemon(engine, engine.settings, quiet_daemon()).cycle_job() is not None
     assert again.found == {"learned": 1}
+
+
+def test_run_once_logs_json_as_the_daemon_does_when_told_to(tmp_path: Path) -> None:
+    """A CronJob's `costguard run --once` with COSTGUARD_LOG_FORMAT=json feeds the daemon's
+    log pipeline: every line on stderr is JSON, stage lines included, secrets masked; the
+    cycle's summary is stdout's alone."""
+    token = "once-json-token-5d2e"
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "idle.yml").write_text(
+        (REPO / "policies" / "idle-gpu.yml").read_text())
+    env = {**os.environ, "COSTGUARD_DATABASE_URL": f"sqlite:///{tmp_path / 'cg.db'}",
+           "COSTGUARD_AGENT_TOKEN": token, "COSTGUARD_LOG_FORMAT": "json",
+           "COSTGUARD_PROVIDERS__SIM__INSTANCES": "12"}
+    done = subprocess.run([str(Path(sys.executable).parent / "costguard"), "run", "--once",
+                           "--format", "json"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "instances" in json.loads(done.stdout)
+    lines = [json.loads(line) for line in done.stderr.splitlines() if line.strip()]
+    assert any(ln.get("stage") == "act" for ln in lines), lines
+    assert token not in done.stderr
+    bad = subprocess.run([str(Path(sys.executable).parent / "costguard"), "run", "--once"],
+                         cwd=tmp_path, env={**env, "COSTGUARD_LOG_FORMAT": "yaml"},
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert bad.returncode == 2 and "COSTGUARD_LOG_FORMAT='yaml'" in bad.stderr, bad.stderr
