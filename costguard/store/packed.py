@@ -263,6 +263,8 @@ class Rows:
             d = b"".join([*(frozen.thaw(c) for c, _ in heads), d])
             heads, kept = [], self._kept(d, start_s)
         chunks = tuple(c for c, _ in heads)
+        if freeze and not kept:  # nothing left to freeze: not ripe again until a reading
+            self.cut = _cut(self.newest)
         if freeze and kept:
             # whole quarter hours that end a quarter hour before the newest reading
             cut = self.cut = _cut(max(t for _, t in kept))

@@ -148,3 +148,17 @@ def test_a_chunk_partly_out_of_the_window_keeps_the_readings_still_in_it() -> No
         _same(plain, freezing, start, newest)
         assert len(freezing.view(T0 + start * 60, T0 + newest * 60)) == newest - start
         assert freezing.oldest >= T0 + (start - 20) * 60  # held at most a quarter hour more
+
+
+def test_rows_whose_readings_have_all_left_are_not_ripe_again_until_a_new_one() -> None:
+    # readings that had all left the window when first compacted (an instance that stopped
+    # reporting, read late): the window does not compact it every cycle for nothing
+    rows = Rows()
+    for minute in range(30):
+        rows.append(_reading(0, minute, 1.0, False))
+    assert rows.ripe()
+    rows.compact(T0 + 200 * 60, freeze=True)
+    assert len(rows) == 0 and not rows.ripe()
+    for minute in range(230, 250):
+        rows.append(_reading(0, minute, 1.0, False))
+    assert rows.ripe()
