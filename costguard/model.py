@@ -66,7 +66,9 @@ class SharesFieldsSet(BaseModel):
     other given the same fields (`_shared_fields_set`). For models a process holds by the
     thousand: an inventory's instances through a cycle, the daemon's held verdicts
     (`costguard.telemetry.efficiency.Efficiency`: a set of ~20 names is ~2.2 KB, over half
-    a held verdict). Only for frozen models: nothing may add to the shared set in place."""
+    a held verdict). Frozen, so nothing adds to the shared set in place."""
+
+    model_config = ConfigDict(frozen=True)
 
     def model_post_init(self, context: Any, /) -> None:
         object.__setattr__(self, "__pydantic_fields_set__",
@@ -199,7 +201,6 @@ class Instance(Frozen, SharesFieldsSet):
     # the registry kind a policy governs it as (`resource:`, costguard/policy/kinds.py): a
     # SageMaker notebook instance or a Workbench instance is a `notebook`; instances.kind
     kind: InstanceKind = InstanceKind.INSTANCE
-
 
     @property
     def managed(self) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -147,16 +148,13 @@ def configure_logging(
     return handler
 
 
-def configure_daemon_logging(settings: Settings, cfg: DaemonSettings,
-                             stream: TextIO | None = None) -> logging.Handler:
+def configure_daemon_logging(settings: Settings, cfg: DaemonSettings) -> logging.Handler:
     """The daemon's logs (`costguard run`, and `run --once` when they are JSON): its format
     and level, every secret of the settings masked, and the agent token of the environment
     (`COSTGUARD_AGENT_TOKEN`)."""
-    import os
-
     from costguard.redact import secrets_of
 
     env_token = os.environ.get("COSTGUARD_AGENT_TOKEN")
-    return configure_logging(cfg.log_format, cfg.log_level, stream=stream,
+    return configure_logging(cfg.log_format, cfg.log_level,
                              secrets=secrets_of(settings) + secrets_of(cfg)
                              + ([env_token] if env_token else []))

@@ -57,6 +57,7 @@ from costguard.providers.base import FetchesPrices
 
 log = logging.getLogger("costguard.daemon")
 
+
 def failed_stage(exc: BaseException) -> str:
     """The engine stage an exception escaped from (its `_stage(name, ...)` frame)."""
     for frame, _ in traceback.walk_tb(exc.__traceback__):

@@ -263,8 +263,6 @@ class Rows:
             d = b"".join([*(frozen.thaw(c) for c, _ in heads), d])
             heads, kept = [], self._kept(d, start_s)
         chunks = tuple(c for c, _ in heads)
-        if freeze and not kept:  # nothing left to freeze: not ripe again until a reading
-            self.cut = _cut(self.newest)
         if freeze and kept:
             # whole quarter hours that end a quarter hour before the newest reading
             cut = self.cut = _cut(max(t for _, t in kept))
@@ -275,6 +273,8 @@ class Rows:
                     quarters.setdefault(t // FREEZE_AFTER, []).append((t, at))
                 chunks += tuple(self._frozen(d, quarters[q]) for q in sorted(quarters))
                 kept = {k: at for k, at in kept.items() if k[1] >= cut}
+        elif freeze:  # nothing left to freeze: not ripe again until a reading comes
+            self.cut = _cut(self.newest)
         self.chunks = chunks
         self.data = bytearray(b"".join(d[at:at + size] for at in kept.values()))
         # a chunk goes when all of it has ended (above); the window compacts when its first

@@ -34,8 +34,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from pydantic import ConfigDict
-
 from costguard.clock import utc
 from costguard.minutes import covering, slots
 from costguard.model import GpuMinute, GpuSignal, SharesFieldsSet
@@ -89,9 +87,8 @@ HOST = Words()
 
 
 class Efficiency(SharesFieldsSet):
-    """One instance's verdict over a window, with the numbers behind it."""
-
-    model_config = ConfigDict(frozen=True)
+    """One instance's verdict over a window, with the numbers behind it (frozen, as
+    `SharesFieldsSet` is)."""
 
     bottleneck: Bottleneck
     underused: bool
