@@ -122,7 +122,7 @@ def test_a_librarys_warning_is_a_log_line_in_the_format_and_redacted(
 
 
 def test_awss_dsa_certificates_load_without_a_warning() -> None:
-    from costguard.daemon.aws_identity import CertificateSet
+    from costguard.daemon.aws_certificates import CertificateSet
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -21,13 +21,8 @@ from typer.testing import CliRunner
 
 from costguard.cli import app
 from costguard.config import Settings
-from costguard.daemon.aws_identity import (
-    SHIPPED_AWS_CERTS,
-    AwsDocuments,
-    CertificateSet,
-    body_bytes,
-    parse_signed_data,
-)
+from costguard.daemon.aws_certificates import SHIPPED_AWS_CERTS, CertificateSet
+from costguard.daemon.aws_identity import AwsDocuments, body_bytes, parse_signed_data
 from costguard.daemon.google_tokens import GoogleTokens
 from costguard.daemon.proofs import ProofRefused
 from costguard.daemon.routes import identity_authority
@@ -240,17 +235,17 @@ def test_without_dsa_in_cryptography_the_daemon_starts_and_says_why_pkcs7_fails(
     from cryptography.exceptions import UnsupportedAlgorithm
     from cryptography.x509.oid import PublicKeyAlgorithmOID
 
-    from costguard.daemon import aws_identity
+    from costguard.daemon import aws_certificates
 
-    real = aws_identity._key_der
+    real = aws_certificates._key_der
 
     def without_dsa(cert: Any) -> bytes:
         if cert.public_key_algorithm_oid == PublicKeyAlgorithmOID.DSA:
             raise UnsupportedAlgorithm("DSA is not supported by this backend")
         return real(cert)
 
-    monkeypatch.setattr(aws_identity, "_key_der", without_dsa)
-    with caplog.at_level("WARNING", logger="costguard.daemon.aws_identity"):
+    monkeypatch.setattr(aws_certificates, "_key_der", without_dsa)
+    with caplog.at_level("WARNING", logger="costguard.daemon.aws_certificates"):
         docs = AwsDocuments(forms=ALL_FORMS)
     certs = docs.certificates
     # China's regions publish an RSA-2048 certificate in the dsa slot: those stay
