@@ -338,7 +338,7 @@ def daemon_settings(settings: Settings) -> DaemonSettings:
     fmt = os.environ.get("COSTGUARD_LOG_FORMAT")
     if fmt:
         if fmt not in ("text", "json"):
-            raise ConfigError(f"COSTGUARD_LOG_FORMAT={fmt!r}: use `text` or `json`")
+            raise ConfigError(f"COSTGUARD_LOG_FORMAT={fmt[:40]!r}: use `text` or `json`")
         cfg = cfg.model_copy(update={"log_format": fmt})
     return cfg
 

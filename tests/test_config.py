@@ -192,3 +192,17 @@ def test_a_figure_past_what_the_setting_can_mean_is_refused_where_it_is(
     with pytest.raises(ConfigError) as caught:
         load_settings(path)
     assert f"costguard.yaml{where}" in str(caught.value) and says in str(caught.value)
+
+
+def test_a_long_bad_log_format_is_named_in_a_line_not_echoed_whole(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from costguard.config import daemon_settings
+
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings(None)
+    monkeypatch.setenv("COSTGUARD_LOG_FORMAT", "jsonl" + "x" * 5000)
+    with pytest.raises(ConfigError) as err:
+        daemon_settings(settings)
+    assert "'jsonlxxx" in str(err.value) and len(str(err.value)) < 100, str(err.value)[:200]
+    monkeypatch.setenv("COSTGUARD_LOG_FORMAT", "json")
+    assert daemon_settings(settings).log_format == "json"
