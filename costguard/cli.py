@@ -201,8 +201,8 @@ def run(
         if fmt == "json":
             print(json.dumps(summary.as_dict(), indent=2, default=str))
         else:
-            for line in summary.lines():
-                console.print(line, highlight=False, markup=False)
+            for line in summary.lines():  # a line each, whole: a terminal wraps it, a log keeps it
+                console.print(line, highlight=False, markup=False, soft_wrap=True)
         return
     from costguard.daemon.scheduler import run_forever
 

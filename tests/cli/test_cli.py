@@ -127,6 +127,17 @@ def test_report_rejects_an_unknown_dimension(workdir: Path) -> None:
     assert "choose from" in result.output
 
 
+def test_the_text_summary_is_a_line_per_part_whole_when_piped(workdir: Path) -> None:
+    """Piped to a file or a log, rich wrapped each part at 80 columns, leaving a space at the
+    end of the broken lines; a part stays one line, as `lines()` gives it."""
+    result = runner.invoke(app, ["run", "--once"])
+    assert result.exit_code == 0, result.output
+    printed = result.output.splitlines()
+    assert not [ln for ln in printed if ln != ln.rstrip()], printed
+    spend = next(ln for ln in printed if ln.startswith("spend: "))
+    assert len(spend) > 80 and spend.endswith(tuple(f"alerts sent {n}" for n in range(999)))
+
+
 def test_bad_config_is_exit_2_with_the_fix(workdir: Path) -> None:
     (workdir / "costguard.yaml").write_text("databse_url: x\n")
     result = runner.invoke(app, ["run", "--once"])
