@@ -84,6 +84,28 @@ def test_the_daemon_loads_a_cloud_sdk_only_when_it_builds_that_provider() -> Non
     assert sdks == set()
 
 
+SIM_DAEMON_PROBE = """
+import json, sys
+from costguard.clock import SystemClock
+from costguard.config import Settings
+from costguard.daemon.scheduler import Daemon
+from costguard.providers.registry import build_providers
+build_providers(Settings(), SystemClock())
+print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+"""
+
+
+def test_the_simulated_cloud_does_not_load_the_aws_client_stack() -> None:
+    """The simulated cloud borrows AWS's price tables and snapshot tag, not its clients: it
+    loaded lxml and botocore.utils through the AWS actions (~8 MB resident, counted in
+    daemon-rss's figures) for one tag name."""
+    loaded = _imported(probe=SIM_DAEMON_PROBE)
+    assert "costguard.demo.sim" in loaded
+    heavy = {m for m in loaded if m.split(".")[0] in ("lxml", "boto3", "dateutil")
+             or m in ("botocore.utils", "costguard.providers.aws.actions")}
+    assert heavy == set()
+
+
 SQLITE_DAEMON_PROBE = """
 import json, sys, tempfile
 from pathlib import Path

@@ -26,10 +26,9 @@ from costguard.model import (
     InstanceState,
     Lifecycle,
 )
-from costguard.providers.aws.disks import ebs_table, volume_usd_per_month
+from costguard.providers.aws.disks import SNAPSHOT_OF_TAG, ebs_table, volume_usd_per_month
 from costguard.providers.aws.gpu_types import shipped_gpu_table
 from costguard.providers.aws.pricing import OnDemandTable
-from costguard.providers.aws.terminate import SNAPSHOT_OF_TAG
 from costguard.standing.model import Reserved, Standing, StandingKind, StandingList
 
 

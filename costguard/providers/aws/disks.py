@@ -21,6 +21,9 @@ from costguard.providers.aws.boundary import aws_call
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
 
+# the tag on a snapshot costguard takes of a volume before deleting it (terminate.py, the
+# standing volumes' delete): the volume's, or the instance's, id
+SNAPSHOT_OF_TAG = "costguard:snapshot-of"
 
 
 @dataclass(frozen=True)

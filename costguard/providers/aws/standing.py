@@ -31,10 +31,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 from costguard.errors import ProviderError
 from costguard.model import HOURS_PER_MONTH, ActionOutcome, ActionResult
 from costguard.providers.aws.boundary import aws_call, error_code, translate
-from costguard.providers.aws.disks import EbsTable, ebs_table, volume_usd_per_month
 
 # the tag of every snapshot costguard takes: before a terminate, and before a delete here
-from costguard.providers.aws.terminate import SNAPSHOT_OF_TAG
+from costguard.providers.aws.disks import SNAPSHOT_OF_TAG, EbsTable, ebs_table, volume_usd_per_month
 from costguard.providers.aws.timestamps import fast_timestamp
 from costguard.standing.kubernetes import claim_of, volume_snapshot_of
 from costguard.standing.model import Standing, StandingKind

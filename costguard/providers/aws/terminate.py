@@ -25,12 +25,12 @@ from costguard.errors import ProviderError
 from costguard.model import ActionOutcome, ActionResult, Instance, InstanceState
 from costguard.providers.aws.actions import changed_meanwhile, describe_one
 from costguard.providers.aws.boundary import error_code, translate
+from costguard.providers.aws.disks import SNAPSHOT_OF_TAG
 from costguard.providers.aws.inventory import EC2_STATES
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
 
-SNAPSHOT_OF_TAG = "costguard:snapshot-of"
 SNAPSHOT_TIMEOUT_S = 600.0
 POLL_S = 15.0
 

@@ -11,7 +11,7 @@ import pytest
 from aws_helpers import AMI, REGION, ProviderFactory
 
 from costguard.model import ActionOutcome
-from costguard.providers.aws.terminate import SNAPSHOT_OF_TAG
+from costguard.providers.aws.disks import SNAPSHOT_OF_TAG
 from costguard.standing.model import Standing, StandingKind
 
 pytestmark = pytest.mark.usefixtures("moto", "capacity")
