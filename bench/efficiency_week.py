@@ -43,10 +43,17 @@ with db.session() as s:
     instances = current_instances(s)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     taken = 0
+    verdicts = {}
     if sys.argv[3] == "cycle":
         judged = stored.refresh(s, instances, now, lambda i: None, cfg)
     elif sys.argv[3] == "fresh":  # recommend --fresh: every instance's readings judged
-        judged = len(recommend(s, now, lambda i: None, cfg, fresh=True).items)
+        items = recommend(s, now, lambda i: None, cfg, fresh=True).items
+        judged = len(items)
+        # what the issue compares: bottleneck, GPUs used, fit
+        verdicts = {r.fit.instance.instance_id: [
+            str(r.fit.efficiency.bottleneck), r.fit.efficiency.underused,
+            r.fit.efficiency.gpus_used, list(r.fit.efficiency.used_gpus),
+            r.fit.to.instance_type if r.fit.to else None] for r in items}
     else:  # once the daemon has judged them all: its stored verdicts taken
         every = cfg.model_copy(update={"judge_per_cycle": 100_000,
                                        "judge_gpu_minutes_per_cycle": 10**9})
@@ -60,7 +67,7 @@ with db.session() as s:
 hwm = next(int(line.split()[1]) for line in open("/proc/self/status")
            if line.startswith("VmHWM:"))
 print(json.dumps({"judged": judged, "taken": taken, "cpu_s": cpu, "wall_s": wall,
-                  "peak_rss_mb": hwm / 1024}))
+                  "peak_rss_mb": hwm / 1024, "verdicts": verdicts}))
 """
 
 
@@ -119,7 +126,10 @@ def _settle(url: str, raw: timedelta) -> None:
                        "--fresh), and recommend taking the verdicts the daemon stored (the "
                        "report's waste section, the console), each in a fresh process; then "
                        "judging every GPU instance again with the week settled into blocks, "
-                       "and from the hourly history with raw minutes kept a day.")
+                       "and from the hourly history with raw minutes kept a day, each "
+                       "instance's verdict (bottleneck, underused, GPUs used, the fit's type) "
+                       "compared with the one judged from the raw rows. Target (#63): every "
+                       "one the same.")
 def efficiency_week() -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -140,12 +150,15 @@ def efficiency_week() -> list[dict[str, object]]:
                   "blocks", timedelta(days=8)),
                  ("fresh", "every GPU instance (recommend --fresh), the week from the hourly "
                   "history (raw minutes kept a day)", timedelta(days=1))]
+        from_minutes: dict[str, list[object]] = {}  # the first --fresh run's, on raw rows
         for what, label, raw in runs:
             if raw is not None:
                 _settle(url, raw)
             done = subprocess.run([sys.executable, "-c", _MEASURE, url, NOW.isoformat(), what],
                                   capture_output=True, text=True, check=True, timeout=900)
             got = json.loads(done.stdout.strip().splitlines()[-1])
+            if what == "fresh" and not from_minutes:
+                from_minutes = got["verdicts"]
             rows.append({
                 "judging": label,
                 "instances_judged": got["judged"],
@@ -155,5 +168,17 @@ def efficiency_week() -> list[dict[str, object]]:
                 "peak_rss_mb": round(got["peak_rss_mb"]),
                 "us_per_reading_judged": round(
                     got["cpu_s"] / (got["judged"] * POINTS) * 1e6, 1) if got["judged"] else "",
-                "seed_s": round(seed_s, 1)})
+                "seed_s": round(seed_s, 1),
+                "verdicts_as_from_raw_rows": (same_verdicts(from_minutes, got["verdicts"])
+                                              if raw is not None else "")})
     return rows
+
+
+def same_verdicts(raw: dict[str, list[object]], other: dict[str, list[object]]) -> str:
+    """How many instances `other` judged as `raw` did (bottleneck, underused, GPUs used and
+    which, the fit's type), in words, naming the first that differ."""
+    differ = sorted(i for i in raw.keys() | other.keys() if raw.get(i) != other.get(i))
+    said = f"{sum(other.get(i) == v for i, v in raw.items()):,} of {len(raw):,}"
+    if differ:
+        said += f" (differ: {', '.join(differ[:3])}{', ...' if len(differ) > 3 else ''})"
+    return said

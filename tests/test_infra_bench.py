@@ -169,3 +169,15 @@ def test_call_cpu_counts_the_calling_threads_cpu_inside_calls_once() -> None:
     thread.join()
     assert 0.13 <= cpu.seconds["cloud"] <= spent + 0.08
     assert set(cpu.seconds) == {"cloud"}
+
+
+def test_efficiency_week_says_how_many_verdicts_match_the_raw_rows_and_which_differ() -> None:
+    from bench.efficiency_week import same_verdicts
+
+    raw = {f"i-{n}": ["idle", True, 0, [], None] for n in range(5)}
+    assert same_verdicts(raw, dict(raw)) == "5 of 5"
+    other = {**raw, "i-3": ["idle", True, 0, [], "g5.xlarge"], "i-4": ["busy", False, 1, [0],
+                                                                      None]}
+    del other["i-0"]  # not judged at all
+    assert same_verdicts(raw, other) == "2 of 5 (differ: i-0, i-3, i-4)"
+    assert same_verdicts(raw, {}).endswith("(differ: i-0, i-1, i-2, ...)")
