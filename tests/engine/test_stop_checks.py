@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
+import pytest
 from sqlmodel import select
 
 from costguard.clock import ManualClock
@@ -157,3 +159,35 @@ def test_untrusted_minutes_are_no_data_for_the_stop(db: Database, db_url: str) -
     assert "SM activity 0% while util_gpu" in reason and "the SM counter reads 0 under load" in (
         reason)
     assert "untrusted, counted as no data" in answer.telemetry["summary"]
+
+
+def test_the_checks_read_a_batch_of_instances_at_a_time_and_judge_each_alone(
+        db: Database, db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An hour of every stop candidate's stored readings held at once was the evaluate
+    stage's peak memory: they are read `CHECK_BATCH` instances at a time, and each finding
+    is still judged on its own instance's readings, whichever batch it falls in."""
+    from costguard.policy import stop_check
+
+    reads: list[int] = []
+    real = stop_check.read_for_checks
+
+    def counted(session: Any, refs: Any, start: datetime, end: datetime) -> Any:
+        reads.append(len(refs))
+        return real(session, refs, start, end)
+
+    monkeypatch.setattr(stop_check, "CHECK_BATCH", 2)
+    monkeypatch.setattr(stop_check, "read_for_checks", counted)
+    clock = ManualClock(T0)
+    cloud = AgentCloud(clock)
+    busy = {"i-1", "i-4"}  # in the first batch and the last
+    for n in range(5):
+        cloud.add(f"i-{n}", lambda m: "held_memory_idle")
+        if f"i-{n}" in busy:
+            cloud.hosts[f"i-{n}"] = copying
+    engine = engine_for(db, db_url, cloud, clock)
+    run_for(engine, clock, timedelta(hours=2))
+    stopped = {i for i, inst in cloud.instances.items() if inst.state is InstanceState.STOPPED}
+    assert stopped == {"i-0", "i-2", "i-3"}
+    assert {s.instance_id for s in journal(db, "stop")} == stopped
+    # the cycles with five candidates read them two, two and one at a time (agents, others)
+    assert reads and max(reads) <= 2 and 5 not in reads
