@@ -79,19 +79,25 @@ def _write(conn: Connection, names: tuple[str, ...], rows: Iterable[tuple[Any, .
         nones = (None,) * len(names)
         for row in unique.values():
             shape = tuple(map(is_not, row, nones))
-            shapes[shape].append(bound(tuple(compress(row, shape))))
+            shapes[shape].append(tuple(compress(row, shape)))
     else:
-        shapes[(True,) * len(names)] = list(map(bound, unique.values()))
-    for shape, values in shapes.items():
+        shapes[(True,) * len(names)] = list(unique.values())
+    for shape, rows_of in shapes.items():
         sql, params = _upsert_sql(conn.dialect, tuple(compress(names, shape)))
-        if params is None:  # positional paramstyle, in the shape's column order
-            conn.exec_driver_sql(sql, values)
-        else:
-            conn.exec_driver_sql(sql, [dict(zip(params, r, strict=True)) for r in values])
+        # bound and sent `_WRITE_BATCH` at a time: each bound row is a copy of its reading
+        for first in range(0, len(rows_of), _WRITE_BATCH):
+            values = list(map(bound, rows_of[first:first + _WRITE_BATCH]))
+            if params is None:  # positional paramstyle, in the shape's column order
+                conn.exec_driver_sql(sql, values)
+            else:
+                conn.exec_driver_sql(sql, [dict(zip(params, r, strict=True)) for r in values])
     span_at = names.index("span_minutes")
     return sum(r[span_at] for r in unique.values())  # span_minutes is never None
 
 
+# rows bound and sent to the driver at once: a call's readings bound all together (a copy of
+# each, ~1 KB an agent's) were the telemetry stage's peak memory beside the readings
+_WRITE_BATCH = 5_000
 # key columns first, so a row's key is a slice of its values; the table's columns are a
 # reading's fields in `GpuMinute`'s order, as `MinuteRows` names them (checked)
 _NAMES = tuple(_KEY) + tuple(c.name for c in _TABLE.columns if c.name not in _KEY)

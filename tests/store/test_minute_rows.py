@@ -84,6 +84,28 @@ def test_rows_are_stored_as_the_readings_they_are(
     assert store(as_rows=True) == store(as_rows=False)
 
 
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(batch=st.lists(readings(), max_size=12), send=st.integers(1, 4))
+def test_a_batch_sent_a_few_rows_at_a_time_is_stored_as_sent_whole(
+        db: Database, batch: list[GpuMinute], send: int) -> None:
+    """The store binds and sends a batch `_WRITE_BATCH` rows at a time (each bound row is a
+    copy): sent `send` at a time, models and rows leave the store as sent all at once."""
+    from costguard.store import readings as stored_readings
+
+    def store(as_rows: bool, at_once: int) -> tuple[int, list[dict[str, Any]]]:
+        with db.session() as s:
+            s.execute(delete(GpuReadingRow))
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(stored_readings, "_WRITE_BATCH", at_once)
+            with db.session() as s:
+                count = write_minutes(s, MinuteRows.of(batch) if as_rows else batch)
+        return count, _stored(db)
+
+    for as_rows in (True, False):
+        assert store(as_rows, send) == store(as_rows, 10_000)
+
+
 @settings(max_examples=150, deadline=None)
 @given(batch=st.lists(readings(), max_size=16), expected=st.integers(0, 150))
 def test_rows_are_windowed_as_the_readings_they_are(batch: list[GpuMinute], expected: int
