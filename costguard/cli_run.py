@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import typer
 from rich.console import Console
 
-from costguard.cli_common import ConfigOpt, cli_clock, load_policies_or_exit
+from costguard.cli_common import ConfigOpt, cli_clock, err, load_policies_or_exit
 from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
 from costguard.errors import CostguardError, SourceError
@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from costguard.config import Settings
 
 console = Console()
-err = Console(stderr=True)
 
 
 def run_command(
