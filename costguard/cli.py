@@ -9,12 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
-from rich.console import Console
 
 from costguard.actions.commands import audit_command, simulate_command, snooze_command
 from costguard.alerts.commands import alerts_app
 from costguard.billing.commands import billing_app
-from costguard.cli_common import ConfigOpt, cli_clock, load_policies_or_exit
+from costguard.cli_common import ConfigOpt, cli_clock, err, load_policies_or_exit
 from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
 from costguard.cli_compat import mend_typer
@@ -26,6 +25,7 @@ from costguard.costs.price_commands import prices_app
 from costguard.daemon.commands import db_backup, db_compact, db_size, status
 from costguard.daemon.identity_commands import identity_app
 from costguard.errors import CostguardError
+from costguard.plain_lines import stdout_console
 from costguard.recommend.commands import recommend_command
 from costguard.telemetry.cli import agent_app
 
@@ -63,9 +63,7 @@ db_app.command("backup")(db_backup)
 db_app.command("compact")(db_compact)
 db_app.command("size")(db_size)
 
-console = Console()
-err = Console(stderr=True)
-
+console = stdout_console()
 
 
 def _show_version(value: bool) -> None:

@@ -6,15 +6,14 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import typer
-from rich.console import Console
 
-from costguard.cli_common import ConfigOpt, cli_clock
+from costguard.cli_common import ConfigOpt, cli_clock, err
 from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
 from costguard.errors import CostguardError, PolicyError, StoreUnopenable
+from costguard.plain_lines import stdout_console
 
-console = Console()
-err = Console(stderr=True)
+console = stdout_console()
 
 
 def demo_command(

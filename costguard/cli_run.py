@@ -7,17 +7,17 @@ import logging
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
-from rich.console import Console
 
 from costguard.cli_common import ConfigOpt, cli_clock, err, load_policies_or_exit
 from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
 from costguard.errors import CostguardError, SourceError
+from costguard.plain_lines import stdout_console
 
 if TYPE_CHECKING:
     from costguard.config import Settings
 
-console = Console()
+console = stdout_console()
 
 
 def run_command(

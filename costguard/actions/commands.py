@@ -13,19 +13,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from costguard.cli_common import cli_clock, load_policies_or_exit
 from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
 from costguard.errors import CostguardError
+from costguard.plain_lines import stdout_console
 
 if TYPE_CHECKING:
     from costguard.config import Settings
 
-console = Console()
-err = Console(stderr=True)
+console = stdout_console()
+
 
 ConfigOpt = Annotated[
     Path | None,

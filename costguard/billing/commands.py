@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from costguard.cli_common import cli_clock
+from costguard.cli_common import cli_clock, err
 from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
 from costguard.costs.commands import (
@@ -21,7 +21,6 @@ from costguard.costs.commands import (
     _db,
     _policy_set,
     console,
-    err,
 )
 from costguard.errors import CostguardError
 

@@ -8,15 +8,15 @@ import time
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from costguard.cli_common import cli_clock, load_policies_or_exit
 from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
 from costguard.costs.commands import ConfigOpt
 from costguard.errors import CostguardError
+from costguard.plain_lines import stdout_console
 
-console = Console()
+console = stdout_console()
 
 
 def console_command(

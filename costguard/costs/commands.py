@@ -20,6 +20,7 @@ from costguard.cli_common import cli_clock, load_policies_or_exit
 from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
 from costguard.errors import CostguardError
+from costguard.plain_lines import stdout_console
 
 if TYPE_CHECKING:
 
@@ -27,8 +28,7 @@ if TYPE_CHECKING:
     from costguard.policy.schema import PolicySet
     from costguard.store.db import Database
 
-console = Console()
-err = Console(stderr=True)
+console = stdout_console()
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="costguard.yaml")]
 PoliciesOpt = Annotated[Path | None, typer.Option(
     "--policies", help="Policy directory or file (default: the configured policy_paths).")]

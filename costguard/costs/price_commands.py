@@ -8,10 +8,10 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from costguard.cli_common import cli_clock
+from costguard.cli_common import cli_clock, err
 from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
-from costguard.costs.commands import ConfigOpt, _db, console, err
+from costguard.costs.commands import ConfigOpt, _db, console
 from costguard.errors import CostguardError
 
 prices_app = typer.Typer(

@@ -20,18 +20,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
-from rich.console import Console
 
 from costguard.cli_common import cli_clock
 from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
 from costguard.errors import CostguardError
+from costguard.plain_lines import stdout_console
 
 if TYPE_CHECKING:  # imported when a command runs: `costguard --help` stays quick
     from costguard.config import Settings
     from costguard.store.db import Database
 
-console = Console()
+console = stdout_console()
 
 ConfigOpt = Annotated[
     Path | None,

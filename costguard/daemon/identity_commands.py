@@ -12,19 +12,19 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from costguard.cli_common import cli_clock
 from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
 from costguard.daemon.proofs import KeysUnavailable, ProofRefused, Proven
+from costguard.plain_lines import stdout_console
 
 identity_app = typer.Typer(
     help="Instance identity: check what an agent would send, offline.\n\n"
     "Example: costguard identity verify document --signature rsa2048",
     no_args_is_help=True)
-console = Console()
+console = stdout_console()
 MAX_INPUT_BYTES = 64 * 1024  # the daemon's limit on a whole proof
 _JWT = re.compile(r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$")
 

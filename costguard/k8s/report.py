@@ -22,6 +22,7 @@ from costguard.k8s.provider import ClusterSource, LiveCluster
 from costguard.k8s.read import FIGURES_PER_DEVICE, MAX_POINTS_PER_READ
 from costguard.k8s.settings import ClusterSettings
 from costguard.model import Instance
+from costguard.plain_lines import file_console, stdout_console
 from costguard.report.cells import csv_text
 from costguard.report.figures import share_percent
 from costguard.report.fit import FitColumn, fit_table
@@ -249,10 +250,10 @@ def render(report: ClusterReport, fmt: str, output: Path | None,
     if fmt == "table":
         if output is not None:
             with output.open("w", encoding="utf-8") as fh:
-                con = Console(file=fh, width=160, record=True, no_color=True)
+                con = file_console(fh, width=160, record=True, no_color=True)
                 to_table(report, con)
             return con.export_text()
-        to_table(report, console or Console())
+        to_table(report, console or stdout_console())
         return ""
     text = to_csv(report) if fmt == "csv" else to_json(report)
     if output is not None:

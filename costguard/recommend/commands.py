@@ -5,19 +5,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
-from rich.console import Console
 
 from costguard.cli_common import cli_clock
 from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
 from costguard.costs.commands import ConfigOpt
 from costguard.errors import CostguardError
+from costguard.plain_lines import stdout_console
 
 if TYPE_CHECKING:
     from costguard.config import Settings
     from costguard.recommend.settings import RecommendSettings
 
-console = Console()
+console = stdout_console()
 
 
 def recommend_command(

@@ -15,6 +15,7 @@ from costguard.clock import SystemClock
 from costguard.costs.pricing import PriceCatalog, PriceOverrides
 from costguard.costs.settings import costs_settings
 from costguard.errors import CostguardError, StoreError
+from costguard.plain_lines import file_console, stdout_console
 from costguard.policy.base import duration_arg
 from costguard.report.figures import Report
 from costguard.report.queries import DIMENSIONS, catalog_spot_price, spend, unknown_value
@@ -346,9 +347,9 @@ def _table(report: Report, output: Path | None, console: Console | None,
 
     if output is not None:
         with output.open("w", encoding="utf-8") as fh:
-            con = Console(file=fh, width=160, record=True, no_color=True)
+            con = file_console(fh, width=160, record=True, no_color=True)
             draw(con)
         return con.export_text()
-    con = console or Console()
+    con = console or stdout_console()
     draw(con)
     return ""
