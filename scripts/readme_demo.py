@@ -69,7 +69,7 @@ def sample(output: str) -> list[str]:
                   and "GPU spend" not in line)]
     table = next(i for i, line in enumerate(lines)
                  if line.startswith("Kubernetes GPU spend by namespace"))
-    out += ["", *[line for line in lines[table:table + 14] if line.strip()][:13]]
+    out += ["", *[line for line in lines[table:table + 15] if line.strip()][:14]]
     return out
 
 

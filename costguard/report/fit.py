@@ -90,9 +90,13 @@ def fit_table(cols: Sequence[FitColumn], width: int, drop_order: Sequence[str], 
     rather than rich cutting figures.
     """
     kept, dropped, floor = choose_columns(cols, width, drop_order)
+    needed = needed_width(kept, floor)
+    if title is not None and len(title) > needed:
+        # wider than the table: a line per part ("Spend by team", the period, the filters)
+        # rather than rich's break wherever the width ends ("UTC" alone on a line)
+        title = title.replace("  ", "\n")
     table = Table(title=title, title_justify="left",
                   show_footer=any(c.footer for c in kept))
-    needed = needed_width(kept, floor)
     if needed > width:
         table.width = needed
     for c in kept:

@@ -129,3 +129,14 @@ def test_drop_order_is_by_importance_and_cost_never_goes() -> None:
     assert dropped == ["instances", "idle cost"] and floor == 1
     # team at 1 character + cost at 13, one space either side, three borders
     assert needed_width(kept, floor) == 1 + 13 + 2 * 2 + 3
+
+
+def test_a_title_wider_than_its_table_breaks_between_its_parts(
+        settings: SimpleNamespace) -> None:
+    # the title (what, when: 54 characters) is wider than the table at 50 columns: rich broke
+    # it wherever the table's width ended, leaving "UTC" (or half a date) on a line alone
+    head = [line.rstrip() for line in _table(settings, 50).splitlines()[:2]]
+    assert head[0] == "Spend by team"
+    assert head[1].startswith(f"{T0:%Y-%m-%d %H:%M} → ") and head[1].endswith(" UTC")
+    wide = _table(settings, 160).splitlines()[0].rstrip()  # it fits: one line, as before
+    assert wide.startswith("Spend by team  ") and wide.endswith(" UTC")
