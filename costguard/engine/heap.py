@@ -20,6 +20,16 @@ cycle the engine asks for `MALLOC_ARENAS` (an operator's own MALLOC_ARENA_MAX is
 it is), and after each cycle it hands the pages the cycle freed back to the operating
 system (`release_freed_memory`); elsewhere than glibc nothing changes.
 
+What stays resident between cycles follows the cycle's peak: Python's own allocator takes
+small objects from 1 MiB arenas and returns an arena only when all of it is free, and the
+few objects that live on from a cycle (the reading window's, the held verdicts) are spread
+through the arenas its peak filled. jemalloc keeps objects of a size together in pages and
+returns every free page: a process started with it (`LD_PRELOAD=libjemalloc.so.2`) and with
+Python's allocator handing everything to it (`PYTHONMALLOC=malloc`), as the image does
+(deploy/Dockerfile, docs/operations.md "Sizing"), is purged of the cycle's free pages at
+once after each cycle (`release_freed_memory`: jemalloc's `arena.<all>.purge`) instead of
+over its decay time.
+
 At exit CPython collects every generation again while it tears the modules down: after a
 cycle that walks the process's whole heap and frees, cycle by cycle, botocore's clients and
 service models, SQLAlchemy's compiled statements, the providers' caches (~0.3 s of a
@@ -109,12 +119,40 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS, *, libc: Any = None) -> boo
     return bool(libc.mallopt(_M_ARENA_MAX, arenas))
 
 
+@cache
+def _jemalloc() -> Any:
+    """jemalloc's `mallctl` where the process runs on jemalloc (preloaded), else None."""
+    import ctypes
+
+    try:
+        mallctl = ctypes.CDLL(None).mallctl
+    except (AttributeError, OSError):  # not loaded, or no symbol table to look in
+        return None
+    mallctl.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                        ctypes.c_size_t]
+    mallctl.restype = ctypes.c_int
+    return mallctl
+
+
+def jemalloc() -> bool:
+    """Whether this process allocates with jemalloc."""
+    return _jemalloc() is not None
+
+
+# every arena at once (jemalloc's MALLCTL_ARENAS_ALL)
+_PURGE_ALL = b"arena.4096.purge"
+
+
 def release_freed_memory() -> bool:
     """Give the allocator's free pages back to the operating system; True where that is
-    possible (glibc). A cycle frees most of what it built, but glibc keeps freed pages in
-    its heap, so the process would stay at the cycle's peak for good (750 MB after a first
-    cycle at 10,000 instances, 170 MB once trimmed); `malloc_trim(0)` releases whole free
-    pages anywhere in the heap (glibc >= 2.8). Elsewhere (musl, macOS) this does nothing."""
+    possible (jemalloc, glibc). A cycle frees most of what it built, but glibc keeps freed
+    pages in its heap, so the process would stay at the cycle's peak for good (750 MB after
+    a first cycle at 10,000 instances, 170 MB once trimmed); `malloc_trim(0)` releases whole
+    free pages anywhere in the heap (glibc >= 2.8). jemalloc returns free pages by itself
+    over its decay time; purged, they go now. Elsewhere (musl, macOS) this does nothing."""
+    mallctl = _jemalloc()
+    if mallctl is not None:
+        return bool(mallctl(_PURGE_ALL, None, None, None, 0) == 0)
     libc = _libc()
     if libc is None:
         return False

@@ -45,3 +45,43 @@ def test_freed_memory_leaves_the_process_once_released() -> None:
     # freeing alone leaves the dicts' pages resident (glibc keeps them); released, they go
     assert got["freed"] - got["base"] > 100, got
     assert got["after"] - got["base"] < grown / 10, got
+
+
+def _jemalloc_found() -> bool:
+    import ctypes.util
+
+    return ctypes.util.find_library("jemalloc") is not None
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists() or not _jemalloc_found(),
+                    reason="reads /proc; needs jemalloc (Debian: libjemalloc2)")
+def test_on_jemalloc_the_cycles_free_pages_are_purged_at_once() -> None:
+    """A process on jemalloc (preloaded, Python's allocator handing it everything) keeps the
+    freed dicts' pages for its decay time (a minute here); released, they go now."""
+    import json
+    import os
+
+    env = {**os.environ, "LD_PRELOAD": "libjemalloc.so.2", "PYTHONMALLOC": "malloc",
+           "MALLOC_CONF": "dirty_decay_ms:60000,muzzy_decay_ms:60000"}
+    out = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True,
+                         check=True, cwd=ROOT, timeout=120, env=env)
+    got = json.loads(out.stdout)
+    grown = got["peak"] - got["base"]
+    assert grown > 150 and got["trimmed"], got
+    assert got["freed"] - got["base"] > 100, got  # freed, but kept for its decay time
+    assert got["after"] - got["base"] < grown / 10, got
+
+
+def test_release_purges_every_jemalloc_arena(monkeypatch: pytest.MonkeyPatch) -> None:
+    from costguard.engine import heap
+
+    asked: list[bytes] = []
+
+    def mallctl(name: bytes, *rest: object) -> int:
+        asked.append(name)
+        return 0
+
+    monkeypatch.setattr(heap, "_jemalloc", lambda: mallctl)
+    monkeypatch.setattr(heap, "_libc", lambda: pytest.fail("glibc's trim under jemalloc"))
+    assert heap.release_freed_memory()
+    assert asked == [b"arena.4096.purge"]  # MALLCTL_ARENAS_ALL
