@@ -1,7 +1,7 @@
 # costguard developer entry points. Everything runs from the project virtualenv .venv,
 # created on first use and re-installed only when pyproject.toml changes.
 #
-#   make test       install, make sure PostgreSQL, Chromium and Prometheus exist, run the whole suite
+#   make test       install, make sure PostgreSQL, Chromium, Prometheus and jemalloc exist, run the whole suite
 #   make test-fast  the same without @pytest.mark.slow tests
 #   make lint       ruff + mypy (strict)
 #   make demo       the simulated-fleet demo
@@ -21,7 +21,7 @@ PYTEST_ARGS ?=
 # Each worker has its own throwaway PostgreSQL server, temp dirs and ports.
 PYTEST_WORKERS ?= 2
 
-.PHONY: venv test test-fast lint demo bench clean postgres chromium prometheus mutation mutation-sample dist image
+.PHONY: venv test test-fast lint demo bench clean postgres chromium prometheus jemalloc mutation mutation-sample dist image
 
 venv: $(STAMP)
 
@@ -41,6 +41,10 @@ chromium:
 prometheus:
 	@scripts/ensure-prometheus.sh
 
+# Debian's jemalloc, the image's allocator, for the tests that run a process on it
+jemalloc:
+	@scripts/ensure-jemalloc.sh
+
 # pytest exits 5 when it collected no test: that is a broken run, never a green one.
 define run_pytest
 	@rc=0; $(BIN)/pytest $(1) $(PYTEST_ARGS) || rc=$$?; \
@@ -50,10 +54,10 @@ define run_pytest
 	exit $$rc
 endef
 
-test: $(STAMP) postgres chromium prometheus
+test: $(STAMP) postgres chromium prometheus jemalloc
 	$(call run_pytest,-q -n $(PYTEST_WORKERS) --dist worksteal)
 
-test-fast: $(STAMP) postgres chromium prometheus
+test-fast: $(STAMP) postgres chromium prometheus jemalloc
 	$(call run_pytest,-q -n $(PYTEST_WORKERS) --dist worksteal -m "not slow")
 
 lint: $(STAMP)
@@ -63,7 +67,7 @@ lint: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/costguard demo
 
-bench: $(STAMP)
+bench: $(STAMP) jemalloc
 	$(BIN)/python -m bench
 
 # Not part of `test`: each safety-core module is mutated alone and must fail the tests of

@@ -82,3 +82,14 @@ def test_ensure_prometheus_finds_the_binaries_the_kubernetes_tests_start() -> No
     done = _run(REPO_ROOT / "scripts" / "ensure-prometheus.sh")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == f"Prometheus: {server}, promtool: {tool}"
+
+
+def test_ensure_jemalloc_finds_the_library_the_image_preloads() -> None:
+    import ctypes.util
+
+    if ctypes.util.find_library("jemalloc") is None:
+        pytest.skip("jemalloc not installed here")
+    done = _run(REPO_ROOT / "scripts" / "ensure-jemalloc.sh")
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith("jemalloc: /") and last.endswith("libjemalloc.so.2")

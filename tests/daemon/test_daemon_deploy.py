@@ -246,3 +246,13 @@ def test_every_image_is_one_this_repository_builds_at_this_version(k8s: Manifest
         name, _, tag = image.rpartition(":")
         assert name in built and tag == __version__, image
         assert (DEPLOY / built[name]).is_file()
+
+
+def test_the_image_runs_the_daemon_on_jemalloc_as_heap_py_says() -> None:
+    from costguard.engine.heap import JEMALLOC_ENV
+
+    text = (DEPLOY / "Dockerfile").read_text()
+    final = text.rsplit("\nFROM ", 1)[1]  # the image's own stage, not the build's
+    assert re.search(r"apt-get install -y --no-install-recommends libjemalloc2", final)
+    env = dict(re.findall(r"(?:ENV|\\\n)\s+([A-Z_]+)=(\S+)", final))
+    assert {k: env.get(k) for k in JEMALLOC_ENV} == JEMALLOC_ENV

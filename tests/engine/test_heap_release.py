@@ -85,3 +85,21 @@ def test_release_purges_every_jemalloc_arena(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(heap, "_libc", lambda: pytest.fail("glibc's trim under jemalloc"))
     assert heap.release_freed_memory()
     assert asked == [b"arena.4096.purge"]  # MALLCTL_ARENAS_ALL
+
+
+@pytest.mark.skipif(not _jemalloc_found(), reason="needs jemalloc (Debian: libjemalloc2)")
+def test_the_images_jemalloc_settings_are_all_taken() -> None:
+    """jemalloc warns on stderr of a setting it does not know, and runs on without it."""
+    import os
+
+    from costguard.engine.heap import JEMALLOC_ENV
+
+    child = ("import ctypes; from costguard.engine.heap import jemalloc, release_freed_memory; "
+             "m = ctypes.CDLL(None).mallctl; v = ctypes.c_size_t(); "
+             "n = ctypes.c_size_t(ctypes.sizeof(v)); "
+             "m(b'opt.tcache_max', ctypes.byref(v), ctypes.byref(n), None, 0); "
+             "print(jemalloc(), release_freed_memory(), v.value)")
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                         check=True, cwd=ROOT, timeout=60, env={**os.environ, **JEMALLOC_ENV})
+    assert out.stdout.split() == ["True", "True", "4096"], out
+    assert "<jemalloc>" not in out.stderr, out.stderr
