@@ -107,15 +107,16 @@ def glibc() -> bool:
 def limit_malloc_arenas(arenas: int = MALLOC_ARENAS, *, libc: Any = None) -> bool:
     """Ask glibc for at most `arenas` malloc arenas, once per process; True when this call
     set it. Not when MALLOC_ARENA_MAX is in the environment (glibc read it at start), nor
-    elsewhere than glibc. `libc`: the C library to call (the process's own by default)."""
+    elsewhere than glibc, nor on jemalloc. `libc`: the C library to call (the process's own
+    by default)."""
     global _arenas_asked
     with _lock:
         if _arenas_asked:
             return False
         _arenas_asked = True
     libc = libc if libc is not None else _libc()
-    if "MALLOC_ARENA_MAX" in os.environ or libc is None:
-        return False
+    if "MALLOC_ARENA_MAX" in os.environ or libc is None or _jemalloc() is not None:
+        return False  # on jemalloc its own setting (narenas) decides, read at start
     return bool(libc.mallopt(_M_ARENA_MAX, arenas))
 
 
