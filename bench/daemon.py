@@ -184,10 +184,7 @@ def _jemalloc_found() -> bool:
 def _rss_after_cycles(n: int, allocator: str = "glibc") -> dict[str, object]:
     """A fresh process (so the figure is this fleet's alone): the daemon's cycle over a
     simulated fleet of `n` instances, RSS after each cycle. `allocator` "jemalloc": the
-    process runs as the image runs the daemon (`JEMALLOC_ENV`), and each figure is read 2 s
-    after its cycle (what jemalloc's 1 s decay leaves: the daemon waits minutes between
-    cycles); glibc's is the same after 2 s as at once (its free pages go only when trimmed)."""
-    settle = 2.0 if allocator == "jemalloc" else 0.0
+    process runs as the image runs the daemon (`JEMALLOC_ENV`)."""
     code = f"""
 import gc, json, logging, sys, tempfile, time
 from datetime import timedelta
@@ -221,7 +218,6 @@ for _ in range({RSS_CYCLES}):
     clock.advance(timedelta(minutes=5))
     prunes.run_due(clock.now())
     gc.collect()
-    time.sleep({settle})
     rss.append(rss_mib())
 gpu = sum(1 for i in engine._current_instances() if i.has_gpu)
 import resource
@@ -275,8 +271,7 @@ print(json.dumps({{"start": start_rss, "rss": rss, "seconds": seconds, "gpu": gp
     "steady state (the simulated cloud lives in the same process and counts too); then one "
     "cycle after 6 hours down, which reads and prices the downtime's metrics (its peak; the "
     "prune a restarted daemon runs a minute later is not in it). The last row runs 10,000 on "
-    "jemalloc as the image does (deploy/Dockerfile; each figure read 2 s after its cycle), "
-    "where the library is installed. "
+    "jemalloc as the image does (deploy/Dockerfile), where the library is installed. "
     "Target (#22): < 120 MB at 10,000 instances."))
 def daemon_rss() -> list[dict[str, object]]:
     rows = [_rss_after_cycles(n) for n in (1_000, 3_000, 10_000)]

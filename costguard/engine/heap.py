@@ -144,15 +144,16 @@ def jemalloc() -> bool:
 _PURGE_ALL = b"arena.4096.purge"
 
 # How the image runs the daemon on jemalloc (deploy/Dockerfile sets these; a test keeps the
-# two equal): Python's allocator hands it every object; two arenas, as glibc gets; free
-# pages back within a second, by a thread of its own, and at once after each cycle
+# two equal): Python's allocator hands it every object; two arenas, as glibc gets; a free
+# page back at once (freed pages held for jemalloc's decay time, even 1 s, raised the peak
+# of the hourly prune by 9 %), and after each cycle whatever is left
 # (`release_freed_memory`); each thread's cache small (20 objects a size, none over 4 KiB):
 # with jemalloc's default caches, the dozens of provider threads' raised a cycle's peak by
 # ~13 % (docs/operations.md "Sizing").
 JEMALLOC_ENV = {
     "LD_PRELOAD": "libjemalloc.so.2",
     "PYTHONMALLOC": "malloc",
-    "MALLOC_CONF": "narenas:2,background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0,"
+    "MALLOC_CONF": "narenas:2,background_thread:true,dirty_decay_ms:0,muzzy_decay_ms:0,"
                    "tcache_nslots_small_max:20,tcache_max:4096",
 }
 
