@@ -175,12 +175,6 @@ DOWNTIME_HOURS = 6
 FLAT_OVER = 4  # cycles at the end over which the growth is measured
 
 
-def _jemalloc_found() -> bool:
-    import ctypes.util
-
-    return ctypes.util.find_library("jemalloc") is not None
-
-
 def _rss_after_cycles(n: int, allocator: str = "glibc") -> dict[str, object]:
     """A fresh process (so the figure is this fleet's alone): the daemon's cycle over a
     simulated fleet of `n` instances, RSS after each cycle. `allocator` "jemalloc": the
@@ -274,8 +268,10 @@ print(json.dumps({{"start": start_rss, "rss": rss, "seconds": seconds, "gpu": gp
     "jemalloc as the image does (deploy/Dockerfile), where the library is installed. "
     "Target (#22): < 120 MB at 10,000 instances."))
 def daemon_rss() -> list[dict[str, object]]:
+    from costguard.engine.heap import jemalloc_installed
+
     rows = [_rss_after_cycles(n) for n in (1_000, 3_000, 10_000)]
-    if _jemalloc_found():  # the image's allocator (deploy/Dockerfile)
+    if jemalloc_installed():  # the image's allocator (deploy/Dockerfile)
         rows.append(_rss_after_cycles(10_000, "jemalloc"))
     else:
         rows.append({"instances": 10_000, "allocator": "jemalloc: not found (Debian: "

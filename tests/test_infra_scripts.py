@@ -85,9 +85,9 @@ def test_ensure_prometheus_finds_the_binaries_the_kubernetes_tests_start() -> No
 
 
 def test_ensure_jemalloc_finds_the_library_the_image_preloads() -> None:
-    import ctypes.util
+    from costguard.engine.heap import jemalloc_installed
 
-    if ctypes.util.find_library("jemalloc") is None:
+    if not jemalloc_installed():
         pytest.skip("jemalloc not installed here")
     done = _run(REPO_ROOT / "scripts" / "ensure-jemalloc.sh")
     assert done.returncode == 0, done.stderr

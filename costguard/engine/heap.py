@@ -140,6 +140,13 @@ def jemalloc() -> bool:
     return _jemalloc() is not None
 
 
+def jemalloc_installed() -> bool:
+    """Whether jemalloc can be preloaded here (`JEMALLOC_ENV`), loaded in this process or not."""
+    import ctypes.util
+
+    return ctypes.util.find_library("jemalloc") is not None
+
+
 # every arena at once (jemalloc's MALLCTL_ARENAS_ALL)
 _PURGE_ALL = b"arena.4096.purge"
 

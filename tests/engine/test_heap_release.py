@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from costguard.engine.heap import jemalloc_installed
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # a child process: the suite's own heap would blur the figures
@@ -47,13 +49,7 @@ def test_freed_memory_leaves_the_process_once_released() -> None:
     assert got["after"] - got["base"] < grown / 10, got
 
 
-def _jemalloc_found() -> bool:
-    import ctypes.util
-
-    return ctypes.util.find_library("jemalloc") is not None
-
-
-@pytest.mark.skipif(not Path("/proc/self/status").exists() or not _jemalloc_found(),
+@pytest.mark.skipif(not Path("/proc/self/status").exists() or not jemalloc_installed(),
                     reason="reads /proc; needs jemalloc (Debian: libjemalloc2)")
 def test_on_jemalloc_the_cycles_free_pages_are_purged_at_once() -> None:
     """A process on jemalloc (preloaded, Python's allocator handing it everything) keeps the
@@ -87,7 +83,7 @@ def test_release_purges_every_jemalloc_arena(monkeypatch: pytest.MonkeyPatch) ->
     assert asked == [b"arena.4096.purge"]  # MALLCTL_ARENAS_ALL
 
 
-@pytest.mark.skipif(not _jemalloc_found(), reason="needs jemalloc (Debian: libjemalloc2)")
+@pytest.mark.skipif(not jemalloc_installed(), reason="needs jemalloc (Debian: libjemalloc2)")
 def test_the_images_jemalloc_settings_are_all_taken() -> None:
     """jemalloc warns on stderr of a setting it does not know, and runs on without it."""
     import os
