@@ -51,6 +51,7 @@ from costguard.daemon.metrics import DaemonMetrics
 from costguard.daemon.routes import extra_routes
 from costguard.daemon.settings import DaemonSettings
 from costguard.engine.cycle import Engine
+from costguard.engine.heap import release_freed_memory
 from costguard.engine.maintain import prune_store
 from costguard.engine.summary import CycleSummary, log_stages
 from costguard.providers.base import FetchesPrices
@@ -186,6 +187,10 @@ class Daemon:
             except Exception as exc:
                 log.warning("prune failed: %s: %s", type(exc).__name__, exc)
                 return {}
+            finally:
+                # settling an hour of readings fills as much heap as a cycle: handed back
+                # now, not at the end of the next cycle (engine/heap.py)
+                release_freed_memory()
 
     def prices_job(self) -> int:
         """Fetch current list prices into the store (leader only); how many were stored."""

@@ -301,6 +301,26 @@ def test_every_cycle_hands_what_it_freed_back_ok_or_failed(
     assert released == [True, True]
 
 
+def test_the_prune_hands_what_it_freed_back_ok_or_failed(
+        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    import costguard.daemon.scheduler as scheduler
+
+    released: list[bool] = []
+    monkeypatch.setattr(scheduler, "release_freed_memory", lambda: released.append(True))
+    clock = ManualClock(START)
+    engine = build_engine(db, scripted_cloud(clock), clock)
+    daemon = Daemon(engine, engine.settings, quiet_daemon())
+    assert daemon.prune_job() != {}
+    assert released == [True]
+
+    def broken(*_: object) -> dict[str, int]:
+        raise RuntimeError("store gone")
+
+    monkeypatch.setattr(scheduler, "prune_store", broken)
+    assert daemon.prune_job() == {}
+    assert released == [True, True]
+
+
 class NotebookCloud(ScriptedCloud):
     """Writes what it learned to the memory the engine attaches, and reads it back."""
 
