@@ -40,7 +40,9 @@ class SpotPrices:
         self._clock = clock
         self._ec2_for = ec2_for  # (account id, region) -> the scope's EC2 client
         self._lock = threading.Lock()
-        self._usd: dict[Scope, dict[tuple[str, str], float]] = {}  # (type, zone) -> USD/h
+        # type -> zone -> USD/h: a type's prices are looked up (every priced instance) and
+        # written to the store (every inventory) by type, never scanned for it
+        self._usd: dict[Scope, dict[str, dict[str, float]]] = {}
         self._asked: dict[Scope, dict[str, datetime]] = defaultdict(dict)  # type -> when read
 
     def forget_old(self, now: datetime) -> None:
@@ -48,11 +50,10 @@ class SpotPrices:
         with self._lock:
             for key, asked in self._asked.items():
                 old = {t for t, at in asked.items() if now - at >= SPOT_PRICE_TTL}
+                by_type = self._usd.get(key, {})
                 for t in old:
                     del asked[t]
-                if old and key in self._usd:
-                    self._usd[key] = {k: v for k, v in self._usd[key].items()
-                                      if k[0] not in old}
+                    by_type.pop(t, None)
 
     def prefetch(self, account_id: str, region: str, instances: Sequence[Instance],
                  now: datetime) -> None:
@@ -73,14 +74,13 @@ class SpotPrices:
         if not asked:
             self._read(instance.account, instance.region, {instance.instance_type},
                        self._clock.now())
-        with self._lock:
-            by_az = {az: usd for (t, az), usd in self._usd.get(key, {}).items()
-                     if t == instance.instance_type}
-        if not by_az:
-            return None
-        if instance.zone in by_az:
-            return by_az[instance.zone]
-        return max(by_az.values())
+        with self._lock:  # the dict is written under the lock by other scopes' reads
+            by_az = self._usd.get(key, {}).get(instance.instance_type, {})
+            if not by_az:
+                return None
+            if instance.zone in by_az:
+                return by_az[instance.zone]
+            return max(by_az.values())
 
     def _read(self, account_id: str, region: str, types: set[str], now: datetime) -> None:
         key = (account_id, region)
@@ -98,7 +98,13 @@ class SpotPrices:
             # next cycle asks again
             at = now - SPOT_PRICE_TTL if failed else now
             self._asked[key].update(dict.fromkeys(types, at))
-            self._usd.setdefault(key, {}).update(fetched)
+            self._keep(key, fetched)
+
+    def _keep(self, key: Scope, prices: dict[tuple[str, str], float]) -> None:
+        """`prices` ((type, zone) -> USD/h) into the scope's; the caller holds the lock."""
+        by_type = self._usd.setdefault(key, {})
+        for (itype, az), usd in prices.items():
+            by_type.setdefault(itype, {})[az] = usd
 
     def notes(self) -> dict[str, dict[str, Any]]:
         """Prices still fresh, per "account/region" and type: when read, by zone."""
@@ -112,8 +118,7 @@ class SpotPrices:
                         continue  # a failed read is stored as already old: not worth keeping
                     notes.setdefault(f"{account}/{region}", {})[itype] = {
                         "at": at.isoformat(),
-                        "usd": {az: usd for (t, az), usd in sorted(prices.items())
-                                if t == itype}}
+                        "usd": dict(sorted(prices.get(itype, {}).items()))}
         return notes
 
     def restore(self, notes: dict[str, Any]) -> None:
@@ -133,5 +138,5 @@ class SpotPrices:
                     continue  # too old, or from a clock ahead of ours
                 with self._lock:
                     self._asked[(account, region)][str(itype)] = at
-                    self._usd.setdefault((account, region), {}).update(
-                        {(str(itype), az): v for az, v in usd.items()})
+                    self._keep((account, region), {(str(itype), az): v
+                                                   for az, v in usd.items()})
