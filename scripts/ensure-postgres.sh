@@ -8,6 +8,7 @@
 #
 # Prints the bin directory it found on the last line of stdout.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/ensure-lib.sh"
 
 complete() { [[ -x "$1/initdb" && -x "$1/pg_ctl" && -x "$1/postgres" ]]; }
 
@@ -28,51 +29,18 @@ find_bindir() {
   return 1
 }
 
-is_ci() { [[ "${CI:-}" =~ ^(1|true|TRUE|True|yes)$ ]]; }
-
-give_up() {
-  local why="$1"
-  {
-    echo
-    echo "=================================================================="
-    echo "  WARNING: PostgreSQL server binaries not found"
-    echo "  $why"
-    if is_ci; then
-      echo "  CI=true: the run FAILS rather than skip the PostgreSQL tests."
-    else
-      echo "  The PostgreSQL tests will be SKIPPED ('PostgreSQL unavailable: ...')."
-    fi
-    echo "  Fix: apt-get install postgresql (as root), or set"
-    echo "       COSTGUARD_PG_BINDIR to a directory holding initdb/pg_ctl/postgres."
-    echo "=================================================================="
-    echo
-  } >&2
-  is_ci && exit 1
-  exit 0
+found() {
+  local bindir
+  bindir="$(find_bindir)" || return 1
+  echo "PostgreSQL server binaries: $bindir"
 }
 
-if bindir="$(find_bindir)"; then
-  echo "PostgreSQL server binaries: $bindir"
-  exit 0
-fi
-
-if [[ -n "${COSTGUARD_PG_BINDIR:-}" ]]; then
+WHAT="PostgreSQL server binaries"
+TESTS="the PostgreSQL tests"
+SKIP="SKIPPED ('PostgreSQL unavailable: ...')"
+FIX="apt-get install postgresql (as root), or set
+       COSTGUARD_PG_BINDIR to a directory holding initdb/pg_ctl/postgres."
+if [[ -n "${COSTGUARD_PG_BINDIR:-}" ]] && ! find_bindir >/dev/null; then
   give_up "COSTGUARD_PG_BINDIR=$COSTGUARD_PG_BINDIR has no initdb, pg_ctl and postgres."
 fi
-if [[ "$(id -u)" != 0 ]]; then
-  give_up "Not root, so they cannot be installed automatically."
-fi
-if ! command -v apt-get >/dev/null 2>&1; then
-  give_up "No apt-get on this machine to install them with."
-fi
-
-echo "PostgreSQL server binaries missing: installing the Debian package 'postgresql'..."
-export DEBIAN_FRONTEND=noninteractive
-if ! { apt-get update -q && apt-get install -y -q --no-install-recommends postgresql; }; then
-  give_up "apt-get install postgresql failed (see above)."
-fi
-if bindir="$(find_bindir)"; then
-  echo "PostgreSQL server binaries: $bindir"
-  exit 0
-fi
-give_up "apt-get installed postgresql but initdb/pg_ctl/postgres are still not found."
+ensure_packages postgresql

@@ -93,3 +93,36 @@ def test_ensure_jemalloc_finds_the_library_the_image_preloads() -> None:
     assert done.returncode == 0, done.stderr
     last = done.stdout.strip().splitlines()[-1]
     assert last.startswith("jemalloc: /") and last.endswith("libjemalloc.so.2")
+
+
+# each ensure script with what it looks for made missing: its own override pointing nowhere,
+# or (jemalloc) an ldconfig that lists nothing
+MISSING = {
+    "chromium": ({"COSTGUARD_CHROMIUM": "/nonexistent/chromium"}, "headless Chromium",
+                 "The console's browser tests will be SKIPPED ('Chromium unavailable')"),
+    "prometheus": ({"COSTGUARD_PROMETHEUS": "/nonexistent/prometheus"}, "Prometheus",
+                   "The Kubernetes tests will be SKIPPED ('Prometheus unavailable')"),
+    "jemalloc": ({}, "jemalloc", "The tests of the image's allocator will be SKIPPED"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MISSING))
+def test_each_ensure_script_warns_when_it_cannot_install_and_fails_under_ci(
+        name: str, tmp_path: Path) -> None:
+    """Not root (a fake `id`): nothing is installed; a loud warning and the tests skip, or
+    under CI=true the run fails (scripts/ensure-lib.sh, shared by every ensure script)."""
+    env, what, skipped = MISSING[name]
+    for tool, body in (("id", "echo 1000"), ("ldconfig", "exit 0")):
+        fake = tmp_path / tool
+        fake.write_text(f"#!/bin/sh\n{body}\n")
+        fake.chmod(0o755)
+    path = f"{tmp_path}:{os.environ['PATH']}"
+    script = REPO_ROOT / "scripts" / f"ensure-{name}.sh"
+    done = _run(script, PATH=path, **env)
+    assert done.returncode == 0, done.stderr
+    assert f"WARNING: {what}" in done.stderr
+    assert "Not root, so it cannot be installed automatically." in done.stderr
+    assert skipped in done.stderr
+    done = _run(script, PATH=path, CI="true", **env)
+    assert done.returncode == 1
+    assert "CI=true: the run FAILS rather than skip" in done.stderr
