@@ -37,7 +37,7 @@ from costguard.engine.verdicts import Verdicts
 from costguard.errors import ProviderError
 from costguard.minutes import has_source
 from costguard.model import Gap, GpuMinute, Instance, InstanceState, TelemetrySource
-from costguard.policy.evaluate import Finding, evaluate
+from costguard.policy.evaluate import Finding, judge, matches
 from costguard.policy.kinds import KINDS
 from costguard.policy.schema import PolicySet
 from costguard.policy.stop_check import check_stops, held_back, needs_check
@@ -372,15 +372,18 @@ class Engine:
             # one instance's readings at a time: the window keeps them packed
             minutes = self.window.minutes(ref, start, now) if reads else []
             for n, policy in enumerate(self.policies.policies):
+                if not matches(policy, inst, now):
+                    continue
+                # priced only where a policy selects it: a price may be a call (a spot type
+                # not read yet) and is a lookup either way
                 if ref not in prices:
                     prices[ref] = self.price(inst)
                 v = verdicts[n].get(ref) if n in verdicts else None
-                f = evaluate(policy, inst, minutes, now, prices[ref], v)
-                if f is not None:
-                    findings.append(f)
-                    if (ref not in agents and needs_check(f)
-                            and has_source(minutes, TelemetrySource.AGENT)):
-                        agents.add(ref)
+                f = judge(policy, inst, minutes, now, prices[ref], v)
+                findings.append(f)
+                if (ref not in agents and needs_check(f)
+                        and has_source(minutes, TelemetrySource.AGENT)):
+                    agents.add(ref)
         # the stop's checks on the stored readings (policy/stop_check.py)
         out = check_stops(self.db, self.policies.policies, findings, start, now, agents)
         for f in out:

@@ -176,6 +176,15 @@ def evaluate(
     """None when the policy does not select `inst`; else a Finding saying if it holds."""
     if not matches(policy, inst, now):
         return None
+    return judge(policy, inst, minutes, now, usd_per_hour, efficiency)
+
+
+def judge(
+    policy: Policy, inst: Instance, minutes: Sequence[Reading], now: datetime,
+    usd_per_hour: float, efficiency: StoredVerdict | None = None,
+) -> Finding:
+    """The Finding of a policy that selects `inst` (`matches`): whether its condition
+    holds, and why."""
     holds, reasons, verdict = check_condition(policy.condition, inst, minutes, now,
                                               usd_per_hour, efficiency)
     return Finding(policy=policy, instance=inst, holds=holds, reason="; ".join(reasons),
