@@ -1,6 +1,9 @@
 """JSON from outside, parsed under one rule: nesting bounded before the parser recurses,
 numbers of at most 40 characters (a 5,000-digit integer raised ValueError past the
-handlers), and no NUL in any string (PostgreSQL refuses it in text).
+handlers), no NUL in any string (PostgreSQL refuses it in text), and no unpaired surrogate
+(a `\\ud800` escape, or its bytes, is valid JSON but not Unicode text: no store and no UTF-8
+writer takes it, so it was refused at the store, after the parse, as a 503 an agent retried
+for ever).
 What it refuses is `JsonRefused` with the reason. The daemon's routes (daemon/bodies.py)
 and the billing importer's JSON cells and lines (billing/lines.py, focus_files.py) use it.
 """
@@ -14,6 +17,10 @@ from typing import Any
 MAX_DEPTH = 32
 MAX_NUMBER_CHARS = 40
 _STRUCTURE = re.compile(rb'[\[\]{}"\\]')
+# where a text may carry a surrogate: an escape of one (json reads a valid pair as one
+# character), or its UTF-8-like bytes (json reads bytes with "surrogatepass")
+_MAY_HOLD_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class JsonRefused(ValueError):
@@ -59,13 +66,17 @@ def _float(text: str) -> float:
     return float(_number(text))  # 1e999 is inf: the model that reads it refuses non-finite
 
 
-def _no_nul(value: Any) -> None:
+def _text_only(value: Any) -> None:
+    """Every string in `value` (keys too) without NUL or an unpaired surrogate."""
     stack = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, str):
             if "\x00" in item:
                 raise JsonRefused("a string holds a NUL character (\\u0000)")
+            if (found := _SURROGATE.search(item)) is not None:
+                raise JsonRefused(f"a string holds an unpaired surrogate "
+                                  f"(\\u{ord(found.group()):04x}): not Unicode text")
         elif isinstance(item, dict):
             stack.extend(item.keys())
             stack.extend(item.values())
@@ -86,6 +97,7 @@ def parse_json(text: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
         raise
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError too
         raise JsonRefused(f"not JSON: {exc}") from None
-    if b"\\u0000" in raw:  # the only way JSON text carries NUL: walk only where it may
-        _no_nul(value)
+    # the only ways JSON text carries NUL or a lone surrogate: walk only where it may
+    if b"\\u0000" in raw or _MAY_HOLD_SURROGATE.search(raw):
+        _text_only(value)
     return value
