@@ -6,6 +6,10 @@ writer takes it, so it was refused at the store, after the parse, as a 503 an ag
 for ever).
 What it refuses is `JsonRefused` with the reason. The daemon's routes (daemon/bodies.py)
 and the billing importer's JSON cells and lines (billing/lines.py, focus_files.py) use it.
+Answers of an API costguard reads whole (Kubernetes', Prometheus') are parsed with
+`mend_text`: a NUL or an unpaired surrogate in one free-form string (a pod's annotation or
+environment value may hold any text) becomes U+FFFD there, instead of the whole answer,
+and with it the cluster's inventory, being refused.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ _STRUCTURE = re.compile(rb'[\[\]{}"\\]')
 # character), or its UTF-8-like bytes (json reads bytes with "surrogatepass")
 _MAY_HOLD_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_ODD_TEXT = re.compile("[\x00\ud800-\udfff]")
 
 
 class JsonRefused(ValueError):
@@ -84,8 +89,22 @@ def _text_only(value: Any) -> None:
             stack.extend(item)
 
 
-def parse_json(text: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
-    """`text` parsed under the rules above; JsonRefused says which one it broke."""
+def _mended(value: Any) -> Any:
+    """`value` with each NUL and unpaired surrogate in its strings (keys too) as U+FFFD
+    (recursion bounded: the depth was checked before parsing)."""
+    if isinstance(value, str):
+        return _ODD_TEXT.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_mended(v) for v in value]
+    if isinstance(value, dict):
+        return {_mended(k): _mended(v) for k, v in value.items()}
+    return value
+
+
+def parse_json(text: bytes | str, *, max_depth: int = MAX_DEPTH,
+               mend_text: bool = False) -> Any:
+    """`text` parsed under the rules above; JsonRefused says which one it broke. With
+    `mend_text`, a NUL or an unpaired surrogate in a string is replaced, not refused."""
     raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
     if json_depth(raw) > max_depth:
         raise JsonRefused(f"JSON nests deeper than {max_depth} levels")
@@ -99,5 +118,7 @@ def parse_json(text: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
         raise JsonRefused(f"not JSON: {exc}") from None
     # the only ways JSON text carries NUL or a lone surrogate: walk only where it may
     if b"\\u0000" in raw or _MAY_HOLD_SURROGATE.search(raw):
+        if mend_text:
+            return _mended(value)
         _text_only(value)
     return value

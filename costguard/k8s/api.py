@@ -263,7 +263,7 @@ class KubeApi:
             raise ProviderError("k8s", self.cluster, f"{what}: answer over "
                                 f"{MAX_BYTES // 2**20} MiB, refused")
         try:
-            answer = parse_json(body)
+            answer = parse_json(body, mend_text=True)  # one odd annotation: not the page
         except (JsonRefused, ValueError):
             answer = None
         if not isinstance(answer, dict):

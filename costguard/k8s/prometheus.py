@@ -122,7 +122,7 @@ class PrometheusClient:
                 f"kubernetes cluster {self.cluster}: cannot reach Prometheus at {self.url} "
                 f"({type(exc).__name__}: {exc}); check prometheus_url") from None
         try:
-            answer = parse_json(bytes(body))
+            answer = parse_json(bytes(body), mend_text=True)
         except (JsonRefused, ValueError):
             answer = None
         if not isinstance(answer, dict):

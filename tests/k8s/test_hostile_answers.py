@@ -187,3 +187,35 @@ def test_an_unreadable_cluster_is_a_gap_and_the_cycle_goes_on(tmp_path: Path) ->
 def test_a_missing_kubeconfig_says_so(tmp_path: Path) -> None:
     with pytest.raises(ProviderError, match="cannot load the cluster's credentials"):
         KubeApi("ml", ApiSettings(kubeconfig=tmp_path / "nope"))
+
+
+def test_a_nul_in_one_objects_free_text_does_not_hide_the_others(tmp_path: Path) -> None:
+    """An annotation or an environment value may hold any text, NUL included (the API
+    server sends it as \\u0000): that string is mended, the list is read whole. Refused,
+    one odd annotation hid every workload of the cluster."""
+    fake = FakeApi()
+    fake.add("deployments", "ns", "odd", annotations={"note": "a\x00b"},
+             spec={"template": {"spec": {"containers": [
+                 {"name": "c", "env": [{"name": "SEP", "value": "\x00"}]}]}}})
+    fake.add("deployments", "ns", "plain", labels={"team": "vision"})
+    with serve(fake.app()) as url:
+        (tmp_path / "kc").write_text(kubeconfig(url))
+        api = KubeApi("ml", ApiSettings(kubeconfig=tmp_path / "kc"))
+        listed = api.list("deployments")
+    assert listed is not None
+    by_name = {o.name: o for o in listed}
+    assert sorted(by_name) == ["odd", "plain"]
+    assert by_name["odd"].annotations == {"note": "a\ufffdb"}
+    (container,) = by_name["odd"].body["spec"]["template"]["spec"]["containers"]
+    assert container["env"] == [{"name": "SEP", "value": "\ufffd"}]
+    assert by_name["plain"].labels == {"team": "vision"}
+
+
+def test_a_nul_in_a_prometheus_label_is_mended_not_refused(
+        answers: tuple[str, dict[str, object]]) -> None:
+    url, state = answers
+    state.update(answer={"status": "success", "data": {"resultType": "matrix", "result": [
+        {"metric": {"__name__": "x", "pod": "p\x00"}, "values": [[T0.timestamp(), "1"]]}]}})
+    (series,) = _client(url).query_range("x", T0, T0 + timedelta(minutes=1),
+                                         timedelta(minutes=1))
+    assert series.labels["pod"] == "p\ufffd"
