@@ -8,7 +8,7 @@ import logging
 import secrets
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -78,7 +78,12 @@ def console_routes(settings: Settings, db: Database, clock: Clock,
     async def not_found(request: Request, exc: Exception) -> Response:
         return JSONResponse({"error": f"no route {request.url.path}"}, 404)
 
-    handlers = {404: not_found}
+    async def failed(request: Request, exc: Exception) -> Response:
+        # as the daemon's own routes answer (daemon/http.py GuardMiddleware): the store's
+        # failure is the client's to retry, never a 500 (logged where it is raised)
+        return JSONResponse({"error": "internal error; retry later"}, 503)
+
+    handlers: dict[Any, Any] = {404: not_found, Exception: failed}
     pages = Starlette(routes=page_routes, middleware=[session], exception_handlers=handlers)
     api = Starlette(routes=Api(settings, db, clock, policies).routes(), middleware=[session],
                     exception_handlers=handlers)

@@ -232,4 +232,5 @@ def _date_only(value: str | None) -> str:
 
 
 def _text(value: object) -> str | None:
-    return value.strip() if isinstance(value, str) else None
+    """A form field's text; None for none, or for text no record holds (NUL)."""
+    return value.strip() if isinstance(value, str) and "\x00" not in value else None

@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from urllib.parse import urlsplit
+from urllib.parse import unquote_to_bytes, urlsplit
 
 import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -145,6 +145,24 @@ class GuardMiddleware:
         self.metrics.http.labels(route, str(status)).inc()
 
 
+class NulGuardMiddleware:
+    """Refuses (400) a request whose path or query holds NUL (`%00`): no name, id or filter
+    costguard records holds one, and PostgreSQL refuses it in any text it is asked to
+    compare (a console page or an API call with `%00` in an instance id was a 500)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (
+                "\x00" in str(scope.get("path", ""))
+                or b"\x00" in unquote_to_bytes(bytes(scope.get("query_string", b"")))):
+            await JSONResponse({"error": "the URL holds a NUL character (%00): no name "
+                                "costguard records holds one"}, 400)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
 class HostCheckMiddleware:
     """Refuses (421) a request whose Host header names neither a loopback host nor one of
     `allowed`: served without login on 127.0.0.1, the daemon is otherwise readable by any web
@@ -229,6 +247,7 @@ def build_app(
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: bad_method})
     if allowed_hosts is not None:
         app.add_middleware(HostCheckMiddleware, allowed=allowed_hosts)
+    app.add_middleware(NulGuardMiddleware)
     app.add_middleware(GuardMiddleware, metrics=metrics)
     return app
 
