@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -165,6 +166,27 @@ def _marked_error(
     return SourceError(filename, line, column, message)
 
 
+_ODD_TEXT = re.compile("[\x00\ud800-\udfff]")
+
+
+def _text_of(value: str, node: yaml.Node) -> str:
+    """`value` as text, from what YAML's escapes made of it: a pair of surrogate escapes
+    ("\\ud83d\\ude00") is the one character it stands for (PyYAML keeps the halves); NUL
+    ("\\0") or a lone half is refused at the scalar. Either failed the cycle that wrote a
+    message or a tag holding it (no store, cloud or UTF-8 writer takes it), after `validate`
+    had said the file was fine."""
+    if "\x00" in value:
+        raise _Located(node.start_mark, "text holds a NUL character (an escape such as "
+                       "\"\\0\"): no store, cloud or message can carry it; remove it")
+    try:
+        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+    except UnicodeDecodeError:
+        lone = next(c for c in value if "\ud800" <= c <= "\udfff")
+        raise _Located(node.start_mark, f"text holds an unpaired surrogate "
+                       f"(\"\\u{ord(lone):04x}\"), which is not Unicode text: write the "
+                       "character itself, or both halves of its pair") from None
+
+
 def _line_col(text: str, offset: int) -> tuple[int, int]:
     before = text[:offset]
     line = before.count("\n") + 1
@@ -216,12 +238,15 @@ class _Converter:
 
     def _scalar(self, node: yaml.ScalarNode) -> Any:
         try:
-            return self._loader.construct_object(node, deep=True)
+            value = self._loader.construct_object(node, deep=True)
         except yaml.constructor.ConstructorError as exc:
             raise _Located(node.start_mark, exc.problem or "invalid value") from None
         except (ValueError, TypeError, OverflowError) as exc:
             # e.g. `2024-13-45` matches the timestamp pattern but is no date
             raise _Located(node.start_mark, f"invalid value {node.value!r}: {exc}") from None
+        if isinstance(value, str) and _ODD_TEXT.search(value) is not None:
+            value = _text_of(value, node)
+        return value
 
     def _mapping(self, node: yaml.MappingNode, path: YamlPath) -> dict[Any, Any]:
         result: dict[Any, Any] = {}
