@@ -48,6 +48,7 @@ from costguard.billing.lines import (
     MAX_LINE_MICROS,
     NULLS,
     PROVIDER_COLUMNS,
+    STORED_TEXT,
     LineReader,
     category_of,
     fold_schemes,
@@ -277,6 +278,10 @@ def _lines(table: pa.Table, reader: LineReader) -> pa.Table:
             return pa.nulls(table.num_rows, pa.string())
         return by_value(as_text(table[name]), _opt)
 
+    for name in STORED_TEXT:  # what is stored as it is written: NUL is no text a store takes
+        if name in table.column_names and pc.any(
+                pc.match_substring(as_text(table[name]), "\x00")).as_py():
+            raise NotColumnar(f"a {name} holds a NUL character (those lines are skipped)")
     account = pc.coalesce(text("SubAccountId"), text("BillingAccountId"))
     currency = pc.utf8_upper(pc.coalesce(text("BillingCurrency"), pa.scalar(BASE_CURRENCY)))
     if pc.any(pc.not_equal(currency, pa.scalar(BASE_CURRENCY))).as_py():

@@ -269,6 +269,7 @@ class LineReader:
     def line(self, row: dict[str, Any], where: str) -> dict[str, Any]:
         """One charge line as the billing_lines columns, or BillingImportError naming
         `where` and what is wrong."""
+        _no_nul(row, where)
         account = _opt(row.get("SubAccountId")) or _opt(row.get("BillingAccountId"))
         tags = self.tag_set(row.get("Tags"), where)
         categories = row.get("x_CostCategories")  # AWS's FOCUS 1.0: below every tag
@@ -301,6 +302,20 @@ class LineReader:
                                            f"{where} ChargeCategory"),
             "charge_class": _opt(row.get("ChargeClass")), "currency": currency,
         }
+
+
+# the columns a line's text is stored from as it is written (the rest is mapped or parsed)
+STORED_TEXT = ("SubAccountId", "BillingAccountId", "RegionId", "ServiceName", "ResourceId",
+               "ChargeClass", "BillingCurrency")
+
+
+def _no_nul(row: Mapping[str, Any], where: str) -> None:
+    """NUL is no text a store takes (PostgreSQL refuses it): the line is skipped, named."""
+    for name in STORED_TEXT:
+        value = row.get(name)
+        if isinstance(value, str) and "\x00" in value:
+            raise BillingImportError(f"{where}: {name} holds a NUL character, which no "
+                                     "store takes")
 
 
 def _cached(cache: dict[Any, _V], value: Any, where: str,
