@@ -32,7 +32,10 @@ contributes its policy files in name order. Files are merged: policies, budgets 
 anomaly rules add up (names must be unique across all files) and at most one file may
 define `attribution`. `costguard validate PATH...` reports every problem in every file at
 once as `FILE:LINE:COL: message`; `costguard validate` alone checks the policies
-costguard.yaml names, with the configuration itself.
+costguard.yaml names, with the configuration itself. Text may hold any character, written
+as itself or as an escape (`"\\u00e9"`, a pair `"\\ud83d\\ude00"` is the one character it
+stands for), except NUL (`"\\0"`) and half a surrogate pair alone: no cloud, store or
+message takes them, so they are refused where they are written.
 
 Safe by default: a policy runs in `dry-run` mode unless it says `mode: enforce`, missing
 telemetry never counts as idle, and `stop` warns first and re-checks before acting.
