@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from costguard.errors import CostguardError, SourceError
+from costguard.limited_json import ODD_TEXT
 
 YamlPath = tuple[Hashable, ...]
 
@@ -166,7 +167,13 @@ def _marked_error(
     return SourceError(filename, line, column, message)
 
 
-_ODD_TEXT = re.compile("[\x00\ud800-\udfff]")
+# a pair of surrogates, as PyYAML leaves a pair of escapes ("\\ud83d\\ude00")
+_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
+
+
+def _joined(pair: re.Match[str]) -> str:
+    text = pair.group()
+    return chr(0x10000 + (ord(text[0]) - 0xD800) * 0x400 + ord(text[1]) - 0xDC00)
 
 
 def _text_of(value: str, node: yaml.Node) -> str:
@@ -178,13 +185,12 @@ def _text_of(value: str, node: yaml.Node) -> str:
     if "\x00" in value:
         raise _Located(node.start_mark, "text holds a NUL character (an escape such as "
                        "\"\\0\"): no store, cloud or message can carry it; remove it")
-    try:
-        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
-    except UnicodeDecodeError:
-        lone = next(c for c in value if "\ud800" <= c <= "\udfff")
+    text = _PAIR.sub(_joined, value)
+    if (lone := ODD_TEXT.search(text)) is not None:
         raise _Located(node.start_mark, f"text holds an unpaired surrogate "
-                       f"(\"\\u{ord(lone):04x}\"), which is not Unicode text: write the "
-                       "character itself, or both halves of its pair") from None
+                       f"(\"\\u{ord(lone.group()):04x}\"), which is not Unicode text: write "
+                       "the character itself, or both halves of its pair")
+    return text
 
 
 def _line_col(text: str, offset: int) -> tuple[int, int]:
@@ -244,7 +250,7 @@ class _Converter:
         except (ValueError, TypeError, OverflowError) as exc:
             # e.g. `2024-13-45` matches the timestamp pattern but is no date
             raise _Located(node.start_mark, f"invalid value {node.value!r}: {exc}") from None
-        if isinstance(value, str) and _ODD_TEXT.search(value) is not None:
+        if isinstance(value, str) and ODD_TEXT.search(value) is not None:
             value = _text_of(value, node)
         return value
 
