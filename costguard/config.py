@@ -30,6 +30,7 @@ from pydantic_settings import (
 
 from costguard.actions.settings import SafetySettings
 from costguard.alerts.settings import AlertsSettings
+from costguard.bearer import token_problem
 from costguard.console.settings import ConsoleSettings
 from costguard.costs.settings import CostSettings
 from costguard.daemon.settings import DaemonSettings
@@ -121,10 +122,16 @@ class AgentIdentitySettings(Section):
         return self.mode == "required"
 
 
+def _sendable(token: SecretStr | None) -> SecretStr | None:
+    if token is not None and (problem := token_problem(token.get_secret_value())):
+        raise ValueError(problem)
+    return token
+
+
 class HttpSettings(Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8787, ge=1, le=65535)
-    ingest_token: SecretStr | None = None
+    ingest_token: Annotated[SecretStr | None, AfterValidator(_sendable)] = None
     identity: AgentIdentitySettings = Field(default_factory=AgentIdentitySettings)
     # Host header values (names, without the port) accepted besides loopback's while the
     # console is served without login: a request naming any other host is refused (421), as
@@ -347,4 +354,7 @@ def ingest_token(settings: Settings) -> str | None:
     """The agent token: `http.ingest_token` in costguard.yaml, else $COSTGUARD_AGENT_TOKEN."""
     if settings.http.ingest_token is not None:
         return settings.http.ingest_token.get_secret_value() or None
-    return os.environ.get("COSTGUARD_AGENT_TOKEN") or None
+    token = os.environ.get("COSTGUARD_AGENT_TOKEN") or None
+    if token is not None and (problem := token_problem(token)):
+        raise ConfigError(f"COSTGUARD_AGENT_TOKEN: {problem}")
+    return token

@@ -5,10 +5,48 @@ process whichever name starts it (BENCHMARKS.md, agent-overhead)."""
 
 from __future__ import annotations
 
+import os
+import re
 import sys
+
+# what Python makes of an argument's bytes that are not UTF-8 (PEP 383): U+DC80..U+DCFF
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")
+
+
+def not_utf8(argv: list[str]) -> str | None:
+    """The message for the first argument that is not UTF-8 text, or None.
+
+    Python hands such an argument on as text holding a lone surrogate per odd byte, which no
+    store, log or cloud API takes: `explain $'i-\\xff'` failed with a traceback at the
+    store. Refused here, before any command, for the agent's commands too.
+    """
+    for number, arg in enumerate(argv, 1):
+        if (found := _NOT_UTF8.search(arg)) is None:
+            continue
+        shown = os.fsencode(arg).decode("utf-8", "backslashreplace")
+        byte = os.fsencode(found.group())[0]
+        return (f"argument {number} ({shown}) is not UTF-8 text (byte 0x{byte:02x}): "
+                f"costguard reads its arguments as UTF-8; use a UTF-8 locale, "
+                f"or rename the file")
+    return None
+
+
+def _refuse_odd_arguments() -> None:
+    if (message := not_utf8(sys.argv[1:])) is not None:
+        sys.stderr.write(f"error: {message}\n")
+        raise SystemExit(2)
+
+
+def agent_main() -> None:
+    """`costguard-agent`: the agent's light app alone."""
+    _refuse_odd_arguments()
+    from costguard.telemetry.cli import agent_app
+
+    agent_app()
 
 
 def main() -> None:
+    _refuse_odd_arguments()
     if len(sys.argv) > 1 and sys.argv[1] == "agent":
         from costguard.telemetry.cli import agent_app
 

@@ -22,7 +22,7 @@ print(json.dumps(sorted(sys.modules)), file=sys.stderr)
 """
 # the installed `costguard-agent` executable
 AGENT_PROBE = PROBE.replace("from costguard.entry import main",
-                            "from costguard.telemetry.cli import agent_app as main")
+                            "from costguard.entry import agent_main as main")
 
 # what a command imports when it runs, never to print its help
 HEAVY = {"sqlalchemy", "sqlmodel", "alembic", "boto3", "botocore", "google", "apscheduler",
@@ -58,7 +58,7 @@ def test_costguard_agent_is_the_light_agent_process(argv: list[str]) -> None:
     """`costguard agent` loads what `costguard-agent` loads, and not the rest of the CLI:
     one small process on a GPU host whichever name starts it (#22)."""
     via_costguard = _imported("agent", *argv) - {"costguard.entry"}
-    alone = _imported(*argv, probe=AGENT_PROBE)
+    alone = _imported(*argv, probe=AGENT_PROBE) - {"costguard.entry"}
     assert "costguard.cli" not in via_costguard
     assert via_costguard == alone
 

@@ -133,7 +133,7 @@ def agent(
     from costguard.telemetry.commands import parse_duration, run_agent
 
     try:
-        token = (token_file.read_text().strip() if token_file
+        token = (_token_in(token_file) if token_file
                  else os.environ.get("COSTGUARD_AGENT_TOKEN", ""))
         settings = AgentSettings(
             url=url or os.environ.get("COSTGUARD_AGENT_URL", ""), token=token,
@@ -159,6 +159,14 @@ def agent(
         raise _fail(exc) from None
     except OSError as exc:
         raise _fail(exc) from None
+
+
+def _token_in(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except UnicodeDecodeError as exc:
+        raise CostguardError(f"--token-file {path}: not UTF-8 text (byte {exc.start}); "
+                             "the agent token is printable ASCII") from None
 
 
 @agent_app.command("record")

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import httpx
 
+from costguard.bearer import token_problem
 from costguard.clock import Clock, SystemClock
 from costguard.errors import ConfigError
 from costguard.model import GpuSignal
@@ -216,6 +217,8 @@ def run_agent(
             "the agent needs the daemon URL and token: --url http://HOST:PORT and "
             "COSTGUARD_AGENT_TOKEN (the daemon's agent token)"
         )
+    if settings.publish_to == "daemon" and (problem := token_problem(settings.token)):
+        raise ConfigError(f"the agent token: {problem}")
     clock = clock or SystemClock()
     with httpx.Client(timeout=settings.timeout_s) as client:
         with httpx.Client(timeout=1.0) as probe:

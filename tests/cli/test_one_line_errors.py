@@ -1,7 +1,8 @@
 """Every error one line, never a traceback: `init` where it cannot write, `report -o` to a
 folder that is not there or not a folder, `demo` where its own database cannot be written
 (named, not the configured database_url), and a port in use (costguard's line alone, not
-uvicorn's bind error before it)."""
+uvicorn's bind error before it), and an argument that is not UTF-8 (a traceback at the
+store when `explain` looked it up)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ import pytest
 from costguard.daemon.http import HttpServer, PortUnavailable
 
 
-def _costguard(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "costguard.entry", *args], cwd=cwd,
+def _costguard(*args: str, cwd: Path, entry: str = "main"
+               ) -> subprocess.CompletedProcess[str]:
+    run = f"import sys; sys.argv[0] = 'costguard'; from costguard.entry import {entry}; {entry}()"
+    return subprocess.run([sys.executable, "-c", run, *args], cwd=cwd,
                           capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -65,3 +68,30 @@ def test_a_port_in_use_is_one_costguard_line(caplog: pytest.LogCaptureFixture) -
             server.start()
     assert not server.thread.is_alive() and not server.thread.ident  # uvicorn never ran
     assert not [r for r in caplog.records if r.name.startswith("uvicorn")]
+
+
+@pytest.mark.parametrize(("entry", "argv", "shown"), [
+    ("main", ["--database", "cg.db", "explain", "i-\udcff"], "argument 4 (i-\\xff)"),
+    ("main", ["--database", "cg.db", "audit", "--instance", "\u00e9t\udcc3"],
+     "argument 5 (\u00e9t\\xc3)"),
+    ("main", ["agent", "run", "--daemon", "http://h\udcc3x"], "(http://h\\xc3x)"),
+    ("agent_main", ["run", "--daemon", "http://h\udcc3x"], "argument 3 (http://h\\xc3x)"),
+])
+def test_an_argument_that_is_not_utf8_is_one_line(tmp_path: Path, entry: str,
+                                                 argv: list[str], shown: str) -> None:
+    """Python reads an argument's odd bytes as lone surrogates (PEP 383), which the store
+    refused with a traceback; each entry point refuses them first, naming the byte."""
+    from costguard.store.db import Database
+
+    Database(f"sqlite:///{tmp_path / 'cg.db'}").dispose()
+    done = _costguard(*argv, cwd=tmp_path, entry=entry)
+    _one_line(done, shown, "not UTF-8 text (byte 0x", "UTF-8 locale")
+
+
+def test_utf8_arguments_pass() -> None:
+    from costguard.entry import not_utf8
+
+    assert not_utf8(["explain", "i-\u00e9\u4e2d\U0001f600", "--by", "team"]) is None
+    assert not_utf8(["ok", "bad\udc80"]) == (
+        "argument 2 (bad\\x80) is not UTF-8 text (byte 0x80): costguard reads its arguments "
+        "as UTF-8; use a UTF-8 locale, or rename the file")
