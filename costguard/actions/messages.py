@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from costguard.actions.safety import SNOOZE_TAG
+from costguard.alerts.addresses import owner_recipient
 from costguard.model import Instance
 from costguard.policy.evaluate import Finding
 from costguard.policy.schema import Policy, format_duration
@@ -23,9 +24,7 @@ def recipients(to: tuple[str, ...], inst: Attributable, team: str | None) -> lis
     out: list[str] = []
     for r in to:
         if r == "owner":
-            owner = inst.tags.get("owner")
-            out.append(f"email:{owner}" if owner and "@" in owner else
-                       f"slack:@{owner}" if owner else "unowned")
+            out.append(owner_recipient(inst.tags.get("owner")))
         elif r == "team":
             out.append(f"team:{team}" if team else "unattributed")
         else:
