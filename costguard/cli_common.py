@@ -11,18 +11,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from costguard.clock import Clock, SystemClock
 from costguard.errors import CostguardError
+from costguard.plain_lines import ShownConsole
 
 if TYPE_CHECKING:  # costguard.config loads every provider's settings (boto3): not for `fail`
     from costguard.config import Settings
     from costguard.errors import SourceError
     from costguard.policy.schema import PolicySet
 
-err = Console(stderr=True)
+err = ShownConsole(stderr=True)
 
 # The clock commands read "now" from (never datetime.now); tests put a ManualClock here.
 CLOCK: Clock = SystemClock()

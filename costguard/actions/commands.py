@@ -19,7 +19,7 @@ from costguard.cli_common import cli_clock, load_policies_or_exit
 from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
 from costguard.errors import CostguardError
-from costguard.plain_lines import stdout_console
+from costguard.plain_lines import print_data, stdout_console
 
 if TYPE_CHECKING:
     from costguard.config import Settings
@@ -138,7 +138,7 @@ def audit_command(
             return
         events = audit_events(s, start, instance_id=instance, policy=policy, kinds=kind)
     if fmt == "json":
-        print(to_json(events))
+        print_data(to_json(events))
         return
     from costguard.report.fit import FitColumn, fit_table
 

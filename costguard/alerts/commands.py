@@ -16,6 +16,7 @@ import typer
 from costguard.cli_common import cli_clock
 from costguard.cli_common import fail as _fail
 from costguard.errors import CostguardError
+from costguard.plain_lines import shown
 
 if TYPE_CHECKING:  # the commands import these when they run: `costguard --help` stays quick
     from sqlmodel import Session
@@ -36,6 +37,11 @@ ConfigOpt = Annotated[
     typer.Option("--config", "-c", help="costguard.yaml to read (default: ./costguard.yaml "
                  "if present, or $COSTGUARD_CONFIG)."),
 ]
+
+
+def _echo(text: str, err: bool = False) -> None:
+    # subjects and targets hold instance names and tags: no terminal controls (plain_lines)
+    typer.echo(shown(text), err=err)
 
 
 def alerts_settings(settings: Any) -> AlertsSettings:
@@ -140,7 +146,7 @@ def test_command(
     db, settings = _open(config)
     try:
         for line in send_sample(db, settings, to, cli_clock()):
-            typer.echo(line)
+            _echo(line)
     except CostguardError as exc:
         raise _fail(exc, 1) from None
     finally:
@@ -200,7 +206,7 @@ def list_command(
         db.dispose()
     only_alerts = [a for a in unrouted if a.id not in {r.alert_id for r in rows}]
     if fmt == "json":
-        typer.echo(json.dumps({
+        _echo(json.dumps({
             "deliveries": [_delivery_json(r, subjects) for r in rows],
             "unrouted": [{"id": a.id, "status": a.status, "kind": a.kind,
                           "subject": a.subject, "last_error": a.last_error}
@@ -208,23 +214,23 @@ def list_command(
         }, indent=2))
         return
     if not rows and not unrouted:
-        typer.echo("no alerts" + (" matching" if statuses else ""))
+        _echo("no alerts" + (" matching" if statuses else ""))
         return
-    typer.echo(f"{'id':>6}  {'status':<11} {'try':>3}  {'to':<32} {'next / sent':<19}  what")
+    _echo(f"{'id':>6}  {'status':<11} {'try':>3}  {'to':<32} {'next / sent':<19}  what")
     for r in rows:
         when, what = _when(r), _what(r, subjects)
-        typer.echo(f"{r.id:>6}  {r.status:<11} {r.attempts:>3}  "
+        _echo(f"{r.id:>6}  {r.status:<11} {r.attempts:>3}  "
                    f"{(r.channel + ':' + r.target)[:32]:<32} {_fmt(when):<19}  {what[:80]}")
         if r.last_error and r.status != "sent":
-            typer.echo(f"{'':>8}last error: {r.last_error[:300]}")
+            _echo(f"{'':>8}last error: {r.last_error[:300]}")
     if only_alerts:
-        typer.echo("\nalerts not yet routed to anyone:")
+        _echo("\nalerts not yet routed to anyone:")
         for a in only_alerts:
             extra = f" ({a.last_error})" if a.last_error else ""
-            typer.echo(f"{a.id:>6}  {a.status:<11} {a.kind:<14} {a.subject[:80]}{extra}")
+            _echo(f"{a.id:>6}  {a.status:<11} {a.kind:<14} {a.subject[:80]}{extra}")
     waiting = [r.id for r in rows if r.status == "unconfirmed"]
     if waiting:
-        typer.echo(f"\n{len(waiting)} unconfirmed: check the destination, then "
+        _echo(f"\n{len(waiting)} unconfirmed: check the destination, then "
                    f"`costguard alerts retry {' '.join(str(i) for i in waiting[:5])}` for "
                    "those that are missing")
 
@@ -279,13 +285,13 @@ def retry_command(
         db.dispose()
     for q in result.requeued:
         what = "daily digest" if q.kind == "digest" else "alert"
-        typer.echo(f"requeued {q.id} ({what} to {q.to}, was {q.was})")
+        _echo(f"requeued {q.id} ({what} to {q.to}, was {q.was})")
     for alert_id, subject in result.rerouted:
-        typer.echo(f"alert {alert_id} goes back to routing: {subject[:80]}")
+        _echo(f"alert {alert_id} goes back to routing: {subject[:80]}")
     for rid, why in result.refused:
-        typer.echo(f"not requeued {rid}: {why}", err=True)
+        _echo(f"not requeued {rid}: {why}", err=True)
     if not (result.requeued or result.rerouted or result.refused):
-        typer.echo("nothing to retry")
+        _echo("nothing to retry")
     if result.refused and ids:
         raise typer.Exit(1)
 

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from costguard.cli_common import cli_clock, load_policies_or_exit
@@ -109,7 +108,7 @@ def anomaly_show(anomaly_id: Annotated[int, typer.Argument(help="Anomaly id.")],
     if fmt == "json":
         print(json.dumps(anomaly_json(row, causes=True), indent=2, default=str))
         return
-    out = Console(highlight=False, soft_wrap=True)
+    out = stdout_console(highlight=False, soft_wrap=True)
     out.print(f"anomaly {row.id} ({row.status}): {row.explanation}", markup=False)
     until = (f"until {row.ended_at:%Y-%m-%d %H:%M} UTC" if row.ended_at
              else "still going on")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -47,12 +48,32 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
+# a message quotes what others wrote (a tag, an instance's name, an API's error text): a
+# control character in it is written as an escape, and each line it breaks into is indented,
+# so it can neither send a terminal a command nor forge a record of its own
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTINUED = "\n    "
+
+
+def _escaped(char: re.Match[str]) -> str:
+    return f"\\x{ord(char.group()):02x}"
+
+
 class TextFormatter(logging.Formatter):
     """`time level logger: message key=value ...`; a field the message already shows as
     `key=value` is not repeated."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        message = record.message
+        if "\n" in message or _CONTROL.search(message):
+            record.message = _CONTROL.sub(_escaped, message).replace("\n", _CONTINUED)
+        try:
+            return super().formatMessage(record)
+        finally:
+            record.message = message
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
@@ -65,8 +86,8 @@ class TextFormatter(logging.Formatter):
 def _text(value: Any) -> str:
     """A field's value in a text line: one token (quoted when it holds spaces)."""
     text = str(value)
-    return json.dumps(text) if (not text or any(c.isspace() or c == '"' for c in text)) \
-        else text
+    quoted = not text or _CONTROL.search(text) or any(c.isspace() or c == '"' for c in text)
+    return json.dumps(text) if quoted else text
 
 
 class RedactingFormatter(logging.Formatter):

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from costguard.k8s.report import ClusterReport
 from costguard.k8s.underused import PodEfficiency, judge_pods
+from costguard.plain_lines import print_data
 from costguard.recommend.render import blank, print_details, team_table, usd_short
 from costguard.recommend.settings import RecommendSettings
 from costguard.report.cells import csv_text, text_cell
@@ -187,9 +188,9 @@ def to_team_csv(recs: PodRecommendations) -> str:
 def render(recs: PodRecommendations, settings: RecommendSettings, fmt: str, by: str,
            everything: bool, console: Console) -> None:
     if fmt == "json":
-        print(to_json(recs, settings, everything))
+        print_data(to_json(recs, settings, everything))
     elif fmt == "csv":
-        print(to_team_csv(recs) if by == "team" else to_csv(recs, everything), end="")
+        print_data(to_team_csv(recs) if by == "team" else to_csv(recs, everything), end="")
     elif by == "team":
         print_teams(console, recs)
     else:

@@ -22,7 +22,7 @@ from costguard.k8s.provider import ClusterSource, LiveCluster
 from costguard.k8s.read import FIGURES_PER_DEVICE, MAX_POINTS_PER_READ
 from costguard.k8s.settings import ClusterSettings
 from costguard.model import Instance
-from costguard.plain_lines import file_console, stdout_console
+from costguard.plain_lines import file_console, print_data, stdout_console
 from costguard.report.cells import csv_text
 from costguard.report.figures import share_percent
 from costguard.report.fit import FitColumn, fit_table
@@ -259,5 +259,5 @@ def render(report: ClusterReport, fmt: str, output: Path | None,
     if output is not None:
         output.write_text(text, encoding="utf-8")
     else:
-        print(text)
+        print_data(text)
     return text

@@ -11,7 +11,7 @@ from costguard.cli_common import fail as _fail
 from costguard.cli_common import load_settings_or_exit as _settings
 from costguard.costs.commands import ConfigOpt
 from costguard.errors import CostguardError
-from costguard.plain_lines import stdout_console
+from costguard.plain_lines import print_data, stdout_console
 
 if TYPE_CHECKING:
     from costguard.config import Settings
@@ -88,10 +88,10 @@ def recommend_command(
     except CostguardError as exc:
         raise _fail(exc) from None
     if fmt == "json":
-        print(render.to_json(recs, cfg, everything))
+        print_data(render.to_json(recs, cfg, everything))
     elif fmt == "csv":
-        print(render.to_team_csv(recs) if by == "team" else render.to_csv(recs, everything),
-              end="")
+        print_data(render.to_team_csv(recs) if by == "team"
+                   else render.to_csv(recs, everything), end="")
     elif by == "team":
         render.print_teams(console, recs)
     else:

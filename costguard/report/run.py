@@ -15,7 +15,7 @@ from costguard.clock import SystemClock
 from costguard.costs.pricing import PriceCatalog, PriceOverrides
 from costguard.costs.settings import costs_settings
 from costguard.errors import CostguardError, StoreError
-from costguard.plain_lines import file_console, stdout_console
+from costguard.plain_lines import file_console, print_data, stdout_console
 from costguard.policy.base import duration_arg
 from costguard.report.figures import Report
 from costguard.report.queries import DIMENSIONS, catalog_spot_price, spend, unknown_value
@@ -207,7 +207,7 @@ def render_report(
     if output is not None:
         output.write_text(text, encoding="utf-8")
     else:
-        print(text)
+        print_data(text)
     return text
 
 
