@@ -34,6 +34,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from costguard.clock import Clock, utc
+from costguard.daemon.headers import SecurityHeadersMiddleware
 from costguard.daemon.health import last_governed, unreadable
 from costguard.daemon.metrics import DaemonMetrics
 from costguard.errors import ConfigError
@@ -249,6 +250,7 @@ def build_app(
         app.add_middleware(HostCheckMiddleware, allowed=allowed_hosts)
     app.add_middleware(NulGuardMiddleware)
     app.add_middleware(GuardMiddleware, metrics=metrics)
+    app.add_middleware(SecurityHeadersMiddleware)  # outermost: a 503 carries them too
     return app
 
 
