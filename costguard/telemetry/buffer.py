@@ -10,13 +10,17 @@ persists) and of the daemon (records stay until acknowledged).
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from costguard.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS pending (seq INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL);
@@ -27,6 +31,58 @@ CREATE TABLE IF NOT EXISTS hooks (id TEXT PRIMARY KEY, status TEXT NOT NULL,
 """
 # a pre-stop hook the agent took on: `running` until it finishes; the row outlives the run so
 # a hook handed out again (the daemon's answer lost, a restart) is never run twice
+
+
+_DAMAGED = {"SQLITE_NOTADB", "SQLITE_CORRUPT"}  # not a database, a malformed one
+
+
+class _Corrupt(Exception):
+    """The buffer's file is not a sound SQLite database."""
+
+
+def _open(path: Path) -> sqlite3.Connection:
+    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    try:
+        db.executescript(_SCHEMA)
+        # every page of the file read once (milliseconds for the 64 MiB it may reach): a
+        # damaged page found now, not by the push loop at the first record it reads
+        found = [str(row[0]) for row in db.execute("PRAGMA quick_check(3)")]
+    except sqlite3.DatabaseError as exc:
+        db.close()
+        if getattr(exc, "sqlite_errorname", "") in _DAMAGED:
+            raise _Corrupt(str(exc)) from None
+        raise
+    if found != ["ok"]:
+        db.close()
+        raise _Corrupt("; ".join(found))
+    return db
+
+
+def _hooks_in(damaged: Path) -> list[tuple[str, str, str, int]] | None:
+    """The hooks a damaged buffer recorded, where its hooks table can still be read (the
+    damage is often elsewhere: records are most of the file): a hook it ran is never run
+    again. None where they cannot be read."""
+    try:
+        db = sqlite3.connect(f"{damaged.as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return None
+    try:
+        rows = db.execute("SELECT id, status, detail, reported FROM hooks").fetchall()
+        return [(str(i), str(st), str(d), int(r)) for i, st, d, r in rows]
+    except sqlite3.Error:
+        return None
+    finally:
+        db.close()
+
+
+def _move_aside(path: Path) -> Path:
+    """Renames the file (and SQLite's files beside it) to `NAME.damaged-SECONDS`."""
+    aside = path.with_name(f"{path.name}.damaged-{int(time.time())}")
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        here = path.with_name(path.name + suffix)
+        if here.exists():
+            here.rename(aside.with_name(aside.name + suffix))
+    return aside
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,9 +104,24 @@ class DiskBuffer:
         self.max_bytes = max_bytes
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            self._db.executescript(_SCHEMA)
-        except (OSError, sqlite3.Error) as exc:
+            try:
+                self._db = _open(self.path)
+            except _Corrupt as exc:
+                # a power cut on a host without a safe disk cache, a full disk, a file
+                # written by something else: the agent would fail to start, and restart, for
+                # ever. Kept aside for a person to look at, and the agent goes on afresh.
+                aside = _move_aside(self.path)
+                hooks = _hooks_in(aside)
+                log.error("the agent buffer %s is damaged (%s): moved to %s; starting an "
+                          "empty one. The summaries it held are lost (those GPU-minutes "
+                          "read as no data, never idle); %s", self.path, exc, aside,
+                          "its record of pre-stop hooks could not be read: a hook handed "
+                          "out again may run again" if hooks is None else
+                          f"its record of {len(hooks)} pre-stop hook(s) is kept")
+                self._db = _open(self.path)
+                self._db.executemany("INSERT OR IGNORE INTO hooks (id, status, detail, "
+                                     "reported) VALUES (?, ?, ?, ?)", hooks or [])
+        except (OSError, sqlite3.Error, _Corrupt) as exc:
             raise ConfigError(
                 f"cannot open the agent buffer at {self.path}: {exc}; point --buffer at a "
                 "writable file (default /var/lib/costguard-agent/buffer.sqlite3)"
