@@ -57,10 +57,14 @@ def _trusted(cfg: ConsoleSettings, client: str | None) -> bool:
     return any(addr in ip_network(net, strict=False) for net in cfg.proxy.trusted)
 
 
-def _split_groups(value: str | list[str] | None) -> tuple[str, ...]:
-    if value is None:
+def split_groups(value: object) -> tuple[str, ...]:
+    """A groups header or claim: a comma-separated text or a list; anything else is none."""
+    if isinstance(value, str):
+        items = value.split(",")
+    elif isinstance(value, list):
+        items = [str(v) for v in value]
+    else:
         return ()
-    items = value.split(",") if isinstance(value, str) else [str(v) for v in value]
     return tuple(g.strip() for g in items if g.strip())
 
 
@@ -73,13 +77,13 @@ def viewer(request: Request, cfg: ConsoleSettings) -> Viewer | None:
         if not name or not _trusted(cfg, request.client.host if request.client else None):
             return None
         name = name.removeprefix(IAP_PREFIX)
-        groups = _split_groups(request.headers.get(cfg.proxy.groups_header))
+        groups = split_groups(request.headers.get(cfg.proxy.groups_header))
     else:
         user = request.session.get("user")
         if not isinstance(user, dict) or not user.get("name"):
             return None
         name = str(user["name"])
-        groups = _split_groups(user.get("groups"))
+        groups = split_groups(user.get("groups"))
     admin = cfg.admin_group is not None and cfg.admin_group in groups
     return Viewer(name, groups, admin)
 

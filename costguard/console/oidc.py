@@ -7,7 +7,8 @@
     GET /console/logout         forgets the session
 The routes are mounted with the pages at /console.
 
-The groups come from the ID token's `oidc.groups_claim`, else from the userinfo endpoint.
+The groups come from the ID token's `oidc.groups_claim`, else from the userinfo endpoint;
+the session keeps only `console.admin_group` of them, if the person is in it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from costguard.console.auth import LOGIN_PATH, MOUNT, safe_next
+from costguard.console.auth import LOGIN_PATH, MOUNT, safe_next, split_groups
 from costguard.console.settings import ConsoleSettings
 
 log = logging.getLogger("costguard.console")
@@ -68,9 +69,12 @@ def oidc_routes(cfg: ConsoleSettings) -> list[BaseRoute]:
         name = str(claims.get(oc.user_claim) or claims.get("sub") or "")
         if not name:
             return PlainTextResponse("Login failed: the ID token names nobody.", 401)
-        groups = claims.get(oc.groups_claim) or []
-        request.session["user"] = {"name": name, "groups": [str(g) for g in groups]
-                                   if isinstance(groups, list) else str(groups)}
+        # only the group that matters is kept: the session is a cookie, and a person in
+        # hundreds of groups (a directory's GUIDs) made one past the 4 KB a browser stores,
+        # so every page sent them back to the login, for ever
+        groups = split_groups(claims.get(oc.groups_claim))
+        request.session["user"] = {"name": name,
+                                   "groups": [g for g in groups if g == cfg.admin_group]}
         log.info("console login", extra={"user": name})
         return RedirectResponse(safe_next(request.session.pop("next", None)), 303)
 
