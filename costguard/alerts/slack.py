@@ -45,9 +45,13 @@ def _text(value: str, limit: int = 2900) -> str:
     return value if len(value) <= limit else value[: limit - 1] + "…"
 
 
-def _esc(value: str) -> str:
-    # Slack mrkdwn reads <...> as links and mentions: user text is escaped
+def escape_mrkdwn(value: str) -> str:
+    """Slack mrkdwn reads <...> as links and mentions (`<!channel>`, `<@U…>`): text that is
+    not costguard's own is escaped, as Slack's formatting guide asks."""
     return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+_esc = escape_mrkdwn
 
 
 def action_value(view: AlertView, action: str, choice: str | None = None) -> str:
@@ -70,7 +74,7 @@ def alert_blocks(view: AlertView) -> list[dict[str, Any]]:
     fields = []
     if view.instance_id:
         kind = f" ({view.instance_type})" if view.instance_type else ""
-        fields.append(f"*Instance*\n`{view.instance_id}`{kind}")
+        fields.append(f"*Instance*\n`{_esc(view.instance_id)}`{_esc(kind)}")
     fields.append(f"*Team*\n{_esc(view.team or 'unattributed')}")
     if view.owner:
         fields.append(f"*Owner*\n{_esc(view.owner)}")
@@ -79,7 +83,7 @@ def alert_blocks(view: AlertView) -> list[dict[str, Any]]:
     if view.deadline_text:
         fields.append(f"*Deadline*\n{view.deadline_text}")
     if view.policy:
-        fields.append(f"*Policy*\n{view.policy}")
+        fields.append(f"*Policy*\n{_esc(view.policy)}")
     blocks.append({"type": "section",
                    "fields": [{"type": "mrkdwn", "text": f} for f in fields[:10]]})
     if view.evidence:
@@ -101,14 +105,14 @@ def alert_blocks(view: AlertView) -> list[dict[str, Any]]:
             "value": action_value(view, "stop-now"),
             "confirm": {"title": {"type": "plain_text", "text": "Stop it now?"},
                         "text": {"type": "mrkdwn",
-                                 "text": f"`{view.instance_id}` stops at the next cycle "
+                                 "text": f"`{_esc(view.instance_id)}` stops at the next cycle "
                                          "if it is still idle."},
                         "confirm": {"type": "plain_text", "text": "Stop"},
                         "deny": {"type": "plain_text", "text": "Cancel"}}})
         blocks.append({"type": "actions", "block_id": "costguard_actions",
                        "elements": buttons})
         blocks.append({"type": "context", "elements": [
-            {"type": "mrkdwn", "text": f"Or from a shell: `{view.snooze_command}`"}]})
+            {"type": "mrkdwn", "text": f"Or from a shell: `{_esc(view.snooze_command)}`"}]})
     return blocks
 
 
@@ -125,7 +129,8 @@ def digest_blocks(title: str, views: Sequence[AlertView]) -> list[dict[str, Any]
 
 def slack_message(view: AlertView, dedupe_key: str) -> dict[str, Any]:
     """The full payload, as posted (chat.postMessage arguments less `channel`)."""
-    return {"text": view.subject, "blocks": alert_blocks(view),
+    # the notification's text is mrkdwn too: a name holding <!channel> would ping everyone
+    return {"text": _esc(view.subject), "blocks": alert_blocks(view),
             "metadata": {"event_type": METADATA_EVENT,
                          "event_payload": {"dedupe_key": dedupe_key}}}
 

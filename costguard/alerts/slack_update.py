@@ -13,6 +13,7 @@ from typing import Any
 
 from slack_sdk.webhook import WebhookClient
 
+from costguard.alerts.slack import escape_mrkdwn as _esc
 from costguard.alerts.slack import quiet_logger
 
 log = logging.getLogger("costguard.alerts.slack")
@@ -24,7 +25,7 @@ _ICON = {"snooze": ":zzz:", "stop-now": ":octagonal_sign:"}
 
 
 def outcome_line(action: str, user_id: str, text: str) -> str:
-    return f"{_ICON.get(action, ':white_check_mark:')} <@{user_id}>: {text}"
+    return f"{_ICON.get(action, ':white_check_mark:')} <@{_esc(user_id)}>: {_esc(text)}"
 
 
 def updated_message(original: dict[str, Any] | None, lines: list[str], *,
