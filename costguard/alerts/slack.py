@@ -105,14 +105,14 @@ def alert_blocks(view: AlertView) -> list[dict[str, Any]]:
             "value": action_value(view, "stop-now"),
             "confirm": {"title": {"type": "plain_text", "text": "Stop it now?"},
                         "text": {"type": "mrkdwn",
-                                 "text": f"`{_esc(view.instance_id)}` stops at the next cycle "
-                                         "if it is still idle."},
+                                 "text": f"`{_esc(view.instance_id or '')}` stops at the "
+                                         "next cycle if it is still idle."},
                         "confirm": {"type": "plain_text", "text": "Stop"},
                         "deny": {"type": "plain_text", "text": "Cancel"}}})
         blocks.append({"type": "actions", "block_id": "costguard_actions",
                        "elements": buttons})
         blocks.append({"type": "context", "elements": [
-            {"type": "mrkdwn", "text": f"Or from a shell: `{_esc(view.snooze_command)}`"}]})
+            {"type": "mrkdwn", "text": f"Or from a shell: `{_esc(view.snooze_command or '')}`"}]})
     return blocks
 
 
