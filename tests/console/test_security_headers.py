@@ -123,3 +123,23 @@ def test_in_a_browser_pages_keep_their_styles_frames_are_refused_and_markup_is_t
             driver.switch_to.frame(driver.find_element(By.ID, "f"))
             assert not driver.execute_script("return location.href").startswith(base)
             driver.switch_to.default_content()
+
+
+def test_the_html_report_file_keeps_its_styles_under_its_own_policy(
+        logged_browser: Any, store: str, tmp_path: Any) -> None:
+    """The HTML report is a file people mail around: its own policy (a meta tag) lets its
+    inline styles and SVG charts through and nothing else."""
+    from typer.testing import CliRunner
+
+    from costguard.cli import app
+
+    out = tmp_path / "report.html"
+    done = CliRunner().invoke(app, ["--database", store, "report", "--by", "team", "--since",
+                                    "2026-03-01", "--until", "2026-03-11", "--format", "html",
+                                    "-o", str(out)])
+    assert done.exit_code == 0, done.output
+    logged_browser.get(out.as_uri())
+    body = logged_browser.execute_script("return getComputedStyle(document.body).backgroundColor")
+    assert body == "rgb(246, 247, 251)"
+    assert logged_browser.execute_script("return document.querySelectorAll('svg').length") >= 1
+    assert _security(logged_browser) == []

@@ -89,6 +89,9 @@ def test_html_report_is_one_self_contained_file_with_charts(settings: SimpleName
     assert "<script" not in html and "http://" not in html.replace(
         "http://www.w3.org/2000/svg", "") and "https://" not in html
     assert "unattributed" in html and "research" in html
+    # a file mailed around: it runs no script even if a name escaped its escaping
+    assert ('<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+            "style-src 'unsafe-inline'; img-src data:\">") in html
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
