@@ -132,12 +132,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
 
         command.upgrade(_alembic_config(engine), revision)
     except OperationalError as exc:
-        why = " ".join(str(exc.orig).split())  # the driver's message, on one line
-        where = engine.url.render_as_string(hide_password=True)
-        raise StoreUnopenable(
-            f"cannot open or migrate the database at {where}: {why.rstrip('.')}. "
-            "Check database_url in costguard.yaml or COSTGUARD_DATABASE_URL.",
-            why.rstrip(".")) from exc
+        raise _unopenable(engine, exc, "open or migrate") from exc
 
 
 def _create_sqlite_at_head(engine: Engine) -> bool:
@@ -165,6 +160,24 @@ def _create_sqlite_at_head(engine: Engine) -> bool:
         conn.commit()
     log.info("created the schema of a new SQLite store at revision %s", HEAD_REVISION)
     return True
+
+
+def _unopenable(engine: Engine, exc: OperationalError, doing: str) -> StoreUnopenable:
+    why = " ".join(str(exc.orig).split()).rstrip(".")  # the driver's message, on one line
+    where = engine.url.render_as_string(hide_password=True)
+    stop = "" if why.endswith(("?", "!")) else "."
+    return StoreUnopenable(f"cannot {doing} the database at {where}: {why}{stop} Check "
+                           "database_url in costguard.yaml or COSTGUARD_DATABASE_URL.", why)
+
+
+def _reachable(engine: Engine) -> Engine:
+    """`engine`, once a connection opens: a server that does not answer is said as such,
+    not as a schema out of date (which is what a failed read of the version looked like)."""
+    try:
+        engine.connect().close()
+    except OperationalError as exc:
+        raise _unopenable(engine, exc, "open") from exc
+    return engine
 
 
 def _stored_revision(engine: Engine) -> str | None:
@@ -210,7 +223,7 @@ class Database:
         self.engine = make_engine(url)
         if migrate:
             upgrade(self.engine)
-        elif _stored_revision(self.engine) != HEAD_REVISION:
+        elif _stored_revision(_reachable(self.engine)) != HEAD_REVISION:
             raise StoreError(
                 "the database schema is not up to date: run `costguard db upgrade` first"
             )

@@ -75,7 +75,14 @@ def test_the_cli_prints_one_line_for_a_bad_database_url(tmp_path: Path) -> None:
     assert "database_url: the port 'notaport' is not a number" in out
 
 
-def test_an_unreachable_database_is_one_line_naming_where_to_fix_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("command", "doing"), [
+    ("report", "open or migrate"),
+    # a command that only reads: it said "the database schema is not up to date" of a
+    # server that did not answer, and sent the person to `costguard db upgrade`
+    ("status", "open"),
+])
+def test_an_unreachable_database_is_one_line_naming_where_to_fix_it(
+        tmp_path: Path, command: str, doing: str) -> None:
     # a port nothing listens on: psycopg's two-line "connection refused / is the server
     # running" comes out as one line, without the password
     import socket
@@ -85,12 +92,13 @@ def test_an_unreachable_database_is_one_line_naming_where_to_fix_it(tmp_path: Pa
         port = s.getsockname()[1]
     result = subprocess.run(
         [str(Path(sys.executable).parent / "costguard"), "--database",
-         f"postgresql://u:hunter2@127.0.0.1:{port}/cg", "report"], capture_output=True,
+         f"postgresql://u:hunter2@127.0.0.1:{port}/cg", command], capture_output=True,
         text=True, cwd=tmp_path, timeout=60, env={"PATH": "/usr/bin:/bin"})
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: cannot open or migrate the database at postgresql")
+    assert lines[0].startswith(f"error: cannot {doing} the database at postgresql")
+    assert "accepting TCP/IP connections? Check database_url" in lines[0]
     assert "hunter2" not in result.stderr and "COSTGUARD_DATABASE_URL" in lines[0]
 
 

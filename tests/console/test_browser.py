@@ -15,6 +15,7 @@ import os
 import shutil
 import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +51,10 @@ def _chromium() -> tuple[str, str]:
     return browser, driver
 
 
-@pytest.fixture
-def browser() -> Iterator[Any]:
+@contextmanager
+def chromium(*, console_log: bool = False) -> Iterator[Any]:
+    """Headless Chromium under chromedriver; `console_log` keeps the page's console
+    messages (CSP violations among them) for `driver.get_log("browser")`."""
     from selenium import webdriver
 
     binary, driver_path = _chromium()
@@ -60,6 +63,8 @@ def browser() -> Iterator[Any]:
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
                 "--disable-gpu", "--window-size=1280,1400"):
         opts.add_argument(arg)
+    if console_log:
+        opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(options=opts,
                               service=webdriver.ChromeService(executable_path=driver_path))
     driver.set_page_load_timeout(30)
@@ -67,6 +72,12 @@ def browser() -> Iterator[Any]:
         yield driver
     finally:
         driver.quit()
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    with chromium() as driver:
+        yield driver
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from costguard.daemon.headers import HEADERS
 from costguard.store.db import Database
 from costguard.store.tables import InstanceRow
 from tests.console.harness import console_settings, serve
-from tests.console.test_browser import _chromium
+from tests.console.test_browser import chromium
 
 PATHS = ["/console/", "/console/instances", "/console/pending", "/console/audit",
          "/api/v1/spend?by=team", "/healthz", "/metrics", "/console/no-such-page",
@@ -70,22 +70,8 @@ def _framing_site(target: str) -> Iterator[str]:
 
 @pytest.fixture
 def logged_browser() -> Iterator[Any]:
-    from selenium import webdriver
-
-    binary, driver_path = _chromium()
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = binary
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1280,1400"):
-        opts.add_argument(arg)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=opts,
-                              service=webdriver.ChromeService(executable_path=driver_path))
-    driver.set_page_load_timeout(30)
-    try:
+    with chromium(console_log=True) as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 def _security(driver: Any) -> list[str]:
