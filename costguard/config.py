@@ -41,6 +41,7 @@ from costguard.policy.base import Duration, at_least
 from costguard.providers.aws.settings import AwsSettings
 from costguard.providers.gcp.settings import GcpSettings
 from costguard.recommend.settings import RecommendSettings
+from costguard.small_files import TooLarge, read_small_text
 from costguard.yamlpos import (
     PositionMap,
     YamlLoadError,
@@ -302,14 +303,15 @@ def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
     data: dict[str, Any] = {}
     positions: PositionMap | None = None
     if path.exists():
-        size = path.stat().st_size
-        if size > MAX_CONFIG_BYTES:  # refused before it is read or parsed
-            raise ConfigError(f"{path}: {size:,} bytes, over the {MAX_CONFIG_BYTES:,}-byte limit "
-                              "for a config file; is this the right file?")
         try:
+            text = read_small_text(path, MAX_CONFIG_BYTES)  # refused before it is parsed
             # positions for the errors; duplicate keys refused (safe_load kept the last)
-            loaded, positions = load_yaml_with_positions(path.read_text(encoding="utf-8"),
-                                                         str(path))
+            loaded, positions = load_yaml_with_positions(text, str(path))
+        except TooLarge as exc:
+            raise ConfigError(f"{path}: {exc.size:,} bytes, over the {MAX_CONFIG_BYTES:,}-byte "
+                              "limit for a config file; is this the right file?") from None
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read the config file: {exc.strerror}") from None
         except YamlLoadError as exc:
             raise ConfigError(str(exc.error), [exc.error]) from None
         except UnicodeDecodeError as exc:

@@ -18,6 +18,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from costguard.alerts.addresses import owner_recipient
 from costguard.errors import CostguardError, SourceError
+from costguard.small_files import read_small_text
 from costguard.store.tables import AlertRow
 from costguard.yamlpos import (
     YamlLoadError,
@@ -27,6 +28,7 @@ from costguard.yamlpos import (
 
 Severity = Literal["info", "warning", "critical"]
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
+MAX_ROUTING_BYTES = 2**20  # a routing file of hundreds of teams is tens of KiB
 Channel = Literal["console", "slack", "email"]
 
 _SLACK_TARGET = re.compile(r"#[a-z0-9][a-z0-9._-]*|@[\w.-]+|[UCGWD][A-Z0-9]{6,}")
@@ -146,10 +148,13 @@ fallback: ["slack:#finops"]
 def load_routing(path: Path) -> RoutingFile:
     """Read and validate a routing file; every problem is reported as FILE:LINE:COL."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_small_text(path, MAX_ROUTING_BYTES)
     except OSError as exc:
         raise RoutingError([SourceError(str(path), 1, 1, f"cannot read routing file: "
                                         f"{exc.strerror}; check alerts.routing_file")]) from None
+    except UnicodeDecodeError as exc:
+        raise RoutingError([SourceError(str(path), 1, 1, f"not UTF-8 text ({exc.reason} at "
+                                        f"byte {exc.start}); save it as UTF-8")]) from None
     return parse_routing(text, str(path))
 
 

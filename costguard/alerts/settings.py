@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from costguard.errors import ConfigError
 from costguard.policy.base import Duration
+from costguard.small_files import SECRET_BYTES, read_small_text
 
 
 class _Section(BaseModel):
@@ -49,10 +50,12 @@ def _secret(inline: SecretStr | None, file: Path | None, key: str) -> SecretStr 
     if file is None:
         return None
     try:
-        text = file.read_text(encoding="utf-8").strip()
+        text = read_small_text(file, SECRET_BYTES).strip()
     except OSError as exc:
         raise ConfigError(f"alerts: cannot read {key}_file {file}: {exc.strerror}; "
                           f"check the path and its permissions") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"alerts: {key}_file {file} is not UTF-8 text") from None
     if not text:
         raise ConfigError(f"alerts: {key}_file {file} is empty; put the secret in it")
     return SecretStr(text)

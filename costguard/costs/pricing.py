@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from costguard.errors import ConfigError
 from costguard.model import MAX_USD_PER_HOUR, Instance, Lifecycle, PriceQuote
+from costguard.small_files import read_small_text
 from costguard.yamlpos import (
     YamlLoadError,
     load_yaml_with_positions,
@@ -35,6 +36,7 @@ PriceLookup = Callable[[Instance], PriceQuote | None]
 # instance_type) and those the providers' quotes read (AWS spot: account and zone; GCP:
 # the GPUs attached). Besides these, only the instance ids that rules name
 # (`PriceCatalog.named_instance_ids`). Callers that cache quotes key on them.
+MAX_OVERRIDES_BYTES = 8 * 2**20  # thousands of custom prices fit in a few hundred KiB
 PRICE_KEY_FIELDS = ("provider", "account", "region", "zone", "instance_type", "lifecycle",
                     "gpu_count", "gpu_model", "gpu_memory_mib")
 
@@ -101,8 +103,8 @@ class PriceOverrides(BaseModel):
     @classmethod
     def load(cls, path: Path) -> PriceOverrides:
         try:
-            doc, positions = load_yaml_with_positions(path.read_text(encoding="utf-8"),
-                                                      str(path))
+            doc, positions = load_yaml_with_positions(
+                read_small_text(path, MAX_OVERRIDES_BYTES), str(path))
         except OSError as exc:
             raise ConfigError(f"cannot read the price override file {path}: {exc.strerror}. "
                               "Fix costs.price_overrides in costguard.yaml.") from None

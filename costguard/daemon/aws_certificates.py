@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from costguard.daemon.proofs import IdentitySettingError, ProofRefused
+from costguard.small_files import read_small
+
+MAX_PEM_BYTES = 2**20  # a region's certificate is 1-2 KiB
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +138,7 @@ class CertificateSet:
         for kind, place in places:
             for path in sorted(place.glob("*.pem")) if place.is_dir() else []:
                 try:
-                    pem = path.read_bytes()
+                    pem = read_small(path, MAX_PEM_BYTES)
                 except OSError as exc:
                     raise IdentitySettingError(
                         f"{setting}: {path} cannot be read: {exc.strerror}") from None

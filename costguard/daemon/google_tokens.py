@@ -38,10 +38,12 @@ from costguard.daemon.proofs import (
     ProofRefused,
     Proven,
 )
+from costguard.small_files import read_small_text
 
 GOOGLE_ISSUERS = ["https://accounts.google.com", "accounts.google.com"]
 CACHE_SECONDS = 3600  # fetched keys are kept this long
 REFETCH_SECONDS = 60  # an unknown key id fetches them again, at most this often
+MAX_KEYS_BYTES = 2**20  # Google's keys are a few KiB
 KEYS_TIMEOUT_S = 10.0  # a fetch of Google's keys gives up after this (the proof is a 503)
 # what decoding a token anyone may send can raise: joserfc's own errors, and Python's for a
 # header it does not check the type of ({"crit": null} raised TypeError, a 500 before)
@@ -94,7 +96,7 @@ def _keys_file(path: Path) -> KeySet | RSAKey:
     either JSON shape Google serves, or one PEM certificate (the key a token is checked
     against whatever key id it names); KeysUnavailable says why not."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_small_text(path, MAX_KEYS_BYTES)
     except OSError as exc:
         raise KeysUnavailable(f"{path} cannot be read: {exc.strerror}") from None
     except UnicodeDecodeError:

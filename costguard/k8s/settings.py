@@ -33,6 +33,7 @@ from pydantic import (
 
 from costguard.errors import ConfigError
 from costguard.policy.base import Duration, at_least
+from costguard.small_files import SECRET_BYTES, read_small_text
 
 # Namespaces a cluster's own machinery runs in: never acted on, whatever a policy says.
 # The GPU Operator's and the monitoring stack's namespaces hold the exporters costguard
@@ -90,7 +91,10 @@ class JupyterHubSettings(_Section):
 
     def token(self) -> SecretStr:
         try:
-            text = self.token_file.read_text(encoding="utf-8").strip()
+            text = read_small_text(self.token_file, SECRET_BYTES).strip()
+        except UnicodeDecodeError:
+            raise ConfigError(f"jupyterhub.token_file {self.token_file} is not UTF-8 "
+                              "text") from None
         except OSError as exc:
             raise ConfigError(f"jupyterhub.token_file {self.token_file}: {exc.strerror}; "
                               "check the path and its permissions") from None
@@ -146,7 +150,10 @@ class ClusterSettings(_Section):
         if self.bearer_token_file is None:
             return None
         try:
-            text = self.bearer_token_file.read_text(encoding="utf-8").strip()
+            text = read_small_text(self.bearer_token_file, SECRET_BYTES).strip()
+        except UnicodeDecodeError:
+            raise ConfigError(f"kubernetes cluster {self.name}: bearer_token_file "
+                              f"{self.bearer_token_file} is not UTF-8 text") from None
         except OSError as exc:
             raise ConfigError(f"kubernetes cluster {self.name}: cannot read bearer_token_file "
                               f"{self.bearer_token_file}: {exc.strerror}; check the path and "

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from costguard.errors import PolicyError, SourceError
 from costguard.policy.schema import BUILTIN_DIMENSIONS, PolicyFile, PolicySet
 from costguard.policy.warnings import policy_warnings
+from costguard.small_files import TooLarge, read_small
 from costguard.yamlpos import (
     PositionMap,
     YamlLoadError,
@@ -138,13 +139,12 @@ def _expand(paths: Sequence[Path], errors: list[SourceError]) -> list[Path]:
 
 def _read(path: Path, errors: list[SourceError]) -> str | None:
     try:
-        size = path.stat().st_size
-        if size > MAX_POLICY_BYTES:  # refused before anything reads or parses it
-            errors.append(SourceError(
-                str(path), 1, 1, f"the file is {size:,} bytes, over the {MAX_POLICY_BYTES:,}-byte "
-                                 "limit for a policy file: split it into several files"))
-            return None
-        raw = path.read_bytes()
+        raw = read_small(path, MAX_POLICY_BYTES)  # refused before anything parses it
+    except TooLarge as exc:
+        errors.append(SourceError(
+            str(path), 1, 1, f"the file is {exc.size:,} bytes, over the {MAX_POLICY_BYTES:,}-"
+                             "byte limit for a policy file: split it into several files"))
+        return None
     except OSError as exc:
         errors.append(SourceError(str(path), 1, 1, f"cannot read file: {exc.strerror or exc}"))
         return None

@@ -10,6 +10,7 @@ import typer
 
 from costguard.cli_compat import mend_typer
 from costguard.errors import CostguardError
+from costguard.small_files import SECRET_BYTES, read_small_text
 
 mend_typer()
 agent_app = typer.Typer(
@@ -163,7 +164,7 @@ def agent(
 
 def _token_in(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8").strip()
+        return read_small_text(path, SECRET_BYTES).strip()
     except UnicodeDecodeError as exc:
         raise CostguardError(f"--token-file {path}: not UTF-8 text (byte {exc.start}); "
                              "the agent token is printable ASCII") from None
