@@ -256,6 +256,8 @@ def iter_trace(
                 torn = (number, exc.msg)
                 continue
             raise TraceError(path, number, f"not JSON ({exc.msg})") from None
+        except RecursionError:
+            raise TraceError(path, number, "not a sample: nested too deep") from None
         if not isinstance(obj, dict):
             raise TraceError(path, number, "each line must be a JSON object")
         if obj.get("header") is True:
@@ -285,12 +287,27 @@ def parse_trace(lines: Iterable[str], path: str = "<trace>") -> Trace:
     return Trace(header=header, samples=samples)
 
 
+MAX_LINE_CHARS = 64 * 2**10  # a sample of an 8-GPU host is ~4 KB
+
+
+def _bounded_lines(fh: IO[str], path: str) -> Iterator[str]:
+    """`fh`'s lines, each read only up to `MAX_LINE_CHARS`: a file that is no trace (one
+    line of megabytes, or /dev/zero, which never ends one) is refused, not held whole."""
+    number = 0
+    while line := fh.readline(MAX_LINE_CHARS + 1):
+        number += 1
+        if len(line) > MAX_LINE_CHARS:
+            raise TraceError(path, number, f"a line over {MAX_LINE_CHARS:,} characters: "
+                                           "not a trace (one line per sample)")
+        yield line
+
+
 def read_trace(path: str | Path) -> Trace:
     """Read a trace file; a missing or malformed file raises TraceError with the fix."""
     p = Path(path)
     try:
         with p.open(encoding="utf-8") as fh:
-            return parse_trace(fh, str(p))
+            return parse_trace(_bounded_lines(fh, str(p)), str(p))
     except FileNotFoundError:
         raise TraceError(str(p), 0, "no such file") from None
     except UnicodeDecodeError:
