@@ -308,7 +308,7 @@ def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
             # positions for the errors; duplicate keys refused (safe_load kept the last)
             loaded, positions = load_yaml_with_positions(text, str(path))
         except TooLarge as exc:
-            raise ConfigError(f"{path}: {exc.size:,} bytes, over the {MAX_CONFIG_BYTES:,}-byte "
+            raise ConfigError(f"{path}: {exc.said}, over the {MAX_CONFIG_BYTES:,}-byte "
                               "limit for a config file; is this the right file?") from None
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read the config file: {exc.strerror}") from None

@@ -142,7 +142,7 @@ def _read(path: Path, errors: list[SourceError]) -> str | None:
         raw = read_small(path, MAX_POLICY_BYTES)  # refused before anything parses it
     except TooLarge as exc:
         errors.append(SourceError(
-            str(path), 1, 1, f"the file is {exc.size:,} bytes, over the {MAX_POLICY_BYTES:,}-"
+            str(path), 1, 1, f"the file is {exc.said}, over the {MAX_POLICY_BYTES:,}-"
                              "byte limit for a policy file: split it into several files"))
         return None
     except OSError as exc:

@@ -1,7 +1,8 @@
 """A file costguard is configured with is a regular file of a bounded size: `costguard
 validate /dev/zero` read until memory ran out (a MemoryError traceback: the size check saw
-0 bytes) and a named pipe left the command waiting for a writer. Each is now the usual
-one-line "cannot read" naming why, for policies, costguard.yaml and the token files."""
+0 bytes) and a named pipe left the command waiting for a writer. A device is now the usual
+one-line "cannot read" naming why, for policies, costguard.yaml and the token files; a pipe
+(`<(helm template ...)`) is read, bounded, and one nothing writes is empty at once."""
 
 from __future__ import annotations
 
@@ -29,13 +30,12 @@ def test_a_regular_file_and_a_symlink_to_one_are_read(tmp_path: Path) -> None:
     assert read_small(tmp_path / "token", 64) == b"s3cret\n"
 
 
-@pytest.mark.parametrize("path", ["/dev/zero", "/dev/null", "fifo", "folder"])
-def test_anything_but_a_regular_file_is_refused_at_once(path: str, fifo: Path,
-                                                        tmp_path: Path) -> None:
-    target = {"fifo": fifo, "folder": tmp_path}.get(path, Path(path))
+@pytest.mark.parametrize("path", ["/dev/zero", "/dev/null", "folder"])
+def test_a_device_or_a_folder_is_refused_at_once(path: str, tmp_path: Path) -> None:
+    target = tmp_path if path == "folder" else Path(path)
     with pytest.raises(OSError) as caught:
         read_small(target, 2**20)
-    assert caught.value.strerror in ("not a regular file (a device, a pipe or a socket)",
+    assert caught.value.strerror in ("not a file or a pipe (a device or a socket)",
                                      "Is a directory")
 
 
@@ -43,8 +43,24 @@ def test_a_file_over_the_limit_is_refused_before_it_is_read(tmp_path: Path) -> N
     (tmp_path / "big").write_bytes(b"x" * 1001)
     with pytest.raises(TooLarge) as caught:
         read_small(tmp_path / "big", 1000)
-    assert (caught.value.size, caught.value.limit) == (1001, 1000)
     assert caught.value.strerror == "1,001 bytes, over the 1,000-byte limit"
+
+
+def test_a_pipe_is_read_bounded_and_one_nothing_writes_is_empty_at_once(
+        fifo: Path, tmp_path: Path) -> None:
+    assert read_small(fifo, 100) == b""  # no writer: empty, not a wait for one
+    read, write = os.pipe()
+    os.write(write, b"x" * 101)
+    os.close(write)
+    with pytest.raises(TooLarge) as caught:
+        read_small(Path(f"/proc/self/fd/{read}"), 100)
+    os.close(read)
+    assert caught.value.strerror == "over 100 bytes, over the 100-byte limit"
+    read, write = os.pipe()
+    os.write(write, b"policies: []\n")
+    os.close(write)
+    assert read_small(Path(f"/proc/self/fd/{read}"), 100) == b"policies: []\n"
+    os.close(read)
 
 
 def _costguard(*args: str, cwd: Path, env: dict[str, str] | None = None
@@ -54,18 +70,18 @@ def _costguard(*args: str, cwd: Path, env: dict[str, str] | None = None
                           env={**os.environ, **(env or {})})
 
 
-@pytest.mark.parametrize("what", ["/dev/zero", "fifo"])
-def test_validate_names_a_device_or_a_pipe_in_one_line(what: str, fifo: Path,
-                                                       tmp_path: Path) -> None:
-    target = str(fifo) if what == "fifo" else what
-    done = _costguard("validate", target, cwd=tmp_path)
+def test_validate_names_a_device_in_one_line_and_a_silent_pipe_is_empty(
+        fifo: Path, tmp_path: Path) -> None:
+    done = _costguard("validate", "/dev/zero", cwd=tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr + done.stdout
-    assert (f"{target}:1:1: cannot read file: not a regular file (a device, a pipe or a "
-            "socket)") in done.stdout + done.stderr
-    config = _costguard("status", cwd=tmp_path, env={"COSTGUARD_CONFIG": target})
+    assert ("/dev/zero:1:1: cannot read file: not a file or a pipe (a device or a socket)"
+            in done.stdout + done.stderr)
+    config = _costguard("status", cwd=tmp_path, env={"COSTGUARD_CONFIG": "/dev/zero"})
     assert config.returncode == 2, config.stderr
-    assert config.stderr.strip() == (f"error: {target}: cannot read the config file: not a "
-                                     "regular file (a device, a pipe or a socket)")
+    assert config.stderr.strip() == ("error: /dev/zero: cannot read the config file: not a "
+                                     "file or a pipe (a device or a socket)")
+    silent = _costguard("validate", str(fifo), cwd=tmp_path)  # it waited for a writer
+    assert silent.returncode == 2 and f"{fifo}:1:1: the file is empty" in silent.stderr
 
 
 def test_the_agent_s_token_file_is_bounded_too(tmp_path: Path) -> None:
@@ -75,4 +91,4 @@ def test_the_agent_s_token_file_is_bounded_too(tmp_path: Path) -> None:
          "--instance-id", "i-1"],
         cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
-    assert "/dev/zero" in done.stderr and "not a regular file" in done.stderr
+    assert "/dev/zero" in done.stderr and "not a file or a pipe" in done.stderr
