@@ -165,6 +165,8 @@ def agent(
 def _token_in(path: Path) -> str:
     try:
         return read_small_text(path, SECRET_BYTES).strip()
+    except OSError as exc:
+        raise CostguardError(f"--token-file {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise CostguardError(f"--token-file {path}: not UTF-8 text (byte {exc.start}); "
                              "the agent token is printable ASCII") from None
