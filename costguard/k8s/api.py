@@ -13,6 +13,7 @@ naming the cluster, the call and the API's own `Status` message, never a credent
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -20,6 +21,8 @@ from typing import Any, Protocol
 from costguard.errors import ProviderError
 from costguard.k8s.settings import ApiSettings
 from costguard.limited_json import JsonRefused, parse_json
+
+log = logging.getLogger(__name__)
 
 MAX_BYTES = 64 * 2**20  # one answer (a page of a list, an object)
 PAGE = 500
@@ -103,6 +106,10 @@ def _strings(value: Any) -> dict[str, str]:
     return ({str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {})
 
 
+class _Expired(Exception):
+    """A list's continue token expired (410) before its last page."""
+
+
 class KubeApi:
     def __init__(self, cluster: str, settings: ApiSettings, timeout: float = 30.0) -> None:
         import kubernetes
@@ -132,9 +139,7 @@ class KubeApi:
         self.client.close()  # type: ignore[no-untyped-call]
 
     # -- reads --
-    def list(self, plural: str) -> list[KubeObject] | None:
-        """Every object of a kind in every namespace; None where the kind is not served
-        (Kubeflow's Notebook without its CRD)."""
+    def _pages(self, plural: str) -> list[KubeObject] | None:
         call = self._lists()[plural]
         out: list[KubeObject] = []
         cont: str | None = None
@@ -144,6 +149,8 @@ class KubeApi:
             except ProviderError as exc:
                 if plural == "notebooks" and "NotFound" in str(exc):
                     return None
+                if cont and "HTTP 410 " in str(exc):
+                    raise _Expired from None
                 raise
             items = page.get("items")
             if isinstance(items, list):
@@ -154,6 +161,27 @@ class KubeApi:
                 return out
         raise ProviderError("k8s", self.cluster, f"more than {MAX_PAGES * PAGE:,} {plural}: "
                             "refused rather than held")
+
+    def list(self, plural: str) -> list[KubeObject] | None:
+        """Every object of a kind in every namespace; None where the kind is not served
+        (Kubeflow's Notebook without its CRD).
+
+        A list of many pages can outlive its continue token (the API server keeps a
+        snapshot some five minutes): the server answers `410 Expired`. The pages read are
+        then dropped and the list is read again from its start, once, as the API's own
+        guidance says a client needing a consistent list must (the token the 410 offers
+        goes on from a newer snapshot, mixing two)."""
+        try:
+            return self._pages(plural)
+        except _Expired:
+            log.warning("list %s in cluster %s: the continue token expired; reading the "
+                        "list again from its start", plural, self.cluster)
+        try:
+            return self._pages(plural)
+        except _Expired:
+            raise ProviderError("k8s", self.cluster, f"list {plural}: the continue token "
+                                "expired twice; the list is read again next cycle",
+                                retryable=True) from None
 
     def get(self, plural: str, namespace: str, name: str) -> KubeObject | None:
         """The object now; None when it is gone."""

@@ -13,7 +13,10 @@ What it follows (the Kubernetes API reference, "API Concepts"):
   `409 Conflict`; every change bumps `resourceVersion` (and `generation` for spec);
 * `DELETE` of a pod answers the pod; errors are `Status` objects (`reason` NotFound,
   Conflict, Forbidden...) with the HTTP code;
-* a resource whose CRD is not installed (Kubeflow's notebooks) is `404` on its list.
+* a resource whose CRD is not installed (Kubeflow's notebooks) is `404` on its list;
+* a continue token the server no longer holds (`expire_continue` of them, the next ones it
+  is sent) is `410` with reason `Expired` and a token for the rest of a newer snapshot, as
+  the API reference's `continue` parameter describes.
 
 `requests` records every call (method, path, content type, body) for the tests' assertions.
 """
@@ -65,6 +68,7 @@ class KubeApi:
     installed: set[str] = field(default_factory=lambda: set(KINDS))
     requests: list[tuple[str, str, str, Any]] = field(default_factory=list)
     forbidden: set[tuple[str, str]] = field(default_factory=set)  # (method, plural)
+    expire_continue: int = 0  # the next continue tokens sent that are answered 410
     _rv: itertools.count = field(default_factory=lambda: itertools.count(1000))
 
     def add(self, plural: str, namespace: str, name: str, *, labels: dict[str, str] | None = None,
@@ -117,6 +121,16 @@ class KubeApi:
                               f'cannot list resource "{plural}" at the cluster scope')
             items = [copy.deepcopy(o) for (p, _, _), o in sorted(self.objects.items())
                      if p == plural]
+            if request.query_params.get("continue") and self.expire_continue > 0:
+                self.expire_continue -= 1
+                expired = status(410, "Expired", "The provided continue parameter is too old "
+                                 "to display a consistent list result. You can start a new "
+                                 "list without the continue parameter, or use the continue "
+                                 "token in this response to retrieve the remainder of the "
+                                 "results.")
+                body = json.loads(bytes(expired.body))
+                body["metadata"] = {"continue": request.query_params["continue"]}
+                return JSONResponse(body, status_code=410)
             start = int(request.query_params.get("continue") or 0)
             limit = int(request.query_params.get("limit") or 0) or len(items) or 1
             page = items[start:start + limit]

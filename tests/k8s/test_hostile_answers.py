@@ -159,6 +159,32 @@ def test_an_api_server_that_refuses_is_a_provider_error(tmp_path: Path) -> None:
         assert api.list("notebooks") is None  # Kubeflow not installed: no notebooks
 
 
+@pytest.mark.parametrize("expired", [1, 2])
+def test_a_list_whose_continue_token_expires_is_read_again_whole(
+        tmp_path: Path, expired: int, caplog: pytest.LogCaptureFixture) -> None:
+    """A list of many pages outlived its continue token (410 Expired): it failed the
+    cluster's read. It is read again from its start, once; twice is a retryable error."""
+    fake = FakeApi()
+    for i in range(1_200):  # three pages of 500
+        fake.add("deployments", f"ns{i % 7}", f"d{i:04d}")
+    with serve(fake.app()) as url:
+        (tmp_path / "kc").write_text(kubeconfig(url))
+        api = KubeApi("ml", ApiSettings(kubeconfig=tmp_path / "kc"))
+        fake.expire_continue = expired
+        if expired == 2:
+            with pytest.raises(ProviderError, match="continue token expired twice") as err:
+                api.list("deployments")
+            assert err.value.retryable
+            return
+        listed = api.list("deployments")
+    assert listed is not None and len(listed) == 1_200
+    assert len({(d.namespace, d.name) for d in listed}) == 1_200  # none twice, none missing
+    asked = [q.get("continue") for _, path, _, q in fake.requests
+             if path == "/apis/apps/v1/deployments"]
+    assert asked == [None, "500", None, "500", "1000"]  # from the start again, whole
+    assert "the continue token expired; reading the list again" in caplog.text
+
+
 def test_an_oversized_api_answer_is_refused(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeApi()
