@@ -25,10 +25,11 @@ from typing import Any, TextIO
 from rich.console import Console, ConsoleOptions, RenderableType
 from rich.segment import Segment
 
+from costguard.controls import TERMINAL_CONTROLS
+
 _TRAILING = re.compile(r"[ \t]+(?=\n)")
-# C0 but a tab and a line break, DEL, C1 (0x9b is a CSI on some terminals): all zero-width
-# to rich, so leaving them out moves no column of a table
-_UNSHOWN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# all zero-width to rich: leaving them out moves no column of a table
+_UNSHOWN = TERMINAL_CONTROLS
 
 
 def shown(text: str) -> str:

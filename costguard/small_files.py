@@ -1,6 +1,6 @@
 """Files costguard is configured with (costguard.yaml, policies, the routing file, price
-overrides, a token or a secret in a file), read whole under one rule: a regular file of at
-most a stated size.
+overrides, a token or a secret in a file), read whole under one rule: a regular file or a
+pipe, of at most a stated size.
 
 A device read for ever or waited for ever: `costguard validate /dev/zero` filled memory
 to a MemoryError traceback (the size check saw 0 bytes), and `/dev/stdin` on a terminal

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
+from costguard.controls import TERMINAL_CONTROLS
 from costguard.redact import redact
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ class JsonFormatter(logging.Formatter):
 # a message quotes what others wrote (a tag, an instance's name, an API's error text): a
 # control character in it is written as an escape, and each line it breaks into is indented,
 # so it can neither send a terminal a command nor forge a record of its own
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL = TERMINAL_CONTROLS
 _CONTINUED = "\n    "
 
 
