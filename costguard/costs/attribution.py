@@ -36,6 +36,13 @@ class Attributable(Protocol):
 
 
 DEFAULT_DIMENSIONS = ("team", "project", "env", "cost-center")
+# the most characters a dimension's value keeps: what the store's columns hold (team,
+# project and cost_center of cost intervals, rollups, billed lines, actions and alerts;
+# tests/costs/test_attribution_long_values.py holds them to it). A tag value may be 256
+# characters (AWS, Azure) and a bill's or an annotation's any length; PostgreSQL refused a
+# longer one, and with it the cycle's whole accrual, every cycle
+VALUE_CHARS = 128
+VALUE_CHARS_OF = {"env": 64}
 # what a report, a bill comparison or an anomaly calls spend no tag or rule attributes
 UNATTRIBUTED = "unattributed"
 
@@ -60,7 +67,7 @@ class Attributor:
             # the tag of the dimension's name; as a bill's flattened columns name it
             # (cost_center for cost-center), not in another case ("Team" is not "team")
             bare = _Flat(tags, flat_only=True)
-            return {d: tags.get(d) or bare.match((d,)) for d in DEFAULT_DIMENSIONS}
+            return {d: _fit(d, tags.get(d) or bare.match((d,))) for d in DEFAULT_DIMENSIONS}
         flat = _Flat(tags)
         out: dict[str, str | None] = {}
         lowered = {k.lower(): v for k, v in tags.items()}
@@ -76,7 +83,13 @@ class Attributor:
             if out.get(derive.dimension):
                 continue
             out[derive.dimension] = _derive(inst, derive.from_, derive.map)
-        return out
+        return {dim: _fit(dim, value) for dim, value in out.items()}
+
+
+def _fit(dimension: str, value: str | None) -> str | None:
+    """`value` cut to the characters its column keeps (`VALUE_CHARS`)."""
+    most = VALUE_CHARS_OF.get(dimension, VALUE_CHARS)
+    return value[:most] if value is not None and len(value) > most else value
 
 
 class _Flat:
