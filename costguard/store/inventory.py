@@ -20,6 +20,15 @@ from costguard.store.upsert import BindProcessors, driver_sql
 _TABLE: Table = InstanceRow.__table__  # type: ignore[attr-defined]
 
 
+def _chars(column: str) -> int:
+    """The characters `instances.COLUMN` holds (its VARCHAR's length)."""
+    return int(getattr(_TABLE.c[column].type, "length"))  # noqa: B009 (TypeEngine has none)
+
+
+_NAME_CHARS, _REASON_CHARS, _LAUNCHER_CHARS = map(_chars, ("name", "state_reason",
+                                                           "launched_by"))
+
+
 def to_instance(row: InstanceRow) -> Instance:
     return Instance(
         provider=row.provider,
@@ -44,10 +53,18 @@ _CHUNK = 500  # ids per IN (...) list: well inside SQLite's and PostgreSQL's par
 
 
 def _listed(inst: Instance) -> tuple[Any, ...]:
-    return (inst.account, inst.region, inst.zone, inst.name, inst.instance_type,
-            str(inst.state), inst.state_reason, str(inst.lifecycle), inst.gpu_count,
-            inst.gpu_model, inst.gpu_memory_mib, inst.launch_time, inst.tags, inst.launched_by,
+    return (inst.account, inst.region, inst.zone, _fit(inst.name, _NAME_CHARS),
+            inst.instance_type, str(inst.state), _fit(inst.state_reason, _REASON_CHARS),
+            str(inst.lifecycle), inst.gpu_count, inst.gpu_model, inst.gpu_memory_mib,
+            inst.launch_time, inst.tags, _fit(inst.launched_by, _LAUNCHER_CHARS),
             owner_json(inst.owner), str(inst.kind))
+
+
+def _fit(text: str | None, most: int) -> str | None:
+    """Free text a listing carries, cut to what its column holds: a Kubernetes workload's
+    name (namespace/kind/name) reaches 330 characters, and PostgreSQL refused a row past
+    its column, and with it the whole inventory's write, every cycle."""
+    return text[:most] if text is not None and len(text) > most else text
 
 
 def owner_json(owner: Owner | None) -> dict[str, Any] | None:
