@@ -44,6 +44,7 @@ from costguard.billing.line_digests import Digests
 from costguard.billing.line_keys import LineKeys, Replacing
 from costguard.billing.lines import (
     BASE_CURRENCY,
+    KEPT_CHARS,
     MAX_CHARGE_PERIOD,
     MAX_LINE_MICROS,
     NULLS,
@@ -311,6 +312,9 @@ def _lines(table: pa.Table, reader: LineReader) -> pa.Table:
                "charge_class": text("ChargeClass"), "currency": currency,
                "charge_start": start, "charge_end": end, "billed_micros": billed,
                "effective_micros": effective}
+    for name, most in KEPT_CHARS.items():  # as lines.kept cuts them
+        if (pc.max(pc.utf8_length(columns[name])).as_py() or 0) > most:
+            columns[name] = pc.utf8_slice_codeunits(columns[name], 0, most)
     return pa.table(columns)
 
 

@@ -14,6 +14,7 @@ from costguard.billing.errors import BillingImportError, cell, decimal_of
 from costguard.costs.attribution import Attributor
 from costguard.limited_json import JsonRefused, parse_json
 from costguard.model import Instance, InstanceState
+from costguard.store.bill_tables import BillingCostRow
 
 # provider names as exports spell them -> costguard's; a provider costguard does not govern
 # keeps its own (lower-case) name, and its lines are kept and reported under it
@@ -290,7 +291,7 @@ class LineReader:
         start = self.time(row.get("ChargePeriodStart"), f"{where} ChargePeriodStart")
         end = self.time(row.get("ChargePeriodEnd"), f"{where} ChargePeriodEnd")
         check_period(start, end, where)
-        return {
+        return kept({
             "charge_start": start, "charge_end": end,
             "provider": provider, "account": account,
             "region": _opt(row.get("RegionId")),  # FOCUS 0.5's Region arrives as RegionId
@@ -301,12 +302,30 @@ class LineReader:
             "charge_category": category_of(row.get("ChargeCategory"),
                                            f"{where} ChargeCategory"),
             "charge_class": _opt(row.get("ChargeClass")), "currency": currency,
-        }
+        })
 
 
 # the columns a line's text is stored from as it is written (the rest is mapped or parsed)
 STORED_TEXT = ("SubAccountId", "BillingAccountId", "RegionId", "ServiceName", "ResourceId",
                "ChargeClass", "BillingCurrency")
+
+# what billing_costs keeps of that text (its columns' lengths): a resource id may be an ARN of
+# up to 2,048 characters (a log group's reaches 560), and PostgreSQL refused the whole import
+# over one longer than its column; the line's key is made from the whole text, so two lines
+# that differ past the cut are still two lines
+_BILLED = BillingCostRow.__table__  # type: ignore[attr-defined]
+KEPT_CHARS: dict[str, int] = {
+    name: int(getattr(_BILLED.c[name].type, "length"))  # noqa: B009 (TypeEngine has none)
+    for name in ("account", "region", "service", "resource_id", "charge_class")}
+
+
+def kept(line: dict[str, Any]) -> dict[str, Any]:
+    """`line` with its stored text cut to `KEPT_CHARS`."""
+    for name, most in KEPT_CHARS.items():
+        value = line[name]
+        if value is not None and len(value) > most:
+            line[name] = value[:most]
+    return line
 
 
 def _no_nul(row: Mapping[str, Any], where: str) -> None:

@@ -63,8 +63,13 @@ def test_long_tag_values_are_kept_to_their_columns_and_accrual_goes_on(db: Datab
     assert got["i-plain"].team == "vision"
 
 
-def test_a_bill_line_with_a_long_tag_is_imported(db_url: str, tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("reader", ["columns", "lines"])
+def test_a_bill_line_with_long_text_is_imported_whole(db_url: str, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     reader: str) -> None:
+    """A tag, and text stored as written (a log group's ARN reaches 560 characters; an ARN
+    may be 2,048), by the column reader and by the line reader (which a line in another
+    currency hands the file to)."""
     from costguard.cli import app
     from costguard.store.bill_tables import BillingCostRow
     from tests.costs.test_focus_real_exports import row, write_csv
@@ -72,13 +77,25 @@ def test_a_bill_line_with_a_long_tag_is_imported(db_url: str, tmp_path: Path,
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COSTGUARD_DATABASE_URL", db_url)
     Database(db_url).dispose()
-    path = write_csv(tmp_path / "bill.csv", [
-        row(BilledCost="7", EffectiveCost="7", Tags=json.dumps({"team": "t" * 200})),
-        row(BilledCost="3", EffectiveCost="3", Tags=json.dumps({"team": "vision"}))])
-    done = CliRunner().invoke(app, ["billing", "import", str(path)])
+    arn = "arn:aws:logs:us-east-1:200000000011:log-group:/" + "g" * 512 + ":*"
+    lines = [row(BilledCost="7", EffectiveCost="7", Tags=json.dumps({"team": "t" * 200}),
+                 ResourceId=arn, ServiceName="S" * 200, RegionId="r" * 100,
+                 ChargeClass="c" * 40),
+             row(BilledCost="3", EffectiveCost="3", Tags=json.dumps({"team": "vision"}),
+                 ResourceId=arn + "-other")]  # differs past the cut: still its own line
+    rate = []
+    if reader == "lines":
+        lines.append(row(BilledCost="1", EffectiveCost="1", BillingCurrency="EUR"))
+        rate = ["--rate", "EUR=1.25"]
+    path = write_csv(tmp_path / "bill.csv", lines)
+    done = CliRunner().invoke(app, ["billing", "import", str(path), *rate])
     assert done.exit_code == 0, done.output
     db = Database(db_url)
     with db.session() as s:
-        teams = sorted(r.team or "" for r in s.exec(select(BillingCostRow)))
+        stored = sorted(s.exec(select(BillingCostRow)), key=lambda r: -r.billed_micros)
     db.dispose()
-    assert teams == ["t" * 128, "vision"]
+    assert [r.billed_micros for r in stored][:2] == [7_000_000, 3_000_000]
+    first = stored[0]
+    assert (first.team, first.resource_id, first.service, first.region, first.charge_class) == (
+        "t" * 128, arn[:512], "S" * 128, "r" * 64, "c" * 32)
+    assert stored[1].resource_id == arn[:512] and stored[1].team == "vision"
