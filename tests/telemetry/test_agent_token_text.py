@@ -45,16 +45,21 @@ def test_the_agent_refuses_it_before_it_samples(tmp_path: Path) -> None:
         run_agent(settings)
 
 
-def test_a_token_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("token_file", "said"), [
+    ("tok", "--token-file tok: not UTF-8 text (byte 3); the agent token is printable ASCII"),
+    # bounded like every configured file (small_files): /dev/zero was read for ever
+    ("/dev/zero", "--token-file /dev/zero: not a file or a pipe (a device or a socket)"),
+])
+def test_a_token_file_it_cannot_take_is_one_line(tmp_path: Path, token_file: str,
+                                                 said: str) -> None:
     (tmp_path / "tok").write_bytes(b"tok\xff\n")
     done = subprocess.run(
         [sys.executable, "-c", "from costguard.entry import agent_main; agent_main()",
-         "--url", "http://127.0.0.1:9", "--token-file", "tok", "--provider", "aws",
+         "--url", "http://127.0.0.1:9", "--token-file", token_file, "--provider", "aws",
          "--instance-id", "i-1"],
         cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
-    assert done.stderr.strip() == ("error: --token-file tok: not UTF-8 text (byte 3); the "
-                                   "agent token is printable ASCII")
+    assert done.stderr.strip() == f"error: {said}"
 
 
 def test_the_daemon_refuses_it_in_the_config_file_at_its_place(tmp_path: Path) -> None:
