@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,15 @@ class BoundedReader(io.RawIOBase):
         return True
 
     def readinto(self, buffer: Any) -> int:
-        n: int = self._inner.readinto(buffer)
+        try:
+            n: int = self._inner.readinto(buffer)
+        except EOFError:  # click read it as Ctrl-D: the command said only "Aborted."
+            raise BillingImportError(
+                f"{self.name}: the gzip ends before its end: the download or the copy was "
+                "cut short; fetch the file again (nothing of it was imported)") from None
+        except (gzip.BadGzipFile, zlib.error) as exc:
+            raise BillingImportError(f"{self.name}: not a readable gzip ({exc}); fetch the "
+                                     "file again (nothing of it was imported)") from None
         if not n:
             return 0
         chunk = memoryview(buffer)[:n].tobytes()

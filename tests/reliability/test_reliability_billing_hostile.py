@@ -158,3 +158,29 @@ def test_a_parquet_bomb_is_refused_from_its_metadata(db: Database, tmp_path: Pat
     with pytest.raises(BillingImportError, match=r"focus.parquet: row group 0, column Tags "
                                                  r"expands to 80 MiB from \d+ KiB"):
         _import(db, path)
+
+
+@pytest.mark.parametrize("cut", ["mid-stream", "header only"])
+def test_a_gzip_cut_short_is_one_line_and_imports_nothing(tmp_path: Path, cut: str,
+                                                          db_url: str) -> None:
+    """A download or a copy cut short: gzip raised EOFError, which click takes for Ctrl-D,
+    and the command said only "Aborted."."""
+    whole = gzip.compress(_csv_text([row(BilledCost=str(n)) for n in range(1, 3000)]).encode())
+    path = tmp_path / "bill.csv.gz"
+    path.write_bytes(whole[:len(whole) // 2] if cut == "mid-stream" else whole[:12])
+    Database(db_url).dispose()
+    done = subprocess.run(
+        [sys.executable, "-m", "costguard.entry", "--database", db_url, "billing", "import",
+         str(path)], capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Aborted" not in done.stderr and "Traceback" not in done.stderr
+    assert ("error: bill.csv.gz: the gzip ends before its end: the download or the copy was "
+            "cut short; fetch the file again (nothing of it was imported)") in done.stderr
+    from sqlmodel import select
+
+    from costguard.store.bill_tables import BillingCostRow
+
+    db = Database(db_url)
+    with db.session() as s:
+        assert s.exec(select(BillingCostRow)).first() is None
+    db.dispose()
