@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from costguard.billing.errors import BillingImportError, cell, decimal_of
 from costguard.costs.attribution import Attributor
+from costguard.kept_text import cut
 from costguard.limited_json import JsonRefused, parse_json
 from costguard.model import Instance, InstanceState
 from costguard.store.bill_tables import BillingCostRow
@@ -322,9 +323,7 @@ KEPT_CHARS: dict[str, int] = {
 def kept(line: dict[str, Any]) -> dict[str, Any]:
     """`line` with its stored text cut to `KEPT_CHARS`."""
     for name, most in KEPT_CHARS.items():
-        value = line[name]
-        if value is not None and len(value) > most:
-            line[name] = value[:most]
+        line[name] = cut(line[name], most)
     return line
 
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Protocol
 
+from costguard.kept_text import cut
 from costguard.model import Owner
 
 if TYPE_CHECKING:
@@ -88,8 +89,7 @@ class Attributor:
 
 def _fit(dimension: str, value: str | None) -> str | None:
     """`value` cut to the characters its column keeps (`VALUE_CHARS`)."""
-    most = VALUE_CHARS_OF.get(dimension, VALUE_CHARS)
-    return value[:most] if value is not None and len(value) > most else value
+    return cut(value, VALUE_CHARS_OF.get(dimension, VALUE_CHARS))
 
 
 class _Flat:

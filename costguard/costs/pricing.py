@@ -31,12 +31,12 @@ if TYPE_CHECKING:
     from costguard.costs.price_book import PriceBook
     from costguard.providers.aws.pricing import OnDemandTable
 
+MAX_OVERRIDES_BYTES = 8 * 2**20  # thousands of custom prices fit in a few hundred KiB
 PriceLookup = Callable[[Instance], PriceQuote | None]
 # What a catalog quote can depend on: the fields override rules match (family comes from
 # instance_type) and those the providers' quotes read (AWS spot: account and zone; GCP:
 # the GPUs attached). Besides these, only the instance ids that rules name
 # (`PriceCatalog.named_instance_ids`). Callers that cache quotes key on them.
-MAX_OVERRIDES_BYTES = 8 * 2**20  # thousands of custom prices fit in a few hundred KiB
 PRICE_KEY_FIELDS = ("provider", "account", "region", "zone", "instance_type", "lifecycle",
                     "gpu_count", "gpu_model", "gpu_memory_mib")
 

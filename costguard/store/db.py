@@ -170,21 +170,18 @@ def _unopenable(engine: Engine, exc: OperationalError, doing: str) -> StoreUnope
                            "database_url in costguard.yaml or COSTGUARD_DATABASE_URL.", why)
 
 
-def _reachable(engine: Engine) -> Engine:
-    """`engine`, once a connection opens: a server that does not answer is said as such,
-    not as a schema out of date (which is what a failed read of the version looked like)."""
-    try:
-        engine.connect().close()
-    except OperationalError as exc:
-        raise _unopenable(engine, exc, "open") from exc
-    return engine
-
-
-def _stored_revision(engine: Engine) -> str | None:
+def _stored_revision(engine: Engine, *, must_open: bool = False) -> str | None:
     """The version Alembic recorded, read with one SELECT; None when there is none (or the
-    database cannot be read: `upgrade` then reports why)."""
+    database cannot be read: `upgrade` then reports why). `must_open`: a server that does
+    not answer is StoreUnopenable, said as such, not taken for a schema out of date."""
     try:
-        with engine.connect() as conn:
+        conn = engine.connect()
+    except OperationalError as exc:
+        if must_open:
+            raise _unopenable(engine, exc, "open") from exc
+        return None
+    try:
+        with conn:
             rows = conn.execute(text("SELECT version_num FROM alembic_version")).all()
     except (OperationalError, ProgrammingError):
         return None
@@ -223,7 +220,7 @@ class Database:
         self.engine = make_engine(url)
         if migrate:
             upgrade(self.engine)
-        elif _stored_revision(_reachable(self.engine)) != HEAD_REVISION:
+        elif _stored_revision(self.engine, must_open=True) != HEAD_REVISION:
             raise StoreError(
                 "the database schema is not up to date: run `costguard db upgrade` first"
             )

@@ -13,6 +13,7 @@ from sqlalchemy import select as sa_select
 from sqlalchemy.engine import Dialect
 from sqlmodel import Session, select
 
+from costguard.kept_text import cut
 from costguard.model import Instance, InstanceKind, InstanceState, Lifecycle, Owner
 from costguard.store.tables import AccountRow, InstanceRow
 from costguard.store.upsert import BindProcessors, driver_sql
@@ -53,18 +54,14 @@ _CHUNK = 500  # ids per IN (...) list: well inside SQLite's and PostgreSQL's par
 
 
 def _listed(inst: Instance) -> tuple[Any, ...]:
-    return (inst.account, inst.region, inst.zone, _fit(inst.name, _NAME_CHARS),
-            inst.instance_type, str(inst.state), _fit(inst.state_reason, _REASON_CHARS),
+    # free text is kept to its column (kept_text): a Kubernetes workload's name,
+    # namespace/kind/name, reaches 330 characters, and PostgreSQL refused the row past its
+    # column, and with it the whole inventory's write, every cycle
+    return (inst.account, inst.region, inst.zone, cut(inst.name, _NAME_CHARS),
+            inst.instance_type, str(inst.state), cut(inst.state_reason, _REASON_CHARS),
             str(inst.lifecycle), inst.gpu_count, inst.gpu_model, inst.gpu_memory_mib,
-            inst.launch_time, inst.tags, _fit(inst.launched_by, _LAUNCHER_CHARS),
+            inst.launch_time, inst.tags, cut(inst.launched_by, _LAUNCHER_CHARS),
             owner_json(inst.owner), str(inst.kind))
-
-
-def _fit(text: str | None, most: int) -> str | None:
-    """Free text a listing carries, cut to what its column holds: a Kubernetes workload's
-    name (namespace/kind/name) reaches 330 characters, and PostgreSQL refused a row past
-    its column, and with it the whole inventory's write, every cycle."""
-    return text[:most] if text is not None and len(text) > most else text
 
 
 def owner_json(owner: Owner | None) -> dict[str, Any] | None:
