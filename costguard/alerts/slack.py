@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -41,8 +42,15 @@ def quiet_logger() -> logging.Logger:
     return logger
 
 
+_CUT_ENTITY = re.compile(r"&[a-z]{0,3}$")
+
+
 def _text(value: str, limit: int = 2900) -> str:
-    return value if len(value) <= limit else value[: limit - 1] + "…"
+    """`value` within Block Kit's limit: cut with an ellipsis, never inside an escape
+    (`&amp;` cut to `&am` would show as text)."""
+    if len(value) <= limit:
+        return value
+    return _CUT_ENTITY.sub("", value[: limit - 1]) + "…"
 
 
 def escape_mrkdwn(value: str) -> str:

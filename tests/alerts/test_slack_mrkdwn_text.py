@@ -4,6 +4,7 @@ tag pinged the whole channel through the notification's text, which was sent as 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -65,3 +66,15 @@ def test_a_digest_and_a_clicked_message_escape_it_too() -> None:
     texts = list(_mrkdwn(clicked))
     assert any("<@U0ANA0001>" in t for t in texts)  # costguard's own mention of the clicker
     _assert_escaped([t.replace("<@U0ANA0001>", "") for t in texts])
+
+
+def test_a_long_text_is_never_cut_inside_an_escape() -> None:
+    """Block Kit cuts a section at 3,000 characters: costguard cuts first, with an ellipsis,
+    and an escape cut in two (`&am`) would show as text."""
+    for shift in range(5):  # the cut falls at each character of an escape in turn
+        alert = ALERT.model_copy(update={"context": {
+            **ALERT.context, "evidence": "x" * shift + "<&>" * 2000}})
+        texts = list(_mrkdwn(slack_message(view_of(alert, timedelta(hours=24)), "k")))
+        cut = [t for t in texts if t.startswith("*Evidence:*")]
+        assert len(cut) == 1 and cut[0].endswith("…") and len(cut[0]) <= 2900
+        assert not re.search(r"&(?!(amp|lt|gt);)", cut[0]), cut[0][-12:]
