@@ -9,6 +9,7 @@ sleep are injected: tests run hours of agent time in milliseconds.
 from __future__ import annotations
 
 import logging
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -262,6 +263,10 @@ class Agent:
         self._retry_delay = 0.0
         self.last_flush = FlushResult()
         self.stopping = False
+        # the buffer's file cannot be written (a full disk): why, and the summaries lost since
+        self.unwritable: str | None = None
+        self.unwritten = 0
+        self._unwritten_before = 0
 
     def tick(self) -> None:
         """Sample, close the minute when it turns, push what is due."""
@@ -322,7 +327,13 @@ class Agent:
             for gpu, samples in sorted(self._pending.items())
         ]
         self._pending = {}
-        dropped = self.buffer.append([m.model_dump_json() for m in minutes])
+        try:
+            dropped = self.buffer.append([m.model_dump_json() for m in minutes])
+        except sqlite3.Error as exc:
+            self._unwritable(exc, len(minutes))
+            dropped = 0
+        else:
+            self._writable()
         if dropped:
             log.warning(
                 "agent buffer full: dropped the %d oldest summaries (%d in all)",
@@ -337,7 +348,13 @@ class Agent:
         now = self._clock.now()
         if self._retry_at is not None and now < self._retry_at:
             return
-        self.last_flush = self.pusher.flush()
+        try:
+            self.last_flush = self.pusher.flush()
+        except sqlite3.Error as exc:  # an answered batch cannot be forgotten: sent again later
+            self._unwritable(exc, 0)
+            self._retry_delay = min(self.settings.retry_max_s, max(1.0, self._retry_delay * 2))
+            self._retry_at = now + timedelta(seconds=self._retry_delay)
+            return
         if self.last_flush.reachable:
             self._retry_at, self._retry_delay = None, 0.0
             if isinstance(self.pusher, Pusher):  # outcomes of pre-stop hooks run here
@@ -352,6 +369,23 @@ class Agent:
             len(self.buffer),
             self._retry_delay,
         )
+
+    def _unwritable(self, exc: sqlite3.Error, lost: int) -> None:
+        """The buffer refused a write (a full disk, a read-only or failing one): said once,
+        not as a traceback every minute; what it holds is still pushed."""
+        if self.unwritable is None:
+            self._unwritten_before = self.unwritten
+            log.error("cannot write the agent buffer %s (%s): new summaries are lost until it "
+                      "can be written (those GPU-minutes read as no data, never idle); the "
+                      "summaries it holds are still pushed", self.buffer.path, exc)
+        self.unwritable = str(exc)
+        self.unwritten += lost
+
+    def _writable(self) -> None:
+        if self.unwritable is not None:
+            log.warning("the agent buffer %s is written again; %d summaries were lost "
+                        "meanwhile", self.buffer.path, self.unwritten - self._unwritten_before)
+            self.unwritable = None
 
     def _hooks_given(self, raw: list[Any]) -> None:
         """Pre-stop hooks in the daemon's answer: this instance's are run, once each."""
@@ -392,6 +426,7 @@ class Agent:
             "instance": f"{self.identity.provider}:{self.identity.instance_id}",
             "buffered": len(self.buffer),
             "dropped": self.buffer.dropped,
+            "unwritten": self.unwritten,
             "daemon_reachable": self.last_flush.reachable,
             "auth": getattr(self.pusher, "auth", "n/a"),
         }
