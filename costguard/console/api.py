@@ -23,68 +23,29 @@ from starlette.routing import BaseRoute, Route
 
 from costguard.clock import Clock
 from costguard.config import Settings
-from costguard.console import views
+from costguard.console import params, views
 from costguard.console.auth import viewer
 from costguard.console.openapi import openapi_document
 from costguard.errors import CostguardError
 from costguard.policy.schema import PolicySet
-from costguard.report.queries import DIMENSIONS
 from costguard.store.db import Database
 
 T = TypeVar("T")
-MAX_LIMIT = 1000
-
-
-class BadParameter(CostguardError, ValueError):
-    """A query parameter the API cannot use (400)."""
-
-
-def _dims(text: str | None) -> list[str]:
-    """`team,instance_type`: report dimensions, with `_` read as `-` (instance_type)."""
-    out: list[str] = []
-    for part in (text or "").split(","):
-        dim = part.strip().replace("_", "-")
-        if not dim:
-            continue
-        if dim not in DIMENSIONS:
-            raise BadParameter(f"unknown by dimension {part.strip()!r} (choose from: "
-                               f"{', '.join(DIMENSIONS)})")
-        if dim in out:
-            raise BadParameter(f"by names {dim!r} twice")
-        out.append(dim)
-    return out
-
-
-def _filters(request: Request) -> list[str]:
-    out = []
-    for f in request.query_params.getlist("filter"):
-        key, sep, value = f.partition("=")
-        out.append(f"{key.strip().replace('_', '-')}{sep}{value}")
-    return out
-
-
-def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
-    text = request.query_params.get(name)
-    if text is None or text == "":
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise BadParameter(f"{name} must be a whole number, not {text!r}") from None
-    if not low <= value <= high:
-        raise BadParameter(f"{name} must be between {low} and {high}")
-    return value
 
 
 def paginate(request: Request, items: list[Any], page_size: int) -> tuple[list[Any],
                                                                            dict[str, Any]]:
-    limit = _int(request, "limit", page_size, 1, MAX_LIMIT)
-    offset = _int(request, "offset", 0, 0, 10**9)
+    limit = params.whole(request.query_params, "limit", page_size, 1, params.MAX_LIMIT)
+    offset = params.whole(request.query_params, "offset", 0, 0, params.MAX_OFFSET)
     shown = items[offset:offset + limit]
     nxt = None
     if offset + limit < len(items):
         nxt = str(request.url.include_query_params(offset=offset + limit, limit=limit))
     return shown, {"offset": offset, "limit": limit, "total": len(items), "next": nxt}
+
+
+def _filters(request: Request) -> list[str]:
+    return params.filters(request.query_params.getlist("filter"))
 
 
 class Api:
@@ -110,12 +71,13 @@ class Api:
             return JSONResponse({"error": str(exc)}, 400)
 
     def window(self, request: Request) -> views.Window:
-        return views.window_of(request.query_params, self.clock.now())
+        return views.window_of(params.when_params(request.query_params), self.clock.now())
 
     async def spend(self, request: Request) -> Response:
         def build(s: Any) -> dict[str, Any]:
             doc = views.spend_doc(s, self.settings, self.window(request),
-                                  _dims(request.query_params.get("by")), _filters(request))
+                                  params.dimensions(request.query_params.get("by")),
+                                  _filters(request))
             doc["rows"], doc["page"] = paginate(request, doc["rows"], self.cfg.page_size)
             return doc
         return await self.answer(request, build)
@@ -131,9 +93,8 @@ class Api:
         return await self.answer(request, build)
 
     async def recommendations(self, request: Request) -> Response:
-        everything = request.query_params.get("all", "false").lower() in ("1", "true", "yes")
-
         def build(s: Any) -> dict[str, Any]:
+            everything = params.flag(request.query_params, "all")
             doc = views.recommendations(s, self.settings, self.clock.now(), _filters(request),
                                         everything)
             doc["items"], doc["page"] = paginate(request, doc["items"], self.cfg.page_size)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from costguard.console import params
+
 NUM: dict[str, Any] = {"type": "number"}
 INT: dict[str, Any] = {"type": "integer"}
 STR: dict[str, Any] = {"type": "string"}
@@ -34,7 +36,9 @@ SPEND_FIGURES = {"cost_usd": NUM, "idle_cost_usd": NUM, "idle_share": NUM, "spot
                  "spot_savings_possible_usd": NUM, "gpu_hours": NUM, "instances": INT}
 
 SCHEMAS: dict[str, Any] = {
-    "Error": _obj({"error": STR}),
+    # a 404 from the daemon's own router (a path the API's routes do not match: an id with
+    # a line break or a slash) lists the daemon's routes too
+    "Error": _obj({"error": STR}, {"routes": {"type": "array", "items": STR}}),
     "Page": _obj({"offset": INT, "limit": INT, "total": INT, "next": _opt(STR)}),
     # one row: the dimension values asked for (`by`) as strings, then the figures
     "SpendRow": _obj(SPEND_FIGURES, {"billed_usd": NUM, "gap_usd": NUM}, extra=STR),
@@ -108,25 +112,35 @@ for _name in ("Anomaly", "Budget", "PendingAction"):
 
 
 def _param(name: str, text: str, schema: dict[str, Any] = STR, *,
-           where: str = "query", many: bool = False) -> dict[str, Any]:
-    s = {"type": "array", "items": schema} if many else schema
+           where: str = "query", many: bool = False, commas: bool = False) -> dict[str, Any]:
+    """`many`: repeatable (`filter=a&filter=b`); `commas`: one value, a comma-separated list
+    (`by=team,region`)."""
+    s: dict[str, Any] = {"type": "array", "items": schema} if many or commas else schema
     out: dict[str, Any] = {"name": name, "in": where, "description": text, "schema": s}
     if where == "path":
         out["required"] = True
     if many:
         out["explode"] = True
+    if commas:
+        out["style"], out["explode"] = "form", False
+        s["uniqueItems"] = True
     return out
 
 
+_WHEN_TEXT = {"type": "string", "pattern": params.WHEN_PATTERN}
 WINDOW = [
-    _param("window", "How far back from now (a duration: 1d, 7d, 30d; default 7d)."),
-    _param("since", "Start: a duration back from now or a date (2026-11-01); wins over "
-           "window."),
-    _param("until", "End: a duration back from now or a date (default now)."),
+    _param("window", "How far back from now (a duration: 1d, 7d, 30d; default 7d; at most "
+           "400 days).", _WHEN_TEXT),
+    _param("since", "Start: a duration back from now or an RFC 3339 date or date-time "
+           "(2026-11-01); wins over window; before until.", _WHEN_TEXT),
+    _param("until", "End: a duration back from now or an RFC 3339 date or date-time "
+           "(default now).", _WHEN_TEXT),
 ]
-PAGING = [_param("limit", "Rows per page (default console.page_size, at most 1000).", INT),
-          _param("offset", "Rows to skip.", INT)]
-FILTER = _param("filter", "DIMENSION=VALUE, repeatable (team=research).", many=True)
+PAGING = [_param("limit", "Rows per page (default console.page_size).",
+                 {**INT, "minimum": 1, "maximum": params.MAX_LIMIT}),
+          _param("offset", "Rows to skip.", {**INT, "minimum": 0, "maximum": params.MAX_OFFSET})]
+FILTER = _param("filter", "DIMENSION=VALUE, repeatable (team=research).",
+                {"type": "string", "pattern": params.FILTER_PATTERN}, many=True)
 
 
 def _get(summary: str, schema: str, params: list[dict[str, Any]]) -> dict[str, Any]:
@@ -147,13 +161,15 @@ def openapi_document() -> dict[str, Any]:
                  "`anomaly list` and `budget status` as JSON, with the console's login."},
         "paths": {
             "/api/v1/spend": _get("Spend grouped by dimensions (costguard report)", "Spend", [
-                *WINDOW, _param("by", "Comma-separated dimensions: team, project, env, "
-                                "cost-center, account, provider, region, instance_type, "
-                                "lifecycle, instance, owner, owner-kind, managed."),
+                *WINDOW, _param("by", "Dimensions to group by, comma-separated (team,region); "
+                                "`_` or `-` between words.", {"enum": params.BY_NAMES},
+                                commas=True),
                 FILTER, *PAGING]),
             "/api/v1/instances/{id}": _get(
                 "One instance explained (costguard explain)", "Explanation",
-                [_param("id", "Instance id or name.", where="path"), *WINDOW]),
+                [_param("id", "Instance id or name.",
+                        {"type": "string", "pattern": params.ID_PATTERN}, where="path"),
+                 *WINDOW]),
             "/api/v1/recommendations": _get(
                 "Underused GPU instances and their fits (costguard recommend)",
                 "Recommendations", [FILTER, _param("all", "Every GPU instance judged, not "
