@@ -22,7 +22,7 @@ from costguard.costs.commands import (
     _policy_set,
     console,
 )
-from costguard.errors import CostguardError
+from costguard.errors import ConfigError, CostguardError
 
 if TYPE_CHECKING:
     from costguard.billing.store import ImportResult
@@ -214,6 +214,7 @@ def billing_import_ce(
     Example: costguard billing import-ce --since 2026-11-01 --tag team
     """
     import boto3
+    from botocore.exceptions import ProfileNotFound
 
     from costguard.billing.importer import import_cost_explorer
     from costguard.report.run import parse_when
@@ -222,7 +223,13 @@ def billing_import_ce(
     try:
         start = parse_when(since, now, "--since").date()
         end = parse_when(until, now, "--until").date() if until else now.date()
-        session = boto3.Session(profile_name=profile)
+        try:
+            session = boto3.Session(profile_name=profile)
+        except ProfileNotFound:
+            raise ConfigError(f"--profile {profile!r}: no such AWS profile in ~/.aws/config "
+                              "or ~/.aws/credentials (AWS_CONFIG_FILE, "
+                              "AWS_SHARED_CREDENTIALS_FILE); `aws configure list-profiles` "
+                              "lists them") from None
         ce = session.client("ce", region_name="us-east-1")
         db = _db(config)
         with db.session() as s:

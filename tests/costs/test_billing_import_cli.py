@@ -85,3 +85,18 @@ def test_not_a_billing_export_names_every_cur_spelling(bare: Path) -> None:
     assert code == 2
     said = " ".join(out.split())
     assert "line_item_unblended_cost" in said and "lineItem/UnblendedCost" in said
+
+
+def test_an_aws_profile_that_does_not_exist_is_one_line(
+        bare: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`import-ce --profile` names a profile botocore does not have: it raised
+    ProfileNotFound past the command (a traceback), before any call was made."""
+    (bare / "aws-config").write_text("[profile finops]\nregion = us-east-1\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(bare / "aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(bare / "aws-credentials"))
+    result = CliRunner().invoke(app, ["billing", "import-ce", "--profile", "finnops"])
+    assert result.exit_code == 1, result.exception
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    said = " ".join(result.output.split())
+    assert "--profile 'finnops': no such AWS profile" in said, said
+    assert "Traceback" not in result.output
