@@ -14,11 +14,11 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 from pydantic import SecretStr
 from slack_sdk.signature import Clock as SlackClock
@@ -141,15 +141,28 @@ class ReplayCache:
             return True
 
 
+# where Slack's response URLs point (slack.com and GovSlack): a click's message is updated
+# there and nowhere else, so a signed payload cannot send the daemon's post elsewhere
+SLACK_RESPONSE_URLS = ("https://hooks.slack.com/", "https://hooks.slack-gov.com/")
+
+
+def response_url_taken(url: str, prefixes: Sequence[str]) -> bool:
+    """`url` is under one of `prefixes` (each a scheme, host and path ending in `/`)."""
+    return any(url.startswith(prefix) for prefix in prefixes)
+
+
 def slack_routes(signing_secret: str | SecretStr, on_action: OnAction, *,
                  path: str = ACTIONS_PATH, clock: SlackClock | None = None,
-                 max_body_bytes: int = MAX_BODY_BYTES) -> list[Route]:
+                 max_body_bytes: int = MAX_BODY_BYTES,
+                 response_urls: Sequence[str] = SLACK_RESPONSE_URLS) -> list[Route]:
     """The interactivity endpoint to mount on the daemon's HTTP app (set its public URL as
     the Slack app's Interactivity Request URL).
 
     Fails small: a request without well-formed signature headers is refused before its
     body is read; the body is read within `max_body_bytes` while it streams (413 past it),
-    then verified; a signature already accepted is refused (replay)."""
+    then verified; a signature already accepted is refused (replay). The click's message is
+    updated only where `response_urls` point (Slack's hooks; a URL elsewhere is logged by
+    its host and left alone, the click still applied)."""
     secret = (signing_secret.get_secret_value() if isinstance(signing_secret, SecretStr)
               else signing_secret)
     if not secret:
@@ -194,6 +207,12 @@ def slack_routes(signing_secret: str | SecretStr, on_action: OnAction, *,
         texts = [r.text for r in replies]
         response_url = payload.get("response_url")
         task = None
+        if isinstance(response_url, str) and response_url and not response_url_taken(
+                response_url, response_urls):
+            # the host only: the path is the click's secret
+            log.warning("a Slack click's response_url is not Slack's (%s): its message is not "
+                        "updated", urlsplit(response_url).hostname or "?")
+            response_url = None
         if clicks and isinstance(response_url, str) and response_url:
             lines = [outcome_line(c.action, c.user_id, r.text)
                      for c, r in zip(clicks, replies, strict=True)]

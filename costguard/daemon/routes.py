@@ -63,10 +63,16 @@ def slack_interactivity_routes(settings: Settings, cfg: DaemonSettings, db: Data
     secret = _signing_secret(settings, cfg)
     if secret is None:
         return []
-    from costguard.alerts.interactive import journal_actions, slack_routes
+    from urllib.parse import urlsplit
+
+    from costguard.alerts.interactive import SLACK_RESPONSE_URLS, journal_actions, slack_routes
 
     on_action = journal_actions(db, clock or SystemClock(), settings.alerts.max_snooze)
-    return list(slack_routes(secret, on_action))
+    # a Slack of its own (`api_base_url` elsewhere than slack.com: GovSlack, a test double)
+    # hands out response URLs on its own host too
+    api = urlsplit(settings.alerts.slack.api_base_url)
+    own = () if api.hostname == "slack.com" else (f"{api.scheme}://{api.netloc}/",)
+    return list(slack_routes(secret, on_action, response_urls=(*SLACK_RESPONSE_URLS, *own)))
 
 
 def identity_authority(settings: Settings, token: str, db: Database) -> IdentityAuthority:

@@ -30,6 +30,8 @@ from starlette.routing import Route
 WEBHOOK_PATH = "/services/T0000/B0000/hooksecretXYZ123"
 BOT_TOKEN = "xoxb-test-bot-token-SECRET-42"
 RESPONSE_PATH = "/actions/T0000/1234567890/responseSECRET77"  # a click's response_url
+# where the fake's response URLs are (slack_routes' `response_urls`): it serves on loopback
+LOOPBACK_RESPONSES = ("http://127.0.0.1:",)
 
 
 @dataclass

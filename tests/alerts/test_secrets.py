@@ -23,6 +23,7 @@ from costguard.errors import ConfigError
 from costguard.store.db import Database
 from tests.alerts.fakes import (
     BOT_TOKEN,
+    LOOPBACK_RESPONSES,
     RESPONSE_PATH,
     SMTP_PASSWORD,
     WEBHOOK_PATH,
@@ -121,7 +122,7 @@ def test_a_clicks_response_url_is_never_logged_even_when_the_update_fails(
     db = Database(f"sqlite:///{tmp_path / 'c.db'}")
     seed_warned_instance(db)
     app = Starlette(routes=slack_routes(SIGNING, journal_actions(
-        db, ManualClock(T0), timedelta(hours=24))))
+        db, ManualClock(T0), timedelta(hours=24)), response_urls=LOOPBACK_RESPONSES))
     down = f"http://127.0.0.1:{free_port()}{RESPONSE_PATH}"  # nobody listening
     with serve(app, free_port()) as base:
         value = {"a": "snooze", "p": "idle-gpu", "pr": "sim", "i": "i-0abc000000000000",

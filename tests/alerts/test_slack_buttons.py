@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -15,12 +16,17 @@ from sqlmodel import select
 from starlette.applications import Starlette
 
 from costguard.alerts.content import view_of
-from costguard.alerts.interactive import journal_actions, slack_routes
+from costguard.alerts.interactive import (
+    SLACK_RESPONSE_URLS,
+    journal_actions,
+    response_url_taken,
+    slack_routes,
+)
 from costguard.alerts.slack import slack_message
 from costguard.clock import ManualClock
 from costguard.store.db import Database
 from costguard.store.tables import ActionJournalRow, AlertRow, PolicyStateRow
-from tests.alerts.fakes import RESPONSE_PATH, SlackFake
+from tests.alerts.fakes import LOOPBACK_RESPONSES, RESPONSE_PATH, SlackFake
 from tests.alerts.helpers import T0, idle_warning, seed_warned_instance, slack_signed
 from tests.fakes.loopback import free_port, serve
 
@@ -38,7 +44,8 @@ def db(db_url: str) -> Iterator[Database]:
 @pytest.fixture
 def endpoint(db: Database) -> Iterator[str]:
     clock = ManualClock(T0)
-    app = Starlette(routes=slack_routes(SECRET, journal_actions(db, clock, timedelta(hours=24))))
+    app = Starlette(routes=slack_routes(SECRET, journal_actions(db, clock, timedelta(hours=24)),
+                                        response_urls=LOOPBACK_RESPONSES))
     with serve(app, free_port()) as base:
         yield f"{base}/slack/actions"
 
@@ -294,3 +301,33 @@ def test_an_oversized_body_is_refused_while_it_streams(db: Database) -> None:
         assert httpx.post(url, content=big, headers=_signed(big)).status_code == 413
     assert consumed["bytes"] < 2**20, consumed
     assert _journal(db) == []
+
+
+def test_a_click_whose_response_url_is_not_slacks_updates_nothing_there(
+        db: Database, slack: tuple[SlackFake, str], caplog: pytest.LogCaptureFixture) -> None:
+    """A signed click's `response_url` is where the daemon posts the updated message: only
+    Slack's hooks are taken (by default), so a payload signed with a leaked signing secret
+    cannot point the daemon's post at another host. The click itself still counts."""
+    fake, base = slack
+    app = Starlette(routes=slack_routes(SECRET, journal_actions(db, ManualClock(T0),
+                                                                timedelta(hours=24))))
+    body = _click(SNOOZE_4H, response_url=base + RESPONSE_PATH, message=_original(db))
+    with serve(app, free_port()) as daemon, caplog.at_level(logging.WARNING):
+        assert httpx.post(f"{daemon}/slack/actions", content=body,
+                          headers=_signed(body)).status_code == 200
+        time.sleep(0.3)  # an update would follow the answer
+    assert fake.response_posts == [] and "response_url" not in fake.calls
+    assert [j.action for j in _journal(db)] == ["snooze"]
+    assert "is not Slack's (127.0.0.1)" in caplog.text and "responseSECRET" not in caplog.text
+
+
+@pytest.mark.parametrize(("url", "taken"), [
+    ("https://hooks.slack.com/actions/T0/1/abc", True),
+    ("https://hooks.slack-gov.com/actions/T0/1/abc", True),
+    ("https://hooks.slack.com.evil.example/actions/T0/1/abc", False),
+    ("https://hooks.slack.com@evil.example/actions", False),
+    ("http://hooks.slack.com/actions/T0/1/abc", False),
+    ("https://evil.example/https://hooks.slack.com/", False),
+])
+def test_only_slacks_hooks_are_response_urls(url: str, taken: bool) -> None:
+    assert response_url_taken(url, SLACK_RESPONSE_URLS) is taken
