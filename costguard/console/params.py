@@ -93,7 +93,7 @@ def whole(params: Mapping[str, str], name: str, default: int, low: int, high: in
     if text is None:
         return default
     if not _WHOLE.fullmatch(text):
-        raise BadParameter(f"{name} must be a whole number, not {text!r}")
+        raise BadParameter(f"{name} must be a whole number from {low} to {high}, not {text!r}")
     value = int(text)
     if not low <= value <= high:
         raise BadParameter(f"{name} must be between {low} and {high}")
