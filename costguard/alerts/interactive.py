@@ -207,13 +207,14 @@ def slack_routes(signing_secret: str | SecretStr, on_action: OnAction, *,
         texts = [r.text for r in replies]
         response_url = payload.get("response_url")
         task = None
-        if isinstance(response_url, str) and response_url and not response_url_taken(
-                response_url, response_urls):
+        if not isinstance(response_url, str):
+            response_url = None
+        elif response_url and not response_url_taken(response_url, response_urls):
             # the host only: the path is the click's secret
             log.warning("a Slack click's response_url is not Slack's (%s): its message is not "
                         "updated", urlsplit(response_url).hostname or "?")
             response_url = None
-        if clicks and isinstance(response_url, str) and response_url:
+        if clicks and response_url:
             lines = [outcome_line(c.action, c.user_id, r.text)
                      for c, r in zip(clicks, replies, strict=True)]
             update = updated_message(payload.get("message"), lines,

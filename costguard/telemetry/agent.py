@@ -352,23 +352,25 @@ class Agent:
             self.last_flush = self.pusher.flush()
         except sqlite3.Error as exc:  # an answered batch cannot be forgotten: sent again later
             self._unwritable(exc, 0)
-            self._retry_delay = min(self.settings.retry_max_s, max(1.0, self._retry_delay * 2))
-            self._retry_at = now + timedelta(seconds=self._retry_delay)
+            self._back_off(now)
             return
         if self.last_flush.reachable:
             self._retry_at, self._retry_delay = None, 0.0
             if isinstance(self.pusher, Pusher):  # outcomes of pre-stop hooks run here
                 report_all(self.buffer, self.pusher.post_json)
             return
-        # exponential backoff so a down daemon is not hammered by every agent at once
-        self._retry_delay = min(self.settings.retry_max_s, max(1.0, self._retry_delay * 2))
-        self._retry_at = now + timedelta(seconds=self._retry_delay)
+        self._back_off(now)
         log.warning(
             "%s; %d summaries buffered, next try in %.0f s",
             self.last_flush.error,
             len(self.buffer),
             self._retry_delay,
         )
+
+    def _back_off(self, now: datetime) -> None:
+        """Exponential backoff, so a down daemon is not hammered by every agent at once."""
+        self._retry_delay = min(self.settings.retry_max_s, max(1.0, self._retry_delay * 2))
+        self._retry_at = now + timedelta(seconds=self._retry_delay)
 
     def _unwritable(self, exc: sqlite3.Error, lost: int) -> None:
         """The buffer refused a write (a full disk, a read-only or failing one): said once,

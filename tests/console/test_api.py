@@ -196,3 +196,17 @@ def test_no_answer_without_a_login(api: str) -> None:
     # a reader (not an admin) reads the API: it only reads
     assert get(api, "/api/v1/spend", headers=READER).status_code == 200
     assert get(api, "/api/v1/nothing-here").status_code == 404
+
+
+def test_the_documented_years_are_the_ones_the_report_reads() -> None:
+    """WHEN_PATTERN spells report/run.py's EARLIEST and LATEST out as digits: held together."""
+    import re
+
+    from costguard.console.params import WHEN_PATTERN
+    from costguard.report.run import EARLIEST, LATEST
+
+    first, past = EARLIEST.year, LATEST.year
+    assert re.fullmatch(WHEN_PATTERN, f"{first}-01-01")
+    assert re.fullmatch(WHEN_PATTERN, f"{past - 1}-12-31")
+    assert not re.fullmatch(WHEN_PATTERN, f"{first - 1}-12-31")
+    assert not re.fullmatch(WHEN_PATTERN, f"{past}-01-01")
