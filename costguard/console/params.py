@@ -94,7 +94,8 @@ def whole(params: Mapping[str, str], name: str, default: int, low: int, high: in
         return default
     if not _WHOLE.fullmatch(text):
         raise BadParameter(f"{name} must be a whole number from {low} to {high}, not {text!r}")
-    value = int(text)
+    # past `high`'s digits it is out of range (and past 4,300 int() refuses to read it)
+    value = int(text) if len(text.lstrip("0")) <= len(str(high)) else high + 1
     if not low <= value <= high:
         raise BadParameter(f"{name} must be between {low} and {high}")
     return value

@@ -167,6 +167,7 @@ def test_an_instance_is_explain_s_answer(api: str, store: str) -> None:
     ("/api/v1/spend", {"offset": "1" + "0" * 10}, "offset must be between"),
     # the forms the OpenAPI document states and no others (costguard/console/params.py)
     ("/api/v1/spend", {"limit": ""}, "whole number"),
+    ("/api/v1/spend", {"offset": "9" * 5000}, "offset must be between 0 and"),
     ("/api/v1/spend", {"limit": "\uff15"}, "whole number"),  # a digit, but not ASCII's
     ("/api/v1/spend", {"since": "20260301"}, "RFC 3339"),
     ("/api/v1/spend", {"filter": "team="}, "DIMENSION=VALUE"),
