@@ -37,6 +37,20 @@ def _refuse_odd_arguments() -> None:
         raise SystemExit(2)
 
 
+def no_netrc() -> None:
+    """Keep a netrc file's passwords out of costguard's requests.
+
+    requests (under Google's clients: Compute REST, Resource Manager, google-auth's token
+    refreshes and metadata calls) looks up `~/.netrc` (or `$NETRC`) for every request without
+    an `auth` of its own, and an entry for the host, or the file's `default` entry, replaces
+    the `Authorization` header google-auth set: the netrc password went to Google as Basic
+    auth instead of the OAuth token (and the call failed 401). costguard reads no netrc; its
+    process points requests at an empty one. Proxies and CA bundles from the environment
+    are read as before.
+    """
+    os.environ["NETRC"] = os.devnull
+
+
 def agent_main() -> None:
     """`costguard-agent`: the agent's light app alone."""
     _refuse_odd_arguments()
@@ -47,6 +61,7 @@ def agent_main() -> None:
 
 def main() -> None:
     _refuse_odd_arguments()
+    no_netrc()
     if len(sys.argv) > 1 and sys.argv[1] == "agent":
         from costguard.telemetry.cli import agent_app
 
