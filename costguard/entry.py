@@ -37,6 +37,20 @@ def _refuse_odd_arguments() -> None:
         raise SystemExit(2)
 
 
+# a path longer than this is shown by its two ends (the kernel refuses a name of over 255
+# bytes, a path of over 4,095: such a name is most likely pasted by mistake)
+_SHOWN_PATH = 200
+
+
+def shown_path(path: str | bytes) -> str:
+    """`path` for a one-line error: whole up to `_SHOWN_PATH` characters, else its start
+    and its end with the length between them."""
+    text = os.fsdecode(path)
+    if len(text) <= _SHOWN_PATH:
+        return text
+    return f"{text[:120]}...{text[-60:]} ({len(text):,} characters)"
+
+
 def no_netrc() -> None:
     """Keep a netrc file's passwords out of costguard's requests.
 
@@ -78,7 +92,8 @@ def main() -> None:
         # demo's database beside it): one line, never a traceback
         from costguard.cli_common import fail
 
-        raise SystemExit(fail(f"{exc.filename}: {exc.strerror or exc}").exit_code) from None
+        raise SystemExit(fail(f"{shown_path(exc.filename)}: {exc.strerror or exc}").exit_code
+                         ) from None
 
 
 if __name__ == "__main__":

@@ -49,6 +49,20 @@ def test_report_to_a_place_it_cannot_write(tmp_path: Path, target: str) -> None:
     _one_line(done, target)
 
 
+def test_a_path_too_long_is_shown_by_its_ends(tmp_path: Path) -> None:
+    """The kernel's "File name too long" for a pasted name of thousands of characters: the
+    one line shows where it starts and ends and how long it is, not all of it."""
+    (tmp_path / "policies").mkdir()
+    from costguard.store.db import Database
+
+    Database(f"sqlite:///{tmp_path / 'cg.db'}").dispose()
+    target = "start-" + "x" * 5_000 + "-end/r.html"
+    done = _costguard("--database", "cg.db", "report", "--format", "html", "-o", target,
+                      cwd=tmp_path)
+    _one_line(done, "start-xxx", "x-end/r.html", "(5,017 characters)", "too long")
+    assert len(done.stderr) < 400
+
+
 def test_demo_where_its_database_cannot_be_written_names_that_database(
         tmp_path: Path) -> None:
     (tmp_path / "a-file").write_text("")
