@@ -138,6 +138,13 @@ class HttpSettings(Section):
     # console is served without login: a request naming any other host is refused (421), as
     # a page on another site reaching 127.0.0.1 through DNS rebinding names its own
     allowed_hosts: list[str] = Field(default_factory=list)
+    # a request's head (line and headers) arrives whole within this of its connection's
+    # opening or the previous response, or the connection is closed; beyond
+    # `max_connections` open at once a new one is closed unanswered (daemon/connections.py)
+    head_timeout: Annotated[Duration, AfterValidator(at_least(
+        timedelta(seconds=1), "a client on a slow link needs a moment to send its headers"
+    ))] = timedelta(seconds=10)
+    max_connections: int = Field(default=1_000, ge=16, le=1_000_000)
 
 
 class Settings(BaseSettings):

@@ -112,7 +112,8 @@ def console_server(settings: Settings, db: Database, clock: Clock,
     """The daemon's app without its scheduler (health, metrics, console, API), started:
     `costguard console`, the console's tests and bench. Routes are judged by `http.host`;
     `bind` and `port` override where it listens (default: http.host, http.port)."""
-    from costguard.daemon.http import HttpServer, ServiceState, build_app
+    from costguard.daemon.connections import raise_open_files_limit
+    from costguard.daemon.http import HttpServer, ServiceState, build_app, http_limits
     from costguard.daemon.metrics import DaemonMetrics
 
     host = settings.http.host
@@ -120,6 +121,8 @@ def console_server(settings: Settings, db: Database, clock: Clock,
     state = ServiceState(poll_interval=settings.poll_interval)
     app = build_app(db, state, metrics or DaemonMetrics(), clock, extra_routes=routes,
                     allowed_hosts=host_check(settings, host))
-    server = HttpServer(app, bind or host, settings.http.port if port is None else port)
+    raise_open_files_limit()  # a descriptor per client connection
+    server = HttpServer(app, bind or host, settings.http.port if port is None else port,
+                        **http_limits(settings))
     server.start()
     return server

@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_to_bytes, urlsplit
 
 import uvicorn
@@ -34,12 +35,16 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from costguard.clock import Clock, utc
+from costguard.daemon.connections import HEAD_TIMEOUT_S, MAX_CONNECTIONS, limited
 from costguard.daemon.headers import SecurityHeadersMiddleware
 from costguard.daemon.health import last_governed, unreadable
 from costguard.daemon.metrics import DaemonMetrics
 from costguard.errors import ConfigError
 from costguard.store.db import Database
 from costguard.store.tables import CycleRow
+
+if TYPE_CHECKING:
+    from costguard.config import Settings
 
 log = logging.getLogger("costguard.http")
 
@@ -254,16 +259,26 @@ def build_app(
     return app
 
 
+def http_limits(settings: Settings) -> dict[str, Any]:
+    """`HttpServer`'s connection limits from `http.head_timeout` and `http.max_connections`."""
+    return {"head_timeout_s": settings.http.head_timeout.total_seconds(),
+            "max_connections": settings.http.max_connections}
+
+
 class HttpServer:
     """uvicorn in a daemon thread, stopped with `stop()` (signals stay with the main thread)."""
 
-    def __init__(self, app: Starlette, host: str, port: int) -> None:
+    def __init__(self, app: Starlette, host: str, port: int, *,
+                 head_timeout_s: float = HEAD_TIMEOUT_S,
+                 max_connections: int = MAX_CONNECTIONS) -> None:
         # proxy_headers off: uvicorn would otherwise replace the peer's address with an
         # X-Forwarded-For value when the peer is loopback, and the console's proxy mode
         # decides whom to believe by the peer that connected (a sidecar proxy is loopback)
+        protocol, backlog = limited(head_timeout_s, max_connections)
         config = uvicorn.Config(app, host=host, port=port, log_config=None, lifespan="off",
                                 access_log=False, timeout_graceful_shutdown=5,
-                                proxy_headers=False)
+                                proxy_headers=False,
+                                http=protocol, backlog=backlog)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self._serve, name="costguard-http",
                                        daemon=True)

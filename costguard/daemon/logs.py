@@ -13,7 +13,9 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Iterable
+import threading
+import time
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -126,6 +128,47 @@ def route_third_party(level: str | int) -> None:
         logging.getLogger(name).setLevel(floor)
 
 
+class Throttle(logging.Filter):
+    """The first record of a message, then at most one every `interval_s`, saying how many
+    like it were left out. asyncio logs every accept the kernel refuses ("socket.accept() out of
+    system resource", with its traceback): out of file descriptors, that was 115 MB of log
+    in half a minute."""
+
+    MAX_KEYS = 1_000  # distinct messages remembered (then forgotten all at once)
+
+    def __init__(self, interval_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.interval_s = interval_s
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._last: dict[str, float] = {}
+        self._left_out: dict[str, int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = f"{record.name}:{record.levelno}:{record.msg}"
+        now = self.clock()
+        with self._lock:
+            last = self._last.get(key)
+            if last is not None and now - last < self.interval_s:
+                self._left_out[key] = self._left_out.get(key, 0) + 1
+                return False
+            if len(self._last) >= self.MAX_KEYS:
+                self._last.clear()
+                self._left_out.clear()
+            self._last[key] = now
+            left_out = self._left_out.pop(key, 0)
+        if left_out:
+            record.msg = (f"{record.getMessage()} ({left_out:,} more like it in the last "
+                          f"{self.interval_s:g} s, left out)")
+            record.args = None
+        return True
+
+
+# libraries that log one record per event they cannot help: held to one a minute each
+_THROTTLED = ("asyncio",)
+
+
 class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """A handler on whatever `sys.stderr` is when a record is written, as Python's own
     last-resort handler is: a command's handler outlives a stream swapped in for a while (a
@@ -151,6 +194,10 @@ def install(handler: logging.Handler, level: str | int) -> None:
     root.addHandler(handler)
     root.setLevel(level)
     route_third_party(level)
+    for name in _THROTTLED:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, Throttle) for f in logger.filters):
+            logger.addFilter(Throttle())
     # a library's warning (`warnings.warn`) is a log record too (logger `py.warnings`), in the
     # handler's format and redacted: printed by `warnings` on stderr, it broke a JSON log's
     # every-line-is-JSON and passed by the redaction

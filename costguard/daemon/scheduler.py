@@ -43,8 +43,9 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from costguard.config import Settings, daemon_settings
 from costguard.costs.settings import costs_settings
+from costguard.daemon.connections import raise_open_files_limit
 from costguard.daemon.fence import fence_engine
-from costguard.daemon.http import HttpServer, ServiceState, build_app
+from costguard.daemon.http import HttpServer, ServiceState, build_app, http_limits
 from costguard.daemon.leader import Leadership, leadership_for
 from costguard.daemon.logs import configure_daemon_logging
 from costguard.daemon.metrics import DaemonMetrics
@@ -216,6 +217,8 @@ class Daemon:
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
         self.state.started_at = self.clock.now()
+        # a descriptor per client connection and per kept-alive cloud connection
+        raise_open_files_limit()
         if self.cfg.http_enabled:
             from costguard.console.app import console_routes, host_check
 
@@ -226,7 +229,8 @@ class Daemon:
             app = build_app(self.engine.db, self.state, self.metrics, self.clock,
                             extra_routes=routes,
                             allowed_hosts=host_check(self.settings, self.settings.http.host))
-            self.http = HttpServer(app, self.settings.http.host, self._http_port)
+            self.http = HttpServer(app, self.settings.http.host, self._http_port,
+                                   **http_limits(self.settings))
             self.http.start()
             log.info("http: listening on %s:%s", self.settings.http.host, self.http.port)
         poll = self.settings.poll_interval.total_seconds()

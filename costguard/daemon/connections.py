@@ -1,0 +1,119 @@
+"""What one client's connections may hold of the daemon's HTTP server (and the console's).
+
+uvicorn keeps a connection for as long as its client keeps it open and has not finished a
+request: a client that sends a request's head a byte at a time, or opens connections and
+sends nothing, held a file descriptor each, for ever. Four hundred such connections took a
+daemon with 256 descriptors to the end of them: its cycles failed ("Too many open files"),
+`/healthz` went unanswered, and asyncio logged every refused accept (115 MB of log in half
+a minute). Here:
+- a request's head (its line and headers) must arrive whole within `head_timeout_s` of the
+  connection's opening, or of the previous response on a kept-alive connection; else the
+  connection is closed (a client that sends its body slowly after a whole head is the
+  endpoint's to bound: every endpoint reads a bounded body);
+- beyond `max_connections` open at once (and never more than half the process's limit of
+  open files), a new connection is closed at once, unanswered;
+- `raise_open_files_limit` raises the process's soft limit of open files to its hard limit
+  at start (many container runtimes start a process at 1,024 soft, and a daemon over many
+  accounts holds a kept-alive connection to each cloud endpoint it reads).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+from typing import Any
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+log = logging.getLogger("costguard.http")
+
+HEAD_TIMEOUT_S = 10.0
+MAX_CONNECTIONS = 1_000
+
+
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with a deadline for each request's head and a cap on the
+    connections open at once (`limited` sets both)."""
+
+    head_timeout_s = HEAD_TIMEOUT_S
+    max_connections = MAX_CONNECTIONS
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._waiting_after: object = None  # the cycle whose successor's head is awaited
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.max_connections:
+            transport.abort()  # unanswered: the client may try again later
+            return
+        self._await_head()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.cycle is not self._waiting_after:  # a whole head arrived: a request began
+            self._cancel_head_timer()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            self._await_head()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_head_timer()
+        super().connection_lost(exc)
+
+    def _await_head(self) -> None:
+        self._cancel_head_timer()
+        self._waiting_after = self.cycle
+        self._head_timer = self.loop.call_later(self.head_timeout_s, self._head_late)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_late(self) -> None:
+        self._head_timer = None
+        if self.cycle is self._waiting_after and not self.transport.is_closing():
+            self.transport.abort()
+
+
+BACKLOG = 128  # connections the kernel queues, and asyncio accepts at one wake-up
+
+
+def limited(head_timeout_s: float = HEAD_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS
+            ) -> tuple[type[GuardedH11Protocol], int]:
+    """The protocol class for uvicorn's `http=`, with these limits, and the listening
+    socket's backlog. Clients get half the process's limit of open files whatever
+    `max_connections` says (the other half is the store's, the clouds', the alerts' and
+    Python's own imports'): asyncio accepts up to the backlog at once before a connection
+    over the cap is closed, so the backlog and the cap share that half."""
+    backlog = BACKLOG
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY:
+        share = max(soft // 2, 2)
+        backlog = min(backlog, max(share // 4, 1))
+        max_connections = min(max_connections, share - backlog)
+    protocol = type("GuardedH11Protocol", (GuardedH11Protocol,),
+                    {"head_timeout_s": head_timeout_s, "max_connections": max_connections})
+    return protocol, backlog
+
+
+def raise_open_files_limit() -> tuple[int, int] | None:
+    """Raise the soft limit of open files to the hard one: (before, after), or None where it
+    is there already or cannot be raised."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # Linux refuses more than fs.nr_open (1,048,576 by default) for an unlimited hard limit
+    target = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+    if soft == resource.RLIM_INFINITY or soft >= target:
+        return None
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError) as exc:
+        log.info("open files: the soft limit stays at %d (%s)", soft, exc)
+        return None
+    log.info("open files: soft limit raised from %d to %d", soft, target)
+    return soft, target
