@@ -27,6 +27,7 @@ from costguard.telemetry.activity import (
     ActivitySample,
     minute_fields,
 )
+from costguard.telemetry.answers import Answer, ask
 from costguard.telemetry.buffer import DiskBuffer, Pending
 from costguard.telemetry.classify import SignalChoice
 from costguard.telemetry.hooks import HookRunner, HookSpec, report_all
@@ -149,61 +150,67 @@ class Pusher:
         while batch := self._buffer.peek(size):
             body = '{"minutes": [' + ",".join(p.body for p in batch) + "]}"
             try:
-                response = self._client.post(self._endpoint, content=body, headers=self._headers)
+                answer = self._post(body)
             except httpx.HTTPError as exc:
                 result.reachable, result.error = False, f"daemon unreachable: {exc}"
                 return result
-            status = response.status_code
+            status = answer.status
             if status == 401 and self.credential is not None and not reproved:
                 # the credential expired (or the daemon's key changed): prove again, once
                 reproved = True
                 self.credential = self._prove() if self._prove is not None else None
                 continue
+            if not answer.from_ingest(len(batch)):
+                # not costguard's ingest answering (a proxy's 400 for plain HTTP sent to its
+                # TLS port, a web server's 403 or 200): nothing was taken, nothing is
+                # refused for good; keep everything and try again later
+                result.reachable = False
+                result.error = (f"{self._endpoint} answered {status} but not as costguard's "
+                                f"ingest does: is --url the daemon? ({answer.text})")
+                return result
             if status == 200:
                 self._buffer.ack(batch[-1].seq)
                 result.sent += len(batch)
-                self._hooks_in(response)
+                self._hooks_in(answer.payload)
             elif status == 413 and len(batch) > 1:
                 size = max(1, len(batch) // 2)  # the daemon's limit is lower than ours
             elif status in (400, 403, 413, 422):  # refused for good: never sent again
-                refused = self._refused(batch, response)
-                log.error("daemon refused %d summaries for good: %s", len(refused), response.text)
+                refused = self._refused(batch, answer.payload)
+                log.error("daemon refused %d summaries for good: %s", len(refused),
+                          answer.text)
                 self._buffer.discard([p.seq for p in refused])
                 result.discarded += len(refused)
             else:
                 # 401 (wrong token), 404 (wrong URL), 429, 503, ...: the fault is not in the
                 # batch: keep everything and try again later
                 result.reachable = False
-                result.error = f"daemon answered {status}: {response.text[:200]}"
+                result.error = f"daemon answered {status}: {answer.text}"
                 return result
         return result
 
-    def _hooks_in(self, response: httpx.Response) -> None:
-        if self._on_hooks is None:
+    def _post(self, body: str) -> Answer:
+        return ask(self._client, "POST", self._endpoint, content=body, headers=self._headers)
+
+    def _hooks_in(self, payload: dict[str, Any] | None) -> None:
+        if self._on_hooks is None or payload is None:
             return
-        try:
-            hooks = response.json().get("hooks")
-        except (ValueError, AttributeError):
-            return
+        hooks = payload.get("hooks")
         if isinstance(hooks, list) and hooks:
             self._on_hooks(hooks)
 
     def post_json(self, path: str, body: dict[str, Any]) -> int | None:
         """POST `body` to the daemon at `path`; its status, or None when unreachable."""
         try:
-            return self._client.post(self._base + path, json=body,
-                                     headers=self._headers).status_code
+            return ask(self._client, "POST", self._base + path, json=body,
+                       headers=self._headers).status
         except httpx.HTTPError:
             return None
 
     @staticmethod
-    def _refused(batch: list[Pending], response: httpx.Response) -> list[Pending]:
+    def _refused(batch: list[Pending], payload: dict[str, Any] | None) -> list[Pending]:
         """Only the item the daemon named as invalid, else the whole batch."""
-        try:
-            index = response.json().get("index")
-        except (ValueError, AttributeError):
-            index = None
-        if isinstance(index, int) and 0 <= index < len(batch):
+        index = None if payload is None else payload.get("index")
+        if isinstance(index, int) and not isinstance(index, bool) and 0 <= index < len(batch):
             return [batch[index]]
         return batch
 

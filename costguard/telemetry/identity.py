@@ -152,16 +152,18 @@ def exchange_proof(client: httpx.Client, url: str, token: str, proof: dict[str, 
     it, or refused; the reason is logged and the shared token stays in use)."""
     import logging
 
+    from costguard.telemetry.answers import ask
+
     try:
-        answer = client.post(url.rstrip("/") + "/v1/identity", json=proof,
-                             headers={"Authorization": f"Bearer {token}"})
+        answer = ask(client, "POST", url.rstrip("/") + "/v1/identity", json=proof,
+                     headers={"Authorization": f"Bearer {token}"})
     except httpx.HTTPError as exc:
         logging.getLogger(__name__).warning("identity not proven: daemon unreachable (%s)",
                                             type(exc).__name__)
         return None
-    if answer.status_code != 200:
-        logging.getLogger(__name__).warning("identity not proven (%s): %s",
-                                            answer.status_code, answer.text[:300])
+    credential = None if answer.payload is None else answer.payload.get("credential")
+    if answer.status != 200 or not isinstance(credential, str):
+        logging.getLogger(__name__).warning("identity not proven (%s): %s", answer.status,
+                                            answer.text)
         return None
-    credential = answer.json().get("credential")
-    return credential if isinstance(credential, str) else None
+    return credential

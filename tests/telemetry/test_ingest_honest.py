@@ -24,6 +24,7 @@ from costguard.model import GpuMinute, TelemetrySource
 from costguard.store.db import Database
 from costguard.telemetry.agent import Pusher
 from costguard.telemetry.buffer import DiskBuffer
+from costguard.telemetry.identity import exchange_proof
 from costguard.telemetry.ingest import MemorySink, telemetry_app, telemetry_routes
 from tests.fakes.loopback import serve
 from tests.reliability import figures
@@ -100,13 +101,63 @@ def test_json_nested_deeply_is_a_400_not_a_5xx(client: tuple[httpx.Client, Memor
                                               (503, True)])
 def test_the_agent_drops_a_batch_refused_for_good_and_keeps_the_rest(
         tmp_path: Path, status: int, kept: bool) -> None:
-    transport = httpx.MockTransport(lambda request: httpx.Response(status, json={}))
+    transport = httpx.MockTransport(
+        lambda request: httpx.Response(status, json={"error": "the daemon's reason"}))
     buffer = DiskBuffer(tmp_path / "b.sqlite3")
     buffer.append(['{"x": 1}', '{"x": 2}'])
     with httpx.Client(transport=transport) as c:
         result = Pusher(c, "http://daemon", TOKEN, buffer).flush()
     assert (len(buffer) == 2) is kept
     assert buffer.dropped == (0 if kept else 2) and result.discarded == (0 if kept else 2)
+
+
+# what answers when --url is not the daemon: nginx's answer to plain HTTP on its TLS port, a
+# web server's 403 page, a JSON API's own error, a catch-all that says 200 to any POST, and
+# an answer of costguard's shape that counted another batch
+NOT_THE_INGEST = [
+    (400, "text/html", b"<html><head><title>400 The plain HTTP request was sent to HTTPS "
+                       b"port</title></head><body>nginx</body></html>"),
+    (403, "text/html", b"<html><body><h1>403 Forbidden</h1></body></html>"),
+    (422, "application/json", b'{"detail": [{"msg": "field required"}]}'),
+    (200, "text/html", b"<html><body>Welcome</body></html>"),
+    (200, "application/json", b'{"ok": true}'),
+    (200, "application/json", b'{"received": 1, "written": 1, "duplicates": 0}'),
+]
+
+
+@pytest.mark.parametrize(("status", "kind", "body"), NOT_THE_INGEST)
+def test_an_answer_that_is_not_the_ingest_s_neither_takes_nor_drops_a_batch(
+        tmp_path: Path, status: int, kind: str, body: bytes) -> None:
+    """Only costguard's ingest acknowledges or refuses a batch for good: an agent pointed at
+    a proxy's TLS port (nginx answers 400) dropped every summary it had, as refused; one
+    pointed at a web server that says 200 to anything, as delivered."""
+    transport = httpx.MockTransport(
+        lambda request: httpx.Response(status, headers={"Content-Type": kind}, content=body))
+    buffer = DiskBuffer(tmp_path / "b.sqlite3")
+    buffer.append(['{"x": 1}', '{"x": 2}'])
+    with httpx.Client(transport=transport) as c:
+        result = Pusher(c, "http://daemon", TOKEN, buffer).flush()
+    assert len(buffer) == 2 and buffer.dropped == 0 and result.discarded == 0
+    assert result.sent == 0 and not result.reachable
+    assert result.error is not None and "is --url the daemon?" in result.error
+    assert f"answered {status}" in result.error and "\n" not in result.error
+
+
+def test_an_answer_of_any_length_is_read_no_further_than_a_mebibyte(tmp_path: Path) -> None:
+    served = [0]
+
+    def endless() -> Iterator[bytes]:
+        while served[0] < 10_000:  # 640 MB, were it all read
+            served[0] += 1
+            yield b"x" * 65_536
+
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=endless()))
+    buffer = DiskBuffer(tmp_path / "b.sqlite3")
+    buffer.append(['{"x": 1}'])
+    with httpx.Client(transport=transport) as c:
+        result = Pusher(c, "http://daemon", TOKEN, buffer).flush()
+    assert served[0] <= 17 and len(buffer) == 1 and not result.reachable
+    assert result.error is not None and result.error.endswith("xxx...)")
 
 
 def _p99(values: list[float]) -> float:
@@ -194,3 +245,25 @@ def test_concurrent_oversized_bodies_do_not_grow_the_process(tmp_path: Path) -> 
                     "< 64 MiB (the uploads total 256 MiB)")
     assert answers == [413] * 4 and sink.rows == {}
     assert grown_mib < 64
+
+
+@pytest.mark.parametrize(("status", "body"), [
+    (200, b"<html><body>Welcome</body></html>"),  # not JSON: it raised out of the agent
+    (200, b'["credential"]'),  # JSON, not an object: it raised too
+    (200, b'{"credential": 42}'),
+    (200, b"[" * 200_000 + b"]" * 200_000),  # deeper than Python's JSON reader goes
+    (403, b"<h1>Forbidden</h1>"),
+])
+def test_an_identity_answer_that_is_not_the_daemon_s_proves_nothing(
+        status: int, body: bytes, caplog: pytest.LogCaptureFixture) -> None:
+    transport = httpx.MockTransport(lambda request: httpx.Response(status, content=body))
+    with httpx.Client(transport=transport) as c:
+        assert exchange_proof(c, "http://daemon", TOKEN, {"provider": "aws"}) is None
+    assert f"identity not proven ({status})" in caplog.text
+
+
+def test_an_identity_answer_of_the_daemon_s_gives_its_credential() -> None:
+    transport = httpx.MockTransport(
+        lambda request: httpx.Response(200, json={"credential": "c-1", "expires_at": "x"}))
+    with httpx.Client(transport=transport) as c:
+        assert exchange_proof(c, "http://daemon", TOKEN, {"provider": "aws"}) == "c-1"
