@@ -129,8 +129,9 @@ def route_third_party(level: str | int) -> None:
 
 
 class Throttle(logging.Filter):
-    """The first record of a message, then at most one every `interval_s`, saying how many
-    like it were left out. asyncio logs every accept the kernel refuses ("socket.accept() out of
+    """The first record of a message (as formatted: the same words with other values are
+    another message), then at most one every `interval_s`, saying how many like it were
+    left out. asyncio logs every accept the kernel refuses ("socket.accept() out of
     system resource", with its traceback): out of file descriptors, that was 115 MB of log
     in half a minute."""
 
@@ -146,7 +147,7 @@ class Throttle(logging.Filter):
         self._left_out: dict[str, int] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
-        key = f"{record.name}:{record.levelno}:{record.msg}"
+        key = f"{record.name}:{record.levelno}:{record.getMessage()}"
         now = self.clock()
         with self._lock:
             last = self._last.get(key)
@@ -165,8 +166,11 @@ class Throttle(logging.Filter):
         return True
 
 
-# libraries that log one record per event they cannot help: held to one a minute each
-_THROTTLED = ("asyncio",)
+# libraries that log a record for each event a client or the system can repeat at will, held
+# to one a minute per message: asyncio's refused accepts, uvicorn's "Invalid HTTP request
+# received." for each malformed request, python-multipart's for each malformed form body
+# (a logger's filters see only what is logged to it by name, not to its children)
+_THROTTLED = ("asyncio", "uvicorn.error", "python_multipart.multipart")
 
 
 class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]

@@ -6,6 +6,7 @@ with its cycles."""
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import resource
@@ -27,7 +28,7 @@ from starlette.routing import Route
 from costguard.config import Settings
 from costguard.daemon.connections import limited, raise_open_files_limit
 from costguard.daemon.http import HttpServer
-from costguard.daemon.logs import Throttle
+from costguard.daemon.logs import Throttle, configure_logging
 
 
 async def _hello(_request: Request) -> PlainTextResponse:
@@ -138,6 +139,10 @@ def test_asyncio_s_refused_accepts_are_logged_once_a_minute() -> None:
     assert not any(throttle.filter(record("socket.accept() out of system resource"))
                    for _ in range(5000))
     assert throttle.filter(record("another message"))  # each message its own
+    assert throttle.filter(logger.makeRecord(logger.name, logging.ERROR, __file__, 1,
+                                             "request to %s failed", ("a",), None))
+    assert throttle.filter(logger.makeRecord(logger.name, logging.ERROR, __file__, 1,
+                                             "request to %s failed", ("b",), None))
     now[0] = 61.0
     later = record("socket.accept() out of system resource")
     assert throttle.filter(later)
@@ -225,3 +230,21 @@ def test_a_daemon_a_slow_client_tries_to_starve_goes_on(tmp_path: Path) -> None:
     assert "cycle failed" not in text, text[-3000:]
     assert "cycle=2" in text, text[-3000:]
     assert len(text) < 100_000, len(text)
+
+
+def test_a_flood_of_malformed_requests_logs_one_line_a_minute(server: HttpServer) -> None:
+    """uvicorn logs "Invalid HTTP request received." for each malformed request: at the
+    client's will, a line each (the daemon's logging holds it to one a minute)."""
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    for old in [f for f in uvicorn_log.filters if isinstance(f, Throttle)]:
+        uvicorn_log.removeFilter(old)  # another test's lines in the last minute count not
+    out = io.StringIO()
+    handler = configure_logging(stream=out)
+    try:
+        for _ in range(30):
+            with _connect(server) as sock:
+                sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+                assert b"400" in sock.recv(4096)
+    finally:
+        logging.getLogger().removeHandler(handler)
+    assert out.getvalue().count("Invalid HTTP request received.") == 1, out.getvalue()
