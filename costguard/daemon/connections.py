@@ -57,8 +57,9 @@ class GuardedH11Protocol(H11Protocol):
             self._cancel_head_timer()
 
     def on_response_complete(self) -> None:
-        super().on_response_complete()
-        if not self.transport.is_closing():
+        super().on_response_complete()  # may begin a pipelined request, already whole
+        if not self.transport.is_closing() and (self.cycle is None
+                                                 or self.cycle.response_complete):
             self._await_head()
 
     def connection_lost(self, exc: Exception | None) -> None:

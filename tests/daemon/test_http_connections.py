@@ -6,6 +6,7 @@ with its cycles."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
 import os
@@ -35,9 +36,14 @@ async def _hello(_request: Request) -> PlainTextResponse:
     return PlainTextResponse("hello")
 
 
+async def _slow(_request: Request) -> PlainTextResponse:
+    await asyncio.sleep(1.0)  # longer than the head's deadline
+    return PlainTextResponse("slow hello")
+
+
 @pytest.fixture
 def server() -> Iterator[HttpServer]:
-    app = Starlette(routes=[Route("/", _hello)])
+    app = Starlette(routes=[Route("/", _hello), Route("/slow", _slow)])
     running = HttpServer(app, "127.0.0.1", 0, head_timeout_s=0.5, max_connections=4)
     running.start()
     yield running
@@ -96,6 +102,20 @@ def test_a_kept_alive_connection_waits_for_its_next_head_no_longer(
     assert b"200 OK" in _get(sock)  # kept alive, and a whole head is answered at once
     sock.sendall(b"GET / HTTP/1.1\r\n")  # the next head, trickled
     assert _closed(sock, within_s=3)
+
+
+def test_a_slow_answer_is_never_cut_by_the_head_s_deadline(server: HttpServer) -> None:
+    """A whole head starts an answer that takes as long as it takes, a pipelined one too
+    (it began while the one before it was answered)."""
+    sock = _connect(server)
+    sock.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n" * 2)
+    answer = b""
+    sock.settimeout(5)
+    while answer.count(b"slow hello") < 2:
+        chunk = sock.recv(4096)
+        assert chunk, answer
+        answer += chunk
+    assert answer.count(b"200 OK") == 2
 
 
 def test_beyond_the_cap_a_new_connection_is_closed_and_room_comes_back(
