@@ -147,7 +147,10 @@ class Throttle(logging.Filter):
         self._left_out: dict[str, int] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
-        key = f"{record.name}:{record.levelno}:{record.getMessage()}"
+        exc = record.exc_info[1] if record.exc_info else None
+        # uvicorn's "Exception in ASGI application" is one message for every error: each
+        # error its own, and the same one again held back
+        key = f"{record.name}:{record.levelno}:{record.getMessage()}:{exc!r}"
         now = self.clock()
         with self._lock:
             last = self._last.get(key)

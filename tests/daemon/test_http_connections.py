@@ -163,6 +163,15 @@ def test_asyncio_s_refused_accepts_are_logged_once_a_minute() -> None:
                                              "request to %s failed", ("a",), None))
     assert throttle.filter(logger.makeRecord(logger.name, logging.ERROR, __file__, 1,
                                              "request to %s failed", ("b",), None))
+
+    def failed(exc: Exception) -> logging.LogRecord:
+        return logger.makeRecord(logger.name, logging.ERROR, __file__, 1,
+                                 "Exception in ASGI application\n", None,
+                                 (type(exc), exc, None))
+
+    assert throttle.filter(failed(KeyError("a")))
+    assert throttle.filter(failed(ValueError("b")))  # another error: its own traceback
+    assert not throttle.filter(failed(KeyError("a")))  # the same one again
     now[0] = 61.0
     later = record("socket.accept() out of system resource")
     assert throttle.filter(later)
