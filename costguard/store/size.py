@@ -26,7 +26,7 @@ from sqlmodel import SQLModel
 from costguard.store import blocks, hours
 from costguard.store.block_tables import ReadingBlockRow, ReadingHourRow, ReadingSeriesRow
 from costguard.store.compact import hour_start
-from costguard.store.db import Database
+from costguard.store.db import Database, load_all_tables
 from costguard.store.tables import GpuReadingRow
 
 SAMPLE = 1_000  # blocks (and hours of history) decoded to measure what one holds
@@ -103,6 +103,9 @@ class StoreSize:
 
 
 def _tables(con: Connection) -> list[Table]:
+    # every table module, not only those this command's imports brought in: `db size` had
+    # left out the alert deliveries, the bills, the daily roll-ups and the verdicts
+    load_all_tables()
     present = set(inspect(con).get_table_names())
     return [t for t in SQLModel.metadata.sorted_tables if t.name in present]
 

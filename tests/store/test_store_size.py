@@ -4,11 +4,13 @@ block and as history, measured from the store itself; on SQLite and PostgreSQL."
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, inspect, select, update
 from typer.testing import CliRunner
 
 from costguard.config import Settings
@@ -159,6 +161,23 @@ def test_the_command_prints_80_columns_and_json(tmp_path: Path,
     assert data["readings"]["rows_gpu_minutes"] == rows
     assert data["readings"]["blocks_sample"]["gpu_minutes"] == 4 * 120 + 24 * 5
     assert data["total_bytes"] == (tmp_path / "cg.db").stat().st_size
+
+
+def test_the_command_lists_every_table_the_store_has(tmp_path: Path) -> None:
+    """In a process of its own, as a user runs it: a table whose module the command did not
+    import (alert deliveries, bills, daily roll-ups, verdicts, prices) was left out."""
+    url = f"sqlite:///{tmp_path / 'cg.db'}"
+    db = Database(url)
+    with db.engine.connect() as con:
+        tables = set(inspect(con).get_table_names()) - {"alembic_version"}
+    db.dispose()
+    run = "from costguard.cli import app; app()"
+    done = subprocess.run([sys.executable, "-c", run, "--database", url, "db", "size",
+                           "--format", "json"], capture_output=True, text=True, timeout=120,
+                          check=True, cwd=tmp_path)
+    listed = {t["name"] for t in json.loads(done.stdout)["tables"]}
+    assert {"alert_deliveries", "billing_costs", "prices", "efficiency_verdicts"} <= tables
+    assert listed == tables
 
 
 def test_the_command_on_a_store_not_upgraded_says_so(tmp_path: Path,
