@@ -18,7 +18,7 @@ from sqlalchemy import select
 from sqlmodel import Session
 
 from costguard.model import Instance, PriceQuote
-from costguard.store.tables import PriceRow, PriceSourceRow
+from costguard.store.price_tables import PriceRow, PriceSourceRow
 from costguard.store.upsert import upsert
 
 # (region, instance type, lifecycle) -> USD per hour, as a price API answered

@@ -21,7 +21,8 @@ from costguard.costs.pricing import PriceCatalog, aws_table, table_price
 from costguard.errors import ProviderError
 from costguard.model import Instance, InstanceState, Lifecycle, PriceQuote
 from costguard.providers.base import FetchesPrices, Provider
-from costguard.store.tables import CostIntervalRow, InstanceRow, PriceSourceRow
+from costguard.store.price_tables import PriceSourceRow
+from costguard.store.tables import CostIntervalRow, InstanceRow
 
 STALE_AFTER_DAYS = 30  # a price older than this is named in reports
 

@@ -25,7 +25,8 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 # third of every command's start-up
 HEAD_REVISION = "0020"
 # every module that declares tables: imported before migrating or comparing the schema
-TABLE_MODULES = ("costguard.store.tables", "costguard.store.bill_tables",
+TABLE_MODULES = ("costguard.store.tables", "costguard.store.price_tables",
+                 "costguard.store.bill_tables",
                  "costguard.store.rollup_tables", "costguard.store.block_tables",
                  "costguard.alerts.tables",
                  "costguard.recommend.tables")

@@ -18,7 +18,8 @@ from costguard.costs.pricing import CustomPrice, Discount, PriceCatalog, PriceOv
 from costguard.model import Instance, InstanceState, Lifecycle, PriceQuote
 from costguard.store.db import Database
 from costguard.store.inventory import record_inventory
-from costguard.store.tables import CostIntervalRow, PriceSourceRow
+from costguard.store.price_tables import PriceSourceRow
+from costguard.store.tables import CostIntervalRow
 from tests.costs.fleet import T0
 
 FETCHED = datetime(2026, 11, 20, 6, 0, tzinfo=UTC)
