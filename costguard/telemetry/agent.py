@@ -160,6 +160,11 @@ class Pusher:
                 reproved = True
                 self.credential = self._prove() if self._prove is not None else None
                 continue
+            if status == 413 and len(batch) > 1:
+                # whoever says it (a proxy's body limit is lower than ours too): halve; no
+                # summary is dropped for it
+                size = max(1, len(batch) // 2)
+                continue
             if not answer.from_ingest(len(batch)):
                 # not costguard's ingest answering (a proxy's 400 for plain HTTP sent to its
                 # TLS port, a web server's 403 or 200): nothing was taken, nothing is
@@ -172,8 +177,6 @@ class Pusher:
                 self._buffer.ack(batch[-1].seq)
                 result.sent += len(batch)
                 self._hooks_in(answer.payload)
-            elif status == 413 and len(batch) > 1:
-                size = max(1, len(batch) // 2)  # the daemon's limit is lower than ours
             elif status in (400, 403, 413, 422):  # refused for good: never sent again
                 refused = self._refused(batch, answer.payload)
                 log.error("daemon refused %d summaries for good: %s", len(refused),

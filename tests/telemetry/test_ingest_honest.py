@@ -143,6 +143,31 @@ def test_an_answer_that_is_not_the_ingest_s_neither_takes_nor_drops_a_batch(
     assert f"answered {status}" in result.error and "\n" not in result.error
 
 
+def test_a_proxy_s_413_halves_the_batch_as_the_daemon_s_does(tmp_path: Path) -> None:
+    """nginx's body limit (client_max_body_size) answers 413 in HTML: the batch is halved
+    until it passes, whoever said it; a single summary it still refuses is kept."""
+    sizes: list[int] = []
+
+    def proxy(request: httpx.Request) -> httpx.Response:
+        n = len(json.loads(request.content)["minutes"])
+        sizes.append(n)
+        if n > 2:
+            return httpx.Response(413, text="<html><h1>413 Request Entity Too Large</h1>")
+        return httpx.Response(200, json={"received": n, "written": n, "duplicates": 0})
+
+    buffer = DiskBuffer(tmp_path / "b.sqlite3")
+    buffer.append([json.dumps({"x": i}) for i in range(8)])
+    with httpx.Client(transport=httpx.MockTransport(proxy)) as c:
+        result = Pusher(c, "http://daemon", TOKEN, buffer).flush()
+    assert sizes[:3] == [8, 4, 2] and result.sent == 8 and len(buffer) == 0
+
+    refusing = httpx.MockTransport(lambda request: httpx.Response(413, text="<h1>413</h1>"))
+    buffer.append(['{"x": 1}'])
+    with httpx.Client(transport=refusing) as c:
+        result = Pusher(c, "http://daemon", TOKEN, buffer).flush()
+    assert len(buffer) == 1 and result.discarded == 0 and not result.reachable
+
+
 def test_an_answer_of_any_length_is_read_no_further_than_a_mebibyte(tmp_path: Path) -> None:
     served = [0]
 
