@@ -147,10 +147,14 @@ class Throttle(logging.Filter):
         self._left_out: dict[str, int] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a library's call whose arguments do not fit: the handler says so
+            return True
         exc = record.exc_info[1] if record.exc_info else None
         # uvicorn's "Exception in ASGI application" is one message for every error: each
         # error its own, and the same one again held back
-        key = f"{record.name}:{record.levelno}:{record.getMessage()}:{exc!r}"
+        key = f"{record.name}:{record.levelno}:{message}:{exc!r}"
         now = self.clock()
         with self._lock:
             last = self._last.get(key)
@@ -163,7 +167,7 @@ class Throttle(logging.Filter):
             self._last[key] = now
             left_out = self._left_out.pop(key, 0)
         if left_out:
-            record.msg = (f"{record.getMessage()} ({left_out:,} more like it in the last "
+            record.msg = (f"{message} ({left_out:,} more like it in the last "
                           f"{self.interval_s:g} s, left out)")
             record.args = None
         return True

@@ -164,6 +164,10 @@ def test_asyncio_s_refused_accepts_are_logged_once_a_minute() -> None:
     assert throttle.filter(logger.makeRecord(logger.name, logging.ERROR, __file__, 1,
                                              "request to %s failed", ("b",), None))
 
+    # a call whose arguments do not fit its message passes on, for the handler to report
+    assert throttle.filter(logger.makeRecord(logger.name, logging.ERROR, __file__, 1,
+                                             "%s and %s", ("one",), None))
+
     def failed(exc: Exception) -> logging.LogRecord:
         return logger.makeRecord(logger.name, logging.ERROR, __file__, 1,
                                  "Exception in ASGI application\n", None,
