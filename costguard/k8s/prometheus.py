@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 from pydantic import SecretStr
 
+from costguard.bounded_read import read_at_most
 from costguard.errors import CostguardError
 from costguard.limited_json import JsonRefused, parse_json
 
@@ -110,19 +111,17 @@ class PrometheusClient:
         where = f"{self.url}/api/v1/{endpoint}"
         try:
             with self._client.stream("POST", where, data=form) as response:
-                body = bytearray()  # appended in place: no copy of all so far per chunk
-                for chunk in response.iter_bytes():
-                    body += chunk
-                    if len(body) > MAX_BYTES:
-                        raise self._error(f"answer over {MAX_BYTES // 2**20} MiB; narrow the "
-                                          "period or the cluster's selector", form["query"])
+                body = read_at_most(response, MAX_BYTES)
+                if len(body) > MAX_BYTES:
+                    raise self._error(f"answer over {MAX_BYTES // 2**20} MiB; narrow the "
+                                      "period or the cluster's selector", form["query"])
                 status = response.status_code
         except httpx.HTTPError as exc:
             raise PrometheusError(
                 f"kubernetes cluster {self.cluster}: cannot reach Prometheus at {self.url} "
                 f"({type(exc).__name__}: {exc}); check prometheus_url") from None
         try:
-            answer = parse_json(bytes(body), mend_text=True)
+            answer = parse_json(body, mend_text=True)
         except (JsonRefused, ValueError):
             answer = None
         if not isinstance(answer, dict):

@@ -27,6 +27,7 @@ from typing import Any, TextIO
 
 import httpx
 
+from costguard.bounded_read import read_at_most
 from costguard.limited_json import parse_json
 from costguard.telemetry.host import CpuTimes, HostSample, host_fields
 
@@ -175,11 +176,9 @@ class ActivityReader:
             if response.status_code != 200:
                 raise ValueError(f"HTTP {response.status_code}: it must answer without a "
                                  "token (docs/agent.md)")
-            body = b""
-            for chunk in response.iter_bytes():
-                body += chunk
-                if len(body) > JUPYTER_MAX_BYTES:
-                    raise ValueError(f"its answer is over {JUPYTER_MAX_BYTES} bytes")
+            body = read_at_most(response, JUPYTER_MAX_BYTES)
+            if len(body) > JUPYTER_MAX_BYTES:
+                raise ValueError(f"its answer is over {JUPYTER_MAX_BYTES} bytes")
             return body
 
 

@@ -27,7 +27,7 @@ from costguard.telemetry.activity import (
     ActivitySample,
     minute_fields,
 )
-from costguard.telemetry.answers import Answer, ask
+from costguard.telemetry.answers import ask
 from costguard.telemetry.buffer import DiskBuffer, Pending
 from costguard.telemetry.classify import SignalChoice
 from costguard.telemetry.hooks import HookRunner, HookSpec, report_all
@@ -150,7 +150,8 @@ class Pusher:
         while batch := self._buffer.peek(size):
             body = '{"minutes": [' + ",".join(p.body for p in batch) + "]}"
             try:
-                answer = self._post(body)
+                answer = ask(self._client, "POST", self._endpoint, content=body,
+                             headers=self._headers)
             except httpx.HTTPError as exc:
                 result.reachable, result.error = False, f"daemon unreachable: {exc}"
                 return result
@@ -190,9 +191,6 @@ class Pusher:
                 result.error = f"daemon answered {status}: {answer.text}"
                 return result
         return result
-
-    def _post(self, body: str) -> Answer:
-        return ask(self._client, "POST", self._endpoint, content=body, headers=self._headers)
 
     def _hooks_in(self, payload: dict[str, Any] | None) -> None:
         if self._on_hooks is None or payload is None:

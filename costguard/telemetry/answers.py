@@ -8,13 +8,14 @@ is one, and the start of its text, on one line, for a message.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
+from costguard.bounded_read import read_at_most
 from costguard.controls import TERMINAL_CONTROLS
+from costguard.limited_json import parse_json
 
 MAX_ANSWER_BYTES = 1 << 20  # read of one answer
 
@@ -30,15 +31,15 @@ class Answer:
 
     @classmethod
     def read(cls, status: int, data: bytes) -> Answer:
-        payload: dict[str, Any] | None = None
-        if len(data) <= MAX_ANSWER_BYTES:
-            try:
-                parsed = json.loads(data)
-            except (ValueError, RecursionError):  # not JSON, not UTF-8, nested too deep
-                parsed = None
-            payload = parsed if isinstance(parsed, dict) else None
+        """`data` as `ask` read it: longer than `MAX_ANSWER_BYTES`, it is no JSON object."""
+        try:  # JSON from outside, under the project's one rule (nesting, numbers, text)
+            parsed = parse_json(data) if len(data) <= MAX_ANSWER_BYTES else None
+        except ValueError:  # JsonRefused, not JSON, not UTF-8
+            parsed = None
+        payload = parsed if isinstance(parsed, dict) else None
         # one line, no terminal controls: the body of whatever answered
-        text = " ".join(TERMINAL_CONTROLS.sub("?", data[:200].decode("utf-8", "replace")).split())
+        text = " ".join(TERMINAL_CONTROLS.sub("?", data[:200].decode("utf-8", "replace"))
+                        .split())
         return cls(status, payload, text + ("..." if len(data) > 200 else ""))
 
     def from_ingest(self, sent: int) -> bool:
@@ -55,9 +56,5 @@ class Answer:
 def ask(client: httpx.Client, method: str, url: str, **kwargs: Any) -> Answer:
     """One request; its answer read up to `MAX_ANSWER_BYTES`. Raises httpx.HTTPError."""
     with client.stream(method, url, **kwargs) as response:
-        data = bytearray()
-        for chunk in response.iter_bytes():
-            data += chunk
-            if len(data) > MAX_ANSWER_BYTES:
-                break
-    return Answer.read(response.status_code, bytes(data))
+        data = read_at_most(response, MAX_ANSWER_BYTES)
+    return Answer.read(response.status_code, data)
