@@ -144,6 +144,10 @@ class HttpSettings(Section):
     head_timeout: Annotated[Duration, AfterValidator(at_least(
         timedelta(seconds=1), "a client on a slow link needs a moment to send its headers"
     ))] = timedelta(seconds=10)
+    # and its body within this of its head (an agent's largest batch, 1 MiB, at 17 KB/s)
+    body_timeout: Annotated[Duration, AfterValidator(at_least(
+        timedelta(seconds=1), "an agent's batch of up to 1 MiB needs time on a slow link"
+    ))] = timedelta(seconds=60)
     max_connections: int = Field(default=1_000, ge=16, le=1_000_000)
 
 

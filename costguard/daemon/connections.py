@@ -8,8 +8,12 @@ daemon with 256 descriptors to the end of them: its cycles failed ("Too many ope
 a minute). Here:
 - a request's head (its line and headers) must arrive whole within `head_timeout_s` of the
   connection's opening, or of the previous response on a kept-alive connection; else the
-  connection is closed (a client that sends its body slowly after a whole head is the
-  endpoint's to bound: every endpoint reads a bounded body);
+  connection is closed;
+- a request's body must arrive whole within `body_timeout_s` of its head (a client that
+  sent a whole head and then its body a byte a minute held its connection, and an endpoint
+  waiting for the body, for as long as it liked: the identity and Slack endpoints read a
+  body before they can tell who sent it); else the connection is closed and the endpoint
+  sees the client gone. An answer, however long it takes, is never cut;
 - beyond `max_connections` open at once (and never more than half the process's limit of
   open files), a new connection is closed at once, unanswered;
 - `raise_open_files_limit` raises the process's soft limit of open files to its hard limit
@@ -29,20 +33,23 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 log = logging.getLogger("costguard.http")
 
 HEAD_TIMEOUT_S = 10.0
+BODY_TIMEOUT_S = 60.0
 MAX_CONNECTIONS = 1_000
 
 
 class GuardedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with a deadline for each request's head and a cap on the
-    connections open at once (`limited` sets both)."""
+    """uvicorn's h11 protocol with a deadline for each request's head and one for its body,
+    and a cap on the connections open at once (`limited` sets them)."""
 
     head_timeout_s = HEAD_TIMEOUT_S
+    body_timeout_s = BODY_TIMEOUT_S
     max_connections = MAX_CONNECTIONS
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._head_timer: asyncio.TimerHandle | None = None
         self._waiting_after: object = None  # the cycle whose successor's head is awaited
+        self._body_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -53,18 +60,44 @@ class GuardedH11Protocol(H11Protocol):
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
-        if self.cycle is not self._waiting_after:  # a whole head arrived: a request began
-            self._cancel_head_timer()
+        if self._head_timer is not None and self.cycle is not self._waiting_after:
+            self._cancel_head_timer()  # a whole head arrived: a request began
+            self._await_body()
 
     def on_response_complete(self) -> None:
+        self._cancel_body_timer()
         super().on_response_complete()  # may begin a pipelined request, already whole
-        if not self.transport.is_closing() and (self.cycle is None
-                                                 or self.cycle.response_complete):
+        if self.transport.is_closing():
+            return
+        if self.cycle is None or self.cycle.response_complete:
             self._await_head()
+        else:
+            self._await_body()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
+        self._cancel_body_timer()
         super().connection_lost(exc)
+
+    def _await_body(self) -> None:
+        """The body of the request that began must be whole by `body_timeout_s` from now."""
+        self._cancel_body_timer()
+        if self.cycle is not None and self.cycle.more_body:
+            self._body_timer = self.loop.call_later(self.body_timeout_s, self._body_late,
+                                                    self.cycle)
+
+    def _cancel_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_late(self, cycle: Any) -> None:
+        self._body_timer = None
+        # an answer already given (the endpoint refused before reading) is the head
+        # timer's: the next head is awaited, the rest of this body with it
+        if (cycle is self.cycle and cycle.more_body and not cycle.response_complete
+                and not self.transport.is_closing()):
+            self.transport.abort()
 
     def _await_head(self) -> None:
         self._cancel_head_timer()
@@ -85,8 +118,8 @@ class GuardedH11Protocol(H11Protocol):
 BACKLOG = 128  # connections the kernel queues, and asyncio accepts at one wake-up
 
 
-def limited(head_timeout_s: float = HEAD_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS
-            ) -> tuple[type[GuardedH11Protocol], int]:
+def limited(head_timeout_s: float = HEAD_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS,
+            body_timeout_s: float = BODY_TIMEOUT_S) -> tuple[type[GuardedH11Protocol], int]:
     """The protocol class for uvicorn's `http=`, with these limits, and the listening
     socket's backlog. Clients get half the process's limit of open files whatever
     `max_connections` says (the other half is the store's, the clouds', the alerts' and
@@ -99,7 +132,8 @@ def limited(head_timeout_s: float = HEAD_TIMEOUT_S, max_connections: int = MAX_C
         backlog = min(backlog, max(share // 4, 1))
         max_connections = min(max_connections, share - backlog)
     protocol = type("GuardedH11Protocol", (GuardedH11Protocol,),
-                    {"head_timeout_s": head_timeout_s, "max_connections": max_connections})
+                    {"head_timeout_s": head_timeout_s, "body_timeout_s": body_timeout_s,
+                     "max_connections": max_connections})
     return protocol, backlog
 
 

@@ -35,7 +35,12 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from costguard.clock import Clock, utc
-from costguard.daemon.connections import HEAD_TIMEOUT_S, MAX_CONNECTIONS, limited
+from costguard.daemon.connections import (
+    BODY_TIMEOUT_S,
+    HEAD_TIMEOUT_S,
+    MAX_CONNECTIONS,
+    limited,
+)
 from costguard.daemon.headers import SecurityHeadersMiddleware
 from costguard.daemon.health import last_governed, unreadable
 from costguard.daemon.metrics import DaemonMetrics
@@ -260,8 +265,10 @@ def build_app(
 
 
 def http_limits(settings: Settings) -> dict[str, Any]:
-    """`HttpServer`'s connection limits from `http.head_timeout` and `http.max_connections`."""
+    """`HttpServer`'s connection limits from `http.head_timeout`, `http.body_timeout` and
+    `http.max_connections`."""
     return {"head_timeout_s": settings.http.head_timeout.total_seconds(),
+            "body_timeout_s": settings.http.body_timeout.total_seconds(),
             "max_connections": settings.http.max_connections}
 
 
@@ -270,11 +277,12 @@ class HttpServer:
 
     def __init__(self, app: Starlette, host: str, port: int, *,
                  head_timeout_s: float = HEAD_TIMEOUT_S,
+                 body_timeout_s: float = BODY_TIMEOUT_S,
                  max_connections: int = MAX_CONNECTIONS) -> None:
         # proxy_headers off: uvicorn would otherwise replace the peer's address with an
         # X-Forwarded-For value when the peer is loopback, and the console's proxy mode
         # decides whom to believe by the peer that connected (a sidecar proxy is loopback)
-        protocol, backlog = limited(head_timeout_s, max_connections)
+        protocol, backlog = limited(head_timeout_s, max_connections, body_timeout_s)
         config = uvicorn.Config(app, host=host, port=port, log_config=None, lifespan="off",
                                 access_log=False, timeout_graceful_shutdown=5,
                                 proxy_headers=False,

@@ -1,6 +1,6 @@
 """What a client's connections may hold of the daemon's HTTP server (daemon/connections.py),
-over real loopback sockets: a request head that does not arrive whole in time closes its
-connection, connections beyond the cap are closed at once, asyncio's per-accept errors are
+over real loopback sockets: a request head or body that does not arrive whole in time closes
+its connection, connections beyond the cap are closed at once, asyncio's per-accept errors are
 held to one a minute, and a daemon whose descriptors a slow client tried to use up goes on
 with its cycles."""
 
@@ -22,11 +22,12 @@ import httpx
 import pytest
 from pydantic import ValidationError
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from costguard.config import Settings
+from costguard.daemon.bodies import read_limited
 from costguard.daemon.connections import limited
 from costguard.daemon.http import HttpServer
 from costguard.daemon.logs import Throttle, configure_logging
@@ -36,15 +37,30 @@ async def _hello(_request: Request) -> PlainTextResponse:
     return PlainTextResponse("hello")
 
 
-async def _slow(_request: Request) -> PlainTextResponse:
-    await asyncio.sleep(1.0)  # longer than the head's deadline
-    return PlainTextResponse("slow hello")
+async def _slow(request: Request) -> PlainTextResponse:
+    body = await request.body()
+    await asyncio.sleep(1.5)  # longer than the head's deadline and the body's
+    return PlainTextResponse(f"slow hello {len(body)}")
+
+
+TAKEN: list[bytes | str] = []  # what /take read, or how its read ended
+
+
+async def _take(request: Request) -> PlainTextResponse:
+    try:
+        TAKEN.append(await read_limited(request, 1024))
+    except ClientDisconnect:
+        TAKEN.append("client gone")
+        raise
+    return PlainTextResponse(f"took {len(TAKEN[-1])}")
 
 
 @pytest.fixture
 def server() -> Iterator[HttpServer]:
-    app = Starlette(routes=[Route("/", _hello), Route("/slow", _slow)])
-    running = HttpServer(app, "127.0.0.1", 0, head_timeout_s=0.5, max_connections=4)
+    app = Starlette(routes=[Route("/", _hello), Route("/slow", _slow, methods=["GET", "POST"]),
+                            Route("/take", _take, methods=["POST"])])
+    running = HttpServer(app, "127.0.0.1", 0, head_timeout_s=0.5, body_timeout_s=1.0,
+                         max_connections=4)
     running.start()
     yield running
     running.stop()
@@ -65,14 +81,18 @@ def _closed(sock: socket.socket, within_s: float) -> bool:
         return False
 
 
-def _get(sock: socket.socket) -> bytes:
-    sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+def _answer(sock: socket.socket, ending: bytes) -> bytes:
     answer = b""
-    while not answer.endswith(b"hello"):
+    while not answer.endswith(ending):
         chunk = sock.recv(4096)
         assert chunk, answer
         answer += chunk
     return answer
+
+
+def _get(sock: socket.socket) -> bytes:
+    sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    return _answer(sock, b"hello")
 
 
 def test_a_head_that_does_not_arrive_in_time_closes_its_connection(
@@ -116,6 +136,60 @@ def test_a_slow_answer_is_never_cut_by_the_head_s_deadline(server: HttpServer) -
         assert chunk, answer
         answer += chunk
     assert answer.count(b"200 OK") == 2
+
+
+def _post_head(sock: socket.socket, path: str, length: int) -> None:
+    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n"
+                 .encode())
+
+
+def test_a_body_that_does_not_arrive_in_time_closes_its_connection(
+        server: HttpServer) -> None:
+    """A whole head and then a body a byte at a time: each byte comes well within the head's
+    deadline, the whole body never within the body's; the endpoint waiting for it sees the
+    client gone."""
+    TAKEN.clear()
+    sock = _connect(server)
+    _post_head(sock, "/take", 100)
+    started = time.monotonic()
+    sock.settimeout(0.2)
+    closed = False
+    while time.monotonic() - started < 4 and not closed:
+        try:
+            sock.sendall(b"a")
+            closed = sock.recv(4096) == b""
+        except TimeoutError:
+            continue
+        except (ConnectionResetError, BrokenPipeError):
+            closed = True
+    assert closed and 0.9 < time.monotonic() - started < 2.5
+    deadline = time.monotonic() + 3
+    while not TAKEN and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert TAKEN == ["client gone"]
+
+
+def test_a_body_sent_in_pieces_within_the_time_is_answered(server: HttpServer) -> None:
+    TAKEN.clear()
+    sock = _connect(server)
+    _post_head(sock, "/take", 30)
+    for _ in range(3):
+        time.sleep(0.2)
+        sock.sendall(b"x" * 10)
+    sock.settimeout(5)
+    assert b"200 OK" in _answer(sock, b"took 30")
+    assert TAKEN == [b"x" * 30]
+
+
+def test_a_slow_answer_to_a_whole_body_is_never_cut(server: HttpServer) -> None:
+    """The body's deadline is the body's: an endpoint that answers after it, a kept-alive
+    connection's next request and its body too, are answered."""
+    sock = _connect(server)
+    sock.settimeout(5)
+    for _ in range(2):
+        _post_head(sock, "/slow", 5)
+        sock.sendall(b"hello")
+        assert b"200 OK" in _answer(sock, b"slow hello 5")
 
 
 def test_beyond_the_cap_a_new_connection_is_closed_and_room_comes_back(
@@ -184,10 +258,14 @@ def test_asyncio_s_refused_accepts_are_logged_once_a_minute() -> None:
 
 
 def test_the_limits_are_settings_with_bounds() -> None:
-    http = Settings(http={"head_timeout": "30s", "max_connections": 200}).http
+    http = Settings(http={"head_timeout": "30s", "body_timeout": "2m",
+                          "max_connections": 200}).http
     assert http.head_timeout.total_seconds() == 30 and http.max_connections == 200
-    with pytest.raises(ValidationError, match="must be at least 1s"):
-        Settings(http={"head_timeout": "0s"})
+    assert http.body_timeout.total_seconds() == 120
+    assert Settings().http.body_timeout.total_seconds() == 60
+    for key in ("head_timeout", "body_timeout"):
+        with pytest.raises(ValidationError, match="must be at least 1s"):
+            Settings(http={key: "0s"})
     with pytest.raises(ValidationError, match="greater than or equal to 16"):
         Settings(http={"max_connections": 1})
 
