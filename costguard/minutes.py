@@ -16,7 +16,7 @@ from costguard.model import MAX_SPAN_MINUTES, GpuMinute, TelemetrySource
 
 class Reading(Protocol):
     """What the idle classifier reads of a GPU-minute, and who measured it: a `GpuMinute`,
-    or the reading window's compact copy of one (store/packed.py `WindowReading`), which
+    or the reading window's compact copy of one (store/packed_view.py `WindowReading`), which
     keeps these fields only."""
 
     @property
@@ -76,7 +76,7 @@ _R_co = TypeVar("_R_co", bound=Reading, covariant=True)
 
 
 class ReadingsView(Sequence[_R_co]):
-    """Readings held packed (store/packed.py `PackedReadings`: the reading window, accrual's
+    """Readings held packed (store/packed_view.py `PackedReadings`: the reading window, accrual's
     reads of the store), which the idle verdict reads without an object per reading: the
     window narrowed to a span or a source, and one signal's figures, reading by reading.
     Indexing or iterating builds each reading (for any other consumer)."""

@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import strategies as st
 
 from costguard.model import GpuMinute, TelemetrySource
-from costguard.store.packed import PackedReadings, Rows, pack_minute
+from costguard.store.packed import Rows, pack_minute
+from costguard.store.packed_view import PackedReadings
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 SOURCES = list(TelemetrySource)

@@ -36,7 +36,7 @@ from costguard.policy.evaluate import evaluate, matches
 from costguard.policy.schema import Policy
 from costguard.simulate.snoozes import journal_windows, snoozed_at, windows_for
 from costguard.store.inventory import to_instance
-from costguard.store.packed import WindowReading
+from costguard.store.packed_view import WindowReading
 from costguard.store.refs import InstanceRef
 from costguard.store.tables import CostIntervalRow, InstanceRow
 from costguard.store.window import SlidingReadings

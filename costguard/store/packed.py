@@ -1,79 +1,46 @@
 """Readings packed for memory: a GPU-minute as one `struct` record of 18 bytes (a cloud's)
 or 46 (an agent's), percentages on the settled blocks' grid (`Rows`, `pack_minute`,
 `pack_values`), handed out as `WindowReading`s (the reading window, accrual's reads of the
-store, backtests: store/window.py)."""
+store, backtests: store/window.py) through `PackedReadings` (store/packed_view.py)."""
 
 from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from functools import lru_cache
 from operator import attrgetter, itemgetter
-from typing import Any, NamedTuple, overload
+from typing import Any
 
 from costguard.clock import utc
-from costguard.minutes import ReadingsView, SignalRecord
-from costguard.model import PERCENT_GRID, TelemetrySource
+from costguard.model import PERCENT_GRID
 from costguard.store import frozen
 from costguard.store.blocks import quantize
+from costguard.store.packed_view import (
+    NARROW,
+    NO_PCT,
+    PACKED,
+    SOURCE_CODE,
+    WHEN_MAX,
+    PackedReadings,
+    WindowReading,
+    make_tuple,
+)
 
-
-class WindowReading(NamedTuple):
-    """The window's copy of a stored GPU-minute: the fields the idle classifier reads
-    (`costguard.minutes.Reading`) and who measured it, built when asked for. A `GpuMinute`
-    costs ~2 KB of memory (a pydantic model's dict and fields-set); the window keeps 18
-    bytes per reading of a cloud's metrics, 46 where the agent's percentiles, memory and
-    process figures come too."""
-
-    gpu_index: int
-    minute: datetime
-    span_minutes: int
-    util_mean: float | None
-    util_p95: float | None
-    util_max: float | None
-    sm_mean: float | None
-    sm_p95: float | None
-    sm_max: float | None
-    mem_used_bytes: int | None
-    process_count: int | None
-    top_process_pid: int | None
-    top_process_bytes: int | None
-    source: TelemetrySource
-
-
-# a packed reading: gpu, minute, span, source (its index in `_SOURCES`), the four percentages a
-# cloud's metrics give (the mean and maximum of utilisation, CloudWatch's and Cloud
-# Monitoring's, and of SM activity, Cloud Monitoring's), then what only the agent measures:
-# two percentiles and four integers
-PACKED = ("gpu_index", "minute", "span_minutes", "source",
-           "util_mean", "util_max", "sm_mean", "sm_max",
-           "util_p95", "sm_p95",
-           "mem_used_bytes", "process_count", "top_process_pid", "top_process_bytes")
-_SOURCES = tuple(TelemetrySource)
-# a source's code, by member or by the text the store returns (a StrEnum equals its value)
-_SOURCE_CODE: dict[str, int] = {str(src): n for n, src in enumerate(_SOURCES)}
-assert sorted(PACKED) == sorted(WindowReading._fields)
-_make = tuple.__new__  # WindowReading._make without its length check
-# a minute's datetime, shared by every instance's readings of that minute (building one per
-# reading was a third of handing them out); cleared when it holds more than four days of
-# minutes (a window is an hour or a few; what it keeps beyond that is never asked again)
-_WHEN: dict[int, datetime] = {}
-_WHEN_MAX = 4 * 24 * 60
-_STAMPS: dict[datetime, int] = {}  # the other way: a minute's epoch seconds, as `_WHEN`
+_STAMPS: dict[datetime, int] = {}  # a minute's epoch seconds (packed_view's `_WHEN` reversed)
 
 # A packed reading is one record of bytes (`struct`): GPU index (int32), minute (epoch
 # seconds, uint32: to 2106), span and source code (a byte each), the percentages as
-# hundredths of a point (uint16; `_NO_PCT` for none), then the agent's integers (int64
+# hundredths of a point (uint16; `NO_PCT` for none), then the agent's integers (int64
 # bytes, int32 counts and pids; -1 for none). Narrow: a cloud's four percentages, 18 bytes;
-# wide: all six and the integers, 46 bytes (as doubles they took 64 and 112).
+# wide: all six and the integers, 46 bytes (as doubles they took 64 and 112); the fields'
+# order is `PACKED`'s (store/packed_view.py).
 _NARROW_ROW = struct.Struct("<iIBB4H")
 _WIDE_ROW = struct.Struct("<iIBB6Hqiiq")
-_NARROW = 8  # values of a narrow row: gpu, minute, span, source, a cloud's four percentages
+assert len(_NARROW_ROW.unpack(bytes(_NARROW_ROW.size))) == NARROW
 _SPAN_AT = 8  # the span's byte in a record of either width (after the gpu and the minute)
 assert struct.calcsize("<iI") == _SPAN_AT
-_NO_PCT = 0xFFFF
 # `Rows.compact(freeze=True)`: the quarter hours that end this much before an instance's
 # newest reading are frozen, a chunk each (no cloud reads them again: CloudWatch's settling
 # span is 10 minutes, the agent's late span 5), once they fill this many bytes (a chunk's
@@ -95,13 +62,13 @@ def _pct(value: float | None) -> int:
     `below: 0.5`) compares the same on the window's copy as on the reading, and the window
     hands out what the store will once the hour is settled."""
     if value is None:
-        return _NO_PCT
-    return max(0, min(_NO_PCT - 1, quantize(value, PERCENT_GRID)))
+        return NO_PCT
+    return max(0, min(NO_PCT - 1, quantize(value, PERCENT_GRID)))
 
 
 # percentages already put on the grid: a fleet's readings repeat a few thousand values (a
 # cloud's are whole or few-digit numbers), and a lookup is a third of `_pct`'s cost
-_ON_GRID: dict[float | None, int] = {None: _NO_PCT}
+_ON_GRID: dict[float | None, int] = {None: NO_PCT}
 _ON_GRID_MAX = 1 << 16
 
 
@@ -109,7 +76,7 @@ def _pct_remembered(value: float | None) -> int:
     """`_pct`, remembered in `_ON_GRID` (emptied when it holds `_ON_GRID_MAX` values)."""
     if len(_ON_GRID) > _ON_GRID_MAX:
         _ON_GRID.clear()
-        _ON_GRID[None] = _NO_PCT
+        _ON_GRID[None] = NO_PCT
     q = _ON_GRID[value] = _pct(value)
     return q
 
@@ -119,7 +86,7 @@ def _packer(get: Callable[[Any], tuple[Any, ...]]) -> Callable[[Any], tuple[int,
     values: the minute as epoch seconds, percentages on the grid (`_pct`), None as the
     record's mark for none."""
     stamps = _STAMPS
-    code = _SOURCE_CODE
+    code = SOURCE_CODE
     grid, miss = _ON_GRID.get, _pct_remembered
 
     def pack(reading: Any) -> tuple[int, ...]:
@@ -128,7 +95,7 @@ def _packer(get: Callable[[Any], tuple[Any, ...]]) -> Callable[[Any], tuple[int,
         gpu, minute, span, src, a, b, c, e, f, g, h, k, m, n = get(reading)
         stamp = stamps.get(minute)
         if stamp is None:
-            if len(stamps) > _WHEN_MAX:
+            if len(stamps) > WHEN_MAX:
                 stamps.clear()
             stamp = stamps[minute] = int(utc(minute).timestamp())
         pa, pb, pc, pe, pf, pg = grid(a), grid(b), grid(c), grid(e), grid(f), grid(g)
@@ -167,7 +134,7 @@ def row_reading(names: tuple[str, ...]) -> Callable[[tuple[Any, ...]], WindowRea
     """A reading's row of `names` as the window's copy of it: what the classifier reads,
     without a model."""
     pick = _row_picker(names, WindowReading._fields)
-    return lambda row: _make(WindowReading, pick(row))
+    return lambda row: make_tuple(WindowReading, pick(row))
 
 
 @lru_cache(maxsize=16)
@@ -179,8 +146,8 @@ def row_packer(names: tuple[str, ...]) -> Callable[[tuple[Any, ...]], tuple[int,
 def _narrow(row: tuple[int, ...]) -> bool:
     """True when the packed reading has none of what only the agent measures: as a cloud's
     readings have none."""
-    e, f, h, k, m, n = row[_NARROW:]
-    return e == _NO_PCT and f == _NO_PCT and h == k == m == n == -1
+    e, f, h, k, m, n = row[NARROW:]
+    return e == NO_PCT and f == NO_PCT and h == k == m == n == -1
 
 
 class Rows:
@@ -228,7 +195,7 @@ class Rows:
         if self.row is _WIDE_ROW:
             self.data += _WIDE_ROW.pack(*row)
         elif _narrow(row):
-            self.data += _NARROW_ROW.pack(*row[:_NARROW])
+            self.data += _NARROW_ROW.pack(*row[:NARROW])
         else:
             self._widen()
             self.data += _WIDE_ROW.pack(*row)
@@ -239,7 +206,7 @@ class Rows:
 
     def _widen(self) -> None:
         def widened(records: bytes | bytearray) -> bytes:
-            wide, more = _WIDE_ROW.pack, (_NO_PCT, _NO_PCT, -1, -1, -1, -1)
+            wide, more = _WIDE_ROW.pack, (NO_PCT, NO_PCT, -1, -1, -1, -1)
             return b"".join(wide(*values, *more) for values in _NARROW_ROW.iter_unpack(records))
 
         self.data = bytearray(widened(self.data))
@@ -334,123 +301,3 @@ class Rows:
         return list(self.view(start_s, end_s))
 
 
-# where each field sits in a packed record (narrow records end after the first 8)
-_AT = {name: n for n, name in enumerate(PACKED)}
-_PERCENT = frozenset(PACKED[4:10])
-# a signal's max, p95 and mean in a packed record
-_SM_AT = (_AT["sm_max"], _AT["sm_p95"], _AT["sm_mean"])
-_UTIL_AT = (_AT["util_max"], _AT["util_p95"], _AT["util_mean"])
-
-
-def _when(t: int) -> datetime:
-    """Epoch seconds as an aware datetime, shared by every reading of that minute."""
-    minute = _WHEN.get(t)
-    if minute is None:
-        if len(_WHEN) > _WHEN_MAX:
-            _WHEN.clear()
-        minute = _WHEN[t] = datetime.fromtimestamp(t, UTC)
-    return minute
-
-
-class PackedReadings(ReadingsView[WindowReading]):
-    """Packed records of one instance (`Rows.view`) as readings: the idle verdict reads
-    them as they are (`ReadingsView`), anything else gets a `WindowReading` per record."""
-
-    __slots__ = ("_records", "_wide")
-
-    def __init__(self, records: list[tuple[int, ...]], wide: bool) -> None:
-        self._records = records
-        self._wide = wide
-
-    def __len__(self) -> int:
-        return len(self._records)
-
-    @overload
-    def __getitem__(self, index: int) -> WindowReading: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[WindowReading]: ...
-
-    def __getitem__(self, index: int | slice) -> WindowReading | list[WindowReading]:
-        if isinstance(index, slice):
-            return [self._reading(r) for r in self._records[index]]
-        return self._reading(self._records[index])
-
-    def __iter__(self) -> Iterator[WindowReading]:
-        return map(self._reading, self._records)
-
-    def __eq__(self, other: object) -> bool:
-        """Equal to a sequence of the same readings in the same order (a list, say)."""
-        if not isinstance(other, Sequence) or isinstance(other, str | bytes):
-            return NotImplemented
-        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-
-    __hash__ = None  # type: ignore[assignment]  # a sequence of readings, not a value
-
-    def __repr__(self) -> str:
-        return f"PackedReadings({list(self)!r})"
-
-    def _reading(self, values: tuple[int, ...]) -> WindowReading:
-        no, grid = _NO_PCT, PERCENT_GRID
-        if self._wide:
-            gpu, t, span, s, a, b, c, g, e, f, h, k, m, n = values
-        else:
-            gpu, t, span, s, a, b, c, g = values
-            e = f = no
-            h = k = m = n = -1
-        # packed util mean, max, SM mean, SM max, util p95, SM p95: WindowReading's order
-        return _make(WindowReading, (
-            gpu, _when(t), span,
-            None if a == no else a / grid, None if e == no else e / grid,
-            None if b == no else b / grid, None if c == no else c / grid,
-            None if f == no else f / grid, None if g == no else g / grid,
-            None if h < 0 else h, None if k < 0 else k,
-            None if m < 0 else m, None if n < 0 else n, _SOURCES[s]))
-
-    def covering(self, start: datetime, end: datetime) -> PackedReadings:
-        start_s, end_s = start.timestamp(), end.timestamp()
-        return PackedReadings(
-            [r for r in self._records
-             if (start_s <= r[1] < end_s if r[2] == 1
-                 else r[1] < end_s and r[1] + r[2] * 60 > start_s)],
-            self._wide)
-
-    def only(self, source: TelemetrySource) -> PackedReadings:
-        code = _SOURCE_CODE[source]
-        return PackedReadings([r for r in self._records if r[3] == code], self._wide)
-
-    def has(self, source: TelemetrySource) -> bool:
-        code = _SOURCE_CODE[source]
-        return any(r[3] == code for r in self._records)
-
-    def signal(self, sm: bool) -> Iterator[SignalRecord]:
-        top, p95, mean = _SM_AT if sm else _UTIL_AT
-        no, grid = _NO_PCT, PERCENT_GRID
-        wide = self._wide
-        for r in self._records:
-            a, c = r[top], r[mean]
-            b = r[p95] if wide else no
-            if a == b == c == no:  # no figure of this signal: it fills no slot
-                continue
-            t, span = r[1], r[2]
-            # a one-minute reading from its wall minute (UTC: the window keeps no zone)
-            yield (r[0], (t - t % 60 if span == 1 else t) * 1_000_000, span,
-                   None if a == no else a / grid, None if b == no else b / grid,
-                   None if c == no else c / grid)
-
-    def column(self, field: str) -> list[Any]:
-        at = _AT[field]
-        if not self._wide and at >= _NARROW:
-            return [None] * len(self._records)
-        if field in _PERCENT:
-            no, grid = _NO_PCT, PERCENT_GRID
-            return [None if r[at] == no else r[at] / grid for r in self._records]
-        if at >= _NARROW:  # the agent's integers: -1 for none
-            return [None if r[at] < 0 else r[at] for r in self._records]
-        if field == "minute":
-            return [_when(r[at]) for r in self._records]
-        if field == "source":
-            return [_SOURCES[r[at]] for r in self._records]
-        return [r[at] for r in self._records]
-
-
-NONE_HELD = PackedReadings([], False)  # an instance of which nothing is held

@@ -1,7 +1,7 @@
 """The reading window: recent GPU-minutes held packed in memory for accrual and the idle
 policies (`ReadingWindow`), accrual's reader of a span older than the window (`SpanReader`)
 and a backtest's sliding hold (`SlidingReadings`), all handing out readings still packed
-(store/packed.py `PackedReadings`: the idle verdict reads them without an object per
+(store/packed_view.py `PackedReadings`: the idle verdict reads them without an object per
 reading; anything else gets `WindowReading`s)."""
 
 from __future__ import annotations
@@ -17,16 +17,8 @@ from sqlmodel import Session
 
 from costguard.minute_rows import INSTANCE, MINUTE, PROVIDER, SOURCE, MinuteRows
 from costguard.model import MAX_SPAN_MINUTES, GpuMinute, TelemetrySource
-from costguard.store.packed import (
-    NONE_HELD,
-    PACKED,
-    PackedReadings,
-    Rows,
-    WindowReading,
-    pack_minute,
-    pack_values,
-    row_packer,
-)
+from costguard.store.packed import Rows, pack_minute, pack_values, row_packer
+from costguard.store.packed_view import NONE_HELD, PACKED, PackedReadings, WindowReading
 from costguard.store.readings import read_rows
 from costguard.store.refs import InstanceRef
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from costguard.minutes import covering, has_source
 from costguard.model import GpuMinute, TelemetrySource
-from costguard.store.packed import PACKED
+from costguard.store.packed_view import PACKED
 from tests.packed_readings import NOW, SOURCES, packed, readings
 
 

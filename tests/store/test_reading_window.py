@@ -10,7 +10,7 @@ import pytest
 
 from costguard.model import GpuMinute, TelemetrySource
 from costguard.store.db import Database
-from costguard.store.packed import WindowReading
+from costguard.store.packed_view import WindowReading
 from costguard.store.readings import write_minutes
 from costguard.store.window import ReadingWindow
 
