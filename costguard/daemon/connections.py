@@ -15,7 +15,11 @@ a minute). Here:
   body before they can tell who sent it); else the connection is closed and the endpoint
   sees the client gone. An answer, however long it takes, is never cut;
 - beyond `max_connections` open at once (and never more than half the process's limit of
-  open files), a new connection is closed at once, unanswered;
+  open files), the connection that has waited longest for a request's head (a slow
+  client's, or an idle kept-alive one) is closed to make room for the new one: a client
+  holding every connection with heads that never finish no longer keeps a health probe
+  out. Where every connection is inside a request (its head whole), the new one is closed
+  at once, unanswered;
 - `raise_open_files_limit` raises the process's soft limit of open files to its hard limit
   at start (many container runtimes start a process at 1,024 soft, and a daemon over many
   accounts holds a kept-alive connection to each cloud endpoint it reads).
@@ -26,7 +30,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
-from typing import Any
+from collections import OrderedDict
+from typing import Any, ClassVar
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -44,6 +49,9 @@ class GuardedH11Protocol(H11Protocol):
     head_timeout_s = HEAD_TIMEOUT_S
     body_timeout_s = BODY_TIMEOUT_S
     max_connections = MAX_CONNECTIONS
+    # the server's connections awaiting a request's head, longest waiting first (`limited`
+    # gives each server its own)
+    awaiting: ClassVar[OrderedDict[GuardedH11Protocol, None]] = OrderedDict()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -53,10 +61,21 @@ class GuardedH11Protocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        if len(self.connections) > self.max_connections:
+        if len(self.connections) > self.max_connections and not self._make_room():
             transport.abort()  # unanswered: the client may try again later
             return
         self._await_head()
+
+    def _make_room(self) -> bool:
+        """Close the connection that has waited longest for a request's head; False where
+        none waits for one (every other connection is inside a request)."""
+        while self.awaiting:
+            oldest, _ = self.awaiting.popitem(last=False)
+            if oldest is not self and not oldest.transport.is_closing():
+                oldest._cancel_head_timer()
+                oldest.transport.abort()
+                return True
+        return False
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
@@ -103,14 +122,17 @@ class GuardedH11Protocol(H11Protocol):
         self._cancel_head_timer()
         self._waiting_after = self.cycle
         self._head_timer = self.loop.call_later(self.head_timeout_s, self._head_late)
+        self.awaiting[self] = None
 
     def _cancel_head_timer(self) -> None:
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
+        self.awaiting.pop(self, None)
 
     def _head_late(self) -> None:
         self._head_timer = None
+        self.awaiting.pop(self, None)
         if self.cycle is self._waiting_after and not self.transport.is_closing():
             self.transport.abort()
 
@@ -133,7 +155,7 @@ def limited(head_timeout_s: float = HEAD_TIMEOUT_S, max_connections: int = MAX_C
         max_connections = min(max_connections, share - backlog)
     protocol = type("GuardedH11Protocol", (GuardedH11Protocol,),
                     {"head_timeout_s": head_timeout_s, "body_timeout_s": body_timeout_s,
-                     "max_connections": max_connections})
+                     "max_connections": max_connections, "awaiting": OrderedDict()})
     return protocol, backlog
 
 

@@ -192,15 +192,36 @@ def test_a_slow_answer_to_a_whole_body_is_never_cut(server: HttpServer) -> None:
         assert b"200 OK" in _answer(sock, b"slow hello 5")
 
 
-def test_beyond_the_cap_a_new_connection_is_closed_and_room_comes_back(
+def test_beyond_the_cap_the_longest_waiting_for_a_head_makes_room(
         server: HttpServer) -> None:
+    """Connections that never finish a head hold every place: a new client (a health
+    probe) still gets in, and the connection that waited longest is the one closed."""
     held = [_connect(server) for _ in range(4)]
     for sock in held:
         sock.sendall(b"G")  # each a head begun
+        time.sleep(0.02)
     time.sleep(0.1)
-    refused = _connect(server)
-    assert _closed(refused, within_s=0.4)  # at once, not at the head's deadline
+    probe = _connect(server)
+    assert b"200 OK" in _get(probe)
+    assert _closed(held[0], within_s=0.3)  # at once, not at the head's deadline
+    assert not any(_closed(sock, within_s=0.05) for sock in held[1:])
+    assert httpx.get(f"http://127.0.0.1:{server.port}/").text == "hello"  # made room again
+
+
+def test_beyond_the_cap_with_every_connection_inside_a_request_a_new_one_is_closed(
+        server: HttpServer) -> None:
+    """A connection whose head came whole is inside a request: never closed to make room;
+    with all of them so, a new connection is closed at once, and room comes back when one
+    ends."""
+    held = [_connect(server) for _ in range(4)]
     for sock in held:
+        _post_head(sock, "/take", 3)  # a whole head; the body to come
+    time.sleep(0.2)
+    refused = _connect(server)
+    assert _closed(refused, within_s=0.4)
+    for sock in held:
+        sock.sendall(b"abc")
+        assert b"took 3" in _answer(sock, b"took 3")
         sock.close()
     time.sleep(0.2)
     assert httpx.get(f"http://127.0.0.1:{server.port}/").text == "hello"
