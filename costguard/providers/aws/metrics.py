@@ -310,10 +310,12 @@ def _cpu_at(points: Sequence[tuple[datetime, float]], minute: datetime) -> float
 
 GpuRowKey = tuple[str, int, datetime]  # instance id, GPU index, minute
 # what a CloudWatch reading holds, in its row's order (`costguard.minute_rows`), and where
-_VALUES = ("util_mean", "util_max", "mem_used_bytes", "mem_total_bytes", "host_cpu_pct")
+_VALUES = ("util_mean", "util_max", "mem_used_bytes", "mem_total_bytes", "host_cpu_pct",
+           "host_iowait_pct", "host_mem_used_bytes", "host_mem_total_bytes")
 NAMES = names_of(_VALUES)
 assert NAMES[len(LEAD):] == _VALUES
-UTIL_MEAN, UTIL_MAX, MEM_USED, MEM_TOTAL, HOST_CPU = range(len(LEAD), len(NAMES))
+(UTIL_MEAN, UTIL_MAX, MEM_USED, MEM_TOTAL, HOST_CPU, HOST_IOWAIT, HOST_MEM_USED,
+ HOST_MEM_TOTAL) = range(len(LEAD), len(NAMES))
 _NO_VALUES = [None] * len(_VALUES)
 _UNSEEN = (datetime.min, 0)  # a timestamp `_span_of` was not asked about yet
 

@@ -20,6 +20,7 @@ from costguard.clock import Clock, utc
 from costguard.errors import ProviderError
 from costguard.minute_rows import INSTANCE, MINUTE, SPAN, MinuteRows
 from costguard.model import Gap, GpuMinute, Instance
+from costguard.providers.aws import host_metrics as hm
 from costguard.providers.aws import metrics as cw
 from costguard.providers.aws.instance_xml import lean_records
 from costguard.providers.aws.inventory import HostNames, host_names
@@ -130,17 +131,23 @@ class CloudWatchReads:
         period_s = self.settings.cloudwatch.period_seconds
         wanted = {i.instance_id for i in members}
         metrics = [cw.METRIC_OF[m] for m in self.settings.cloudwatch.measurements]
-        if self.settings.cloudwatch.rollup_by_instance:
-            series = cw.rollup_series(wanted, metrics)
-        else:
-            hosts = self._hosts_for(account, region, wanted) if layout is not True else {}
-            dimension_sets = {
-                metric: self._dimensions(client, key, namespace, metric, scope, recent, wanted)
-                for metric in metrics
-            }
-            series = cw.attribute_series(dimension_sets, wanted, hosts, layout)
+        on_host: list[str] = list(self.settings.cloudwatch.host_measurements)
+        rollup = self.settings.cloudwatch.rollup_by_instance
+        hosts = (self._hosts_for(account, region, wanted)
+                 if not rollup and layout is not True else {})
+
+        def listed(names: Sequence[str]) -> dict[str, DimensionSets]:
+            return {metric: self._dimensions(client, key, namespace, metric, scope, recent,
+                                             wanted) for metric in names}
+
+        series = (cw.rollup_series(wanted, metrics) if rollup
+                  else cw.attribute_series(listed(metrics), wanted, hosts, layout))
         if not series:
             return MinuteRows(cw.NAMES, []), 0
+        # the host beside the GPUs, where the agent publishes it (aws/host_metrics.py)
+        with_gpu = {s.instance_id for s in series}
+        host_series = ([] if not on_host else cw.rollup_series(with_gpu, on_host) if rollup
+                       else hm.host_series(listed(on_host), with_gpu, hosts, layout))
         # Buckets of `period_s` start at `first`: each one that holds a datapoint covers its
         # whole period, wherever inside it the agent's sample fell.
         gpu_counts = {i.instance_id: max(1, i.gpu_count) for i in members}
@@ -149,10 +156,13 @@ class CloudWatchReads:
         cpu_ids = (sorted({s.instance_id for s in series})
                    if self.settings.cloudwatch.host_cpu else [])
         queries += cw.cpu_queries(cpu_ids, period_s)
+        queries += hm.host_queries(host_series, namespace, period_s)
         values, calls = cw.get_metric_data(client, queries, first, last, scope, span=self._span)
         rows = cw.gpu_rows(
             series, values, gpu_counts=gpu_counts, period_s=period_s, first=first, last=last,
             host_cpu=cw.host_cpu_of(cpu_ids, values))
+        hm.join_host(rows, hm.host_figures(host_series, values,
+                                           {i.instance_id: i.instance_type for i in members}))
         return _built(cw.as_rows(rows), receipt, split, scope, dropped), calls
 
     def _dimensions(self, client: CloudWatchClient, key: tuple[str, str], namespace: str,

@@ -67,6 +67,8 @@ class AwsAccount(_Strict):
 
 
 Measurement = Literal["utilization_gpu", "memory_used", "memory_total"]
+# the agent's `mem` and `cpu` plugins' measurements costguard reads (aws/host_metrics.py)
+HostMeasurement = Literal["mem_used_percent", "cpu_usage_iowait"]
 
 
 def _all_measurements() -> list[Measurement]:
@@ -96,6 +98,10 @@ class CloudWatchSettings(_Strict):
     of the instances that have GPU series: the host CPU the efficiency verdict weighs
     against the GPU (docs/recommend.md). EC2 publishes it every 5 minutes (every minute
     with detailed monitoring); each GPU minute takes the latest point of the 5 before it.
+    `host_measurements`: what the agent's `mem` and `cpu` plugins publish beside the GPUs
+    (of `mem_used_percent` and `cpu_usage_iowait`), in the same namespace and layout: read
+    in the same calls, they give the efficiency verdict the host's memory and I/O wait
+    where no costguard agent runs (providers/aws/host_metrics.py). None by default.
     """
 
     gpu_namespace: str = "CWAgent"
@@ -105,6 +111,7 @@ class CloudWatchSettings(_Strict):
     measurements: list[Measurement] = Field(default_factory=_all_measurements, min_length=1)
     rollup_by_instance: bool = False
     host_cpu: bool = True
+    host_measurements: list[HostMeasurement] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _rollup_needs_instance_ids(self) -> CloudWatchSettings:
