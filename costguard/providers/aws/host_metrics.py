@@ -5,8 +5,9 @@ plugin's `mem_used_percent`) and CPU time waiting on I/O (the `cpu` plugin's
 They are found as the GPU series are (`metrics.attribute_series`: InstanceId or host
 series, ListMetrics or the `aggregation_dimensions: [["InstanceId"]]` roll-ups), in the same
 namespace, and asked for in the same GetMetricData calls. Of `cpu_usage_iowait` only the
-all-CPU series is read (`cpu` = `cpu-total`, the agent's `totalcpu: true`; or a roll-up with
-no `cpu` dimension): a per-core series is one core's. Memory is the minute's Maximum (added
+all-CPU series is read (`cpu` = `cpu-total`, the agent's `totalcpu: true`, and only those are
+listed; or, with `rollup_by_instance`, the instance's roll-up): a per-core series is one
+core's. Memory is the minute's Maximum (added
 points can only raise it, toward "keep the memory"), I/O wait its Average.
 
 The percentage of memory in use becomes bytes of the instance type's memory (the shipped
@@ -40,6 +41,9 @@ from costguard.providers.cloud_readings import busiest
 MEM_USED_PERCENT = "mem_used_percent"
 IOWAIT = "cpu_usage_iowait"
 ALL_CPUS = "cpu-total"
+# listed with this dimension only: the agent writes a series per core too (`resources: *`),
+# a hundred on a large host, which a listing of them all would page through every hour
+LISTED_HAVING = {IOWAIT: ("cpu", ALL_CPUS)}
 _MIB = 1024 * 1024
 
 

@@ -66,9 +66,11 @@ class Series:
 
 
 def list_metric_dimensions(
-    cw: CloudWatchClient, namespace: str, metric: str, scope: str, *, recently_active: bool
+    cw: CloudWatchClient, namespace: str, metric: str, scope: str, *, recently_active: bool,
+    having: tuple[str, str] | None = None,
 ) -> set[tuple[tuple[str, str], ...]]:
-    """Distinct dimension sets of `metric` (ListMetrics, our own NextToken loop)."""
+    """Distinct dimension sets of `metric` (ListMetrics, our own NextToken loop); with
+    `having` (name, value), only the series that carry that dimension."""
     # Keyed by the sorted set, valued in ListMetrics' own order: CloudWatch matches sets, but
     # moto compares the order too, and asking back with the order it listed works on both.
     found: dict[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = {}
@@ -78,6 +80,8 @@ def list_metric_dimensions(
             kwargs: dict[str, Any] = {"Namespace": namespace, "MetricName": metric}
             if recently_active:
                 kwargs["RecentlyActive"] = "PT3H"
+            if having is not None:
+                kwargs["Dimensions"] = [{"Name": having[0], "Value": having[1]}]
             if token:
                 kwargs["NextToken"] = token
             page = cw.list_metrics(**kwargs)

@@ -179,7 +179,8 @@ class CloudWatchReads:
         if cached is not None and now - cached[0] < LISTED_FRESH and wanted <= cached[2]:
             return cached[1]
         found = cw.list_metric_dimensions(client, namespace, metric, scope,
-                                          recently_active=recent)
+                                          recently_active=recent,
+                                          having=hm.LISTED_HAVING.get(metric))
         with self._lock:
             self._listed[cache_key] = (now, found, frozenset(wanted))
         return found

@@ -51,7 +51,7 @@ def test_memory_and_io_wait_join_each_gpu_minute_in_the_same_calls(
     (raw,) = run_instances(itype="g5.xlarge")
     minutes = [_minute(clock, ago) for ago in range(4, 0, -1)]
     _host_points(raw, minutes, by_host=by_host)
-    fetched = _calls(session, "GetMetricData")
+    listed, fetched = _calls(session, "ListMetrics"), _calls(session, "GetMetricData")
     provider, instances = _inventory(
         make_provider, cloudwatch={"host_measurements": ["mem_used_percent",
                                                          "cpu_usage_iowait"]})
@@ -59,6 +59,9 @@ def test_memory_and_io_wait_join_each_gpu_minute_in_the_same_calls(
     rows = provider.gpu_metrics(instances, minutes[0], minutes[-1] + timedelta(minutes=1))
 
     assert len(fetched) == 1  # beside the GPU's queries, not a call of their own
+    # the per-core series are not even listed
+    assert [q.get("Dimensions") for q in listed if q["MetricName"] == "cpu_usage_iowait"] == [
+        [{"Name": "cpu", "Value": "cpu-total"}]]
     asked = sorted((q["MetricStat"]["Metric"]["MetricName"], q["MetricStat"]["Stat"])
                    for q in fetched[0]["MetricDataQueries"] if q["Id"].startswith("h"))
     # the all-CPU series of I/O wait, never one core's; memory's peak
