@@ -33,7 +33,7 @@ import resource
 from collections import OrderedDict
 from typing import Any, ClassVar
 
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 
 log = logging.getLogger("costguard.http")
 
@@ -110,7 +110,7 @@ class GuardedH11Protocol(H11Protocol):
             self._body_timer.cancel()
             self._body_timer = None
 
-    def _body_late(self, cycle: Any) -> None:
+    def _body_late(self, cycle: RequestResponseCycle) -> None:
         self._body_timer = None
         # an answer already given (the endpoint refused before reading) is the head
         # timer's: the next head is awaited, the rest of this body with it

@@ -35,6 +35,7 @@ from costguard.providers.aws.metrics import (
     Series,
     attribute_series,
     minute_of,
+    percent,
 )
 from costguard.providers.cloud_readings import busiest
 
@@ -88,7 +89,7 @@ def host_figures(series: Sequence[Series], values: Mapping[str, list[tuple[datet
         for ts, value in values.get(f"h{n}", []):
             if not math.isfinite(value):
                 continue  # no figure of the host: the GPU's reading stands without it
-            pct = min(100.0, max(0.0, value))
+            pct = percent(value)
             figures: list[tuple[int, Any]]
             if s.metric == MEM_USED_PERCENT:
                 total = mib * _MIB  # type: ignore[operator]  # an int, checked above
@@ -101,8 +102,6 @@ def host_figures(series: Sequence[Series], values: Mapping[str, list[tuple[datet
 
 def join_host(rows: Mapping[GpuRowKey, MutableSequence[Any]], figures: HostFigures) -> None:
     """Put each instance's host figures of a minute on every GPU row of that minute."""
-    if not figures:
-        return
     for (instance_id, _, minute), row in rows.items():
         held = figures.get(instance_id)
         if held is not None and (at := held.get(minute)) is not None:

@@ -267,7 +267,7 @@ def minute_of(ts: datetime) -> datetime:
     return utc(ts).replace(second=0, microsecond=0)
 
 
-def _pct(value: float) -> float:
+def percent(value: float) -> float:
     """Within 0-100; NaN stays NaN (`max(0.0, nan)` is 0.0: a reading of nothing would have
     read as an idle GPU), for validation to refuse (`cloud_readings`)."""
     return value if value != value else min(100.0, max(0.0, value))
@@ -297,7 +297,7 @@ def host_cpu_of(instance_ids: Sequence[str], values: Mapping[str, list[tuple[dat
     """`cpu_queries(instance_ids)` results: per instance, (minute, percent) in time order."""
     out: dict[str, list[tuple[datetime, float]]] = {}
     for n, instance_id in enumerate(instance_ids):
-        points = sorted((minute_of(ts), _pct(v)) for ts, v in values.get(f"c{n}", [])
+        points = sorted((minute_of(ts), percent(v)) for ts, v in values.get(f"c{n}", [])
                         if v == v)  # a NaN is no figure (it would refuse the GPU minutes)
         if points:
             out[instance_id] = points
@@ -357,7 +357,8 @@ def gpu_rows(
             minute, span = covered
             figures: tuple[tuple[int, Any], ...]
             if s.metric == GPU_UTIL:
-                figures = ((UTIL_MEAN, _pct(value)), (UTIL_MAX, _pct(peaks.get(ts, value))))
+                figures = ((UTIL_MEAN, percent(value)),
+                           (UTIL_MAX, percent(peaks.get(ts, value))))
             elif s.metric == GPU_MEM_USED:
                 figures = ((MEM_USED, whole_bytes(value * _MIB)),)
             else:

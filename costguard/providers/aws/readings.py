@@ -161,8 +161,9 @@ class CloudWatchReads:
         rows = cw.gpu_rows(
             series, values, gpu_counts=gpu_counts, period_s=period_s, first=first, last=last,
             host_cpu=cw.host_cpu_of(cpu_ids, values))
-        hm.join_host(rows, hm.host_figures(host_series, values,
-                                           {i.instance_id: i.instance_type for i in members}))
+        if host_series:
+            hm.join_host(rows, hm.host_figures(
+                host_series, values, {i.instance_id: i.instance_type for i in members}))
         return _built(cw.as_rows(rows), receipt, split, scope, dropped), calls
 
     def _dimensions(self, client: CloudWatchClient, key: tuple[str, str], namespace: str,
