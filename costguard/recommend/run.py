@@ -22,6 +22,7 @@ from collections import defaultdict
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlmodel import Session
 
@@ -36,7 +37,7 @@ from costguard.recommend.verdict import settings_key
 from costguard.recommend.words import words_for
 from costguard.report.figures import Waste, WasteLine
 from costguard.store.inventory import current_instances
-from costguard.store.readings import read_minutes
+from costguard.store.readings import read_judged
 from costguard.telemetry.efficiency import Bottleneck, Efficiency, judge
 from costguard.telemetry.efficiency_hours import history_reaches_further, judge_many
 
@@ -162,9 +163,10 @@ def judge_instances(session: Session, instances: Sequence[Instance], now: dateti
         verdicts.update(judge_many(session, [((i.provider, i.instance_id), i.gpu_count,
                                               words_for(i)) for i in todo], since, now, cfg))
         todo = []
+    minutes: dict[Any, datetime] = {}  # each minute of the window converted once
     for chunk in reads(todo, since, now):
-        readings = read_minutes(session, [(i.provider, i.instance_id) for i in chunk],
-                                since, now)
+        readings = read_judged(session, [(i.provider, i.instance_id) for i in chunk],
+                               since, now, minutes)
         for inst in chunk:
             ref = (inst.provider, inst.instance_id)
             verdicts[ref] = judge(readings.pop(ref, []), window_start=since,

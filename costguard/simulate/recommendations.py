@@ -30,7 +30,7 @@ from costguard.recommend.settings import RecommendSettings
 from costguard.recommend.shapes import Shape
 from costguard.recommend.words import words_for
 from costguard.store.inventory import current_instances
-from costguard.store.readings import read_minutes
+from costguard.store.readings import read_judged
 from costguard.telemetry.efficiency import Efficiency, judge
 
 MIN_AFTER = timedelta(hours=12)
@@ -114,8 +114,8 @@ def backtest_recommendations(session: Session, since: datetime, until: datetime,
     outcomes = []
     # what followed, read a few instances at a time as judging reads them (run.reads)
     for run in reads([r.fit.instance for r in fits], cut, until):
-        readings = read_minutes(session, [(i.provider, i.instance_id) for i in run], cut,
-                                until)
+        readings = read_judged(session, [(i.provider, i.instance_id) for i in run], cut,
+                               until)
         for inst in run:
             r = by_ref[(inst.provider, inst.instance_id)]
             after = judge(readings.pop((inst.provider, inst.instance_id), []),

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 from itertools import compress
 from operator import attrgetter, is_not
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from sqlalchemy import Table, and_, delete, null, or_, select, type_coerce
 from sqlalchemy.engine import Connection, Dialect
@@ -16,7 +16,7 @@ from sqlalchemy.types import NullType
 from sqlmodel import Session
 
 from costguard.minute_rows import LEAD, SOURCE, MinuteRows, names_of
-from costguard.model import MAX_SPAN_MINUTES, GpuMinute
+from costguard.model import MAX_SPAN_MINUTES, GpuMinute, TelemetrySource
 from costguard.store.refs import InstanceRef, ids_by_provider
 from costguard.store.tables import GpuReadingRow
 from costguard.store.upsert import dialect_insert, driver_sql
@@ -161,12 +161,14 @@ def read_rows(
     spanning: bool = True,
     fields: Sequence[str] = _NAMES,
     settled: bool = True,
-) -> Iterator[tuple[InstanceRef, Sequence[Any]]]:
+    minutes: dict[Any, datetime] | None = None,
+) -> Iterator[tuple[InstanceRef, list[Any]]]:
     """The stored rows (their `fields`' values, in that order: `minute` and `span_minutes`
     among them) that `read_minutes` returns, unvalidated; with `spanning` False, only those
     that begin at or after `start`. Settled hours come from their blocks
     (`costguard.store.block_reads`), the rest from `gpu_readings` (with `settled` False,
-    only those)."""
+    only those). `minutes`: the driver's minutes converted so far, to share between reads
+    of the same span."""
     from costguard.store.block_reads import SettledReads
 
     by_provider = ids_by_provider(refs)
@@ -177,7 +179,7 @@ def read_rows(
               for f in fields)]
     at_minute, at_span = fields.index("minute") + 2, fields.index("span_minutes") + 2
     from_db = _minute_from_db(session.get_bind().dialect)
-    minutes: dict[Any, datetime] = {}
+    minutes = {} if minutes is None else minutes
     lo = start - _LONGEST if spanning else start
     for provider, ids in by_provider.items():
         ids.sort()
@@ -228,6 +230,52 @@ def read_minutes(
         # model_validate of a plain dict: 3x faster than model_construct, and far faster
         # than of the row's mapping
         out[ref].append(GpuMinute.model_validate(dict(zip(_NAMES, values, strict=True))))
+    return out
+
+
+class JudgedRow(NamedTuple):
+    """A stored GPU-minute as the verdict reads it (`telemetry.efficiency.Judged`): the
+    store's values as written (validated then), the source as its member."""
+
+    gpu_index: int
+    minute: datetime
+    span_minutes: int
+    source: TelemetrySource
+    util_mean: float | None
+    util_p95: float | None
+    util_max: float | None
+    sm_mean: float | None
+    sm_p95: float | None
+    sm_max: float | None
+    mem_used_bytes: int | None
+    mem_total_bytes: int | None
+    process_count: int | None
+    top_process_pid: int | None
+    top_process_bytes: int | None
+    host_cpu_pct: float | None
+    host_iowait_pct: float | None
+    host_cpus: int | None
+    host_hot_cores: int | None
+    host_mem_used_bytes: int | None
+    host_mem_total_bytes: int | None
+
+
+_JUDGED_SOURCE = JudgedRow._fields.index("source")
+_SOURCES: dict[str, TelemetrySource] = {str(s): s for s in TelemetrySource}
+_make = tuple.__new__  # JudgedRow._make without its length check
+
+
+def read_judged(session: Session, refs: Iterable[InstanceRef], start: datetime,
+                end: datetime, minutes: dict[Any, datetime] | None = None,
+                ) -> dict[InstanceRef, list[JudgedRow]]:
+    """The readings that cover any minute of [start, end) for `refs`, per instance, as
+    `read_minutes` finds them (raw rows and settled blocks alike); `minutes` as
+    `read_rows` takes it (a fleet's week is read a few instances at a time)."""
+    out: dict[InstanceRef, list[JudgedRow]] = defaultdict(list)
+    for ref, values in read_rows(session, refs, start, end, fields=JudgedRow._fields,
+                                 minutes=minutes):
+        values[_JUDGED_SOURCE] = _SOURCES[values[_JUDGED_SOURCE]]
+        out[ref].append(_make(JudgedRow, values))
     return out
 
 

@@ -29,19 +29,18 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Protocol
 
 from costguard.clock import utc
-from costguard.minutes import covering, slots
-from costguard.model import GpuMinute, GpuSignal, SharesFieldsSet
+from costguard.minutes import Reading, covering
+from costguard.model import GpuSignal, SharesFieldsSet
 from costguard.recommend.settings import RecommendSettings
 from costguard.telemetry.classify import LABEL, gb, pct, sm_reading, util_reading
 from costguard.telemetry.summary import percentile
-
-Reading = Callable[[GpuMinute], tuple[float, float] | None]
 
 
 class Bottleneck(StrEnum):
@@ -122,59 +121,93 @@ class Efficiency(SharesFieldsSet):
         return ADVICE[self.bottleneck]
 
 
-class _Slot:
-    """The chosen signal and VRAM of one GPU over one minute."""
+class Judged(Reading, Protocol):
+    """What the verdict reads of a GPU-minute: the idle classifier's fields (`Reading`), one
+    GPU's memory and the host's figures. A `GpuMinute`, or a stored reading read for judging
+    (store/readings.py `JudgedRow`, a plain tuple: a week of a fleet's minutes judged)."""
 
-    __slots__ = ("mean", "peak", "vram")
+    @property
+    def mem_total_bytes(self) -> int | None: ...
+    @property
+    def host_cpu_pct(self) -> float | None: ...
+    @property
+    def host_iowait_pct(self) -> float | None: ...
+    @property
+    def host_cpus(self) -> int | None: ...
+    @property
+    def host_hot_cores(self) -> int | None: ...
+    @property
+    def host_mem_used_bytes(self) -> int | None: ...
+    @property
+    def host_mem_total_bytes(self) -> int | None: ...
 
-    def __init__(self, mean: float, peak: float, vram: int | None) -> None:
-        self.mean, self.peak, self.vram = mean, peak, vram
+
+_US = timedelta(microseconds=1)
+_MINUTE_US = 60_000_000
+# one GPU's minute: the chosen signal's mean and peak, and VRAM (None: not measured)
+Slot = tuple[float, float, int | None]
+# a reading and the cells it stands for: microseconds from the window's start
+Placed = list[tuple[Judged, list[int]]]
 
 
-Cells = Callable[[GpuMinute], list[datetime]]
+def _placed(inside: Sequence[Judged], start: datetime, end: datetime, step: int
+            ) -> tuple[Placed, int]:
+    """Each reading with the cells of the window it stands for, and the minutes a cell
+    stands for. A cell is a minute (a reading of several minutes stands for each), or, where
+    every reading spans `step` minutes wholly inside the window (a cluster read at 5-60
+    minute steps), one cell per reading. Every count, share, mean and nearest-rank
+    percentile is the same either way (each value would repeat `step` times); the second is
+    `step` times less work. Cells are whole microseconds from `start`, as exact as the
+    minutes they stand for, and far cheaper to hash."""
+    width = (end - start) // _US
+    at = [((m.minute - start) // _US, m) for m in inside]
+    if step > 1 and all(m.span_minutes == step and 0 <= t <= width - step * _MINUTE_US
+                        for t, m in at):
+        return [(m, [t]) for t, m in at], step
+    placed: Placed = []
+    for t, m in at:
+        span = m.span_minutes
+        if span == 1:
+            placed.append((m, [t] if 0 <= t < width else []))
+        elif t >= 0 and t + (span - 1) * _MINUTE_US < width:  # wholly inside
+            placed.append((m, list(range(t, t + span * _MINUTE_US, _MINUTE_US))))
+        else:
+            placed.append((m, [c for c in range(t, t + span * _MINUTE_US, _MINUTE_US)
+                               if 0 <= c < width]))
+    return placed, 1
 
 
-def _slots(minutes: Sequence[GpuMinute], pick: Reading, cells: Cells,
-           gpu_count: int) -> dict[int, dict[datetime, _Slot]]:
-    out: dict[int, dict[datetime, _Slot]] = defaultdict(dict)
-    for m in minutes:
-        if m.gpu_index >= gpu_count or (value := pick(m)) is None:
+def _slots(placed: Placed, sm: bool, gpu_count: int) -> dict[int, dict[int, Slot]]:
+    """Each GPU's minutes (cells) of SM activity (`sm`) or utilization: a later reading of
+    the same minute replaces an earlier one."""
+    out: dict[int, dict[int, Slot]] = defaultdict(dict)
+    for m, cells in placed:
+        if m.gpu_index >= gpu_count:
             continue
-        slot = _Slot(value[1], value[0], m.mem_used_bytes)
-        for minute in cells(m):
-            out[m.gpu_index][minute] = slot
+        value = sm_reading(m) if sm else util_reading(m)
+        if value is None:
+            continue
+        slot = (value[1], value[0], m.mem_used_bytes)
+        by_cell = out[m.gpu_index]
+        for cell in cells:
+            by_cell[cell] = slot
     return out
 
 
-def _cells(inside: Sequence[GpuMinute], start: datetime, end: datetime, step: int
-           ) -> tuple[Cells, int]:
-    """How the window is counted: by minutes (each reading standing for the minutes it
-    spans), or, where every reading spans `step` minutes wholly inside the window (a
-    cluster read at 5-60 minute steps), one cell per reading. Every count, share, mean and
-    nearest-rank percentile is the same either way (each value would repeat `step` times);
-    the second is `step` times less work. Returns the cells of a reading and the minutes a
-    cell stands for."""
-    whole = step > 1 and all(
-        m.span_minutes == step and start <= m.minute
-        and m.minute + timedelta(minutes=step) <= end for m in inside)
-    if whole:
-        return (lambda m: [m.minute]), step
-    return (lambda m: slots(m, start, end)), 1
-
-
-def judge(minutes: Sequence[GpuMinute], *, window_start: datetime, window_end: datetime,
+def judge(minutes: Sequence[Judged], *, window_start: datetime, window_end: datetime,
           gpu_count: int, settings: RecommendSettings | None = None,
           words: Words | None = None, step_minutes: int = 1) -> Efficiency:
     """The verdict for one instance's readings over [window_start, window_end), its
     evidence in `words` (an instance's by default; a pod's in k8s/underused.py).
-    `step_minutes`: the span of readings taken at fixed steps (see `_cells`)."""
+    `step_minutes`: the span of readings taken at fixed steps (see `_placed`)."""
     cfg = settings or RecommendSettings()
     start, end = utc(window_start), utc(window_end)
-    inside = covering(minutes, start, end)
-    cells, per_cell = _cells(inside, start, end, step_minutes)
-    ran: set[datetime] = {t for m in inside for t in cells(m)}
+    placed, per_cell = _placed(covering(minutes, start, end), start, end, step_minutes)
+    ran: set[int] = set()
+    for _, cells in placed:
+        ran.update(cells)
     hours = len(ran) * per_cell / 60
-    span = (end - min(ran)).total_seconds() / 3600 if ran else 0.0
+    span = ((end - start) // _US - min(ran)) / 10**6 / 3600 if ran else 0.0
     base = {"window_start": start, "window_end": end, "hours": round(hours, 2),
             "span_hours": round(span, 2), "gpus_paid": gpu_count}
     if gpu_count <= 0 or not ran:
@@ -182,10 +215,10 @@ def judge(minutes: Sequence[GpuMinute], *, window_start: datetime, window_end: d
         return Efficiency(bottleneck=Bottleneck.INSUFFICIENT_DATA, underused=False,
                           evidence=(why,), coverage=0.0, **base)
     expected = gpu_count * len(ran)
-    sm = _slots(inside, sm_reading, cells, gpu_count)
+    sm = _slots(placed, True, gpu_count)
     signal, by_gpu = GpuSignal.SM_ACTIVE, sm
     if sum(map(len, sm.values())) < cfg.min_coverage * expected:
-        signal, by_gpu = GpuSignal.UTIL_GPU, _slots(inside, util_reading, cells, gpu_count)
+        signal, by_gpu = GpuSignal.UTIL_GPU, _slots(placed, False, gpu_count)
     filled = sum(map(len, by_gpu.values()))
     coverage = round(filled / expected, 4)
     base.update(coverage=coverage, signal=signal)
@@ -193,18 +226,19 @@ def judge(minutes: Sequence[GpuMinute], *, window_start: datetime, window_end: d
     if thin is not None:
         return thin
 
+    below = cfg.below
     used = tuple(sorted(g for g, s in by_gpu.items()
-                        if sum(1 for x in s.values() if x.peak >= cfg.below)
+                        if sum(1 for x in s.values() if x[1] >= below)
                         >= max(1, math.ceil(cfg.used_share * len(s)))))
-    paid_share = sum(x.mean for s in by_gpu.values() for x in s.values()) / (100 * expected)
-    host = _host(inside, cells, len(ran), cfg.min_coverage)
+    paid_share = sum(x[0] for s in by_gpu.values() for x in s.values()) / (100 * expected)
+    host = _host(placed, len(ran), cfg.min_coverage)
     found = Efficiency(bottleneck=Bottleneck.IDLE, underused=False, evidence=(),
                        gpus_used=len(used), used_gpus=used,
                        paid_active_share=round(paid_share, 4), **host,
                        **_vram(by_gpu, used), **base)
     if not used:
         return found.model_copy(update={"evidence": (none_used(cfg, signal, hours),)})
-    gpu_mean = sum(x.mean for g in used for x in by_gpu[g].values()) / sum(
+    gpu_mean = sum(x[0] for g in used for x in by_gpu[g].values()) / sum(
         len(by_gpu[g]) for g in used)
     return conclude(found, gpu_mean, gpu_count, cfg, words or HOST)
 
@@ -257,23 +291,22 @@ def _cpu_high(e: Efficiency, cfg: RecommendSettings) -> bool | None:
     return e.host_cpu_p95 >= cfg.cpu_high or (e.host_iowait_mean or 0.0) >= cfg.iowait_high
 
 
-def _vram(by_gpu: dict[int, dict[datetime, _Slot]], used: tuple[int, ...]) -> dict[str, int]:
-    values = [x.vram for g in used for x in by_gpu[g].values() if x.vram is not None]
+def _vram(by_gpu: dict[int, dict[int, Slot]], used: tuple[int, ...]) -> dict[str, int]:
+    values = [x[2] for g in used for x in by_gpu[g].values() if x[2] is not None]
     if not values:
         return {}
     return {"vram_peak_bytes": max(values), "vram_p99_bytes": int(percentile(values, 99))}
 
 
-def _host(minutes: Sequence[GpuMinute], cells: Cells, ran: int,
-          min_coverage: float) -> dict[str, object]:
+def _host(placed: Placed, ran: int, min_coverage: float) -> dict[str, object]:
     """The host's figures, one per minute (every GPU's summary of a minute carries the same);
     None unless host CPU covers `min_coverage` of the `ran` cells, as GPU coverage must."""
-    cpu: dict[datetime, GpuMinute] = {}
-    totals = [m.mem_total_bytes for m in minutes if m.mem_total_bytes]
+    cpu: dict[int, Judged] = {}
+    totals = [m.mem_total_bytes for m, _ in placed if m.mem_total_bytes]
     out: dict[str, object] = {"vram_total_bytes": max(totals)} if totals else {}
-    for m in minutes:
+    for m, cells in placed:
         if m.host_cpu_pct is not None:
-            for t in cells(m):
+            for t in cells:
                 cpu[t] = m
     if len(cpu) < min_coverage * ran:
         return out

@@ -7,6 +7,8 @@ from datetime import UTC, datetime, timedelta
 from random import Random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from costguard.model import GpuMinute, GpuSignal
 from costguard.recommend.settings import RecommendSettings
@@ -175,3 +177,47 @@ def test_a_trainium_instance_s_verdict_speaks_of_devices() -> None:
     assert e.evidence[0].startswith("1 of 16 Trainium devices used (Trainium device 0)")
     assert "a smaller Trainium size" in e.evidence[-1]
     assert words_for(trn.model_copy(update={"instance_type": "p5.48xlarge"})) is None
+
+
+_PCT = st.one_of(st.none(), st.sampled_from([0.0, 0.5, 1.0, 4.9, 5.0, 40.0, 100.0]))
+
+
+@st.composite
+def _readings(draw: st.DrawFn) -> tuple[list[GpuMinute], datetime, datetime]:
+    """Readings of mixed spans (some reaching past the window's edges, some overlapping),
+    and a window that need not begin on a whole minute."""
+    start = START + timedelta(seconds=draw(st.sampled_from([0, 0, 17])),
+                              microseconds=draw(st.sampled_from([0, 3])))
+    end = start + timedelta(minutes=draw(st.integers(1, 240)),
+                            seconds=draw(st.sampled_from([0, 30])))
+    out = []
+    for _ in range(draw(st.integers(0, 60))):
+        host = draw(st.booleans())
+        out.append(GpuMinute(
+            provider="aws", instance_id="i-0abc", source="agent",
+            gpu_index=draw(st.integers(0, 3)),
+            minute=START + timedelta(minutes=draw(st.integers(-70, 250))),
+            span_minutes=draw(st.sampled_from([1, 1, 5, 7, 60])),
+            util_mean=draw(_PCT), util_max=draw(_PCT), sm_mean=draw(_PCT),
+            mem_used_bytes=draw(st.one_of(st.none(), st.integers(0, 80 * 2**30))),
+            host_cpu_pct=draw(_PCT) if host else None,
+            host_iowait_pct=draw(_PCT) if host else None))
+    return out, start, end
+
+
+@given(_readings(), st.integers(0, 3), st.sampled_from([0.1, 0.5, 0.9]))
+@settings(max_examples=300, deadline=None)
+def test_a_reading_of_several_minutes_judges_as_those_minutes_one_by_one(
+        drawn: tuple[list[GpuMinute], datetime, datetime], gpus: int, coverage: float
+) -> None:
+    """A reading stands for each minute of its span inside the window: the verdict, its
+    figures and evidence, is that of the same readings cut into one-minute readings (a
+    later reading of a minute replaces an earlier one either way)."""
+    from costguard.minutes import per_minute
+
+    readings, start, end = drawn
+    cfg = RecommendSettings(min_hours=0, min_coverage=coverage)
+    flat = [one for m in readings for one in per_minute(m)]
+    assert (judge(readings, window_start=start, window_end=end, gpu_count=gpus,
+                  settings=cfg)
+            == judge(flat, window_start=start, window_end=end, gpu_count=gpus, settings=cfg))

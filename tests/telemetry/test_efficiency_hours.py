@@ -194,3 +194,37 @@ def test_a_window_past_the_raw_minutes_kept_is_judged_from_history(store: Databa
         if fit.efficiency.vram_peak_bytes is not None:
             assert after[iid].efficiency.vram_p99_bytes is None
             assert after[iid].efficiency.vram_peak_bytes == fit.efficiency.vram_peak_bytes
+
+
+def test_readings_read_for_judging_are_the_stored_minutes_and_judge_the_same(
+        store: Database) -> None:
+    """`read_judged` (plain tuples, no validation) hands the verdict what `read_minutes`
+    does, from raw rows and settled blocks alike, each reading field by field, and the
+    verdicts (evidence and figures included) are the same."""
+    from costguard.store.readings import JudgedRow, read_judged
+
+    fleet, readings = _fleet(30, seed=11, launches=True)
+    with store.session() as s:
+        record_inventory(s, "aws", fleet, END, complete=True)
+        write_minutes(s, readings)
+    # settled up to 10:00 with raw minutes kept: blocks and rows both read
+    compact.compact(store.session, END - timedelta(minutes=60),
+                    raw_since=END - timedelta(days=7))
+    refs = [("aws", i.instance_id) for i in fleet]
+    with store.session() as s:
+        minutes = read_minutes(s, refs, START, END)
+        shared: dict[object, datetime] = {}
+        rows = {**read_judged(s, refs[:10], START, END, shared),
+                **read_judged(s, refs[10:], START, END, shared)}
+    assert rows.keys() == minutes.keys() and sum(map(len, rows.values())) > 10_000
+    for inst in fleet:
+        ref = ("aws", inst.instance_id)
+        got, want = rows.get(ref, []), minutes.get(ref, [])
+        assert [tuple(r) for r in got] == [
+            tuple(getattr(m, f) for f in JudgedRow._fields) for m in want], ref
+        assert all(type(r.source) is TelemetrySource for r in got)
+        a = judge(want, window_start=START, window_end=END, gpu_count=inst.gpu_count,
+                  settings=CFG)
+        b = judge(got, window_start=START, window_end=END, gpu_count=inst.gpu_count,
+                  settings=CFG)
+        assert a == b, ref
