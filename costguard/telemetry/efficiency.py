@@ -28,12 +28,13 @@ low. Thresholds: `costguard.recommend.settings`. Documented in docs/recommend.md
 from __future__ import annotations
 
 import math
+from array import array
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from costguard.clock import utc
 from costguard.minutes import Reading, covering
@@ -146,51 +147,66 @@ _US = timedelta(microseconds=1)
 _MINUTE_US = 60_000_000
 # one GPU's minute: the chosen signal's mean and peak, and VRAM (None: not measured)
 Slot = tuple[float, float, int | None]
-# a reading and the cells it stands for: microseconds from the window's start
-Placed = list[tuple[Judged, list[int]]]
 
 
-def _placed(inside: Sequence[Judged], start: datetime, end: datetime, step: int
-            ) -> tuple[Placed, int]:
-    """Each reading with the cells of the window it stands for, and the minutes a cell
-    stands for. A cell is a minute (a reading of several minutes stands for each), or, where
-    every reading spans `step` minutes wholly inside the window (a cluster read at 5-60
-    minute steps), one cell per reading. Every count, share, mean and nearest-rank
-    percentile is the same either way (each value would repeat `step` times); the second is
-    `step` times less work. Cells are whole microseconds from `start`, as exact as the
-    minutes they stand for, and far cheaper to hash."""
+class _Placed(NamedTuple):
+    """The window's cells the readings stand for, flat: cell n is `cells[n]` (microseconds
+    from the window's start) of reading `owner[n]` (its index in `readings`), in reading
+    order. Two arrays of machine integers: a week of a host's minutes is no object per
+    cell for the garbage collector to walk."""
+
+    readings: Sequence[Judged]
+    cells: array[int]
+    owner: array[int]
+    per_cell: int  # the minutes a cell stands for
+
+
+def _placed(inside: Sequence[Judged], start: datetime, end: datetime, step: int) -> _Placed:
+    """The cells each reading stands for. A cell is a minute (a reading of several minutes
+    stands for each), or, where every reading spans `step` minutes wholly inside the window
+    (a cluster read at 5-60 minute steps), one cell per reading. Every count, share, mean and
+    nearest-rank percentile is the same either way (each value would repeat `step` times);
+    the second is `step` times less work. Cells are whole microseconds from `start`, as
+    exact as the minutes they stand for, and far cheaper to hash."""
     width = (end - start) // _US
-    at = [((m.minute - start) // _US, m) for m in inside]
+    offsets: dict[datetime, int] = {}  # each minute's once: an instance's GPUs share them
+    at = array("q")
+    for m in inside:
+        t = offsets.get(m.minute)
+        if t is None:
+            t = offsets[m.minute] = (m.minute - start) // _US
+        at.append(t)
     if step > 1 and all(m.span_minutes == step and 0 <= t <= width - step * _MINUTE_US
-                        for t, m in at):
-        return [(m, [t]) for t, m in at], step
-    placed: Placed = []
-    for t, m in at:
+                        for t, m in zip(at, inside, strict=True)):
+        return _Placed(inside, at, array("q", range(len(at))), step)
+    cells, owner = array("q"), array("q")
+    for n, (t, m) in enumerate(zip(at, inside, strict=True)):
         span = m.span_minutes
         if span == 1:
-            placed.append((m, [t] if 0 <= t < width else []))
-        elif t >= 0 and t + (span - 1) * _MINUTE_US < width:  # wholly inside
-            placed.append((m, list(range(t, t + span * _MINUTE_US, _MINUTE_US))))
-        else:
-            placed.append((m, [c for c in range(t, t + span * _MINUTE_US, _MINUTE_US)
-                               if 0 <= c < width]))
-    return placed, 1
+            if 0 <= t < width:
+                cells.append(t)
+                owner.append(n)
+            continue
+        these = range(t, t + span * _MINUTE_US, _MINUTE_US)
+        if not (t >= 0 and t + (span - 1) * _MINUTE_US < width):  # not wholly inside
+            these = [c for c in these if 0 <= c < width]  # type: ignore[assignment]
+        cells.extend(these)
+        owner.extend([n] * len(these))
+    return _Placed(inside, cells, owner, 1)
 
 
-def _slots(placed: Placed, sm: bool, gpu_count: int) -> dict[int, dict[int, Slot]]:
+def _slots(placed: _Placed, sm: bool, gpu_count: int) -> dict[int, dict[int, Slot]]:
     """Each GPU's minutes (cells) of SM activity (`sm`) or utilization: a later reading of
     the same minute replaces an earlier one."""
-    out: dict[int, dict[int, Slot]] = defaultdict(dict)
-    for m, cells in placed:
-        if m.gpu_index >= gpu_count:
-            continue
+    slots: list[tuple[int, Slot] | None] = []
+    for m in placed.readings:
         value = sm_reading(m) if sm else util_reading(m)
-        if value is None:
-            continue
-        slot = (value[1], value[0], m.mem_used_bytes)
-        by_cell = out[m.gpu_index]
-        for cell in cells:
-            by_cell[cell] = slot
+        slots.append(None if value is None or m.gpu_index >= gpu_count else
+                     (m.gpu_index, (value[1], value[0], m.mem_used_bytes)))
+    out: dict[int, dict[int, Slot]] = defaultdict(dict)
+    for cell, n in zip(placed.cells, placed.owner, strict=True):
+        if (slot := slots[n]) is not None:
+            out[slot[0]][cell] = slot[1]
     return out
 
 
@@ -202,10 +218,8 @@ def judge(minutes: Sequence[Judged], *, window_start: datetime, window_end: date
     `step_minutes`: the span of readings taken at fixed steps (see `_placed`)."""
     cfg = settings or RecommendSettings()
     start, end = utc(window_start), utc(window_end)
-    placed, per_cell = _placed(covering(minutes, start, end), start, end, step_minutes)
-    ran: set[int] = set()
-    for _, cells in placed:
-        ran.update(cells)
+    placed = _placed(covering(minutes, start, end), start, end, step_minutes)
+    per_cell, ran = placed.per_cell, set(placed.cells)
     hours = len(ran) * per_cell / 60
     span = ((end - start) // _US - min(ran)) / 10**6 / 3600 if ran else 0.0
     base = {"window_start": start, "window_end": end, "hours": round(hours, 2),
@@ -298,16 +312,16 @@ def _vram(by_gpu: dict[int, dict[int, Slot]], used: tuple[int, ...]) -> dict[str
     return {"vram_peak_bytes": max(values), "vram_p99_bytes": int(percentile(values, 99))}
 
 
-def _host(placed: Placed, ran: int, min_coverage: float) -> dict[str, object]:
+def _host(placed: _Placed, ran: int, min_coverage: float) -> dict[str, object]:
     """The host's figures, one per minute (every GPU's summary of a minute carries the same);
     None unless host CPU covers `min_coverage` of the `ran` cells, as GPU coverage must."""
     cpu: dict[int, Judged] = {}
-    totals = [m.mem_total_bytes for m, _ in placed if m.mem_total_bytes]
+    totals = [m.mem_total_bytes for m in placed.readings if m.mem_total_bytes]
     out: dict[str, object] = {"vram_total_bytes": max(totals)} if totals else {}
-    for m, cells in placed:
-        if m.host_cpu_pct is not None:
-            for t in cells:
-                cpu[t] = m
+    measured = [m if m.host_cpu_pct is not None else None for m in placed.readings]
+    for t, n in zip(placed.cells, placed.owner, strict=True):
+        if (m := measured[n]) is not None:
+            cpu[t] = m
     if len(cpu) < min_coverage * ran:
         return out
     rows = list(cpu.values())
