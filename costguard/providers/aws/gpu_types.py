@@ -38,6 +38,7 @@ class GpuSpec:
     count: int
     model: str | None
     memory_mib: int | None  # per GPU
+    host_memory_mib: int | None = None  # the instance's (MemoryInfo), where known
 
     @classmethod
     def none(cls) -> GpuSpec:
@@ -59,8 +60,13 @@ def shipped_rows() -> dict[str, dict[str, Any]]:
 def shipped_gpu_table() -> dict[str, GpuSpec]:
     """The shipped tables' accelerators by type (`shipped_rows`)."""
     return {itype: GpuSpec(_device_count(int(row["count"])), str(row["model"]),
-                           int(row["memory_mib"]))
+                           int(row["memory_mib"]), _mib(row.get("host_memory_mib")))
             for itype, row in shipped_rows().items()}
+
+
+def _mib(value: Any) -> int | None:
+    """A size in MiB as given (an answer's or a stored copy's): a positive int, else none."""
+    return value if type(value) is int and value > 0 else None
 
 
 def _neuron_spec(info: dict[str, Any]) -> GpuSpec:
@@ -73,7 +79,12 @@ def _neuron_spec(info: dict[str, Any]) -> GpuSpec:
     name = first.get("Name")
     return GpuSpec(sum(int(d.get("Count", 0)) for d in devices),
                    f"AWS {name}" if name else None,
-                   first.get("MemoryInfo", {}).get("SizeInMiB"))
+                   first.get("MemoryInfo", {}).get("SizeInMiB"), _host_mib(info))
+
+
+def _host_mib(info: dict[str, Any]) -> int | None:
+    """The instance type's memory (DescribeInstanceTypes' `MemoryInfo.SizeInMiB`)."""
+    return _mib((info.get("MemoryInfo") or {}).get("SizeInMiB"))
 
 
 def spec_from_type_info(info: dict[str, Any]) -> GpuSpec:
@@ -84,7 +95,8 @@ def spec_from_type_info(info: dict[str, Any]) -> GpuSpec:
     first = gpus[0]
     model = " ".join(p for p in (first.get("Manufacturer"), first.get("Name")) if p) or None
     memory = first.get("MemoryInfo", {}).get("SizeInMiB")
-    return GpuSpec(_device_count(sum(int(g.get("Count", 0)) for g in gpus)), model, memory)
+    return GpuSpec(_device_count(sum(int(g.get("Count", 0)) for g in gpus)), model, memory,
+                   _host_mib(info))
 
 
 def _device_count(count: int) -> int:
@@ -145,7 +157,7 @@ class GpuTypeCatalog:
         did not)."""
         with self._lock:
             return {t: {"count": s.count, "model": s.model, "memory_mib": s.memory_mib,
-                        "neuron": True}
+                        "host_memory_mib": s.host_memory_mib, "neuron": True}
                     for t, s in sorted(self._known.items())}
 
     def learn(self, known: dict[str, Any]) -> None:
@@ -158,13 +170,24 @@ class GpuTypeCatalog:
             try:
                 memory = row["memory_mib"]
                 model = row["model"]
+                # host_memory_mib: absent where written before it was kept
                 spec = GpuSpec(int(row["count"]), None if model is None else str(model),
-                               None if memory is None else int(memory))
+                               None if memory is None else int(memory),
+                               _mib(row.get("host_memory_mib")))
             except (KeyError, TypeError, ValueError):
                 continue
             taken[str(name)] = spec
         with self._lock:
             self._known.update(taken)
+
+    def host_memory_mib(self, instance_type: str) -> int | None:
+        """The type's memory: as DescribeInstanceTypes answered, else the shipped table's."""
+        with self._lock:
+            known = self._known.get(instance_type)
+        if known is not None and known.host_memory_mib is not None:
+            return known.host_memory_mib
+        shipped = shipped_gpu_table().get(instance_type)
+        return shipped.host_memory_mib if shipped is not None else None
 
     def _cached(self, region: str, instance_type: str) -> GpuSpec | None:
         known = self._known.get(instance_type)

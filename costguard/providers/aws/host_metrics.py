@@ -10,11 +10,12 @@ listed; or, with `rollup_by_instance`, the instance's roll-up): a per-core serie
 core's. Memory is the minute's Maximum (added
 points can only raise it, toward "keep the memory"), I/O wait its Average.
 
-The percentage of memory in use becomes bytes of the instance type's memory (the shipped
-DescribeInstanceTypes rows, `gpu_types.shipped_rows`): the agent's percentage is of the
+The percentage of memory in use becomes bytes of the instance type's memory (as
+DescribeInstanceTypes answered, else the shipped rows: `GpuTypeCatalog.host_memory_mib`):
+the agent's percentage is of the
 memory the kernel sees, a little less than the type's, so the bytes read slightly high, and
-a fit that keeps them keeps a little more memory, never less. A type not in the table
-gives I/O wait alone. Each GPU minute takes the host's point of the same minute (the agent
+a fit that keeps them keeps a little more memory, never less. A type whose memory is not
+known gives I/O wait alone. Each GPU minute takes the host's point of the same minute (the agent
 samples both on its one interval)."""
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from collections.abc import Iterable, Mapping, MutableSequence, Sequence
 from datetime import datetime
 from typing import Any
 
-from costguard.providers.aws.gpu_types import shipped_rows
 from costguard.providers.aws.inventory import HostNames
 from costguard.providers.aws.metrics import (
     HOST_IOWAIT,
@@ -75,14 +75,14 @@ HostFigures = dict[str, dict[datetime, list[Any]]]  # instance -> minute -> a ro
 
 
 def host_figures(series: Sequence[Series], values: Mapping[str, list[tuple[datetime, float]]],
-                 types: Mapping[str, str]) -> HostFigures:
+                 memory_mib: Mapping[str, int | None]) -> HostFigures:
     """`host_queries(series)` results as each instance's figures by minute: I/O wait (a
-    percentage), memory in use and the type's memory (bytes; `types`: instance id ->
-    instance type). Series of the same instance and minute merge into the larger figure."""
-    rows = shipped_rows()
+    percentage), memory in use and the type's memory (bytes; `memory_mib`: instance id ->
+    its type's MiB, None where not known). Series of the same instance and minute merge into
+    the larger figure."""
     out: HostFigures = {}
     for n, s in enumerate(series):
-        mib = rows.get(types.get(s.instance_id, ""), {}).get("host_memory_mib")
+        mib = memory_mib.get(s.instance_id)
         if s.metric == MEM_USED_PERCENT and not isinstance(mib, int):
             continue  # a percentage of memory not known
         by_minute = out.setdefault(s.instance_id, {})

@@ -22,6 +22,7 @@ from costguard.minute_rows import INSTANCE, MINUTE, SPAN, MinuteRows
 from costguard.model import Gap, GpuMinute, Instance
 from costguard.providers.aws import host_metrics as hm
 from costguard.providers.aws import metrics as cw
+from costguard.providers.aws.gpu_types import GpuTypeCatalog
 from costguard.providers.aws.instance_xml import lean_records
 from costguard.providers.aws.inventory import HostNames, host_names
 from costguard.providers.aws.sessions import AccountScope, ClientFactory
@@ -48,6 +49,7 @@ class CloudWatchReads:
     settings: AwsSettings
     clock: Clock
     clients: ClientFactory
+    gpu_types: GpuTypeCatalog
     metric_gaps: list[Gap]  # scopes whose metrics could not be read, last call
     get_metric_data_calls: int  # GetMetricData calls made, last gpu/cpu call
     metrics_settle: timedelta  # the span each cycle asks again (the provider's)
@@ -162,8 +164,9 @@ class CloudWatchReads:
             series, values, gpu_counts=gpu_counts, period_s=period_s, first=first, last=last,
             host_cpu=cw.host_cpu_of(cpu_ids, values))
         if host_series:
-            hm.join_host(rows, hm.host_figures(
-                host_series, values, {i.instance_id: i.instance_type for i in members}))
+            hm.join_host(rows, hm.host_figures(host_series, values, {
+                i.instance_id: self.gpu_types.host_memory_mib(i.instance_type)
+                for i in members}))
         return _built(cw.as_rows(rows), receipt, split, scope, dropped), calls
 
     def _dimensions(self, client: CloudWatchClient, key: tuple[str, str], namespace: str,

@@ -112,7 +112,41 @@ def test_rolled_up_host_series_are_asked_for_without_listing(
     assert (row.host_iowait_pct, row.host_mem_used_bytes) == (4.0, G5_XLARGE_MEMORY // 2)
 
 
-def test_memory_of_a_type_not_in_the_table_is_left_out_and_odd_points_are_no_figure() -> None:
+def test_a_type_newer_than_the_shipped_table_takes_its_memory_from_describe_instance_types(
+        make_provider: ProviderFactory, clock: ManualClock,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The memory the percentage is of comes from DescribeInstanceTypes' MemoryInfo where
+    the region answered (a type newer than the shipped table included), is kept with the
+    catalog's stored copy, and a copy stored before it was kept falls back to the table."""
+    from costguard.providers.aws import gpu_types, host_metrics
+
+    without = {k: v for k, v in gpu_types.shipped_rows().items() if k != "g5.xlarge"}
+    table = {k: v for k, v in gpu_types.shipped_gpu_table().items() if k != "g5.xlarge"}
+    monkeypatch.setattr(gpu_types, "shipped_rows", lambda: without)
+    monkeypatch.setattr(gpu_types, "shipped_gpu_table", lambda: table)
+    monkeypatch.setattr(host_metrics, "shipped_rows", lambda: without, raising=False)
+    (raw,) = run_instances(itype="g5.xlarge")
+    minutes = [_minute(clock, ago) for ago in range(2, 0, -1)]
+    _host_points(raw, minutes)
+    provider, instances = _inventory(
+        make_provider, cloudwatch={"host_measurements": ["mem_used_percent"]})
+
+    rows = provider.gpu_metrics(instances, minutes[0], minutes[-1] + timedelta(minutes=1))
+
+    assert [r.host_mem_used_bytes for r in rows] == [
+        int(G5_XLARGE_MEMORY * pct / 100) for pct in (25.0, 26.0)]
+    assert provider.gpu_types.known()["g5.xlarge"]["host_memory_mib"] == 16384
+    # a restart takes the stored copy; one stored before the memory was kept has none
+    restarted = gpu_types.GpuTypeCatalog()
+    restarted.learn({"g5.xlarge": provider.gpu_types.known()["g5.xlarge"],
+                     "p4d.24xlarge": {"count": 8, "model": "NVIDIA A100",
+                                      "memory_mib": 40960, "neuron": True}})
+    assert restarted.host_memory_mib("g5.xlarge") == 16384
+    assert restarted.host_memory_mib("p4d.24xlarge") == 1179648  # the shipped table's
+    assert restarted.host_memory_mib("x9.unknown") is None
+
+
+def test_memory_of_a_type_not_known_is_left_out_and_odd_points_are_no_figure() -> None:
     at = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
     later = at + timedelta(minutes=1)
     series = [Series("i-1", -1, "mem_used_percent", (("InstanceId", "i-1"),)),
@@ -122,9 +156,9 @@ def test_memory_of_a_type_not_in_the_table_is_left_out_and_odd_points_are_no_fig
     values = {"h0": [(at, 40.0)], "h1": [(at, float("nan")), (later, 140.0)],
               "h2": [(at, 10.0), (later, float("inf"))], "h3": [(at, 20.0)]}
 
-    got = host_figures(series, values, {"i-1": "x9.unknown", "i-2": "g5.xlarge"})
+    got = host_figures(series, values, {"i-1": None, "i-2": G5_XLARGE_MEMORY // 2**20})
 
-    # i-1: no memory (its type's is not in the table), the NaN no figure, 140 % clamped;
+    # i-1: no memory (its type's is not known), the NaN no figure, 140 % clamped;
     # i-2: of two series the larger, the infinite point no figure
     assert got == {"i-1": {later: [100.0, None, None]},
                    "i-2": {at: [None, int(G5_XLARGE_MEMORY * 0.2), G5_XLARGE_MEMORY]}}
