@@ -8,7 +8,9 @@ GPU instance (`costguard recommend --fresh`), and what `costguard recommend`, th
 waste section and the console cost once the daemon has judged and stored every verdict
 (they take those). Then, as the daemon's hourly prune leaves a store, the week settled
 into blocks (`costguard.store.compact`) and judged again; and with raw minutes kept a day
-only, the week judged from the hourly history (`telemetry.efficiency_hours`). The other
+only, the week judged from the hourly history (`telemetry.efficiency_hours`). Last, what an
+agent's fleet costs: 10 8-GPU hosts with a week of the agent's minutes (a reading per GPU and
+minute, with SM activity and the host's figures), judged as `recommend --fresh` does. The other
 benches hold an hour of readings, so they never showed what a week costs.
 """
 
@@ -21,6 +23,7 @@ import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from bench import benchmark
 
@@ -104,6 +107,58 @@ def _seed(url: str) -> int:
     return written
 
 
+AGENT_HOSTS = 10
+AGENT_GPUS = 8
+AGENT_MINUTES = 7 * 24 * 60
+
+
+def _seed_agent(url: str) -> int:
+    """`AGENT_HOSTS` 8-GPU hosts with a week of the agent's minutes each (every GPU's, with
+    SM activity, memory and the host's figures, as the agent sends them); returns how many
+    readings were written."""
+    import random
+
+    from costguard.model import GpuMinute, Instance, InstanceState, Lifecycle, TelemetrySource
+    from costguard.store.db import Database
+    from costguard.store.inventory import record_inventory
+    from costguard.store.readings import write_minutes
+
+    db = Database(url)
+    rng = random.Random(8)
+    fleet = [Instance(provider="aws", account="111122223333", region="us-east-1",
+                      instance_id=f"i-8{n:04d}", instance_type="p4d.24xlarge",
+                      lifecycle=Lifecycle.ON_DEMAND, state=InstanceState.RUNNING,
+                      launch_time=NOW - timedelta(days=9), observed_at=NOW,
+                      gpu_count=AGENT_GPUS, gpu_model="A100", tags={"team": "train"})
+             for n in range(AGENT_HOSTS)]
+    with db.session() as s:
+        record_inventory(s, "aws", fleet, NOW, complete=True)
+    start = NOW - timedelta(days=7)
+    written = 0
+    for n, inst in enumerate(fleet):
+        busy = (70.0, 30.0, 0.5)[n % 3]  # busy, barely used, idle hosts
+        for day in range(7):
+            points = []
+            for k in range(day * 1440, (day + 1) * 1440):
+                minute = start + timedelta(minutes=k)
+                host = {"host_cpu_pct": round(rng.uniform(10, 60), 2), "host_iowait_pct": 1.5,
+                        "host_cpus": 96, "host_hot_cores": 1,
+                        "host_mem_used_bytes": 300 * 2**30, "host_mem_total_bytes": 1152 * 2**30}
+                for g in range(AGENT_GPUS):
+                    util = round(min(100.0, busy + rng.uniform(0, 20)), 2)
+                    points.append(GpuMinute(
+                        provider="aws", instance_id=inst.instance_id, gpu_index=g,
+                        minute=minute, source=TelemetrySource.AGENT, samples=60,
+                        util_mean=util, util_max=min(100.0, util + 5), sm_mean=util * 0.8,
+                        sm_max=min(100.0, util * 0.8 + 5), mem_used_bytes=20 * 2**30,
+                        mem_total_bytes=40 * 2**30, **host))
+            with db.session() as s:
+                write_minutes(s, points)
+            written += len(points)
+    db.dispose()
+    return written
+
+
 def _settle(url: str, raw: timedelta) -> None:
     """Settle the store's readings as the daemon's hourly prune would at NOW, keeping raw
     minutes for `raw`."""
@@ -129,7 +184,9 @@ def _settle(url: str, raw: timedelta) -> None:
                        "and from the hourly history with raw minutes kept a day, each "
                        "instance's verdict (bottleneck, underused, GPUs used, the fit's type) "
                        "compared with the one judged from the raw rows. Target (#63): every "
-                       "one the same.")
+                       "one the same. Last, 10 8-GPU hosts with a week of the agent's minutes "
+                       "(every GPU's, with the host's figures: 0.8 M readings) judged as "
+                       "recommend --fresh does.")
 def efficiency_week() -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -154,24 +211,43 @@ def efficiency_week() -> list[dict[str, object]]:
         for what, label, raw in runs:
             if raw is not None:
                 _settle(url, raw)
-            done = subprocess.run([sys.executable, "-c", _MEASURE, url, NOW.isoformat(), what],
-                                  capture_output=True, text=True, check=True, timeout=900)
-            got = json.loads(done.stdout.strip().splitlines()[-1])
+            got = _measure(url, what)
             if what == "fresh" and not from_minutes:
                 from_minutes = got["verdicts"]
-            rows.append({
-                "judging": label,
-                "instances_judged": got["judged"],
-                "verdicts_taken_stored": got["taken"],
-                "readings_in_store": readings,
-                "cpu_s": round(got["cpu_s"], 2), "wall_s": round(got["wall_s"], 2),
-                "peak_rss_mb": round(got["peak_rss_mb"]),
-                "us_per_reading_judged": round(
-                    got["cpu_s"] / (got["judged"] * POINTS) * 1e6, 1) if got["judged"] else "",
-                "seed_s": round(seed_s, 1),
+            rows.append(_row(label, got, readings, POINTS, seed_s) | {
                 "verdicts_as_from_raw_rows": (same_verdicts(from_minutes, got["verdicts"])
                                               if raw is not None else "")})
+        # the agent's minutes: every GPU of a host, every minute, with the host's figures
+        agent_url = f"sqlite:///{Path(tmp) / 'agent.db'}"
+        started = time.perf_counter()
+        agent_readings = _seed_agent(agent_url)
+        agent_seed_s = time.perf_counter() - started
+        rows.append(_row(f"{AGENT_HOSTS} 8-GPU hosts with the agent's minutes (recommend "
+                         "--fresh)", _measure(agent_url, "fresh"), agent_readings,
+                         AGENT_GPUS * AGENT_MINUTES, agent_seed_s))
     return rows
+
+
+def _measure(url: str, what: str) -> dict[str, Any]:
+    """`_MEASURE` in a fresh process (its CPU and peak its own)."""
+    done = subprocess.run([sys.executable, "-c", _MEASURE, url, NOW.isoformat(), what],
+                          capture_output=True, text=True, check=True, timeout=900)
+    got: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return got
+
+
+def _row(label: str, got: dict[str, Any], readings: int, per_instance: int,
+         seed_s: float) -> dict[str, object]:
+    """A table row: `per_instance`, the readings of each instance judged."""
+    return {"judging": label,
+            "instances_judged": got["judged"],
+            "verdicts_taken_stored": got["taken"],
+            "readings_in_store": readings,
+            "cpu_s": round(got["cpu_s"], 2), "wall_s": round(got["wall_s"], 2),
+            "peak_rss_mb": round(got["peak_rss_mb"]),
+            "us_per_reading_judged": round(got["cpu_s"] / (got["judged"] * per_instance) * 1e6,
+                                           1) if got["judged"] else "",
+            "seed_s": round(seed_s, 1)}
 
 
 def same_verdicts(raw: dict[str, list[object]], other: dict[str, list[object]]) -> str:
