@@ -113,9 +113,10 @@ def backtest_recommendations(session: Session, since: datetime, until: datetime,
     by_ref = {(r.fit.instance.provider, r.fit.instance.instance_id): r for r in fits}
     outcomes = []
     # what followed, read a few instances at a time as judging reads them (run.reads)
+    minutes: dict[Any, datetime] = {}  # each minute of the span converted once
     for run in reads([r.fit.instance for r in fits], cut, until):
         readings = read_judged(session, [(i.provider, i.instance_id) for i in run], cut,
-                               until)
+                               until, minutes)
         for inst in run:
             r = by_ref[(inst.provider, inst.instance_id)]
             after = judge(readings.pop((inst.provider, inst.instance_id), []),

@@ -187,9 +187,9 @@ def _placed(inside: Sequence[Judged], start: datetime, end: datetime, step: int)
                 cells.append(t)
                 owner.append(n)
             continue
-        these = range(t, t + span * _MINUTE_US, _MINUTE_US)
+        these: Sequence[int] = range(t, t + span * _MINUTE_US, _MINUTE_US)
         if not (t >= 0 and t + (span - 1) * _MINUTE_US < width):  # not wholly inside
-            these = [c for c in these if 0 <= c < width]  # type: ignore[assignment]
+            these = [c for c in these if 0 <= c < width]
         cells.extend(these)
         owner.extend([n] * len(these))
     return _Placed(inside, cells, owner, 1)
