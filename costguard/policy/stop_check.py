@@ -17,12 +17,10 @@ entry and `costguard explain` say which corroboration held a stop back or let it
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import NamedTuple
-
-from sqlmodel import Session
 
 from costguard.minutes import covering, from_source
 from costguard.model import TelemetrySource, Verdict
@@ -30,7 +28,7 @@ from costguard.policy.actions import StopAction
 from costguard.policy.evaluate import Finding
 from costguard.policy.schema import Policy
 from costguard.store.db import Database
-from costguard.store.readings import read_rows
+from costguard.store.readings import read_shaped
 from costguard.store.refs import InstanceRef
 from costguard.telemetry.classify import classify
 from costguard.telemetry.stop_evidence import Checkable, stop_evidence
@@ -38,7 +36,7 @@ from costguard.telemetry.stop_evidence import Checkable, stop_evidence
 
 class StopReading(NamedTuple):
     """A stored GPU-minute's figures the checks read: the classifier's, power, and the
-    host's (built from `read_rows`, without a pydantic model per minute)."""
+    host's (read with `read_shaped`, without a pydantic model per minute)."""
 
     gpu_index: int
     minute: datetime
@@ -69,7 +67,6 @@ class StopReading(NamedTuple):
     gpu_proc_age_s: float | None
 
 
-_SOURCE_AT = StopReading._fields.index("source")
 # instances whose stored readings are read and checked at once: an hour of every stop
 # candidate's readings held together (~600 bytes a reading as `StopReading`s) was the
 # evaluate stage's peak, ~14 MB at 3,000 simulated instances (3.6 a hundred at a time), and
@@ -94,17 +91,6 @@ def held_back(f: Finding) -> bool:
     return not f.holds and (f.host is not None or bool(f.untrusted))
 
 
-def read_for_checks(session: Session, refs: Iterable[InstanceRef], start: datetime,
-                    end: datetime) -> dict[InstanceRef, list[StopReading]]:
-    """The stored readings of [start, end) of the given instances, as `StopReading`s."""
-    out: dict[InstanceRef, list[StopReading]] = {}
-    for ref, values in read_rows(session, refs, start, end, fields=StopReading._fields):
-        values = list(values)
-        values[_SOURCE_AT] = TelemetrySource(values[_SOURCE_AT])
-        out.setdefault(ref, []).append(StopReading._make(values))
-    return out
-
-
 def check_stops(db: Database, policies: Sequence[Policy], findings: list[Finding],
                 start: datetime, now: datetime, agents: set[InstanceRef]) -> list[Finding]:
     """`findings` with each that needs them through the checks, on the stored readings of
@@ -123,8 +109,9 @@ def check_stops(db: Database, policies: Sequence[Policy], findings: list[Finding
     for first in range(0, len(refs), CHECK_BATCH):
         batch = set(refs[first:first + CHECK_BATCH])
         with db.session() as s:
-            stored = read_for_checks(s, batch & agents, start, now)
-            stored.update(read_for_checks(s, batch - agents, max(start, now - recent), now))
+            stored = read_shaped(s, batch & agents, start, now, StopReading)
+            stored.update(read_shaped(s, batch - agents, max(start, now - recent), now,
+                                      StopReading))
         for ref in batch:
             for n in checked[ref]:
                 out[n] = judge(out[n], stored.get(ref, []), now)

@@ -37,8 +37,8 @@ from costguard.recommend.verdict import settings_key
 from costguard.recommend.words import words_for
 from costguard.report.figures import Waste, WasteLine
 from costguard.store.inventory import current_instances
-from costguard.store.readings import read_judged
-from costguard.telemetry.efficiency import Bottleneck, Efficiency, judge
+from costguard.store.readings import read_shaped
+from costguard.telemetry.efficiency import Bottleneck, Efficiency, JudgedRow, judge
 from costguard.telemetry.efficiency_hours import history_reaches_further, judge_many
 
 # GPU-minutes of readings read and judged at once: ~35 MB as `GpuMinute`s (~1.7 KB each)
@@ -165,8 +165,8 @@ def judge_instances(session: Session, instances: Sequence[Instance], now: dateti
         todo = []
     minutes: dict[Any, datetime] = {}  # each minute of the window converted once
     for chunk in reads(todo, since, now):
-        readings = read_judged(session, [(i.provider, i.instance_id) for i in chunk],
-                               since, now, minutes)
+        readings = read_shaped(session, [(i.provider, i.instance_id) for i in chunk],
+                               since, now, JudgedRow, minutes=minutes)
         for inst in chunk:
             ref = (inst.provider, inst.instance_id)
             verdicts[ref] = judge(readings.pop(ref, []), window_start=since,

@@ -30,8 +30,8 @@ from costguard.recommend.settings import RecommendSettings
 from costguard.recommend.shapes import Shape
 from costguard.recommend.words import words_for
 from costguard.store.inventory import current_instances
-from costguard.store.readings import read_judged
-from costguard.telemetry.efficiency import Efficiency, judge
+from costguard.store.readings import read_shaped
+from costguard.telemetry.efficiency import Efficiency, JudgedRow, judge
 
 MIN_AFTER = timedelta(hours=12)
 
@@ -115,8 +115,8 @@ def backtest_recommendations(session: Session, since: datetime, until: datetime,
     # what followed, read a few instances at a time as judging reads them (run.reads)
     minutes: dict[Any, datetime] = {}  # each minute of the span converted once
     for run in reads([r.fit.instance for r in fits], cut, until):
-        readings = read_judged(session, [(i.provider, i.instance_id) for i in run], cut,
-                               until, minutes)
+        readings = read_shaped(session, [(i.provider, i.instance_id) for i in run], cut,
+                               until, JudgedRow, minutes=minutes)
         for inst in run:
             r = by_ref[(inst.provider, inst.instance_id)]
             after = judge(readings.pop((inst.provider, inst.instance_id), []),

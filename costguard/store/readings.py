@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 from itertools import compress
 from operator import attrgetter, is_not
-from typing import Any, NamedTuple, cast
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import Table, and_, delete, null, or_, select, type_coerce
 from sqlalchemy.engine import Connection, Dialect
@@ -233,49 +233,26 @@ def read_minutes(
     return out
 
 
-class JudgedRow(NamedTuple):
-    """A stored GPU-minute as the verdict reads it (`telemetry.efficiency.Judged`): the
-    store's values as written (validated then), the source as its member."""
-
-    gpu_index: int
-    minute: datetime
-    span_minutes: int
-    source: TelemetrySource
-    util_mean: float | None
-    util_p95: float | None
-    util_max: float | None
-    sm_mean: float | None
-    sm_p95: float | None
-    sm_max: float | None
-    mem_used_bytes: int | None
-    mem_total_bytes: int | None
-    process_count: int | None
-    top_process_pid: int | None
-    top_process_bytes: int | None
-    host_cpu_pct: float | None
-    host_iowait_pct: float | None
-    host_cpus: int | None
-    host_hot_cores: int | None
-    host_mem_used_bytes: int | None
-    host_mem_total_bytes: int | None
-
-
-_JUDGED_SOURCE = JudgedRow._fields.index("source")
 _SOURCES: dict[str, TelemetrySource] = {str(s): s for s in TelemetrySource}
-_make = tuple.__new__  # JudgedRow._make without its length check
+Shaped = TypeVar("Shaped", bound=tuple[Any, ...])
 
 
-def read_judged(session: Session, refs: Iterable[InstanceRef], start: datetime,
-                end: datetime, minutes: dict[Any, datetime] | None = None,
-                ) -> dict[InstanceRef, list[JudgedRow]]:
+def read_shaped(session: Session, refs: Iterable[InstanceRef], start: datetime,
+                end: datetime, shape: type[Shaped], *,
+                minutes: dict[Any, datetime] | None = None) -> dict[InstanceRef, list[Shaped]]:
     """The readings that cover any minute of [start, end) for `refs`, per instance, as
-    `read_minutes` finds them (raw rows and settled blocks alike); `minutes` as
-    `read_rows` takes it (a fleet's week is read a few instances at a time)."""
-    out: dict[InstanceRef, list[JudgedRow]] = defaultdict(list)
-    for ref, values in read_rows(session, refs, start, end, fields=JudgedRow._fields,
-                                 minutes=minutes):
-        values[_JUDGED_SOURCE] = _SOURCES[values[_JUDGED_SOURCE]]
-        out[ref].append(_make(JudgedRow, values))
+    `read_minutes` finds them (raw rows and settled blocks alike), each a `shape`: a
+    NamedTuple of the `GpuMinute` fields its reader reads (`source` as its member). The
+    store's values as written (validated then): no model built per reading, for the reads
+    of a window's every reading (the efficiency verdict's, the stop's checks). `minutes` as
+    `read_rows` takes it."""
+    fields: tuple[str, ...] = shape._fields  # type: ignore[attr-defined]  # a NamedTuple
+    at_source = fields.index("source")
+    make = tuple.__new__  # shape._make without its length check
+    out: dict[InstanceRef, list[Shaped]] = defaultdict(list)
+    for ref, values in read_rows(session, refs, start, end, fields=fields, minutes=minutes):
+        values[at_source] = _SOURCES[values[at_source]]
+        out[ref].append(make(shape, values))
     return out
 
 

@@ -38,7 +38,7 @@ from typing import NamedTuple, Protocol
 
 from costguard.clock import utc
 from costguard.minutes import Reading, covering
-from costguard.model import GpuSignal, SharesFieldsSet
+from costguard.model import GpuSignal, SharesFieldsSet, TelemetrySource
 from costguard.recommend.settings import RecommendSettings
 from costguard.telemetry.classify import LABEL, gb, pct, sm_reading, util_reading
 from costguard.telemetry.summary import percentile
@@ -125,7 +125,7 @@ class Efficiency(SharesFieldsSet):
 class Judged(Reading, Protocol):
     """What the verdict reads of a GPU-minute: the idle classifier's fields (`Reading`), one
     GPU's memory and the host's figures. A `GpuMinute`, or a stored reading read for judging
-    (store/readings.py `JudgedRow`, a plain tuple: a week of a fleet's minutes judged)."""
+    (`JudgedRow`, a plain tuple: a week of a fleet's minutes judged)."""
 
     @property
     def mem_total_bytes(self) -> int | None: ...
@@ -141,6 +141,33 @@ class Judged(Reading, Protocol):
     def host_mem_used_bytes(self) -> int | None: ...
     @property
     def host_mem_total_bytes(self) -> int | None: ...
+
+
+class JudgedRow(NamedTuple):
+    """A stored GPU-minute as the verdict reads it (`Judged`), read without a model
+    (`store.readings.read_shaped`)."""
+
+    gpu_index: int
+    minute: datetime
+    span_minutes: int
+    source: TelemetrySource
+    util_mean: float | None
+    util_p95: float | None
+    util_max: float | None
+    sm_mean: float | None
+    sm_p95: float | None
+    sm_max: float | None
+    mem_used_bytes: int | None
+    mem_total_bytes: int | None
+    process_count: int | None
+    top_process_pid: int | None
+    top_process_bytes: int | None
+    host_cpu_pct: float | None
+    host_iowait_pct: float | None
+    host_cpus: int | None
+    host_hot_cores: int | None
+    host_mem_used_bytes: int | None
+    host_mem_total_bytes: int | None
 
 
 _US = timedelta(microseconds=1)

@@ -169,14 +169,14 @@ def test_the_checks_read_a_batch_of_instances_at_a_time_and_judge_each_alone(
     from costguard.policy import stop_check
 
     reads: list[int] = []
-    real = stop_check.read_for_checks
+    real = stop_check.read_shaped
 
-    def counted(session: Any, refs: Any, start: datetime, end: datetime) -> Any:
+    def counted(session: Any, refs: Any, start: datetime, end: datetime, shape: Any) -> Any:
         reads.append(len(refs))
-        return real(session, refs, start, end)
+        return real(session, refs, start, end, shape)
 
     monkeypatch.setattr(stop_check, "CHECK_BATCH", 2)
-    monkeypatch.setattr(stop_check, "read_for_checks", counted)
+    monkeypatch.setattr(stop_check, "read_shaped", counted)
     clock = ManualClock(T0)
     cloud = AgentCloud(clock)
     busy = {"i-1", "i-4"}  # in the first batch and the last

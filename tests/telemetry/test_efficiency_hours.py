@@ -121,15 +121,21 @@ def _verdict(e: object) -> tuple[object, ...]:
             e.host_cpu_p95 is None)
 
 
-def test_verdicts_from_history_equal_verdicts_from_raw_minutes(store: Database) -> None:
-    fleet, readings = _fleet(40, seed=5, launches=True)
+def _settled_fleet(store: Database, n: int, seed: int
+                   ) -> tuple[list[Instance], list[tuple[str, str]]]:
+    """`_fleet(n, seed)` (some launched late) stored and settled up to 10:00, raw minutes
+    kept: eight hours in blocks and history, the last two still rows."""
+    fleet, readings = _fleet(n, seed=seed, launches=True)
     with store.session() as s:
         record_inventory(s, "aws", fleet, END, complete=True)
         write_minutes(s, readings)
-    # settled up to 10:00: eight hours are history, the last two still rows
     compact.compact(store.session, END - timedelta(minutes=60),
                     raw_since=END - timedelta(days=7))
-    refs = [("aws", i.instance_id) for i in fleet]
+    return fleet, [("aws", i.instance_id) for i in fleet]
+
+
+def test_verdicts_from_history_equal_verdicts_from_raw_minutes(store: Database) -> None:
+    fleet, refs = _settled_fleet(store, 40, seed=5)
     with store.session() as s:
         raw = read_minutes(s, refs, START, END)
         hours = read_hours(s, refs, START, END)
@@ -198,24 +204,18 @@ def test_a_window_past_the_raw_minutes_kept_is_judged_from_history(store: Databa
 
 def test_readings_read_for_judging_are_the_stored_minutes_and_judge_the_same(
         store: Database) -> None:
-    """`read_judged` (plain tuples, no validation) hands the verdict what `read_minutes`
+    """`read_shaped` (plain tuples, no validation) hands the verdict what `read_minutes`
     does, from raw rows and settled blocks alike, each reading field by field, and the
     verdicts (evidence and figures included) are the same."""
-    from costguard.store.readings import JudgedRow, read_judged
+    from costguard.store.readings import read_shaped
+    from costguard.telemetry.efficiency import JudgedRow
 
-    fleet, readings = _fleet(30, seed=11, launches=True)
-    with store.session() as s:
-        record_inventory(s, "aws", fleet, END, complete=True)
-        write_minutes(s, readings)
-    # settled up to 10:00 with raw minutes kept: blocks and rows both read
-    compact.compact(store.session, END - timedelta(minutes=60),
-                    raw_since=END - timedelta(days=7))
-    refs = [("aws", i.instance_id) for i in fleet]
+    fleet, refs = _settled_fleet(store, 30, seed=11)
     with store.session() as s:
         minutes = read_minutes(s, refs, START, END)
         shared: dict[object, datetime] = {}
-        rows = {**read_judged(s, refs[:10], START, END, shared),
-                **read_judged(s, refs[10:], START, END, shared)}
+        rows = {**read_shaped(s, refs[:10], START, END, JudgedRow, minutes=shared),
+                **read_shaped(s, refs[10:], START, END, JudgedRow, minutes=shared)}
     assert rows.keys() == minutes.keys() and sum(map(len, rows.values())) > 10_000
     for inst in fleet:
         ref = ("aws", inst.instance_id)
