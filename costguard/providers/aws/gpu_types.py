@@ -165,12 +165,13 @@ class GpuTypeCatalog:
         asked for again), never trusted."""
         taken: dict[str, GpuSpec] = {}
         for name, row in known.items():
-            if isinstance(row, dict) and "neuron" not in row:
-                continue  # written before NeuronInfo was read: a trn1 stored as no GPU
+            if isinstance(row, dict) and ("neuron" not in row or "host_memory_mib" not in row):
+                # written before NeuronInfo was read (a trn1 stored as no GPU), or before the
+                # type's memory was kept: asked again, once
+                continue
             try:
                 memory = row["memory_mib"]
                 model = row["model"]
-                # host_memory_mib: absent where written before it was kept
                 spec = GpuSpec(int(row["count"]), None if model is None else str(model),
                                None if memory is None else int(memory),
                                _mib(row.get("host_memory_mib")))

@@ -136,11 +136,13 @@ def test_a_type_newer_than_the_shipped_table_takes_its_memory_from_describe_inst
     assert [r.host_mem_used_bytes for r in rows] == [
         int(G5_XLARGE_MEMORY * pct / 100) for pct in (25.0, 26.0)]
     assert provider.gpu_types.known()["g5.xlarge"]["host_memory_mib"] == 16384
-    # a restart takes the stored copy; one stored before the memory was kept has none
+    # a restart takes the stored copy; one stored before the memory was kept is not taken
+    # (asked again), the shipped table's memory meanwhile
     restarted = gpu_types.GpuTypeCatalog()
     restarted.learn({"g5.xlarge": provider.gpu_types.known()["g5.xlarge"],
                      "p4d.24xlarge": {"count": 8, "model": "NVIDIA A100",
                                       "memory_mib": 40960, "neuron": True}})
+    assert set(restarted.known()) == {"g5.xlarge"}
     assert restarted.host_memory_mib("g5.xlarge") == 16384
     assert restarted.host_memory_mib("p4d.24xlarge") == 1179648  # the shipped table's
     assert restarted.host_memory_mib("x9.unknown") is None

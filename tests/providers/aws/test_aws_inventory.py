@@ -413,18 +413,23 @@ def test_every_accelerated_type_ec2_lists_has_a_shipped_entry() -> None:
     for info in listed:
         api = spec_from_type_info(dict(info))
         table = shipped[info["InstanceType"]]
-        assert (table.count, table.model) == (api.count, api.model), info["InstanceType"]
+        assert (table.count, table.model, table.host_memory_mib) == (
+            api.count, api.model, api.host_memory_mib), info["InstanceType"]
 
 
-def test_types_stored_before_neuron_devices_were_read_are_asked_again() -> None:
+def test_types_stored_before_neuron_devices_or_host_memory_were_read_are_asked_again(
+) -> None:
     from costguard.providers.aws.gpu_types import GpuTypeCatalog
 
     catalog = GpuTypeCatalog()
     catalog.learn({"trn1.32xlarge": {"count": 0, "model": None, "memory_mib": None},
                    "g5.xlarge": {"count": 1, "model": "NVIDIA A10G", "memory_mib": 22888,
-                                 "neuron": True}})
+                                 "neuron": True},
+                   "g5.2xlarge": {"count": 1, "model": "NVIDIA A10G", "memory_mib": 22888,
+                                  "host_memory_mib": 32768, "neuron": True}})
     ec2 = boto3.client("ec2", region_name=REGION)
-    specs = catalog.resolve(ec2, REGION, {"trn1.32xlarge", "g5.xlarge"})
-    assert catalog.calls == 1  # trn1 asked again; g5 taken as stored
+    specs = catalog.resolve(ec2, REGION, {"trn1.32xlarge", "g5.xlarge", "g5.2xlarge"})
+    assert catalog.calls == 1  # trn1 and g5.xlarge asked again; g5.2xlarge taken as stored
     assert specs["trn1.32xlarge"].count == 16
-    assert set(catalog.known()) == {"trn1.32xlarge", "g5.xlarge"}
+    assert specs["g5.xlarge"].host_memory_mib == 16384  # MemoryInfo, answered
+    assert set(catalog.known()) == {"trn1.32xlarge", "g5.xlarge", "g5.2xlarge"}
