@@ -41,7 +41,8 @@ from costguard.store.readings import read_shaped
 from costguard.telemetry.efficiency import Bottleneck, Efficiency, JudgedRow, judge
 from costguard.telemetry.efficiency_hours import history_reaches_further, judge_many
 
-# GPU-minutes of readings read and judged at once: ~35 MB as `GpuMinute`s (~1.7 KB each)
+# GPU-minutes of readings read and judged at once: ~16 MB (~0.8 KB a reading: its tuple,
+# ~0.4, and the judge's cells and slots)
 READINGS_PER_READ = 20_000
 _MINUTE = timedelta(minutes=1)
 
@@ -148,7 +149,7 @@ def judge_instances(session: Session, instances: Sequence[Instance], now: dateti
     instance in `known` keeps that verdict (its readings are not read).
 
     Their readings are read a few instances at a time (`reads`) and dropped once judged:
-    a week of one GPU's minutes is 10,080 readings, ~17 MB as `GpuMinute`s, so a fleet's
+    a week of one GPU's minutes is 10,080 readings, ~8 MB while judged, so a fleet's
     week read at once (the report's waste section judges every GPU instance) would not
     fit in memory. A window that begins before the oldest raw minute kept is judged from
     the hourly history (`telemetry.efficiency_hours`)."""
