@@ -230,7 +230,7 @@ print(json.dumps({{"start": start_rss, "rss": rss, "seconds": seconds, "gpu": gp
     import subprocess
     import sys
 
-    from costguard.engine.heap import JEMALLOC_ENV
+    from costguard.heap import JEMALLOC_ENV
 
     env = {**os.environ, **(JEMALLOC_ENV if allocator == "jemalloc" else {})}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -268,7 +268,7 @@ print(json.dumps({{"start": start_rss, "rss": rss, "seconds": seconds, "gpu": gp
     "jemalloc as the image does (deploy/Dockerfile), where the library is installed. "
     "Target (#22): < 120 MB at 10,000 instances."))
 def daemon_rss() -> list[dict[str, object]]:
-    from costguard.engine.heap import jemalloc_installed
+    from costguard.heap import jemalloc_installed
 
     rows = [_rss_after_cycles(n) for n in (1_000, 3_000, 10_000)]
     if jemalloc_installed():  # the image's allocator (deploy/Dockerfile)

@@ -85,7 +85,7 @@ def test_ensure_prometheus_finds_the_binaries_the_kubernetes_tests_start() -> No
 
 
 def test_ensure_jemalloc_finds_the_library_the_image_preloads() -> None:
-    from costguard.engine.heap import jemalloc_installed
+    from costguard.heap import jemalloc_installed
 
     if not jemalloc_installed():
         pytest.skip("jemalloc not installed here")

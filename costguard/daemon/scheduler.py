@@ -52,9 +52,9 @@ from costguard.daemon.metrics import DaemonMetrics
 from costguard.daemon.routes import extra_routes
 from costguard.daemon.settings import DaemonSettings
 from costguard.engine.cycle import Engine
-from costguard.engine.heap import release_freed_memory
 from costguard.engine.maintain import prune_store
 from costguard.engine.summary import CycleSummary, log_stages
+from costguard.heap import release_freed_memory
 from costguard.providers.base import FetchesPrices
 
 log = logging.getLogger("costguard.daemon")
@@ -124,7 +124,7 @@ class Daemon:
                         "(poll_interval %ss may be too short)",
                         self.settings.poll_interval.total_seconds())
             return None
-        try:  # the engine hands what the cycle freed back to the system (engine/heap.py)
+        try:  # the engine hands what the cycle freed back to the system (costguard/heap.py)
             return self._run_cycle()
         finally:
             self._work_lock.release()
@@ -190,7 +190,7 @@ class Daemon:
                 return {}
             finally:
                 # settling an hour of readings fills as much heap as a cycle: handed back
-                # now, not at the end of the next cycle (engine/heap.py)
+                # now, not at the end of the next cycle (costguard/heap.py)
                 release_freed_memory()
 
     def prices_job(self) -> int:

@@ -26,15 +26,15 @@ from costguard.engine import behind, cycle_rows
 from costguard.engine.backfill import Fetch, catch_up, fetch_cold
 from costguard.engine.collect import collect, each_provider
 from costguard.engine.fetch import fetcher
-from costguard.engine.heap import (
+from costguard.engine.summary import CycleSummary
+from costguard.engine.verdicts import Verdicts
+from costguard.errors import ProviderError
+from costguard.heap import (
     cycle_collection,
     limit_malloc_arenas,
     release_freed_memory,
     skip_collection_at_exit,
 )
-from costguard.engine.summary import CycleSummary
-from costguard.engine.verdicts import Verdicts
-from costguard.errors import ProviderError
 from costguard.minutes import has_source
 from costguard.model import Gap, GpuMinute, Instance, InstanceState, TelemetrySource
 from costguard.policy.evaluate import Finding, judge, matches
@@ -97,16 +97,16 @@ class Engine:
 
     # -- the cycle --------------------------------------------------------------------
     def run_cycle(self) -> CycleSummary:
-        limit_malloc_arenas()  # once per process, before the cycle's threads (engine/heap.py)
-        skip_collection_at_exit()  # once per process (engine/heap.py)
+        limit_malloc_arenas()  # once per process, before the cycle's threads (costguard/heap.py)
+        skip_collection_at_exit()  # once per process (costguard/heap.py)
         try:
-            with cycle_collection():  # fewer walks of a cycle's live objects (engine/heap.py)
+            with cycle_collection():  # fewer walks of a cycle's live objects (costguard/heap.py)
                 return self._run_cycle()
         finally:
             # the inventory is read anew by the next cycle: held between cycles, its models
             # (~2 KB an instance) pinned the heap the cycle freed around them
             self._inventory = None
-            release_freed_memory()  # else the cycle's peak stays resident (engine/heap.py)
+            release_freed_memory()  # else the cycle's peak stays resident (costguard/heap.py)
 
     def _run_cycle(self) -> CycleSummary:
         now = self.clock.now()

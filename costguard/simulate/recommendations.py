@@ -25,13 +25,12 @@ from typing import Any
 from sqlmodel import Session
 
 from costguard.recommend.fit import Fit, PriceLookup
-from costguard.recommend.run import judge_instances, reads, spend_by_instance
+from costguard.recommend.run import judge_instances, readings_of, spend_by_instance
 from costguard.recommend.settings import RecommendSettings
 from costguard.recommend.shapes import Shape
 from costguard.recommend.words import words_for
 from costguard.store.inventory import current_instances
-from costguard.store.readings import read_shaped
-from costguard.telemetry.efficiency import Efficiency, JudgedRow, judge
+from costguard.telemetry.efficiency import Efficiency, judge
 
 MIN_AFTER = timedelta(hours=12)
 
@@ -112,20 +111,15 @@ def backtest_recommendations(session: Session, since: datetime, until: datetime,
     after_spend, _ = spend_by_instance(session, cut, until)
     by_ref = {(r.fit.instance.provider, r.fit.instance.instance_id): r for r in fits}
     outcomes = []
-    # what followed, read a few instances at a time as judging reads them (run.reads)
-    minutes: dict[Any, datetime] = {}  # each minute of the span converted once
-    for run in reads([r.fit.instance for r in fits], cut, until):
-        readings = read_shaped(session, [(i.provider, i.instance_id) for i in run], cut,
-                               until, JudgedRow, minutes=minutes)
-        for inst in run:
-            r = by_ref[(inst.provider, inst.instance_id)]
-            after = judge(readings.pop((inst.provider, inst.instance_id), []),
-                          window_start=cut, window_end=until, gpu_count=inst.gpu_count,
-                          settings=cfg, words=words_for(inst))
-            assert r.fit.to is not None
-            outcomes.append(Outcome(r.fit, r.team, after,
-                                    round(after_spend.get(inst.instance_id, 0.0), 2),
-                                    would_break(r.fit.efficiency, after, r.fit.to)))
+    # what followed, read a few instances at a time as judging reads them
+    for inst, readings in readings_of(session, [r.fit.instance for r in fits], cut, until):
+        r = by_ref[(inst.provider, inst.instance_id)]
+        after = judge(readings, window_start=cut, window_end=until, gpu_count=inst.gpu_count,
+                      settings=cfg, words=words_for(inst))
+        assert r.fit.to is not None
+        outcomes.append(Outcome(r.fit, r.team, after,
+                                round(after_spend.get(inst.instance_id, 0.0), 2),
+                                would_break(r.fit.efficiency, after, r.fit.to)))
     outcomes.sort(key=lambda o: (-o.saved_usd, o.fit.instance.instance_id))
     return RecommendationBacktest(since, cut, until, len(judged), outcomes)
 

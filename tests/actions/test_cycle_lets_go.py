@@ -1,6 +1,6 @@
 """What a cycle read of the fleet is let go when it ends: the engine and its act stage's
 runner hold no instance model between cycles (each cycle reads the inventory anew; held, a
-fleet's models pinned the memory the cycle freed around them, engine/heap.py). Here, beside
+fleet's models pinned the memory the cycle freed around them, costguard/heap.py). Here, beside
 the act stage's other tests, so that the runner's mutants meet it (scripts/mutation.py)."""
 
 from __future__ import annotations

@@ -249,7 +249,7 @@ def test_every_image_is_one_this_repository_builds_at_this_version(k8s: Manifest
 
 
 def test_the_image_runs_the_daemon_on_jemalloc_as_heap_py_says() -> None:
-    from costguard.engine.heap import JEMALLOC_ENV
+    from costguard.heap import JEMALLOC_ENV
 
     text = (DEPLOY / "Dockerfile").read_text()
     final = text.rsplit("\nFROM ", 1)[1]  # the image's own stage, not the build's

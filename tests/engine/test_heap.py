@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from costguard.engine import heap
-from costguard.engine.heap import CYCLE_GEN0, MALLOC_ARENAS, cycle_collection, glibc
+from costguard import heap
+from costguard.heap import CYCLE_GEN0, MALLOC_ARENAS, cycle_collection, glibc
 from costguard.model import Inventory
 from tests.engine.conftest import EngineFactory
 from tests.fakes.cloud import ScriptedCloud
@@ -82,7 +82,7 @@ def test_the_engine_runs_each_cycle_under_it(make_engine: EngineFactory,
 
 _ARENAS_SCRIPT = """
 import ctypes, os, sys, tempfile, threading
-from costguard.engine.heap import limit_malloc_arenas
+from costguard.heap import limit_malloc_arenas
 print(limit_malloc_arenas() if sys.argv[1] == "limit" else "none")
 start = threading.Barrier(9)
 held = []
@@ -185,7 +185,7 @@ for _ in range(20_000):  # reference cycles, as botocore's clients leave
     a["self"] = a
     garbage.append(a)
 del garbage, a
-from costguard.engine.heap import skip_collection_at_exit
+from costguard.heap import skip_collection_at_exit
 if sys.argv[1] == "skip":
     print(skip_collection_at_exit(), skip_collection_at_exit())
 """

@@ -1,4 +1,4 @@
-"""What a cycle freed goes back to the operating system (engine/heap.py)."""
+"""What a cycle freed goes back to the operating system (costguard/heap.py)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from costguard.engine.heap import jemalloc_installed
+from costguard.heap import jemalloc_installed
 
 ROOT = Path(__file__).resolve().parents[2]
 
 # a child process: the suite's own heap would blur the figures
 _CHILD = """
 import json, sys
-from costguard.engine.heap import release_freed_memory
+from costguard.heap import release_freed_memory
 
 def rss():
     with open("/proc/self/status") as f:
@@ -69,7 +69,7 @@ def test_on_jemalloc_the_cycles_free_pages_are_purged_at_once() -> None:
 
 
 def test_release_purges_every_jemalloc_arena(monkeypatch: pytest.MonkeyPatch) -> None:
-    from costguard.engine import heap
+    from costguard import heap
 
     asked: list[bytes] = []
 
@@ -88,9 +88,9 @@ def test_the_images_jemalloc_settings_are_all_taken() -> None:
     """jemalloc warns on stderr of a setting it does not know, and runs on without it."""
     import os
 
-    from costguard.engine.heap import JEMALLOC_ENV
+    from costguard.heap import JEMALLOC_ENV
 
-    child = ("import ctypes; from costguard.engine.heap import jemalloc, limit_malloc_arenas, "
+    child = ("import ctypes; from costguard.heap import jemalloc, limit_malloc_arenas, "
              "release_freed_memory; "
              "m = ctypes.CDLL(None).mallctl; v = ctypes.c_size_t(); "
              "n = ctypes.c_size_t(ctypes.sizeof(v)); "

@@ -1,11 +1,15 @@
 """Judging a fleet's week of readings holds a few instances' readings at a time, never the
-fleet's: a week of one GPU's minutes is 10,080 readings (~17 MB as GpuMinutes), and the
-report's waste section judges every GPU instance in the store."""
+fleet's: a week of one GPU's minutes is 10,080 readings (~8 MB while judged), and the
+report's waste section judges every GPU instance in the store; and the garbage collector
+does not walk them every few hundred allocations while they are judged."""
 
 from __future__ import annotations
 
+import gc
 import tracemalloc
 from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from costguard.model import GpuMinute, Instance, InstanceState, Lifecycle, TelemetrySource
 from costguard.recommend.run import judge_instances, reads
@@ -61,3 +65,31 @@ def test_a_fleets_week_is_judged_a_few_instances_at_a_time(db: Database) -> None
     assert {r.fit.efficiency.hours for r in judged} == {168.0}
     assert len({r.fit.efficiency.bottleneck for r in judged}) > 1  # the readings differ
     assert peak < 25 * 2**20, f"{peak / 2**20:.0f} MiB held while judging"
+
+
+def test_judging_collects_the_youngest_generation_as_seldom_as_a_cycle_does(
+        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outside a cycle too (`recommend`, the report, the console), judging raises the
+    collector's threshold as a cycle does (costguard/heap.py), and puts it back after."""
+    from costguard.heap import CYCLE_GEN0
+    from costguard.recommend import run
+
+    points = [GpuMinute(provider="aws", instance_id="i-a", source=TelemetrySource.CLOUDWATCH,
+                        span_minutes=5, minute=NOW - timedelta(hours=1) + timedelta(minutes=5 * k),
+                        util_mean=50.0) for k in range(12)]
+    with db.session() as s:
+        write_minutes(s, points)
+    seen: list[int] = []
+    real = run.judge
+
+    def judge(*args: object, **kwargs: object) -> object:
+        seen.append(gc.get_threshold()[0])
+        return real(*args, **kwargs)  # type: ignore[arg-type]  # judge's own arguments
+
+    monkeypatch.setattr(run, "judge", judge)
+    before = gc.get_threshold()
+    assert before[0] < CYCLE_GEN0
+    with db.session() as s:
+        judge_instances(s, [inst("i-a")], NOW, lambda i: None, RecommendSettings(), {}, {})
+    assert seen == [CYCLE_GEN0]
+    assert gc.get_threshold() == before

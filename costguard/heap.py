@@ -64,7 +64,8 @@ _saved: tuple[int, int, int] | None = None
 @contextmanager
 def cycle_collection(gen0: int = CYCLE_GEN0) -> Iterator[None]:
     """Collect the youngest generation every `gen0` allocations (never more often than it
-    was) while any cycle runs."""
+    was) while any cycle runs, or other bulk work that keeps many objects alive at once (a
+    week of readings judged: recommend/run.py `judge_instances`)."""
     global _running, _saved
     with _lock:
         if _running == 0:
