@@ -17,6 +17,7 @@ from sqlmodel import Session
 
 from costguard.minute_rows import LEAD, SOURCE, MinuteRows, names_of
 from costguard.model import MAX_SPAN_MINUTES, GpuMinute, TelemetrySource
+from costguard.store.packed_view import make_tuple
 from costguard.store.refs import InstanceRef, ids_by_provider
 from costguard.store.tables import GpuReadingRow
 from costguard.store.upsert import dialect_insert, driver_sql
@@ -248,11 +249,10 @@ def read_shaped(session: Session, refs: Iterable[InstanceRef], start: datetime,
     `read_rows` takes it."""
     fields: tuple[str, ...] = shape._fields  # type: ignore[attr-defined]  # a NamedTuple
     at_source = fields.index("source")
-    make = tuple.__new__  # shape._make without its length check
     out: dict[InstanceRef, list[Shaped]] = defaultdict(list)
     for ref, values in read_rows(session, refs, start, end, fields=fields, minutes=minutes):
         values[at_source] = _SOURCES[values[at_source]]
-        out[ref].append(make(shape, values))
+        out[ref].append(make_tuple(shape, values))  # shape._make, unchecked
     return out
 
 

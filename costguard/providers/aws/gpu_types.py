@@ -64,9 +64,15 @@ def shipped_gpu_table() -> dict[str, GpuSpec]:
             for itype, row in shipped_rows().items()}
 
 
+# the most MiB whose bytes a reading holds (its byte columns are 64-bit): a larger figure in
+# an answer is no figure, not a GPU reading refused for its host's memory
+_MAX_MIB = (2**63 - 1) // 2**20
+
+
 def _mib(value: Any) -> int | None:
-    """A size in MiB as given (an answer's or a stored copy's): a positive int, else none."""
-    return value if type(value) is int and value > 0 else None
+    """A size in MiB as given (an answer's or a stored copy's): a positive int within
+    `_MAX_MIB`, else none."""
+    return value if type(value) is int and 0 < value <= _MAX_MIB else None
 
 
 def _neuron_spec(info: dict[str, Any]) -> GpuSpec:

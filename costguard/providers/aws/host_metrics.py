@@ -83,7 +83,8 @@ def host_figures(series: Sequence[Series], values: Mapping[str, list[tuple[datet
     out: HostFigures = {}
     for n, s in enumerate(series):
         mib = memory_mib.get(s.instance_id)
-        if s.metric == MEM_USED_PERCENT and not isinstance(mib, int):
+        total = None if mib is None else mib * _MIB
+        if s.metric == MEM_USED_PERCENT and total is None:
             continue  # a percentage of memory not known
         by_minute = out.setdefault(s.instance_id, {})
         for ts, value in values.get(f"h{n}", []):
@@ -91,8 +92,7 @@ def host_figures(series: Sequence[Series], values: Mapping[str, list[tuple[datet
                 continue  # no figure of the host: the GPU's reading stands without it
             pct = percent(value)
             figures: list[tuple[int, Any]]
-            if s.metric == MEM_USED_PERCENT:
-                total = mib * _MIB  # type: ignore[operator]  # an int, checked above
+            if s.metric == MEM_USED_PERCENT and total is not None:
                 figures = [(1, int(total * pct / 100)), (2, total)]
             else:
                 figures = [(0, pct)]

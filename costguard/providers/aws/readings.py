@@ -164,9 +164,10 @@ class CloudWatchReads:
             series, values, gpu_counts=gpu_counts, period_s=period_s, first=first, last=last,
             host_cpu=cw.host_cpu_of(cpu_ids, values))
         if host_series:
+            types = {i.instance_id: i.instance_type for i in members}
             hm.join_host(rows, hm.host_figures(host_series, values, {
-                i.instance_id: self.gpu_types.host_memory_mib(i.instance_type)
-                for i in members}))
+                iid: self.gpu_types.host_memory_mib(types[iid])
+                for iid in {s.instance_id for s in host_series}}))
         return _built(cw.as_rows(rows), receipt, split, scope, dropped), calls
 
     def _dimensions(self, client: CloudWatchClient, key: tuple[str, str], namespace: str,

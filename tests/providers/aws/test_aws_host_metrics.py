@@ -124,6 +124,7 @@ def test_a_type_newer_than_the_shipped_table_takes_its_memory_from_describe_inst
     table = {k: v for k, v in gpu_types.shipped_gpu_table().items() if k != "g5.xlarge"}
     monkeypatch.setattr(gpu_types, "shipped_rows", lambda: without)
     monkeypatch.setattr(gpu_types, "shipped_gpu_table", lambda: table)
+    # wherever the table is read (host_metrics read it itself before the catalog kept memory)
     monkeypatch.setattr(host_metrics, "shipped_rows", lambda: without, raising=False)
     (raw,) = run_instances(itype="g5.xlarge")
     minutes = [_minute(clock, ago) for ago in range(2, 0, -1)]
@@ -193,3 +194,19 @@ def test_measured_host_memory_sizes_the_verdict_where_it_was_assumed(
     assert any("memory peak" in line for line in after.evidence)
     assert before.bottleneck.value == "latency-bound"  # GPU low, CPU idle
     assert after.bottleneck.value == "data-loading"  # GPU low, the host waiting on I/O
+
+
+def test_an_answers_memory_past_what_a_reading_holds_is_no_memory() -> None:
+    """A DescribeInstanceTypes answer whose MemoryInfo is a 5,000-digit number, negative or
+    not a number gives no host memory (I/O wait alone), never a GPU reading refused for a
+    host figure past the store's 64-bit columns."""
+    from costguard.providers.aws.gpu_types import spec_from_type_info
+
+    gpus = {"Gpus": [{"Name": "A10G", "Manufacturer": "NVIDIA", "Count": 1,
+                      "MemoryInfo": {"SizeInMiB": 22888}}]}
+    for odd in (10**5000, 2**43, -16384, 0, "16384", 16384.0, None):
+        spec = spec_from_type_info({"GpuInfo": gpus, "MemoryInfo": {"SizeInMiB": odd}})
+        assert spec.count == 1 and spec.host_memory_mib is None, type(odd)
+    largest = spec_from_type_info({"GpuInfo": gpus, "MemoryInfo": {"SizeInMiB": 2**43 - 1}})
+    assert largest.host_memory_mib is not None
+    assert largest.host_memory_mib * 2**20 <= 2**63 - 1
