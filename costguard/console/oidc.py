@@ -23,8 +23,12 @@ from starlette.routing import BaseRoute, Route
 
 from costguard.console.auth import LOGIN_PATH, MOUNT, safe_next, split_groups
 from costguard.console.settings import ConsoleSettings
+from costguard.daemon.logs import REFUSALS
 
 log = logging.getLogger("costguard.console")
+# a failed login is anyone's to repeat, each with words of their choosing: a minute's worth
+# is one line (the logger's throttle, daemon/logs.py)
+refused = logging.getLogger(REFUSALS)
 
 CALLBACK_PATH = "/console/auth/callback"
 
@@ -48,7 +52,7 @@ def oidc_routes(cfg: ConsoleSettings) -> list[BaseRoute]:
         try:
             response: Response = await client.authorize_redirect(request, callback_url(request))
         except Exception as exc:  # the provider's discovery document cannot be read
-            log.warning("OIDC login failed: %s: %s", type(exc).__name__, exc)
+            refused.warning("OIDC login failed: %s: %s", type(exc).__name__, exc)
             return PlainTextResponse("The identity provider cannot be reached; try again "
                                      "later.", status_code=503)
         return response
@@ -57,7 +61,7 @@ def oidc_routes(cfg: ConsoleSettings) -> list[BaseRoute]:
         try:
             token = await client.authorize_access_token(request)
         except OAuthError as exc:
-            log.warning("OIDC login refused: %s", exc.error)
+            refused.warning("OIDC login refused: %s", exc.error)
             return PlainTextResponse(f"Login failed: {exc.error}. Start again at "
                                      f"{LOGIN_PATH}.", status_code=401)
         claims = dict(token.get("userinfo") or {})

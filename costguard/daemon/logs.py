@@ -138,10 +138,14 @@ class Throttle(logging.Filter):
     MAX_KEYS = 1_000  # distinct messages remembered (then forgotten all at once)
 
     def __init__(self, interval_s: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, *,
+                 per_template: bool = False) -> None:
         super().__init__()
         self.interval_s = interval_s
         self.clock = clock
+        # per_template: one key per format string, whatever its values (a value a stranger
+        # chooses, such as the `error` of a login callback, would make each line its own)
+        self.per_template = per_template
         self._lock = threading.Lock()
         self._last: dict[str, float] = {}
         self._left_out: dict[str, int] = {}
@@ -154,7 +158,8 @@ class Throttle(logging.Filter):
         exc = record.exc_info[1] if record.exc_info else None
         # uvicorn's "Exception in ASGI application" is one message for every error: each
         # error its own, and the same one again held back
-        key = f"{record.name}:{record.levelno}:{message}:{exc!r}"
+        key = (f"{record.name}:{record.levelno}:{record.msg}" if self.per_template else
+               f"{record.name}:{record.levelno}:{message}:{exc!r}")
         now = self.clock()
         with self._lock:
             last = self._last.get(key)
@@ -178,6 +183,10 @@ class Throttle(logging.Filter):
 # received." for each malformed request, python-multipart's for each malformed form body
 # (a logger's filters see only what is logged to it by name, not to its children)
 _THROTTLED = ("asyncio", "uvicorn.error", "python_multipart.multipart")
+# costguard's own records of what anyone who reaches the console can repeat (a login
+# callback with a made-up error, a login while the identity provider is down): one a minute
+# per message template, whatever the values in it
+REFUSALS = "costguard.console.refused"
 
 
 class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -209,6 +218,9 @@ def install(handler: logging.Handler, level: str | int) -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, Throttle) for f in logger.filters):
             logger.addFilter(Throttle())
+    refusals = logging.getLogger(REFUSALS)
+    if not any(isinstance(f, Throttle) for f in refusals.filters):
+        refusals.addFilter(Throttle(per_template=True))
     # a library's warning (`warnings.warn`) is a log record too (logger `py.warnings`), in the
     # handler's format and redacted: printed by `warnings` on stderr, it broke a JSON log's
     # every-line-is-JSON and passed by the redaction
