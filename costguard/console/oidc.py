@@ -16,7 +16,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from authlib.common.errors import AuthlibBaseError
 from authlib.integrations.starlette_client import OAuth, OAuthError
+from joserfc.errors import JoseError
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -31,6 +33,9 @@ log = logging.getLogger("costguard.console")
 refused = logging.getLogger(REFUSALS)
 
 CALLBACK_PATH = "/console/auth/callback"
+# what Authlib raises for an ID token that does not check out: its own errors, or joserfc's
+# (which it verifies signatures with)
+_TOKEN_REFUSED = (AuthlibBaseError, JoseError)
 
 
 def oidc_routes(cfg: ConsoleSettings) -> list[BaseRoute]:
@@ -64,6 +69,17 @@ def oidc_routes(cfg: ConsoleSettings) -> list[BaseRoute]:
             refused.warning("OIDC login refused: %s", exc.error)
             return PlainTextResponse(f"Login failed: {exc.error}. Start again at "
                                      f"{LOGIN_PATH}.", status_code=401)
+        except _TOKEN_REFUSED as exc:  # the ID token did not check out (signature, claims)
+            refused.warning("OIDC login refused: the ID token: %s: %s",
+                            type(exc).__name__, exc)
+            return PlainTextResponse("Login failed: the identity provider's token did not "
+                                     f"check out. Start again at {LOGIN_PATH}.",
+                                     status_code=401)
+        except Exception as exc:  # the token endpoint failed, or did not answer
+            refused.warning("OIDC login failed at the token endpoint: %s: %s",
+                            type(exc).__name__, exc)
+            return PlainTextResponse("The identity provider did not complete the login; "
+                                     f"try again later at {LOGIN_PATH}.", status_code=502)
         claims = dict(token.get("userinfo") or {})
         if oc.groups_claim not in claims:
             try:
