@@ -43,6 +43,7 @@ from costguard.daemon.connections import (
 )
 from costguard.daemon.headers import SecurityHeadersMiddleware
 from costguard.daemon.health import last_governed, unreadable
+from costguard.daemon.logs import UNEXPECTED
 from costguard.daemon.metrics import DaemonMetrics
 from costguard.errors import ConfigError
 from costguard.store.db import Database
@@ -51,7 +52,7 @@ from costguard.store.tables import CycleRow
 if TYPE_CHECKING:
     from costguard.config import Settings
 
-log = logging.getLogger("costguard.http")
+unexpected = logging.getLogger(UNEXPECTED)  # throttled: each a client can repeat (logs.py)
 
 
 READY_TIMEOUT_S = 0.1  # /readyz answers within this, whatever the store does
@@ -146,8 +147,8 @@ class GuardMiddleware:
         try:
             await self.app(scope, receive, tracking_send)
         except Exception:
-            log.exception("unexpected error serving %s %s", scope.get("method"),
-                          scope.get("path"))
+            unexpected.exception("unexpected error serving %s %s", scope.get("method"),
+                                 scope.get("path"))
             if not started:
                 status = 503
                 await JSONResponse({"error": "internal error; retry later"}, 503)(

@@ -128,6 +128,17 @@ def route_third_party(level: str | int) -> None:
         logging.getLogger(name).setLevel(floor)
 
 
+def _raised_at(exc: BaseException | None) -> str:
+    """An exception's kind and the line that raised it ("" for none)."""
+    if exc is None:
+        return ""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb is not None else ""
+    return f"{type(exc).__qualname__}@{where}"
+
+
 class Throttle(logging.Filter):
     """The first record of a message (as formatted: the same words with other values are
     another message), then at most one every `interval_s`, saying how many like it were
@@ -143,8 +154,9 @@ class Throttle(logging.Filter):
         super().__init__()
         self.interval_s = interval_s
         self.clock = clock
-        # per_template: one key per format string, whatever its values (a value a stranger
-        # chooses, such as the `error` of a login callback, would make each line its own)
+        # per_template: one key per format string and, for an exception, its kind and the
+        # line that raised it, whatever the values (a value a stranger chooses, such as the
+        # `error` of a login callback or the path of a request, would make each line its own)
         self.per_template = per_template
         self._lock = threading.Lock()
         self._last: dict[str, float] = {}
@@ -158,8 +170,8 @@ class Throttle(logging.Filter):
         exc = record.exc_info[1] if record.exc_info else None
         # uvicorn's "Exception in ASGI application" is one message for every error: each
         # error its own, and the same one again held back
-        key = (f"{record.name}:{record.levelno}:{record.msg}" if self.per_template else
-               f"{record.name}:{record.levelno}:{message}:{exc!r}")
+        key = (f"{record.name}:{record.levelno}:{record.msg}:{_raised_at(exc)}"
+               if self.per_template else f"{record.name}:{record.levelno}:{message}:{exc!r}")
         now = self.clock()
         with self._lock:
             last = self._last.get(key)
@@ -183,10 +195,14 @@ class Throttle(logging.Filter):
 # received." for each malformed request, python-multipart's for each malformed form body
 # (a logger's filters see only what is logged to it by name, not to its children)
 _THROTTLED = ("asyncio", "uvicorn.error", "python_multipart.multipart")
-# costguard's own records of what anyone who reaches the console can repeat (a login
-# callback with a made-up error, a login while the identity provider is down): one a minute
-# per message template, whatever the values in it
+# costguard's own records of what anyone who reaches the daemon can repeat at will: a
+# console login refused (a callback with a made-up error, a login while the identity
+# provider is down), and a request that failed inside (with its traceback: one request
+# after another, each path its own, was a traceback each); one a minute per message
+# template and, for a failure, per line that raised it, whatever the values in it
 REFUSALS = "costguard.console.refused"
+UNEXPECTED = "costguard.http.unexpected"
+_PER_TEMPLATE = (REFUSALS, UNEXPECTED)
 
 
 class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -218,9 +234,10 @@ def install(handler: logging.Handler, level: str | int) -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, Throttle) for f in logger.filters):
             logger.addFilter(Throttle())
-    refusals = logging.getLogger(REFUSALS)
-    if not any(isinstance(f, Throttle) for f in refusals.filters):
-        refusals.addFilter(Throttle(per_template=True))
+    for name in _PER_TEMPLATE:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, Throttle) for f in logger.filters):
+            logger.addFilter(Throttle(per_template=True))
     # a library's warning (`warnings.warn`) is a log record too (logger `py.warnings`), in the
     # handler's format and redacted: printed by `warnings` on stderr, it broke a JSON log's
     # every-line-is-JSON and passed by the redaction

@@ -4,12 +4,15 @@ API call that fails inside is a 503 to retry, never a 500."""
 
 from __future__ import annotations
 
+import io
+import logging
 from datetime import timedelta
 
 import httpx
 import pytest
 
 from costguard.console.pages import Pages
+from costguard.daemon.logs import UNEXPECTED, Throttle, configure_logging
 from costguard.store.db import Database
 from tests.console.harness import console_settings, serve
 from tests.console.test_unknown_names import NOW
@@ -55,6 +58,40 @@ def test_a_page_that_fails_inside_is_a_503_not_a_500(
     assert answer.status_code == 503
     assert answer.json() == {"error": "internal error; retry later"}
     assert "the store went away" not in answer.text
+
+
+def test_a_failure_a_client_repeats_is_one_traceback_a_minute(
+        db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each request that fails inside was a traceback in the log: a client repeating one,
+    each time with another query, wrote as many as it liked. The same failure (the same
+    line raising the same kind) is logged once a minute; another failure is its own."""
+    _store(db_url)
+
+    async def broken(self: Pages, request: object) -> object:
+        raise RuntimeError("the store went away")
+
+    async def other(self: Pages, request: object) -> object:
+        raise KeyError("another bug")
+
+    monkeypatch.setattr(Pages, "overview", broken)
+    monkeypatch.setattr(Pages, "audit", other)
+    unexpected = logging.getLogger(UNEXPECTED)
+    for old in [f for f in unexpected.filters if isinstance(f, Throttle)]:
+        unexpected.removeFilter(old)  # another test's lines in the last minute count not
+    out = io.StringIO()
+    handler = configure_logging(stream=out)
+    try:
+        with serve(console_settings(db_url)) as base, httpx.Client(base_url=base) as client:
+            for i in range(30):
+                assert client.get(f"/console/?team=t{i}").status_code == 503
+                assert client.get(f"/console/audit?window={i}d").status_code == 503
+    finally:
+        logging.getLogger().removeHandler(handler)
+    text = out.getvalue()
+    assert text.count("unexpected error serving") == 2, text[-3000:]
+    assert text.count("RuntimeError: the store went away") == 1, text[-3000:]
+    assert text.count("KeyError: 'another bug'") == 1, text[-3000:]
+    assert text.count("Traceback") == 2
 
 
 def test_a_form_field_holding_nul_is_no_value() -> None:
