@@ -423,10 +423,10 @@ def test_one_cycle_over_both_clouds_through_throttling_fakes_is_correct_and_coun
     assert actions["tagged"]["gcp-missing-team-label"] == len(gcp_fleet.expected_label)
     state = json.loads(urllib.request.urlopen(f"{url}/_state", timeout=10).read())
     assert set(state["stopped"]) == fleet.expected_stopped()
-    # the floor: a listing page and eight metric reads per project (five metric types, three
+    # the floor: a listing page and ten metric reads per project (seven metric types, three
     # of them read for their mean and their maximum), one batch per action kind (90 VMs, far
     # below a page, a batch or a filter's length)
-    assert gcp_floor["monitoring ListTimeSeries"] == 4 * 8
+    assert gcp_floor["monitoring ListTimeSeries"] == 4 * 10
     acting = {vm.project for vm in gcp.compute._vms.values()
               if str(vm.id) in gcp_fleet.expected_stop | gcp_fleet.expected_label}
     assert gcp_floor["compute aggregatedList instances"] == 4 + len(acting)

@@ -3,15 +3,17 @@
 A plaintext gRPC server on 127.0.0.1 (Monitoring has no REST transport in the Python
 client). The real `MetricServiceClient` talks to it over an insecure channel.
 
-Implemented: filters of the form `metric.type = "X" AND resource.type = "Y"` (any other
-clause is INVALID_ARGUMENT, so a query the fake cannot honour fails loudly), interval
+Implemented: filters of the form `metric.type = "X" AND resource.type = "Y"`, with
+`AND metric.labels.KEY = "V"` clauses (equality only; any other clause is
+INVALID_ARGUMENT, so a query the fake cannot honour fails loudly), interval
 filtering, `ALIGN_MEAN` / `ALIGN_MAX` / `ALIGN_MIN` / `ALIGN_NONE` with an alignment
 period, paging by series, points newest first (as the real service returns them), injected
 failures, and for benchmarks a real API's pace: `latency_s` before each answer and a
 seeded share `throttle` of calls refused with RESOURCE_EXHAUSTED (the quota error), as the
 latency proxy does for the REST fakes (bench/_latency_proxy.py). Series of `gce_instance`
 (GPU VMs) and of `tpu_worker` (Cloud TPU hosts). Not implemented: cross-series reducers,
-label filters, views other than FULL.
+resource label filters, label functions (`monitoring.regex.full_match`), views other than
+FULL.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ import grpc  # type: ignore[import-untyped]
 from google.cloud.monitoring_v3.types import common, metric, metric_service
 
 _SERVICE = "google.monitoring.v3.MetricService"
-_CLAUSE = re.compile(r'^\s*(metric\.type|resource\.type)\s*=\s*"([^"]+)"\s*$')
+_CLAUSE = re.compile(
+    r'^\s*(metric\.type|resource\.type|metric\.labels\.[a-z_][a-z0-9_]*)\s*=\s*"([^"]*)"\s*$')
 
 
 @dataclass
@@ -214,6 +217,8 @@ class FakeMonitoring:
                 for s in self._by_project.get(project, ())
                 if (metric_type is None or s.metric_type == metric_type)
                 and wanted.get("resource.type", s.resource_type) == s.resource_type
+                and all(s.metric_labels.get(k.removeprefix("metric.labels.")) == v
+                        for k, v in wanted.items() if k.startswith("metric.labels."))
             ]
         offset = int(request.page_token or 0)
         size = request.page_size or self.page_series

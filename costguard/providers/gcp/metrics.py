@@ -8,15 +8,24 @@ Sources, most honest first:
 - NVML `agent.googleapis.com/gpu/utilization` (percent of time a kernel ran) -> `util_mean`
   and `util_max` (each signal's minute read as its mean and its maximum: `QUERIES`);
 - `agent.googleapis.com/gpu/memory/bytes_used` (state "used") -> `mem_used_bytes`;
-- and the host: Compute Engine's own `compute.googleapis.com/instance/cpu/utilization`
-  (a ratio of the allocated vCPUs, sampled every minute, no agent needed) ->
-  `host_cpu_pct` of each of the instance's GPU minutes, for the efficiency verdict.
+- and the host, joined to each of the instance's GPU minutes for the efficiency verdict:
+  Compute Engine's own `compute.googleapis.com/instance/cpu/utilization` (a ratio of the
+  allocated vCPUs, sampled every minute, no agent needed) -> `host_cpu_pct`; and the Ops
+  Agent's `agent.googleapis.com/memory/bytes_used` (state "used", bytes) ->
+  `host_mem_used_bytes` and `agent.googleapis.com/cpu/utilization` (cpu_state "wait") ->
+  `host_iowait_pct`. The agent's CPU utilization is already the host's: its collector
+  divides each CPU's time in a state by that CPU's time in all states (percent), then the
+  agent averages over the CPUs, keeping only the state, its `cpu_number` blank
+  (GoogleCloudPlatform/ops-agent apps/hostmetrics.go, `AggregateLabels("mean", "state",
+  "blank")`; opentelemetry-operations-collector's agentmetricsprocessor); the legacy
+  Monitoring agent wrote a series per CPU instead (a `cpu_number`), one core's, not read.
 
 Aligned points carry the END of their 60 s window; `GpuMinute.minute` is its start.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,7 +39,7 @@ from google.cloud import monitoring_v3
 from costguard.clock import utc
 from costguard.errors import ProviderError
 from costguard.minute_rows import LEAD, MinuteRows, names_of
-from costguard.model import Gap, Instance, TelemetrySource
+from costguard.model import INT64, Gap, Instance, TelemetrySource
 from costguard.providers.base import Split
 from costguard.providers.cloud_readings import Dropped, validated, whole_bytes
 from costguard.providers.gcp import tpu_metrics, tpus
@@ -43,6 +52,8 @@ MEM_USED = "agent.googleapis.com/gpu/memory/bytes_used"
 SM_V2 = "workload.googleapis.com/gpu.dcgm.sm.utilization"
 SM_V1 = "workload.googleapis.com/dcgm.gpu.profiling.sm_utilization"
 HOST_CPU = "compute.googleapis.com/instance/cpu/utilization"
+HOST_MEM = "agent.googleapis.com/memory/bytes_used"
+HOST_CPU_STATES = "agent.googleapis.com/cpu/utilization"
 
 _Aligner = monitoring_v3.Aggregation.Aligner
 
@@ -54,6 +65,9 @@ class MetricQuery:
     field: str  # which GpuMinute field it fills
     scale: float  # multiply raw value by this
     percent: bool = True  # kept within 0-100 (memory is bytes)
+    # metric labels the series must have, asked of the server (`metric.labels.K = "V"`): a
+    # host's memory in one state of five, its CPU in one state of eight
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 # Each signal that can decide idleness is read twice: its mean (the mean in reports and the
@@ -72,7 +86,15 @@ QUERIES: tuple[MetricQuery, ...] = (
     MetricQuery(MEM_USED, _Aligner.ALIGN_MAX, "mem", 1.0, percent=False),
     # per instance, not per GPU (no gpu_number label: read as GPU 0); never a GPU minute alone
     MetricQuery(HOST_CPU, _Aligner.ALIGN_MEAN, "cpu", 100.0),
+    # the Ops Agent's, per instance too: the minute's most memory in use (added series can
+    # only raise it, toward "keep the memory"), and its mean I/O wait
+    MetricQuery(HOST_MEM, _Aligner.ALIGN_MAX, "host_mem", 1.0, percent=False,
+                labels=(("state", "used"),)),
+    MetricQuery(HOST_CPU_STATES, _Aligner.ALIGN_MEAN, "iowait", 1.0,
+                labels=(("cpu_state", "wait"),)),
 )
+# the fields of the host's queries: joined to the instance's GPU minutes, making none
+HOST_FIELDS = frozenset({"cpu", "host_mem", "iowait"})
 
 # each query fills a field of its own: a project's queries are read side by side (`gpu_minutes`)
 assert len({q.field for q in QUERIES}) == len(QUERIES)
@@ -80,19 +102,22 @@ assert len({q.field for q in QUERIES}) == len(QUERIES)
 _Key = tuple[str, int, int]  # (instance id, gpu index, minute start as epoch seconds)
 # what a Cloud Monitoring reading holds, in its row's order (`costguard.minute_rows`): the
 # order `_minutes` writes its values in
-_VALUES = ("util_mean", "util_max", "sm_mean", "sm_max", "mem_used_bytes", "host_cpu_pct")
+_VALUES = ("util_mean", "util_max", "sm_mean", "sm_max", "mem_used_bytes", "host_cpu_pct",
+           "host_iowait_pct", "host_mem_used_bytes")
 NAMES = names_of(_VALUES)
 assert NAMES[len(LEAD):] == _VALUES
 
 
-def metric_filter(metric_type: str) -> str:
-    return series_filter(metric_type, "gce_instance")
+def metric_filter(metric_type: str, labels: tuple[tuple[str, str], ...] = ()) -> str:
+    return "".join([series_filter(metric_type, "gce_instance"),
+                    *(f' AND metric.labels.{k} = "{v}"' for k, v in labels)])
 
 
 def build_request(
     project: str, query: MetricQuery, start: datetime, end: datetime
 ) -> monitoring_v3.ListTimeSeriesRequest:
-    return aligned_request(project, metric_filter(query.metric_type), query.aligner, start, end)
+    return aligned_request(project, metric_filter(query.metric_type, query.labels),
+                           query.aligner, start, end)
 
 
 def _read_series(out: dict[_Key, float], series: Any, query: MetricQuery,
@@ -106,10 +131,17 @@ def _read_series(out: dict[_Key, float], series: Any, query: MetricQuery,
     labels = raw.metric.labels
     if query.field == "mem" and labels.get("memory_state", "used") != "used":
         return
-    try:
-        gpu = int(labels.get("gpu_number", "0") or 0)
-    except ValueError:
-        return  # not a GPU's number: no GPU's series (a label anyone may write)
+    if any(labels.get(k) != v for k, v in query.labels):
+        return  # asked of the server too
+    if query.field == "iowait" and labels.get("cpu_number", ""):
+        return  # one CPU's (the legacy agent's series per CPU), not the host's
+    if query.field in HOST_FIELDS:
+        gpu = 0  # the host's: joined to each of its GPU minutes
+    else:
+        try:
+            gpu = int(labels.get("gpu_number", "0") or 0)
+        except ValueError:
+            return  # not a GPU's number: no GPU's series (a label anyone may write)
     scale, percent = query.scale, query.percent
     held_or_set = out.setdefault  # one lookup a point: most keys are new
     for point in raw.points:
@@ -192,10 +224,11 @@ def _minutes(readings: dict[str, dict[_Key, float]], start: datetime, end: datet
     # and nothing after needs an order (the classifier and the window key by GPU and minute)
     keys: dict[_Key, None] = {}
     for name, values in readings.items():
-        if name != "cpu":  # host CPU joins GPU minutes; it makes none
+        if name not in HOST_FIELDS:  # the host's figures join GPU minutes; they make none
             keys.update(dict.fromkeys(
                 k for k in values if lo <= k[2] < hi and k[0] not in skip))
     cpu = readings.get("cpu", {})
+    iowait, host_mem = readings.get("iowait", {}), readings.get("host_mem", {})
     util, util_max, mem_used = readings["util"], readings["util_max"], readings["mem"]
     sm_v2, sm_v2_max = readings["sm_v2"], readings["sm_v2_max"]
     sm_v1, sm_v1_max = readings["sm_v1"], readings["sm_v1_max"]
@@ -211,13 +244,28 @@ def _minutes(readings: dict[str, dict[_Key, float]], start: datetime, end: datet
         if sm is None and sm_top is None:
             sm, sm_top = sm_v1.get(key), sm_v1_max.get(key)
         mem = mem_used.get(key)
+        host = (instance_id, 0, epoch)
         # LEAD's values, then _VALUES'
         rows.append(("gcp", instance_id, gpu, minute, source, 1, 1, util.get(key),
                      util_max.get(key), sm, sm_top, None if mem is None else whole_bytes(mem),
-                     cpu.get((instance_id, 0, epoch))))
+                     cpu.get(host), _held(iowait.get(host)), _bytes_held(host_mem.get(host))))
     fresh = rows if receipt is None else receipt.fresh(rows)
     return validated(NAMES, fresh, "gcp cloud monitoring", dropped)
 
+
+
+def _held(value: float | None) -> float | None:
+    """A host figure a reading holds, else none: the host's figures inform the verdict, and
+    one that is not a number (NaN) is no figure rather than a GPU minute refused for it."""
+    return value if value is not None and value == value else None
+
+
+def _bytes_held(value: float | None) -> int | None:
+    """Host memory as whole bytes where a reading's 64-bit column holds it, else none (as
+    `_held`; the AWS reader's host memory is bounded alike)."""
+    if value is None or not math.isfinite(value) or value < 0 or value > INT64:
+        return None
+    return int(value)
 
 
 def gpu_minutes(

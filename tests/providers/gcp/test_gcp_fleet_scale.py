@@ -52,5 +52,5 @@ def test_three_thousand_instances_in_one_inventory_and_metrics_pass(
     assert len(readings) == 3000 * minutes
     assert all(r.sm_mean == pytest.approx(100.0) for r in readings)
     assert fake.compute.calls["GET aggregated_list"] == 3 * 2  # 1,000 per project, 500 a page
-    # 5 metric types, the 3 that can decide idleness read twice (mean, maximum)
-    assert len(fake.monitoring.calls) == 5 and sum(fake.monitoring.calls.values()) == 3 * 8
+    # 7 metric types, the 3 that can decide idleness read twice (mean, maximum)
+    assert len(fake.monitoring.calls) == 7 and sum(fake.monitoring.calls.values()) == 3 * 10

@@ -54,10 +54,10 @@ def test_one_call_per_project_per_metric_type_not_per_instance(
     provider = make_provider(projects=["ml-prod", "ml-research"])
     minutes = provider.gpu_metrics(instances, T0, T0 + timedelta(minutes=5))
     assert len(minutes) == 60 * 2 * 5
-    # 2 projects x 8 reads: 5 metric types (host CPU too), the 3 that can decide idleness
-    # twice (their mean, and their maximum, which decides)
-    assert len(fake.monitoring.requests) == 2 * 8
-    assert sorted(fake.monitoring.calls.values()) == [2, 2, 4, 4, 4]
+    # 2 projects x 10 reads: 7 metric types (the host's CPU, memory and CPU states too), the
+    # 3 that can decide idleness twice (their mean, and their maximum, which decides)
+    assert len(fake.monitoring.requests) == 2 * 10
+    assert sorted(fake.monitoring.calls.values()) == [2, 2, 2, 2, 4, 4, 4]
     for request in fake.monitoring.requests:
         assert 'resource.type = "gce_instance"' in request.filter
         assert request.aggregation.alignment_period == timedelta(seconds=60)
@@ -213,7 +213,7 @@ def test_throttled_monitoring_is_retried_and_leaves_no_gap() -> None:
     assert provider.metric_gaps == []
     assert len(minutes) == 4 * 2
     # a refused call is not answered, so not counted: each read once per project
-    assert len(paced.monitoring.requests) == 4 * 8
+    assert len(paced.monitoring.requests) == 4 * 10
 
 
 def test_denied_monitoring_raises_a_provider_error_that_says_what_to_grant(
@@ -240,13 +240,13 @@ def test_a_project_whose_metrics_fail_is_a_gap_while_others_are_returned(
     )
     assert [m.instance_id for m in minutes] == ["1"]
     assert [g.scope for g in provider.metric_gaps] == ["ml-research"]
-    # all eight asked at once
-    assert len([r for r in fake.monitoring.requests if r.name == "projects/ml-research"]) == 8
+    # all ten asked at once
+    assert len([r for r in fake.monitoring.requests if r.name == "projects/ml-research"]) == 10
 
 
 def test_a_projects_queries_are_asked_side_by_side() -> None:
-    """At a real API's pace a project's eight queries one after another were eight round
-    trips: a first cycle's few projects a call made that chain most of its telemetry."""
+    """At a real API's pace a project's queries one after another (eight then) were eight
+    round trips: a first cycle's few projects a call made that chain most of its telemetry."""
     with FakeGcp() as paced:
         paced.monitoring.stop()
         paced.monitoring.latency_s = 0.2
@@ -257,7 +257,7 @@ def test_a_projects_queries_are_asked_side_by_side() -> None:
                                        T0 + timedelta(minutes=2))
         provider.close()
     assert len(minutes) == 2 and provider.metric_gaps == []
-    assert len(paced.monitoring.requests) == 8
+    assert len(paced.monitoring.requests) == 10
     assert paced.monitoring.most_at_once >= 4  # one at a time, it was 1
 
 
