@@ -26,7 +26,7 @@ Aligned points carry the END of their 60 s window; `GpuMinute.minute` is its sta
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -103,7 +103,7 @@ _Key = tuple[str, int, int]  # (instance id, gpu index, minute start as epoch se
 # what a Cloud Monitoring reading holds, in its row's order (`costguard.minute_rows`): the
 # order `_minutes` writes its values in
 _VALUES = ("util_mean", "util_max", "sm_mean", "sm_max", "mem_used_bytes", "host_cpu_pct",
-           "host_iowait_pct", "host_mem_used_bytes")
+           "host_iowait_pct", "host_mem_used_bytes", "host_mem_total_bytes")
 NAMES = names_of(_VALUES)
 assert NAMES[len(LEAD):] == _VALUES
 
@@ -200,23 +200,39 @@ def busiest_into(into: dict[_Key, float], values: dict[_Key, float]) -> None:
 
 def merge(readings: dict[str, dict[_Key, float]], start: datetime, end: datetime,
           receipt: Receipt | None = None, split: Split | None = None,
-          dropped: Dropped | None = None) -> MinuteRows:
+          dropped: Dropped | None = None, memory: Mapping[str, int] | None = None
+          ) -> MinuteRows:
     """The GPU-minutes in [start, end) of the projects' series; with a call's `receipt`,
     those handed over and stored before unchanged are left out
     (`costguard.providers.repeats`).
     With `split` (keep_from, decided): the minutes from `keep_from` on, and the older ones
-    of the instances that `decided`, handed those, does not name (never built)."""
+    of the instances that `decided`, handed those, does not name (never built).
+    `memory`: each instance's machine type's memory in bytes, the total beside a minute's
+    measured host memory (`type_memory`)."""
+    memory = memory or {}
     if split is None:
-        return _minutes(readings, start, end, receipt, dropped)
+        return _minutes(readings, start, end, receipt, dropped, memory)
     keep_from, decided = split
-    recent = _minutes(readings, keep_from, end, receipt, dropped)
-    older = _minutes(readings, start, keep_from, receipt, dropped, skip=decided(recent))
+    recent = _minutes(readings, keep_from, end, receipt, dropped, memory)
+    older = _minutes(readings, start, keep_from, receipt, dropped, memory,
+                     skip=decided(recent))
     return MinuteRows.joined([older, recent], NAMES)
 
 
+def type_memory(instances: Iterable[Instance]) -> dict[str, int]:
+    """The memory of each instance's machine type, in bytes, where the shipped table knows
+    it (the accelerator-optimized types: `catalog.machine_shapes`). The Ops Agent's memory in
+    use is of what the kernel sees, a little less than the type's: a total a little high."""
+    from costguard.providers.gcp.catalog import machine_shapes
+
+    shapes = machine_shapes()
+    return {inst.instance_id: round(shape.memory_gib * 2**30) for inst in instances
+            if (shape := shapes.get(inst.instance_type)) is not None}
+
+
 def _minutes(readings: dict[str, dict[_Key, float]], start: datetime, end: datetime,
-             receipt: Receipt | None, dropped: Dropped | None, skip: Collection[str] = ()
-             ) -> MinuteRows:
+             receipt: Receipt | None, dropped: Dropped | None, memory: Mapping[str, int],
+             skip: Collection[str] = ()) -> MinuteRows:
     """`merge` of [start, end), less the instances in `skip`."""
     lo, hi = utc(start).timestamp(), utc(end).timestamp()
     # in the order the series came (each GPU's minutes together, the same every run), not
@@ -245,10 +261,12 @@ def _minutes(readings: dict[str, dict[_Key, float]], start: datetime, end: datet
             sm, sm_top = sm_v1.get(key), sm_v1_max.get(key)
         mem = mem_used.get(key)
         host = (instance_id, 0, epoch)
+        host_used = _bytes_held(host_mem.get(host))
         # LEAD's values, then _VALUES'
         rows.append(("gcp", instance_id, gpu, minute, source, 1, 1, util.get(key),
                      util_max.get(key), sm, sm_top, None if mem is None else whole_bytes(mem),
-                     cpu.get(host), _held(iowait.get(host)), _bytes_held(host_mem.get(host))))
+                     cpu.get(host), _held(iowait.get(host)), host_used,
+                     None if host_used is None else memory.get(instance_id)))
     fresh = rows if receipt is None else receipt.fresh(rows)
     return validated(NAMES, fresh, "gcp cloud monitoring", dropped)
 
@@ -336,4 +354,5 @@ def gpu_minutes(
         raise failures[0]
     # Missing readings are "no data", never "idle": the other projects' data is still good.
     gaps = [Gap(provider="gcp", scope=f.scope, error=str(f)) for f in failures]
-    return merge(merged, start, end, receipt, split, dropped), gaps
+    return merge(merged, start, end, receipt, split, dropped,
+                 type_memory(i for i in instances if i.provider == "gcp")), gaps

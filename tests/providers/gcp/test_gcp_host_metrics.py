@@ -20,6 +20,7 @@ from costguard.telemetry.efficiency import judge
 from tests.providers.gcp.test_gcp_metrics import T0, _every_20s, _instance
 
 GIB = 2**30
+A2_HIGHGPU_2G = 170 * GIB  # machine_types.json (the shapes `_instance` makes)
 MEMORY = {"used": 48 * GIB, "free": 100 * GIB, "buffered": GIB, "cached": 20 * GIB,
           "slab": 2 * GIB}
 CPU_STATES = {"idle": 40.0, "interrupt": 0.0, "nice": 0.0, "softirq": 0.5, "steal": 0.0,
@@ -63,10 +64,11 @@ def test_the_ops_agent_s_memory_and_io_wait_join_each_gpu_minute(
                      {"cpu_number": str(cpu), "cpu_state": "wait"}, 99.0, 2)
     provider = make_provider(projects=["ml-prod"])
     minutes = provider.gpu_metrics([vm], T0, T0 + timedelta(minutes=3))
-    got = sorted((m.minute, m.gpu_index, m.host_mem_used_bytes, m.host_iowait_pct)
-                 for m in minutes)
-    assert got == [(t, gpu, 48 * GIB, 35.0) if t < T0 + timedelta(minutes=2) else
-                   (t, gpu, None, None) for t in _minutes(T0, 3) for gpu in range(2)]
+    got = sorted((m.minute, m.gpu_index, m.host_mem_used_bytes, m.host_mem_total_bytes,
+                  m.host_iowait_pct) for m in minutes)
+    # the total: the machine type's memory (a2-highgpu-2g: 170 GB), beside a measured use
+    assert got == [(t, gpu, 48 * GIB, A2_HIGHGPU_2G, 35.0) if t < T0 + timedelta(minutes=2)
+                   else (t, gpu, None, None, None) for t in _minutes(T0, 3) for gpu in range(2)]
     filters = {r.filter for r in fake.monitoring.requests}
     assert (f'metric.type = "{HOST_MEM}" AND resource.type = "gce_instance" '
             'AND metric.labels.state = "used"') in filters
@@ -86,8 +88,8 @@ def test_the_host_alone_makes_no_gpu_minute_and_odd_values_are_no_figure(
     _ops_agent_host(fake, "2002", 2, memory={"used": 2.0**70})
     provider = make_provider(projects=["ml-prod"])
     minutes = provider.gpu_metrics([quiet, odd], T0, T0 + timedelta(minutes=2))
-    assert [(m.instance_id, m.host_mem_used_bytes, m.host_iowait_pct) for m in minutes] == [
-        ("2002", None, 35.0), ("2002", None, 35.0)]
+    assert [(m.instance_id, m.host_mem_used_bytes, m.host_mem_total_bytes, m.host_iowait_pct)
+            for m in minutes] == [("2002", None, None, 35.0), ("2002", None, None, 35.0)]
     assert provider.metric_gaps == []
 
 
@@ -115,4 +117,5 @@ def test_measured_host_figures_make_a_waiting_host_a_data_loading_verdict(
     assert before.host_mem_peak_bytes is None and before.host_iowait_mean is None
     assert after.bottleneck.value == "data-loading"  # GPU low, the host waiting on I/O
     assert after.host_iowait_mean == 35.0 and after.host_mem_peak_bytes == 48 * GIB
+    assert after.host_mem_total_bytes == A2_HIGHGPU_2G
     assert any("memory peak" in line for line in after.evidence)
