@@ -33,8 +33,9 @@ from pathlib import Path
 
 from bench import benchmark
 from bench._procs import env_sizes
+from costguard.demo.gcp_fake.monitoring import FakeSeries
 from costguard.demo.gcp_fake.server import FakeGcp
-from costguard.providers.gcp.metrics import SM_V2, UTIL
+from costguard.providers.gcp.metrics import HOST_CPU_STATES, HOST_MEM, SM_V2, UTIL
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = 4
@@ -81,6 +82,24 @@ def _points(rng: random.Random, profile: str, now: datetime, sm: bool, after: in
     return out
 
 
+# the Ops Agent's host series of a VM (the memory in use, the CPU's I/O wait), as it writes
+# them beside the GPUs' (tests/providers/gcp/test_gcp_host_metrics.py): drawn from no
+# random source, so the fleet dealt is the same with them as before them
+HOST_SERIES = ((HOST_MEM, {"state": "used"}, 24 * 2**30),
+               (HOST_CPU_STATES, {"cpu_number": "", "cpu_state": "wait"}, 1.5))
+
+
+def _host_series(fake: FakeGcp, project: str, zone: str, instance_id: str, now: datetime,
+                 after: int) -> None:
+    times = [now - timedelta(minutes=MINUTES - m) + timedelta(seconds=30)
+             for m in range(MINUTES + after)]
+    for metric_type, labels, value in HOST_SERIES:
+        fake.monitoring.series.append(FakeSeries(
+            project=project, metric_type=metric_type,
+            resource_labels={"project_id": project, "instance_id": instance_id, "zone": zone},
+            metric_labels=dict(labels), points=[(t, value) for t in times]))
+
+
 def seed_fleet(fake: FakeGcp, n: int, now: datetime, projects: list[str] | None = None,
                after: int = 0) -> Fleet:
     """`n` VMs dealt round the `projects` (default PROJECTS), each project's over ZONES;
@@ -113,6 +132,7 @@ def seed_fleet(fake: FakeGcp, n: int, now: datetime, projects: list[str] | None 
                                                    _points(rng, profile, now, sm, after,
                                                            later), zone=zone,
                                                    model=model)
+                _host_series(fake, project, zone, str(vm.id), now, after)
             fleet.counts[f"gpu {profile}"] += 1
             if profile in ("idle", "tiny-kernels") and not protect and status == "RUNNING":
                 fleet.expected_stop.add(str(vm.id))
@@ -209,7 +229,9 @@ def run_cycle(n: int, work: Path, http_batch: bool = True, partial: bool = True
 @benchmark("gcp-fleet-cycle",
            description="One full costguard cycle (inventory, Cloud Monitoring GPU metrics, "
                        "evaluate, act) on 3,000 Compute Engine VMs in 20 zones against the local "
-                       "fakes: time, CPU, memory, API calls (each call in a batch counted, as "
+                       "fakes (each VM with the Ops Agent writes its GPUs' series and its "
+                       "host's memory and I/O wait): time, CPU, memory, API calls (each call "
+                       "in a batch counted, as "
                        "the quota counts it) and HTTP requests, correctness. Targets: client "
                        "CPU <= 8 s, act stage <= 5 s.")
 def gcp_fleet_cycle() -> list[dict[str, object]]:

@@ -95,6 +95,8 @@ QUERIES: tuple[MetricQuery, ...] = (
 )
 # the fields of the host's queries: joined to the instance's GPU minutes, making none
 HOST_FIELDS = frozenset({"cpu", "host_mem", "iowait"})
+# the Ops Agent's host queries, asked unless `gcp.host_metrics` is false
+AGENT_HOST_FIELDS = frozenset({"host_mem", "iowait"})
 
 # each query fills a field of its own: a project's queries are read side by side (`gpu_minutes`)
 assert len({q.field for q in QUERIES}) == len(QUERIES)
@@ -297,11 +299,12 @@ def gpu_minutes(
     receipt: Receipt | None = None,
     split: Split | None = None,
     dropped: Dropped | None = None,
+    host: bool = True,
 ) -> tuple[MinuteRows, list[Gap]]:
     """Every GPU-minute Cloud Monitoring has for `instances` in [start, end) (less, with a
     call's `receipt`, those handed over and stored before unchanged; with `split`, as
     `merge` says), and the projects that could not be read. If no project at all could be
-    read, that raises."""
+    read, that raises. `host`: the Ops Agent's host memory and I/O wait are asked too."""
     by_project: dict[str, set[str]] = {}
     tpus_of: dict[str, list[Instance]] = {}  # the projects' Cloud TPU nodes
     for inst in instances:
@@ -317,8 +320,9 @@ def gpu_minutes(
     # cycle's chunk size (a few projects a call) set the pace of Compute Engine's telemetry
     # (10,000 VMs on org-scale's fakes: 30 s of wall, 23 side by side)
     nodes_of = {p: tpu_metrics.nodes_of(members) for p, members in tpus_of.items()}
+    asked = [q for q in QUERIES if host or q.field not in AGENT_HOST_FIELDS]
     tasks = [(project, query) for project in by_project
-             for query in (*QUERIES, *((None,) if nodes_of.get(project) else ()))]
+             for query in (*asked, *((None,) if nodes_of.get(project) else ()))]
 
     def one(task: tuple[str, MetricQuery | None]
             ) -> dict[str, dict[_Key, float]] | ProviderError:

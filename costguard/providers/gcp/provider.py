@@ -225,6 +225,7 @@ class GcpProvider(GcpStandingOps):
             receipt=receipt,
             split=split,
             dropped=dropped,
+            host=self.settings.host_metrics,
         )
         self.metric_gaps = gaps
         for gap in gaps:

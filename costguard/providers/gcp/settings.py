@@ -54,6 +54,10 @@ class GcpSettings(BaseModel):
     # list Vertex AI Workbench instances (one call a project a cycle) and govern their VMs as
     # notebooks (resource: notebook); false: VMs labelled goog-caip-notebook still are
     workbench: bool = True
+    # read the Ops Agent's host memory in use and I/O wait beside the GPU metrics (two
+    # ListTimeSeries a project a cycle: docs/gcp.md "Metrics"); false: the efficiency
+    # verdict has Compute Engine's host CPU alone
+    host_metrics: bool = True
     resource_manager_endpoint: str | None = (
         None  # default https://cloudresourcemanager.googleapis.com
     )

@@ -119,3 +119,15 @@ def test_measured_host_figures_make_a_waiting_host_a_data_loading_verdict(
     assert after.host_iowait_mean == 35.0 and after.host_mem_peak_bytes == 48 * GIB
     assert after.host_mem_total_bytes == A2_HIGHGPU_2G
     assert any("memory peak" in line for line in after.evidence)
+
+
+def test_host_metrics_false_asks_for_the_gpus_and_compute_engine_s_cpu_alone(
+    fake: FakeGcp, make_provider: Callable[..., GcpProvider]
+) -> None:
+    fake.monitoring.add_gpu_series("ml-prod", UTIL, "4001", _every_20s(2, 40.0))
+    _ops_agent_host(fake, "4001", 2)
+    provider = make_provider(projects=["ml-prod"], host_metrics=False)
+    minutes = provider.gpu_metrics([_instance("4001")], T0, T0 + timedelta(minutes=2))
+    assert [(m.host_mem_used_bytes, m.host_iowait_pct) for m in minutes] == [(None, None)] * 2
+    assert len(fake.monitoring.requests) == 8
+    assert {HOST_MEM, HOST_CPU_STATES}.isdisjoint(fake.monitoring.calls)
