@@ -61,10 +61,12 @@ def provider(token: Callable[[str, Request], Response], *, token_endpoint: str |
         yield url, key
 
 
-def _callback(issuer: str, store: str) -> tuple[httpx.Response, str, int]:
+def _callback(issuer: str, store: str, seen: dict[str, str] | None = None
+              ) -> tuple[httpx.Response, str, int]:
     """Start a login at the console, come back from the provider with a code: the callback's
     answer, what the daemon logged meanwhile, and the console's answer after (303: to the
-    login, nobody logged in)."""
+    login, nobody logged in). `seen` gets the login's nonce before the callback (what the
+    provider's authorization page would have been told)."""
     refused = logging.getLogger(REFUSALS)
     for old in [f for f in refused.filters if isinstance(f, Throttle)]:
         refused.removeFilter(old)  # another test's lines in the last minute count not
@@ -77,16 +79,14 @@ def _callback(issuer: str, store: str) -> tuple[httpx.Response, str, int]:
             start = browser.get("/console/login", follow_redirects=False)
             assert start.status_code == 302, start.text
             query = parse_qs(urlsplit(start.headers["location"]).query)
-            NONCES.append(query["nonce"][0])
+            if seen is not None:
+                seen["nonce"] = query["nonce"][0]
             back = browser.get("/console/auth/callback", params={
                 "code": "the-code", "state": query["state"][0]})
             after = browser.get("/console/", follow_redirects=False).status_code
     finally:
         logging.getLogger().removeHandler(handler)
     return back, out.getvalue(), after
-
-
-NONCES: list[str] = []
 
 
 def test_a_token_endpoint_that_errs_is_a_502_that_says_to_try_again(
@@ -113,13 +113,14 @@ def test_a_token_endpoint_nobody_answers_at_is_a_502(store: str, cli_clock: Manu
 def test_an_id_token_that_does_not_check_out_is_a_401(
         store: str, cli_clock: ManualClock, forged: str) -> None:
     stranger = RSAKey.generate_key(2048, parameters={"kid": "k1"})
+    seen: dict[str, str] = {}
 
     def token(issuer: str, _request: Request) -> Response:
         now = int(time.time())
         claims: dict[str, Any] = {
             "iss": issuer, "sub": "mallory", "iat": now, "exp": now + 300,
             "aud": "someone-else" if forged == "other audience" else CLIENT_ID,
-            "nonce": NONCES[-1]}
+            "nonce": seen["nonce"]}
         signer = stranger if forged == "other key" else keys[0]
         id_token = jwt.encode({"alg": "RS256", "kid": "k1"}, claims, signer)
         return JSONResponse({"access_token": "at", "token_type": "Bearer",
@@ -128,7 +129,7 @@ def test_an_id_token_that_does_not_check_out_is_a_401(
     keys: list[RSAKey] = []
     with provider(token) as (issuer, key):
         keys.append(key)
-        back, log, after = _callback(issuer, store)
+        back, log, after = _callback(issuer, store, seen)
     assert back.status_code == 401 and "did not check out" in back.text, back.text
     assert "OIDC login refused: the ID token" in log and "Traceback" not in log, log
     assert after == 303  # nobody logged in
