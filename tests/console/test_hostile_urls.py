@@ -4,19 +4,18 @@ API call that fails inside is a 503 to retry, never a 500."""
 
 from __future__ import annotations
 
-import io
-import logging
 from datetime import timedelta
 
 import httpx
 import pytest
 
 from costguard.console.pages import Pages
-from costguard.daemon.logs import UNEXPECTED, Throttle, configure_logging
+from costguard.daemon.logs import UNEXPECTED
 from costguard.store.db import Database
 from tests.console.harness import console_settings, serve
 from tests.console.test_unknown_names import NOW
 from tests.costs.fleet import add_interval
+from tests.daemon_log import daemon_log
 
 NUL_URLS = ["/console/instances/aws/i-%00x", "/console/teams/a%00b",
             "/console/instances?q=a%00b", "/console/audit?instance=a%00",
@@ -75,18 +74,11 @@ def test_a_failure_a_client_repeats_is_one_traceback_a_minute(
 
     monkeypatch.setattr(Pages, "overview", broken)
     monkeypatch.setattr(Pages, "audit", other)
-    unexpected = logging.getLogger(UNEXPECTED)
-    for old in [f for f in unexpected.filters if isinstance(f, Throttle)]:
-        unexpected.removeFilter(old)  # another test's lines in the last minute count not
-    out = io.StringIO()
-    handler = configure_logging(stream=out)
-    try:
-        with serve(console_settings(db_url)) as base, httpx.Client(base_url=base) as client:
-            for i in range(30):
-                assert client.get(f"/console/?team=t{i}").status_code == 503
-                assert client.get(f"/console/audit?window={i}d").status_code == 503
-    finally:
-        logging.getLogger().removeHandler(handler)
+    with daemon_log(UNEXPECTED) as out, serve(console_settings(db_url)) as base, \
+            httpx.Client(base_url=base) as client:
+        for i in range(30):
+            assert client.get(f"/console/?team=t{i}").status_code == 503
+            assert client.get(f"/console/audit?window={i}d").status_code == 503
     text = out.getvalue()
     assert text.count("unexpected error serving") == 2, text[-3000:]
     assert text.count("RuntimeError: the store went away") == 1, text[-3000:]

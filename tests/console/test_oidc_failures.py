@@ -4,8 +4,6 @@ does not check out a 401; neither a 500 with a traceback in the log."""
 
 from __future__ import annotations
 
-import io
-import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,8 +20,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from costguard.clock import ManualClock
-from costguard.daemon.logs import REFUSALS, Throttle, configure_logging
+from costguard.daemon.logs import REFUSALS
 from tests.console.harness import console_settings, serve
+from tests.daemon_log import daemon_log
 from tests.fakes.loopback import free_port
 from tests.fakes.loopback import serve as serve_app
 
@@ -67,25 +66,18 @@ def _callback(issuer: str, store: str, seen: dict[str, str] | None = None
     answer, what the daemon logged meanwhile, and the console's answer after (303: to the
     login, nobody logged in). `seen` gets the login's nonce before the callback (what the
     provider's authorization page would have been told)."""
-    refused = logging.getLogger(REFUSALS)
-    for old in [f for f in refused.filters if isinstance(f, Throttle)]:
-        refused.removeFilter(old)  # another test's lines in the last minute count not
-    out = io.StringIO()
-    handler = configure_logging(stream=out)
     settings = console_settings(store, {"auth": "oidc", "oidc": {
         "issuer": issuer, "client_id": CLIENT_ID, "client_secret": "s"}})
-    try:
-        with serve(settings) as site, httpx.Client(base_url=site) as browser:
-            start = browser.get("/console/login", follow_redirects=False)
-            assert start.status_code == 302, start.text
-            query = parse_qs(urlsplit(start.headers["location"]).query)
-            if seen is not None:
-                seen["nonce"] = query["nonce"][0]
-            back = browser.get("/console/auth/callback", params={
-                "code": "the-code", "state": query["state"][0]})
-            after = browser.get("/console/", follow_redirects=False).status_code
-    finally:
-        logging.getLogger().removeHandler(handler)
+    with daemon_log(REFUSALS) as out, serve(settings) as site, \
+            httpx.Client(base_url=site) as browser:
+        start = browser.get("/console/login", follow_redirects=False)
+        assert start.status_code == 302, start.text
+        query = parse_qs(urlsplit(start.headers["location"]).query)
+        if seen is not None:
+            seen["nonce"] = query["nonce"][0]
+        back = browser.get("/console/auth/callback", params={
+            "code": "the-code", "state": query["state"][0]})
+        after = browser.get("/console/", follow_redirects=False).status_code
     return back, out.getvalue(), after
 
 

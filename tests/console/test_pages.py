@@ -5,7 +5,6 @@ journaled with the person's name (#21). The same in a real browser: test_browser
 from __future__ import annotations
 
 import html
-import io
 import json
 import logging
 import re
@@ -20,11 +19,12 @@ from typer.testing import CliRunner
 from costguard.cli import app
 from costguard.clock import ManualClock
 from costguard.console.app import console_routes
-from costguard.daemon.logs import REFUSALS, Throttle, configure_logging
+from costguard.daemon.logs import REFUSALS
 from costguard.store.db import Database
 from costguard.store.tables import PolicyStateRow
 from tests.console.conftest import ADMIN, PROXY, READER
 from tests.console.harness import NOW, console_settings, serve
+from tests.daemon_log import daemon_log
 
 runner = CliRunner()
 
@@ -112,21 +112,14 @@ def test_failed_logins_at_a_stranger_s_will_log_one_line_a_minute(
     """Anyone who reaches the console can send a login callback with an error of their own
     words, or start a login while the identity provider is down: a line each was a log
     at their will. The first of each is logged, then the count of those left out."""
-    refused = logging.getLogger(REFUSALS)
-    for old in [f for f in refused.filters if isinstance(f, Throttle)]:
-        refused.removeFilter(old)  # another test's lines in the last minute count not
-    out = io.StringIO()
-    handler = configure_logging(stream=out)
     settings = console_settings(store, {"auth": "oidc", "oidc": {
         "issuer": "http://127.0.0.1:9/idp", "client_id": "costguard", "client_secret": "s"}})
-    try:
-        with serve(settings) as base, httpx.Client(base_url=base) as client:
-            for i in range(40):
-                r = client.get(f"/console/auth/callback?error=made-up-{i}&state=x")
-                assert r.status_code == 401 and f"made-up-{i}" in r.text
-                assert client.get("/console/login").status_code == 503
-    finally:
-        logging.getLogger().removeHandler(handler)
+    with daemon_log(REFUSALS) as out, serve(settings) as base, \
+            httpx.Client(base_url=base) as client:
+        for i in range(40):
+            r = client.get(f"/console/auth/callback?error=made-up-{i}&state=x")
+            assert r.status_code == 401 and f"made-up-{i}" in r.text
+            assert client.get("/console/login").status_code == 503
     text = out.getvalue()
     assert text.count("OIDC login refused: made-up-0") == 1, text
     assert text.count("OIDC login refused") == 1, text

@@ -7,7 +7,6 @@ with its cycles."""
 from __future__ import annotations
 
 import asyncio
-import io
 import logging
 import os
 import resource
@@ -30,7 +29,8 @@ from costguard.config import Settings
 from costguard.daemon.bodies import read_limited
 from costguard.daemon.connections import limited
 from costguard.daemon.http import HttpServer
-from costguard.daemon.logs import Throttle, configure_logging
+from costguard.daemon.logs import Throttle
+from tests.daemon_log import daemon_log
 
 
 async def _hello(_request: Request) -> PlainTextResponse:
@@ -366,16 +366,9 @@ def test_a_daemon_a_slow_client_tries_to_starve_goes_on(tmp_path: Path) -> None:
 def test_a_flood_of_malformed_requests_logs_one_line_a_minute(server: HttpServer) -> None:
     """uvicorn logs "Invalid HTTP request received." for each malformed request: at the
     client's will, a line each (the daemon's logging holds it to one a minute)."""
-    uvicorn_log = logging.getLogger("uvicorn.error")
-    for old in [f for f in uvicorn_log.filters if isinstance(f, Throttle)]:
-        uvicorn_log.removeFilter(old)  # another test's lines in the last minute count not
-    out = io.StringIO()
-    handler = configure_logging(stream=out)
-    try:
+    with daemon_log("uvicorn.error") as out:
         for _ in range(30):
             with _connect(server) as sock:
                 sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
                 assert b"400" in sock.recv(4096)
-    finally:
-        logging.getLogger().removeHandler(handler)
     assert out.getvalue().count("Invalid HTTP request received.") == 1, out.getvalue()
