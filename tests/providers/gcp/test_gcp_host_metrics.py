@@ -8,6 +8,7 @@ mean over the CPUs)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
@@ -82,14 +83,20 @@ def test_the_host_alone_makes_no_gpu_minute_and_odd_values_are_no_figure(
     """A VM whose agent reports the host but no GPU has no GPU minute for it; memory past
     what a reading's 64-bit column holds, or not a number, is no memory rather than a GPU
     minute refused for it."""
-    quiet, odd = _instance("2001"), _instance("2002")
+    quiet, odd, nan = _instance("2001"), _instance("2002"), _instance("2003")
     _ops_agent_host(fake, "2001", 2)
     fake.monitoring.add_gpu_series("ml-prod", UTIL, "2002", _every_20s(2, 40.0))
     _ops_agent_host(fake, "2002", 2, memory={"used": 2.0**70})
+    fake.monitoring.add_gpu_series("ml-prod", UTIL, "2003", _every_20s(2, 40.0))
+    _host_series(fake, "2003", HOST_MEM, {"state": "used"}, math.nan, 2)
+    _host_series(fake, "2003", HOST_CPU_STATES, {"cpu_number": "", "cpu_state": "wait"},
+                 math.nan, 2)
     provider = make_provider(projects=["ml-prod"])
-    minutes = provider.gpu_metrics([quiet, odd], T0, T0 + timedelta(minutes=2))
-    assert [(m.instance_id, m.host_mem_used_bytes, m.host_mem_total_bytes, m.host_iowait_pct)
-            for m in minutes] == [("2002", None, None, 35.0), ("2002", None, None, 35.0)]
+    minutes = provider.gpu_metrics([quiet, odd, nan], T0, T0 + timedelta(minutes=2))
+    assert sorted((m.instance_id, m.host_mem_used_bytes, m.host_mem_total_bytes,
+                   m.host_iowait_pct) for m in minutes) == [
+        ("2002", None, None, 35.0), ("2002", None, None, 35.0),
+        ("2003", None, None, None), ("2003", None, None, None)]
     assert provider.metric_gaps == []
 
 
