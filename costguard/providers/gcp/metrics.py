@@ -93,10 +93,10 @@ QUERIES: tuple[MetricQuery, ...] = (
     MetricQuery(HOST_CPU_STATES, _Aligner.ALIGN_MEAN, "iowait", 1.0,
                 labels=(("cpu_state", "wait"),)),
 )
-# the fields of the host's queries: joined to the instance's GPU minutes, making none
-HOST_FIELDS = frozenset({"cpu", "host_mem", "iowait"})
 # the Ops Agent's host queries, asked unless `gcp.host_metrics` is false
 AGENT_HOST_FIELDS = frozenset({"host_mem", "iowait"})
+# the fields of the host's queries: joined to the instance's GPU minutes, making none
+HOST_FIELDS = AGENT_HOST_FIELDS | {"cpu"}
 
 # each query fills a field of its own: a project's queries are read side by side (`gpu_minutes`)
 assert len({q.field for q in QUERIES}) == len(QUERIES)
@@ -137,7 +137,8 @@ def _read_series(out: dict[_Key, float], series: Any, query: MetricQuery,
         return  # asked of the server too
     if query.field == "iowait" and labels.get("cpu_number", ""):
         return  # one CPU's (the legacy agent's series per CPU), not the host's
-    if query.field in HOST_FIELDS:
+    host = query.field in HOST_FIELDS
+    if host:
         gpu = 0  # the host's: joined to each of its GPU minutes
     else:
         try:
@@ -150,6 +151,10 @@ def _read_series(out: dict[_Key, float], series: Any, query: MetricQuery,
         value = value_of(point)
         if value is not None:
             value *= scale
+            if host and (not math.isfinite(value) or not (percent or 0.0 <= value <= INT64)):
+                # no figure of the host (a NaN, memory no 64-bit column holds): the GPU's
+                # minute stands without it, rather than refused for it (as on AWS)
+                continue
             if percent:  # kept within 0-100 here, once a point (NaN passes, as it came)
                 value = 0.0 if value < 0.0 else 100.0 if value > 100.0 else value
             key = (instance_id, gpu, minute_of(point.interval.end_time.seconds))
@@ -263,29 +268,16 @@ def _minutes(readings: dict[str, dict[_Key, float]], start: datetime, end: datet
             sm, sm_top = sm_v1.get(key), sm_v1_max.get(key)
         mem = mem_used.get(key)
         host = (instance_id, 0, epoch)
-        host_used = _bytes_held(host_mem.get(host))
+        host_used = host_mem.get(host)  # finite and within a column (`_read_series`)
         # LEAD's values, then _VALUES'
         rows.append(("gcp", instance_id, gpu, minute, source, 1, 1, util.get(key),
                      util_max.get(key), sm, sm_top, None if mem is None else whole_bytes(mem),
-                     cpu.get(host), _held(iowait.get(host)), host_used,
+                     cpu.get(host), iowait.get(host),
+                     None if host_used is None else int(host_used),
                      None if host_used is None else memory.get(instance_id)))
     fresh = rows if receipt is None else receipt.fresh(rows)
     return validated(NAMES, fresh, "gcp cloud monitoring", dropped)
 
-
-
-def _held(value: float | None) -> float | None:
-    """A host figure a reading holds, else none: the host's figures inform the verdict, and
-    one that is not a number (NaN) is no figure rather than a GPU minute refused for it."""
-    return value if value is not None and value == value else None
-
-
-def _bytes_held(value: float | None) -> int | None:
-    """Host memory as whole bytes where a reading's 64-bit column holds it, else none (as
-    `_held`; the AWS reader's host memory is bounded alike)."""
-    if value is None or not math.isfinite(value) or value < 0 or value > INT64:
-        return None
-    return int(value)
 
 
 def gpu_minutes(
