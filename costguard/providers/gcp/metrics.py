@@ -151,7 +151,8 @@ def _read_series(out: dict[_Key, float], series: Any, query: MetricQuery,
         value = value_of(point)
         if value is not None:
             value *= scale
-            if host and (not math.isfinite(value) or not (percent or 0.0 <= value <= INT64)):
+            if host and (not math.isfinite(value)
+                         or (not percent and not 0.0 <= value <= INT64)):
                 # no figure of the host (a NaN, memory no 64-bit column holds): the GPU's
                 # minute stands without it, rather than refused for it (as on AWS)
                 continue
@@ -277,7 +278,6 @@ def _minutes(readings: dict[str, dict[_Key, float]], start: datetime, end: datet
                      None if host_used is None else memory.get(instance_id)))
     fresh = rows if receipt is None else receipt.fresh(rows)
     return validated(NAMES, fresh, "gcp cloud monitoring", dropped)
-
 
 
 def gpu_minutes(

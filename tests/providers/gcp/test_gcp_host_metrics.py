@@ -81,8 +81,8 @@ def test_the_host_alone_makes_no_gpu_minute_and_odd_values_are_no_figure(
     fake: FakeGcp, make_provider: Callable[..., GcpProvider]
 ) -> None:
     """A VM whose agent reports the host but no GPU has no GPU minute for it; memory past
-    what a reading's 64-bit column holds, or not a number, is no memory rather than a GPU
-    minute refused for it."""
+    what a reading's 64-bit column holds, or a host figure that is not a number (Compute
+    Engine's CPU too), is no figure rather than a GPU minute refused for it."""
     quiet, odd, nan = _instance("2001"), _instance("2002"), _instance("2003")
     _ops_agent_host(fake, "2001", 2)
     fake.monitoring.add_gpu_series("ml-prod", UTIL, "2002", _every_20s(2, 40.0))
@@ -91,12 +91,13 @@ def test_the_host_alone_makes_no_gpu_minute_and_odd_values_are_no_figure(
     _host_series(fake, "2003", HOST_MEM, {"state": "used"}, math.nan, 2)
     _host_series(fake, "2003", HOST_CPU_STATES, {"cpu_number": "", "cpu_state": "wait"},
                  math.nan, 2)
+    _host_series(fake, "2003", HOST_CPU, {"instance_name": "vm-2003"}, math.nan, 2)
     provider = make_provider(projects=["ml-prod"])
     minutes = provider.gpu_metrics([quiet, odd, nan], T0, T0 + timedelta(minutes=2))
     assert sorted((m.instance_id, m.host_mem_used_bytes, m.host_mem_total_bytes,
-                   m.host_iowait_pct) for m in minutes) == [
-        ("2002", None, None, 35.0), ("2002", None, None, 35.0),
-        ("2003", None, None, None), ("2003", None, None, None)]
+                   m.host_iowait_pct, m.host_cpu_pct) for m in minutes) == [
+        ("2002", None, None, 35.0, None), ("2002", None, None, 35.0, None),
+        ("2003", None, None, None, None), ("2003", None, None, None, None)]
     assert provider.metric_gaps == []
 
 
