@@ -398,13 +398,16 @@ class OrgAws:
         stamps: list[float] = []
         values: list[float] = []
         if inst is not None and inst.account == account and len(dims) == 1:
-            base = int(start.timestamp()) // period * period
-            if base < start.timestamp():
-                base += period
-            t = base
+            # as CloudWatch answers (and moto): StartTime rounded down to its minute, the
+            # periods counted from there, each stamped at its start and holding the one
+            # point the fleet has in it (its points fall on the clock's periods)
+            t = int(start.timestamp()) // 60 * 60
             while t < end.timestamp():
-                at = datetime.fromtimestamp(t, UTC)
-                if name == "CPUUtilization" and metric["Namespace"] == "AWS/EC2":
+                point = -(-t // period) * period
+                at = datetime.fromtimestamp(point, UTC)
+                if point >= end.timestamp():  # the last period's point is past the end
+                    value = None
+                elif name == "CPUUtilization" and metric["Namespace"] == "AWS/EC2":
                     value = host_cpu(inst, at, self.fleet.now)
                 elif name == "nvidia_smi_utilization_gpu" and metric["Namespace"] == "CWAgent":
                     value = gpu_utilization(inst, at, self.fleet.now)

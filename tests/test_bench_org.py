@@ -202,13 +202,22 @@ def test_the_fake_answers_metrics_as_moto_aggregates_the_same_points(
                 for n, (ns, m) in enumerate([("CWAgent", "nvidia_smi_utilization_gpu"),
                                              ("AWS/EC2", "CPUUtilization")])]
 
+    # an hour on the clock's periods; and one from a minute between them (a catch-up's slice
+    # of its span): CloudWatch counts the periods from the start (rounded down to its minute,
+    # which moto does not do: costguard asks whole minutes)
+    spans = [(NOW - timedelta(hours=1), NOW),
+             (NOW - timedelta(minutes=58), NOW - timedelta(minutes=2))]
+
     def read(cw: Any, instance_id: str) -> list[list[tuple[datetime, float]]]:
-        got = cw.get_metric_data(MetricDataQueries=query(instance_id),
-                                 StartTime=NOW - timedelta(hours=1), EndTime=NOW,
-                                 ScanBy="TimestampAscending")["MetricDataResults"]
-        by_id = {r["Id"]: r for r in got}
-        return [sorted(zip(by_id[q]["Timestamps"], by_id[q]["Values"], strict=True))
-                for q in ("q0", "q1")]
+        out = []
+        for start, end in spans:
+            got = cw.get_metric_data(MetricDataQueries=query(instance_id),
+                                     StartTime=start, EndTime=end,
+                                     ScanBy="TimestampAscending")["MetricDataResults"]
+            by_id = {r["Id"]: r for r in got}
+            out += [sorted(zip(by_id[q]["Timestamps"], by_id[q]["Values"], strict=True))
+                    for q in ("q0", "q1")]
+        return out
 
     ours = read(_session(account, url).client("cloudwatch", region_name="us-east-1",
                                               endpoint_url=url), inst.instance_id)
@@ -218,6 +227,8 @@ def test_the_fake_answers_metrics_as_moto_aggregates_the_same_points(
         theirs = read(_session(account, None).client("cloudwatch", region_name="us-east-1"),
                       moto_id)
     assert len(ours[0]) == 12
+    # from 2 minutes past a period; the last period's point is past the end
+    assert [t.minute % 5 for t, _ in ours[2]] == [2] * 11
     assert ours == theirs
 
 
