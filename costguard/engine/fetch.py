@@ -55,9 +55,17 @@ def _per_call(readers: int, in_flight: int) -> int:
 def chunk_size(start: datetime, end: datetime, readers: int = 1, in_flight: int = 1) -> int:
     """Instances per provider metrics call over [start, end) when `readers` providers are
     read at once, `in_flight` calls each: their share of `TELEMETRY_CHUNK`
-    instance-minutes, at least their share of `TELEMETRY_CHUNK_MIN` instances."""
-    return max(TELEMETRY_CHUNK_MIN // max(1, in_flight),
-               _per_call(readers, in_flight) // _minutes(start, end))
+    instance-minutes, at least their share of `TELEMETRY_CHUNK_MIN` instances.
+
+    Where calls overlap (`in_flight` > 1: AWS and Compute Engine, whose every scope is calls
+    of its own whatever chunk it is in), that least share is capped at what one call asks
+    without its span cut (`time_slices`): past it, every scope of the chunk was asked once
+    a slice, twice the calls after a 6-hour downtime, to bring the same readings."""
+    minutes = _minutes(start, end)
+    least = TELEMETRY_CHUNK_MIN // max(1, in_flight)
+    if in_flight > 1:
+        least = min(least, max(1, _per_call(readers, 1) // minutes))
+    return max(least, _per_call(readers, in_flight) // minutes)
 
 
 def time_slices(start: datetime, end: datetime, instances: int, readers: int = 1

@@ -12,7 +12,8 @@ from datetime import datetime, timedelta
 import pytest
 
 from costguard.engine import fetch as fetch_module
-from costguard.engine.fetch import IN_FLIGHT, fetcher
+from costguard.engine.cycle import MAX_TELEMETRY_LOOKBACK
+from costguard.engine.fetch import IN_FLIGHT, _per_call, fetcher
 from costguard.errors import ProviderError
 from costguard.minute_rows import MinuteRows
 from costguard.model import Gap, GpuMinute, Instance, InstanceState, TelemetrySource
@@ -219,3 +220,26 @@ def test_a_store_that_fails_leaves_the_chunks_not_yet_asked_unasked(
         fetcher("aws", provider, failing, readers=1)(fleet, START, END, None)
     assert len(asked) < 12
     assert provider.stored == []  # nothing confirmed: it all comes back next cycle
+
+
+def test_after_a_downtime_each_scope_is_asked_once_over_the_whole_span() -> None:
+    """Two providers read at once, six hours down, scopes of 50 (the real budget): each
+    call holds as many whole scopes as it can ask without cutting the span, so every
+    instance is asked once. Chunks of at least 166 were each cut into two slices, and each
+    scope asked twice (AWS's and Compute Engine's calls are per scope whatever the chunk)."""
+    fleet = _fleet(scopes=6, per_scope=50)
+    provider, sink = Overlapping(delay=0.0), Sink()
+    end = START + MAX_TELEMETRY_LOOKBACK
+    calls: list[tuple[int, datetime, datetime]] = []
+    inner = provider.gpu_metrics
+
+    def asked(instances: Sequence[Instance], start: datetime, stop: datetime
+              ) -> list[GpuMinute]:
+        calls.append((len(instances), start, stop))
+        return inner(instances, start, stop)
+
+    provider.gpu_metrics = asked  # type: ignore[method-assign]
+    assert fetcher("aws", provider, sink, readers=2)(fleet, START, end, None) == []
+    assert calls == [(100, START, end)] * 3  # two scopes a call, the span whole
+    assert sorted(sink.ids) == sorted(i.instance_id for i in fleet)
+    assert provider.peak_weight <= _per_call(2, 1)  # what the calls in flight asked

@@ -262,6 +262,12 @@ def test_a_chunk_holds_fewer_instances_the_longer_its_span() -> None:
     assert chunk_size(T0, T0 + timedelta(minutes=15), readers=2) == 2_500
     assert chunk_size(T0, T0 + timedelta(minutes=15), readers=2, in_flight=3) == 833
     assert chunk_size(T0, T0 + MAX_TELEMETRY_LOOKBACK, readers=2) == 500
+    # calls that overlap: no more than one call asks without its span cut (37,500
+    # instance-minutes for each of two providers: 104 instances over 6 hours), rather than
+    # 166 whose span is then asked in two slices
+    assert chunk_size(T0, T0 + MAX_TELEMETRY_LOOKBACK, readers=2, in_flight=3) == 104
+    assert time_slices(T0, T0 + MAX_TELEMETRY_LOOKBACK, 104, readers=2) == [
+        (T0, T0 + MAX_TELEMETRY_LOOKBACK)]
 
 
 def test_metrics_are_asked_a_chunk_of_scopes_at_a_time_and_a_failing_chunk_is_its_gap(
