@@ -13,7 +13,7 @@ import pytest
 
 from costguard.engine import fetch as fetch_module
 from costguard.engine.cycle import MAX_TELEMETRY_LOOKBACK
-from costguard.engine.fetch import IN_FLIGHT, _per_call, fetcher
+from costguard.engine.fetch import IN_FLIGHT, fetcher
 from costguard.errors import ProviderError
 from costguard.minute_rows import MinuteRows
 from costguard.model import Gap, GpuMinute, Instance, InstanceState, TelemetrySource
@@ -242,4 +242,5 @@ def test_after_a_downtime_each_scope_is_asked_once_over_the_whole_span() -> None
     assert fetcher("aws", provider, sink, readers=2)(fleet, START, end, None) == []
     assert calls == [(100, START, end)] * 3  # two scopes a call, the span whole
     assert sorted(sink.ids) == sorted(i.instance_id for i in fleet)
-    assert provider.peak_weight <= _per_call(2, 1)  # what the calls in flight asked
+    # what the calls in flight asked at once: within this provider's half of the budget
+    assert provider.peak_weight <= fetch_module.TELEMETRY_CHUNK // 2
