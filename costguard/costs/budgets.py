@@ -4,14 +4,17 @@ The forecast is the month's spend so far plus the run rate of the last seven day
 the history there is, when costguard has watched for less) over the time left, from the
 month's first hour on: the days before the 1st say how fast the month will go (a forecast
 that was only the spend so far on the 1st read $1,121 for a month heading for 87% of its
-budget). Under an hour of history, the forecast is the spend so far; `forecast_basis` says
-which it is. Each threshold alerts at most once per budget and month for the actual spend and once
-for the forecast (outbox dedupe keys `budget:<name>:<YYYY-MM>:<percent>:actual|forecast`).
+budget). The seven days are counted back from the start of the hour, so the window's start
+moves once an hour (the daemon's gauges keep its whole hours between refreshes:
+daemon/spend_sums.py). Under an hour of history, the forecast is the spend so far;
+`forecast_basis` says which it is. Each threshold alerts at most once per budget and month
+for the actual spend and once for the forecast (outbox dedupe keys
+`budget:<name>:<YYYY-MM>:<percent>:actual|forecast`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -94,16 +97,28 @@ def history_start(session: Session) -> datetime | None:
     return utc(first) if first is not None else None
 
 
+# micro-dollars the budget's dimension value spent in [since, until): `spent` by default
+SpentIn = Callable[[Budget, datetime, datetime], int]
+
+
 def budget_status(session: Session, budget: Budget, now: datetime,
-                  since: datetime | None = None) -> BudgetStatus:
-    """`since`: where recorded spend begins (history_start; looked up when not given)."""
+                  since: datetime | None = None, *, spent_in: SpentIn | None = None
+                  ) -> BudgetStatus:
+    """`since`: where recorded spend begins (history_start; looked up when not given).
+    `spent_in`: what reads the spend (the same sums by another road, as the daemon's
+    gauges keep them); `spent` in `session` when not given."""
+    def read(b: Budget, a: datetime, z: datetime) -> int:
+        return spent(session, b, a, z)
+
+    spent_in = spent_in or read
     start, end = month_bounds(now)
-    actual = spent(session, budget, start, now)
+    actual = spent_in(budget, start, now)
     forecast, basis = actual, "the spend so far: under an hour of history to take a rate from"
     first = since if since is not None else history_start(session)
-    window_start = max(now - RUN_RATE_WINDOW, first) if first is not None else now
+    hour = now.replace(minute=0, second=0, microsecond=0)
+    window_start = max(hour - RUN_RATE_WINDOW, first) if first is not None else now
     if now - window_start >= MIN_HISTORY_FOR_FORECAST:
-        recent = spent(session, budget, window_start, now)
+        recent = spent_in(budget, window_start, now)
         rate = recent / (now - window_start).total_seconds()
         forecast = actual + round(rate * (end - now).total_seconds())
         span = now - window_start
@@ -116,11 +131,11 @@ def budget_status(session: Session, budget: Budget, now: datetime,
         actual_micros=actual, forecast_micros=forecast, alerts=(), forecast_basis=basis)
 
 
-def budget_statuses(session: Session, budgets: Iterable[Budget], now: datetime
-                    ) -> list[BudgetStatus]:
+def budget_statuses(session: Session, budgets: Iterable[Budget], now: datetime, *,
+                    spent_in: SpentIn | None = None) -> list[BudgetStatus]:
     """Each budget's status, where recorded spend begins looked up once for them all."""
     since = history_start(session)
-    return [budget_status(session, b, now, since) for b in budgets]
+    return [budget_status(session, b, now, since, spent_in=spent_in) for b in budgets]
 
 
 def check_budgets(session: Session, policy_set: PolicySet, now: datetime) -> list[BudgetStatus]:

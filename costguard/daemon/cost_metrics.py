@@ -41,8 +41,9 @@ from sqlmodel import Session
 
 from costguard.accelerators import kind_of
 from costguard.costs.attribution import UNATTRIBUTED
-from costguard.costs.budgets import budget_statuses, month_bounds
+from costguard.costs.budgets import budget_statuses, month_bounds, spent
 from costguard.costs.rollup import day_floor
+from costguard.daemon.spend_sums import SpendSums
 from costguard.policy.spend import Budget
 from costguard.report.figures import Report
 from costguard.report.owners import owner_values
@@ -163,6 +164,9 @@ class CostMetrics:
             "costguard_paid_not_running_resources", "Unused volumes, snapshots and addresses, "
             "and reservations with capacity unused, by team and kind.", ["team", "kind"],
             registry=r)
+        # today's, this month's and the budgets' spend over whole hours, kept between
+        # refreshes so that each reads the current hour, not the day (spend_sums.py)
+        self.sums = SpendSums()
         self.text = b""  # the snapshot a scrape serves
         self.refreshed_at: datetime | None = None
         # the gauges with labels: set, rendered into `text`, and emptied again
@@ -226,10 +230,19 @@ class CostMetrics:
         for kind, (usd, count) in per_kind.items():
             self.kind_hourly.labels(kind).set(usd)
             self.kind_count.labels(kind).set(count)
+        self.sums.begin(session)
         for period, since in (("day", day_floor(now)), ("month", month_bounds(now)[0])):
-            for row in spend(session, ["team"], since, now).rows:
-                self.team_spend.labels(row.key[0], period).set(row.cost_micros / 1e6)
-        for st in budget_statuses(session, budgets, now):
+            for team, micros in self.sums.sums(session, "team", _team_spend, since,
+                                               now).items():
+                self.team_spend.labels(team, period).set(micros / 1e6)
+
+        def spent_in(budget: Budget, since: datetime, until: datetime) -> int:
+            def measure(s: Session, a: datetime, z: datetime) -> dict[str, int]:
+                return {"": spent(s, budget, a, z)}
+            figure = ("budget", budget.name, budget.dimension, budget.value)
+            return self.sums.sums(session, figure, measure, since, until)[""]
+
+        for st in budget_statuses(session, budgets, now, spent_in=spent_in):
             key = (st.budget, st.dimension, st.value)
             self.budget.labels(*key).set(st.budget_micros / 1e6)
             self.budget_spent.labels(*key).set(st.actual_micros / 1e6)
@@ -248,6 +261,10 @@ class CostMetrics:
             per_namespace[(w.cluster, w.namespace)] += w.usd_per_hour
         for (cluster, namespace), usd in per_namespace.items():
             self.namespace_hourly.labels(cluster, namespace).set(usd)
+
+
+def _team_spend(session: Session, since: datetime, until: datetime) -> dict[str, int]:
+    return {row.key[0]: row.cost_micros for row in spend(session, ["team"], since, until).rows}
 
 
 def metric_names(registry: CollectorRegistry) -> set[str]:

@@ -1,0 +1,107 @@
+"""Spend since midnight, since the 1st and over a budget's run-rate window, kept between the
+daemon's refreshes of its cost gauges.
+
+The gauges (cost_metrics.py) show each team's spend today and this month and each budget's
+spend and forecast, refreshed after every cycle. Summed afresh each time, they read every
+cost interval the period holds raw: a row per instance and cycle, ~120,000 an hour at
+10,000 instances on a 5-minute poll, 2.9 M by midnight, read four times or more per refresh
+(today, this month, each budget twice). Measured on a simulated 10,000-instance fleet, the
+refresh took 0.7 s after the first cycle and 6 s three hours later, longer than the cycle
+itself, and grew with every cycle of the day.
+
+Spend is summed by the interval's start, so the spend of [since, now) is that of
+[since, H) plus that of [H, now), H the start of the current hour. `SpendSums` keeps the
+first part of each figure and extends it by the hour that ended when a new one begins: a
+refresh reads the current hour's intervals, and once an hour the hour just ended. A figure
+whose `since` changes (the run-rate window's start, each hour; a new day or month) is read
+whole once.
+
+What is kept is forgotten, and read again whole, when an interval written since the last
+refresh starts before the kept hour: a cycle after a downtime, or an instance accrued late,
+writes such rows (`cost_intervals.id` says which rows are new). Rows are only added, never
+changed, and deleted only once rolled up into days with the same sums (costs/rollup.py), so
+nothing else can make a kept sum stale. Cost intervals are written by the cycle, one at a
+time (the leader's cycle lock), so a row whose id is below the highest seen has been seen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from datetime import datetime
+
+from sqlalchemy import func, select
+from sqlmodel import Session
+
+from costguard.costs.rollup import RAW
+
+Sums = dict[str, int]
+# (session, since, until) -> micro-dollars by key over the intervals starting in [since, until)
+Measure = Callable[[Session, datetime, datetime], Sums]
+
+
+def _add(a: Sums, b: Sums) -> Sums:
+    out = dict(a)
+    for key, value in b.items():
+        out[key] = out.get(key, 0) + value
+    return out
+
+
+def hour_start(when: datetime) -> datetime:
+    return when.replace(minute=0, second=0, microsecond=0)
+
+
+class SpendSums:
+    """Figures' sums over their whole hours, from one refresh to the next. Call `begin` once
+    a refresh, before `sums`."""
+
+    def __init__(self) -> None:
+        # (figure, since) -> (the hour summed up to, the sums of [since, that hour))
+        self._kept: dict[tuple[Hashable, datetime], tuple[datetime, Sums]] = {}
+        self._used: set[tuple[Hashable, datetime]] = set()
+        self._read: dict[tuple[Hashable, datetime, datetime], Sums] = {}
+        self._seen_id = 0
+        self.reads: list[tuple[Hashable, datetime, datetime]] = []  # this refresh's, in order
+
+    def begin(self, session: Session) -> None:
+        """Drop the figures the last refresh did not use, and everything kept if an interval
+        written since then starts before an hour already summed (or the table went back)."""
+        self._kept = {k: v for k, v in self._kept.items() if k in self._used}
+        self._used.clear()
+        self._read.clear()
+        self.reads = []
+        top = session.execute(select(func.max(RAW.c.id))).scalar() or 0
+        if top < self._seen_id:
+            self._kept.clear()
+        elif top > self._seen_id and self._kept:
+            summed_to = max(until for until, _ in self._kept.values())
+            late = session.execute(select(RAW.c.id).where(
+                RAW.c.id > self._seen_id, RAW.c.id <= top, RAW.c.start < summed_to).limit(1))
+            if late.first() is not None:
+                self._kept.clear()
+        self._seen_id = top
+
+    def sums(self, session: Session, figure: Hashable, measure: Measure, since: datetime,
+             now: datetime) -> Sums:
+        """`measure` over [since, now): the kept whole hours, and the current hour read."""
+        hour = hour_start(now)
+        if hour <= since:
+            return self._measure(session, figure, measure, since, now)
+        key = (figure, since)
+        self._used.add(key)
+        kept = self._kept.get(key)
+        if kept is None or kept[0] > hour:  # none yet, or a clock that went back
+            kept = (hour, self._measure(session, figure, measure, since, hour))
+        elif kept[0] < hour:
+            kept = (hour, _add(kept[1], self._measure(session, figure, measure, kept[0], hour)))
+        self._kept[key] = kept
+        return _add(kept[1], self._measure(session, figure, measure, hour, now))
+
+    def _measure(self, session: Session, figure: Hashable, measure: Measure,
+                 since: datetime, until: datetime) -> Sums:
+        """One read per figure and span in a refresh (today's and the month's current hour
+        are the same read)."""
+        key = (figure, since, until)
+        if key not in self._read:
+            self.reads.append(key)
+            self._read[key] = measure(session, since, until)
+        return self._read[key]
