@@ -91,31 +91,36 @@ def facts(session: Session, since: datetime, until: datetime, *,
     With `summary`, days before the watermark are read from the per-day summary (no
     `instance_id`: NULL there) when it is current; sums are the same, rows far fewer. A
     period that starts inside a rolled-up day reads that first day from its raw intervals
-    while they are kept (`first_day_raw`), and only once they are pruned is it widened to
-    the whole day.
+    while they are kept (`first_day_raw`), and one that ends inside a rolled-up day its last
+    day (`last_day_raw`); only once they are pruned is such a day widened to the whole day.
     """
     watermark = rolled_up_until(session)
     parts: list[Select[tuple[object, ...]]] = []
     raw_from = since if watermark is None else max(since, watermark)
     daily_from = day_floor(since)
     first = first_day_raw(session, since, until, watermark)
+    last = last_day_raw(session, since, until, watermark, first)
+    daily_until = until if watermark is None else min(until, watermark)
     if first is not None:
         parts.append(_raw_facts(session, since, first))
         daily_from = first
+    if last is not None:
+        parts.append(_raw_facts(session, last, until))
+        daily_until = last
     if raw_from < until:
         parts.append(_raw_facts(session, raw_from, until))
-    if watermark is not None and daily_from < min(until, watermark):
+    if watermark is not None and daily_from < daily_until:
         if summary and summary_current(session):
             parts.append(select(
                 *(cast(null(), String).label(c) if c == "instance_id" else SUMMARY.c[c]
                   for c in _FACT_COLUMNS),
                 *(SUMMARY.c[m] for m in _MEASURES), SUMMARY.c.instance_seconds,
-            ).where(SUMMARY.c.day >= daily_from, SUMMARY.c.day < min(until, watermark)))
+            ).where(SUMMARY.c.day >= daily_from, SUMMARY.c.day < daily_until))
         else:
             parts.append(select(
                 *(DAILY.c[c] for c in _FACT_COLUMNS), *(DAILY.c[m] for m in _MEASURES),
                 DAILY.c.instance_seconds,
-            ).where(DAILY.c.day >= daily_from, DAILY.c.day < min(until, watermark)))
+            ).where(DAILY.c.day >= daily_from, DAILY.c.day < daily_until))
     if not parts:  # an empty period: keep the column shape
         parts.append(select(
             *(RAW.c[c] for c in _FACT_COLUMNS), *(RAW.c[m] for m in _MEASURES),
@@ -147,6 +152,23 @@ def first_day_raw(session: Session, since: datetime, until: datetime,
     return min(day_floor(since) + timedelta(days=1), watermark, until)
 
 
+def last_day_raw(session: Session, since: datetime, until: datetime,
+                 watermark: datetime | None, first: datetime | None) -> datetime | None:
+    """Where a period that ends inside a rolled-up day (before the watermark, not at
+    midnight) starts reading that day's raw intervals: its midnight. None where the day is
+    not read raw: the period ends at midnight or after the watermark, the first day's raw
+    read (`first`, from `first_day_raw`) already reaches the end, or the day's raw
+    intervals have been pruned (the day is then widened to whole, as its rollup holds it)."""
+    last = day_floor(until)
+    if (watermark is None or last >= watermark or until == last or last < since
+            or (first is not None and first >= until)):
+        return None
+    oldest = session.execute(select(func.min(RAW.c.start))).scalar_one_or_none()
+    if oldest is None or utc(oldest) > last:
+        return None
+    return last
+
+
 _PRESENCE_COLUMNS = ("provider", "instance_id", *RUN_DIMENSIONS)
 
 
@@ -154,19 +176,24 @@ def presence(session: Session, since: datetime, until: datetime) -> Subquery:
     """(instance, dimensions) that have spend in [since, until), once or more, for counting
     distinct instances: raw intervals after the watermark, and before it the instances'
     day runs that overlap the period (or the daily rows when the runs are not current); a
-    first day read raw (`first_day_raw`) from its raw intervals."""
+    first or last day read raw (`first_day_raw`, `last_day_raw`) from its raw intervals."""
     watermark = rolled_up_until(session)
     if watermark is None or day_floor(since) >= watermark or not summary_current(session):
         return facts(session, since, until)
     first = first_day_raw(session, since, until, watermark)
+    last = last_day_raw(session, since, until, watermark, first)
     runs_from = day_floor(since) if first is None else first
+    runs_until = min(until, watermark) if last is None else last
     parts: list[Select[tuple[object, ...]]] = []
     if first is not None:
         parts.append(select(*(RAW.c[c] for c in _PRESENCE_COLUMNS)).where(
             RAW.c.start >= since, RAW.c.start < first))
-    if runs_from < min(until, watermark):
+    if last is not None:
+        parts.append(select(*(RAW.c[c] for c in _PRESENCE_COLUMNS)).where(
+            RAW.c.start >= last, RAW.c.start < until))
+    if runs_from < runs_until:
         parts.append(select(*(RUNS.c[c] for c in _PRESENCE_COLUMNS)).where(
-            RUNS.c.first_day < min(until, watermark), RUNS.c.last_day >= runs_from))
+            RUNS.c.first_day < runs_until, RUNS.c.last_day >= runs_from))
     if watermark < until:
         parts.append(select(*(RAW.c[c] for c in _PRESENCE_COLUMNS)).where(
             RAW.c.start >= watermark, RAW.c.start < until))

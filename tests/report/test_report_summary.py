@@ -172,3 +172,36 @@ def test_a_period_starting_inside_a_rolled_up_day_reads_that_day_raw_while_it_is
         widened = spend(s, ["team"], D0 + DAY + timedelta(hours=6), D0 + 4 * DAY)
         whole = spend(s, ["team"], D0 + DAY, D0 + 4 * DAY)
     assert shape(widened) == shape(whole) and widened.total.instances == 3
+
+
+def test_a_period_ending_inside_a_rolled_up_day_reads_that_day_raw_while_it_is_kept(
+        db: Database) -> None:
+    # day 1's intervals start at 03:00: a period to 02:00 or 03:00 on day 1 holds none of
+    # them, one to 04:00 those starting at 03:00; a period from midnight or from day 0 to
+    # such an hour counted day 1 whole once it was rolled up
+    starts = [D0, D0 + DAY, D0 + timedelta(hours=4)]
+    ends = [D0 + DAY + timedelta(hours=2), D0 + DAY + timedelta(hours=3),
+            D0 + DAY + timedelta(hours=4), D0 + 3 * DAY + timedelta(hours=1)]
+
+    def periods(s: Session) -> list[tuple[object, ...]]:
+        return [shape(spend(s, by, a, b)) for a in starts for b in ends
+                for by in [*GROUPINGS, ["instance"]]]
+
+    with db.session() as s:
+        raw = periods(s)
+    with db.session() as s:
+        rollup(s, D0 + 4 * DAY)
+    with db.session() as s:
+        assert periods(s) == raw
+        to_two = spend(s, ["team"], D0, D0 + DAY + timedelta(hours=2))
+        day_0 = spend(s, ["team"], D0, D0 + DAY)
+    assert shape(to_two) == shape(day_0) and to_two.total.instances == 2  # i-1, i-2
+    # once day 1's raw intervals are pruned, its rollup is all there is: the day is whole
+    from costguard.costs.rollup import prune
+
+    with db.session() as s:
+        prune(s, D0 + 2 * DAY)
+    with db.session() as s:
+        widened = spend(s, ["team"], D0 + DAY, D0 + DAY + timedelta(hours=2))
+        whole = spend(s, ["team"], D0 + DAY, D0 + 2 * DAY)
+    assert shape(widened) == shape(whole) and widened.total.instances == 3
