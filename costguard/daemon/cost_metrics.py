@@ -231,16 +231,19 @@ class CostMetrics:
             self.kind_hourly.labels(kind).set(usd)
             self.kind_count.labels(kind).set(count)
         self.sums.begin(session)
-        for period, since in (("day", day_floor(now)), ("month", month_bounds(now)[0])):
-            for team, micros in self.sums.sums(session, "team", _team_spend, since,
-                                               now).items():
+        month = month_bounds(now)[0]
+        for period, since in (("day", day_floor(now)), ("month", month)):
+            for team, micros in self.sums.sums(session, "team", _team_spend, since, now,
+                                               role=period).items():
                 self.team_spend.labels(team, period).set(micros / 1e6)
 
         def spent_in(budget: Budget, since: datetime, until: datetime) -> int:
             def measure(s: Session, a: datetime, z: datetime) -> dict[str, int]:
                 return {"": spent(s, budget, a, z)}
             figure = ("budget", budget.name, budget.dimension, budget.value)
-            return self.sums.sums(session, figure, measure, since, until)[""]
+            # the month's spend, or the run-rate window's (its start moves on the hour)
+            return self.sums.sums(session, figure, measure, since, until,
+                                  role=since == month, slides=since != month)[""]
 
         for st in budget_statuses(session, budgets, now, spent_in=spent_in):
             key = (st.budget, st.dimension, st.value)

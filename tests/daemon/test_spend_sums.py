@@ -133,3 +133,47 @@ def test_a_refresh_reads_only_the_current_hour_when_nothing_came_late(db: Databa
         assert got == team(s, SINCE, now)
         assert got["research"] > 0
     assert sums.reads[0][1:] == (SINCE, now.replace(minute=0))
+
+
+def test_the_run_rate_window_slides_on_the_hour_until_its_raw_hours_are_pruned(
+        db: Database) -> None:
+    # nine days of hourly intervals, the days before today rolled up (their raw rows kept):
+    # each budget's window starts 7 days before the hour, so its start moves on the hour,
+    # over a midnight of a rolled-up day too; it is taken off the kept sums, never read
+    # whole, until the raw hours it would take off are pruned
+    now = datetime(2026, 3, 20, 22, 10, tzinfo=UTC)
+    with db.session() as s:
+        t = day_floor(now) - timedelta(days=9)
+        while t < now:
+            accrue(s, t, min(t + timedelta(hours=1), now))
+            t += timedelta(hours=1)
+    with db.session() as s:
+        rollup(s, now)
+    metrics = CostMetrics()
+    pruned_at = 12
+    whole_reads: list[int] = []
+    for cycle in range(18):  # 22:30 .. 04:10
+        with db.session() as s:
+            accrue(s, now, now + POLL)
+        now += POLL
+        if cycle == pruned_at:  # 02:30: the window's first raw hour goes
+            with db.session() as s:
+                prune(s, now.replace(minute=30) - RUN_RATE_WINDOW)
+        with db.session() as s:
+            hour = spend(s, ["instance"], now - timedelta(hours=1), now)
+            metrics.refresh(s, now, hour, budgets=BUDGETS)
+            expected = whole(s, now)
+            first = history_start(s)
+        got = gauges(metrics)
+        assert got.keys() == expected.keys()
+        for name, value in expected.items():
+            assert abs(got[name] - value) < 1e-6, (cycle, now, name, got[name], value)
+        assert first is not None
+        window = max(now.replace(minute=0) - RUN_RATE_WINDOW, first)
+        if any(since == window and until - since > timedelta(hours=1)
+               for _, since, until in metrics.sums.reads):
+            whole_reads.append(cycle)
+    # read whole at the first refresh, and at the prune's (the history, and so the window,
+    # now starts at the oldest raw interval kept: the hour it would take off is gone); not
+    # at 23:10, 00:10 (the window's start at a rolled-up day's midnight), 01:10 or 03:10
+    assert whole_reads == [0, pruned_at], whole_reads
