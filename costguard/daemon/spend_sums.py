@@ -5,9 +5,9 @@ The gauges (cost_metrics.py) show each team's spend today and this month and eac
 spend and forecast, refreshed after every cycle. Summed afresh each time, they read every
 cost interval the period holds raw: a row per instance and cycle, ~120,000 an hour at
 10,000 instances on a 5-minute poll, 2.9 M by midnight, read four times or more per refresh
-(today, this month, each budget twice). On a simulated 10,000-instance fleet the refresh
-took 0.8 s of CPU at 00:10 and 4.9 s at 03:00, and grew with every cycle of the day
-(docs/console.md, "Refresh cost").
+(today, this month, each budget twice), and each budget's 7-day window the raw intervals of
+its first day too. At 10,000 instances with three budgets that took 20 s of CPU at 01:55
+and 55 s at 23:55, after every cycle (BENCHMARKS.md, metrics-refresh-day).
 
 Spend is summed by the interval's start, so the spend of [since, now) is that of
 [since, H) plus that of [H, now), H the start of the current hour. `SpendSums` keeps the
