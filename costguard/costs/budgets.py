@@ -6,7 +6,7 @@ month's first hour on: the days before the 1st say how fast the month will go (a
 that was only the spend so far on the 1st read $1,121 for a month heading for 87% of its
 budget). The seven days are counted back from the start of the hour, so the window's start
 moves once an hour (the daemon's gauges keep its whole hours between refreshes:
-daemon/spend_sums.py). Under an hour of history, the forecast is the spend so far;
+costs/spend_sums.py). Under an hour of history, the forecast is the spend so far;
 `forecast_basis` says which it is. Each threshold alerts at most once per budget and month
 for the actual spend and once for the forecast (outbox dedupe keys
 `budget:<name>:<YYYY-MM>:<percent>:actual|forecast`).
@@ -138,12 +138,14 @@ def budget_statuses(session: Session, budgets: Iterable[Budget], now: datetime, 
     return [budget_status(session, b, now, since, spent_in=spent_in) for b in budgets]
 
 
-def check_budgets(session: Session, policy_set: PolicySet, now: datetime) -> list[BudgetStatus]:
-    """Status of every budget this month; enqueues an alert per newly crossed threshold."""
+def check_budgets(session: Session, policy_set: PolicySet, now: datetime, *,
+                  spent_in: SpentIn | None = None) -> list[BudgetStatus]:
+    """Status of every budget this month; enqueues an alert per newly crossed threshold.
+    `spent_in`: as for `budget_status` (the engine's kept sums: costs/spend_sums.py)."""
     out: list[BudgetStatus] = []
     since = history_start(session)
     for budget in policy_set.budgets:
-        status = budget_status(session, budget, now, since)
+        status = budget_status(session, budget, now, since, spent_in=spent_in)
         sent: list[str] = []
         for percent in budget.alert_at_percent:
             kind = None

@@ -41,9 +41,9 @@ from sqlmodel import Session
 
 from costguard.accelerators import kind_of
 from costguard.costs.attribution import UNATTRIBUTED
-from costguard.costs.budgets import budget_statuses, month_bounds, spent
+from costguard.costs.budgets import budget_statuses, month_bounds
 from costguard.costs.rollup import day_floor
-from costguard.daemon.spend_sums import SpendSums
+from costguard.costs.spend_sums import SpendSums, budget_spent_in
 from costguard.policy.spend import Budget
 from costguard.report.figures import Report
 from costguard.report.owners import owner_values
@@ -231,20 +231,11 @@ class CostMetrics:
             self.kind_hourly.labels(kind).set(usd)
             self.kind_count.labels(kind).set(count)
         self.sums.begin(session)
-        month = month_bounds(now)[0]
-        for period, since in (("day", day_floor(now)), ("month", month)):
+        for period, since in (("day", day_floor(now)), ("month", month_bounds(now)[0])):
             for team, micros in self.sums.sums(session, "team", _team_spend, since, now,
                                                role=period).items():
                 self.team_spend.labels(team, period).set(micros / 1e6)
-
-        def spent_in(budget: Budget, since: datetime, until: datetime) -> int:
-            def measure(s: Session, a: datetime, z: datetime) -> dict[str, int]:
-                return {"": spent(s, budget, a, z)}
-            figure = ("budget", budget.name, budget.dimension, budget.value)
-            # the month's spend, or the run-rate window's (its start moves on the hour)
-            return self.sums.sums(session, figure, measure, since, until,
-                                  role=since == month, slides=since != month)[""]
-
+        spent_in = budget_spent_in(self.sums, session, now)
         for st in budget_statuses(session, budgets, now, spent_in=spent_in):
             key = (st.budget, st.dimension, st.value)
             self.budget.labels(*key).set(st.budget_micros / 1e6)

@@ -8,6 +8,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from sqlmodel import select
 
@@ -53,6 +54,9 @@ from costguard.store.refs import InstanceRef
 from costguard.store.tables import CycleRow, InstanceRow
 from costguard.store.window import ReadingWindow, SpanReader
 
+if TYPE_CHECKING:
+    from costguard.costs.spend_sums import SpendSums
+
 log = logging.getLogger("costguard.engine")
 
 MAX_TELEMETRY_LOOKBACK = timedelta(hours=6)
@@ -83,6 +87,9 @@ class Engine:
         self.window = ReadingWindow()
         self._inventory: list[Instance] | None = None
         self._spend_checked: datetime | None = None
+        # the budgets' spend kept over whole hours from one hourly check to the next
+        # (costs/spend_sums.py): each reads the hours since, not the month and a week
+        self._budget_sums: SpendSums | None = None
         self._memories_attached = False
         self.verdicts = Verdicts()  # what an `underused:` condition reads (engine/verdicts.py)
         self._store = threading.Lock()  # the telemetry stage's writes, one provider at a time
@@ -426,9 +433,14 @@ class Engine:
         # nor the report queries and rollups they read spend with
         from costguard.costs.anomaly import detect_anomalies
         from costguard.costs.budgets import check_budgets
+        from costguard.costs.spend_sums import SpendSums, budget_spent_in
 
+        if self._budget_sums is None:
+            self._budget_sums = SpendSums()
         with self.db.session() as s:
-            statuses = check_budgets(s, self.policies, now)
+            self._budget_sums.begin(s)
+            statuses = check_budgets(s, self.policies, now,
+                                     spent_in=budget_spent_in(self._budget_sums, s, now))
             anomalies = detect_anomalies(s, self.policies, now)
         summary.budgets = len(statuses)
         summary.anomalies = len(anomalies)

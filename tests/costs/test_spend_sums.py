@@ -1,4 +1,4 @@
-"""The cost gauges' spend today, this month and per budget (daemon/spend_sums.py): kept over
+"""The cost gauges' spend today, this month and per budget (costs/spend_sums.py): kept over
 whole hours between refreshes, each refresh reading the current hour, and always the
 figures the report and `budget status` read whole, over midnight and its rollup, and after
 intervals accrued late."""
@@ -13,12 +13,14 @@ from sqlmodel import Session
 from costguard.costs.budgets import (
     RUN_RATE_WINDOW,
     budget_statuses,
+    check_budgets,
     history_start,
     month_bounds,
 )
 from costguard.costs.rollup import day_floor, prune, rollup
+from costguard.costs.spend_sums import SpendSums, budget_spent_in
 from costguard.daemon.cost_metrics import CostMetrics
-from costguard.daemon.spend_sums import SpendSums
+from costguard.policy.schema import Attribution, PolicySet
 from costguard.policy.spend import Budget
 from costguard.report.queries import spend
 from costguard.store.db import Database
@@ -28,6 +30,7 @@ START = datetime(2026, 3, 30, 21, 10, tzinfo=UTC)  # over midnight and into a ne
 POLL = timedelta(minutes=20)
 SINCE = START - timedelta(days=1)
 TEAMS = ("research", "vision", None)
+TEAM_RULES = Attribution.model_validate({"dimensions": {"team": {"keys": ["team"]}}})
 BUDGETS = (Budget(name="research", dimension="team", value="research", monthly_usd=900),
            Budget(name="p4d", dimension="family", value="p4d", monthly_usd=500))
 
@@ -177,3 +180,38 @@ def test_the_run_rate_window_slides_on_the_hour_until_its_raw_hours_are_pruned(
     # now starts at the oldest raw interval kept: the hour it would take off is gone); not
     # at 23:10, 00:10 (the window's start at a rolled-up day's midnight), 01:10 or 03:10
     assert whole_reads == [0, pruned_at], whole_reads
+
+
+def test_the_cycle_s_hourly_budget_check_reads_the_hours_since_the_last(db: Database) -> None:
+    # the engine's spend stage checks budgets once an hour with its own kept sums
+    # (engine/cycle.py): the statuses, and so the alerts, are those read whole
+    now = datetime(2026, 3, 20, 21, 5, tzinfo=UTC)
+    with db.session() as s:
+        t = day_floor(now) - timedelta(days=9)
+        while t < now:
+            accrue(s, t, min(t + timedelta(hours=1), now))
+            t += timedelta(hours=1)
+    with db.session() as s:
+        rollup(s, now)
+    sums = SpendSums()
+    policy_set = PolicySet(attribution=TEAM_RULES, budgets=BUDGETS)
+    for check in range(6):  # 21:05, then the first cycle of each hour to 02:05
+        if check:
+            with db.session() as s:
+                accrue(s, now - timedelta(hours=1), now)
+        with db.session() as s:
+            sums.begin(s)
+            kept = budget_statuses(s, BUDGETS, now, spent_in=budget_spent_in(sums, s, now))
+            whole = budget_statuses(s, BUDGETS, now)
+        assert kept == whole
+        assert all(st.forecast_basis.endswith("7 days to the month's end") for st in kept)
+        spans = [z - a for _, a, z in sums.reads]
+        assert (max(spans) > timedelta(days=7)) == (check == 0), (check, spans)
+        now += timedelta(hours=1)
+    with db.session() as s:  # check_budgets itself reads through them (then alerts)
+        sums.begin(s)
+        kept = check_budgets(s, policy_set, now, spent_in=budget_spent_in(sums, s, now))
+        whole = budget_statuses(s, BUDGETS, now)
+    assert [(st.actual_micros, st.forecast_micros) for st in kept] == [
+        (st.actual_micros, st.forecast_micros) for st in whole]
+    assert sums.reads and max(z - a for _, a, z in sums.reads) <= timedelta(hours=1)

@@ -37,7 +37,9 @@ from sqlalchemy import func, select
 from sqlmodel import Session
 
 from costguard.clock import utc
+from costguard.costs.budgets import SpentIn, month_bounds, spent
 from costguard.costs.rollup import RAW
+from costguard.policy.spend import Budget
 
 Sums = dict[str, int]
 # (session, since, until) -> micro-dollars by key over the intervals starting in [since, until)
@@ -139,3 +141,19 @@ class SpendSums:
             self.reads.append(key)
             self._read[key] = measure(session, since, until)
         return self._read[key]
+
+
+def budget_spent_in(sums: SpendSums, session: Session, now: datetime) -> SpentIn:
+    """What `budget_status` reads a budget's spend with, from `sums`: the month's spend, and
+    the run-rate window's (its start moves on the hour: `slides`)."""
+    month = month_bounds(now)[0]
+
+    def spent_in(budget: Budget, since: datetime, until: datetime) -> int:
+        def measure(s: Session, a: datetime, z: datetime) -> Sums:
+            return {"": spent(s, budget, a, z)}
+
+        figure = ("budget", budget.name, budget.dimension, budget.value)
+        return sums.sums(session, figure, measure, since, until, role=since == month,
+                         slides=since != month)[""]
+
+    return spent_in
