@@ -6,7 +6,7 @@ as daily rollups, as a store does once the prune has rolled it up, and the raw i
 that week's first day (a store keeps 35 days of them: the budgets' 7-day run-rate window
 reads its first, partial day raw; the days between from the rollups). At four hours of the day
 the refresh after a cycle is timed two ways: as the daemon runs it (its gauges' hours kept
-from the refresh before, daemon/spend_sums.py) and read whole (a fresh set of gauges: what
+from the refresh before, costs/spend_sums.py) and read whole (a fresh set of gauges: what
 every refresh read before the hours were kept). The intervals are written for the timed
 hours' cycles only up to each checkpoint, so the day's rows grow as a day's do.
 """
