@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import ColumnElement, Table, func
 from sqlalchemy import select as sa_select
@@ -30,6 +30,9 @@ from costguard.costs.rollup import DAILY, RAW, bucket_key, day_floor, parse_buck
 from costguard.errors import CostguardError
 from costguard.policy.schema import AnomalyRule, PolicySet
 from costguard.store.tables import AnomalyRow
+
+if TYPE_CHECKING:
+    from costguard.costs.anomaly_series import SeriesKeep
 
 EXPECTED_MEMORY = timedelta(days=28)
 EXPECTED_HEADROOM = 1.10
@@ -65,8 +68,12 @@ def last_complete_bucket(now: datetime, granularity: str) -> datetime:
     return day_floor(now) - timedelta(days=1)
 
 
+# dimension value -> bucket -> micro-dollars
+Series = dict[str, dict[datetime, float]]
+
+
 def spend_series(session: Session, rule: AnomalyRule, since: datetime,
-                 until: datetime) -> dict[str, dict[datetime, float]]:
+                 until: datetime) -> Series:
     """Micro-dollars per dimension value per bucket in [since, until)."""
     column = _COLUMN.get(rule.dimension)
     if column is None:
@@ -94,10 +101,12 @@ def spend_series(session: Session, rule: AnomalyRule, since: datetime,
     return dict(out)
 
 
-def detect_anomalies(session: Session, policy_set: PolicySet, now: datetime) -> list[Anomaly]:
+def detect_anomalies(session: Session, policy_set: PolicySet, now: datetime, *,
+                     keep: SeriesKeep | None = None) -> list[Anomaly]:
     """Judge the last complete bucket of every rule's values: open an anomaly, extend the
     one still going on, or end it when spend is back to normal. Returns the anomalies that
-    were opened or grew this time."""
+    were opened or grew this time. `keep`: the series kept from the last check (the engine's:
+    costs/anomaly_series.py; `begin` it first), else read whole."""
     found: list[Anomaly] = []
     # buckets before the store's first cost are unknown, not $0; nothing is judged until a
     # whole season is known: a new store's first days are never anomalous
@@ -108,7 +117,8 @@ def detect_anomalies(session: Session, policy_set: PolicySet, now: datetime) -> 
         if first is None or bucket - first < season.step * season.period:
             continue  # less than one season (a day of hours, a week of days) is known
         since = bucket - season.step * season.history
-        series = spend_series(session, rule, since, bucket + season.step)
+        series = (spend_series(session, rule, since, bucket + season.step) if keep is None
+                  else keep.series(session, rule, since, bucket + season.step))
         runs = _runs(session, rule.name, since)
         going = {r.value: r for r in runs if r.ended_at is None}
         past = [bucket - season.step * k for k in range(1, season.history + 1)]

@@ -57,6 +57,26 @@ def hour_start(when: datetime) -> datetime:
     return when.replace(minute=0, second=0, microsecond=0)
 
 
+class NewRows:
+    """The cost intervals written since the last look, by their ids."""
+
+    def __init__(self) -> None:
+        self._seen_id = 0
+
+    def any_before(self, session: Session, when: datetime | None) -> bool:
+        """Whether an interval written since the last call starts before `when` (None:
+        nothing is kept, only remember the newest), or the table went back (emptied,
+        another store); then take every row as seen."""
+        top = session.execute(select(func.max(RAW.c.id))).scalar() or 0
+        late = top < self._seen_id
+        if not late and top > self._seen_id and when is not None:
+            late = session.execute(select(RAW.c.id).where(
+                RAW.c.id > self._seen_id, RAW.c.id <= top, RAW.c.start < when).limit(1)
+            ).first() is not None
+        self._seen_id = top
+        return late
+
+
 @dataclass(frozen=True)
 class _Kept:
     since: datetime
@@ -72,7 +92,7 @@ class SpendSums:
         self._kept: dict[tuple[Hashable, Hashable], _Kept] = {}  # (figure, role) ->
         self._used: set[tuple[Hashable, Hashable]] = set()
         self._read: dict[tuple[Hashable, datetime, datetime], Sums] = {}
-        self._seen_id = 0
+        self._new = NewRows()
         self._raw_from: datetime | None = None
         self.reads: list[tuple[Hashable, datetime, datetime]] = []  # this refresh's, in order
 
@@ -84,16 +104,9 @@ class SpendSums:
         self._read.clear()
         self._raw_from = None
         self.reads = []
-        top = session.execute(select(func.max(RAW.c.id))).scalar() or 0
-        if top < self._seen_id:
+        summed_to = max((k.until for k in self._kept.values()), default=None)
+        if self._new.any_before(session, summed_to):
             self._kept.clear()
-        elif top > self._seen_id and self._kept:
-            summed_to = max(k.until for k in self._kept.values())
-            late = session.execute(select(RAW.c.id).where(
-                RAW.c.id > self._seen_id, RAW.c.id <= top, RAW.c.start < summed_to).limit(1))
-            if late.first() is not None:
-                self._kept.clear()
-        self._seen_id = top
 
     def sums(self, session: Session, figure: Hashable, measure: Measure, since: datetime,
              now: datetime, *, role: Hashable = None, slides: bool = False) -> Sums:

@@ -55,7 +55,7 @@ from costguard.store.tables import CycleRow, InstanceRow
 from costguard.store.window import ReadingWindow, SpanReader
 
 if TYPE_CHECKING:
-    from costguard.costs.spend_sums import SpendSums
+    from costguard.costs.hourly_checks import HourlyChecks
 
 log = logging.getLogger("costguard.engine")
 
@@ -87,9 +87,8 @@ class Engine:
         self.window = ReadingWindow()
         self._inventory: list[Instance] | None = None
         self._spend_checked: datetime | None = None
-        # the budgets' spend kept over whole hours from one hourly check to the next
-        # (costs/spend_sums.py): each reads the hours since, not the month and a week
-        self._budget_sums: SpendSums | None = None
+        # what the hourly budget and anomaly checks read, kept from one to the next
+        self._checks: HourlyChecks | None = None
         self._memories_attached = False
         self.verdicts = Verdicts()  # what an `underused:` condition reads (engine/verdicts.py)
         self._store = threading.Lock()  # the telemetry stage's writes, one provider at a time
@@ -431,17 +430,12 @@ class Engine:
         self._spend_checked = hour
         # imported here: a policy set with no budget or anomaly rule (most) never needs them,
         # nor the report queries and rollups they read spend with
-        from costguard.costs.anomaly import detect_anomalies
-        from costguard.costs.budgets import check_budgets
-        from costguard.costs.spend_sums import SpendSums, budget_spent_in
+        from costguard.costs.hourly_checks import HourlyChecks
 
-        if self._budget_sums is None:
-            self._budget_sums = SpendSums()
+        if self._checks is None:
+            self._checks = HourlyChecks()
         with self.db.session() as s:
-            self._budget_sums.begin(s)
-            statuses = check_budgets(s, self.policies, now,
-                                     spent_in=budget_spent_in(self._budget_sums, s, now))
-            anomalies = detect_anomalies(s, self.policies, now)
+            statuses, anomalies = self._checks.run(s, self.policies, now)
         summary.budgets = len(statuses)
         summary.anomalies = len(anomalies)
 

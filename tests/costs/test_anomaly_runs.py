@@ -7,9 +7,11 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from sqlmodel import col, select
 
-from costguard.costs.anomaly import detect_anomalies, give_feedback
+from costguard.costs.anomaly import Anomaly, detect_anomalies, give_feedback
+from costguard.costs.anomaly_series import SeriesKeep
 from costguard.policy.schema import AnomalyRule, Attribution, PolicySet
 from costguard.store.db import Database
 from costguard.store.tables import AlertRow, AnomalyRow
@@ -48,15 +50,21 @@ def spike(db: Database, start: datetime, hours: int, boxes: int = 3) -> None:
                              idle=True)
 
 
-def judge_hours(db: Database, first: datetime, last: datetime) -> list[bool]:
+def judge_hours(db: Database, first: datetime, last: datetime,
+                keep: SeriesKeep | None = None) -> list[bool]:
     """detect_anomalies 5 minutes after each hour of [first, last] ends, twice (a daemon
-    cycles more often than hourly); whether each hour alerted."""
+    cycles more often than hourly); whether each hour alerted. `keep`: the series kept
+    from one check to the next, as the engine keeps them."""
     alerted = []
     hour = first
     while hour <= last:
         with db.session() as s:
-            found = detect_anomalies(s, policies(), hour + HOUR + timedelta(minutes=5))
-            found += detect_anomalies(s, policies(), hour + HOUR + timedelta(minutes=10))
+            found: list[Anomaly] = []
+            for minutes in (5, 10):
+                if keep is not None:
+                    keep.begin(s)
+                found += detect_anomalies(s, policies(), hour + HOUR + timedelta(minutes=minutes),
+                                          keep=keep)
         alerted.append(any(a.alerted for a in found))
         hour += HOUR
     return alerted
@@ -73,11 +81,19 @@ def anomaly_alerts(db: Database) -> list[AlertRow]:
                            .order_by(col(AlertRow.id))))
 
 
+@pytest.mark.parametrize("kept", [False, True], ids=["read-whole", "series-kept"])
 def test_six_anomalous_hours_are_one_anomaly_alerted_as_it_opens_and_doubles(
-        db: Database) -> None:
+        db: Database, kept: bool) -> None:
     steady(db, SPIKE + 10 * HOUR)
     spike(db, SPIKE, 6)
-    alerted = judge_hours(db, SPIKE - 2 * HOUR, SPIKE + 8 * HOUR)
+    keep = SeriesKeep() if kept else None
+    alerted = judge_hours(db, SPIKE - 2 * HOUR, SPIKE + 8 * HOUR, keep)
+    if keep is not None:  # an hour's first check reads the hour that ended, nothing else
+        with db.session() as s:
+            keep.begin(s)
+            detect_anomalies(s, policies(), SPIKE + 10 * HOUR + timedelta(minutes=5),
+                             keep=keep)
+        assert [z - a for _, a, z in keep.reads] == [HOUR]
     (run,) = rows(db)
     assert run.bucket_start.replace(tzinfo=UTC) == SPIKE
     assert run.buckets == 6
