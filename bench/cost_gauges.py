@@ -82,30 +82,36 @@ class _Accrual:
     as tuples through the driver (as costs/accrual.py writes them)."""
 
     def __init__(self, db: Database, fleet: list[Member]) -> None:
-        self.db, self.fleet = db, fleet
-        self.names = [c.key for c in RAW.c if c.key != "id"]
+        self.db = db
+        names = [c.key for c in RAW.c if c.key != "id"]
         with db.engine.connect() as conn:
-            self.stmt = insert(RAW).compile(dialect=conn.dialect, column_keys=self.names)
+            self.stmt = insert(RAW).compile(dialect=conn.dialect, column_keys=names)
             self.bind = RAW.c.start.type.dialect_impl(conn.dialect).bind_processor(
                 conn.dialect)
-        assert self.bind is not None and self.stmt.positiontup == self.names
+        assert self.bind is not None and self.stmt.positiontup == names
+        self.at = names.index("start"), names.index("end")
+        hours = CYCLE.total_seconds() / 3600
+        self.rows_of: list[list[object]] = []  # each instance's row, its times to fill in
+        for i, (f, usd, gpus) in enumerate(fleet):
+            cost, gsec = round(usd * hours * 1e6), gpus * int(CYCLE.total_seconds())
+            idle = i % 5 == 0
+            row = {**f, "start": None, "end": None, "usd_per_hour": usd,
+                   "price_source": "bench", "cost_micros": cost, "gpu_seconds": gsec,
+                   "idle_gpu_seconds": gsec if idle else 0,
+                   "idle_cost_micros": cost if idle else 0,
+                   "verdict": "idle" if idle else "active", "project": None, "env": None,
+                   "cost_center": None}
+            self.rows_of.append([row[n] for n in names])
         self.rows = 0
 
     def cycle(self, start: datetime) -> None:
         assert self.bind is not None
         a, z = self.bind(start), self.bind(start + CYCLE)
-        hours = CYCLE.total_seconds() / 3600
+        i, j = self.at
         batch = []
-        for i, (f, usd, gpus) in enumerate(self.fleet):
-            cost, gsec = round(usd * hours * 1e6), gpus * int(CYCLE.total_seconds())
-            idle = i % 5 == 0
-            row = {**f, "start": a, "end": z, "usd_per_hour": usd, "price_source": "bench",
-                   "cost_micros": cost, "gpu_seconds": gsec,
-                   "idle_gpu_seconds": gsec if idle else 0,
-                   "idle_cost_micros": cost if idle else 0,
-                   "verdict": "idle" if idle else "active", "project": None, "env": None,
-                   "cost_center": None}
-            batch.append(tuple(row[n] for n in self.names))
+        for row in self.rows_of:
+            row[i], row[j] = a, z
+            batch.append(tuple(row))
         with self.db.engine.begin() as conn:
             conn.exec_driver_sql(self.stmt.string, batch)
         self.rows += len(batch)
