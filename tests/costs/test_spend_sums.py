@@ -68,6 +68,22 @@ def gauges(metrics: CostMetrics) -> dict[str, float]:
     return out
 
 
+def refreshed_as_whole(db: Database, metrics: CostMetrics, now: datetime) -> datetime:
+    """Refresh the gauges at `now` as the daemon does, check them against the figures read
+    whole, and return where the budgets' run-rate window starts."""
+    with db.session() as s:
+        hour = spend(s, ["instance"], now - timedelta(hours=1), now)
+        metrics.refresh(s, now, hour, budgets=BUDGETS)
+        expected = whole(s, now)
+        first = history_start(s)
+    got = gauges(metrics)
+    assert got.keys() == expected.keys()
+    for name, value in expected.items():
+        assert abs(got[name] - value) < 1e-6, (now, name, got[name], value)
+    assert first is not None
+    return max(now.replace(minute=0) - RUN_RATE_WINDOW, first)
+
+
 def test_the_kept_sums_are_the_figures_read_whole_over_a_day_and_its_rollup(
         db: Database) -> None:
     metrics = CostMetrics()
@@ -86,19 +102,9 @@ def test_the_kept_sums_are_the_figures_read_whole_over_a_day_and_its_rollup(
             with db.session() as s:
                 rollup(s, now)
                 prune(s, now - timedelta(hours=12))
-        with db.session() as s:
-            hour = spend(s, ["instance"], now - timedelta(hours=1), now)
-            metrics.refresh(s, now, hour, budgets=BUDGETS)
-            expected = whole(s, now)
-            first = history_start(s)
-        got = gauges(metrics)
-        assert got.keys() == expected.keys()
-        for name, value in expected.items():
-            assert abs(got[name] - value) < 1e-6, (cycle, now, name, got[name], value)
+        window = refreshed_as_whole(db, metrics, now)
         # what was read beyond an hour, other than a budget's run-rate window from its
         # start (which moves on the hour, and with the oldest interval kept)
-        assert first is not None
-        window = max(now.replace(minute=0) - RUN_RATE_WINDOW, first)
         long_reads.append([(figure, since) for figure, since, until in metrics.sums.reads
                            if until - since > timedelta(hours=1) and since != window])
     # the first refresh, and the one after the late interval, read everything whole; every
@@ -138,13 +144,9 @@ def test_a_refresh_reads_only_the_current_hour_when_nothing_came_late(db: Databa
     assert sums.reads[0][1:] == (SINCE, now.replace(minute=0))
 
 
-def test_the_run_rate_window_slides_on_the_hour_until_its_raw_hours_are_pruned(
-        db: Database) -> None:
-    # nine days of hourly intervals, the days before today rolled up (their raw rows kept):
-    # each budget's window starts 7 days before the hour, so its start moves on the hour,
-    # over a midnight of a rolled-up day too; it is taken off the kept sums, never read
-    # whole, until the raw hours it would take off are pruned
-    now = datetime(2026, 3, 20, 22, 10, tzinfo=UTC)
+def nine_days_rolled_up(db: Database, now: datetime) -> None:
+    """Hourly intervals from nine days before today's midnight to `now`, the days before
+    today rolled up (their raw intervals kept)."""
     with db.session() as s:
         t = day_floor(now) - timedelta(days=9)
         while t < now:
@@ -152,6 +154,16 @@ def test_the_run_rate_window_slides_on_the_hour_until_its_raw_hours_are_pruned(
             t += timedelta(hours=1)
     with db.session() as s:
         rollup(s, now)
+
+
+def test_the_run_rate_window_slides_on_the_hour_until_its_raw_hours_are_pruned(
+        db: Database) -> None:
+    # nine days of hourly intervals, the days before today rolled up (their raw rows kept):
+    # each budget's window starts 7 days before the hour, so its start moves on the hour,
+    # over a midnight of a rolled-up day too; it is taken off the kept sums, never read
+    # whole, until the raw hours it would take off are pruned
+    now = datetime(2026, 3, 20, 22, 10, tzinfo=UTC)
+    nine_days_rolled_up(db, now)
     metrics = CostMetrics()
     pruned_at = 12
     whole_reads: list[int] = []
@@ -162,17 +174,7 @@ def test_the_run_rate_window_slides_on_the_hour_until_its_raw_hours_are_pruned(
         if cycle == pruned_at:  # 02:30: the window's first raw hour goes
             with db.session() as s:
                 prune(s, now.replace(minute=30) - RUN_RATE_WINDOW)
-        with db.session() as s:
-            hour = spend(s, ["instance"], now - timedelta(hours=1), now)
-            metrics.refresh(s, now, hour, budgets=BUDGETS)
-            expected = whole(s, now)
-            first = history_start(s)
-        got = gauges(metrics)
-        assert got.keys() == expected.keys()
-        for name, value in expected.items():
-            assert abs(got[name] - value) < 1e-6, (cycle, now, name, got[name], value)
-        assert first is not None
-        window = max(now.replace(minute=0) - RUN_RATE_WINDOW, first)
+        window = refreshed_as_whole(db, metrics, now)
         if any(since == window and until - since > timedelta(hours=1)
                for _, since, until in metrics.sums.reads):
             whole_reads.append(cycle)
@@ -186,13 +188,7 @@ def test_the_cycle_s_hourly_budget_check_reads_the_hours_since_the_last(db: Data
     # the engine's spend stage checks budgets once an hour with its own kept sums
     # (engine/cycle.py): the statuses, and so the alerts, are those read whole
     now = datetime(2026, 3, 20, 21, 5, tzinfo=UTC)
-    with db.session() as s:
-        t = day_floor(now) - timedelta(days=9)
-        while t < now:
-            accrue(s, t, min(t + timedelta(hours=1), now))
-            t += timedelta(hours=1)
-    with db.session() as s:
-        rollup(s, now)
+    nine_days_rolled_up(db, now)
     sums = SpendSums()
     policy_set = PolicySet(attribution=TEAM_RULES, budgets=BUDGETS)
     for check in range(6):  # 21:05, then the first cycle of each hour to 02:05

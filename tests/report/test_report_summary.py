@@ -143,16 +143,11 @@ def test_reports_by_instance_read_the_daily_rows(db: Database) -> None:
     assert {r.key: r.instances for r in one.rows} == {("vision",): 1, ("research",): 1}
 
 
-def test_a_period_starting_inside_a_rolled_up_day_reads_that_day_raw_while_it_is_kept(
-        db: Database) -> None:
-    # the intervals run 03:00-05:00: a period from 04:00 (one starts before it: not
-    # counted) or from 06:00 on day 1 must not count day 1's, as the raw rows say
-    cuts = [D0 + DAY + timedelta(hours=4), D0 + DAY + timedelta(hours=6),
-            D0 + timedelta(hours=2), D0 + 3 * DAY + timedelta(hours=3)]
-    ends = [D0 + 4 * DAY, D0 + DAY + timedelta(hours=8), D0 + 3 * DAY + timedelta(hours=4)]
-
+def rolled_up_as_raw(db: Database, starts: list[datetime], ends: list[datetime]) -> None:
+    """Every period from a start to a later end reports the same, by every grouping and by
+    instance, once the four days are rolled up as it did from the raw intervals."""
     def periods(s: Session) -> list[tuple[object, ...]]:
-        return [shape(spend(s, by, a, b)) for a in cuts for b in ends if a < b
+        return [shape(spend(s, by, a, b)) for a in starts for b in ends if a < b
                 for by in [*GROUPINGS, ["instance"]]]
 
     with db.session() as s:
@@ -161,6 +156,17 @@ def test_a_period_starting_inside_a_rolled_up_day_reads_that_day_raw_while_it_is
         rollup(s, D0 + 4 * DAY)
     with db.session() as s:
         assert periods(s) == raw
+
+
+def test_a_period_starting_inside_a_rolled_up_day_reads_that_day_raw_while_it_is_kept(
+        db: Database) -> None:
+    # the intervals run 03:00-05:00: a period from 04:00 (one starts before it: not
+    # counted) or from 06:00 on day 1 must not count day 1's, as the raw rows say
+    cuts = [D0 + DAY + timedelta(hours=4), D0 + DAY + timedelta(hours=6),
+            D0 + timedelta(hours=2), D0 + 3 * DAY + timedelta(hours=3)]
+    ends = [D0 + 4 * DAY, D0 + DAY + timedelta(hours=8), D0 + 3 * DAY + timedelta(hours=4)]
+    rolled_up_as_raw(db, cuts, ends)
+    with db.session() as s:
         mid = spend(s, ["team"], D0 + DAY + timedelta(hours=6), D0 + 4 * DAY)
     assert mid.total.instances == 2  # i-1 and i-2 on day 3, i-2 on day 2; not i-3 (day 1)
     # once day 1's raw intervals are pruned, its rollup is all there is: the day is whole
@@ -182,17 +188,8 @@ def test_a_period_ending_inside_a_rolled_up_day_reads_that_day_raw_while_it_is_k
     starts = [D0, D0 + DAY, D0 + timedelta(hours=4)]
     ends = [D0 + DAY + timedelta(hours=2), D0 + DAY + timedelta(hours=3),
             D0 + DAY + timedelta(hours=4), D0 + 3 * DAY + timedelta(hours=1)]
-
-    def periods(s: Session) -> list[tuple[object, ...]]:
-        return [shape(spend(s, by, a, b)) for a in starts for b in ends
-                for by in [*GROUPINGS, ["instance"]]]
-
+    rolled_up_as_raw(db, starts, ends)
     with db.session() as s:
-        raw = periods(s)
-    with db.session() as s:
-        rollup(s, D0 + 4 * DAY)
-    with db.session() as s:
-        assert periods(s) == raw
         to_two = spend(s, ["team"], D0, D0 + DAY + timedelta(hours=2))
         day_0 = spend(s, ["team"], D0, D0 + DAY)
     assert shape(to_two) == shape(day_0) and to_two.total.instances == 2  # i-1, i-2
