@@ -32,8 +32,12 @@ HISTORY = timedelta(days=15)
 POLICIES = Path(__file__).resolve().parent.parent / "policies"
 
 
+# what a check found: each budget's (name, spent, forecast), each anomaly opened or grown
+Found = tuple[tuple[tuple[object, ...], ...], tuple[tuple[object, ...], ...]]
+
+
 def _check(db: Database, checks: HourlyChecks, policies: PolicySet, now: datetime
-           ) -> tuple[float, tuple[object, ...]]:
+           ) -> tuple[float, Found]:
     """CPU seconds of one check, and what it found (rolled back)."""
     t0 = time.process_time()
     with db.session() as s:
@@ -42,8 +46,7 @@ def _check(db: Database, checks: HourlyChecks, policies: PolicySet, now: datetim
     return time.process_time() - t0, found
 
 
-def _run(s: Session, checks: HourlyChecks, policies: PolicySet, now: datetime
-         ) -> tuple[object, ...]:
+def _run(s: Session, checks: HourlyChecks, policies: PolicySet, now: datetime) -> Found:
     statuses, anomalies = checks.run(s, policies, now)
     return (tuple((st.budget, st.actual_micros, st.forecast_micros) for st in statuses),
             tuple((a.rule, a.value, a.bucket, a.actual_micros, a.baseline_micros)
@@ -91,7 +94,7 @@ def hourly_checks() -> list[dict[str, object]]:
                          "check_cpu_s_read_whole": round(whole_s, 2),
                          "budgets": len(policies.budgets),
                          "anomaly_rules": len(policies.anomalies),
-                         "anomalies_found": len(kept_found[1]),  # type: ignore[arg-type]
+                         "anomalies_found": len(kept_found[1]),
                          "same_results": "yes"})
         db.dispose()
     return rows

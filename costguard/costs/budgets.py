@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from sqlmodel import Session
 
 from costguard.alerts.outbox import enqueue
+from costguard.costs.rollup import hour_floor
 from costguard.policy.schema import Budget, PolicySet
 from costguard.report.queries import spend
 
@@ -115,8 +116,7 @@ def budget_status(session: Session, budget: Budget, now: datetime,
     actual = spent_in(budget, start, now)
     forecast, basis = actual, "the spend so far: under an hour of history to take a rate from"
     first = since if since is not None else history_start(session)
-    hour = now.replace(minute=0, second=0, microsecond=0)
-    window_start = max(hour - RUN_RATE_WINDOW, first) if first is not None else now
+    window_start = max(hour_floor(now) - RUN_RATE_WINDOW, first) if first is not None else now
     if now - window_start >= MIN_HISTORY_FOR_FORECAST:
         recent = spent_in(budget, window_start, now)
         rate = recent / (now - window_start).total_seconds()

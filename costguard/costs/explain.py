@@ -21,7 +21,7 @@ from sqlmodel import Session
 from costguard.costs.attribution import UNATTRIBUTED
 from costguard.costs.baseline import Season
 from costguard.policy.schema import AnomalyRule
-from costguard.report.queries import facts
+from costguard.report.facts import facts
 
 IDLE_SHARE = 0.5
 _COLUMN = {"team": "team", "project": "project", "env": "env", "cost-center": "cost_center",

@@ -42,6 +42,10 @@ def day_floor(when: datetime) -> datetime:
     return datetime.combine(when.date(), time(), tzinfo=UTC)
 
 
+def hour_floor(when: datetime) -> datetime:
+    return when.replace(minute=0, second=0, microsecond=0)
+
+
 def interval_seconds(session: Session) -> ColumnElement[float]:
     """`end - start` in seconds, in the dialect at hand."""
     if session.get_bind().dialect.name == "postgresql":

@@ -38,7 +38,7 @@ from sqlmodel import Session
 
 from costguard.clock import utc
 from costguard.costs.budgets import SpentIn, month_bounds, spent
-from costguard.costs.rollup import RAW
+from costguard.costs.rollup import RAW, hour_floor
 from costguard.policy.spend import Budget
 
 Sums = dict[str, int]
@@ -51,10 +51,6 @@ def _add(a: Sums, b: Sums, sign: int = 1) -> Sums:
     for key, value in b.items():
         out[key] = out.get(key, 0) + sign * value
     return out
-
-
-def hour_start(when: datetime) -> datetime:
-    return when.replace(minute=0, second=0, microsecond=0)
 
 
 class NewRows:
@@ -115,7 +111,7 @@ class SpendSums:
         which of its running sums this is (today's, the month's). `slides`: a `since` later
         than the kept one is taken from the kept sums, not read whole (a run-rate window's
         start), where the raw intervals from the kept start on are still stored."""
-        hour = hour_start(now)
+        hour = hour_floor(now)
         if hour <= since:
             return self._measure(session, figure, measure, since, now)
         key = (figure, role)

@@ -1,10 +1,11 @@
 """Report queries: spend grouped by any dimension, aggregated in SQL over raw + daily rows.
 
 Raw intervals after the rollup watermark and daily rollups before it are read as one
-source (`facts`), so a report spans retention boundaries without double counting. An
-interval counts in a period when its start falls in [since, until); a period that starts
-inside a rolled-up day reads that day from its raw intervals while they are kept, and is
-widened to the whole UTC day (the rollup's grain) once they are pruned.
+source (`report/facts.py`), so a report spans retention boundaries without double
+counting. An interval counts in a period when its start falls in [since, until); a period
+that starts or ends inside a rolled-up day reads that day from its raw intervals while
+they are kept, and is widened to the whole UTC day (the rollup's grain) once they are
+pruned.
 """
 
 from __future__ import annotations
@@ -17,17 +18,11 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import (
     ColumnElement,
-    Select,
-    String,
     Subquery,
-    cast,
     distinct,
     func,
-    literal,
-    null,
     select,
 )
-from sqlalchemy import union_all as sa_union_all
 from sqlmodel import Session
 
 from costguard.accelerators import kind_column
@@ -35,16 +30,13 @@ from costguard.clock import utc
 from costguard.costs.attribution import UNATTRIBUTED
 from costguard.costs.rollup import (
     DAILY,
-    RAW,
-    RUN_DIMENSIONS,
-    RUNS,
     SUMMARY,
     day_floor,
-    interval_seconds,
     rolled_up_until,
     summary_current,
 )
 from costguard.model import Instance, InstanceState, Lifecycle, PriceQuote
+from costguard.report.facts import facts, presence
 from costguard.report.figures import Report, ReportRow
 from costguard.report.owners import OWNER_DIMENSIONS, spend_with_owners
 
@@ -66,10 +58,6 @@ DIMENSIONS: dict[str, str] = {
 # read per instance (their count of accelerators is not in the per-day runs): no summary
 _PER_INSTANCE = {"instance", "accelerator"}
 ATTRIBUTED = {"team", "project", "env", "cost-center"}
-_FACT_COLUMNS = ("provider", "instance_id", "account", "region", "instance_type", "lifecycle",
-                 "state", "gpu_count", "team", "project", "env", "cost_center")
-_MEASURES = ("cost_micros", "idle_cost_micros", "gpu_seconds", "idle_gpu_seconds")
-
 SpotPrice = Callable[[str, str, str, int], PriceQuote | None]
 
 
@@ -82,126 +70,6 @@ def check_dimension(dim: str) -> str:
     if dim not in DIMENSIONS:
         raise UnknownDimension(dim)
     return dim
-
-
-def facts(session: Session, since: datetime, until: datetime, *,
-          summary: bool = False) -> Subquery:
-    """Raw intervals and daily rollups of [since, until) as one row source.
-
-    With `summary`, days before the watermark are read from the per-day summary (no
-    `instance_id`: NULL there) when it is current; sums are the same, rows far fewer. A
-    period that starts inside a rolled-up day reads that first day from its raw intervals
-    while they are kept (`first_day_raw`), and one that ends inside a rolled-up day its last
-    day (`last_day_raw`); only once they are pruned is such a day widened to the whole day.
-    """
-    watermark = rolled_up_until(session)
-    parts: list[Select[tuple[object, ...]]] = []
-    raw_from = since if watermark is None else max(since, watermark)
-    daily_from = day_floor(since)
-    first = first_day_raw(session, since, until, watermark)
-    last = last_day_raw(session, since, until, watermark, first)
-    daily_until = until if watermark is None else min(until, watermark)
-    if first is not None:
-        parts.append(_raw_facts(session, since, first))
-        daily_from = first
-    if last is not None:
-        parts.append(_raw_facts(session, last, until))
-        daily_until = last
-    if raw_from < until:
-        parts.append(_raw_facts(session, raw_from, until))
-    if watermark is not None and daily_from < daily_until:
-        if summary and summary_current(session):
-            parts.append(select(
-                *(cast(null(), String).label(c) if c == "instance_id" else SUMMARY.c[c]
-                  for c in _FACT_COLUMNS),
-                *(SUMMARY.c[m] for m in _MEASURES), SUMMARY.c.instance_seconds,
-            ).where(SUMMARY.c.day >= daily_from, SUMMARY.c.day < daily_until))
-        else:
-            parts.append(select(
-                *(DAILY.c[c] for c in _FACT_COLUMNS), *(DAILY.c[m] for m in _MEASURES),
-                DAILY.c.instance_seconds,
-            ).where(DAILY.c.day >= daily_from, DAILY.c.day < daily_until))
-    if not parts:  # an empty period: keep the column shape
-        parts.append(select(
-            *(RAW.c[c] for c in _FACT_COLUMNS), *(RAW.c[m] for m in _MEASURES),
-            literal(0.0).label("instance_seconds")).where(literal(False)))
-    if len(parts) == 1:
-        return parts[0].subquery("facts")
-    return sa_union_all(*parts).subquery("facts")
-
-
-def _raw_facts(session: Session, lo: datetime, hi: datetime) -> Select[tuple[object, ...]]:
-    return select(
-        *(RAW.c[c] for c in _FACT_COLUMNS), *(RAW.c[m] for m in _MEASURES),
-        interval_seconds(session).label("instance_seconds"),
-    ).where(RAW.c.start >= lo, RAW.c.start < hi)
-
-
-def first_day_raw(session: Session, since: datetime, until: datetime,
-                  watermark: datetime | None) -> datetime | None:
-    """Where a period that starts inside a rolled-up day (before the watermark, not at
-    midnight) stops reading that day's raw intervals: the next midnight, or the period's
-    end. None where the day is not read raw: the period starts at midnight or after the
-    watermark, or the day's raw intervals have been pruned (the oldest kept starts later:
-    the day is then widened to whole, as its rollup holds it)."""
-    if watermark is None or since >= watermark or since == day_floor(since):
-        return None
-    oldest = session.execute(select(func.min(RAW.c.start))).scalar_one_or_none()
-    if oldest is None or utc(oldest) > since:
-        return None
-    return min(day_floor(since) + timedelta(days=1), watermark, until)
-
-
-def last_day_raw(session: Session, since: datetime, until: datetime,
-                 watermark: datetime | None, first: datetime | None) -> datetime | None:
-    """Where a period that ends inside a rolled-up day (before the watermark, not at
-    midnight) starts reading that day's raw intervals: its midnight. None where the day is
-    not read raw: the period ends at midnight or after the watermark, the first day's raw
-    read (`first`, from `first_day_raw`) already reaches the end, or the day's raw
-    intervals have been pruned (the day is then widened to whole, as its rollup holds it)."""
-    last = day_floor(until)
-    if (watermark is None or last >= watermark or until == last or last < since
-            or (first is not None and first >= until)):
-        return None
-    oldest = session.execute(select(func.min(RAW.c.start))).scalar_one_or_none()
-    if oldest is None or utc(oldest) > last:
-        return None
-    return last
-
-
-_PRESENCE_COLUMNS = ("provider", "instance_id", *RUN_DIMENSIONS)
-
-
-def presence(session: Session, since: datetime, until: datetime) -> Subquery:
-    """(instance, dimensions) that have spend in [since, until), once or more, for counting
-    distinct instances: raw intervals after the watermark, and before it the instances'
-    day runs that overlap the period (or the daily rows when the runs are not current); a
-    first or last day read raw (`first_day_raw`, `last_day_raw`) from its raw intervals."""
-    watermark = rolled_up_until(session)
-    if watermark is None or day_floor(since) >= watermark or not summary_current(session):
-        return facts(session, since, until)
-    first = first_day_raw(session, since, until, watermark)
-    last = last_day_raw(session, since, until, watermark, first)
-    runs_from = day_floor(since) if first is None else first
-    runs_until = min(until, watermark) if last is None else last
-    parts: list[Select[tuple[object, ...]]] = []
-    if first is not None:
-        parts.append(select(*(RAW.c[c] for c in _PRESENCE_COLUMNS)).where(
-            RAW.c.start >= since, RAW.c.start < first))
-    if last is not None:
-        parts.append(select(*(RAW.c[c] for c in _PRESENCE_COLUMNS)).where(
-            RAW.c.start >= last, RAW.c.start < until))
-    if runs_from < runs_until:
-        parts.append(select(*(RUNS.c[c] for c in _PRESENCE_COLUMNS)).where(
-            RUNS.c.first_day < runs_until, RUNS.c.last_day >= runs_from))
-    if watermark < until:
-        parts.append(select(*(RAW.c[c] for c in _PRESENCE_COLUMNS)).where(
-            RAW.c.start >= watermark, RAW.c.start < until))
-    if not parts:
-        return facts(session, since, until)
-    if len(parts) == 1:
-        return parts[0].subquery("presence")
-    return sa_union_all(*parts).subquery("presence")
 
 
 def _key(f: Subquery, dim: str) -> ColumnElement[str]:
